@@ -1,0 +1,36 @@
+#ifndef RETRYPROXY_ACCESS_LOG_H
+#define RETRYPROXY_ACCESS_LOG_H
+
+/* One line per request (SPEC "Logs"), text or JSON per the log format. */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ACCESS_LOG_MAX_TRIES 16 /* tries listed in one line; more are counted, not listed */
+
+/* One upstream try: a status, or an error when no response head came. */
+struct access_try {
+	int status;        /* 0 when error is set */
+	const char *error; /* "connection refused", "timeout", ...; NULL with a status */
+	uint64_t wait_ms;  /* backoff before the next try; 0 for the last */
+};
+
+struct access_record {
+	const char *client;  /* peer address */
+	const char *method;  /* "-" when the request line was unreadable */
+	size_t method_len;
+	const char *target;
+	size_t target_len;
+	const char *route;   /* "-" before routing */
+	int status;          /* what the client got; 0 if nothing */
+	unsigned attempts;
+	uint64_t bytes;      /* response body bytes sent to the client */
+	uint64_t duration_ms;
+	const char *note;    /* why the exchange ended unusually, or NULL */
+	const struct access_try *tries;
+	size_t try_count;
+};
+
+void access_log_write(const struct access_record *record);
+
+#endif

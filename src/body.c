@@ -1,0 +1,84 @@
+#include "body.h"
+
+#include <event2/buffer.h>
+
+void body_relay_init(struct body_relay *relay, enum body_mode mode, uint64_t content_length,
+		     size_t max_trailer)
+{
+	relay->mode = mode;
+	relay->remaining = content_length;
+	relay->payload_bytes = 0;
+	relay->done = mode == BODY_MODE_LENGTH && content_length == 0;
+	if (mode == BODY_MODE_CHUNKED || mode == BODY_MODE_CHUNKED_DECODE)
+		http1_chunked_init(&relay->chunked, max_trailer);
+}
+
+/* Move n bytes from src to dst, or drop them when dst is NULL. */
+static void body_relay_take(struct evbuffer *src, struct evbuffer *dst, size_t n)
+{
+	if (dst != NULL)
+		evbuffer_remove_buffer(src, dst, n);
+	else
+		evbuffer_drain(src, n);
+}
+
+/* Walk chunked framing extent by extent: data moves, framing moves or drops. */
+static int body_relay_move_chunked(struct body_relay *relay, struct evbuffer *src,
+				   struct evbuffer *dst, enum http1_error *error)
+{
+	struct evbuffer *framing_dst = relay->mode == BODY_MODE_CHUNKED ? dst : NULL;
+
+	while (!relay->done && evbuffer_get_length(src) > 0) {
+		struct evbuffer_iovec vec;
+		size_t n = 0;
+
+		if (evbuffer_peek(src, -1, NULL, &vec, 1) < 1 || vec.iov_len == 0)
+			break;
+		switch (http1_chunked_step(&relay->chunked, vec.iov_base, vec.iov_len, &n, error)) {
+		case HTTP1_CHUNK_DATA:
+			relay->payload_bytes += n;
+			body_relay_take(src, dst, n);
+			break;
+		case HTTP1_CHUNK_FRAMING:
+			body_relay_take(src, framing_dst, n);
+			break;
+		case HTTP1_CHUNK_DONE:
+			body_relay_take(src, framing_dst, n);
+			relay->done = true;
+			break;
+		case HTTP1_CHUNK_ERROR:
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int body_relay_move(struct body_relay *relay, struct evbuffer *src, struct evbuffer *dst,
+		    enum http1_error *error)
+{
+	size_t available = evbuffer_get_length(src);
+	size_t n;
+
+	if (relay->done || available == 0)
+		return 0;
+	switch (relay->mode) {
+	case BODY_MODE_LENGTH:
+		n = available < relay->remaining ? available : (size_t)relay->remaining;
+		body_relay_take(src, dst, n);
+		relay->remaining -= n;
+		relay->payload_bytes += n;
+		relay->done = relay->remaining == 0;
+		return 0;
+	case BODY_MODE_UNTIL_CLOSE:
+		relay->payload_bytes += available;
+		if (dst != NULL)
+			evbuffer_add_buffer(dst, src);
+		else
+			evbuffer_drain(src, available);
+		return 0;
+	case BODY_MODE_CHUNKED:
+	case BODY_MODE_CHUNKED_DECODE:
+		return body_relay_move_chunked(relay, src, dst, error);
+	}
+	return 0;
+}

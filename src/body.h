@@ -1,0 +1,42 @@
+#ifndef RETRYPROXY_BODY_H
+#define RETRYPROXY_BODY_H
+
+/*
+ * Moves one message body from a source buffer to a destination buffer as
+ * bytes arrive, following the message's framing, without copying where
+ * libevent can move buffer chains. Knows where the body ends, so bytes of a
+ * pipelined next message stay in the source.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "http1.h"
+
+struct evbuffer;
+
+enum body_mode {
+	BODY_MODE_LENGTH,         /* exactly a Content-Length of bytes */
+	BODY_MODE_CHUNKED,        /* chunked, passed on with its framing */
+	BODY_MODE_CHUNKED_DECODE, /* chunked, only the data passed on (for HTTP/1.0 peers) */
+	BODY_MODE_UNTIL_CLOSE,    /* everything until the sender closes */
+};
+
+struct body_relay {
+	enum body_mode mode;
+	uint64_t remaining;      /* LENGTH: bytes still to come */
+	uint64_t payload_bytes;  /* body data bytes seen so far, framing excluded */
+	bool done;               /* the whole body has been moved */
+	struct http1_chunked chunked;
+};
+
+/* Set up a relay for a body of the given framing. */
+void body_relay_init(struct body_relay *relay, enum body_mode mode, uint64_t content_length,
+		     size_t max_trailer);
+
+/* Move as much of the body as src holds into dst (NULL: discard it).
+ * Returns 0, or -1 on invalid chunked framing with *error set. */
+int body_relay_move(struct body_relay *relay, struct evbuffer *src, struct evbuffer *dst,
+		    enum http1_error *error);
+
+#endif

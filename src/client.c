@@ -1,0 +1,490 @@
+#include "client.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "access_log.h"
+#include "config.h"
+#include "exchange.h"
+#include "http1.h"
+#include "log.h"
+#include "proxy.h"
+#include "tunnel.h"
+#include "xmalloc.h"
+
+/* Past this much queued output the exchange stops reading its upstream;
+ * below the low mark it reads again. */
+#define CLIENT_OUTPUT_LOW (64 * 1024)
+#define CLIENT_INPUT_MIN_HIGH (256 * 1024)
+
+enum client_state {
+	CLIENT_READING_HEAD, /* waiting for the whole next request head */
+	CLIENT_IN_EXCHANGE,  /* a request is being proxied */
+	CLIENT_CLOSING,      /* flushing the last response, then lingering */
+	CLIENT_LINGERING,    /* output shut down; discarding input until EOF or a short timeout */
+};
+
+/* How long a closing connection keeps discarding what the client still sends,
+ * so that its unread request does not make the kernel reset the connection
+ * before the client has read our response. */
+#define CLIENT_LINGER_MS 2000
+
+struct client {
+	struct proxy *proxy;
+	struct config *config;               /* held: the config this connection runs under */
+	const struct listener_config *listen; /* inside config */
+	struct bufferevent *bev;
+	struct exchange *exchange;           /* the request being proxied, if any */
+	struct event *head_timer;            /* client_timeout for the next head */
+	struct event *resume;                /* parses a pipelined head from the loop */
+	enum client_state state;
+	char peer[INET6_ADDRSTRLEN + 8];
+	LIST_ENTRY(client) link;
+};
+
+static const char *client_reason_phrase(int status)
+{
+	switch (status) {
+	case 400: return "Bad Request";
+	case 403: return "Forbidden";
+	case 408: return "Request Timeout";
+	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 417: return "Expectation Failed";
+	case 431: return "Request Header Fields Too Large";
+	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	default: return "Error";
+	}
+}
+
+struct bufferevent *client_bev(struct client *client)
+{
+	return client->bev;
+}
+
+struct proxy *client_proxy(struct client *client)
+{
+	return client->proxy;
+}
+
+struct config *client_config(struct client *client)
+{
+	return client->config;
+}
+
+const struct listener_config *client_listener(struct client *client)
+{
+	return client->listen;
+}
+
+const char *client_peer(struct client *client)
+{
+	return client->peer;
+}
+
+/* Release everything; the bufferevent only when still ours. */
+static void client_free(struct client *client)
+{
+	struct proxy *proxy = client->proxy;
+
+	LIST_REMOVE(client, link);
+	if (client->bev != NULL)
+		bufferevent_free(client->bev);
+	event_free(client->head_timer);
+	event_free(client->resume);
+	config_release(client->config);
+	free(client);
+	proxy_connection_closed(proxy);
+}
+
+void client_close(struct client *client, const char *reason)
+{
+	log_debug("client %s: closed: %s", client->peer, reason);
+	if (client->exchange != NULL) {
+		struct exchange *ex = client->exchange;
+
+		client->exchange = NULL;
+		exchange_abort(ex, reason);
+	}
+	client_free(client);
+}
+
+/* Start the client_timeout clock for the next request head. */
+static void client_arm_head_timer(struct client *client)
+{
+	uint64_t ms = client->config->limits.client_timeout_ms;
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+
+	evtimer_add(client->head_timer, &tv);
+}
+
+/* Everything is written: half-close, then discard input for a while. */
+static void client_linger(struct client *client)
+{
+	struct timeval tv = { .tv_sec = CLIENT_LINGER_MS / 1000, .tv_usec = 0 };
+	struct evbuffer *in = bufferevent_get_input(client->bev);
+
+	client->state = CLIENT_LINGERING;
+	shutdown(bufferevent_getfd(client->bev), SHUT_WR);
+	evbuffer_drain(in, evbuffer_get_length(in));
+	bufferevent_setwatermark(client->bev, EV_READ, 0, 0);
+	bufferevent_enable(client->bev, EV_READ);
+	evtimer_add(client->head_timer, &tv);
+}
+
+/* Stop reading and close once everything queued has been written. */
+static void client_close_after_flush(struct client *client)
+{
+	client->state = CLIENT_CLOSING;
+	evtimer_del(client->head_timer);
+	bufferevent_disable(client->bev, EV_READ);
+	if (evbuffer_get_length(bufferevent_get_output(client->bev)) == 0) {
+		client_linger(client);
+		return;
+	}
+	/* called back once the output is empty */
+	bufferevent_setwatermark(client->bev, EV_WRITE, 0, 0);
+}
+
+void client_write_error(struct client *client, int status, const char *text, unsigned attempts,
+			bool close)
+{
+	struct evbuffer *out = bufferevent_get_output(client->bev);
+	size_t text_len = strlen(text);
+
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+			    "Retry-Attempts: %u\r\nVia: 1.1 retryproxy\r\n%s\r\n%s\n",
+			    status, client_reason_phrase(status), text_len + 1, attempts,
+			    close ? "Connection: close\r\n" : "", text);
+}
+
+/* Refuse a request before any exchange exists: answer, log, close. */
+static void client_refuse(struct client *client, const struct http1_head *head, int status,
+			  const char *text)
+{
+	struct access_record record = {
+		.client = client->peer,
+		.method = "-",
+		.method_len = 1,
+		.target = "-",
+		.target_len = 1,
+		.route = "-",
+		.status = status,
+		.attempts = 0,
+		.note = text,
+	};
+
+	if (head != NULL && head->method_len > 0) {
+		record.method = head->method;
+		record.method_len = head->method_len;
+		record.target = head->target;
+		record.target_len = head->target_len;
+	}
+	access_log_write(&record);
+	client_write_error(client, status, text, 0, true);
+	client_close_after_flush(client);
+}
+
+/* Parse the next head if it is all here, and start its exchange. */
+static void client_read_head(struct client *client)
+{
+	struct evbuffer *in = bufferevent_get_input(client->bev);
+	const struct limits *limits = &client->config->limits;
+	struct http1_limits parse_limits = {
+		.max_head_bytes = limits->max_header_bytes,
+		.max_target_bytes = limits->max_uri_bytes,
+	};
+	struct http1_head *head;
+	struct http1_framing framing;
+	enum http1_error error = HTTP1_ERR_NONE;
+	size_t len = evbuffer_get_length(in);
+	size_t want;
+	const char *data;
+	struct exchange *ex;
+	int status = 0;
+	char reason[256];
+
+	if (len == 0)
+		return;
+	/* one byte over the limit is enough for the parser to say 431 */
+	want = len < limits->max_header_bytes + 1 ? len : limits->max_header_bytes + 1;
+	data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
+	head = xmalloc(sizeof(*head));
+	switch (http1_parse_request_head(data, want, &parse_limits, head, &error)) {
+	case HTTP1_PARSE_MORE:
+		free(head);
+		return;
+	case HTTP1_PARSE_ERROR:
+		client_refuse(client, NULL, http1_error_status(error), http1_error_text(error));
+		free(head);
+		return;
+	case HTTP1_PARSE_DONE:
+		break;
+	}
+	if (http1_request_framing(head, &framing, &error) < 0) {
+		client_refuse(client, head, http1_error_status(error), http1_error_text(error));
+		free(head);
+		return;
+	}
+	evtimer_del(client->head_timer);
+	ex = exchange_new(client, head, &framing, &status, reason, sizeof(reason));
+	if (ex == NULL) {
+		client_refuse(client, head, status, reason);
+		free(head);
+		return;
+	}
+	evbuffer_drain(in, head->head_len);
+	free(head);
+	client->state = CLIENT_IN_EXCHANGE;
+	client->exchange = ex;
+	exchange_run(ex);
+}
+
+static void client_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct client *client = arg;
+
+	switch (client->state) {
+	case CLIENT_READING_HEAD:
+		client_read_head(client);
+		break;
+	case CLIENT_IN_EXCHANGE:
+		exchange_client_readable(client->exchange);
+		break;
+	case CLIENT_CLOSING:
+	case CLIENT_LINGERING:
+		evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+		break;
+	}
+}
+
+static void client_write_cb(struct bufferevent *bev, void *arg)
+{
+	struct client *client = arg;
+
+	switch (client->state) {
+	case CLIENT_IN_EXCHANGE:
+		exchange_client_drained(client->exchange);
+		break;
+	case CLIENT_CLOSING:
+		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+			client_linger(client);
+		break;
+	case CLIENT_READING_HEAD:
+	case CLIENT_LINGERING:
+		break;
+	}
+}
+
+static void client_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct client *client = arg;
+
+	if (client->state == CLIENT_LINGERING) {
+		client_free(client);
+		return;
+	}
+	if (what & BEV_EVENT_TIMEOUT)
+		client_close(client, "client stopped reading");
+	else if (what & BEV_EVENT_EOF)
+		client_close(client, "client closed the connection");
+	else
+		client_close(client, "client connection error");
+}
+
+/* client_timeout passed without a whole request head. */
+static void client_head_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct client *client = arg;
+
+	if (client->state == CLIENT_LINGERING) {
+		client_free(client);
+		return;
+	}
+	if (evbuffer_get_length(bufferevent_get_input(client->bev)) > 0)
+		log_info("client %s: request head not complete within client_timeout; closing",
+			 client->peer);
+	client_close(client, "client_timeout");
+}
+
+static void client_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct client *client = arg;
+
+	if (client->state == CLIENT_READING_HEAD)
+		client_read_head(client);
+}
+
+void client_exchange_done(struct client *client, bool keep_alive)
+{
+	struct exchange *ex = client->exchange;
+
+	client->exchange = NULL;
+	exchange_free(ex);
+	if (!keep_alive || client->proxy->draining) {
+		client_close_after_flush(client);
+		return;
+	}
+	client->state = CLIENT_READING_HEAD;
+	bufferevent_enable(client->bev, EV_READ);
+	client_arm_head_timer(client);
+	/* a pipelined request may already be waiting in the input */
+	if (evbuffer_get_length(bufferevent_get_input(client->bev)) > 0)
+		event_active(client->resume, 0, 0);
+}
+
+void client_exchange_reset(struct client *client)
+{
+	struct linger hard = { .l_onoff = 1, .l_linger = 0 };
+	struct exchange *ex = client->exchange;
+
+	client->exchange = NULL;
+	exchange_free(ex);
+	setsockopt(bufferevent_getfd(client->bev), SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+	client_free(client);
+}
+
+void client_exchange_tunnel(struct client *client, struct bufferevent *upstream)
+{
+	struct proxy *proxy = client->proxy;
+	struct bufferevent *bev = client->bev;
+	uint64_t idle_ms = client->config->limits.tunnel_idle_timeout_ms;
+
+	exchange_free(client->exchange);
+	client->exchange = NULL;
+	client->bev = NULL;
+	LIST_REMOVE(client, link);
+	event_free(client->head_timer);
+	event_free(client->resume);
+	config_release(client->config);
+	free(client);
+	/* the tunnel takes over this connection's place in connection_count */
+	tunnel_new(proxy, bev, upstream, idle_ms);
+}
+
+void client_close_idle(struct proxy *proxy)
+{
+	struct client *client = LIST_FIRST(&proxy->clients);
+
+	while (client != NULL) {
+		struct client *next = LIST_NEXT(client, link);
+
+		if (client->state == CLIENT_READING_HEAD && client->bev != NULL &&
+		    evbuffer_get_length(bufferevent_get_input(client->bev)) == 0)
+			client_close(client, "draining");
+		client = next;
+	}
+}
+
+/* Is the peer inside access.allow_clients? */
+static bool client_allowed(const struct config *config, const struct sockaddr *peer)
+{
+	size_t i;
+
+	for (i = 0; i < config->allow_client_count; i++) {
+		const struct cidr *c = &config->allow_clients[i];
+		const unsigned char *a;
+		const unsigned char *n;
+		unsigned bits = c->prefix_len;
+		unsigned bytes;
+
+		if (c->addr.ss_family != peer->sa_family)
+			continue;
+		if (peer->sa_family == AF_INET) {
+			a = (const unsigned char *)&((const struct sockaddr_in *)peer)->sin_addr;
+			n = (const unsigned char *)&((const struct sockaddr_in *)&c->addr)->sin_addr;
+		} else {
+			a = (const unsigned char *)&((const struct sockaddr_in6 *)peer)->sin6_addr;
+			n = (const unsigned char *)&((const struct sockaddr_in6 *)&c->addr)->sin6_addr;
+		}
+		bytes = bits / 8;
+		if (memcmp(a, n, bytes) != 0)
+			continue;
+		if (bits % 8 != 0) {
+			unsigned char mask = (unsigned char)(0xff << (8 - bits % 8));
+
+			if ((a[bytes] & mask) != (n[bytes] & mask))
+				continue;
+		}
+		return true;
+	}
+	return false;
+}
+
+/* "127.0.0.1:5555" or "[::1]:5555" for logs. */
+static void client_format_peer(const struct sockaddr *peer, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+
+	if (peer->sa_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)peer;
+
+		inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
+		snprintf(buf, len, "%s:%u", host, ntohs(sin->sin_port));
+	} else if (peer->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)peer;
+
+		inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof(host));
+		snprintf(buf, len, "[%s]:%u", host, ntohs(sin6->sin6_port));
+	} else {
+		snprintf(buf, len, "unknown");
+	}
+}
+
+void client_new(struct proxy *proxy, struct config *config, const struct listener_config *listen,
+		evutil_socket_t fd, const struct sockaddr *peer, socklen_t peer_len)
+{
+	struct client *client = xcalloc(1, sizeof(*client));
+	size_t input_high = config->limits.max_header_bytes + 1;
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	client->proxy = proxy;
+	client->config = config_hold(config);
+	client->listen = listen;
+	client_format_peer(peer, client->peer, sizeof(client->peer));
+	client->bev = bufferevent_socket_new(proxy->base, fd,
+					     BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
+	client->head_timer = evtimer_new(proxy->base, client_head_timeout_cb, client);
+	client->resume = event_new(proxy->base, -1, 0, client_resume_cb, client);
+	client->state = CLIENT_READING_HEAD;
+	LIST_INSERT_HEAD(&proxy->clients, client, link);
+	proxy->connection_count++;
+	if (input_high < CLIENT_INPUT_MIN_HIGH)
+		input_high = CLIENT_INPUT_MIN_HIGH;
+	/* bounded input: a client cannot make the proxy buffer more than this */
+	bufferevent_setwatermark(client->bev, EV_READ, 0, input_high);
+	bufferevent_setwatermark(client->bev, EV_WRITE, CLIENT_OUTPUT_LOW, 0);
+	{
+		uint64_t ms = config->limits.client_timeout_ms;
+		struct timeval tv = { .tv_sec = (time_t)(ms / 1000),
+				      .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+
+		/* a client that stops reading our output for this long is gone */
+		bufferevent_set_timeouts(client->bev, NULL, &tv);
+	}
+	bufferevent_setcb(client->bev, client_read_cb, client_write_cb, client_event_cb, client);
+	if (!client_allowed(config, peer)) {
+		log_warn("client %s: refused: not in access.allow_clients", client->peer);
+		client_refuse(client, NULL, 403, "client address not allowed by access.allow_clients");
+		bufferevent_enable(client->bev, EV_WRITE);
+		return;
+	}
+	bufferevent_enable(client->bev, EV_READ | EV_WRITE);
+	client_arm_head_timer(client);
+	(void)peer_len;
+}

@@ -1,0 +1,457 @@
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_route.h"
+#include "config_values.h"
+#include "config_walk.h"
+#include "xmalloc.h"
+#include "yaml_tree.h"
+
+/*
+ * Loading is two steps, like h2o: yaml_tree turns the text into nodes that
+ * know where they were written, then config_walk reads those nodes with the
+ * tables of keys below into a struct config. The top-level table is read in
+ * its own order, not the file's, because later sections start from earlier
+ * ones: a route from defaults: and tls:, admin: checks access: and listen:.
+ */
+
+/* log.level: error, warn, info or debug. */
+static void config_set_log_level(struct config_walk *walk, const struct yaml_tree_node *node,
+				 void *field)
+{
+	static const char *const names[] = { "error", "warn", "info", "debug" };
+	static const enum log_level levels[] = { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO,
+						 LOG_LEVEL_DEBUG };
+	int i = config_walk_choice(walk, node, names, 4, "error, warn, info or debug");
+
+	if (i >= 0)
+		*(enum log_level *)field = levels[i];
+}
+
+static const struct config_walk_type config_type_log_level = { YAML_TREE_SCALAR,
+							       "error, warn, info or debug",
+							       config_set_log_level };
+
+/* log.format: text or json. */
+static void config_set_log_format(struct config_walk *walk, const struct yaml_tree_node *node,
+				  void *field)
+{
+	static const char *const names[] = { "text", "json" };
+	int i = config_walk_choice(walk, node, names, 2, "text or json");
+
+	if (i >= 0)
+		*(enum log_format *)field = i == 0 ? LOG_FORMAT_TEXT : LOG_FORMAT_JSON;
+}
+
+static const struct config_walk_type config_type_log_format = { YAML_TREE_SCALAR, "text or json",
+								config_set_log_format };
+
+/* Parse an address into addr; false after an error. */
+static bool config_address(struct config_walk *walk, const struct yaml_tree_node *node,
+			   struct sockaddr_storage *addr, socklen_t *len)
+{
+	const char *why;
+	char quoted[128];
+
+	if (config_values_address(node->text, addr, len, &why) == 0)
+		return true;
+	config_walk_error(walk, node, "invalid address %s: %s",
+			  config_walk_quote(node, quoted, sizeof(quoted)), why);
+	return false;
+}
+
+/* admin: loopback unless access.admin_remote, which the table reads first. */
+static void config_set_admin(struct config_walk *walk, const struct yaml_tree_node *node,
+			     void *field)
+{
+	struct config *config = field;
+	struct sockaddr_storage addr;
+	socklen_t len;
+
+	if (!config_address(walk, node, &addr, &len))
+		return;
+	if (!config->admin_remote && !config_values_is_loopback(&addr)) {
+		config_walk_error(
+			walk, node,
+			"%s is not a loopback address; set access.admin_remote: true to allow it",
+			node->text);
+		return;
+	}
+	for (size_t i = 0; i < config->listener_count; i++) {
+		if (config_values_same_address(&addr, &config->listeners[i].addr)) {
+			config_walk_error(walk, node, "%s is already used by listen[%zu]",
+					  node->text, i);
+			return;
+		}
+	}
+	config->admin_address = xstrdup(node->text);
+	config->admin_addr = addr;
+	config->admin_addr_len = len;
+}
+
+static const struct config_walk_type config_type_admin = { YAML_TREE_SCALAR,
+							   "an address like 127.0.0.1:9901",
+							   config_set_admin };
+
+/* Free an array of strings and the strings. */
+static void config_free_strings(char **strings, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		free(strings[i]);
+	free(strings);
+}
+
+/* access.allow_clients: networks; replaces the default loopback ones. */
+static void config_set_allow_clients(struct config_walk *walk, const struct yaml_tree_node *node,
+				     void *field)
+{
+	struct config *config = field;
+	struct cidr *out = xcalloc(node->count, sizeof(*out));
+	size_t errors = config_walk_error_count(walk);
+
+	if (node->count == 0)
+		config_walk_error(walk, node,
+				  "expected at least one network; nobody could use the proxy");
+	for (size_t i = 0; i < node->count; i++) {
+		size_t mark = config_walk_push_index(walk, i);
+		const struct yaml_tree_node *item =
+			config_walk_scalar_item(walk, node, i, "a network like 10.0.0.0/8");
+		const char *why;
+		char quoted[128];
+
+		if (item != NULL && config_values_cidr(item->text, &out[i], &why) < 0)
+			config_walk_error(walk, item, "invalid network %s: %s",
+					  config_walk_quote(item, quoted, sizeof(quoted)), why);
+		config_walk_pop(walk, mark);
+	}
+	if (config_walk_error_count(walk) > errors) {
+		free(out);
+		return;
+	}
+	free(config->allow_clients);
+	config->allow_clients = out;
+	config->allow_client_count = node->count;
+}
+
+static const struct config_walk_type config_type_allow_clients = {
+	YAML_TREE_SEQUENCE, "a list of networks like [10.0.0.0/8]", config_set_allow_clients
+};
+
+/* access.allow_hosts: host patterns; replaces the default "*". */
+static void config_set_allow_hosts(struct config_walk *walk, const struct yaml_tree_node *node,
+				   void *field)
+{
+	struct config *config = field;
+	char **out = xcalloc(node->count, sizeof(*out));
+	size_t n = 0, errors = config_walk_error_count(walk);
+
+	if (node->count == 0)
+		config_walk_error(walk, node,
+				  "expected at least one host pattern; use \"*\" to allow any");
+	for (size_t i = 0; i < node->count; i++) {
+		size_t mark = config_walk_push_index(walk, i);
+		const struct yaml_tree_node *item =
+			config_walk_scalar_item(walk, node, i, "a host pattern");
+		const char *why;
+		char quoted[128];
+
+		if (item != NULL && config_values_host_pattern(item->text, &out[n], &why) < 0)
+			config_walk_error(walk, item, "invalid host pattern %s: %s",
+					  config_walk_quote(item, quoted, sizeof(quoted)), why);
+		else if (item != NULL)
+			n++;
+		config_walk_pop(walk, mark);
+	}
+	if (config_walk_error_count(walk) > errors) {
+		config_free_strings(out, n);
+		return;
+	}
+	config_free_strings(config->allow_hosts, config->allow_host_count);
+	config->allow_hosts = out;
+	config->allow_host_count = n;
+}
+
+static const struct config_walk_type config_type_allow_hosts = {
+	YAML_TREE_SEQUENCE, "a list of host patterns like [\"*.example.com\"]",
+	config_set_allow_hosts
+};
+
+/* listen[].address: numeric, and not one an earlier listener took. */
+static void config_set_listen_address(struct config_walk *walk, const struct yaml_tree_node *node,
+				      void *field)
+{
+	const struct config *config = config_walk_data(walk);
+	struct listener_config *listener = field;
+
+	if (!config_address(walk, node, &listener->addr, &listener->addr_len))
+		return;
+	for (size_t i = 0; i < config->listener_count; i++) {
+		if (config_values_same_address(&listener->addr, &config->listeners[i].addr)) {
+			config_walk_error(walk, node, "%s is already used by listen[%zu]",
+					  node->text, i);
+			return;
+		}
+	}
+	listener->address = xstrdup(node->text);
+}
+
+static const struct config_walk_type config_type_listen_address = {
+	YAML_TREE_SCALAR, "an address like 127.0.0.1:3128", config_set_listen_address
+};
+
+static const struct config_walk_key config_listener_keys[] = {
+	{ .name = "address", .type = &config_type_listen_address, .required = true },
+	{ .name = "upstream",
+	  .type = &config_walk_upstream,
+	  .offset = offsetof(struct listener_config, upstream) },
+	{ .name = NULL },
+};
+
+/* Free the listeners and forget them. */
+static void config_free_listeners(struct config *config)
+{
+	for (size_t i = 0; i < config->listener_count; i++) {
+		free(config->listeners[i].address);
+		config_free_upstream_url(config->listeners[i].upstream);
+		free(config->listeners[i].upstream);
+	}
+	free(config->listeners);
+	config->listeners = NULL;
+	config->listener_count = 0;
+}
+
+/* listen: replaces the default listener; an empty list is a mistake, since a
+ * proxy that listens nowhere is useless. */
+static void config_set_listen(struct config_walk *walk, const struct yaml_tree_node *node,
+			      void *field)
+{
+	struct config *config = field;
+
+	config_free_listeners(config);
+	if (node->count == 0) {
+		config_walk_error(walk, node, "expected at least one listener");
+		return;
+	}
+	config->listeners = xcalloc(node->count, sizeof(*config->listeners));
+	for (size_t i = 0; i < node->count; i++) {
+		size_t mark = config_walk_push_index(walk, i);
+
+		config_walk_mapping(walk, node->items[i], config_listener_keys,
+				    &config->listeners[i]);
+		config->listener_count++;
+		config_walk_pop(walk, mark);
+	}
+}
+
+static const struct config_walk_type config_type_listen = { YAML_TREE_SEQUENCE,
+							    "a list of listeners",
+							    config_set_listen };
+
+static const struct config_walk_key config_log_keys[] = {
+	{ .name = "level",
+	  .type = &config_type_log_level,
+	  .offset = offsetof(struct config, log_level) },
+	{ .name = "format",
+	  .type = &config_type_log_format,
+	  .offset = offsetof(struct config, log_format) },
+	{ .name = NULL },
+};
+
+static const struct config_walk_key config_access_keys[] = {
+	{ .name = "allow_clients", .type = &config_type_allow_clients },
+	{ .name = "allow_hosts", .type = &config_type_allow_hosts },
+	{ .name = "admin_remote",
+	  .type = &config_walk_bool,
+	  .offset = offsetof(struct config, admin_remote) },
+	{ .name = NULL },
+};
+
+static const struct config_walk_key config_limits_keys[] = {
+	{ .name = "max_connections",
+	  .type = &config_walk_count_positive,
+	  .offset = offsetof(struct limits, max_connections) },
+	{ .name = "max_header_bytes",
+	  .type = &config_walk_size_positive,
+	  .offset = offsetof(struct limits, max_header_bytes) },
+	{ .name = "max_uri_bytes",
+	  .type = &config_walk_size_positive,
+	  .offset = offsetof(struct limits, max_uri_bytes) },
+	{ .name = "max_body_bytes",
+	  .type = &config_walk_size64,
+	  .offset = offsetof(struct limits, max_body_bytes) },
+	{ .name = "replay_buffer",
+	  .type = &config_walk_size,
+	  .offset = offsetof(struct limits, replay_buffer) },
+	{ .name = "client_timeout",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct limits, client_timeout_ms) },
+	{ .name = "retry_response_buffer",
+	  .type = &config_walk_size,
+	  .offset = offsetof(struct limits, retry_response_buffer) },
+	{ .name = "connect_timeout",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct limits, connect_timeout_ms) },
+	{ .name = "try_timeout",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct limits, try_timeout_ms) },
+	{ .name = "drain_timeout",
+	  .type = &config_walk_duration,
+	  .offset = offsetof(struct limits, drain_timeout_ms) },
+	{ .name = "pool_max_idle",
+	  .type = &config_walk_count,
+	  .offset = offsetof(struct limits, pool_max_idle) },
+	{ .name = "pool_idle_timeout",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct limits, pool_idle_timeout_ms) },
+	{ .name = "tunnel_idle_timeout",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct limits, tunnel_idle_timeout_ms) },
+	{ .name = NULL },
+};
+
+/* The order is the reading order: each section may use those before it. */
+static const struct config_walk_key config_top_keys[] = {
+	{ .name = "log", .section = config_log_keys },
+	{ .name = "access", .section = config_access_keys },
+	{ .name = "tls", .offset = offsetof(struct config, tls), .section = config_route_tls_keys },
+	{ .name = "limits",
+	  .offset = offsetof(struct config, limits),
+	  .section = config_limits_keys },
+	{ .name = "defaults",
+	  .offset = offsetof(struct config, default_route),
+	  .section = config_route_defaults_keys },
+	{ .name = "listen", .type = &config_type_listen },
+	{ .name = "admin", .type = &config_type_admin },
+	{ .name = "routes", .type = &config_route_list },
+	{ .name = NULL },
+};
+
+/* Everything a config file may leave out (SPEC "Configuration"). */
+static void config_set_defaults(struct config *config)
+{
+	static const char *const clients[] = { "127.0.0.0/8", "::1/128" };
+	struct limits *limits = &config->limits;
+	const char *why;
+
+	config->listeners = xcalloc(1, sizeof(*config->listeners));
+	config->listeners[0].address = xstrdup("127.0.0.1:3128");
+	config_values_address(config->listeners[0].address, &config->listeners[0].addr,
+			      &config->listeners[0].addr_len, &why);
+	config->listener_count = 1;
+	config->log_level = LOG_LEVEL_INFO;
+	config->log_format = LOG_FORMAT_TEXT;
+	config->allow_clients = xcalloc(2, sizeof(*config->allow_clients));
+	for (size_t i = 0; i < 2; i++)
+		config_values_cidr(clients[i], &config->allow_clients[i], &why);
+	config->allow_client_count = 2;
+	config->allow_hosts = xcalloc(1, sizeof(*config->allow_hosts));
+	config->allow_hosts[0] = xstrdup("*");
+	config->allow_host_count = 1;
+	config->tls.verify = true;
+
+	limits->max_connections = 10000;
+	limits->max_header_bytes = 64 * 1024;
+	limits->max_uri_bytes = 8 * 1024;
+	limits->max_body_bytes = 0;
+	limits->replay_buffer = 8 * 1024 * 1024;
+	limits->client_timeout_ms = 60 * 1000;
+	limits->retry_response_buffer = 1024 * 1024;
+	limits->connect_timeout_ms = 5 * 1000;
+	limits->try_timeout_ms = 30 * 1000;
+	limits->drain_timeout_ms = 30 * 1000;
+	limits->pool_max_idle = 32;
+	limits->pool_idle_timeout_ms = 60 * 1000;
+	limits->tunnel_idle_timeout_ms = 300 * 1000;
+
+	config_route_set_defaults(&config->default_route);
+}
+
+/* Free a config once nobody holds it. */
+static void config_free(struct config *config)
+{
+	config_free_listeners(config);
+	free(config->admin_address);
+	free(config->allow_clients);
+	config_free_strings(config->allow_hosts, config->allow_host_count);
+	free(config->tls.ca_file);
+	config_route_free(&config->default_route);
+	for (size_t i = 0; i < config->route_count; i++)
+		config_route_free(&config->routes[i]);
+	free(config->routes);
+	free(config->source);
+	free(config);
+}
+
+/* Keep a config alive across a reload, for an exchange that started under it. */
+struct config *config_hold(struct config *config)
+{
+	config->refs++;
+	return config;
+}
+
+/* Let go of a config; the last holder frees it. */
+void config_release(struct config *config)
+{
+	if (config != NULL && --config->refs == 0)
+		config_free(config);
+}
+
+/* Walk a parsed tree into a config, or print the errors and return NULL. */
+static struct config *config_build(const struct yaml_tree_node *root, const char *source,
+				   const char *base_dir, FILE *errors)
+{
+	struct config *config = xcalloc(1, sizeof(*config));
+	struct config_walk *walk = config_walk_new(source, base_dir, config);
+
+	config->refs = 1;
+	config->source = xstrdup(source);
+	config_set_defaults(config);
+	config_walk_mapping(walk, root, config_top_keys, config);
+	config->default_route.name = xstrdup("default");
+	if (config->tls.ca_file != NULL)
+		config->default_route.tls.ca_file = xstrdup(config->tls.ca_file);
+	config->default_route.tls.verify = config->tls.verify;
+	if (config_walk_finish(walk, errors) > 0) {
+		config_free(config);
+		return NULL;
+	}
+	return config;
+}
+
+/* Load a config held in memory (the embedded default, tests). */
+struct config *config_load_text(const char *text, size_t len, const char *name, FILE *errors)
+{
+	struct yaml_tree_node *root = yaml_tree_parse_text(text, len, name, errors);
+	struct config *config;
+
+	if (root == NULL)
+		return NULL;
+	config = config_build(root, name, NULL, errors);
+	yaml_tree_free(root);
+	return config;
+}
+
+/* Load a config file; relative paths in it are relative to its directory. */
+struct config *config_load_file(const char *path, FILE *errors)
+{
+	struct yaml_tree_node *root = yaml_tree_parse_file(path, errors);
+	const char *slash = strrchr(path, '/');
+	struct config *config;
+	char *dir;
+
+	if (root == NULL)
+		return NULL;
+	/* Relative ca_file paths are relative to the directory of the file. */
+	if (slash == NULL)
+		dir = NULL;
+	else if (slash == path)
+		dir = xstrdup("");
+	else
+		dir = xstrndup(path, (size_t)(slash - path));
+	config = config_build(root, path, dir, errors);
+	free(dir);
+	yaml_tree_free(root);
+	return config;
+}

@@ -1,0 +1,165 @@
+#ifndef RETRYPROXY_CONFIG_H
+#define RETRYPROXY_CONFIG_H
+
+/*
+ * The validated configuration (SPEC "Configuration"). Loading walks the YAML
+ * node tree with a table of keys and reports every error as
+ * file:line:column: key: message. A loaded config is immutable and reference
+ * counted: exchanges hold the config they started with across a reload.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include "log.h"
+
+/* An http:// or https:// upstream. */
+struct upstream_url {
+	bool tls;         /* https */
+	char *host;       /* without brackets for IPv6 literals */
+	uint16_t port;    /* explicit, or 80/443 */
+	char *authority;  /* host[:port] as it goes into Host: (brackets kept, default port omitted) */
+	char *text;       /* as written in the config */
+};
+
+struct tls_policy {
+	char *ca_file; /* absolute path, or NULL for OpenSSL's default paths */
+	bool verify;   /* false only when the config says so */
+};
+
+/* retry.on condition flags; explicit status codes are in retry_policy.on_codes. */
+enum retry_on {
+	RETRY_ON_5XX = 1 << 0,             /* any 500..599 */
+	RETRY_ON_CONNECT_FAILURE = 1 << 1, /* refused, DNS failure, TLS handshake failure, connect timeout */
+	RETRY_ON_RESET = 1 << 2,           /* closed or reset before the whole response head */
+	RETRY_ON_TIMEOUT = 1 << 3,         /* no response head within try_timeout */
+};
+
+struct retry_budget {
+	double ratio;          /* retries at most ratio x requests in the window */
+	double min_per_second; /* plus this many per second of window */
+	uint64_t window_ms;
+};
+
+struct retry_policy {
+	unsigned on;                /* enum retry_on flags */
+	uint8_t on_codes[600 / 8];  /* bit per explicit status code 100..599 */
+	unsigned max_attempts;      /* total tries, first included; >= 1 */
+	uint64_t initial_backoff_ms;
+	double multiplier;          /* >= 1 */
+	uint64_t max_backoff_ms;
+	bool jitter_full;           /* jitter: full */
+	uint64_t jitter_ms;         /* when not full */
+	uint64_t deadline_ms;       /* from the first try */
+	bool honor_retry_after;
+	struct retry_budget budget;
+};
+
+enum when_present_kind {
+	WHEN_PRESENT_QUERY,      /* a query parameter with this name */
+	WHEN_PRESENT_HEADER,     /* a header field with this name (case-insensitive) */
+	WHEN_PRESENT_JSON_FIELD, /* a top-level member of a JSON request body */
+};
+
+struct when_present {
+	enum when_present_kind kind;
+	char *name;
+};
+
+struct idempotency {
+	char **methods; /* upper case as written */
+	size_t method_count;
+	struct when_present *when_present;
+	size_t when_present_count;
+};
+
+struct route {
+	char *name;
+	char *match_host;          /* exact or *.suffix, lower case; NULL matches any */
+	char *match_path_prefix;   /* NULL matches any */
+	char **match_methods;      /* NULL/0 matches any */
+	size_t match_method_count;
+	struct upstream_url *upstream; /* NULL: the listener's, or the absolute URI's */
+	struct tls_policy tls;     /* the global tls: unless the route has its own */
+	bool tls_overridden;       /* the route has its own tls: section */
+	struct retry_policy retry; /* defaults with the route's keys over them */
+	struct idempotency idempotent;
+};
+
+struct listener_config {
+	char *address;                 /* as written, host:port or [v6]:port */
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	struct upstream_url *upstream; /* sidecar default upstream, or NULL */
+};
+
+struct cidr {
+	struct sockaddr_storage addr; /* network address, AF_INET or AF_INET6 */
+	unsigned prefix_len;
+};
+
+struct limits {
+	unsigned max_connections;
+	size_t max_header_bytes;
+	size_t max_uri_bytes;
+	uint64_t max_body_bytes; /* 0: no limit */
+	size_t replay_buffer;
+	uint64_t client_timeout_ms;
+	size_t retry_response_buffer;
+	uint64_t connect_timeout_ms;
+	uint64_t try_timeout_ms;
+	uint64_t drain_timeout_ms;
+	unsigned pool_max_idle;       /* idle upstream connections kept per (scheme, host, port) */
+	uint64_t pool_idle_timeout_ms; /* an idle pooled connection older than this is closed */
+	uint64_t tunnel_idle_timeout_ms; /* a CONNECT tunnel with no traffic this long is closed */
+};
+
+struct config {
+	unsigned refs;          /* config_hold / config_release */
+	char *source;           /* file path, or "<embedded>" */
+	struct listener_config *listeners;
+	size_t listener_count;
+	char *admin_address;    /* NULL: no admin listener */
+	struct sockaddr_storage admin_addr;
+	socklen_t admin_addr_len;
+	enum log_level log_level;
+	enum log_format log_format;
+	struct cidr *allow_clients;
+	size_t allow_client_count;
+	char **allow_hosts;     /* lower case patterns; "*" allows any */
+	size_t allow_host_count;
+	bool admin_remote;
+	struct tls_policy tls;
+	struct limits limits;
+	struct route default_route; /* named "default": the defaults, for unmatched requests */
+	struct route *routes;
+	size_t route_count;
+};
+
+/* The embedded default configuration's YAML text. */
+extern const char config_embedded_default[];
+
+/* Load and validate a config file. On error prints every error to errors, one
+ * per line as "file:line:col: key: message", and returns NULL. */
+struct config *config_load_file(const char *path, FILE *errors);
+
+/* The same from text in memory; name stands for the file in messages. */
+struct config *config_load_text(const char *text, size_t len, const char *name, FILE *errors);
+
+struct config *config_hold(struct config *config);
+void config_release(struct config *config);
+
+/* Parse "250ms", "1s", "5m", "1h" into milliseconds; -1 when invalid. */
+int config_parse_duration(const char *text, uint64_t *ms);
+
+/* Parse "1024", "64KiB", "8MiB", "1GiB" into bytes; -1 when invalid. */
+int config_parse_size(const char *text, uint64_t *bytes);
+
+/* Parse "http(s)://host[:port]" with no path; -1 when invalid. */
+int config_parse_upstream_url(const char *text, struct upstream_url *url);
+void config_free_upstream_url(struct upstream_url *url);
+
+#endif

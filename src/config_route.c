@@ -1,0 +1,530 @@
+#include "config_route.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_values.h"
+#include "xmalloc.h"
+
+/* Free an array of strings and the strings. */
+static void config_route_free_strings(char **strings, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		free(strings[i]);
+	free(strings);
+}
+
+/* retry_after: honor or ignore. */
+static void config_route_set_retry_after(struct config_walk *walk,
+					 const struct yaml_tree_node *node, void *field)
+{
+	static const char *const names[] = { "honor", "ignore" };
+	int i = config_walk_choice(walk, node, names, 2, "honor or ignore");
+
+	if (i >= 0)
+		*(bool *)field = i == 0;
+}
+
+static const struct config_walk_type config_route_type_retry_after = {
+	YAML_TREE_SCALAR, "honor or ignore", config_route_set_retry_after
+};
+
+/* jitter: a duration added at random to each wait, or "full" jitter. */
+static void config_route_set_jitter(struct config_walk *walk, const struct yaml_tree_node *node,
+				    void *field)
+{
+	struct retry_policy *retry = field;
+	uint64_t ms;
+
+	if (strcmp(node->text, "full") == 0) {
+		retry->jitter_full = true;
+		retry->jitter_ms = 0;
+	} else if (config_parse_duration(node->text, &ms) == 0) {
+		retry->jitter_full = false;
+		retry->jitter_ms = ms;
+	} else {
+		config_walk_bad_value(walk, node, "a duration like 1s, or full");
+	}
+}
+
+static const struct config_walk_type config_route_type_jitter = { YAML_TREE_SCALAR,
+								  "a duration like 1s, or full",
+								  config_route_set_jitter };
+
+/* A list of method tokens, kept as written: methods are case-sensitive. */
+static void config_route_methods(struct config_walk *walk, const struct yaml_tree_node *node,
+				 char ***methods, size_t *count, bool allow_empty)
+{
+	char **out = xcalloc(node->count, sizeof(*out));
+	size_t n = 0, errors = config_walk_error_count(walk);
+
+	if (node->count == 0 && !allow_empty)
+		config_walk_error(walk, node,
+				  "expected at least one method; leave the key out to match any");
+	for (size_t i = 0; i < node->count; i++) {
+		size_t mark = config_walk_push_index(walk, i);
+		const struct yaml_tree_node *item =
+			config_walk_scalar_item(walk, node, i, "a method like GET");
+		bool seen = false;
+
+		if (item != NULL && !config_values_is_token(item->text)) {
+			config_walk_bad_value(walk, item, "a method like GET");
+		} else if (item != NULL) {
+			/* A repeated method changes nothing; keep one. */
+			for (size_t j = 0; j < n; j++)
+				seen = seen || strcmp(out[j], item->text) == 0;
+			if (!seen)
+				out[n++] = xstrdup(item->text);
+		}
+		config_walk_pop(walk, mark);
+	}
+	if (config_walk_error_count(walk) > errors) {
+		config_route_free_strings(out, n);
+		return;
+	}
+	config_route_free_strings(*methods, *count);
+	*methods = out;
+	*count = n;
+}
+
+/* idempotent.methods: replaces the inherited list; may be empty. */
+static void config_route_set_idempotent_methods(struct config_walk *walk,
+						const struct yaml_tree_node *node, void *field)
+{
+	struct idempotency *idem = field;
+
+	config_route_methods(walk, node, &idem->methods, &idem->method_count, true);
+}
+
+static const struct config_walk_type config_route_type_idempotent_methods = {
+	YAML_TREE_SEQUENCE, "a list of methods like [GET, PUT]", config_route_set_idempotent_methods
+};
+
+/* match.methods: at least one when given; absent matches any. */
+static void config_route_set_match_methods(struct config_walk *walk,
+					   const struct yaml_tree_node *node, void *field)
+{
+	struct route *route = field;
+
+	config_route_methods(walk, node, &route->match_methods, &route->match_method_count, false);
+}
+
+static const struct config_walk_type config_route_type_match_methods = {
+	YAML_TREE_SEQUENCE, "a list of methods like [GET, PUT]", config_route_set_match_methods
+};
+
+/* when_present: a list of one-key mappings, replacing the inherited one. */
+static void config_route_set_when_present(struct config_walk *walk,
+					  const struct yaml_tree_node *node, void *field)
+{
+	static const char *const kinds[] = { "query", "header", "json_field" };
+	static const enum when_present_kind values[] = { WHEN_PRESENT_QUERY, WHEN_PRESENT_HEADER,
+							 WHEN_PRESENT_JSON_FIELD };
+	struct idempotency *idem = field;
+	struct when_present *out = xcalloc(node->count, sizeof(*out));
+	size_t n = 0;
+
+	for (size_t i = 0; i < node->count; i++) {
+		const struct yaml_tree_node *item = node->items[i], *key, *value;
+		size_t mark = config_walk_push_index(walk, i), inner;
+		int kind = -1;
+
+		if (item->kind != YAML_TREE_MAPPING || item->count != 1) {
+			config_walk_error(
+				walk, item,
+				"expected one of query:, header: or json_field: and a name, "
+				"like header: If-Match");
+			config_walk_pop(walk, mark);
+			continue;
+		}
+		key = item->entries[0].key;
+		value = item->entries[0].value;
+		for (int k = 0; k < 3; k++)
+			if (strcmp(key->text, kinds[k]) == 0)
+				kind = k;
+		if (kind < 0) {
+			config_walk_unknown_key(walk, key, kinds, 3);
+			config_walk_pop(walk, mark);
+			continue;
+		}
+		inner = config_walk_push(walk, key->text);
+		if (value->kind != YAML_TREE_SCALAR || value->text_len == 0 ||
+		    (kind == 1 && !config_values_is_token(value->text))) {
+			const char *what = kind == 1 ? "a header field name" : "a name";
+
+			if (value->kind == YAML_TREE_SCALAR)
+				config_walk_bad_value(walk, value, what);
+			else
+				config_walk_error(walk, value, "expected %s, got %s", what,
+						  yaml_tree_kind_name(value->kind));
+		} else {
+			out[n].kind = values[kind];
+			out[n].name = xstrdup(value->text);
+			n++;
+		}
+		config_walk_pop(walk, inner);
+		config_walk_pop(walk, mark);
+	}
+	for (size_t i = 0; i < idem->when_present_count; i++)
+		free(idem->when_present[i].name);
+	free(idem->when_present);
+	idem->when_present = out;
+	idem->when_present_count = n;
+}
+
+static const struct config_walk_type config_route_type_when_present = {
+	YAML_TREE_SEQUENCE, "a list like [header: If-Match]", config_route_set_when_present
+};
+
+/* Add one retry.on element to the policy. */
+static void config_route_retry_on_item(struct config_walk *walk, const struct yaml_tree_node *item,
+				       struct retry_policy *retry, const char *what)
+{
+	uint64_t code;
+
+	if (strcmp(item->text, "5xx") == 0)
+		retry->on |= RETRY_ON_5XX;
+	else if (strcmp(item->text, "connect-failure") == 0)
+		retry->on |= RETRY_ON_CONNECT_FAILURE;
+	else if (strcmp(item->text, "reset") == 0)
+		retry->on |= RETRY_ON_RESET;
+	else if (strcmp(item->text, "timeout") == 0)
+		retry->on |= RETRY_ON_TIMEOUT;
+	else if (config_values_unsigned(item->text, 599, &code) == 0 && code >= 100)
+		retry->on_codes[code / 8] |= (uint8_t)(1u << (code % 8));
+	else
+		config_walk_bad_value(walk, item, what);
+}
+
+/* retry.on replaces the inherited conditions as a whole. */
+static void config_route_set_retry_on(struct config_walk *walk, const struct yaml_tree_node *node,
+				      void *field)
+{
+	static const char *const what =
+		"5xx, connect-failure, reset, timeout or a status code from 100 to 599";
+	struct retry_policy *retry = field;
+
+	retry->on = 0;
+	memset(retry->on_codes, 0, sizeof(retry->on_codes));
+	for (size_t i = 0; i < node->count; i++) {
+		size_t mark = config_walk_push_index(walk, i);
+		const struct yaml_tree_node *item = config_walk_scalar_item(walk, node, i, what);
+
+		if (item != NULL)
+			config_route_retry_on_item(walk, item, retry, what);
+		config_walk_pop(walk, mark);
+	}
+}
+
+static const struct config_walk_type config_route_type_retry_on = { YAML_TREE_SEQUENCE,
+								    "a list like [5xx, 429, reset]",
+								    config_route_set_retry_on };
+
+/* match.host: lower case, exact or "*.suffix". */
+static void config_route_set_match_host(struct config_walk *walk, const struct yaml_tree_node *node,
+					void *field)
+{
+	char **host = field, *pattern;
+	const char *why;
+	char quoted[128];
+
+	if (config_values_host_pattern(node->text, &pattern, &why) < 0) {
+		config_walk_error(walk, node, "invalid host pattern %s: %s",
+				  config_walk_quote(node, quoted, sizeof(quoted)), why);
+		return;
+	}
+	free(*host);
+	*host = pattern;
+}
+
+static const struct config_walk_type config_route_type_match_host = {
+	YAML_TREE_SCALAR, "a host like api.example.com or *.example.com",
+	config_route_set_match_host
+};
+
+/* match.path_prefix: compared byte for byte with the request path. */
+static void config_route_set_path_prefix(struct config_walk *walk,
+					 const struct yaml_tree_node *node, void *field)
+{
+	char **prefix = field;
+
+	/* A request-target never holds spaces or controls, so such a prefix
+	 * could never match: it is a mistake worth reporting. */
+	for (const char *p = node->text; *p != '\0'; p++) {
+		if ((unsigned char)*p <= 0x20 || *p == 0x7f) {
+			config_walk_bad_value(walk, node, "a path like /v1/ with no spaces");
+			return;
+		}
+	}
+	if (node->text[0] != '/') {
+		config_walk_bad_value(walk, node, "a path starting with /");
+		return;
+	}
+	free(*prefix);
+	*prefix = xstrdup(node->text);
+}
+
+static const struct config_walk_type config_route_type_path_prefix = {
+	YAML_TREE_SCALAR, "a path like /v1/", config_route_set_path_prefix
+};
+
+/* name: unique, and not "default", which names the fallback route. */
+static void config_route_set_name(struct config_walk *walk, const struct yaml_tree_node *node,
+				  void *field)
+{
+	const struct config *config = config_walk_data(walk);
+	char **name = field;
+
+	if (node->text_len == 0 || strspn(node->text, "abcdefghijklmnopqrstuvwxyz"
+						      "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+						      "0123456789-_.") != node->text_len) {
+		/* Names go into log lines and metric labels as they are. */
+		config_walk_bad_value(walk, node, "a name of letters, digits, '-', '_' and '.'");
+		return;
+	}
+	if (strcmp(node->text, "default") == 0) {
+		config_walk_error(walk, node,
+				  "\"default\" is reserved for requests no route matches");
+		return;
+	}
+	for (size_t i = 0; i < config->route_count; i++) {
+		if (config->routes[i].name != NULL &&
+		    strcmp(config->routes[i].name, node->text) == 0) {
+			config_walk_error(walk, node,
+					  "the name \"%s\" is already used by routes[%zu]",
+					  node->text, i);
+			return;
+		}
+	}
+	*name = xstrdup(node->text);
+}
+
+static const struct config_walk_type config_route_type_name = { YAML_TREE_SCALAR, "a route name",
+								config_route_set_name };
+
+const struct config_walk_key config_route_tls_keys[] = {
+	{ .name = "ca_file",
+	  .type = &config_walk_file,
+	  .offset = offsetof(struct tls_policy, ca_file) },
+	{ .name = "verify",
+	  .type = &config_walk_bool,
+	  .offset = offsetof(struct tls_policy, verify) },
+	{ .name = NULL },
+};
+
+/* A route's tls: starts from the global one and overrides the keys it names. */
+static void config_route_set_tls(struct config_walk *walk, const struct yaml_tree_node *node,
+				 void *field)
+{
+	struct route *route = field;
+
+	route->tls_overridden = true;
+	config_walk_mapping(walk, node, config_route_tls_keys, &route->tls);
+}
+
+static const struct config_walk_type config_route_type_tls = { YAML_TREE_MAPPING, "a mapping",
+							       config_route_set_tls };
+
+static const struct config_walk_key config_route_budget_keys[] = {
+	{ .name = "ratio",
+	  .type = &config_walk_rate,
+	  .offset = offsetof(struct retry_budget, ratio) },
+	{ .name = "min_per_second",
+	  .type = &config_walk_rate,
+	  .offset = offsetof(struct retry_budget, min_per_second) },
+	{ .name = "window",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct retry_budget, window_ms) },
+	{ .name = NULL },
+};
+
+static const struct config_walk_key config_route_retry_keys[] = {
+	{ .name = "on", .type = &config_route_type_retry_on },
+	{ .name = "max_attempts",
+	  .type = &config_walk_count_positive,
+	  .offset = offsetof(struct retry_policy, max_attempts) },
+	{ .name = "initial_backoff",
+	  .type = &config_walk_duration,
+	  .offset = offsetof(struct retry_policy, initial_backoff_ms) },
+	{ .name = "multiplier",
+	  .type = &config_walk_multiplier,
+	  .offset = offsetof(struct retry_policy, multiplier) },
+	{ .name = "max_backoff",
+	  .type = &config_walk_duration,
+	  .offset = offsetof(struct retry_policy, max_backoff_ms) },
+	{ .name = "jitter", .type = &config_route_type_jitter },
+	{ .name = "deadline",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct retry_policy, deadline_ms) },
+	{ .name = "retry_after",
+	  .type = &config_route_type_retry_after,
+	  .offset = offsetof(struct retry_policy, honor_retry_after) },
+	{ .name = "budget",
+	  .offset = offsetof(struct retry_policy, budget),
+	  .section = config_route_budget_keys },
+	{ .name = NULL },
+};
+
+/* A retry: mapping over the policy already in place (the defaults, for a
+ * route), then the checks that involve more than one key. */
+static void config_route_set_retry(struct config_walk *walk, const struct yaml_tree_node *node,
+				   void *field)
+{
+	struct retry_policy *retry = field;
+	const struct yaml_tree_entry *blame;
+	char max[32], initial[32];
+	size_t mark;
+
+	config_walk_mapping(walk, node, config_route_retry_keys, retry);
+	if (retry->max_backoff_ms >= retry->initial_backoff_ms)
+		return;
+	config_values_format_ms(retry->max_backoff_ms, max, sizeof(max));
+	config_values_format_ms(retry->initial_backoff_ms, initial, sizeof(initial));
+	/* Point at whichever of the two this mapping sets; if it sets neither,
+	 * the defaults were already reported. */
+	if ((blame = yaml_tree_find(node, "max_backoff")) != NULL) {
+		mark = config_walk_push(walk, "max_backoff");
+		config_walk_error(walk, blame->value, "%s is shorter than initial_backoff (%s)",
+				  max, initial);
+	} else if ((blame = yaml_tree_find(node, "initial_backoff")) != NULL) {
+		mark = config_walk_push(walk, "initial_backoff");
+		config_walk_error(walk, blame->value, "%s is longer than max_backoff (%s)", initial,
+				  max);
+	} else {
+		return;
+	}
+	config_walk_pop(walk, mark);
+}
+
+static const struct config_walk_type config_route_type_retry = { YAML_TREE_MAPPING, "a mapping",
+								 config_route_set_retry };
+
+static const struct config_walk_key config_route_idempotent_keys[] = {
+	{ .name = "methods", .type = &config_route_type_idempotent_methods },
+	{ .name = "when_present", .type = &config_route_type_when_present },
+	{ .name = NULL },
+};
+
+static const struct config_walk_key config_route_match_keys[] = {
+	{ .name = "host",
+	  .type = &config_route_type_match_host,
+	  .offset = offsetof(struct route, match_host) },
+	{ .name = "path_prefix",
+	  .type = &config_route_type_path_prefix,
+	  .offset = offsetof(struct route, match_path_prefix) },
+	{ .name = "methods", .type = &config_route_type_match_methods },
+	{ .name = NULL },
+};
+
+static const struct config_walk_key config_route_keys[] = {
+	{ .name = "name",
+	  .type = &config_route_type_name,
+	  .offset = offsetof(struct route, name),
+	  .required = true },
+	{ .name = "match", .section = config_route_match_keys },
+	{ .name = "upstream",
+	  .type = &config_walk_upstream,
+	  .offset = offsetof(struct route, upstream) },
+	{ .name = "tls", .type = &config_route_type_tls },
+	{ .name = "idempotent",
+	  .offset = offsetof(struct route, idempotent),
+	  .section = config_route_idempotent_keys },
+	{ .name = "retry",
+	  .type = &config_route_type_retry,
+	  .offset = offsetof(struct route, retry) },
+	{ .name = NULL },
+};
+
+/* A deep copy, so that every route owns (and frees) its own lists. */
+static void config_route_copy_idempotency(struct idempotency *dst, const struct idempotency *src)
+{
+	dst->methods = xcalloc(src->method_count, sizeof(*dst->methods));
+	for (size_t i = 0; i < src->method_count; i++)
+		dst->methods[i] = xstrdup(src->methods[i]);
+	dst->method_count = src->method_count;
+	dst->when_present = xcalloc(src->when_present_count, sizeof(*dst->when_present));
+	for (size_t i = 0; i < src->when_present_count; i++) {
+		dst->when_present[i].kind = src->when_present[i].kind;
+		dst->when_present[i].name = xstrdup(src->when_present[i].name);
+	}
+	dst->when_present_count = src->when_present_count;
+}
+
+/* routes: every item a route over the defaults, in order of matching. */
+static void config_route_set_routes(struct config_walk *walk, const struct yaml_tree_node *node,
+				    void *field)
+{
+	struct config *config = field;
+
+	config->routes = xcalloc(node->count, sizeof(*config->routes));
+	for (size_t i = 0; i < node->count; i++) {
+		struct route *route = &config->routes[i];
+		size_t mark = config_walk_push_index(walk, i);
+
+		/* Every route starts from the defaults and the global tls,
+		 * which the table has read by now. */
+		route->retry = config->default_route.retry;
+		config_route_copy_idempotency(&route->idempotent,
+					      &config->default_route.idempotent);
+		route->tls.ca_file = config->tls.ca_file ? xstrdup(config->tls.ca_file) : NULL;
+		route->tls.verify = config->tls.verify;
+		config_walk_mapping(walk, node->items[i], config_route_keys, route);
+		config->route_count++;
+		config_walk_pop(walk, mark);
+	}
+}
+
+const struct config_walk_type config_route_list = { YAML_TREE_SEQUENCE, "a list of routes",
+						    config_route_set_routes };
+
+const struct config_walk_key config_route_defaults_keys[] = {
+	{ .name = "retry",
+	  .type = &config_route_type_retry,
+	  .offset = offsetof(struct route, retry) },
+	{ .name = "idempotent",
+	  .offset = offsetof(struct route, idempotent),
+	  .section = config_route_idempotent_keys },
+	{ .name = NULL },
+};
+
+/* The default policy: SPEC "defaults:". */
+void config_route_set_defaults(struct route *route)
+{
+	static const char *const methods[] = { "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE" };
+	struct retry_policy *retry = &route->retry;
+
+	retry->on = RETRY_ON_5XX | RETRY_ON_CONNECT_FAILURE | RETRY_ON_RESET | RETRY_ON_TIMEOUT;
+	retry->on_codes[408 / 8] |= 1u << (408 % 8);
+	retry->on_codes[429 / 8] |= 1u << (429 % 8);
+	retry->max_attempts = 5;
+	retry->initial_backoff_ms = 1000;
+	retry->multiplier = 2;
+	retry->max_backoff_ms = 32 * 1000;
+	retry->jitter_full = false;
+	retry->jitter_ms = 1000;
+	retry->deadline_ms = 120 * 1000;
+	retry->honor_retry_after = true;
+	retry->budget.ratio = 0.2;
+	retry->budget.min_per_second = 3;
+	retry->budget.window_ms = 10 * 1000;
+	route->idempotent.methods = xcalloc(6, sizeof(char *));
+	for (size_t i = 0; i < 6; i++)
+		route->idempotent.methods[i] = xstrdup(methods[i]);
+	route->idempotent.method_count = 6;
+}
+
+/* Free what a route owns; the route itself is in an array or the config. */
+void config_route_free(struct route *route)
+{
+	free(route->name);
+	free(route->match_host);
+	free(route->match_path_prefix);
+	config_route_free_strings(route->match_methods, route->match_method_count);
+	config_free_upstream_url(route->upstream);
+	free(route->upstream);
+	free(route->tls.ca_file);
+	config_route_free_strings(route->idempotent.methods, route->idempotent.method_count);
+	for (size_t i = 0; i < route->idempotent.when_present_count; i++)
+		free(route->idempotent.when_present[i].name);
+	free(route->idempotent.when_present);
+}

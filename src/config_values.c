@@ -1,0 +1,554 @@
+#include "config_values.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "xmalloc.h"
+
+/* Longer digit runs overflow or are typos; either way no config needs them. */
+#define CONFIG_VALUES_MAX_DIGITS 15
+
+/* Read a run of decimal digits; returns how many, 0 when none or too many. */
+static size_t config_values_digits(const char *s, uint64_t *value)
+{
+	size_t n = 0;
+
+	*value = 0;
+	while (isdigit((unsigned char)s[n])) {
+		if (n == CONFIG_VALUES_MAX_DIGITS)
+			return 0;
+		*value = *value * 10 + (uint64_t)(s[n] - '0');
+		n++;
+	}
+	return n;
+}
+
+/* A number, maybe with a fraction, and a unit: ms, s, m or h. */
+int config_parse_duration(const char *text, uint64_t *ms)
+{
+	static const struct {
+		const char *name;
+		uint64_t ms;
+	} units[] = {
+		{ "ms", 1 },
+		{ "s", 1000 },
+		{ "m", 60 * 1000 },
+		{ "h", 60 * 60 * 1000 },
+	};
+	uint64_t whole, frac = 0, scale = 1;
+	size_t n = config_values_digits(text, &whole);
+	const char *p = text + n;
+
+	if (n == 0)
+		return -1;
+	if (*p == '.') {
+		size_t f = config_values_digits(p + 1, &frac);
+
+		if (f == 0)
+			return -1;
+		for (size_t i = 0; i < f; i++)
+			scale *= 10;
+		p += 1 + f;
+	}
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(p, units[i].name) != 0)
+			continue;
+		/* Fractions are fine as long as they land on a whole millisecond:
+		 * 1.5s is 1500ms, 1.5ms is not a duration a timer can keep. */
+		if ((frac * units[i].ms) % scale != 0)
+			return -1;
+		if (whole > UINT64_MAX / units[i].ms / 2)
+			return -1;
+		*ms = whole * units[i].ms + frac * units[i].ms / scale;
+		return 0;
+	}
+	return -1;
+}
+
+/* A whole number of bytes, KiB, MiB or GiB. */
+int config_parse_size(const char *text, uint64_t *bytes)
+{
+	static const struct {
+		const char *name;
+		uint64_t bytes;
+	} units[] = {
+		{ "", 1 },
+		{ "KiB", 1024 },
+		{ "MiB", 1024 * 1024 },
+		{ "GiB", 1024 * 1024 * 1024 },
+	};
+	uint64_t value;
+	size_t n = config_values_digits(text, &value);
+
+	if (n == 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(text + n, units[i].name) != 0)
+			continue;
+		if (value > UINT64_MAX / units[i].bytes)
+			return -1;
+		*bytes = value * units[i].bytes;
+		return 0;
+	}
+	return -1;
+}
+
+/* Read a port of 1 to 65535 that makes up the whole string. */
+static int config_values_port(const char *text, uint16_t *port)
+{
+	uint64_t value;
+	size_t n = config_values_digits(text, &value);
+
+	if (n == 0 || text[n] != '\0' || value < 1 || value > 65535)
+		return -1;
+	*port = (uint16_t)value;
+	return 0;
+}
+
+/* Letters, digits, '-', '_' and dots between non-empty labels. */
+static bool config_values_is_hostname(const char *s, size_t len)
+{
+	if (len == 0 || len > 253 || s[0] == '.' || s[len - 1] == '.')
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '.' && s[i + 1] == '.')
+			return false;
+		if (!isalnum(c) && c != '-' && c != '_' && c != '.')
+			return false;
+	}
+	return true;
+}
+
+/* Whether len bytes of s are an IPv6 address. */
+static bool config_values_is_ipv6(const char *s, size_t len)
+{
+	struct in6_addr a;
+	char buf[INET6_ADDRSTRLEN + 1];
+
+	if (len == 0 || len >= sizeof(buf))
+		return false;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	return inet_pton(AF_INET6, buf, &a) == 1;
+}
+
+/* config_values_url without the reason. */
+int config_parse_upstream_url(const char *text, struct upstream_url *url)
+{
+	const char *why;
+
+	return config_values_url(text, url, &why);
+}
+
+/* Free what config_parse_upstream_url allocated, not the struct itself. */
+void config_free_upstream_url(struct upstream_url *url)
+{
+	if (url == NULL)
+		return;
+	free(url->host);
+	free(url->authority);
+	free(url->text);
+	memset(url, 0, sizeof(*url));
+}
+
+/* Split an http(s) URL into scheme, host and port, refusing anything more. */
+int config_values_url(const char *text, struct upstream_url *url, const char **why)
+{
+	const char *p, *end, *host, *port_text = NULL;
+	size_t host_len;
+	char *port_buf;
+	uint16_t port;
+	bool tls;
+
+	if (strncasecmp(text, "http://", 7) == 0) {
+		tls = false;
+		p = text + 7;
+	} else if (strncasecmp(text, "https://", 8) == 0) {
+		tls = true;
+		p = text + 8;
+	} else {
+		*why = "the scheme must be http:// or https://";
+		return -1;
+	}
+	end = p + strcspn(p, "/?#");
+	if (memchr(p, '@', (size_t)(end - p)) != NULL) {
+		*why = "an upstream URL has no user name or password";
+		return -1;
+	}
+	/* A lone trailing slash names the same origin; anything more would be a
+	 * path the proxy could not honour, since requests keep their own. */
+	if (*end != '\0' && strcmp(end, "/") != 0) {
+		*why = strchr(end, '?') != NULL   ? "an upstream URL has no query"
+		       : strchr(end, '#') != NULL ? "an upstream URL has no fragment"
+						  : "an upstream URL has no path";
+		return -1;
+	}
+	if (*p == '[') {
+		const char *close = memchr(p, ']', (size_t)(end - p));
+
+		if (close == NULL || !config_values_is_ipv6(p + 1, (size_t)(close - p - 1))) {
+			*why = "invalid IPv6 address";
+			return -1;
+		}
+		host = p + 1;
+		host_len = (size_t)(close - host);
+		if (close + 1 < end && close[1] != ':') {
+			*why = "invalid host";
+			return -1;
+		}
+		if (close + 1 < end)
+			port_text = close + 2;
+	} else {
+		const char *colon = memchr(p, ':', (size_t)(end - p));
+
+		host = p;
+		host_len = (size_t)((colon != NULL ? colon : end) - p);
+		if (colon != NULL)
+			port_text = colon + 1;
+		if (colon != NULL && memchr(colon + 1, ':', (size_t)(end - colon - 1)) != NULL) {
+			*why = "an IPv6 address goes in brackets, like http://[::1]:8080";
+			return -1;
+		}
+		if (host_len == 0) {
+			*why = "the host is missing";
+			return -1;
+		}
+		if (!config_values_is_hostname(host, host_len)) {
+			*why = "invalid host";
+			return -1;
+		}
+	}
+	port = tls ? 443 : 80;
+	if (port_text != NULL) {
+		port_buf = xstrndup(port_text, (size_t)(end - port_text));
+		if (config_values_port(port_buf, &port) < 0) {
+			free(port_buf);
+			*why = "the port must be a number from 1 to 65535";
+			return -1;
+		}
+		free(port_buf);
+	}
+	memset(url, 0, sizeof(*url));
+	url->tls = tls;
+	url->port = port;
+	url->host = xstrndup(host, host_len);
+	for (char *c = url->host; *c != '\0'; c++)
+		*c = (char)tolower((unsigned char)*c);
+	{
+		bool v6 = strchr(url->host, ':') != NULL;
+		bool default_port = port == (tls ? 443 : 80);
+		size_t size = host_len + 16;
+
+		url->authority = xmalloc(size);
+		snprintf(url->authority, size, v6 ? "[%s]" : "%s", url->host);
+		if (!default_port) {
+			size_t len = strlen(url->authority);
+
+			snprintf(url->authority + len, size - len, ":%u", (unsigned)port);
+		}
+	}
+	url->text = xstrdup(text);
+	return 0;
+}
+
+static const char config_values_numeric_only[] =
+	"expected a numeric address like 127.0.0.1 or [::1], or localhost; names are not resolved";
+
+/* A listen address into a sockaddr, without DNS. */
+int config_values_address(const char *text, struct sockaddr_storage *addr, socklen_t *len,
+			  const char **why)
+{
+	struct addrinfo hints = { 0 }, *res = NULL;
+	const char *colon, *port_text;
+	char *host;
+	uint16_t port;
+	int rc;
+
+	if (text[0] == '[') {
+		const char *close = strchr(text, ']');
+
+		if (close == NULL || close[1] != ':') {
+			*why = "expected [address]:port";
+			return -1;
+		}
+		host = xstrndup(text + 1, (size_t)(close - text - 1));
+		port_text = close + 2;
+	} else {
+		colon = strrchr(text, ':');
+		if (colon == NULL) {
+			*why = "expected host:port";
+			return -1;
+		}
+		if (memchr(text, ':', (size_t)(colon - text)) != NULL) {
+			*why = "an IPv6 address goes in brackets, like [::1]:3128";
+			return -1;
+		}
+		host = xstrndup(text, (size_t)(colon - text));
+		port_text = colon + 1;
+	}
+	if (config_values_port(port_text, &port) < 0) {
+		free(host);
+		*why = "the port must be a number from 1 to 65535";
+		return -1;
+	}
+	if (host[0] == '\0') {
+		free(host);
+		*why = "the host is missing; write 0.0.0.0 or [::] for every address";
+		return -1;
+	}
+	/* The one name allowed, mapped here rather than resolved: a listener
+	 * must not depend on DNS or /etc/hosts. */
+	if (strcasecmp(host, "localhost") == 0) {
+		free(host);
+		host = xstrdup("127.0.0.1");
+	}
+	if (strchr(host, ':') == NULL) {
+		struct in_addr a;
+
+		/* getaddrinfo also takes "127.1" and hex; a config should not. */
+		if (inet_pton(AF_INET, host, &a) != 1) {
+			free(host);
+			*why = config_values_numeric_only;
+			return -1;
+		}
+	}
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
+	rc = getaddrinfo(host, port_text, &hints, &res);
+	free(host);
+	if (rc != 0 || res == NULL || res->ai_addrlen > sizeof(*addr)) {
+		if (res != NULL)
+			freeaddrinfo(res);
+		*why = config_values_numeric_only;
+		return -1;
+	}
+	memset(addr, 0, sizeof(*addr));
+	memcpy(addr, res->ai_addr, res->ai_addrlen);
+	*len = (socklen_t)res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+/* An address or a network into a struct cidr. */
+int config_values_cidr(const char *text, struct cidr *cidr, const char **why)
+{
+	const char *slash = strchr(text, '/');
+	size_t addr_len = slash != NULL ? (size_t)(slash - text) : strlen(text);
+	char buf[INET6_ADDRSTRLEN + 1];
+	unsigned char *bytes;
+	unsigned max, prefix;
+
+	memset(cidr, 0, sizeof(*cidr));
+	if (addr_len == 0 || addr_len >= sizeof(buf)) {
+		*why = "expected an address or a network like 10.0.0.0/8";
+		return -1;
+	}
+	memcpy(buf, text, addr_len);
+	buf[addr_len] = '\0';
+	if (strchr(buf, ':') != NULL) {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&cidr->addr;
+
+		sin6->sin6_family = AF_INET6;
+		if (inet_pton(AF_INET6, buf, &sin6->sin6_addr) != 1) {
+			*why = "invalid IPv6 address";
+			return -1;
+		}
+		bytes = sin6->sin6_addr.s6_addr;
+		max = 128;
+	} else {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&cidr->addr;
+
+		sin->sin_family = AF_INET;
+		if (inet_pton(AF_INET, buf, &sin->sin_addr) != 1) {
+			*why = "invalid IPv4 address";
+			return -1;
+		}
+		bytes = (unsigned char *)&sin->sin_addr.s_addr;
+		max = 32;
+	}
+	prefix = max;
+	if (slash != NULL) {
+		uint64_t value;
+		size_t n = config_values_digits(slash + 1, &value);
+
+		if (n == 0 || n > 3 || slash[1 + n] != '\0' || value > max) {
+			*why = max == 32 ? "the prefix length must be from 0 to 32"
+					 : "the prefix length must be from 0 to 128";
+			return -1;
+		}
+		prefix = (unsigned)value;
+	}
+	/* 10.1.2.3/8 plainly means 10.0.0.0/8; clear the host bits so that
+	 * matching needs no mask of its own. */
+	for (unsigned bit = prefix; bit < max; bit++)
+		bytes[bit / 8] &= (unsigned char)~(0x80u >> (bit % 8));
+	cidr->prefix_len = prefix;
+	return 0;
+}
+
+/* Check and normalize a host pattern. */
+int config_values_host_pattern(const char *text, char **pattern, const char **why)
+{
+	size_t len = strlen(text);
+	const char *name = text;
+	char *out;
+
+	if (strcmp(text, "*") == 0) {
+		*pattern = xstrdup("*");
+		return 0;
+	}
+	if (len >= 2 && text[0] == '[' && text[len - 1] == ']') {
+		if (!config_values_is_ipv6(text + 1, len - 2)) {
+			*why = "invalid IPv6 address";
+			return -1;
+		}
+		name = text + 1;
+		len -= 2;
+	} else if (strchr(text, ':') != NULL) {
+		if (!config_values_is_ipv6(text, len)) {
+			*why = "a host pattern has no port";
+			return -1;
+		}
+	} else {
+		size_t check_from = 0;
+
+		if (strncmp(text, "*.", 2) == 0)
+			check_from = 2;
+		/* The fully qualified form names the same host. */
+		if (len > check_from + 1 && text[len - 1] == '.')
+			len--;
+		if (memchr(text + check_from, '*', len - check_from) != NULL) {
+			*why = "a wildcard is allowed only as a leading \"*.\"";
+			return -1;
+		}
+		if (!config_values_is_hostname(text + check_from, len - check_from)) {
+			*why = "expected a host name, \"*.\" and a domain, or \"*\"";
+			return -1;
+		}
+	}
+	out = xstrndup(name, len);
+	for (char *c = out; *c != '\0'; c++)
+		*c = (char)tolower((unsigned char)*c);
+	*pattern = out;
+	return 0;
+}
+
+/* Whether text is a non-empty run of tchar. */
+bool config_values_is_token(const char *text)
+{
+	if (*text == '\0')
+		return false;
+	for (const char *p = text; *p != '\0'; p++)
+		if (!isalnum((unsigned char)*p) && strchr("!#$%&'*+-.^_`|~", *p) == NULL)
+			return false;
+	return true;
+}
+
+/* Digits only, up to max. */
+int config_values_unsigned(const char *text, uint64_t max, uint64_t *value)
+{
+	size_t n = config_values_digits(text, value);
+
+	if (n == 0 || text[n] != '\0' || *value > max)
+		return -1;
+	return 0;
+}
+
+/* Digits with an optional fraction, nothing else. */
+int config_values_number(const char *text, double *value)
+{
+	uint64_t unused;
+	size_t n = config_values_digits(text, &unused);
+
+	/* strtod alone would also take "inf", "0x10" and " 1"; none is a
+	 * number anybody means in a config. */
+	if (n == 0)
+		return -1;
+	if (text[n] == '.') {
+		size_t f = config_values_digits(text + n + 1, &unused);
+
+		if (f == 0 || text[n + 1 + f] != '\0')
+			return -1;
+	} else if (text[n] != '\0') {
+		return -1;
+	}
+	*value = strtod(text, NULL);
+	return isfinite(*value) ? 0 : -1;
+}
+
+/* YAML 1.2's booleans only: yes, no, on and off are typos here. */
+int config_values_bool(const char *text, bool *value)
+{
+	if (strcmp(text, "true") == 0 || strcmp(text, "True") == 0 || strcmp(text, "TRUE") == 0) {
+		*value = true;
+		return 0;
+	}
+	if (strcmp(text, "false") == 0 || strcmp(text, "False") == 0 ||
+	    strcmp(text, "FALSE") == 0) {
+		*value = false;
+		return 0;
+	}
+	return -1;
+}
+
+/* Whether an address can only be reached from this host. */
+bool config_values_is_loopback(const struct sockaddr_storage *addr)
+{
+	if (addr->ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)addr;
+
+		return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+	}
+	if (addr->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)addr;
+
+		if (IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr))
+			return true;
+		return IN6_IS_ADDR_V4MAPPED(&sin6->sin6_addr) && sin6->sin6_addr.s6_addr[12] == 127;
+	}
+	return false;
+}
+
+/* Whether two addresses would bind the same socket. */
+bool config_values_same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family)
+		return false;
+	if (a->ss_family == AF_INET) {
+		const struct sockaddr_in *x = (const struct sockaddr_in *)a;
+		const struct sockaddr_in *y = (const struct sockaddr_in *)b;
+
+		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	if (a->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *x = (const struct sockaddr_in6 *)a;
+		const struct sockaddr_in6 *y = (const struct sockaddr_in6 *)b;
+
+		return x->sin6_port == y->sin6_port &&
+		       memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0 &&
+		       x->sin6_scope_id == y->sin6_scope_id;
+	}
+	return false;
+}
+
+/* The largest unit that divides the duration exactly. */
+void config_values_format_ms(uint64_t ms, char *buf, size_t size)
+{
+	if (ms != 0 && ms % (60 * 60 * 1000) == 0)
+		snprintf(buf, size, "%lluh", (unsigned long long)(ms / (60 * 60 * 1000)));
+	else if (ms != 0 && ms % (60 * 1000) == 0)
+		snprintf(buf, size, "%llum", (unsigned long long)(ms / (60 * 1000)));
+	else if (ms % 1000 == 0)
+		snprintf(buf, size, "%llus", (unsigned long long)(ms / 1000));
+	else
+		snprintf(buf, size, "%llums", (unsigned long long)ms);
+}

@@ -1,0 +1,54 @@
+#ifndef RETRYPROXY_CONFIG_VALUES_H
+#define RETRYPROXY_CONFIG_VALUES_H
+
+/*
+ * The scalar values of the configuration, parsed from text alone: no tree, no
+ * key, no I/O. config.c puts a key path and a position around the reasons
+ * these give. config_parse_duration, config_parse_size,
+ * config_parse_upstream_url and config_free_upstream_url, declared in
+ * config.h, are defined in config_values.c too.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "config.h"
+
+/* Parse an upstream URL; on error *why says what is wrong with it. */
+int config_values_url(const char *text, struct upstream_url *url, const char **why);
+
+/* Parse "host:port", "[v6]:port" or "localhost:port" with numeric hosts only. */
+int config_values_address(const char *text, struct sockaddr_storage *addr, socklen_t *len,
+			  const char **why);
+
+/* Parse "a.b.c.d/n", "v6/n" or a bare address; host bits are cleared. */
+int config_values_cidr(const char *text, struct cidr *cidr, const char **why);
+
+/* Check a host pattern ("*", "*.example.com", a name or an address) and
+ * return it lower case, without brackets or a trailing dot. */
+int config_values_host_pattern(const char *text, char **pattern, const char **why);
+
+/* An HTTP token (RFC 9110 section 5.6.2), as methods and field names are. */
+bool config_values_is_token(const char *text);
+
+/* A decimal integer from 0 to max. */
+int config_values_unsigned(const char *text, uint64_t max, uint64_t *value);
+
+/* A non-negative decimal number such as 2 or 0.25. */
+int config_values_number(const char *text, double *value);
+
+/* true or false (also True, TRUE, False, FALSE). */
+int config_values_bool(const char *text, bool *value);
+
+/* Whether an address is a loopback one: 127.0.0.0/8, ::1 or ::ffff:127.x. */
+bool config_values_is_loopback(const struct sockaddr_storage *addr);
+
+/* Whether two socket addresses name the same address and port. */
+bool config_values_same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
+
+/* Write a duration the way a config would: "32s", "250ms", "5m". */
+void config_values_format_ms(uint64_t ms, char *buf, size_t size);
+
+#endif

@@ -1,0 +1,1245 @@
+#include "http1.h"
+
+#include <string.h>
+
+/* Byte classes, one bit each, looked up in http1_ctype. */
+#define HTTP1_C_TCHAR 0x01   /* token character (RFC 9110 section 5.6.2) */
+#define HTTP1_C_VALUE 0x02   /* field-vchar, obs-text, SP or HTAB: allowed in a field value */
+#define HTTP1_C_TARGET 0x04  /* 0x21..0x7e: allowed in a request-target */
+#define HTTP1_C_REGNAME 0x08 /* unreserved, sub-delims or '%': allowed in a reg-name */
+#define HTTP1_C_HEX 0x10     /* hexadecimal digit */
+#define HTTP1_C_QDTEXT 0x20  /* allowed unescaped inside a quoted-string */
+#define HTTP1_C_SCHEME 0x40  /* allowed in a URI scheme after its first letter */
+
+/* Indexed by byte value; the unit tests check every entry against the RFC
+ * grammar through the public functions. */
+static const unsigned char http1_ctype[256] = {
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x22, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 00 */
+	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 10 */
+	0x22, 0x2f, 0x06, 0x27, 0x2f, 0x2f, 0x2f, 0x2f, 0x2e, 0x2e, 0x2f, 0x6f, 0x2e, 0x6f, 0x6f, 0x26, /* 20 */
+	0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x26, 0x2e, 0x26, 0x2e, 0x26, 0x26, /* 30 */
+	0x26, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, /* 40 */
+	0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x26, 0x06, 0x26, 0x27, 0x2f, /* 50 */
+	0x27, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, /* 60 */
+	0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x26, 0x27, 0x26, 0x2f, 0x00, /* 70 */
+	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* 80 */
+	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* 90 */
+	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* a0 */
+	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* b0 */
+	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* c0 */
+	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* d0 */
+	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* e0 */
+	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* f0 */
+};
+
+#define HTTP1_IS(c, class) ((http1_ctype[(unsigned char)(c)] & (class)) != 0)
+#define HTTP1_IS_WS(c) ((c) == ' ' || (c) == '\t')
+#define HTTP1_IS_DIGIT(c) ((unsigned char)((c) - '0') < 10)
+
+/* Word-at-a-time tests (eight bytes per step): a byte below n (n <= 0x80), and
+ * a zero byte. Exact as to whether such a byte exists, which is all the
+ * scanners need before they look at the word byte by byte. */
+#define HTTP1_ONES UINT64_C(0x0101010101010101)
+#define HTTP1_HIGHS UINT64_C(0x8080808080808080)
+#define HTTP1_HAS_LESS(x, n) (((x) - HTTP1_ONES * (n)) & ~(x) & HTTP1_HIGHS)
+#define HTTP1_HAS_ZERO(x) HTTP1_HAS_LESS(x, 1)
+
+/* Longest run of leading empty lines skipped before a request line. They also
+ * count toward the head size; this just stops a stream of CRLFs early. */
+#define HTTP1_MAX_EMPTY_LINES 8
+
+#define HTTP1_CHUNK_MAX_LINE 4096                  /* longest chunk-size line or trailer line */
+#define HTTP1_CHUNK_MAX_SIZE (UINT64_C(1) << 62)   /* largest chunk-size accepted */
+#define HTTP1_CONTENT_LENGTH_DIGITS 18             /* keeps any Content-Length below 10^18 */
+
+static const char http1_version_prefix[] = "HTTP/1.";
+
+/* The lower-case form of an ASCII letter, other bytes unchanged. */
+static inline unsigned char http1_lower(unsigned char c)
+{
+	return c >= 'A' && c <= 'Z' ? (unsigned char)(c + 32) : c;
+}
+
+/* Case-insensitive equality of two counted strings. */
+static bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen)
+{
+	if (alen != blen)
+		return false;
+	for (size_t i = 0; i < alen; i++)
+		if (http1_lower((unsigned char)a[i]) != http1_lower((unsigned char)b[i]))
+			return false;
+	return true;
+}
+
+bool http1_name_equals(const char *s, size_t len, const char *lit)
+{
+	return http1_equal_nocase(s, len, lit, strlen(lit));
+}
+
+/* Case-insensitive equality with a lower-case literal, which only s needs
+ * folding for. */
+static inline bool http1_equal_lower(const char *s, size_t len, const char *lit, size_t lit_len)
+{
+	if (len != lit_len)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if (http1_lower((unsigned char)s[i]) != (unsigned char)lit[i])
+			return false;
+	return true;
+}
+
+#define HTTP1_IS_LIT(s, len, lit) http1_equal_lower(s, len, lit, sizeof(lit) - 1)
+
+/* Skip bytes allowed in a field value or reason phrase; returns the first byte
+ * that is not one, or end. */
+static const char *http1_skip_value(const char *p, const char *end)
+{
+	while (p < end) {
+		const char *stop;
+
+		if (end - p >= 8) {
+			uint64_t x;
+
+			memcpy(&x, p, 8);
+			/* No control byte and no DEL: all eight are value bytes. HTAB
+			 * is a control byte too, but rare enough for the slow path. */
+			if ((HTTP1_HAS_LESS(x, 0x20) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f))) == 0) {
+				p += 8;
+				continue;
+			}
+			stop = p + 8;
+		} else {
+			stop = end;
+		}
+		for (; p < stop; p++)
+			if (!HTTP1_IS(*p, HTTP1_C_VALUE))
+				return p;
+	}
+	return p;
+}
+
+/* Skip request-target bytes (0x21..0x7e); returns the first other byte, or end. */
+static const char *http1_skip_target(const char *p, const char *end)
+{
+	while (p < end) {
+		const char *stop;
+
+		if (end - p >= 8) {
+			uint64_t x;
+
+			memcpy(&x, p, 8);
+			if ((HTTP1_HAS_LESS(x, 0x21) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f)) |
+			     (x & HTTP1_HIGHS)) == 0) {
+				p += 8;
+				continue;
+			}
+			stop = p + 8;
+		} else {
+			stop = end;
+		}
+		for (; p < stop; p++)
+			if (!HTTP1_IS(*p, HTTP1_C_TARGET))
+				return p;
+	}
+	return p;
+}
+
+/* Skip token characters; returns the first other byte, or end. */
+static const char *http1_skip_token(const char *p, const char *end)
+{
+	while (p < end && HTTP1_IS(*p, HTTP1_C_TCHAR))
+		p++;
+	return p;
+}
+
+/* True when s is a non-empty token. */
+static bool http1_is_token(const char *s, size_t len)
+{
+	return len > 0 && http1_skip_token(s, s + len) == s + len;
+}
+
+/* Check a CRLF at p: DONE with p moved past it, MORE if cut short, or ERROR
+ * (bare CR, or anything else where the CR must be) with *error set to
+ * other_error unless the byte is a CR or LF out of place. */
+static enum http1_parse http1_expect_crlf(const char **pp, const char *end,
+					  enum http1_error other_error, enum http1_error *error)
+{
+	const char *p = *pp;
+
+	if (p == end)
+		return HTTP1_PARSE_MORE;
+	if (*p != '\r') {
+		*error = *p == '\n' ? HTTP1_ERR_BAD_LINE_ENDING : other_error;
+		return HTTP1_PARSE_ERROR;
+	}
+	if (p + 1 == end)
+		return HTTP1_PARSE_MORE;
+	if (p[1] != '\n') {
+		*error = HTTP1_ERR_BAD_LINE_ENDING;
+		return HTTP1_PARSE_ERROR;
+	}
+	*pp = p + 2;
+	return HTTP1_PARSE_DONE;
+}
+
+/* Check "HTTP/1.0" or "HTTP/1.1" at p, as far as the buffer goes. */
+static enum http1_parse http1_parse_version(const char **pp, const char *end, int *minor,
+					   enum http1_error *error)
+{
+	const char *p = *pp;
+	size_t avail = (size_t)(end - p);
+	size_t plen = sizeof(http1_version_prefix) - 1;
+
+	if (memcmp(p, http1_version_prefix, avail < plen ? avail : plen) != 0) {
+		*error = HTTP1_ERR_BAD_VERSION;
+		return HTTP1_PARSE_ERROR;
+	}
+	if (avail <= plen)
+		return HTTP1_PARSE_MORE;
+	if (p[plen] != '0' && p[plen] != '1') {
+		*error = HTTP1_ERR_BAD_VERSION;
+		return HTTP1_PARSE_ERROR;
+	}
+	*minor = p[plen] - '0';
+	*pp = p + plen + 1;
+	return HTTP1_PARSE_DONE;
+}
+
+/* Check 1*5 DIGIT up to 65535. */
+static bool http1_valid_port(const char *s, size_t len)
+{
+	unsigned long port = 0;
+
+	if (len == 0 || len > 5)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (!HTTP1_IS_DIGIT(s[i]))
+			return false;
+		port = port * 10 + (unsigned long)(s[i] - '0');
+	}
+	return port <= 65535;
+}
+
+/* Check a dotted-quad IPv4 address whose octets have no leading zeros. */
+static bool http1_valid_ipv4(const char *s, size_t len)
+{
+	size_t i = 0;
+
+	for (int octet = 0; octet < 4; octet++) {
+		size_t start = i;
+		unsigned value = 0;
+
+		if (octet > 0) {
+			if (i >= len || s[i] != '.')
+				return false;
+			start = ++i;
+		}
+		while (i < len && HTTP1_IS_DIGIT(s[i]) && i - start < 3)
+			value = value * 10 + (unsigned)(s[i++] - '0');
+		if (i == start || value > 255 || (s[start] == '0' && i - start > 1))
+			return false;
+	}
+	return i == len;
+}
+
+/* Check an IPv6address (RFC 3986 section 3.2.2) without the brackets. Zone
+ * identifiers and IPvFuture are not accepted. */
+static bool http1_valid_ipv6(const char *s, size_t len)
+{
+	size_t i = 0;
+	int groups = 0;
+	bool compressed = false;
+
+	if (len >= 2 && s[0] == ':' && s[1] == ':') {
+		compressed = true;
+		i = 2;
+	}
+	while (i < len) {
+		size_t start = i;
+
+		while (i < len && HTTP1_IS(s[i], HTTP1_C_HEX))
+			i++;
+		if (i < len && s[i] == '.') {
+			/* An embedded IPv4 address takes the last two groups. */
+			if (!http1_valid_ipv4(s + start, len - start))
+				return false;
+			groups += 2;
+			i = len;
+			break;
+		}
+		if (i == start || i - start > 4)
+			return false;
+		groups++;
+		if (i == len)
+			break;
+		if (s[i] != ':')
+			return false;
+		if (++i == len)
+			return false;
+		if (s[i] == ':') {
+			if (compressed)
+				return false;
+			compressed = true;
+			i++;
+		}
+	}
+	return compressed ? groups <= 7 : groups == 8;
+}
+
+/* Check uri-host [":" port] (RFC 9110 section 7.2). The host must not be
+ * empty: an http URI with an empty host is invalid (section 4.2.1). A port,
+ * when there is a colon, is 1 to 5 digits: an empty one is refused as odd. */
+static bool http1_valid_authority(const char *s, size_t len, bool need_port)
+{
+	size_t i = 0;
+
+	if (len == 0)
+		return false;
+	if (s[0] == '[') {
+		const char *close = memchr(s, ']', len);
+
+		if (close == NULL || !http1_valid_ipv6(s + 1, (size_t)(close - s) - 1))
+			return false;
+		i = (size_t)(close - s) + 1;
+	} else {
+		while (i < len && HTTP1_IS(s[i], HTTP1_C_REGNAME)) {
+			if (s[i] == '%' && (len - i < 3 || !HTTP1_IS(s[i + 1], HTTP1_C_HEX) ||
+					    !HTTP1_IS(s[i + 2], HTTP1_C_HEX)))
+				return false;
+			i += s[i] == '%' ? 3 : 1;
+		}
+		if (i == 0)
+			return false;
+	}
+	if (i == len)
+		return !need_port;
+	if (s[i] != ':')
+		return false;
+	return http1_valid_port(s + i + 1, len - i - 1);
+}
+
+/* Check an absolute-form target "scheme://authority[/path][?query]". */
+static bool http1_valid_absolute(const char *s, size_t len)
+{
+	size_t i = 1;
+	size_t start;
+
+	if (len == 0 || !((s[0] | 0x20) >= 'a' && (s[0] | 0x20) <= 'z'))
+		return false;
+	while (i < len && HTTP1_IS(s[i], HTTP1_C_SCHEME))
+		i++;
+	if (len - i < 3 || memcmp(s + i, "://", 3) != 0)
+		return false;
+	start = i + 3;
+	for (i = start; i < len && s[i] != '/' && s[i] != '?' && s[i] != '#'; i++)
+		;
+	/* Userinfo ("user@host") is refused by the authority check: '@' is
+	 * not a reg-name byte (RFC 9110 section 4.2.4 says to treat it as an
+	 * error). */
+	return http1_valid_authority(s + start, i - start, false);
+}
+
+/* Check that the request-target has the form its method calls for (RFC 9112
+ * section 3.2). */
+static bool http1_valid_target(const struct http1_head *head)
+{
+	const char *t = head->target;
+	size_t len = head->target_len;
+
+	if (head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0)
+		return http1_valid_authority(t, len, true);
+	if (t[0] == '/')
+		return true;
+	if (len == 1 && t[0] == '*')
+		return head->method_len == 7 && memcmp(head->method, "OPTIONS", 7) == 0;
+	return http1_valid_absolute(t, len);
+}
+
+/* Parse the request line at *pp, after any empty lines. */
+static enum http1_parse http1_parse_request_line(const char **pp, const char *end,
+						 const struct http1_limits *limits,
+						 struct http1_head *head, enum http1_error *error)
+{
+	const char *p = *pp;
+	const char *target;
+	enum http1_parse r;
+
+	p = http1_skip_token(p, end);
+	if (p == end)
+		return HTTP1_PARSE_MORE;
+	if (*p != ' ' || p == *pp) {
+		*error = p != *pp && (*p == '\r' || *p == '\n') ? HTTP1_ERR_BAD_REQUEST_LINE
+								: HTTP1_ERR_BAD_METHOD;
+		return HTTP1_PARSE_ERROR;
+	}
+	head->method = *pp;
+	head->method_len = (size_t)(p - *pp);
+
+	target = ++p;
+	p = http1_skip_target(p, end);
+	if ((size_t)(p - target) > limits->max_target_bytes) {
+		*error = HTTP1_ERR_URI_TOO_LONG;
+		return HTTP1_PARSE_ERROR;
+	}
+	if (p == end)
+		return HTTP1_PARSE_MORE;
+	if (p == target && (*p == ' ' || *p == '\r' || *p == '\n')) {
+		*error = HTTP1_ERR_BAD_REQUEST_LINE;
+		return HTTP1_PARSE_ERROR;
+	}
+	if (*p != ' ') {
+		/* A line ending right after the target is HTTP/0.9. */
+		*error = *p == '\r' || *p == '\n' ? HTTP1_ERR_BAD_VERSION : HTTP1_ERR_BAD_TARGET;
+		return HTTP1_PARSE_ERROR;
+	}
+	head->target = target;
+	head->target_len = (size_t)(p - target);
+
+	p++;
+	r = http1_parse_version(&p, end, &head->version_minor, error);
+	if (r != HTTP1_PARSE_DONE)
+		return r;
+	/* Checked only now so that "PRI * HTTP/2.0" reads as a version error. */
+	if (!http1_valid_target(head)) {
+		*error = HTTP1_ERR_BAD_TARGET;
+		return HTTP1_PARSE_ERROR;
+	}
+	r = http1_expect_crlf(&p, end,
+			      p < end && HTTP1_IS_DIGIT(*p) ? HTTP1_ERR_BAD_VERSION
+							    : HTTP1_ERR_BAD_REQUEST_LINE,
+			      error);
+	if (r != HTTP1_PARSE_DONE)
+		return r;
+	*pp = p;
+	return HTTP1_PARSE_DONE;
+}
+
+/* Parse the status line at *pp. */
+static enum http1_parse http1_parse_status_line(const char **pp, const char *end,
+						struct http1_head *head, enum http1_error *error)
+{
+	const char *p = *pp;
+	size_t avail = (size_t)(end - p);
+	enum http1_parse r;
+	int status = 0;
+
+	/* Anything not starting "HTTP/" is not a status line at all; after
+	 * it, a version other than 1.0 or 1.1 is a version error. */
+	if (memcmp(p, "HTTP/", avail < 5 ? avail : 5) != 0) {
+		*error = HTTP1_ERR_BAD_STATUS_LINE;
+		return HTTP1_PARSE_ERROR;
+	}
+	r = http1_parse_version(&p, end, &head->version_minor, error);
+	if (r != HTTP1_PARSE_DONE)
+		return r;
+	for (int i = 0; i < 5; i++, p++) {
+		if (p == end)
+			return HTTP1_PARSE_MORE;
+		if (i == 0 || i == 4 ? *p != ' ' : !HTTP1_IS_DIGIT(*p)) {
+			*error = *p == '\r' || *p == '\n' ? HTTP1_ERR_BAD_STATUS_LINE
+							  : i == 0 && HTTP1_IS_DIGIT(*p)
+								  ? HTTP1_ERR_BAD_VERSION
+								  : HTTP1_ERR_BAD_STATUS_LINE;
+			return HTTP1_PARSE_ERROR;
+		}
+		if (i >= 1 && i <= 3)
+			status = status * 10 + (*p - '0');
+		if (i == 3 && (status < 100 || status > 599)) {
+			*error = HTTP1_ERR_BAD_STATUS_LINE;
+			return HTTP1_PARSE_ERROR;
+		}
+	}
+	head->status = status;
+	head->reason = p;
+	p = http1_skip_value(p, end);
+	head->reason_len = (size_t)(p - head->reason);
+	r = http1_expect_crlf(&p, end, HTTP1_ERR_BAD_STATUS_LINE, error);
+	if (r != HTTP1_PARSE_DONE)
+		return r;
+	*pp = p;
+	return HTTP1_PARSE_DONE;
+}
+
+/* Parse one field line at *pp into f. */
+static enum http1_parse http1_parse_field(const char **pp, const char *end, struct http1_field *f,
+					  enum http1_error *error)
+{
+	const char *line = *pp;
+	const char *p = http1_skip_token(line, end);
+	const char *value;
+	const char *value_end;
+	enum http1_parse r;
+
+	if (p == end)
+		return HTTP1_PARSE_MORE;
+	if (*p != ':' || p == line) {
+		*error = HTTP1_IS_WS(*p) && p != line ? HTTP1_ERR_SPACE_BEFORE_COLON
+						      : HTTP1_ERR_BAD_FIELD_NAME;
+		return HTTP1_PARSE_ERROR;
+	}
+	f->name = line;
+	f->name_len = (uint32_t)(p - line);
+	p++;
+	while (p < end && HTTP1_IS_WS(*p))
+		p++;
+	value = p;
+	p = http1_skip_value(p, end);
+	value_end = p;
+	r = http1_expect_crlf(&p, end, HTTP1_ERR_BAD_FIELD_VALUE, error);
+	if (r != HTTP1_PARSE_DONE)
+		return r;
+	while (value_end > value && HTTP1_IS_WS(value_end[-1]))
+		value_end--;
+	f->value = value;
+	f->value_len = (uint32_t)(value_end - value);
+	f->line = line;
+	f->line_len = (uint32_t)(p - line);
+	*pp = p;
+	return HTTP1_PARSE_DONE;
+}
+
+/* Parse field lines and the empty line ending the head. */
+static enum http1_parse http1_parse_fields(const char **pp, const char *end, struct http1_head *head,
+					   enum http1_error *error)
+{
+	const char *p = *pp;
+
+	for (;;) {
+		enum http1_parse r;
+
+		if (p == end)
+			return HTTP1_PARSE_MORE;
+		if (*p == '\r' || *p == '\n') {
+			r = http1_expect_crlf(&p, end, HTTP1_ERR_BAD_LINE_ENDING, error);
+			if (r == HTTP1_PARSE_DONE)
+				*pp = p;
+			return r;
+		}
+		/* Also whitespace before the first field (RFC 9112 section 2.2):
+		 * it is refused the same way. */
+		if (HTTP1_IS_WS(*p)) {
+			*error = HTTP1_ERR_OBS_FOLD;
+			return HTTP1_PARSE_ERROR;
+		}
+		if (head->field_count == HTTP1_MAX_FIELDS) {
+			*error = HTTP1_ERR_TOO_MANY_FIELDS;
+			return HTTP1_PARSE_ERROR;
+		}
+		r = http1_parse_field(&p, end, &head->fields[head->field_count], error);
+		if (r != HTTP1_PARSE_DONE)
+			return r;
+		head->field_count++;
+	}
+}
+
+/* Reset what a parse fills in; the field array is left alone, it is only
+ * valid up to field_count. */
+static void http1_head_reset(struct http1_head *head)
+{
+	head->method = NULL;
+	head->target = NULL;
+	head->reason = NULL;
+	head->method_len = 0;
+	head->target_len = 0;
+	head->reason_len = 0;
+	head->status = 0;
+	head->version_minor = 0;
+	head->head_len = 0;
+	head->field_count = 0;
+}
+
+/* The bytes a head may span: no more than the limit, and no more than a
+ * field's 32-bit line length can describe. */
+static size_t http1_head_window(size_t len, size_t max_head_bytes)
+{
+	size_t lim = max_head_bytes < UINT32_MAX ? max_head_bytes : UINT32_MAX;
+
+	return len < lim ? len : lim;
+}
+
+enum http1_parse http1_parse_request_head(const char *buf, size_t len,
+					  const struct http1_limits *limits,
+					  struct http1_head *head, enum http1_error *error)
+{
+	const char *p = buf;
+	const char *end = buf + http1_head_window(len, limits->max_head_bytes);
+	enum http1_parse r;
+	int empty = 0;
+
+	*error = HTTP1_ERR_NONE;
+	http1_head_reset(head);
+	while (p < end && (*p == '\r' || *p == '\n')) {
+		if (++empty > HTTP1_MAX_EMPTY_LINES) {
+			*error = HTTP1_ERR_BAD_REQUEST_LINE;
+			return HTTP1_PARSE_ERROR;
+		}
+		r = http1_expect_crlf(&p, end, HTTP1_ERR_BAD_LINE_ENDING, error);
+		if (r == HTTP1_PARSE_ERROR)
+			return r;
+		if (r == HTTP1_PARSE_MORE)
+			goto more;
+	}
+	if (p == end)
+		goto more;
+	r = http1_parse_request_line(&p, end, limits, head, error);
+	if (r == HTTP1_PARSE_DONE)
+		r = http1_parse_fields(&p, end, head, error);
+	if (r == HTTP1_PARSE_ERROR)
+		return r;
+	if (r == HTTP1_PARSE_DONE) {
+		head->head_len = (size_t)(p - buf);
+		return r;
+	}
+more:
+	/* Only the first max_head_bytes were looked at: more than that
+	 * without a whole head will never do. */
+	if (len > limits->max_head_bytes || len >= UINT32_MAX) {
+		*error = HTTP1_ERR_HEAD_TOO_LARGE;
+		return HTTP1_PARSE_ERROR;
+	}
+	return HTTP1_PARSE_MORE;
+}
+
+enum http1_parse http1_parse_response_head(const char *buf, size_t len, size_t max_head_bytes,
+					   struct http1_head *head, enum http1_error *error)
+{
+	const char *p = buf;
+	const char *end = buf + http1_head_window(len, max_head_bytes);
+	enum http1_parse r = HTTP1_PARSE_MORE;
+
+	*error = HTTP1_ERR_NONE;
+	http1_head_reset(head);
+	if (p < end)
+		r = http1_parse_status_line(&p, end, head, error);
+	if (r == HTTP1_PARSE_DONE)
+		r = http1_parse_fields(&p, end, head, error);
+	if (r == HTTP1_PARSE_DONE) {
+		head->head_len = (size_t)(p - buf);
+		return r;
+	}
+	if (r == HTTP1_PARSE_MORE && (len > max_head_bytes || len >= UINT32_MAX)) {
+		*error = HTTP1_ERR_HEAD_TOO_LARGE;
+		return HTTP1_PARSE_ERROR;
+	}
+	return r;
+}
+
+/* Take the next element of a comma-separated list (RFC 9110 section 5.6.1)
+ * from *pp, without surrounding whitespace; empty elements are returned too,
+ * as length 0. False when the list is used up. */
+static bool http1_list_next(const char **pp, const char *end, const char **elem, size_t *elem_len)
+{
+	const char *p = *pp;
+	const char *e;
+
+	if (p == NULL)
+		return false;
+	while (p < end && HTTP1_IS_WS(*p))
+		p++;
+	*elem = p;
+	while (p < end && *p != ',')
+		p++;
+	e = p;
+	while (e > *elem && HTTP1_IS_WS(e[-1]))
+		e--;
+	*elem_len = (size_t)(e - *elem);
+	/* NULL marks "no more": a trailing comma still yields one empty element. */
+	*pp = p < end ? p + 1 : NULL;
+	return true;
+}
+
+/* What a head's fields say about framing, gathered in one pass. */
+struct http1_scan {
+	const struct http1_field *host; /* the Host field, if any */
+	int host_count;                 /* number of Host fields */
+	bool has_length;                /* a Content-Length was seen */
+	bool has_te;                    /* a Transfer-Encoding was seen */
+	bool close;                     /* Connection: close */
+	bool keep_alive;                /* Connection: keep-alive */
+	bool expect_continue;           /* Expect: 100-continue */
+	bool expect_other;              /* another expectation */
+	uint64_t length;                /* the Content-Length value */
+};
+
+/* Add one Content-Length field's values, which must all equal any seen before. */
+static int http1_scan_content_length(const struct http1_field *f, struct http1_scan *scan,
+				     enum http1_error *error)
+{
+	const char *p = f->value;
+	const char *end = f->value + f->value_len;
+	const char *elem;
+	size_t elem_len;
+
+	if (f->value_len == 0) {
+		*error = HTTP1_ERR_BAD_CONTENT_LENGTH;
+		return -1;
+	}
+	/* RFC 9110 section 8.6 allows a list only of one value repeated. */
+	while (http1_list_next(&p, end, &elem, &elem_len)) {
+		uint64_t v = 0;
+
+		if (elem_len == 0 || elem_len > HTTP1_CONTENT_LENGTH_DIGITS) {
+			*error = HTTP1_ERR_BAD_CONTENT_LENGTH;
+			return -1;
+		}
+		for (size_t i = 0; i < elem_len; i++) {
+			if (!HTTP1_IS_DIGIT(elem[i])) {
+				*error = HTTP1_ERR_BAD_CONTENT_LENGTH;
+				return -1;
+			}
+			v = v * 10 + (uint64_t)(elem[i] - '0');
+		}
+		if (scan->has_length && v != scan->length) {
+			*error = HTTP1_ERR_DIFFERING_CONTENT_LENGTH;
+			return -1;
+		}
+		scan->has_length = true;
+		scan->length = v;
+	}
+	return 0;
+}
+
+/* Note the close and keep-alive options of one Connection field. */
+static void http1_scan_connection(const struct http1_field *f, struct http1_scan *scan)
+{
+	const char *p = f->value;
+	const char *elem;
+	size_t elem_len;
+
+	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
+		if (HTTP1_IS_LIT(elem, elem_len, "close"))
+			scan->close = true;
+		else if (HTTP1_IS_LIT(elem, elem_len, "keep-alive"))
+			scan->keep_alive = true;
+	}
+}
+
+/* Note the expectations of one Expect field. */
+static void http1_scan_expect(const struct http1_field *f, struct http1_scan *scan)
+{
+	const char *p = f->value;
+	const char *elem;
+	size_t elem_len;
+
+	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
+		if (elem_len == 0)
+			continue;
+		if (HTTP1_IS_LIT(elem, elem_len, "100-continue"))
+			scan->expect_continue = true;
+		else
+			scan->expect_other = true;
+	}
+}
+
+/* Go through the fields once, checking Content-Length and noting the rest. */
+static int http1_scan_fields(const struct http1_head *head, struct http1_scan *scan,
+			     enum http1_error *error)
+{
+	memset(scan, 0, sizeof(*scan));
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		/* The length and first letter rule out most fields cheaply. */
+		switch (f->name_len) {
+		case 4:
+			if (HTTP1_IS_LIT(f->name, 4, "host")) {
+				scan->host = f;
+				scan->host_count++;
+			}
+			break;
+		case 6:
+			if (HTTP1_IS_LIT(f->name, 6, "expect"))
+				http1_scan_expect(f, scan);
+			break;
+		case 10:
+			if (HTTP1_IS_LIT(f->name, 10, "connection"))
+				http1_scan_connection(f, scan);
+			break;
+		case 14:
+			if (HTTP1_IS_LIT(f->name, 14, "content-length") &&
+			    http1_scan_content_length(f, scan, error) < 0)
+				return -1;
+			break;
+		case 17:
+			if (HTTP1_IS_LIT(f->name, 17, "transfer-encoding"))
+				scan->has_te = true;
+			break;
+		}
+	}
+	return 0;
+}
+
+/* Check that all Transfer-Encoding fields together list codings ending in a
+ * single chunked (RFC 9112 section 6.1). Parameters are refused: nothing
+ * here needs them and they only widen what must be understood alike by
+ * every hop. */
+static int http1_check_transfer_encoding(const struct http1_head *head, enum http1_error *error)
+{
+	bool chunked_seen = false;
+	bool chunked_last = false;
+
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+		const char *p = f->value;
+		const char *elem;
+		size_t elem_len;
+
+		if (!HTTP1_IS_LIT(f->name, f->name_len, "transfer-encoding"))
+			continue;
+		while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
+			/* Empty elements must be ignored (RFC 9110 section 5.6.1). */
+			if (elem_len == 0)
+				continue;
+			if (!http1_is_token(elem, elem_len))
+				goto bad;
+			chunked_last = HTTP1_IS_LIT(elem, elem_len, "chunked");
+			if (chunked_last) {
+				if (chunked_seen)
+					goto bad;
+				chunked_seen = true;
+			}
+		}
+	}
+	if (chunked_last)
+		return 0;
+bad:
+	*error = HTTP1_ERR_BAD_TRANSFER_ENCODING;
+	return -1;
+}
+
+/* Decide CHUNKED or LENGTH or neither from the scan, for either direction. */
+static int http1_body_framing(const struct http1_head *head, const struct http1_scan *scan,
+			      struct http1_framing *framing, enum http1_error *error)
+{
+	if (scan->has_te) {
+		/* RFC 9112 section 6.1: TE in HTTP/1.0 means faulty framing. */
+		if (head->version_minor == 0) {
+			*error = HTTP1_ERR_TE_IN_HTTP10;
+			return -1;
+		}
+		if (scan->has_length) {
+			*error = HTTP1_ERR_CL_AND_TE;
+			return -1;
+		}
+		if (http1_check_transfer_encoding(head, error) < 0)
+			return -1;
+		framing->body = HTTP1_BODY_CHUNKED;
+	} else if (scan->has_length && scan->length > 0) {
+		framing->body = HTTP1_BODY_LENGTH;
+		framing->content_length = scan->length;
+	}
+	return 0;
+}
+
+/* Keep-alive by version and Connection options (RFC 9112 section 9.3). */
+static bool http1_keep_alive(const struct http1_head *head, const struct http1_scan *scan)
+{
+	if (scan->close)
+		return false;
+	return head->version_minor >= 1 || scan->keep_alive;
+}
+
+int http1_request_framing(const struct http1_head *head, struct http1_framing *framing,
+			  enum http1_error *error)
+{
+	struct http1_scan scan;
+
+	memset(framing, 0, sizeof(*framing));
+	*error = HTTP1_ERR_NONE;
+	if (http1_scan_fields(head, &scan, error) < 0)
+		return -1;
+	if (scan.host_count > 1) {
+		*error = HTTP1_ERR_BAD_HOST;
+		return -1;
+	}
+	/* An empty Host is valid only for a target without authority (RFC 9110
+	 * section 7.2), which a proxy cannot forward anywhere: refused too. */
+	if (scan.host != NULL && !http1_valid_authority(scan.host->value, scan.host->value_len, false)) {
+		*error = HTTP1_ERR_BAD_HOST;
+		return -1;
+	}
+	if (scan.host == NULL && head->version_minor >= 1) {
+		*error = HTTP1_ERR_MISSING_HOST;
+		return -1;
+	}
+	if (http1_body_framing(head, &scan, framing, error) < 0)
+		return -1;
+	if (scan.expect_other) {
+		*error = HTTP1_ERR_BAD_EXPECT;
+		return -1;
+	}
+	/* 100-continue means nothing in HTTP/1.0 (RFC 9110 section 10.1.1),
+	 * nor without content to wait for. */
+	framing->expect_continue = scan.expect_continue && head->version_minor >= 1 &&
+				   framing->body != HTTP1_BODY_NONE;
+	framing->keep_alive = http1_keep_alive(head, &scan);
+	if (scan.host != NULL) {
+		framing->host = scan.host->value;
+		framing->host_len = scan.host->value_len;
+	}
+	return 0;
+}
+
+int http1_response_framing(const struct http1_head *head, bool request_was_head,
+			   struct http1_framing *framing, enum http1_error *error)
+{
+	struct http1_scan scan;
+
+	memset(framing, 0, sizeof(*framing));
+	*error = HTTP1_ERR_NONE;
+	if (http1_scan_fields(head, &scan, error) < 0)
+		return -1;
+	framing->keep_alive = http1_keep_alive(head, &scan);
+	/* RFC 9112 section 6.3 rule 1: these never have content, whatever
+	 * their fields say; Content-Length was still checked above. */
+	if (request_was_head || head->status < 200 || head->status == 204 || head->status == 304)
+		return 0;
+	if (http1_body_framing(head, &scan, framing, error) < 0)
+		return -1;
+	if (!scan.has_te && !scan.has_length) {
+		framing->body = HTTP1_BODY_UNTIL_CLOSE;
+		framing->keep_alive = false;
+	}
+	return 0;
+}
+
+bool http1_field_is_hop_by_hop(const struct http1_head *head, const struct http1_field *field)
+{
+	const char *name = field->name;
+	size_t len = field->name_len;
+
+	switch (len) {
+	case 2:
+		if (HTTP1_IS_LIT(name, len, "te"))
+			return true;
+		break;
+	case 7:
+		if (HTTP1_IS_LIT(name, len, "upgrade"))
+			return true;
+		break;
+	case 10:
+		if (HTTP1_IS_LIT(name, len, "connection") ||
+		    HTTP1_IS_LIT(name, len, "keep-alive"))
+			return true;
+		break;
+	case 16:
+		if (HTTP1_IS_LIT(name, len, "proxy-connection"))
+			return true;
+		break;
+	case 17:
+		if (HTTP1_IS_LIT(name, len, "transfer-encoding"))
+			return true;
+		break;
+	}
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *c = &head->fields[i];
+		const char *p = c->value;
+		const char *elem;
+		size_t elem_len;
+
+		if (!HTTP1_IS_LIT(c->name, c->name_len, "connection"))
+			continue;
+		while (http1_list_next(&p, c->value + c->value_len, &elem, &elem_len))
+			if (http1_equal_nocase(elem, elem_len, name, len))
+				return true;
+	}
+	return false;
+}
+
+const struct http1_field *http1_find_field(const struct http1_head *head, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (size_t i = 0; i < head->field_count; i++)
+		if (http1_equal_nocase(head->fields[i].name, head->fields[i].name_len, name, len))
+			return &head->fields[i];
+	return NULL;
+}
+
+int http1_error_status(enum http1_error error)
+{
+	switch (error) {
+	case HTTP1_ERR_URI_TOO_LONG:
+		return 414;
+	case HTTP1_ERR_HEAD_TOO_LARGE:
+	case HTTP1_ERR_TOO_MANY_FIELDS:
+		return 431;
+	case HTTP1_ERR_BAD_EXPECT:
+		return 417;
+	default:
+		return 400;
+	}
+}
+
+const char *http1_error_text(enum http1_error error)
+{
+	static const char *const texts[] = {
+		[HTTP1_ERR_NONE] = "no error",
+		[HTTP1_ERR_BAD_REQUEST_LINE] = "invalid request line",
+		[HTTP1_ERR_BAD_METHOD] = "invalid method",
+		[HTTP1_ERR_BAD_TARGET] = "invalid request target",
+		[HTTP1_ERR_BAD_VERSION] = "unsupported http version",
+		[HTTP1_ERR_URI_TOO_LONG] = "request target too long",
+		[HTTP1_ERR_HEAD_TOO_LARGE] = "header section too large",
+		[HTTP1_ERR_TOO_MANY_FIELDS] = "too many header fields",
+		[HTTP1_ERR_BAD_LINE_ENDING] = "bare cr or lf",
+		[HTTP1_ERR_BAD_FIELD_NAME] = "invalid header field name",
+		[HTTP1_ERR_SPACE_BEFORE_COLON] = "whitespace before colon",
+		[HTTP1_ERR_OBS_FOLD] = "obsolete line folding",
+		[HTTP1_ERR_BAD_FIELD_VALUE] = "invalid header field value",
+		[HTTP1_ERR_BAD_STATUS_LINE] = "invalid status line",
+		[HTTP1_ERR_CL_AND_TE] = "both content-length and transfer-encoding",
+		[HTTP1_ERR_BAD_CONTENT_LENGTH] = "invalid content-length",
+		[HTTP1_ERR_DIFFERING_CONTENT_LENGTH] = "differing content-length values",
+		[HTTP1_ERR_BAD_TRANSFER_ENCODING] = "unsupported transfer-encoding",
+		[HTTP1_ERR_TE_IN_HTTP10] = "transfer-encoding in http/1.0",
+		[HTTP1_ERR_MISSING_HOST] = "missing host",
+		[HTTP1_ERR_BAD_HOST] = "invalid host",
+		[HTTP1_ERR_BAD_EXPECT] = "unsupported expectation",
+		[HTTP1_ERR_BAD_CHUNK_SIZE] = "invalid chunk size",
+		[HTTP1_ERR_CHUNK_SIZE_OVERFLOW] = "chunk size too large",
+		[HTTP1_ERR_BAD_CHUNK_EXT] = "invalid chunk extension",
+		[HTTP1_ERR_BAD_CHUNK_END] = "chunk data not followed by crlf",
+		[HTTP1_ERR_BAD_TRAILER] = "invalid trailer section",
+	};
+
+	if ((size_t)error >= sizeof(texts) / sizeof(texts[0]) || texts[error] == NULL)
+		return "unknown error";
+	return texts[error];
+}
+
+/* Chunked decoder states; dec->state holds one, or HTTP1_CS_ERROR plus the
+ * error code once it failed. */
+enum http1_chunk_state {
+	HTTP1_CS_SIZE_START,   /* start of a chunk-size line, no digit yet */
+	HTTP1_CS_SIZE,         /* in chunk-size digits */
+	HTTP1_CS_EXT_SEMI,     /* whitespace after the size or an extension, ';' must come */
+	HTTP1_CS_EXT_NAME0,    /* after ';', before the extension name */
+	HTTP1_CS_EXT_NAME,     /* in an extension name */
+	HTTP1_CS_EXT_NAME_WS,  /* whitespace after a name: '=' or ';' must come */
+	HTTP1_CS_EXT_VALUE0,   /* after '=', before the value */
+	HTTP1_CS_EXT_TOKEN,    /* in a token value */
+	HTTP1_CS_EXT_QUOTED,   /* in a quoted-string value */
+	HTTP1_CS_EXT_QPAIR,    /* after a backslash in a quoted-string */
+	HTTP1_CS_EXT_QEND,     /* after the closing quote */
+	HTTP1_CS_SIZE_LF,      /* CR of the size line seen */
+	HTTP1_CS_DATA,         /* in chunk data, dec->remaining bytes left */
+	HTTP1_CS_DATA_CR,      /* chunk data over, CR must come */
+	HTTP1_CS_DATA_LF,      /* chunk data over and CR seen, LF must come */
+	HTTP1_CS_TRAILER0,     /* start of a trailer line or of the final empty line */
+	HTTP1_CS_TRAILER_NAME, /* in a trailer field name */
+	HTTP1_CS_TRAILER_VALUE, /* in a trailer field value */
+	HTTP1_CS_TRAILER_LF,   /* CR of a trailer line seen */
+	HTTP1_CS_END_LF,       /* CR of the final empty line seen */
+	HTTP1_CS_DONE,         /* the body is complete */
+	HTTP1_CS_ERROR,        /* failed; the error code is added to this */
+};
+
+void http1_chunked_init(struct http1_chunked *dec, size_t max_trailer)
+{
+	memset(dec, 0, sizeof(*dec));
+	dec->state = HTTP1_CS_SIZE_START;
+	dec->max_line = HTTP1_CHUNK_MAX_LINE;
+	dec->max_trailer = max_trailer;
+}
+
+bool http1_chunked_done(const struct http1_chunked *dec)
+{
+	return dec->state == HTTP1_CS_DONE;
+}
+
+/* The error for a byte that does not belong in a chunk-size line. */
+static enum http1_error http1_chunk_line_error(int state, char c)
+{
+	if (c == '\r' || c == '\n')
+		return state == HTTP1_CS_SIZE_START ? HTTP1_ERR_BAD_CHUNK_SIZE
+						    : c == '\n' ? HTTP1_ERR_BAD_LINE_ENDING
+								: HTTP1_ERR_BAD_CHUNK_EXT;
+	return state <= HTTP1_CS_SIZE ? HTTP1_ERR_BAD_CHUNK_SIZE : HTTP1_ERR_BAD_CHUNK_EXT;
+}
+
+/* Move the decoder over one framing byte: the next state, or HTTP1_CS_ERROR
+ * plus an error code. */
+static int http1_chunk_byte(struct http1_chunked *dec, char c)
+{
+	int s = dec->state;
+
+	switch (s) {
+	case HTTP1_CS_SIZE_START:
+	case HTTP1_CS_SIZE:
+		if (HTTP1_IS(c, HTTP1_C_HEX)) {
+			unsigned digit = HTTP1_IS_DIGIT(c) ? (unsigned)(c - '0')
+							   : (unsigned)((c | 0x20) - 'a' + 10);
+
+			/* Checked before shifting, so the value never wraps. */
+			if (dec->size > HTTP1_CHUNK_MAX_SIZE >> 4 ||
+			    (dec->size << 4 | digit) > HTTP1_CHUNK_MAX_SIZE)
+				return HTTP1_CS_ERROR + HTTP1_ERR_CHUNK_SIZE_OVERFLOW;
+			dec->size = dec->size << 4 | digit;
+			return HTTP1_CS_SIZE;
+		}
+		if (s == HTTP1_CS_SIZE_START)
+			break;
+		if (c == '\r')
+			return HTTP1_CS_SIZE_LF;
+		if (c == ';')
+			return HTTP1_CS_EXT_NAME0;
+		if (HTTP1_IS_WS(c))
+			return HTTP1_CS_EXT_SEMI;
+		break;
+	case HTTP1_CS_EXT_SEMI:
+		if (c == ';')
+			return HTTP1_CS_EXT_NAME0;
+		if (HTTP1_IS_WS(c))
+			return s;
+		break;
+	case HTTP1_CS_EXT_NAME0:
+		if (HTTP1_IS_WS(c))
+			return s;
+		if (HTTP1_IS(c, HTTP1_C_TCHAR))
+			return HTTP1_CS_EXT_NAME;
+		break;
+	case HTTP1_CS_EXT_NAME:
+	case HTTP1_CS_EXT_NAME_WS:
+		if (c == '=')
+			return HTTP1_CS_EXT_VALUE0;
+		if (c == ';')
+			return HTTP1_CS_EXT_NAME0;
+		if (HTTP1_IS_WS(c))
+			return HTTP1_CS_EXT_NAME_WS;
+		if (s == HTTP1_CS_EXT_NAME && HTTP1_IS(c, HTTP1_C_TCHAR))
+			return s;
+		if (s == HTTP1_CS_EXT_NAME && c == '\r')
+			return HTTP1_CS_SIZE_LF;
+		break;
+	case HTTP1_CS_EXT_VALUE0:
+		if (HTTP1_IS_WS(c))
+			return s;
+		if (c == '"')
+			return HTTP1_CS_EXT_QUOTED;
+		if (HTTP1_IS(c, HTTP1_C_TCHAR))
+			return HTTP1_CS_EXT_TOKEN;
+		break;
+	case HTTP1_CS_EXT_TOKEN:
+		if (HTTP1_IS(c, HTTP1_C_TCHAR))
+			return s;
+		/* fallthrough */
+	case HTTP1_CS_EXT_QEND:
+		if (c == ';')
+			return HTTP1_CS_EXT_NAME0;
+		if (HTTP1_IS_WS(c))
+			return HTTP1_CS_EXT_SEMI;
+		if (c == '\r')
+			return HTTP1_CS_SIZE_LF;
+		break;
+	case HTTP1_CS_EXT_QUOTED:
+		if (c == '"')
+			return HTTP1_CS_EXT_QEND;
+		if (c == '\\')
+			return HTTP1_CS_EXT_QPAIR;
+		if (HTTP1_IS(c, HTTP1_C_QDTEXT))
+			return s;
+		break;
+	case HTTP1_CS_EXT_QPAIR:
+		if (HTTP1_IS(c, HTTP1_C_VALUE))
+			return HTTP1_CS_EXT_QUOTED;
+		break;
+	case HTTP1_CS_SIZE_LF:
+		if (c != '\n')
+			return HTTP1_CS_ERROR + HTTP1_ERR_BAD_LINE_ENDING;
+		if (dec->size == 0)
+			return HTTP1_CS_TRAILER0;
+		dec->remaining = dec->size;
+		return HTTP1_CS_DATA;
+	case HTTP1_CS_DATA_CR:
+		return c == '\r' ? HTTP1_CS_DATA_LF : HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_END;
+	case HTTP1_CS_DATA_LF:
+		return c == '\n' ? HTTP1_CS_SIZE_START : HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_END;
+	case HTTP1_CS_TRAILER0:
+		if (c == '\r')
+			return HTTP1_CS_END_LF;
+		if (HTTP1_IS(c, HTTP1_C_TCHAR))
+			return HTTP1_CS_TRAILER_NAME;
+		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
+	case HTTP1_CS_TRAILER_NAME:
+		if (c == ':')
+			return HTTP1_CS_TRAILER_VALUE;
+		if (HTTP1_IS(c, HTTP1_C_TCHAR))
+			return s;
+		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
+	case HTTP1_CS_TRAILER_VALUE:
+		if (c == '\r')
+			return HTTP1_CS_TRAILER_LF;
+		if (HTTP1_IS(c, HTTP1_C_VALUE))
+			return s;
+		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
+	case HTTP1_CS_TRAILER_LF:
+		return c == '\n' ? HTTP1_CS_TRAILER0 : HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
+	case HTTP1_CS_END_LF:
+		return c == '\n' ? HTTP1_CS_DONE : HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
+	}
+	return HTTP1_CS_ERROR + (int)http1_chunk_line_error(s, c);
+}
+
+/* Count a byte against the line and trailer limits; an error state or s. */
+static int http1_chunk_count(struct http1_chunked *dec, int before, int s)
+{
+	if (before == HTTP1_CS_DATA_CR || before == HTTP1_CS_DATA_LF)
+		return s;
+	if (++dec->line_len > dec->max_line)
+		return HTTP1_CS_ERROR + (before >= HTTP1_CS_TRAILER0 ? HTTP1_ERR_BAD_TRAILER
+						 : before <= HTTP1_CS_SIZE ? HTTP1_ERR_BAD_CHUNK_SIZE
+									   : HTTP1_ERR_BAD_CHUNK_EXT);
+	/* The final empty line is not part of the trailer fields' size. */
+	if (before >= HTTP1_CS_TRAILER0 && s != HTTP1_CS_END_LF && s != HTTP1_CS_DONE &&
+	    ++dec->trailer_bytes > dec->max_trailer)
+		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
+	return s;
+}
+
+enum http1_chunk_step http1_chunked_step(struct http1_chunked *dec, const char *buf, size_t len,
+					 size_t *n, enum http1_error *error)
+{
+	size_t i = 0;
+
+	*n = 0;
+	*error = HTTP1_ERR_NONE;
+	if (dec->state >= HTTP1_CS_ERROR) {
+		*error = (enum http1_error)(dec->state - HTTP1_CS_ERROR);
+		return HTTP1_CHUNK_ERROR;
+	}
+	if (dec->state == HTTP1_CS_DONE)
+		return HTTP1_CHUNK_DONE;
+	if (dec->state == HTTP1_CS_DATA) {
+		/* Data is not looked at: the caller moves it as it is. */
+		*n = dec->remaining < len ? (size_t)dec->remaining : len;
+		dec->remaining -= *n;
+		if (dec->remaining == 0)
+			dec->state = HTTP1_CS_DATA_CR;
+		return HTTP1_CHUNK_DATA;
+	}
+	while (i < len) {
+		int before = dec->state;
+		int s = http1_chunk_byte(dec, buf[i]);
+
+		if (s < HTTP1_CS_ERROR)
+			s = http1_chunk_count(dec, before, s);
+		dec->state = s;
+		if (s >= HTTP1_CS_ERROR) {
+			*error = (enum http1_error)(s - HTTP1_CS_ERROR);
+			return HTTP1_CHUNK_ERROR;
+		}
+		i++;
+		if (s == HTTP1_CS_SIZE_START || s == HTTP1_CS_TRAILER0) {
+			dec->line_len = 0;
+			dec->size = 0;
+		} else if (s == HTTP1_CS_DATA) {
+			break;
+		} else if (s == HTTP1_CS_DONE) {
+			*n = i;
+			return HTTP1_CHUNK_DONE;
+		}
+	}
+	*n = i;
+	return HTTP1_CHUNK_FRAMING;
+}

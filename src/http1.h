@@ -1,0 +1,172 @@
+#ifndef RETRYPROXY_HTTP1_H
+#define RETRYPROXY_HTTP1_H
+
+/*
+ * Strict HTTP/1.1 message parsing (RFC 9112), as pure functions: bytes in,
+ * "done after N bytes", "need more" or "bad" out. No I/O, no allocation: the
+ * parsed head points into the caller's buffer, which must outlive it.
+ * Nothing is repaired; anything ambiguous is an error.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HTTP1_MAX_FIELDS 128 /* more header fields than this is a 431 */
+
+enum http1_parse {
+	HTTP1_PARSE_DONE,  /* a whole head was parsed; head_len says how long */
+	HTTP1_PARSE_MORE,  /* valid so far, the head is not complete yet */
+	HTTP1_PARSE_ERROR, /* invalid; the error code says why */
+};
+
+enum http1_error {
+	HTTP1_ERR_NONE,
+	HTTP1_ERR_BAD_REQUEST_LINE,     /* not "method SP target SP version CRLF" */
+	HTTP1_ERR_BAD_METHOD,           /* method is not a token */
+	HTTP1_ERR_BAD_TARGET,           /* request-target has invalid bytes or form */
+	HTTP1_ERR_BAD_VERSION,          /* not HTTP/1.0 or HTTP/1.1 */
+	HTTP1_ERR_URI_TOO_LONG,         /* request-target over the limit: 414 */
+	HTTP1_ERR_HEAD_TOO_LARGE,       /* head over the limit: 431 */
+	HTTP1_ERR_TOO_MANY_FIELDS,      /* over HTTP1_MAX_FIELDS: 431 */
+	HTTP1_ERR_BAD_LINE_ENDING,      /* bare CR or bare LF where CRLF must be */
+	HTTP1_ERR_BAD_FIELD_NAME,       /* field name is empty or not a token */
+	HTTP1_ERR_SPACE_BEFORE_COLON,   /* whitespace between field name and colon */
+	HTTP1_ERR_OBS_FOLD,             /* a field line starts with SP or HTAB */
+	HTTP1_ERR_BAD_FIELD_VALUE,      /* NUL, CR, LF or another control byte in a value */
+	HTTP1_ERR_BAD_STATUS_LINE,      /* response: not "HTTP/1.x 3DIGIT SP reason CRLF" */
+	HTTP1_ERR_CL_AND_TE,            /* both Content-Length and Transfer-Encoding */
+	HTTP1_ERR_BAD_CONTENT_LENGTH,   /* not 1*DIGIT, or too large */
+	HTTP1_ERR_DIFFERING_CONTENT_LENGTH, /* several Content-Length values that differ */
+	HTTP1_ERR_BAD_TRANSFER_ENCODING, /* a coding list not ending in a single chunked */
+	HTTP1_ERR_TE_IN_HTTP10,         /* Transfer-Encoding in an HTTP/1.0 message */
+	HTTP1_ERR_MISSING_HOST,         /* HTTP/1.1 request without Host */
+	HTTP1_ERR_BAD_HOST,             /* Host not a valid uri-host[:port], or repeated */
+	HTTP1_ERR_BAD_EXPECT,           /* an expectation other than 100-continue: 417 */
+	HTTP1_ERR_BAD_CHUNK_SIZE,       /* chunk-size not hex digits */
+	HTTP1_ERR_CHUNK_SIZE_OVERFLOW,  /* chunk-size over 2^62 */
+	HTTP1_ERR_BAD_CHUNK_EXT,        /* chunk extension not token[=token|quoted-string] */
+	HTTP1_ERR_BAD_CHUNK_END,        /* chunk data not followed by CRLF */
+	HTTP1_ERR_BAD_TRAILER,          /* trailer field invalid, or trailers too large */
+};
+
+/* One field line. Pointers are into the parsed buffer. */
+struct http1_field {
+	const char *name;  /* field name as sent (case kept) */
+	const char *value; /* value without leading and trailing whitespace */
+	const char *line;  /* the whole line as sent, from the name to its CRLF included */
+	uint32_t name_len;
+	uint32_t value_len;
+	uint32_t line_len;
+};
+
+/* A parsed request or response head. Pointers are into the parsed buffer. */
+struct http1_head {
+	const char *method; /* request only */
+	const char *target; /* request only: the request-target as sent */
+	const char *reason; /* response only: reason phrase, may be empty */
+	size_t method_len;
+	size_t target_len;
+	size_t reason_len;
+	int status;         /* response only: 100..599 */
+	int version_minor;  /* 0 for HTTP/1.0, 1 for HTTP/1.1 */
+	size_t head_len;    /* bytes from the buffer's start to the end of the empty line */
+	size_t field_count;
+	struct http1_field fields[HTTP1_MAX_FIELDS];
+};
+
+struct http1_limits {
+	size_t max_head_bytes;   /* request line and all fields, CRLFs included */
+	size_t max_target_bytes; /* request-target alone */
+};
+
+/* Parse a request head at the start of buf. Empty lines (CRLF) before the
+ * request line are skipped and counted in head_len (RFC 9112 section 2.2). */
+enum http1_parse http1_parse_request_head(const char *buf, size_t len,
+					  const struct http1_limits *limits,
+					  struct http1_head *head, enum http1_error *error);
+
+/* Parse a response head at the start of buf. */
+enum http1_parse http1_parse_response_head(const char *buf, size_t len, size_t max_head_bytes,
+					   struct http1_head *head, enum http1_error *error);
+
+enum http1_body {
+	HTTP1_BODY_NONE,        /* no body at all */
+	HTTP1_BODY_LENGTH,      /* content_length bytes follow */
+	HTTP1_BODY_CHUNKED,     /* chunked coding follows */
+	HTTP1_BODY_UNTIL_CLOSE, /* response only: everything until the connection closes */
+};
+
+/* What a head says about the message around it. */
+struct http1_framing {
+	enum http1_body body;
+	uint64_t content_length; /* with HTTP1_BODY_LENGTH */
+	bool keep_alive;         /* the sender allows another message on this connection */
+	bool expect_continue;    /* request: Expect: 100-continue */
+	const char *host;        /* request: the Host value, NULL when absent */
+	size_t host_len;
+};
+
+/* Decide a request's framing, checking Content-Length, Transfer-Encoding,
+ * Connection, Host (required for HTTP/1.1, at most one) and Expect. Returns 0, or
+ * -1 with *error set. */
+int http1_request_framing(const struct http1_head *head, struct http1_framing *framing,
+			  enum http1_error *error);
+
+/* Decide a response's framing; a response to HEAD, 1xx, 204 and 304 has no body. */
+int http1_response_framing(const struct http1_head *head, bool request_was_head,
+			   struct http1_framing *framing, enum http1_error *error);
+
+/* True for the hop-by-hop fields a proxy must not forward (RFC 9110 section
+ * 7.6.1: Connection, Proxy-Connection, Keep-Alive, TE, Transfer-Encoding,
+ * Upgrade) and for any field named in this head's Connection field.
+ * Transfer-Encoding is included: callers that forward a chunked body as it
+ * is re-add it themselves. */
+bool http1_field_is_hop_by_hop(const struct http1_head *head, const struct http1_field *field);
+
+/* Case-insensitive comparison of a counted string with a C string. */
+bool http1_name_equals(const char *s, size_t len, const char *lit);
+
+/* Find the first field with this name, or NULL. */
+const struct http1_field *http1_find_field(const struct http1_head *head, const char *name);
+
+/* The HTTP status a client should get for a request parse error: 400, 414,
+ * 417 or 431. */
+int http1_error_status(enum http1_error error);
+
+/* A short human reason for an error, for response bodies and logs. */
+const char *http1_error_text(enum http1_error error);
+
+/* Streaming decoder for the chunked coding. It never copies data: it says what
+ * the next bytes are, so the caller can move chunk data between buffers and
+ * skip or keep framing bytes. */
+struct http1_chunked {
+	int state;            /* private to http1.c */
+	uint64_t remaining;   /* data bytes left in the current chunk */
+	uint64_t size;        /* chunk-size being read */
+	size_t line_len;      /* bytes of the current framing line so far */
+	size_t trailer_bytes; /* bytes of trailer section so far */
+	size_t max_line;      /* longest framing or trailer line accepted */
+	size_t max_trailer;   /* largest trailer section accepted */
+};
+
+enum http1_chunk_step {
+	HTTP1_CHUNK_FRAMING, /* the first *n bytes are framing (size lines, CRLFs, trailers) */
+	HTTP1_CHUNK_DATA,    /* the first *n bytes are chunk data */
+	HTTP1_CHUNK_DONE,    /* the first *n bytes are framing and end the body */
+	HTTP1_CHUNK_ERROR,   /* invalid framing; *error says why */
+};
+
+/* Start decoding a chunked body; trailers up to max_trailer bytes are accepted. */
+void http1_chunked_init(struct http1_chunked *dec, size_t max_trailer);
+
+/* Look at the next len (> 0) bytes of the body and classify a prefix of them.
+ * FRAMING and DATA consume *n bytes with 0 < *n <= len; call again with the
+ * rest. DONE consumes *n bytes and the body is complete. */
+enum http1_chunk_step http1_chunked_step(struct http1_chunked *dec, const char *buf, size_t len,
+					 size_t *n, enum http1_error *error);
+
+/* True once DONE has been returned. */
+bool http1_chunked_done(const struct http1_chunked *dec);
+
+#endif

@@ -1,0 +1,200 @@
+#include "listener.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "client.h"
+#include "config.h"
+#include "log.h"
+#include "proxy.h"
+#include "xmalloc.h"
+
+/* After accept() fails (out of file descriptors), pause this long before
+ * accepting again instead of spinning on the same error. */
+#define LISTENER_ERROR_PAUSE_MS 100
+
+struct listener {
+	struct proxy *proxy;
+	struct config *config;               /* held: the config this listener runs under */
+	const struct listener_config *listen; /* inside config */
+	struct evconnlistener *evl;
+	struct event *resume_timer;          /* ends the pause after an accept error */
+	struct listener *next;
+};
+
+static void listener_accept_cb(struct evconnlistener *evl, evutil_socket_t fd,
+			       struct sockaddr *peer, int peer_len, void *arg)
+{
+	struct listener *l = arg;
+	struct proxy *proxy = l->proxy;
+
+	if (proxy->draining) {
+		evutil_closesocket(fd);
+		return;
+	}
+	client_new(proxy, l->config, l->listen, fd, peer, (socklen_t)peer_len);
+	if (proxy->connection_count >= proxy->config->limits.max_connections &&
+	    !proxy->accepting_paused) {
+		log_warn("max_connections (%u) reached: not accepting until a connection closes",
+			 proxy->config->limits.max_connections);
+		listener_set_accepting(proxy, false);
+	}
+}
+
+static void listener_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct listener *l = arg;
+
+	if (!l->proxy->accepting_paused)
+		evconnlistener_enable(l->evl);
+}
+
+/* accept() failed: out of file descriptors is survivable, so log it, stop
+ * accepting for a moment and go on. */
+static void listener_error_cb(struct evconnlistener *evl, void *arg)
+{
+	struct listener *l = arg;
+	struct timeval tv = { .tv_sec = 0, .tv_usec = LISTENER_ERROR_PAUSE_MS * 1000 };
+	int err = EVUTIL_SOCKET_ERROR();
+
+	log_error("accept on %s failed: %s; pausing accepts for %d ms", l->listen->address,
+		  evutil_socket_error_to_string(err), LISTENER_ERROR_PAUSE_MS);
+	evconnlistener_disable(evl);
+	evtimer_add(l->resume_timer, &tv);
+}
+
+/* Close one listener. */
+static void listener_free(struct listener *l)
+{
+	evconnlistener_free(l->evl);
+	event_free(l->resume_timer);
+	config_release(l->config);
+	free(l);
+}
+
+/* Bind one listener. NULL after logging why not. */
+static struct listener *listener_open(struct proxy *proxy, struct config *config,
+				      const struct listener_config *lc)
+{
+	struct listener *l = xcalloc(1, sizeof(*l));
+
+	l->proxy = proxy;
+	l->listen = lc;
+	l->evl = evconnlistener_new_bind(proxy->base, listener_accept_cb, l,
+					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
+					 (const struct sockaddr *)&lc->addr, (int)lc->addr_len);
+	if (l->evl == NULL) {
+		log_error("cannot listen on %s: %s", lc->address, strerror(errno));
+		free(l);
+		return NULL;
+	}
+	evconnlistener_set_error_cb(l->evl, listener_error_cb);
+	l->resume_timer = evtimer_new(proxy->base, listener_resume_cb, l);
+	l->config = config_hold(config);
+	if (proxy->accepting_paused)
+		evconnlistener_disable(l->evl);
+	log_info("listening on %s (%s)", lc->address,
+		 lc->upstream != NULL ? lc->upstream->text : "forward proxy");
+	return l;
+}
+
+/* Does listener l listen where lc says? */
+static bool listener_same_address(const struct listener *l, const struct listener_config *lc)
+{
+	return l->listen->addr_len == lc->addr_len &&
+	       memcmp(&l->listen->addr, &lc->addr, lc->addr_len) == 0;
+}
+
+/* The open listener on lc's address, unlinked from the list, or NULL. */
+static struct listener *listener_take(struct listener **list, const struct listener_config *lc)
+{
+	struct listener **link;
+
+	for (link = list; *link != NULL; link = &(*link)->next) {
+		if (listener_same_address(*link, lc)) {
+			struct listener *l = *link;
+
+			*link = l->next;
+			l->next = NULL;
+			return l;
+		}
+	}
+	return NULL;
+}
+
+int listener_apply(struct proxy *proxy, struct config *config)
+{
+	struct listener *opened = NULL;
+	struct listener *next_list = NULL;
+	struct listener *l;
+	size_t i;
+
+	/* first bind what is new, so a failure leaves everything as it was */
+	for (i = 0; i < config->listener_count; i++) {
+		const struct listener_config *lc = &config->listeners[i];
+		bool exists = false;
+
+		for (l = proxy->listeners; l != NULL; l = l->next)
+			exists = exists || listener_same_address(l, lc);
+		if (exists)
+			continue;
+		l = listener_open(proxy, config, lc);
+		if (l == NULL) {
+			while (opened != NULL) {
+				l = opened;
+				opened = l->next;
+				listener_free(l);
+			}
+			return -1;
+		}
+		l->next = opened;
+		opened = l;
+	}
+	/* then move addresses that stay under the new config: their sockets
+	 * stay open, so no connection is refused while reloading */
+	for (i = 0; i < config->listener_count; i++) {
+		const struct listener_config *lc = &config->listeners[i];
+
+		l = listener_take(&proxy->listeners, lc);
+		if (l == NULL)
+			l = listener_take(&opened, lc);
+		if (l == NULL)
+			continue; /* a repeated address: config validation prevents it */
+		config_release(l->config);
+		l->config = config_hold(config);
+		l->listen = lc;
+		l->next = next_list;
+		next_list = l;
+	}
+	listener_close_all(proxy); /* what is left were dropped */
+	proxy->listeners = next_list;
+	return 0;
+}
+
+void listener_close_all(struct proxy *proxy)
+{
+	while (proxy->listeners != NULL) {
+		struct listener *l = proxy->listeners;
+
+		proxy->listeners = l->next;
+		log_info("closed listener %s", l->listen->address);
+		listener_free(l);
+	}
+}
+
+void listener_set_accepting(struct proxy *proxy, bool accepting)
+{
+	struct listener *l;
+
+	proxy->accepting_paused = !accepting;
+	for (l = proxy->listeners; l != NULL; l = l->next) {
+		if (accepting)
+			evconnlistener_enable(l->evl);
+		else
+			evconnlistener_disable(l->evl);
+	}
+}

@@ -1,0 +1,33 @@
+#ifndef RETRYPROXY_LOG_H
+#define RETRYPROXY_LOG_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+enum log_level {
+	LOG_LEVEL_ERROR, /* the proxy cannot do something it was asked to */
+	LOG_LEVEL_WARN,  /* something is wrong but serving goes on */
+	LOG_LEVEL_INFO,  /* start, stop, reload, access lines */
+	LOG_LEVEL_DEBUG, /* per-connection detail */
+};
+
+enum log_format {
+	LOG_FORMAT_TEXT, /* one human line per event */
+	LOG_FORMAT_JSON, /* one JSON object per line, stable keys */
+};
+
+/* Set the threshold and format for everything written from now on. */
+void log_configure(enum log_level level, enum log_format format);
+enum log_format log_get_format(void);
+int log_enabled(enum log_level level);
+
+void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Write one finished line (no trailing newline) as it is, ignoring the level:
+ * access lines are always written. */
+void log_write_line(const char *line, size_t len);
+
+#endif

@@ -1,0 +1,162 @@
+/* Command line, config selection, signals; builds the proxy and runs it. */
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "config.h"
+#include "log.h"
+#include "proxy.h"
+
+#ifndef RETRYPROXY_VERSION
+#define RETRYPROXY_VERSION "0.0.0"
+#endif
+
+enum main_exit {
+	MAIN_EXIT_OK = 0,      /* clean shutdown, or --check passed */
+	MAIN_EXIT_CONFIG = 1,  /* bad config or usage */
+	MAIN_EXIT_RUNTIME = 2, /* cannot bind, ... */
+};
+
+/* Files tried in order when no -c is given. */
+static const char *const main_config_paths[] = {
+	"./conf/retryproxy.yaml",
+	"/etc/retryproxy/retryproxy.yaml",
+};
+
+struct main_signals {
+	struct proxy *proxy;
+	const char *config_path; /* NULL: embedded */
+};
+
+static void main_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: retryproxy [-c FILE] [--check] [--version] [--help]\n"
+		"\n"
+		"  -c, --config FILE  use this config file; without it ./conf/retryproxy.yaml,\n"
+		"                     then /etc/retryproxy/retryproxy.yaml, then the embedded default\n"
+		"  --check            validate the config, print ok or the errors, and exit\n"
+		"  --version          print the version and exit\n"
+		"  -h, --help         print this help and exit\n"
+		"\n"
+		"signals: SIGHUP reloads the config; SIGTERM and SIGINT drain and exit\n");
+}
+
+static void main_on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct main_signals *s = arg;
+
+	if (sig == SIGHUP) {
+		log_info("SIGHUP: reloading %s", s->config_path != NULL ? s->config_path : "<embedded>");
+		proxy_reload(s->proxy, s->config_path);
+		return;
+	}
+	log_info("%s: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+	proxy_drain(s->proxy);
+}
+
+/* The config file to use when none was named, or NULL for the embedded one. */
+static const char *main_default_config_path(void)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(main_config_paths) / sizeof(main_config_paths[0]); i++)
+		if (access(main_config_paths[i], F_OK) == 0)
+			return main_config_paths[i];
+	return NULL;
+}
+
+/* Load path or the embedded default, printing every error and a count. */
+static struct config *main_load(const char *path)
+{
+	struct config *config;
+	char *errors = NULL;
+	size_t errors_len = 0;
+	FILE *err = open_memstream(&errors, &errors_len);
+	size_t count = 0;
+	const char *p;
+
+	if (path != NULL)
+		config = config_load_file(path, err);
+	else
+		config = config_load_text(config_embedded_default, strlen(config_embedded_default),
+					  "<embedded>", err);
+	fclose(err);
+	for (p = errors; p != NULL && *p != '\0'; p++)
+		count += *p == '\n';
+	if (config == NULL) {
+		fputs(errors, stderr);
+		fprintf(stderr, "retryproxy: %s: %zu error%s\n", path != NULL ? path : "<embedded>",
+			count, count == 1 ? "" : "s");
+	}
+	free(errors);
+	return config;
+}
+
+int main(int argc, char **argv)
+{
+	const char *config_path = NULL;
+	bool check = false;
+	struct config *config;
+	struct proxy *proxy;
+	struct main_signals signals;
+	struct event *sig_events[3];
+	static const int sig_numbers[3] = { SIGTERM, SIGINT, SIGHUP };
+	bool bind_failed;
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) && i + 1 < argc) {
+			config_path = argv[++i];
+		} else if (strcmp(argv[i], "--check") == 0) {
+			check = true;
+		} else if (strcmp(argv[i], "--version") == 0) {
+			printf("retryproxy %s\n", RETRYPROXY_VERSION);
+			return MAIN_EXIT_OK;
+		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			main_usage(stdout);
+			return MAIN_EXIT_OK;
+		} else {
+			fprintf(stderr, "retryproxy: %s: %s\n",
+				argv[i][0] == '-' && (strcmp(argv[i], "-c") != 0 && strcmp(argv[i], "--config") != 0)
+					? "unknown option" : "missing or unexpected argument",
+				argv[i]);
+			main_usage(stderr);
+			return MAIN_EXIT_CONFIG;
+		}
+	}
+	if (config_path == NULL)
+		config_path = main_default_config_path();
+	config = main_load(config_path);
+	if (config == NULL)
+		return MAIN_EXIT_CONFIG;
+	if (check) {
+		config_release(config);
+		printf("ok\n");
+		return MAIN_EXIT_OK;
+	}
+	log_configure(config->log_level, config->log_format);
+	log_info("retryproxy %s starting; config: %s", RETRYPROXY_VERSION,
+		 config_path != NULL ? config_path : "<embedded>");
+	signal(SIGPIPE, SIG_IGN);
+	proxy = proxy_new(config, &bind_failed);
+	if (proxy == NULL)
+		return bind_failed ? MAIN_EXIT_RUNTIME : MAIN_EXIT_CONFIG;
+	signals.proxy = proxy;
+	signals.config_path = config_path;
+	for (i = 0; i < 3; i++) {
+		sig_events[i] = evsignal_new(proxy->base, sig_numbers[i], main_on_signal, &signals);
+		evsignal_add(sig_events[i], NULL);
+	}
+	proxy_run(proxy);
+	for (i = 0; i < 3; i++)
+		event_free(sig_events[i]);
+	proxy_free(proxy);
+	log_info("stopped");
+	return MAIN_EXIT_OK;
+}

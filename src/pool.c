@@ -1,0 +1,187 @@
+#include "pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "xmalloc.h"
+
+#define POOL_BUCKETS 256 /* hash buckets for upstream keys */
+
+struct pool_upstream;
+
+struct pool_idle {
+	struct pool *pool;
+	struct pool_upstream *upstream;
+	struct bufferevent *bev;
+	struct event *timer;
+	TAILQ_ENTRY(pool_idle) link;
+};
+
+struct pool_upstream {
+	char *key;
+	unsigned idle_count;
+	TAILQ_HEAD(, pool_idle) idle; /* most recently idled first */
+	struct pool_upstream *next;  /* in the bucket */
+};
+
+struct pool {
+	struct event_base *base;
+	pool_closed_cb closed;
+	void *closed_arg;
+	unsigned idle_count;
+	struct pool_upstream *buckets[POOL_BUCKETS];
+};
+
+struct pool *pool_new(struct event_base *base, pool_closed_cb closed, void *arg)
+{
+	struct pool *pool = xcalloc(1, sizeof(*pool));
+
+	pool->base = base;
+	pool->closed = closed;
+	pool->closed_arg = arg;
+	return pool;
+}
+
+/* FNV-1a: keys are short and few, any spread will do. */
+static unsigned pool_hash(const char *key)
+{
+	uint32_t h = 2166136261u;
+
+	for (; *key != '\0'; key++)
+		h = (h ^ (unsigned char)*key) * 16777619u;
+	return h % POOL_BUCKETS;
+}
+
+static struct pool_upstream *pool_find(struct pool *pool, const char *key, int create)
+{
+	unsigned b = pool_hash(key);
+	struct pool_upstream *u;
+
+	for (u = pool->buckets[b]; u != NULL; u = u->next)
+		if (strcmp(u->key, key) == 0)
+			return u;
+	if (!create)
+		return NULL;
+	u = xcalloc(1, sizeof(*u));
+	u->key = xstrdup(key);
+	TAILQ_INIT(&u->idle);
+	u->next = pool->buckets[b];
+	pool->buckets[b] = u;
+	return u;
+}
+
+/* Unlink an idle entry and free its bookkeeping, returning its connection. */
+static struct bufferevent *pool_detach(struct pool *pool, struct pool_idle *idle)
+{
+	struct bufferevent *bev = idle->bev;
+
+	TAILQ_REMOVE(&idle->upstream->idle, idle, link);
+	idle->upstream->idle_count--;
+	pool->idle_count--;
+	event_free(idle->timer);
+	free(idle);
+	bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+	bufferevent_disable(bev, EV_READ | EV_WRITE);
+	return bev;
+}
+
+/* Close an idle connection for good. */
+static void pool_close(struct pool *pool, struct pool_idle *idle)
+{
+	bufferevent_free(pool_detach(pool, idle));
+	if (pool->closed != NULL)
+		pool->closed(pool->closed_arg);
+}
+
+/* Any byte on an idle connection ends it: no request asked for it. */
+static void pool_idle_read_cb(struct bufferevent *bev, void *arg)
+{
+	struct pool_idle *idle = arg;
+
+	pool_close(idle->pool, idle);
+}
+
+/* The upstream closed or reset the idle connection. */
+static void pool_idle_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+	struct pool_idle *idle = arg;
+
+	pool_close(idle->pool, idle);
+}
+
+static void pool_idle_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct pool_idle *idle = arg;
+
+	pool_close(idle->pool, idle);
+}
+
+void pool_put(struct pool *pool, const char *key, struct bufferevent *bev, unsigned max_idle,
+	      uint64_t idle_timeout_ms)
+{
+	struct pool_upstream *u = pool_find(pool, key, 1);
+	struct pool_idle *idle;
+	struct timeval tv = {
+		.tv_sec = (time_t)(idle_timeout_ms / 1000),
+		.tv_usec = (suseconds_t)(idle_timeout_ms % 1000) * 1000,
+	};
+
+	if (u->idle_count >= max_idle) {
+		bufferevent_free(bev);
+		if (pool->closed != NULL)
+			pool->closed(pool->closed_arg);
+		return;
+	}
+	idle = xcalloc(1, sizeof(*idle));
+	idle->pool = pool;
+	idle->upstream = u;
+	idle->bev = bev;
+	idle->timer = evtimer_new(pool->base, pool_idle_timeout_cb, idle);
+	evtimer_add(idle->timer, &tv);
+	TAILQ_INSERT_HEAD(&u->idle, idle, link);
+	u->idle_count++;
+	pool->idle_count++;
+	bufferevent_setcb(bev, pool_idle_read_cb, NULL, pool_idle_event_cb, idle);
+	bufferevent_set_timeouts(bev, NULL, NULL);
+	bufferevent_disable(bev, EV_WRITE);
+	bufferevent_enable(bev, EV_READ);
+}
+
+struct bufferevent *pool_take(struct pool *pool, const char *key)
+{
+	struct pool_upstream *u = pool_find(pool, key, 0);
+
+	if (u == NULL || TAILQ_EMPTY(&u->idle))
+		return NULL;
+	return pool_detach(pool, TAILQ_FIRST(&u->idle));
+}
+
+unsigned pool_idle_count(const struct pool *pool)
+{
+	return pool->idle_count;
+}
+
+void pool_free(struct pool *pool)
+{
+	unsigned b;
+
+	if (pool == NULL)
+		return;
+	for (b = 0; b < POOL_BUCKETS; b++) {
+		while (pool->buckets[b] != NULL) {
+			struct pool_upstream *u = pool->buckets[b];
+
+			while (!TAILQ_EMPTY(&u->idle))
+				pool_close(pool, TAILQ_FIRST(&u->idle));
+			pool->buckets[b] = u->next;
+			free(u->key);
+			free(u);
+		}
+	}
+	free(pool);
+}

@@ -1,0 +1,35 @@
+#ifndef RETRYPROXY_POOL_H
+#define RETRYPROXY_POOL_H
+
+/*
+ * Idle keep-alive upstream connections per (scheme, host, port, trust
+ * policy). An idle connection that the upstream closes, that receives
+ * unexpected bytes, or that stays idle too long is closed here.
+ */
+
+#include <stdint.h>
+
+struct bufferevent;
+struct event_base;
+struct pool;
+
+/* Called when the pool closes a connection, so the owner's count stays right. */
+typedef void (*pool_closed_cb)(void *arg);
+
+struct pool *pool_new(struct event_base *base, pool_closed_cb closed, void *arg);
+
+/* Close every idle connection and free the pool. */
+void pool_free(struct pool *pool);
+
+/* Keep bev idle under key; closed at once if key already holds max_idle. */
+void pool_put(struct pool *pool, const char *key, struct bufferevent *bev, unsigned max_idle,
+	      uint64_t idle_timeout_ms);
+
+/* The most recently idled connection for key, or NULL. Its callbacks are
+ * cleared and reading is disabled; the caller owns it. */
+struct bufferevent *pool_take(struct pool *pool, const char *key);
+
+/* Idle connections held now, over all keys. */
+unsigned pool_idle_count(const struct pool *pool);
+
+#endif

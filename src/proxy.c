@@ -1,0 +1,203 @@
+#include "proxy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/dns.h>
+#include <event2/event.h>
+
+#include "client.h"
+#include "listener.h"
+#include "log.h"
+#include "pool.h"
+#include "tls.h"
+#include "tunnel.h"
+#include "xmalloc.h"
+
+/* Where the resolver's configuration comes from; tests point it at a stub
+ * resolver on loopback. */
+#define PROXY_RESOLV_CONF_ENV "RETRYPROXY_RESOLV_CONF"
+#define PROXY_HOSTS_ENV "RETRYPROXY_HOSTS"
+
+static void proxy_pool_closed(void *arg)
+{
+	struct proxy *proxy = arg;
+
+	proxy->upstream_count--;
+}
+
+/* Warn about every trust opt-out and make sure each CA file loads. */
+static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
+{
+	char err[512];
+	size_t i;
+
+	if (!config->tls.verify)
+		log_warn("tls.verify is false: upstream certificates are not checked for any route "
+			 "without its own tls section");
+	if (tls_store_prepare(proxy->tls, &config->tls, err, sizeof(err)) < 0) {
+		log_error("%s: tls: %s", config->source, err);
+		return -1;
+	}
+	for (i = 0; i < config->route_count; i++) {
+		const struct route *r = &config->routes[i];
+
+		if (!r->tls_overridden)
+			continue;
+		if (!r->tls.verify)
+			log_warn("route %s: tls.verify is false: its upstream certificates are not checked",
+				 r->name);
+		if (tls_store_prepare(proxy->tls, &r->tls, err, sizeof(err)) < 0) {
+			log_error("%s: routes %s: tls: %s", config->source, r->name, err);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* A non-blocking resolver that reads the hosts file and resolv.conf. */
+static struct evdns_base *proxy_new_resolver(struct event_base *base)
+{
+	struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+	const char *resolv = getenv(PROXY_RESOLV_CONF_ENV);
+	int r;
+
+	if (resolv == NULL || resolv[0] == '\0')
+		resolv = "/etc/resolv.conf";
+	r = evdns_base_resolv_conf_parse(dns, DNS_OPTIONS_ALL, resolv);
+	if (r != 0)
+		log_warn("resolver: cannot use %s (error %d); names other than hosts-file ones may not resolve",
+			 resolv, r);
+	if (evdns_base_load_hosts(dns, getenv(PROXY_HOSTS_ENV)) != 0)
+		log_warn("resolver: cannot read the hosts file");
+	return dns;
+}
+
+struct proxy *proxy_new(struct config *config, bool *bind_failed)
+{
+	struct proxy *proxy = xcalloc(1, sizeof(*proxy));
+
+	*bind_failed = false;
+	proxy->base = event_base_new();
+	if (proxy->base == NULL) {
+		log_error("cannot create the event loop");
+		free(proxy);
+		config_release(config);
+		*bind_failed = true;
+		return NULL;
+	}
+	proxy->config = config;
+	proxy->dns = proxy_new_resolver(proxy->base);
+	proxy->tls = tls_store_new();
+	proxy->pool = pool_new(proxy->base, proxy_pool_closed, proxy);
+	LIST_INIT(&proxy->clients);
+	LIST_INIT(&proxy->tunnels);
+	if (proxy_prepare_tls(proxy, config) < 0) {
+		proxy_free(proxy);
+		return NULL;
+	}
+	if (listener_apply(proxy, config) < 0) {
+		*bind_failed = true;
+		proxy_free(proxy);
+		return NULL;
+	}
+	return proxy;
+}
+
+void proxy_free(struct proxy *proxy)
+{
+	if (proxy == NULL)
+		return;
+	listener_close_all(proxy);
+	while (!LIST_EMPTY(&proxy->clients))
+		client_close(LIST_FIRST(&proxy->clients), "shutdown");
+	while (!LIST_EMPTY(&proxy->tunnels))
+		tunnel_close(LIST_FIRST(&proxy->tunnels));
+	pool_free(proxy->pool);
+	tls_store_free(proxy->tls);
+	if (proxy->drain_timer != NULL)
+		event_free(proxy->drain_timer);
+	evdns_base_free(proxy->dns, 1);
+	config_release(proxy->config);
+	event_base_free(proxy->base);
+	free(proxy);
+}
+
+void proxy_run(struct proxy *proxy)
+{
+	event_base_dispatch(proxy->base);
+}
+
+int proxy_reload(struct proxy *proxy, const char *path)
+{
+	struct config *config;
+
+	if (path != NULL)
+		config = config_load_file(path, stderr);
+	else
+		config = config_load_text(config_embedded_default, strlen(config_embedded_default),
+					  "<embedded>", stderr);
+	if (config == NULL) {
+		log_error("reload: %s has errors; keeping the running config",
+			  path != NULL ? path : "<embedded>");
+		return -1;
+	}
+	if (proxy_prepare_tls(proxy, config) < 0 || listener_apply(proxy, config) < 0) {
+		log_error("reload: cannot apply %s; keeping the running config",
+			  path != NULL ? path : "<embedded>");
+		config_release(config);
+		return -1;
+	}
+	config_release(proxy->config);
+	proxy->config = config;
+	log_configure(config->log_level, config->log_format);
+	log_info("reload: now running %s", config->source);
+	return 0;
+}
+
+/* drain_timeout passed: close what is still open. */
+static void proxy_drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct proxy *proxy = arg;
+
+	log_warn("drain_timeout passed with %u connections open; closing them",
+		 proxy->connection_count);
+	while (!LIST_EMPTY(&proxy->clients))
+		client_close(LIST_FIRST(&proxy->clients), "drain_timeout");
+	while (!LIST_EMPTY(&proxy->tunnels))
+		tunnel_close(LIST_FIRST(&proxy->tunnels));
+	event_base_loopexit(proxy->base, NULL);
+}
+
+void proxy_drain(struct proxy *proxy)
+{
+	uint64_t ms = proxy->config->limits.drain_timeout_ms;
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+
+	if (proxy->draining)
+		return;
+	proxy->draining = true;
+	log_info("draining: %u connections open, waiting up to %llu ms", proxy->connection_count,
+		 (unsigned long long)ms);
+	listener_close_all(proxy);
+	client_close_idle(proxy);
+	if (proxy->connection_count == 0) {
+		event_base_loopexit(proxy->base, NULL);
+		return;
+	}
+	proxy->drain_timer = evtimer_new(proxy->base, proxy_drain_timeout_cb, proxy);
+	evtimer_add(proxy->drain_timer, &tv);
+}
+
+void proxy_connection_closed(struct proxy *proxy)
+{
+	proxy->connection_count--;
+	if (proxy->accepting_paused && !proxy->draining &&
+	    proxy->connection_count < proxy->config->limits.max_connections) {
+		log_info("below max_connections again: accepting");
+		listener_set_accepting(proxy, true);
+	}
+	if (proxy->draining && proxy->connection_count == 0)
+		event_base_loopexit(proxy->base, NULL);
+}

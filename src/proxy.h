@@ -1,0 +1,61 @@
+#ifndef RETRYPROXY_PROXY_H
+#define RETRYPROXY_PROXY_H
+
+/*
+ * The one runtime state, built by main and passed down: event loop, DNS,
+ * TLS contexts, the upstream pool, the live config and the open connections.
+ */
+
+#include <stdbool.h>
+#include <sys/queue.h>
+
+#include "config.h"
+
+struct event_base;
+struct evdns_base;
+struct event;
+struct tls_store;
+struct pool;
+struct listener;
+struct client;
+struct tunnel;
+
+struct proxy {
+	struct event_base *base;
+	struct evdns_base *dns;
+	struct config *config;       /* live config; connections hold the one they started under */
+	struct tls_store *tls;
+	struct pool *pool;
+	struct listener *listeners;  /* list of open proxy listeners */
+	LIST_HEAD(, client) clients; /* every open client connection */
+	LIST_HEAD(, tunnel) tunnels; /* every open CONNECT tunnel */
+	unsigned connection_count;   /* clients and tunnels: what max_connections counts */
+	unsigned upstream_count;     /* open upstream connections, pooled ones included */
+	bool accepting_paused;       /* at max_connections */
+	bool draining;               /* shutting down: no new requests */
+	struct event *drain_timer;
+};
+
+/* Build the runtime for a validated config (the proxy takes the reference)
+ * and bind its listeners. NULL after logging why not; *bind_failed tells a
+ * runtime failure (exit 2) from a config one (exit 1). */
+struct proxy *proxy_new(struct config *config, bool *bind_failed);
+
+/* Run the event loop until shutdown completes. */
+void proxy_run(struct proxy *proxy);
+
+void proxy_free(struct proxy *proxy);
+
+/* Load path (NULL: the embedded default) and switch to it; on any error keep
+ * the running config. Returns 0 or -1. */
+int proxy_reload(struct proxy *proxy, const char *path);
+
+/* Stop accepting, let in-flight requests finish up to drain_timeout, then
+ * leave the loop. */
+void proxy_drain(struct proxy *proxy);
+
+/* Called whenever a client connection or tunnel closes: resumes accepting
+ * below max_connections and finishes a drain when the last one is gone. */
+void proxy_connection_closed(struct proxy *proxy);
+
+#endif

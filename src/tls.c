@@ -1,0 +1,242 @@
+#include "tls.h"
+
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xmalloc.h"
+
+#define TLS_MAX_SESSIONS 1024 /* upstreams remembered for resumption */
+
+struct tls_context {
+	char *ca_file; /* NULL: default paths */
+	bool verify;
+	SSL_CTX *ctx;
+	struct tls_context *next;
+};
+
+struct tls_session {
+	char *key;
+	SSL_SESSION *session;
+	struct tls_session *next;
+};
+
+struct tls_store {
+	struct tls_context *contexts;
+	struct tls_session *sessions; /* most recently saved first */
+	size_t session_count;
+};
+
+/* Indexes of the ex_data slots that tie an SSL to its store and session key. */
+static int tls_ex_store = -1;
+static int tls_ex_key = -1;
+
+/* The session key is a copy owned by the SSL: freed with it. */
+static void tls_free_key(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
+			 void *argp)
+{
+	free(ptr);
+}
+
+struct tls_store *tls_store_new(void)
+{
+	if (tls_ex_store < 0) {
+		tls_ex_store = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+		tls_ex_key = SSL_get_ex_new_index(0, NULL, NULL, NULL, tls_free_key);
+	}
+	return xcalloc(1, sizeof(struct tls_store));
+}
+
+void tls_store_free(struct tls_store *store)
+{
+	if (store == NULL)
+		return;
+	while (store->contexts != NULL) {
+		struct tls_context *c = store->contexts;
+
+		store->contexts = c->next;
+		SSL_CTX_free(c->ctx);
+		free(c->ca_file);
+		free(c);
+	}
+	while (store->sessions != NULL) {
+		struct tls_session *s = store->sessions;
+
+		store->sessions = s->next;
+		SSL_SESSION_free(s->session);
+		free(s->key);
+		free(s);
+	}
+	free(store);
+}
+
+/* Keep the newest session for this SSL's upstream; OpenSSL calls this when a
+ * server issues a ticket, which in TLS 1.3 is after the handshake. */
+static int tls_new_session_cb(SSL *ssl, SSL_SESSION *session)
+{
+	struct tls_store *store = SSL_get_ex_data(ssl, tls_ex_store);
+	const char *key = SSL_get_ex_data(ssl, tls_ex_key);
+	struct tls_session **link;
+	struct tls_session *s;
+
+	if (store == NULL || key == NULL)
+		return 0;
+	for (link = &store->sessions; *link != NULL; link = &(*link)->next) {
+		if (strcmp((*link)->key, key) == 0) {
+			s = *link;
+			*link = s->next;
+			SSL_SESSION_free(s->session);
+			s->session = session;
+			s->next = store->sessions;
+			store->sessions = s;
+			return 1;
+		}
+	}
+	s = xcalloc(1, sizeof(*s));
+	s->key = xstrdup(key);
+	s->session = session;
+	s->next = store->sessions;
+	store->sessions = s;
+	if (++store->session_count > TLS_MAX_SESSIONS) {
+		/* drop the oldest: the tail of the list */
+		for (link = &store->sessions; (*link)->next != NULL; link = &(*link)->next)
+			;
+		SSL_SESSION_free((*link)->session);
+		free((*link)->key);
+		free(*link);
+		*link = NULL;
+		store->session_count--;
+	}
+	return 1;
+}
+
+/* Describe the first queued OpenSSL error after what went wrong. */
+static void tls_error_string(char *buf, size_t len, const char *what)
+{
+	unsigned long e = ERR_get_error();
+	char detail[256] = "";
+
+	if (e != 0)
+		ERR_error_string_n(e, detail, sizeof(detail));
+	snprintf(buf, len, "%s%s%s", what, e != 0 ? ": " : "", detail);
+	ERR_clear_error();
+}
+
+/* Find or build the context for a policy. */
+static struct tls_context *tls_context_get(struct tls_store *store, const struct tls_policy *policy,
+					   char *err, size_t err_len)
+{
+	static const unsigned char alpn[] = "\x08http/1.1";
+	struct tls_context *c;
+	SSL_CTX *ctx;
+
+	for (c = store->contexts; c != NULL; c = c->next) {
+		if (c->verify == policy->verify &&
+		    ((c->ca_file == NULL && policy->ca_file == NULL) ||
+		     (c->ca_file != NULL && policy->ca_file != NULL &&
+		      strcmp(c->ca_file, policy->ca_file) == 0)))
+			return c;
+	}
+	ctx = SSL_CTX_new(TLS_client_method());
+	if (ctx == NULL) {
+		tls_error_string(err, err_len, "cannot create a TLS context");
+		return NULL;
+	}
+	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_verify(ctx, policy->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
+	if (policy->ca_file != NULL) {
+		if (SSL_CTX_load_verify_locations(ctx, policy->ca_file, NULL) != 1) {
+			char what[512];
+
+			snprintf(what, sizeof(what), "cannot load CA file %s", policy->ca_file);
+			tls_error_string(err, err_len, what);
+			SSL_CTX_free(ctx);
+			return NULL;
+		}
+	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+		tls_error_string(err, err_len, "cannot load the default trust store");
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
+	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+	SSL_CTX_sess_set_new_cb(ctx, tls_new_session_cb);
+	c = xcalloc(1, sizeof(*c));
+	c->ca_file = policy->ca_file != NULL ? xstrdup(policy->ca_file) : NULL;
+	c->verify = policy->verify;
+	c->ctx = ctx;
+	c->next = store->contexts;
+	store->contexts = c;
+	return c;
+}
+
+int tls_store_prepare(struct tls_store *store, const struct tls_policy *policy, char *err,
+		      size_t err_len)
+{
+	return tls_context_get(store, policy, err, err_len) != NULL ? 0 : -1;
+}
+
+SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, const char *host,
+		    const char *session_key, char *err, size_t err_len)
+{
+	struct tls_context *c = tls_context_get(store, policy, err, err_len);
+	struct in6_addr addr;
+	bool is_ip;
+	SSL *ssl;
+	struct tls_session *s;
+
+	if (c == NULL)
+		return NULL;
+	ssl = SSL_new(c->ctx);
+	if (ssl == NULL) {
+		tls_error_string(err, err_len, "cannot create a TLS connection");
+		return NULL;
+	}
+	is_ip = inet_pton(AF_INET, host, &addr) == 1 || inet_pton(AF_INET6, host, &addr) == 1;
+	/* SNI carries names only (RFC 6066 section 3); IP literals are verified
+	 * against the certificate's IP addresses instead. */
+	if (!is_ip)
+		SSL_set_tlsext_host_name(ssl, host);
+	if (policy->verify) {
+		X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
+
+		if (is_ip)
+			X509_VERIFY_PARAM_set1_ip_asc(param, host);
+		else
+			SSL_set1_host(ssl, host);
+	}
+	SSL_set_ex_data(ssl, tls_ex_store, store);
+	SSL_set_ex_data(ssl, tls_ex_key, xstrdup(session_key));
+	for (s = store->sessions; s != NULL; s = s->next) {
+		if (strcmp(s->key, session_key) == 0) {
+			SSL_set_session(ssl, s->session);
+			break;
+		}
+	}
+	return ssl;
+}
+
+void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,
+			size_t len)
+{
+	long verify = ssl != NULL ? SSL_get_verify_result(ssl) : X509_V_OK;
+
+	if (verify != X509_V_OK) {
+		*verify_failed = true;
+		snprintf(buf, len, "certificate verify failed: %s",
+			 X509_verify_cert_error_string(verify));
+		return;
+	}
+	*verify_failed = false;
+	if (ssl_error != 0) {
+		char detail[256];
+
+		ERR_error_string_n(ssl_error, detail, sizeof(detail));
+		snprintf(buf, len, "TLS handshake failed: %s", detail);
+	} else {
+		snprintf(buf, len, "TLS handshake failed");
+	}
+}

@@ -1,0 +1,38 @@
+#ifndef RETRYPROXY_TLS_H
+#define RETRYPROXY_TLS_H
+
+/*
+ * TLS origination: one SSL_CTX per trust policy (CA file, verify on/off),
+ * client sessions kept per upstream for resumption, and plain-words reasons
+ * for handshake failures.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <openssl/ssl.h>
+
+#include "config.h"
+
+struct tls_store;
+
+struct tls_store *tls_store_new(void);
+void tls_store_free(struct tls_store *store);
+
+/* Make sure a policy's context can be built (CA file loads). Returns 0, or -1
+ * with a reason in err. */
+int tls_store_prepare(struct tls_store *store, const struct tls_policy *policy, char *err,
+		      size_t err_len);
+
+/* A new client SSL for host under policy: SNI (for names, not IP literals),
+ * host name or IP verification, ALPN http/1.1, and a saved session for
+ * session_key when there is one. NULL with a reason in err. */
+SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, const char *host,
+		    const char *session_key, char *err, size_t err_len);
+
+/* Why a handshake failed: the certificate verification result when that was
+ * the cause (*verify_failed set), else OpenSSL's error queue. */
+void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,
+			size_t len);
+
+#endif

@@ -1,0 +1,20 @@
+#ifndef RETRYPROXY_TUNNEL_H
+#define RETRYPROXY_TUNNEL_H
+
+/* A CONNECT tunnel: bytes spliced both ways with backpressure until either
+ * side closes or nothing moves for the idle timeout. */
+
+#include <stdint.h>
+
+struct bufferevent;
+struct proxy;
+struct tunnel;
+
+/* Take over both connections; the tunnel counts as one connection. */
+void tunnel_new(struct proxy *proxy, struct bufferevent *client, struct bufferevent *upstream,
+		uint64_t idle_timeout_ms);
+
+/* Close a tunnel now (shutdown). */
+void tunnel_close(struct tunnel *tunnel);
+
+#endif

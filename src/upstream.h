@@ -1,0 +1,59 @@
+#ifndef RETRYPROXY_UPSTREAM_H
+#define RETRYPROXY_UPSTREAM_H
+
+/*
+ * A new connection to an upstream: resolve the name without blocking (evdns,
+ * honouring the hosts file and resolv.conf), connect to each address in turn,
+ * and for https complete a verified TLS handshake, all within one timeout.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+
+struct bufferevent;
+struct proxy;
+struct upstream_connect;
+
+enum upstream_failure {
+	UPSTREAM_OK,
+	UPSTREAM_FAIL_DNS,            /* the name did not resolve */
+	UPSTREAM_FAIL_REFUSED,        /* refused, unreachable, or reset while connecting */
+	UPSTREAM_FAIL_CONNECT_TIMEOUT,/* no connection (TLS included) within connect_timeout */
+	UPSTREAM_FAIL_TLS_HANDSHAKE,  /* the handshake failed for a reason other than trust */
+	UPSTREAM_FAIL_TLS_VERIFY,     /* the certificate failed verification: never retried */
+};
+
+/* Where to connect. */
+struct upstream_endpoint {
+	bool tls;
+	const char *host;
+	uint16_t port;
+};
+
+/* Called once: with a connected bufferevent (now the caller's, callbacks
+ * unset, disabled) and UPSTREAM_OK, or with NULL, a failure and a reason. */
+typedef void (*upstream_connect_cb)(struct bufferevent *bev, enum upstream_failure failure,
+				    const char *reason, void *arg);
+
+/* Start connecting; the callback never runs before this returns. tls is
+ * used only for https endpoints; session_key names the upstream for TLS
+ * session resumption. */
+struct upstream_connect *upstream_connect_start(struct proxy *proxy,
+						const struct upstream_endpoint *endpoint,
+						const struct tls_policy *tls,
+						const char *session_key, uint64_t timeout_ms,
+						upstream_connect_cb cb, void *arg);
+
+/* Stop a connect in progress; its callback will not run. */
+void upstream_connect_cancel(struct upstream_connect *uc);
+
+/* The name of a failure for logs and response bodies ("connection refused"). */
+const char *upstream_failure_name(enum upstream_failure failure);
+
+/* The pool key of an endpoint under a trust policy, written to buf. */
+void upstream_pool_key(const struct upstream_endpoint *endpoint, const struct tls_policy *tls,
+		       char *buf, size_t len);
+
+#endif

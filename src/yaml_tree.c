@@ -1,0 +1,397 @@
+#include "yaml_tree.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "xmalloc.h"
+
+/* Deeper than any config needs; keeps hostile input from exhausting memory or
+ * the stack of whoever walks the tree recursively. */
+#define YAML_TREE_MAX_DEPTH 64
+
+struct yaml_tree_frame {
+	struct yaml_tree_node *node; /* an open sequence or mapping */
+	struct yaml_tree_node *key;  /* mapping: a key still waiting for its value */
+};
+
+struct yaml_tree_builder {
+	const char *name; /* the file, for messages */
+	FILE *errors;
+	unsigned error_count;
+	unsigned documents;
+	struct yaml_tree_node *root;
+	struct yaml_tree_frame stack[YAML_TREE_MAX_DEPTH];
+	size_t depth;
+};
+
+const char *yaml_tree_kind_name(enum yaml_tree_kind kind)
+{
+	switch (kind) {
+	case YAML_TREE_SCALAR:
+		return "a scalar";
+	case YAML_TREE_SEQUENCE:
+		return "a list";
+	case YAML_TREE_MAPPING:
+		return "a mapping";
+	}
+	return "a node";
+}
+
+/* Whether a node is a plain null: empty, "~" or "null". */
+bool yaml_tree_is_null(const struct yaml_tree_node *node)
+{
+	if (node->kind != YAML_TREE_SCALAR || !node->plain)
+		return false;
+	return node->text_len == 0 || strcmp(node->text, "~") == 0 ||
+	       strcmp(node->text, "null") == 0 || strcmp(node->text, "Null") == 0 ||
+	       strcmp(node->text, "NULL") == 0;
+}
+
+const struct yaml_tree_entry *yaml_tree_find(const struct yaml_tree_node *mapping, const char *key)
+{
+	if (mapping == NULL || mapping->kind != YAML_TREE_MAPPING)
+		return NULL;
+	for (size_t i = 0; i < mapping->count; i++)
+		if (strcmp(mapping->entries[i].key->text, key) == 0)
+			return &mapping->entries[i];
+	return NULL;
+}
+
+/* Free a node and everything under it. */
+void yaml_tree_free(struct yaml_tree_node *node)
+{
+	if (node == NULL)
+		return;
+	for (size_t i = 0; node->items != NULL && i < node->count; i++)
+		yaml_tree_free(node->items[i]);
+	for (size_t i = 0; node->entries != NULL && i < node->count; i++) {
+		yaml_tree_free(node->entries[i].key);
+		yaml_tree_free(node->entries[i].value);
+	}
+	free(node->items);
+	free(node->entries);
+	free(node->text);
+	free(node);
+}
+
+/* Append the path of the node about to be attached to the innermost open
+ * node: "routes[1].retry". Inner frames point at their last child, the
+ * innermost at the child being added. */
+static void yaml_tree_path(const struct yaml_tree_builder *b, char *buf, size_t size)
+{
+	size_t len = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < b->depth && len < size; i++) {
+		const struct yaml_tree_frame *f = &b->stack[i];
+		bool innermost = i + 1 == b->depth;
+		int n = 0;
+
+		if (f->node->kind == YAML_TREE_SEQUENCE) {
+			n = snprintf(buf + len, size - len, "[%zu]",
+				     innermost ? f->node->count : f->node->count - 1);
+		} else {
+			const struct yaml_tree_node *key =
+				innermost ? f->key : f->node->entries[f->node->count - 1].key;
+
+			if (key != NULL)
+				n = snprintf(buf + len, size - len, "%s%s", len ? "." : "",
+					     key->text);
+		}
+		if (n > 0)
+			len += (size_t)n;
+	}
+}
+
+/* Print one error; extra is appended to the path, for a key not yet open. */
+static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const char *extra,
+			    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const char *extra,
+			    const char *fmt, ...)
+{
+	char path[512];
+	va_list ap;
+
+	yaml_tree_path(b, path, sizeof(path));
+	if (extra != NULL) {
+		size_t len = strlen(path);
+
+		snprintf(path + len, sizeof(path) - len, "%s%s", len ? "." : "", extra);
+	}
+	fprintf(b->errors, "%s:%zu:%zu: ", b->name, mark.line + 1, mark.column + 1);
+	if (path[0] != '\0')
+		fprintf(b->errors, "%s: ", path);
+	va_start(ap, fmt);
+	vfprintf(b->errors, fmt, ap);
+	va_end(ap);
+	fputc('\n', b->errors);
+	b->error_count++;
+}
+
+/* A new empty node at a libyaml mark, made 1-based. */
+static struct yaml_tree_node *yaml_tree_node_new(enum yaml_tree_kind kind, yaml_mark_t mark)
+{
+	struct yaml_tree_node *node = xcalloc(1, sizeof(*node));
+
+	node->kind = kind;
+	node->line = (unsigned)mark.line + 1;
+	node->column = (unsigned)mark.column + 1;
+	return node;
+}
+
+/* Hang a new node under the innermost open node, or make it the root.
+ * Returns -1 when the document cannot be read further. */
+static int yaml_tree_attach(struct yaml_tree_builder *b, struct yaml_tree_node *node,
+			    yaml_mark_t mark)
+{
+	struct yaml_tree_frame *f;
+	struct yaml_tree_node *parent;
+
+	if (b->depth == 0) {
+		b->root = node;
+		return 0;
+	}
+	f = &b->stack[b->depth - 1];
+	parent = f->node;
+	if (parent->kind == YAML_TREE_SEQUENCE) {
+		parent->items =
+			xrealloc(parent->items, (parent->count + 1) * sizeof(*parent->items));
+		parent->items[parent->count++] = node;
+		return 0;
+	}
+	if (f->key != NULL) {
+		parent->entries =
+			xrealloc(parent->entries, (parent->count + 1) * sizeof(*parent->entries));
+		parent->entries[parent->count].key = f->key;
+		parent->entries[parent->count].value = node;
+		parent->count++;
+		f->key = NULL;
+		return 0;
+	}
+	if (node->kind != YAML_TREE_SCALAR) {
+		/* Nothing sensible can follow a complex key; stop here. */
+		yaml_tree_error(b, mark, NULL, "a mapping key must be a scalar, not %s",
+				yaml_tree_kind_name(node->kind));
+		yaml_tree_free(node);
+		return -1;
+	}
+	for (size_t i = 0; i < parent->count; i++) {
+		const struct yaml_tree_node *other = parent->entries[i].key;
+
+		if (strcmp(other->text, node->text) == 0) {
+			yaml_tree_error(b, mark, node->text, "duplicate key, first at line %u",
+					other->line);
+			break;
+		}
+	}
+	f->key = node;
+	return 0;
+}
+
+/* Tags would ask for a meaning the config reader does not give; refuse them
+ * rather than silently ignore them. */
+static void yaml_tree_check_tag(struct yaml_tree_builder *b, const yaml_char_t *tag,
+				yaml_mark_t mark)
+{
+	if (tag != NULL)
+		yaml_tree_error(b, mark, NULL, "tags are not supported (found \"%s\")",
+				(const char *)tag);
+}
+
+/* Add a scalar, refusing tags and NUL bytes. */
+static int yaml_tree_scalar(struct yaml_tree_builder *b, const yaml_event_t *ev)
+{
+	struct yaml_tree_node *node = yaml_tree_node_new(YAML_TREE_SCALAR, ev->start_mark);
+	size_t len = ev->data.scalar.length;
+
+	yaml_tree_check_tag(b, ev->data.scalar.tag, ev->start_mark);
+	/* A NUL would silently cut the value short in every C string use. */
+	if (memchr(ev->data.scalar.value, '\0', len) != NULL)
+		yaml_tree_error(b, ev->start_mark, NULL, "NUL bytes are not allowed in a value");
+	node->text = xstrndup((const char *)ev->data.scalar.value, len);
+	node->text_len = len;
+	node->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+	return yaml_tree_attach(b, node, ev->start_mark);
+}
+
+/* Open a sequence or mapping: attach it and descend into it. */
+static int yaml_tree_open(struct yaml_tree_builder *b, const yaml_event_t *ev,
+			  enum yaml_tree_kind kind)
+{
+	const yaml_char_t *tag = kind == YAML_TREE_MAPPING ? ev->data.mapping_start.tag
+							   : ev->data.sequence_start.tag;
+	struct yaml_tree_node *node;
+
+	if (b->depth == YAML_TREE_MAX_DEPTH) {
+		yaml_tree_error(b, ev->start_mark, NULL, "nested deeper than %d levels",
+				YAML_TREE_MAX_DEPTH);
+		return -1;
+	}
+	yaml_tree_check_tag(b, tag, ev->start_mark);
+	node = yaml_tree_node_new(kind, ev->start_mark);
+	if (yaml_tree_attach(b, node, ev->start_mark) < 0)
+		return -1;
+	b->stack[b->depth].node = node;
+	b->stack[b->depth].key = NULL;
+	b->depth++;
+	return 0;
+}
+
+/* Build the tree from one parser event. Returns -1 to stop reading. */
+static int yaml_tree_event(struct yaml_tree_builder *b, const yaml_event_t *ev)
+{
+	switch (ev->type) {
+	case YAML_DOCUMENT_START_EVENT:
+		if (++b->documents > 1) {
+			yaml_tree_error(b, ev->start_mark, NULL,
+					"only one YAML document is allowed in a config");
+			return -1;
+		}
+		return 0;
+	case YAML_ALIAS_EVENT:
+		/* Report it and stand a null in its place so that the rest of
+		 * the document is still checked. */
+		yaml_tree_error(b, ev->start_mark, NULL,
+				"aliases are not supported (found \"*%s\"); write the value out",
+				(const char *)ev->data.alias.anchor);
+		{
+			struct yaml_tree_node *node =
+				yaml_tree_node_new(YAML_TREE_SCALAR, ev->start_mark);
+
+			node->text = xstrdup("");
+			node->plain = true;
+			return yaml_tree_attach(b, node, ev->start_mark);
+		}
+	case YAML_SCALAR_EVENT:
+		return yaml_tree_scalar(b, ev);
+	case YAML_SEQUENCE_START_EVENT:
+		return yaml_tree_open(b, ev, YAML_TREE_SEQUENCE);
+	case YAML_MAPPING_START_EVENT:
+		return yaml_tree_open(b, ev, YAML_TREE_MAPPING);
+	case YAML_SEQUENCE_END_EVENT:
+	case YAML_MAPPING_END_EVENT:
+		if (b->depth > 0)
+			b->depth--;
+		return 0;
+	default:
+		return 0;
+	}
+}
+
+/* libyaml's own words for a syntax error, at the place it names. */
+static void yaml_tree_syntax_error(struct yaml_tree_builder *b, const yaml_parser_t *parser,
+				   const char *text, size_t len)
+{
+	yaml_mark_t mark = parser->problem_mark;
+	const char *problem = parser->problem != NULL ? parser->problem : "invalid YAML";
+
+	switch (parser->error) {
+	case YAML_MEMORY_ERROR:
+		problem = "out of memory";
+		/* fall through */
+	case YAML_READER_ERROR:
+		/* The reader leaves no mark of its own, only the offset. */
+		mark = parser->mark;
+		break;
+	default:
+		break;
+	}
+	fprintf(b->errors, "%s:%zu:%zu: ", b->name, mark.line + 1, mark.column + 1);
+	if (parser->context != NULL)
+		fprintf(b->errors, "%s (%s at line %zu)", problem, parser->context,
+			parser->context_mark.line + 1);
+	else
+		fputs(problem, b->errors);
+	/* In [a, b] libyaml reads every ':' as a key indicator, so an
+	 * unquoted IPv6 address there fails with a puzzling message. */
+	if (parser->error == YAML_PARSER_ERROR && mark.index < len && text[mark.index] == ':')
+		fputs("; quote a value that starts with ':', like \"::1/128\"", b->errors);
+	fputc('\n', b->errors);
+	b->error_count++;
+}
+
+/* Parse one document from memory; NULL after printing the errors. */
+struct yaml_tree_node *yaml_tree_parse_text(const char *text, size_t len, const char *name,
+					    FILE *errors)
+{
+	struct yaml_tree_builder b = { .name = name, .errors = errors };
+	yaml_parser_t parser;
+	bool done = false;
+
+	if (!yaml_parser_initialize(&parser)) {
+		fprintf(errors, "%s: out of memory\n", name);
+		return NULL;
+	}
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+	while (!done) {
+		yaml_event_t ev;
+		int rc;
+
+		if (!yaml_parser_parse(&parser, &ev)) {
+			yaml_tree_syntax_error(&b, &parser, text, len);
+			goto fail;
+		}
+		done = ev.type == YAML_STREAM_END_EVENT;
+		rc = yaml_tree_event(&b, &ev);
+		yaml_event_delete(&ev);
+		if (rc < 0)
+			goto fail;
+	}
+	if (b.error_count > 0)
+		goto fail;
+	if (b.root == NULL || yaml_tree_is_null(b.root)) {
+		fprintf(errors, "%s:1:1: the configuration is empty\n", name);
+		goto fail;
+	}
+	yaml_parser_delete(&parser);
+	return b.root;
+fail:
+	/* Every node hangs under the root as soon as it is made, except keys
+	 * still waiting for their value. */
+	for (size_t i = 0; i < b.depth; i++)
+		yaml_tree_free(b.stack[i].key);
+	yaml_tree_free(b.root);
+	yaml_parser_delete(&parser);
+	return NULL;
+}
+
+/* Read a whole file and parse it; NULL after printing the errors. */
+struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors)
+{
+	struct yaml_tree_node *root;
+	FILE *f = fopen(path, "rb");
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+
+	if (f == NULL) {
+		fprintf(errors, "%s: cannot open: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	for (;;) {
+		size_t n;
+
+		if (cap - len < 4096) {
+			cap = cap ? cap * 2 : 8192;
+			text = xrealloc(text, cap);
+		}
+		n = fread(text + len, 1, cap - len, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	if (ferror(f)) {
+		fprintf(errors, "%s: cannot read: %s\n", path, strerror(errno));
+		fclose(f);
+		free(text);
+		return NULL;
+	}
+	fclose(f);
+	root = yaml_tree_parse_text(text, len, path, errors);
+	free(text);
+	return root;
+}

@@ -1,0 +1,60 @@
+#ifndef RETRYPROXY_YAML_TREE_H
+#define RETRYPROXY_YAML_TREE_H
+
+/*
+ * One YAML document as a tree of nodes that remember where they were written,
+ * so that whoever reads the tree can point at the offending node. Knows no
+ * configuration keys. Refuses what a config has no use for and would only
+ * make it ambiguous: aliases, tags, several documents, duplicate keys,
+ * non-scalar keys, NUL bytes in scalars.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+enum yaml_tree_kind {
+	YAML_TREE_SCALAR,   /* text; numbers and booleans are left to the reader */
+	YAML_TREE_SEQUENCE, /* items in document order */
+	YAML_TREE_MAPPING,  /* entries in document order, keys unique */
+};
+
+struct yaml_tree_node;
+
+struct yaml_tree_entry {
+	struct yaml_tree_node *key; /* always a scalar; its position is the key's */
+	struct yaml_tree_node *value;
+};
+
+struct yaml_tree_node {
+	enum yaml_tree_kind kind;
+	unsigned line;   /* from 1 */
+	unsigned column; /* from 1 */
+	char *text;      /* scalar: NUL-terminated, no NUL inside */
+	size_t text_len;
+	bool plain;                      /* scalar written without quotes */
+	struct yaml_tree_node **items;   /* sequence */
+	struct yaml_tree_entry *entries; /* mapping */
+	size_t count;                    /* items or entries */
+};
+
+/* Parse a file into a tree; on error print every error found to errors as
+ * "file:line:col: [path: ]message" and return NULL. */
+struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors);
+
+/* The same from memory; name stands for the file in messages. */
+struct yaml_tree_node *yaml_tree_parse_text(const char *text, size_t len, const char *name,
+					    FILE *errors);
+
+void yaml_tree_free(struct yaml_tree_node *node);
+
+/* A plain scalar that YAML reads as null: empty, "~" or "null". */
+bool yaml_tree_is_null(const struct yaml_tree_node *node);
+
+/* The entry of a mapping with this key, or NULL. */
+const struct yaml_tree_entry *yaml_tree_find(const struct yaml_tree_node *mapping, const char *key);
+
+/* "a scalar", "a list", "a mapping": for messages. */
+const char *yaml_tree_kind_name(enum yaml_tree_kind kind);
+
+#endif

@@ -1,0 +1,178 @@
+/* The chunked decoder fed in random pieces. The first two input bytes pick
+ * the piece sizes and the trailer limit; the rest is the body. Fed whole or in
+ * pieces it must classify every byte alike, and each run of data bytes must
+ * be exactly as long as the chunk-size before it says. */
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http1.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+enum fuzz_class {
+	FUZZ_UNSEEN,  /* not consumed */
+	FUZZ_FRAMING, /* consumed as framing */
+	FUZZ_DATA,    /* consumed as chunk data */
+};
+
+/* How one feeding ended. */
+struct fuzz_outcome {
+	enum http1_chunk_step last; /* DONE, ERROR, or the last step when input ran out */
+	enum http1_error error;
+	size_t consumed;
+};
+
+/* A small xorshift generator, so the pieces depend only on the input. */
+static uint32_t fuzz_next(uint32_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 17;
+	*s ^= *s << 5;
+	return *s;
+}
+
+/* Feed body in pieces (all at once when seed is 0), marking each byte's class. */
+static void fuzz_decode(const char *body, size_t len, uint32_t seed, size_t max_trailer,
+			unsigned char *classes, struct fuzz_outcome *out)
+{
+	struct http1_chunked dec;
+	size_t off = 0;
+
+	http1_chunked_init(&dec, max_trailer);
+	memset(classes, FUZZ_UNSEEN, len);
+	out->last = HTTP1_CHUNK_FRAMING;
+	out->error = HTTP1_ERR_NONE;
+	while (off < len) {
+		size_t piece = len - off;
+		size_t n = 0;
+		enum http1_chunk_step step;
+
+		if (seed != 0) {
+			uint32_t r = fuzz_next(&seed);
+			size_t want = (r & 7) == 0 ? r >> 8 : 1 + (r >> 8) % 16;
+
+			if (want > 0 && want < piece)
+				piece = want;
+		}
+		step = http1_chunked_step(&dec, body + off, piece, &n, &out->error);
+		out->last = step;
+		if (step == HTTP1_CHUNK_ERROR) {
+			if (out->error == HTTP1_ERR_NONE || http1_chunked_done(&dec))
+				abort();
+			break;
+		}
+		if (out->error != HTTP1_ERR_NONE || n == 0 || n > piece)
+			abort();
+		memset(classes + off, step == HTTP1_CHUNK_DATA ? FUZZ_DATA : FUZZ_FRAMING, n);
+		off += n;
+		if (step == HTTP1_CHUNK_DONE) {
+			if (!http1_chunked_done(&dec))
+				abort();
+			/* The body ends with the empty line after the last chunk. */
+			if (off < 5 || memcmp(body + off - 4, "\r\n\r\n", 4) != 0)
+				abort();
+			break;
+		}
+		if (http1_chunked_done(&dec))
+			abort();
+	}
+	out->consumed = off;
+}
+
+/* The chunk-size at the start of a size line, which the decoder accepted. */
+static uint64_t fuzz_chunk_size(const char *p, const char *end)
+{
+	uint64_t size = 0;
+
+	for (; p < end; p++) {
+		unsigned d;
+
+		if (*p >= '0' && *p <= '9')
+			d = (unsigned)(*p - '0');
+		else if ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'f')
+			d = (unsigned)((*p | 0x20) - 'a' + 10);
+		else
+			break;
+		if (size > (UINT64_C(1) << 62) >> 4)
+			abort();
+		size = size << 4 | d;
+	}
+	if (size > UINT64_C(1) << 62)
+		abort();
+	return size;
+}
+
+/* Each data run must match the chunk-size on the framing line before it. */
+static void fuzz_check_runs(const char *body, const unsigned char *classes,
+			    const struct fuzz_outcome *out)
+{
+	size_t i = 0;
+
+	while (i < out->consumed) {
+		size_t framing = i;
+		size_t data;
+		size_t line;
+		uint64_t size;
+
+		while (i < out->consumed && classes[i] == FUZZ_FRAMING)
+			i++;
+		if (i == out->consumed)
+			break;
+		data = i;
+		while (i < out->consumed && classes[i] == FUZZ_DATA)
+			i++;
+		/* The framing before data is the CRLF ending the previous chunk's
+		 * data, if any, and one chunk-size line. */
+		line = framing == 0 ? 0 : framing + 2;
+		if (line >= data)
+			abort();
+		size = fuzz_chunk_size(body + line, body + data);
+		if (size == 0 || i - data > size)
+			abort();
+		if (i - data != size && !(i == out->consumed && out->last == HTTP1_CHUNK_DATA))
+			abort();
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *body = (const char *)data + 2;
+	size_t len;
+	unsigned char *whole_classes;
+	unsigned char *split_classes;
+	struct fuzz_outcome whole;
+	struct fuzz_outcome split;
+	size_t max_trailer;
+
+	if (size < 3)
+		return 0;
+	len = size - 2;
+	max_trailer = (size_t)data[1] * 8;
+	whole_classes = malloc(len);
+	split_classes = malloc(len);
+	if (whole_classes == NULL || split_classes == NULL)
+		abort();
+
+	fuzz_decode(body, len, 0, max_trailer, whole_classes, &whole);
+	fuzz_decode(body, len, 0x9e3779b9u ^ data[0], max_trailer, split_classes, &split);
+	if (whole.last == HTTP1_CHUNK_DONE || whole.last == HTTP1_CHUNK_ERROR) {
+		if (split.last != whole.last || split.error != whole.error)
+			abort();
+	} else if (split.last == HTTP1_CHUNK_DONE || split.last == HTTP1_CHUNK_ERROR) {
+		abort();
+	}
+	/* An error step reports no bytes, so pieces before it are seen as
+	 * framing by one feeding and not the other; compare what both saw. */
+	if (whole.last != HTTP1_CHUNK_ERROR && split.consumed != whole.consumed)
+		abort();
+	if (memcmp(split_classes, whole_classes,
+		   split.consumed < whole.consumed ? split.consumed : whole.consumed) != 0)
+		abort();
+	fuzz_check_runs(body, whole_classes, &whole);
+
+	free(whole_classes);
+	free(split_classes);
+	return 0;
+}

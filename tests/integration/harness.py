@@ -1,0 +1,816 @@
+"""Shared machinery for retryproxy's integration tests (standard library only).
+
+A test file describes one scenario and runs named checks:
+
+    import harness as h
+
+    def scenario(t):
+        origin = t.origin()
+        proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+
+        @t.check("a GET through the proxy returns the origin's body")
+        def _():
+            r = h.curl(origin.url("/bytes/10"), proxy=proxy.url)
+            h.eq(r.status, 200, "status")
+
+    h.run(scenario, __doc__)
+
+Checks run as they are declared; each prints PASS or FAIL with the reason,
+and the file exits 1 if any failed. Everything started through `t` (origins,
+proxies, temp dirs) is stopped at the end, also on failure, timeout or
+SIGTERM, and a proxy that crashed, did not exit 0 on SIGTERM, or printed a
+sanitizer report fails the run.
+
+The proxy binary comes from $RETRYPROXY_BIN (meson test sets it);
+$RETRYPROXY_SANITIZED=1 says it was built with sanitizers.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import origin as origin_mod  # noqa: E402
+
+CURL = "/usr/bin/curl"
+BIN = os.environ.get("RETRYPROXY_BIN")
+SANITIZED = os.environ.get("RETRYPROXY_SANITIZED") == "1"
+
+# Start-up and shutdown are slower under sanitizers.
+SLOW = 3 if SANITIZED else 1
+
+# Environment variables that would make curl or the proxy use another proxy
+# or another trust store than the test says.
+_PROXY_ENV = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
+              "ALL_PROXY", "no_proxy", "NO_PROXY", "ftp_proxy", "FTP_PROXY")
+_TRUST_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "CURL_CA_BUNDLE")
+
+_SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                      "ERROR: UndefinedBehaviorSanitizer", "WARNING: ThreadSanitizer",
+                      "SUMMARY: AddressSanitizer", "SUMMARY: UndefinedBehaviorSanitizer")
+
+
+class ReadTimeout(AssertionError):
+    """Nothing arrived on a RawConn within its timeout."""
+
+
+class TestTimeout(BaseException):
+    """The whole file ran out of time (a BaseException so checks cannot
+    swallow it)."""
+
+
+def clean_env(extra=None, keep_trust=False):
+    """os.environ without proxy settings (and without trust-store overrides
+    unless keep_trust), plus extra."""
+    env = dict(os.environ)
+    for k in _PROXY_ENV:
+        env.pop(k, None)
+    if not keep_trust:
+        for k in _TRUST_ENV:
+            env.pop(k, None)
+    env.update(extra or {})
+    return env
+
+
+# -- assertions -------------------------------------------------------------
+
+def eq(actual, expected, what):
+    if actual != expected:
+        raise AssertionError("%s: expected %r, got %r" % (what, expected, actual))
+
+
+def ok(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def wait_until(predicate, timeout, what, interval=0.05):
+    """Poll predicate() until true; AssertionError naming what on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+# -- ports ------------------------------------------------------------------
+
+def free_port(host="127.0.0.1"):
+    """A port nothing listens on right now (the kernel's pick)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def closed_port():
+    """A port where a connect is refused."""
+    return free_port()
+
+
+def port_accepts(port, host="127.0.0.1", timeout=0.5):
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+# -- certificates -------------------------------------------------------------
+
+class Certs:
+    """Test PKI made with the openssl CLI in dir:
+    ca, ca_key            the test CA
+    server, server_key    localhost, 127.0.0.1, ::1, signed by ca
+    wrong, wrong_key      only wrong.example, signed by ca
+    other_ca              a second CA nobody trusts
+    unknown, unknown_key  localhost, 127.0.0.1, signed by other_ca"""
+
+    def __init__(self, directory):
+        self.dir = directory
+        os.makedirs(directory, exist_ok=True)
+        self.ca, self.ca_key = self._ca("ca", "retryproxy test CA")
+        self.other_ca, self.other_ca_key = self._ca("other-ca", "retryproxy untrusted CA")
+        self.server, self.server_key = self._leaf(
+            "server", "localhost", "DNS:localhost,IP:127.0.0.1,IP:::1", self.ca, self.ca_key)
+        self.wrong, self.wrong_key = self._leaf(
+            "wrong", "wrong.example", "DNS:wrong.example", self.ca, self.ca_key)
+        self.unknown, self.unknown_key = self._leaf(
+            "unknown", "localhost", "DNS:localhost,IP:127.0.0.1", self.other_ca, self.other_ca_key)
+
+    def _openssl(self, *args):
+        p = subprocess.run(["openssl"] + list(args), cwd=self.dir, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError("openssl %s failed: %s" % (" ".join(args), p.stderr))
+
+    def _path(self, name):
+        return os.path.join(self.dir, name)
+
+    def _ca(self, name, cn):
+        key, cert = self._path(name + ".key"), self._path(name + ".pem")
+        self._openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                      "-nodes", "-keyout", key, "-out", cert, "-days", "3", "-subj", "/CN=" + cn,
+                      "-addext", "basicConstraints=critical,CA:TRUE",
+                      "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        return cert, key
+
+    def _leaf(self, name, cn, san, ca, ca_key):
+        key, csr, cert = self._path(name + ".key"), self._path(name + ".csr"), self._path(name + ".pem")
+        ext = self._path(name + ".ext")
+        with open(ext, "w") as f:
+            f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\n"
+                    "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n" % san)
+        self._openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                      "-keyout", key, "-out", csr, "-subj", "/CN=" + cn)
+        self._openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-set_serial",
+                      str(int.from_bytes(os.urandom(8), "big")), "-days", "3", "-out", cert,
+                      "-extfile", ext)
+        return cert, key
+
+
+# -- curl ---------------------------------------------------------------------
+
+class CurlResult:
+    def __init__(self, exit_code, heads, body, stderr, write_out):
+        self.exit_code = exit_code
+        self.heads = heads            # [(status, [(name, value)])] for every response head, 1xx included
+        self.body = body
+        self.stderr = stderr
+        self.write_out = write_out    # what -w printed
+        final = heads[-1] if heads else (None, [])
+        self.status, self.headers = final
+
+    def header(self, name):
+        for n, v in self.headers:
+            if n.lower() == name.lower():
+                return v
+        return None
+
+    def header_all(self, name):
+        return [v for n, v in self.headers if n.lower() == name.lower()]
+
+    def __repr__(self):
+        return "CurlResult(exit=%s status=%s body=%r stderr=%r)" % (
+            self.exit_code, self.status, self.body[:200], self.stderr[-300:])
+
+
+def _parse_header_dump(data):
+    heads = []
+    for block in re.split(rb"\r?\n\r?\n", data):
+        lines = [ln for ln in block.split(b"\r\n") if ln]
+        if not lines or not lines[0].startswith(b"HTTP/"):
+            continue
+        status = int(lines[0].split()[1])
+        fields = []
+        for ln in lines[1:]:
+            name, _, value = ln.partition(b":")
+            fields.append((name.decode("latin-1"), value.strip().decode("latin-1")))
+        heads.append((status, fields))
+    return heads
+
+
+def curl(*args, proxy=None, timeout=20, input=None, env=None, check=False):
+    """Run curl with args and return a CurlResult. proxy='http://...' adds -x.
+    The environment carries no proxy settings and no ~/.curlrc is read."""
+    tmp = tempfile.mkdtemp(prefix="curl-", dir=scratch_dir())
+    try:
+        hdr, body = os.path.join(tmp, "head"), os.path.join(tmp, "body")
+        cmd = [CURL, "-q", "-s", "-S", "--max-time", str(timeout), "-D", hdr, "-o", body]
+        if proxy:
+            cmd += ["-x", proxy]
+        else:
+            cmd += ["--noproxy", "*"]
+        cmd += list(args)
+        p = subprocess.run(cmd, capture_output=True, input=input, env=clean_env(env),
+                           timeout=timeout + 10)
+        with open(hdr, "rb") if os.path.exists(hdr) else open(os.devnull, "rb") as f:
+            heads = _parse_header_dump(f.read())
+        with open(body, "rb") if os.path.exists(body) else open(os.devnull, "rb") as f:
+            data = f.read()
+        result = CurlResult(p.returncode, heads, data, p.stderr.decode("utf-8", "replace"),
+                            p.stdout.decode("utf-8", "replace"))
+        if check and p.returncode != 0:
+            raise AssertionError("curl %s failed: %r" % (" ".join(args), result))
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def curl_multi(urls, proxy=None, timeout=30, extra=()):
+    """One curl process fetching urls in order over as few connections as
+    curl manages. Returns (exit_code, [(status, num_connects)], stderr)."""
+    cmd = [CURL, "-q", "-s", "-S", "--max-time", str(timeout)]
+    cmd += ["-x", proxy] if proxy else ["--noproxy", "*"]
+    cmd += list(extra)
+    for u in urls:
+        cmd += ["-o", os.devnull, "-w", "%{http_code} %{num_connects}\\n", u]
+    p = subprocess.run(cmd, capture_output=True, env=clean_env(), timeout=timeout + 10)
+    rows = []
+    for line in p.stdout.decode().splitlines():
+        code, conns = line.split()
+        rows.append((int(code), int(conns)))
+    return p.returncode, rows, p.stderr.decode("utf-8", "replace")
+
+
+# -- raw HTTP client ------------------------------------------------------------
+
+class Response:
+    def __init__(self, version, status, reason, headers, raw_head):
+        self.version = version
+        self.status = status
+        self.reason = reason
+        self.headers = headers        # [(name, value)] in order
+        self.raw_head = raw_head
+        self.body = b""
+        self.framing = None           # length, chunked, close, none
+
+    def header(self, name):
+        for n, v in self.headers:
+            if n.lower() == name.lower():
+                return v
+        return None
+
+    def header_all(self, name):
+        return [v for n, v in self.headers if n.lower() == name.lower()]
+
+    def __repr__(self):
+        return "Response(%s %r body=%r)" % (self.status, self.headers, self.body[:200])
+
+
+class RawConn:
+    """A plain socket client for what curl cannot express: malformed
+    requests, pipelining, slow reading, timing of partial responses."""
+
+    def __init__(self, port, host="127.0.0.1", timeout=10):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.timeout = timeout
+        self.buf = bytearray()
+        self.eof = False
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _fill(self, timeout=None):
+        timeout = timeout if timeout is not None else self.timeout
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(1 << 20)
+        except socket.timeout:
+            raise ReadTimeout("nothing more from the proxy within %ss; unread so far: %r"
+                              % (timeout, bytes(self.buf[:300])))
+        except ConnectionResetError:
+            data = b""
+        if not data:
+            self.eof = True
+            return False
+        self.buf += data
+        return True
+
+    def read_until(self, marker, timeout=None):
+        while marker not in self.buf:
+            if not self._fill(timeout):
+                raise AssertionError("connection closed before %r; got %r" % (marker, bytes(self.buf[:300])))
+        i = self.buf.index(marker) + len(marker)
+        out = bytes(self.buf[:i])
+        del self.buf[:i]
+        return out
+
+    def read_exact(self, n, timeout=None):
+        while len(self.buf) < n:
+            if not self._fill(timeout):
+                raise AssertionError("connection closed after %d of %d bytes" % (len(self.buf), n))
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def read_to_close(self, timeout=None):
+        while self._fill(timeout):
+            pass
+        out = bytes(self.buf)
+        self.buf.clear()
+        return out
+
+    def read_head(self, timeout=None):
+        raw = self.read_until(b"\r\n\r\n", timeout)
+        lines = raw[:-4].split(b"\r\n")
+        version, status, reason = (lines[0].decode("latin-1").split(" ", 2) + [""])[:3]
+        headers = []
+        for ln in lines[1:]:
+            name, _, value = ln.partition(b":")
+            headers.append((name.decode("latin-1"), value.strip(b" \t").decode("latin-1")))
+        return Response(version, int(status), reason, headers, raw)
+
+    def read_response(self, method="GET", timeout=None, skip_1xx=True):
+        """One whole response; framing per RFC 9112 section 6.3."""
+        while True:
+            r = self.read_head(timeout)
+            if not (skip_1xx and 100 <= r.status < 200):
+                break
+        te = ",".join(r.header_all("Transfer-Encoding")).lower()
+        cl = r.header("Content-Length")
+        if method == "HEAD" or r.status in (204, 304) or r.status < 200:
+            r.framing = "none"
+        elif te:
+            r.framing = "chunked"
+            body = bytearray()
+            while True:
+                size = int(self.read_until(b"\r\n", timeout)[:-2].split(b";")[0], 16)
+                if size == 0:
+                    while self.read_until(b"\r\n", timeout) != b"\r\n":
+                        pass
+                    break
+                body += self.read_exact(size, timeout)
+                eq(self.read_exact(2, timeout), b"\r\n", "chunk terminator")
+            r.body = bytes(body)
+        elif cl is not None:
+            r.framing = "length"
+            r.body = self.read_exact(int(cl), timeout)
+        else:
+            r.framing = "close"
+            r.body = self.read_to_close(timeout)
+        return r
+
+    def closed_within(self, timeout):
+        """True if the peer closes (EOF or reset) within timeout; data that
+        arrives meanwhile is kept in buf."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if not self._fill(max(0.05, deadline - time.monotonic())):
+                    return True
+            except ReadTimeout:
+                return False
+            except OSError:
+                return True
+        return False
+
+    def silent_for(self, seconds):
+        """True if nothing arrives and the connection stays open for seconds."""
+        try:
+            self.sock.settimeout(seconds)
+            data = self.sock.recv(65536)
+        except socket.timeout:
+            return True
+        except OSError:
+            return False
+        self.buf += data
+        return False
+
+
+def request(method, target, host, headers=(), body=b"", version="HTTP/1.1"):
+    """Bytes of a well-formed request."""
+    lines = ["%s %s %s" % (method, target, version)]
+    if host is not None:
+        lines.append("Host: " + host)
+    lines += ["%s: %s" % hv for hv in headers]
+    if body and not any(n.lower() in ("content-length", "transfer-encoding") for n, _ in headers):
+        lines.append("Content-Length: %d" % len(body))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def check_error_response(resp, status, reason_words=None):
+    """A proxy-made error (a Response or a CurlResult): status, text/plain,
+    exact Content-Length, Retry-Attempts, one line of text ending in a
+    newline, naming the reason when reason_words are given."""
+    eq(resp.status, status, "status (body %r)" % resp.body)
+    ct = resp.header("Content-Type") or ""
+    ok(ct.lower().startswith("text/plain"), "Content-Type should be text/plain, got %r" % ct)
+    eq(resp.header("Content-Length"), str(len(resp.body)), "Content-Length vs body length")
+    ok(resp.header("Retry-Attempts") is not None, "Retry-Attempts missing on the error response")
+    ok(resp.body.endswith(b"\n") and resp.body.count(b"\n") == 1 and len(resp.body) > 1,
+       "body should be exactly one non-empty line ending in \\n, got %r" % resp.body)
+    if reason_words:
+        text = resp.body.decode("utf-8", "replace").lower()
+        ok(any(w in text for w in reason_words),
+           "body %r should name the reason (one of %r)" % (resp.body, reason_words))
+
+
+# -- the proxy under test ---------------------------------------------------------
+
+class Proxy:
+    """One retryproxy process started with a YAML config.
+
+    The config text may use @PORT0@..@PORT9@ for the proxy's own listening
+    ports (allocated here, waited on until they accept), and @NAME@ for any
+    keyword given to TestRun.proxy (e.g. ORIGIN=origin.port)."""
+
+    def __init__(self, run, config, env=None, wait=True, **subst):
+        self.run = run
+        self.template = config
+        self.subst = {k: str(v) for k, v in subst.items()}
+        self.env_extra = env or {}
+        self.proc = None
+        self.ports = {}
+        self.n = run._next_id()
+        self.config_path = os.path.join(run.tmp, "proxy-%d.yaml" % self.n)
+        self.stderr_path = os.path.join(run.tmp, "proxy-%d.stderr" % self.n)
+        self.stdout_path = os.path.join(run.tmp, "proxy-%d.stdout" % self.n)
+        self.stopped_by_us = False
+        self.exit_problem = None
+        self.wait_ready = wait
+
+    # The proxy binds ports we picked a moment before; another test may
+    # take one in between, so a bind failure at start is retried.
+    def start(self):
+        for attempt in range(3):
+            self._write_config()
+            self._spawn()
+            if not self.wait_ready:
+                return self
+            try:
+                self._wait_listening()
+                return self
+            except _BindRace:
+                self.proc.wait()
+                continue
+        raise AssertionError("proxy could not bind its ports after 3 attempts:\n" + self.stderr_tail())
+
+    def _write_config(self):
+        text = self.template
+        self.ports = {}
+        for i in sorted(set(re.findall(r"@PORT(\d)@", text))):
+            self.ports[int(i)] = free_port()
+            text = text.replace("@PORT%s@" % i, str(self.ports[int(i)]))
+        for k, v in self.subst.items():
+            text = text.replace("@%s@" % k, v)
+        left = re.findall(r"@[A-Z_0-9]+@", text)
+        if left:
+            raise RuntimeError("config template has unsubstituted %s" % left)
+        self.config_text = text
+        with open(self.config_path, "w") as f:
+            f.write(text)
+
+    def _spawn(self):
+        env = clean_env(self.env_extra)
+        if "ASAN_OPTIONS" in self.env_extra and "ASAN_OPTIONS" in os.environ:
+            env["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":" + self.env_extra["ASAN_OPTIONS"]
+        self.stderr_file = open(self.stderr_path, "wb")
+        self.stdout_file = open(self.stdout_path, "wb")
+        self.proc = subprocess.Popen([BIN, "-c", self.config_path], stdin=subprocess.DEVNULL,
+                                     stdout=self.stdout_file, stderr=self.stderr_file, env=env,
+                                     cwd=self.run.tmp)
+
+    def _wait_listening(self):
+        deadline = time.monotonic() + 15 * SLOW
+        pending = set(self.ports.values())
+        while pending:
+            code = self.proc.poll()
+            if code is not None:
+                err = self.stderr()
+                if code == 2 and re.search(r"in use|bind", err, re.I):
+                    raise _BindRace()
+                raise AssertionError("proxy exited with code %s during start-up:\n%s\nconfig:\n%s"
+                                     % (code, self.stderr_tail(), self.config_text))
+            for p in list(pending):
+                if port_accepts(p):
+                    pending.discard(p)
+            if time.monotonic() > deadline:
+                raise AssertionError("proxy did not accept on ports %s within %ss:\n%s"
+                                     % (sorted(pending), 15 * SLOW, self.stderr_tail()))
+            time.sleep(0.05)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def port(self, i=0):
+        return self.ports[i]
+
+    @property
+    def url(self):
+        """The first listener as a proxy URL for curl -x."""
+        return "http://127.0.0.1:%d" % self.ports[0]
+
+    def listener_url(self, i, path="/"):
+        return "http://127.0.0.1:%d%s" % (self.ports[i], path)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- logs -------------------------------------------------------------
+
+    def stderr(self):
+        with open(self.stderr_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stderr_lines(self):
+        return self.stderr().splitlines()
+
+    def stderr_tail(self, n=40):
+        return "\n".join("    | " + ln for ln in self.stderr_lines()[-n:])
+
+    def wait_log(self, pattern, timeout=10, count=1):
+        """Wait until at least count stderr lines match the regex; return them."""
+        rx = re.compile(pattern)
+
+        def found():
+            hits = [ln for ln in self.stderr_lines() if rx.search(ln)]
+            return hits if len(hits) >= count else None
+        try:
+            return wait_until(found, timeout, "log line %r" % pattern)
+        except AssertionError:
+            raise AssertionError("no%s stderr line matching %r within %ss; stderr:\n%s"
+                                 % (" %d" % count if count > 1 else "", pattern, timeout, self.stderr_tail()))
+
+    def access_lines(self):
+        """Access-log lines: text lines with the word 'access' and a method=
+        field, or JSON objects with a 'method' key (parsed)."""
+        out = []
+        for ln in self.stderr_lines():
+            s = ln.strip()
+            if s.startswith("{"):
+                try:
+                    obj = json.loads(s)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and "method" in obj:
+                    out.append(obj)
+            elif re.search(r"\baccess\b", s) and "method=" in s:
+                out.append(s)
+        return out
+
+    # -- process state ----------------------------------------------------
+
+    def proc_status(self):
+        """/proc/PID/status as a dict; memory values in KiB as ints."""
+        out = {}
+        with open("/proc/%d/status" % self.pid) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                v = v.strip()
+                if v.endswith(" kB"):
+                    out[k] = int(v[:-3])
+                else:
+                    out[k] = v
+        return out
+
+    def stop(self):
+        """SIGTERM, wait, SIGKILL as a last resort. Returns a problem
+        description or None."""
+        if self.proc is None:
+            return None
+        problems = []
+        code = self.proc.poll()
+        if code is not None:
+            problems.append("proxy had already exited with code %s before the test stopped it" % code)
+        else:
+            self.stopped_by_us = True
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                code = self.proc.wait(timeout=20 * SLOW)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                code = self.proc.wait()
+                problems.append("proxy did not exit within %ss of SIGTERM; killed" % (20 * SLOW))
+            else:
+                if code != 0:
+                    problems.append("proxy exited with code %s after SIGTERM (expected 0)" % code)
+        self.stderr_file.close()
+        self.stdout_file.close()
+        err = self.stderr()
+        if any(m in err for m in _SANITIZER_MARKERS):
+            problems.append("sanitizer report in proxy stderr")
+        if problems:
+            self.exit_problem = "; ".join(problems) + ":\n" + self.stderr_tail(60)
+        return self.exit_problem
+
+
+class _BindRace(Exception):
+    pass
+
+
+# -- running a scenario -------------------------------------------------------------
+
+_SCRATCH = None
+
+
+def scratch_dir():
+    global _SCRATCH
+    if _SCRATCH is None:
+        _SCRATCH = tempfile.mkdtemp(prefix="retryproxy-it-")
+    return _SCRATCH
+
+
+class TestRun:
+    def __init__(self, name):
+        self.name = name
+        self.results = []
+        self.tmp = scratch_dir()
+        self._cleanups = []
+        self._id = 0
+        self._certs = None
+        self.proxies = []
+
+    def _next_id(self):
+        self._id += 1
+        return self._id
+
+    def defer(self, fn):
+        """Run fn at the end, in reverse order of registration."""
+        self._cleanups.append(fn)
+        return fn
+
+    def check(self, name):
+        """Decorator: run the function now as a named check."""
+        def deco(fn):
+            start = time.monotonic()
+            try:
+                fn()
+            except AssertionError as e:
+                self._record(name, False, str(e), start)
+            except Exception as e:
+                self._record(name, False, "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc()), start)
+            else:
+                self._record(name, True, "", start)
+            return fn
+        return deco
+
+    def _record(self, name, passed, msg, start):
+        took = time.monotonic() - start
+        self.results.append((name, passed, msg))
+        if passed:
+            print("PASS %s (%.1fs)" % (name, took), flush=True)
+        else:
+            print("FAIL %s (%.1fs)\n     %s" % (name, took, msg.replace("\n", "\n     ")), flush=True)
+
+    def skip(self, name, reason):
+        """Say a check was not run and why (it counts neither way)."""
+        print("SKIP %s: %s" % (name, reason), flush=True)
+
+    def fail(self, name, msg):
+        self._record(name, False, msg, time.monotonic())
+
+    # -- resources ------------------------------------------------------------------
+
+    def certs(self):
+        if self._certs is None:
+            self._certs = Certs(os.path.join(self.tmp, "pki"))
+        return self._certs
+
+    def origin(self, **kw):
+        o = origin_mod.Origin(**kw).start()
+        self.defer(o.stop)
+        return o
+
+    def proxy(self, config, env=None, wait=True, **subst):
+        p = Proxy(self, config, env=env, wait=wait, **subst)
+        self.proxies.append(p)
+        self.defer(lambda: self._stop_proxy(p))
+        return p.start()
+
+    def _stop_proxy(self, p):
+        if getattr(p, "_stop_checked", False):
+            return
+        p._stop_checked = True
+        problem = p.stop()
+        label = "proxy #%d exits cleanly on SIGTERM, no crash or sanitizer report" % p.n
+        if problem:
+            self.fail(label, problem)
+        else:
+            self._record(label, True, "", time.monotonic())
+
+    def stop_proxy(self, p):
+        """Stop a proxy now (recording whether it exited cleanly)."""
+        self._stop_proxy(p)
+
+    def cleanup(self):
+        while self._cleanups:
+            fn = self._cleanups.pop()
+            try:
+                fn()
+            except BaseException as e:
+                self.fail("cleanup", "%s: %s" % (type(e).__name__, e))
+        self.kill_leftovers()
+
+    def kill_leftovers(self):
+        """Last resort: no proxy may outlive the test file."""
+        for p in self.proxies:
+            if p.proc is not None and p.proc.poll() is None:
+                p.proc.kill()
+                p.proc.wait()
+
+
+def _on_alarm(signum, frame):
+    raise TestTimeout("the test file ran out of time")
+
+
+def _on_term(signum, frame):
+    raise TestTimeout("killed by signal %d" % signum)
+
+
+def run(scenario, doc=None, timeout=100, needs_proxy=True):
+    """Run scenario(t) as a test file and exit with its verdict."""
+    name = os.path.basename(sys.argv[0])
+    if doc:
+        print(doc.strip(), flush=True)
+        print("-" * 60, flush=True)
+    if needs_proxy:
+        if not BIN:
+            print("FAIL %s: RETRYPROXY_BIN is not set; set it to the retryproxy binary "
+                  "(meson test does this)" % name, flush=True)
+            sys.exit(1)
+        if not (os.path.isfile(BIN) and os.access(BIN, os.X_OK)):
+            print("FAIL %s: RETRYPROXY_BIN=%s is not an executable file" % (name, BIN), flush=True)
+            sys.exit(1)
+    t = TestRun(name)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    signal.alarm(timeout * SLOW)
+    try:
+        scenario(t)
+    except TestTimeout as e:
+        t.fail("scenario", "%s (after %ss)" % (e, timeout * SLOW))
+    except AssertionError as e:
+        t.fail("scenario setup", str(e))
+    except Exception as e:
+        t.fail("scenario setup", "%s: %s\n%s" % (type(e).__name__, e, traceback.format_exc()))
+    finally:
+        signal.alarm(30 * SLOW + 30)
+        try:
+            t.cleanup()
+        except TestTimeout as e:
+            t.fail("cleanup", str(e))
+            t.kill_leftovers()
+        signal.alarm(0)
+        shutil.rmtree(scratch_dir(), ignore_errors=True)
+    failed = [r for r in t.results if not r[1]]
+    if not t.results:
+        print("FAIL %s: no checks ran" % name)
+        sys.exit(1)
+    print("-" * 60)
+    print("%s: %d checks, %d failed" % (name, len(t.results), len(failed)), flush=True)
+    sys.exit(1 if failed else 0)
+
+
+def run_bin(args, cwd=None, env=None, timeout=20, input=None):
+    """Run the proxy binary to completion (for command-line checks)."""
+    return subprocess.run([BIN] + list(args), cwd=cwd, env=clean_env(env), capture_output=True,
+                          timeout=timeout * SLOW, input=input, text=True)
+

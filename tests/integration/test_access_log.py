@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Scenario: one access-log line per request, in text and in JSON.
+
+Client: curl through a forward proxy logging text, then through one logging
+JSON: GET, HEAD, POST, a 404, a slow response, a request to a closed port,
+three requests over one keep-alive connection, and requests matched by a
+path route and (forward mode) by a host route.
+Origin: echoes; /delay/0.3 answers after 0.3 s.
+Must hold: text: exactly one line per request, with the word access and
+method=, target=, route=, status=, attempts=, bytes= (response body bytes),
+duration_ms=, tries= fields that match the request; a route is named by
+the URI's host in forward mode. JSON: every stderr line is a JSON object
+(log lines with level and msg); one access object per request with method,
+target, route, status, attempts, bytes, duration_ms and tries, a list with
+one {status|error, wait_ms} per try, the last with wait_ms 0.
+"""
+
+import json
+import re
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+log:
+  level: info
+  format: @FORMAT@
+limits:
+  drain_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 1
+routes:
+  - name: echo-route
+    match: { path_prefix: /echo }
+  - name: host-route
+    match: { host: localhost }
+"""
+
+
+def fields(line):
+    return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+def lines_for(proxy, tag):
+    out = []
+    for entry in proxy.access_lines():
+        target = entry["target"] if isinstance(entry, dict) else fields(entry).get("target", "")
+        if tag in target.split("?", 1)[-1].split("&"):
+            out.append(entry)
+    return out
+
+
+def one_line(proxy, tag):
+    """The single access line for the request tagged tag (waits for it)."""
+    h.wait_until(lambda: lines_for(proxy, tag), 5, "an access line for %s" % tag)
+    got = lines_for(proxy, tag)
+    h.eq(len(got), 1, "access lines for %s (%r)" % (tag, got))
+    return got[0]
+
+
+def scenario(t):
+    origin = t.origin()
+    text = t.proxy(CONFIG, FORMAT="text")
+    dead = h.closed_port()
+
+    def get(proxy, path, *args):
+        return h.curl(*args, origin.url(path), proxy=proxy.url)
+
+    @t.check("text: GET 200 matched by path_prefix -> one line with every field")
+    def _():
+        r = get(text, "/echo?al=1")
+        h.eq(r.status, 200, "status")
+        line = one_line(text, "al=1")
+        h.ok(re.search(r"\baccess\b", line), "line lacks the word access: %r" % line)
+        f = fields(line)
+        for key in ("method", "target", "route", "status", "attempts", "bytes", "duration_ms", "tries"):
+            h.ok(key in f, "field %s missing from %r" % (key, line))
+        h.eq((f["method"], f["route"], f["status"], f["attempts"]), ("GET", "echo-route", "200", "1"),
+             "method, route, status, attempts in %r" % line)
+        h.ok(f["target"].endswith("/echo?al=1"), "target field %r" % f["target"])
+        h.eq(int(f["bytes"]), len(r.body), "bytes (response body length %d) in %r" % (len(r.body), line))
+        h.ok(int(f["duration_ms"]) >= 0, "duration_ms %r" % f["duration_ms"])
+
+    @t.check("text: HEAD logs bytes=0, a 404 logs its status and body size, default route")
+    def _():
+        r = get(text, "/bytes/500?al=2", "-I")
+        h.eq(r.status, 200, "HEAD status")
+        f = fields(one_line(text, "al=2"))
+        h.eq((f["method"], f["status"], f["bytes"], f["route"]), ("HEAD", "200", "0", "default"), "HEAD line")
+        r = get(text, "/status/404?al=3")
+        h.eq(r.status, 404, "status")
+        f = fields(one_line(text, "al=3"))
+        h.eq((f["status"], f["bytes"]), ("404", str(len(r.body))), "404 line")
+
+    @t.check("text: POST logs its method")
+    def _():
+        get(text, "/echo?al=4", "--data-binary", "abc")
+        h.eq(fields(one_line(text, "al=4"))["method"], "POST", "method")
+
+    @t.check("text: duration_ms covers a 0.3s origin delay")
+    def _():
+        get(text, "/delay/0.3?al=5")
+        f = fields(one_line(text, "al=5"))
+        h.ok(int(f["duration_ms"]) >= 250, "duration_ms %s for a 300 ms response" % f["duration_ms"])
+
+    @t.check("text: a 502 from a closed port is logged with attempts=1")
+    def _():
+        r = h.curl("http://127.0.0.1:%d/x?al=6" % dead, proxy=text.url)
+        h.eq(r.status, 502, "status")
+        f = fields(one_line(text, "al=6"))
+        h.eq((f["status"], f["attempts"]), ("502", "1"), "status and attempts")
+
+    @t.check("text: three requests on one keep-alive connection give three lines")
+    def _():
+        code, rows, err = h.curl_multi([origin.url("/echo?al=%d" % i) for i in (7, 8, 9)], proxy=text.url)
+        h.eq([s for s, _ in rows], [200] * 3, "statuses (%s)" % err)
+        for i in (7, 8, 9):
+            one_line(text, "al=%d" % i)
+
+    @t.check("text: forward mode matches match.host against the URI's host (localhost -> host-route)")
+    def _():
+        r = h.curl(origin.url("/bytes/10?al=10").replace("127.0.0.1", "localhost"), proxy=text.url)
+        h.eq(r.status, 200, "status (%r)" % r)
+        h.eq(fields(one_line(text, "al=10"))["route"], "host-route", "route")
+
+    jsonp = t.proxy(CONFIG, FORMAT="json")
+
+    @t.check("json: a GET 200 gives one object with every key and the right types")
+    def _():
+        r = get(jsonp, "/echo?jl=1")
+        h.eq(r.status, 200, "status")
+        obj = one_line(jsonp, "jl=1")
+        for key in ("method", "target", "route", "status", "attempts", "bytes", "duration_ms", "tries"):
+            h.ok(key in obj, "key %s missing from %r" % (key, obj))
+        h.eq((obj["method"], obj["route"], obj["status"], obj["attempts"]), ("GET", "echo-route", 200, 1),
+             "method, route, status, attempts")
+        h.eq(obj["bytes"], len(r.body), "bytes")
+        h.ok(isinstance(obj["duration_ms"], (int, float)) and obj["duration_ms"] >= 0,
+             "duration_ms %r" % obj["duration_ms"])
+        h.eq(obj["tries"], [{"status": 200, "wait_ms": 0}], "tries")
+
+    @t.check("json: a 502 from a closed port has one try with an error string and wait_ms 0")
+    def _():
+        r = h.curl("http://127.0.0.1:%d/x?jl=2" % dead, proxy=jsonp.url)
+        h.eq(r.status, 502, "status")
+        obj = one_line(jsonp, "jl=2")
+        h.eq((obj["status"], obj["attempts"], len(obj["tries"])), (502, 1, 1), "status, attempts, tries")
+        tr = obj["tries"][0]
+        h.ok(isinstance(tr.get("error"), str) and tr["error"], "tries[0].error: %r" % tr)
+        h.eq(tr.get("wait_ms"), 0, "tries[0].wait_ms")
+
+    @t.check("json: a 404 and a HEAD each give one object")
+    def _():
+        get(jsonp, "/status/404?jl=3")
+        get(jsonp, "/bytes/10?jl=4", "-I")
+        h.eq(one_line(jsonp, "jl=3")["status"], 404, "404 status")
+        o = one_line(jsonp, "jl=4")
+        h.eq((o["method"], o["bytes"]), ("HEAD", 0), "HEAD method and bytes")
+
+    @t.check("json: every stderr line is a JSON object; non-access lines have level and msg")
+    def _():
+        lines = [ln for ln in jsonp.stderr_lines() if ln.strip()]
+        h.ok(lines, "no stderr output at all")
+        for ln in lines:
+            try:
+                obj = json.loads(ln)
+            except ValueError:
+                raise AssertionError("stderr line is not JSON: %r" % ln)
+            h.ok(isinstance(obj, dict), "stderr line is not an object: %r" % ln)
+            if "method" not in obj:
+                h.ok("level" in obj and "msg" in obj, "log object without level/msg: %r" % ln)
+
+
+h.run(scenario, __doc__)

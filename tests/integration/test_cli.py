@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Scenario: the command line.
+
+Client: none; the test runs the binary with --version, --help, --check on a
+good and on a bad config, an unknown option, a missing -c file, a config
+whose port is taken, and no -c at all from an empty directory and from one
+holding conf/retryproxy.yaml; it also stops a running proxy with SIGINT.
+Origin: none.
+Must hold: --version prints "retryproxy <version>"; --help exits 0 naming
+the options; --check prints "ok" and exits 0 without binding anything; a bad
+config exits 1 reporting every error as file:line:col (the key for an
+unknown key, the value for a bad value); usage errors exit 1; a port in use
+exits 2 naming the cause; without -c the proxy says on stderr which config it
+used (./conf/retryproxy.yaml first, else /etc/retryproxy/retryproxy.yaml,
+else the embedded default); SIGINT and SIGTERM exit 0.
+"""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import harness as h
+
+GOOD = """\
+listen:
+  - address: 127.0.0.1:@PORT@
+log:
+  level: info
+limits:
+  drain_timeout: 1s
+"""
+
+# Line 4 column 20 is the value "fast"; line 5 column 1 is the unknown key.
+BAD = """\
+listen:
+  - address: 127.0.0.1:3128
+limits:
+  connect_timeout: fast
+bogus_key: 1
+"""
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def start(args, cwd):
+    """The binary in the background with stderr to a file."""
+    err_path = os.path.join(cwd, "stderr-%d.txt" % time.monotonic_ns())
+    err = open(err_path, "wb")
+    proc = subprocess.Popen([h.BIN] + args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err,
+                            env=h.clean_env())
+    err.close()
+    return proc, err_path
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def finish(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(20 * h.SLOW)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return "killed"
+    return proc.returncode
+
+
+def scenario(t):
+    tmp = t.tmp
+
+    @t.check("--version prints 'retryproxy <version>' and exits 0")
+    def _():
+        p = h.run_bin(["--version"])
+        h.eq(p.returncode, 0, "exit code (stderr %r)" % p.stderr)
+        h.ok(re.fullmatch(r"retryproxy \d+\.\d+(\.\d+)?\S*\n?", p.stdout),
+             "stdout should be 'retryproxy <version>', got %r" % p.stdout)
+
+    @t.check("--help exits 0 and names -c, --check, --version")
+    def _():
+        p = h.run_bin(["--help"])
+        h.eq(p.returncode, 0, "exit code (stderr %r)" % p.stderr)
+        for opt in ("-c", "--check", "--version", "--help"):
+            h.ok(opt in p.stdout, "--help output should mention %s: %r" % (opt, p.stdout))
+
+    @t.check("--check on a good config prints ok, exits 0 and binds nothing (its port is taken)")
+    def _():
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            path = write(os.path.join(tmp, "good.yaml"), GOOD.replace("@PORT@", str(taken.getsockname()[1])))
+            p = h.run_bin(["-c", path, "--check"])
+        h.eq(p.returncode, 0, "exit code (stderr %r)" % p.stderr)
+        h.eq(p.stdout.strip(), "ok", "stdout")
+
+    @t.check("--check on a bad config exits 1 and reports every error as file:line:col")
+    def _():
+        path = write(os.path.join(tmp, "bad.yaml"), BAD)
+        p = h.run_bin(["-c", path, "--check"])
+        h.eq(p.returncode, 1, "exit code")
+        h.ok("ok" not in p.stdout.split(), "stdout must not say ok: %r" % p.stdout)
+        h.ok(re.search(r"bad\.yaml:4:20: .*connect_timeout", p.stderr),
+             "stderr should have bad.yaml:4:20: ...connect_timeout... for the bad duration value: %r" % p.stderr)
+        h.ok(re.search(r"bad\.yaml:5:1: .*bogus_key", p.stderr),
+             "stderr should have bad.yaml:5:1: ...bogus_key... for the unknown key: %r" % p.stderr)
+
+    @t.check("starting with a bad config exits 1 without listening")
+    def _():
+        path = os.path.join(tmp, "bad.yaml")
+        p = h.run_bin(["-c", path])
+        h.eq(p.returncode, 1, "exit code (stderr %r)" % p.stderr)
+        h.ok(re.search(r"bad\.yaml:4:20:", p.stderr), "stderr should name bad.yaml:4:20: %r" % p.stderr)
+
+    @t.check("an unknown option exits 1 with a message")
+    def _():
+        p = h.run_bin(["--no-such-option"])
+        h.eq(p.returncode, 1, "exit code")
+        h.ok(p.stderr.strip(), "stderr should explain the usage error")
+
+    @t.check("-c with a missing file exits 1 naming the file")
+    def _():
+        missing = os.path.join(tmp, "does-not-exist.yaml")
+        p = h.run_bin(["-c", missing])
+        h.eq(p.returncode, 1, "exit code (stderr %r)" % p.stderr)
+        h.ok("does-not-exist.yaml" in p.stderr, "stderr should name the file: %r" % p.stderr)
+
+    @t.check("a listen port already in use exits 2 naming the cause")
+    def _():
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            port = taken.getsockname()[1]
+            path = write(os.path.join(tmp, "taken.yaml"), GOOD.replace("@PORT@", str(port)))
+            proc, err = start(["-c", path], tmp)
+            try:
+                code = proc.wait(15 * h.SLOW)
+            except subprocess.TimeoutExpired:
+                finish(proc)
+                raise AssertionError("proxy kept running although 127.0.0.1:%d is taken" % port)
+        h.eq(code, 2, "exit code (stderr %r)" % read(err))
+        text = read(err)
+        h.ok(re.search(r"in use|%d" % port, text, re.I),
+             "stderr should say the address is in use or name it: %r" % text)
+
+    @t.check("no -c in an empty directory: says on stderr which config it used")
+    def _():
+        empty = os.path.join(tmp, "empty-cwd")
+        os.makedirs(empty)
+        etc = "/etc/retryproxy/retryproxy.yaml"
+        proc, err = start([], empty)
+        try:
+            h.wait_until(lambda: "config:" in read(err) or proc.poll() is not None, 10 * h.SLOW,
+                         "a 'config:' line on stderr")
+        finally:
+            finish(proc)
+        text = read(err)
+        expected = etc if os.path.exists(etc) else "<embedded>"
+        h.ok(re.search(r"config: .*" + re.escape(expected), text),
+             "stderr should say 'config: %s': %r" % (expected, text))
+
+    @t.check("no -c with ./conf/retryproxy.yaml present: uses it and listens where it says")
+    def _():
+        cwd = os.path.join(tmp, "with-conf")
+        port = h.free_port()
+        write(os.path.join(cwd, "conf", "retryproxy.yaml"), GOOD.replace("@PORT@", str(port)))
+        proc, err = start([], cwd)
+        try:
+            h.wait_until(lambda: h.port_accepts(port) or proc.poll() is not None, 15 * h.SLOW,
+                         "the proxy to listen on %d" % port)
+            h.ok(proc.poll() is None, "proxy exited with %s: %r" % (proc.returncode, read(err)))
+            text = read(err)
+            h.ok(re.search(r"config: \S*conf/retryproxy\.yaml", text),
+                 "stderr should say 'config: ...conf/retryproxy.yaml': %r" % text)
+            h.ok(re.search(r"listening on \S*127\.0\.0\.1:%d" % port, text),
+                 "stderr should say 'listening on 127.0.0.1:%d': %r" % (port, text))
+        finally:
+            code = finish(proc)
+        h.eq(code, 0, "exit code after SIGTERM")
+
+    @t.check("SIGINT stops a running proxy with exit 0")
+    def _():
+        port = h.free_port()
+        path = write(os.path.join(tmp, "sigint.yaml"), GOOD.replace("@PORT@", str(port)))
+        proc, err = start(["-c", path], tmp)
+        try:
+            h.wait_until(lambda: h.port_accepts(port) or proc.poll() is not None, 15 * h.SLOW,
+                         "the proxy to listen")
+            h.ok(proc.poll() is None, "proxy exited early: %r" % read(err))
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(20 * h.SLOW)
+        finally:
+            finish(proc)
+        h.eq(code, 0, "exit code after SIGINT (stderr %r)" % read(err)[-2000:])
+        h.ok(not any(m in read(err) for m in h._SANITIZER_MARKERS), "sanitizer report: %r" % read(err))
+
+
+h.run(scenario, __doc__)

@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Scenario: limits.client_timeout (1s) against slow and idle clients.
+
+Client: raw sockets to a sidecar listener: one connects and sends nothing;
+one drips a request head a few bytes at a time, never finishing it
+(slowloris); one makes a request and then idles on the keep-alive
+connection; one makes requests 0.7 s apart; one asks for a response the
+origin takes 2 s to produce.
+Origin: echoes; /delay/2 answers after 2 s.
+Must hold: a silent connection, a dripping head and an idle keep-alive
+connection are each closed within a few seconds of the 1 s timeout (none
+before 0.3 s), and nothing of the dripped request reaches the origin; the
+timeout counts from the end of the previous response, so requests 0.7 s
+apart keep one connection alive; a slow response is not cut by it.
+"""
+
+import socket
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+limits:
+  drain_timeout: 2s
+  client_timeout: 1s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+BOUND = 1 + 5  # client_timeout plus a generous margin
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+
+    @t.check("a connection that sends nothing is closed after client_timeout (not before 0.3s)")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            h.ok(c.silent_for(0.3), "connection closed or answered within 0.3s")
+            h.ok(c.closed_within(BOUND), "silent connection still open after %ss" % BOUND)
+
+    @t.check("slowloris: a head dripped slower than client_timeout is cut; nothing reaches the origin")
+    def _():
+        before = len(origin.requests)
+        start = time.monotonic()
+        closed = False
+        with h.RawConn(proxy.port()) as c:
+            c.send(b"GET /echo?slowloris HTTP/1.1\r\nHost: a.example\r\n")
+            drip = b"X-Drip: aaaaaaaa\r\n"
+            i = 0
+            while time.monotonic() - start < BOUND:
+                try:
+                    c.send(drip[i % len(drip):i % len(drip) + 1])
+                except OSError:
+                    closed = True
+                    break
+                i += 1
+                if c.closed_within(0.2):
+                    closed = True
+                    break
+        h.ok(closed, "connection dripping a head still open after %ss" % BOUND)
+        h.eq(origin.requests[before:], [], "requests that reached the origin")
+
+    @t.check("an idle keep-alive connection is closed after client_timeout")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", "/echo?idle", "a.example"))
+            r = c.read_response()
+            h.eq(r.status, 200, "status")
+            h.ok(c.closed_within(BOUND), "idle keep-alive connection still open after %ss" % BOUND)
+
+    @t.check("the timeout restarts after each response: 3 requests 0.7s apart on one connection")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            for i in range(3):
+                if i:
+                    time.sleep(0.7)
+                c.send(h.request("GET", "/echo?spaced=%d" % i, "a.example"))
+                r = c.read_response()
+                h.eq(r.status, 200, "status of request %d" % (i + 1))
+
+    @t.check("a response slower than client_timeout (2s) is not cut")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", "/delay/2", "a.example"))
+            r = c.read_response(timeout=15)
+        h.eq((r.status, r.body), (200, b"delayed\n"), "slow response")
+
+
+h.run(scenario, __doc__)

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Scenario: CONNECT tunnels.
+
+Client: curl -p -x (HTTP and HTTPS through a tunnel, downloads and uploads)
+and raw sockets sending CONNECT, then bytes through the tunnel.
+Origin: a plain HTTP origin and a TLS origin (test CA); some requests ask
+the origin to close after answering.
+Must hold: the proxy answers CONNECT with a 2xx without body framing
+fields; bytes pass unchanged both ways (sha256 of a download and of an
+upload; TLS end to end verifies with the test CA and SNI reaches the
+origin as the client sent it); the proxy does not touch tunnelled requests
+(no Via); the tunnel closes when the origin closes, when the client closes,
+and after tunnel_idle_timeout of silence; CONNECT to a closed port gets a
+502 with a one-line body.
+"""
+
+import hashlib
+import json
+import os
+
+import harness as h
+import origin as o
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+limits:
+  drain_timeout: 2s
+  tunnel_idle_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def open_tunnel(proxy, port, host="127.0.0.1"):
+    c = h.RawConn(proxy.port(), timeout=10)
+    authority = "%s:%d" % (host, port)
+    c.send(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority)).encode())
+    r = c.read_head()
+    h.ok(200 <= r.status < 300, "CONNECT answered %d: %r" % (r.status, r.headers))
+    return c, r
+
+
+def scenario(t):
+    certs = t.certs()
+    plain = t.origin(name="plain")
+    secure = t.origin(tls=(certs.server, certs.server_key), name="secure")
+    proxy = t.proxy(CONFIG)
+
+    @t.check("curl -p: 3 MiB download through the tunnel is byte-exact")
+    def _():
+        n = 3 << 20
+        r = h.curl("-p", plain.url("/bytes/%d?t=down" % n), proxy=proxy.url)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.eq(sha(r.body), o.pattern_sha256(n), "body sha256")
+
+    @t.check("curl -p: 2 MiB upload through the tunnel is byte-exact, request untouched (no Via)")
+    def _():
+        body = os.urandom(2 << 20)
+        path = os.path.join(t.tmp, "up.bin")
+        with open(path, "wb") as f:
+            f.write(body)
+        r = h.curl("-p", "--data-binary", "@" + path, plain.url("/echo?t=up"), proxy=proxy.url)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        seen = json.loads(r.body)
+        h.eq((seen["body_len"], seen["body_sha256"]), (len(body), sha(body)), "upload at the origin")
+        names = [n.lower() for n, _ in seen["headers"]]
+        h.ok("via" not in names, "a tunnelled request must reach the origin untouched: %r" % seen["headers"])
+
+    @t.check("curl -p to the TLS origin: verifies with the test CA, SNI localhost arrives, body exact")
+    def _():
+        n = 1 << 20
+        r = h.curl("-p", "--cacert", certs.ca, secure.url("/bytes/%d?t=tls" % n).replace("127.0.0.1", "localhost"),
+                   proxy=proxy.url)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.eq(sha(r.body), o.pattern_sha256(n), "body sha256")
+        seen = [q for q in secure.requests if q.query.get("t") == "tls"][0]
+        conn = [c for c in secure.connections if c.id == seen.conn_id][0]
+        h.eq(conn.sni, "localhost", "SNI at the origin")
+
+    @t.check("raw CONNECT: 2xx without Content-Length or Transfer-Encoding")
+    def _():
+        c, r = open_tunnel(proxy, plain.port)
+        c.close()
+        h.eq(r.header("Content-Length"), None, "Content-Length on the CONNECT response")
+        h.eq(r.header("Transfer-Encoding"), None, "Transfer-Encoding on the CONNECT response")
+
+    @t.check("the tunnel closes toward the client when the origin closes")
+    def _():
+        c, _ = open_tunnel(proxy, plain.port)
+        with c:
+            c.send(b"GET /bytes/10?t=originclose HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            r = c.read_response()
+            h.eq((r.status, r.body), (200, o.pattern_bytes(10)), "response through the tunnel")
+            h.ok(c.closed_within(5), "client side still open 5s after the origin closed")
+
+    @t.check("the tunnel closes toward the origin when the client closes")
+    def _():
+        c, _ = open_tunnel(proxy, plain.port)
+        c.send(b"GET /bytes/10?t=clientclose HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = c.read_response()
+        h.eq(r.status, 200, "response through the tunnel")
+        cid = [q for q in plain.requests if q.query.get("t") == "clientclose"][0].conn_id
+        c.close()
+        plain.wait_for(lambda org: any(x.id == cid and x.closed.is_set() for x in org.connections),
+                       5, "the origin side of the tunnel to close")
+
+    @t.check("an idle tunnel closes after tunnel_idle_timeout (2s), both sides")
+    def _():
+        before = {x.id for x in plain.connections}
+        c, _ = open_tunnel(proxy, plain.port)
+        with c:
+            plain.wait_for(lambda org: len({x.id for x in org.connections} - before) == 1, 5,
+                           "the proxy to connect to the origin")
+            new = [x for x in plain.connections if x.id not in before][0]
+            h.ok(c.closed_within(2 + 8), "idle tunnel still open 10s after the last byte")
+            h.ok(new.closed.wait(5), "origin side of the idle tunnel still open")
+
+    @t.check("CONNECT to a closed port: 502 with a one-line body")
+    def _():
+        port = h.closed_port()
+        with h.RawConn(proxy.port()) as c:
+            c.send(("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (port, port)).encode())
+            r = c.read_response()
+        h.check_error_response(r, 502, ("refused", "connect", "unreachable"))
+
+
+h.run(scenario, __doc__)

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Scenario: requests the proxy must refuse, and upstream failures.
+
+Client: raw sockets sending malformed requests to a sidecar listener
+(Content-Length with Transfer-Encoding, differing or invalid Content-Length,
+Transfer-Encoding other than a final chunked, a bad chunk size, obs-fold,
+whitespace before a colon, bare LF, bare CR, NUL, an invalid method, missing,
+invalid or duplicate Host), oversized requests (URI over max_uri_bytes 1 KiB,
+head over max_header_bytes 4 KiB, body over max_body_bytes 1 KiB announced
+by Content-Length or reached by chunks) and their just-under-the-limit
+twins; forward requests to a closed port and to origins that never answer,
+reset, or answer malformed.
+Origin: echoes; /hang never answers; /reset/* and /drop cut the connection;
+/bad/* send malformed responses. max_attempts is 1 so no retry hides a
+failure; try_timeout is 1s.
+Must hold: each refused request gets its status (400, 414, 431, 413) with a
+one-line text/plain body, Content-Length and Retry-Attempts, and nothing of
+it reaches the origin; framing errors close the connection; the twins under
+the limits pass; a closed port gives 502 naming the refusal; a silent
+origin gives 504 after about try_timeout; a reset, a close before the
+response or a malformed response head gives 502; a reset in the middle of
+a body cuts the client connection short instead of padding or hanging.
+"""
+
+import time
+
+import harness as h
+import origin as o
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+  - address: 127.0.0.1:@PORT1@
+    upstream: http://127.0.0.1:@ORIGIN@
+limits:
+  drain_timeout: 2s
+  max_uri_bytes: 1KiB
+  max_header_bytes: 4KiB
+  max_body_bytes: 1KiB
+  try_timeout: 1s
+  connect_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+MALFORMED = [
+    ("Content-Length together with Transfer-Encoding", True,
+     b"POST /echo?m=clte HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\n"
+     b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+    ("two differing Content-Length fields", True,
+     b"POST /echo?m=cl2 HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!"),
+    ("invalid Content-Length", True,
+     b"POST /echo?m=clbad HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5x\r\n\r\nhello"),
+    ("negative Content-Length", True,
+     b"POST /echo?m=clneg HTTP/1.1\r\nHost: a.example\r\nContent-Length: -1\r\n\r\n"),
+    ("Transfer-Encoding not ending in chunked", True,
+     b"POST /echo?m=tegzip HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n"),
+    ("unknown Transfer-Encoding alone", True,
+     b"POST /echo?m=teonly HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: gzip\r\n\r\n"),
+    ("bad chunk size", True,
+     b"PUT /echo?m=chunk HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"),
+    ("obs-fold", False,
+     b"GET /echo?m=fold HTTP/1.1\r\nHost: a.example\r\nX-A: a\r\n b\r\n\r\n"),
+    ("whitespace before the colon", False,
+     b"GET /echo?m=wscolon HTTP/1.1\r\nHost: a.example\r\nX-A : b\r\n\r\n"),
+    ("bare LF inside the head", False,
+     b"GET /echo?m=barelf HTTP/1.1\r\nHost: a.example\r\nX-A: a\nX-B: b\r\n\r\n"),
+    ("bare CR inside a field value", False,
+     b"GET /echo?m=barecr HTTP/1.1\r\nHost: a.example\r\nX-A: a\rb\r\n\r\n"),
+    ("NUL inside a field value", False,
+     b"GET /echo?m=nul HTTP/1.1\r\nHost: a.example\r\nX-A: a\x00b\r\n\r\n"),
+    ("invalid method token", False,
+     b"G(T /echo?m=method HTTP/1.1\r\nHost: a.example\r\n\r\n"),
+    ("HTTP/1.1 without Host", False,
+     b"GET /echo?m=nohost HTTP/1.1\r\nX-A: a\r\n\r\n"),
+    ("invalid Host", False,
+     b"GET /echo?m=badhost HTTP/1.1\r\nHost: bad host\r\n\r\n"),
+    ("two Host fields", False,
+     b"GET /echo?m=twohost HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n"),
+]
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+    sidecar = proxy.port(1)
+    auth = origin.authority
+
+    def refused(raw, status, must_close, port=None, words=None):
+        before = len(origin.requests)
+        with h.RawConn(port or sidecar) as c:
+            c.send(raw)
+            r = c.read_response(timeout=5)
+            closed = c.closed_within(5) if must_close else None
+        h.check_error_response(r, status, words)
+        if must_close:
+            h.ok(closed, "connection should be closed after a framing error")
+        time.sleep(0.2)
+        h.eq(origin.requests[before:], [], "requests that reached the origin")
+
+    for name, must_close, raw in MALFORMED:
+        @t.check("400 for %s; nothing reaches the origin" % name)
+        def _(raw=raw, must_close=must_close):
+            refused(raw, 400, must_close)
+
+    @t.check("414 for a request-target over max_uri_bytes; a 900-byte one passes")
+    def _():
+        refused(b"GET /echo?long=" + b"a" * 2000 + b" HTTP/1.1\r\nHost: a.example\r\n\r\n", 414, False)
+        r = h.curl(proxy.listener_url(1, "/echo?long=" + "a" * 880))
+        h.eq(r.status, 200, "status for a 900-byte target (%r)" % r)
+
+    @t.check("431 for a head over max_header_bytes; a 3 KiB head passes")
+    def _():
+        fields = b"".join(b"X-Filler-%02d: %s\r\n" % (i, b"v" * 80) for i in range(60))
+        refused(b"GET /echo?m=bighead HTTP/1.1\r\nHost: a.example\r\n" + fields + b"\r\n", 431, False)
+        fields = b"".join(b"X-Filler-%02d: %s\r\n" % (i, b"v" * 80) for i in range(30))
+        with h.RawConn(sidecar) as c:
+            c.send(b"GET /echo?m=okhead HTTP/1.1\r\nHost: a.example\r\n" + fields + b"\r\n")
+            r = c.read_response()
+        h.eq(r.status, 200, "status for a 3 KiB head")
+
+    @t.check("413 at once for Content-Length over max_body_bytes, before the body is sent")
+    def _():
+        refused(b"POST /echo?m=bigcl HTTP/1.1\r\nHost: a.example\r\nContent-Length: 2048\r\n\r\n", 413, False)
+
+    @t.check("413 for a chunked body growing over max_body_bytes")
+    def _():
+        chunk = b"3e8\r\n" + b"x" * 1000 + b"\r\n"
+        refused(b"PUT /echo?m=bigchunked HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + chunk + chunk + b"0\r\n\r\n", 413, False)
+
+    @t.check("a body of exactly max_body_bytes passes")
+    def _():
+        r = h.curl("--data-binary", "y" * 1024, proxy.listener_url(1, "/echo?m=exact"))
+        h.eq(r.status, 200, "status (%r)" % r)
+
+    @t.check("502 naming the refusal for an upstream port nobody listens on")
+    def _():
+        port = h.closed_port()
+        r = h.curl("http://127.0.0.1:%d/x" % port, proxy=proxy.url)
+        h.check_error_response(r, 502, ("refused",))
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+
+    @t.check("504 after try_timeout (1s) when the origin accepts and never answers")
+    def _():
+        start = time.monotonic()
+        r = h.curl(origin.url("/hang?m=504"), proxy=proxy.url)
+        took = time.monotonic() - start
+        h.check_error_response(r, 504, ("timeout", "timed out"))
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        h.ok(0.8 <= took <= 10, "504 came after %.1fs; try_timeout is 1s" % took)
+
+    for path in ("/reset/request", "/drop", "/reset/status", "/reset/head"):
+        @t.check("502 when the origin %s" % {"/reset/request": "resets after reading the request",
+                                              "/drop": "closes without answering",
+                                              "/reset/status": "resets in the middle of the status line",
+                                              "/reset/head": "resets before reading the body"}[path])
+        def _(path=path):
+            r = h.curl(origin.url(path + "?m=x"), proxy=proxy.url)
+            h.check_error_response(r, 502)
+
+    for kind in ("cl-dup", "te-cl", "obs-fold", "status", "bare-lf", "space-colon"):
+        @t.check("502 for a malformed upstream response head (%s)" % kind)
+        def _(kind=kind):
+            r = h.curl(origin.url("/bad/" + kind), proxy=proxy.url)
+            h.check_error_response(r, 502)
+
+    @t.check("origin resets in the middle of a body: the client connection is cut short, not padded or hung")
+    def _():
+        n = 200000
+        with h.RawConn(proxy.port(0), timeout=10) as c:
+            c.send(h.request("GET", origin.url("/reset/body?n=%d" % n), auth))
+            head = c.read_head()
+            h.eq(head.status, 200, "status (the head went out before the reset)")
+            start = time.monotonic()
+            data = c.read_to_close(timeout=10)
+            h.ok(time.monotonic() - start < 10, "client connection still open 10s after the upstream reset")
+        if head.header("Content-Length") is not None:
+            h.ok(len(data) < n, "client got %d bytes of a %d-byte body that was cut" % (len(data), n))
+            h.eq(data, o.pattern_bytes(len(data)), "the bytes that did arrive")
+        else:
+            h.ok(not data.endswith(b"0\r\n\r\n"), "a cut chunked body must not be terminated properly")
+
+
+h.run(scenario, __doc__)

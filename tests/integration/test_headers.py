@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Scenario: what happens to header fields on the way through.
+
+Client: raw requests (forward absolute-form and sidecar origin-form) with
+duplicate fields, odd name case, inner spaces, an obs-text byte, a Via from
+an earlier proxy, and every hop-by-hop field: Connection naming two custom
+fields (in two Connection lines, odd case), Keep-Alive, Proxy-Connection,
+TE, Upgrade.
+Origin: echoes the request it got; /respheaders answers with duplicates,
+odd case, obs-text, its own Via, and hop-by-hop fields (Keep-Alive and a
+field named by Connection).
+Must hold: hop-by-hop fields and the fields Connection names are gone in
+both directions; every other field arrives byte-exact (name case and value)
+in the original order, duplicates kept, nothing added except Via
+("1.1 retryproxy" after any earlier Via) and, on responses, Retry-Attempts;
+in sidecar mode the upstream gets exactly one Host: <upstream authority>.
+"""
+
+import json
+
+import harness as h
+import origin as o
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+  - address: 127.0.0.1:@PORT1@
+    upstream: http://127.0.0.1:@ORIGIN@
+limits:
+  drain_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+# (name, value) pairs that must pass through untouched, in this order.
+END_TO_END = [
+    ("X-First", "1"),
+    ("x-custom", "a"),
+    ("X-Custom", "b"),
+    ("X-MiXeD-CaSe", "Value  With   Spaces"),
+    ("X-Obs-Text", "caf\xe9"),
+    ("Accept", "*/*"),
+    ("X-Last", "z"),
+]
+
+HOP_BY_HOP = [
+    ("Connection", "keep-alive, X-Drop-Me"),
+    ("X-Drop-Me", "secret"),
+    ("Keep-Alive", "timeout=5"),
+    ("Proxy-Connection", "keep-alive"),
+    ("TE", "trailers"),
+    ("Upgrade", "websocket"),
+    ("connection", "x-OTHER-drop"),
+    ("X-Other-Drop", "also secret"),
+]
+
+
+def request_fields():
+    """End-to-end and hop-by-hop fields interleaved, plus an earlier Via."""
+    e, hb = END_TO_END, HOP_BY_HOP
+    return [e[0], hb[0], e[1], hb[1], hb[2], e[2], hb[3], ("Via", "1.0 client-side-proxy"),
+            e[3], hb[4], hb[5], e[4], hb[6], hb[7], e[5], e[6]]
+
+
+def via_list(headers):
+    vals = [v for n, v in headers if n.lower() == "via"]
+    return [p.strip() for v in vals for p in v.split(",")]
+
+
+def check_upstream_fields(seen_headers):
+    names_gone = {"connection", "keep-alive", "proxy-connection", "te", "upgrade", "x-drop-me",
+                  "x-other-drop"}
+    for n, v in seen_headers:
+        if n.lower() == "connection":
+            # The proxy may manage its own upstream connection, but must not
+            # pass the client's connection options on.
+            h.ok(v.lower() in ("keep-alive", "close"), "upstream Connection: %r" % v)
+        else:
+            h.ok(n.lower() not in names_gone, "hop-by-hop field %r reached the origin: %r" % (n, seen_headers))
+    rest = [(n, v) for n, v in seen_headers if n.lower() not in ("host", "via", "connection")]
+    h.eq(rest, END_TO_END, "end-to-end fields at the origin (order, case, values)")
+    h.eq(via_list(seen_headers), ["1.0 client-side-proxy", "1.1 retryproxy"], "Via at the origin")
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+    auth = origin.authority
+
+    @t.check("forward: hop-by-hop gone upstream, other fields byte-exact in order, Via appended")
+    def _():
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", origin.url("/echo?fwd-headers"), auth, request_fields()))
+            r = c.read_response()
+        h.eq(r.status, 200, "status (%r)" % r)
+        seen = origin.requests[-1]
+        h.eq(seen.target, "/echo?fwd-headers", "target")
+        h.eq(seen.header_all("Host"), [auth], "Host at the origin")
+        check_upstream_fields(seen.headers)
+
+    @t.check("sidecar: same field handling, and the upstream gets exactly Host: <upstream authority>")
+    def _():
+        with h.RawConn(proxy.port(1)) as c:
+            c.send(h.request("GET", "/echo?sidecar-headers", "app.example:8080", request_fields()))
+            r = c.read_response()
+        h.eq(r.status, 200, "status (%r)" % r)
+        seen = origin.requests[-1]
+        h.eq(seen.target, "/echo?sidecar-headers", "target")
+        h.eq(seen.header_all("Host"), [auth], "Host at the origin")
+        check_upstream_fields(seen.headers)
+
+    @t.check("response: hop-by-hop gone, other fields byte-exact in order, Via appended, Retry-Attempts")
+    def _():
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", origin.url("/respheaders"), auth))
+            r = c.read_response()
+        h.eq((r.status, r.body), (200, b"ok\n"), "status and body")
+        for n, v in r.headers:
+            if n.lower() == "connection":
+                h.ok("x-hop-resp" not in v.lower(), "the origin's Connection options reached the client: %r" % v)
+            h.ok(n.lower() not in ("x-hop-resp", "keep-alive"),
+                 "hop-by-hop response field %r reached the client: %r" % (n, r.headers))
+        rest = [(n, v) for n, v in r.headers if n.lower() not in ("via", "retry-attempts", "connection")]
+        expected = [(n, v) for n, v in o.RESPONSE_HEADERS
+                    if n.lower() not in ("via", "connection", "x-hop-resp", "keep-alive")]
+        expected.append(("Content-Length", "3"))
+        h.eq(rest, expected, "end-to-end response fields at the client (order, case, values)")
+        h.eq(via_list(r.headers), ["1.1 origin-via", "1.1 retryproxy"], "Via at the client")
+        h.eq(r.header_all("Retry-Attempts"), ["1"], "Retry-Attempts")
+
+    @t.check("response raw bytes: an obs-text byte in a value arrives unchanged")
+    def _():
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", origin.url("/respheaders"), auth))
+            r = c.read_response()
+        h.ok(b"\r\nX-Obs-Text: caf\xe9\r\n" in r.raw_head, "raw head: %r" % r.raw_head)
+
+    @t.check("curl through the proxy: its Proxy-Connection does not reach the origin")
+    def _():
+        r = h.curl("-H", "Proxy-Connection: keep-alive", origin.url("/echo?curl"), proxy=proxy.url)
+        h.eq(r.status, 200, "status (%r)" % r)
+        names = [n.lower() for n, _ in json.loads(r.body)["headers"]]
+        h.ok("proxy-connection" not in names, "Proxy-Connection at the origin: %r" % names)
+
+
+h.run(scenario, __doc__)

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Scenario: TLS origination to https:// upstreams in sidecar mode.
+
+Client: curl sends plain-HTTP origin-form requests to sidecar listeners whose
+upstreams are https origins; some requests carry a Host that selects a route
+with its own tls: section.
+Origin: TLS origins with certificates made by openssl at test time: "good"
+(localhost and 127.0.0.1, signed by the test CA), "wrong" (only
+wrong.example, same CA), "unknown" (right names, signed by a CA nobody
+trusts) and, when this Python can serve it, "old" (TLS 1.1 at most). Some
+requests ask the origin to close after answering, to force new handshakes.
+Must hold: with tls.ca_file the good origin works, SNI carries the host
+name (and no SNI is sent for an IP literal), TLS is 1.2 or newer; pooled TLS
+connections are reused; new connections to the same upstream resume the TLS
+session; a wrong-host certificate and an unknown CA each give a 502 at once
+(no retry although max_attempts allows it) whose one-line body names the
+reason, and nothing reaches the origin; a route with verify: false works
+and is warned about by name at start; a route's own ca_file is used;
+TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
+trust (and without it the same upstream fails verification).
+"""
+
+import json
+import socket
+import ssl
+import time
+
+import harness as h
+import origin as o
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://localhost:@GOOD@
+  - address: 127.0.0.1:@PORT1@
+    upstream: https://127.0.0.1:@GOOD@
+  - address: 127.0.0.1:@PORT2@
+    upstream: https://localhost:@WRONG@
+  - address: 127.0.0.1:@PORT3@
+    upstream: https://127.0.0.1:@UNKNOWN@
+  - address: 127.0.0.1:@PORT4@
+    upstream: https://localhost:@OLD@
+tls:
+  ca_file: @CA@
+limits:
+  drain_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 100ms
+    jitter: 10ms
+routes:
+  - name: insecure-route
+    match: { host: insecure.example }
+    upstream: https://127.0.0.1:@UNKNOWN@
+    tls: { verify: false }
+  - name: route-ca
+    match: { host: routeca.example }
+    upstream: https://localhost:@UNKNOWN@
+    tls:
+      ca_file: @OTHERCA@
+"""
+
+# No tls: section: trust comes from OpenSSL's default paths.
+CONFIG_DEFAULT_TRUST = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://localhost:@GOOD@
+limits:
+  drain_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+CERT_WORDS = ("certificate", "verif", "hostname", "host name", "issuer")
+
+
+def tls11_possible(certs):
+    """Whether this Python/OpenSSL can run a TLS 1.1-only server a client
+    can reach; without that the minimum-version check proves nothing."""
+    if not ssl.HAS_TLSv1_1:
+        return False
+    old = o.Origin(tls=(certs.server, certs.server_key), tls_max_version=ssl.TLSVersion.TLSv1_1).start()
+    try:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
+        ctx.minimum_version = ssl.TLSVersion.TLSv1
+        ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+        ctx.load_verify_locations(certs.ca)
+        with socket.create_connection(("127.0.0.1", old.port), timeout=5) as s:
+            with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+                return tls.version() == "TLSv1.1"
+    except (OSError, ssl.SSLError):
+        return False
+    finally:
+        old.stop()
+
+
+def scenario(t):
+    certs = t.certs()
+    good = t.origin(tls=(certs.server, certs.server_key), name="good")
+    wrong = t.origin(tls=(certs.wrong, certs.wrong_key), name="wrong")
+    unknown = t.origin(tls=(certs.unknown, certs.unknown_key), name="unknown")
+    can_tls11 = tls11_possible(certs)
+    old = t.origin(tls=(certs.server, certs.server_key), name="old",
+                   tls_max_version=ssl.TLSVersion.TLSv1_1 if can_tls11 else None)
+    proxy = t.proxy(CONFIG, GOOD=good.port, WRONG=wrong.port, UNKNOWN=unknown.port, OLD=old.port,
+                    CA=certs.ca, OTHERCA=certs.other_ca)
+
+    def get(listener, path, host=None):
+        args = [proxy.listener_url(listener, path)]
+        if host:
+            args = ["-H", "Host: " + host] + args
+        return h.curl(*args)
+
+    @t.check("https://localhost upstream with ca_file: 200, body exact, SNI localhost, TLS >= 1.2")
+    def _():
+        r = get(0, "/bytes/50000?t=sni")
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.eq(r.body, o.pattern_bytes(50000), "body")
+        seen = [q for q in good.requests if q.query.get("t") == "sni"][0]
+        conn = [c for c in good.connections if c.id == seen.conn_id][0]
+        h.eq(conn.sni, "localhost", "SNI the origin received")
+        h.ok(conn.tls_version in ("TLSv1.2", "TLSv1.3"), "TLS version %r" % conn.tls_version)
+        h.eq(seen.header_all("Host"), ["localhost:%d" % good.port], "Host at the origin")
+
+    @t.check("https://127.0.0.1 upstream: IP SAN verified, no SNI for an IP literal (RFC 6066 3)")
+    def _():
+        r = get(1, "/echo?t=ip")
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        seen = [q for q in good.requests if q.query.get("t") == "ip"][0]
+        conn = [c for c in good.connections if c.id == seen.conn_id][0]
+        h.eq(conn.sni, None, "SNI for an IP-literal upstream")
+
+    @t.check("pooled TLS connection reused: 5 separate clients, one upstream connection")
+    def _():
+        r = get(0, "/echo?t=pool0")
+        h.eq(r.status, 200, "status")
+        before = len(good.connections)
+        ids = set()
+        for i in range(1, 6):
+            r = get(0, "/echo?t=pool%d" % i)
+            h.eq(r.status, 200, "status (%r)" % r)
+            ids.add(json.loads(r.body)["conn_id"])
+        h.eq(len(ids), 1, "upstream connections used for 5 requests")
+        h.eq(len(good.connections), before, "new TLS connections accepted by the origin")
+
+    @t.check("new connections to a pooled upstream resume the TLS session")
+    def _():
+        conn_ids = []
+        for i in range(3):
+            r = get(0, "/echo?t=resume%d&close=1" % i)
+            h.eq(r.status, 200, "status (%r)" % r)
+            conn_ids.append(json.loads(r.body)["conn_id"])
+            cid = conn_ids[-1]
+            good.wait_for(lambda org: any(c.id == cid and c.closed.is_set() for c in org.connections),
+                          5, "the origin to close connection %d" % cid)
+            time.sleep(0.2)
+        h.eq(len(set(conn_ids)), 3, "distinct upstream connections (the origin closed each)")
+        conns = {c.id: c for c in good.connections}
+        resumed = [conns[c].session_reused for c in conn_ids[1:]]
+        h.eq(resumed, [True, True], "session_reused on the 2nd and 3rd connection")
+
+    @t.check("wrong-host certificate: 502 at once naming the reason, not retried, nothing sent")
+    def _():
+        r = get(2, "/echo?t=wrong")
+        h.check_error_response(r, 502, CERT_WORDS)
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        time.sleep(0.5)
+        h.eq(len(wrong.requests), 0, "requests that reached the wrong-host origin")
+        h.eq(len(wrong.connections), 1, "connections to the wrong-host origin (a retry would add one)")
+
+    @t.check("certificate from an unknown CA: 502 naming the reason, nothing sent")
+    def _():
+        before = len(unknown.connections)
+        r = get(3, "/echo?t=unknownca")
+        h.check_error_response(r, 502, CERT_WORDS)
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        time.sleep(0.5)
+        h.eq([q for q in unknown.requests if q.query.get("t") == "unknownca"], [], "requests at the origin")
+        h.eq(len(unknown.connections) - before, 1, "connection attempts (a retry would add one)")
+
+    @t.check("route with tls: {verify: false} reaches the unknown-CA origin")
+    def _():
+        r = get(0, "/echo?t=insecure", host="insecure.example")
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.eq(json.loads(r.body)["target"], "/echo?t=insecure", "target at the unknown-CA origin")
+
+    @t.check("verify: false is warned about at start, naming the route")
+    def _():
+        lines = [ln for ln in proxy.stderr_lines() if "insecure-route" in ln]
+        h.ok(any(("warn" in ln.lower() or "verif" in ln.lower()) for ln in lines),
+             "expected a warning line naming insecure-route; stderr:\n%s" % proxy.stderr_tail())
+
+    @t.check("route with its own tls.ca_file trusts that CA")
+    def _():
+        r = get(0, "/echo?t=routeca", host="routeca.example")
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.eq(json.loads(r.body)["target"], "/echo?t=routeca", "target at the origin")
+
+    if can_tls11:
+        @t.check("an upstream offering at most TLS 1.1 is refused (502), nothing sent")
+        def _():
+            r = get(4, "/echo?t=old")
+            h.eq(r.status, 502, "status (%r)" % r)
+            h.eq(old.requests, [], "requests at the TLS 1.1 origin")
+    else:
+        t.skip("an upstream offering at most TLS 1.1 is refused",
+               "this Python/OpenSSL cannot serve TLS 1.1, so the check would prove nothing")
+
+    trust = t.proxy(CONFIG_DEFAULT_TRUST, env={"SSL_CERT_FILE": certs.ca}, GOOD=good.port)
+
+    @t.check("no tls: section, SSL_CERT_FILE names the test CA: 200")
+    def _():
+        r = h.curl(trust.listener_url(0, "/echo?t=sslcertfile"))
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+
+    notrust = t.proxy(CONFIG_DEFAULT_TRUST, GOOD=good.port)
+
+    @t.check("no tls: section and no SSL_CERT_FILE: the test CA is not trusted (502)")
+    def _():
+        r = h.curl(notrust.listener_url(0, "/echo?t=nocertfile"))
+        h.eq(r.status, 502, "status (%r)" % r)
+
+
+h.run(scenario, __doc__)

@@ -1,0 +1,771 @@
+/*
+ * Config loading: every file in tests/config/good/ loads; every
+ * tests/config/bad/NAME.yaml fails with exactly the lines of NAME.expected;
+ * plus defaults, inheritance and the value parsers by table. Fixtures are
+ * loaded as "good/NAME.yaml" and "bad/NAME.yaml" from CONFIG_FIXTURES, so
+ * that the file names in messages do not depend on the checkout's path.
+ */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+
+/* The whole of a small file, or NULL. */
+static char *test_read_file(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *text;
+	long len;
+
+	if (f == NULL)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	text = calloc(1, (size_t)len + 1);
+	assert_non_null(text);
+	assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	return text;
+}
+
+/* The names in dir ending in suffix, sorted, NULL-terminated. */
+static char **test_list(const char *dir, const char *suffix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char **names = NULL;
+	size_t n = 0, slen = strlen(suffix);
+
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL) {
+		size_t len = strlen(e->d_name);
+
+		if (len <= slen || strcmp(e->d_name + len - slen, suffix) != 0)
+			continue;
+		names = realloc(names, (n + 2) * sizeof(*names));
+		names[n++] = strdup(e->d_name);
+	}
+	closedir(d);
+	for (size_t i = 0; i + 1 < n; i++)
+		for (size_t j = i + 1; j < n; j++)
+			if (strcmp(names[i], names[j]) > 0) {
+				char *t = names[i];
+
+				names[i] = names[j];
+				names[j] = t;
+			}
+	if (names != NULL)
+		names[n] = NULL;
+	return names;
+}
+
+static void test_free_list(char **names)
+{
+	for (size_t i = 0; names != NULL && names[i] != NULL; i++)
+		free(names[i]);
+	free(names);
+}
+
+/* Load text as a config, with errors to a string the caller frees. */
+static struct config *test_load(const char *text, char **errors)
+{
+	size_t len;
+	FILE *out = open_memstream(errors, &len);
+	struct config *config = config_load_text(text, strlen(text), "test.yaml", out);
+
+	fclose(out);
+	return config;
+}
+
+/* Load text that must be valid. */
+static struct config *test_load_ok(const char *text)
+{
+	char *errors;
+	struct config *config = test_load(text, &errors);
+
+	if (config == NULL)
+		fail_msg("unexpected errors:\n%s", errors);
+	free(errors);
+	return config;
+}
+
+/* Load text that must fail with exactly these errors. */
+static void test_load_fails(const char *text, const char *expected)
+{
+	char *errors;
+	struct config *config = test_load(text, &errors);
+
+	assert_null(config);
+	if (strcmp(errors, expected) != 0)
+		fail_msg("errors differ.\nexpected:\n%s\ngot:\n%s", expected, errors);
+	free(errors);
+}
+
+static int test_setup(void **state)
+{
+	const char *dir = getenv("CONFIG_FIXTURES");
+
+	assert_non_null(dir);
+	assert_int_equal(chdir(dir), 0);
+	return 0;
+}
+
+static void test_good_fixtures(void **state)
+{
+	char **names = test_list("good", ".yaml");
+	size_t count = 0;
+
+	for (size_t i = 0; names != NULL && names[i] != NULL; i++, count++) {
+		char path[PATH_MAX], *errors;
+		size_t len;
+		FILE *out = open_memstream(&errors, &len);
+		struct config *config;
+
+		snprintf(path, sizeof(path), "good/%s", names[i]);
+		config = config_load_file(path, out);
+		fclose(out);
+		if (config == NULL)
+			fail_msg("%s should load, got:\n%s", path, errors);
+		free(errors);
+		config_release(config);
+	}
+	assert_true(count >= 5);
+	test_free_list(names);
+}
+
+static void test_bad_fixtures(void **state)
+{
+	char **names = test_list("bad", ".yaml");
+	size_t count = 0, failures = 0;
+
+	for (size_t i = 0; names != NULL && names[i] != NULL; i++, count++) {
+		char path[PATH_MAX], expected_path[PATH_MAX], *errors, *expected;
+		size_t len, base = strlen(names[i]) - strlen(".yaml");
+		FILE *out = open_memstream(&errors, &len);
+		struct config *config;
+
+		snprintf(path, sizeof(path), "bad/%s", names[i]);
+		snprintf(expected_path, sizeof(expected_path), "bad/%.*s.expected", (int)base,
+			 names[i]);
+		config = config_load_file(path, out);
+		fclose(out);
+		expected = test_read_file(expected_path);
+		if (config != NULL) {
+			print_error("%s loaded but should fail\n", path);
+			config_release(config);
+			failures++;
+		} else if (expected == NULL) {
+			print_error("%s has no %s; it printed:\n%s", path, expected_path, errors);
+			failures++;
+		} else if (strcmp(errors, expected) != 0) {
+			print_error("%s: errors differ.\nexpected:\n%sgot:\n%s", path, expected,
+				    errors);
+			failures++;
+		}
+		free(expected);
+		free(errors);
+	}
+	test_free_list(names);
+	assert_int_equal(failures, 0);
+	assert_true(count >= 20);
+}
+
+/* Every .expected belongs to a .yaml, so that none is silently skipped. */
+static void test_bad_fixtures_paired(void **state)
+{
+	char **names = test_list("bad", ".expected");
+
+	for (size_t i = 0; names != NULL && names[i] != NULL; i++) {
+		char path[PATH_MAX];
+		size_t base = strlen(names[i]) - strlen(".expected");
+
+		snprintf(path, sizeof(path), "bad/%.*s.yaml", (int)base, names[i]);
+		if (access(path, R_OK) != 0)
+			fail_msg("bad/%s has no %s", names[i], path);
+	}
+	test_free_list(names);
+}
+
+static void test_embedded_default(void **state)
+{
+	char *errors;
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config = config_load_text(
+		config_embedded_default, strlen(config_embedded_default), "<embedded>", out);
+	const struct sockaddr_in *sin;
+
+	fclose(out);
+	if (config == NULL)
+		fail_msg("the embedded default does not load:\n%s", errors);
+	free(errors);
+	assert_string_equal(config->source, "<embedded>");
+	assert_int_equal(config->listener_count, 1);
+	assert_string_equal(config->listeners[0].address, "127.0.0.1:3128");
+	assert_null(config->listeners[0].upstream);
+	sin = (const struct sockaddr_in *)&config->listeners[0].addr;
+	assert_int_equal(sin->sin_family, AF_INET);
+	assert_int_equal(ntohs(sin->sin_port), 3128);
+	assert_int_equal(ntohl(sin->sin_addr.s_addr), 0x7f000001);
+	assert_string_equal(config->admin_address, "127.0.0.1:9901");
+	assert_int_equal(ntohs(((const struct sockaddr_in *)&config->admin_addr)->sin_port), 9901);
+	assert_null(config->tls.ca_file);
+	assert_true(config->tls.verify);
+	assert_int_equal(config->route_count, 0);
+	assert_int_equal(config->default_route.retry.max_attempts, 5);
+	assert_int_equal(config->default_route.idempotent.when_present_count, 0);
+	config_release(config);
+}
+
+/* Errors name the file as given to config_load_text. */
+static void test_text_name_in_errors(void **state)
+{
+	char *errors;
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+	const char *text = "log:\n  level: loud\n";
+
+	assert_null(config_load_text(text, strlen(text), "<embedded>", out));
+	fclose(out);
+	assert_string_equal(errors, "<embedded>:2:10: log.level: expected error, warn, info or "
+				    "debug, got \"loud\"\n");
+	free(errors);
+}
+
+static void test_missing_file(void **state)
+{
+	char *errors;
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+
+	assert_null(config_load_file("no/such/file.yaml", out));
+	fclose(out);
+	assert_string_equal(errors, "no/such/file.yaml: cannot open: No such file or directory\n");
+	free(errors);
+}
+
+static bool test_on_code(const struct retry_policy *retry, unsigned code)
+{
+	return retry->on_codes[code / 8] & (1u << (code % 8));
+}
+
+/* Every key left out takes the value SPEC gives it. */
+static void test_defaults(void **state)
+{
+	struct config *config = test_load_ok("log: {format: json}\n");
+	const struct route *d = &config->default_route;
+	const struct limits *l = &config->limits;
+	char text[INET6_ADDRSTRLEN];
+
+	assert_int_equal(config->refs, 1);
+	assert_int_equal(config->listener_count, 1);
+	assert_string_equal(config->listeners[0].address, "127.0.0.1:3128");
+	assert_null(config->admin_address);
+	assert_int_equal(config->log_level, LOG_LEVEL_INFO);
+	assert_int_equal(config->log_format, LOG_FORMAT_JSON);
+	assert_int_equal(config->allow_client_count, 2);
+	inet_ntop(AF_INET, &((struct sockaddr_in *)&config->allow_clients[0].addr)->sin_addr, text,
+		  sizeof(text));
+	assert_string_equal(text, "127.0.0.0");
+	assert_int_equal(config->allow_clients[0].prefix_len, 8);
+	inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&config->allow_clients[1].addr)->sin6_addr,
+		  text, sizeof(text));
+	assert_string_equal(text, "::1");
+	assert_int_equal(config->allow_clients[1].prefix_len, 128);
+	assert_int_equal(config->allow_host_count, 1);
+	assert_string_equal(config->allow_hosts[0], "*");
+	assert_false(config->admin_remote);
+	assert_null(config->tls.ca_file);
+	assert_true(config->tls.verify);
+
+	assert_int_equal(l->max_connections, 10000);
+	assert_int_equal(l->max_header_bytes, 64 * 1024);
+	assert_int_equal(l->max_uri_bytes, 8 * 1024);
+	assert_int_equal(l->max_body_bytes, 0);
+	assert_int_equal(l->replay_buffer, 8 * 1024 * 1024);
+	assert_int_equal(l->client_timeout_ms, 60000);
+	assert_int_equal(l->retry_response_buffer, 1024 * 1024);
+	assert_int_equal(l->connect_timeout_ms, 5000);
+	assert_int_equal(l->try_timeout_ms, 30000);
+	assert_int_equal(l->drain_timeout_ms, 30000);
+	assert_int_equal(l->pool_max_idle, 32);
+	assert_int_equal(l->pool_idle_timeout_ms, 60000);
+	assert_int_equal(l->tunnel_idle_timeout_ms, 300000);
+
+	assert_string_equal(d->name, "default");
+	assert_null(d->match_host);
+	assert_null(d->match_path_prefix);
+	assert_int_equal(d->match_method_count, 0);
+	assert_null(d->upstream);
+	assert_false(d->tls_overridden);
+	assert_int_equal(d->retry.on, RETRY_ON_5XX | RETRY_ON_CONNECT_FAILURE | RETRY_ON_RESET |
+					      RETRY_ON_TIMEOUT);
+	for (unsigned code = 100; code < 600; code++)
+		assert_int_equal(test_on_code(&d->retry, code), code == 408 || code == 429);
+	assert_int_equal(d->retry.max_attempts, 5);
+	assert_int_equal(d->retry.initial_backoff_ms, 1000);
+	assert_true(d->retry.multiplier == 2);
+	assert_int_equal(d->retry.max_backoff_ms, 32000);
+	assert_false(d->retry.jitter_full);
+	assert_int_equal(d->retry.jitter_ms, 1000);
+	assert_int_equal(d->retry.deadline_ms, 120000);
+	assert_true(d->retry.honor_retry_after);
+	assert_true(d->retry.budget.ratio == 0.2);
+	assert_true(d->retry.budget.min_per_second == 3);
+	assert_int_equal(d->retry.budget.window_ms, 10000);
+	assert_int_equal(d->idempotent.method_count, 6);
+	assert_string_equal(d->idempotent.methods[0], "GET");
+	assert_string_equal(d->idempotent.methods[5], "DELETE");
+	assert_int_equal(d->idempotent.when_present_count, 0);
+	config_release(config);
+}
+
+/* A route starts from the defaults and overrides only the keys it names:
+ * retry and budget key by key, tls key by key, idempotent list by list. */
+static void test_inheritance(void **state)
+{
+	struct config *config = test_load_ok("tls:\n"
+					     "  ca_file: good/ca.pem\n"
+					     "defaults:\n"
+					     "  retry:\n"
+					     "    max_attempts: 7\n"
+					     "    jitter: full\n"
+					     "    budget: { ratio: 0.5 }\n"
+					     "  idempotent:\n"
+					     "    when_present: [header: If-Match]\n"
+					     "routes:\n"
+					     "  - name: partial\n"
+					     "    retry:\n"
+					     "      max_backoff: 64s\n"
+					     "      budget: { window: 30s }\n"
+					     "    tls: { verify: false }\n"
+					     "    idempotent: { methods: [GET] }\n"
+					     "  - name: untouched\n"
+					     "  - name: replaced\n"
+					     "    retry: { on: [503], jitter: 250ms }\n"
+					     "    tls: { ca_file: ~ }\n"
+					     "    idempotent: { when_present: [] }\n");
+	const struct route *d = &config->default_route, *r;
+
+	assert_int_equal(config->route_count, 3);
+	assert_int_equal(d->retry.max_attempts, 7);
+	assert_true(d->retry.jitter_full);
+	assert_true(d->retry.budget.ratio == 0.5);
+	assert_true(d->retry.budget.min_per_second == 3);
+	assert_non_null(d->tls.ca_file);
+
+	r = &config->routes[0];
+	assert_string_equal(r->name, "partial");
+	assert_int_equal(r->retry.max_backoff_ms, 64000);
+	assert_int_equal(r->retry.max_attempts, 7);
+	assert_int_equal(r->retry.initial_backoff_ms, 1000);
+	assert_true(r->retry.jitter_full);
+	assert_int_equal(r->retry.on, d->retry.on);
+	assert_true(test_on_code(&r->retry, 429));
+	assert_true(r->retry.budget.ratio == 0.5);
+	assert_true(r->retry.budget.min_per_second == 3);
+	assert_int_equal(r->retry.budget.window_ms, 30000);
+	assert_true(r->tls_overridden);
+	assert_false(r->tls.verify);
+	assert_string_equal(r->tls.ca_file, config->tls.ca_file);
+	assert_int_equal(r->idempotent.method_count, 1);
+	assert_string_equal(r->idempotent.methods[0], "GET");
+	assert_int_equal(r->idempotent.when_present_count, 1);
+	assert_int_equal(r->idempotent.when_present[0].kind, WHEN_PRESENT_HEADER);
+	assert_string_equal(r->idempotent.when_present[0].name, "If-Match");
+
+	r = &config->routes[1];
+	assert_false(r->tls_overridden);
+	assert_true(r->tls.verify);
+	assert_string_equal(r->tls.ca_file, config->tls.ca_file);
+	assert_int_equal(r->retry.max_backoff_ms, 32000);
+	assert_int_equal(r->retry.budget.window_ms, 10000);
+	assert_int_equal(r->idempotent.method_count, 6);
+	assert_int_equal(r->idempotent.when_present_count, 1);
+
+	r = &config->routes[2];
+	assert_int_equal(r->retry.on, 0);
+	assert_true(test_on_code(&r->retry, 503));
+	assert_false(test_on_code(&r->retry, 429));
+	assert_false(r->retry.jitter_full);
+	assert_int_equal(r->retry.jitter_ms, 250);
+	assert_true(r->tls_overridden);
+	assert_null(r->tls.ca_file);
+	assert_true(r->tls.verify);
+	assert_int_equal(r->idempotent.method_count, 6);
+	assert_int_equal(r->idempotent.when_present_count, 0);
+	config_release(config);
+}
+
+/* The defaults: section may come after the routes that inherit from it. */
+static void test_inheritance_any_order(void **state)
+{
+	struct config *config = test_load_ok("routes:\n"
+					     "  - name: r\n"
+					     "    retry: { deadline: 5m }\n"
+					     "defaults:\n"
+					     "  retry: { max_attempts: 2 }\n"
+					     "tls: { verify: false }\n");
+
+	assert_int_equal(config->routes[0].retry.max_attempts, 2);
+	assert_int_equal(config->routes[0].retry.deadline_ms, 300000);
+	assert_false(config->routes[0].tls.verify);
+	assert_false(config->routes[0].tls_overridden);
+	assert_false(config->default_route.tls.verify);
+	config_release(config);
+}
+
+/* A relative ca_file is relative to the config file and stored absolute. */
+static void test_relative_ca_file(void **state)
+{
+	char *errors, *expected = realpath("good/ca.pem", NULL);
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config = config_load_file("good/spec_example.yaml", out);
+
+	fclose(out);
+	if (config == NULL)
+		fail_msg("%s", errors);
+	free(errors);
+	assert_non_null(expected);
+	assert_true(config->tls.ca_file[0] == '/');
+	assert_string_equal(config->tls.ca_file, expected);
+	assert_string_equal(config->default_route.tls.ca_file, expected);
+	assert_string_equal(config->routes[0].tls.ca_file, expected);
+	config_release(config);
+
+	/* From memory, a relative path is relative to the working directory. */
+	config = test_load_ok("tls: { ca_file: good/ca.pem }\n");
+	assert_string_equal(config->tls.ca_file, expected);
+	config_release(config);
+	free(expected);
+}
+
+/* The route from the SPEC example, field by field. */
+static void test_spec_example_routes(void **state)
+{
+	char *errors;
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config = config_load_file("good/spec_example.yaml", out);
+	const struct route *r;
+
+	fclose(out);
+	if (config == NULL)
+		fail_msg("%s", errors);
+	free(errors);
+	assert_int_equal(config->listener_count, 2);
+	assert_non_null(config->listeners[1].upstream);
+	assert_true(config->listeners[1].upstream->tls);
+	assert_string_equal(config->listeners[1].upstream->authority, "storage.googleapis.com");
+	assert_int_equal(config->route_count, 2);
+	r = &config->routes[0];
+	assert_string_equal(r->match_host, "storage.googleapis.com");
+	assert_string_equal(r->match_path_prefix, "/upload/storage/v1/b/");
+	assert_int_equal(r->match_method_count, 2);
+	assert_string_equal(r->match_methods[1], "PATCH");
+	assert_int_equal(r->idempotent.when_present_count, 5);
+	assert_int_equal(r->idempotent.when_present[0].kind, WHEN_PRESENT_QUERY);
+	assert_string_equal(r->idempotent.when_present[0].name, "ifGenerationMatch");
+	assert_int_equal(r->idempotent.when_present[4].kind, WHEN_PRESENT_JSON_FIELD);
+	assert_string_equal(r->idempotent.when_present[4].name, "etag");
+	assert_int_equal(r->retry.on, RETRY_ON_CONNECT_FAILURE | RETRY_ON_RESET | RETRY_ON_TIMEOUT);
+	assert_true(test_on_code(&r->retry, 500));
+	assert_false(test_on_code(&r->retry, 501));
+	assert_int_equal(r->retry.max_backoff_ms, 64000);
+	assert_int_equal(r->retry.deadline_ms, 600000);
+	assert_int_equal(r->retry.max_attempts, 5);
+	r = &config->routes[1];
+	assert_string_equal(r->name, "never-retry-payments");
+	assert_null(r->match_host);
+	assert_string_equal(r->match_path_prefix, "/v1/charges");
+	assert_int_equal(r->retry.max_attempts, 1);
+	config_release(config);
+}
+
+static void test_sidecar_values(void **state)
+{
+	char *errors;
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config = config_load_file("good/sidecar.yaml", out);
+	const struct sockaddr_in6 *sin6;
+	char text[INET6_ADDRSTRLEN];
+
+	fclose(out);
+	if (config == NULL)
+		fail_msg("%s", errors);
+	free(errors);
+	assert_int_equal(ntohl(((struct sockaddr_in *)&config->listeners[0].addr)->sin_addr.s_addr),
+			 0x7f000001);
+	sin6 = (const struct sockaddr_in6 *)&config->listeners[1].addr;
+	assert_int_equal(sin6->sin6_family, AF_INET6);
+	assert_int_equal(ntohs(sin6->sin6_port), 8081);
+	assert_string_equal(config->listeners[1].upstream->host, "2001:db8::1");
+	assert_string_equal(config->listeners[1].upstream->authority, "[2001:db8::1]:9000");
+	assert_string_equal(config->listeners[2].upstream->host, "backend.internal");
+	assert_string_equal(config->listeners[2].upstream->authority, "backend.internal");
+	assert_string_equal(config->listeners[2].upstream->text, "HTTP://Backend.Internal:80");
+	assert_true(config->admin_remote);
+	/* Host bits are cleared: 10.1.2.3/8 is 10.0.0.0/8. */
+	inet_ntop(AF_INET, &((struct sockaddr_in *)&config->allow_clients[0].addr)->sin_addr, text,
+		  sizeof(text));
+	assert_string_equal(text, "10.0.0.0");
+	assert_int_equal(config->allow_clients[1].prefix_len, 32);
+	assert_string_equal(config->allow_hosts[1], "*.example.org");
+	assert_string_equal(config->allow_hosts[2], "::1");
+	assert_string_equal(config->routes[0].match_host, "api.example.com");
+	assert_int_equal(config->routes[0].upstream->port, 8443);
+	assert_true(config->routes[0].retry.jitter_full);
+	assert_false(config->routes[0].retry.honor_retry_after);
+	config_release(config);
+}
+
+static void test_units(void **state)
+{
+	char *errors;
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config = config_load_file("good/units.yaml", out);
+
+	fclose(out);
+	if (config == NULL)
+		fail_msg("%s", errors);
+	free(errors);
+	assert_int_equal(config->limits.max_header_bytes, 65536);
+	assert_int_equal(config->limits.max_uri_bytes, 1024);
+	assert_int_equal(config->limits.max_body_bytes, 2ULL << 30);
+	assert_int_equal(config->limits.client_timeout_ms, 1500);
+	assert_int_equal(config->limits.connect_timeout_ms, 250);
+	assert_int_equal(config->limits.try_timeout_ms, 120000);
+	assert_int_equal(config->limits.pool_idle_timeout_ms, 3600000);
+	assert_int_equal(config->limits.tunnel_idle_timeout_ms, 30000);
+	assert_true(config->default_route.retry.multiplier == 1.5);
+	assert_true(config->default_route.retry.budget.min_per_second == 0.5);
+	config_release(config);
+}
+
+/* All errors come out, sorted by position, even though the tables read
+ * routes after defaults. */
+static void test_errors_in_document_order(void **state)
+{
+	test_load_fails(
+		"routes:\n"
+		"  - name: a\n"
+		"    retry: { max_attempts: 0 }\n"
+		"defaults:\n"
+		"  retry: { deadline: soon }\n"
+		"limits:\n"
+		"  try_timeout: 0s\n",
+		"test.yaml:3:28: routes[0].retry.max_attempts: expected a whole number of at "
+		"least 1, got \"0\"\n"
+		"test.yaml:5:22: defaults.retry.deadline: expected a duration like 32s, got "
+		"\"soon\"\n"
+		"test.yaml:7:16: limits.try_timeout: must be longer than 0s\n");
+}
+
+static void test_did_you_mean(void **state)
+{
+	test_load_fails("limits:\n  max_conections: 5\n  frobnicate: 1\n",
+			"test.yaml:2:3: limits.max_conections: unknown key (did you mean "
+			"\"max_connections\"?)\n"
+			"test.yaml:3:3: limits.frobnicate: unknown key\n");
+}
+
+static void test_hold_release(void **state)
+{
+	struct config *config = test_load_ok("admin: 127.0.0.1:9901\n");
+
+	assert_ptr_equal(config_hold(config), config);
+	assert_int_equal(config->refs, 2);
+	config_release(config);
+	assert_int_equal(config->refs, 1);
+	assert_string_equal(config->admin_address, "127.0.0.1:9901");
+	config_release(config);
+	config_release(NULL);
+}
+
+static void test_parse_duration(void **state)
+{
+	static const struct {
+		const char *text;
+		int rc;
+		uint64_t ms;
+	} cases[] = {
+		{ "250ms", 0, 250 },
+		{ "1s", 0, 1000 },
+		{ "5m", 0, 300000 },
+		{ "1h", 0, 3600000 },
+		{ "0s", 0, 0 },
+		{ "0ms", 0, 0 },
+		{ "1.5s", 0, 1500 },
+		{ "0.25s", 0, 250 },
+		{ "1.5m", 0, 90000 },
+		{ "0.001s", 0, 1 },
+		{ "007s", 0, 7000 },
+		{ "1.0ms", 0, 1 },
+		{ "1.5ms", -1, 0 },
+		{ "0.0001s", -1, 0 },
+		{ "32", -1, 0 },
+		{ "fast", -1, 0 },
+		{ "", -1, 0 },
+		{ "s", -1, 0 },
+		{ "1", -1, 0 },
+		{ "1 s", -1, 0 },
+		{ " 1s", -1, 0 },
+		{ "1s ", -1, 0 },
+		{ "-1s", -1, 0 },
+		{ "+1s", -1, 0 },
+		{ "1S", -1, 0 },
+		{ "1d", -1, 0 },
+		{ "1.s", -1, 0 },
+		{ ".5s", -1, 0 },
+		{ "1e3ms", -1, 0 },
+		{ "1sec", -1, 0 },
+		{ "999999999999999999h", -1, 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t ms = 12345;
+		int rc = config_parse_duration(cases[i].text, &ms);
+
+		if (rc != cases[i].rc || (rc == 0 && ms != cases[i].ms))
+			fail_msg("\"%s\": rc %d ms %llu", cases[i].text, rc,
+				 (unsigned long long)ms);
+	}
+}
+
+static void test_parse_size(void **state)
+{
+	static const struct {
+		const char *text;
+		int rc;
+		uint64_t bytes;
+	} cases[] = {
+		{ "0", 0, 0 },          { "1024", 0, 1024 },    { "64KiB", 0, 65536 },
+		{ "8MiB", 0, 8 << 20 }, { "1GiB", 0, 1 << 30 }, { "1000GiB", 0, 1000ULL << 30 },
+		{ "64KB", -1, 0 },      { "64kib", -1, 0 },     { "64 KiB", -1, 0 },
+		{ "1.5MiB", -1, 0 },    { "KiB", -1, 0 },       { "", -1, 0 },
+		{ "-1", -1, 0 },        { "1TiB", -1, 0 },      { "big", -1, 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t bytes = 12345;
+		int rc = config_parse_size(cases[i].text, &bytes);
+
+		if (rc != cases[i].rc || (rc == 0 && bytes != cases[i].bytes))
+			fail_msg("\"%s\": rc %d bytes %llu", cases[i].text, rc,
+				 (unsigned long long)bytes);
+	}
+}
+
+static void test_parse_upstream_url(void **state)
+{
+	static const struct {
+		const char *text;
+		bool tls;
+		const char *host;
+		unsigned port;
+		const char *authority;
+	} good[] = {
+		{ "http://example.com", false, "example.com", 80, "example.com" },
+		{ "https://example.com", true, "example.com", 443, "example.com" },
+		{ "https://example.com/", true, "example.com", 443, "example.com" },
+		{ "https://Example.COM:8443", true, "example.com", 8443, "example.com:8443" },
+		{ "http://example.com:443", false, "example.com", 443, "example.com:443" },
+		{ "https://example.com:443", true, "example.com", 443, "example.com" },
+		{ "HTTPS://api.example.com", true, "api.example.com", 443, "api.example.com" },
+		{ "http://127.0.0.1:8080", false, "127.0.0.1", 8080, "127.0.0.1:8080" },
+		{ "http://[::1]", false, "::1", 80, "[::1]" },
+		{ "https://[2001:db8::1]:9443", true, "2001:db8::1", 9443, "[2001:db8::1]:9443" },
+		{ "http://my_host-1.internal", false, "my_host-1.internal", 80,
+		  "my_host-1.internal" },
+	};
+	static const char *const bad[] = {
+		"ftp://example.com",
+		"example.com",
+		"//example.com",
+		"http:/example.com",
+		"http://",
+		"http://:80",
+		"http://example.com/v1",
+		"http://example.com//",
+		"http://example.com?x=1",
+		"http://example.com/?x=1",
+		"http://example.com#top",
+		"http://user@example.com",
+		"http://user:pw@example.com",
+		"http://example.com:0",
+		"http://example.com:65536",
+		"http://example.com:",
+		"http://example.com:http",
+		"http://[::1",
+		"http://[::1]x",
+		"http://[example.com]",
+		"http://::1",
+		"http://exa mple.com",
+		"http://example..com",
+		"http://.example.com",
+		"http://example.com.",
+	};
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		struct upstream_url url;
+
+		if (config_parse_upstream_url(good[i].text, &url) != 0)
+			fail_msg("\"%s\" should parse", good[i].text);
+		assert_int_equal(url.tls, good[i].tls);
+		assert_string_equal(url.host, good[i].host);
+		assert_int_equal(url.port, good[i].port);
+		assert_string_equal(url.authority, good[i].authority);
+		assert_string_equal(url.text, good[i].text);
+		config_free_upstream_url(&url);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct upstream_url url;
+
+		if (config_parse_upstream_url(bad[i], &url) == 0)
+			fail_msg("\"%s\" should not parse", bad[i]);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_good_fixtures),
+		cmocka_unit_test(test_bad_fixtures),
+		cmocka_unit_test(test_bad_fixtures_paired),
+		cmocka_unit_test(test_embedded_default),
+		cmocka_unit_test(test_text_name_in_errors),
+		cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_inheritance),
+		cmocka_unit_test(test_inheritance_any_order),
+		cmocka_unit_test(test_relative_ca_file),
+		cmocka_unit_test(test_spec_example_routes),
+		cmocka_unit_test(test_sidecar_values),
+		cmocka_unit_test(test_units),
+		cmocka_unit_test(test_errors_in_document_order),
+		cmocka_unit_test(test_did_you_mean),
+		cmocka_unit_test(test_hold_release),
+		cmocka_unit_test(test_parse_duration),
+		cmocka_unit_test(test_parse_size),
+		cmocka_unit_test(test_parse_upstream_url),
+	};
+
+	return cmocka_run_group_tests(tests, test_setup, NULL);
+}

@@ -1,0 +1,1169 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "http1.h"
+
+/* A string literal as pointer and length, so it may hold NUL bytes. */
+#define S(lit) lit, sizeof(lit) - 1
+
+static const struct http1_limits test_limits = {
+	.max_head_bytes = 65536,
+	.max_target_bytes = 8192,
+};
+
+/* One head buffer for every test: it is large, and the tests run one by one. */
+static struct http1_head test_head;
+
+/* Parse a request head with the default limits. */
+static enum http1_parse test_parse_request(const char *s, size_t len, enum http1_error *error)
+{
+	return http1_parse_request_head(s, len, &test_limits, &test_head, error);
+}
+
+/* Parse a request head and its framing, which must both succeed. */
+static void test_request_ok(const char *s, struct http1_framing *framing)
+{
+	enum http1_error error;
+
+	assert_int_equal(test_parse_request(s, strlen(s), &error), HTTP1_PARSE_DONE);
+	assert_int_equal(error, HTTP1_ERR_NONE);
+	assert_int_equal(test_head.head_len, strlen(s));
+	assert_int_equal(http1_request_framing(&test_head, framing, &error), 0);
+}
+
+/* True when the counted string equals the C string exactly. */
+static bool test_span_is(const char *p, size_t len, const char *want)
+{
+	return len == strlen(want) && memcmp(p, want, len) == 0;
+}
+
+/* Valid requests of every target form; also fed to the prefix test. */
+static const struct {
+	const char *req;
+	const char *method;
+	const char *target;
+	int minor;
+} valid_requests[] = {
+	{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", 1},
+	{"GET /a/b?c=d&e=%20f HTTP/1.1\r\nHost: example.com\r\n\r\n", "GET", "/a/b?c=d&e=%20f", 1},
+	{"GET http://example.com/x?y HTTP/1.1\r\nHost: example.com\r\n\r\n", "GET",
+	 "http://example.com/x?y", 1},
+	{"GET http://example.com:8080 HTTP/1.1\r\nHost: example.com:8080\r\n\r\n", "GET",
+	 "http://example.com:8080", 1},
+	{"GET https://[2001:db8::1]:443/p HTTP/1.1\r\nHost: [2001:db8::1]:443\r\n\r\n", "GET",
+	 "https://[2001:db8::1]:443/p", 1},
+	{"GET http://10.0.0.1?q HTTP/1.1\r\nHost: 10.0.0.1\r\n\r\n", "GET", "http://10.0.0.1?q", 1},
+	{"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "CONNECT",
+	 "example.com:443", 1},
+	{"CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n", "CONNECT", "[::1]:8443", 1},
+	{"CONNECT 192.0.2.1:80 HTTP/1.1\r\nHost: 192.0.2.1:80\r\n\r\n", "CONNECT", "192.0.2.1:80", 1},
+	{"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "*", 1},
+	{"OPTIONS /x HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "/x", 1},
+	{"GET / HTTP/1.0\r\n\r\n", "GET", "/", 0},
+	{"PATCH /p HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n", "PATCH", "/p", 1},
+	{"M-SEARCH~!#$%&'*+.^_`| /x HTTP/1.1\r\nHost: a\r\n\r\n", "M-SEARCH~!#$%&'*+.^_`|", "/x", 1},
+	{"x /{}|^ HTTP/1.1\r\nHost: a\r\n\r\n", "x", "/{}|^", 1},
+	{"\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", 1},
+};
+
+/* Every target form parses to the right parts. */
+static void test_request_target_forms(void **state)
+{
+	for (size_t i = 0; i < sizeof(valid_requests) / sizeof(valid_requests[0]); i++) {
+		enum http1_error error;
+		const char *req = valid_requests[i].req;
+
+		assert_int_equal(test_parse_request(req, strlen(req), &error), HTTP1_PARSE_DONE);
+		assert_int_equal(test_head.head_len, strlen(req));
+		assert_true(test_span_is(test_head.method, test_head.method_len,
+					 valid_requests[i].method));
+		assert_true(test_span_is(test_head.target, test_head.target_len,
+					 valid_requests[i].target));
+		assert_int_equal(test_head.version_minor, valid_requests[i].minor);
+	}
+}
+
+/* Field names, trimmed values and raw lines point into the buffer. */
+static void test_request_fields(void **state)
+{
+	static const char req[] = "GET / HTTP/1.1\r\n"
+				  "Host:a\r\n"
+				  "X-Trim: \t value with  inner space \t \r\n"
+				  "X-Empty:\r\n"
+				  "X-Blank:   \r\n"
+				  "X-Obs: caf\xc3\xa9\r\n"
+				  "x-dup: 1\r\n"
+				  "X-Dup: 2\r\n"
+				  "\r\n";
+	enum http1_error error;
+	const struct http1_field *f;
+
+	assert_int_equal(test_parse_request(S(req), &error), HTTP1_PARSE_DONE);
+	assert_int_equal(test_head.field_count, 7);
+	f = &test_head.fields[0];
+	assert_true(test_span_is(f->name, f->name_len, "Host"));
+	assert_true(test_span_is(f->value, f->value_len, "a"));
+	assert_true(test_span_is(f->line, f->line_len, "Host:a\r\n"));
+	f = &test_head.fields[1];
+	assert_true(test_span_is(f->value, f->value_len, "value with  inner space"));
+	assert_true(test_span_is(f->line, f->line_len, "X-Trim: \t value with  inner space \t \r\n"));
+	assert_int_equal(test_head.fields[2].value_len, 0);
+	assert_int_equal(test_head.fields[3].value_len, 0);
+	f = &test_head.fields[4];
+	assert_true(test_span_is(f->value, f->value_len, "caf\xc3\xa9"));
+	f = http1_find_field(&test_head, "X-DUP");
+	assert_non_null(f);
+	assert_true(test_span_is(f->value, f->value_len, "1"));
+	assert_null(http1_find_field(&test_head, "X-Missing"));
+	assert_null(http1_find_field(&test_head, "Hos"));
+	assert_true(http1_name_equals("Content-Length", 14, "content-length"));
+	assert_true(http1_name_equals("content-length", 14, "CONTENT-LENGTH"));
+	assert_false(http1_name_equals("Content-Lengt", 13, "content-length"));
+	assert_false(http1_name_equals("Content-Lengthx", 15, "content-length"));
+	assert_false(http1_name_equals("Content_Length", 14, "content-length"));
+	/* 0x0d | 0x20 is '-': case folding must not make CR equal to '-'. */
+	assert_false(http1_name_equals("a\rb", 3, "a-b"));
+}
+
+/* A second request right behind the first parses from buf + head_len. */
+static void test_request_pipelined(void **state)
+{
+	static const char reqs[] = "GET /1 HTTP/1.1\r\nHost: a\r\n\r\n"
+				   "POST /2 HTTP/1.1\r\nHost: b\r\nContent-Length: 0\r\n\r\n"
+				   "GET /3 HTTP/1.1\r\nHo";
+	const char *p = reqs;
+	size_t left = sizeof(reqs) - 1;
+	enum http1_error error;
+
+	assert_int_equal(test_parse_request(p, left, &error), HTTP1_PARSE_DONE);
+	assert_true(test_span_is(test_head.target, test_head.target_len, "/1"));
+	p += test_head.head_len;
+	left -= test_head.head_len;
+	assert_int_equal(test_parse_request(p, left, &error), HTTP1_PARSE_DONE);
+	assert_true(test_span_is(test_head.target, test_head.target_len, "/2"));
+	assert_int_equal(test_head.field_count, 2);
+	p += test_head.head_len;
+	left -= test_head.head_len;
+	assert_int_equal(test_parse_request(p, left, &error), HTTP1_PARSE_MORE);
+}
+
+/* Every proper prefix of a valid head is MORE, never ERROR. */
+static void test_request_prefixes(void **state)
+{
+	for (size_t i = 0; i < sizeof(valid_requests) / sizeof(valid_requests[0]); i++) {
+		const char *req = valid_requests[i].req;
+		size_t len = strlen(req);
+		enum http1_error error;
+
+		for (size_t n = 0; n < len; n++) {
+			assert_int_equal(test_parse_request(req, n, &error), HTTP1_PARSE_MORE);
+			assert_int_equal(error, HTTP1_ERR_NONE);
+		}
+	}
+}
+
+/* Request heads that must be refused, with the reason. */
+static const struct {
+	const char *req;
+	size_t len;
+	enum http1_error error;
+} bad_requests[] = {
+	/* request line */
+	{S("GET  / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE},
+	{S("GET / HTTP/1.1 \r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE},
+	{S("GET \r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE},
+	{S("GET\r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE},
+	{S("GET\t/ HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
+	{S("G(T / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
+	{S("GE\"T / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
+	{S("GET\0 / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
+	{S("G\xc3\x89T / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
+	{S(" GET / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
+	{S("GET /\r\n"), HTTP1_ERR_BAD_VERSION},
+	{S("GET /\n"), HTTP1_ERR_BAD_VERSION},
+	{S("GET / HTTP/2.0\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+	{S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+	{S("GET / HTTP/1.2\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+	{S("GET / HTTP/1.10\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+	{S("GET / http/1.1\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+	{S("GET / HTTP/1\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+	{S("GET /  HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+	{S("GET / HTTP/1.1\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{S("GET / HTTP/1.1\rX\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	/* request-target */
+	{S("GET /a\x7f HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET /\x80 HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET /a\tb HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET /a\0b HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("OPTIONS *x HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET example.com:80 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http:/x HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://user@host/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://u:p@host/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://host:99999/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://[::1/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET 1http://a/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET urn:isbn:1 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT example.com HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT example.com: HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT u@example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT http://example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT [1:2:3]:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	/* fields */
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo : bar\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON},
+	{S("GET / HTTP/1.1\r\nHost\t: a\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\r\n baz\r\n\r\n"), HTTP1_ERR_OBS_FOLD},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\r\n\tbaz\r\n\r\n"), HTTP1_ERR_OBS_FOLD},
+	{S("GET / HTTP/1.1\r\n Host: a\r\n\r\n"), HTTP1_ERR_OBS_FOLD},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\0r\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: \0\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\x01r\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\x7fr\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\x1b[0m\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\nX: y\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\rar\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\r\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{S("GET / HTTP/1.1\r\nHost: a\r\n\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{S("GET / HTTP/1.1\r\nHost: a\r\n\r\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{S("GET / HTTP/1.1\r\n: empty\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
+	{S("GET / HTTP/1.1\r\nFo(o: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
+	{S("GET / HTTP/1.1\r\nFo\"o: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
+	{S("GET / HTTP/1.1\r\nFo\xc3\xa9: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
+	{S("GET / HTTP/1.1\r\nNoColon\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
+	{S("GET / HTTP/1.1\r\nFo\0o: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
+	/* empty lines before the request line */
+	{S("\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{S("\r\rGET / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{S("\r\n\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{S("\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+	 HTTP1_ERR_BAD_REQUEST_LINE},
+};
+
+/* Every malformed head is refused with its reason; no prefix of it is DONE. */
+static void test_request_errors(void **state)
+{
+	for (size_t i = 0; i < sizeof(bad_requests) / sizeof(bad_requests[0]); i++) {
+		enum http1_error error;
+		enum http1_parse r = test_parse_request(bad_requests[i].req, bad_requests[i].len, &error);
+
+		if (r != HTTP1_PARSE_ERROR || error != bad_requests[i].error)
+			fail_msg("case %zu: got %d/%d (%s), want error %d", i, r, error,
+				 http1_error_text(error), bad_requests[i].error);
+		for (size_t n = 0; n < bad_requests[i].len; n++)
+			assert_int_not_equal(test_parse_request(bad_requests[i].req, n, &error),
+					     HTTP1_PARSE_DONE);
+	}
+}
+
+/* Errors are found as soon as the bad byte is in, not at the end of the head. */
+static void test_request_errors_early(void **state)
+{
+	static const struct {
+		const char *req;
+		enum http1_error error;
+	} cases[] = {
+		{"GET / HTTP/1.1\nHost", HTTP1_ERR_BAD_LINE_ENDING},
+		{"GET /\n", HTTP1_ERR_BAD_VERSION},
+		{"G\n", HTTP1_ERR_BAD_REQUEST_LINE},
+		{"G(", HTTP1_ERR_BAD_METHOD},
+		{"GET /\x01", HTTP1_ERR_BAD_TARGET},
+		{"GET / HTTP/2", HTTP1_ERR_BAD_VERSION},
+		{"GET / X", HTTP1_ERR_BAD_VERSION},
+		{"GET * HTTP/1.1", HTTP1_ERR_BAD_TARGET},
+		{"GET / HTTP/1.1\r\nA\x01", HTTP1_ERR_BAD_FIELD_NAME},
+		{"GET / HTTP/1.1\r\nA: b\x01", HTTP1_ERR_BAD_FIELD_VALUE},
+		{"GET / HTTP/1.1\r\nA: b\r\n ", HTTP1_ERR_OBS_FOLD},
+		{"GET / HTTP/1.1\r\nA ", HTTP1_ERR_SPACE_BEFORE_COLON},
+		{"\r\n\n", HTTP1_ERR_BAD_LINE_ENDING},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		enum http1_error error;
+
+		assert_int_equal(test_parse_request(cases[i].req, strlen(cases[i].req), &error),
+				 HTTP1_PARSE_ERROR);
+		assert_int_equal(error, cases[i].error);
+	}
+}
+
+/* 414 for a long target even before its line is complete, 431 for a long head. */
+static void test_request_limits(void **state)
+{
+	static const char req[] = "GET /1234567 HTTP/1.1\r\nHost: a\r\n\r\n";
+	struct http1_limits limits = {.max_head_bytes = sizeof(req) - 1, .max_target_bytes = 8};
+	char big[128];
+	enum http1_error error;
+
+	/* Target of exactly the limit, head of exactly the limit. */
+	assert_int_equal(http1_parse_request_head(S(req), &limits, &test_head, &error),
+			 HTTP1_PARSE_DONE);
+	/* Bytes after a complete head may go past the head limit. */
+	snprintf(big, sizeof(big), "%sGET / HTTP/1.1\r\n", req);
+	assert_int_equal(http1_parse_request_head(big, strlen(big), &limits, &test_head, &error),
+			 HTTP1_PARSE_DONE);
+	assert_int_equal(test_head.head_len, sizeof(req) - 1);
+
+	limits.max_target_bytes = 7;
+	assert_int_equal(http1_parse_request_head(S(req), &limits, &test_head, &error),
+			 HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_URI_TOO_LONG);
+	assert_int_equal(http1_error_status(error), 414);
+	assert_int_equal(http1_parse_request_head(S("GET /1234567"), &limits, &test_head, &error),
+			 HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_URI_TOO_LONG);
+	assert_int_equal(http1_parse_request_head(S("GET /123456"), &limits, &test_head, &error),
+			 HTTP1_PARSE_MORE);
+
+	limits.max_target_bytes = 8;
+	limits.max_head_bytes = sizeof(req) - 2;
+	assert_int_equal(http1_parse_request_head(S(req), &limits, &test_head, &error),
+			 HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_HEAD_TOO_LARGE);
+	assert_int_equal(http1_error_status(error), 431);
+	/* Up to the limit, an incomplete head is only incomplete. */
+	assert_int_equal(http1_parse_request_head(req, sizeof(req) - 2, &limits, &test_head, &error),
+			 HTTP1_PARSE_MORE);
+
+	/* Leading empty lines count toward the head size. */
+	limits.max_head_bytes = sizeof(req) - 1;
+	snprintf(big, sizeof(big), "\r\n%s", req);
+	assert_int_equal(http1_parse_request_head(big, strlen(big), &limits, &test_head, &error),
+			 HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_HEAD_TOO_LARGE);
+	limits.max_head_bytes = sizeof(req) + 1;
+	assert_int_equal(http1_parse_request_head(big, strlen(big), &limits, &test_head, &error),
+			 HTTP1_PARSE_DONE);
+	assert_int_equal(test_head.head_len, sizeof(req) + 1);
+}
+
+/* Build a head with count fields into buf; returns its length. */
+static size_t test_build_fields(char *buf, size_t size, size_t count, bool complete)
+{
+	size_t len = (size_t)snprintf(buf, size, "GET / HTTP/1.1\r\n");
+
+	for (size_t i = 0; i < count; i++)
+		len += (size_t)snprintf(buf + len, size - len, "X-F%zu: %zu\r\n", i, i);
+	if (complete)
+		len += (size_t)snprintf(buf + len, size - len, "\r\n");
+	return len;
+}
+
+/* HTTP1_MAX_FIELDS fields are accepted, one more is a 431 at once. */
+static void test_request_field_count(void **state)
+{
+	static char buf[HTTP1_MAX_FIELDS * 32];
+	enum http1_error error;
+	size_t len;
+
+	len = test_build_fields(buf, sizeof(buf), HTTP1_MAX_FIELDS, true);
+	assert_int_equal(test_parse_request(buf, len, &error), HTTP1_PARSE_DONE);
+	assert_int_equal(test_head.field_count, HTTP1_MAX_FIELDS);
+
+	len = test_build_fields(buf, sizeof(buf), HTTP1_MAX_FIELDS + 1, true);
+	assert_int_equal(test_parse_request(buf, len, &error), HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_TOO_MANY_FIELDS);
+	assert_int_equal(http1_error_status(error), 431);
+
+	/* Found on the first byte of the extra field line. */
+	len = test_build_fields(buf, sizeof(buf), HTTP1_MAX_FIELDS, false);
+	buf[len++] = 'X';
+	assert_int_equal(test_parse_request(buf, len, &error), HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_TOO_MANY_FIELDS);
+}
+
+/* The RFC 9110 tchar set, written out from the grammar. */
+static bool test_is_tchar(int c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/* Bytes allowed in a field value: field-vchar, obs-text, SP, HTAB. */
+static bool test_is_value_byte(int c)
+{
+	return c == ' ' || c == '\t' || (c >= 0x21 && c <= 0x7e) || c >= 0x80;
+}
+
+/* reg-name bytes other than '%': unreserved and sub-delims (RFC 3986). */
+static bool test_is_regname(int c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c != 0 && strchr("-._~!$&'()*+,;=", c) != NULL);
+}
+
+/* Each byte class is checked against its grammar, byte by byte. */
+static void test_byte_classes(void **state)
+{
+	char buf[256];
+	enum http1_error error;
+	struct http1_framing framing;
+
+	for (int c = 0; c < 256; c++) {
+		size_t len;
+		enum http1_parse r;
+
+		len = (size_t)snprintf(buf, sizeof(buf), "G%cT / HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
+		buf[1] = (char)c;
+		r = test_parse_request(buf, len, &error);
+		if ((r == HTTP1_PARSE_DONE) != test_is_tchar(c))
+			fail_msg("method byte 0x%02x", c);
+
+		len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: a\r\nX%cY: v\r\n\r\n", 'x');
+		buf[26] = (char)c;
+		r = test_parse_request(buf, len, &error);
+		if ((r == HTTP1_PARSE_DONE) != (test_is_tchar(c) || c == ':'))
+			fail_msg("field name byte 0x%02x", c);
+
+		len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: a\r\nX: a%cb\r\n\r\n", 'x');
+		buf[29] = (char)c;
+		r = test_parse_request(buf, len, &error);
+		if ((r == HTTP1_PARSE_DONE) != test_is_value_byte(c))
+			fail_msg("field value byte 0x%02x", c);
+
+		len = (size_t)snprintf(buf, sizeof(buf), "GET /a%cb HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
+		buf[6] = (char)c;
+		r = test_parse_request(buf, len, &error);
+		if ((r == HTTP1_PARSE_DONE) != (c >= 0x21 && c <= 0x7e))
+			fail_msg("target byte 0x%02x", c);
+
+		len = (size_t)snprintf(buf, sizeof(buf), "GET h%cp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
+		buf[5] = (char)c;
+		r = test_parse_request(buf, len, &error);
+		if ((r == HTTP1_PARSE_DONE) !=
+		    ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		     c == '+' || c == '-' || c == '.'))
+			fail_msg("scheme byte 0x%02x", c);
+
+		len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: a%cb\r\n\r\n", 'x');
+		buf[23] = (char)c;
+		if (test_parse_request(buf, len, &error) == HTTP1_PARSE_DONE &&
+		    (http1_request_framing(&test_head, &framing, &error) == 0) != test_is_regname(c))
+			fail_msg("host byte 0x%02x", c);
+	}
+}
+
+/* A framing table row that expects an error; the other columns are unused. */
+#define REQ_BAD(error) error, HTTP1_BODY_NONE, 0, false, false
+#define RESP_BAD(error) error, HTTP1_BODY_NONE, 0, false
+
+/* What a request head says about its body and connection. */
+static const struct {
+	const char *req;
+	enum http1_error error;
+	enum http1_body body;
+	uint64_t length;
+	bool keep_alive;
+	bool expect_continue;
+} request_framings[] = {
+	{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"GET / HTTP/1.0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, false, false},
+	{"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 0, HTTP1_BODY_NONE, 0, false, false},
+	{"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive ,CLOSE\r\n\r\n", 0, HTTP1_BODY_NONE, 0,
+	 false, false},
+	{"GET / HTTP/1.1\r\nHost: a\r\nConnection: closed\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"GET / HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n", 0, HTTP1_BODY_NONE, 0,
+	 false, false},
+	/* Content-Length */
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5, true, false},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5, true,
+	 false},
+	{"POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\nCONTENT-LENGTH: 005\r\n\r\n", 0,
+	 HTTP1_BODY_LENGTH, 5, true, false},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 999999999999999999\r\n\r\n", 0,
+	 HTTP1_BODY_LENGTH, 999999999999999999ULL, true, false},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5 5\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5,\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1234567890123456789\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+	/* Transfer-Encoding */
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", 0, HTTP1_BODY_CHUNKED, 0,
+	 true, false},
+	{"POST / HTTP/1.1\r\nHost: a\r\ntransfer-encoding: CHUNKED\r\n\r\n", 0, HTTP1_BODY_CHUNKED, 0,
+	 true, false},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 0,
+	 HTTP1_BODY_CHUNKED, 0, true, false},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
+	 0, HTTP1_BODY_CHUNKED, 0, true, false},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked,\r\n\r\n", 0, HTTP1_BODY_CHUNKED,
+	 0, true, false},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \"chunked\"\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_CL_AND_TE)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_CL_AND_TE)},
+	{"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", REQ_BAD(HTTP1_ERR_TE_IN_HTTP10)},
+	/* Host */
+	{"GET / HTTP/1.1\r\n\r\n", REQ_BAD(HTTP1_ERR_MISSING_HOST)},
+	{"GET http://a/ HTTP/1.1\r\n\r\n", REQ_BAD(HTTP1_ERR_MISSING_HOST)},
+	{"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: user@a\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: a:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: a:65536\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: a:80:80\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: :80\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: [::g]\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: a%4\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.0\r\nHost: a@b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: example.com:8080\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"GET / HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"GET / HTTP/1.1\r\nHost: [::ffff:192.0.2.1]:80\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"GET / HTTP/1.1\r\nHost: [1:2:3:4:5:6:7:8]\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"GET / HTTP/1.1\r\nHost: a%41-b.c_d~\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	/* Expect */
+	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", 0,
+	 HTTP1_BODY_LENGTH, 5, true, true},
+	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nTransfer-Encoding: chunked\r\n\r\n", 0,
+	 HTTP1_BODY_CHUNKED, 0, true, true},
+	{"GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true,
+	 false},
+	{"PUT / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5,
+	 false, false},
+	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: foo\r\nContent-Length: 5\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
+	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue, foo\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
+	{"PUT / HTTP/1.0\r\nExpect: 100-continuex\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
+};
+
+/* Request framing, table-driven. */
+static void test_request_framing(void **state)
+{
+	for (size_t i = 0; i < sizeof(request_framings) / sizeof(request_framings[0]); i++) {
+		const char *req = request_framings[i].req;
+		struct http1_framing framing;
+		enum http1_error error;
+		int r;
+
+		assert_int_equal(test_parse_request(req, strlen(req), &error), HTTP1_PARSE_DONE);
+		r = http1_request_framing(&test_head, &framing, &error);
+		if (error != request_framings[i].error || r != (error ? -1 : 0))
+			fail_msg("case %zu: got %d (%s)", i, error, http1_error_text(error));
+		if (r < 0)
+			continue;
+		assert_int_equal(framing.body, request_framings[i].body);
+		assert_int_equal(framing.content_length, request_framings[i].length);
+		assert_int_equal(framing.keep_alive, request_framings[i].keep_alive);
+		assert_int_equal(framing.expect_continue, request_framings[i].expect_continue);
+	}
+}
+
+/* The Host value is handed back as it was sent. */
+static void test_request_host(void **state)
+{
+	struct http1_framing framing;
+
+	test_request_ok("GET / HTTP/1.1\r\nHost:  Example.COM:80 \r\n\r\n", &framing);
+	assert_true(test_span_is(framing.host, framing.host_len, "Example.COM:80"));
+	test_request_ok("GET / HTTP/1.0\r\n\r\n", &framing);
+	assert_null(framing.host);
+	assert_int_equal(framing.host_len, 0);
+}
+
+/* Status lines: what is accepted and what each part parses to. */
+static void test_response_head(void **state)
+{
+	static const struct {
+		const char *resp;
+		int status;
+		int minor;
+		const char *reason;
+	} cases[] = {
+		{"HTTP/1.1 200 OK\r\n\r\n", 200, 1, "OK"},
+		{"HTTP/1.0 404 Not Found\r\nServer: x\r\n\r\n", 404, 0, "Not Found"},
+		{"HTTP/1.1 200 \r\n\r\n", 200, 1, ""},
+		{"HTTP/1.1 599  spaced\treason \xff\r\n\r\n", 599, 1, " spaced\treason \xff"},
+		{"HTTP/1.1 100 Continue\r\n\r\n", 100, 1, "Continue"},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *resp = cases[i].resp;
+		size_t len = strlen(resp);
+		enum http1_error error;
+
+		assert_int_equal(http1_parse_response_head(resp, len, 65536, &test_head, &error),
+				 HTTP1_PARSE_DONE);
+		assert_int_equal(test_head.head_len, len);
+		assert_int_equal(test_head.status, cases[i].status);
+		assert_int_equal(test_head.version_minor, cases[i].minor);
+		assert_true(test_span_is(test_head.reason, test_head.reason_len, cases[i].reason));
+		for (size_t n = 0; n < len; n++)
+			assert_int_equal(http1_parse_response_head(resp, n, 65536, &test_head, &error),
+					 HTTP1_PARSE_MORE);
+	}
+}
+
+/* Malformed response heads and why. */
+static void test_response_errors(void **state)
+{
+	static const struct {
+		const char *resp;
+		size_t len;
+		enum http1_error error;
+	} cases[] = {
+		/* The SP before the reason is required even when the reason is empty. */
+		{S("HTTP/1.1 200\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("HTTP/1.1  200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("HTTP/1.1 099 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("HTTP/1.1 600 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("HTTP/1.1 2000 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("HTTP/1.1 20 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("HTTP/1.1 2x0 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("http/1.1 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("ICY 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("\r\nHTTP/1.1 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("HTTP/1.1 200 O\0K\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("HTTP/1.1 200 O\x7fK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
+		{S("HTTP/2.0 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+		{S("HTTP/1.2 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+		{S("HTTP/1.10 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
+		{S("HTTP/1.1 200 OK\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+		{S("HTTP/1.1 200 O\rK\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+		{S("HTTP/1.1 200 OK\r\nA: b\r\n c\r\n\r\n"), HTTP1_ERR_OBS_FOLD},
+		{S("HTTP/1.1 200 OK\r\nA : b\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON},
+		{S("HTTP/1.1 200 OK\r\nA: b\0\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
+		{S("HTTP/1.1 200 OK\r\nA: b\r\n\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		enum http1_error error;
+		enum http1_parse r = http1_parse_response_head(cases[i].resp, cases[i].len, 65536,
+							       &test_head, &error);
+
+		if (r != HTTP1_PARSE_ERROR || error != cases[i].error)
+			fail_msg("case %zu: got %d/%d, want %d", i, r, error, cases[i].error);
+	}
+}
+
+/* Response heads have a size limit and a field count limit too. */
+static void test_response_limits(void **state)
+{
+	static char buf[HTTP1_MAX_FIELDS * 32];
+	enum http1_error error;
+	size_t len;
+
+	assert_int_equal(http1_parse_response_head(S("HTTP/1.1 200 OK\r\n\r\n"), 19, &test_head, &error),
+			 HTTP1_PARSE_DONE);
+	assert_int_equal(http1_parse_response_head(S("HTTP/1.1 200 OK\r\nA: b\r\n"), 20, &test_head,
+						   &error),
+			 HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_HEAD_TOO_LARGE);
+	assert_int_equal(http1_parse_response_head(S("HTTP/1.1 200 OK\r\nA: b\r"), 25, &test_head,
+						   &error),
+			 HTTP1_PARSE_MORE);
+
+	len = (size_t)snprintf(buf, sizeof(buf), "HTTP/1.1 200 OK\r\n");
+	for (size_t i = 0; i <= HTTP1_MAX_FIELDS; i++)
+		len += (size_t)snprintf(buf + len, sizeof(buf) - len, "A: %zu\r\n", i);
+	assert_int_equal(http1_parse_response_head(buf, len, sizeof(buf), &test_head, &error),
+			 HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_TOO_MANY_FIELDS);
+}
+
+/* Response framing by status, request method, version and fields. */
+static void test_response_framing(void **state)
+{
+	static const struct {
+		const char *resp;
+		bool was_head;
+		enum http1_error error;
+		enum http1_body body;
+		uint64_t length;
+		bool keep_alive;
+	} cases[] = {
+		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false, 0, HTTP1_BODY_LENGTH, 5, true},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0, HTTP1_BODY_CHUNKED, 0,
+		 true},
+		{"HTTP/1.1 200 OK\r\n\r\n", false, 0, HTTP1_BODY_UNTIL_CLOSE, 0, false},
+		{"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n", false, 0, HTTP1_BODY_UNTIL_CLOSE, 0,
+		 false},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n", false, 0, HTTP1_BODY_LENGTH, 3, false},
+		{"HTTP/1.0 200 OK\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n", false, 0,
+		 HTTP1_BODY_LENGTH, 3, true},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\n", false, 0,
+		 HTTP1_BODY_LENGTH, 3, false},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true, 0, HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true, 0, HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 200 OK\r\n\r\n", true, 0, HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 204 No Content\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0,
+		 true},
+		{"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0,
+		 HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 100 Continue\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", false, 0,
+		 HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
+		{"HTTP/1.1 205 Reset Content\r\nContent-Length: 0\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0,
+		 true},
+		{"HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n", false,
+		 RESP_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false, 0, HTTP1_BODY_LENGTH, 5, true},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 4\r\n\r\n", true,
+		 RESP_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH)},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", false,
+		 RESP_BAD(HTTP1_ERR_CL_AND_TE)},
+		{"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, RESP_BAD(HTTP1_ERR_TE_IN_HTTP10)},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false,
+		 RESP_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", false,
+		 RESP_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *resp = cases[i].resp;
+		struct http1_framing framing;
+		enum http1_error error;
+		int r;
+
+		assert_int_equal(http1_parse_response_head(resp, strlen(resp), 65536, &test_head, &error),
+				 HTTP1_PARSE_DONE);
+		r = http1_response_framing(&test_head, cases[i].was_head, &framing, &error);
+		if (error != cases[i].error || r != (error ? -1 : 0))
+			fail_msg("case %zu: got %d (%s)", i, error, http1_error_text(error));
+		if (r < 0)
+			continue;
+		if (framing.body != cases[i].body || framing.content_length != cases[i].length ||
+		    framing.keep_alive != cases[i].keep_alive)
+			fail_msg("case %zu: body %d length %llu keep-alive %d", i, framing.body,
+				 (unsigned long long)framing.content_length, framing.keep_alive);
+		assert_null(framing.host);
+		assert_false(framing.expect_continue);
+	}
+}
+
+/* Hop-by-hop fields: the fixed set and the ones Connection names. */
+static void test_hop_by_hop(void **state)
+{
+	static const char req[] = "GET / HTTP/1.1\r\n"
+				  "Host: a\r\n"
+				  "Connection: keep-alive, X-Secret ,x-other\r\n"
+				  "connection: , Foo\r\n"
+				  "Keep-Alive: timeout=5\r\n"
+				  "Proxy-Connection: close\r\n"
+				  "TE: trailers\r\n"
+				  "Transfer-Encoding: chunked\r\n"
+				  "Upgrade: h2c\r\n"
+				  "X-Secret: 1\r\n"
+				  "X-OTHER: 2\r\n"
+				  "foo: 3\r\n"
+				  "X-Secre: 4\r\n"
+				  "Accept: */*\r\n"
+				  "Via: 1.1 a\r\n"
+				  "Trailer: x\r\n"
+				  "\r\n";
+	static const bool want[] = {false, true, true, true, true, true, true, true,
+				    true,  true, true, false, false, false, false};
+	enum http1_error error;
+
+	assert_int_equal(test_parse_request(S(req), &error), HTTP1_PARSE_DONE);
+	assert_int_equal(test_head.field_count, sizeof(want) / sizeof(want[0]));
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		if (http1_field_is_hop_by_hop(&test_head, &test_head.fields[i]) != want[i])
+			fail_msg("field %zu (%.*s)", i, (int)test_head.fields[i].name_len,
+				 test_head.fields[i].name);
+
+	/* Without a Connection field only the fixed set is hop-by-hop. */
+	assert_int_equal(test_parse_request(S("GET / HTTP/1.1\r\nHost: a\r\nX-Secret: 1\r\nte: x\r\n\r\n"),
+					    &error),
+			 HTTP1_PARSE_DONE);
+	assert_false(http1_field_is_hop_by_hop(&test_head, &test_head.fields[1]));
+	assert_true(http1_field_is_hop_by_hop(&test_head, &test_head.fields[2]));
+}
+
+/* Status codes and texts for every error code. */
+static void test_error_status_and_text(void **state)
+{
+	for (int e = HTTP1_ERR_NONE; e <= HTTP1_ERR_BAD_TRAILER; e++) {
+		const char *text = http1_error_text((enum http1_error)e);
+		int status = http1_error_status((enum http1_error)e);
+
+		assert_non_null(text);
+		assert_true(strlen(text) > 0);
+		assert_string_not_equal(text, "unknown error");
+		for (const char *p = text; *p != '\0'; p++)
+			assert_false(*p >= 'A' && *p <= 'Z');
+		switch (e) {
+		case HTTP1_ERR_URI_TOO_LONG:
+			assert_int_equal(status, 414);
+			break;
+		case HTTP1_ERR_HEAD_TOO_LARGE:
+		case HTTP1_ERR_TOO_MANY_FIELDS:
+			assert_int_equal(status, 431);
+			break;
+		case HTTP1_ERR_BAD_EXPECT:
+			assert_int_equal(status, 417);
+			break;
+		default:
+			assert_int_equal(status, 400);
+		}
+	}
+	assert_string_equal(http1_error_text(HTTP1_ERR_BAD_CHUNK_SIZE), "invalid chunk size");
+	assert_string_equal(http1_error_text((enum http1_error)1000), "unknown error");
+}
+
+/* The outcome of feeding a whole chunked body to a decoder. */
+struct test_decoded {
+	enum http1_chunk_step last; /* DONE, ERROR, or the last step when input ran out */
+	enum http1_error error;
+	size_t consumed;            /* bytes taken, up to DONE's end */
+	size_t data_len;
+	char data[8192];
+};
+
+/* Feed body in pieces of split bytes (0: all at once), checking the step
+ * contract as it goes. */
+static void test_decode(const char *body, size_t len, size_t split, size_t max_trailer,
+			struct test_decoded *out)
+{
+	struct http1_chunked dec;
+	size_t off = 0;
+
+	http1_chunked_init(&dec, max_trailer);
+	memset(out, 0, sizeof(*out));
+	out->last = HTTP1_CHUNK_FRAMING;
+	while (off < len) {
+		size_t piece = split == 0 || len - off < split ? len - off : split;
+		size_t n = 0;
+		enum http1_chunk_step step = http1_chunked_step(&dec, body + off, piece, &n, &out->error);
+
+		out->last = step;
+		if (step == HTTP1_CHUNK_ERROR) {
+			assert_int_not_equal(out->error, HTTP1_ERR_NONE);
+			assert_false(http1_chunked_done(&dec));
+			return;
+		}
+		assert_int_equal(out->error, HTTP1_ERR_NONE);
+		assert_true(n <= piece);
+		if (step == HTTP1_CHUNK_DATA) {
+			assert_true(n > 0);
+			assert_true(out->data_len + n <= sizeof(out->data));
+			memcpy(out->data + out->data_len, body + off, n);
+			out->data_len += n;
+		} else {
+			assert_true(n > 0);
+		}
+		off += n;
+		out->consumed = off;
+		if (step == HTTP1_CHUNK_DONE) {
+			assert_true(http1_chunked_done(&dec));
+			return;
+		}
+		assert_false(http1_chunked_done(&dec));
+	}
+}
+
+/* Valid chunked bodies: data and end are the same however the input is split. */
+static void test_chunked_valid(void **state)
+{
+	static const struct {
+		const char *body;
+		size_t len;
+		const char *data;
+		size_t consumed;
+	} cases[] = {
+		{S("5\r\nhello\r\n0\r\n\r\n"), "hello", 15},
+		{S("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), "hello world", 26},
+		{S("0\r\n\r\n"), "", 5},
+		{S("00005\r\nhello\r\n000\r\n\r\n"), "hello", 21},
+		{S("A\r\n0123456789\r\na\r\nabcdefghij\r\n0\r\n\r\n"), "0123456789abcdefghij", 35},
+		{S("5\r\n\r\n0\r\n\r\n0\r\n\r\n"), "\r\n0\r\n", 15},
+		{S("5;name\r\nhello\r\n0\r\n\r\n"), "hello", 20},
+		{S("5;name=value\r\nhello\r\n0\r\n\r\n"), "hello", 26},
+		{S("5 ; a = b ;c=\"q \\\"x\\\\\"\t;d\r\nhello\r\n0\r\n\r\n"), "hello", 39},
+		{S("5;a=\"\";b=\"\xff\"\r\nhello\r\n0\r\n\r\n"), "hello", 26},
+		{S("5;a=b\t;c\r\nhello\r\n0;last=1\r\n\r\n"), "hello", 29},
+		{S("0\r\nExpires: never\r\nX-Empty:\r\nX-T: a\tb \xff\r\n\r\n"), "", 43},
+		{S("0\r\n\r\nGET / HTTP/1.1\r\n\r\n"), "", 5},
+		{S("1\r\nx\r\n0\r\n\r\n0\r\n\r\n"), "x", 11},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		static struct test_decoded whole;
+		static struct test_decoded bytes;
+		static struct test_decoded threes;
+
+		test_decode(cases[i].body, cases[i].len, 0, 1024, &whole);
+		test_decode(cases[i].body, cases[i].len, 1, 1024, &bytes);
+		test_decode(cases[i].body, cases[i].len, 3, 1024, &threes);
+		if (whole.last != HTTP1_CHUNK_DONE)
+			fail_msg("case %zu: step %d error %s", i, whole.last,
+				 http1_error_text(whole.error));
+		if (whole.consumed != cases[i].consumed)
+			fail_msg("case %zu: consumed %zu", i, whole.consumed);
+		assert_true(test_span_is(whole.data, whole.data_len, cases[i].data));
+		assert_int_equal(bytes.last, HTTP1_CHUNK_DONE);
+		assert_int_equal(bytes.consumed, whole.consumed);
+		assert_int_equal(bytes.data_len, whole.data_len);
+		assert_memory_equal(bytes.data, whole.data, whole.data_len);
+		assert_int_equal(threes.last, HTTP1_CHUNK_DONE);
+		assert_int_equal(threes.consumed, whole.consumed);
+		assert_int_equal(threes.data_len, whole.data_len);
+		assert_memory_equal(threes.data, whole.data, whole.data_len);
+	}
+}
+
+/* Framing steps take all framing in the buffer and stop where data begins. */
+static void test_chunked_steps(void **state)
+{
+	static const char body[] = "3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nT: v\r\n\r\nNEXT";
+	struct http1_chunked dec;
+	enum http1_error error;
+	size_t n;
+
+	http1_chunked_init(&dec, 64);
+	assert_int_equal(http1_chunked_step(&dec, body, sizeof(body) - 1, &n, &error),
+			 HTTP1_CHUNK_FRAMING);
+	assert_int_equal(n, 3);
+	assert_int_equal(http1_chunked_step(&dec, body + 3, 2, &n, &error), HTTP1_CHUNK_DATA);
+	assert_int_equal(n, 2);
+	assert_int_equal(dec.remaining, 1);
+	assert_int_equal(http1_chunked_step(&dec, body + 5, sizeof(body) - 6, &n, &error),
+			 HTTP1_CHUNK_DATA);
+	assert_int_equal(n, 1);
+	assert_int_equal(http1_chunked_step(&dec, body + 6, sizeof(body) - 7, &n, &error),
+			 HTTP1_CHUNK_FRAMING);
+	assert_int_equal(n, 9);
+	assert_int_equal(http1_chunked_step(&dec, body + 15, sizeof(body) - 16, &n, &error),
+			 HTTP1_CHUNK_DATA);
+	assert_int_equal(n, 2);
+	assert_int_equal(http1_chunked_step(&dec, body + 17, sizeof(body) - 18, &n, &error),
+			 HTTP1_CHUNK_DONE);
+	assert_int_equal(n, 13);
+	assert_true(http1_chunked_done(&dec));
+	assert_memory_equal(body + 30, "NEXT", 4);
+	/* Once done, nothing more is taken. */
+	assert_int_equal(http1_chunked_step(&dec, "x", 1, &n, &error), HTTP1_CHUNK_DONE);
+	assert_int_equal(n, 0);
+}
+
+/* A chunk of exactly 2^62 bytes is accepted; data steps never look at data. */
+static void test_chunked_large(void **state)
+{
+	static const char line[] = "4000000000000000\r\n";
+	struct http1_chunked dec;
+	enum http1_error error;
+	size_t n;
+
+	http1_chunked_init(&dec, 0);
+	assert_int_equal(http1_chunked_step(&dec, S(line), &n, &error), HTTP1_CHUNK_FRAMING);
+	assert_int_equal(n, sizeof(line) - 1);
+	assert_int_equal(dec.remaining, UINT64_C(1) << 62);
+	assert_int_equal(http1_chunked_step(&dec, S("\0\r\n0\r\n\r\n"), &n, &error), HTTP1_CHUNK_DATA);
+	assert_int_equal(n, 8);
+	assert_int_equal(dec.remaining, (UINT64_C(1) << 62) - 8);
+}
+
+/* Invalid chunked framing, with the reason; the same however it is split. */
+static void test_chunked_errors(void **state)
+{
+	static const struct {
+		const char *body;
+		size_t len;
+		enum http1_error error;
+	} cases[] = {
+		{S("\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
+		{S("x\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
+		{S("5x\r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
+		{S("-5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
+		{S("+5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
+		{S(" 5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
+		{S("0x5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
+		{S("\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
+		{S("5\n"), HTTP1_ERR_BAD_LINE_ENDING},
+		{S("5\rx"), HTTP1_ERR_BAD_LINE_ENDING},
+		{S("5\r\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+		{S("5\r\nhelloX"), HTTP1_ERR_BAD_CHUNK_END},
+		{S("5\r\nhello\n0\r\n\r\n"), HTTP1_ERR_BAD_CHUNK_END},
+		{S("5\r\nhello\r\r\n"), HTTP1_ERR_BAD_CHUNK_END},
+		{S("5\r\nhello\r\n\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
+		{S("10000000000000000\r\n"), HTTP1_ERR_CHUNK_SIZE_OVERFLOW},
+		{S("4000000000000001\r\n"), HTTP1_ERR_CHUNK_SIZE_OVERFLOW},
+		{S("FFFFFFFFFFFFFFFFF\r\n"), HTTP1_ERR_CHUNK_SIZE_OVERFLOW},
+		{S("5;\r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5 \r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5 x\r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;=a\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a=\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a \r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a b\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a=b c\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a=b \r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a@b\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a=b@\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a=\"x\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a=\"\x01\"\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a=\"\\\x01\"\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a=\"x\"y\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a=\"x\" \r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
+		{S("5;a\n"), HTTP1_ERR_BAD_LINE_ENDING},
+		{S("0\r\nBad Name: x\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\nA : b\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\n x\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\nA: b\r\n c\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\nA: \x01\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\nA: \0\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\nA: b\n\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\nA: b\rc\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\nNoColon\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\n:x\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\n\n"), HTTP1_ERR_BAD_TRAILER},
+		{S("0\r\n\rx"), HTTP1_ERR_BAD_TRAILER},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		static struct test_decoded whole;
+		static struct test_decoded bytes;
+
+		test_decode(cases[i].body, cases[i].len, 0, 1024, &whole);
+		test_decode(cases[i].body, cases[i].len, 1, 1024, &bytes);
+		if (whole.last != HTTP1_CHUNK_ERROR || whole.error != cases[i].error)
+			fail_msg("case %zu: step %d error %d (%s), want %d", i, whole.last, whole.error,
+				 http1_error_text(whole.error), cases[i].error);
+		assert_int_equal(bytes.last, HTTP1_CHUNK_ERROR);
+		assert_int_equal(bytes.error, whole.error);
+	}
+}
+
+/* Leading zeros are fine; the line-length limit is what bounds them. */
+static void test_chunked_line_limit(void **state)
+{
+	static char body[8192];
+	static struct test_decoded out;
+	size_t len;
+
+	memset(body, '0', 4000);
+	memcpy(body + 4000, "5\r\nhello\r\n0\r\n\r\n", 16);
+	test_decode(body, 4016, 0, 0, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_DONE);
+	assert_true(test_span_is(out.data, out.data_len, "hello"));
+
+	memset(body, '0', 5000);
+	test_decode(body, 5000, 7, 0, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_ERROR);
+	assert_int_equal(out.error, HTTP1_ERR_BAD_CHUNK_SIZE);
+
+	/* 4096 bytes including the CRLF is the longest line. */
+	memcpy(body, "5;", 2);
+	memset(body + 2, 'a', 4092);
+	memcpy(body + 4094, "\r\nhello\r\n0\r\n\r\n", 15);
+	test_decode(body, 4109, 0, 0, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_DONE);
+	memcpy(body, "5;a", 3);
+	memset(body + 3, 'a', 4092);
+	memcpy(body + 4095, "\r\nhello\r\n0\r\n\r\n", 15);
+	test_decode(body, 4110, 0, 0, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_ERROR);
+	assert_int_equal(out.error, HTTP1_ERR_BAD_CHUNK_EXT);
+
+	len = (size_t)snprintf(body, sizeof(body), "0\r\nX: %05000d\r\n\r\n", 0);
+	test_decode(body, len, 0, 100000, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_ERROR);
+	assert_int_equal(out.error, HTTP1_ERR_BAD_TRAILER);
+}
+
+/* Trailers count against max_trailer; the final CRLF does not. */
+static void test_chunked_trailer_limit(void **state)
+{
+	static const char body[] = "0\r\nA: 0123456789\r\n\r\n";
+	static struct test_decoded out;
+
+	test_decode(S(body), 0, 15, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_DONE);
+	test_decode(S(body), 0, 14, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_ERROR);
+	assert_int_equal(out.error, HTTP1_ERR_BAD_TRAILER);
+	test_decode(S("0\r\n\r\n"), 0, 0, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_DONE);
+}
+
+/* After an error the decoder keeps saying so. */
+static void test_chunked_sticky_error(void **state)
+{
+	struct http1_chunked dec;
+	enum http1_error error;
+	size_t n;
+
+	http1_chunked_init(&dec, 0);
+	assert_int_equal(http1_chunked_step(&dec, S("5\r\nhello"), &n, &error), HTTP1_CHUNK_FRAMING);
+	assert_int_equal(http1_chunked_step(&dec, S("hello"), &n, &error), HTTP1_CHUNK_DATA);
+	assert_int_equal(http1_chunked_step(&dec, S("\r\nz"), &n, &error), HTTP1_CHUNK_ERROR);
+	assert_int_equal(error, HTTP1_ERR_BAD_CHUNK_SIZE);
+	assert_int_equal(http1_chunked_step(&dec, S("0\r\n\r\n"), &n, &error), HTTP1_CHUNK_ERROR);
+	assert_int_equal(error, HTTP1_ERR_BAD_CHUNK_SIZE);
+	assert_int_equal(n, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_request_target_forms),
+		cmocka_unit_test(test_request_fields),
+		cmocka_unit_test(test_request_pipelined),
+		cmocka_unit_test(test_request_prefixes),
+		cmocka_unit_test(test_request_errors),
+		cmocka_unit_test(test_request_errors_early),
+		cmocka_unit_test(test_request_limits),
+		cmocka_unit_test(test_request_field_count),
+		cmocka_unit_test(test_byte_classes),
+		cmocka_unit_test(test_request_framing),
+		cmocka_unit_test(test_request_host),
+		cmocka_unit_test(test_response_head),
+		cmocka_unit_test(test_response_errors),
+		cmocka_unit_test(test_response_limits),
+		cmocka_unit_test(test_response_framing),
+		cmocka_unit_test(test_hop_by_hop),
+		cmocka_unit_test(test_error_status_and_text),
+		cmocka_unit_test(test_chunked_valid),
+		cmocka_unit_test(test_chunked_steps),
+		cmocka_unit_test(test_chunked_large),
+		cmocka_unit_test(test_chunked_errors),
+		cmocka_unit_test(test_chunked_line_limit),
+		cmocka_unit_test(test_chunked_trailer_limit),
+		cmocka_unit_test(test_chunked_sticky_error),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
