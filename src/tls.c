@@ -74,15 +74,21 @@ void tls_store_free(struct tls_store *store)
 }
 
 /* Keep the newest session for this SSL's upstream; OpenSSL calls this when a
- * server issues a ticket, which in TLS 1.3 is after the handshake. */
-static int tls_new_session_cb(SSL *ssl, SSL_SESSION *session)
+ * server issues a ticket, which in TLS 1.3 is after the handshake. A copy is
+ * kept: OpenSSL marks a connection's own session not resumable when the
+ * connection is freed without a close_notify, as upstreams' often are. */
+static int tls_new_session_cb(SSL *ssl, SSL_SESSION *ticket)
 {
 	struct tls_store *store = SSL_get_ex_data(ssl, tls_ex_store);
 	const char *key = SSL_get_ex_data(ssl, tls_ex_key);
 	struct tls_session **link;
 	struct tls_session *s;
+	SSL_SESSION *session;
 
 	if (store == NULL || key == NULL)
+		return 0;
+	session = SSL_SESSION_dup(ticket);
+	if (session == NULL)
 		return 0;
 	for (link = &store->sessions; *link != NULL; link = &(*link)->next) {
 		if (strcmp((*link)->key, key) == 0) {
@@ -92,7 +98,7 @@ static int tls_new_session_cb(SSL *ssl, SSL_SESSION *session)
 			s->session = session;
 			s->next = store->sessions;
 			store->sessions = s;
-			return 1;
+			return 0;
 		}
 	}
 	s = xcalloc(1, sizeof(*s));
@@ -110,7 +116,7 @@ static int tls_new_session_cb(SSL *ssl, SSL_SESSION *session)
 		*link = NULL;
 		store->session_count--;
 	}
-	return 1;
+	return 0; /* OpenSSL keeps its reference to the ticket: we hold a copy */
 }
 
 /* Describe the first queued OpenSSL error after what went wrong. */
@@ -212,7 +218,14 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 	SSL_set_ex_data(ssl, tls_ex_key, xstrdup(session_key));
 	for (s = store->sessions; s != NULL; s = s->next) {
 		if (strcmp(s->key, session_key) == 0) {
-			SSL_set_session(ssl, s->session);
+			SSL_SESSION *copy = SSL_SESSION_dup(s->session);
+
+			/* a copy again: this connection must not spoil the
+			 * stored session for the next ones */
+			if (copy != NULL) {
+				SSL_set_session(ssl, copy);
+				SSL_SESSION_free(copy);
+			}
 			break;
 		}
 	}

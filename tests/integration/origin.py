@@ -40,7 +40,7 @@ full list; query parameters tune it):
     /respheaders        a fixed list of tricky response headers (see below)
     /bad/<kind>         a malformed response: cl-dup, te-cl, obs-fold,
                         status, bare-lf, space-colon, bad-chunk
-    anything else       404 "not found\\n"
+    anything else       404 "not found\\n" (or /echo with echo_unknown=True)
 
 Any path also takes ?delay=S (wait before the head), ?close=1 (close the
 connection after the response without saying so, which makes a pooled
@@ -326,9 +326,10 @@ class Origin:
     condition variable so tests can wait on them."""
 
     def __init__(self, host="127.0.0.1", port=0, tls=None, tls_max_version=None,
-                 tls_min_version=None, name="origin"):
+                 tls_min_version=None, name="origin", echo_unknown=False):
         self.host = host
         self.name = name
+        self.echo_unknown = echo_unknown   # unknown paths get /echo instead of 404
         self._requested_port = port
         self.tls = tls
         self._ctx = None
@@ -849,6 +850,8 @@ class Origin:
                 ex.send(b"ok\n")
         elif kind == "bad":
             self._bad(ex, arg)
+        elif self.echo_unknown:
+            self._dispatch(ex, "/echo")
         else:
             ex.simple(404, b"not found\n")
 

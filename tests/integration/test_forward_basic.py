@@ -128,7 +128,7 @@ def scenario(t):
             r2 = c.read_response()
             h.eq((r2.status, r2.body), (200, o.pattern_bytes(20)), "GET after HEAD")
         r = h.curl("-I", origin.url("/bytes/5000"), proxy=proxy.url)
-        h.eq((r.exit_code, r.status, r.body), (0, 200, b""), "curl -I")
+        h.eq((r.exit_code, r.status, r.header("Content-Length")), (0, 200, "5000"), "curl -I")
 
     @t.check("204: no body, next request on the connection fine")
     def _():

@@ -3,7 +3,7 @@
 
 Client: curl sends origin-form requests to two sidecar listeners, with
 various Host headers, paths and methods.
-Origin: three echo origins A, B and C. Listener 0 has upstream A, listener
+Origin: three origins A, B and C echoing every path. Listener 0 has upstream A, listener
 1 has upstream http://localhost:C. Routes, in order: exact host
 exact.example -> B; host *.wild.example -> C; host api.example with
 path_prefix /v2/ -> B; path_prefix /split/ for POST -> B; path_prefix
@@ -57,7 +57,7 @@ routes:
 
 
 def scenario(t):
-    origins = {name: t.origin(name="origin-" + name) for name in "ABC"}
+    origins = {name: t.origin(name="origin-" + name, echo_unknown=True) for name in "ABC"}
     proxy = t.proxy(CONFIG, A=origins["A"].port, B=origins["B"].port, C=origins["C"].port)
     counter = [0]
 

@@ -24,6 +24,7 @@ import json
 import socket
 import ssl
 import time
+import warnings
 
 import harness as h
 import origin as o
@@ -81,6 +82,7 @@ def tls11_possible(certs):
     can reach; without that the minimum-version check proves nothing."""
     if not ssl.HAS_TLSv1_1:
         return False
+    warnings.simplefilter("ignore", DeprecationWarning)
     old = o.Origin(tls=(certs.server, certs.server_key), tls_max_version=ssl.TLSVersion.TLSv1_1).start()
     try:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
