@@ -92,6 +92,8 @@ static void access_log_text(const struct access_record *r)
 			access_line_printf(&line, "->");
 		}
 	}
+	if (r->gave_up != NULL)
+		access_line_printf(&line, " gave_up=%s", r->gave_up);
 	if (r->note != NULL) {
 		access_line_printf(&line, " note=");
 		access_line_escaped(&line, r->note, strlen(r->note), false);
@@ -127,6 +129,8 @@ static void access_log_json(const struct access_record *r)
 		access_line_printf(&line, ",\"wait_ms\":%llu}", (unsigned long long)t->wait_ms);
 	}
 	access_line_printf(&line, "]");
+	if (r->gave_up != NULL)
+		access_line_printf(&line, ",\"gave_up\":\"%s\"", r->gave_up);
 	if (r->note != NULL) {
 		access_line_printf(&line, ",\"note\":\"");
 		access_line_escaped(&line, r->note, strlen(r->note), true);

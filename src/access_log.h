@@ -27,6 +27,7 @@ struct access_record {
 	uint64_t bytes;      /* response body bytes sent to the client */
 	uint64_t duration_ms;
 	const char *note;    /* why the exchange ended unusually, or NULL */
+	const char *gave_up; /* why retrying stopped short: attempts, deadline, ... or NULL */
 	const struct access_try *tries;
 	size_t try_count;
 };

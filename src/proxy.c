@@ -88,6 +88,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 		return NULL;
 	}
 	proxy->config = config;
+	retry_rng_seed(&proxy->rng);
 	proxy->dns = proxy_new_resolver(proxy->base);
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new(proxy->base, proxy_pool_closed, proxy);

@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 
 #include "config.h"
+#include "retry.h"
 
 struct event_base;
 struct evdns_base;
@@ -34,6 +35,7 @@ struct proxy {
 	bool accepting_paused;       /* at max_connections */
 	bool draining;               /* shutting down: no new requests */
 	struct event *drain_timer;
+	struct retry_rng rng;        /* jitter for every backoff */
 };
 
 /* Build the runtime for a validated config (the proxy takes the reference)

@@ -116,9 +116,56 @@ def free_port(host="127.0.0.1"):
         return s.getsockname()[1]
 
 
+_RESERVED = []
+
+
 def closed_port():
-    """A port where a connect is refused."""
-    return free_port()
+    """A port where a connect is refused, reserved for the rest of the run:
+    it stays bound (without listen) so no other test can start listening
+    there."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    _RESERVED.append(s)
+    return s.getsockname()[1]
+
+
+def _listening_inodes(port):
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    return inodes
+
+
+def listens_on(pid, port, stderr_text=None):
+    """Whether process pid has a listening socket on port (via /proc); where
+    /proc/net is unavailable, fall back to the proxy's own 'listening on'
+    log line and a connect probe."""
+    if os.path.exists("/proc/net/tcp"):
+        inodes = _listening_inodes(port)
+        if not inodes:
+            return False
+        try:
+            fds = os.listdir("/proc/%d/fd" % pid)
+        except OSError:
+            return False
+        for fd in fds:
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+        return False
+    text = stderr_text() if stderr_text else ""
+    return bool(re.search(r"listening on \S*:%d\b" % port, text)) and port_accepts(port)
 
 
 def port_accepts(port, host="127.0.0.1", timeout=0.5):
@@ -508,6 +555,9 @@ class Proxy:
 
     def _spawn(self):
         env = clean_env(self.env_extra)
+        if getattr(self, "stderr_file", None) is not None:
+            self.stderr_file.close()
+            self.stdout_file.close()
         if "ASAN_OPTIONS" in self.env_extra and "ASAN_OPTIONS" in os.environ:
             env["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":" + self.env_extra["ASAN_OPTIONS"]
         self.stderr_file = open(self.stderr_path, "wb")
@@ -517,6 +567,9 @@ class Proxy:
                                      cwd=self.run.tmp)
 
     def _wait_listening(self):
+        """Wait until the proxy itself listens on every allocated port. A
+        connect probe is not enough: another test may own a port the proxy
+        failed to bind."""
         deadline = time.monotonic() + 15 * SLOW
         pending = set(self.ports.values())
         while pending:
@@ -528,10 +581,10 @@ class Proxy:
                 raise AssertionError("proxy exited with code %s during start-up:\n%s\nconfig:\n%s"
                                      % (code, self.stderr_tail(), self.config_text))
             for p in list(pending):
-                if port_accepts(p):
+                if listens_on(self.proc.pid, p, self.stderr):
                     pending.discard(p)
             if time.monotonic() > deadline:
-                raise AssertionError("proxy did not accept on ports %s within %ss:\n%s"
+                raise AssertionError("proxy did not listen on ports %s within %ss:\n%s"
                                      % (sorted(pending), 15 * SLOW, self.stderr_tail()))
             time.sleep(0.05)
 

@@ -176,7 +176,7 @@ def scenario(t):
         write(os.path.join(cwd, "conf", "retryproxy.yaml"), GOOD.replace("@PORT@", str(port)))
         proc, err = start([], cwd)
         try:
-            h.wait_until(lambda: h.port_accepts(port) or proc.poll() is not None, 15 * h.SLOW,
+            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None, 15 * h.SLOW,
                          "the proxy to listen on %d" % port)
             h.ok(proc.poll() is None, "proxy exited with %s: %r" % (proc.returncode, read(err)))
             text = read(err)
@@ -194,7 +194,7 @@ def scenario(t):
         path = write(os.path.join(tmp, "sigint.yaml"), GOOD.replace("@PORT@", str(port)))
         proc, err = start(["-c", path], tmp)
         try:
-            h.wait_until(lambda: h.port_accepts(port) or proc.poll() is not None, 15 * h.SLOW,
+            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None, 15 * h.SLOW,
                          "the proxy to listen")
             h.ok(proc.poll() is None, "proxy exited early: %r" % read(err))
             proc.send_signal(signal.SIGINT)

@@ -1,0 +1,154 @@
+#ifndef RETRYPROXY_EXCHANGE_PRIVATE_H
+#define RETRYPROXY_EXCHANGE_PRIVATE_H
+
+/*
+ * The exchange's fields and internal steps, shared by its three files only:
+ * exchange_request.c (routing, the upstream request, the request body),
+ * exchange_response.c (response heads, keeping or relaying bodies) and
+ * exchange.c (tries, the retry decision, backoff, the end).
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/time.h>
+
+#include "access_log.h"
+#include "body.h"
+#include "config.h"
+#include "exchange.h"
+#include "http1.h"
+#include "retry.h"
+#include "upstream.h"
+
+struct bufferevent;
+struct evbuffer;
+struct event;
+struct proxy;
+
+#define EXCHANGE_ADD_LITERAL(buf, s) evbuffer_add((buf), (s), sizeof(s) - 1)
+
+/* Backpressure marks: a side's queued output past HIGH stops reading the
+ * other side until it drains below LOW. */
+#define EXCHANGE_OUTPUT_HIGH (256 * 1024)
+#define EXCHANGE_OUTPUT_LOW (64 * 1024)
+#define EXCHANGE_UPSTREAM_READ_HIGH (256 * 1024)
+
+enum exchange_state {
+	EXCHANGE_READING_BODY, /* reading the whole request body into the replay buffer */
+	EXCHANGE_CONNECTING,   /* waiting for an upstream connection, new or pooled */
+	EXCHANGE_WAITING_HEAD, /* the request is (being) sent; no response head yet */
+	EXCHANGE_KEEPING,      /* reading a retryable response's body, not shown to the client */
+	EXCHANGE_RELAYING,     /* the response head reached the client; body flowing */
+	EXCHANGE_BACKOFF,      /* between tries, on the backoff timer */
+	EXCHANGE_DONE,         /* the response is queued or the exchange was aborted */
+};
+
+/* Why a try ended without a usable response head. */
+enum try_failure {
+	TRY_DNS,             /* the upstream name did not resolve */
+	TRY_REFUSED,         /* connect refused or unreachable */
+	TRY_CONNECT_TIMEOUT, /* no connection within connect_timeout */
+	TRY_TLS,             /* TLS handshake failed */
+	TRY_TLS_VERIFY,      /* certificate verification failed: never retried */
+	TRY_STALE,           /* a pooled connection closed before any response byte */
+	TRY_RESET,           /* closed or reset before the whole response head */
+	TRY_TIMEOUT,         /* no response head within try_timeout */
+	TRY_MALFORMED,       /* the response broke HTTP/1.1 */
+};
+
+struct exchange {
+	struct proxy *proxy;
+	struct client *client;
+	struct config *config;          /* held: the request finishes under this one */
+	const struct route *route;      /* inside config */
+	enum exchange_state state;
+	struct timeval started;
+
+	/* the request as the client sent it */
+	char *method;
+	char *target;
+	size_t method_len;
+	size_t target_len;
+	int client_minor;               /* HTTP/1.x of the client */
+	bool client_keep_alive;         /* the client allows another request */
+	bool head_request;
+	bool is_connect;
+	bool expect_continue;
+
+	/* where it goes */
+	struct upstream_endpoint endpoint;
+	char *endpoint_host;
+	const struct tls_policy *tls;
+	char pool_key[600];
+	struct evbuffer *request_head;  /* built once, sent again on every try */
+	struct body_relay request_body; /* the client's body as it arrives */
+	struct evbuffer *replay;        /* the whole body, re-sent on every try; NULL: streamed once */
+	bool request_body_started;      /* streamed body bytes left the client's input */
+	bool client_read_paused;        /* upstream output full: client not read */
+
+	/* may it be tried again */
+	bool idempotent;                /* by the route's idempotency map */
+	bool json_pending;              /* only a json_field condition could make it idempotent */
+	const char *not_retryable;      /* "body_too_large" once the body was streamed */
+	const char *gave_up;            /* why retrying stopped, for the log */
+	struct timeval first_try;       /* the deadline counts from here */
+	struct event *backoff_timer;
+	uint64_t next_wait_ms;          /* decided with the retry, used by the timer */
+
+	/* the current try */
+	unsigned attempts;
+	struct upstream_connect *connecting;
+	struct bufferevent *up;
+	bool up_reused;                 /* the connection came from the pool */
+	bool up_read_paused;            /* client output full: upstream not read */
+	bool response_byte_seen;
+	bool skip_pool;                 /* the next try takes a new connection */
+	struct event *try_timer;        /* try_timeout until the response head */
+
+	/* the response */
+	struct http1_framing response_framing;
+	struct body_relay response_body; /* toward the client */
+	bool client_keep_after;         /* the response's framing lets the client connection live */
+	int status;                     /* what the client got */
+	const char *note;
+
+	/* the most recent retryable response, kept whole in case no later try
+	 * gets a better one */
+	struct evbuffer *kept;          /* head and body as received */
+	size_t kept_head_len;
+	struct evbuffer *keeping;       /* the one being read now */
+	size_t keeping_head_len;
+	struct body_relay keeping_body; /* finds where the response being kept ends */
+
+	struct access_try tries[ACCESS_LOG_MAX_TRIES];
+	size_t try_count;
+};
+
+/* exchange.c */
+void exchange_set_state(struct exchange *ex, enum exchange_state state);
+struct timeval exchange_ms_to_tv(uint64_t ms);
+void exchange_record_try(struct exchange *ex, int status, const char *error);
+void exchange_drop_upstream(struct exchange *ex);
+void exchange_finish(struct exchange *ex, bool keep_alive);
+void exchange_respond_error(struct exchange *ex, int status, const char *text);
+void exchange_break_response(struct exchange *ex, const char *why);
+void exchange_start_try(struct exchange *ex);
+void exchange_try_failed(struct exchange *ex, enum try_failure failure, const char *reason);
+bool exchange_retry_allowed(struct exchange *ex, enum retry_cause cause, bool never_sent,
+			    uint64_t retry_after_ms);
+void exchange_schedule_retry(struct exchange *ex);
+void exchange_give_up(struct exchange *ex, int status, const char *text);
+
+/* exchange_request.c */
+void exchange_read_request_body(struct exchange *ex);
+void exchange_pump_request_body(struct exchange *ex);
+void exchange_send_request(struct exchange *ex);
+
+/* exchange_response.c */
+void exchange_read_response_head(struct exchange *ex);
+void exchange_relay_response(struct exchange *ex);
+void exchange_keep_response(struct exchange *ex);
+void exchange_deliver_kept(struct exchange *ex);
+void exchange_upstream_closed(struct exchange *ex, short what);
+
+#endif

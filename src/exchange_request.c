@@ -1,0 +1,378 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "client.h"
+#include "exchange_private.h"
+#include "idempotency.h"
+#include "log.h"
+#include "proxy.h"
+#include "request_target.h"
+#include "route.h"
+#include "xmalloc.h"
+
+/*
+ * The request side of an exchange: where the request goes, the head sent
+ * upstream, and the body, read whole into the replay buffer when a retry
+ * might need it, else streamed once.
+ */
+
+/* Is host allowed by access.allow_hosts? Checked before any DNS. */
+static bool exchange_host_allowed(const struct config *config, const char *host, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < config->allow_host_count; i++)
+		if (route_host_pattern_matches(config->allow_hosts[i], host, len))
+			return true;
+	return false;
+}
+
+/* Copy one field line into the upstream head, unless the proxy owns it. */
+static void exchange_copy_request_field(struct exchange *ex, const struct http1_head *head,
+					const struct http1_field *f, bool *seen_length)
+{
+	if (http1_name_equals(f->name, f->name_len, "Transfer-Encoding")) {
+		/* the body is forwarded in the coding it came in, so its
+		 * Transfer-Encoding still describes it */
+		evbuffer_add(ex->request_head, f->line, f->line_len);
+		return;
+	}
+	if (http1_field_is_hop_by_hop(head, f))
+		return;
+	if (http1_name_equals(f->name, f->name_len, "Host"))
+		return; /* replaced by the upstream's authority */
+	if (http1_name_equals(f->name, f->name_len, "Expect"))
+		return; /* the proxy answered 100-continue itself and sends the body at once */
+	if (http1_name_equals(f->name, f->name_len, "Content-Length")) {
+		if (*seen_length)
+			return; /* identical repeats were checked; one is enough */
+		*seen_length = true;
+	}
+	evbuffer_add(ex->request_head, f->line, f->line_len);
+}
+
+/* The request head as it goes upstream: origin-form target, Host of the
+ * upstream, the client's fields minus hop-by-hop ones, and Via. */
+static void exchange_build_request_head(struct exchange *ex, const struct http1_head *head,
+					const char *path, size_t path_len, const char *authority,
+					size_t authority_len)
+{
+	bool seen_length = false;
+	size_t i;
+
+	ex->request_head = evbuffer_new();
+	evbuffer_add(ex->request_head, head->method, head->method_len);
+	evbuffer_add(ex->request_head, " ", 1);
+	if (path_len == 0 || path[0] == '?')
+		evbuffer_add(ex->request_head, "/", 1);
+	evbuffer_add(ex->request_head, path, path_len);
+	evbuffer_add_printf(ex->request_head, " HTTP/1.1\r\nHost: %.*s\r\n", (int)authority_len,
+			    authority);
+	for (i = 0; i < head->field_count; i++)
+		exchange_copy_request_field(ex, head, &head->fields[i], &seen_length);
+	EXCHANGE_ADD_LITERAL(ex->request_head, "Via: 1.1 retryproxy\r\n\r\n");
+}
+
+/* Decide whether the request could be tried again, and so whether its body
+ * must be kept to be re-sent. */
+static void exchange_decide_replay(struct exchange *ex, const struct http1_head *head,
+				   const struct http1_framing *framing, const char *path,
+				   size_t path_len)
+{
+	const char *query = memchr(path, '?', path_len);
+	size_t query_len = 0;
+	bool has_body = framing->body != HTTP1_BODY_NONE;
+	size_t limit = ex->config->limits.replay_buffer;
+
+	if (query != NULL) {
+		query++;
+		query_len = path_len - (size_t)(query - path);
+	}
+	switch (idempotency_check_head(&ex->route->idempotent, head->method, head->method_len, query,
+				       query_len, head, has_body)) {
+	case IDEMPOTENCY_YES:
+		ex->idempotent = true;
+		break;
+	case IDEMPOTENCY_NEEDS_BODY:
+		ex->json_pending = true;
+		break;
+	case IDEMPOTENCY_NO:
+		break;
+	}
+	/* Only a request that may be sent again after its body left needs the
+	 * body kept: a connect failure happens before any body byte is taken
+	 * from the client, so other requests stream. */
+	if (!has_body || ex->route->retry.max_attempts < 2 || !(ex->idempotent || ex->json_pending))
+		return;
+	if (framing->body == HTTP1_BODY_LENGTH && framing->content_length > limit) {
+		ex->not_retryable = "body_too_large";
+		log_info("%.*s %.*s: body of %llu bytes is over replay_buffer (%zu): sent once, not retried",
+			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
+			 (unsigned long long)framing->content_length, limit);
+		return;
+	}
+	ex->replay = evbuffer_new();
+}
+
+/* Is the kept body a JSON object with a member a json_field condition names? */
+static bool exchange_json_makes_idempotent(struct exchange *ex)
+{
+	struct evbuffer *decoded = ex->replay;
+	struct evbuffer *copy = NULL;
+	bool yes;
+
+	if (ex->request_body.mode == BODY_MODE_CHUNKED) {
+		struct body_relay relay;
+		enum http1_error error;
+
+		/* the replay buffer keeps the chunked framing to re-send it as is;
+		 * the JSON is in the chunk data */
+		copy = evbuffer_new();
+		decoded = evbuffer_new();
+		evbuffer_add_buffer_reference(copy, ex->replay);
+		body_relay_init(&relay, BODY_MODE_CHUNKED_DECODE, 0, ex->config->limits.max_header_bytes);
+		body_relay_move(&relay, copy, decoded, &error);
+	}
+	yes = idempotency_check_json_body(&ex->route->idempotent,
+					  (const char *)evbuffer_pullup(decoded, -1),
+					  evbuffer_get_length(decoded));
+	if (copy != NULL) {
+		evbuffer_free(copy);
+		evbuffer_free(decoded);
+	}
+	return yes;
+}
+
+/* The body is over max_body_bytes? Answer 413 if nothing was answered yet. */
+static bool exchange_body_over_limit(struct exchange *ex)
+{
+	uint64_t max_body = ex->config->limits.max_body_bytes;
+
+	if (max_body == 0 || ex->request_body.payload_bytes <= max_body)
+		return false;
+	if (ex->state == EXCHANGE_RELAYING || ex->state == EXCHANGE_KEEPING)
+		exchange_break_response(ex, "request body over max_body_bytes");
+	else
+		exchange_respond_error(ex, 413, "request body is over max_body_bytes");
+	return true;
+}
+
+void exchange_read_request_body(struct exchange *ex)
+{
+	struct evbuffer *in = bufferevent_get_input(client_bev(ex->client));
+	enum http1_error error = HTTP1_ERR_NONE;
+
+	if (body_relay_move(&ex->request_body, in, ex->replay, &error) < 0) {
+		exchange_respond_error(ex, 400, http1_error_text(error));
+		return;
+	}
+	if (exchange_body_over_limit(ex))
+		return;
+	if (!ex->request_body.done) {
+		if (evbuffer_get_length(ex->replay) <= ex->config->limits.replay_buffer)
+			return; /* more to come */
+		/* a chunked body turned out larger than replay_buffer: what is
+		 * kept goes first, the rest streams, and there is no retry */
+		ex->not_retryable = "body_too_large";
+		log_info("%.*s %.*s: chunked body is over replay_buffer (%zu): sent once, not retried",
+			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
+			 ex->config->limits.replay_buffer);
+	} else if (ex->json_pending) {
+		ex->idempotent = exchange_json_makes_idempotent(ex);
+	}
+	exchange_start_try(ex);
+}
+
+void exchange_pump_request_body(struct exchange *ex)
+{
+	struct bufferevent *cbev = client_bev(ex->client);
+	struct evbuffer *in = bufferevent_get_input(cbev);
+	struct evbuffer *out;
+	enum http1_error error = HTTP1_ERR_NONE;
+
+	if (ex->request_body.done || ex->up == NULL || evbuffer_get_length(in) == 0)
+		return;
+	out = bufferevent_get_output(ex->up);
+	ex->request_body_started = true;
+	if (body_relay_move(&ex->request_body, in, out, &error) < 0) {
+		if (ex->state == EXCHANGE_RELAYING)
+			exchange_break_response(ex, "malformed chunked request body");
+		else
+			exchange_respond_error(ex, 400, http1_error_text(error));
+		return;
+	}
+	if (exchange_body_over_limit(ex))
+		return;
+	if (!ex->request_body.done && evbuffer_get_length(out) > EXCHANGE_OUTPUT_HIGH) {
+		ex->client_read_paused = true;
+		bufferevent_disable(cbev, EV_READ);
+	}
+}
+
+void exchange_send_request(struct exchange *ex)
+{
+	struct evbuffer *out = bufferevent_get_output(ex->up);
+
+	/* references, not copies: the same bytes go out again on the next try */
+	evbuffer_add_buffer_reference(out, ex->request_head);
+	if (ex->replay != NULL)
+		evbuffer_add_buffer_reference(out, ex->replay);
+	exchange_pump_request_body(ex);
+}
+
+void exchange_client_readable(struct exchange *ex)
+{
+	if (ex->state == EXCHANGE_READING_BODY)
+		exchange_read_request_body(ex);
+	else if (ex->state == EXCHANGE_WAITING_HEAD || ex->state == EXCHANGE_RELAYING ||
+		 ex->state == EXCHANGE_KEEPING)
+		exchange_pump_request_body(ex);
+}
+
+struct exchange *exchange_new(struct client *client, const struct http1_head *head,
+			      const struct http1_framing *framing, int *status, char *reason,
+			      size_t reason_len)
+{
+	struct config *config = client_config(client);
+	const struct listener_config *listen = client_listener(client);
+	struct request_target target;
+	const struct upstream_url *upstream = NULL;
+	const char *match_host = "";
+	size_t match_host_len = 0;
+	const char *path;
+	size_t path_len;
+	bool origin_form = false;
+	bool host_decides_upstream = false;
+	struct exchange *ex;
+
+	memset(&target, 0, sizeof(target));
+	*status = 400;
+	if (head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0) {
+		if (request_target_parse_authority(head->target, head->target_len, &target) < 0) {
+			snprintf(reason, reason_len, "invalid CONNECT target");
+			return NULL;
+		}
+		match_host = target.host;
+		match_host_len = target.host_len;
+		path = "";
+		path_len = 0;
+		host_decides_upstream = true;
+	} else if (head->target[0] == '/' ||
+		   (head->target_len == 1 && head->target[0] == '*')) {
+		if (head->target[0] == '*' &&
+		    !(head->method_len == 7 && memcmp(head->method, "OPTIONS", 7) == 0)) {
+			snprintf(reason, reason_len, "asterisk-form target is only for OPTIONS");
+			return NULL;
+		}
+		origin_form = true;
+		if (framing->host != NULL &&
+		    request_target_host_of(framing->host, framing->host_len, &match_host,
+					   &match_host_len) < 0) {
+			snprintf(reason, reason_len, "invalid Host");
+			return NULL;
+		}
+		path = head->target;
+		path_len = head->target_len;
+	} else {
+		if (request_target_parse_absolute(head->target, head->target_len, &target) < 0) {
+			snprintf(reason, reason_len, "invalid request target");
+			return NULL;
+		}
+		match_host = target.host;
+		match_host_len = target.host_len;
+		path = target.path;
+		path_len = target.path_len;
+	}
+
+	if (framing->body == HTTP1_BODY_LENGTH && config->limits.max_body_bytes > 0 &&
+	    framing->content_length > config->limits.max_body_bytes) {
+		*status = 413;
+		snprintf(reason, reason_len, "request body of %llu bytes is over max_body_bytes",
+			 (unsigned long long)framing->content_length);
+		return NULL;
+	}
+
+	ex = xcalloc(1, sizeof(*ex));
+	ex->is_connect = head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0;
+	ex->route = route_match(config, match_host, match_host_len, path, path_len, head->method,
+				head->method_len);
+	/* a tunnel goes where the client asked; other requests to the route's
+	 * upstream, else the listener's (sidecar), else the absolute URI's */
+	if (!ex->is_connect && ex->route->upstream != NULL)
+		upstream = ex->route->upstream;
+	else if (origin_form)
+		upstream = listen->upstream;
+	if (upstream == NULL && origin_form) {
+		free(ex);
+		snprintf(reason, reason_len,
+			 "origin-form request on a listener with no upstream (this is a forward proxy: send absolute-form)");
+		return NULL;
+	}
+	if (upstream == NULL && !ex->is_connect)
+		host_decides_upstream = true;
+	if (host_decides_upstream && !exchange_host_allowed(config, match_host, match_host_len)) {
+		free(ex);
+		*status = 403;
+		snprintf(reason, reason_len, "host %.*s not allowed by access.allow_hosts",
+			 (int)(match_host_len > 200 ? 200 : match_host_len), match_host);
+		log_warn("client %s: refused host %.*s: not in access.allow_hosts", client_peer(client),
+			 (int)(match_host_len > 200 ? 200 : match_host_len), match_host);
+		return NULL;
+	}
+
+	ex->proxy = client_proxy(client);
+	ex->client = client;
+	ex->config = config_hold(config);
+	ex->state = EXCHANGE_CONNECTING;
+	gettimeofday(&ex->started, NULL);
+	ex->method = xstrndup(head->method, head->method_len);
+	ex->method_len = head->method_len;
+	ex->target = xstrndup(head->target, head->target_len);
+	ex->target_len = head->target_len;
+	ex->client_minor = head->version_minor;
+	ex->client_keep_alive = framing->keep_alive;
+	ex->head_request = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
+	ex->expect_continue = framing->expect_continue;
+	ex->tls = &ex->route->tls;
+	if (upstream != NULL) {
+		ex->endpoint_host = xstrdup(upstream->host);
+		ex->endpoint.tls = upstream->tls;
+		ex->endpoint.port = upstream->port;
+	} else {
+		ex->endpoint_host = xstrndup(target.host, target.host_len);
+		ex->endpoint.tls = target.tls;
+		ex->endpoint.port = target.port;
+	}
+	ex->endpoint.host = ex->endpoint_host;
+	upstream_pool_key(&ex->endpoint, ex->tls, ex->pool_key, sizeof(ex->pool_key));
+
+	if (!ex->is_connect) {
+		if (upstream != NULL)
+			exchange_build_request_head(ex, head, path, path_len, upstream->authority,
+						    strlen(upstream->authority));
+		else
+			exchange_build_request_head(ex, head, path, path_len, target.authority,
+						    target.authority_len);
+	}
+	switch (framing->body) {
+	case HTTP1_BODY_LENGTH:
+		body_relay_init(&ex->request_body, BODY_MODE_LENGTH, framing->content_length, 0);
+		break;
+	case HTTP1_BODY_CHUNKED:
+		body_relay_init(&ex->request_body, BODY_MODE_CHUNKED, 0,
+				config->limits.max_header_bytes);
+		break;
+	default:
+		body_relay_init(&ex->request_body, BODY_MODE_LENGTH, 0, 0);
+		break;
+	}
+	if (!ex->is_connect)
+		exchange_decide_replay(ex, head, framing, path, path_len);
+	return ex;
+}
+

@@ -1,0 +1,387 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "client.h"
+#include "exchange_private.h"
+#include "log.h"
+#include "pool.h"
+#include "proxy.h"
+
+/*
+ * The response side of an exchange: parse the head, then either relay the
+ * response to the client (it is final) or keep it whole, unseen, while
+ * another try is made (its status is retryable). A kept response is what
+ * the client gets if no later try does better.
+ */
+
+/* Heads are parsed and used before control returns to the event loop, so one
+ * scratch head serves every exchange without an allocation per response. */
+static struct http1_head exchange_response_head;
+
+/* Write the response head to the client: our HTTP version, the upstream's
+ * fields minus hop-by-hop ones, Via and Retry-Attempts, and our own
+ * Connection; set up the body's relay toward the client. */
+static void exchange_send_response_head(struct exchange *ex, const struct http1_head *head,
+					const struct http1_framing *rf)
+{
+	struct evbuffer *out = bufferevent_get_output(client_bev(ex->client));
+	bool pass_chunked = false;
+	size_t i;
+
+	ex->response_framing = *rf;
+	ex->client_keep_after = ex->client_keep_alive && !ex->proxy->draining;
+	switch (rf->body) {
+	case HTTP1_BODY_NONE:
+		body_relay_init(&ex->response_body, BODY_MODE_LENGTH, 0, 0);
+		break;
+	case HTTP1_BODY_LENGTH:
+		body_relay_init(&ex->response_body, BODY_MODE_LENGTH, rf->content_length, 0);
+		break;
+	case HTTP1_BODY_CHUNKED:
+		/* an HTTP/1.0 client cannot read chunked: decode and close instead */
+		pass_chunked = ex->client_minor >= 1;
+		body_relay_init(&ex->response_body,
+				pass_chunked ? BODY_MODE_CHUNKED : BODY_MODE_CHUNKED_DECODE, 0,
+				ex->config->limits.max_header_bytes);
+		if (!pass_chunked)
+			ex->client_keep_after = false;
+		break;
+	case HTTP1_BODY_UNTIL_CLOSE:
+		body_relay_init(&ex->response_body, BODY_MODE_UNTIL_CLOSE, 0, 0);
+		ex->client_keep_after = false;
+		break;
+	}
+	evbuffer_add_printf(out, "HTTP/1.1 %03d %.*s\r\n", head->status, (int)head->reason_len,
+			    head->reason);
+	for (i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		if (pass_chunked && http1_name_equals(f->name, f->name_len, "Transfer-Encoding"))
+			evbuffer_add(out, f->line, f->line_len);
+		else if (!http1_field_is_hop_by_hop(head, f))
+			evbuffer_add(out, f->line, f->line_len);
+	}
+	evbuffer_add_printf(out, "Via: 1.1 retryproxy\r\nRetry-Attempts: %u\r\n", ex->attempts);
+	if (!ex->client_keep_after)
+		EXCHANGE_ADD_LITERAL(out, "Connection: close\r\n");
+	else if (ex->client_minor == 0)
+		EXCHANGE_ADD_LITERAL(out, "Connection: keep-alive\r\n");
+	EXCHANGE_ADD_LITERAL(out, "\r\n");
+	ex->status = head->status;
+}
+
+/* May the finished try's connection serve another request? */
+static bool exchange_upstream_reusable(struct exchange *ex, const struct http1_framing *rf,
+				       const struct body_relay *body)
+{
+	return rf->keep_alive && body->mode != BODY_MODE_UNTIL_CLOSE && ex->request_body.done &&
+	       evbuffer_get_length(bufferevent_get_input(ex->up)) == 0 &&
+	       evbuffer_get_length(bufferevent_get_output(ex->up)) == 0 && !ex->proxy->draining;
+}
+
+/* The try's response is fully read: keep its connection or close it. */
+static void exchange_release_upstream(struct exchange *ex, bool reusable)
+{
+	if (reusable) {
+		struct bufferevent *bev = ex->up;
+
+		ex->up = NULL;
+		pool_put(ex->proxy->pool, ex->pool_key, bev, ex->config->limits.pool_max_idle,
+			 ex->config->limits.pool_idle_timeout_ms);
+	}
+	exchange_drop_upstream(ex);
+}
+
+/* The whole response is queued for the client. */
+static void exchange_response_complete(struct exchange *ex)
+{
+	if (ex->up != NULL)
+		exchange_release_upstream(ex, exchange_upstream_reusable(ex, &ex->response_framing,
+									 &ex->response_body));
+	exchange_finish(ex, ex->client_keep_after);
+}
+
+void exchange_relay_response(struct exchange *ex)
+{
+	struct evbuffer *out = bufferevent_get_output(client_bev(ex->client));
+	enum http1_error error = HTTP1_ERR_NONE;
+
+	if (body_relay_move(&ex->response_body, bufferevent_get_input(ex->up), out, &error) < 0) {
+		exchange_break_response(ex, "malformed chunked response body");
+		return;
+	}
+	if (ex->response_body.done) {
+		exchange_response_complete(ex);
+		return;
+	}
+	if (evbuffer_get_length(out) > EXCHANGE_OUTPUT_HIGH) {
+		ex->up_read_paused = true;
+		bufferevent_disable(ex->up, EV_READ);
+	}
+}
+
+/* Send a response held in buf (head of head_len bytes, then as much body as
+ * buf has) to the client. Returns -1 if the head no longer parses. */
+static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, size_t head_len)
+{
+	struct http1_head *head = &exchange_response_head;
+	struct http1_framing rf;
+	enum http1_error error = HTTP1_ERR_NONE;
+	const char *data = (const char *)evbuffer_pullup(buf, (ev_ssize_t)head_len);
+
+	/* it parsed when it arrived; parse again to point into this buffer */
+	if (http1_parse_response_head(data, head_len, head_len, head, &error) != HTTP1_PARSE_DONE ||
+	    http1_response_framing(head, ex->head_request, &rf, &error) < 0)
+		return -1;
+	exchange_send_response_head(ex, head, &rf);
+	evbuffer_drain(buf, head_len);
+	body_relay_move(&ex->response_body, buf, bufferevent_get_output(client_bev(ex->client)),
+			&error);
+	return 0;
+}
+
+void exchange_deliver_kept(struct exchange *ex)
+{
+	exchange_drop_upstream(ex);
+	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len) < 0) {
+		exchange_respond_error(ex, 502, "502 kept upstream response could not be re-read");
+		return;
+	}
+	/* a close-delimited body ends here; the client connection closes after it */
+	exchange_finish(ex, ex->client_keep_after);
+}
+
+/* The response being kept turned out too large to keep: it becomes the
+ * final response after all, what was read of it first. */
+static void exchange_keep_overflow(struct exchange *ex)
+{
+	log_info("%.*s %.*s: retryable response is over retry_response_buffer: passed on as final",
+		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target);
+	ex->note = "retryable response over retry_response_buffer";
+	exchange_set_state(ex, EXCHANGE_RELAYING);
+	if (exchange_send_buffered(ex, ex->keeping, ex->keeping_head_len) < 0) {
+		exchange_break_response(ex, "kept response could not be re-read");
+		return;
+	}
+	evbuffer_free(ex->keeping);
+	ex->keeping = NULL;
+	exchange_relay_response(ex);
+}
+
+/* The response being kept is complete: it replaces the older kept one, and
+ * the next try waits for its backoff. */
+static void exchange_keep_complete(struct exchange *ex, bool reusable)
+{
+	if (ex->kept != NULL)
+		evbuffer_free(ex->kept);
+	ex->kept = ex->keeping;
+	ex->kept_head_len = ex->keeping_head_len;
+	ex->keeping = NULL;
+	exchange_release_upstream(ex, reusable);
+	exchange_schedule_retry(ex);
+}
+
+void exchange_keep_response(struct exchange *ex)
+{
+	enum http1_error error = HTTP1_ERR_NONE;
+
+	if (body_relay_move(&ex->keeping_body, bufferevent_get_input(ex->up), ex->keeping, &error) < 0) {
+		exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
+		return;
+	}
+	if (ex->keeping_body.done) {
+		exchange_keep_complete(ex, exchange_upstream_reusable(ex, &ex->response_framing,
+								      &ex->keeping_body));
+		return;
+	}
+	if (evbuffer_get_length(ex->keeping) - ex->keeping_head_len >
+	    ex->config->limits.retry_response_buffer)
+		exchange_keep_overflow(ex);
+}
+
+/* Begin keeping a retryable response whose head is at the front of the
+ * upstream input. */
+static void exchange_start_keeping(struct exchange *ex, const struct http1_head *head,
+				   const struct http1_framing *rf)
+{
+	struct evbuffer *in = bufferevent_get_input(ex->up);
+
+	ex->response_framing = *rf;
+	ex->keeping = evbuffer_new();
+	ex->keeping_head_len = head->head_len;
+	evbuffer_remove_buffer(in, ex->keeping, head->head_len);
+	switch (rf->body) {
+	case HTTP1_BODY_NONE:
+		body_relay_init(&ex->keeping_body, BODY_MODE_LENGTH, 0, 0);
+		break;
+	case HTTP1_BODY_LENGTH:
+		body_relay_init(&ex->keeping_body, BODY_MODE_LENGTH, rf->content_length, 0);
+		break;
+	case HTTP1_BODY_CHUNKED:
+		body_relay_init(&ex->keeping_body, BODY_MODE_CHUNKED, 0,
+				ex->config->limits.max_header_bytes);
+		break;
+	case HTTP1_BODY_UNTIL_CLOSE:
+		body_relay_init(&ex->keeping_body, BODY_MODE_UNTIL_CLOSE, 0, 0);
+		break;
+	}
+	exchange_set_state(ex, EXCHANGE_KEEPING);
+	exchange_keep_response(ex);
+}
+
+/* The Retry-After of a response in milliseconds, 0 when absent or invalid. */
+static uint64_t exchange_retry_after(const struct http1_head *head)
+{
+	const struct http1_field *f = http1_find_field(head, "Retry-After");
+	uint64_t ms = 0;
+
+	if (f == NULL || retry_after_parse(f->value, f->value_len, time(NULL), &ms) < 0)
+		return 0;
+	return ms;
+}
+
+/* A complete response head arrived: keep it for a retry, or pass it on. */
+static void exchange_on_response_head(struct exchange *ex, const struct http1_head *head,
+				      const struct http1_framing *rf)
+{
+	const struct retry_policy *policy = &ex->route->retry;
+	struct timeval tv = exchange_ms_to_tv(ex->config->limits.try_timeout_ms);
+
+	evtimer_del(ex->try_timer);
+	/* a body that stops arriving for a whole try_timeout is dead */
+	bufferevent_set_timeouts(ex->up, &tv, NULL);
+	exchange_record_try(ex, head->status, NULL);
+	if (retry_on_status(policy, head->status)) {
+		bool fits = rf->body != HTTP1_BODY_LENGTH ||
+			    rf->content_length <= ex->config->limits.retry_response_buffer;
+
+		if (fits && exchange_retry_allowed(ex, RETRY_CAUSE_STATUS, false,
+						   exchange_retry_after(head))) {
+			exchange_start_keeping(ex, head, rf);
+			return;
+		}
+		if (!fits && ex->gave_up == NULL)
+			ex->note = "retryable response over retry_response_buffer";
+	}
+	exchange_send_response_head(ex, head, rf);
+	evbuffer_drain(bufferevent_get_input(ex->up), head->head_len);
+	exchange_set_state(ex, EXCHANGE_RELAYING);
+	exchange_relay_response(ex);
+}
+
+void exchange_read_response_head(struct exchange *ex)
+{
+	struct evbuffer *in = bufferevent_get_input(ex->up);
+	struct http1_head *head = &exchange_response_head;
+	size_t max_head = ex->config->limits.max_header_bytes;
+
+	for (;;) {
+		enum http1_error error = HTTP1_ERR_NONE;
+		struct http1_framing rf;
+		size_t len = evbuffer_get_length(in);
+		size_t want = len < max_head + 1 ? len : max_head + 1;
+		const char *data;
+
+		if (len == 0)
+			return;
+		ex->response_byte_seen = true;
+		data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
+		switch (http1_parse_response_head(data, want, max_head, head, &error)) {
+		case HTTP1_PARSE_MORE:
+			return;
+		case HTTP1_PARSE_ERROR:
+			exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
+			return;
+		case HTTP1_PARSE_DONE:
+			break;
+		}
+		if (head->status < 200) {
+			if (head->status == 101) {
+				exchange_try_failed(ex, TRY_MALFORMED,
+						    "101 Switching Protocols without an Upgrade request");
+				return;
+			}
+			/* the proxy already answered Expect itself; other interim
+			 * responses carry nothing the client asked for */
+			evbuffer_drain(in, head->head_len);
+			continue;
+		}
+		if (http1_response_framing(head, ex->head_request, &rf, &error) < 0) {
+			exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
+			return;
+		}
+		exchange_on_response_head(ex, head, &rf);
+		return;
+	}
+}
+
+/* The upstream closed (or failed) before the response head was complete. */
+static void exchange_closed_before_head(struct exchange *ex, bool eof)
+{
+	if (ex->up_reused && !ex->response_byte_seen)
+		exchange_try_failed(ex, TRY_STALE, "pooled connection closed by the upstream");
+	else
+		exchange_try_failed(ex, TRY_RESET,
+				    eof ? "connection closed before the response head"
+					: "connection reset before the response head");
+}
+
+/* The upstream closed while a retryable response was being kept. */
+static void exchange_closed_while_keeping(struct exchange *ex, short what)
+{
+	if (what & BEV_EVENT_TIMEOUT) {
+		exchange_try_failed(ex, TRY_RESET, "upstream stopped sending the response body");
+		return;
+	}
+	exchange_keep_response(ex);
+	if (ex->state != EXCHANGE_KEEPING)
+		return;
+	if ((what & BEV_EVENT_EOF) && ex->keeping_body.mode == BODY_MODE_UNTIL_CLOSE) {
+		ex->keeping_body.done = true;
+		exchange_keep_complete(ex, false);
+		return;
+	}
+	exchange_try_failed(ex, TRY_RESET, "connection closed in the response body");
+}
+
+/* The upstream closed while the response was being relayed. */
+static void exchange_closed_while_relaying(struct exchange *ex, short what)
+{
+	bool eof = (what & BEV_EVENT_EOF) != 0;
+
+	if (what & BEV_EVENT_TIMEOUT) {
+		exchange_break_response(ex, "upstream stopped sending the response body");
+		return;
+	}
+	exchange_relay_response(ex);
+	if (ex->state != EXCHANGE_RELAYING)
+		return;
+	if (eof && ex->response_body.mode == BODY_MODE_UNTIL_CLOSE) {
+		ex->response_body.done = true;
+		exchange_response_complete(ex);
+		return;
+	}
+	exchange_break_response(ex, eof ? "upstream closed mid-body" : "upstream reset mid-body");
+}
+
+void exchange_upstream_closed(struct exchange *ex, short what)
+{
+	if (ex->state == EXCHANGE_WAITING_HEAD) {
+		/* bytes that came with the close may hold a whole response */
+		if (evbuffer_get_length(bufferevent_get_input(ex->up)) > 0)
+			exchange_read_response_head(ex);
+		if (ex->state == EXCHANGE_WAITING_HEAD) {
+			exchange_closed_before_head(ex, (what & BEV_EVENT_EOF) != 0);
+			return;
+		}
+	}
+	if (ex->state == EXCHANGE_KEEPING)
+		exchange_closed_while_keeping(ex, what);
+	else if (ex->state == EXCHANGE_RELAYING)
+		exchange_closed_while_relaying(ex, what);
+}

@@ -1,0 +1,179 @@
+#include "idempotency.h"
+
+#include <string.h>
+
+#include <jansson.h>
+
+/* The value of one hex digit, or -1. */
+static int idempotency_hex(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Does the raw, still percent-encoded, parameter name equal name once
+ * decoded? Decoding goes byte by byte against name, so nothing is copied. */
+static bool idempotency_query_name_equals(const char *raw, size_t raw_len, const char *name)
+{
+	size_t i = 0;
+	size_t j = 0;
+
+	while (i < raw_len) {
+		char c = raw[i];
+
+		if (c == '+')
+			return false; /* a space to a form decoder, a plus to others */
+		if (c == '%') {
+			int hi;
+			int lo;
+
+			if (raw_len - i < 3)
+				return false;
+			hi = idempotency_hex(raw[i + 1]);
+			lo = idempotency_hex(raw[i + 2]);
+			if (hi < 0 || lo < 0)
+				return false; /* servers differ on malformed escapes */
+			c = (char)(hi * 16 + lo);
+			i += 3;
+		} else {
+			i++;
+		}
+		/* name[j] is '\0' past its end, and a decoded NUL must not match it */
+		if (name[j] == '\0' || c != name[j])
+			return false;
+		j++;
+	}
+	return name[j] == '\0';
+}
+
+/* Is a parameter with this name in the query? */
+static bool idempotency_query_has(const char *query, size_t query_len, const char *name)
+{
+	const char *p = query;
+	const char *end = query + query_len;
+
+	while (p < end) {
+		const char *amp = memchr(p, '&', (size_t)(end - p));
+		const char *param_end = amp != NULL ? amp : end;
+		const char *eq = memchr(p, '=', (size_t)(param_end - p));
+		const char *name_end = eq != NULL ? eq : param_end;
+
+		if (name_end > p && idempotency_query_name_equals(p, (size_t)(name_end - p), name))
+			return true;
+		p = param_end + (amp != NULL);
+	}
+	return false;
+}
+
+/* Is the method one of those listed as idempotent? */
+static bool idempotency_method_listed(const struct idempotency *idem, const char *method,
+				      size_t method_len)
+{
+	for (size_t i = 0; i < idem->method_count; i++) {
+		const char *listed = idem->methods[i];
+
+		if (strlen(listed) == method_len && memcmp(listed, method, method_len) == 0)
+			return true;
+	}
+	return false;
+}
+
+enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, const char *method,
+						size_t method_len, const char *query,
+						size_t query_len, const struct http1_head *head,
+						bool has_body)
+{
+	bool json_field = false;
+
+	if (idempotency_method_listed(idem, method, method_len))
+		return IDEMPOTENCY_YES;
+	for (size_t i = 0; i < idem->when_present_count; i++) {
+		const struct when_present *cond = &idem->when_present[i];
+
+		switch (cond->kind) {
+		case WHEN_PRESENT_QUERY:
+			if (query != NULL && idempotency_query_has(query, query_len, cond->name))
+				return IDEMPOTENCY_YES;
+			break;
+		case WHEN_PRESENT_HEADER:
+			if (head != NULL && http1_find_field(head, cond->name) != NULL)
+				return IDEMPOTENCY_YES;
+			break;
+		case WHEN_PRESENT_JSON_FIELD:
+			json_field = true;
+			break;
+		}
+	}
+	return json_field && has_body ? IDEMPOTENCY_NEEDS_BODY : IDEMPOTENCY_NO;
+}
+
+bool idempotency_has_json_field(const struct idempotency *idem)
+{
+	for (size_t i = 0; i < idem->when_present_count; i++)
+		if (idem->when_present[i].kind == WHEN_PRESENT_JSON_FIELD)
+			return true;
+	return false;
+}
+
+/* Is the nesting of brackets outside strings at most max? A cheap pass
+ * before jansson so a hostile body cannot make it recurse deeply; anything
+ * malformed is left for jansson to reject. */
+static bool idempotency_json_depth_ok(const char *body, size_t len, unsigned max)
+{
+	unsigned depth = 0;
+	bool in_string = false;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = body[i];
+
+		if (in_string) {
+			if (c == '\\')
+				i++; /* the escaped byte cannot end the string */
+			else if (c == '"')
+				in_string = false;
+		} else if (c == '"') {
+			in_string = true;
+		} else if (c == '{' || c == '[') {
+			if (++depth > max)
+				return false;
+		} else if ((c == '}' || c == ']') && depth > 0) {
+			depth--;
+		}
+	}
+	return true;
+}
+
+bool idempotency_check_json_body(const struct idempotency *idem, const char *body, size_t len)
+{
+	json_error_t error;
+	json_t *root;
+	bool found = false;
+
+	if (!idempotency_has_json_field(idem) || len == 0 || len > IDEMPOTENCY_JSON_MAX_BYTES)
+		return false;
+	if (!idempotency_json_depth_ok(body, len, IDEMPOTENCY_JSON_MAX_DEPTH))
+		return false;
+	/* Without JSON_DECODE_ANY only an object or array parses, and only an
+	 * object can have members. */
+	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &error);
+	if (root == NULL)
+		return false;
+	if (json_is_object(root)) {
+		for (size_t i = 0; i < idem->when_present_count && !found; i++) {
+			const struct when_present *cond = &idem->when_present[i];
+			json_t *member;
+
+			if (cond->kind != WHEN_PRESENT_JSON_FIELD)
+				continue;
+			member = json_object_get(root, cond->name);
+			found = member != NULL && !json_is_null(member);
+		}
+	}
+	json_decref(root);
+	return found;
+}

@@ -1,0 +1,392 @@
+#include "retry.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+/* Rotate left; k is always in 1..63 here. */
+static uint64_t retry_rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+/* One splitmix64 step: spreads a counter into well-mixed words, which is how
+ * xoshiro wants a single seed turned into its four words of state. */
+static uint64_t retry_splitmix64(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+	return z ^ (z >> 31);
+}
+
+void retry_rng_seed_with(struct retry_rng *rng, uint64_t seed)
+{
+	for (size_t i = 0; i < 4; i++)
+		rng->s[i] = retry_splitmix64(&seed);
+}
+
+void retry_rng_seed(struct retry_rng *rng)
+{
+	struct timespec real = { 0, 0 };
+	struct timespec mono = { 0, 0 };
+	uint64_t mix;
+	ssize_t got;
+
+	do
+		got = getrandom(rng->s, sizeof(rng->s), 0);
+	while (got < 0 && errno == EINTR);
+	if (got == (ssize_t)sizeof(rng->s) && (rng->s[0] | rng->s[1] | rng->s[2] | rng->s[3]) != 0)
+		return;
+	/* No kernel randomness (old kernel, seccomp): jitter only has to keep
+	 * clients from retrying in step, so anything that differs between
+	 * processes and runs will do. */
+	clock_gettime(CLOCK_REALTIME, &real);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	mix = (uint64_t)real.tv_sec * 1000000007u ^ (uint64_t)real.tv_nsec ^
+	      retry_rotl((uint64_t)mono.tv_nsec, 32) ^ retry_rotl((uint64_t)getpid(), 48) ^
+	      (uint64_t)(uintptr_t)rng;
+	retry_rng_seed_with(rng, mix);
+}
+
+uint64_t retry_rng_next(struct retry_rng *rng)
+{
+	uint64_t *s = rng->s;
+	uint64_t result = retry_rotl(s[1] * 5, 7) * 9;
+	uint64_t t = s[1] << 17;
+
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = retry_rotl(s[3], 45);
+	return result;
+}
+
+uint64_t retry_rng_uniform(struct retry_rng *rng, uint64_t max)
+{
+	uint64_t range;
+	uint64_t reject_below;
+	uint64_t x;
+
+	if (max == UINT64_MAX)
+		return retry_rng_next(rng);
+	range = max + 1;
+	/* 2^64 mod range: draws below it are the incomplete last round of
+	 * residues, and rejecting them leaves every residue equally likely. */
+	reject_below = (0 - range) % range;
+	do
+		x = retry_rng_next(rng);
+	while (x < reject_below);
+	return x % range;
+}
+
+uint64_t retry_backoff_base_ms(const struct retry_policy *policy, unsigned n)
+{
+	double multiplier = policy->multiplier;
+	double base;
+	double rounded;
+	uint64_t ms;
+
+	if (policy->initial_backoff_ms == 0)
+		return 0; /* 0 x inf would be NaN for a huge power */
+	if (!(multiplier >= 1.0))
+		multiplier = 1.0; /* config guarantees >= 1; this also stops NaN */
+	/* In double the power saturates to +inf instead of wrapping, and the
+	 * comparison below then caps it. */
+	base = (double)policy->initial_backoff_ms * pow(multiplier, (double)n);
+	if (!(base < (double)policy->max_backoff_ms))
+		return policy->max_backoff_ms;
+	rounded = floor(base + 0.5);
+	/* base < max_backoff <= 2^64, so rounded fits in 64 bits; the double
+	 * form of max_backoff may have rounded up, hence the integer min. */
+	ms = (uint64_t)rounded;
+	return ms < policy->max_backoff_ms ? ms : policy->max_backoff_ms;
+}
+
+uint64_t retry_backoff_ms(const struct retry_policy *policy, unsigned n, struct retry_rng *rng)
+{
+	uint64_t base = retry_backoff_base_ms(policy, n);
+	uint64_t wait;
+
+	if (policy->jitter_full)
+		return retry_rng_uniform(rng, base);
+	if (base >= policy->max_backoff_ms)
+		return policy->max_backoff_ms;
+	wait = base + retry_rng_uniform(rng, policy->jitter_ms);
+	if (wait < base)
+		wait = UINT64_MAX; /* wrapped */
+	return wait < policy->max_backoff_ms ? wait : policy->max_backoff_ms;
+}
+
+const char *retry_cause_name(enum retry_cause cause)
+{
+	switch (cause) {
+	case RETRY_CAUSE_STATUS:
+		return "status";
+	case RETRY_CAUSE_CONNECT:
+		return "connect";
+	case RETRY_CAUSE_RESET:
+		return "reset";
+	case RETRY_CAUSE_TIMEOUT:
+		return "timeout";
+	}
+	return "unknown";
+}
+
+bool retry_on_status(const struct retry_policy *policy, int status)
+{
+	if (status < 100 || status > 599)
+		return false;
+	if ((policy->on & RETRY_ON_5XX) && status >= 500)
+		return true;
+	return (policy->on_codes[status / 8] & (1u << (status % 8))) != 0;
+}
+
+bool retry_on_failure(const struct retry_policy *policy, enum retry_cause cause)
+{
+	switch (cause) {
+	case RETRY_CAUSE_CONNECT:
+		return (policy->on & RETRY_ON_CONNECT_FAILURE) != 0;
+	case RETRY_CAUSE_RESET:
+		return (policy->on & RETRY_ON_RESET) != 0;
+	case RETRY_CAUSE_TIMEOUT:
+		return (policy->on & RETRY_ON_TIMEOUT) != 0;
+	case RETRY_CAUSE_STATUS:
+		break;
+	}
+	return false;
+}
+
+/* A read position in a Retry-After value; end is one past the last byte. */
+struct retry_after_cursor {
+	const char *p;
+	const char *end;
+};
+
+/* A broken-down UTC time as read from an HTTP-date. */
+struct retry_after_date {
+	int year;
+	int month; /* 1..12 */
+	int day;
+	int hour;
+	int minute;
+	int second; /* 0..60: a leap second is allowed by RFC 9110 */
+};
+
+static const char *const retry_day_short[] = { "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun" };
+static const char *const retry_day_long[] = { "Monday",	  "Tuesday", "Wednesday", "Thursday",
+					      "Friday",	  "Saturday", "Sunday" };
+static const char *const retry_month_name[] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+						"Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+
+/* Consume lit if the cursor is at it. */
+static bool retry_after_literal(struct retry_after_cursor *c, const char *lit)
+{
+	size_t len = strlen(lit);
+
+	if ((size_t)(c->end - c->p) < len || memcmp(c->p, lit, len) != 0)
+		return false;
+	c->p += len;
+	return true;
+}
+
+/* Consume exactly count digits into *out. */
+static bool retry_after_digits(struct retry_after_cursor *c, int count, int *out)
+{
+	int value = 0;
+
+	if (c->end - c->p < count)
+		return false;
+	for (int i = 0; i < count; i++) {
+		if (c->p[i] < '0' || c->p[i] > '9')
+			return false;
+		value = value * 10 + (c->p[i] - '0');
+	}
+	c->p += count;
+	*out = value;
+	return true;
+}
+
+/* Consume one of names; *index is its position, 1-based. */
+static bool retry_after_name(struct retry_after_cursor *c, const char *const *names, int count,
+			     int *index)
+{
+	for (int i = 0; i < count; i++) {
+		if (retry_after_literal(c, names[i])) {
+			*index = i + 1;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Consume "HH:MM:SS". */
+static bool retry_after_time_of_day(struct retry_after_cursor *c, struct retry_after_date *d)
+{
+	return retry_after_digits(c, 2, &d->hour) && retry_after_literal(c, ":") &&
+	       retry_after_digits(c, 2, &d->minute) && retry_after_literal(c, ":") &&
+	       retry_after_digits(c, 2, &d->second);
+}
+
+/* Gregorian leap year. */
+static bool retry_leap_year(int64_t year)
+{
+	return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+}
+
+/* Days from 1970-01-01 to year-month-day; year 0..9999 and a valid date.
+ * Counting is done 400 years later so every division is of a positive
+ * number: a 400-year cycle has the same number of days wherever it starts. */
+static int64_t retry_days_from_epoch(int64_t year, int month, int day)
+{
+	static const int before_month[] = { 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334 };
+	int64_t y = year + 400 - 1;
+	int64_t epoch = 1970 + 400 - 1;
+	int64_t days = 365 * y + y / 4 - y / 100 + y / 400;
+	int64_t epoch_days = 365 * epoch + epoch / 4 - epoch / 100 + epoch / 400;
+
+	days += before_month[month - 1] + (month > 2 && retry_leap_year(year)) + day - 1;
+	return days - epoch_days;
+}
+
+/* The UTC calendar year of a time, clamped to 1970..9999. */
+static int retry_year_of(time_t now)
+{
+	int64_t days;
+	int64_t year;
+
+	if (now <= 0)
+		return 1970;
+	days = (int64_t)now / 86400;
+	year = 1970 + days / 366; /* an underestimate, walked up below */
+	if (year > 9999)
+		return 9999;
+	while (year < 9999 && retry_days_from_epoch(year + 1, 1, 1) <= days)
+		year++;
+	return (int)year;
+}
+
+/* Range checks for a date read from text: Feb 30 and 25:00:00 are errors. */
+static bool retry_after_date_valid(const struct retry_after_date *d)
+{
+	static const int month_days[] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+
+	if (d->day < 1 || d->day > month_days[d->month - 1])
+		return false;
+	if (d->month == 2 && d->day == 29 && !retry_leap_year(d->year))
+		return false;
+	return d->hour <= 23 && d->minute <= 59 && d->second <= 60;
+}
+
+/* "Sun, 06 Nov 1994 08:49:37 GMT", after the day name. */
+static bool retry_after_imf_fixdate(struct retry_after_cursor *c, struct retry_after_date *d)
+{
+	return retry_after_literal(c, ", ") && retry_after_digits(c, 2, &d->day) &&
+	       retry_after_literal(c, " ") && retry_after_name(c, retry_month_name, 12, &d->month) &&
+	       retry_after_literal(c, " ") && retry_after_digits(c, 4, &d->year) &&
+	       retry_after_literal(c, " ") && retry_after_time_of_day(c, d) &&
+	       retry_after_literal(c, " GMT");
+}
+
+/* "Sunday, 06-Nov-94 08:49:37 GMT", after the day name. A two-digit year more
+ * than 50 years ahead of now's year is the same one a century earlier
+ * (RFC 9110 section 5.6.7). */
+static bool retry_after_rfc850(struct retry_after_cursor *c, time_t now,
+			       struct retry_after_date *d)
+{
+	int current;
+
+	if (!(retry_after_literal(c, ", ") && retry_after_digits(c, 2, &d->day) &&
+	      retry_after_literal(c, "-") && retry_after_name(c, retry_month_name, 12, &d->month) &&
+	      retry_after_literal(c, "-") && retry_after_digits(c, 2, &d->year) &&
+	      retry_after_literal(c, " ") && retry_after_time_of_day(c, d) &&
+	      retry_after_literal(c, " GMT")))
+		return false;
+	current = retry_year_of(now);
+	d->year += current - current % 100;
+	if (d->year > current + 50)
+		d->year -= 100;
+	return true;
+}
+
+/* "Sun Nov  6 08:49:37 1994", after the day name; the day is two digits or
+ * a space and one digit. */
+static bool retry_after_asctime(struct retry_after_cursor *c, struct retry_after_date *d)
+{
+	if (!(retry_after_literal(c, " ") && retry_after_name(c, retry_month_name, 12, &d->month) &&
+	      retry_after_literal(c, " ")))
+		return false;
+	if (c->p < c->end && *c->p == ' ') {
+		c->p++;
+		if (!retry_after_digits(c, 1, &d->day))
+			return false;
+	} else if (!retry_after_digits(c, 2, &d->day)) {
+		return false;
+	}
+	return retry_after_literal(c, " ") && retry_after_time_of_day(c, d) &&
+	       retry_after_literal(c, " ") && retry_after_digits(c, 4, &d->year);
+}
+
+/* Parse an HTTP-date in any of its three formats into seconds since the
+ * epoch. The weekday is read but not checked against the date. */
+static int retry_after_http_date(const char *s, size_t len, time_t now, int64_t *when)
+{
+	struct retry_after_cursor c = { s, s + len };
+	struct retry_after_date d = { 0, 0, 0, 0, 0, 0 };
+	int weekday;
+	bool ok;
+
+	if (retry_after_name(&c, retry_day_long, 7, &weekday))
+		ok = retry_after_rfc850(&c, now, &d);
+	else if (retry_after_name(&c, retry_day_short, 7, &weekday))
+		ok = c.p < c.end && *c.p == ',' ? retry_after_imf_fixdate(&c, &d)
+						: retry_after_asctime(&c, &d);
+	else
+		return -1;
+	if (!ok || c.p != c.end || !retry_after_date_valid(&d))
+		return -1;
+	*when = retry_days_from_epoch(d.year, d.month, d.day) * 86400 + d.hour * 3600 +
+		d.minute * 60 + d.second;
+	return 0;
+}
+
+int retry_after_parse(const char *value, size_t len, time_t now, uint64_t *wait_ms)
+{
+	const char *end = value + len;
+	uint64_t seconds = 0;
+	int64_t when;
+	const char *p;
+
+	while (value < end && (*value == ' ' || *value == '\t'))
+		value++;
+	while (end > value && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	if (value == end)
+		return -1;
+	if (*value >= '0' && *value <= '9') {
+		for (p = value; p < end; p++) {
+			if (*p < '0' || *p > '9')
+				return -1;
+			/* saturate while still checking that every byte is a digit */
+			if (seconds < RETRY_AFTER_MAX_SECONDS)
+				seconds = seconds * 10 + (uint64_t)(*p - '0');
+		}
+	} else {
+		if (retry_after_http_date(value, (size_t)(end - value), now, &when) < 0)
+			return -1;
+		/* when is within years 0..9999, so only now can be extreme */
+		if ((int64_t)now < when - RETRY_AFTER_MAX_SECONDS)
+			seconds = RETRY_AFTER_MAX_SECONDS;
+		else if (when > (int64_t)now)
+			seconds = (uint64_t)(when - (int64_t)now);
+	}
+	if (seconds > RETRY_AFTER_MAX_SECONDS)
+		seconds = RETRY_AFTER_MAX_SECONDS;
+	*wait_ms = seconds * 1000;
+	return 0;
+}
