@@ -136,7 +136,11 @@ static bool exchange_json_makes_idempotent(struct exchange *ex)
 		decoded = evbuffer_new();
 		evbuffer_add_buffer_reference(copy, ex->replay);
 		body_relay_init(&relay, BODY_MODE_CHUNKED_DECODE, 0, ex->config->limits.max_header_bytes);
-		body_relay_move(&relay, copy, decoded, &error);
+		if (body_relay_move(&relay, copy, decoded, &error) < 0) {
+			evbuffer_free(copy);
+			evbuffer_free(decoded);
+			return false;
+		}
 	}
 	yes = idempotency_check_json_body(&ex->route->idempotent,
 					  (const char *)evbuffer_pullup(decoded, -1),

@@ -436,10 +436,9 @@ static enum http1_parse http1_parse_status_line(const char **pp, const char *end
 		if (p == end)
 			return HTTP1_PARSE_MORE;
 		if (i == 0 || i == 4 ? *p != ' ' : !HTTP1_IS_DIGIT(*p)) {
-			*error = *p == '\r' || *p == '\n' ? HTTP1_ERR_BAD_STATUS_LINE
-							  : i == 0 && HTTP1_IS_DIGIT(*p)
-								  ? HTTP1_ERR_BAD_VERSION
-								  : HTTP1_ERR_BAD_STATUS_LINE;
+			/* A digit right after "HTTP/1.x" makes a longer version. */
+			*error = i == 0 && HTTP1_IS_DIGIT(*p) ? HTTP1_ERR_BAD_VERSION
+							      : HTTP1_ERR_BAD_STATUS_LINE;
 			return HTTP1_PARSE_ERROR;
 		}
 		if (i >= 1 && i <= 3)
@@ -937,7 +936,10 @@ bool http1_field_is_hop_by_hop(const struct http1_head *head, const struct http1
 		const char *elem;
 		size_t elem_len;
 
-		if (!HTTP1_IS_LIT(c->name, c->name_len, "connection"))
+		/* Called for every field, so this loop is hot: the first letter
+		 * and the value length rule out most fields before any compare. */
+		if (c->name_len != 10 || (c->name[0] | 0x20) != 'c' || c->value_len < len ||
+		    !HTTP1_IS_LIT(c->name, c->name_len, "connection"))
 			continue;
 		while (http1_list_next(&p, c->value + c->value_len, &elem, &elem_len))
 			if (http1_equal_nocase(elem, elem_len, name, len))
@@ -1048,14 +1050,14 @@ bool http1_chunked_done(const struct http1_chunked *dec)
 	return dec->state == HTTP1_CS_DONE;
 }
 
-/* The error for a byte that does not belong in a chunk-size line. */
-static enum http1_error http1_chunk_line_error(int state, char c)
+/* The error state for a byte that does not belong in a chunk-size line. */
+static int http1_chunk_line_error(int state, char c)
 {
-	if (c == '\r' || c == '\n')
-		return state == HTTP1_CS_SIZE_START ? HTTP1_ERR_BAD_CHUNK_SIZE
-						    : c == '\n' ? HTTP1_ERR_BAD_LINE_ENDING
-								: HTTP1_ERR_BAD_CHUNK_EXT;
-	return state <= HTTP1_CS_SIZE ? HTTP1_ERR_BAD_CHUNK_SIZE : HTTP1_ERR_BAD_CHUNK_EXT;
+	if (c == '\n' && state != HTTP1_CS_SIZE_START)
+		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_LINE_ENDING;
+	if (state <= HTTP1_CS_SIZE)
+		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_SIZE;
+	return HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_EXT;
 }
 
 /* Move the decoder over one framing byte: the next state, or HTTP1_CS_ERROR
@@ -1121,10 +1123,9 @@ static int http1_chunk_byte(struct http1_chunked *dec, char c)
 			return HTTP1_CS_EXT_TOKEN;
 		break;
 	case HTTP1_CS_EXT_TOKEN:
-		if (HTTP1_IS(c, HTTP1_C_TCHAR))
-			return s;
-		/* fallthrough */
 	case HTTP1_CS_EXT_QEND:
+		if (s == HTTP1_CS_EXT_TOKEN && HTTP1_IS(c, HTTP1_C_TCHAR))
+			return s;
 		if (c == ';')
 			return HTTP1_CS_EXT_NAME0;
 		if (HTTP1_IS_WS(c))
@@ -1178,7 +1179,7 @@ static int http1_chunk_byte(struct http1_chunked *dec, char c)
 	case HTTP1_CS_END_LF:
 		return c == '\n' ? HTTP1_CS_DONE : HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
 	}
-	return HTTP1_CS_ERROR + (int)http1_chunk_line_error(s, c);
+	return http1_chunk_line_error(s, c);
 }
 
 /* Count a byte against the line and trailer limits; an error state or s. */

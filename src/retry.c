@@ -293,9 +293,10 @@ static bool retry_after_imf_fixdate(struct retry_after_cursor *c, struct retry_a
 	       retry_after_literal(c, " GMT");
 }
 
-/* "Sunday, 06-Nov-94 08:49:37 GMT", after the day name. A two-digit year more
- * than 50 years ahead of now's year is the same one a century earlier
- * (RFC 9110 section 5.6.7). */
+/* "Sunday, 06-Nov-94 08:49:37 GMT", after the day name. The two-digit year is
+ * the one in the 100 years ending 50 years after now's: never more than 50
+ * years ahead (RFC 9110 section 5.6.7), and at the turn of a century "00"
+ * is the coming year, not one 99 years ago. */
 static bool retry_after_rfc850(struct retry_after_cursor *c, time_t now,
 			       struct retry_after_date *d)
 {
@@ -311,6 +312,8 @@ static bool retry_after_rfc850(struct retry_after_cursor *c, time_t now,
 	d->year += current - current % 100;
 	if (d->year > current + 50)
 		d->year -= 100;
+	else if (d->year <= current - 50)
+		d->year += 100;
 	return true;
 }
 
@@ -357,11 +360,14 @@ static int retry_after_http_date(const char *s, size_t len, time_t now, int64_t 
 
 int retry_after_parse(const char *value, size_t len, time_t now, uint64_t *wait_ms)
 {
-	const char *end = value + len;
+	const char *end;
 	uint64_t seconds = 0;
 	int64_t when;
 	const char *p;
 
+	if (len == 0)
+		return -1; /* also keeps a NULL value out of pointer arithmetic */
+	end = value + len;
 	while (value < end && (*value == ' ' || *value == '\t'))
 		value++;
 	while (end > value && (end[-1] == ' ' || end[-1] == '\t'))

@@ -31,11 +31,9 @@ import re
 import shutil
 import signal
 import socket
-import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 

@@ -5,8 +5,11 @@ In a test:
 
     origin = Origin().start()            # or Origin(tls=(cert, key))
     origin.script('/p', ['/status/503', '/reset/request', '/bytes/10'])
+    origin.on_accept(['reset', 'serve'])   # per connection, before reading
+    gate = origin.gate('g1')               # for /gate/g1: gate.wait_reached(), gate.release()
     ... requests go to origin.port ...
-    origin.requests[-1].header('Via')
+    origin.requests[-1].header('Via'); origin.connections[-1].sni
+    origin.wait_for(lambda o: len(o.requests) >= 3, timeout=5)
     origin.stop()
 
 Standalone (used by the docker-compose example):
@@ -352,6 +355,7 @@ class Origin:
         self._threads = []
         self._stopping = threading.Event()
         self._listener = None
+        self._id_counter = 0
         self.port = None
 
     # -- lifecycle ---------------------------------------------------------
@@ -386,8 +390,9 @@ class Origin:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        deadline = time.monotonic() + 5
         for t in list(self._threads):
-            t.join(5)
+            t.join(max(0, deadline - time.monotonic()))
 
     def __enter__(self):
         return self.start()
@@ -422,8 +427,9 @@ class Origin:
 
     def on_accept(self, steps):
         """What to do with the next accepted connections, one step each, before
-        reading anything: 'serve', 'reset' (RST), 'close' (FIN), 'hang'
-        (accept and never read). Afterwards connections are served."""
+        reading anything: 'serve', 'reset' (RST), 'close' (FIN, then discard
+        what arrives), 'hang' (accept and never answer). Afterwards
+        connections are served."""
         with self._cond:
             self._accept_script = list(steps)
 
@@ -501,7 +507,7 @@ class Origin:
             t.start()
 
     def _next_id(self):
-        self._id_counter = getattr(self, "_id_counter", 0) + 1
+        self._id_counter += 1
         return self._id_counter
 
     def _closed(self, conn, reason):
@@ -531,8 +537,9 @@ class Origin:
                 self._reset(sock, conn)
                 return
             if step == "close":
-                sock.close()
-                self._closed(conn, "origin")
+                # FIN at once; keep reading so unread bytes do not turn it into a RST.
+                sock.shutdown(socket.SHUT_WR)
+                self._hang(sock, conn)
                 return
             if step == "hang":
                 self._hang(sock, conn)
@@ -941,14 +948,15 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, lambda *a: done.set())
     signal.signal(signal.SIGINT, lambda *a: done.set())
     seen = 0
-    while not done.wait(0.2):
-        if args.quiet:
-            continue
-        reqs = origin.requests
-        for r in reqs[seen:]:
-            print("%s %s %s conn=%d body=%d" % (r.method, r.target, r.version, r.conn_id, r.body_len),
-                  flush=True)
-        seen = len(reqs)
+    while True:
+        stopping = done.wait(0.2)
+        if not args.quiet:
+            reqs = origin.requests
+            for r in reqs[seen:]:
+                print("%s %s %s conn=%d" % (r.method, r.target, r.version, r.conn_id), flush=True)
+            seen = len(reqs)
+        if stopping:
+            break
     origin.stop()
     return 0
 

@@ -14,7 +14,6 @@ timeout counts from the end of the previous response, so requests 0.7 s
 apart keep one connection alive; a slow response is not cut by it.
 """
 
-import socket
 import time
 
 import harness as h

@@ -561,6 +561,10 @@ static const struct {
 	 false},
 	{"PUT / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5,
 	 false, false},
+	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: , 100-continue,\r\nContent-Length: 5\r\n\r\n", 0,
+	 HTTP1_BODY_LENGTH, 5, true, true},
+	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect:\r\nContent-Length: 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5,
+	 true, false},
 	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: foo\r\nContent-Length: 5\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
 	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue, foo\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
 	{"PUT / HTTP/1.0\r\nExpect: 100-continuex\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
@@ -598,6 +602,69 @@ static void test_request_host(void **state)
 	test_request_ok("GET / HTTP/1.0\r\n\r\n", &framing);
 	assert_null(framing.host);
 	assert_int_equal(framing.host_len, 0);
+}
+
+/* Host values: reg-name, IPv4 and IPv6 literals, each with or without a port. */
+static void test_request_host_forms(void **state)
+{
+	static const struct {
+		const char *host;
+		bool valid;
+	} cases[] = {
+		{"a", true},
+		{"A.b-c_d~!$&'()*+,;=", true},
+		{"%41%4a", true},
+		{"127.0.0.1:0", true},
+		{"example.com:65535", true},
+		{"[::]", true},
+		{"[::1]", true},
+		{"[1::]", true},
+		{"[1:2:3:4:5:6:7::]", true},
+		{"[::2:3:4:5:6:7:8]", true},
+		{"[1:2:3:4:5:6:7:8]:80", true},
+		{"[::ffff:1.2.3.4]", true},
+		{"[1:2:3:4:5:6:1.2.3.4]", true},
+		{"[FE80::a:B]:8080", true},
+		{"[1:2:3:4:5:6:7:8:9]", false},
+		{"[1:2:3:4:5:6:7]", false},
+		{"[1:2:3:4:5:6:7:8::]", false},
+		{"[1::2::3]", false},
+		{"[1:]", false},
+		{"[:1]", false},
+		{"[:::]", false},
+		{"[12345::]", false},
+		{"[::1.2.3]", false},
+		{"[::1.2.3.4.5]", false},
+		{"[::1.2.3.256]", false},
+		{"[::01.2.3.4]", false},
+		{"[::1.2.3.4:1]", false},
+		{"[1:2:3:4:5:6:7:1.2.3.4]", false},
+		{"[]", false},
+		{"[::1]:", false},
+		{"[::1]x", false},
+		{"[::1]:123456", false},
+		{"[v1.x]", false},
+		{"a:b", false},
+		{"a:-1", false},
+		{"a::80", false},
+		{"%zz", false},
+		{"a%", false},
+		{"\"a\"", false},
+	};
+	char buf[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct http1_framing framing;
+		enum http1_error error;
+		size_t len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: %s\r\n\r\n",
+					      cases[i].host);
+
+		assert_int_equal(test_parse_request(buf, len, &error), HTTP1_PARSE_DONE);
+		if ((http1_request_framing(&test_head, &framing, &error) == 0) != cases[i].valid)
+			fail_msg("host %s: %s", cases[i].host, http1_error_text(error));
+		if (!cases[i].valid)
+			assert_int_equal(error, HTTP1_ERR_BAD_HOST);
+	}
 }
 
 /* Status lines: what is accepted and what each part parses to. */
@@ -915,6 +982,7 @@ static void test_chunked_valid(void **state)
 		{S("5 ; a = b ;c=\"q \\\"x\\\\\"\t;d\r\nhello\r\n0\r\n\r\n"), "hello", 39},
 		{S("5;a=\"\";b=\"\xff\"\r\nhello\r\n0\r\n\r\n"), "hello", 26},
 		{S("5;a=b\t;c\r\nhello\r\n0;last=1\r\n\r\n"), "hello", 29},
+		{S("5  \t;a;b ;\tc\r\nhello\r\n0\r\n\r\n"), "hello", 26},
 		{S("0\r\nExpires: never\r\nX-Empty:\r\nX-T: a\tb \xff\r\n\r\n"), "", 43},
 		{S("0\r\n\r\nGET / HTTP/1.1\r\n\r\n"), "", 5},
 		{S("1\r\nx\r\n0\r\n\r\n0\r\n\r\n"), "x", 11},
@@ -1150,6 +1218,7 @@ int main(void)
 		cmocka_unit_test(test_byte_classes),
 		cmocka_unit_test(test_request_framing),
 		cmocka_unit_test(test_request_host),
+		cmocka_unit_test(test_request_host_forms),
 		cmocka_unit_test(test_response_head),
 		cmocka_unit_test(test_response_errors),
 		cmocka_unit_test(test_response_limits),

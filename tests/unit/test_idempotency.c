@@ -1,0 +1,372 @@
+/*
+ * Unit tests for idempotency.c: the head decision over literal requests
+ * parsed by http1.c, and the JSON body check, each by table.
+ */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "idempotency.h"
+
+static char test_get[] = "GET";
+static char test_head[] = "HEAD";
+static char test_put[] = "PUT";
+static char test_delete[] = "DELETE";
+static char test_if_generation_match[] = "ifGenerationMatch";
+static char test_if_metageneration_match[] = "ifMetagenerationMatch";
+static char test_if_match[] = "If-Match";
+static char test_goog_match[] = "x-goog-if-generation-match";
+static char test_etag[] = "etag";
+static char test_a_space_b[] = "a b";
+static char test_x_plus_y[] = "x+y";
+
+static char *test_gcs_methods[] = { test_get, test_head, test_put, test_delete };
+static struct when_present test_gcs_when[] = {
+	{ WHEN_PRESENT_QUERY, test_if_generation_match },
+	{ WHEN_PRESENT_QUERY, test_if_metageneration_match },
+	{ WHEN_PRESENT_HEADER, test_if_match },
+	{ WHEN_PRESENT_HEADER, test_goog_match },
+	{ WHEN_PRESENT_JSON_FIELD, test_etag },
+	{ WHEN_PRESENT_QUERY, test_a_space_b },
+	{ WHEN_PRESENT_QUERY, test_x_plus_y },
+};
+/* The route of SPEC's example, plus two names with a space and a plus. */
+static const struct idempotency test_gcs = { test_gcs_methods, 4, test_gcs_when, 7 };
+
+static char *test_get_only[] = { test_get };
+static struct when_present test_no_json_when[] = {
+	{ WHEN_PRESENT_QUERY, test_if_generation_match },
+	{ WHEN_PRESENT_HEADER, test_if_match },
+};
+/* Conditions, but none on the body. */
+static const struct idempotency test_no_json = { test_get_only, 1, test_no_json_when, 2 };
+
+/* Nothing is idempotent. */
+static const struct idempotency test_nothing = { NULL, 0, NULL, 0 };
+
+static struct when_present test_json_only_when[] = { { WHEN_PRESENT_JSON_FIELD, test_etag } };
+/* Only a body can make a request retryable. */
+static const struct idempotency test_json_only = { NULL, 0, test_json_only_when, 1 };
+
+/* Parse "METHOD target HTTP/1.1" with extra header lines and decide. */
+static enum idempotency_verdict test_decide(const struct idempotency *idem, const char *method,
+					    const char *target, const char *headers, bool has_body)
+{
+	static const struct http1_limits limits = { 65536, 8192 };
+	struct http1_head head;
+	enum http1_error error;
+	char request[1024];
+	const char *query = NULL;
+	size_t query_len = 0;
+	const char *mark;
+	int len;
+
+	len = snprintf(request, sizeof(request), "%s %s HTTP/1.1\r\nHost: example.com\r\n%s\r\n",
+		       method, target, headers);
+	assert_true(len > 0 && (size_t)len < sizeof(request));
+	if (http1_parse_request_head(request, (size_t)len, &limits, &head, &error) !=
+	    HTTP1_PARSE_DONE)
+		fail_msg("request does not parse: %s", request);
+	mark = memchr(head.target, '?', head.target_len);
+	if (mark != NULL) {
+		query = mark + 1;
+		query_len = head.target_len - (size_t)(query - head.target);
+	}
+	return idempotency_check_head(idem, head.method, head.method_len, query, query_len, &head,
+				      has_body);
+}
+
+static const char *test_verdict_name(enum idempotency_verdict verdict)
+{
+	switch (verdict) {
+	case IDEMPOTENCY_YES:
+		return "YES";
+	case IDEMPOTENCY_NO:
+		return "NO";
+	case IDEMPOTENCY_NEEDS_BODY:
+		return "NEEDS_BODY";
+	}
+	return "?";
+}
+
+static void test_head_table(void **state)
+{
+	static const struct {
+		const struct idempotency *idem;
+		const char *method;
+		const char *target;
+		const char *headers;
+		bool has_body;
+		enum idempotency_verdict verdict;
+	} cases[] = {
+		/* methods: exact and case-sensitive */
+		{ &test_gcs, "GET", "/o", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "PUT", "/o", "", true, IDEMPOTENCY_YES },
+		{ &test_gcs, "DELETE", "/o", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "get", "/o", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "GETS", "/o", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "GE", "/o", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "PATCH", "/o", "", false, IDEMPOTENCY_NO },
+
+		/* query parameters */
+		{ &test_gcs, "POST", "/o?ifGenerationMatch=1", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?a=1&ifGenerationMatch", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch=", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch=1&a=2", "", true, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?&&ifMetagenerationMatch&&", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch=a=b", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?ifGenerationMatchX=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?xifGenerationMatch=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatc=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?IFGENERATIONMATCH=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?a=ifGenerationMatch", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?a=1;ifGenerationMatch=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/ifGenerationMatch", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?=ifGenerationMatch", "", false, IDEMPOTENCY_NO },
+
+		/* percent-decoding of names */
+		{ &test_gcs, "POST", "/o?if%47enerationMatch=1", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?%69%66GenerationMatch", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?ifGenerationMatc%68=1", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?if%67enerationMatch=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch%3D=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch%00=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatc%6", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatc%", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatc%zz=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?a%20b=1", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?a+b=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?x%2By=1", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?x%2by=1", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?x+y=1", "", false, IDEMPOTENCY_NO },
+
+		/* headers: case-insensitive names, present even when empty */
+		{ &test_gcs, "POST", "/o", "If-Match: \"abc\"\r\n", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o", "if-match: x\r\n", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o", "IF-MATCH:\r\n", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o", "X-Goog-If-Generation-Match: 5\r\n", true,
+		  IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o", "A: 1\r\nB: 2\r\nIf-Match: *\r\n", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o", "If-None-Match: x\r\n", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "If-Matches: x\r\n", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "X-If-Match: x\r\n", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "ifGenerationMatch: 1\r\n", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?If-Match=1", "", false, IDEMPOTENCY_NO },
+
+		/* a json_field condition: ask for the body, but only if there is one */
+		{ &test_gcs, "POST", "/o", "", true, IDEMPOTENCY_NEEDS_BODY },
+		{ &test_gcs, "PATCH", "/o?ifGenerationMatchX=1", "If-None-Match: x\r\n", true,
+		  IDEMPOTENCY_NEEDS_BODY },
+		{ &test_json_only, "POST", "/o", "", true, IDEMPOTENCY_NEEDS_BODY },
+		{ &test_json_only, "POST", "/o", "", false, IDEMPOTENCY_NO },
+		{ &test_json_only, "GET", "/o", "", false, IDEMPOTENCY_NO },
+
+		/* no json_field condition: a body changes nothing */
+		{ &test_no_json, "GET", "/o", "", false, IDEMPOTENCY_YES },
+		{ &test_no_json, "HEAD", "/o", "", false, IDEMPOTENCY_NO },
+		{ &test_no_json, "POST", "/o", "", true, IDEMPOTENCY_NO },
+		{ &test_no_json, "POST", "/o?ifGenerationMatch=0", "", true, IDEMPOTENCY_YES },
+		{ &test_no_json, "POST", "/o", "If-Match: x\r\n", true, IDEMPOTENCY_YES },
+		{ &test_no_json, "POST", "/o?ifMetagenerationMatch=1", "", true, IDEMPOTENCY_NO },
+
+		/* an empty map */
+		{ &test_nothing, "GET", "/o", "", false, IDEMPOTENCY_NO },
+		{ &test_nothing, "POST", "/o?ifGenerationMatch=1", "If-Match: x\r\n", true,
+		  IDEMPOTENCY_NO },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		enum idempotency_verdict verdict =
+			test_decide(cases[i].idem, cases[i].method, cases[i].target, cases[i].headers,
+				    cases[i].has_body);
+
+		if (verdict != cases[i].verdict)
+			fail_msg("case %zu: %s %s [%s] body=%d: %s, expected %s", i, cases[i].method,
+				 cases[i].target, cases[i].headers, cases[i].has_body,
+				 test_verdict_name(verdict), test_verdict_name(cases[i].verdict));
+	}
+}
+
+static void test_head_without_parts(void **state)
+{
+	/* no query and no head at all: only the method can decide */
+	assert_int_equal(idempotency_check_head(&test_gcs, "GET", 3, NULL, 0, NULL, false),
+			 IDEMPOTENCY_YES);
+	assert_int_equal(idempotency_check_head(&test_gcs, "POST", 4, NULL, 0, NULL, false),
+			 IDEMPOTENCY_NO);
+	assert_int_equal(idempotency_check_head(&test_gcs, "POST", 4, NULL, 0, NULL, true),
+			 IDEMPOTENCY_NEEDS_BODY);
+	/* counted strings: only method_len and query_len bytes count */
+	assert_int_equal(idempotency_check_head(&test_gcs, "GETX", 3, NULL, 0, NULL, false),
+			 IDEMPOTENCY_YES);
+	assert_int_equal(idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatchX", 17,
+						NULL, false),
+			 IDEMPOTENCY_YES);
+	assert_int_equal(idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatch", 16,
+						NULL, false),
+			 IDEMPOTENCY_NO);
+}
+
+static void test_has_json_field(void **state)
+{
+	assert_true(idempotency_has_json_field(&test_gcs));
+	assert_true(idempotency_has_json_field(&test_json_only));
+	assert_false(idempotency_has_json_field(&test_no_json));
+	assert_false(idempotency_has_json_field(&test_nothing));
+}
+
+static void test_json_table(void **state)
+{
+	static const struct {
+		const struct idempotency *idem;
+		const char *body;
+		bool present;
+	} cases[] = {
+		{ &test_gcs, "{\"etag\":\"abc\"}", true },
+		{ &test_gcs, "{\"name\":\"x\",\"etag\":\"CAE=\"}", true },
+		{ &test_gcs, " \n{ \"etag\" : 1 }\r\n\t", true },
+		{ &test_gcs, "{\"etag\":0}", true },
+		{ &test_gcs, "{\"etag\":false}", true },
+		{ &test_gcs, "{\"etag\":\"\"}", true },
+		{ &test_gcs, "{\"etag\":{}}", true },
+		{ &test_gcs, "{\"etag\":[]}", true },
+		{ &test_gcs, "{\"et\\u0061g\":\"x\"}", true },
+		{ &test_gcs, "{\"etag\":null}", false },
+		{ &test_gcs, "{\"ETag\":\"x\"}", false },
+		{ &test_gcs, "{\"etags\":\"x\"}", false },
+		{ &test_gcs, "{\"meta\":{\"etag\":\"x\"}}", false },
+		{ &test_gcs, "{\"list\":[{\"etag\":\"x\"}]}", false },
+		{ &test_gcs, "{\"x\":\"etag\"}", false },
+		{ &test_gcs, "[{\"etag\":\"x\"}]", false },
+		{ &test_gcs, "[\"etag\"]", false },
+		{ &test_gcs, "\"etag\"", false },
+		{ &test_gcs, "1", false },
+		{ &test_gcs, "null", false },
+		{ &test_gcs, "{}", false },
+		{ &test_gcs, "{\"etag\":\"x\"", false },
+		{ &test_gcs, "{\"etag\":\"x\"} x", false },
+		{ &test_gcs, "{\"etag\":\"x\"}{}", false },
+		{ &test_gcs, "{etag:\"x\"}", false },
+		{ &test_gcs, "{'etag':'x'}", false },
+		{ &test_gcs, "{\"etag\":1,\"etag\":2}", false },
+		{ &test_gcs, "{\"etag\":1,\"et\\u0061g\":2}", false },
+		{ &test_gcs, "{\"a\\u0000\":1,\"etag\":1}", false },
+		{ &test_gcs, "\xef\xbb\xbf{\"etag\":1}", false },
+		{ &test_gcs, "etag=1", false },
+		{ &test_gcs, "", false },
+		{ &test_gcs, "   ", false },
+		/* brackets inside strings do not count as nesting */
+		{ &test_gcs,
+		  "{\"etag\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\","
+		  "\"q\":\"\\\"{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{\"}",
+		  true },
+		{ &test_json_only, "{\"etag\":\"x\"}", true },
+		{ &test_no_json, "{\"etag\":\"x\"}", false },
+		{ &test_nothing, "{\"etag\":\"x\"}", false },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bool present = idempotency_check_json_body(cases[i].idem, cases[i].body,
+							   strlen(cases[i].body));
+
+		if (present != cases[i].present)
+			fail_msg("case %zu: %s: %d, expected %d", i, cases[i].body, present,
+				 cases[i].present);
+	}
+}
+
+static void test_json_counted(void **state)
+{
+	static const char body[] = "{\"etag\":1}";
+
+	/* only len bytes are read, and a NUL after the object is trailing junk */
+	assert_true(idempotency_check_json_body(&test_gcs, body, sizeof(body) - 1));
+	assert_false(idempotency_check_json_body(&test_gcs, body, sizeof(body)));
+	assert_false(idempotency_check_json_body(&test_gcs, body, sizeof(body) - 2));
+	assert_false(idempotency_check_json_body(&test_gcs, NULL, 0));
+}
+
+/* {"etag":1,"deep":[[...]]} with depth levels of nesting in all. */
+static char *test_nested(unsigned depth, size_t *len)
+{
+	const char *head = "{\"etag\":1,\"deep\":";
+	size_t head_len = strlen(head);
+	unsigned arrays = depth - 1;
+	char *body = malloc(head_len + 2 * arrays + 2);
+	char *p = body;
+
+	assert_non_null(body);
+	memcpy(p, head, head_len);
+	p += head_len;
+	memset(p, '[', arrays);
+	p += arrays;
+	memset(p, ']', arrays);
+	p += arrays;
+	*p++ = '}';
+	*p = '\0';
+	*len = (size_t)(p - body);
+	return body;
+}
+
+static void test_json_depth(void **state)
+{
+	static const struct {
+		unsigned depth;
+		bool present;
+	} cases[] = {
+		{ 1 + 1, true },
+		{ IDEMPOTENCY_JSON_MAX_DEPTH - 1, true },
+		{ IDEMPOTENCY_JSON_MAX_DEPTH, true },
+		{ IDEMPOTENCY_JSON_MAX_DEPTH + 1, false },
+		{ 5000, false }, /* past jansson's own limit as well */
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len;
+		char *body = test_nested(cases[i].depth, &len);
+
+		if (idempotency_check_json_body(&test_gcs, body, len) != cases[i].present)
+			fail_msg("depth %u: expected %d", cases[i].depth, cases[i].present);
+		free(body);
+	}
+}
+
+static void test_json_size(void **state)
+{
+	static const char object[] = "{\"etag\":1}";
+	size_t len = IDEMPOTENCY_JSON_MAX_BYTES;
+	char *body = malloc(len + 1);
+
+	assert_non_null(body);
+	/* whitespace padding up to the limit still parses; one byte more is not tried */
+	memset(body, ' ', len + 1);
+	memcpy(body, object, sizeof(object) - 1);
+	assert_true(idempotency_check_json_body(&test_gcs, body, len));
+	assert_false(idempotency_check_json_body(&test_gcs, body, len + 1));
+	free(body);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_head_table),
+		cmocka_unit_test(test_head_without_parts),
+		cmocka_unit_test(test_has_json_field),
+		cmocka_unit_test(test_json_table),
+		cmocka_unit_test(test_json_counted),
+		cmocka_unit_test(test_json_depth),
+		cmocka_unit_test(test_json_size),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
