@@ -74,9 +74,10 @@ static void access_log_text(const struct access_record *r)
 	access_line_escaped(&line, r->method, r->method_len, false);
 	access_line_printf(&line, " target=");
 	access_line_escaped(&line, r->target, r->target_len, false);
-	access_line_printf(&line, " route=%s status=%d attempts=%u bytes=%llu duration_ms=%llu tries=",
+	access_line_printf(&line, " route=%s status=%d attempts=%u bytes=%llu duration_ms=%llu tries=\"",
 			   r->route, r->status, r->attempts, (unsigned long long)r->bytes,
 			   (unsigned long long)r->duration_ms);
+	/* the retry trail: 503 -> wait 1.2s -> 503 -> wait 2.7s -> 200 */
 	if (r->try_count == 0)
 		access_line_printf(&line, "-");
 	for (i = 0; i < r->try_count; i++) {
@@ -87,11 +88,12 @@ static void access_log_text(const struct access_record *r)
 		else
 			access_line_printf(&line, "%d", t->status);
 		if (i + 1 < r->try_count) {
-			access_line_printf(&line, "->wait:");
+			access_line_printf(&line, " -> wait ");
 			access_line_wait(&line, t->wait_ms);
-			access_line_printf(&line, "->");
+			access_line_printf(&line, " -> ");
 		}
 	}
+	access_line_printf(&line, "\"");
 	if (r->gave_up != NULL)
 		access_line_printf(&line, " gave_up=%s", r->gave_up);
 	if (r->note != NULL) {
