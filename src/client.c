@@ -159,6 +159,21 @@ static void client_close_after_flush(struct client *client)
 	bufferevent_setwatermark(client->bev, EV_WRITE, 0, 0);
 }
 
+/* Set the read (body) and write timeouts; the head has its own timer. */
+static void client_set_timeouts(struct client *client, bool watch_reads)
+{
+	uint64_t ms = client->config->limits.client_timeout_ms;
+	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+
+	/* a client that stops reading our output for this long is gone too */
+	bufferevent_set_timeouts(client->bev, watch_reads ? &tv : NULL, &tv);
+}
+
+void client_watch_body(struct client *client, bool on)
+{
+	client_set_timeouts(client, on);
+}
+
 void client_write_error(struct client *client, int status, const char *text, unsigned attempts,
 			bool close)
 {
@@ -298,7 +313,9 @@ static void client_event_cb(struct bufferevent *bev, short what, void *arg)
 		client_free(client);
 		return;
 	}
-	if (what & BEV_EVENT_TIMEOUT)
+	if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING))
+		client_close(client, "request body stalled for client_timeout");
+	else if (what & BEV_EVENT_TIMEOUT)
 		client_close(client, "client stopped reading");
 	else if (what & BEV_EVENT_EOF)
 		client_close(client, "client closed the connection");
@@ -469,14 +486,7 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 	/* bounded input: a client cannot make the proxy buffer more than this */
 	bufferevent_setwatermark(client->bev, EV_READ, 0, input_high);
 	bufferevent_setwatermark(client->bev, EV_WRITE, CLIENT_OUTPUT_LOW, 0);
-	{
-		uint64_t ms = config->limits.client_timeout_ms;
-		struct timeval tv = { .tv_sec = (time_t)(ms / 1000),
-				      .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
-
-		/* a client that stops reading our output for this long is gone */
-		bufferevent_set_timeouts(client->bev, NULL, &tv);
-	}
+	client_set_timeouts(client, false);
 	bufferevent_setcb(client->bev, client_read_cb, client_write_cb, client_event_cb, client);
 	if (!client_allowed(config, peer)) {
 		log_warn("client %s: refused: not in access.allow_clients", client->peer);

@@ -30,6 +30,10 @@ struct config *client_config(struct client *client);
 const struct listener_config *client_listener(struct client *client);
 const char *client_peer(struct client *client);
 
+/* While on, a request body that stops arriving for client_timeout closes
+ * the connection (a slow-body attack, or a client that went away). */
+void client_watch_body(struct client *client, bool on);
+
 /* Queue a proxy-generated response with a one-line text body. */
 void client_write_error(struct client *client, int status, const char *text, unsigned attempts,
 			bool close);

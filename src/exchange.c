@@ -437,6 +437,8 @@ void exchange_run(struct exchange *ex)
 {
 	ex->try_timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, ex);
 	ex->backoff_timer = evtimer_new(ex->proxy->base, exchange_backoff_cb, ex);
+	if (!ex->request_body.done)
+		client_watch_body(ex->client, true);
 	if (ex->expect_continue && !ex->request_body.done && ex->client_minor >= 1)
 		EXCHANGE_ADD_LITERAL(bufferevent_get_output(client_bev(ex->client)),
 				     "HTTP/1.1 100 Continue\r\n\r\n");

@@ -177,6 +177,8 @@ void exchange_read_request_body(struct exchange *ex)
 	}
 	if (exchange_body_over_limit(ex))
 		return;
+	if (ex->request_body.done)
+		client_watch_body(ex->client, false);
 	if (!ex->request_body.done) {
 		if (evbuffer_get_length(ex->replay) <= ex->config->limits.replay_buffer)
 			return; /* more to come */
@@ -212,6 +214,8 @@ void exchange_pump_request_body(struct exchange *ex)
 	}
 	if (exchange_body_over_limit(ex))
 		return;
+	if (ex->request_body.done)
+		client_watch_body(ex->client, false);
 	if (!ex->request_body.done && evbuffer_get_length(out) > EXCHANGE_OUTPUT_HIGH) {
 		ex->client_read_paused = true;
 		bufferevent_disable(cbev, EV_READ);

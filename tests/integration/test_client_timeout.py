@@ -5,13 +5,16 @@ Client: raw sockets to a sidecar listener: one connects and sends nothing;
 one drips a request head a few bytes at a time, never finishing it
 (slowloris); one makes a request and then idles on the keep-alive
 connection; one makes requests 0.7 s apart; one asks for a response the
-origin takes 2 s to produce.
+origin takes 2 s to produce; one sends a head announcing a body and then
+only part of the body.
 Origin: echoes; /delay/2 answers after 2 s.
 Must hold: a silent connection, a dripping head and an idle keep-alive
 connection are each closed within a few seconds of the 1 s timeout (none
 before 0.3 s), and nothing of the dripped request reaches the origin; the
 timeout counts from the end of the previous response, so requests 0.7 s
-apart keep one connection alive; a slow response is not cut by it.
+apart keep one connection alive; a slow response is not cut by it; a
+request body that stops arriving for client_timeout closes the connection
+and the origin never gets a whole request.
 """
 
 import time
@@ -89,6 +92,16 @@ def scenario(t):
             c.send(h.request("GET", "/delay/2", "a.example"))
             r = c.read_response(timeout=15)
         h.eq((r.status, r.body), (200, b"delayed\n"), "slow response")
+
+    @t.check("a request body that stalls for client_timeout closes the connection")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(b"POST /echo?stalled-body HTTP/1.1\r\nHost: a.example\r\n"
+                   b"Content-Length: 100\r\n\r\nonly part")
+            h.ok(c.silent_for(0.3), "answered or closed within 0.3s")
+            h.ok(c.closed_within(BOUND), "stalled body: connection still open after %ss" % BOUND)
+        done = [q for q in origin.requests if "stalled-body" in q.target and q.body_len == 100]
+        h.eq(done, [], "whole stalled requests at the origin")
 
 
 h.run(scenario, __doc__)
