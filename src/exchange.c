@@ -12,6 +12,7 @@
 #include "client.h"
 #include "exchange_private.h"
 #include "log.h"
+#include "metrics.h"
 #include "pool.h"
 #include "proxy.h"
 #include "xmalloc.h"
@@ -41,6 +42,19 @@ static const char *const try_failure_names[] = {
 	[TRY_TLS] = "tls",
 	[TRY_TLS_VERIFY] = "tls-verify",
 	[TRY_STALE] = "stale",
+	[TRY_RESET] = "reset",
+	[TRY_TIMEOUT] = "timeout",
+	[TRY_MALFORMED] = "malformed",
+};
+
+/* The upstream_errors_total kind of each failure. */
+static const char *const try_failure_kinds[] = {
+	[TRY_DNS] = "dns",
+	[TRY_REFUSED] = "connect",
+	[TRY_CONNECT_TIMEOUT] = "connect",
+	[TRY_TLS] = "tls",
+	[TRY_TLS_VERIFY] = "tls",
+	[TRY_STALE] = "reset",
 	[TRY_RESET] = "reset",
 	[TRY_TIMEOUT] = "timeout",
 	[TRY_MALFORMED] = "malformed",
@@ -94,6 +108,11 @@ static void exchange_log(struct exchange *ex)
 	record.tries = ex->tries;
 	record.try_count = ex->try_count;
 	access_log_write(&record);
+	if (ex->status != 0)
+		metrics_request_done(ex->proxy->metrics, ex->route->name, ex->status,
+				     (double)record.duration_ms / 1000.0, ex->attempts);
+	if (ex->gave_up != NULL)
+		metrics_gave_up(ex->proxy->metrics, ex->route->name, ex->gave_up);
 }
 
 void exchange_record_try(struct exchange *ex, int status, const char *error)
@@ -222,6 +241,7 @@ bool exchange_retry_allowed(struct exchange *ex, enum retry_cause cause, bool ne
 	}
 	ex->gave_up = NULL;
 	ex->next_wait_ms = wait;
+	ex->retry_cause = cause;
 	return true;
 }
 
@@ -240,6 +260,8 @@ void exchange_schedule_retry(struct exchange *ex)
 		  (int)ex->target_len, ex->target, ex->attempts,
 		  (unsigned long long)ex->next_wait_ms);
 	exchange_set_state(ex, EXCHANGE_BACKOFF);
+	ex->proxy->backoff_pending++;
+	metrics_retry(ex->proxy->metrics, ex->route->name, ex->retry_cause);
 	evtimer_add(ex->backoff_timer, &tv);
 }
 
@@ -277,6 +299,7 @@ void exchange_try_failed(struct exchange *ex, enum try_failure failure, const ch
 	enum retry_cause cause = exchange_failure_cause(failure, connecting, &never_sent);
 
 	exchange_record_try(ex, 0, try_failure_names[failure]);
+	metrics_upstream_error(ex->proxy->metrics, try_failure_kinds[failure]);
 	exchange_drop_upstream(ex);
 	evtimer_del(ex->try_timer);
 	log_debug("%.*s %.*s: try %u failed: %s: %s", (int)ex->method_len, ex->method,
@@ -416,7 +439,10 @@ void exchange_start_try(struct exchange *ex)
 
 	if (ex->attempts == 0)
 		gettimeofday(&ex->first_try, NULL);
+	if (ex->state == EXCHANGE_BACKOFF)
+		ex->proxy->backoff_pending--;
 	ex->attempts++;
+	metrics_try(ex->proxy->metrics, ex->route->name);
 	evtimer_add(ex->try_timer, &tv);
 	exchange_set_state(ex, EXCHANGE_CONNECTING);
 	/* Pooled connections may have been closed by the upstream a moment ago;
@@ -425,6 +451,7 @@ void exchange_start_try(struct exchange *ex)
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);
 	ex->skip_pool = false;
 	if (pooled != NULL) {
+		metrics_pool_reuse(ex->proxy->metrics);
 		exchange_upstream_ready(ex, pooled, true);
 		return;
 	}
@@ -461,6 +488,8 @@ void exchange_client_drained(struct exchange *ex)
 
 void exchange_abort(struct exchange *ex, const char *reason)
 {
+	if (ex->state == EXCHANGE_BACKOFF)
+		ex->proxy->backoff_pending--;
 	if (ex->state != EXCHANGE_DONE) {
 		if (ex->state == EXCHANGE_BACKOFF || ex->state == EXCHANGE_KEEPING ||
 		    ex->kept != NULL)

@@ -94,6 +94,7 @@ struct exchange {
 	struct timeval first_try;       /* the deadline counts from here */
 	struct event *backoff_timer;
 	uint64_t next_wait_ms;          /* decided with the retry, used by the timer */
+	enum retry_cause retry_cause;   /* why the scheduled retry happens */
 
 	/* the current try */
 	unsigned attempts;

@@ -9,6 +9,7 @@
 #include "client.h"
 #include "exchange_private.h"
 #include "log.h"
+#include "metrics.h"
 #include "pool.h"
 #include "proxy.h"
 
@@ -112,6 +113,7 @@ void exchange_relay_response(struct exchange *ex)
 	enum http1_error error = HTTP1_ERR_NONE;
 
 	if (body_relay_move(&ex->response_body, bufferevent_get_input(ex->up), out, &error) < 0) {
+		metrics_upstream_error(ex->proxy->metrics, "malformed");
 		exchange_break_response(ex, "malformed chunked response body");
 		return;
 	}
@@ -355,6 +357,7 @@ static void exchange_closed_while_relaying(struct exchange *ex, short what)
 	bool eof = (what & BEV_EVENT_EOF) != 0;
 
 	if (what & BEV_EVENT_TIMEOUT) {
+		metrics_upstream_error(ex->proxy->metrics, "timeout");
 		exchange_break_response(ex, "upstream stopped sending the response body");
 		return;
 	}
@@ -366,6 +369,7 @@ static void exchange_closed_while_relaying(struct exchange *ex, short what)
 		exchange_response_complete(ex);
 		return;
 	}
+	metrics_upstream_error(ex->proxy->metrics, "reset");
 	exchange_break_response(ex, eof ? "upstream closed mid-body" : "upstream reset mid-body");
 }
 

@@ -10,6 +10,7 @@
 #include "client.h"
 #include "listener.h"
 #include "log.h"
+#include "metrics.h"
 #include "pool.h"
 #include "tls.h"
 #include "tunnel.h"
@@ -89,6 +90,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	}
 	proxy->config = config;
 	retry_rng_seed(&proxy->rng);
+	proxy->metrics = metrics_new();
 	proxy->dns = proxy_new_resolver(proxy->base);
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new(proxy->base, proxy_pool_closed, proxy);
@@ -120,6 +122,7 @@ void proxy_free(struct proxy *proxy)
 	if (proxy->drain_timer != NULL)
 		event_free(proxy->drain_timer);
 	evdns_base_free(proxy->dns, 1);
+	metrics_free(proxy->metrics);
 	config_release(proxy->config);
 	event_base_free(proxy->base);
 	free(proxy);

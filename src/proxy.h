@@ -20,6 +20,7 @@ struct pool;
 struct listener;
 struct client;
 struct tunnel;
+struct metrics;
 
 struct proxy {
 	struct event_base *base;
@@ -36,6 +37,8 @@ struct proxy {
 	bool draining;               /* shutting down: no new requests */
 	struct event *drain_timer;
 	struct retry_rng rng;        /* jitter for every backoff */
+	struct metrics *metrics;
+	unsigned backoff_pending;    /* exchanges waiting on a backoff timer */
 };
 
 /* Build the runtime for a validated config (the proxy takes the reference)

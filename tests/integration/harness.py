@@ -479,6 +479,31 @@ def request(method, target, host, headers=(), body=b"", version="HTTP/1.1"):
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+def access_fields(line):
+    """The key=value fields of a text access-log line as a dict; a quoted
+    value (tries="503 -> wait 1.0s -> 200") is taken whole, without quotes."""
+    return {k: (q if v == "" else v)
+            for k, q, v in re.findall(r'(\w+)=(?:"([^"]*)"|(\S*))', line)}
+
+
+def try_gaps(requests):
+    """Seconds from the end of each response the origin sent to the arrival
+    of the next request's head: the waits between tries as the origin saw
+    them (origin.Request records, in arrival order)."""
+    return [b.received_at - a.finished_at for a, b in zip(requests, requests[1:])]
+
+
+def fetch(port, method, target, host, headers=(), body=b"", timeout=20):
+    """One request on a new RawConn to port, its whole response back (a
+    Response, with .elapsed: seconds from sending to the end of the body)."""
+    with RawConn(port, timeout=timeout) as c:
+        start = time.monotonic()
+        c.send(request(method, target, host, headers, body))
+        r = c.read_response(method)
+        r.elapsed = time.monotonic() - start
+        return r
+
+
 def check_error_response(resp, status, reason_words=None):
     """A proxy-made error (a Response or a CurlResult): status, text/plain,
     exact Content-Length, Retry-Attempts, one line of text ending in a
@@ -645,6 +670,26 @@ class Proxy:
             elif re.search(r"\baccess\b", s) and "method=" in s:
                 out.append(s)
         return out
+
+    def access_for(self, tag):
+        """Access-log entries (as access_lines gives them) whose target
+        contains tag."""
+        out = []
+        for entry in self.access_lines():
+            target = entry.get("target", "") if isinstance(entry, dict) else \
+                access_fields(entry).get("target", "")
+            if tag in target:
+                out.append(entry)
+        return out
+
+    def access_one(self, tag, timeout=10):
+        """Wait for the access-log entry of the one request whose target
+        contains tag; fail if there is more than one."""
+        wait_until(lambda: self.access_for(tag), timeout * SLOW,
+                   "an access-log entry for %r; stderr:\n%s" % (tag, self.stderr_tail()))
+        got = self.access_for(tag)
+        eq(len(got), 1, "access-log entries for %r (%r)" % (tag, got))
+        return got[0]
 
     # -- process state ----------------------------------------------------
 

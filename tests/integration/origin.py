@@ -48,8 +48,10 @@ full list; query parameters tune it):
 Any path also takes ?delay=S (wait before the head), ?close=1 (close the
 connection after the response without saying so, which makes a pooled
 connection stale), ?conn_close=1 (say Connection: close and close),
-?retry_after=V, ?status=N (for /echo and /bytes), ?expect=ignore (do not
-answer Expect: 100-continue) and ?expect=reject (answer it with 417).
+?retry_after=V, ?status=N (for /echo, /bytes, /chunked and /close), ?expect=ignore (do not
+answer Expect: 100-continue) and ?expect=reject (answer it with 417),
+?reason=TEXT (the status line's reason phrase) and ?hdr=Name:Value (one
+more response header field), so each scripted try can be told apart.
 
 Every connection is recorded (peer, TLS details, how it ended) and every
 request (method, target, version, raw head, headers in order, body length
@@ -151,6 +153,7 @@ class Request:
         self.complete = threading.Event()
         self.sent_bytes = 0           # response bytes written so far, head included
         self.received_at = time.monotonic()
+        self.finished_at = None       # when the response was fully sent (or the behaviour ended)
         self.error = None
         self._sha = hashlib.sha256()
 
@@ -264,11 +267,12 @@ class _Reader:
         return chunk
 
 
-def _status_line(code):
-    try:
-        reason = http.HTTPStatus(code).phrase
-    except ValueError:
-        reason = "Whatever"
+def _status_line(code, reason=None):
+    if reason is None:
+        try:
+            reason = http.HTTPStatus(code).phrase
+        except ValueError:
+            reason = "Whatever"
     return "HTTP/1.1 %d %s\r\n" % (code, reason)
 
 
@@ -293,9 +297,12 @@ class _Exchange:
 
     def head(self, code, headers):
         """Send a status line and header fields (a list of (name, value))."""
-        lines = [_status_line(code)]
+        lines = [_status_line(code, self.param("reason"))]
         if self.param("retry_after") is not None:
             headers = headers + [("Retry-After", self.param("retry_after"))]
+        if self.param("hdr") is not None:
+            name, _, value = self.param("hdr").partition(":")
+            headers = headers + [(name.strip(), value.strip())]
         if self.param("conn_close"):
             headers = headers + [("Connection", "close")]
             self.keep_alive = False
@@ -329,8 +336,9 @@ class Origin:
     condition variable so tests can wait on them."""
 
     def __init__(self, host="127.0.0.1", port=0, tls=None, tls_max_version=None,
-                 tls_min_version=None, name="origin", echo_unknown=False):
+                 tls_min_version=None, name="origin", echo_unknown=False, backlog=128):
         self.host = host
+        self.backlog = backlog             # listen queue; raise it for bursts of connections
         self.name = name
         self.echo_unknown = echo_unknown   # unknown paths get /echo instead of 404
         self._requested_port = port
@@ -365,7 +373,7 @@ class Origin:
         s = socket.socket(family, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((self.host, self._requested_port))
-        s.listen(128)
+        s.listen(self.backlog)
         self._listener = s
         self.port = s.getsockname()[1]
         t = threading.Thread(target=self._accept_loop, name="%s-accept" % self.name, daemon=True)
@@ -702,7 +710,10 @@ class Origin:
         delay = ex.param("delay")
         if delay is not None and not url.path.startswith("/slow/"):
             time.sleep(float(delay))
-        self._dispatch(ex, url.path)
+        try:
+            self._dispatch(ex, url.path)
+        finally:
+            req.finished_at = time.monotonic()
         if ex.param("close"):
             return False
         return ex.keep_alive
@@ -803,7 +814,7 @@ class Origin:
             hdrs = [("Content-Type", "application/octet-stream"), ("Transfer-Encoding", "chunked")]
             if ex.param("trailer"):
                 hdrs.append(("Trailer", "X-Checksum"))
-            ex.head(200, hdrs)
+            ex.head(int(ex.param("status", 200)), hdrs)
             if not head_only:
                 size = int(ex.param("chunk", 1000))
                 pos = 0
@@ -818,7 +829,7 @@ class Origin:
         elif kind == "close":
             n = int(arg)
             ex.keep_alive = False
-            ex.head(200, [("Content-Type", "application/octet-stream")])
+            ex.head(int(ex.param("status", 200)), [("Content-Type", "application/octet-stream")])
             if not head_only:
                 ex.send_pattern(n)
         elif kind == "echo":

@@ -1,0 +1,305 @@
+#include "metrics.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "xmalloc.h"
+
+/* Upper bounds of the request duration histogram, in seconds: from a fast
+ * local hit to a request that used a long retry deadline. */
+static const double metrics_duration_bounds[] = {
+	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+};
+#define METRICS_DURATION_BUCKETS (sizeof(metrics_duration_bounds) / sizeof(metrics_duration_bounds[0]))
+
+/* Upper bounds of the tries-per-request histogram. */
+static const unsigned metrics_tries_bounds[] = { 1, 2, 3, 4, 5, 6, 8, 10, 15, 20 };
+#define METRICS_TRIES_BUCKETS (sizeof(metrics_tries_bounds) / sizeof(metrics_tries_bounds[0]))
+
+static const char *const metrics_give_up_reasons[] = {
+	"attempts", "deadline", "not_idempotent", "body_too_large", "client_gone", "budget",
+};
+#define METRICS_GIVE_UP_REASONS (sizeof(metrics_give_up_reasons) / sizeof(metrics_give_up_reasons[0]))
+
+static const char *const metrics_error_kinds[] = {
+	"dns", "connect", "tls", "reset", "timeout", "malformed",
+};
+#define METRICS_ERROR_KINDS (sizeof(metrics_error_kinds) / sizeof(metrics_error_kinds[0]))
+
+#define METRICS_CAUSES 4 /* enum retry_cause */
+
+/* One response code's count on one route. */
+struct metrics_code {
+	int code;
+	uint64_t count;
+};
+
+struct metrics_route {
+	char *name;
+	struct metrics_code *codes; /* sorted by code */
+	size_t code_count;
+	uint64_t tries;
+	uint64_t retries[METRICS_CAUSES];
+	uint64_t gave_up[METRICS_GIVE_UP_REASONS];
+	struct metrics_route *next;
+};
+
+struct metrics {
+	struct metrics_route *routes; /* in order of first use */
+	uint64_t upstream_errors[METRICS_ERROR_KINDS];
+	uint64_t pool_reuse;
+	uint64_t duration_buckets[METRICS_DURATION_BUCKETS];
+	double duration_sum;
+	uint64_t duration_count;
+	uint64_t tries_buckets[METRICS_TRIES_BUCKETS];
+	uint64_t tries_sum;
+	uint64_t tries_count;
+};
+
+struct metrics *metrics_new(void)
+{
+	return xcalloc(1, sizeof(struct metrics));
+}
+
+void metrics_free(struct metrics *metrics)
+{
+	if (metrics == NULL)
+		return;
+	while (metrics->routes != NULL) {
+		struct metrics_route *r = metrics->routes;
+
+		metrics->routes = r->next;
+		free(r->codes);
+		free(r->name);
+		free(r);
+	}
+	free(metrics);
+}
+
+/* The series of a route, made on first use; a few routes, so a list. */
+static struct metrics_route *metrics_route(struct metrics *metrics, const char *name)
+{
+	struct metrics_route **link;
+
+	for (link = &metrics->routes; *link != NULL; link = &(*link)->next)
+		if (strcmp((*link)->name, name) == 0)
+			return *link;
+	*link = xcalloc(1, sizeof(**link));
+	(*link)->name = xstrdup(name);
+	return *link;
+}
+
+/* Index of s in names, or -1. */
+static int metrics_index(const char *const *names, size_t count, const char *s)
+{
+	size_t i;
+
+	for (i = 0; i < count; i++)
+		if (strcmp(names[i], s) == 0)
+			return (int)i;
+	return -1;
+}
+
+void metrics_request_done(struct metrics *metrics, const char *route, int code,
+			  double duration_seconds, unsigned tries)
+{
+	struct metrics_route *r = metrics_route(metrics, route);
+	size_t i;
+
+	for (i = 0; i < r->code_count && r->codes[i].code < code; i++)
+		;
+	if (i == r->code_count || r->codes[i].code != code) {
+		r->codes = xrealloc(r->codes, (r->code_count + 1) * sizeof(*r->codes));
+		memmove(&r->codes[i + 1], &r->codes[i], (r->code_count - i) * sizeof(*r->codes));
+		r->codes[i].code = code;
+		r->codes[i].count = 0;
+		r->code_count++;
+	}
+	r->codes[i].count++;
+	/* buckets hold their own count here; rendering makes them cumulative */
+	for (i = 0; i < METRICS_DURATION_BUCKETS; i++) {
+		if (duration_seconds <= metrics_duration_bounds[i]) {
+			metrics->duration_buckets[i]++;
+			break;
+		}
+	}
+	metrics->duration_sum += duration_seconds;
+	metrics->duration_count++;
+	for (i = 0; i < METRICS_TRIES_BUCKETS; i++) {
+		if (tries <= metrics_tries_bounds[i]) {
+			metrics->tries_buckets[i]++;
+			break;
+		}
+	}
+	metrics->tries_sum += tries;
+	metrics->tries_count++;
+}
+
+void metrics_try(struct metrics *metrics, const char *route)
+{
+	metrics_route(metrics, route)->tries++;
+}
+
+void metrics_retry(struct metrics *metrics, const char *route, enum retry_cause cause)
+{
+	if ((unsigned)cause < METRICS_CAUSES)
+		metrics_route(metrics, route)->retries[cause]++;
+}
+
+void metrics_gave_up(struct metrics *metrics, const char *route, const char *reason)
+{
+	int i = metrics_index(metrics_give_up_reasons, METRICS_GIVE_UP_REASONS, reason);
+
+	if (i >= 0)
+		metrics_route(metrics, route)->gave_up[i]++;
+}
+
+void metrics_upstream_error(struct metrics *metrics, const char *kind)
+{
+	int i = metrics_index(metrics_error_kinds, METRICS_ERROR_KINDS, kind);
+
+	if (i >= 0)
+		metrics->upstream_errors[i]++;
+}
+
+void metrics_pool_reuse(struct metrics *metrics)
+{
+	metrics->pool_reuse++;
+}
+
+/* A label value with \, " and newline escaped, as the format requires. */
+static void metrics_label(struct evbuffer *out, const char *s)
+{
+	for (; *s != '\0'; s++) {
+		if (*s == '\\' || *s == '"')
+			evbuffer_add_printf(out, "\\%c", *s);
+		else if (*s == '\n')
+			evbuffer_add(out, "\\n", 2);
+		else
+			evbuffer_add(out, s, 1);
+	}
+}
+
+/* Start a per-route series: name{route="r" (the caller closes the braces). */
+static void metrics_route_series(struct evbuffer *out, const char *name, const char *route)
+{
+	evbuffer_add_printf(out, "%s{route=\"", name);
+	metrics_label(out, route);
+	evbuffer_add(out, "\"", 1);
+}
+
+static void metrics_header(struct evbuffer *out, const char *name, const char *type,
+			   const char *help)
+{
+	evbuffer_add_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One counter per route: name{route="r"} value. */
+static void metrics_route_counter(struct evbuffer *out, const struct metrics *metrics,
+				  const char *name, const char *help,
+				  uint64_t (*value)(const struct metrics_route *))
+{
+	const struct metrics_route *r;
+
+	metrics_header(out, name, "counter", help);
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		metrics_route_series(out, name, r->name);
+		evbuffer_add_printf(out, "} %llu\n", (unsigned long long)value(r));
+	}
+}
+
+static uint64_t metrics_route_tries(const struct metrics_route *r)
+{
+	return r->tries;
+}
+
+void metrics_render(const struct metrics *metrics, const struct metrics_gauges *gauges,
+		    struct evbuffer *out)
+{
+	const struct metrics_route *r;
+	uint64_t cumulative;
+	size_t i;
+
+	metrics_header(out, "retryproxy_requests_total", "counter",
+		       "Final responses sent to clients, by route and status code.");
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		for (i = 0; i < r->code_count; i++) {
+			metrics_route_series(out, "retryproxy_requests_total", r->name);
+			evbuffer_add_printf(out, ",code=\"%d\"} %llu\n", r->codes[i].code,
+					    (unsigned long long)r->codes[i].count);
+		}
+	}
+	metrics_route_counter(out, metrics, "retryproxy_tries_total",
+			      "Upstream tries, first tries included.", metrics_route_tries);
+	metrics_header(out, "retryproxy_retries_total", "counter",
+		       "Retries scheduled, by route and the cause of the failed try.");
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		for (i = 0; i < METRICS_CAUSES; i++) {
+			metrics_route_series(out, "retryproxy_retries_total", r->name);
+			evbuffer_add_printf(out, ",cause=\"%s\"} %llu\n",
+					    retry_cause_name((enum retry_cause)i),
+					    (unsigned long long)r->retries[i]);
+		}
+	}
+	metrics_header(out, "retryproxy_retries_given_up_total", "counter",
+		       "Requests whose retrying stopped short, by route and reason.");
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		for (i = 0; i < METRICS_GIVE_UP_REASONS; i++) {
+			metrics_route_series(out, "retryproxy_retries_given_up_total", r->name);
+			evbuffer_add_printf(out, ",reason=\"%s\"} %llu\n", metrics_give_up_reasons[i],
+					    (unsigned long long)r->gave_up[i]);
+		}
+	}
+	metrics_header(out, "retryproxy_backoff_pending", "gauge",
+		       "Requests waiting on a backoff timer now.");
+	evbuffer_add_printf(out, "retryproxy_backoff_pending %u\n", gauges->backoff_pending);
+
+	metrics_header(out, "retryproxy_request_duration_seconds", "histogram",
+		       "Whole request duration, retries and backoff included.");
+	for (i = 0, cumulative = 0; i < METRICS_DURATION_BUCKETS; i++) {
+		cumulative += metrics->duration_buckets[i];
+		evbuffer_add_printf(out, "retryproxy_request_duration_seconds_bucket{le=\"%g\"} %llu\n",
+				    metrics_duration_bounds[i], (unsigned long long)cumulative);
+	}
+	evbuffer_add_printf(out,
+			    "retryproxy_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
+			    "retryproxy_request_duration_seconds_sum %.6f\n"
+			    "retryproxy_request_duration_seconds_count %llu\n",
+			    (unsigned long long)metrics->duration_count, metrics->duration_sum,
+			    (unsigned long long)metrics->duration_count);
+
+	metrics_header(out, "retryproxy_tries_per_request", "histogram",
+		       "Upstream tries each request took, the first included.");
+	for (i = 0, cumulative = 0; i < METRICS_TRIES_BUCKETS; i++) {
+		cumulative += metrics->tries_buckets[i];
+		evbuffer_add_printf(out, "retryproxy_tries_per_request_bucket{le=\"%u\"} %llu\n",
+				    metrics_tries_bounds[i], (unsigned long long)cumulative);
+	}
+	evbuffer_add_printf(out,
+			    "retryproxy_tries_per_request_bucket{le=\"+Inf\"} %llu\n"
+			    "retryproxy_tries_per_request_sum %llu\n"
+			    "retryproxy_tries_per_request_count %llu\n",
+			    (unsigned long long)metrics->tries_count,
+			    (unsigned long long)metrics->tries_sum,
+			    (unsigned long long)metrics->tries_count);
+
+	metrics_header(out, "retryproxy_upstream_errors_total", "counter",
+		       "Failed upstream tries, by kind of failure.");
+	for (i = 0; i < METRICS_ERROR_KINDS; i++)
+		evbuffer_add_printf(out, "retryproxy_upstream_errors_total{kind=\"%s\"} %llu\n",
+				    metrics_error_kinds[i],
+				    (unsigned long long)metrics->upstream_errors[i]);
+
+	metrics_header(out, "retryproxy_connections", "gauge", "Open connections, by side.");
+	evbuffer_add_printf(out,
+			    "retryproxy_connections{side=\"client\"} %u\n"
+			    "retryproxy_connections{side=\"upstream\"} %u\n",
+			    gauges->client_connections, gauges->upstream_connections);
+
+	metrics_header(out, "retryproxy_pool_reuse_total", "counter",
+		       "Requests sent on a pooled upstream connection.");
+	evbuffer_add_printf(out, "retryproxy_pool_reuse_total %llu\n",
+			    (unsigned long long)metrics->pool_reuse);
+}

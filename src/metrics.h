@@ -1,0 +1,52 @@
+#ifndef RETRYPROXY_METRICS_H
+#define RETRYPROXY_METRICS_H
+
+/*
+ * Counters and histograms for /metrics (SPEC "Admin endpoint"), rendered in
+ * the Prometheus text exposition format. Per-route series are keyed by route
+ * name and outlive reloads, so a counter never goes backwards.
+ */
+
+#include <stdint.h>
+
+#include "retry.h"
+
+struct evbuffer;
+struct metrics;
+
+/* Gauges the proxy owns and passes in when rendering. */
+struct metrics_gauges {
+	unsigned backoff_pending;    /* requests waiting on a backoff timer now */
+	unsigned client_connections; /* open client connections and tunnels */
+	unsigned upstream_connections; /* open upstream connections, pooled included */
+};
+
+struct metrics *metrics_new(void);
+void metrics_free(struct metrics *metrics);
+
+/* A final response went to the client: requests_total, the duration
+ * histogram (whole request, retries included) and the tries histogram. */
+void metrics_request_done(struct metrics *metrics, const char *route, int code,
+			  double duration_seconds, unsigned tries);
+
+/* An upstream try started (first ones included). */
+void metrics_try(struct metrics *metrics, const char *route);
+
+/* A retry was scheduled after a failure of this cause. */
+void metrics_retry(struct metrics *metrics, const char *route, enum retry_cause cause);
+
+/* Retrying stopped short; reason: attempts|deadline|not_idempotent|
+ * body_too_large|client_gone|budget. */
+void metrics_gave_up(struct metrics *metrics, const char *route, const char *reason);
+
+/* An upstream try failed; kind: dns|connect|tls|reset|timeout|malformed. */
+void metrics_upstream_error(struct metrics *metrics, const char *kind);
+
+/* A request was sent on a pooled connection. */
+void metrics_pool_reuse(struct metrics *metrics);
+
+/* Append the whole exposition to out. */
+void metrics_render(const struct metrics *metrics, const struct metrics_gauges *gauges,
+		    struct evbuffer *out);
+
+#endif

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Scenario: retryable response statuses, and which statuses are retryable.
+
+Client: GETs through a forward proxy (raw sockets, so the status line's
+reason phrase can be read) to origin paths scripted per try.
+Origin: answers each try of a path with the next scripted status; tries are
+told apart by a per-try X-Try header, reason phrase and body. Defaults:
+retry.on as built in (5xx, 408, 429, failures), max_attempts 3, backoff
+100ms doubling, no jitter; retry_response_buffer is 1KiB. Routes by path:
+/r404/ retries on [404, 503]; /codes/ on [500, 502] only; /only503/ on
+[503] only.
+Must hold: 503, 503, 200 gives the client the 200 with Retry-Attempts: 3,
+and the origin sees exactly 3 requests; 503 on every try gives the client
+the last 503 exactly as the origin sent it on the third try (reason phrase,
+headers in order, body) plus Via and Retry-Attempts: 3, and the origin sees
+exactly 3; any 5xx, 408 and 429 are retried on the default route, a 404
+is not; a 404 is retried on a route that lists it; a 501 and a 503 are not
+retried on a route with on: [500, 502] while its 502 is; a 500 passes at
+once on a route with on: [503]; a retryable 503 whose body is over
+retry_response_buffer (by Content-Length or chunked) is passed on as final
+at once, body whole; a kept chunked or close-delimited 503 is given back
+with its body whole.
+"""
+
+import time
+
+import harness as h
+import origin as o
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+  retry_response_buffer: 1KiB
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 100ms
+    multiplier: 2
+    max_backoff: 1s
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: list-404
+    match: { path_prefix: /r404/ }
+    retry: { on: [404, 503] }
+  - name: codes
+    match: { path_prefix: /codes/ }
+    retry: { on: [500, 502] }
+  - name: only503
+    match: { path_prefix: /only503/ }
+    retry: { on: [503] }
+"""
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG)
+    host = origin.authority
+
+    def get(path):
+        return h.fetch(proxy.port(), "GET", origin.url(path), host)
+
+    def seen(path, settle=0.3):
+        """Requests the origin got for path, after a moment in which a
+        wrongly scheduled extra try would show."""
+        time.sleep(settle * h.SLOW)
+        return len(origin.requests_for(path))
+
+    def expect(path, steps, status, attempts, what):
+        origin.script(path, steps)
+        r = get(path)
+        h.eq(r.status, status, "%s: status (body %r)" % (what, r.body))
+        h.eq(r.header("Retry-Attempts"), str(attempts), "%s: Retry-Attempts" % what)
+        h.eq(seen(path), attempts, "%s: requests the origin saw" % what)
+        return r
+
+    @t.check("GET scripted 503, 503, 200 -> 200 with Retry-Attempts: 3; origin saw exactly 3")
+    def _():
+        r = expect("/s/ok", [503, 503, 200], 200, 3, "503,503,200")
+        h.eq(r.body, b"status 200\n", "body of the 200")
+        h.eq(r.header_all("Retry-Attempts"), ["3"], "exactly one Retry-Attempts field")
+        line = h.access_fields(proxy.access_one("/s/ok"))
+        h.eq((line["status"], line["attempts"]), ("200", "3"), "access line status, attempts")
+
+    @t.check("503 on every try -> the client gets the third 503 unchanged, Retry-Attempts: 3")
+    def _():
+        origin.script("/s/last", [
+            "/status/503?hdr=X-Try:1&reason=First%20Unavailable&body=try-one",
+            "/status/503?hdr=X-Try:2&reason=Second%20Unavailable&body=try-two",
+            "/status/503?hdr=X-Try:3&reason=Third%20Unavailable&body=try-three",
+        ])
+        r = get("/s/last")
+        h.eq(r.status, 503, "status")
+        h.eq(r.reason, "Third Unavailable", "reason phrase (from the last try)")
+        h.eq(r.header_all("X-Try"), ["3"], "X-Try (from the last try, once)")
+        h.eq(r.body, b"try-three", "body (from the last try)")
+        h.eq(r.header("Content-Length"), "9", "Content-Length")
+        h.eq(r.header_all("Retry-Attempts"), ["3"], "Retry-Attempts")
+        h.ok(any("retryproxy" in v for v in r.header_all("Via")), "Via missing: %r" % r.headers)
+        names = [n for n, _ in r.headers if n.lower() not in ("via", "retry-attempts")]
+        h.eq(names, ["Content-Type", "Content-Length", "X-Try"],
+             "the origin's fields, in its order, nothing else")
+        h.eq(seen("/s/last"), 3, "requests the origin saw")
+        line = h.access_fields(proxy.access_one("/s/last"))
+        h.eq((line["status"], line["attempts"], line.get("gave_up")), ("503", "3", "attempts"),
+             "access line status, attempts, gave_up")
+
+    @t.check("default route (5xx flag): 500 and 504 are retried")
+    def _():
+        expect("/s/5xx", [500, 504, 200], 200, 3, "500,504,200")
+        expect("/s/599", [599, 200], 200, 2, "599,200")
+
+    @t.check("default route: 408 and 429 are retried")
+    def _():
+        expect("/s/408", [408, 200], 200, 2, "408,200")
+        expect("/s/429", [429, 200], 200, 2, "429,200")
+
+    @t.check("default route: a 404 is not retried (passes at once, origin saw 1)")
+    def _():
+        r = expect("/s/404", [404, 200], 404, 1, "404,200")
+        h.eq(r.body, b"status 404\n", "body")
+
+    @t.check("route with on: [404, 503]: a 404 is retried")
+    def _():
+        expect("/r404/x", [404, 200], 200, 2, "404,200 on list-404")
+
+    @t.check("route with on: [500, 502]: 502 retried; 501 and 503 not (explicit codes replace 5xx)")
+    def _():
+        expect("/codes/502", [502, 200], 200, 2, "502,200 on codes")
+        expect("/codes/501", [501, 200], 501, 1, "501,200 on codes")
+        expect("/codes/503", [503, 200], 503, 1, "503,200 on codes")
+
+    @t.check("route with on: [503]: a 500 passes at once")
+    def _():
+        r = expect("/only503/x", [500, 200], 500, 1, "500,200 on only503")
+        h.eq(r.body, b"status 500\n", "body")
+        expect("/only503/y", [503, 200], 200, 2, "503,200 on only503")
+
+    @t.check("a 503 with a body over retry_response_buffer (4096 > 1KiB) is final at once")
+    def _():
+        origin.script("/s/big", ["/bytes/4096?status=503", 200])
+        r = get("/s/big")
+        h.eq(r.status, 503, "status")
+        h.eq(len(r.body), 4096, "body length")
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        h.eq(seen("/s/big"), 1, "requests the origin saw")
+
+    @t.check("a chunked 503 over retry_response_buffer is final at once, its body whole")
+    def _():
+        origin.script("/s/bigchunked", ["/chunked/4096?status=503&chunk=300", 200])
+        r = get("/s/bigchunked")
+        h.eq(r.status, 503, "status")
+        h.eq(r.body, o.pattern_bytes(4096), "body (4096 pattern bytes)")
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        h.eq(seen("/s/bigchunked"), 1, "requests the origin saw")
+
+    @t.check("a small chunked 503 on every try: the last one reaches the client, body whole")
+    def _():
+        origin.script("/s/chunked", ["/chunked/500?status=503&chunk=100&hdr=X-Try:1",
+                                     "/chunked/500?status=503&chunk=100&hdr=X-Try:2"])
+        r = get("/s/chunked")
+        h.eq((r.status, r.header_all("X-Try")), (503, ["2"]), "status and X-Try")
+        h.eq(r.body, o.pattern_bytes(500), "body (500 pattern bytes)")
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.eq(seen("/s/chunked"), 3, "requests the origin saw")
+
+    @t.check("a close-delimited 503 kept, then resets: the client gets that 503, body whole")
+    def _():
+        origin.script("/s/closebody", ["/close/700?status=503&hdr=X-Try:1",
+                                       "/reset/request", "/reset/request"])
+        r = get("/s/closebody")
+        h.eq((r.status, r.header_all("X-Try")), (503, ["1"]), "status and X-Try")
+        h.eq(r.body, o.pattern_bytes(700), "body (700 pattern bytes)")
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.eq(seen("/s/closebody"), 3, "requests the origin saw")
+
+
+h.run(scenario, __doc__)
