@@ -14,6 +14,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "pool.h"
+#include "retry_budget.h"
 #include "proxy.h"
 #include "xmalloc.h"
 
@@ -237,6 +238,11 @@ bool exchange_retry_allowed(struct exchange *ex, enum retry_cause cause, bool ne
 		wait = retry_after_ms;
 	if (exchange_ms_since(&ex->first_try) + wait > policy->deadline_ms) {
 		ex->gave_up = "deadline";
+		return false;
+	}
+	/* last, so that only a retry that would happen spends the budget */
+	if (!retry_budget_take(ex->budget, &policy->budget, retry_budget_now_ms())) {
+		ex->gave_up = "budget";
 		return false;
 	}
 	ex->gave_up = NULL;

@@ -95,6 +95,7 @@ struct exchange {
 	struct event *backoff_timer;
 	uint64_t next_wait_ms;          /* decided with the retry, used by the timer */
 	enum retry_cause retry_cause;   /* why the scheduled retry happens */
+	struct retry_budget_state *budget; /* the route's retry budget */
 
 	/* the current try */
 	unsigned attempts;

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "proxy.h"
 #include "request_target.h"
+#include "retry_budget.h"
 #include "route.h"
 #include "xmalloc.h"
 
@@ -379,8 +380,12 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 		body_relay_init(&ex->request_body, BODY_MODE_LENGTH, 0, 0);
 		break;
 	}
-	if (!ex->is_connect)
+	if (!ex->is_connect) {
 		exchange_decide_replay(ex, head, framing, path, path_len);
+		ex->budget = retry_budget_for(ex->proxy->budgets, ex->route->name,
+					      &ex->route->retry.budget);
+		retry_budget_note_request(ex->budget, retry_budget_now_ms());
+	}
 	return ex;
 }
 

@@ -11,6 +11,7 @@
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
+#include "retry_budget.h"
 #include "pool.h"
 #include "tls.h"
 #include "tunnel.h"
@@ -91,6 +92,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->config = config;
 	retry_rng_seed(&proxy->rng);
 	proxy->metrics = metrics_new();
+	proxy->budgets = retry_budget_book_new();
 	proxy->dns = proxy_new_resolver(proxy->base);
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new(proxy->base, proxy_pool_closed, proxy);
@@ -123,6 +125,7 @@ void proxy_free(struct proxy *proxy)
 		event_free(proxy->drain_timer);
 	evdns_base_free(proxy->dns, 1);
 	metrics_free(proxy->metrics);
+	retry_budget_book_free(proxy->budgets);
 	config_release(proxy->config);
 	event_base_free(proxy->base);
 	free(proxy);

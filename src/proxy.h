@@ -21,6 +21,7 @@ struct listener;
 struct client;
 struct tunnel;
 struct metrics;
+struct retry_budget_book;
 
 struct proxy {
 	struct event_base *base;
@@ -38,6 +39,7 @@ struct proxy {
 	struct event *drain_timer;
 	struct retry_rng rng;        /* jitter for every backoff */
 	struct metrics *metrics;
+	struct retry_budget_book *budgets; /* retry.budget state per route */
 	unsigned backoff_pending;    /* exchanges waiting on a backoff timer */
 };
 

@@ -1,0 +1,115 @@
+#include "retry_budget.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "xmalloc.h"
+
+/* A window is cut into this many buckets: the window slides in steps of
+ * window / RETRY_BUDGET_BUCKETS. */
+#define RETRY_BUDGET_BUCKETS 20
+
+struct retry_budget_state {
+	char *route;
+	uint64_t window_ms;
+	uint64_t bucket_ms;
+	uint64_t epoch[RETRY_BUDGET_BUCKETS]; /* which bucket-sized slice of time each holds */
+	uint32_t requests[RETRY_BUDGET_BUCKETS];
+	uint32_t retries[RETRY_BUDGET_BUCKETS];
+	struct retry_budget_state *next;
+};
+
+struct retry_budget_book {
+	struct retry_budget_state *states;
+};
+
+struct retry_budget_book *retry_budget_book_new(void)
+{
+	return xcalloc(1, sizeof(struct retry_budget_book));
+}
+
+void retry_budget_book_free(struct retry_budget_book *book)
+{
+	if (book == NULL)
+		return;
+	while (book->states != NULL) {
+		struct retry_budget_state *s = book->states;
+
+		book->states = s->next;
+		free(s->route);
+		free(s);
+	}
+	free(book);
+}
+
+struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, const char *route,
+					    const struct retry_budget *budget)
+{
+	struct retry_budget_state *s;
+
+	for (s = book->states; s != NULL; s = s->next)
+		if (s->window_ms == budget->window_ms && strcmp(s->route, route) == 0)
+			return s;
+	s = xcalloc(1, sizeof(*s));
+	s->route = xstrdup(route);
+	s->window_ms = budget->window_ms;
+	s->bucket_ms = budget->window_ms / RETRY_BUDGET_BUCKETS;
+	if (s->bucket_ms == 0)
+		s->bucket_ms = 1;
+	s->next = book->states;
+	book->states = s;
+	return s;
+}
+
+/* The bucket for now, emptied first if it holds an older slice of time. */
+static unsigned retry_budget_bucket(struct retry_budget_state *s, uint64_t now_ms)
+{
+	uint64_t epoch = now_ms / s->bucket_ms;
+	unsigned i = (unsigned)(epoch % RETRY_BUDGET_BUCKETS);
+
+	if (s->epoch[i] != epoch) {
+		s->epoch[i] = epoch;
+		s->requests[i] = 0;
+		s->retries[i] = 0;
+	}
+	return i;
+}
+
+void retry_budget_note_request(struct retry_budget_state *state, uint64_t now_ms)
+{
+	state->requests[retry_budget_bucket(state, now_ms)]++;
+}
+
+bool retry_budget_take(struct retry_budget_state *state, const struct retry_budget *budget,
+		       uint64_t now_ms)
+{
+	uint64_t now_epoch = now_ms / state->bucket_ms;
+	uint64_t requests = 0;
+	uint64_t retries = 0;
+	double allowed;
+	unsigned i;
+	unsigned current = retry_budget_bucket(state, now_ms);
+
+	for (i = 0; i < RETRY_BUDGET_BUCKETS; i++) {
+		/* only the slices inside the window count */
+		if (now_epoch - state->epoch[i] < RETRY_BUDGET_BUCKETS) {
+			requests += state->requests[i];
+			retries += state->retries[i];
+		}
+	}
+	allowed = budget->ratio * (double)requests +
+		  budget->min_per_second * (double)state->window_ms / 1000.0;
+	if ((double)(retries + 1) > allowed)
+		return false;
+	state->retries[current]++;
+	return true;
+}
+
+uint64_t retry_budget_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}

@@ -1,0 +1,38 @@
+#ifndef RETRYPROXY_RETRY_BUDGET_H
+#define RETRYPROXY_RETRY_BUDGET_H
+
+/*
+ * Retry storm protection per route (SPEC retry.budget): over any sliding
+ * window, retries may number at most ratio x the route's requests in that
+ * window plus min_per_second x the window's seconds. Counts live in time
+ * buckets, so checking costs a walk over a few counters, never a list of
+ * past requests.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+
+struct retry_budget_book;
+struct retry_budget_state;
+
+struct retry_budget_book *retry_budget_book_new(void);
+void retry_budget_book_free(struct retry_budget_book *book);
+
+/* The state of a route's budget, made on first use. A route whose window
+ * changed (reload) starts a new state. */
+struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, const char *route,
+					    const struct retry_budget *budget);
+
+/* A request arrived on the route at now_ms (a monotonic clock). */
+void retry_budget_note_request(struct retry_budget_state *state, uint64_t now_ms);
+
+/* May one more retry happen at now_ms? If so it is counted. */
+bool retry_budget_take(struct retry_budget_state *state, const struct retry_budget *budget,
+		       uint64_t now_ms);
+
+/* Milliseconds of a monotonic clock, for the calls above. */
+uint64_t retry_budget_now_ms(void);
+
+#endif

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Scenario: how long the proxy waits between tries, and when it stops.
+
+Client: GETs through a forward proxy to origin paths scripted per try; a
+route per backoff shape, chosen by path prefix.
+Origin: answers 503 (some with Retry-After, as delta-seconds or an
+HTTP-date) until a scripted 200, and records when each response ended and
+when the next request head arrived: that gap is the wait the proxy made.
+Must hold (waits measured at the origin; lower bounds within 20 ms, upper
+bounds with generous slack): with jitter 0, initial 200ms and multiplier 2
+the waits are 200, 400, 800 ms; with jitter 300ms each wait is in
+[backoff, backoff + 300ms] and jitter is really drawn; max_backoff caps the
+wait, jitter included; `jitter: full` waits are in [0, backoff] and not all
+near the top; Retry-After: 1 stretches a 100ms backoff to at least 1 s, an
+HTTP-date 3 s ahead to at least 2 s, and retry_after: ignore keeps 100ms;
+a Retry-After that would start the next try after the deadline returns
+that 503 at once (Retry-Attempts: 1, well under the Retry-After, gave_up
+deadline); with deadline 1s and 300ms waits no try starts after the
+deadline and the client gets the last 503 without further waiting.
+"""
+
+import email.utils
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s }
+defaults:
+  retry:
+    max_attempts: 4
+    initial_backoff: 100ms
+    multiplier: 2
+    max_backoff: 10s
+    jitter: 0s
+    deadline: 60s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: exp
+    match: { path_prefix: /exp/ }
+    retry: { initial_backoff: 200ms, multiplier: 2, jitter: 0s, max_attempts: 4 }
+  - name: jitter
+    match: { path_prefix: /jit/ }
+    retry: { initial_backoff: 150ms, multiplier: 1, jitter: 300ms, max_attempts: 6 }
+  - name: cap
+    match: { path_prefix: /cap/ }
+    retry: { initial_backoff: 200ms, multiplier: 4, max_backoff: 300ms, jitter: 200ms, max_attempts: 5 }
+  - name: full
+    match: { path_prefix: /full/ }
+    retry: { initial_backoff: 300ms, multiplier: 1, jitter: full, max_attempts: 9 }
+  - name: ignore
+    match: { path_prefix: /ignore/ }
+    retry: { retry_after: ignore }
+  - name: short-deadline
+    match: { path_prefix: /deadline/ }
+    retry: { deadline: 2s, max_attempts: 5 }
+  - name: stop
+    match: { path_prefix: /stop/ }
+    retry: { initial_backoff: 300ms, multiplier: 1, jitter: 0s, max_attempts: 20, deadline: 1s }
+"""
+
+TOL = 0.02                 # a wait may measure this much short (clock, scheduling)
+SLACK = 0.25 * h.SLOW      # and this much long (processing, connection, sanitizers)
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG)
+    host = origin.authority
+
+    def run(path, steps, status=200):
+        origin.script(path, steps)
+        r = h.fetch(proxy.port(), "GET", origin.url(path), host)
+        h.eq(r.status, status, "status of %s (body %r)" % (path, r.body))
+        reqs = origin.requests_for(path)
+        h.eq(r.header("Retry-Attempts"), str(len(reqs)), "Retry-Attempts vs requests the origin saw")
+        return r, reqs
+
+    def ms(gaps):
+        return [round(g * 1000) for g in gaps]
+
+    def within(gaps, bounds, what):
+        for i, (g, (lo, hi)) in enumerate(zip(gaps, bounds)):
+            h.ok(lo - TOL <= g <= hi + SLACK,
+                 "%s: wait %d is %d ms, expected %d..%d ms (+%d ms slack); all waits %s ms"
+                 % (what, i + 1, g * 1000, lo * 1000, hi * 1000, SLACK * 1000, ms(gaps)))
+
+    @t.check("jitter 0, initial 200ms, multiplier 2: waits 200, 400, 800 ms")
+    def _():
+        r, reqs = run("/exp/a", [503, 503, 503, 200])
+        gaps = h.try_gaps(reqs)
+        h.eq(len(gaps), 3, "waits")
+        within(gaps, [(0.2, 0.2), (0.4, 0.4), (0.8, 0.8)], "exp")
+
+    @t.check("jitter 300ms, multiplier 1, initial 150ms: each wait in [150, 450] ms; jitter is drawn")
+    def _():
+        r, reqs = run("/jit/a", [503] * 5 + [200])
+        gaps = h.try_gaps(reqs)
+        h.eq(len(gaps), 5, "waits")
+        within(gaps, [(0.15, 0.45)] * 5, "jitter")
+        # each wait is above 200 ms with probability 5/6: all five at
+        # most 200 ms means no jitter was added
+        h.ok(max(gaps) > 0.2, "no wait above 200 ms: jitter never added? waits %s ms" % ms(gaps))
+
+    @t.check("max_backoff 300ms caps the wait, jitter included (200ms x 4^n + up to 200ms)")
+    def _():
+        r, reqs = run("/cap/a", [503] * 4 + [200])
+        gaps = h.try_gaps(reqs)
+        h.eq(len(gaps), 4, "waits")
+        # wait 1: min(200 + U(0, 200), 300); later ones: min(800.., 300) = 300
+        within(gaps, [(0.2, 0.3), (0.3, 0.3), (0.3, 0.3), (0.3, 0.3)], "cap")
+
+    @t.check("jitter: full with backoff 300ms: waits in [0, 300] ms, not all near the top")
+    def _():
+        r, reqs = run("/full/a", [503] * 8 + [200])
+        gaps = h.try_gaps(reqs)
+        h.eq(len(gaps), 8, "waits")
+        within(gaps, [(0, 0.3)] * 8, "full jitter")
+        # each wait is under 240 ms with probability 0.8
+        h.ok(min(gaps) < 0.24, "every wait at least 240 ms: not uniform over [0, 300]? %s ms" % ms(gaps))
+
+    @t.check("Retry-After: 1 on a 503 stretches a 100ms backoff to >= 1 s")
+    def _():
+        r, reqs = run("/ra/secs", ["/status/503?retry_after=1", 200])
+        gaps = h.try_gaps(reqs)
+        within(gaps, [(1.0, 1.0)], "Retry-After 1")
+
+    @t.check("Retry-After as an HTTP-date 3 s ahead on a 429 stretches the wait to >= 2 s")
+    def _():
+        when = email.utils.formatdate(time.time() + 3, usegmt=True)
+        r, reqs = run("/ra/date", ["/status/429?retry_after=" + when.replace(" ", "%20"), 200])
+        gaps = h.try_gaps(reqs)
+        within(gaps, [(2.0, 3.0)], "Retry-After %r" % when)
+
+    @t.check("retry_after: ignore: Retry-After: 2 leaves the 100ms backoff")
+    def _():
+        r, reqs = run("/ignore/a", ["/status/503?retry_after=2", 200])
+        within(h.try_gaps(reqs), [(0.1, 0.1)], "retry_after ignore")
+
+    @t.check("Retry-After: 10 with deadline 2s: that 503 goes to the client at once")
+    def _():
+        origin.script("/deadline/ra", ["/status/503?retry_after=10&hdr=X-Try:1", 200])
+        r = h.fetch(proxy.port(), "GET", origin.url("/deadline/ra"), host)
+        h.eq((r.status, r.header_all("X-Try")), (503, ["1"]), "status and X-Try")
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        h.ok(r.elapsed < 1.0 * h.SLOW, "answered after %.2f s; should be at once, not after a wait"
+             % r.elapsed)
+        time.sleep(0.3)
+        h.eq(len(origin.requests_for("/deadline/ra")), 1, "requests the origin saw")
+
+    @t.check("... and its access line says gave_up=deadline")
+    def _():
+        f = h.access_fields(proxy.access_one("/deadline/ra"))
+        h.eq((f["status"], f["attempts"], f.get("gave_up")), ("503", "1", "deadline"),
+             "status, attempts, gave_up in %r" % f)
+
+    @t.check("deadline 1s, waits 300ms, max_attempts 20: no try starts after the deadline")
+    def _():
+        start = time.monotonic()
+        origin.script("/stop/a", [503])
+        r = h.fetch(proxy.port(), "GET", origin.url("/stop/a"), host)
+        h.eq(r.status, 503, "status")
+        reqs = origin.requests_for("/stop/a")
+        offsets = [q.received_at - reqs[0].received_at for q in reqs]
+        h.ok(all(x <= 1.0 + TOL for x in offsets),
+             "a try started after the 1 s deadline: tries at %s ms" % ms(offsets))
+        # tries at about 0, 300, 600, 900 ms; a 5th at 1200 would be too late
+        h.ok(3 <= len(reqs) <= 4, "expected 3 or 4 tries within 1 s of 300 ms waits, got %d at %s ms"
+             % (len(reqs), ms(offsets)))
+        h.eq(r.header("Retry-Attempts"), str(len(reqs)), "Retry-Attempts")
+        end_after_last = start + r.elapsed - reqs[-1].received_at
+        h.ok(end_after_last < 0.2 * h.SLOW,
+             "the last 503 reached the client %.2f s after the last try: it waited for nothing"
+             % end_after_last)
+        f = h.access_fields(proxy.access_one("/stop/a"))
+        h.eq(f.get("gave_up"), "deadline", "gave_up in %r" % f)
+
+
+h.run(scenario, __doc__)

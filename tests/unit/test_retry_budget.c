@@ -1,0 +1,102 @@
+/* Unit tests for retry_budget.c: the sliding-window retry budget. */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "retry_budget.h"
+
+static const struct retry_budget ten_percent = {
+	.ratio = 0.1,
+	.min_per_second = 1,
+	.window_ms = 10000,
+};
+
+/* Take retries at now until refused; return how many were allowed. */
+static unsigned take_all(struct retry_budget_state *s, const struct retry_budget *b, uint64_t now)
+{
+	unsigned n = 0;
+
+	while (retry_budget_take(s, b, now))
+		n++;
+	return n;
+}
+
+static void test_floor_without_requests(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget_state *s = retry_budget_for(book, "r", &ten_percent);
+
+	/* min_per_second 1 over a 10 s window: 10 retries with no requests */
+	assert_int_equal(take_all(s, &ten_percent, 100000), 10);
+	retry_budget_book_free(book);
+}
+
+static void test_ratio_of_requests(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget_state *s = retry_budget_for(book, "r", &ten_percent);
+	unsigned i;
+
+	for (i = 0; i < 1000; i++)
+		retry_budget_note_request(s, 100000 + i);
+	/* 0.1 x 1000 + 1 x 10 */
+	assert_int_equal(take_all(s, &ten_percent, 101000), 110);
+	retry_budget_book_free(book);
+}
+
+static void test_window_slides(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget_state *s = retry_budget_for(book, "r", &ten_percent);
+
+	assert_int_equal(take_all(s, &ten_percent, 100000), 10);
+	/* half a window later the old retries still count */
+	assert_int_equal(take_all(s, &ten_percent, 105000), 0);
+	/* a whole window later they have slid out */
+	assert_int_equal(take_all(s, &ten_percent, 110500), 10);
+	retry_budget_book_free(book);
+}
+
+static void test_routes_and_windows_are_separate(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget other = ten_percent;
+	struct retry_budget_state *a = retry_budget_for(book, "a", &ten_percent);
+	struct retry_budget_state *b = retry_budget_for(book, "b", &ten_percent);
+
+	assert_ptr_equal(a, retry_budget_for(book, "a", &ten_percent));
+	assert_ptr_not_equal(a, b);
+	other.window_ms = 2000;
+	assert_ptr_not_equal(a, retry_budget_for(book, "a", &other));
+	assert_int_equal(take_all(a, &ten_percent, 50000), 10);
+	assert_int_equal(take_all(b, &ten_percent, 50000), 10);
+	retry_budget_book_free(book);
+}
+
+static void test_zero_budget_refuses(void **state)
+{
+	struct retry_budget none = { .ratio = 0, .min_per_second = 0, .window_ms = 1000 };
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget_state *s = retry_budget_for(book, "r", &none);
+
+	retry_budget_note_request(s, 5000);
+	assert_false(retry_budget_take(s, &none, 5000));
+	retry_budget_book_free(book);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_floor_without_requests),
+		cmocka_unit_test(test_ratio_of_requests),
+		cmocka_unit_test(test_window_slides),
+		cmocka_unit_test(test_routes_and_windows_are_separate),
+		cmocka_unit_test(test_zero_budget_refuses),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
