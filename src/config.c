@@ -308,6 +308,9 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = "tunnel_idle_timeout",
 	  .type = &config_walk_timeout,
 	  .offset = offsetof(struct limits, tunnel_idle_timeout_ms) },
+	{ .name = "max_pending_retries",
+	  .type = &config_walk_count,
+	  .offset = offsetof(struct limits, max_pending_retries) },
 	{ .name = NULL },
 };
 
@@ -364,6 +367,7 @@ static void config_set_defaults(struct config *config)
 	limits->pool_max_idle = 32;
 	limits->pool_idle_timeout_ms = 60 * 1000;
 	limits->tunnel_idle_timeout_ms = 300 * 1000;
+	limits->max_pending_retries = 10000;
 
 	config_route_set_defaults(&config->default_route);
 }

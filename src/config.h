@@ -115,6 +115,7 @@ struct limits {
 	unsigned pool_max_idle;       /* idle upstream connections kept per (scheme, host, port) */
 	uint64_t pool_idle_timeout_ms; /* an idle pooled connection older than this is closed */
 	uint64_t tunnel_idle_timeout_ms; /* a CONNECT tunnel with no traffic this long is closed */
+	unsigned max_pending_retries; /* exchanges waiting in backoff at once, with their buffers */
 };
 
 struct config {

@@ -240,6 +240,12 @@ bool exchange_retry_allowed(struct exchange *ex, enum retry_cause cause, bool ne
 		ex->gave_up = "deadline";
 		return false;
 	}
+	/* each waiting retry keeps its request body and last response in
+	 * memory: past the cap, answer now instead of piling up */
+	if (ex->proxy->backoff_pending >= ex->config->limits.max_pending_retries) {
+		ex->gave_up = "budget";
+		return false;
+	}
 	/* last, so that only a retry that would happen spends the budget */
 	if (!retry_budget_take(ex->budget, &policy->budget, retry_budget_now_ms())) {
 		ex->gave_up = "budget";
