@@ -310,6 +310,9 @@ void exchange_try_failed(struct exchange *ex, enum try_failure failure, const ch
 	bool never_sent;
 	enum retry_cause cause = exchange_failure_cause(failure, connecting, &never_sent);
 
+	/* a kept response that broke off replaces its own try's record */
+	if (ex->state == EXCHANGE_KEEPING && ex->try_count > 0)
+		ex->try_count--;
 	exchange_record_try(ex, 0, try_failure_names[failure]);
 	metrics_upstream_error(ex->proxy->metrics, try_failure_kinds[failure]);
 	exchange_drop_upstream(ex);

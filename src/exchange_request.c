@@ -160,7 +160,7 @@ static bool exchange_body_over_limit(struct exchange *ex)
 
 	if (max_body == 0 || ex->request_body.payload_bytes <= max_body)
 		return false;
-	if (ex->state == EXCHANGE_RELAYING || ex->state == EXCHANGE_KEEPING)
+	if (ex->state == EXCHANGE_RELAYING)
 		exchange_break_response(ex, "request body over max_body_bytes");
 	else
 		exchange_respond_error(ex, 413, "request body is over max_body_bytes");
@@ -236,10 +236,11 @@ void exchange_send_request(struct exchange *ex)
 
 void exchange_client_readable(struct exchange *ex)
 {
+	/* While a retryable response is kept, or between tries, the body stays
+	 * with the client: the next try may still need all of it. */
 	if (ex->state == EXCHANGE_READING_BODY)
 		exchange_read_request_body(ex);
-	else if (ex->state == EXCHANGE_WAITING_HEAD || ex->state == EXCHANGE_RELAYING ||
-		 ex->state == EXCHANGE_KEEPING)
+	else if (ex->state == EXCHANGE_WAITING_HEAD || ex->state == EXCHANGE_RELAYING)
 		exchange_pump_request_body(ex);
 }
 
