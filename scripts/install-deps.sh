@@ -1,11 +1,32 @@
 #!/bin/sh
 # Install the Debian 12 packages retryproxy needs to build, test and fuzz.
 # Runs apt-get only when something is missing; uses sudo when not root.
+#
+#   install-deps.sh               everything: build, tests, fuzzers
+#   install-deps.sh --build-only  what `meson setup` and `ninja` need, no more
+#                                 (the container image's build stage uses this)
 set -eu
 
-packages="build-essential meson ninja-build pkg-config
-libevent-dev libssl-dev libyaml-dev libjansson-dev libcmocka-dev
-clang libclang-rt-14-dev curl openssl ca-certificates python3 procps"
+# Enough to configure and build, unit tests included (meson needs cmocka at
+# setup time, and python3 turns conf/retryproxy.yaml into C).
+build_packages="build-essential meson ninja-build pkg-config
+libevent-dev libssl-dev libyaml-dev libjansson-dev libcmocka-dev python3"
+
+# For the tests and fuzzers: clang and its sanitizer runtime, curl as the test
+# client, openssl for the test PKI, python3-yaml to read docker/compose.yaml,
+# systemd for `systemd-analyze verify` on the unit, groff-base to render the
+# man pages with warnings on.
+test_packages="clang libclang-rt-14-dev curl openssl ca-certificates procps
+python3-yaml systemd groff-base"
+
+case "${1:-}" in
+"") packages="$build_packages $test_packages" ;;
+--build-only) packages="$build_packages" ;;
+*)
+	echo "usage: install-deps.sh [--build-only]" >&2
+	exit 1
+	;;
+esac
 
 missing=""
 for p in $packages; do

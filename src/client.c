@@ -15,6 +15,7 @@
 
 #include "access_log.h"
 #include "config.h"
+#include "config_values.h"
 #include "exchange.h"
 #include "http1.h"
 #include "log.h"
@@ -48,6 +49,8 @@ struct client {
 	struct event *head_timer;            /* client_timeout for the next head */
 	struct event *resume;                /* parses a pipelined head from the loop */
 	enum client_state state;
+	bool listener_gone;                  /* a reload removed its listener: close after this request */
+	struct sockaddr_storage peer_addr;   /* checked against allow_clients again after a reload */
 	char peer[INET6_ADDRSTRLEN + 8];
 	LIST_ENTRY(client) link;
 };
@@ -73,6 +76,11 @@ static const char *client_reason_phrase(int status)
 struct bufferevent *client_bev(struct client *client)
 {
 	return client->bev;
+}
+
+bool client_closing_after_request(struct client *client)
+{
+	return client->proxy->draining || client->listener_gone;
 }
 
 struct proxy *client_proxy(struct client *client)
@@ -214,15 +222,47 @@ static void client_refuse(struct client *client, const struct http1_head *head, 
 	client_close_after_flush(client);
 }
 
+static bool client_allowed(const struct config *config, const struct sockaddr *peer);
+
+/* The listener of config at the address listen has, or NULL. */
+static const struct listener_config *client_find_listener(const struct config *config,
+							  const struct listener_config *listen)
+{
+	size_t i;
+
+	for (i = 0; i < config->listener_count; i++)
+		if (config_values_same_address(&config->listeners[i].addr, &listen->addr))
+			return &config->listeners[i];
+	return NULL;
+}
+
+/* Between requests: after a reload, the next request runs under the live
+ * config, as part of the listener that now has this address. A connection
+ * whose listener is gone keeps the old config and closes after its request. */
+static void client_adopt_config(struct client *client)
+{
+	struct config *live = client->proxy->config;
+	const struct listener_config *listen;
+
+	if (client->config == live || client->listener_gone)
+		return;
+	listen = client_find_listener(live, client->listen);
+	if (listen == NULL) {
+		client->listener_gone = true;
+		return;
+	}
+	config_release(client->config);
+	client->config = config_hold(live);
+	client->listen = listen;
+	client_set_timeouts(client, false);
+}
+
 /* Parse the next head if it is all here, and start its exchange. */
 static void client_read_head(struct client *client)
 {
 	struct evbuffer *in = bufferevent_get_input(client->bev);
-	const struct limits *limits = &client->config->limits;
-	struct http1_limits parse_limits = {
-		.max_head_bytes = limits->max_header_bytes,
-		.max_target_bytes = limits->max_uri_bytes,
-	};
+	const struct limits *limits;
+	struct http1_limits parse_limits;
 	struct http1_head *head;
 	struct http1_framing framing;
 	enum http1_error error = HTTP1_ERR_NONE;
@@ -235,6 +275,16 @@ static void client_read_head(struct client *client)
 
 	if (len == 0)
 		return;
+	client_adopt_config(client);
+	if (!client_allowed(client->config, (const struct sockaddr *)&client->peer_addr)) {
+		/* accepted before a reload that took this client's access away */
+		log_warn("client %s: refused: no longer in access.allow_clients", client->peer);
+		client_refuse(client, NULL, 403, "client address not allowed by access.allow_clients");
+		return;
+	}
+	limits = &client->config->limits;
+	parse_limits.max_head_bytes = limits->max_header_bytes;
+	parse_limits.max_target_bytes = limits->max_uri_bytes;
 	/* one byte over the limit is enough for the parser to say 431 */
 	want = len < limits->max_header_bytes + 1 ? len : limits->max_header_bytes + 1;
 	data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
@@ -352,7 +402,8 @@ void client_exchange_done(struct client *client, bool keep_alive)
 
 	client->exchange = NULL;
 	exchange_free(ex);
-	if (!keep_alive || client->proxy->draining) {
+	client_adopt_config(client);
+	if (!keep_alive || client->proxy->draining || client->listener_gone) {
 		client_close_after_flush(client);
 		return;
 	}
@@ -403,6 +454,28 @@ void client_close_idle(struct proxy *proxy)
 		if (client->state == CLIENT_READING_HEAD && client->bev != NULL &&
 		    evbuffer_get_length(bufferevent_get_input(client->bev)) == 0)
 			client_close(client, "draining");
+		client = next;
+	}
+}
+
+void client_config_changed(struct proxy *proxy)
+{
+	struct client *client = LIST_FIRST(&proxy->clients);
+
+	while (client != NULL) {
+		struct client *next = LIST_NEXT(client, link);
+		bool idle = client->state == CLIENT_READING_HEAD && client->bev != NULL &&
+			    evbuffer_get_length(bufferevent_get_input(client->bev)) == 0;
+
+		if (client_find_listener(proxy->config, client->listen) == NULL) {
+			client->listener_gone = true;
+			if (idle)
+				client_close(client, "its listener was removed by a reload");
+		} else if (idle && !client_allowed(proxy->config,
+						   (const struct sockaddr *)&client->peer_addr)) {
+			/* its next request would get a 403 */
+			client_close(client, "no longer in access.allow_clients");
+		}
 		client = next;
 	}
 }
@@ -473,6 +546,8 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 	client->proxy = proxy;
 	client->config = config_hold(config);
 	client->listen = listen;
+	if (peer_len <= sizeof(client->peer_addr))
+		memcpy(&client->peer_addr, peer, peer_len);
 	client_format_peer(peer, client->peer, sizeof(client->peer));
 	client->bev = bufferevent_socket_new(proxy->base, fd,
 					     BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
@@ -496,5 +571,4 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 	}
 	bufferevent_enable(client->bev, EV_READ | EV_WRITE);
 	client_arm_head_timer(client);
-	(void)peer_len;
 }

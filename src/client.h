@@ -34,6 +34,11 @@ const char *client_peer(struct client *client);
  * the connection (a slow-body attack, or a client that went away). */
 void client_watch_body(struct client *client, bool on);
 
+/* True when the connection closes after the current request whatever the
+ * client asked (drain, or a reload removed its listener), so the response
+ * says Connection: close. */
+bool client_closing_after_request(struct client *client);
+
 /* Queue a proxy-generated response with a one-line text body. */
 void client_write_error(struct client *client, int status, const char *text, unsigned attempts,
 			bool close);
@@ -52,6 +57,11 @@ void client_exchange_reset(struct client *client);
  * exchange and hands its socket to a tunnel. Nothing may touch the exchange
  * or the client after this call. */
 void client_exchange_tunnel(struct client *client, struct bufferevent *upstream);
+
+/* The live config changed (reload). Connections take it at their next
+ * request; those whose listener address it no longer has close now if idle,
+ * or after their current request. */
+void client_config_changed(struct proxy *proxy);
 
 /* Close every idle client connection (drain). */
 void client_close_idle(struct proxy *proxy);

@@ -148,11 +148,21 @@ void exchange_drop_upstream(struct exchange *ex)
 	}
 }
 
+/* Give back this exchange's place among the pending retries. */
+static void exchange_release_retry(struct exchange *ex)
+{
+	if (ex->retry_reserved) {
+		ex->retry_reserved = false;
+		ex->proxy->backoff_pending--;
+	}
+}
+
 void exchange_free(struct exchange *ex)
 {
 	if (ex == NULL)
 		return;
 	exchange_drop_upstream(ex);
+	exchange_release_retry(ex);
 	if (ex->try_timer != NULL)
 		event_free(ex->try_timer);
 	if (ex->backoff_timer != NULL)
@@ -183,7 +193,8 @@ void exchange_finish(struct exchange *ex, bool keep_alive)
 
 void exchange_respond_error(struct exchange *ex, int status, const char *text)
 {
-	bool keep_alive = ex->client_keep_alive && ex->request_body.done && !ex->is_connect;
+	bool keep_alive = ex->client_keep_alive && ex->request_body.done && !ex->is_connect &&
+			  !client_closing_after_request(ex->client);
 
 	exchange_drop_upstream(ex);
 	ex->status = status;
@@ -214,6 +225,8 @@ bool exchange_retry_allowed(struct exchange *ex, enum retry_cause cause, bool ne
 {
 	const struct retry_policy *policy = &ex->route->retry;
 	uint64_t wait;
+
+	exchange_release_retry(ex);
 
 	if (cause == RETRY_CAUSE_STATUS ? false : !retry_on_failure(policy, cause))
 		return false;
@@ -254,6 +267,10 @@ bool exchange_retry_allowed(struct exchange *ex, enum retry_cause cause, bool ne
 	ex->gave_up = NULL;
 	ex->next_wait_ms = wait;
 	ex->retry_cause = cause;
+	/* the place is taken now, not when the backoff starts: a retryable
+	 * response is kept in memory until then */
+	ex->retry_reserved = true;
+	ex->proxy->backoff_pending++;
 	return true;
 }
 
@@ -272,7 +289,6 @@ void exchange_schedule_retry(struct exchange *ex)
 		  (int)ex->target_len, ex->target, ex->attempts,
 		  (unsigned long long)ex->next_wait_ms);
 	exchange_set_state(ex, EXCHANGE_BACKOFF);
-	ex->proxy->backoff_pending++;
 	metrics_retry(ex->proxy->metrics, ex->route->name, ex->retry_cause);
 	evtimer_add(ex->backoff_timer, &tv);
 }
@@ -454,8 +470,7 @@ void exchange_start_try(struct exchange *ex)
 
 	if (ex->attempts == 0)
 		gettimeofday(&ex->first_try, NULL);
-	if (ex->state == EXCHANGE_BACKOFF)
-		ex->proxy->backoff_pending--;
+	exchange_release_retry(ex);
 	ex->attempts++;
 	metrics_try(ex->proxy->metrics, ex->route->name);
 	evtimer_add(ex->try_timer, &tv);
@@ -503,8 +518,6 @@ void exchange_client_drained(struct exchange *ex)
 
 void exchange_abort(struct exchange *ex, const char *reason)
 {
-	if (ex->state == EXCHANGE_BACKOFF)
-		ex->proxy->backoff_pending--;
 	if (ex->state != EXCHANGE_DONE) {
 		if (ex->state == EXCHANGE_BACKOFF || ex->state == EXCHANGE_KEEPING ||
 		    ex->kept != NULL)

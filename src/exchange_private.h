@@ -96,6 +96,7 @@ struct exchange {
 	uint64_t next_wait_ms;          /* decided with the retry, used by the timer */
 	enum retry_cause retry_cause;   /* why the scheduled retry happens */
 	struct retry_budget_state *budget; /* the route's retry budget */
+	bool retry_reserved;            /* counted in proxy->backoff_pending */
 
 	/* the current try */
 	unsigned attempts;

@@ -35,7 +35,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	size_t i;
 
 	ex->response_framing = *rf;
-	ex->client_keep_after = ex->client_keep_alive && !ex->proxy->draining;
+	ex->client_keep_after = ex->client_keep_alive && !client_closing_after_request(ex->client);
 	switch (rf->body) {
 	case HTTP1_BODY_NONE:
 		body_relay_init(&ex->response_body, BODY_MODE_LENGTH, 0, 0);

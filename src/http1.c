@@ -103,7 +103,8 @@ static const char *http1_skip_value(const char *p, const char *end)
 			memcpy(&x, p, 8);
 			/* No control byte and no DEL: all eight are value bytes. HTAB
 			 * is a control byte too, but rare enough for the slow path. */
-			if ((HTTP1_HAS_LESS(x, 0x20) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f))) == 0) {
+			if ((HTTP1_HAS_LESS(x, 0x20) |
+			     HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f))) == 0) {
 				p += 8;
 				continue;
 			}
@@ -498,8 +499,8 @@ static enum http1_parse http1_parse_field(const char **pp, const char *end, stru
 }
 
 /* Parse field lines and the empty line ending the head. */
-static enum http1_parse http1_parse_fields(const char **pp, const char *end, struct http1_head *head,
-					   enum http1_error *error)
+static enum http1_parse http1_parse_fields(const char **pp, const char *end,
+					   struct http1_head *head, enum http1_error *error)
 {
 	const char *p = *pp;
 
@@ -853,7 +854,8 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 	}
 	/* An empty Host is valid only for a target without authority (RFC 9110
 	 * section 7.2), which a proxy cannot forward anywhere: refused too. */
-	if (scan.host != NULL && !http1_valid_authority(scan.host->value, scan.host->value_len, false)) {
+	if (scan.host != NULL &&
+	    !http1_valid_authority(scan.host->value, scan.host->value_len, false)) {
 		*error = HTTP1_ERR_BAD_HOST;
 		return -1;
 	}
@@ -920,6 +922,13 @@ bool http1_field_is_hop_by_hop(const struct http1_head *head, const struct http1
 		if (HTTP1_IS_LIT(name, len, "connection") ||
 		    HTTP1_IS_LIT(name, len, "keep-alive"))
 			return true;
+		break;
+	case 14:
+		/* Never dropped because Connection names it: the body is
+		 * forwarded, and without its length the next hop would read
+		 * it as the start of another message. */
+		if (HTTP1_IS_LIT(name, len, "content-length"))
+			return false;
 		break;
 	case 16:
 		if (HTTP1_IS_LIT(name, len, "proxy-connection"))
@@ -1187,10 +1196,13 @@ static int http1_chunk_count(struct http1_chunked *dec, int before, int s)
 {
 	if (before == HTTP1_CS_DATA_CR || before == HTTP1_CS_DATA_LF)
 		return s;
-	if (++dec->line_len > dec->max_line)
-		return HTTP1_CS_ERROR + (before >= HTTP1_CS_TRAILER0 ? HTTP1_ERR_BAD_TRAILER
-						 : before <= HTTP1_CS_SIZE ? HTTP1_ERR_BAD_CHUNK_SIZE
-									   : HTTP1_ERR_BAD_CHUNK_EXT);
+	if (++dec->line_len > dec->max_line) {
+		if (before >= HTTP1_CS_TRAILER0)
+			return HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
+		if (before <= HTTP1_CS_SIZE)
+			return HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_SIZE;
+		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_EXT;
+	}
 	/* The final empty line is not part of the trailer fields' size. */
 	if (before >= HTTP1_CS_TRAILER0 && s != HTTP1_CS_END_LF && s != HTTP1_CS_DONE &&
 	    ++dec->trailer_bytes > dec->max_trailer)

@@ -7,10 +7,12 @@
 #include <event2/dns.h>
 #include <event2/event.h>
 
+#include "admin.h"
 #include "client.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
+#include "notify.h"
 #include "retry_budget.h"
 #include "pool.h"
 #include "tls.h"
@@ -102,7 +104,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 		proxy_free(proxy);
 		return NULL;
 	}
-	if (listener_apply(proxy, config) < 0) {
+	if (listener_apply(proxy, config) < 0 || admin_apply(proxy, config) < 0) {
 		*bind_failed = true;
 		proxy_free(proxy);
 		return NULL;
@@ -115,6 +117,7 @@ void proxy_free(struct proxy *proxy)
 	if (proxy == NULL)
 		return;
 	listener_close_all(proxy);
+	admin_close(proxy);
 	while (!LIST_EMPTY(&proxy->clients))
 		client_close(LIST_FIRST(&proxy->clients), "shutdown");
 	while (!LIST_EMPTY(&proxy->tunnels))
@@ -131,36 +134,88 @@ void proxy_free(struct proxy *proxy)
 	free(proxy);
 }
 
+/* READY=1 for the service manager, with what is serving now. */
+static void proxy_notify_ready(const struct proxy *proxy, const char *what)
+{
+	char status[256];
+
+	snprintf(status, sizeof(status), "%s: %zu listener%s, config %s", what,
+		 proxy->config->listener_count, proxy->config->listener_count == 1 ? "" : "s",
+		 proxy->config->source);
+	notify_ready(status);
+}
+
 void proxy_run(struct proxy *proxy)
 {
+	proxy_notify_ready(proxy, "serving");
 	event_base_dispatch(proxy->base);
+}
+
+/* Load path or the embedded default; the errors go through the log one per
+ * line (file:line:col: key: message), so that they follow log.format. */
+static struct config *proxy_load(const char *path)
+{
+	char *errors = NULL;
+	size_t len = 0;
+	FILE *err = open_memstream(&errors, &len);
+	struct config *config;
+	char *line, *next;
+
+	if (path != NULL)
+		config = config_load_file(path, err);
+	else
+		config = config_load_text(config_embedded_default, strlen(config_embedded_default),
+					  "<embedded>", err);
+	fclose(err);
+	for (line = errors; line != NULL && *line != '\0'; line = next) {
+		next = strchr(line, '\n');
+		if (next != NULL)
+			*next++ = '\0';
+		log_error("reload: %s", line);
+	}
+	free(errors);
+	return config;
 }
 
 int proxy_reload(struct proxy *proxy, const char *path)
 {
+	const char *name = path != NULL ? path : "<embedded>";
 	struct config *config;
 
-	if (path != NULL)
-		config = config_load_file(path, stderr);
-	else
-		config = config_load_text(config_embedded_default, strlen(config_embedded_default),
-					  "<embedded>", stderr);
-	if (config == NULL) {
-		log_error("reload: %s has errors; keeping the running config",
-			  path != NULL ? path : "<embedded>");
+	if (proxy->draining) {
+		/* applying listeners now would open what the drain closed */
+		log_warn("reload: ignored while draining");
 		return -1;
 	}
-	if (proxy_prepare_tls(proxy, config) < 0 || listener_apply(proxy, config) < 0) {
-		log_error("reload: cannot apply %s; keeping the running config",
-			  path != NULL ? path : "<embedded>");
-		config_release(config);
-		return -1;
+	notify_reloading();
+	config = proxy_load(path);
+	if (config == NULL) {
+		log_error("reload: %s has errors; keeping the running config", name);
+		goto fail;
+	}
+	/* admin first: if the listeners then fail, putting the one admin
+	 * socket back is simpler than putting back every listener */
+	if (proxy_prepare_tls(proxy, config) < 0 || admin_apply(proxy, config) < 0)
+		goto fail_apply;
+	if (listener_apply(proxy, config) < 0) {
+		if (admin_apply(proxy, proxy->config) < 0)
+			log_error("reload: the admin listener could not be put back as it was");
+		goto fail_apply;
 	}
 	config_release(proxy->config);
 	proxy->config = config;
 	log_configure(config->log_level, config->log_format);
+	client_config_changed(proxy);
 	log_info("reload: now running %s", config->source);
+	proxy_notify_ready(proxy, "reloaded");
 	return 0;
+fail_apply:
+	log_error("reload: cannot apply %s; keeping the running config", name);
+	config_release(config);
+fail:
+	/* the manager waits for READY=1 after RELOADING=1, failed or not */
+	proxy_notify_ready(proxy, "reload failed, still serving");
+	return -1;
 }
 
 /* drain_timeout passed: close what is still open. */
@@ -185,6 +240,7 @@ void proxy_drain(struct proxy *proxy)
 	if (proxy->draining)
 		return;
 	proxy->draining = true;
+	notify_stopping();
 	log_info("draining: %u connections open, waiting up to %llu ms", proxy->connection_count,
 		 (unsigned long long)ms);
 	listener_close_all(proxy);

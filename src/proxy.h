@@ -21,6 +21,7 @@ struct listener;
 struct client;
 struct tunnel;
 struct metrics;
+struct admin;
 struct retry_budget_book;
 
 struct proxy {
@@ -30,6 +31,7 @@ struct proxy {
 	struct tls_store *tls;
 	struct pool *pool;
 	struct listener *listeners;  /* list of open proxy listeners */
+	struct admin *admin;         /* the admin listener, or NULL when off */
 	LIST_HEAD(, client) clients; /* every open client connection */
 	LIST_HEAD(, tunnel) tunnels; /* every open CONNECT tunnel */
 	unsigned connection_count;   /* clients and tunnels: what max_connections counts */
@@ -44,21 +46,25 @@ struct proxy {
 };
 
 /* Build the runtime for a validated config (the proxy takes the reference)
- * and bind its listeners. NULL after logging why not; *bind_failed tells a
- * runtime failure (exit 2) from a config one (exit 1). */
+ * and bind its listeners and the admin listener. NULL after logging why not;
+ * *bind_failed tells a runtime failure (exit 2) from a config one (exit 1). */
 struct proxy *proxy_new(struct config *config, bool *bind_failed);
 
-/* Run the event loop until shutdown completes. */
+/* Tell the service manager the proxy is ready, then run the event loop
+ * until shutdown completes. */
 void proxy_run(struct proxy *proxy);
 
 void proxy_free(struct proxy *proxy);
 
-/* Load path (NULL: the embedded default) and switch to it; on any error keep
- * the running config. Returns 0 or -1. */
+/* Load path (NULL: the embedded default) and switch to it: new requests,
+ * also on open keep-alive connections, run under it, while requests in
+ * flight finish under the config they started with. On any error (logged
+ * with file:line:column) the running config stays. Announced to the service
+ * manager. Returns 0 or -1. */
 int proxy_reload(struct proxy *proxy, const char *path);
 
 /* Stop accepting, let in-flight requests finish up to drain_timeout, then
- * leave the loop. */
+ * leave the loop. The admin listener stays up meanwhile. */
 void proxy_drain(struct proxy *proxy);
 
 /* Called whenever a client connection or tunnel closes: resumes accepting

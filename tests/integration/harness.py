@@ -706,18 +706,25 @@ class Proxy:
                     out[k] = v
         return out
 
+    def terminate(self):
+        """Send SIGTERM now and return at once, for a test that watches the
+        drain; stop() later waits for the exit and checks it as usual."""
+        self.stopped_by_us = True
+        self.proc.send_signal(signal.SIGTERM)
+
     def stop(self):
-        """SIGTERM, wait, SIGKILL as a last resort. Returns a problem
-        description or None."""
+        """SIGTERM (unless terminate() sent it), wait, SIGKILL as a last
+        resort. Returns a problem description or None."""
         if self.proc is None:
             return None
         problems = []
         code = self.proc.poll()
-        if code is not None:
+        if code is not None and not self.stopped_by_us:
             problems.append("proxy had already exited with code %s before the test stopped it" % code)
         else:
-            self.stopped_by_us = True
-            self.proc.send_signal(signal.SIGTERM)
+            if code is None and not self.stopped_by_us:
+                self.stopped_by_us = True
+                self.proc.send_signal(signal.SIGTERM)
             try:
                 code = self.proc.wait(timeout=20 * SLOW)
             except subprocess.TimeoutExpired:

@@ -872,6 +872,15 @@ static void test_hop_by_hop(void **state)
 			fail_msg("field %zu (%.*s)", i, (int)test_head.fields[i].name_len,
 				 test_head.fields[i].name);
 
+	/* Content-Length frames the body that is forwarded: naming it in
+	 * Connection must not get it dropped. */
+	assert_int_equal(test_parse_request(S("POST / HTTP/1.1\r\nHost: a\r\nConnection: Content-Length, "
+					      "host\r\nContent-Length: 1\r\n\r\n"),
+					    &error),
+			 HTTP1_PARSE_DONE);
+	assert_true(http1_field_is_hop_by_hop(&test_head, &test_head.fields[0]));
+	assert_false(http1_field_is_hop_by_hop(&test_head, &test_head.fields[2]));
+
 	/* Without a Connection field only the fixed set is hop-by-hop. */
 	assert_int_equal(test_parse_request(S("GET / HTTP/1.1\r\nHost: a\r\nX-Secret: 1\r\nte: x\r\n\r\n"),
 					    &error),

@@ -1,0 +1,270 @@
+#include "admin.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+
+#include "config.h"
+#include "config_dump.h"
+#include "config_values.h"
+#include "log.h"
+#include "metrics.h"
+#include "proxy.h"
+#include "xmalloc.h"
+
+/* An admin client that sends nothing for this long is dropped. */
+#define ADMIN_TIMEOUT_S 10
+/* Admin requests are a line and a few fields; nothing needs more. */
+#define ADMIN_MAX_HEADERS 8192
+#define ADMIN_MAX_BODY 4096
+
+struct admin {
+	struct proxy *proxy;
+	struct evhttp *http;
+	char *address;                /* as written in the config, for logs */
+	struct sockaddr_storage addr; /* what the socket is bound to */
+	socklen_t addr_len;
+};
+
+/* The pages: a path and what writes its body. */
+struct admin_page {
+	const char *path;
+	const char *content_type;
+	int (*render)(struct admin *admin, struct evbuffer *body); /* returns the status */
+};
+
+/* /healthz: ok, or 503 while draining so load balancers move away. */
+static int admin_render_healthz(struct admin *admin, struct evbuffer *body)
+{
+	if (admin->proxy->draining) {
+		evbuffer_add_printf(body, "draining\n");
+		return 503;
+	}
+	evbuffer_add_printf(body, "ok\n");
+	return 200;
+}
+
+/* /metrics: the counters, with the gauges the proxy keeps itself. */
+static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
+{
+	const struct proxy *proxy = admin->proxy;
+	struct metrics_gauges gauges = {
+		.backoff_pending = proxy->backoff_pending,
+		.client_connections = proxy->connection_count,
+		.upstream_connections = proxy->upstream_count,
+	};
+
+	metrics_render(proxy->metrics, &gauges, body);
+	return 200;
+}
+
+/* /config: the config new requests run under now. */
+static int admin_render_config(struct admin *admin, struct evbuffer *body)
+{
+	config_dump_yaml(admin->proxy->config, body);
+	return 200;
+}
+
+static const struct admin_page admin_pages[] = {
+	{ "/healthz", "text/plain; charset=utf-8", admin_render_healthz },
+	{ "/metrics", "text/plain; version=0.0.4; charset=utf-8", admin_render_metrics },
+	{ "/config", "application/yaml; charset=utf-8", admin_render_config },
+};
+
+/* The reason phrase of a status this file sends. */
+static const char *admin_reason(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 503: return "Service Unavailable";
+	default: return "Error";
+	}
+}
+
+/* Send status with body; HEAD gets the fields a GET would, without the body. */
+static void admin_reply(struct evhttp_request *req, int status, const char *content_type,
+			struct evbuffer *body)
+{
+	struct evkeyvalq *headers = evhttp_request_get_output_headers(req);
+
+	evhttp_add_header(headers, "Content-Type", content_type);
+	evhttp_add_header(headers, "Cache-Control", "no-store");
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+		char length[32];
+
+		snprintf(length, sizeof(length), "%zu", evbuffer_get_length(body));
+		evhttp_add_header(headers, "Content-Length", length);
+		evbuffer_drain(body, evbuffer_get_length(body));
+	}
+	evhttp_send_reply(req, status, admin_reason(status), body);
+}
+
+/* Every admin request: find the page, check the method, render. */
+static void admin_request_cb(struct evhttp_request *req, void *arg)
+{
+	struct admin *admin = arg;
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+	enum evhttp_cmd_type method = evhttp_request_get_command(req);
+	struct evbuffer *body = evbuffer_new();
+	const struct admin_page *page = NULL;
+	const char *content_type = "text/plain; charset=utf-8";
+	size_t i;
+	int status;
+
+	for (i = 0; path != NULL && i < sizeof(admin_pages) / sizeof(admin_pages[0]); i++)
+		if (strcmp(path, admin_pages[i].path) == 0)
+			page = &admin_pages[i];
+	if (page == NULL) {
+		status = 404;
+		evbuffer_add_printf(body, "not found; try /healthz, /metrics or /config\n");
+	} else if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
+		/* the pages only show state; nothing here changes it */
+		status = 405;
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+		evbuffer_add_printf(body, "method not allowed; use GET\n");
+	} else {
+		status = page->render(admin, body);
+		content_type = page->content_type;
+	}
+	/* before replying: evhttp may free the request while sending */
+	log_debug("admin: %s -> %d", evhttp_request_get_uri(req), status);
+	admin_reply(req, status, content_type, body);
+	evbuffer_free(body);
+}
+
+/* Stop serving: evhttp closes the listening socket and open connections. */
+static void admin_free(struct admin *admin)
+{
+	evhttp_free(admin->http);
+	free(admin->address);
+	free(admin);
+}
+
+/* Bind address and serve the pages there. NULL with errno set when the
+ * address cannot be bound. */
+static struct admin *admin_open(struct proxy *proxy, const char *address,
+				const struct sockaddr_storage *addr, socklen_t addr_len)
+{
+	struct admin *admin;
+	struct evconnlistener *evl;
+	int err;
+
+	/* no callback yet: evhttp_bind_listener sets its own */
+	evl = evconnlistener_new_bind(proxy->base, NULL, NULL,
+				      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+				      128, (const struct sockaddr *)addr, (int)addr_len);
+	if (evl == NULL)
+		return NULL;
+	admin = xcalloc(1, sizeof(*admin));
+	admin->proxy = proxy;
+	admin->address = xstrdup(address);
+	admin->addr = *addr;
+	admin->addr_len = addr_len;
+	admin->http = evhttp_new(proxy->base);
+	if (admin->http == NULL || evhttp_bind_listener(admin->http, evl) == NULL)
+		goto fail;
+	/* every method reaches the callback, so that the answer is a 405
+	 * naming what is allowed rather than evhttp's 501 */
+	evhttp_set_allowed_methods(admin->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+							EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+							EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+							EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+	evhttp_set_gencb(admin->http, admin_request_cb, admin);
+	evhttp_set_timeout(admin->http, ADMIN_TIMEOUT_S);
+	evhttp_set_max_headers_size(admin->http, ADMIN_MAX_HEADERS);
+	evhttp_set_max_body_size(admin->http, ADMIN_MAX_BODY);
+	log_info("admin listening on %s (/healthz, /metrics, /config)", address);
+	return admin;
+fail:
+	err = errno;
+	if (admin->http != NULL)
+		evhttp_free(admin->http);
+	evconnlistener_free(evl);
+	free(admin->address);
+	free(admin);
+	errno = err != 0 ? err : ENOMEM;
+	return NULL;
+}
+
+/* The port of a bound or configured address. */
+static in_port_t admin_port(const struct sockaddr_storage *addr)
+{
+	if (addr->ss_family == AF_INET6)
+		return ((const struct sockaddr_in6 *)addr)->sin6_port;
+	return ((const struct sockaddr_in *)addr)->sin_port;
+}
+
+int admin_apply(struct proxy *proxy, const struct config *config)
+{
+	struct admin *old = proxy->admin;
+	struct admin *fresh;
+
+	if (config->admin_address == NULL) {
+		if (old != NULL) {
+			log_info("admin listener %s closed: no admin address any more", old->address);
+			admin_free(old);
+			proxy->admin = NULL;
+		}
+		return 0;
+	}
+	if (old != NULL && config_values_same_address(&old->addr, &config->admin_addr)) {
+		/* the same socket serves on; only the spelling may differ */
+		free(old->address);
+		old->address = xstrdup(config->admin_address);
+		return 0;
+	}
+	fresh = admin_open(proxy, config->admin_address, &config->admin_addr,
+			   config->admin_addr_len);
+	if (fresh == NULL && errno == EADDRINUSE && old != NULL &&
+	    admin_port(&old->addr) == admin_port(&config->admin_addr)) {
+		/* 127.0.0.1:9901 to 0.0.0.0:9901: the old socket is in the new
+		 * one's way, so it has to go first; put it back on failure */
+		char *old_address = xstrdup(old->address);
+		struct sockaddr_storage old_addr = old->addr;
+		socklen_t old_len = old->addr_len;
+
+		admin_free(old);
+		proxy->admin = old = NULL;
+		fresh = admin_open(proxy, config->admin_address, &config->admin_addr,
+				   config->admin_addr_len);
+		if (fresh == NULL) {
+			int err = errno;
+
+			proxy->admin = admin_open(proxy, old_address, &old_addr, old_len);
+			if (proxy->admin == NULL)
+				log_error("admin listener %s could not be reopened: %s", old_address,
+					  strerror(errno));
+			errno = err;
+		}
+		free(old_address);
+	}
+	if (fresh == NULL) {
+		log_error("cannot listen on admin address %s: %s", config->admin_address,
+			  strerror(errno));
+		return -1;
+	}
+	if (old != NULL) {
+		log_info("admin listener %s closed: moved to %s", old->address, fresh->address);
+		admin_free(old);
+	}
+	proxy->admin = fresh;
+	return 0;
+}
+
+void admin_close(struct proxy *proxy)
+{
+	if (proxy->admin == NULL)
+		return;
+	admin_free(proxy->admin);
+	proxy->admin = NULL;
+}

@@ -1,0 +1,25 @@
+#ifndef RETRYPROXY_ADMIN_H
+#define RETRYPROXY_ADMIN_H
+
+/*
+ * The admin listener (SPEC "Admin endpoint"), served by libevent's evhttp:
+ * GET /healthz, /metrics (Prometheus text) and /config (the effective config
+ * as YAML). It is separate from the proxy listeners and stays up while the
+ * proxy drains, so a health check can watch the drain. Only loopback
+ * addresses unless access.admin_remote; config loading enforces that.
+ */
+
+struct config;
+struct proxy;
+struct admin;
+
+/* Make the admin listener what config says: start it, move it to a new
+ * address (binding the new one before closing the old), or stop it when the
+ * admin key is gone. Returns 0, or -1 after logging why the address cannot
+ * be bound, with the admin listener as it was. */
+int admin_apply(struct proxy *proxy, const struct config *config);
+
+/* Stop the admin listener and its open connections. */
+void admin_close(struct proxy *proxy);
+
+#endif

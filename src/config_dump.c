@@ -1,0 +1,466 @@
+#include "config_dump.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <yaml.h>
+
+#include "config.h"
+#include "config_values.h"
+#include "log.h"
+#include "xmalloc.h"
+
+/*
+ * libyaml's emitter does the writing, so quoting is always right: a value
+ * like "::1/128" or "*" inside a flow list gets quotes without this file
+ * knowing YAML's indicator rules. Only one rule is ours: a text that a plain
+ * scalar would turn into a null ("~", "null", empty) is forced into quotes,
+ * because the loader reads those as null.
+ */
+
+struct config_dump {
+	yaml_emitter_t emitter;
+	struct evbuffer *out;
+};
+
+/* The emitter's output goes straight into the reply buffer. */
+static int config_dump_write(void *data, unsigned char *buffer, size_t size)
+{
+	struct config_dump *d = data;
+
+	return evbuffer_add(d->out, buffer, size) == 0;
+}
+
+/* Emit one event. The sequence of events is fixed by this file and the text
+ * in them is valid UTF-8, so a failure is a bug or out of memory: like
+ * xmalloc, stop with the reason rather than serve half a document. */
+static void config_dump_emit(struct config_dump *d, yaml_event_t *event)
+{
+	if (!yaml_emitter_emit(&d->emitter, event)) {
+		log_error("config dump: libyaml emitter failed: %s",
+			  d->emitter.problem != NULL ? d->emitter.problem : "unknown error");
+		abort();
+	}
+}
+
+/* Whether a plain scalar with this text would load as a null. */
+static bool config_dump_reads_as_null(const char *text)
+{
+	return text[0] == '\0' || strcmp(text, "~") == 0 || strcmp(text, "null") == 0 ||
+	       strcmp(text, "Null") == 0 || strcmp(text, "NULL") == 0;
+}
+
+/* A scalar; plain_ok false forces quotes. */
+static void config_dump_scalar(struct config_dump *d, const char *text, bool plain_ok)
+{
+	yaml_event_t event;
+	char *copy = NULL;
+
+	if (!yaml_scalar_event_initialize(&event, NULL, NULL, (yaml_char_t *)text, -1, plain_ok, 1,
+					  YAML_ANY_SCALAR_STYLE)) {
+		/* Not UTF-8 (a ca_file path from a directory named in another
+		 * encoding): show it with the odd bytes replaced rather than
+		 * not at all. */
+		copy = xstrdup(text);
+		for (char *p = copy; *p != '\0'; p++)
+			if ((unsigned char)*p >= 0x80)
+				*p = '?';
+		if (!yaml_scalar_event_initialize(&event, NULL, NULL, (yaml_char_t *)copy, -1,
+						  plain_ok, 1, YAML_ANY_SCALAR_STYLE)) {
+			log_error("config dump: cannot make a YAML scalar");
+			abort();
+		}
+	}
+	config_dump_emit(d, &event);
+	free(copy);
+}
+
+/* A text from the config: a name, a host, a path, an address. */
+static void config_dump_text(struct config_dump *d, const char *text)
+{
+	config_dump_scalar(d, text, !config_dump_reads_as_null(text));
+}
+
+/* A key, a keyword or a number this file wrote: always plain. */
+static void config_dump_word(struct config_dump *d, const char *word)
+{
+	config_dump_scalar(d, word, true);
+}
+
+/* Open a mapping, block style unless flow. */
+static void config_dump_mapping_start(struct config_dump *d, bool flow)
+{
+	yaml_event_t event;
+
+	yaml_mapping_start_event_initialize(&event, NULL, NULL, 1,
+					    flow ? YAML_FLOW_MAPPING_STYLE : YAML_BLOCK_MAPPING_STYLE);
+	config_dump_emit(d, &event);
+}
+
+/* Close the innermost mapping. */
+static void config_dump_mapping_end(struct config_dump *d)
+{
+	yaml_event_t event;
+
+	yaml_mapping_end_event_initialize(&event);
+	config_dump_emit(d, &event);
+}
+
+/* Open a list, block style unless flow. */
+static void config_dump_sequence_start(struct config_dump *d, bool flow)
+{
+	yaml_event_t event;
+
+	yaml_sequence_start_event_initialize(
+		&event, NULL, NULL, 1, flow ? YAML_FLOW_SEQUENCE_STYLE : YAML_BLOCK_SEQUENCE_STYLE);
+	config_dump_emit(d, &event);
+}
+
+/* Close the innermost list. */
+static void config_dump_sequence_end(struct config_dump *d)
+{
+	yaml_event_t event;
+
+	yaml_sequence_end_event_initialize(&event);
+	config_dump_emit(d, &event);
+}
+
+/* key: text */
+static void config_dump_pair_text(struct config_dump *d, const char *key, const char *text)
+{
+	config_dump_word(d, key);
+	config_dump_text(d, text);
+}
+
+/* key: word, for a value this file formatted. */
+static void config_dump_pair_word(struct config_dump *d, const char *key, const char *word)
+{
+	config_dump_word(d, key);
+	config_dump_word(d, word);
+}
+
+/* key: a duration in the largest unit that keeps it exact ("1500ms", "2s"). */
+static void config_dump_pair_ms(struct config_dump *d, const char *key, uint64_t ms)
+{
+	char buf[32];
+
+	config_values_format_ms(ms, buf, sizeof(buf));
+	config_dump_pair_word(d, key, buf);
+}
+
+/* key: a size in the largest of GiB, MiB, KiB that keeps it exact, or bytes. */
+static void config_dump_pair_size(struct config_dump *d, const char *key, uint64_t bytes)
+{
+	static const struct {
+		const char *unit;
+		uint64_t bytes;
+	} units[] = {
+		{ "GiB", 1024ull * 1024 * 1024 },
+		{ "MiB", 1024ull * 1024 },
+		{ "KiB", 1024ull },
+	};
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%llu", (unsigned long long)bytes);
+	for (size_t i = 0; bytes != 0 && i < sizeof(units) / sizeof(units[0]); i++) {
+		if (bytes % units[i].bytes == 0) {
+			snprintf(buf, sizeof(buf), "%llu%s",
+				 (unsigned long long)(bytes / units[i].bytes), units[i].unit);
+			break;
+		}
+	}
+	config_dump_pair_word(d, key, buf);
+}
+
+/* key: a whole number. */
+static void config_dump_pair_unsigned(struct config_dump *d, const char *key, unsigned long long n)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%llu", n);
+	config_dump_pair_word(d, key, buf);
+}
+
+/* key: true or false. */
+static void config_dump_pair_bool(struct config_dump *d, const char *key, bool value)
+{
+	config_dump_pair_word(d, key, value ? "true" : "false");
+}
+
+/* key: the shortest fixed-point decimal that reads back as the same double;
+ * the loader takes digits and a fraction, never an exponent. */
+static void config_dump_pair_number(struct config_dump *d, const char *key, double value)
+{
+	char buf[64];
+
+	for (int precision = 0; precision <= 17; precision++) {
+		snprintf(buf, sizeof(buf), "%.*f", precision, value);
+		if (strtod(buf, NULL) == value)
+			break;
+	}
+	config_dump_pair_word(d, key, buf);
+}
+
+/* A flow list of texts: [GET, HEAD]. */
+static void config_dump_list(struct config_dump *d, const char *key, char *const *items,
+			     size_t count)
+{
+	config_dump_word(d, key);
+	config_dump_sequence_start(d, true);
+	for (size_t i = 0; i < count; i++)
+		config_dump_text(d, items[i]);
+	config_dump_sequence_end(d);
+}
+
+/* retry.on: the condition words, then the explicit codes. */
+static void config_dump_retry_on(struct config_dump *d, const struct retry_policy *retry)
+{
+	char code[8];
+
+	config_dump_word(d, "on");
+	config_dump_sequence_start(d, true);
+	if (retry->on & RETRY_ON_5XX)
+		config_dump_word(d, "5xx");
+	for (unsigned c = 100; c < 600; c++) {
+		if (retry->on_codes[c / 8] & (1u << (c % 8))) {
+			snprintf(code, sizeof(code), "%u", c);
+			config_dump_word(d, code);
+		}
+	}
+	if (retry->on & RETRY_ON_CONNECT_FAILURE)
+		config_dump_word(d, "connect-failure");
+	if (retry->on & RETRY_ON_RESET)
+		config_dump_word(d, "reset");
+	if (retry->on & RETRY_ON_TIMEOUT)
+		config_dump_word(d, "timeout");
+	config_dump_sequence_end(d);
+}
+
+/* retry: every key of a resolved policy. */
+static void config_dump_retry(struct config_dump *d, const struct retry_policy *retry)
+{
+	config_dump_word(d, "retry");
+	config_dump_mapping_start(d, false);
+	config_dump_retry_on(d, retry);
+	config_dump_pair_unsigned(d, "max_attempts", retry->max_attempts);
+	config_dump_pair_ms(d, "initial_backoff", retry->initial_backoff_ms);
+	config_dump_pair_number(d, "multiplier", retry->multiplier);
+	config_dump_pair_ms(d, "max_backoff", retry->max_backoff_ms);
+	if (retry->jitter_full)
+		config_dump_pair_word(d, "jitter", "full");
+	else
+		config_dump_pair_ms(d, "jitter", retry->jitter_ms);
+	config_dump_pair_ms(d, "deadline", retry->deadline_ms);
+	config_dump_pair_word(d, "retry_after", retry->honor_retry_after ? "honor" : "ignore");
+	config_dump_word(d, "budget");
+	config_dump_mapping_start(d, false);
+	config_dump_pair_number(d, "ratio", retry->budget.ratio);
+	config_dump_pair_number(d, "min_per_second", retry->budget.min_per_second);
+	config_dump_pair_ms(d, "window", retry->budget.window_ms);
+	config_dump_mapping_end(d);
+	config_dump_mapping_end(d);
+}
+
+/* idempotent: the methods and the when_present list. */
+static void config_dump_idempotent(struct config_dump *d, const struct idempotency *idem)
+{
+	static const char *const kinds[] = {
+		[WHEN_PRESENT_QUERY] = "query",
+		[WHEN_PRESENT_HEADER] = "header",
+		[WHEN_PRESENT_JSON_FIELD] = "json_field",
+	};
+
+	config_dump_word(d, "idempotent");
+	config_dump_mapping_start(d, false);
+	config_dump_list(d, "methods", idem->methods, idem->method_count);
+	config_dump_word(d, "when_present");
+	config_dump_sequence_start(d, idem->when_present_count == 0);
+	for (size_t i = 0; i < idem->when_present_count; i++) {
+		config_dump_mapping_start(d, false);
+		config_dump_pair_text(d, kinds[idem->when_present[i].kind],
+				      idem->when_present[i].name);
+		config_dump_mapping_end(d);
+	}
+	config_dump_sequence_end(d);
+	config_dump_mapping_end(d);
+}
+
+/* tls: ca_file (~ for OpenSSL's default paths) and verify. */
+static void config_dump_tls(struct config_dump *d, const struct tls_policy *tls)
+{
+	config_dump_word(d, "tls");
+	config_dump_mapping_start(d, false);
+	config_dump_word(d, "ca_file");
+	if (tls->ca_file != NULL)
+		config_dump_text(d, tls->ca_file);
+	else
+		config_dump_word(d, "~");
+	config_dump_pair_bool(d, "verify", tls->verify);
+	config_dump_mapping_end(d);
+}
+
+/* One routes[] item: its own match, upstream and tls, and the policy it
+ * ended up with. A route without a tls: of its own uses the global one, so
+ * none is written, which keeps the route's meaning when loaded again. */
+static void config_dump_route(struct config_dump *d, const struct route *route)
+{
+	config_dump_mapping_start(d, false);
+	config_dump_pair_text(d, "name", route->name);
+	if (route->match_host != NULL || route->match_path_prefix != NULL ||
+	    route->match_method_count > 0) {
+		config_dump_word(d, "match");
+		config_dump_mapping_start(d, false);
+		if (route->match_host != NULL)
+			config_dump_pair_text(d, "host", route->match_host);
+		if (route->match_path_prefix != NULL)
+			config_dump_pair_text(d, "path_prefix", route->match_path_prefix);
+		if (route->match_method_count > 0)
+			config_dump_list(d, "methods", route->match_methods,
+					 route->match_method_count);
+		config_dump_mapping_end(d);
+	}
+	if (route->upstream != NULL)
+		config_dump_pair_text(d, "upstream", route->upstream->text);
+	if (route->tls_overridden)
+		config_dump_tls(d, &route->tls);
+	config_dump_idempotent(d, &route->idempotent);
+	config_dump_retry(d, &route->retry);
+	config_dump_mapping_end(d);
+}
+
+/* access: the client networks as address/prefix. */
+static void config_dump_access(struct config_dump *d, const struct config *config)
+{
+	char addr[INET6_ADDRSTRLEN], cidr[INET6_ADDRSTRLEN + 8];
+
+	config_dump_word(d, "access");
+	config_dump_mapping_start(d, false);
+	config_dump_word(d, "allow_clients");
+	config_dump_sequence_start(d, true);
+	for (size_t i = 0; i < config->allow_client_count; i++) {
+		const struct cidr *c = &config->allow_clients[i];
+		const void *a = c->addr.ss_family == AF_INET
+					? (const void *)&((const struct sockaddr_in *)&c->addr)->sin_addr
+					: (const void *)&((const struct sockaddr_in6 *)&c->addr)->sin6_addr;
+
+		if (inet_ntop(c->addr.ss_family, a, addr, sizeof(addr)) == NULL)
+			continue;
+		snprintf(cidr, sizeof(cidr), "%s/%u", addr, c->prefix_len);
+		config_dump_text(d, cidr);
+	}
+	config_dump_sequence_end(d);
+	config_dump_list(d, "allow_hosts", config->allow_hosts, config->allow_host_count);
+	config_dump_pair_bool(d, "admin_remote", config->admin_remote);
+	config_dump_mapping_end(d);
+}
+
+/* limits: every one, sizes and durations in units. */
+static void config_dump_limits(struct config_dump *d, const struct limits *limits)
+{
+	config_dump_word(d, "limits");
+	config_dump_mapping_start(d, false);
+	config_dump_pair_unsigned(d, "max_connections", limits->max_connections);
+	config_dump_pair_size(d, "max_header_bytes", limits->max_header_bytes);
+	config_dump_pair_size(d, "max_uri_bytes", limits->max_uri_bytes);
+	config_dump_pair_size(d, "max_body_bytes", limits->max_body_bytes);
+	config_dump_pair_size(d, "replay_buffer", limits->replay_buffer);
+	config_dump_pair_ms(d, "client_timeout", limits->client_timeout_ms);
+	config_dump_pair_size(d, "retry_response_buffer", limits->retry_response_buffer);
+	config_dump_pair_ms(d, "connect_timeout", limits->connect_timeout_ms);
+	config_dump_pair_ms(d, "try_timeout", limits->try_timeout_ms);
+	config_dump_pair_ms(d, "drain_timeout", limits->drain_timeout_ms);
+	config_dump_pair_unsigned(d, "pool_max_idle", limits->pool_max_idle);
+	config_dump_pair_ms(d, "pool_idle_timeout", limits->pool_idle_timeout_ms);
+	config_dump_pair_ms(d, "tunnel_idle_timeout", limits->tunnel_idle_timeout_ms);
+	config_dump_mapping_end(d);
+}
+
+/* The document's one mapping, in the order of the shipped config file. */
+static void config_dump_document(struct config_dump *d, const struct config *config)
+{
+	static const char *const levels[] = {
+		[LOG_LEVEL_ERROR] = "error",
+		[LOG_LEVEL_WARN] = "warn",
+		[LOG_LEVEL_INFO] = "info",
+		[LOG_LEVEL_DEBUG] = "debug",
+	};
+
+	config_dump_mapping_start(d, false);
+	config_dump_word(d, "listen");
+	config_dump_sequence_start(d, false);
+	for (size_t i = 0; i < config->listener_count; i++) {
+		const struct listener_config *lc = &config->listeners[i];
+
+		config_dump_mapping_start(d, false);
+		config_dump_pair_text(d, "address", lc->address);
+		if (lc->upstream != NULL)
+			config_dump_pair_text(d, "upstream", lc->upstream->text);
+		config_dump_mapping_end(d);
+	}
+	config_dump_sequence_end(d);
+	/* no admin: key is how a config turns the admin listener off */
+	if (config->admin_address != NULL)
+		config_dump_pair_text(d, "admin", config->admin_address);
+	config_dump_word(d, "log");
+	config_dump_mapping_start(d, false);
+	config_dump_pair_word(d, "level", levels[config->log_level]);
+	config_dump_pair_word(d, "format", config->log_format == LOG_FORMAT_JSON ? "json" : "text");
+	config_dump_mapping_end(d);
+	config_dump_access(d, config);
+	config_dump_tls(d, &config->tls);
+	config_dump_limits(d, &config->limits);
+	config_dump_word(d, "defaults");
+	config_dump_mapping_start(d, false);
+	config_dump_retry(d, &config->default_route.retry);
+	config_dump_idempotent(d, &config->default_route.idempotent);
+	config_dump_mapping_end(d);
+	config_dump_word(d, "routes");
+	config_dump_sequence_start(d, config->route_count == 0);
+	for (size_t i = 0; i < config->route_count; i++)
+		config_dump_route(d, &config->routes[i]);
+	config_dump_sequence_end(d);
+	config_dump_mapping_end(d);
+}
+
+/* A comment line naming the source; control bytes would end the comment. */
+static void config_dump_header(struct evbuffer *out, const char *source)
+{
+	evbuffer_add_printf(out, "# retryproxy effective configuration, loaded from ");
+	for (const char *p = source; *p != '\0'; p++) {
+		char c = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
+
+		evbuffer_add(out, &c, 1);
+	}
+	evbuffer_add_printf(out, "\n");
+}
+
+void config_dump_yaml(const struct config *config, struct evbuffer *out)
+{
+	struct config_dump d = { .out = out };
+	yaml_event_t event;
+
+	config_dump_header(out, config->source);
+	if (!yaml_emitter_initialize(&d.emitter)) {
+		log_error("config dump: cannot start the libyaml emitter");
+		abort();
+	}
+	yaml_emitter_set_output(&d.emitter, config_dump_write, &d);
+	yaml_emitter_set_unicode(&d.emitter, 1);
+	yaml_emitter_set_width(&d.emitter, -1); /* long values stay on one line */
+	yaml_emitter_set_indent(&d.emitter, 2);
+	yaml_stream_start_event_initialize(&event, YAML_UTF8_ENCODING);
+	config_dump_emit(&d, &event);
+	yaml_document_start_event_initialize(&event, NULL, NULL, NULL, 1);
+	config_dump_emit(&d, &event);
+	config_dump_document(&d, config);
+	yaml_document_end_event_initialize(&event, 1);
+	config_dump_emit(&d, &event);
+	yaml_stream_end_event_initialize(&event);
+	config_dump_emit(&d, &event);
+	yaml_emitter_flush(&d.emitter);
+	yaml_emitter_delete(&d.emitter);
+}

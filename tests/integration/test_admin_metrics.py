@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Scenario: the admin endpoint's pages and what /metrics counts.
+
+Client: curl to the admin listener (GET /healthz, /config, /metrics,
+/no-such-page, POST /healthz, HEAD /healthz) and one raw GET through a
+sidecar listener on the route "flaky" (initial_backoff 100ms, jitter 0).
+Origin: answers the first try of /flaky/once with 503 and the second with
+200.
+Must hold: /healthz is 200 "ok\\n"; /config is YAML that `retryproxy --check
+-c` accepts once written to a file, and names the route with its inherited
+policy resolved; /metrics is text/plain; version=0.0.4; after the retried
+request retryproxy_requests_total{route="flaky",code="200"} is one more,
+retryproxy_tries_total{route="flaky"} two more,
+retryproxy_retries_total{route="flaky",cause="status"} one more and
+retryproxy_tries_per_request_count one more than before it, the connection
+gauges for both sides and retryproxy_pool_reuse_total are there; an unknown
+path is 404, a POST to a page 405 with Allow, a HEAD the GET's fields
+without a body.
+"""
+
+import os
+import re
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+limits:
+  drain_timeout: 2s
+routes:
+  - name: flaky
+    match: { path_prefix: /flaky/ }
+    retry:
+      max_attempts: 3
+      initial_backoff: 100ms
+      jitter: 0s
+"""
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape(port):
+    """The samples of /metrics as {(name, ((label, value), ...)): float}."""
+    r = h.curl("http://127.0.0.1:%d/metrics" % port, check=True)
+    h.eq(r.status, 200, "/metrics status")
+    out = {}
+    for line in r.body.decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        h.ok(m, "unparsable metrics line %r" % line)
+        labels = tuple(sorted(LABEL.findall(m.group(2) or "")))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def value(samples, name, **labels):
+    """A sample's value, 0 when the series does not exist yet."""
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+    admin = "http://127.0.0.1:%d" % proxy.port(1)
+
+    @t.check("GET /healthz -> 200 'ok\\n', text/plain")
+    def _():
+        r = h.curl(admin + "/healthz", check=True)
+        h.eq(r.status, 200, "status")
+        h.eq(r.body, b"ok\n", "body")
+        h.ok((r.header("Content-Type") or "").startswith("text/plain"),
+             "Content-Type %r" % r.header("Content-Type"))
+
+    @t.check("GET /config -> YAML that retryproxy --check accepts, with the route's policy resolved")
+    def _():
+        r = h.curl(admin + "/config", check=True)
+        h.eq(r.status, 200, "status")
+        text = r.body.decode()
+        h.ok("name: flaky" in text, "the route is missing from /config:\n%s" % text)
+        # the route wrote three retry keys; the rest came from defaults:
+        for line in ("initial_backoff: 100ms", "max_backoff: 32s", "deadline: 2m",
+                     "methods: [GET, HEAD, OPTIONS, TRACE, PUT, DELETE]"):
+            h.ok(line in text, "%r missing from /config:\n%s" % (line, text))
+        path = os.path.join(t.tmp, "dumped.yaml")
+        with open(path, "w") as f:
+            f.write(text)
+        p = h.run_bin(["--check", "-c", path])
+        h.eq((p.returncode, p.stdout.strip()), (0, "ok"),
+             "--check on the dump (stderr %r)\n%s" % (p.stderr, text))
+
+    @t.check("a request retried once (503 then 200) moves the counters by exactly its tries")
+    def _():
+        before = scrape(proxy.port(1))
+        origin.script("/flaky/once", [503, 200])
+        r = h.fetch(proxy.port(0), "GET", "/flaky/once", "app.example")
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts")
+        after = scrape(proxy.port(1))
+
+        def delta(name, **labels):
+            return value(after, name, **labels) - value(before, name, **labels)
+        h.eq(delta("retryproxy_requests_total", route="flaky", code="200"), 1,
+             "requests_total{route=flaky,code=200} increase")
+        h.eq(delta("retryproxy_tries_total", route="flaky"), 2, "tries_total increase")
+        h.eq(delta("retryproxy_retries_total", route="flaky", cause="status"), 1,
+             "retries_total{cause=status} increase")
+        h.eq(delta("retryproxy_retries_total", route="flaky", cause="reset"), 0,
+             "retries_total{cause=reset} increase")
+        h.eq(delta("retryproxy_tries_per_request_count"), 1, "tries_per_request_count increase")
+        h.eq(delta("retryproxy_tries_per_request_sum"), 2, "tries_per_request_sum increase")
+        h.eq(delta("retryproxy_request_duration_seconds_count"), 1,
+             "request_duration_seconds_count increase")
+        h.eq(value(after, "retryproxy_backoff_pending"), 0, "backoff_pending after the request")
+        for name, labels in (("retryproxy_connections", {"side": "client"}),
+                             ("retryproxy_connections", {"side": "upstream"}),
+                             ("retryproxy_pool_reuse_total", {})):
+            key = (name, tuple(sorted(labels.items())))
+            h.ok(key in after, "%s%r missing from /metrics" % (name, labels))
+
+    @t.check("GET /metrics is served as text/plain; version=0.0.4")
+    def _():
+        r = h.curl(admin + "/metrics", check=True)
+        ct = (r.header("Content-Type") or "").replace(" ", "")
+        h.ok(ct.startswith("text/plain;version=0.0.4"), "Content-Type %r" % r.header("Content-Type"))
+
+    @t.check("an unknown path -> 404; POST /healthz -> 405 with Allow; HEAD /healthz has no body")
+    def _():
+        r = h.curl(admin + "/no-such-page")
+        h.eq(r.status, 404, "status for /no-such-page")
+        r = h.curl("-X", "POST", "-d", "x", admin + "/healthz")
+        h.eq(r.status, 405, "status for POST /healthz")
+        h.ok("GET" in (r.header("Allow") or ""), "Allow %r" % r.header("Allow"))
+        with h.RawConn(proxy.port(1)) as c:
+            c.send(h.request("HEAD", "/healthz", "127.0.0.1"))
+            r = c.read_response("HEAD")
+            h.eq((r.status, r.header("Content-Length")), (200, "3"), "HEAD /healthz: status, Content-Length")
+            h.ok(c.silent_for(0.3), "HEAD /healthz sent a body: %r" % bytes(c.buf))
+
+
+h.run(scenario, __doc__)

@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""Scenario: name resolution of forward-proxy upstreams through the proxy's
+own non-blocking resolver, against a DNS stub on loopback.
+
+Client: curl through the forward proxy to http://NAME:PORT/ for names the
+stub answers (127.0.0.1, or ::1 then 127.0.0.1), names it answers NXDOMAIN,
+SERVFAIL or not at all, a name only the hosts file given in
+RETRYPROXY_HOSTS knows, a name only the machine's /etc/hosts knows, and,
+on a proxy with access.allow_hosts, names inside and outside the list
+(also as CONNECT).
+Origin: the test origin on 127.0.0.1 (echo); dnsstub.DnsStub on a
+loopback UDP port, named by RETRYPROXY_RESOLV_CONF (`nameserver
+127.0.0.1:PORT`, options timeout:1 attempts:1), records every query.
+RETRYPROXY_HOSTS names a test hosts file, so no DNS query ever leaves the
+machine and /etc/hosts plays no part.
+Must hold: a stub-answered name gives 200 from the origin; a name with an
+IPv6 address nobody listens on and an IPv4 one still works (the next
+address is tried); an NXDOMAIN name gives 502 naming the DNS failure, is
+retried like a connect failure (Retry-Attempts and access-log attempts =
+max_attempts 3, for a POST too: the request never left), and every try
+asked the stub again; SERVFAIL and a silent server give 502 naming the
+resolution failure once the resolver gives up (before connect_timeout 3s),
+and the resolver still answers normal names right after; with a resolver
+slower than connect_timeout (1s), the try ends at connect_timeout; a name in
+RETRYPROXY_HOSTS resolves with no DNS query; a name only /etc/hosts knows is
+looked up in DNS (the stub sees it), because RETRYPROXY_HOSTS replaces
+/etc/hosts; a host outside access.allow_hosts gets 403 and the stub never
+sees a query for it.
+"""
+
+import os
+import time
+
+import harness as h
+import dnsstub
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+limits:
+  drain_timeout: 2s
+  connect_timeout: 3s
+  try_timeout: 10s
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 50ms
+    jitter: 10ms
+routes:
+  - name: one-try
+    match: { host: "*.once.test" }
+    retry: { max_attempts: 1 }
+"""
+
+# The resolver (5s x 2 attempts) is slower than connect_timeout (1s).
+CONFIG_SHORT_CONNECT = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+limits:
+  drain_timeout: 2s
+  connect_timeout: 1s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+CONFIG_ALLOW = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+access:
+  allow_hosts: ["allowed.test", "*.ok.test"]
+limits:
+  drain_timeout: 2s
+  connect_timeout: 3s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+DNS_WORDS = ("resolve", "dns", "name", "nxdomain", "not known")
+
+
+def etc_hosts_only_name(exclude):
+    """A name the machine's /etc/hosts lists (other than localhost and
+    those in exclude), or None."""
+    try:
+        with open("/etc/hosts") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split("#", 1)[0].split()
+        for name in fields[1:]:
+            if name.lower() not in ("localhost", "localhost.localdomain") and name.lower() not in exclude:
+                return name
+    return None
+
+
+def a_queries(stub, name):
+    return [q for q in stub.queries_for(name) if q.type == "A"]
+
+
+def scenario(t):
+    origin = t.origin()
+    stub = dnsstub.DnsStub(
+        answers={"stub-name.test": "127.0.0.1", "dual.test": ["::1", "127.0.0.1"],
+                 "allowed.test": "127.0.0.1", "sub.ok.test": "127.0.0.1",
+                 "evil-ok.test": "127.0.0.1", "other.test": "127.0.0.1",
+                 "after.once.test": "127.0.0.1"},
+        modes={"broken.once.test": "servfail", "mute.once.test": "silent",
+               "mute-slow.test": "silent"},
+        default_mode="nxdomain").start()
+    t.defer(stub.stop)
+    resolv = stub.write_resolv_conf(t.tmp, "resolv-fast.conf", "timeout:1 attempts:1")
+    resolv_slow = stub.write_resolv_conf(t.tmp, "resolv-slow.conf", "timeout:5 attempts:2")
+    hosts = os.path.join(t.tmp, "hosts")
+    with open(hosts, "w") as f:
+        f.write("127.0.0.1 hostsonly.test\n")
+    env = {"RETRYPROXY_RESOLV_CONF": resolv, "RETRYPROXY_HOSTS": hosts}
+    proxy = t.proxy(CONFIG, env=env)
+
+    def url(host, path):
+        return "http://%s:%d%s" % (host, origin.port, path)
+
+    @t.check("a name the stub answers (127.0.0.1): 200 from the origin, and the stub was asked")
+    def _():
+        r = h.curl(url("stub-name.test", "/echo?t=stub"), proxy=proxy.url)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        h.eq(len([q for q in origin.requests if q.query.get("t") == "stub"]), 1, "requests at the origin")
+        h.ok(a_queries(stub, "stub-name.test"), "no A query for stub-name.test reached the stub: %r"
+             % stub.queries)
+
+    @t.check("a name with ::1 (nobody listens) and 127.0.0.1: the next address is tried, 200")
+    def _():
+        r = h.curl(url("dual.test", "/echo?t=dual"), proxy=proxy.url)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts (the fallback is within one try)")
+
+    @t.check("NXDOMAIN: 502 naming the DNS failure, 3 tries (header and access log), the stub asked each try")
+    def _():
+        r = h.curl(url("nx-name.test", "/echo?t=nx"), proxy=proxy.url)
+        h.check_error_response(r, 502, DNS_WORDS)
+        h.ok("nx-name.test" in r.body.decode("latin-1"), "the error should name the host: %r" % r.body)
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        entry = h.access_fields(proxy.access_one("t=nx"))
+        h.eq(entry.get("attempts"), "3", "access-log attempts (%r)" % entry)
+        h.eq(entry.get("tries", "").count("dns"), 3, "dns failures in the access-log trail (%r)" % entry)
+        h.ok(len(a_queries(stub, "nx-name.test")) >= 3,
+             "the stub saw %d A queries for nx-name.test over 3 tries: %r"
+             % (len(a_queries(stub, "nx-name.test")), stub.queries_for("nx-name.test")))
+        h.eq([q for q in origin.requests if q.query.get("t") == "nx"], [], "requests at the origin")
+
+    @t.check("NXDOMAIN for a POST: retried too (the request provably never left), 3 tries")
+    def _():
+        before = len(a_queries(stub, "nx-post.test"))
+        r = h.curl("--data-binary", "payload", url("nx-post.test", "/echo?t=nxpost"), proxy=proxy.url)
+        h.check_error_response(r, 502, DNS_WORDS)
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.ok(len(a_queries(stub, "nx-post.test")) - before >= 3,
+             "A queries for nx-post.test: %r" % stub.queries_for("nx-post.test"))
+
+    @t.check("SERVFAIL: 502 naming the resolution failure once the resolver gives up, before connect_timeout")
+    def _():
+        start = time.monotonic()
+        r = h.curl(url("broken.once.test", "/echo?t=servfail"), proxy=proxy.url)
+        took = time.monotonic() - start
+        h.check_error_response(r, 502, DNS_WORDS)
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts (route one-try)")
+        h.ok(took < 3 * h.SLOW, "502 took %.1fs; the resolver gives up after about 1s" % took)
+        h.ok(a_queries(stub, "broken.once.test"), "the stub saw no query for broken.once.test")
+
+    @t.check("a silent DNS server: 502 naming the resolution failure once the resolver gives up")
+    def _():
+        start = time.monotonic()
+        r = h.curl(url("mute.once.test", "/echo?t=mute"), proxy=proxy.url)
+        took = time.monotonic() - start
+        h.check_error_response(r, 502, DNS_WORDS + ("timeout", "timed out"))
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts (route one-try)")
+        h.ok(took < 3 * h.SLOW, "502 took %.1fs; the resolver gives up after about 1s" % took)
+        h.ok(a_queries(stub, "mute.once.test"), "the stub saw no query for mute.once.test")
+
+    @t.check("after SERVFAIL and silence, a good name resolves at once (the stub is not written off)")
+    def _():
+        start = time.monotonic()
+        r = h.curl(url("after.once.test", "/echo?t=after"), proxy=proxy.url)
+        took = time.monotonic() - start
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.ok(took < 2 * h.SLOW, "took %.1fs" % took)
+
+    @t.check("a name in RETRYPROXY_HOSTS resolves with no DNS query: 200")
+    def _():
+        r = h.curl(url("hostsonly.test", "/echo?t=hostsfile"), proxy=proxy.url)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        time.sleep(0.2)
+        h.eq(stub.queries_for("hostsonly.test"), [], "DNS queries for a hosts-file name")
+
+    name = etc_hosts_only_name({"hostsonly.test"})
+    if name is None:
+        t.skip("a name only /etc/hosts knows goes to DNS", "/etc/hosts lists no name but localhost")
+    else:
+        @t.check("a name only /etc/hosts lists (%s) is looked up in DNS: RETRYPROXY_HOSTS replaces /etc/hosts"
+                 % name)
+        def _():
+            r = h.curl(url(name, "/echo?t=etchosts"), proxy=proxy.url)
+            h.ok(a_queries(stub, name),
+                 "the stub saw no query for %r: the proxy took it from /etc/hosts although "
+                 "RETRYPROXY_HOSTS=%s names another file (got %s %r)" % (name, hosts, r.status, r.body[:120]))
+            h.check_error_response(r, 502, DNS_WORDS)
+
+    @t.check("the proxy still serves a plain request after all of that")
+    def _():
+        r = h.curl(url("127.0.0.1", "/echo?t=final"), proxy=proxy.url)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.ok(proxy.alive(), "proxy exited")
+
+    slow = t.proxy(CONFIG_SHORT_CONNECT, env={"RETRYPROXY_RESOLV_CONF": resolv_slow,
+                                              "RETRYPROXY_HOSTS": hosts})
+
+    @t.check("resolver slower than connect_timeout (1s): the try ends at connect_timeout with an error")
+    def _():
+        start = time.monotonic()
+        r = h.curl(url("mute-slow.test", "/echo?t=muteslow"), proxy=slow.url)
+        took = time.monotonic() - start
+        h.ok(r.status in (502, 504), "status %r (expected the connect failure: 502 or 504)" % r.status)
+        h.check_error_response(r, r.status, ("timeout", "timed out", "resolve", "dns"))
+        h.ok(0.8 <= took < 3 * h.SLOW, "the error came after %.1fs; connect_timeout is 1s" % took)
+        h.ok(a_queries(stub, "mute-slow.test"), "the stub saw no query for mute-slow.test")
+
+    allow = t.proxy(CONFIG_ALLOW, env=env)
+
+    @t.check("allow_hosts: a listed name (allowed.test) is resolved and served, 200")
+    def _():
+        r = h.curl(url("allowed.test", "/echo?t=allowed"), proxy=allow.url)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.ok(a_queries(stub, "allowed.test"), "the stub saw no query for allowed.test")
+
+    @t.check("allow_hosts *.ok.test: sub.ok.test is served, 200")
+    def _():
+        r = h.curl(url("sub.ok.test", "/echo?t=subok"), proxy=allow.url)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+
+    for host, what in (("other.test", "a name outside the list"),
+                       ("evil-ok.test", "a name that only ends like *.ok.test")):
+        @t.check("allow_hosts: %s (%s) gets 403 and the stub never sees a query for it" % (what, host))
+        def _(host=host):
+            r = h.curl(url(host, "/echo?t=deny-%s" % host), proxy=allow.url)
+            h.check_error_response(r, 403)
+            time.sleep(0.3)
+            h.eq(stub.queries_for(host), [], "DNS queries for %s" % host)
+            h.eq([q for q in origin.requests if q.query.get("t") == "deny-" + host], [], "requests at the origin")
+
+    @t.check("allow_hosts: CONNECT other.test:PORT gets 403 and no DNS query")
+    def _():
+        before = len(stub.queries_for("other.test"))
+        with h.RawConn(allow.port()) as c:
+            authority = "other.test:%d" % origin.port
+            c.send(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority)).encode())
+            r = c.read_response(method="CONNECT")
+        h.eq(r.status, 403, "status (%r)" % r)
+        time.sleep(0.3)
+        h.eq(stub.queries_for("other.test")[before:], [], "DNS queries for other.test")
+
+
+h.run(scenario, __doc__, timeout=120)

@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+"""Scenario: the container image and the docker compose demo, without docker.
+
+Client: docker/example_client.py, run here on loopback, and the test itself
+reading docker/Dockerfile, docker/compose.yaml and the configs in docker/.
+Origin: docker/flaky_upstream.py on loopback, answering a fixed cycle of
+503, reset, 200 (and, in a second check, its random default mode).
+Must hold: compose.yaml names an existing Dockerfile, build context and
+mounted files, publishes ports on 127.0.0.1 only, gives the proxy a stop
+grace period longer than its drain_timeout, and points the proxy at the
+compose services by name; the Dockerfile's build stage runs
+scripts/install-deps.sh (the script the README's quick start runs) and
+meson, its runtime stage is debian:12-slim with a non-root USER, a
+HEALTHCHECK and the Debian packages of every shared library the binary
+needs; both configs pass `retryproxy --check`; the health check script says
+healthy only on a 200 from /healthz; and the compose demo, with its
+addresses moved to loopback, shows every request retried to a 200 in the
+client's output and in the proxy's access log.
+"""
+
+import http.client
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import harness as h
+
+# python3-yaml may be installed for /usr/bin/python3 only, not for the
+# python3 meson found first on PATH.
+try:
+    import yaml
+except ImportError:
+    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and \
+            os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
+    print("FAIL %s: the yaml module is missing (Debian package python3-yaml; "
+          "scripts/install-deps.sh installs it)" % os.path.basename(sys.argv[0]))
+    sys.exit(1)
+
+
+class Yaml12Loader(yaml.SafeLoader):
+    """YAML as libyaml gives it to the proxy: only true/false are booleans."""
+
+
+Yaml12Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:bool",
+                                   re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCKER = os.path.join(REPO, "docker")
+COMPOSE = os.path.join(DOCKER, "compose.yaml")
+DOCKERFILE = os.path.join(DOCKER, "Dockerfile")
+DEMO_CONFIG = os.path.join(DOCKER, "retryproxy.yaml")
+IMAGE_CONFIG = os.path.join(DOCKER, "image-default.yaml")
+HEALTHCHECK = os.path.join(DOCKER, "healthcheck.sh")
+CONTAINER_CONFIG = "/etc/retryproxy/retryproxy.yaml"
+
+# Shared libraries debian:12-slim has without installing anything.
+BASE_PACKAGES = {"libc6", "libgcc-s1"}
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def load(path):
+    with open(path) as f:
+        return yaml.load(f, Loader=Yaml12Loader)
+
+
+def seconds(text):
+    """A compose or retryproxy duration (15s, 1m30s, 500ms) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", str(text))
+    h.ok(parts and "".join(a + b for a, b in parts) == str(text), "not a duration: %r" % text)
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def dockerfile_stages(text):
+    """[(base image, alias, [(INSTRUCTION, args)])] with continuations joined
+    and comments dropped."""
+    stages = []
+    logical = ""
+    lines = text.splitlines()
+    instructions = []
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("#") or (not stripped and not logical):
+            continue
+        if stripped.endswith("\\"):
+            logical += stripped[:-1] + " "
+            continue
+        logical += stripped
+        word, _, args = logical.partition(" ")
+        instructions.append((word.upper(), " ".join(args.split())))
+        logical = ""
+    for word, args in instructions:
+        if word == "FROM":
+            parts = args.split()
+            alias = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
+            stages.append((parts[0], alias, []))
+        else:
+            h.ok(stages, "instruction %s before FROM" % word)
+            stages[-1][2].append((word, args))
+    return stages
+
+
+def apt_packages(run_args):
+    """Package names an `apt-get install` in a RUN installs."""
+    out = []
+    for segment in run_args.split("&&"):
+        words = shlex.split(segment)
+        if "apt-get" in words and "install" in words:
+            for w in words[words.index("install") + 1:]:
+                if not w.startswith("-"):
+                    out.append(w)
+    return out
+
+
+def ldd_packages(binary):
+    """{Debian package: [library]} for the shared libraries binary loads,
+    or None without ldd or dpkg."""
+    if not (shutil.which("ldd") and shutil.which("dpkg")):
+        return None
+    p = subprocess.run(["ldd", binary], capture_output=True, text=True, timeout=30)
+    h.eq(p.returncode, 0, "ldd exit code (%r)" % p.stderr)
+    found = {}
+    for lib in re.findall(r"=> (/\S+)", p.stdout):
+        owner = None
+        for candidate in (os.path.realpath(lib), lib, re.sub(r"^/usr", "", os.path.realpath(lib))):
+            q = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True, timeout=30)
+            if q.returncode == 0:
+                owner = q.stdout.split(":", 1)[0].strip()
+                break
+        h.ok(owner, "no Debian package owns %s" % lib)
+        found.setdefault(owner, []).append(os.path.basename(lib))
+    return found
+
+
+def start_process(t, args, what):
+    """A helper process with output to a file; stopped at the end."""
+    log_path = os.path.join(t.tmp, "%s-%d.log" % (what, time.monotonic_ns()))
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=h.clean_env(),
+                            stdin=subprocess.DEVNULL)
+    log.close()
+
+    def stop():
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    t.defer(stop)
+    return proc, log_path
+
+
+def start_upstream(t, *extra):
+    port = h.free_port()
+    proc, log = start_process(t, [sys.executable, os.path.join(DOCKER, "flaky_upstream.py"),
+                                  "--host", "127.0.0.1", "--port", str(port)] + list(extra), "upstream")
+    h.wait_until(lambda: h.port_accepts(port) or proc.poll() is not None, 10, "flaky_upstream to listen")
+    h.ok(proc.poll() is None, "flaky_upstream exited: %s" % read(log))
+    return port, log
+
+
+class StubAdmin:
+    """A loopback server that answers every request with one fixed reply, or
+    never answers when reply is None."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.reply is None:
+                self.held.append(conn)
+                continue
+            conn.settimeout(5)
+            try:
+                conn.recv(4096)
+                conn.sendall(self.reply)
+            except OSError:
+                pass
+            conn.close()
+
+    def close(self):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
+def healthcheck(addr, timeout=10):
+    return subprocess.run([HEALTHCHECK, addr], capture_output=True, text=True, timeout=timeout)
+
+
+def scenario(t):
+    compose = load(COMPOSE)
+    demo = load(DEMO_CONFIG)
+    services = compose.get("services") or {}
+    stages = dockerfile_stages(read(DOCKERFILE))
+
+    @t.check("compose.yaml has the services retryproxy, upstream and client")
+    def _():
+        h.ok({"retryproxy", "upstream", "client"} <= set(services), "services: %r" % sorted(services))
+
+    @t.check("compose.yaml builds retryproxy from the repository root with docker/Dockerfile")
+    def _():
+        build = services["retryproxy"]["build"]
+        context = os.path.normpath(os.path.join(DOCKER, build["context"]))
+        h.eq(context, REPO, "build context")
+        h.eq(os.path.normpath(os.path.join(context, build["dockerfile"])), DOCKERFILE, "dockerfile")
+
+    @t.check("every file compose.yaml mounts exists; docker/retryproxy.yaml is the proxy's config")
+    def _():
+        mounts = {}
+        for name, svc in services.items():
+            for vol in svc.get("volumes", []):
+                src, target = vol.split(":")[:2]
+                if src.startswith((".", "/")):
+                    path = os.path.normpath(os.path.join(DOCKER, src))
+                    h.ok(os.path.isfile(path), "%s mounts %s, which does not exist" % (name, path))
+                    mounts[(name, target)] = path
+        h.eq(mounts.get(("retryproxy", CONTAINER_CONFIG)), DEMO_CONFIG, "file mounted at " + CONTAINER_CONFIG)
+        for name in ("upstream", "client"):
+            command = services[name]["command"]
+            scripts = [c for c in command if c.endswith(".py")]
+            h.ok(scripts and all((name, s) in mounts for s in scripts),
+                 "%s runs %r but does not mount it" % (name, scripts))
+
+    @t.check("compose.yaml publishes ports on 127.0.0.1 only, and each is a listener of the demo config")
+    def _():
+        listen_ports = {int(entry["address"].rsplit(":", 1)[1]) for entry in demo["listen"]}
+        published = services["retryproxy"].get("ports", [])
+        h.ok(published, "retryproxy publishes no port")
+        for spec in published:
+            parts = str(spec).split(":")
+            h.ok(len(parts) == 3 and parts[0] == "127.0.0.1",
+                 "%r should be 127.0.0.1:HOST:CONTAINER (published beyond loopback, the private "
+                 "ranges in access.allow_clients could open the proxy)" % spec)
+            h.ok(int(parts[2]) in listen_ports, "%r publishes a port nothing listens on" % spec)
+        for name in ("upstream", "client"):
+            h.ok(not services[name].get("ports"), "%s needs no published port" % name)
+
+    @t.check("the proxy's stop_grace_period is longer than the demo config's drain_timeout")
+    def _():
+        grace = seconds(services["retryproxy"]["stop_grace_period"])
+        drain = seconds(demo.get("limits", {}).get("drain_timeout", "30s"))
+        h.ok(grace > drain, "stop_grace_period %ss <= drain_timeout %ss" % (grace, drain))
+
+    @t.check("the demo config's upstreams are compose services, on the port the upstream listens on")
+    def _():
+        urls = [e["upstream"] for e in demo["listen"] if "upstream" in e]
+        urls += [r["upstream"] for r in demo.get("routes") or [] if "upstream" in r]
+        h.ok(urls, "no upstream in the demo config")
+        command = services["upstream"]["command"]
+        port = command[command.index("--port") + 1]
+        for url in urls:
+            m = re.fullmatch(r"https?://([^/:]+):(\d+)/?", url)
+            h.ok(m and m.group(1) in services, "%s does not name a compose service" % url)
+            h.eq(m.group(2), port, "port of %s (the upstream service listens on --port %s)" % (url, port))
+
+    @t.check("both configs in docker/ pass retryproxy --check")
+    def _():
+        for path in (DEMO_CONFIG, IMAGE_CONFIG):
+            p = h.run_bin(["--check", "-c", path])
+            h.eq((p.returncode, p.stdout.strip()), (0, "ok"), "%s (stderr %r)" % (path, p.stderr))
+
+    @t.check("both configs keep the admin listener on loopback and clients to loopback and private ranges")
+    def _():
+        allowed = {"127.0.0.0/8", "::1/128", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"}
+        for path in (DEMO_CONFIG, IMAGE_CONFIG):
+            conf = load(path)
+            h.ok(str(conf.get("admin", "")).startswith("127.0.0.1:"), "%s: admin %r" % (path, conf.get("admin")))
+            h.ok(not conf.get("access", {}).get("admin_remote", False), "%s: admin_remote" % path)
+            clients = set(conf["access"]["allow_clients"])
+            h.ok(clients <= allowed, "%s: allow_clients beyond loopback and private ranges: %r"
+                 % (path, sorted(clients - allowed)))
+
+    @t.check("Dockerfile: build stage on debian:12 runs scripts/install-deps.sh, the script the quick start runs, and meson")
+    def _():
+        h.ok(len(stages) >= 2, "expected a build stage and a runtime stage, got %d" % len(stages))
+        base, alias, body = stages[0]
+        h.eq(base, "debian:12", "build stage base image")
+        h.ok(alias, "the build stage needs a name for COPY --from")
+        runs = " && ".join(a for w, a in body if w == "RUN")
+        h.ok(re.search(r"\bscripts/install-deps\.sh\b", runs), "build stage does not run scripts/install-deps.sh")
+        h.ok(re.search(r"\bscripts/install-deps\.sh\b", read(os.path.join(REPO, "scripts", "run.sh"))),
+             "scripts/run.sh (the README quick start) no longer runs scripts/install-deps.sh")
+        h.ok("./scripts/run.sh" in read(os.path.join(REPO, "README.md")), "the README does not use scripts/run.sh")
+        h.ok(re.search(r"\bmeson setup\b", runs) and re.search(r"\bninja\b", runs), "build stage: meson setup and ninja")
+
+    runtime_base, _alias, runtime = stages[-1]
+
+    @t.check("Dockerfile: runtime stage on debian:12-slim runs as a non-root USER with a HEALTHCHECK")
+    def _():
+        h.eq(runtime_base, "debian:12-slim", "runtime base image")
+        users = [a for w, a in runtime if w == "USER"]
+        h.ok(users, "no USER in the runtime stage")
+        user = users[-1].split(":")[0]
+        h.ok(user not in ("root", "0"), "USER %s is root" % users[-1])
+        checks = [a for w, a in runtime if w == "HEALTHCHECK"]
+        h.eq(len(checks), 1, "HEALTHCHECK instructions")
+        h.ok(" CMD " in " " + checks[0] and "NONE" not in checks[0], "HEALTHCHECK %r" % checks[0])
+
+    @t.check("Dockerfile: COPY sources exist, the health check script and config land where they are used")
+    def _():
+        copies = {}
+        for word, args in runtime:
+            if word != "COPY":
+                continue
+            parts = args.split()
+            if any(p.startswith("--from") for p in parts):
+                copies[parts[-1]] = "stage"
+                continue
+            src, dst = parts[-2], parts[-1]
+            h.ok(os.path.exists(os.path.join(REPO, src)), "COPY source %s does not exist" % src)
+            copies[dst] = os.path.join(REPO, src)
+        h.eq(copies.get(CONTAINER_CONFIG), IMAGE_CONFIG, "file copied to " + CONTAINER_CONFIG)
+        h.eq(copies.get("/usr/bin/retryproxy"), "stage", "the binary copied from the build stage")
+        check = [a for w, a in runtime if w == "HEALTHCHECK"][0]
+        script = re.search(r'CMD \["([^"]+)"', check).group(1)
+        h.eq(copies.get(script), HEALTHCHECK, "HEALTHCHECK runs " + script)
+        h.ok(os.access(HEALTHCHECK, os.X_OK), "docker/healthcheck.sh is not executable")
+        command = " ".join(a for w, a in runtime if w in ("ENTRYPOINT", "CMD"))
+        h.ok("/usr/bin/retryproxy" in command and CONTAINER_CONFIG in command,
+             "ENTRYPOINT/CMD should run /usr/bin/retryproxy -c %s: %r" % (CONTAINER_CONFIG, command))
+        exposed = {int(p.split("/")[0]) for w, a in runtime if w == "EXPOSE" for p in a.split()}
+        ports = {int(e["address"].rsplit(":", 1)[1]) for e in load(IMAGE_CONFIG)["listen"]}
+        h.eq(exposed, ports, "EXPOSE vs the image config's listeners")
+
+    @t.check("Dockerfile.dockerignore keeps build trees and .git out of the build context")
+    def _():
+        patterns = read(os.path.join(DOCKER, "Dockerfile.dockerignore")).split()
+        for want in (".git", "build*/"):
+            h.ok(want in patterns, "%s not ignored: %r" % (want, patterns))
+
+    packages = ldd_packages(h.BIN)
+    if packages is None:
+        t.skip("runtime packages cover the binary's shared libraries", "ldd or dpkg is not installed")
+    else:
+        @t.check("the runtime stage installs the Debian package of every shared library the binary loads")
+        def _():
+            installed = set()
+            for word, args in runtime:
+                if word == "RUN":
+                    installed |= set(apt_packages(args))
+            h.ok("ca-certificates" in installed, "ca-certificates (the trust store) is not installed")
+            missing = {}
+            for pkg, libs in packages.items():
+                if pkg in installed or pkg in BASE_PACKAGES:
+                    continue
+                if h.SANITIZED and re.match(r"lib(asan|ubsan|lsan|stdc\+\+)", pkg):
+                    continue
+                missing[pkg] = libs
+            h.ok(not missing, "not installed in the runtime stage: %r (have %r)" % (missing, sorted(installed)))
+
+    @t.check("healthcheck.sh: healthy on 200, unhealthy on 503, on a refused connection and on silence")
+    def _():
+        ok = StubAdmin(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+        draining = StubAdmin(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 9\r\n\r\ndraining\n")
+        silent = StubAdmin(None)
+        try:
+            p = healthcheck("127.0.0.1:%d" % ok.port)
+            h.eq(p.returncode, 0, "on 200 (stderr %r)" % p.stderr)
+            p = healthcheck("127.0.0.1:%d" % draining.port)
+            h.eq(p.returncode, 1, "on 503")
+            h.ok("503" in p.stderr, "should say what /healthz answered: %r" % p.stderr)
+            p = healthcheck("127.0.0.1:%d" % h.closed_port())
+            h.eq(p.returncode, 1, "on a refused connection")
+            start = time.monotonic()
+            p = healthcheck("127.0.0.1:%d" % silent.port)
+            h.eq(p.returncode, 1, "when nothing is answered")
+            h.ok(time.monotonic() - start < 6, "gave up on silence only after %.1fs" % (time.monotonic() - start))
+        finally:
+            for s in (ok, draining, silent):
+                s.close()
+
+    @t.check("flaky_upstream.py in its default random mode answers some 503s, resets some and serves some")
+    def _():
+        port, log = start_upstream(t, "--fail-ratio", "0.4", "--reset-ratio", "0.2", "--seed", "7")
+        seen = {"200": 0, "503": 0, "reset": 0}
+        for i in range(40):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            try:
+                conn.request("GET", "/r/%d" % i)
+                resp = conn.getresponse()
+                resp.read()
+                seen[str(resp.status)] += 1
+            except (ConnectionResetError, http.client.RemoteDisconnected):
+                seen["reset"] += 1
+            finally:
+                conn.close()
+        h.ok(all(seen.values()), "outcomes over 40 requests: %r" % seen)
+
+    @t.check("the compose demo on loopback: every request is retried to a 200, in the client's output and the proxy's log")
+    def _():
+        up_port, up_log = start_upstream(t, "--pattern", "503,reset,200")
+        conf = load(DEMO_CONFIG)
+        for i, entry in enumerate(conf["listen"]):
+            entry["address"] = "127.0.0.1:@PORT%d@" % i
+            if "upstream" in entry:
+                entry["upstream"] = re.sub(r":\d+/?$", ":@UP@", entry["upstream"])
+        conf["admin"] = "127.0.0.1:@PORT9@"
+        hosts = os.path.join(t.tmp, "hosts")
+        with open(hosts, "w") as f:
+            f.write("127.0.0.1 upstream\n")
+        proxy = t.proxy(yaml.safe_dump(conf, sort_keys=False), env={"RETRYPROXY_HOSTS": hosts}, UP=up_port)
+        sidecar = [i for i, e in enumerate(conf["listen"]) if "upstream" in e][0]
+        forward = [i for i, e in enumerate(conf["listen"]) if "upstream" not in e][0]
+        client = services["client"]["command"]
+        upstream_url = client[client.index("--upstream") + 1]
+        h.ok(upstream_url.startswith("http://upstream:"), "client --upstream %r" % upstream_url)
+        p = subprocess.run([sys.executable, os.path.join(DOCKER, "example_client.py"),
+                            "--proxy-host", "127.0.0.1", "--sidecar-port", str(proxy.port(sidecar)),
+                            "--forward-port", str(proxy.port(forward)),
+                            "--upstream", "http://upstream:%d" % up_port, "--count", "4", "--interval", "0"],
+                           capture_output=True, text=True, timeout=60 * h.SLOW, env=h.clean_env())
+        h.eq(p.returncode, 0, "client exit code (stderr %r)" % p.stderr)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("client: #")]
+        h.eq(len(lines), 4, "client lines (%r)" % p.stdout)
+        for ln in lines:
+            h.ok(re.search(r"-> 200 Retry-Attempts: 3 ", ln), "client line %r; upstream log:\n%s" % (ln, read(up_log)))
+        h.ok(any(" sidecar " in ln for ln in lines) and any(" forward " in ln for ln in lines),
+             "both listeners used: %r" % lines)
+        for n in range(1, 5):
+            entry = proxy.access_one("/demo/%d" % n)
+            fields = h.access_fields(entry) if isinstance(entry, str) else entry
+            h.eq((str(fields.get("status")), str(fields.get("attempts"))), ("200", "3"),
+                 "status and attempts in the access log for /demo/%d (%r)" % (n, entry))
+        p = healthcheck("127.0.0.1:%d" % proxy.port(9))
+        h.eq(p.returncode, 0, "healthcheck.sh against the proxy's admin listener (stderr %r)" % p.stderr)
+
+
+h.run(scenario, __doc__)

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Scenario: readiness notifications to the service manager (sd_notify).
+
+Client: none; the test plays systemd. It binds an AF_UNIX datagram socket,
+once at a path in a temp dir and once at an abstract name, and starts the
+proxy with NOTIFY_SOCKET pointing there (the abstract one as "@name"). It
+sends SIGHUP with a valid config, SIGHUP with an invalid one, then SIGTERM.
+Origin: none.
+Must hold: READY=1 (with a STATUS=) arrives once the listener accepts; each
+SIGHUP gives RELOADING=1 with MONOTONIC_USEC=<this host's CLOCK_MONOTONIC in
+microseconds, taken between the signal and the message>, then READY=1, the
+failed reload too; SIGTERM gives STOPPING=1; nothing else arrives.
+"""
+
+import os
+import signal
+import socket
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+limits:
+  drain_timeout: 1s
+"""
+
+
+def messages(sock, count, timeout=10):
+    """The next count datagrams, each as {VARIABLE: value}."""
+    out = []
+    deadline = time.monotonic() + timeout * h.SLOW
+    while len(out) < count:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data = sock.recv(4096)
+        except socket.timeout:
+            raise AssertionError("got %d of %d notifications: %r" % (len(out), count, out))
+        fields = {}
+        for line in data.decode().splitlines():
+            if line:
+                k, _, v = line.partition("=")
+                fields[k] = v
+        out.append(fields)
+    return out
+
+
+def monotonic_usec():
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+
+
+def run_one(t, label, bind_name, env_value):
+    """One proxy life with NOTIFY_SOCKET=env_value; bind_name is what the
+    test's socket binds."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    t.defer(sock.close)
+    sock.bind(bind_name)
+    proxy = t.proxy(CONFIG, env={"NOTIFY_SOCKET": env_value})
+
+    @t.check("%s: READY=1 with a STATUS once the listener is up" % label)
+    def _():
+        (m,) = messages(sock, 1)
+        h.eq(m.get("READY"), "1", "READY in %r" % m)
+        h.ok(m.get("STATUS"), "no STATUS in %r" % m)
+        h.ok(h.port_accepts(proxy.port(0)), "the listener does not accept after READY=1")
+
+    def sighup_check(what):
+        before = monotonic_usec()
+        os.kill(proxy.pid, signal.SIGHUP)
+        reloading, ready = messages(sock, 2)
+        after = monotonic_usec()
+        h.eq(reloading.get("RELOADING"), "1", "RELOADING in the first message %r" % reloading)
+        usec = int(reloading.get("MONOTONIC_USEC", "-1"))
+        h.ok(before <= usec <= after, "MONOTONIC_USEC %d is not between %d and %d (%s)"
+             % (usec, before, after, what))
+        h.eq(ready.get("READY"), "1", "READY in the second message %r (%s)" % (ready, what))
+
+    @t.check("%s: SIGHUP -> RELOADING=1 with MONOTONIC_USEC, then READY=1" % label)
+    def _():
+        sighup_check("valid config")
+        proxy.wait_log(r"reload: now running")
+
+    @t.check("%s: a failed reload still ends with READY=1" % label)
+    def _():
+        with open(proxy.config_path, "a") as f:
+            f.write("no_such_key: 1\n")
+        sighup_check("invalid config")
+        proxy.wait_log(r"keeping the running config")
+
+    @t.check("%s: SIGTERM -> STOPPING=1, and nothing more" % label)
+    def _():
+        proxy.terminate()
+        (m,) = messages(sock, 1)
+        h.eq(m, {"STOPPING": "1"}, "message after SIGTERM")
+        proxy.proc.wait(timeout=10 * h.SLOW)
+        sock.setblocking(False)
+        try:
+            extra = sock.recv(4096)
+        except BlockingIOError:
+            extra = None
+        h.eq(extra, None, "a message after STOPPING=1")
+
+    t.stop_proxy(proxy)
+
+
+def scenario(t):
+    path = os.path.join(t.tmp, "notify.sock")
+    run_one(t, "socket path", path, path)
+    name = "retryproxy-test-notify-%d-%d" % (os.getpid(), time.monotonic_ns())
+    run_one(t, "abstract @name", "\0" + name, "@" + name)
+
+
+h.run(scenario, __doc__)

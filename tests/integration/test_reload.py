@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Scenario: SIGHUP reloads the config.
+
+Client: raw GETs through a sidecar listener. Route "r" (path /r/) sends to
+origin A, with a 1.5 s backoff before its second try. Then the config file
+is rewritten and the proxy gets SIGHUP, three times: (1) route r now sends
+to origin B; (2) an invalid file (a bad duration at a known line and
+column); (3) the listener moves to another port; (4) allow_clients no
+longer lets loopback in.
+Origin: A answers the first try of /r/slow with 503, then 200; B echoes.
+Must hold: (1) a request already waiting in backoff when the reload comes
+finishes under the old config: its second try goes to A too, and the client
+gets A's 200; a request on a new connection goes to B at once; a second
+request on a keep-alive connection opened before the reload goes to B too.
+(2) the invalid config is refused with a log line naming file:line:col and
+a line saying the running config is kept; requests still go to B.
+(3) the new port listens and serves, the old one no longer accepts, and an
+idle keep-alive connection accepted on the old listener is closed. (4) with
+access.allow_clients narrowed to exclude loopback, an idle connection is
+closed, a request in flight finishes, the next request on its connection
+and a new connection get 403.
+"""
+
+import os
+import re
+import signal
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:{port}
+    upstream: http://127.0.0.1:{default}
+log: {{ level: info }}
+access: {{ allow_clients: [{clients}] }}
+limits:
+  drain_timeout: 3s
+routes:
+  - name: r
+    match: {{ path_prefix: /r/ }}
+    upstream: http://127.0.0.1:{upstream}
+    retry: {{ max_attempts: 2, initial_backoff: {backoff}, jitter: 0s }}
+"""
+
+LOOPBACK = '127.0.0.0/8, "::1/128"'
+
+
+def scenario(t):
+    a = t.origin(name="origin-A", echo_unknown=True)
+    b = t.origin(name="origin-B", echo_unknown=True)
+    a.script("/r/slow", [503, 200])
+    proxy = t.proxy(CONFIG.format(port="@PORT0@", default=a.port, upstream=a.port,
+                                  backoff="1500ms", clients=LOOPBACK))
+    port = proxy.port(0)
+
+    def reload(text, outcome=r"reload: now running"):
+        """Write the config, SIGHUP, wait for one more log line matching
+        outcome."""
+        with open(proxy.config_path, "w") as f:
+            f.write(text)
+        n = len([ln for ln in proxy.stderr_lines() if re.search(outcome, ln)]) + 1
+        os.kill(proxy.pid, signal.SIGHUP)
+        proxy.wait_log(outcome, timeout=10 * h.SLOW, count=n)
+
+    def get(path, conn=None):
+        if conn is None:
+            return h.fetch(port, "GET", path, "app.example")
+        conn.send(h.request("GET", path, "app.example"))
+        return conn.read_response()
+
+    ports = {}
+    keepalive = h.RawConn(port)
+    t.defer(keepalive.close)
+    slow = h.RawConn(port)
+    t.defer(slow.close)
+
+    @t.check("before the reload: route r goes to A")
+    def _():
+        r = get("/r/before", keepalive)
+        h.eq(r.status, 200, "status")
+        h.eq(len(a.requests_for("/r/before")), 1, "requests for /r/before at A")
+
+    @t.check("SIGHUP during a backoff: new requests go to B, the waiting one finishes at A")
+    def _():
+        slow.send(h.request("GET", "/r/slow", "app.example"))
+        a.wait_for(lambda o: len(o.requests_for("/r/slow")) == 1, 5 * h.SLOW, "the first try at A")
+        sent = time.monotonic()
+        reload(CONFIG.format(port=port, default=a.port, upstream=b.port, backoff="1500ms",
+                             clients=LOOPBACK))
+        r = get("/r/new")
+        h.eq(r.status, 200, "status of a new request after the reload")
+        h.eq((len(a.requests_for("/r/new")), len(b.requests_for("/r/new"))), (0, 1),
+             "requests for /r/new at A, B")
+        h.ok(time.monotonic() - sent < 1.4, "the reload and the new request took longer than the "
+             "backoff; the test cannot tell the configs apart")
+        r = slow.read_response(timeout=10 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "the waiting request's status, attempts")
+        h.eq((len(a.requests_for("/r/slow")), len(b.requests_for("/r/slow"))), (2, 0),
+             "tries of /r/slow at A, B")
+
+    @t.check("a keep-alive connection opened before the reload sends its next request to B")
+    def _():
+        r = get("/r/after", keepalive)
+        h.eq(r.status, 200, "status")
+        h.eq((len(a.requests_for("/r/after")), len(b.requests_for("/r/after"))), (0, 1),
+             "requests for /r/after at A, B")
+
+    @t.check("an invalid config is refused naming file:line:col; the old one keeps serving")
+    def _():
+        bad = CONFIG.format(port=port, default=a.port, upstream=a.port, backoff="soon",
+                            clients=LOOPBACK)
+        lines = bad.splitlines()
+        line = next(i for i, ln in enumerate(lines, 1) if "soon" in ln)
+        col = lines[line - 1].index("soon") + 1
+        reload(bad, r"keeping the running config")
+        where = "%s:%d:%d:" % (os.path.basename(proxy.config_path), line, col)
+        hits = [ln for ln in proxy.stderr_lines() if where in ln and "initial_backoff" in ln]
+        h.ok(hits, "no log line with %s ...initial_backoff; stderr:\n%s" % (where, proxy.stderr_tail()))
+        r = get("/r/still")
+        h.eq(r.status, 200, "status")
+        h.eq((len(a.requests_for("/r/still")), len(b.requests_for("/r/still"))), (0, 1),
+             "requests for /r/still at A, B (B: the config before the bad one)")
+
+    @t.check("a listener address change binds the new port, closes the old and its idle connections")
+    def _():
+        idle = h.RawConn(port)
+        t.defer(idle.close)
+        h.eq(get("/r/idle", idle).status, 200, "request on the old listener")
+        new_port = h.free_port()
+        reload(CONFIG.format(port=new_port, default=a.port, upstream=b.port, backoff="1500ms",
+                             clients=LOOPBACK))
+        h.wait_until(lambda: h.listens_on(proxy.pid, new_port), 5 * h.SLOW,
+                     "the proxy to listen on the new port %d" % new_port)
+        h.ok(not h.listens_on(proxy.pid, port), "the proxy still listens on the old port %d" % port)
+        h.ok(not h.port_accepts(port), "the old port %d still accepts connections" % port)
+        r = h.fetch(new_port, "GET", "/r/moved", "app.example")
+        h.eq(r.status, 200, "status on the new port")
+        h.eq(len(b.requests_for("/r/moved")), 1, "requests for /r/moved at B")
+        h.ok(idle.closed_within(3 * h.SLOW),
+             "an idle connection of the removed listener stayed open")
+        ports["now"] = new_port
+
+    @t.check("access.allow_clients narrowed: idle connections close, a busy one gets 403 next")
+    def _():
+        port = ports["now"]
+        idle, busy = h.RawConn(port), h.RawConn(port)
+        t.defer(idle.close)
+        t.defer(busy.close)
+        h.eq(get("/r/idle2", idle).status, 200, "a request before the reload")
+        busy.send(h.request("GET", "/r/busy?delay=1", "app.example"))
+        b.wait_for(lambda o: o.requests_for("/r/busy"), 5 * h.SLOW, "the slow request at B")
+        reload(CONFIG.format(port=port, default=b.port, upstream=b.port, backoff="1500ms",
+                             clients="192.0.2.0/24"))
+        h.ok(idle.closed_within(3 * h.SLOW), "the idle connection of a now refused client stayed open")
+        h.eq(busy.read_response(timeout=10 * h.SLOW).status, 200, "the request in flight")
+        h.eq(get("/r/refused", busy).status, 403, "the next request on that connection")
+        h.eq(h.fetch(port, "GET", "/r/refused", "app.example").status, 403, "a new connection")
+        h.eq(b.requests_for("/r/refused"), [], "refused requests at B")
+
+
+h.run(scenario, __doc__)

@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Scenario: upstream responses that break HTTP/1.1, each one a 502, never
+passed on, repaired or mistaken for a good response.
+
+Client: curl and raw sockets to a sidecar listener whose upstream is a raw
+socket server of this file. Paths under /once/ use a route with
+max_attempts 1; paths under /thrice/ a route with max_attempts 3.
+Origin: a raw socket server that reads each request and answers with the
+bytes the last path segment names (the table RESPONSES): Content-Length with
+Transfer-Encoding in both orders, differing or invalid Content-Length, a bad
+or overflowing chunk size, chunk data followed by garbage instead of CRLF,
+obs-fold, bare LF, bare CR, NUL in a field value or name, whitespace before
+a colon, a field line without a colon, a garbage status line, status 99,
+600 and 1000, HTTP/2 and lower-case http/1.1 status lines, a head over
+max_header_bytes (4 KiB), more fields than the proxy takes, and a 101
+nobody asked for; then the whole response in one write and the connection
+closed. Other paths: a chunked response whose bad chunk comes 0.5 s after a
+good first chunk (the head is out by then), and a complete response
+followed on the same connection by bytes the client never asked for.
+Must hold: each malformed response is a 502 for a GET on /once/ (one
+request at the origin, Retry-Attempts 1, one-line text body); on /thrice/
+a GET's malformed response counts as a reset and is retried (the origin
+sees 3 requests, Retry-Attempts 3) while a POST without a condition is not
+(1 request, Retry-Attempts 1); a body that goes bad after the head was sent
+ends the client connection with an incomplete response (no last chunk),
+never a clean one; bytes after a complete response never reach the next
+request's client (it gets its own response); the proxy keeps serving.
+"""
+
+import socket
+import threading
+import time
+
+import dnsstub
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@BAD@
+limits:
+  drain_timeout: 2s
+  max_header_bytes: 4KiB
+  try_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 1
+    initial_backoff: 50ms
+    jitter: 10ms
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: thrice
+    match: { path_prefix: /thrice/ }
+    retry:
+      max_attempts: 3
+      initial_backoff: 50ms
+      jitter: 10ms
+      budget: { ratio: 1, min_per_second: 100000, window: 1s }
+"""
+
+OK = b"HTTP/1.1 200 OK\r\n"
+
+# name: the whole response, sent in one write, then the connection closes.
+RESPONSES = {
+    "cl-te": OK + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    "te-cl": OK + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    "cl-differ": OK + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+    "cl-comma-differ": OK + b"Content-Length: 5, 6\r\n\r\nhello!",
+    "cl-letters": OK + b"Content-Length: 5x\r\n\r\nhello",
+    "cl-negative": OK + b"Content-Length: -5\r\n\r\nhello",
+    "cl-plus": OK + b"Content-Length: +5\r\n\r\nhello",
+    "cl-overflow": OK + b"Content-Length: 99999999999999999999999\r\n\r\nhello",
+    "chunk-size-bad": OK + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+    "chunk-size-overflow": OK + b"Transfer-Encoding: chunked\r\n\r\n10000000000000005\r\nhello\r\n0\r\n\r\n",
+    "chunk-then-garbage": OK + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhelloGARBAGE\r\n0\r\n\r\n",
+    "obs-fold": OK + b"X-Folded: a\r\n b\r\nContent-Length: 5\r\n\r\nhello",
+    "bare-lf": OK + b"X-A: a\nX-B: b\r\nContent-Length: 5\r\n\r\nhello",
+    "bare-cr": OK + b"X-A: a\rb\r\nContent-Length: 5\r\n\r\nhello",
+    "nul-value": OK + b"X-A: a\x00b\r\nContent-Length: 5\r\n\r\nhello",
+    "nul-name": OK + b"X-\x00A: b\r\nContent-Length: 5\r\n\r\nhello",
+    "space-colon": OK + b"X-A : a\r\nContent-Length: 5\r\n\r\nhello",
+    "no-colon": OK + b"X-A a\r\nContent-Length: 5\r\n\r\nhello",
+    "status-garbage": b"HTTP/1.1 two hundred OK\r\nContent-Length: 5\r\n\r\nhello",
+    "status-99": b"HTTP/1.1 99 Too Small\r\nContent-Length: 5\r\n\r\nhello",
+    "status-600": b"HTTP/1.1 600 Too Big\r\nContent-Length: 5\r\n\r\nhello",
+    "status-1000": b"HTTP/1.1 1000 Way Too Big\r\nContent-Length: 5\r\n\r\nhello",
+    "http2": b"HTTP/2 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    "lowercase-version": b"http/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    "not-http": b"SSH-2.0-OpenSSH_9.2p1\r\n\r\n",
+    "long-head": OK + b"X-Long: " + b"v" * 8000 + b"\r\nContent-Length: 5\r\n\r\nhello",
+    "many-fields": OK + b"".join(b"X-F%d: v\r\n" % i for i in range(300)) + b"Content-Length: 5\r\n\r\nhello",
+    "101-unasked": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhello",
+}
+
+# Kinds whose head is well formed and whose body breaks in the same write:
+# the proxy has the whole malformed response in hand before it sends anything.
+BODY_KINDS = ["chunk-size-bad", "chunk-size-overflow", "chunk-then-garbage"]
+
+# Head-level kinds checked for retry behaviour on /thrice/.
+RETRY_KINDS = ["cl-te", "cl-differ", "obs-fold", "nul-value", "status-garbage", "http2", "long-head",
+               "101-unasked"]
+
+
+class BadOrigin:
+    """The raw upstream: one thread per connection; every request is
+    recorded as (connection number, method, target)."""
+
+    def __init__(self):
+        self.requests = []
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+    def seen(self, target_part):
+        with self._lock:
+            return [r for r in self.requests if target_part in r[2]]
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+                cid = self.connections
+            threading.Thread(target=self._serve, args=(conn, cid), daemon=True).start()
+
+    def _read_request(self, conn, buf):
+        """(method, target, rest of buf) for the next request, or None at EOF."""
+        while b"\r\n\r\n" not in buf:
+            data = conn.recv(65536)
+            if not data:
+                return None
+            buf += data
+        head, _, buf = buf.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        method, target = lines[0].split(b" ")[:2]
+        length = 0
+        for ln in lines[1:]:
+            name, _, value = ln.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        while len(buf) < length:
+            data = conn.recv(65536)
+            if not data:
+                return None
+            buf += data
+        return method.decode(), target.decode(), buf[length:]
+
+    def _serve(self, conn, cid):
+        conn.settimeout(10)
+        buf = b""
+        try:
+            while True:
+                got = self._read_request(conn, buf)
+                if got is None:
+                    return
+                method, target, buf = got
+                with self._lock:
+                    self.requests.append((cid, method, target))
+                kind = target.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+                if not self._answer(conn, kind):
+                    return
+        except OSError:
+            pass
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def _answer(self, conn, kind):
+        """Send the response for kind; False when the connection must end."""
+        if kind in RESPONSES:
+            conn.sendall(RESPONSES[kind])
+            conn.shutdown(socket.SHUT_WR)
+            time.sleep(0.1)
+            return False
+        if kind == "late-bad-chunk":
+            conn.sendall(OK + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+            time.sleep(0.5)
+            conn.sendall(b"zz\r\nworld\r\n0\r\n\r\n")
+            time.sleep(0.3)
+            return False
+        if kind == "late-chunk-garbage":
+            conn.sendall(OK + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n5\r\nworld")
+            time.sleep(0.5)
+            conn.sendall(b"GARBAGE\r\n0\r\n\r\n")
+            time.sleep(0.3)
+            return False
+        if kind == "extra-bytes":
+            # a complete response, then a second one nobody asked for; the
+            # connection stays open for the next request
+            conn.sendall(OK + b"Content-Length: 5\r\n\r\nfirst"
+                         + b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nsmuggled")
+            return True
+        if kind == "good":
+            conn.sendall(OK + b"Content-Length: 5\r\n\r\nfresh")
+            return True
+        conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        return True
+
+
+def scenario(t):
+    bad = BadOrigin()
+    t.defer(bad.stop)
+    stub = dnsstub.DnsStub().start()
+    t.defer(stub.stop)
+    proxy = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": stub.write_resolv_conf(t.tmp)}, BAD=bad.port)
+
+    def get(path, *args):
+        return h.curl(*(list(args) + [proxy.listener_url(0, path)]))
+
+    def settle():
+        time.sleep(0.2 * h.SLOW)
+
+    for kind in BODY_KINDS:
+        @t.check("malformed body (%s) in the same write as the head: the client never gets a clean response"
+                 % kind)
+        def _(kind=kind):
+            with h.RawConn(proxy.port(), timeout=10) as c:
+                c.send(h.request("GET", "/once/%s?raw=1" % kind, "a.example"))
+                head = c.read_head()
+                rest = c.read_to_close(timeout=10)
+            if head.status != 502:
+                h.ok(head.header("Content-Length") is None, "a Content-Length on a re-framed broken body")
+                h.ok(b"0\r\n\r\n" not in rest, "the broken chunked body was terminated cleanly: %r" % rest)
+
+    for kind in RESPONSES:
+        @t.check("malformed response (%s): 502 for a GET, one request at the origin" % kind)
+        def _(kind=kind):
+            path = "/once/%s" % kind
+            r = get(path)
+            h.check_error_response(r, 502)
+            h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+            settle()
+            h.eq(len(bad.seen(path)), 1, "requests at the origin")
+
+    for kind in RETRY_KINDS:
+        @t.check("malformed response (%s) on a max_attempts 3 route: GET retried 3 times, POST sent once"
+                 % kind)
+        def _(kind=kind):
+            path = "/thrice/get/%s" % kind
+            r = get(path)
+            h.check_error_response(r, 502)
+            h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts for the GET")
+            settle()
+            h.eq(len(bad.seen(path)), 3, "GET requests at the origin")
+            path = "/thrice/post/%s" % kind
+            r = get(path, "--data-binary", "unconditional")
+            h.check_error_response(r, 502)
+            h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts for the POST")
+            settle()
+            h.eq(len(bad.seen(path)), 1, "POST requests at the origin")
+
+    for kind, what in (("late-bad-chunk", "a bad chunk size"),
+                       ("late-chunk-garbage", "garbage where a chunk's CRLF belongs")):
+        @t.check("%s 0.5s after the head went out: the client sees an incomplete response, never a clean one"
+                 % what)
+        def _(kind=kind):
+            with h.RawConn(proxy.port(), timeout=10) as c:
+                c.send(h.request("GET", "/once/%s" % kind, "a.example"))
+                head = c.read_head()
+                rest = c.read_to_close(timeout=10)
+            if head.status == 502:
+                return  # refused whole: also never a clean response
+            h.eq(head.status, 200, "status")
+            if head.header("Content-Length") is not None:
+                h.ok(len(rest) < int(head.header("Content-Length")),
+                     "a complete Content-Length body for a broken upstream body: %r" % rest)
+            else:
+                h.ok(b"0\r\n\r\n" not in rest, "the broken chunked body was terminated cleanly: %r" % rest)
+            r = get("/once/%s?curl=1" % kind)
+            h.ok(r.exit_code != 0, "curl exited 0: it took the broken response for a complete one (%r)" % r)
+
+    @t.check("bytes after a complete response never reach the next request's client")
+    def _():
+        with h.RawConn(proxy.port(), timeout=10) as c:
+            c.send(h.request("GET", "/thrice/extra-bytes", "a.example"))
+            first = c.read_response()
+            h.eq((first.status, first.body), (200, b"first"), "the complete first response")
+            c.send(h.request("GET", "/thrice/good", "a.example"))
+            second = c.read_response()
+        h.eq((second.status, second.body), (200, b"fresh"), "the next request's own response")
+        for i in range(3):
+            r = get("/thrice/good?n=%d" % i)
+            h.eq((r.status, r.body), (200, b"fresh"), "a later request's response")
+
+    @t.check("the proxy still serves a good response after all of that")
+    def _():
+        r = get("/once/good")
+        h.eq((r.exit_code, r.status, r.body), (0, 200, b"fresh"), "curl exit, status, body")
+        h.ok(proxy.alive(), "the proxy exited")
+
+
+h.run(scenario, __doc__, timeout=150)

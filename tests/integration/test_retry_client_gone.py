@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Scenario: the client goes away while its request waits on a backoff.
+
+Client: a raw connection sends a GET through a forward proxy, waits until
+the origin has answered the first try, then closes the connection during
+the 2 s backoff (once with a FIN, once with a RST); afterwards a fresh
+GET.
+Origin: answers the first try of each path 503 and would answer the next
+200. Backoff: initial 2s, no jitter, max_attempts 3.
+Must hold: after waiting past the backoff, the origin saw exactly 1
+request for the path (no retry was sent for a client that is gone), with
+no new connection opened toward it; the access line for the request says
+gave_up=client_gone and attempts=1; the proxy keeps serving (the fresh GET
+gets 200 at once).
+"""
+
+import socket
+import struct
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s }
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 2s
+    multiplier: 2
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+"""
+
+BACKOFF = 2.0
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG)
+    host = origin.authority
+
+    def leave_during_backoff(path, rst):
+        origin.script(path, [503, 200])
+        conn = h.RawConn(proxy.port())
+        conn.send(h.request("GET", origin.url(path), host))
+        origin.wait_for(lambda o: any(q.path == path and q.finished_at for q in o.requests), 5,
+                        "the first try of %s answered" % path)
+        # the proxy reads the 503 and schedules the retry
+        time.sleep(0.3)
+        connections_before = len(origin.connections)
+        if rst:
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+        time.sleep(BACKOFF + 1.0 * h.SLOW)
+        h.eq(len(origin.requests_for(path)), 1, "requests the origin saw for %s after the backoff" % path)
+        h.eq(len(origin.connections), connections_before, "connections to the origin")
+        f = h.access_fields(proxy.access_one(path))
+        h.eq((f.get("gave_up"), f["attempts"]), ("client_gone", "1"), "access gave_up, attempts in %r" % f)
+
+    @t.check("client closes (FIN) during the backoff: no retry reaches the origin; gave_up=client_gone")
+    def _():
+        leave_during_backoff("/gone/fin", rst=False)
+
+    @t.check("client resets (RST) during the backoff: the same")
+    def _():
+        leave_during_backoff("/gone/rst", rst=True)
+
+    @t.check("the proxy keeps serving: a fresh GET gets 200 at once")
+    def _():
+        r = h.fetch(proxy.port(), "GET", origin.url("/bytes/10"), host)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "1"), "status, Retry-Attempts")
+        h.ok(proxy.alive(), "proxy exited")
+
+
+h.run(scenario, __doc__)

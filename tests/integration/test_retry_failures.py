@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Scenario: tries that fail without a response, and which are retried.
+
+Client: GETs and POSTs through a forward proxy (raw sockets) to a closed
+port and to origin paths scripted per try; plain-HTTP requests to sidecar
+listeners whose upstreams are TLS origins.
+Origin: per try, resets after reading the request (/reset/request), never
+answers (/hang), sends a malformed status line (/bad/status), answers 503,
+or answers normally; a fresh origin closes or resets connections at accept;
+a TLS origin whose certificate names only wrong.example; a TLS origin with
+a good certificate that resets its first connections during the handshake.
+Defaults: max_attempts 3, backoff 100ms doubling, no jitter, try_timeout
+700ms.
+Must hold: a refused connect is retried up to max_attempts for GET and for
+POST (the request never left), then 502 naming the refusal and "3
+attempts", Retry-Attempts: 3, and the access line has attempts=3 and three
+"refused" tries; a reset after the request is retried for GET (the origin
+sees every try, then 200) but not for POST (origin sees exactly 1, client
+gets 502, gave_up=not_idempotent); a silent origin gives 504 after three
+try_timeouts for GET, after one for POST; a malformed response head is
+retried for GET like a reset and not for POST; a kept 503 is what the
+client gets when the later tries reset or time out; connections closed or
+reset at accept are retried; a certificate for the wrong host gives 502 at
+once (Retry-Attempts: 1, one connection, tries "tls-verify"); a handshake
+reset is retried even for a POST, whose body then arrives once and whole.
+"""
+
+import hashlib
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+  - address: 127.0.0.1:@PORT1@
+    upstream: https://127.0.0.1:@WRONG@
+  - address: 127.0.0.1:@PORT2@
+    upstream: https://127.0.0.1:@GOOD@
+log: { level: info, format: text }
+tls: { ca_file: @CA@ }
+limits:
+  drain_timeout: 2s
+  try_timeout: 700ms
+  connect_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 100ms
+    multiplier: 2
+    max_backoff: 1s
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+"""
+
+TRY_TIMEOUT = 0.7
+
+
+def scenario(t):
+    certs = t.certs()
+    origin = t.origin()
+    wrong = t.origin(tls=(certs.wrong, certs.wrong_key), name="wrong")
+    good = t.origin(tls=(certs.server, certs.server_key), name="good")
+    proxy = t.proxy(CONFIG, WRONG=wrong.port, GOOD=good.port, CA=certs.ca)
+    dead = h.closed_port()
+    host = origin.authority
+
+    def send(method, path, body=b"", o=None):
+        o = o or origin
+        return h.fetch(proxy.port(), method, o.url(path), o.authority, body=body)
+
+    def seen(path, o=None, settle=0.4):
+        time.sleep(settle * h.SLOW)
+        return len((o or origin).requests_for(path))
+
+    def access(tag):
+        return h.access_fields(proxy.access_one(tag))
+
+    @t.check("GET to a closed port: 3 refused tries, then 502 naming the refusal and 3 attempts")
+    def _():
+        r = h.fetch(proxy.port(), "GET", "http://127.0.0.1:%d/f/refused-get" % dead,
+                    "127.0.0.1:%d" % dead)
+        h.check_error_response(r, 502, ["refused", "connect"])
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.ok(b"3 attempts" in r.body, "body should say 3 attempts: %r" % r.body)
+        f = access("/f/refused-get")
+        h.eq((f["status"], f["attempts"]), ("502", "3"), "access status, attempts")
+        h.eq(f["tries"], "refused -> wait 100ms -> refused -> wait 200ms -> refused", "access tries")
+
+    @t.check("POST to a closed port is repeated too (it never left): 502 after 3 attempts")
+    def _():
+        r = h.fetch(proxy.port(), "POST", "http://127.0.0.1:%d/f/refused-post" % dead,
+                    "127.0.0.1:%d" % dead, body=b"a=1&b=2")
+        h.check_error_response(r, 502, ["refused", "connect"])
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        f = access("/f/refused-post")
+        h.eq((f["method"], f["status"], f["attempts"]), ("POST", "502", "3"),
+             "access method, status, attempts")
+        h.eq(f["tries"].split(" -> ")[::2], ["refused"] * 3, "tries in %r" % f["tries"])
+
+    @t.check("GET, origin resets after reading the request twice, then 200: 200 after 3 tries")
+    def _():
+        origin.script("/f/reset-get", ["/reset/request", "/reset/request", 200])
+        r = send("GET", "/f/reset-get")
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts")
+        h.eq(seen("/f/reset-get"), 3, "requests the origin saw")
+        h.eq(access("/f/reset-get")["tries"].split(" -> ")[::2], ["reset", "reset", "200"], "tries")
+
+    @t.check("GET, origin resets every try: 502 after 3, origin saw 3")
+    def _():
+        origin.script("/f/reset-all", ["/reset/request"])
+        r = send("GET", "/f/reset-all")
+        h.check_error_response(r, 502, ["reset", "closed"])
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.ok(b"3 attempts" in r.body, "body should say 3 attempts: %r" % r.body)
+        h.eq(seen("/f/reset-all"), 3, "requests the origin saw")
+
+    @t.check("POST without a condition, origin resets after reading it: not repeated, 502")
+    def _():
+        origin.script("/f/reset-post", ["/reset/request", 200])
+        r = send("POST", "/f/reset-post", body=b"charge=1")
+        h.check_error_response(r, 502, ["reset", "closed"])
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        h.eq(seen("/f/reset-post"), 1, "requests the origin saw")
+        f = access("/f/reset-post")
+        h.eq((f["attempts"], f.get("gave_up")), ("1", "not_idempotent"), "access attempts, gave_up")
+
+    @t.check("GET to a silent origin: 504 after 3 try_timeouts (origin saw 3)")
+    def _():
+        origin.script("/f/hang-get", ["/hang"])
+        r = send("GET", "/f/hang-get")
+        h.check_error_response(r, 504, ["timeout", "time"])
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.ok(b"3 attempts" in r.body, "body should say 3 attempts: %r" % r.body)
+        h.ok(r.elapsed >= 3 * TRY_TIMEOUT + 0.3 - 0.05,
+             "504 after %.2f s; 3 x 700 ms + waits is 2.4 s" % r.elapsed)
+        h.eq(seen("/f/hang-get"), 3, "requests the origin saw")
+        h.eq(access("/f/hang-get")["tries"].split(" -> ")[::2], ["timeout"] * 3, "tries")
+
+    @t.check("POST to a silent origin: 504 after one try_timeout (origin saw 1)")
+    def _():
+        origin.script("/f/hang-post", ["/hang"])
+        r = send("POST", "/f/hang-post", body=b"x=1")
+        h.check_error_response(r, 504, ["timeout", "time"])
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        h.ok(r.elapsed < TRY_TIMEOUT + 0.5 * h.SLOW, "504 after %.2f s" % r.elapsed)
+        h.eq(seen("/f/hang-post"), 1, "requests the origin saw")
+
+    @t.check("GET, malformed status line twice, then 200: retried like a reset, 200 after 3")
+    def _():
+        origin.script("/f/bad-get", ["/bad/status", "/bad/status", 200])
+        r = send("GET", "/f/bad-get")
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts")
+        h.eq(seen("/f/bad-get"), 3, "requests the origin saw")
+        h.eq(access("/f/bad-get")["tries"].split(" -> ")[::2], ["malformed", "malformed", "200"], "tries")
+
+    @t.check("POST, malformed status line: not repeated, 502")
+    def _():
+        origin.script("/f/bad-post", ["/bad/status", 200])
+        r = send("POST", "/f/bad-post", body=b"x=1")
+        h.check_error_response(r, 502)
+        h.eq(seen("/f/bad-post"), 1, "requests the origin saw")
+
+    @t.check("503, then reset, reset: the client gets the kept 503 with Retry-Attempts: 3")
+    def _():
+        origin.script("/f/kept-reset", ["/status/503?hdr=X-Try:1&body=kept-503",
+                                        "/reset/request", "/reset/request"])
+        r = send("GET", "/f/kept-reset")
+        h.eq((r.status, r.header_all("X-Try"), r.body), (503, ["1"], b"kept-503"),
+             "status, X-Try, body")
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.eq(seen("/f/kept-reset"), 3, "requests the origin saw")
+
+    @t.check("503, then two try_timeouts: the client gets the kept 503, not a 504")
+    def _():
+        origin.script("/f/kept-hang", ["/status/503?hdr=X-Try:1&body=kept-503", "/hang"])
+        r = send("GET", "/f/kept-hang")
+        h.eq((r.status, r.header_all("X-Try"), r.body), (503, ["1"], b"kept-503"),
+             "status, X-Try, body")
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.eq(seen("/f/kept-hang"), 3, "requests the origin saw")
+
+    @t.check("connections closed, then reset at accept: GET retried, 200 after 3")
+    def _():
+        fresh = t.origin(name="fresh")
+        fresh.on_accept(["close", "reset"])
+        r = send("GET", "/bytes/10", o=fresh)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts")
+        h.eq(len(fresh.connections), 3, "connections the origin accepted")
+
+    @t.check("TLS certificate for the wrong host: 502 at once naming it, 1 attempt, 1 connection")
+    def _():
+        r = h.fetch(proxy.port(1), "GET", "/f/tls-wrong", "app.local")
+        h.check_error_response(r, 502, ["certificate", "verif", "host"])
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        h.ok(r.elapsed < 1.0 * h.SLOW, "502 after %.2f s" % r.elapsed)
+        time.sleep(0.4 * h.SLOW)
+        h.eq(len(wrong.connections), 1, "connections the wrong-host origin saw")
+        h.eq(len(wrong.requests), 0, "requests the wrong-host origin saw")
+        h.eq(access("/f/tls-wrong")["tries"], "tls-verify", "tries")
+
+    @t.check("TLS handshake reset twice: a POST is repeated (never sent); body arrives once, whole")
+    def _():
+        body = bytes(range(256)) * 40
+        good.on_accept(["reset", "reset"])
+        r = h.fetch(proxy.port(2), "POST", "/echo?f=tls-post", "app.local", body=body)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts (%r)" % r)
+        reqs = good.requests_for("/echo")
+        h.eq(len(reqs), 1, "requests the origin got")
+        h.eq(reqs[0].body_sha256, hashlib.sha256(body).hexdigest(), "body sha256 at the origin")
+        h.eq(access("f=tls-post")["tries"].split(" -> ")[::2], ["tls", "tls", "200"], "tries")
+
+
+h.run(scenario, __doc__)

@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""Scenario: request smuggling and malformed requests, one raw connection
+per case, against a sidecar listener.
+
+Client: for each row of the table CASES, a fresh TCP connection to a
+sidecar listener that sends the row's bytes in one write: Content-Length
+and Transfer-Encoding together (either order), duplicate, comma-joined,
+signed, hex, empty, fractional or overflowing Content-Length, every wrong
+Transfer-Encoding (identity, xchunked, chunked twice, gzip, a trailing
+comma, in HTTP/1.0, through obs-fold, a vertical tab, space before the
+colon), bad chunk lines (overflow, non-hex, negative, leading space, 0x,
+empty, bad extensions, data longer than the size, bare LF or CR), bare LF
+and bare CR in the request line, fields and the blank line, obs-fold, NUL,
+DEL and control bytes in values, names and targets, bad field names,
+userinfo in an absolute URI, bad Host fields, bad method tokens, bad
+HTTP versions, HTTP/0.9 and the HTTP/2 preface, a target over
+max_uri_bytes (1 KiB), a head over max_header_bytes (4 KiB), too many
+fields, an unknown Expect, and pipelines: valid requests followed by a bad
+one, a bad one followed by a valid one, chunked and Content-Length bodies
+followed in the same segment by bytes that form a request, a request inside
+chunk data; and a few valid controls (duplicate identical Content-Length,
+upper-case CHUNKED, valid chunk extensions and trailers, a GET with a
+body, HTTP/1.0 without Host).
+Origin: the recording test origin (/echo), behind the sidecar listener;
+max_attempts 1, client_timeout 3s.
+Must hold: each row gets exactly its expected answers: a refusal is the
+row's status (400, 413, 414, 417, 431, or 505 where the row allows it)
+with a one-line text/plain body, Retry-Attempts and Connection: close, and
+then the connection closes; valid requests before it are answered 200 in
+order; the origin receives exactly the row's expected requests (the valid
+prefix), each once, bodies exact, never a refused request or bytes merged
+from the next one; over the whole run the origin sees no request that no
+row expects. Afterwards the proxy still serves a normal GET and exits
+cleanly on SIGTERM.
+"""
+
+import time
+
+import dnsstub
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+limits:
+  drain_timeout: 2s
+  client_timeout: 3s
+  max_uri_bytes: 1KiB
+  max_header_bytes: 4KiB
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+HOST = b"Host: a.example\r\n"
+
+
+def req(tag, method=b"GET", fields=b"", body=b"", version=b"HTTP/1.1", host=HOST):
+    """A request for /echo?c=TAG with these extra field lines (each ending
+    in CRLF) and body bytes sent as they are."""
+    return (method + b" /echo?c=" + tag.encode() + b" " + version + b"\r\n" + host + fields
+            + b"\r\n" + body)
+
+
+def chunked(tag, body, method=b"PUT", fields=b""):
+    """A chunked request whose body bytes (chunk lines included) are given raw."""
+    return req(tag, method, fields + b"Transfer-Encoding: chunked\r\n", body)
+
+
+class Either:
+    """A row that may be answered in more than one acceptable way; each
+    alternative is (expect, origin)."""
+
+    def __init__(self, why, *alternatives):
+        self.why = why
+        self.alternatives = alternatives
+
+
+CLOSE = "close"   # the proxy closes the connection without answering
+
+GOOD_CHUNKS = b"5\r\nhello\r\n0\r\n\r\n"
+SMUGGLED = b"GET /echo?c=smuggled HTTP/1.1\r\nHost: a.example\r\n\r\n"
+BAD_NEXT = b"POST /echo?c=bad-next HTTP/1.1\r\nHost: a.example\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+IN_CHUNK = b"GET /echo?c=inside-chunk HTTP/1.1\r\nHost: a.example\r\n\r\n"
+
+# (name, raw bytes, expect, origin)
+#   expect: a status (the connection is refused with it, then closed), a
+#           tuple of statuses (any one of them), a list of statuses (one
+#           response each, in order; a final one >= 400 closes), CLOSE, or
+#           Either(why, (expect, origin), ...)
+#   origin: the requests the origin must receive, in order: the c= tag, or
+#           (tag, body) when the body must be exact
+CASES = [
+    # -- Content-Length and Transfer-Encoding ---------------------------------
+    ("cl-then-te", req("cl-then-te", b"POST", b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+                       b"0\r\n\r\n"), 400, []),
+    ("te-then-cl", req("te-then-cl", b"POST", b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+                       b"0\r\n\r\n"), 400, []),
+    ("te-with-cl-zero", req("te-with-cl-zero", b"POST", b"Content-Length: 0\r\nTransfer-Encoding: chunked\r\n",
+                            GOOD_CHUNKS), 400, []),
+    ("te-cl-classic-smuggle", req("te-cl-classic-smuggle", b"POST",
+                                  b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n",
+                                  b"%x\r\n" % len(SMUGGLED) + SMUGGLED + b"\r\n0\r\n\r\n"), 400, []),
+    ("cl-differ", req("cl-differ", b"POST", b"Content-Length: 5\r\nContent-Length: 6\r\n", b"hello!"), 400, []),
+    ("cl-comma-differ", req("cl-comma-differ", b"POST", b"Content-Length: 5, 6\r\n", b"hello!"), 400, []),
+    ("cl-dup-identical", req("cl-dup-identical", b"POST", b"Content-Length: 5\r\nContent-Length: 5\r\n",
+                             b"hello"), 200, [("cl-dup-identical", b"hello")]),
+    ("cl-plus", req("cl-plus", b"POST", b"Content-Length: +5\r\n", b"hello"), 400, []),
+    ("cl-minus", req("cl-minus", b"POST", b"Content-Length: -5\r\n", b"hello"), 400, []),
+    ("cl-inner-space", req("cl-inner-space", b"POST", b"Content-Length: 1 0\r\n", b"helloworld"), 400, []),
+    ("cl-hex", req("cl-hex", b"POST", b"Content-Length: 0x5\r\n", b"hello"), 400, []),
+    ("cl-empty", req("cl-empty", b"POST", b"Content-Length: \r\n", b"hello"), 400, []),
+    ("cl-fraction", req("cl-fraction", b"POST", b"Content-Length: 5.0\r\n", b"hello"), 400, []),
+    ("cl-overflow", req("cl-overflow", b"POST", b"Content-Length: 99999999999999999999999\r\n", b"hello"),
+     (400, 413), []),
+    ("te-chunked-identity", req("te-chunked-identity", b"PUT", b"Transfer-Encoding: chunked, identity\r\n",
+                                GOOD_CHUNKS), 400, []),
+    ("te-identity", req("te-identity", b"PUT", b"Transfer-Encoding: identity\r\n", b""), 400, []),
+    ("te-xchunked", req("te-xchunked", b"PUT", b"Transfer-Encoding: xchunked\r\n", GOOD_CHUNKS), 400, []),
+    ("te-chunked-twice-list", req("te-chunked-twice-list", b"PUT", b"Transfer-Encoding: chunked, chunked\r\n",
+                                  GOOD_CHUNKS), 400, []),
+    ("te-chunked-twice-fields", req("te-chunked-twice-fields", b"PUT",
+                                    b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                                    GOOD_CHUNKS), 400, []),
+    ("te-gzip", req("te-gzip", b"PUT", b"Transfer-Encoding: gzip\r\n", b"hello"), 400, []),
+    ("te-chunked-gzip", req("te-chunked-gzip", b"PUT", b"Transfer-Encoding: chunked, gzip\r\n", GOOD_CHUNKS),
+     400, []),
+    ("te-trailing-comma", req("te-trailing-comma", b"PUT", b"Transfer-Encoding: chunked,\r\n", GOOD_CHUNKS),
+     Either("refused, or read as chunked with the origin reading it the same way: RFC 9110 5.6.1 "
+            "lets a recipient ignore an empty list element, but field lines go upstream byte-exact",
+            (400, []), (200, [("te-trailing-comma", b"hello")])), None),
+    ("te-leading-comma", req("te-leading-comma", b"PUT", b"Transfer-Encoding: , chunked\r\n", GOOD_CHUNKS),
+     Either("refused, or read as chunked with the origin reading it the same way",
+            (400, []), (200, [("te-leading-comma", b"hello")])), None),
+    ("te-then-empty-te-field", req("te-then-empty-te-field", b"PUT",
+                                   b"Transfer-Encoding: chunked\r\nTransfer-Encoding: \r\n", GOOD_CHUNKS),
+     Either("refused, or read as chunked with the origin reading it the same way",
+            (400, []), (200, [("te-then-empty-te-field", b"hello")])), None),
+    ("te-in-http10", req("te-in-http10", b"PUT", b"Transfer-Encoding: chunked\r\n", GOOD_CHUNKS,
+                         version=b"HTTP/1.0"), 400, []),
+    ("te-obs-fold", req("te-obs-fold", b"PUT", b"Transfer-Encoding:\r\n chunked\r\n", GOOD_CHUNKS), 400, []),
+    ("te-space-before-colon", req("te-space-before-colon", b"PUT", b"Transfer-Encoding : chunked\r\n",
+                                  GOOD_CHUNKS), 400, []),
+    ("te-vertical-tab", req("te-vertical-tab", b"PUT", b"Transfer-Encoding: \x0bchunked\r\n", GOOD_CHUNKS),
+     400, []),
+    ("te-upper-case-valid", req("te-upper-case-valid", b"PUT", b"Transfer-Encoding: CHUNKED\r\n", GOOD_CHUNKS),
+     200, [("te-upper-case-valid", b"hello")]),
+    # -- chunk lines -------------------------------------------------------------
+    ("chunk-size-17-hex-digits", chunked("chunk-size-17-hex-digits", b"10000000000000005\r\nhello\r\n0\r\n\r\n"),
+     400, []),
+    ("chunk-size-non-hex", chunked("chunk-size-non-hex", b"zz\r\nhello\r\n0\r\n\r\n"), 400, []),
+    ("chunk-size-negative", chunked("chunk-size-negative", b"-5\r\nhello\r\n0\r\n\r\n"), 400, []),
+    ("chunk-size-leading-space", chunked("chunk-size-leading-space", b" 5\r\nhello\r\n0\r\n\r\n"), 400, []),
+    ("chunk-size-0x", chunked("chunk-size-0x", b"0x5\r\nhello\r\n0\r\n\r\n"), 400, []),
+    ("chunk-size-empty", chunked("chunk-size-empty", b"\r\nhello\r\n0\r\n\r\n"), 400, []),
+    ("chunk-ext-unterminated-quote", chunked("chunk-ext-unterminated-quote",
+                                             b"5;a=\"unterminated\r\nhello\r\n0\r\n\r\n"), 400, []),
+    ("chunk-ext-empty-name", chunked("chunk-ext-empty-name", b"5;=x\r\nhello\r\n0\r\n\r\n"), 400, []),
+    ("chunk-ext-space-in-name", chunked("chunk-ext-space-in-name", b"5;a b\r\nhello\r\n0\r\n\r\n"), 400, []),
+    ("chunk-ext-valid", chunked("chunk-ext-valid", b"5;a=b;c=\"d e\"\r\nhello\r\n0\r\n\r\n"),
+     200, [("chunk-ext-valid", b"hello")]),
+    ("chunk-missing-crlf-after-data", chunked("chunk-missing-crlf-after-data", b"5\r\nhelloXX0\r\n\r\n"),
+     400, []),
+    ("chunk-data-longer-than-size", chunked("chunk-data-longer-than-size", b"3\r\nhello\r\n0\r\n\r\n"),
+     400, []),
+    ("chunk-lines-bare-lf", chunked("chunk-lines-bare-lf", b"5\nhello\n0\n\n"), 400, []),
+    ("chunk-size-bare-cr", chunked("chunk-size-bare-cr", b"5\rhello\r\n0\r\n\r\n"), 400, []),
+    ("chunk-data-end-bare-lf", chunked("chunk-data-end-bare-lf", b"5\r\nhello\n0\r\n\r\n"), 400, []),
+    ("chunk-trailer-bare-lf", chunked("chunk-trailer-bare-lf", b"5\r\nhello\r\n0\r\nX-T: a\n\r\n"), 400, []),
+    ("chunk-trailer-valid", chunked("chunk-trailer-valid", b"5\r\nhello\r\n0\r\nX-Checksum: 1\r\n\r\n"),
+     200, [("chunk-trailer-valid", b"hello")]),
+    # -- line endings ------------------------------------------------------------
+    ("request-line-bare-lf", b"GET /echo?c=request-line-bare-lf HTTP/1.1\n" + HOST + b"\r\n", 400, []),
+    ("field-bare-lf", req("field-bare-lf", fields=b"X-A: a\nX-B: b\r\n"), 400, []),
+    ("all-bare-lf", b"GET /echo?c=all-bare-lf HTTP/1.1\nHost: a.example\nX-A: a\n\n", 400, []),
+    ("request-line-bare-cr", b"GET /echo?c=request-line-bare-cr HTTP/1.1\r" + HOST + b"\r\n", 400, []),
+    ("field-bare-cr", req("field-bare-cr", fields=b"X-A: a\rb\r\n"), 400, []),
+    ("blank-line-bare-lf", b"GET /echo?c=blank-line-bare-lf HTTP/1.1\r\n" + HOST + b"\n\r\n", 400, []),
+    # -- field syntax ------------------------------------------------------------
+    ("obs-fold-space", req("obs-fold-space", fields=b"X-A: a\r\n b\r\n"), 400, []),
+    ("obs-fold-tab", req("obs-fold-tab", fields=b"X-A: a\r\n\tb\r\n"), 400, []),
+    ("first-field-leading-space", b"GET /echo?c=first-field-leading-space HTTP/1.1\r\n X-A: a\r\n" + HOST
+     + b"\r\n", 400, []),
+    ("nul-in-value", req("nul-in-value", fields=b"X-A: a\x00b\r\n"), 400, []),
+    ("nul-in-name", req("nul-in-name", fields=b"X-\x00A: b\r\n"), 400, []),
+    ("nul-in-target", b"GET /echo?c=nul-in-target\x00x HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("del-in-value", req("del-in-value", fields=b"X-A: a\x7fb\r\n"), 400, []),
+    ("control-in-value", req("control-in-value", fields=b"X-A: a\x01b\r\n"), 400, []),
+    ("control-in-target", b"GET /echo?c=control-in-target\x01 HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("space-in-target", b"GET /echo?c=space-in-target x HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("space-before-colon", req("space-before-colon", fields=b"X-A : a\r\n"), 400, []),
+    ("tab-before-colon", req("tab-before-colon", fields=b"X-A\t: a\r\n"), 400, []),
+    ("empty-field-name", req("empty-field-name", fields=b": value\r\n"), 400, []),
+    ("field-name-at-sign", req("field-name-at-sign", fields=b"X@Y: 1\r\n"), 400, []),
+    ("field-name-space", req("field-name-space", fields=b"X Y: 1\r\n"), 400, []),
+    ("field-name-non-ascii", req("field-name-non-ascii", fields=b"X-\xe9: 1\r\n"), 400, []),
+    ("field-without-colon", req("field-without-colon", fields=b"X-A a\r\n"), 400, []),
+    # -- target and Host ---------------------------------------------------------
+    ("absolute-uri-userinfo", b"GET http://user:pw@a.example/echo?c=absolute-uri-userinfo HTTP/1.1\r\n"
+     + HOST + b"\r\n", 400, []),
+    ("target-fragment", b"GET /echo?c=target-fragment#frag HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("target-not-origin-form", b"GET echo?c=target-not-origin-form HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("host-with-space", req("host-with-space", host=b"Host: a example\r\n"), 400, []),
+    ("host-with-at", req("host-with-at", host=b"Host: user@a.example\r\n"), 400, []),
+    ("host-bad-port", req("host-bad-port", host=b"Host: a.example:80x\r\n"), 400, []),
+    ("host-port-too-big", req("host-port-too-big", host=b"Host: a.example:99999\r\n"), 400, []),
+    ("host-list", req("host-list", host=b"Host: a.example, b.example\r\n"), 400, []),
+    ("host-twice", req("host-twice", host=b"Host: a.example\r\nHost: b.example\r\n"), 400, []),
+    ("host-missing-http11", req("host-missing-http11", host=b""), 400, []),
+    ("host-empty", req("host-empty", host=b"Host: \r\n"), 400, []),
+    ("host-missing-http10-valid", req("host-missing-http10-valid", host=b"", version=b"HTTP/1.0"),
+     200, ["host-missing-http10-valid"]),
+    # -- method and version ------------------------------------------------------
+    ("method-at-sign", req("method-at-sign", method=b"G@T"), 400, []),
+    ("method-empty", b" /echo?c=method-empty HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("method-non-ascii", req("method-non-ascii", method=b"G\xc9T"), 400, []),
+    ("method-with-slash", req("method-with-slash", method=b"GET/"), 400, []),
+    ("version-lower-case", req("version-lower-case", version=b"http/1.1"), 400, []),
+    ("version-1.2", req("version-1.2", version=b"HTTP/1.2"),
+     Either("RFC 9112 2.3: a higher minor version may be served as 1.1",
+            ((400, 505), []), (200, ["version-1.2"])), None),
+    ("version-2.0", req("version-2.0", version=b"HTTP/2.0"), (400, 505), []),
+    ("version-no-minor", req("version-no-minor", version=b"HTTP/1"), 400, []),
+    ("version-leading-zero", req("version-leading-zero", version=b"HTTP/01.1"), 400, []),
+    ("http-0.9", b"GET /echo?c=http-0.9\r\n",
+     Either("an HTTP/0.9 client cannot read a 400 anyway", (400, []), (CLOSE, [])), None),
+    ("http2-preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", (400, 505), []),
+    ("request-line-double-space", b"GET  /echo?c=request-line-double-space HTTP/1.1\r\n" + HOST + b"\r\n",
+     400, []),
+    ("request-line-trailing-space", b"GET /echo?c=request-line-trailing-space HTTP/1.1 \r\n" + HOST + b"\r\n",
+     400, []),
+    ("request-line-tab", b"GET\t/echo?c=request-line-tab HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    # -- sizes and expectations --------------------------------------------------
+    ("uri-over-max", b"GET /echo?c=uri-over-max&x=" + b"a" * 2000 + b" HTTP/1.1\r\n" + HOST + b"\r\n", 414, []),
+    ("head-over-max", req("head-over-max", fields=b"".join(b"X-Filler-%02d: %s\r\n" % (i, b"v" * 80)
+                                                            for i in range(60))), 431, []),
+    ("too-many-fields", req("too-many-fields", fields=b"".join(b"X%d: v\r\n" % i for i in range(200))),
+     431, []),
+    ("expect-unknown", req("expect-unknown", fields=b"Expect: something-else\r\n"), 417, []),
+    # -- pipelines and bytes after a body ----------------------------------------
+    ("pipeline-then-garbage", req("pipeline-then-garbage-1") + b"XYZ\r\n\r\n",
+     [200, 400], ["pipeline-then-garbage-1"]),
+    ("pipeline-then-cl-te", req("pipeline-then-cl-te-1") + BAD_NEXT, [200, 400], ["pipeline-then-cl-te-1"]),
+    ("pipeline-two-then-obs-fold", req("pipeline-two-then-obs-fold-1") + req("pipeline-two-then-obs-fold-2")
+     + req("pipeline-two-then-obs-fold-3", fields=b"X-A: a\r\n b\r\n"),
+     [200, 200, 400], ["pipeline-two-then-obs-fold-1", "pipeline-two-then-obs-fold-2"]),
+    ("pipeline-then-http10-te", req("pipeline-then-http10-te-1")
+     + req("pipeline-then-http10-te-2", b"PUT", b"Transfer-Encoding: chunked\r\n", GOOD_CHUNKS,
+           version=b"HTTP/1.0"), [200, 400], ["pipeline-then-http10-te-1"]),
+    ("pipeline-bad-then-valid", req("pipeline-bad-then-valid-1", fields=b"X-A : a\r\n")
+     + req("pipeline-bad-then-valid-2"), 400, []),
+    ("chunked-then-request", chunked("chunked-then-request-1", GOOD_CHUNKS)
+     + req("chunked-then-request-2"), [200, 200],
+     [("chunked-then-request-1", b"hello"), ("chunked-then-request-2", b"")]),
+    ("chunked-then-bad-request", chunked("chunked-then-bad-request-1", GOOD_CHUNKS) + BAD_NEXT,
+     [200, 400], [("chunked-then-bad-request-1", b"hello")]),
+    ("cl-body-then-request", req("cl-body-then-request-1", b"POST", b"Content-Length: 5\r\n", b"hello")
+     + req("cl-body-then-request-2"), [200, 200],
+     [("cl-body-then-request-1", b"hello"), ("cl-body-then-request-2", b"")]),
+    ("cl-body-then-garbage", req("cl-body-then-garbage-1", b"POST", b"Content-Length: 5\r\n", b"hello")
+     + b"hello again\r\n\r\n", [200, 400], [("cl-body-then-garbage-1", b"hello")]),
+    ("request-inside-chunk-data", chunked("request-inside-chunk-data", b"%x\r\n" % len(IN_CHUNK) + IN_CHUNK
+                                          + b"\r\n0\r\n\r\n"), 200, [("request-inside-chunk-data", IN_CHUNK)]),
+    ("get-with-cl-body", req("get-with-cl-body", b"GET", b"Content-Length: 5\r\n", b"hello"),
+     200, [("get-with-cl-body", b"hello")]),
+]
+
+
+def observe(port, raw, first_wait=5, next_wait=1.0):
+    """Send raw on a fresh connection; read responses until the proxy
+    closes or goes quiet. Returns (responses, closed, leftover bytes)."""
+    responses = []
+    closed = False
+    with h.RawConn(port, timeout=first_wait) as c:
+        c.send(raw)
+        while True:
+            try:
+                responses.append(c.read_response(timeout=first_wait if not responses else next_wait))
+            except h.ReadTimeout:
+                break
+            except AssertionError:
+                closed = True       # EOF before a whole response
+                break
+            except (ValueError, IndexError) as e:
+                raise AssertionError("unparseable response from the proxy (%s): %r" % (e, bytes(c.buf[:300])))
+            if c.eof:
+                closed = True
+                break
+        if not closed:
+            closed = c.closed_within(0.5)
+        leftover = bytes(c.buf)
+    return responses, closed, leftover
+
+
+def describe(responses, closed, leftover):
+    return "statuses %r, closed=%s, leftover %r, bodies %r" % (
+        [r.status for r in responses], closed, leftover[:80], [r.body[:80] for r in responses])
+
+
+def check_answers(expect, responses, closed, leftover):
+    """AssertionError unless the answers fit expect (not an Either)."""
+    seen = describe(responses, closed, leftover)
+    if expect == CLOSE:
+        h.ok(not responses and closed, "expected the connection closed without an answer; got %s" % seen)
+        return
+    if isinstance(expect, list):
+        statuses = expect
+    elif isinstance(expect, tuple):
+        h.ok(len(responses) == 1 and responses[0].status in expect,
+             "expected one response with a status in %r; got %s" % (expect, seen))
+        statuses = [responses[0].status]
+    else:
+        statuses = [expect]
+    h.eq([r.status for r in responses], statuses, "statuses (%s)" % seen)
+    h.eq(leftover, b"", "bytes after the last response")
+    final = responses[-1]
+    for r in responses:
+        h.ok(r.header("Retry-Attempts") is not None, "Retry-Attempts missing on the %d" % r.status)
+    if final.status >= 400:
+        h.check_error_response(final, final.status)
+        h.ok("close" in (final.header("Connection") or "").lower(),
+             "a refusal should say Connection: close, got %r" % final.headers)
+        h.ok(closed, "the connection should close after the refusal (%s)" % seen)
+
+
+def scenario(t):
+    origin = t.origin()
+    stub = dnsstub.DnsStub().start()
+    t.defer(stub.stop)
+    proxy = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": stub.write_resolv_conf(t.tmp)}, ORIGIN=origin.port)
+    port = proxy.port()
+    expected_tags = {}
+
+    def tag_of(q):
+        return q.query.get("c") if isinstance(q.query, dict) else None
+
+    def check_origin(want, new):
+        got = [(tag_of(q), bytes(q.body)) for q in new]
+        h.eq([g[0] for g in got], [w if isinstance(w, str) else w[0] for w in want],
+             "requests at the origin (tags), got %r" % got)
+        for w, g, q in zip(want, got, new):
+            if not isinstance(w, str):
+                h.eq(g[1], w[1], "body the origin received for %s" % w[0])
+            h.eq((q.error, q.anomalies), (None, []), "origin-side parse problems in %s" % g[0])
+
+    h.ok(len(CASES) >= 60, "the table should have at least 60 rows, has %d" % len(CASES))
+    names = [c[0] for c in CASES]
+    h.eq(len(set(names)), len(names), "distinct row names")
+
+    for name, raw, expect, want in CASES:
+        if isinstance(expect, Either):
+            label = "%s: one of %s (%s)" % (name, " / ".join(repr(a[0]) for a in expect.alternatives), expect.why)
+            for _, w in expect.alternatives:
+                for item in w:
+                    expected_tags[item if isinstance(item, str) else item[0]] = 1
+        else:
+            label = "%s: %r, origin gets %s" % (name, expect, [w if isinstance(w, str) else w[0] for w in want]
+                                               or "nothing")
+            for item in want:
+                expected_tags[item if isinstance(item, str) else item[0]] = 1
+
+        @t.check(label)
+        def _(raw=raw, expect=expect, want=want):
+            before = len(origin.requests)
+            responses, closed, leftover = observe(port, raw)
+            time.sleep(0.15 * h.SLOW)
+            new = origin.requests[before:]
+            if not isinstance(expect, Either):
+                check_answers(expect, responses, closed, leftover)
+                check_origin(want, new)
+                return
+            problems = []
+            for alt_expect, alt_want in expect.alternatives:
+                found = []
+                for fn, args in ((check_answers, (alt_expect, responses, closed, leftover)),
+                                 (check_origin, (alt_want, new))):
+                    try:
+                        fn(*args)
+                    except AssertionError as e:
+                        found.append(str(e))
+                if not found:
+                    return
+                problems.append("as %r: %s" % (alt_expect, "; ".join(found)))
+            raise AssertionError("no acceptable answer:\n" + "\n".join(problems))
+
+    @t.check("over the whole run the origin saw only the requests some row expects, each once")
+    def _():
+        time.sleep(0.3 * h.SLOW)
+        tags = [tag_of(q) for q in origin.requests]
+        unexpected = [x for x in tags if x not in expected_tags]
+        h.eq(unexpected, [], "requests no row expects (refused or smuggled ones that got through)")
+        dup = sorted({x for x in tags if tags.count(x) > 1})
+        h.eq(dup, [], "rows whose requests reached the origin more than once")
+
+    def incomplete_at_origin(tag):
+        """The origin's records for tag: none, or ones whose body never
+        completed (the proxy cut the upstream connection)."""
+        time.sleep(0.5 * h.SLOW)
+        reqs = [q for q in origin.requests if tag_of(q) == tag]
+        done = [q for q in reqs if q.complete.is_set() and q.error is None]
+        h.eq([(q.method, bytes(q.body)) for q in done], [],
+             "requests the origin received complete (the proxy finished a broken body for it)")
+
+    @t.check("a bad chunk 0.5s after the head and a good chunk: 400 or a cut, the origin never gets a "
+             "complete request")
+    def _():
+        with h.RawConn(port) as c:
+            c.send(chunked("late-bad-chunk", b"5\r\nhello\r\n"))
+            time.sleep(0.5)
+            c.send(b"zz\r\nworld\r\n0\r\n\r\n")
+            got = c.read_to_close(timeout=5)
+        h.ok(got == b"" or got.startswith(b"HTTP/1.1 400 "), "client got %r" % got[:200])
+        incomplete_at_origin("late-bad-chunk")
+
+    @t.check("a body cut short by the client (5 of 10 bytes, then FIN): the origin never gets a complete "
+             "request")
+    def _():
+        with h.RawConn(port) as c:
+            c.send(req("short-body", b"PUT", b"Content-Length: 10\r\n", b"hello"))
+            time.sleep(0.3)
+            c.sock.shutdown(1)
+            c.read_to_close(timeout=5)
+        incomplete_at_origin("short-body")
+
+    @t.check("after the table the proxy is alive and serves a normal GET (curl)")
+    def _():
+        h.ok(proxy.alive(), "the proxy exited")
+        r = h.curl(proxy.listener_url(0, "/echo?c=final"))
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+
+    @t.check("a keep-alive connection serves three requests in a row after the table")
+    def _():
+        with h.RawConn(port) as c:
+            for i in range(3):
+                c.send(req("final-keepalive-%d" % i))
+                r = c.read_response()
+                h.eq(r.status, 200, "status of request %d" % i)
+
+
+h.run(scenario, __doc__, timeout=240)

@@ -1,0 +1,227 @@
+/*
+ * config_dump: the YAML written for /config loads again with
+ * config_load_text, and dumping what it loads gives the same text, for the
+ * embedded default, every good fixture and configs that use the corners of
+ * each value type. Plus the spelling of durations, sizes and inherited
+ * route policies, which users read.
+ */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "config.h"
+#include "config_dump.h"
+
+/* The dump of config as a NUL-terminated string. */
+static char *test_dump(const struct config *config)
+{
+	struct evbuffer *buf = evbuffer_new();
+	size_t len;
+	char *text;
+
+	config_dump_yaml(config, buf);
+	len = evbuffer_get_length(buf);
+	text = calloc(1, len + 1);
+	assert_non_null(text);
+	evbuffer_remove(buf, text, len);
+	evbuffer_free(buf);
+	return text;
+}
+
+/* Load text, failing the test with the errors and the text if it does not. */
+static struct config *test_load(const char *text, const char *name)
+{
+	char *errors = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config = config_load_text(text, strlen(text), name, out);
+
+	fclose(out);
+	if (config == NULL)
+		fail_msg("%s does not load:\n%s\n--- text ---\n%s", name, errors, text);
+	free(errors);
+	return config;
+}
+
+/* Dump config, load the dump under the same name, dump again: the two
+ * dumps must be the same text. Returns the first dump. */
+static char *test_round_trip(const struct config *config)
+{
+	char *first = test_dump(config);
+	struct config *again = test_load(first, config->source);
+	char *second = test_dump(again);
+
+	if (strcmp(first, second) != 0)
+		fail_msg("dumps differ for %s:\n--- first ---\n%s--- second ---\n%s", config->source,
+			 first, second);
+	free(second);
+	config_release(again);
+	return first;
+}
+
+static int test_setup(void **state)
+{
+	const char *dir = getenv("CONFIG_FIXTURES");
+
+	assert_non_null(dir);
+	assert_int_equal(chdir(dir), 0);
+	return 0;
+}
+
+static void test_embedded_default(void **state)
+{
+	struct config *config = test_load(config_embedded_default, "<embedded>");
+	char *dump = test_round_trip(config);
+
+	/* the default's values, as a user would write them */
+	assert_non_null(strstr(dump, "admin: 127.0.0.1:9901\n"));
+	assert_non_null(strstr(dump, "  max_header_bytes: 64KiB\n"));
+	assert_non_null(strstr(dump, "  replay_buffer: 8MiB\n"));
+	assert_non_null(strstr(dump, "  max_body_bytes: 0\n"));
+	assert_non_null(strstr(dump, "  drain_timeout: 30s\n"));
+	assert_non_null(strstr(dump, "  ca_file: ~\n"));
+	assert_non_null(strstr(dump, "on: [5xx, 408, 429, connect-failure, reset, timeout]"));
+	assert_non_null(strstr(dump, "routes: []\n"));
+	free(dump);
+	config_release(config);
+}
+
+static void test_good_fixtures(void **state)
+{
+	DIR *dir = opendir("good");
+	struct dirent *e;
+	size_t count = 0;
+
+	assert_non_null(dir);
+	while ((e = readdir(dir)) != NULL) {
+		size_t len = strlen(e->d_name);
+		char path[512], *errors = NULL, *dump;
+		size_t errors_len = 0;
+		FILE *out;
+		struct config *config;
+
+		if (len < 6 || strcmp(e->d_name + len - 5, ".yaml") != 0)
+			continue;
+		snprintf(path, sizeof(path), "good/%s", e->d_name);
+		out = open_memstream(&errors, &errors_len);
+		config = config_load_file(path, out);
+		fclose(out);
+		if (config == NULL)
+			fail_msg("%s does not load:\n%s", path, errors);
+		free(errors);
+		dump = test_round_trip(config);
+		free(dump);
+		config_release(config);
+		count++;
+	}
+	closedir(dir);
+	assert_true(count >= 3);
+}
+
+/* Routes written with few keys come out with the whole policy they
+ * inherit, and load to the same policy. */
+static void test_routes_resolved(void **state)
+{
+	static const char text[] =
+		"listen:\n"
+		"  - address: 127.0.0.1:3128\n"
+		"  - address: \"[::1]:8080\"\n"
+		"    upstream: https://API.example.com:8443/\n"
+		"log: { level: debug, format: json }\n"
+		"access:\n"
+		"  allow_clients: [10.0.0.0/8, 192.168.1.7, \"::1/128\", \"fe80::/10\"]\n"
+		"  allow_hosts: [\"*.example.com\", api.test, \"::1\"]\n"
+		"limits:\n"
+		"  client_timeout: 1.5s\n"
+		"  max_body_bytes: 3000\n"
+		"  replay_buffer: 1536KiB\n"
+		"  drain_timeout: 0s\n"
+		"defaults:\n"
+		"  retry:\n"
+		"    initial_backoff: 250ms\n"
+		"    multiplier: 1.25\n"
+		"    jitter: full\n"
+		"    retry_after: ignore\n"
+		"    budget: { ratio: 0.1, min_per_second: 0.33 }\n"
+		"  idempotent:\n"
+		"    when_present: [header: If-Match]\n"
+		"routes:\n"
+		"  - name: writes\n"
+		"    match: { host: \"*.Example.com\", methods: [POST, PATCH] }\n"
+		"    upstream: http://127.0.0.1:9000\n"
+		"    tls: { verify: false }\n"
+		"    idempotent:\n"
+		"      when_present:\n"
+		"        - query: \"null\"\n"
+		"        - header: \"~\"\n"
+		"        - json_field: \"a b: c\"\n"
+		"    retry: { on: [503, reset], max_backoff: 90m }\n"
+		"  - name: quiet\n"
+		"    match: { path_prefix: \"/v1/#x\" }\n"
+		"    retry: { on: [], max_attempts: 1 }\n"
+		"  - name: anything\n";
+	struct config *config = test_load(text, "routes.yaml");
+	char *dump = test_round_trip(config);
+	struct config *again = test_load(dump, "routes.yaml");
+	const struct route *r;
+
+	assert_non_null(strstr(dump, "  client_timeout: 1500ms\n"));
+	assert_non_null(strstr(dump, "  replay_buffer: 1536KiB\n"));
+	assert_non_null(strstr(dump, "  max_body_bytes: 3000\n"));
+	assert_non_null(strstr(dump, "max_backoff: 90m\n"));
+	assert_int_equal(again->route_count, 3);
+	/* what "writes" did not name came from defaults: */
+	r = &again->routes[0];
+	assert_int_equal(r->retry.initial_backoff_ms, 250);
+	assert_true(r->retry.jitter_full);
+	assert_false(r->retry.honor_retry_after);
+	assert_true(r->retry.budget.min_per_second == 0.33);
+	assert_int_equal(r->retry.max_backoff_ms, 90 * 60 * 1000);
+	assert_int_equal(r->retry.on, RETRY_ON_RESET);
+	assert_true(r->tls_overridden);
+	assert_false(r->tls.verify);
+	assert_string_equal(r->match_host, "*.example.com");
+	assert_int_equal(r->idempotent.when_present_count, 3);
+	assert_string_equal(r->idempotent.when_present[0].name, "null");
+	assert_string_equal(r->idempotent.when_present[1].name, "~");
+	assert_string_equal(r->idempotent.when_present[2].name, "a b: c");
+	/* "quiet" retries on nothing, and keeps the defaults' when_present */
+	r = &again->routes[1];
+	assert_int_equal(r->retry.on, 0);
+	assert_string_equal(r->match_path_prefix, "/v1/#x");
+	assert_int_equal(r->idempotent.when_present_count, 1);
+	assert_false(r->tls_overridden);
+	/* a route that names nothing but itself is the defaults */
+	r = &again->routes[2];
+	assert_null(r->match_host);
+	assert_int_equal(r->retry.multiplier == 1.25, 1);
+	assert_string_equal(again->listeners[1].upstream->text, "https://API.example.com:8443/");
+	assert_int_equal(again->log_format, LOG_FORMAT_JSON);
+	assert_int_equal(again->allow_client_count, 4);
+	assert_null(again->admin_address);
+	free(dump);
+	config_release(again);
+	config_release(config);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_embedded_default),
+		cmocka_unit_test(test_good_fixtures),
+		cmocka_unit_test(test_routes_resolved),
+	};
+
+	return cmocka_run_group_tests(tests, test_setup, NULL);
+}
