@@ -48,10 +48,11 @@ full list; query parameters tune it):
 Any path also takes ?delay=S (wait before the head), ?close=1 (close the
 connection after the response without saying so, which makes a pooled
 connection stale), ?conn_close=1 (say Connection: close and close),
-?retry_after=V, ?status=N (for /echo, /bytes, /chunked and /close), ?expect=ignore (do not
-answer Expect: 100-continue) and ?expect=reject (answer it with 417),
-?reason=TEXT (the status line's reason phrase) and ?hdr=Name:Value (one
-more response header field), so each scripted try can be told apart.
+?retry_after=V, ?status=N (for /echo, /bytes, /chunked, /close and
+/slow), ?expect=ignore (do not answer Expect: 100-continue) and
+?expect=reject (answer it with 417), ?reason=TEXT (the status line's
+reason phrase) and ?hdr=Name:Value (one more response header field), so
+each scripted try can be told apart.
 
 Every connection is recorded (peer, TLS details, how it ended) and every
 request (method, target, version, raw head, headers in order, body length
@@ -898,7 +899,7 @@ class Origin:
 
     def _slow(self, ex, n):
         delay = float(ex.param("delay", 0.01))
-        head = (_status_line(200) + "Content-Type: application/octet-stream\r\n"
+        head = (_status_line(int(ex.param("status", 200))) + "Content-Type: application/octet-stream\r\n"
                 "Content-Length: %d\r\n\r\n" % n).encode()
         if ex.param("head"):
             for i in range(len(head)):

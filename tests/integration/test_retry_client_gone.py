@@ -7,10 +7,14 @@ the 2 s backoff (once with a FIN, once with a RST); afterwards a fresh
 GET.
 Origin: answers the first try of each path 503 and would answer the next
 200. Backoff: initial 2s, no jitter, max_attempts 3.
+Then a GET whose second try hangs at the origin, and the client leaves
+while it waits.
 Must hold: after waiting past the backoff, the origin saw exactly 1
 request for the path (no retry was sent for a client that is gone), with
 no new connection opened toward it; the access line for the request says
-gave_up=client_gone and attempts=1; the proxy keeps serving (the fresh GET
+gave_up=client_gone and attempts=1; when the client leaves during the
+hanging second try, the proxy closes that upstream connection and logs
+gave_up=client_gone with attempts=2; the proxy keeps serving (the fresh GET
 gets 200 at once).
 """
 
@@ -67,6 +71,22 @@ def scenario(t):
     @t.check("client resets (RST) during the backoff: the same")
     def _():
         leave_during_backoff("/gone/rst", rst=True)
+
+    @t.check("client closes while the second try waits for its head: that upstream connection closes")
+    def _():
+        path = "/gone/inflight"
+        origin.script(path, [503, "/hang"])
+        conn = h.RawConn(proxy.port())
+        conn.send(h.request("GET", origin.url(path), host))
+        origin.wait_for(lambda o: len(o.requests_for(path)) >= 2, BACKOFF + 5 * h.SLOW,
+                        "the second try of %s" % path)
+        second = origin.requests_for(path)[1]
+        upstream = [c for c in origin.connections if c.id == second.conn_id][0]
+        conn.close()
+        h.ok(upstream.closed.wait(3 * h.SLOW),
+             "the origin's connection for the second try is still open 3 s after the client left")
+        f = h.access_fields(proxy.access_one(path))
+        h.eq((f.get("gave_up"), f["attempts"]), ("client_gone", "2"), "access gave_up, attempts in %r" % f)
 
     @t.check("the proxy keeps serving: a fresh GET gets 200 at once")
     def _():

@@ -12,11 +12,14 @@ the waits are 200, 400, 800 ms; with jitter 300ms each wait is in
 [backoff, backoff + 300ms] and jitter is really drawn; max_backoff caps the
 wait, jitter included; `jitter: full` waits are in [0, backoff] and not all
 near the top; Retry-After: 1 stretches a 100ms backoff to at least 1 s, an
-HTTP-date 3 s ahead to at least 2 s, and retry_after: ignore keeps 100ms;
+HTTP-date 3 s ahead to at least 2 s, and retry_after: ignore keeps 100ms; Retry-After is not capped by
+max_backoff; an invalid Retry-After is ignored;
 a Retry-After that would start the next try after the deadline returns
 that 503 at once (Retry-Attempts: 1, well under the Retry-After, gave_up
-deadline); with deadline 1s and 300ms waits no try starts after the
-deadline and the client gets the last 503 without further waiting.
+deadline); a 503 whose body takes 1.5 s to arrive with deadline 1s is
+not followed by a try after the deadline; with deadline 1s and 300ms
+waits no try starts after the deadline and the client gets the last 503
+without further waiting.
 """
 
 import email.utils
@@ -57,6 +60,12 @@ routes:
   - name: short-deadline
     match: { path_prefix: /deadline/ }
     retry: { deadline: 2s, max_attempts: 5 }
+  - name: capped
+    match: { path_prefix: /capped/ }
+    retry: { max_backoff: 300ms }
+  - name: slow-body
+    match: { path_prefix: /slowbody/ }
+    retry: { deadline: 1s }
   - name: stop
     match: { path_prefix: /stop/ }
     retry: { initial_backoff: 300ms, multiplier: 1, jitter: 0s, max_attempts: 20, deadline: 1s }
@@ -135,6 +144,16 @@ def scenario(t):
         gaps = h.try_gaps(reqs)
         within(gaps, [(2.0, 3.0)], "Retry-After %r" % when)
 
+    @t.check("Retry-After: 1 is not capped by max_backoff 300ms (only the deadline caps it)")
+    def _():
+        r, reqs = run("/capped/ra", ["/status/503?retry_after=1", 200])
+        within(h.try_gaps(reqs), [(1.0, 1.0)], "Retry-After 1 with max_backoff 300ms")
+
+    @t.check("an invalid Retry-After (soon) is ignored: the 100ms backoff stands")
+    def _():
+        r, reqs = run("/ra/invalid", ["/status/503?retry_after=soon", 200])
+        within(h.try_gaps(reqs), [(0.1, 0.1)], "Retry-After soon")
+
     @t.check("retry_after: ignore: Retry-After: 2 leaves the 100ms backoff")
     def _():
         r, reqs = run("/ignore/a", ["/status/503?retry_after=2", 200])
@@ -156,6 +175,18 @@ def scenario(t):
         f = h.access_fields(proxy.access_one("/deadline/ra"))
         h.eq((f["status"], f["attempts"], f.get("gave_up")), ("503", "1", "deadline"),
              "status, attempts, gave_up in %r" % f)
+
+    @t.check("deadline 1s, a 503 whose body takes 1.5 s to arrive: no second try after the deadline")
+    def _():
+        origin.script("/slowbody/a", ["/slow/30?status=503&delay=0.05&hdr=X-Try:1", 200])
+        r = h.fetch(proxy.port(), "GET", origin.url("/slowbody/a"), host)
+        reqs = origin.requests_for("/slowbody/a")
+        offsets = [q.received_at - reqs[0].received_at for q in reqs]
+        h.ok(all(x <= 1.0 + TOL for x in offsets),
+             "a try started after the 1 s deadline: tries at %s ms (client got %d, Retry-Attempts %s)"
+             % (ms(offsets), r.status, r.header("Retry-Attempts")))
+        h.eq((r.status, r.header_all("X-Try"), r.header("Retry-Attempts")), (503, ["1"], "1"),
+             "status, X-Try, Retry-Attempts")
 
     @t.check("deadline 1s, waits 300ms, max_attempts 20: no try starts after the deadline")
     def _():

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Scenario: the retry trail in the access log, as text and as JSON.
+
+Client: GETs through two forward proxies with the same routes, one logging
+text and one JSON.
+Origin: per path, 503, 503, 200; or 503 on every try; or 503 then 200 on a
+route whose wait is over a second; or 503, 503, 200 on a route with
+jitter. Route /fixed/: initial 200ms, multiplier 2, no jitter,
+max_attempts 3; /long/: initial 1100ms, max_attempts 2; /jit/: initial
+100ms, multiplier 2, jitter 150ms, max_attempts 3.
+Must hold: text: attempts=3 status=200 and
+tries="503 -> wait 200ms -> 503 -> wait 400ms -> 200" with no gave_up;
+exhausted: status=503 attempts=3, the trail ending in 503 and
+gave_up=attempts; a wait over a second prints as 1.1s; duration_ms covers
+the waits. JSON: the same as objects: tries is
+[{status 503, wait_ms 200}, {status 503, wait_ms 400}, {status 200,
+wait_ms 0}], gave_up absent on success and "attempts" when exhausted; with
+jitter each wait_ms is within [backoff, backoff + jitter] and matches the
+gap the origin saw (within generous slack).
+"""
+
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+log: { level: info, format: @FORMAT@ }
+limits: { drain_timeout: 2s }
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 200ms
+    multiplier: 2
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: fixed
+    match: { path_prefix: /fixed/ }
+  - name: long
+    match: { path_prefix: /long/ }
+    retry: { initial_backoff: 1100ms, max_attempts: 2 }
+  - name: jit
+    match: { path_prefix: /jit/ }
+    retry: { initial_backoff: 100ms, jitter: 150ms }
+"""
+
+SLACK = 0.25 * h.SLOW
+
+
+def scenario(t):
+    origin = t.origin()
+    text = t.proxy(CONFIG, FORMAT="text")
+    jsonp = t.proxy(CONFIG, FORMAT="json")
+    host = origin.authority
+
+    def get(proxy, path, steps, status):
+        origin.script(path, steps)
+        r = h.fetch(proxy.port(), "GET", origin.url(path), host)
+        h.eq(r.status, status, "status of %s" % path)
+        return r
+
+    @t.check("text: 503, 503, 200 -> attempts=3 tries=\"503 -> wait 200ms -> 503 -> wait 400ms -> 200\"")
+    def _():
+        get(text, "/fixed/t-ok", [503, 503, 200], 200)
+        f = h.access_fields(text.access_one("/fixed/t-ok"))
+        h.eq((f["status"], f["attempts"], f["route"]), ("200", "3", "fixed"), "status, attempts, route")
+        h.eq(f["tries"], "503 -> wait 200ms -> 503 -> wait 400ms -> 200", "tries")
+        h.ok("gave_up" not in f, "gave_up on a success: %r" % f)
+        h.ok(int(f["duration_ms"]) >= 600, "duration_ms %s should cover 600 ms of waits" % f["duration_ms"])
+
+    @t.check("text: 503 on every try -> status=503 attempts=3, trail ends in 503, gave_up=attempts")
+    def _():
+        get(text, "/fixed/t-all", [503], 503)
+        f = h.access_fields(text.access_one("/fixed/t-all"))
+        h.eq((f["status"], f["attempts"], f.get("gave_up")), ("503", "3", "attempts"),
+             "status, attempts, gave_up")
+        h.eq(f["tries"], "503 -> wait 200ms -> 503 -> wait 400ms -> 503", "tries")
+
+    @t.check("text: a wait over a second prints in seconds: \"503 -> wait 1.1s -> 200\"")
+    def _():
+        get(text, "/long/t", [503, 200], 200)
+        f = h.access_fields(text.access_one("/long/t"))
+        h.eq((f["attempts"], f["tries"]), ("2", "503 -> wait 1.1s -> 200"), "attempts, tries")
+
+    @t.check("json: 503, 503, 200 -> tries with wait_ms 200, 400, 0; no gave_up")
+    def _():
+        get(jsonp, "/fixed/j-ok", [503, 503, 200], 200)
+        o = jsonp.access_one("/fixed/j-ok")
+        h.eq((o["status"], o["attempts"], o["route"]), (200, 3, "fixed"), "status, attempts, route")
+        h.eq(o["tries"], [{"status": 503, "wait_ms": 200}, {"status": 503, "wait_ms": 400},
+                          {"status": 200, "wait_ms": 0}], "tries")
+        h.ok("gave_up" not in o, "gave_up on a success: %r" % o)
+        h.ok(o["duration_ms"] >= 600, "duration_ms %s should cover 600 ms of waits" % o["duration_ms"])
+
+    @t.check("json: 503 on every try -> gave_up \"attempts\", three 503 tries, last wait_ms 0")
+    def _():
+        get(jsonp, "/fixed/j-all", [503], 503)
+        o = jsonp.access_one("/fixed/j-all")
+        h.eq((o["status"], o["attempts"], o.get("gave_up")), (503, 3, "attempts"),
+             "status, attempts, gave_up")
+        h.eq(o["tries"], [{"status": 503, "wait_ms": 200}, {"status": 503, "wait_ms": 400},
+                          {"status": 503, "wait_ms": 0}], "tries")
+
+    @t.check("json: with jitter, each wait_ms is in [backoff, backoff + 150] and matches the gap seen")
+    def _():
+        get(jsonp, "/jit/j", [503, 503, 200], 200)
+        o = jsonp.access_one("/jit/j")
+        waits = [tr.get("wait_ms") for tr in o["tries"]]
+        h.eq([tr.get("status") for tr in o["tries"]], [503, 503, 200], "statuses in tries")
+        h.eq(waits[-1], 0, "last wait_ms")
+        for w, base in zip(waits, (100, 200)):
+            h.ok(isinstance(w, int) and base <= w <= base + 150,
+                 "wait_ms %r outside [%d, %d]; tries %r" % (w, base, base + 150, o["tries"]))
+        gaps = h.try_gaps(origin.requests_for("/jit/j"))
+        for i, (w, g) in enumerate(zip(waits, gaps)):
+            h.ok(w / 1000 - 0.02 <= g <= w / 1000 + SLACK,
+                 "wait %d: logged %d ms, the origin saw a gap of %d ms" % (i + 1, w, g * 1000))
+
+    @t.check("text: with jitter, waits under a second print like \"wait 180ms\"")
+    def _():
+        time.sleep(0.1)
+        get(text, "/jit/t", [503, 503, 200], 200)
+        f = h.access_fields(text.access_one("/jit/t"))
+        parts = f["tries"].split(" -> ")
+        h.eq(len(parts), 5, "trail parts in %r" % f["tries"])
+        h.eq(parts[0::2], ["503", "503", "200"], "statuses in %r" % f["tries"])
+        for p in parts[1::2]:
+            h.ok(p.startswith("wait ") and p.endswith("ms") and p[5:-2].isdigit(),
+                 "wait %r should read like 'wait 180ms' (under a second)" % p)
+
+
+h.run(scenario, __doc__)
