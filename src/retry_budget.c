@@ -7,16 +7,20 @@
 #include "xmalloc.h"
 
 /* A window is cut into this many buckets: the window slides in steps of
- * window / RETRY_BUDGET_BUCKETS. */
+ * window / RETRY_BUDGET_BUCKETS. One more bucket is kept than a window
+ * holds, so the counted span (the current, partly gone bucket and the whole
+ * ones before it) always covers at least a full window: the budget errs on
+ * the strict side. */
 #define RETRY_BUDGET_BUCKETS 20
+#define RETRY_BUDGET_SLOTS (RETRY_BUDGET_BUCKETS + 1)
 
 struct retry_budget_state {
 	char *route;
 	uint64_t window_ms;
 	uint64_t bucket_ms;
-	uint64_t epoch[RETRY_BUDGET_BUCKETS]; /* which bucket-sized slice of time each holds */
-	uint32_t requests[RETRY_BUDGET_BUCKETS];
-	uint32_t retries[RETRY_BUDGET_BUCKETS];
+	uint64_t epoch[RETRY_BUDGET_SLOTS]; /* which bucket-sized slice of time each holds */
+	uint32_t requests[RETRY_BUDGET_SLOTS];
+	uint32_t retries[RETRY_BUDGET_SLOTS];
 	struct retry_budget_state *next;
 };
 
@@ -66,7 +70,7 @@ struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, cons
 static unsigned retry_budget_bucket(struct retry_budget_state *s, uint64_t now_ms)
 {
 	uint64_t epoch = now_ms / s->bucket_ms;
-	unsigned i = (unsigned)(epoch % RETRY_BUDGET_BUCKETS);
+	unsigned i = (unsigned)(epoch % RETRY_BUDGET_SLOTS);
 
 	if (s->epoch[i] != epoch) {
 		s->epoch[i] = epoch;
@@ -91,9 +95,9 @@ bool retry_budget_take(struct retry_budget_state *state, const struct retry_budg
 	unsigned i;
 	unsigned current = retry_budget_bucket(state, now_ms);
 
-	for (i = 0; i < RETRY_BUDGET_BUCKETS; i++) {
+	for (i = 0; i < RETRY_BUDGET_SLOTS; i++) {
 		/* only the slices inside the window count */
-		if (now_epoch - state->epoch[i] < RETRY_BUDGET_BUCKETS) {
+		if (now_epoch - state->epoch[i] <= RETRY_BUDGET_BUCKETS) {
 			requests += state->requests[i];
 			retries += state->retries[i];
 		}

@@ -267,7 +267,8 @@ def scenario(t):
         # Without this, "no DNS" above could pass because lookups went elsewhere.
         r = h.fetch(fwd, "GET", "http://nohosts.allowed.test:%d/echo?ah=dns" % op,
                     "nohosts.allowed.test:%d" % op, timeout=20 * h.SLOW)
-        h.ok(r.status in (502, 504), "status %d for a name that cannot resolve (body %r)" % (r.status, r.body))
+        h.ok(r.status in (502, 504),
+             "status %d for a name that cannot resolve (body %r)" % (r.status, r.body))
         h.ok("nohosts.allowed.test" in sink.names, "queries at the DNS socket: %r" % sink.names)
 
     @t.check("a refused host is named in the log")
@@ -330,7 +331,8 @@ def scenario(t):
             h.eq(r.status, 200, "status (body %r)" % r.body)
             h.eq(len(at_origin("v6=default")), 1, "requests at the origin")
 
-        @t.check("from ::1 with allow_clients [127.0.0.0/8]: 403, a log line naming ::1, nothing at the origin")
+        @t.check("from ::1 with allow_clients [127.0.0.0/8]: 403, a log line naming ::1, "
+                 "nothing at the origin")
         def _():
             with h.RawConn(v4_only.port(0), host="::1", timeout=5 * h.SLOW) as c:
                 port = c.sock.getsockname()[1]

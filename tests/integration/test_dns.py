@@ -262,4 +262,4 @@ def scenario(t):
         h.eq(stub.queries_for("other.test")[before:], [], "DNS queries for other.test")
 
 
-h.run(scenario, __doc__, timeout=120)
+h.run(scenario, __doc__, timeout=100)

@@ -371,7 +371,8 @@ def scenario(t):
     print("proxy #%d: %d descriptors open, RLIMIT_NOFILE soft limit set to %d"
           % (fd_proxy.n, before, FD_LIMIT), flush=True)
 
-    @t.check("%d idle connections against RLIMIT_NOFILE %d: the accept failure is logged" % (FD_CLIENTS, FD_LIMIT))
+    @t.check("%d idle connections against RLIMIT_NOFILE %d: the accept failure is logged"
+             % (FD_CLIENTS, FD_LIMIT))
     def _():
         h.ok(before < FD_LIMIT - 10, "the proxy already uses %d descriptors" % before)
         fd_clients.extend(open_idle(fd_proxy.port(), FD_CLIENTS, 30 * h.SLOW))

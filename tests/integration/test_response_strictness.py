@@ -18,7 +18,11 @@ closed. Other paths: a chunked response whose bad chunk comes 0.5 s after a
 good first chunk (the head is out by then), and a complete response
 followed on the same connection by bytes the client never asked for.
 Must hold: each malformed response is a 502 for a GET on /once/ (one
-request at the origin, Retry-Attempts 1, one-line text body); on /thrice/
+request at the origin, Retry-Attempts 1, one-line text body), also one
+whose head is well formed and whose chunked body breaks in the same write
+(the proxy holds all of it before sending anything, and the SPEC makes
+a malformed response a 502); whatever the proxy answers there, the client
+never gets a clean response; on /thrice/
 a GET's malformed response counts as a reset and is retried (the origin
 sees 3 requests, Retry-Attempts 3) while a POST without a condition is not
 (1 request, Retry-Attempts 1); a body that goes bad after the head was sent
@@ -309,4 +313,4 @@ def scenario(t):
         h.ok(proxy.alive(), "the proxy exited")
 
 
-h.run(scenario, __doc__, timeout=150)
+h.run(scenario, __doc__, timeout=100)

@@ -2,16 +2,14 @@
 """Scenario: the client goes away while its request waits on a backoff.
 
 Client: a raw connection sends a GET through a forward proxy, waits until
-the origin has answered the first try, then closes the connection during
-the 2 s backoff (once with a FIN, once with a RST); afterwards a fresh
-GET.
+the origin has answered the first try, then closes the connection during the
+2 s backoff (once with a FIN, once with a RST); afterwards a fresh GET.
 Origin: answers the first try of each path 503 and would answer the next
-200. Backoff: initial 2s, no jitter, max_attempts 3.
-Then a GET whose second try hangs at the origin, and the client leaves
-while it waits.
-Must hold: after waiting past the backoff, the origin saw exactly 1
-request for the path (no retry was sent for a client that is gone), with
-no new connection opened toward it; the access line for the request says
+200. Backoff: initial 2s, no jitter, max_attempts 3. Then a GET whose second
+try hangs at the origin, and the client leaves while it waits.
+Must hold: after waiting past the backoff, the origin saw exactly 1 request
+for the path (no retry was sent for a client that is gone), with no new
+connection opened toward it; the access line for the request says
 gave_up=client_gone and attempts=1; when the client leaves during the
 hanging second try, the proxy closes that upstream connection and logs
 gave_up=client_gone with attempts=2; the proxy keeps serving (the fresh GET

@@ -3,14 +3,14 @@
 
 Client: 200 threads, each with its own raw connection to a forward proxy,
 send one GET at the same moment, each to its own origin path.
-Origin: threaded, with a listen queue of 1024; answers the first try of
-each path 503 and the second 200. Backoff: initial 1s, no jitter,
-max_attempts 3, a retry budget large enough not to interfere.
-Must hold: all 200 get 200 with Retry-Attempts: 2; none in less than the
-1 s backoff; all together in well under the 200 s a serialized wait would
-take (under 5 s, or 3x that under sanitizers): the waits run concurrently
-on timers; the origin saw exactly 2 requests per path; the proxy then
-still answers a plain GET.
+Origin: threaded, with a listen queue of 1024; answers the first try of each
+path 503 and the second 200. Backoff: initial 1s, no jitter, max_attempts 3,
+a retry budget large enough not to interfere.
+Must hold: all 200 get 200 with Retry-Attempts: 2; none in less than the 1 s
+backoff; all together in well under the 200 s a serialized wait would take
+(under 5 s, or 3x that under sanitizers): the waits run concurrently on
+timers; the origin saw exactly 2 requests per path; the proxy then still
+answers a plain GET.
 """
 
 import threading

@@ -7,25 +7,29 @@ listeners whose upstreams are TLS origins.
 Origin: per try, resets after reading the request (/reset/request), never
 answers (/hang), sends a malformed status line (/bad/status), answers 503,
 or answers normally; a fresh origin closes or resets connections at accept;
-a TLS origin whose certificate names only wrong.example; a TLS origin with
-a good certificate that resets its first connections during the handshake.
+a TLS origin whose certificate names only wrong.example; a TLS origin with a
+good certificate that resets its first connections during the handshake.
 Defaults: max_attempts 3, backoff 100ms doubling, no jitter, try_timeout
 700ms.
 Must hold: a refused connect is retried up to max_attempts for GET and for
-POST (the request never left), then 502 naming the refusal and "3
-attempts", Retry-Attempts: 3, and the access line has attempts=3 and three
-"refused" tries; a reset after the request is retried for GET (the origin
-sees every try, then 200) but not for POST (origin sees exactly 1, client
-gets 502, gave_up=not_idempotent); a silent origin gives 504 after three
+POST (the request never left), then 502 naming the refusal and "3 attempts",
+Retry-Attempts: 3, and the access line has attempts=3 and three "refused"
+tries; a connect that never completes (a full listen queue) runs into
+connect_timeout (400ms) three times, for GET and for POST, then a 504 naming
+the timeout; a reset after the request is retried for GET (the origin sees
+every try, then 200) but not for POST (origin sees exactly 1, client gets
+502, gave_up=not_idempotent); a silent origin gives 504 after three
 try_timeouts for GET, after one for POST; a malformed response head is
-retried for GET like a reset and not for POST; a kept 503 is what the
-client gets when the later tries reset or time out; connections closed or
-reset at accept are retried; a certificate for the wrong host gives 502 at
-once (Retry-Attempts: 1, one connection, tries "tls-verify"); a handshake
-reset is retried even for a POST, whose body then arrives once and whole.
+retried for GET like a reset and not for POST; a kept 503 is what the client
+gets when the later tries reset or time out; connections closed or reset at
+accept are retried; a certificate for the wrong host gives 502 at once
+(Retry-Attempts: 1, one connection, tries "tls-verify"); a handshake reset
+is retried even for a POST, whose body then arrives once and whole.
 """
 
 import hashlib
+import select
+import socket
 import time
 
 import harness as h
@@ -42,7 +46,7 @@ tls: { ca_file: @CA@ }
 limits:
   drain_timeout: 2s
   try_timeout: 700ms
-  connect_timeout: 2s
+  connect_timeout: 400ms
 defaults:
   retry:
     max_attempts: 3
@@ -54,6 +58,27 @@ defaults:
 """
 
 TRY_TIMEOUT = 0.7
+CONNECT_TIMEOUT = 0.4
+
+
+def blackhole_port(t):
+    """A port whose listen queue is full and never accepted from: a connect
+    there neither succeeds nor is refused, so it runs into connect_timeout."""
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(0)
+    port = lst.getsockname()[1]
+    held = [lst]
+    t.defer(lambda: [s.close() for s in held])
+    for _ in range(64):
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.setblocking(False)
+        held.append(c)
+        c.connect_ex(("127.0.0.1", port))
+        _, writable, _ = select.select([], [c], [], 0.3)
+        if not writable:
+            return port
+    raise AssertionError("could not fill the listen queue of port %d" % port)
 
 
 def scenario(t):
@@ -97,6 +122,19 @@ def scenario(t):
         h.eq((f["method"], f["status"], f["attempts"]), ("POST", "502", "3"),
              "access method, status, attempts")
         h.eq(f["tries"].split(" -> ")[::2], ["refused"] * 3, "tries in %r" % f["tries"])
+
+    @t.check("GET and POST to a port that never completes a connect: 3 connect timeouts each")
+    def _():
+        port = blackhole_port(t)
+        for method, tag in (("GET", "/f/ct-get"), ("POST", "/f/ct-post")):
+            r = h.fetch(proxy.port(), method, "http://127.0.0.1:%d%s" % (port, tag),
+                        "127.0.0.1:%d" % port, body=b"x=1" if method == "POST" else b"")
+            h.ok(r.status in (502, 504), "%s: status %d, expected 504 (or 502)" % (method, r.status))
+            h.check_error_response(r, r.status, ["timeout", "time"])
+            h.eq(r.header("Retry-Attempts"), "3", "%s: Retry-Attempts" % method)
+            h.ok(r.elapsed >= 3 * CONNECT_TIMEOUT + 0.3 - 0.05,
+                 "%s: answered after %.2f s; 3 x 400 ms + waits is 1.5 s" % (method, r.elapsed))
+            h.eq(access(tag)["tries"].split(" -> ")[::2], ["connect-timeout"] * 3, "%s: tries" % method)
 
     @t.check("GET, origin resets after reading the request twice, then 200: 200 after 3 tries")
     def _():
@@ -201,7 +239,7 @@ def scenario(t):
 
     @t.check("TLS handshake reset twice: a POST is repeated (never sent); body arrives once, whole")
     def _():
-        body = bytes(range(256)) * 40
+        body = bytes(range(256)) * 1200
         good.on_accept(["reset", "reset"])
         r = h.fetch(proxy.port(2), "POST", "/echo?f=tls-post", "app.local", body=body)
         h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts (%r)" % r)

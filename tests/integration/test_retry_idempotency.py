@@ -5,8 +5,8 @@ Client: POST, PATCH, PUT, DELETE and GET requests with small bodies through
 a forward proxy (raw sockets), with and without the conditions a route's
 idempotency map names: a query parameter, a header, a top-level JSON member
 (in a Content-Length and in a chunked body).
-Origin: answers the first try of each path 503, then 200 (/echo-like
-bodies are recorded). Defaults: retry.on [503, 429, connect-failure, reset,
+Origin: answers the first try of each path 503, then 200 (/echo-like bodies
+are recorded). Defaults: retry.on [503, 429, connect-failure, reset,
 timeout] (no 5xx, so a 500 is final), max_attempts 4, 150ms waits, no
 jitter. Routes by path: /cond/ adds when_present (query ifGenerationMatch,
 header If-Match, json_field etag) and keeps the default methods; /getonly/
@@ -15,11 +15,11 @@ Must hold: a POST or PATCH without a condition gets the 503 at once, the
 origin saw 1, gave_up=not_idempotent; on /cond/ a POST with
 ?ifGenerationMatch=1, with If-Match (any case), with a JSON body having a
 top-level "etag" (also chunked) is repeated and every try carries the same
-body; a POST with {"other": 1}, a nested or array "etag", a look-alike
-query name, or the condition on a route without it is not; PUT and DELETE
-are repeated on the default route; on /getonly/ a PUT is not repeated but a
-GET is; /partial/ gives up after 2 tries, waits the defaults' 150ms (not
-the built-in 1s) and, inheriting on:, passes a 500 at once.
+body; a POST with {"other": 1}, a nested or array "etag", a look-alike query
+name, or the condition on a route without it is not; PUT and DELETE are
+repeated on the default route; on /getonly/ a PUT is not repeated but a GET
+is; /partial/ gives up after 2 tries, waits the defaults' 150ms (not the
+built-in 1s) and, inheriting on:, passes a 500 at once.
 """
 
 import hashlib

@@ -4,19 +4,19 @@
 Client: GETs through two forward proxies with the same routes, one logging
 text and one JSON.
 Origin: per path, 503, 503, 200; or 503 on every try; or 503 then 200 on a
-route whose wait is over a second; or 503, 503, 200 on a route with
-jitter. Route /fixed/: initial 200ms, multiplier 2, no jitter,
-max_attempts 3; /long/: initial 1100ms, max_attempts 2; /jit/: initial
-100ms, multiplier 2, jitter 150ms, max_attempts 3.
-Must hold: text: attempts=3 status=200 and
-tries="503 -> wait 200ms -> 503 -> wait 400ms -> 200" with no gave_up;
-exhausted: status=503 attempts=3, the trail ending in 503 and
-gave_up=attempts; a wait over a second prints as 1.1s; duration_ms covers
-the waits. JSON: the same as objects: tries is
-[{status 503, wait_ms 200}, {status 503, wait_ms 400}, {status 200,
-wait_ms 0}], gave_up absent on success and "attempts" when exhausted; with
-jitter each wait_ms is within [backoff, backoff + jitter] and matches the
-gap the origin saw (within generous slack).
+route whose wait is over a second; or 503, 503, 200 on a route with jitter.
+Route /fixed/: initial 200ms, multiplier 2, no jitter, max_attempts 3;
+/long/: initial 1100ms, max_attempts 2; /jit/: initial 100ms, multiplier 2,
+jitter 150ms, max_attempts 3.
+Must hold: text: attempts=3 status=200 and tries="503 -> wait 200ms -> 503
+-> wait 400ms -> 200" with no gave_up; exhausted: status=503 attempts=3, the
+trail ending in 503 and gave_up=attempts; a wait over a second prints as
+1.1s; duration_ms covers the waits. JSON: the same as objects: tries is
+[{status 503, wait_ms 200}, {status 503, wait_ms 400}, {status 200, wait_ms
+0}], gave_up absent on success and "attempts" when exhausted (also for three
+refused connects, logged as {"error": "refused"}); with jitter each wait_ms
+is within [backoff, backoff + jitter] and matches the gap the origin saw
+(within generous slack).
 """
 
 import time
@@ -102,6 +102,18 @@ def scenario(t):
              "status, attempts, gave_up")
         h.eq(o["tries"], [{"status": 503, "wait_ms": 200}, {"status": 503, "wait_ms": 400},
                           {"status": 503, "wait_ms": 0}], "tries")
+
+    @t.check("json: a closed port -> three {error: refused} tries, wait_ms 200, 400, 0; gave_up attempts")
+    def _():
+        dead = h.closed_port()
+        r = h.fetch(jsonp.port(), "GET", "http://127.0.0.1:%d/fixed/j-refused" % dead,
+                    "127.0.0.1:%d" % dead)
+        h.eq((r.status, r.header("Retry-Attempts")), (502, "3"), "status, Retry-Attempts")
+        o = jsonp.access_one("/fixed/j-refused")
+        h.eq((o["status"], o["attempts"], o.get("gave_up")), (502, 3, "attempts"),
+             "status, attempts, gave_up")
+        h.eq(o["tries"], [{"error": "refused", "wait_ms": 200}, {"error": "refused", "wait_ms": 400},
+                          {"error": "refused", "wait_ms": 0}], "tries")
 
     @t.check("json: with jitter, each wait_ms is in [backoff, backoff + 150] and matches the gap seen")
     def _():

@@ -9,9 +9,11 @@ every request body's length and sha256.
 Must hold: a 1 MiB Content-Length PUT and a chunked PUT of 1,000,003 bytes
 each end in 200 with Retry-Attempts: 3, and the origin received the body 3
 times, each with the client's sha256 (and the chunked one as chunked each
-time), also when the client sent Expect: 100-continue; with replay_buffer 64KiB, a 60 KiB PUT is still repeated, while a
-256 KiB PUT, by Content-Length or chunked, reaches the origin once, whole,
-the client gets the 503 with Retry-Attempts: 1 and the access line says
+time), also when the client sent Expect: 100-continue, and also when the
+origin reset the first two tries before reading any of the body; with
+replay_buffer 64KiB, a 60 KiB PUT is still repeated, while a 256 KiB PUT, by
+Content-Length or chunked, reaches the origin once, whole, the client gets
+the 503 with Retry-Attempts: 1 and the access line says
 gave_up=body_too_large.
 """
 
@@ -62,7 +64,8 @@ def scenario(t):
 
     def same_body(reqs, n, sha, what):
         for i, q in enumerate(reqs):
-            h.eq((q.body_len, q.body_sha256), (n, sha), "%s: body length and sha256 of try %d" % (what, i + 1))
+            h.eq((q.body_len, q.body_sha256), (n, sha),
+                 "%s: body length and sha256 of try %d" % (what, i + 1))
 
     @t.check("1 MiB PUT (Content-Length), 503, 503, 200: the origin got it 3 times, byte-exact")
     def _():
@@ -82,6 +85,15 @@ def scenario(t):
         h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts (%r)" % r)
         h.eq(len(reqs), 3, "requests the origin saw")
         same_body(reqs, n, sha, "Expect")
+
+    @t.check("1 MiB PUT, origin resets before reading the body twice, then 200: whole body on try 3")
+    def _():
+        n = 1 << 20
+        f, sha = body_file(n, "resethead")
+        r, reqs = put(big, "/replay/resethead", f, ["/reset/head", "/reset/head", "/echo"])
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts (%r)" % r)
+        h.eq(len(reqs), 3, "requests the origin saw")
+        same_body(reqs[2:], n, sha, "after two cut-off sends")
 
     @t.check("chunked PUT of 1,000,003 bytes, 503, 503, 200: the origin got it 3 times, byte-exact")
     def _():

@@ -7,19 +7,23 @@ Origin: answers each try of a path with the next scripted status; tries are
 told apart by a per-try X-Try header, reason phrase and body. Defaults:
 retry.on as built in (5xx, 408, 429, failures), max_attempts 3, backoff
 100ms doubling, no jitter; retry_response_buffer is 1KiB. Routes by path:
-/r404/ retries on [404, 503]; /codes/ on [500, 502] only; /only503/ on
-[503] only.
+/r404/ retries on [404, 503]; /codes/ on [500, 502] only; /only503/ on [503]
+only.
 Must hold: 503, 503, 200 gives the client the 200 with Retry-Attempts: 3,
 and the origin sees exactly 3 requests; 503 on every try gives the client
 the last 503 exactly as the origin sent it on the third try (reason phrase,
 headers in order, body) plus Via and Retry-Attempts: 3, and the origin sees
-exactly 3; any 5xx, 408 and 429 are retried on the default route, a 404
-is not; a 404 is retried on a route that lists it; a 501 and a 503 are not
+exactly 3; any 5xx, 408 and 429 are retried on the default route, a 404 is
+not; a 404 is retried on a route that lists it; a 501 and a 503 are not
 retried on a route with on: [500, 502] while its 502 is; a 500 passes at
 once on a route with on: [503]; a retryable 503 whose body is over
 retry_response_buffer (by Content-Length or chunked) is passed on as final
 at once, body whole; a kept chunked or close-delimited 503 is given back
-with its body whole.
+with its body whole (de-chunked for an HTTP/1.0 client); for HEAD the last
+503 head comes back without a body; after a given-back 503 the client
+connection serves another request, and a request pipelined behind one in
+backoff is answered after it, in order; 503s that close their connection are
+retried on new connections.
 """
 
 import time
@@ -167,6 +171,19 @@ def scenario(t):
         h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
         h.eq(seen("/s/chunked"), 3, "requests the origin saw")
 
+    @t.check("HTTP/1.0 client, chunked 503 on every try: the last one comes back de-chunked, then close")
+    def _():
+        origin.script("/s/http10", ["/chunked/500?status=503&chunk=64&hdr=X-Try:1",
+                                    "/chunked/500?status=503&chunk=64&hdr=X-Try:2"])
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", origin.url("/s/http10"), host, version="HTTP/1.0"))
+            r = c.read_response()
+            h.eq((r.status, r.header_all("X-Try"), r.header("Retry-Attempts")), (503, ["2"], "3"),
+                 "status, X-Try, Retry-Attempts")
+            h.eq(r.header("Transfer-Encoding"), None, "Transfer-Encoding to an HTTP/1.0 client")
+            h.eq(r.body, o.pattern_bytes(500), "body (500 pattern bytes)")
+            h.ok(r.framing == "close" or c.closed_within(2), "connection should close after the body")
+
     @t.check("a close-delimited 503 kept, then resets: the client gets that 503, body whole")
     def _():
         origin.script("/s/closebody", ["/close/700?status=503&hdr=X-Try:1",
@@ -176,6 +193,60 @@ def scenario(t):
         h.eq(r.body, o.pattern_bytes(700), "body (700 pattern bytes)")
         h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
         h.eq(seen("/s/closebody"), 3, "requests the origin saw")
+
+    @t.check("HEAD, 503 on every try: the last 503 head, no body, and the connection still works")
+    def _():
+        origin.script("/s/head", ["/status/503?hdr=X-Try:1", "/status/503?hdr=X-Try:2",
+                                  "/status/503?hdr=X-Try:3"])
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("HEAD", origin.url("/s/head"), host))
+            r = c.read_response("HEAD")
+            h.eq((r.status, r.header_all("X-Try"), r.header("Retry-Attempts")), (503, ["3"], "3"),
+                 "status, X-Try, Retry-Attempts")
+            h.eq(r.header("Content-Length"), "11", "Content-Length as the origin sent it")
+            c.send(h.request("GET", origin.url("/bytes/7"), host))
+            r2 = c.read_response()
+            h.eq((r2.status, len(r2.body)), (200, 7), "next response on the connection (no stray body)")
+
+    @t.check("after a kept 503 is given back, the client connection serves the next request")
+    def _():
+        origin.script("/s/reuse", [503])
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", origin.url("/s/reuse"), host))
+            r = c.read_response()
+            h.eq((r.status, r.header("Retry-Attempts"), r.body), (503, "3", b"status 503\n"),
+                 "status, Retry-Attempts, body")
+            h.ok("close" not in (r.header("Connection") or "").lower(), "proxy closed: %r" % r.headers)
+            c.send(h.request("GET", origin.url("/bytes/5"), host))
+            r2 = c.read_response()
+            h.eq((r2.status, len(r2.body), r2.header("Retry-Attempts")), (200, 5, "1"),
+                 "second response on the connection")
+
+    @t.check("a request pipelined behind one waiting on a backoff is answered after it, in order")
+    def _():
+        origin.script("/s/pipe-a", ["/status/503?hdr=X-Try:1", "/status/200?hdr=X-Try:2"])
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", origin.url("/s/pipe-a"), host) +
+                   h.request("GET", origin.url("/bytes/9"), host))
+            r1 = c.read_response()
+            r2 = c.read_response()
+            h.eq((r1.status, r1.header_all("X-Try"), r1.header("Retry-Attempts")), (200, ["2"], "2"),
+                 "first response")
+            h.eq((r2.status, len(r2.body), r2.header("Retry-Attempts")), (200, 9, "1"), "second response")
+
+    @t.check("503s that say Connection: close: retried on new connections; Connection not passed on")
+    def _():
+        origin.script("/s/connclose", ["/status/503?conn_close=1", "/status/503?conn_close=1&hdr=X-Try:2"])
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", origin.url("/s/connclose"), host))
+            r = c.read_response()
+            h.eq((r.status, r.header_all("X-Try"), r.header("Retry-Attempts")), (503, ["2"], "3"),
+                 "status, X-Try (last try), Retry-Attempts")
+            conns = [q.conn_id for q in origin.requests_for("/s/connclose")]
+            h.eq(len(set(conns)), 3, "distinct origin connections of the 3 tries (%r)" % conns)
+            if "close" not in (r.header("Connection") or "").lower():
+                c.send(h.request("GET", origin.url("/bytes/3"), host))
+                h.eq(c.read_response().status, 200, "next response on the client connection")
 
 
 h.run(scenario, __doc__)

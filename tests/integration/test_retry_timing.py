@@ -8,18 +8,18 @@ HTTP-date) until a scripted 200, and records when each response ended and
 when the next request head arrived: that gap is the wait the proxy made.
 Must hold (waits measured at the origin; lower bounds within 20 ms, upper
 bounds with generous slack): with jitter 0, initial 200ms and multiplier 2
-the waits are 200, 400, 800 ms; with jitter 300ms each wait is in
-[backoff, backoff + 300ms] and jitter is really drawn; max_backoff caps the
-wait, jitter included; `jitter: full` waits are in [0, backoff] and not all
-near the top; Retry-After: 1 stretches a 100ms backoff to at least 1 s, an
-HTTP-date 3 s ahead to at least 2 s, and retry_after: ignore keeps 100ms; Retry-After is not capped by
-max_backoff; an invalid Retry-After is ignored;
-a Retry-After that would start the next try after the deadline returns
-that 503 at once (Retry-Attempts: 1, well under the Retry-After, gave_up
-deadline); a 503 whose body takes 1.5 s to arrive with deadline 1s is
-not followed by a try after the deadline; with deadline 1s and 300ms
-waits no try starts after the deadline and the client gets the last 503
-without further waiting.
+the waits are 200, 400, 800 ms; with jitter 300ms each wait is in [backoff,
+backoff + 300ms] and jitter is really drawn; max_backoff caps the wait,
+jitter included; `jitter: full` waits are in [0, backoff] and not all near
+the top; Retry-After: 1 stretches a 100ms backoff to at least 1 s, an
+HTTP-date 3 s ahead to at least 2 s, and retry_after: ignore keeps 100ms;
+Retry-After is not capped by max_backoff; an invalid Retry-After is ignored;
+a Retry-After that would start the next try after the deadline returns that
+503 at once (Retry-Attempts: 1, well under the Retry-After, gave_up
+deadline); a 503 whose body takes 1.5 s to arrive with deadline 1s is not
+followed by a try after the deadline; with deadline 1s and 300ms waits no
+try starts after the deadline and the client gets the last 503 without
+further waiting.
 """
 
 import email.utils

@@ -81,7 +81,8 @@ CLOSE = "close"   # the proxy closes the connection without answering
 
 GOOD_CHUNKS = b"5\r\nhello\r\n0\r\n\r\n"
 SMUGGLED = b"GET /echo?c=smuggled HTTP/1.1\r\nHost: a.example\r\n\r\n"
-BAD_NEXT = b"POST /echo?c=bad-next HTTP/1.1\r\nHost: a.example\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+BAD_NEXT = (b"POST /echo?c=bad-next HTTP/1.1\r\nHost: a.example\r\nContent-Length: 4\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
 IN_CHUNK = b"GET /echo?c=inside-chunk HTTP/1.1\r\nHost: a.example\r\n\r\n"
 
 # (name, raw bytes, expect, origin)
@@ -438,4 +439,4 @@ def scenario(t):
                 h.eq(r.status, 200, "status of request %d" % i)
 
 
-h.run(scenario, __doc__, timeout=240)
+h.run(scenario, __doc__, timeout=150)

@@ -61,6 +61,18 @@ static void test_window_slides(void **state)
 	retry_budget_book_free(book);
 }
 
+static void test_window_is_never_short(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget_state *s = retry_budget_for(book, "r", &ten_percent);
+
+	/* retries late in a bucket still count 9.9 s later, when the bucket
+	 * they are in has almost left the window */
+	assert_int_equal(take_all(s, &ten_percent, 100400), 10);
+	assert_int_equal(take_all(s, &ten_percent, 110300), 0);
+	retry_budget_book_free(book);
+}
+
 static void test_routes_and_windows_are_separate(void **state)
 {
 	struct retry_budget_book *book = retry_budget_book_new();
@@ -94,6 +106,7 @@ int main(void)
 		cmocka_unit_test(test_floor_without_requests),
 		cmocka_unit_test(test_ratio_of_requests),
 		cmocka_unit_test(test_window_slides),
+		cmocka_unit_test(test_window_is_never_short),
 		cmocka_unit_test(test_routes_and_windows_are_separate),
 		cmocka_unit_test(test_zero_budget_refuses),
 	};
