@@ -82,3 +82,35 @@ int body_relay_move(struct body_relay *relay, struct evbuffer *src, struct evbuf
 	}
 	return 0;
 }
+
+int body_relay_check(const struct body_relay *relay, struct evbuffer *src, size_t offset,
+		     enum http1_error *error)
+{
+	struct http1_chunked dec;
+	struct evbuffer_ptr pos;
+
+	if (relay->mode != BODY_MODE_CHUNKED && relay->mode != BODY_MODE_CHUNKED_DECODE)
+		return 0;
+	dec = relay->chunked;
+	if (evbuffer_ptr_set(src, &pos, offset, EVBUFFER_PTR_SET) < 0)
+		return 0;
+	while (!http1_chunked_done(&dec)) {
+		struct evbuffer_iovec vec;
+		const char *p;
+		size_t left;
+
+		if (evbuffer_peek(src, -1, &pos, &vec, 1) < 1 || vec.iov_len == 0)
+			return 0;
+		for (p = vec.iov_base, left = vec.iov_len; left > 0 && !http1_chunked_done(&dec);) {
+			size_t n = 0;
+
+			if (http1_chunked_step(&dec, p, left, &n, error) == HTTP1_CHUNK_ERROR)
+				return -1;
+			p += n;
+			left -= n;
+		}
+		if (evbuffer_ptr_set(src, &pos, vec.iov_len, EVBUFFER_PTR_ADD) < 0)
+			return 0;
+	}
+	return 0;
+}

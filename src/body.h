@@ -39,4 +39,11 @@ void body_relay_init(struct body_relay *relay, enum body_mode mode, uint64_t con
 int body_relay_move(struct body_relay *relay, struct evbuffer *src, struct evbuffer *dst,
 		    enum http1_error *error);
 
+/* Check, without moving anything, that the body bytes src holds from
+ * offset on are valid for the relay's framing so far. Returns 0, or -1 with
+ * *error set. Lets a response whose body is already known to be broken be
+ * refused before its head is passed on. */
+int body_relay_check(const struct body_relay *relay, struct evbuffer *src, size_t offset,
+		     enum http1_error *error);
+
 #endif

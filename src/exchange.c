@@ -283,6 +283,18 @@ void exchange_schedule_retry(struct exchange *ex)
 {
 	struct timeval tv = exchange_ms_to_tv(ex->next_wait_ms);
 
+	/* reading a kept response's body takes time too: the next try must
+	 * still start within the deadline */
+	if (exchange_ms_since(&ex->first_try) + ex->next_wait_ms > ex->route->retry.deadline_ms) {
+		ex->gave_up = "deadline";
+		exchange_release_retry(ex);
+		if (ex->kept != NULL)
+			exchange_deliver_kept(ex);
+		else
+			exchange_respond_error(ex, 504, "504 retry deadline passed");
+		return;
+	}
+
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].wait_ms = ex->next_wait_ms;
 	log_debug("%.*s %.*s: try %u failed; next in %llu ms", (int)ex->method_len, ex->method,

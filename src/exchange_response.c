@@ -270,6 +270,18 @@ static void exchange_on_response_head(struct exchange *ex, const struct http1_he
 		if (!fits && ex->gave_up == NULL)
 			ex->note = "retryable response over retry_response_buffer";
 	}
+	if (rf->body == HTTP1_BODY_CHUNKED) {
+		struct body_relay check;
+		enum http1_error error = HTTP1_ERR_NONE;
+
+		/* body bytes that came with the head may already show the framing
+		 * broken: then nothing of this response reaches the client */
+		body_relay_init(&check, BODY_MODE_CHUNKED, 0, ex->config->limits.max_header_bytes);
+		if (body_relay_check(&check, bufferevent_get_input(ex->up), head->head_len, &error) < 0) {
+			exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
+			return;
+		}
+	}
 	exchange_send_response_head(ex, head, rf);
 	evbuffer_drain(bufferevent_get_input(ex->up), head->head_len);
 	exchange_set_state(ex, EXCHANGE_RELAYING);

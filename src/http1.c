@@ -347,6 +347,10 @@ static bool http1_valid_target(const struct http1_head *head)
 	const char *t = head->target;
 	size_t len = head->target_len;
 
+	/* a fragment is never part of a request-target; a next hop that cut it
+	 * off or kept it would see a different target than we routed */
+	if (memchr(t, '#', len) != NULL)
+		return false;
 	if (head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0)
 		return http1_valid_authority(t, len, true);
 	if (t[0] == '/')
@@ -787,9 +791,10 @@ static int http1_check_transfer_encoding(const struct http1_head *head, enum htt
 		if (!HTTP1_IS_LIT(f->name, f->name_len, "transfer-encoding"))
 			continue;
 		while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
-			/* Empty elements must be ignored (RFC 9110 section 5.6.1). */
-			if (elem_len == 0)
-				continue;
+			/* RFC 9110 section 5.6.1 lets a recipient skip empty elements,
+			 * but the field goes upstream as it came, and a next hop that
+			 * reads "chunked," differently would frame the body
+			 * differently: refuse them here. */
 			if (!http1_is_token(elem, elem_len))
 				goto bad;
 			chunked_last = HTTP1_IS_LIT(elem, elem_len, "chunked");

@@ -69,7 +69,9 @@ static struct evdns_base *proxy_new_resolver(struct event_base *base)
 
 	if (resolv == NULL || resolv[0] == '\0')
 		resolv = "/etc/resolv.conf";
-	r = evdns_base_resolv_conf_parse(dns, DNS_OPTIONS_ALL, resolv);
+	/* every option but the hosts file, which is loaded below from the
+	 * file that was asked for */
+	r = evdns_base_resolv_conf_parse(dns, DNS_OPTIONS_ALL & ~DNS_OPTION_HOSTSFILE, resolv);
 	if (r != 0)
 		log_warn("resolver: cannot use %s (error %d); names other than hosts-file ones may not resolve",
 			 resolv, r);

@@ -241,20 +241,22 @@ def scenario(t):
             with h.RawConn(proxy.port(), timeout=10) as c:
                 c.send(h.request("GET", "/once/%s?raw=1" % kind, "a.example"))
                 head = c.read_head()
+                if head.status == 502:
+                    return  # refused whole: the broken body never reached the client
                 rest = c.read_to_close(timeout=10)
-            if head.status != 502:
-                h.ok(head.header("Content-Length") is None, "a Content-Length on a re-framed broken body")
-                h.ok(b"0\r\n\r\n" not in rest, "the broken chunked body was terminated cleanly: %r" % rest)
+            h.ok(head.header("Content-Length") is None, "a Content-Length on a re-framed broken body")
+            h.ok(b"0\r\n\r\n" not in rest, "the broken chunked body was terminated cleanly: %r" % rest)
 
     for kind in RESPONSES:
         @t.check("malformed response (%s): 502 for a GET, one request at the origin" % kind)
         def _(kind=kind):
             path = "/once/%s" % kind
+            before = len(bad.seen(path))
             r = get(path)
             h.check_error_response(r, 502)
             h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
             settle()
-            h.eq(len(bad.seen(path)), 1, "requests at the origin")
+            h.eq(len(bad.seen(path)) - before, 1, "requests at the origin")
 
     for kind in RETRY_KINDS:
         @t.check("malformed response (%s) on a max_attempts 3 route: GET retried 3 times, POST sent once"

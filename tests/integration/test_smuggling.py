@@ -6,9 +6,9 @@ Client: for each row of the table CASES, a fresh TCP connection to a
 sidecar listener that sends the row's bytes in one write: Content-Length
 and Transfer-Encoding together (either order), duplicate, comma-joined,
 signed, hex, empty, fractional or overflowing Content-Length, every wrong
-Transfer-Encoding (identity, xchunked, chunked twice, gzip, a trailing
-comma, in HTTP/1.0, through obs-fold, a vertical tab, space before the
-colon), bad chunk lines (overflow, non-hex, negative, leading space, 0x,
+Transfer-Encoding (identity, xchunked, chunked twice, gzip, a trailing or
+leading comma, an empty second field, in HTTP/1.0, through obs-fold, a
+vertical tab, space before the colon), bad chunk lines (overflow, non-hex, negative, leading space, 0x,
 empty, bad extensions, data longer than the size, bare LF or CR), bare LF
 and bare CR in the request line, fields and the blank line, obs-fold, NUL,
 DEL and control bytes in values, names and targets, bad field names,
@@ -20,7 +20,9 @@ one, a bad one followed by a valid one, chunked and Content-Length bodies
 followed in the same segment by bytes that form a request, a request inside
 chunk data; and a few valid controls (duplicate identical Content-Length,
 upper-case CHUNKED, valid chunk extensions and trailers, a GET with a
-body, HTTP/1.0 without Host).
+body, HTTP/1.0 without Host). Then, outside the table: a chunked body whose
+bad chunk comes 0.5 s after the head and a good chunk, and a body the
+client cuts short with a FIN.
 Origin: the recording test origin (/echo), behind the sidecar listener;
 max_attempts 1, client_timeout 3s.
 Must hold: each row gets exactly its expected answers: a refusal is the
@@ -30,8 +32,11 @@ then the connection closes; valid requests before it are answered 200 in
 order; the origin receives exactly the row's expected requests (the valid
 prefix), each once, bodies exact, never a refused request or bytes merged
 from the next one; over the whole run the origin sees no request that no
-row expects. Afterwards the proxy still serves a normal GET and exits
-cleanly on SIGTERM.
+row expects; a row refused "or served" (Either) passes only if, when
+served, the origin read the body exactly as the proxy did. A body that
+breaks or stops after the head went upstream never reaches the origin
+complete. Afterwards the proxy still serves a normal GET and keep-alive,
+and exits cleanly on SIGTERM.
 """
 
 import time
