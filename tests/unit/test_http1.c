@@ -433,7 +433,8 @@ static void test_byte_classes(void **state)
 		len = (size_t)snprintf(buf, sizeof(buf), "GET /a%cb HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
 		buf[6] = (char)c;
 		r = test_parse_request(buf, len, &error);
-		if ((r == HTTP1_PARSE_DONE) != (c >= 0x21 && c <= 0x7e))
+		/* '#' starts a fragment, which a request-target never has */
+		if ((r == HTTP1_PARSE_DONE) != (c >= 0x21 && c <= 0x7e && c != '#'))
 			fail_msg("target byte 0x%02x", c);
 
 		len = (size_t)snprintf(buf, sizeof(buf), "GET h%cp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
@@ -506,8 +507,11 @@ static const struct {
 	 HTTP1_BODY_CHUNKED, 0, true, false},
 	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
 	 0, HTTP1_BODY_CHUNKED, 0, true, false},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked,\r\n\r\n", 0, HTTP1_BODY_CHUNKED,
-	 0, true, false},
+	/* empty list elements: a next hop might read the list differently */
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked,\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked,\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
 	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
 	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
 	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n",
