@@ -257,13 +257,18 @@ static void client_adopt_config(struct client *client)
 	client_set_timeouts(client, false);
 }
 
+/* A head is parsed and used before control returns to the event loop, so
+ * one scratch head serves every connection without an allocation per
+ * request. */
+static struct http1_head client_request_head;
+
 /* Parse the next head if it is all here, and start its exchange. */
 static void client_read_head(struct client *client)
 {
 	struct evbuffer *in = bufferevent_get_input(client->bev);
 	const struct limits *limits;
 	struct http1_limits parse_limits;
-	struct http1_head *head;
+	struct http1_head *head = &client_request_head;
 	struct http1_framing framing;
 	enum http1_error error = HTTP1_ERR_NONE;
 	size_t len = evbuffer_get_length(in);
@@ -288,32 +293,26 @@ static void client_read_head(struct client *client)
 	/* one byte over the limit is enough for the parser to say 431 */
 	want = len < limits->max_header_bytes + 1 ? len : limits->max_header_bytes + 1;
 	data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
-	head = xmalloc(sizeof(*head));
 	switch (http1_parse_request_head(data, want, &parse_limits, head, &error)) {
 	case HTTP1_PARSE_MORE:
-		free(head);
 		return;
 	case HTTP1_PARSE_ERROR:
 		client_refuse(client, NULL, http1_error_status(error), http1_error_text(error));
-		free(head);
 		return;
 	case HTTP1_PARSE_DONE:
 		break;
 	}
 	if (http1_request_framing(head, &framing, &error) < 0) {
 		client_refuse(client, head, http1_error_status(error), http1_error_text(error));
-		free(head);
 		return;
 	}
 	evtimer_del(client->head_timer);
 	ex = exchange_new(client, head, &framing, &status, reason, sizeof(reason));
 	if (ex == NULL) {
 		client_refuse(client, head, status, reason);
-		free(head);
 		return;
 	}
 	evbuffer_drain(in, head->head_len);
-	free(head);
 	client->state = CLIENT_IN_EXCHANGE;
 	client->exchange = ex;
 	exchange_run(ex);

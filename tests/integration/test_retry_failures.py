@@ -55,6 +55,10 @@ defaults:
     max_backoff: 1s
     jitter: 0s
     budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: long-wait
+    match: { path_prefix: /stale/ }
+    retry: { initial_backoff: 2s, max_backoff: 2s }
 """
 
 TRY_TIMEOUT = 0.7
@@ -225,6 +229,37 @@ def scenario(t):
         r = send("GET", "/bytes/10", o=fresh)
         h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts")
         h.eq(len(fresh.connections), 3, "connections the origin accepted")
+
+    @t.check("pooled connection reset when reused: GET goes again at once on a new connection")
+    def _():
+        fresh = t.origin(name="pool")
+        fresh.script("/stale/a", [200, "/reset/request", 200])
+        r1 = send("GET", "/stale/a", o=fresh)
+        h.eq(r1.status, 200, "first GET (leaves its connection in the pool)")
+        r = send("GET", "/stale/a", o=fresh)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts")
+        reqs = fresh.requests_for("/stale/a")
+        h.eq(len(reqs), 3, "requests the origin saw")
+        h.eq(reqs[1].conn_id, reqs[0].conn_id, "the second GET went on the pooled connection")
+        h.ok(reqs[2].conn_id not in (reqs[0].conn_id,), "the retry took a new connection")
+        gap = h.try_gaps(reqs[1:])[0]
+        h.ok(gap < 1.0, "the retry came %.2f s after the stale connection failed; no 2 s backoff "
+             "is due for a stale pooled connection" % gap)
+        lines = proxy.access_for("/stale/a")
+        h.eq(len(lines), 2, "access lines for /stale/a")
+        f = h.access_fields(lines[1])
+        h.eq((f["attempts"], f["tries"].split(" -> ")[::2]), ("2", ["stale", "200"]), "attempts, tries")
+
+    @t.check("a POST after a GET to the same origin does not take the pooled connection")
+    def _():
+        fresh = t.origin(name="pool2", echo_unknown=True)
+        r1 = send("GET", "/get-first", o=fresh)
+        h.eq(r1.status, 200, "GET")
+        r2 = send("POST", "/post-after", body=b"x=1", o=fresh)
+        h.eq(r2.status, 200, "POST")
+        get_conn = fresh.requests_for("/get-first")[0].conn_id
+        post_conn = fresh.requests_for("/post-after")[0].conn_id
+        h.ok(post_conn != get_conn, "the POST went on the GET's pooled connection %d" % get_conn)
 
     @t.check("TLS certificate for the wrong host: 502 at once naming it, 1 attempt, 1 connection")
     def _():

@@ -13,7 +13,7 @@ header If-Match, json_field etag) and keeps the default methods; /getonly/
 has idempotent.methods [GET]; /partial/ sets only retry.max_attempts: 2.
 Must hold: a POST or PATCH without a condition gets the 503 at once, the
 origin saw 1, gave_up=not_idempotent; on /cond/ a POST with
-?ifGenerationMatch=1, with If-Match (any case), with a JSON body having a
+?ifGenerationMatch=1 (also after a reset), with If-Match (any case), with a JSON body having a
 top-level "etag" (also chunked) is repeated and every try carries the same
 body; a POST with {"other": 1}, a nested or array "etag", a look-alike query
 name, or the condition on a route without it is not; PUT and DELETE are
@@ -82,8 +82,8 @@ def scenario(t):
         time.sleep(0.4 * h.SLOW)
         return r, origin.requests_for(path.split("?", 1)[0])
 
-    def repeated(method, path, body=b"", headers=(), sent_body=None):
-        r, reqs = send(method, path, body, headers)
+    def repeated(method, path, body=b"", headers=(), sent_body=None, steps=(503, 200)):
+        r, reqs = send(method, path, body, headers, steps)
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"),
              "%s %s: status, Retry-Attempts (should be repeated)" % (method, path))
         h.eq(len(reqs), 2, "%s %s: requests the origin saw" % (method, path))
@@ -113,6 +113,11 @@ def scenario(t):
     @t.check("POST ?ifGenerationMatch=1 on /cond/: repeated, same body each try")
     def _():
         repeated("POST", "/cond/q?ifGenerationMatch=1", b"object-data")
+
+    @t.check("POST ?ifGenerationMatch=1 on /cond/, origin resets after reading it: repeated")
+    def _():
+        repeated("POST", "/cond/reset?ifGenerationMatch=7", b"object-data",
+                 steps=("/reset/request", 200))
 
     @t.check("POST with If-Match on /cond/: repeated (also as if-match)")
     def _():
