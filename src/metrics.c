@@ -15,7 +15,7 @@ static const double metrics_duration_bounds[] = {
 #define METRICS_DURATION_BUCKETS (sizeof(metrics_duration_bounds) / sizeof(metrics_duration_bounds[0]))
 
 /* Upper bounds of the tries-per-request histogram. */
-static const unsigned metrics_tries_bounds[] = { 1, 2, 3, 4, 5, 6, 8, 10, 15, 20 };
+static const double metrics_tries_bounds[] = { 1, 2, 3, 4, 5, 6, 8, 10, 15, 20 };
 #define METRICS_TRIES_BUCKETS (sizeof(metrics_tries_bounds) / sizeof(metrics_tries_bounds[0]))
 
 static const char *const metrics_give_up_reasons[] = {
@@ -46,21 +46,51 @@ struct metrics_route {
 	struct metrics_route *next;
 };
 
+/* A histogram; each bucket holds its own count, made cumulative when rendered. */
+struct metrics_histogram {
+	const double *bounds;
+	size_t bucket_count;
+	uint64_t *buckets;
+	double sum;
+	uint64_t count;
+};
+
 struct metrics {
 	struct metrics_route *routes; /* in order of first use */
 	uint64_t upstream_errors[METRICS_ERROR_KINDS];
 	uint64_t pool_reuse;
 	uint64_t duration_buckets[METRICS_DURATION_BUCKETS];
-	double duration_sum;
-	uint64_t duration_count;
 	uint64_t tries_buckets[METRICS_TRIES_BUCKETS];
-	uint64_t tries_sum;
-	uint64_t tries_count;
+	struct metrics_histogram duration;
+	struct metrics_histogram tries;
 };
 
 struct metrics *metrics_new(void)
 {
-	return xcalloc(1, sizeof(struct metrics));
+	struct metrics *metrics = xcalloc(1, sizeof(struct metrics));
+
+	metrics->duration.bounds = metrics_duration_bounds;
+	metrics->duration.bucket_count = METRICS_DURATION_BUCKETS;
+	metrics->duration.buckets = metrics->duration_buckets;
+	metrics->tries.bounds = metrics_tries_bounds;
+	metrics->tries.bucket_count = METRICS_TRIES_BUCKETS;
+	metrics->tries.buckets = metrics->tries_buckets;
+	return metrics;
+}
+
+/* Count one observation. */
+static void metrics_observe(struct metrics_histogram *h, double value)
+{
+	size_t i;
+
+	for (i = 0; i < h->bucket_count; i++) {
+		if (value <= h->bounds[i]) {
+			h->buckets[i]++;
+			break;
+		}
+	}
+	h->sum += value;
+	h->count++;
 }
 
 void metrics_free(struct metrics *metrics)
@@ -118,23 +148,8 @@ void metrics_request_done(struct metrics *metrics, const char *route, int code,
 		r->code_count++;
 	}
 	r->codes[i].count++;
-	/* buckets hold their own count here; rendering makes them cumulative */
-	for (i = 0; i < METRICS_DURATION_BUCKETS; i++) {
-		if (duration_seconds <= metrics_duration_bounds[i]) {
-			metrics->duration_buckets[i]++;
-			break;
-		}
-	}
-	metrics->duration_sum += duration_seconds;
-	metrics->duration_count++;
-	for (i = 0; i < METRICS_TRIES_BUCKETS; i++) {
-		if (tries <= metrics_tries_bounds[i]) {
-			metrics->tries_buckets[i]++;
-			break;
-		}
-	}
-	metrics->tries_sum += tries;
-	metrics->tries_count++;
+	metrics_observe(&metrics->duration, duration_seconds);
+	metrics_observe(&metrics->tries, (double)tries);
 }
 
 void metrics_try(struct metrics *metrics, const char *route)
@@ -215,11 +230,28 @@ static uint64_t metrics_route_tries(const struct metrics_route *r)
 	return r->tries;
 }
 
+/* A histogram's cumulative buckets, +Inf, _sum and _count. */
+static void metrics_render_histogram(struct evbuffer *out, const char *name, const char *help,
+				     const struct metrics_histogram *h)
+{
+	uint64_t cumulative = 0;
+	size_t i;
+
+	metrics_header(out, name, "histogram", help);
+	for (i = 0; i < h->bucket_count; i++) {
+		cumulative += h->buckets[i];
+		evbuffer_add_printf(out, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i],
+				    (unsigned long long)cumulative);
+	}
+	evbuffer_add_printf(out, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+			    (unsigned long long)h->count, name, h->sum, name,
+			    (unsigned long long)h->count);
+}
+
 void metrics_render(const struct metrics *metrics, const struct metrics_gauges *gauges,
 		    struct evbuffer *out)
 {
 	const struct metrics_route *r;
-	uint64_t cumulative;
 	size_t i;
 
 	metrics_header(out, "retryproxy_requests_total", "counter",
@@ -256,34 +288,11 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 		       "Requests waiting on a backoff timer now.");
 	evbuffer_add_printf(out, "retryproxy_backoff_pending %u\n", gauges->backoff_pending);
 
-	metrics_header(out, "retryproxy_request_duration_seconds", "histogram",
-		       "Whole request duration, retries and backoff included.");
-	for (i = 0, cumulative = 0; i < METRICS_DURATION_BUCKETS; i++) {
-		cumulative += metrics->duration_buckets[i];
-		evbuffer_add_printf(out, "retryproxy_request_duration_seconds_bucket{le=\"%g\"} %llu\n",
-				    metrics_duration_bounds[i], (unsigned long long)cumulative);
-	}
-	evbuffer_add_printf(out,
-			    "retryproxy_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n"
-			    "retryproxy_request_duration_seconds_sum %.6f\n"
-			    "retryproxy_request_duration_seconds_count %llu\n",
-			    (unsigned long long)metrics->duration_count, metrics->duration_sum,
-			    (unsigned long long)metrics->duration_count);
-
-	metrics_header(out, "retryproxy_tries_per_request", "histogram",
-		       "Upstream tries each request took, the first included.");
-	for (i = 0, cumulative = 0; i < METRICS_TRIES_BUCKETS; i++) {
-		cumulative += metrics->tries_buckets[i];
-		evbuffer_add_printf(out, "retryproxy_tries_per_request_bucket{le=\"%u\"} %llu\n",
-				    metrics_tries_bounds[i], (unsigned long long)cumulative);
-	}
-	evbuffer_add_printf(out,
-			    "retryproxy_tries_per_request_bucket{le=\"+Inf\"} %llu\n"
-			    "retryproxy_tries_per_request_sum %llu\n"
-			    "retryproxy_tries_per_request_count %llu\n",
-			    (unsigned long long)metrics->tries_count,
-			    (unsigned long long)metrics->tries_sum,
-			    (unsigned long long)metrics->tries_count);
+	metrics_render_histogram(out, "retryproxy_request_duration_seconds",
+				 "Whole request duration, retries and backoff included.",
+				 &metrics->duration);
+	metrics_render_histogram(out, "retryproxy_tries_per_request",
+				 "Upstream tries each request took, the first included.", &metrics->tries);
 
 	metrics_header(out, "retryproxy_upstream_errors_total", "counter",
 		       "Failed upstream tries, by kind of failure.");
