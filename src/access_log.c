@@ -5,18 +5,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <event2/buffer.h>
+
 #include "log.h"
 
-/* Room for the longest line: targets are cut at ACCESS_LOG_MAX_TARGET bytes
- * (6 bytes each once escaped) and tries at ACCESS_LOG_MAX_TRIES, so a line
- * is never cut and JSON lines always parse. */
-#define ACCESS_LOG_MAX_TARGET 2048
-#define ACCESS_LOG_LINE 16384
-
-/* A bounded line builder: output past the end is cut, never overflowed. */
+/* The line being built. One buffer serves every line (lines are written
+ * before control returns to the event loop) and grows to the longest line
+ * seen, so a line is never cut and JSON lines always parse. */
 struct access_line {
-	char buf[ACCESS_LOG_LINE];
-	size_t len;
+	struct evbuffer *buf;
 };
 
 static void access_line_printf(struct access_line *line, const char *fmt, ...)
@@ -25,17 +22,10 @@ static void access_line_printf(struct access_line *line, const char *fmt, ...)
 static void access_line_printf(struct access_line *line, const char *fmt, ...)
 {
 	va_list ap;
-	int n;
 
-	if (line->len >= sizeof(line->buf) - 1)
-		return;
 	va_start(ap, fmt);
-	n = vsnprintf(line->buf + line->len, sizeof(line->buf) - line->len, fmt, ap);
+	evbuffer_add_vprintf(line->buf, fmt, ap);
 	va_end(ap);
-	if (n > 0)
-		line->len += (size_t)n;
-	if (line->len > sizeof(line->buf) - 1)
-		line->len = sizeof(line->buf) - 1;
 }
 
 /* Append s so it stays one token in text (no spaces, quotes or controls) or
@@ -65,9 +55,28 @@ static void access_line_wait(struct access_line *line, uint64_t ms)
 		access_line_printf(line, "%llums", (unsigned long long)ms);
 }
 
+/* The shared line buffer, made on first use. */
+static struct evbuffer *access_line_buffer(void)
+{
+	static struct evbuffer *buf;
+
+	if (buf == NULL)
+		buf = evbuffer_new();
+	return buf;
+}
+
+/* Write the finished line and empty the buffer for the next one. */
+static void access_line_write(struct access_line *line)
+{
+	size_t len = evbuffer_get_length(line->buf);
+
+	log_write_line((const char *)evbuffer_pullup(line->buf, -1), len);
+	evbuffer_drain(line->buf, len);
+}
+
 static void access_log_text(const struct access_record *r)
 {
-	struct access_line line = { .len = 0 };
+	struct access_line line = { .buf = access_line_buffer() };
 	size_t i;
 
 	access_line_printf(&line, "access client=%s method=", r->client);
@@ -100,12 +109,12 @@ static void access_log_text(const struct access_record *r)
 		access_line_printf(&line, " note=");
 		access_line_escaped(&line, r->note, strlen(r->note), false);
 	}
-	log_write_line(line.buf, line.len);
+	access_line_write(&line);
 }
 
 static void access_log_json(const struct access_record *r)
 {
-	struct access_line line = { .len = 0 };
+	struct access_line line = { .buf = access_line_buffer() };
 	size_t i;
 
 	access_line_printf(&line, "{\"type\":\"access\",\"client\":\"%s\",\"method\":\"", r->client);
@@ -139,20 +148,11 @@ static void access_log_json(const struct access_record *r)
 		access_line_printf(&line, "\"");
 	}
 	access_line_printf(&line, "}");
-	log_write_line(line.buf, line.len);
+	access_line_write(&line);
 }
 
 void access_log_write(const struct access_record *record)
 {
-	struct access_record r = *record;
-
-	if (r.target_len > ACCESS_LOG_MAX_TARGET)
-		r.target_len = ACCESS_LOG_MAX_TARGET;
-	if (r.method_len > 64)
-		r.method_len = 64;
-	if (r.try_count > ACCESS_LOG_MAX_TRIES)
-		r.try_count = ACCESS_LOG_MAX_TRIES;
-	record = &r;
 	if (log_get_format() == LOG_FORMAT_JSON)
 		access_log_json(record);
 	else

@@ -6,8 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ACCESS_LOG_MAX_TRIES 16 /* tries listed in one line; more are counted, not listed */
-
 /* One upstream try: a status, or an error when no response head came. */
 struct access_try {
 	int status;        /* 0 when error is set */

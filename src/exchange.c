@@ -118,12 +118,22 @@ static void exchange_log(struct exchange *ex)
 
 void exchange_record_try(struct exchange *ex, int status, const char *error)
 {
-	if (ex->try_count < ACCESS_LOG_MAX_TRIES) {
-		ex->tries[ex->try_count].status = status;
-		ex->tries[ex->try_count].error = error;
-		ex->tries[ex->try_count].wait_ms = 0;
-		ex->try_count++;
+	if (ex->tries == NULL) {
+		ex->tries = ex->tries_inline;
+		ex->try_room = sizeof(ex->tries_inline) / sizeof(ex->tries_inline[0]);
+	} else if (ex->try_count == ex->try_room) {
+		struct access_try *more = xcalloc(ex->try_room * 2, sizeof(*more));
+
+		memcpy(more, ex->tries, ex->try_count * sizeof(*more));
+		if (ex->tries != ex->tries_inline)
+			free(ex->tries);
+		ex->tries = more;
+		ex->try_room *= 2;
 	}
+	ex->tries[ex->try_count].status = status;
+	ex->tries[ex->try_count].error = error;
+	ex->tries[ex->try_count].wait_ms = 0;
+	ex->try_count++;
 }
 
 void exchange_drop_upstream(struct exchange *ex)
@@ -173,6 +183,8 @@ void exchange_free(struct exchange *ex)
 		evbuffer_free(ex->replay);
 	if (ex->kept != NULL)
 		evbuffer_free(ex->kept);
+	if (ex->tries != ex->tries_inline)
+		free(ex->tries);
 	config_release(ex->config);
 	free(ex->method);
 	free(ex->target);

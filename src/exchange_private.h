@@ -123,8 +123,10 @@ struct exchange {
 	size_t keeping_head_len;
 	struct body_relay keeping_body; /* finds where the response being kept ends */
 
-	struct access_try tries[ACCESS_LOG_MAX_TRIES];
+	struct access_try *tries;       /* one per try, for the log: tries_inline, or grown */
 	size_t try_count;
+	size_t try_room;
+	struct access_try tries_inline[4]; /* most requests take one try */
 };
 
 /* exchange.c */

@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """Scenario: the client goes away while its request waits on a backoff.
 
-Client: a raw connection sends a GET through a forward proxy, waits until
-the origin has answered the first try, then closes the connection during the
-2 s backoff (once with a FIN, once with a RST); afterwards a fresh GET.
-Origin: answers the first try of each path 503 and would answer the next
-200. Backoff: initial 2s, no jitter, max_attempts 3. Then a GET whose second
-try hangs at the origin, and the client leaves while it waits.
-Must hold: after waiting past the backoff, the origin saw exactly 1 request
-for the path (no retry was sent for a client that is gone), with no new
-connection opened toward it; the access line for the request says
-gave_up=client_gone and attempts=1; when the client leaves during the
-hanging second try, the proxy closes that upstream connection and logs
-gave_up=client_gone with attempts=2; the proxy keeps serving (the fresh GET
-gets 200 at once).
+Client: first, as a control, a GET whose client stays through the backoff;
+then a raw connection sends a GET through a forward proxy, waits until the
+origin has answered the first try, and closes the connection during the 2 s
+backoff (once with a FIN, once with a RST); then a GET whose client leaves
+while the second try hangs at the origin; last a fresh GET.
+Origin: answers the first try of each path 503 and the next 200 (or, for
+the last scenario, never answers the second). Backoff: initial 2s, no
+jitter, max_attempts 3; client_timeout 1s.
+Must hold: the client that stays gets its 200 after the backoff, although
+the backoff is longer than client_timeout; for a client gone during the
+backoff, after waiting past it, the origin saw exactly 1 request for the
+path (no retry was sent), with no new connection opened toward it, and the
+access line says gave_up=client_gone and attempts=1; when the client leaves
+during the hanging second try, the proxy closes that upstream connection
+and logs gave_up=client_gone with attempts=2; the proxy keeps serving (the
+fresh GET gets 200 at once).
 """
 
 import socket
@@ -26,7 +29,7 @@ CONFIG = """\
 listen:
   - address: 127.0.0.1:@PORT0@
 log: { level: info, format: text }
-limits: { drain_timeout: 2s }
+limits: { drain_timeout: 2s, client_timeout: 1s }
 defaults:
   retry:
     max_attempts: 3
@@ -61,6 +64,14 @@ def scenario(t):
         h.eq(len(origin.connections), connections_before, "connections to the origin")
         f = h.access_fields(proxy.access_one(path))
         h.eq((f.get("gave_up"), f["attempts"]), ("client_gone", "1"), "access gave_up, attempts in %r" % f)
+
+    @t.check("control: a client that stays through the 2 s backoff (> client_timeout 1s) gets its 200")
+    def _():
+        origin.script("/gone/stay", [503, 200])
+        r = h.fetch(proxy.port(), "GET", origin.url("/gone/stay"), host)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts")
+        h.ok(r.elapsed >= BACKOFF - 0.02, "answered after %.2f s, before the backoff" % r.elapsed)
+        h.eq(len(origin.requests_for("/gone/stay")), 2, "requests the origin saw")
 
     @t.check("client closes (FIN) during the backoff: no retry reaches the origin; gave_up=client_gone")
     def _():

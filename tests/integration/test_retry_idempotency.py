@@ -13,17 +13,16 @@ header If-Match, json_field etag) and keeps the default methods; /getonly/
 has idempotent.methods [GET]; /partial/ sets only retry.max_attempts: 2.
 Must hold: a POST or PATCH without a condition gets the 503 at once, the
 origin saw 1, gave_up=not_idempotent; on /cond/ a POST with
-?ifGenerationMatch=1 (also after a reset), with If-Match (any case), with a JSON body having a
-top-level "etag" (also chunked) is repeated and every try carries the same
-body; a POST with {"other": 1}, a nested or array "etag", a look-alike query
-name, or the condition on a route without it is not; PUT and DELETE are
-repeated on the default route; on /getonly/ a PUT is not repeated but a GET
-is; /partial/ gives up after 2 tries, waits the defaults' 150ms (not the
-built-in 1s) and, inheriting on:, passes a 500 at once.
+?ifGenerationMatch=1 (also after a reset), with If-Match (any case), with a
+JSON body having a top-level "etag" (also chunked) is repeated and every try
+carries the same body; a POST with {"other": 1}, a nested or array "etag", a
+look-alike query name, or the condition on a route without it is not; PUT
+and DELETE are repeated on the default route; on /getonly/ a PUT is not
+repeated but a GET is; /partial/ gives up after 2 tries, waits the defaults'
+150ms (not the built-in 1s) and, inheriting on:, passes a 500 at once.
 """
 
 import hashlib
-import json
 import time
 
 import harness as h

@@ -41,6 +41,9 @@ routes:
   - name: long
     match: { path_prefix: /long/ }
     retry: { initial_backoff: 1100ms, max_attempts: 2 }
+  - name: many
+    match: { path_prefix: /many/ }
+    retry: { initial_backoff: 10ms, multiplier: 1, max_attempts: 20 }
   - name: jit
     match: { path_prefix: /jit/ }
     retry: { initial_backoff: 100ms, jitter: 150ms }
@@ -56,7 +59,8 @@ def scenario(t):
     host = origin.authority
 
     def get(proxy, path, steps, status):
-        origin.script(path, steps)
+        if steps:
+            origin.script(path, steps)
         r = h.fetch(proxy.port(), "GET", origin.url(path), host)
         h.eq(r.status, status, "status of %s" % path)
         return r
@@ -77,6 +81,7 @@ def scenario(t):
         h.eq((f["status"], f["attempts"], f.get("gave_up")), ("503", "3", "attempts"),
              "status, attempts, gave_up")
         h.eq(f["tries"], "503 -> wait 200ms -> 503 -> wait 400ms -> 503", "tries")
+        h.eq(f["bytes"], "11", "bytes (the given-back 503's body, 'status 503\\n')")
 
     @t.check("text: a wait over a second prints in seconds: \"503 -> wait 1.1s -> 200\"")
     def _():
@@ -114,6 +119,28 @@ def scenario(t):
              "status, attempts, gave_up")
         h.eq(o["tries"], [{"error": "refused", "wait_ms": 200}, {"error": "refused", "wait_ms": 400},
                           {"error": "refused", "wait_ms": 0}], "tries")
+
+    @t.check("text: 20 tries (max_attempts 20) are all in the trail, the last one last")
+    def _():
+        origin.script("/many/t", ["/status/503"] * 19 + ["/status/503?hdr=X-Last:1"])
+        r = get(text, "/many/t", [], 503)
+        h.eq((r.header("Retry-Attempts"), r.header("X-Last")), ("20", "1"), "Retry-Attempts, X-Last")
+        f = h.access_fields(text.access_one("/many/t"))
+        h.eq(f["attempts"], "20", "attempts")
+        listed = f["tries"].split(" -> ")[::2]
+        h.eq(len(listed), 20, "tries listed in the trail (it ends %r)" % f["tries"][-40:])
+        h.eq(f["tries"], " -> wait 10ms -> ".join(["503"] * 20), "tries")
+
+    @t.check("json: 20 tries (max_attempts 20) -> 20 entries, wait_ms 10 each, the last 0")
+    def _():
+        origin.script("/many/j", [503])
+        get(jsonp, "/many/j", [503], 503)
+        o = jsonp.access_one("/many/j")
+        h.eq(o["attempts"], 20, "attempts")
+        h.eq(len(o["tries"]), 20, "entries in tries (one per try; the last two listed: %r)"
+             % o["tries"][-2:])
+        h.eq(o["tries"][-1], {"status": 503, "wait_ms": 0}, "last entry")
+        h.eq(o["tries"][:-1], [{"status": 503, "wait_ms": 10}] * 19, "other entries")
 
     @t.check("json: with jitter, each wait_ms is in [backoff, backoff + 150] and matches the gap seen")
     def _():

@@ -18,12 +18,12 @@ not; a 404 is retried on a route that lists it; a 501 and a 503 are not
 retried on a route with on: [500, 502] while its 502 is; a 500 passes at
 once on a route with on: [503]; a retryable 503 whose body is over
 retry_response_buffer (by Content-Length or chunked) is passed on as final
-at once, body whole; a kept chunked or close-delimited 503 is given back
-with its body whole (de-chunked for an HTTP/1.0 client); for HEAD the last
-503 head comes back without a body; after a given-back 503 the client
-connection serves another request, and a request pipelined behind one in
-backoff is answered after it, in order; 503s that close their connection are
-retried on new connections.
+at once, body whole, while one of exactly that size is retried; a kept
+chunked or close-delimited 503 is given back with its body whole (de-chunked
+for an HTTP/1.0 client); for HEAD the last 503 head comes back without a
+body; after a given-back 503 the client connection serves another request,
+and a request pipelined behind one in backoff is answered after it, in
+order; 503s that close their connection are retried on new connections.
 """
 
 import time
@@ -151,6 +151,13 @@ def scenario(t):
         h.eq(len(r.body), 4096, "body length")
         h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
         h.eq(seen("/s/big"), 1, "requests the origin saw")
+
+    @t.check("a 503 with a body of exactly retry_response_buffer (1024) is still retried")
+    def _():
+        origin.script("/s/edge", ["/bytes/1024?status=503", 200])
+        r = get("/s/edge")
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts")
+        h.eq(seen("/s/edge"), 2, "requests the origin saw")
 
     @t.check("a chunked 503 over retry_response_buffer is final at once, its body whole")
     def _():

@@ -8,18 +8,18 @@ HTTP-date) until a scripted 200, and records when each response ended and
 when the next request head arrived: that gap is the wait the proxy made.
 Must hold (waits measured at the origin; lower bounds within 20 ms, upper
 bounds with generous slack): with jitter 0, initial 200ms and multiplier 2
-the waits are 200, 400, 800 ms; with jitter 300ms each wait is in [backoff,
-backoff + 300ms] and jitter is really drawn; max_backoff caps the wait,
-jitter included; `jitter: full` waits are in [0, backoff] and not all near
-the top; Retry-After: 1 stretches a 100ms backoff to at least 1 s, an
-HTTP-date 3 s ahead to at least 2 s, and retry_after: ignore keeps 100ms;
-Retry-After is not capped by max_backoff; an invalid Retry-After is ignored;
-a Retry-After that would start the next try after the deadline returns that
-503 at once (Retry-Attempts: 1, well under the Retry-After, gave_up
-deadline); a 503 whose body takes 1.5 s to arrive with deadline 1s is not
-followed by a try after the deadline; with deadline 1s and 300ms waits no
-try starts after the deadline and the client gets the last 503 without
-further waiting.
+the waits are 200, 400, 800 ms, and with multiplier 1.5 200, 300, 450 ms;
+with jitter 300ms each wait is in [backoff, backoff + 300ms] and jitter is
+really drawn; max_backoff caps the wait, jitter included; `jitter: full`
+waits are in [0, backoff] and not all near the top; Retry-After: 1 stretches
+a 100ms backoff to at least 1 s, an HTTP-date 3 s ahead to at least 2 s, and
+retry_after: ignore keeps 100ms; Retry-After is not capped by max_backoff;
+an invalid Retry-After is ignored; a Retry-After that would start the next
+try after the deadline returns that 503 at once (Retry-Attempts: 1, well
+under the Retry-After, gave_up deadline); a 503 whose body takes 1.5 s to
+arrive with deadline 1s is not followed by a try after the deadline; with
+deadline 1s and 300ms waits no try starts after the deadline and the client
+gets the last 503 without further waiting.
 """
 
 import email.utils
@@ -45,6 +45,9 @@ routes:
   - name: exp
     match: { path_prefix: /exp/ }
     retry: { initial_backoff: 200ms, multiplier: 2, jitter: 0s, max_attempts: 4 }
+  - name: mult
+    match: { path_prefix: /mult/ }
+    retry: { initial_backoff: 200ms, multiplier: 1.5, jitter: 0s, max_attempts: 4 }
   - name: jitter
     match: { path_prefix: /jit/ }
     retry: { initial_backoff: 150ms, multiplier: 1, jitter: 300ms, max_attempts: 6 }
@@ -103,6 +106,13 @@ def scenario(t):
         gaps = h.try_gaps(reqs)
         h.eq(len(gaps), 3, "waits")
         within(gaps, [(0.2, 0.2), (0.4, 0.4), (0.8, 0.8)], "exp")
+
+    @t.check("multiplier 1.5, initial 200ms, jitter 0: waits 200, 300, 450 ms")
+    def _():
+        r, reqs = run("/mult/a", [503, 503, 503, 200])
+        gaps = h.try_gaps(reqs)
+        h.eq(len(gaps), 3, "waits")
+        within(gaps, [(0.2, 0.2), (0.3, 0.3), (0.45, 0.45)], "multiplier 1.5")
 
     @t.check("jitter 300ms, multiplier 1, initial 150ms: each wait in [150, 450] ms; jitter is drawn")
     def _():
