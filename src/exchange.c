@@ -345,7 +345,9 @@ static enum retry_cause exchange_failure_cause(enum try_failure failure, bool co
 void exchange_try_failed(struct exchange *ex, enum try_failure failure, const char *reason)
 {
 	char text[512];
-	int status = failure == TRY_TIMEOUT || failure == TRY_CONNECT_TIMEOUT ? 504 : 502;
+	/* a connect timeout is a connect failure (SPEC: 502); 504 is for a try
+	 * that got no response head in time */
+	int status = failure == TRY_TIMEOUT ? 504 : 502;
 	bool connecting = ex->state == EXCHANGE_CONNECTING;
 	bool never_sent;
 	enum retry_cause cause = exchange_failure_cause(failure, connecting, &never_sent);
