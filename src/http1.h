@@ -119,9 +119,11 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
 
 /* True for the hop-by-hop fields a proxy must not forward (RFC 9110 section
  * 7.6.1: Connection, Proxy-Connection, Keep-Alive, TE, Transfer-Encoding,
- * Upgrade) and for any field named in this head's Connection field.
- * Transfer-Encoding is included: callers that forward a chunked body as it
- * is re-add it themselves. */
+ * Upgrade) and for any field named in this head's Connection field, except
+ * Content-Length: the body it frames is forwarded, so dropping it would let
+ * the next hop read that body as another message. Transfer-Encoding is
+ * included: callers that forward a chunked body as it is re-add it
+ * themselves. */
 bool http1_field_is_hop_by_hop(const struct http1_head *head, const struct http1_field *field);
 
 /* Case-insensitive comparison of a counted string with a C string. */

@@ -40,6 +40,9 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import origin as origin_mod  # noqa: E402
 
+# The source tree, for tests that read or run the project's own files.
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 CURL = "/usr/bin/curl"
 BIN = os.environ.get("RETRYPROXY_BIN")
 SANITIZED = os.environ.get("RETRYPROXY_SANITIZED") == "1"
@@ -78,6 +81,12 @@ def clean_env(extra=None, keep_trust=False):
             env.pop(k, None)
     env.update(extra or {})
     return env
+
+
+def read_file(path, mode="r"):
+    """The whole content of a file (bytes with mode="rb")."""
+    with open(path, mode) as f:
+        return f.read()
 
 
 # -- assertions -------------------------------------------------------------
@@ -339,12 +348,29 @@ class RawConn:
     """A plain socket client for what curl cannot express: malformed
     requests, pipelining, slow reading, timing of partial responses."""
 
-    def __init__(self, port, host="127.0.0.1", timeout=10):
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(self, port, host="127.0.0.1", timeout=10, source=None):
+        """Connect to host:port, from the address source when given."""
+        sock = socket.create_connection((host, port), timeout=timeout,
+                                        source_address=(source, 0) if source else None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._adopt(sock, timeout)
+
+    def _adopt(self, sock, timeout):
+        self.sock = sock
         self.timeout = timeout
         self.buf = bytearray()
         self.eof = False
+
+    @classmethod
+    def over(cls, sock, timeout=10):
+        """A RawConn over a socket that is already connected."""
+        c = cls.__new__(cls)
+        c._adopt(sock, timeout)
+        return c
+
+    @property
+    def local_port(self):
+        return self.sock.getsockname()[1]
 
     def send(self, data):
         self.sock.sendall(data)

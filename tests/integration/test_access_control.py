@@ -82,22 +82,6 @@ log: { level: info }
 ADMIN_LINE, ADMIN_COL = 3, 8
 
 
-class RawConnFrom(h.RawConn):
-    """A RawConn whose socket is bound to a source address first."""
-
-    def __init__(self, port, source, host="127.0.0.1", timeout=10):
-        self.sock = socket.create_connection((host, port), timeout=timeout,
-                                             source_address=(source, 0))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.timeout = timeout
-        self.buf = bytearray()
-        self.eof = False
-
-    @property
-    def local_port(self):
-        return self.sock.getsockname()[1]
-
-
 class DnsSink:
     """A UDP socket on loopback that records the names in DNS queries and
     never answers."""
@@ -179,6 +163,24 @@ def scenario(t):
     def at_origin(tag):
         return [q for q in origin.requests if tag in q.target]
 
+    def refused_request(conn, request, p, log_rx, tag):
+        """Send request on conn from a client p does not allow (the proxy
+        may have answered and closed already): 403, a log line of p that
+        matches log_rx % the client's port (returned), and nothing with
+        tag at the origin."""
+        with conn as c:
+            port = c.local_port
+            try:
+                c.send(request)
+            except OSError:
+                pass  # the proxy may have answered and closed already
+            r = c.read_response(timeout=5 * h.SLOW)
+        h.eq(r.status, 403, "status (body %r)" % r.body)
+        lines = p.wait_log(log_rx % port, timeout=5 * h.SLOW)
+        time.sleep(0.3 * h.SLOW)
+        h.eq(at_origin(tag), [], "requests at the origin from the refused client")
+        return lines
+
     # -- allow_clients --------------------------------------------------------
 
     no_src = source_problem("127.0.0.2")
@@ -187,7 +189,7 @@ def scenario(t):
     else:
         @t.check("from 127.0.0.2 (not in [127.0.0.1/32]): 403 at once, before any request, then close")
         def _():
-            with RawConnFrom(side, "127.0.0.2", timeout=5 * h.SLOW) as c:
+            with h.RawConn(side, source="127.0.0.2", timeout=5 * h.SLOW) as c:
                 start = time.monotonic()
                 r = c.read_response(timeout=5 * h.SLOW)
                 took = time.monotonic() - start
@@ -197,34 +199,19 @@ def scenario(t):
 
         @t.check("from 127.0.0.2 with a request on the sidecar listener: 403, nothing at the origin")
         def _():
-            with RawConnFrom(side, "127.0.0.2", timeout=5 * h.SLOW) as c:
-                port = c.local_port
-                try:
-                    c.send(h.request("GET", "/echo?from=127.0.0.2", "side.example"))
-                except OSError:
-                    pass  # the proxy may have answered and closed already
-                r = c.read_response(timeout=5 * h.SLOW)
-                h.eq(r.status, 403, "status (body %r)" % r.body)
-            proxy.wait_log(r"\b127\.0\.0\.2:%d\b" % port, timeout=5 * h.SLOW)
-            time.sleep(0.3 * h.SLOW)
-            h.eq(at_origin("from=127.0.0.2"), [], "requests at the origin from the refused client")
+            refused_request(h.RawConn(side, source="127.0.0.2", timeout=5 * h.SLOW),
+                            h.request("GET", "/echo?from=127.0.0.2", "side.example"),
+                            proxy, r"\b127\.0\.0\.2:%d\b", "from=127.0.0.2")
 
         @t.check("from 127.0.0.2 on the forward listener: 403, a log line naming it, nothing at the origin")
         def _():
-            with RawConnFrom(fwd, "127.0.0.2", timeout=5 * h.SLOW) as c:
-                port = c.local_port
-                try:
-                    c.send(h.request("GET", "http://localhost:%d/echo?from=fwd-127.0.0.2" % origin.port,
-                                     "localhost:%d" % origin.port))
-                except OSError:
-                    pass
-                r = c.read_response(timeout=5 * h.SLOW)
-                h.eq(r.status, 403, "status (body %r)" % r.body)
-            lines = proxy.wait_log(r"\b127\.0\.0\.2:%d\b" % port, timeout=5 * h.SLOW)
+            lines = refused_request(
+                h.RawConn(fwd, source="127.0.0.2", timeout=5 * h.SLOW),
+                h.request("GET", "http://localhost:%d/echo?from=fwd-127.0.0.2" % origin.port,
+                          "localhost:%d" % origin.port),
+                proxy, r"\b127\.0\.0\.2:%d\b", "from=fwd-127.0.0.2")
             h.ok(any("allow_clients" in ln or "403" in ln for ln in lines),
                  "log lines naming the client do not say it was refused: %r" % lines)
-            time.sleep(0.3 * h.SLOW)
-            h.eq(at_origin("from=fwd-127.0.0.2"), [], "requests at the origin from the refused client")
 
     @t.check("from 127.0.0.1: served on both listeners")
     def _():
@@ -334,17 +321,9 @@ def scenario(t):
         @t.check("from ::1 with allow_clients [127.0.0.0/8]: 403, a log line naming ::1, "
                  "nothing at the origin")
         def _():
-            with h.RawConn(v4_only.port(0), host="::1", timeout=5 * h.SLOW) as c:
-                port = c.sock.getsockname()[1]
-                try:
-                    c.send(h.request("GET", "/echo?v6=refused", "v6.example"))
-                except OSError:
-                    pass
-                r = c.read_response(timeout=5 * h.SLOW)
-            h.eq(r.status, 403, "status (body %r)" % r.body)
-            v4_only.wait_log(r"\[?::1\]?:%d\b" % port, timeout=5 * h.SLOW)
-            time.sleep(0.3 * h.SLOW)
-            h.eq(at_origin("v6=refused"), [], "requests at the origin")
+            refused_request(h.RawConn(v4_only.port(0), host="::1", timeout=5 * h.SLOW),
+                            h.request("GET", "/echo?v6=refused", "v6.example"),
+                            v4_only, r"\[?::1\]?:%d\b", "v6=refused")
 
         @t.check("allow_clients [127.0.0.0/8]: 127.0.0.1 still served")
         def _():

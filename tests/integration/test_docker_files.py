@@ -30,32 +30,10 @@ import threading
 import time
 
 import harness as h
+import yaml12  # first: it may run this file again under /usr/bin/python3
+import yaml
 
-# python3-yaml may be installed for /usr/bin/python3 only, not for the
-# python3 meson found first on PATH.
-try:
-    import yaml
-except ImportError:
-    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and \
-            os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-    print("FAIL %s: the yaml module is missing (Debian package python3-yaml; "
-          "scripts/install-deps.sh installs it)" % os.path.basename(sys.argv[0]))
-    sys.exit(1)
-
-
-class Yaml12Loader(yaml.SafeLoader):
-    """YAML as libyaml gives it to the proxy: only true/false are booleans."""
-
-
-Yaml12Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:bool",
-                                   re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DOCKER = os.path.join(REPO, "docker")
+DOCKER = os.path.join(h.REPO, "docker")
 COMPOSE = os.path.join(DOCKER, "compose.yaml")
 DOCKERFILE = os.path.join(DOCKER, "Dockerfile")
 DEMO_CONFIG = os.path.join(DOCKER, "retryproxy.yaml")
@@ -67,14 +45,9 @@ CONTAINER_CONFIG = "/etc/retryproxy/retryproxy.yaml"
 BASE_PACKAGES = {"libc6", "libgcc-s1"}
 
 
-def read(path):
-    with open(path) as f:
-        return f.read()
-
-
 def load(path):
     with open(path) as f:
-        return yaml.load(f, Loader=Yaml12Loader)
+        return yaml12.load(f)
 
 
 def seconds(text):
@@ -171,7 +144,7 @@ def start_upstream(t, *extra):
     proc, log = start_process(t, [sys.executable, os.path.join(DOCKER, "flaky_upstream.py"),
                                   "--host", "127.0.0.1", "--port", str(port)] + list(extra), "upstream")
     h.wait_until(lambda: h.port_accepts(port) or proc.poll() is not None, 10, "flaky_upstream to listen")
-    h.ok(proc.poll() is None, "flaky_upstream exited: %s" % read(log))
+    h.ok(proc.poll() is None, "flaky_upstream exited: %s" % h.read_file(log))
     return port, log
 
 
@@ -219,7 +192,7 @@ def scenario(t):
     compose = load(COMPOSE)
     demo = load(DEMO_CONFIG)
     services = compose.get("services") or {}
-    stages = dockerfile_stages(read(DOCKERFILE))
+    stages = dockerfile_stages(h.read_file(DOCKERFILE))
 
     @t.check("compose.yaml has the services retryproxy, upstream and client")
     def _():
@@ -229,7 +202,7 @@ def scenario(t):
     def _():
         build = services["retryproxy"]["build"]
         context = os.path.normpath(os.path.join(DOCKER, build["context"]))
-        h.eq(context, REPO, "build context")
+        h.eq(context, h.REPO, "build context")
         h.eq(os.path.normpath(os.path.join(context, build["dockerfile"])), DOCKERFILE, "dockerfile")
 
     @t.check("every file compose.yaml mounts exists; docker/retryproxy.yaml is the proxy's config")
@@ -306,9 +279,11 @@ def scenario(t):
         h.ok(alias, "the build stage needs a name for COPY --from")
         runs = " && ".join(a for w, a in body if w == "RUN")
         h.ok(re.search(r"\bscripts/install-deps\.sh\b", runs), "build stage does not run scripts/install-deps.sh")
-        h.ok(re.search(r"\bscripts/install-deps\.sh\b", read(os.path.join(REPO, "scripts", "run.sh"))),
+        h.ok(re.search(r"\bscripts/install-deps\.sh\b",
+                       h.read_file(os.path.join(h.REPO, "scripts", "run.sh"))),
              "scripts/run.sh (the README quick start) no longer runs scripts/install-deps.sh")
-        h.ok("./scripts/run.sh" in read(os.path.join(REPO, "README.md")), "the README does not use scripts/run.sh")
+        h.ok("./scripts/run.sh" in h.read_file(os.path.join(h.REPO, "README.md")),
+             "the README does not use scripts/run.sh")
         h.ok(re.search(r"\bmeson setup\b", runs) and re.search(r"\bninja\b", runs), "build stage: meson setup and ninja")
 
     runtime_base, _alias, runtime = stages[-1]
@@ -335,8 +310,8 @@ def scenario(t):
                 copies[parts[-1]] = "stage"
                 continue
             src, dst = parts[-2], parts[-1]
-            h.ok(os.path.exists(os.path.join(REPO, src)), "COPY source %s does not exist" % src)
-            copies[dst] = os.path.join(REPO, src)
+            h.ok(os.path.exists(os.path.join(h.REPO, src)), "COPY source %s does not exist" % src)
+            copies[dst] = os.path.join(h.REPO, src)
         h.eq(copies.get(CONTAINER_CONFIG), IMAGE_CONFIG, "file copied to " + CONTAINER_CONFIG)
         h.eq(copies.get("/usr/bin/retryproxy"), "stage", "the binary copied from the build stage")
         check = [a for w, a in runtime if w == "HEALTHCHECK"][0]
@@ -352,7 +327,7 @@ def scenario(t):
 
     @t.check("Dockerfile.dockerignore keeps build trees and .git out of the build context")
     def _():
-        patterns = read(os.path.join(DOCKER, "Dockerfile.dockerignore")).split()
+        patterns = h.read_file(os.path.join(DOCKER, "Dockerfile.dockerignore")).split()
         for want in (".git", "build*/"):
             h.ok(want in patterns, "%s not ignored: %r" % (want, patterns))
 
@@ -441,7 +416,8 @@ def scenario(t):
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("client: #")]
         h.eq(len(lines), 4, "client lines (%r)" % p.stdout)
         for ln in lines:
-            h.ok(re.search(r"-> 200 Retry-Attempts: 3 ", ln), "client line %r; upstream log:\n%s" % (ln, read(up_log)))
+            h.ok(re.search(r"-> 200 Retry-Attempts: 3 ", ln),
+                 "client line %r; upstream log:\n%s" % (ln, h.read_file(up_log)))
         h.ok(any(" sidecar " in ln for ln in lines) and any(" forward " in ln for ln in lines),
              "both listeners used: %r" % lines)
         for n in range(1, 5):

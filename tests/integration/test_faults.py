@@ -35,12 +35,12 @@ import os
 import socket
 import struct
 import subprocess
-import threading
 import time
 
 import dnsstub
 import harness as h
 import origin as o
+from rawserver import RawServer, read_head
 
 CONFIG = """\
 listen:
@@ -88,73 +88,13 @@ CERT_REASONS = {
 }
 
 
-class RawServer:
-    """A TCP server on 127.0.0.1 whose every connection is handled by
-    handler(sock, server) in a thread; counts connections."""
-
-    def __init__(self, handler):
-        self.handler = handler
-        self.connections = 0
-        self.heads = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                self.connections += 1
-            threading.Thread(target=self._run, args=(conn,), daemon=True).start()
-
-    def _run(self, conn):
-        conn.settimeout(5)
-        try:
-            self.handler(conn, self)
-        except OSError:
-            pass
-        finally:
-            try:
-                conn.close()
-            except OSError:
-                pass
-
-    def read_head(self, conn):
-        data = b""
-        while b"\r\n\r\n" not in data:
-            got = conn.recv(65536)
-            if not got:
-                break
-            data += got
-        with self._lock:
-            self.heads.append(data)
-        return data
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close()
-
-
 def reset(conn):
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     conn.close()
 
 
 def garbage_handler(conn, server):
-    server.read_head(conn)
+    read_head(conn)
     conn.sendall(b"\x00\xff\x13garbage that is not HTTP\r\n\r\n\x01\x02")
     conn.shutdown(socket.SHUT_WR)
     time.sleep(0.2)
@@ -162,7 +102,7 @@ def garbage_handler(conn, server):
 
 def banner_handler(conn, server):
     conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
-    server.read_head(conn)
+    read_head(conn)
     time.sleep(0.2)
 
 
@@ -170,7 +110,7 @@ CHUNKED_CUT_SENT = 8 * 4096
 
 
 def chunked_reset_handler(conn, server):
-    server.read_head(conn)
+    read_head(conn)
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
                  b"Transfer-Encoding: chunked\r\n\r\n")
     data = o.pattern_bytes(CHUNKED_CUT_SENT)

@@ -28,41 +28,13 @@ import subprocess
 import sys
 
 import harness as h
+import yaml12  # first: it may run this file again under /usr/bin/python3
+import yaml
 
-# python3-yaml may be installed for /usr/bin/python3 only, not for the
-# python3 meson found first on PATH.
-try:
-    import yaml
-except ImportError:
-    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") and \
-            os.path.exists("/usr/bin/python3"):
-        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-    print("FAIL %s: the yaml module is missing (Debian package python3-yaml; "
-          "scripts/install-deps.sh installs it)" % os.path.basename(sys.argv[0]))
-    sys.exit(1)
-
-
-class Yaml12Loader(yaml.SafeLoader):
-    """YAML as libyaml gives it to the proxy: only true/false are booleans
-    (PyYAML's YAML 1.1 would read the key `on:` as True)."""
-
-
-Yaml12Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:bool",
-                                   re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-
-
-def load_yaml(text):
-    return yaml.load(text, Loader=Yaml12Loader)
-
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_ROOT = os.environ.get("RETRYPROXY_BUILD_ROOT")
-MAN1 = os.path.join(REPO, "man", "retryproxy.1")
-MAN5 = os.path.join(REPO, "man", "retryproxy.yaml.5")
-CONF = os.path.join(REPO, "conf", "retryproxy.yaml")
+MAN1 = os.path.join(h.REPO, "man", "retryproxy.1")
+MAN5 = os.path.join(h.REPO, "man", "retryproxy.yaml.5")
+CONF = os.path.join(h.REPO, "conf", "retryproxy.yaml")
 
 # man(7) macros and the few requests these pages may use.
 MACROS = {"TH", "SH", "SS", "TP", "PP", "LP", "P", "IP", "HP", "RS", "RE", "B", "I", "BR", "RB",
@@ -75,9 +47,6 @@ SECTIONS = {
 }
 
 
-def read(path, mode="r"):
-    with open(path, mode) as f:
-        return f.read()
 
 
 def unroff(text):
@@ -132,10 +101,10 @@ def flatten(node, prefix=""):
 def loader_key_names():
     """Every key name in the config loader's tables (src/config*.c)."""
     names = set()
-    for name in os.listdir(os.path.join(REPO, "src")):
+    for name in os.listdir(os.path.join(h.REPO, "src")):
         if name.startswith("config") and name.endswith(".c"):
             names |= set(re.findall(r'\{\s*\.name\s*=\s*"([a-z_]+)"',
-                                    read(os.path.join(REPO, "src", name))))
+                                    h.read_file(os.path.join(h.REPO, "src", name))))
     return names
 
 
@@ -194,9 +163,9 @@ def scenario(t):
     def _():
         mode = os.stat(staged(expected["binary"])).st_mode
         h.ok(mode & stat.S_IXUSR and mode & stat.S_IXOTH, "binary mode %o" % mode)
-        h.eq(read(staged(expected["config"]), "rb"), read(CONF, "rb"), "installed config")
+        h.eq(h.read_file(staged(expected["config"]), "rb"), h.read_file(CONF, "rb"), "installed config")
         for key, src in (("man1", MAN1), ("man5", MAN5)):
-            h.eq(read(staged(expected[key]), "rb"), read(src, "rb"), "installed " + key)
+            h.eq(h.read_file(staged(expected[key]), "rb"), h.read_file(src, "rb"), "installed " + key)
 
     @t.check("the installed binary accepts the installed config (--check prints ok)")
     def _():
@@ -206,14 +175,14 @@ def scenario(t):
 
     @t.check("the installed unit's ExecStart names the installed binary and config")
     def _():
-        unit = read(staged(expected["unit"]))
+        unit = h.read_file(staged(expected["unit"]))
         want = "ExecStart=%s -c %s" % (expected["binary"], expected["config"])
         h.ok(re.search("^" + re.escape(want) + "$", unit, re.M),
              "want the line %r in:\n%s" % (want, unit))
 
     # -- the man pages ---------------------------------------------------------
 
-    pages = {MAN1: read(MAN1), MAN5: read(MAN5)}
+    pages = {MAN1: h.read_file(MAN1), MAN5: h.read_file(MAN5)}
     version = h.run_bin(["--version"]).stdout.split()[-1]
 
     @t.check("man pages: .TH names the page, its section and the binary's version")
@@ -279,14 +248,14 @@ def scenario(t):
         text = unroff(pages[MAN1])
         env_section = text.split("\n.SH ENVIRONMENT", 1)[1].split("\n.SH ", 1)[0]
         names = {"SSL_CERT_FILE", "SSL_CERT_DIR", "NOTIFY_SOCKET"}
-        for name in os.listdir(os.path.join(REPO, "src")):
+        for name in os.listdir(os.path.join(h.REPO, "src")):
             if name.endswith((".c", ".h")):
-                names |= set(re.findall(r'"(RETRYPROXY_[A-Z_]+)"', read(os.path.join(REPO, "src", name))))
+                names |= set(re.findall(r'"(RETRYPROXY_[A-Z_]+)"', h.read_file(os.path.join(h.REPO, "src", name))))
         missing = sorted(n for n in names if n not in env_section)
         h.ok(not missing, "ENVIRONMENT does not describe %s" % missing)
 
     keys = man_keys(pages[MAN5])
-    conf = flatten(load_yaml(read(CONF)))
+    conf = flatten(yaml12.load(h.read_file(CONF)))
 
     @t.check("retryproxy.yaml(5) documents every key of conf/retryproxy.yaml with its value as the default")
     def _():
@@ -298,7 +267,7 @@ def scenario(t):
             default = keys[path][1]
             if default is None:
                 problems.append("%s: no 'Default: \\fB...\\fP'" % path)
-            elif load_yaml(default) != value:
+            elif yaml12.load(default) != value:
                 problems.append("%s: man page says %r, conf/retryproxy.yaml has %r" % (path, default, value))
         h.ok(not problems, "\n".join(problems))
 

@@ -38,6 +38,7 @@ import threading
 import time
 
 import harness as h
+from rawserver import RawServer, read_request
 
 IDLE_WANTED = 10000
 HEADROOM = 1000          # descriptors each process keeps for everything else
@@ -118,16 +119,6 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class OpenConn(h.RawConn):
-    """A RawConn over a socket that is already connected."""
-
-    def __init__(self, sock, timeout):
-        self.sock = sock
-        self.timeout = timeout
-        self.buf = bytearray()
-        self.eof = False
-
-
 def open_idle(port, n, limit_s):
     """n connected sockets (fewer if time runs out)."""
     socks = []
@@ -153,76 +144,40 @@ def close_all(socks):
     socks.clear()
 
 
-class TrickleOrigin:
+class TrickleOrigin(RawServer):
     """A keep-alive origin whose first answer for each path is a 503 sent
     as the head, then after TRICKLE_GAP seconds the body; later tries of
     the path get 200. (The shared origin cannot hold a 503's body back.)"""
 
     def __init__(self):
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
         self._counts = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._conns = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(backlog=128, conn_timeout=30)
 
     def tries(self, path):
         with self._lock:
             return self._counts.get(path, 0)
 
-    def _accept(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            self._conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
+    def serve(self, conn, cid):
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn.settimeout(30)
         buf = b""
-        try:
-            while not self._stop.is_set():
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, buf = buf.split(b"\r\n\r\n", 1)
-                path = head.split(b" ")[1].split(b"?")[0].decode("latin-1")
-                with self._lock:
-                    self._counts[path] = n = self._counts.get(path, 0) + 1
-                if n == 1:
-                    body = b"trickled 503\n"
-                    conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                                 b"Content-Length: %d\r\n\r\n" % len(body))
-                    time.sleep(TRICKLE_GAP)
-                    conn.sendall(body)
-                else:
-                    body = ("ok %s\n" % path).encode()
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
-                                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        except OSError:
-            return
-        finally:
-            conn.close()
-
-    def stop(self):
-        self._stop.set()
-        self.sock.close()
-        for c in self._conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        while not self._stop.is_set():
+            got = read_request(conn, buf)
+            if got is None:
+                return
+            _, target, buf = got
+            path = target.split("?")[0]
+            with self._lock:
+                self._counts[path] = n = self._counts.get(path, 0) + 1
+            if n == 1:
+                body = b"trickled 503\n"
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(body))
+                time.sleep(TRICKLE_GAP)
+                conn.sendall(body)
+            else:
+                body = ("ok %s\n" % path).encode()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
 
 def scenario(t):
@@ -269,7 +224,7 @@ def scenario(t):
         def _():
             h.eq(len(idle), idle_n, "idle connections")
             for i in (0, idle_n // 2, idle_n - 1):
-                c = OpenConn(idle[i], 10 * h.SLOW)
+                c = h.RawConn.over(idle[i], 10 * h.SLOW)
                 c.send(h.request("GET", "/echo?idle=%d" % i, "idle.example"))
                 r = c.read_response()
                 h.eq(r.status, 200, "status on idle connection %d" % i)
@@ -390,7 +345,7 @@ def scenario(t):
 
     @t.check("a GET on an accepted connection while out of descriptors gets a 5xx, not a hang")
     def _():
-        c = OpenConn(fd_clients[0], 10 * h.SLOW)
+        c = h.RawConn.over(fd_clients[0], 10 * h.SLOW)
         c.send(h.request("GET", "/echo?nofd=1", "fd.example"))
         r = c.read_response()
         h.ok(500 <= r.status < 600, "status %d (body %r)" % (r.status, r.body))

@@ -32,11 +32,11 @@ request's client (it gets its own response); the proxy keeps serving.
 """
 
 import socket
-import threading
 import time
 
 import dnsstub
 import harness as h
+from rawserver import RawServer, read_request
 
 CONFIG = """\
 listen:
@@ -96,6 +96,15 @@ RESPONSES = {
     "101-unasked": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhello",
 }
 
+# name: a chunked response whose head and a good start go out, then 0.5 s
+# later the part that breaks it; then the connection closes.
+LATE = {
+    "late-bad-chunk": (OK + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+                       b"zz\r\nworld\r\n0\r\n\r\n"),
+    "late-chunk-garbage": (OK + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n5\r\nworld",
+                           b"GARBAGE\r\n0\r\n\r\n"),
+}
+
 # Kinds whose head is well formed and whose body breaks in the same write:
 # the proxy has the whole malformed response in hand before it sends anything.
 BODY_KINDS = ["chunk-size-bad", "chunk-size-overflow", "chunk-then-garbage"]
@@ -105,89 +114,30 @@ RETRY_KINDS = ["cl-te", "cl-differ", "obs-fold", "nul-value", "status-garbage", 
                "101-unasked"]
 
 
-class BadOrigin:
+class BadOrigin(RawServer):
     """The raw upstream: one thread per connection; every request is
     recorded as (connection number, method, target)."""
 
     def __init__(self):
         self.requests = []
-        self.connections = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close()
+        super().__init__(conn_timeout=10)
 
     def seen(self, target_part):
         with self._lock:
             return [r for r in self.requests if target_part in r[2]]
 
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            with self._lock:
-                self.connections += 1
-                cid = self.connections
-            threading.Thread(target=self._serve, args=(conn, cid), daemon=True).start()
-
-    def _read_request(self, conn, buf):
-        """(method, target, rest of buf) for the next request, or None at EOF."""
-        while b"\r\n\r\n" not in buf:
-            data = conn.recv(65536)
-            if not data:
-                return None
-            buf += data
-        head, _, buf = buf.partition(b"\r\n\r\n")
-        lines = head.split(b"\r\n")
-        method, target = lines[0].split(b" ")[:2]
-        length = 0
-        for ln in lines[1:]:
-            name, _, value = ln.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value.strip())
-        while len(buf) < length:
-            data = conn.recv(65536)
-            if not data:
-                return None
-            buf += data
-        return method.decode(), target.decode(), buf[length:]
-
-    def _serve(self, conn, cid):
-        conn.settimeout(10)
+    def serve(self, conn, cid):
         buf = b""
-        try:
-            while True:
-                got = self._read_request(conn, buf)
-                if got is None:
-                    return
-                method, target, buf = got
-                with self._lock:
-                    self.requests.append((cid, method, target))
-                kind = target.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
-                if not self._answer(conn, kind):
-                    return
-        except OSError:
-            pass
-        finally:
-            try:
-                conn.close()
-            except OSError:
-                pass
+        while True:
+            got = read_request(conn, buf)
+            if got is None:
+                return
+            method, target, buf = got
+            with self._lock:
+                self.requests.append((cid, method, target))
+            kind = target.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+            if not self._answer(conn, kind):
+                return
 
     def _answer(self, conn, kind):
         """Send the response for kind; False when the connection must end."""
@@ -196,16 +146,11 @@ class BadOrigin:
             conn.shutdown(socket.SHUT_WR)
             time.sleep(0.1)
             return False
-        if kind == "late-bad-chunk":
-            conn.sendall(OK + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        if kind in LATE:
+            first, late = LATE[kind]
+            conn.sendall(first)
             time.sleep(0.5)
-            conn.sendall(b"zz\r\nworld\r\n0\r\n\r\n")
-            time.sleep(0.3)
-            return False
-        if kind == "late-chunk-garbage":
-            conn.sendall(OK + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n5\r\nworld")
-            time.sleep(0.5)
-            conn.sendall(b"GARBAGE\r\n0\r\n\r\n")
+            conn.sendall(late)
             time.sleep(0.3)
             return False
         if kind == "extra-bytes":

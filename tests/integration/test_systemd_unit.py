@@ -22,9 +22,8 @@ import subprocess
 
 import harness as h
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TEMPLATE = os.path.join(REPO, "systemd", "retryproxy.service.in")
-CONF = os.path.join(REPO, "conf", "retryproxy.yaml")
+TEMPLATE = os.path.join(h.REPO, "systemd", "retryproxy.service.in")
+CONF = os.path.join(h.REPO, "conf", "retryproxy.yaml")
 BUILD_ROOT = os.environ.get("RETRYPROXY_BUILD_ROOT")
 
 # Directives whose value must be exactly this (after whitespace is squeezed).
@@ -205,7 +204,7 @@ def scenario(t):
     man_root = os.path.join(t.tmp, "man")
     for page, sect in (("retryproxy.1", "man1"), ("retryproxy.yaml.5", "man5")):
         os.makedirs(os.path.join(man_root, sect), exist_ok=True)
-        shutil.copy(os.path.join(REPO, "man", page), os.path.join(man_root, sect, page))
+        shutil.copy(os.path.join(h.REPO, "man", page), os.path.join(man_root, sect, page))
     analyze = shutil.which("systemd-analyze")
 
     if analyze is None:
