@@ -482,24 +482,35 @@ void client_config_changed(struct proxy *proxy)
 /* Is the peer inside access.allow_clients? */
 static bool client_allowed(const struct config *config, const struct sockaddr *peer)
 {
+	const unsigned char *a;
+	int family = peer->sa_family;
 	size_t i;
 
+	if (family == AF_INET) {
+		a = (const unsigned char *)&((const struct sockaddr_in *)peer)->sin_addr;
+	} else {
+		const struct in6_addr *v6 = &((const struct sockaddr_in6 *)peer)->sin6_addr;
+
+		a = (const unsigned char *)v6;
+		/* an IPv4 client of a dual-stack listener is ::ffff:a.b.c.d: the
+		 * IPv4 entries are the ones that must decide */
+		if (IN6_IS_ADDR_V4MAPPED(v6)) {
+			family = AF_INET;
+			a += 12;
+		}
+	}
 	for (i = 0; i < config->allow_client_count; i++) {
 		const struct cidr *c = &config->allow_clients[i];
-		const unsigned char *a;
 		const unsigned char *n;
 		unsigned bits = c->prefix_len;
 		unsigned bytes;
 
-		if (c->addr.ss_family != peer->sa_family)
+		if (c->addr.ss_family != family)
 			continue;
-		if (peer->sa_family == AF_INET) {
-			a = (const unsigned char *)&((const struct sockaddr_in *)peer)->sin_addr;
+		if (family == AF_INET)
 			n = (const unsigned char *)&((const struct sockaddr_in *)&c->addr)->sin_addr;
-		} else {
-			a = (const unsigned char *)&((const struct sockaddr_in6 *)peer)->sin6_addr;
+		else
 			n = (const unsigned char *)&((const struct sockaddr_in6 *)&c->addr)->sin6_addr;
-		}
 		bytes = bits / 8;
 		if (memcmp(a, n, bytes) != 0)
 			continue;
