@@ -122,6 +122,12 @@ def scenario(t):
     def url(host, path):
         return "http://%s:%d%s" % (host, origin.port, path)
 
+    def timed_get(host, tag, p):
+        """A GET of /echo?t=tag on host through p: (curl result, seconds taken)."""
+        start = time.monotonic()
+        r = h.curl(url(host, "/echo?t=" + tag), proxy=p.url)
+        return r, time.monotonic() - start
+
     @t.check("a name the stub answers (127.0.0.1): 200 from the origin, and the stub was asked")
     def _():
         r = h.curl(url("stub-name.test", "/echo?t=stub"), proxy=proxy.url)
@@ -160,31 +166,22 @@ def scenario(t):
         h.ok(len(a_queries(stub, "nx-post.test")) - before >= 3,
              "A queries for nx-post.test: %r" % stub.queries_for("nx-post.test"))
 
-    @t.check("SERVFAIL: 502 naming the resolution failure once the resolver gives up, before connect_timeout")
-    def _():
-        start = time.monotonic()
-        r = h.curl(url("broken.once.test", "/echo?t=servfail"), proxy=proxy.url)
-        took = time.monotonic() - start
-        h.check_error_response(r, 502, DNS_WORDS)
-        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts (route one-try)")
-        h.ok(took < 3 * h.SLOW, "502 took %.1fs; the resolver gives up after about 1s" % took)
-        h.ok(a_queries(stub, "broken.once.test"), "the stub saw no query for broken.once.test")
-
-    @t.check("a silent DNS server: 502 naming the resolution failure once the resolver gives up")
-    def _():
-        start = time.monotonic()
-        r = h.curl(url("mute.once.test", "/echo?t=mute"), proxy=proxy.url)
-        took = time.monotonic() - start
-        h.check_error_response(r, 502, DNS_WORDS + ("timeout", "timed out"))
-        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts (route one-try)")
-        h.ok(took < 3 * h.SLOW, "502 took %.1fs; the resolver gives up after about 1s" % took)
-        h.ok(a_queries(stub, "mute.once.test"), "the stub saw no query for mute.once.test")
+    for host, tag, words, what in (
+            ("broken.once.test", "servfail", DNS_WORDS,
+             "SERVFAIL: 502 naming the resolution failure once the resolver gives up, before connect_timeout"),
+            ("mute.once.test", "mute", DNS_WORDS + ("timeout", "timed out"),
+             "a silent DNS server: 502 naming the resolution failure once the resolver gives up")):
+        @t.check(what)
+        def _(host=host, tag=tag, words=words):
+            r, took = timed_get(host, tag, proxy)
+            h.check_error_response(r, 502, words)
+            h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts (route one-try)")
+            h.ok(took < 3 * h.SLOW, "502 took %.1fs; the resolver gives up after about 1s" % took)
+            h.ok(a_queries(stub, host), "the stub saw no query for %s" % host)
 
     @t.check("after SERVFAIL and silence, a good name resolves at once (the stub is not written off)")
     def _():
-        start = time.monotonic()
-        r = h.curl(url("after.once.test", "/echo?t=after"), proxy=proxy.url)
-        took = time.monotonic() - start
+        r, took = timed_get("after.once.test", "after", proxy)
         h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
         h.ok(took < 2 * h.SLOW, "took %.1fs" % took)
 
@@ -219,9 +216,7 @@ def scenario(t):
 
     @t.check("resolver slower than connect_timeout (1s): the try ends at connect_timeout with an error")
     def _():
-        start = time.monotonic()
-        r = h.curl(url("mute-slow.test", "/echo?t=muteslow"), proxy=slow.url)
-        took = time.monotonic() - start
+        r, took = timed_get("mute-slow.test", "muteslow", slow)
         h.check_error_response(r, 502, ("timeout", "timed out", "resolve", "dns"))
         h.ok(0.8 <= took < 3 * h.SLOW, "the error came after %.1fs; connect_timeout is 1s" % took)
         h.ok(a_queries(stub, "mute-slow.test"), "the stub saw no query for mute-slow.test")

@@ -25,7 +25,6 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 
 import harness as h
 import yaml12  # first: it may run this file again under /usr/bin/python3

@@ -112,6 +112,24 @@ def scenario(t):
     def access(tag):
         return h.access_fields(proxy.access_one(tag))
 
+    def outcomes(tag):
+        """The outcome of each try in the access-log trail of tag, without the waits."""
+        return access(tag)["tries"].split(" -> ")[::2]
+
+    def scripted(path, steps, attempts, method="GET", body=b""):
+        """Send method to path, scripted at the origin with steps; check
+        it took `attempts` tries (Retry-Attempts and the requests the origin
+        saw) and return the response."""
+        origin.script(path, steps)
+        r = send(method, path, body=body)
+        h.eq(r.header("Retry-Attempts"), str(attempts), "Retry-Attempts (status %s)" % r.status)
+        h.eq(seen(path), attempts, "requests the origin saw")
+        return r
+
+    def kept_503(r):
+        """r is the first try's 503, kept while later tries failed."""
+        h.eq((r.status, r.header_all("X-Try"), r.body), (503, ["1"], b"kept-503"), "status, X-Try, body")
+
     @t.check("GET to a closed port: 3 refused tries, then 502 naming the refusal and 3 attempts")
     def _():
         r = h.fetch(proxy.port(), "GET", "http://127.0.0.1:%d/f/refused-get" % dead,
@@ -144,63 +162,47 @@ def scenario(t):
             h.eq(r.header("Retry-Attempts"), "3", "%s: Retry-Attempts" % method)
             h.ok(r.elapsed >= 3 * CONNECT_TIMEOUT + 0.3 - 0.05,
                  "%s: answered after %.2f s; 3 x 600 ms + waits is 2.1 s" % (method, r.elapsed))
-            h.eq(access(tag)["tries"].split(" -> ")[::2], ["connect-timeout"] * 3, "%s: tries" % method)
+            h.eq(outcomes(tag), ["connect-timeout"] * 3, "%s: tries" % method)
 
     @t.check("GET, origin resets after reading the request twice, then 200: 200 after 3 tries")
     def _():
-        origin.script("/f/reset-get", ["/reset/request", "/reset/request", 200])
-        r = send("GET", "/f/reset-get")
-        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts")
-        h.eq(seen("/f/reset-get"), 3, "requests the origin saw")
-        h.eq(access("/f/reset-get")["tries"].split(" -> ")[::2], ["reset", "reset", "200"], "tries")
+        r = scripted("/f/reset-get", ["/reset/request", "/reset/request", 200], 3)
+        h.eq(r.status, 200, "status")
+        h.eq(outcomes("/f/reset-get"), ["reset", "reset", "200"], "tries")
 
     @t.check("GET, origin resets every try: 502 after 3, origin saw 3")
     def _():
-        origin.script("/f/reset-all", ["/reset/request"])
-        r = send("GET", "/f/reset-all")
+        r = scripted("/f/reset-all", ["/reset/request"], 3)
         h.check_error_response(r, 502, ["reset", "closed"])
-        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
         h.ok(b"3 attempts" in r.body, "body should say 3 attempts: %r" % r.body)
-        h.eq(seen("/f/reset-all"), 3, "requests the origin saw")
 
     @t.check("POST without a condition, origin resets after reading it: not repeated, 502")
     def _():
-        origin.script("/f/reset-post", ["/reset/request", 200])
-        r = send("POST", "/f/reset-post", body=b"charge=1")
+        r = scripted("/f/reset-post", ["/reset/request", 200], 1, "POST", b"charge=1")
         h.check_error_response(r, 502, ["reset", "closed"])
-        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
-        h.eq(seen("/f/reset-post"), 1, "requests the origin saw")
         f = access("/f/reset-post")
         h.eq((f["attempts"], f.get("gave_up")), ("1", "not_idempotent"), "access attempts, gave_up")
 
     @t.check("GET to a silent origin: 504 after 3 try_timeouts (origin saw 3)")
     def _():
-        origin.script("/f/hang-get", ["/hang"])
-        r = send("GET", "/f/hang-get")
+        r = scripted("/f/hang-get", ["/hang"], 3)
         h.check_error_response(r, 504, ["timeout", "time"])
-        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
         h.ok(b"3 attempts" in r.body, "body should say 3 attempts: %r" % r.body)
         h.ok(r.elapsed >= 3 * TRY_TIMEOUT + 0.3 - 0.05,
              "504 after %.2f s; 3 x 1 s + waits is 3.3 s" % r.elapsed)
-        h.eq(seen("/f/hang-get"), 3, "requests the origin saw")
-        h.eq(access("/f/hang-get")["tries"].split(" -> ")[::2], ["timeout"] * 3, "tries")
+        h.eq(outcomes("/f/hang-get"), ["timeout"] * 3, "tries")
 
     @t.check("POST to a silent origin: 504 after one try_timeout (origin saw 1)")
     def _():
-        origin.script("/f/hang-post", ["/hang"])
-        r = send("POST", "/f/hang-post", body=b"x=1")
+        r = scripted("/f/hang-post", ["/hang"], 1, "POST", b"x=1")
         h.check_error_response(r, 504, ["timeout", "time"])
-        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
         h.ok(r.elapsed < TRY_TIMEOUT + 0.5 * h.SLOW, "504 after %.2f s" % r.elapsed)
-        h.eq(seen("/f/hang-post"), 1, "requests the origin saw")
 
     @t.check("GET, malformed status line twice, then 200: retried like a reset, 200 after 3")
     def _():
-        origin.script("/f/bad-get", ["/bad/status", "/bad/status", 200])
-        r = send("GET", "/f/bad-get")
-        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts")
-        h.eq(seen("/f/bad-get"), 3, "requests the origin saw")
-        h.eq(access("/f/bad-get")["tries"].split(" -> ")[::2], ["malformed", "malformed", "200"], "tries")
+        r = scripted("/f/bad-get", ["/bad/status", "/bad/status", 200], 3)
+        h.eq(r.status, 200, "status")
+        h.eq(outcomes("/f/bad-get"), ["malformed", "malformed", "200"], "tries")
 
     @t.check("POST, malformed status line: not repeated, 502")
     def _():
@@ -212,36 +214,24 @@ def scenario(t):
     @t.check("503, then reset, reset: the client gets the kept 503 with Retry-Attempts: 3")
     def _():
         # conn_close: the resets come on new connections, not as a stale pooled one
-        origin.script("/f/kept-reset", ["/status/503?hdr=X-Try:1&body=kept-503&conn_close=1",
-                                        "/reset/request", "/reset/request"])
-        r = send("GET", "/f/kept-reset")
-        h.eq((r.status, r.header_all("X-Try"), r.body), (503, ["1"], b"kept-503"),
-             "status, X-Try, body")
-        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
-        h.eq(seen("/f/kept-reset"), 3, "requests the origin saw")
+        r = scripted("/f/kept-reset", ["/status/503?hdr=X-Try:1&body=kept-503&conn_close=1",
+                                       "/reset/request", "/reset/request"], 3)
+        kept_503(r)
         h.eq(access("/f/kept-reset")["tries"], "503 -> wait 100ms -> reset -> wait 200ms -> reset",
              "tries")
 
     @t.check("503, then two try_timeouts: the client gets the kept 503, not a 504")
     def _():
-        origin.script("/f/kept-hang", ["/status/503?hdr=X-Try:1&body=kept-503", "/hang"])
-        r = send("GET", "/f/kept-hang")
-        h.eq((r.status, r.header_all("X-Try"), r.body), (503, ["1"], b"kept-503"),
-             "status, X-Try, body")
-        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
-        h.eq(seen("/f/kept-hang"), 3, "requests the origin saw")
+        r = scripted("/f/kept-hang", ["/status/503?hdr=X-Try:1&body=kept-503", "/hang"], 3)
+        kept_503(r)
 
     @t.check("route with on: [503]: 503, then a reset (not retryable there): the kept 503, 2 attempts")
     def _():
         # the 503 closes its connection, so the reset comes on a new one
         # (on a pooled one it would count as stale and go again at once)
-        origin.script("/only503/a", ["/status/503?hdr=X-Try:1&body=kept-503&conn_close=1",
-                                     "/reset/request", 200])
-        r = send("GET", "/only503/a")
-        h.eq((r.status, r.header_all("X-Try"), r.body), (503, ["1"], b"kept-503"),
-             "status, X-Try, body")
-        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
-        h.eq(seen("/only503/a"), 2, "requests the origin saw")
+        r = scripted("/only503/a", ["/status/503?hdr=X-Try:1&body=kept-503&conn_close=1",
+                                    "/reset/request", 200], 2)
+        kept_503(r)
 
     @t.check("connections closed, then reset at accept: GET retried, 200 after 3")
     def _():
@@ -302,7 +292,7 @@ def scenario(t):
         reqs = good.requests_for("/echo")
         h.eq(len(reqs), 1, "requests the origin got")
         h.eq(reqs[0].body_sha256, hashlib.sha256(body).hexdigest(), "body sha256 at the origin")
-        h.eq(access("f=tls-post")["tries"].split(" -> ")[::2], ["tls", "tls", "200"], "tries")
+        h.eq(outcomes("f=tls-post"), ["tls", "tls", "200"], "tries")
 
 
 h.run(scenario, __doc__)

@@ -62,6 +62,17 @@ def scenario(t):
         time.sleep(0.4 * h.SLOW)
         return r, origin.requests_for(path)
 
+    def replayed(proxy, path, n, steps, status, attempts, **kw):
+        """PUT n random bytes to path, scripted with steps; check the
+        status, Retry-Attempts and the number of requests at the origin.
+        Returns (the origin's requests, the body's sha256)."""
+        f, sha = body_file(n, path.strip("/").replace("/", "-"))
+        r, reqs = put(proxy, path, f, steps, **kw)
+        h.eq((r.status, r.header("Retry-Attempts")), (status, str(attempts)),
+             "status, Retry-Attempts (%r)" % r)
+        h.eq(len(reqs), attempts, "requests the origin saw")
+        return reqs, sha
+
     def same_body(reqs, n, sha, what):
         for i, q in enumerate(reqs):
             h.eq((q.body_len, q.body_sha256), (n, sha),
@@ -70,57 +81,39 @@ def scenario(t):
     @t.check("1 MiB PUT (Content-Length), 503, 503, 200: the origin got it 3 times, byte-exact")
     def _():
         n = 1 << 20
-        f, sha = body_file(n, "1mib")
-        r, reqs = put(big, "/replay/cl", f, [503, 503, "/echo"])
-        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts (%r)" % r)
-        h.eq(len(reqs), 3, "requests the origin saw")
+        reqs, sha = replayed(big, "/replay/cl", n, [503, 503, "/echo"], 200, 3)
         same_body(reqs, n, sha, "CL")
         h.eq([q.framing for q in reqs], ["length"] * 3, "framing at the origin")
 
     @t.check("the same with Expect: 100-continue: 200 after 3 tries, body byte-exact each time")
     def _():
         n = (1 << 20) + 5
-        f, sha = body_file(n, "expect")
-        r, reqs = put(big, "/replay/expect", f, [503, 503, "/echo"], expect="100-continue")
-        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts (%r)" % r)
-        h.eq(len(reqs), 3, "requests the origin saw")
+        reqs, sha = replayed(big, "/replay/expect", n, [503, 503, "/echo"], 200, 3, expect="100-continue")
         same_body(reqs, n, sha, "Expect")
 
     @t.check("1 MiB PUT, origin resets before reading the body twice, then 200: whole body on try 3")
     def _():
         n = 1 << 20
-        f, sha = body_file(n, "resethead")
-        r, reqs = put(big, "/replay/resethead", f, ["/reset/head", "/reset/head", "/echo"])
-        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts (%r)" % r)
-        h.eq(len(reqs), 3, "requests the origin saw")
+        reqs, sha = replayed(big, "/replay/resethead", n, ["/reset/head", "/reset/head", "/echo"], 200, 3)
         same_body(reqs[2:], n, sha, "after two cut-off sends")
 
     @t.check("chunked PUT of 1,000,003 bytes, 503, 503, 200: the origin got it 3 times, byte-exact")
     def _():
         n = 1000003
-        f, sha = body_file(n, "chunked")
-        r, reqs = put(big, "/replay/chunked", f, [503, 503, "/echo"], chunked=True)
-        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts (%r)" % r)
-        h.eq(len(reqs), 3, "requests the origin saw")
+        reqs, sha = replayed(big, "/replay/chunked", n, [503, 503, "/echo"], 200, 3, chunked=True)
         same_body(reqs, n, sha, "chunked")
         h.eq([q.framing for q in reqs], ["chunked"] * 3, "framing at the origin")
 
     @t.check("replay_buffer 64KiB: a 60 KiB PUT is still repeated, byte-exact")
     def _():
         n = 60 * 1024
-        f, sha = body_file(n, "60k")
-        r, reqs = put(small, "/replay/under", f, [503, "/echo"])
-        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts (%r)" % r)
-        h.eq(len(reqs), 2, "requests the origin saw")
+        reqs, sha = replayed(small, "/replay/under", n, [503, "/echo"], 200, 2)
         same_body(reqs, n, sha, "60 KiB")
 
     @t.check("replay_buffer 64KiB: a 256 KiB PUT (Content-Length) goes once, whole, not retried")
     def _():
         n = 256 * 1024
-        f, sha = body_file(n, "256k")
-        r, reqs = put(small, "/replay/over-cl", f, [503, "/echo"])
-        h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts (%r)" % r)
-        h.eq(len(reqs), 1, "requests the origin saw")
+        reqs, sha = replayed(small, "/replay/over-cl", n, [503, "/echo"], 503, 1)
         same_body(reqs, n, sha, "256 KiB")
         fl = h.access_fields(small.access_one("/replay/over-cl"))
         h.eq((fl["attempts"], fl.get("gave_up")), ("1", "body_too_large"), "access attempts, gave_up")
@@ -128,10 +121,7 @@ def scenario(t):
     @t.check("replay_buffer 64KiB: a 256 KiB chunked PUT goes once, whole, not retried")
     def _():
         n = 256 * 1024 + 17
-        f, sha = body_file(n, "256k-chunked")
-        r, reqs = put(small, "/replay/over-chunked", f, [503, "/echo"], chunked=True)
-        h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts (%r)" % r)
-        h.eq(len(reqs), 1, "requests the origin saw")
+        reqs, sha = replayed(small, "/replay/over-chunked", n, [503, "/echo"], 503, 1, chunked=True)
         same_body(reqs, n, sha, "256 KiB chunked")
         h.eq(reqs[0].framing, "chunked", "framing at the origin")
         fl = h.access_fields(small.access_one("/replay/over-chunked"))

@@ -91,6 +91,13 @@ def scenario(t):
         h.eq(r.header("Retry-Attempts"), str(len(reqs)), "Retry-Attempts vs requests the origin saw")
         return r, reqs
 
+    def waits(path, steps, n):
+        """run(), then the n waits between its tries (in seconds)."""
+        _, reqs = run(path, steps)
+        gaps = h.try_gaps(reqs)
+        h.eq(len(gaps), n, "waits")
+        return gaps
+
     def ms(gaps):
         return [round(g * 1000) for g in gaps]
 
@@ -102,23 +109,17 @@ def scenario(t):
 
     @t.check("jitter 0, initial 200ms, multiplier 2: waits 200, 400, 800 ms")
     def _():
-        r, reqs = run("/exp/a", [503, 503, 503, 200])
-        gaps = h.try_gaps(reqs)
-        h.eq(len(gaps), 3, "waits")
+        gaps = waits("/exp/a", [503, 503, 503, 200], 3)
         within(gaps, [(0.2, 0.2), (0.4, 0.4), (0.8, 0.8)], "exp")
 
     @t.check("multiplier 1.5, initial 200ms, jitter 0: waits 200, 300, 450 ms")
     def _():
-        r, reqs = run("/mult/a", [503, 503, 503, 200])
-        gaps = h.try_gaps(reqs)
-        h.eq(len(gaps), 3, "waits")
+        gaps = waits("/mult/a", [503, 503, 503, 200], 3)
         within(gaps, [(0.2, 0.2), (0.3, 0.3), (0.45, 0.45)], "multiplier 1.5")
 
     @t.check("jitter 300ms, multiplier 1, initial 150ms: each wait in [150, 450] ms; jitter is drawn")
     def _():
-        r, reqs = run("/jit/a", [503] * 5 + [200])
-        gaps = h.try_gaps(reqs)
-        h.eq(len(gaps), 5, "waits")
+        gaps = waits("/jit/a", [503] * 5 + [200], 5)
         within(gaps, [(0.15, 0.45)] * 5, "jitter")
         # each wait is above 200 ms with probability 5/6: all five at
         # most 200 ms means no jitter was added
@@ -126,17 +127,13 @@ def scenario(t):
 
     @t.check("max_backoff 300ms caps the wait, jitter included (200ms x 4^n + up to 200ms)")
     def _():
-        r, reqs = run("/cap/a", [503] * 4 + [200])
-        gaps = h.try_gaps(reqs)
-        h.eq(len(gaps), 4, "waits")
+        gaps = waits("/cap/a", [503] * 4 + [200], 4)
         # wait 1: min(200 + U(0, 200), 300); later ones: min(800.., 300) = 300
         within(gaps, [(0.2, 0.3), (0.3, 0.3), (0.3, 0.3), (0.3, 0.3)], "cap")
 
     @t.check("jitter: full with backoff 300ms: waits in [0, 300] ms, not all near the top")
     def _():
-        r, reqs = run("/full/a", [503] * 8 + [200])
-        gaps = h.try_gaps(reqs)
-        h.eq(len(gaps), 8, "waits")
+        gaps = waits("/full/a", [503] * 8 + [200], 8)
         within(gaps, [(0, 0.3)] * 8, "full jitter")
         # each wait is under 240 ms with probability 0.8
         h.ok(min(gaps) < 0.24, "every wait at least 240 ms: not uniform over [0, 300]? %s ms" % ms(gaps))
