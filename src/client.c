@@ -22,6 +22,7 @@
 #include "proxy.h"
 #include "tunnel.h"
 #include "xmalloc.h"
+#include "timeval.h"
 
 /* Past this much queued output the exchange stops reading its upstream;
  * below the low mark it reads again. */
@@ -133,8 +134,7 @@ void client_close(struct client *client, const char *reason)
 /* Start the client_timeout clock for the next request head. */
 static void client_arm_head_timer(struct client *client)
 {
-	uint64_t ms = client->config->limits.client_timeout_ms;
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	struct timeval tv = timeval_from_ms(client->config->limits.client_timeout_ms);
 
 	evtimer_add(client->head_timer, &tv);
 }
@@ -142,7 +142,7 @@ static void client_arm_head_timer(struct client *client)
 /* Everything is written: half-close, then discard input for a while. */
 static void client_linger(struct client *client)
 {
-	struct timeval tv = { .tv_sec = CLIENT_LINGER_MS / 1000, .tv_usec = 0 };
+	struct timeval tv = timeval_from_ms(CLIENT_LINGER_MS);
 	struct evbuffer *in = bufferevent_get_input(client->bev);
 
 	client->state = CLIENT_LINGERING;
@@ -170,8 +170,7 @@ static void client_close_after_flush(struct client *client)
 /* Set the read (body) and write timeouts; the head has its own timer. */
 static void client_set_timeouts(struct client *client, bool watch_reads)
 {
-	uint64_t ms = client->config->limits.client_timeout_ms;
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	struct timeval tv = timeval_from_ms(client->config->limits.client_timeout_ms);
 
 	/* a client that stops reading our output for this long is gone too */
 	bufferevent_set_timeouts(client->bev, watch_reads ? &tv : NULL, &tv);

@@ -17,6 +17,7 @@
 #include "retry_budget.h"
 #include "proxy.h"
 #include "xmalloc.h"
+#include "timeval.h"
 
 /*
  * One exchange's tries: start a try, decide after each failure or retryable
@@ -68,13 +69,6 @@ void exchange_set_state(struct exchange *ex, enum exchange_state state)
 			  ex->method, (int)ex->target_len, ex->target,
 			  exchange_state_names[ex->state], exchange_state_names[state]);
 	ex->state = state;
-}
-
-struct timeval exchange_ms_to_tv(uint64_t ms)
-{
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
-
-	return tv;
 }
 
 /* Milliseconds from then to now. */
@@ -293,7 +287,7 @@ static void exchange_backoff_cb(evutil_socket_t fd, short what, void *arg)
 
 void exchange_schedule_retry(struct exchange *ex)
 {
-	struct timeval tv = exchange_ms_to_tv(ex->next_wait_ms);
+	struct timeval tv = timeval_from_ms(ex->next_wait_ms);
 
 	/* reading a kept response's body takes time too: the next try must
 	 * still start within the deadline */
@@ -491,7 +485,7 @@ static void exchange_connected_cb(struct bufferevent *bev, enum upstream_failure
 
 void exchange_start_try(struct exchange *ex)
 {
-	struct timeval tv = exchange_ms_to_tv(ex->config->limits.try_timeout_ms);
+	struct timeval tv = timeval_from_ms(ex->config->limits.try_timeout_ms);
 	struct bufferevent *pooled = NULL;
 
 	if (ex->attempts == 0)

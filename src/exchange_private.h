@@ -131,7 +131,6 @@ struct exchange {
 
 /* exchange.c */
 void exchange_set_state(struct exchange *ex, enum exchange_state state);
-struct timeval exchange_ms_to_tv(uint64_t ms);
 void exchange_record_try(struct exchange *ex, int status, const char *error);
 void exchange_drop_upstream(struct exchange *ex);
 void exchange_finish(struct exchange *ex, bool keep_alive);

@@ -12,6 +12,7 @@
 #include "metrics.h"
 #include "pool.h"
 #include "proxy.h"
+#include "timeval.h"
 
 /*
  * The response side of an exchange: parse the head, then either relay the
@@ -252,7 +253,7 @@ static void exchange_on_response_head(struct exchange *ex, const struct http1_he
 				      const struct http1_framing *rf)
 {
 	const struct retry_policy *policy = &ex->route->retry;
-	struct timeval tv = exchange_ms_to_tv(ex->config->limits.try_timeout_ms);
+	struct timeval tv = timeval_from_ms(ex->config->limits.try_timeout_ms);
 
 	evtimer_del(ex->try_timer);
 	/* a body that stops arriving for a whole try_timeout is dead */

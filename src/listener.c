@@ -11,6 +11,7 @@
 #include "config.h"
 #include "log.h"
 #include "proxy.h"
+#include "timeval.h"
 #include "xmalloc.h"
 
 /* After accept() fails (out of file descriptors), pause this long before
@@ -58,7 +59,7 @@ static void listener_resume_cb(evutil_socket_t fd, short what, void *arg)
 static void listener_error_cb(struct evconnlistener *evl, void *arg)
 {
 	struct listener *l = arg;
-	struct timeval tv = { .tv_sec = 0, .tv_usec = LISTENER_ERROR_PAUSE_MS * 1000 };
+	struct timeval tv = timeval_from_ms(LISTENER_ERROR_PAUSE_MS);
 	int err = EVUTIL_SOCKET_ERROR();
 
 	log_error("accept on %s failed: %s; pausing accepts for %d ms", l->listen->address,

@@ -9,6 +9,7 @@
 #include <event2/event.h>
 
 #include "xmalloc.h"
+#include "timeval.h"
 
 #define POOL_BUCKETS 256 /* hash buckets for upstream keys */
 
@@ -126,10 +127,7 @@ void pool_put(struct pool *pool, const char *key, struct bufferevent *bev, unsig
 {
 	struct pool_upstream *u = pool_find(pool, key, 1);
 	struct pool_idle *idle;
-	struct timeval tv = {
-		.tv_sec = (time_t)(idle_timeout_ms / 1000),
-		.tv_usec = (suseconds_t)(idle_timeout_ms % 1000) * 1000,
-	};
+	struct timeval tv = timeval_from_ms(idle_timeout_ms);
 
 	if (u->idle_count >= max_idle) {
 		bufferevent_free(bev);

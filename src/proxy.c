@@ -18,6 +18,7 @@
 #include "tls.h"
 #include "tunnel.h"
 #include "xmalloc.h"
+#include "timeval.h"
 
 /* Where the resolver's configuration comes from; tests point it at a stub
  * resolver on loopback. */
@@ -237,7 +238,7 @@ static void proxy_drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 void proxy_drain(struct proxy *proxy)
 {
 	uint64_t ms = proxy->config->limits.drain_timeout_ms;
-	struct timeval tv = { .tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000 };
+	struct timeval tv = timeval_from_ms(ms);
 
 	if (proxy->draining)
 		return;

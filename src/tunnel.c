@@ -11,6 +11,7 @@
 #include "log.h"
 #include "proxy.h"
 #include "xmalloc.h"
+#include "timeval.h"
 
 /* Past this much unsent data toward one side, stop reading the other. */
 #define TUNNEL_HIGH (256 * 1024)
@@ -35,8 +36,7 @@ struct tunnel {
 
 static void tunnel_touch(struct tunnel *tunnel)
 {
-	struct timeval tv = { .tv_sec = (time_t)(tunnel->idle_ms / 1000),
-			      .tv_usec = (suseconds_t)(tunnel->idle_ms % 1000) * 1000 };
+	struct timeval tv = timeval_from_ms(tunnel->idle_ms);
 
 	evtimer_add(tunnel->idle_timer, &tv);
 }

@@ -18,6 +18,7 @@
 #include "proxy.h"
 #include "tls.h"
 #include "xmalloc.h"
+#include "timeval.h"
 
 #define UPSTREAM_REASON_MAX 320 /* longest failure reason passed on */
 
@@ -260,10 +261,7 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	struct upstream_connect *uc = xcalloc(1, sizeof(*uc));
 	struct evutil_addrinfo hints;
 	char port[8];
-	struct timeval tv = {
-		.tv_sec = (time_t)(timeout_ms / 1000),
-		.tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000,
-	};
+	struct timeval tv = timeval_from_ms(timeout_ms);
 	struct evdns_getaddrinfo_request *req;
 
 	uc->proxy = proxy;
