@@ -258,11 +258,12 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 	size_t path_len;
 	bool origin_form = false;
 	bool host_decides_upstream = false;
+	bool is_connect = head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0;
 	struct exchange *ex;
 
 	memset(&target, 0, sizeof(target));
 	*status = 400;
-	if (head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0) {
+	if (is_connect) {
 		if (request_target_parse_authority(head->target, head->target_len, &target) < 0) {
 			snprintf(reason, reason_len, "invalid CONNECT target");
 			return NULL;
@@ -308,7 +309,7 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 	}
 
 	ex = xcalloc(1, sizeof(*ex));
-	ex->is_connect = head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0;
+	ex->is_connect = is_connect;
 	ex->route = route_match(config, match_host, match_host_len, path, path_len, head->method,
 				head->method_len);
 	/* a tunnel goes where the client asked; other requests to the route's
