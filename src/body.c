@@ -13,6 +13,26 @@ void body_relay_init(struct body_relay *relay, enum body_mode mode, uint64_t con
 		http1_chunked_init(&relay->chunked, max_trailer);
 }
 
+void body_relay_init_framing(struct body_relay *relay, const struct http1_framing *framing,
+			     bool decode_chunked, size_t max_trailer)
+{
+	switch (framing->body) {
+	case HTTP1_BODY_NONE:
+		body_relay_init(relay, BODY_MODE_LENGTH, 0, 0);
+		break;
+	case HTTP1_BODY_LENGTH:
+		body_relay_init(relay, BODY_MODE_LENGTH, framing->content_length, 0);
+		break;
+	case HTTP1_BODY_CHUNKED:
+		body_relay_init(relay, decode_chunked ? BODY_MODE_CHUNKED_DECODE : BODY_MODE_CHUNKED,
+				0, max_trailer);
+		break;
+	case HTTP1_BODY_UNTIL_CLOSE:
+		body_relay_init(relay, BODY_MODE_UNTIL_CLOSE, 0, 0);
+		break;
+	}
+}
+
 /* Move n bytes from src to dst, or drop them when dst is NULL. */
 static void body_relay_take(struct evbuffer *src, struct evbuffer *dst, size_t n)
 {

@@ -34,6 +34,11 @@ struct body_relay {
 void body_relay_init(struct body_relay *relay, enum body_mode mode, uint64_t content_length,
 		     size_t max_trailer);
 
+/* Set up a relay for the body a parsed head's framing describes; with
+ * decode_chunked a chunked body passes on its data only. */
+void body_relay_init_framing(struct body_relay *relay, const struct http1_framing *framing,
+			     bool decode_chunked, size_t max_trailer);
+
 /* Move as much of the body as src holds into dst (NULL: discard it).
  * Returns 0, or -1 on invalid chunked framing with *error set. */
 int body_relay_move(struct body_relay *relay, struct evbuffer *src, struct evbuffer *dst,

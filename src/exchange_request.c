@@ -370,18 +370,7 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 			exchange_build_request_head(ex, head, path, path_len, target.authority,
 						    target.authority_len);
 	}
-	switch (framing->body) {
-	case HTTP1_BODY_LENGTH:
-		body_relay_init(&ex->request_body, BODY_MODE_LENGTH, framing->content_length, 0);
-		break;
-	case HTTP1_BODY_CHUNKED:
-		body_relay_init(&ex->request_body, BODY_MODE_CHUNKED, 0,
-				config->limits.max_header_bytes);
-		break;
-	default:
-		body_relay_init(&ex->request_body, BODY_MODE_LENGTH, 0, 0);
-		break;
-	}
+	body_relay_init_framing(&ex->request_body, framing, false, config->limits.max_header_bytes);
 	if (!ex->is_connect) {
 		exchange_decide_replay(ex, head, framing, path, path_len);
 		ex->budget = retry_budget_for(ex->proxy->budgets, ex->route->name,

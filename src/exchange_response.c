@@ -32,32 +32,16 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 					const struct http1_framing *rf)
 {
 	struct evbuffer *out = bufferevent_get_output(client_bev(ex->client));
-	bool pass_chunked = false;
+	/* an HTTP/1.0 client cannot read chunked: decode and close instead */
+	bool pass_chunked = rf->body == HTTP1_BODY_CHUNKED && ex->client_minor >= 1;
 	size_t i;
 
 	ex->response_framing = *rf;
 	ex->client_keep_after = ex->client_keep_alive && !client_closing_after_request(ex->client);
-	switch (rf->body) {
-	case HTTP1_BODY_NONE:
-		body_relay_init(&ex->response_body, BODY_MODE_LENGTH, 0, 0);
-		break;
-	case HTTP1_BODY_LENGTH:
-		body_relay_init(&ex->response_body, BODY_MODE_LENGTH, rf->content_length, 0);
-		break;
-	case HTTP1_BODY_CHUNKED:
-		/* an HTTP/1.0 client cannot read chunked: decode and close instead */
-		pass_chunked = ex->client_minor >= 1;
-		body_relay_init(&ex->response_body,
-				pass_chunked ? BODY_MODE_CHUNKED : BODY_MODE_CHUNKED_DECODE, 0,
+	body_relay_init_framing(&ex->response_body, rf, !pass_chunked,
 				ex->config->limits.max_header_bytes);
-		if (!pass_chunked)
-			ex->client_keep_after = false;
-		break;
-	case HTTP1_BODY_UNTIL_CLOSE:
-		body_relay_init(&ex->response_body, BODY_MODE_UNTIL_CLOSE, 0, 0);
+	if (rf->body == HTTP1_BODY_UNTIL_CLOSE || (rf->body == HTTP1_BODY_CHUNKED && !pass_chunked))
 		ex->client_keep_after = false;
-		break;
-	}
 	evbuffer_add_printf(out, "HTTP/1.1 %03d %.*s\r\n", head->status, (int)head->reason_len,
 			    head->reason);
 	for (i = 0; i < head->field_count; i++) {
@@ -218,21 +202,8 @@ static void exchange_start_keeping(struct exchange *ex, const struct http1_head 
 	ex->keeping = evbuffer_new();
 	ex->keeping_head_len = head->head_len;
 	evbuffer_remove_buffer(in, ex->keeping, head->head_len);
-	switch (rf->body) {
-	case HTTP1_BODY_NONE:
-		body_relay_init(&ex->keeping_body, BODY_MODE_LENGTH, 0, 0);
-		break;
-	case HTTP1_BODY_LENGTH:
-		body_relay_init(&ex->keeping_body, BODY_MODE_LENGTH, rf->content_length, 0);
-		break;
-	case HTTP1_BODY_CHUNKED:
-		body_relay_init(&ex->keeping_body, BODY_MODE_CHUNKED, 0,
-				ex->config->limits.max_header_bytes);
-		break;
-	case HTTP1_BODY_UNTIL_CLOSE:
-		body_relay_init(&ex->keeping_body, BODY_MODE_UNTIL_CLOSE, 0, 0);
-		break;
-	}
+	/* kept as received: a chunked body keeps its framing */
+	body_relay_init_framing(&ex->keeping_body, rf, false, ex->config->limits.max_header_bytes);
 	exchange_set_state(ex, EXCHANGE_KEEPING);
 	exchange_keep_response(ex);
 }
