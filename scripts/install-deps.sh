@@ -5,6 +5,8 @@
 #   install-deps.sh               everything: build, tests, fuzzers
 #   install-deps.sh --build-only  what `meson setup` and `ninja` need, no more
 #                                 (the container image's build stage uses this)
+#   install-deps.sh --bench       what tests/bench/bench.py needs: the build, and
+#                                 wrk, HAProxy and nginx to measure against
 set -eu
 
 # Enough to configure and build, unit tests included (meson needs cmocka at
@@ -22,8 +24,9 @@ python3-yaml systemd groff-base"
 case "${1:-}" in
 "") packages="$build_packages $test_packages" ;;
 --build-only) packages="$build_packages" ;;
+--bench) packages="$build_packages wrk haproxy nginx" ;;
 *)
-	echo "usage: install-deps.sh [--build-only]" >&2
+	echo "usage: install-deps.sh [--build-only | --bench]" >&2
 	exit 1
 	;;
 esac
