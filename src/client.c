@@ -10,11 +10,10 @@
 #include <sys/time.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
 
 #include "access_log.h"
 #include "config.h"
+#include "conn.h"
 #include "config_values.h"
 #include "exchange.h"
 #include "http1.h"
@@ -22,7 +21,6 @@
 #include "proxy.h"
 #include "tunnel.h"
 #include "xmalloc.h"
-#include "timeval.h"
 
 /* Past this much queued output the exchange stops reading its upstream;
  * below the low mark it reads again. */
@@ -45,10 +43,8 @@ struct client {
 	struct proxy *proxy;
 	struct config *config;               /* held: the config this connection runs under */
 	const struct listener_config *listen; /* inside config */
-	struct bufferevent *bev;
+	struct conn *conn;                   /* its deadline is client_timeout for the next head */
 	struct exchange *exchange;           /* the request being proxied, if any */
-	struct event *head_timer;            /* client_timeout for the next head */
-	struct event *resume;                /* parses a pipelined head from the loop */
 	enum client_state state;
 	bool listener_gone;                  /* a reload removed its listener: close after this request */
 	struct sockaddr_storage peer_addr;   /* checked against allow_clients again after a reload */
@@ -74,9 +70,9 @@ static const char *client_reason_phrase(int status)
 	}
 }
 
-struct bufferevent *client_bev(struct client *client)
+struct conn *client_conn(struct client *client)
 {
-	return client->bev;
+	return client->conn;
 }
 
 bool client_closing_after_request(struct client *client)
@@ -104,16 +100,14 @@ const char *client_peer(struct client *client)
 	return client->peer;
 }
 
-/* Release everything; the bufferevent only when still ours. */
+/* Release everything; the connection only when still ours. */
 static void client_free(struct client *client)
 {
 	struct proxy *proxy = client->proxy;
 
 	LIST_REMOVE(client, link);
-	if (client->bev != NULL)
-		bufferevent_free(client->bev);
-	event_free(client->head_timer);
-	event_free(client->resume);
+	if (client->conn != NULL)
+		conn_free(client->conn);
 	config_release(client->config);
 	free(client);
 	proxy_connection_closed(proxy);
@@ -134,46 +128,43 @@ void client_close(struct client *client, const char *reason)
 /* Start the client_timeout clock for the next request head. */
 static void client_arm_head_timer(struct client *client)
 {
-	struct timeval tv = timeval_from_ms(client->config->limits.client_timeout_ms);
-
-	evtimer_add(client->head_timer, &tv);
+	conn_set_deadline(client->conn, client->config->limits.client_timeout_ms);
 }
 
 /* Everything is written: half-close, then discard input for a while. */
 static void client_linger(struct client *client)
 {
-	struct timeval tv = timeval_from_ms(CLIENT_LINGER_MS);
-	struct evbuffer *in = bufferevent_get_input(client->bev);
+	struct evbuffer *in = conn_input(client->conn);
 
 	client->state = CLIENT_LINGERING;
-	shutdown(bufferevent_getfd(client->bev), SHUT_WR);
+	conn_shutdown_write(client->conn);
 	evbuffer_drain(in, evbuffer_get_length(in));
-	bufferevent_setwatermark(client->bev, EV_READ, 0, 0);
-	bufferevent_enable(client->bev, EV_READ);
-	evtimer_add(client->head_timer, &tv);
+	conn_set_input_limit(client->conn, 0);
+	conn_read_enable(client->conn, true);
+	conn_set_deadline(client->conn, CLIENT_LINGER_MS);
 }
 
 /* Stop reading and close once everything queued has been written. */
 static void client_close_after_flush(struct client *client)
 {
 	client->state = CLIENT_CLOSING;
-	evtimer_del(client->head_timer);
-	bufferevent_disable(client->bev, EV_READ);
-	if (evbuffer_get_length(bufferevent_get_output(client->bev)) == 0) {
+	conn_set_deadline(client->conn, 0);
+	conn_read_enable(client->conn, false);
+	if (conn_output_length(client->conn) == 0) {
 		client_linger(client);
 		return;
 	}
 	/* called back once the output is empty */
-	bufferevent_setwatermark(client->bev, EV_WRITE, 0, 0);
+	conn_set_output_low(client->conn, 0);
 }
 
-/* Set the read (body) and write timeouts; the head has its own timer. */
+/* Set the read (body) and write timeouts; the head has the deadline. */
 static void client_set_timeouts(struct client *client, bool watch_reads)
 {
-	struct timeval tv = timeval_from_ms(client->config->limits.client_timeout_ms);
+	uint64_t ms = client->config->limits.client_timeout_ms;
 
 	/* a client that stops reading our output for this long is gone too */
-	bufferevent_set_timeouts(client->bev, watch_reads ? &tv : NULL, &tv);
+	conn_set_timeouts(client->conn, watch_reads ? ms : 0, ms);
 }
 
 void client_watch_body(struct client *client, bool on)
@@ -184,7 +175,7 @@ void client_watch_body(struct client *client, bool on)
 void client_write_error(struct client *client, int status, const char *text, unsigned attempts,
 			bool close)
 {
-	struct evbuffer *out = bufferevent_get_output(client->bev);
+	struct evbuffer *out = conn_output(client->conn);
 	size_t text_len = strlen(text);
 
 	evbuffer_add_printf(out,
@@ -264,7 +255,7 @@ static struct http1_head client_request_head;
 /* Parse the next head if it is all here, and start its exchange. */
 static void client_read_head(struct client *client)
 {
-	struct evbuffer *in = bufferevent_get_input(client->bev);
+	struct evbuffer *in = conn_input(client->conn);
 	const struct limits *limits;
 	struct http1_limits parse_limits;
 	struct http1_head *head = &client_request_head;
@@ -305,7 +296,7 @@ static void client_read_head(struct client *client)
 		client_refuse(client, head, http1_error_status(error), http1_error_text(error));
 		return;
 	}
-	evtimer_del(client->head_timer);
+	conn_set_deadline(client->conn, 0);
 	ex = exchange_new(client, head, &framing, &status, reason, sizeof(reason));
 	if (ex == NULL) {
 		client_refuse(client, head, status, reason);
@@ -317,7 +308,7 @@ static void client_read_head(struct client *client)
 	exchange_run(ex);
 }
 
-static void client_read_cb(struct bufferevent *bev, void *arg)
+static void client_read_cb(struct conn *conn, void *arg)
 {
 	struct client *client = arg;
 
@@ -330,12 +321,12 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
 		break;
 	case CLIENT_CLOSING:
 	case CLIENT_LINGERING:
-		evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
+		evbuffer_drain(conn_input(conn), evbuffer_get_length(conn_input(conn)));
 		break;
 	}
 }
 
-static void client_write_cb(struct bufferevent *bev, void *arg)
+static void client_write_cb(struct conn *conn, void *arg)
 {
 	struct client *client = arg;
 
@@ -344,7 +335,7 @@ static void client_write_cb(struct bufferevent *bev, void *arg)
 		exchange_client_drained(client->exchange);
 		break;
 	case CLIENT_CLOSING:
-		if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+		if (conn_output_length(conn) == 0)
 			client_linger(client);
 		break;
 	case CLIENT_READING_HEAD:
@@ -353,45 +344,33 @@ static void client_write_cb(struct bufferevent *bev, void *arg)
 	}
 }
 
-static void client_event_cb(struct bufferevent *bev, short what, void *arg)
-{
-	struct client *client = arg;
-
-	if (client->state == CLIENT_LINGERING) {
-		client_free(client);
-		return;
-	}
-	if ((what & BEV_EVENT_TIMEOUT) && (what & BEV_EVENT_READING))
-		client_close(client, "request body stalled for client_timeout");
-	else if (what & BEV_EVENT_TIMEOUT)
-		client_close(client, "client stopped reading");
-	else if (what & BEV_EVENT_EOF)
-		client_close(client, "client closed the connection");
-	else
-		client_close(client, "client connection error");
-}
-
 /* client_timeout passed without a whole request head. */
-static void client_head_timeout_cb(evutil_socket_t fd, short what, void *arg)
+static void client_head_timeout(struct client *client)
 {
-	struct client *client = arg;
-
-	if (client->state == CLIENT_LINGERING) {
-		client_free(client);
-		return;
-	}
-	if (evbuffer_get_length(bufferevent_get_input(client->bev)) > 0)
+	if (evbuffer_get_length(conn_input(client->conn)) > 0)
 		log_info("client %s: request head not complete within client_timeout; closing",
 			 client->peer);
 	client_close(client, "client_timeout");
 }
 
-static void client_resume_cb(evutil_socket_t fd, short what, void *arg)
+static void client_event_cb(struct conn *conn, short what, void *arg)
 {
 	struct client *client = arg;
 
-	if (client->state == CLIENT_READING_HEAD)
-		client_read_head(client);
+	if (client->state == CLIENT_LINGERING) {
+		client_free(client);
+		return;
+	}
+	if ((what & CONN_TIMEOUT) && (what & CONN_READING))
+		client_close(client, "request body stalled for client_timeout");
+	else if ((what & CONN_TIMEOUT) && (what & CONN_WRITING))
+		client_close(client, "client stopped reading");
+	else if (what & CONN_TIMEOUT)
+		client_head_timeout(client);
+	else if (what & CONN_EOF)
+		client_close(client, "client closed the connection");
+	else
+		client_close(client, "client connection error");
 }
 
 void client_exchange_done(struct client *client, bool keep_alive)
@@ -406,40 +385,38 @@ void client_exchange_done(struct client *client, bool keep_alive)
 		return;
 	}
 	client->state = CLIENT_READING_HEAD;
-	bufferevent_enable(client->bev, EV_READ);
+	conn_read_enable(client->conn, true);
 	client_arm_head_timer(client);
 	/* a pipelined request may already be waiting in the input */
-	if (evbuffer_get_length(bufferevent_get_input(client->bev)) > 0)
-		event_active(client->resume, 0, 0);
+	if (evbuffer_get_length(conn_input(client->conn)) > 0)
+		conn_read_again(client->conn);
 }
 
 void client_exchange_reset(struct client *client)
 {
-	struct linger hard = { .l_onoff = 1, .l_linger = 0 };
 	struct exchange *ex = client->exchange;
 
 	client->exchange = NULL;
 	exchange_free(ex);
-	setsockopt(bufferevent_getfd(client->bev), SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+	conn_free_reset(client->conn);
+	client->conn = NULL;
 	client_free(client);
 }
 
-void client_exchange_tunnel(struct client *client, struct bufferevent *upstream)
+void client_exchange_tunnel(struct client *client, struct conn *upstream)
 {
 	struct proxy *proxy = client->proxy;
-	struct bufferevent *bev = client->bev;
+	struct conn *conn = client->conn;
 	uint64_t idle_ms = client->config->limits.tunnel_idle_timeout_ms;
 
 	exchange_free(client->exchange);
 	client->exchange = NULL;
-	client->bev = NULL;
+	client->conn = NULL;
 	LIST_REMOVE(client, link);
-	event_free(client->head_timer);
-	event_free(client->resume);
 	config_release(client->config);
 	free(client);
 	/* the tunnel takes over this connection's place in connection_count */
-	tunnel_new(proxy, bev, upstream, idle_ms);
+	tunnel_new(proxy, conn, upstream, idle_ms);
 }
 
 void client_close_idle(struct proxy *proxy)
@@ -449,8 +426,8 @@ void client_close_idle(struct proxy *proxy)
 	while (client != NULL) {
 		struct client *next = LIST_NEXT(client, link);
 
-		if (client->state == CLIENT_READING_HEAD && client->bev != NULL &&
-		    evbuffer_get_length(bufferevent_get_input(client->bev)) == 0)
+		if (client->state == CLIENT_READING_HEAD && client->conn != NULL &&
+		    evbuffer_get_length(conn_input(client->conn)) == 0)
 			client_close(client, "draining");
 		client = next;
 	}
@@ -462,8 +439,8 @@ void client_config_changed(struct proxy *proxy)
 
 	while (client != NULL) {
 		struct client *next = LIST_NEXT(client, link);
-		bool idle = client->state == CLIENT_READING_HEAD && client->bev != NULL &&
-			    evbuffer_get_length(bufferevent_get_input(client->bev)) == 0;
+		bool idle = client->state == CLIENT_READING_HEAD && client->conn != NULL &&
+			    evbuffer_get_length(conn_input(client->conn)) == 0;
 
 		if (client_find_listener(proxy->config, client->listen) == NULL) {
 			client->listener_gone = true;
@@ -558,26 +535,22 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 	if (peer_len <= sizeof(client->peer_addr))
 		memcpy(&client->peer_addr, peer, peer_len);
 	client_format_peer(peer, client->peer, sizeof(client->peer));
-	client->bev = bufferevent_socket_new(proxy->base, fd,
-					     BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-	client->head_timer = evtimer_new(proxy->base, client_head_timeout_cb, client);
-	client->resume = event_new(proxy->base, -1, 0, client_resume_cb, client);
+	client->conn = conn_new(proxy->loop, fd);
 	client->state = CLIENT_READING_HEAD;
 	LIST_INSERT_HEAD(&proxy->clients, client, link);
 	proxy->connection_count++;
 	if (input_high < CLIENT_INPUT_MIN_HIGH)
 		input_high = CLIENT_INPUT_MIN_HIGH;
 	/* bounded input: a client cannot make the proxy buffer more than this */
-	bufferevent_setwatermark(client->bev, EV_READ, 0, input_high);
-	bufferevent_setwatermark(client->bev, EV_WRITE, CLIENT_OUTPUT_LOW, 0);
+	conn_set_input_limit(client->conn, input_high);
+	conn_set_output_low(client->conn, CLIENT_OUTPUT_LOW);
 	client_set_timeouts(client, false);
-	bufferevent_setcb(client->bev, client_read_cb, client_write_cb, client_event_cb, client);
+	conn_setcb(client->conn, client_read_cb, client_write_cb, client_event_cb, client);
 	if (!client_allowed(config, peer)) {
 		log_warn("client %s: refused: not in access.allow_clients", client->peer);
 		client_refuse(client, NULL, 403, "client address not allowed by access.allow_clients");
-		bufferevent_enable(client->bev, EV_WRITE);
 		return;
 	}
-	bufferevent_enable(client->bev, EV_READ | EV_WRITE);
+	conn_read_enable(client->conn, true);
 	client_arm_head_timer(client);
 }

@@ -14,7 +14,7 @@
 
 #include <event2/util.h>
 
-struct bufferevent;
+struct conn;
 struct config;
 struct listener_config;
 struct proxy;
@@ -24,7 +24,7 @@ struct client;
 void client_new(struct proxy *proxy, struct config *config, const struct listener_config *listen,
 		evutil_socket_t fd, const struct sockaddr *peer, socklen_t peer_len);
 
-struct bufferevent *client_bev(struct client *client);
+struct conn *client_conn(struct client *client);
 struct proxy *client_proxy(struct client *client);
 struct config *client_config(struct client *client);
 const struct listener_config *client_listener(struct client *client);
@@ -56,7 +56,7 @@ void client_exchange_reset(struct client *client);
 /* The exchange turned into a CONNECT tunnel to upstream: the client frees the
  * exchange and hands its socket to a tunnel. Nothing may touch the exchange
  * or the client after this call. */
-void client_exchange_tunnel(struct client *client, struct bufferevent *upstream);
+void client_exchange_tunnel(struct client *client, struct conn *upstream);
 
 /* The live config changed (reload). Connections take it at their next
  * request; those whose listener address it no longer has close now if idle,

@@ -6,10 +6,10 @@
 #include <sys/time.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "client.h"
+#include "conn.h"
 #include "exchange_private.h"
 #include "log.h"
 #include "metrics.h"
@@ -137,7 +137,7 @@ void exchange_drop_upstream(struct exchange *ex)
 		ex->connecting = NULL;
 	}
 	if (ex->up != NULL) {
-		bufferevent_free(ex->up);
+		conn_free(ex->up);
 		ex->up = NULL;
 		ex->proxy->upstream_count--;
 	}
@@ -148,7 +148,7 @@ void exchange_drop_upstream(struct exchange *ex)
 	ex->up_read_paused = false;
 	if (ex->client_read_paused) {
 		ex->client_read_paused = false;
-		bufferevent_enable(client_bev(ex->client), EV_READ);
+		conn_read_enable(client_conn(ex->client), true);
 	}
 }
 
@@ -380,7 +380,7 @@ void exchange_try_failed(struct exchange *ex, enum try_failure failure, const ch
 	exchange_respond_error(ex, status, text);
 }
 
-static void exchange_up_read_cb(struct bufferevent *bev, void *arg)
+static void exchange_up_read_cb(struct conn *conn, void *arg)
 {
 	struct exchange *ex = arg;
 
@@ -399,18 +399,18 @@ static void exchange_up_read_cb(struct bufferevent *bev, void *arg)
 	}
 }
 
-static void exchange_up_write_cb(struct bufferevent *bev, void *arg)
+static void exchange_up_write_cb(struct conn *conn, void *arg)
 {
 	struct exchange *ex = arg;
 
 	if (ex->client_read_paused) {
 		ex->client_read_paused = false;
-		bufferevent_enable(client_bev(ex->client), EV_READ);
+		conn_read_enable(client_conn(ex->client), true);
 		exchange_pump_request_body(ex);
 	}
 }
 
-static void exchange_up_event_cb(struct bufferevent *bev, short what, void *arg)
+static void exchange_up_event_cb(struct conn *conn, short what, void *arg)
 {
 	exchange_upstream_closed(arg, what);
 }
@@ -425,23 +425,23 @@ static void exchange_try_timeout_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* A connection for this try is ready: send the request. */
-static void exchange_upstream_ready(struct exchange *ex, struct bufferevent *bev, bool reused)
+static void exchange_upstream_ready(struct exchange *ex, struct conn *conn, bool reused)
 {
-	ex->up = bev;
+	ex->up = conn;
 	ex->up_reused = reused;
 	ex->response_byte_seen = false;
-	bufferevent_setcb(bev, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, ex);
-	bufferevent_setwatermark(bev, EV_READ, 0, EXCHANGE_UPSTREAM_READ_HIGH);
-	bufferevent_setwatermark(bev, EV_WRITE, EXCHANGE_OUTPUT_LOW, 0);
-	bufferevent_set_timeouts(bev, NULL, NULL);
+	conn_setcb(conn, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, ex);
+	conn_set_input_limit(conn, EXCHANGE_UPSTREAM_READ_HIGH);
+	conn_set_output_low(conn, EXCHANGE_OUTPUT_LOW);
+	conn_set_timeouts(conn, 0, 0);
 	exchange_set_state(ex, EXCHANGE_WAITING_HEAD);
-	bufferevent_enable(bev, EV_READ | EV_WRITE);
+	conn_read_enable(conn, true);
 	exchange_send_request(ex);
 }
 
-static void exchange_tunnel_connected(struct exchange *ex, struct bufferevent *bev)
+static void exchange_tunnel_connected(struct exchange *ex, struct conn *conn)
 {
-	struct evbuffer *out = bufferevent_get_output(client_bev(ex->client));
+	struct evbuffer *out = conn_output(client_conn(ex->client));
 
 	ex->status = 200;
 	exchange_record_try(ex, 200, NULL);
@@ -449,10 +449,10 @@ static void exchange_tunnel_connected(struct exchange *ex, struct bufferevent *b
 	evtimer_del(ex->try_timer);
 	EXCHANGE_ADD_LITERAL(out, "HTTP/1.1 200 Connection established\r\nVia: 1.1 retryproxy\r\n\r\n");
 	exchange_log(ex);
-	client_exchange_tunnel(ex->client, bev);
+	client_exchange_tunnel(ex->client, conn);
 }
 
-static void exchange_connected_cb(struct bufferevent *bev, enum upstream_failure failure,
+static void exchange_connected_cb(struct conn *conn, enum upstream_failure failure,
 				  const char *reason, void *arg)
 {
 	struct exchange *ex = arg;
@@ -461,9 +461,9 @@ static void exchange_connected_cb(struct bufferevent *bev, enum upstream_failure
 	switch (failure) {
 	case UPSTREAM_OK:
 		if (ex->is_connect)
-			exchange_tunnel_connected(ex, bev);
+			exchange_tunnel_connected(ex, conn);
 		else
-			exchange_upstream_ready(ex, bev, false);
+			exchange_upstream_ready(ex, conn, false);
 		return;
 	case UPSTREAM_FAIL_DNS:
 		exchange_try_failed(ex, TRY_DNS, reason);
@@ -486,7 +486,7 @@ static void exchange_connected_cb(struct bufferevent *bev, enum upstream_failure
 void exchange_start_try(struct exchange *ex)
 {
 	struct timeval tv = timeval_from_ms(ex->config->limits.try_timeout_ms);
-	struct bufferevent *pooled = NULL;
+	struct conn *pooled = NULL;
 
 	if (ex->attempts == 0)
 		gettimeofday(&ex->first_try, NULL);
@@ -517,7 +517,7 @@ void exchange_run(struct exchange *ex)
 	if (!ex->request_body.done)
 		client_watch_body(ex->client, true);
 	if (ex->expect_continue && !ex->request_body.done && ex->client_minor >= 1)
-		EXCHANGE_ADD_LITERAL(bufferevent_get_output(client_bev(ex->client)),
+		EXCHANGE_ADD_LITERAL(conn_output(client_conn(ex->client)),
 				     "HTTP/1.1 100 Continue\r\n\r\n");
 	if (ex->replay != NULL && !ex->request_body.done) {
 		exchange_set_state(ex, EXCHANGE_READING_BODY);
@@ -531,7 +531,7 @@ void exchange_client_drained(struct exchange *ex)
 {
 	if (ex->state == EXCHANGE_RELAYING && ex->up_read_paused) {
 		ex->up_read_paused = false;
-		bufferevent_enable(ex->up, EV_READ);
+		conn_read_enable(ex->up, true);
 		exchange_relay_response(ex);
 	}
 }

@@ -20,7 +20,7 @@
 #include "retry.h"
 #include "upstream.h"
 
-struct bufferevent;
+struct conn;
 struct evbuffer;
 struct event;
 struct proxy;
@@ -101,7 +101,7 @@ struct exchange {
 	/* the current try */
 	unsigned attempts;
 	struct upstream_connect *connecting;
-	struct bufferevent *up;
+	struct conn *up;
 	bool up_reused;                 /* the connection came from the pool */
 	bool up_read_paused;            /* client output full: upstream not read */
 	bool response_byte_seen;

@@ -3,10 +3,10 @@
 #include <string.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "client.h"
+#include "conn.h"
 #include "exchange_private.h"
 #include "idempotency.h"
 #include "log.h"
@@ -169,7 +169,7 @@ static bool exchange_body_over_limit(struct exchange *ex)
 
 void exchange_read_request_body(struct exchange *ex)
 {
-	struct evbuffer *in = bufferevent_get_input(client_bev(ex->client));
+	struct evbuffer *in = conn_input(client_conn(ex->client));
 	enum http1_error error = HTTP1_ERR_NONE;
 
 	if (body_relay_move(&ex->request_body, in, ex->replay, &error) < 0) {
@@ -197,14 +197,14 @@ void exchange_read_request_body(struct exchange *ex)
 
 void exchange_pump_request_body(struct exchange *ex)
 {
-	struct bufferevent *cbev = client_bev(ex->client);
-	struct evbuffer *in = bufferevent_get_input(cbev);
+	struct conn *cconn = client_conn(ex->client);
+	struct evbuffer *in = conn_input(cconn);
 	struct evbuffer *out;
 	enum http1_error error = HTTP1_ERR_NONE;
 
 	if (ex->request_body.done || ex->up == NULL || evbuffer_get_length(in) == 0)
 		return;
-	out = bufferevent_get_output(ex->up);
+	out = conn_output(ex->up);
 	ex->request_body_started = true;
 	if (body_relay_move(&ex->request_body, in, out, &error) < 0) {
 		if (ex->state == EXCHANGE_RELAYING)
@@ -219,13 +219,13 @@ void exchange_pump_request_body(struct exchange *ex)
 		client_watch_body(ex->client, false);
 	if (!ex->request_body.done && evbuffer_get_length(out) > EXCHANGE_OUTPUT_HIGH) {
 		ex->client_read_paused = true;
-		bufferevent_disable(cbev, EV_READ);
+		conn_read_enable(cconn, false);
 	}
 }
 
 void exchange_send_request(struct exchange *ex)
 {
-	struct evbuffer *out = bufferevent_get_output(ex->up);
+	struct evbuffer *out = conn_output(ex->up);
 
 	/* references, not copies: the same bytes go out again on the next try */
 	evbuffer_add_buffer_reference(out, ex->request_head);

@@ -3,10 +3,10 @@
 #include <string.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "client.h"
+#include "conn.h"
 #include "exchange_private.h"
 #include "log.h"
 #include "metrics.h"
@@ -31,7 +31,7 @@ static struct http1_head exchange_response_head;
 static void exchange_send_response_head(struct exchange *ex, const struct http1_head *head,
 					const struct http1_framing *rf)
 {
-	struct evbuffer *out = bufferevent_get_output(client_bev(ex->client));
+	struct evbuffer *out = conn_output(client_conn(ex->client));
 	/* an HTTP/1.0 client cannot read chunked: decode and close instead */
 	bool pass_chunked = rf->body == HTTP1_BODY_CHUNKED && ex->client_minor >= 1;
 	size_t i;
@@ -66,18 +66,18 @@ static bool exchange_upstream_reusable(struct exchange *ex, const struct http1_f
 				       const struct body_relay *body)
 {
 	return rf->keep_alive && body->mode != BODY_MODE_UNTIL_CLOSE && ex->request_body.done &&
-	       evbuffer_get_length(bufferevent_get_input(ex->up)) == 0 &&
-	       evbuffer_get_length(bufferevent_get_output(ex->up)) == 0 && !ex->proxy->draining;
+	       evbuffer_get_length(conn_input(ex->up)) == 0 &&
+	       evbuffer_get_length(conn_output(ex->up)) == 0 && !ex->proxy->draining;
 }
 
 /* The try's response is fully read: keep its connection or close it. */
 static void exchange_release_upstream(struct exchange *ex, bool reusable)
 {
 	if (reusable) {
-		struct bufferevent *bev = ex->up;
+		struct conn *conn = ex->up;
 
 		ex->up = NULL;
-		pool_put(ex->proxy->pool, ex->pool_key, bev, ex->config->limits.pool_max_idle,
+		pool_put(ex->proxy->pool, ex->pool_key, conn, ex->config->limits.pool_max_idle,
 			 ex->config->limits.pool_idle_timeout_ms);
 	}
 	exchange_drop_upstream(ex);
@@ -94,10 +94,10 @@ static void exchange_response_complete(struct exchange *ex)
 
 void exchange_relay_response(struct exchange *ex)
 {
-	struct evbuffer *out = bufferevent_get_output(client_bev(ex->client));
+	struct evbuffer *out = conn_output(client_conn(ex->client));
 	enum http1_error error = HTTP1_ERR_NONE;
 
-	if (body_relay_move(&ex->response_body, bufferevent_get_input(ex->up), out, &error) < 0) {
+	if (body_relay_move(&ex->response_body, conn_input(ex->up), out, &error) < 0) {
 		metrics_upstream_error(ex->proxy->metrics, "malformed");
 		exchange_break_response(ex, "malformed chunked response body");
 		return;
@@ -108,7 +108,7 @@ void exchange_relay_response(struct exchange *ex)
 	}
 	if (evbuffer_get_length(out) > EXCHANGE_OUTPUT_HIGH) {
 		ex->up_read_paused = true;
-		bufferevent_disable(ex->up, EV_READ);
+		conn_read_enable(ex->up, false);
 	}
 }
 
@@ -127,7 +127,7 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
 		return -1;
 	exchange_send_response_head(ex, head, &rf);
 	evbuffer_drain(buf, head_len);
-	body_relay_move(&ex->response_body, buf, bufferevent_get_output(client_bev(ex->client)),
+	body_relay_move(&ex->response_body, buf, conn_output(client_conn(ex->client)),
 			&error);
 	return 0;
 }
@@ -177,18 +177,19 @@ void exchange_keep_response(struct exchange *ex)
 {
 	enum http1_error error = HTTP1_ERR_NONE;
 
-	if (body_relay_move(&ex->keeping_body, bufferevent_get_input(ex->up), ex->keeping, &error) < 0) {
+	if (body_relay_move(&ex->keeping_body, conn_input(ex->up), ex->keeping, &error) < 0) {
 		exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
 		return;
 	}
-	if (ex->keeping_body.done) {
-		exchange_keep_complete(ex, exchange_upstream_reusable(ex, &ex->response_framing,
-								      &ex->keeping_body));
+	/* the size first: a large body may arrive whole in one read */
+	if (evbuffer_get_length(ex->keeping) - ex->keeping_head_len >
+	    ex->config->limits.retry_response_buffer) {
+		exchange_keep_overflow(ex);
 		return;
 	}
-	if (evbuffer_get_length(ex->keeping) - ex->keeping_head_len >
-	    ex->config->limits.retry_response_buffer)
-		exchange_keep_overflow(ex);
+	if (ex->keeping_body.done)
+		exchange_keep_complete(ex, exchange_upstream_reusable(ex, &ex->response_framing,
+								      &ex->keeping_body));
 }
 
 /* Begin keeping a retryable response whose head is at the front of the
@@ -196,7 +197,7 @@ void exchange_keep_response(struct exchange *ex)
 static void exchange_start_keeping(struct exchange *ex, const struct http1_head *head,
 				   const struct http1_framing *rf)
 {
-	struct evbuffer *in = bufferevent_get_input(ex->up);
+	struct evbuffer *in = conn_input(ex->up);
 
 	ex->response_framing = *rf;
 	ex->keeping = evbuffer_new();
@@ -224,11 +225,9 @@ static void exchange_on_response_head(struct exchange *ex, const struct http1_he
 				      const struct http1_framing *rf)
 {
 	const struct retry_policy *policy = &ex->route->retry;
-	struct timeval tv = timeval_from_ms(ex->config->limits.try_timeout_ms);
-
 	evtimer_del(ex->try_timer);
 	/* a body that stops arriving for a whole try_timeout is dead */
-	bufferevent_set_timeouts(ex->up, &tv, NULL);
+	conn_set_timeouts(ex->up, ex->config->limits.try_timeout_ms, 0);
 	exchange_record_try(ex, head->status, NULL);
 	if (retry_on_status(policy, head->status)) {
 		bool fits = rf->body != HTTP1_BODY_LENGTH ||
@@ -249,20 +248,20 @@ static void exchange_on_response_head(struct exchange *ex, const struct http1_he
 		/* body bytes that came with the head may already show the framing
 		 * broken: then nothing of this response reaches the client */
 		body_relay_init(&check, BODY_MODE_CHUNKED, 0, ex->config->limits.max_header_bytes);
-		if (body_relay_check(&check, bufferevent_get_input(ex->up), head->head_len, &error) < 0) {
+		if (body_relay_check(&check, conn_input(ex->up), head->head_len, &error) < 0) {
 			exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
 			return;
 		}
 	}
 	exchange_send_response_head(ex, head, rf);
-	evbuffer_drain(bufferevent_get_input(ex->up), head->head_len);
+	evbuffer_drain(conn_input(ex->up), head->head_len);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
 	exchange_relay_response(ex);
 }
 
 void exchange_read_response_head(struct exchange *ex)
 {
-	struct evbuffer *in = bufferevent_get_input(ex->up);
+	struct evbuffer *in = conn_input(ex->up);
 	struct http1_head *head = &exchange_response_head;
 	size_t max_head = ex->config->limits.max_header_bytes;
 
@@ -320,14 +319,14 @@ static void exchange_closed_before_head(struct exchange *ex, bool eof)
 /* The upstream closed while a retryable response was being kept. */
 static void exchange_closed_while_keeping(struct exchange *ex, short what)
 {
-	if (what & BEV_EVENT_TIMEOUT) {
+	if (what & CONN_TIMEOUT) {
 		exchange_try_failed(ex, TRY_RESET, "upstream stopped sending the response body");
 		return;
 	}
 	exchange_keep_response(ex);
 	if (ex->state != EXCHANGE_KEEPING)
 		return;
-	if ((what & BEV_EVENT_EOF) && ex->keeping_body.mode == BODY_MODE_UNTIL_CLOSE) {
+	if ((what & CONN_EOF) && ex->keeping_body.mode == BODY_MODE_UNTIL_CLOSE) {
 		ex->keeping_body.done = true;
 		exchange_keep_complete(ex, false);
 		return;
@@ -338,9 +337,9 @@ static void exchange_closed_while_keeping(struct exchange *ex, short what)
 /* The upstream closed while the response was being relayed. */
 static void exchange_closed_while_relaying(struct exchange *ex, short what)
 {
-	bool eof = (what & BEV_EVENT_EOF) != 0;
+	bool eof = (what & CONN_EOF) != 0;
 
-	if (what & BEV_EVENT_TIMEOUT) {
+	if (what & CONN_TIMEOUT) {
 		metrics_upstream_error(ex->proxy->metrics, "timeout");
 		exchange_break_response(ex, "upstream stopped sending the response body");
 		return;
@@ -361,10 +360,10 @@ void exchange_upstream_closed(struct exchange *ex, short what)
 {
 	if (ex->state == EXCHANGE_WAITING_HEAD) {
 		/* bytes that came with the close may hold a whole response */
-		if (evbuffer_get_length(bufferevent_get_input(ex->up)) > 0)
+		if (evbuffer_get_length(conn_input(ex->up)) > 0)
 			exchange_read_response_head(ex);
 		if (ex->state == EXCHANGE_WAITING_HEAD) {
-			exchange_closed_before_head(ex, (what & BEV_EVENT_EOF) != 0);
+			exchange_closed_before_head(ex, (what & CONN_EOF) != 0);
 			return;
 		}
 	}

@@ -1,5 +1,6 @@
 /* Command line, config selection, signals; builds the proxy and runs it. */
 
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,6 +145,11 @@ int main(int argc, char **argv)
 	log_info("retryproxy %s starting; config: %s", RETRYPROXY_VERSION,
 		 config_path != NULL ? config_path : "<embedded>");
 	signal(SIGPIPE, SIG_IGN);
+	/* Read buffers of up to 256 KiB come and go with every response: keep
+	 * them on the heap instead of mapping each one, and keep freed memory
+	 * instead of handing it back and faulting it in again a moment later. */
+	mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 16 * 1024 * 1024);
 	proxy = proxy_new(config, &bind_failed);
 	if (proxy == NULL)
 		return bind_failed ? MAIN_EXIT_RUNTIME : MAIN_EXIT_CONFIG;

@@ -4,12 +4,8 @@
 #include <string.h>
 #include <sys/queue.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-
+#include "conn.h"
 #include "xmalloc.h"
-#include "timeval.h"
 
 #define POOL_BUCKETS 256 /* hash buckets for upstream keys */
 
@@ -18,8 +14,7 @@ struct pool_upstream;
 struct pool_idle {
 	struct pool *pool;
 	struct pool_upstream *upstream;
-	struct bufferevent *bev;
-	struct event *timer;
+	struct conn *conn;
 	TAILQ_ENTRY(pool_idle) link;
 };
 
@@ -77,80 +72,70 @@ static struct pool_upstream *pool_find(struct pool *pool, const char *key, int c
 }
 
 /* Unlink an idle entry and free its bookkeeping, returning its connection. */
-static struct bufferevent *pool_detach(struct pool *pool, struct pool_idle *idle)
+static struct conn *pool_detach(struct pool *pool, struct pool_idle *idle)
 {
-	struct bufferevent *bev = idle->bev;
+	struct conn *conn = idle->conn;
 
 	TAILQ_REMOVE(&idle->upstream->idle, idle, link);
 	idle->upstream->idle_count--;
 	pool->idle_count--;
-	event_free(idle->timer);
 	free(idle);
-	bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-	bufferevent_disable(bev, EV_READ | EV_WRITE);
-	return bev;
+	conn_setcb(conn, NULL, NULL, NULL, NULL);
+	conn_set_deadline(conn, 0);
+	return conn;
 }
 
 /* Close an idle connection for good. */
 static void pool_close(struct pool *pool, struct pool_idle *idle)
 {
-	bufferevent_free(pool_detach(pool, idle));
+	conn_free(pool_detach(pool, idle));
 	if (pool->closed != NULL)
 		pool->closed(pool->closed_arg);
 }
 
 /* Any byte on an idle connection ends it: no request asked for it. */
-static void pool_idle_read_cb(struct bufferevent *bev, void *arg)
+static void pool_idle_read_cb(struct conn *conn, void *arg)
 {
 	struct pool_idle *idle = arg;
 
 	pool_close(idle->pool, idle);
 }
 
-/* The upstream closed or reset the idle connection. */
-static void pool_idle_event_cb(struct bufferevent *bev, short what, void *arg)
+/* The upstream closed or reset the idle connection, or it stayed idle for
+ * pool_idle_timeout (its deadline). */
+static void pool_idle_event_cb(struct conn *conn, short what, void *arg)
 {
 	struct pool_idle *idle = arg;
 
 	pool_close(idle->pool, idle);
 }
 
-static void pool_idle_timeout_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct pool_idle *idle = arg;
-
-	pool_close(idle->pool, idle);
-}
-
-void pool_put(struct pool *pool, const char *key, struct bufferevent *bev, unsigned max_idle,
+void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned max_idle,
 	      uint64_t idle_timeout_ms)
 {
 	struct pool_upstream *u = pool_find(pool, key, 1);
 	struct pool_idle *idle;
-	struct timeval tv = timeval_from_ms(idle_timeout_ms);
 
 	if (u->idle_count >= max_idle) {
-		bufferevent_free(bev);
+		conn_free(conn);
 		if (pool->closed != NULL)
 			pool->closed(pool->closed_arg);
 		return;
 	}
-	idle = xcalloc(1, sizeof(*idle));
+	idle = xmalloc(sizeof(*idle));
 	idle->pool = pool;
 	idle->upstream = u;
-	idle->bev = bev;
-	idle->timer = evtimer_new(pool->base, pool_idle_timeout_cb, idle);
-	evtimer_add(idle->timer, &tv);
+	idle->conn = conn;
 	TAILQ_INSERT_HEAD(&u->idle, idle, link);
 	u->idle_count++;
 	pool->idle_count++;
-	bufferevent_setcb(bev, pool_idle_read_cb, NULL, pool_idle_event_cb, idle);
-	bufferevent_set_timeouts(bev, NULL, NULL);
-	bufferevent_disable(bev, EV_WRITE);
-	bufferevent_enable(bev, EV_READ);
+	conn_setcb(conn, pool_idle_read_cb, NULL, pool_idle_event_cb, idle);
+	conn_set_timeouts(conn, 0, 0);
+	conn_set_deadline(conn, idle_timeout_ms);
+	conn_read_enable(conn, true);
 }
 
-struct bufferevent *pool_take(struct pool *pool, const char *key)
+struct conn *pool_take(struct pool *pool, const char *key)
 {
 	struct pool_upstream *u = pool_find(pool, key, 0);
 

@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-struct bufferevent;
+struct conn;
 struct event_base;
 struct pool;
 
@@ -21,13 +21,14 @@ struct pool *pool_new(struct event_base *base, pool_closed_cb closed, void *arg)
 /* Close every idle connection and free the pool. */
 void pool_free(struct pool *pool);
 
-/* Keep bev idle under key; closed at once if key already holds max_idle. */
-void pool_put(struct pool *pool, const char *key, struct bufferevent *bev, unsigned max_idle,
+/* Keep conn idle under key; closed at once if key already holds max_idle. */
+void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned max_idle,
 	      uint64_t idle_timeout_ms);
 
-/* The most recently idled connection for key, or NULL. Its callbacks are
- * cleared and reading is disabled; the caller owns it. */
-struct bufferevent *pool_take(struct pool *pool, const char *key);
+/* The most recently idled connection for key, or NULL; the caller owns it.
+ * Its callbacks are cleared but reading stays on, so that taking it costs
+ * no syscall: give it callbacks before returning to the loop. */
+struct conn *pool_take(struct pool *pool, const char *key);
 
 /* Idle connections held now, over all keys. */
 unsigned pool_idle_count(const struct pool *pool);

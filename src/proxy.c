@@ -9,6 +9,7 @@
 
 #include "admin.h"
 #include "client.h"
+#include "conn.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
@@ -86,14 +87,15 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	struct proxy *proxy = xcalloc(1, sizeof(*proxy));
 
 	*bind_failed = false;
-	proxy->base = event_base_new();
-	if (proxy->base == NULL) {
+	proxy->loop = conn_loop_new();
+	if (proxy->loop == NULL) {
 		log_error("cannot create the event loop");
 		free(proxy);
 		config_release(config);
 		*bind_failed = true;
 		return NULL;
 	}
+	proxy->base = conn_loop_base(proxy->loop);
 	proxy->config = config;
 	retry_rng_seed(&proxy->rng);
 	proxy->metrics = metrics_new();
@@ -133,7 +135,7 @@ void proxy_free(struct proxy *proxy)
 	metrics_free(proxy->metrics);
 	retry_budget_book_free(proxy->budgets);
 	config_release(proxy->config);
-	event_base_free(proxy->base);
+	conn_loop_free(proxy->loop);
 	free(proxy);
 }
 
@@ -148,10 +150,16 @@ static void proxy_notify_ready(const struct proxy *proxy, const char *what)
 	notify_ready(status);
 }
 
+/* The end of each loop pass, after connections wrote their output. */
+static void proxy_pass_end(void *arg)
+{
+	(void)arg;
+}
+
 void proxy_run(struct proxy *proxy)
 {
 	proxy_notify_ready(proxy, "serving");
-	event_base_dispatch(proxy->base);
+	conn_loop_run(proxy->loop, proxy_pass_end, proxy);
 }
 
 /* Load path or the embedded default; the errors go through the log one per

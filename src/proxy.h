@@ -12,6 +12,7 @@
 #include "config.h"
 #include "retry.h"
 
+struct conn_loop;
 struct event_base;
 struct evdns_base;
 struct event;
@@ -25,7 +26,8 @@ struct admin;
 struct retry_budget_book;
 
 struct proxy {
-	struct event_base *base;
+	struct conn_loop *loop;      /* the event loop; its passes end with output written */
+	struct event_base *base;     /* the loop's event base */
 	struct evdns_base *dns;
 	struct config *config;       /* live config; connections hold the one they started under */
 	struct tls_store *tls;

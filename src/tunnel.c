@@ -1,13 +1,12 @@
 #include "tunnel.h"
 
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "conn.h"
 #include "log.h"
 #include "proxy.h"
 #include "xmalloc.h"
@@ -20,7 +19,7 @@
 /* One direction of the tunnel. */
 struct tunnel_side {
 	struct tunnel *tunnel;
-	struct bufferevent *bev;
+	struct conn *conn;
 	struct tunnel_side *peer;
 	bool eof;        /* this side sent EOF */
 };
@@ -46,8 +45,8 @@ void tunnel_close(struct tunnel *tunnel)
 	struct proxy *proxy = tunnel->proxy;
 
 	LIST_REMOVE(tunnel, link);
-	bufferevent_free(tunnel->client.bev);
-	bufferevent_free(tunnel->upstream.bev);
+	conn_free(tunnel->client.conn);
+	conn_free(tunnel->upstream.conn);
 	proxy->upstream_count--;
 	event_free(tunnel->idle_timer);
 	free(tunnel);
@@ -61,27 +60,26 @@ static void tunnel_maybe_close(struct tunnel *tunnel)
 	struct tunnel_side *c = &tunnel->client;
 	struct tunnel_side *u = &tunnel->upstream;
 
-	if ((c->eof || u->eof) &&
-	    evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
-	    evbuffer_get_length(bufferevent_get_output(u->bev)) == 0)
+	if ((c->eof || u->eof) && conn_output_length(c->conn) == 0 &&
+	    conn_output_length(u->conn) == 0)
 		tunnel_close(tunnel);
 }
 
 /* Move what one side sent to the other; stop reading it while the other
  * side's output is full. */
-static void tunnel_read_cb(struct bufferevent *bev, void *arg)
+static void tunnel_read_cb(struct conn *conn, void *arg)
 {
 	struct tunnel_side *side = arg;
-	struct evbuffer *out = bufferevent_get_output(side->peer->bev);
+	struct evbuffer *out = conn_output(side->peer->conn);
 
 	tunnel_touch(side->tunnel);
-	evbuffer_add_buffer(out, bufferevent_get_input(bev));
+	evbuffer_add_buffer(out, conn_input(conn));
 	if (evbuffer_get_length(out) >= TUNNEL_HIGH)
-		bufferevent_disable(bev, EV_READ);
+		conn_read_enable(conn, false);
 }
 
 /* A side's output drained: read from its peer again, or finish closing. */
-static void tunnel_write_cb(struct bufferevent *bev, void *arg)
+static void tunnel_write_cb(struct conn *conn, void *arg)
 {
 	struct tunnel_side *side = arg;
 
@@ -90,26 +88,26 @@ static void tunnel_write_cb(struct bufferevent *bev, void *arg)
 		tunnel_maybe_close(side->tunnel);
 		return;
 	}
-	bufferevent_enable(side->peer->bev, EV_READ);
+	conn_read_enable(side->peer->conn, true);
 }
 
-static void tunnel_event_cb(struct bufferevent *bev, short what, void *arg)
+static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 {
 	struct tunnel_side *side = arg;
 	struct tunnel *tunnel = side->tunnel;
 
-	if (what & BEV_EVENT_ERROR) {
+	if (what & (CONN_ERROR | CONN_TIMEOUT)) {
 		tunnel_close(tunnel);
 		return;
 	}
-	if (what & BEV_EVENT_EOF) {
+	if (what & CONN_EOF) {
 		/* pass on what is left, then close once it is written: either
 		 * side's close ends the tunnel */
 		side->eof = true;
-		evbuffer_add_buffer(bufferevent_get_output(side->peer->bev), bufferevent_get_input(bev));
-		bufferevent_disable(bev, EV_READ);
-		bufferevent_disable(side->peer->bev, EV_READ);
-		bufferevent_setwatermark(side->peer->bev, EV_WRITE, 0, 0);
+		evbuffer_add_buffer(conn_output(side->peer->conn), conn_input(conn));
+		conn_read_enable(conn, false);
+		conn_read_enable(side->peer->conn, false);
+		conn_set_output_low(side->peer->conn, 0);
 		tunnel_maybe_close(tunnel);
 	}
 }
@@ -123,19 +121,20 @@ static void tunnel_idle_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Wire one side's callbacks and marks. */
-static void tunnel_side_init(struct tunnel *tunnel, struct tunnel_side *side,
-			     struct bufferevent *bev, struct tunnel_side *peer)
+static void tunnel_side_init(struct tunnel *tunnel, struct tunnel_side *side, struct conn *conn,
+			     struct tunnel_side *peer)
 {
 	side->tunnel = tunnel;
-	side->bev = bev;
+	side->conn = conn;
 	side->peer = peer;
-	bufferevent_setcb(bev, tunnel_read_cb, tunnel_write_cb, tunnel_event_cb, side);
-	bufferevent_setwatermark(bev, EV_READ, 0, TUNNEL_HIGH);
-	bufferevent_setwatermark(bev, EV_WRITE, TUNNEL_LOW, 0);
-	bufferevent_set_timeouts(bev, NULL, NULL);
+	conn_setcb(conn, tunnel_read_cb, tunnel_write_cb, tunnel_event_cb, side);
+	conn_set_input_limit(conn, TUNNEL_HIGH);
+	conn_set_output_low(conn, TUNNEL_LOW);
+	conn_set_timeouts(conn, 0, 0);
+	conn_set_deadline(conn, 0);
 }
 
-void tunnel_new(struct proxy *proxy, struct bufferevent *client, struct bufferevent *upstream,
+void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 		uint64_t idle_timeout_ms)
 {
 	struct tunnel *tunnel = xcalloc(1, sizeof(*tunnel));
@@ -147,10 +146,10 @@ void tunnel_new(struct proxy *proxy, struct bufferevent *client, struct bufferev
 	tunnel_side_init(tunnel, &tunnel->upstream, upstream, &tunnel->client);
 	LIST_INSERT_HEAD(&proxy->tunnels, tunnel, link);
 	tunnel_touch(tunnel);
-	bufferevent_enable(client, EV_READ | EV_WRITE);
-	bufferevent_enable(upstream, EV_READ | EV_WRITE);
+	conn_read_enable(client, true);
+	conn_read_enable(upstream, true);
 	/* the client may have sent its first bytes (a TLS ClientHello) with the
 	 * CONNECT request */
-	if (evbuffer_get_length(bufferevent_get_input(client)) > 0)
+	if (evbuffer_get_length(conn_input(client)) > 0)
 		tunnel_read_cb(client, &tunnel->client);
 }

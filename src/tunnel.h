@@ -6,12 +6,12 @@
 
 #include <stdint.h>
 
-struct bufferevent;
+struct conn;
 struct proxy;
 struct tunnel;
 
 /* Take over both connections; the tunnel counts as one connection. */
-void tunnel_new(struct proxy *proxy, struct bufferevent *client, struct bufferevent *upstream,
+void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 		uint64_t idle_timeout_ms);
 
 /* Close a tunnel now (shutdown). */

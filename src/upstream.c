@@ -7,13 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/util.h>
 #include <openssl/err.h>
 
+#include "conn.h"
 #include "log.h"
 #include "proxy.h"
 #include "tls.h"
@@ -33,7 +32,7 @@ struct upstream_connect {
 	struct evdns_getaddrinfo_request *dns_request;
 	struct evutil_addrinfo *addresses; /* from the resolver */
 	struct evutil_addrinfo *next_address;
-	struct bufferevent *bev;         /* the connection being made */
+	struct conn *conn;               /* the connection being made */
 	struct event *timer;             /* connect_timeout for the whole attempt */
 	struct event *step;              /* defers results that arrive synchronously */
 	enum upstream_failure last_failure;
@@ -78,8 +77,8 @@ static void upstream_connect_free(struct upstream_connect *uc)
 		evdns_getaddrinfo_cancel(uc->dns_request);
 	if (uc->addresses != NULL)
 		evutil_freeaddrinfo(uc->addresses);
-	if (uc->bev != NULL) {
-		bufferevent_free(uc->bev);
+	if (uc->conn != NULL) {
+		conn_free(uc->conn);
 		uc->proxy->upstream_count--;
 	}
 	event_free(uc->timer);
@@ -91,7 +90,7 @@ static void upstream_connect_free(struct upstream_connect *uc)
 }
 
 /* Report the outcome and end the attempt. */
-static void upstream_connect_finish(struct upstream_connect *uc, struct bufferevent *bev,
+static void upstream_connect_finish(struct upstream_connect *uc, struct conn *conn,
 				    enum upstream_failure failure, const char *reason)
 {
 	upstream_connect_cb cb = uc->cb;
@@ -99,61 +98,46 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct bufferev
 	char copy[sizeof(uc->reason)];
 
 	snprintf(copy, sizeof(copy), "%s", reason);
-	if (bev != NULL)
-		uc->bev = NULL; /* the caller's now */
+	if (conn != NULL)
+		uc->conn = NULL; /* the caller's now */
 	upstream_connect_free(uc);
-	cb(bev, failure, copy, arg);
+	cb(conn, failure, copy, arg);
 }
 
 static void upstream_try_next_address(struct upstream_connect *uc);
 
 /* Connected (for https: handshake done), or failed. */
-static void upstream_event_cb(struct bufferevent *bev, short what, void *arg)
+static void upstream_event_cb(struct conn *conn, short what, void *arg)
 {
 	struct upstream_connect *uc = arg;
 
-	if (what & BEV_EVENT_CONNECTED) {
-		int one = 1;
-
-		setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
-		upstream_connect_finish(uc, bev, UPSTREAM_OK, "connected");
+	if (what & CONN_CONNECTED) {
+		conn_setcb(conn, NULL, NULL, NULL, NULL);
+		upstream_connect_finish(uc, conn, UPSTREAM_OK, "connected");
 		return;
 	}
-	if (uc->endpoint.tls) {
-		SSL *ssl = bufferevent_openssl_get_ssl(bev);
-		unsigned long ssl_error = bufferevent_get_openssl_error(bev);
-		int sock_error = EVUTIL_SOCKET_ERROR();
+	if (what & CONN_HANDSHAKE) {
 		bool verify_failed = false;
 
-		/* A TCP-level failure before the handshake started is a connect
-		 * failure; anything once TLS bytes flowed is the handshake's. */
-		if (ssl_error == 0 && (what & BEV_EVENT_ERROR) && sock_error != 0 &&
-		    SSL_get_state(ssl) == TLS_ST_BEFORE) {
-			uc->last_failure = UPSTREAM_FAIL_REFUSED;
-			snprintf(uc->reason, sizeof(uc->reason), "%s",
-				 evutil_socket_error_to_string(sock_error));
-		} else {
-			tls_failure_reason(ssl, ssl_error, &verify_failed, uc->reason,
-					   sizeof(uc->reason));
-			ERR_clear_error();
-			if (verify_failed) {
-				upstream_connect_finish(uc, NULL, UPSTREAM_FAIL_TLS_VERIFY,
-							uc->reason);
-				return;
-			}
-			uc->last_failure = UPSTREAM_FAIL_TLS_HANDSHAKE;
+		tls_failure_reason(conn_ssl(conn), conn_tls_error(conn), &verify_failed, uc->reason,
+				   sizeof(uc->reason));
+		ERR_clear_error();
+		if (verify_failed) {
+			upstream_connect_finish(uc, NULL, UPSTREAM_FAIL_TLS_VERIFY, uc->reason);
+			return;
 		}
+		uc->last_failure = UPSTREAM_FAIL_TLS_HANDSHAKE;
 	} else {
-		int sock_error = EVUTIL_SOCKET_ERROR();
+		int sock_error = conn_error(conn);
 
+		/* refused, unreachable, or reset before the connection was made */
 		uc->last_failure = UPSTREAM_FAIL_REFUSED;
 		snprintf(uc->reason, sizeof(uc->reason), "%s",
 			 sock_error != 0 ? evutil_socket_error_to_string(sock_error)
 					 : "connection closed");
 	}
-	bufferevent_free(uc->bev);
-	uc->bev = NULL;
+	conn_free(uc->conn);
+	uc->conn = NULL;
 	uc->proxy->upstream_count--;
 	upstream_try_next_address(uc);
 }
@@ -162,8 +146,7 @@ static void upstream_event_cb(struct bufferevent *bev, short what, void *arg)
 static void upstream_try_next_address(struct upstream_connect *uc)
 {
 	struct evutil_addrinfo *ai = uc->next_address;
-	struct event_base *base = uc->proxy->base;
-	int options = BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS;
+	SSL *ssl = NULL;
 
 	if (ai == NULL) {
 		upstream_connect_finish(uc, NULL, uc->last_failure, uc->reason);
@@ -172,42 +155,25 @@ static void upstream_try_next_address(struct upstream_connect *uc)
 	uc->next_address = ai->ai_next;
 	if (uc->endpoint.tls) {
 		char err[UPSTREAM_REASON_MAX];
-		SSL *ssl = tls_client_new(uc->proxy->tls, &uc->tls, uc->host, uc->session_key,
-					  err, sizeof(err));
 
+		ssl = tls_client_new(uc->proxy->tls, &uc->tls, uc->host, uc->session_key, err,
+				     sizeof(err));
 		if (ssl == NULL) {
 			upstream_connect_finish(uc, NULL, UPSTREAM_FAIL_TLS_HANDSHAKE, err);
 			return;
 		}
-		uc->bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
-							 options);
-		if (uc->bev == NULL) {
-			SSL_free(ssl);
-			upstream_connect_finish(uc, NULL, UPSTREAM_FAIL_REFUSED,
-						"cannot create a connection");
-			return;
-		}
-		/* Many servers close without close_notify; the framing of each
-		 * response, not the TLS close, says whether a body is whole. */
-		bufferevent_openssl_set_allow_dirty_shutdown(uc->bev, 1);
-	} else {
-		uc->bev = bufferevent_socket_new(base, -1, options);
+	}
+	uc->conn = conn_connect(uc->proxy->loop, ai->ai_addr, (socklen_t)ai->ai_addrlen, ssl);
+	if (uc->conn == NULL) {
+		uc->last_failure = UPSTREAM_FAIL_REFUSED;
+		snprintf(uc->reason, sizeof(uc->reason), "%s", evutil_socket_error_to_string(errno));
+		/* the connect may fail at once (e.g. no fds left); go on from the
+		 * loop, not from inside the caller's stack */
+		event_active(uc->step, 0, 0);
+		return;
 	}
 	uc->proxy->upstream_count++;
-	bufferevent_setcb(uc->bev, NULL, NULL, upstream_event_cb, uc);
-	if (bufferevent_socket_connect(uc->bev, ai->ai_addr, (int)ai->ai_addrlen) < 0) {
-		int sock_error = EVUTIL_SOCKET_ERROR();
-
-		uc->last_failure = UPSTREAM_FAIL_REFUSED;
-		snprintf(uc->reason, sizeof(uc->reason), "%s",
-			 evutil_socket_error_to_string(sock_error));
-		bufferevent_free(uc->bev);
-		uc->bev = NULL;
-		uc->proxy->upstream_count--;
-		/* bufferevent_socket_connect may fail at once (e.g. no fds left);
-		 * go on from the loop, not from inside the caller's stack */
-		event_active(uc->step, 0, 0);
-	}
+	conn_setcb(uc->conn, NULL, NULL, upstream_event_cb, uc);
 }
 
 static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)

@@ -12,7 +12,7 @@
 
 #include "config.h"
 
-struct bufferevent;
+struct conn;
 struct proxy;
 struct upstream_connect;
 
@@ -32,9 +32,9 @@ struct upstream_endpoint {
 	uint16_t port;
 };
 
-/* Called once: with a connected bufferevent (now the caller's, callbacks
- * unset, disabled) and UPSTREAM_OK, or with NULL, a failure and a reason. */
-typedef void (*upstream_connect_cb)(struct bufferevent *bev, enum upstream_failure failure,
+/* Called once: with a connected conn (now the caller's, callbacks unset,
+ * not reading) and UPSTREAM_OK, or with NULL, a failure and a reason. */
+typedef void (*upstream_connect_cb)(struct conn *conn, enum upstream_failure failure,
 				    const char *reason, void *arg);
 
 /* Start connecting; the callback never runs before this returns. tls is

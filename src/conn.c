@@ -1,0 +1,895 @@
+#include "conn.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <openssl/err.h>
+
+#include "timeval.h"
+#include "xmalloc.h"
+
+/* Read sizes adapt to each connection's traffic between these bounds; each
+ * is a power of two minus room for libevent's chain header, so a read buffer
+ * is one allocation of a power of two. */
+#define CONN_READ_MIN (1024 - 64)
+#define CONN_READ_START (4096 - 64)
+#define CONN_READ_MAX (256 * 1024 - 64)
+
+/* A read that overflows the connection's read size lands here and is copied
+ * in; the read size then grows so that the next one does not. */
+#define CONN_SCRATCH_SIZE (64 * 1024)
+
+#define CONN_WRITE_IOVECS 64        /* buffer pieces per writev */
+#define CONN_TLS_WRITE (16 * 1024)  /* one TLS record's worth per SSL_write */
+#define CONN_TLS_READ_BUDGET (256 * 1024) /* per readiness event, so one peer cannot hog a pass */
+
+struct conn_loop {
+	struct event_base *base;
+	LIST_HEAD(, conn) pass; /* output queued, input to recheck, or a read to replay */
+	bool flushing;          /* inside conn_loop_pass_end */
+};
+
+struct conn {
+	struct conn_loop *loop;
+	int fd;
+	SSL *ssl;
+	struct evbuffer *input;
+	struct evbuffer *output;
+	struct event *io;              /* registered for io_events */
+	short io_events;               /* EV_READ and EV_WRITE as registered now */
+	short handshake_wants;         /* EV_READ or EV_WRITE for the TLS handshake */
+	struct event *timer;           /* made on first use: timeouts and the deadline */
+	uint64_t timer_at;             /* when the pending timer fires, 0 when none is */
+	conn_data_cb read_cb;
+	conn_data_cb write_cb;
+	conn_event_cb event_cb;
+	void *arg;
+	size_t input_limit;
+	size_t output_low;
+	size_t read_size;              /* the next read's buffer */
+	size_t tls_write_len;          /* an SSL_write to repeat with this length */
+	uint64_t read_timeout_ms;
+	uint64_t write_timeout_ms;
+	uint64_t deadline_at;
+	uint64_t read_active_at;       /* last read, or when reading started */
+	uint64_t write_active_at;      /* last write, or when writing blocked */
+	int error;
+	unsigned long tls_error;
+	unsigned busy;                 /* callbacks on the stack: freeing waits for them */
+	bool reading;                  /* conn_read_enable(true) */
+	bool eof;                      /* the peer closed: nothing more to read */
+	bool pending_eof;              /* TLS: the close came with data; report it next */
+	bool connecting;
+	bool handshaking;
+	bool write_blocked;            /* the kernel's buffer is full: waiting to be writable */
+	bool tls_write_wants_read;     /* an SSL_write waits for the peer's bytes */
+	bool tls_read_wants_write;     /* an SSL_read waits to write */
+	bool read_again;               /* call the read callback at the end of the pass */
+	bool shutdown_pending;         /* FIN once the output is written */
+	bool failed;                   /* an error was reported: no more I/O */
+	bool freed;                    /* conn_free during a callback: free when it returns */
+	bool reset_on_free;
+	bool in_pass;
+	LIST_ENTRY(conn) pass_link;
+};
+
+static unsigned char conn_scratch[CONN_SCRATCH_SIZE];
+
+static void conn_io_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Milliseconds on a clock that never jumps; coarse is enough for timeouts. */
+static uint64_t conn_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+struct conn_loop *conn_loop_new(void)
+{
+	struct event_config *cfg = event_config_new();
+	struct conn_loop *loop;
+	struct event_base *base;
+
+	/* interest added and removed within one pass then costs no syscall */
+	event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+	base = event_base_new_with_config(cfg);
+	event_config_free(cfg);
+	if (base == NULL)
+		return NULL;
+	loop = xcalloc(1, sizeof(*loop));
+	loop->base = base;
+	LIST_INIT(&loop->pass);
+	return loop;
+}
+
+void conn_loop_free(struct conn_loop *loop)
+{
+	if (loop == NULL)
+		return;
+	event_base_free(loop->base);
+	free(loop);
+}
+
+struct event_base *conn_loop_base(struct conn_loop *loop)
+{
+	return loop->base;
+}
+
+void conn_loop_run(struct conn_loop *loop, void (*pass_end)(void *), void *arg)
+{
+	for (;;) {
+		int r = event_base_loop(loop->base, EVLOOP_ONCE);
+
+		conn_loop_pass_end(loop);
+		if (pass_end != NULL)
+			pass_end(arg);
+		if (r != 0 || event_base_got_exit(loop->base) || event_base_got_break(loop->base))
+			break;
+	}
+}
+
+/* Look at conn when the pass ends. */
+static void conn_pass_add(struct conn *c)
+{
+	if (!c->in_pass) {
+		c->in_pass = true;
+		LIST_INSERT_HEAD(&c->loop->pass, c, pass_link);
+	}
+}
+
+/* Really free, once no callback of the conn is on the stack. */
+static void conn_destroy(struct conn *c)
+{
+	if (c->in_pass)
+		LIST_REMOVE(c, pass_link);
+	event_free(c->io);
+	if (c->timer != NULL)
+		event_free(c->timer);
+	if (c->ssl != NULL)
+		SSL_free(c->ssl);
+	if (c->fd >= 0) {
+		if (c->reset_on_free) {
+			struct linger hard = { .l_onoff = 1, .l_linger = 0 };
+
+			setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+		}
+		close(c->fd);
+	}
+	evbuffer_free(c->input);
+	evbuffer_free(c->output);
+	free(c);
+}
+
+/* A callback returned: finish a conn_free that happened inside it. Returns
+ * false when the conn is gone. */
+static bool conn_release(struct conn *c)
+{
+	c->busy--;
+	if (c->freed) {
+		if (c->busy == 0)
+			conn_destroy(c);
+		return false;
+	}
+	return true;
+}
+
+void conn_free(struct conn *c)
+{
+	if (c == NULL)
+		return;
+	if (c->busy > 0) {
+		/* a callback of this conn is running: stop all I/O now, free
+		 * when it returns */
+		c->freed = true;
+		event_del(c->io);
+		if (c->timer != NULL)
+			evtimer_del(c->timer);
+		if (c->in_pass) {
+			c->in_pass = false;
+			LIST_REMOVE(c, pass_link);
+		}
+		return;
+	}
+	conn_destroy(c);
+}
+
+void conn_free_reset(struct conn *c)
+{
+	c->reset_on_free = true;
+	conn_free(c);
+}
+
+/* Is the input at its limit? */
+static bool conn_input_full(const struct conn *c)
+{
+	return c->input_limit != 0 && evbuffer_get_length(c->input) >= c->input_limit;
+}
+
+/* The readiness the conn needs from the kernel now. */
+static short conn_wanted_events(const struct conn *c)
+{
+	short events = 0;
+
+	if (c->failed || c->freed)
+		return 0;
+	if (c->connecting)
+		return EV_WRITE;
+	if (c->handshaking)
+		return c->handshake_wants;
+	if ((c->reading && !c->eof && !conn_input_full(c)) || c->tls_write_wants_read)
+		events |= EV_READ;
+	if (c->write_blocked || c->tls_read_wants_write)
+		events |= EV_WRITE;
+	return events;
+}
+
+/* When the conn's earliest timeout or deadline falls, 0 for none. */
+static uint64_t conn_timer_due(const struct conn *c)
+{
+	uint64_t due = c->deadline_at;
+
+	if (c->read_timeout_ms != 0 && (c->io_events & EV_READ) && c->reading) {
+		uint64_t at = c->read_active_at + c->read_timeout_ms;
+
+		if (due == 0 || at < due)
+			due = at;
+	}
+	if (c->write_timeout_ms != 0 && c->write_blocked) {
+		uint64_t at = c->write_active_at + c->write_timeout_ms;
+
+		if (due == 0 || at < due)
+			due = at;
+	}
+	return due;
+}
+
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Make sure the timer fires no later than the earliest due time. It is not
+ * moved later when activity pushes a timeout out: it fires, finds nothing
+ * due, and is set again, so reads and writes never touch the timer heap. */
+static void conn_timer_schedule(struct conn *c)
+{
+	uint64_t due = conn_timer_due(c);
+	uint64_t now;
+	struct timeval tv;
+
+	if (c->freed || c->failed)
+		return;
+	if (due == 0 || (c->timer_at != 0 && c->timer_at <= due))
+		return;
+	if (c->timer == NULL)
+		c->timer = evtimer_new(c->loop->base, conn_timer_cb, c);
+	now = conn_now_ms();
+	tv = timeval_from_ms(due > now ? due - now : 0);
+	evtimer_add(c->timer, &tv);
+	c->timer_at = due;
+}
+
+/* Register what the conn needs now, if that changed. */
+static void conn_update_interest(struct conn *c)
+{
+	short want = conn_wanted_events(c);
+
+	if (want == c->io_events)
+		return;
+	if ((want & EV_READ) && !(c->io_events & EV_READ))
+		c->read_active_at = c->read_timeout_ms != 0 ? conn_now_ms() : 0;
+	event_del(c->io);
+	if (want != 0) {
+		event_assign(c->io, c->loop->base, c->fd, (short)(want | EV_PERSIST), conn_io_cb, c);
+		event_add(c->io, NULL);
+	}
+	c->io_events = want;
+	conn_timer_schedule(c);
+}
+
+/* Report an event; false when the callback freed the conn. */
+static bool conn_report(struct conn *c, short what)
+{
+	if (c->event_cb == NULL)
+		return true;
+	c->busy++;
+	c->event_cb(c, what, c->arg);
+	return conn_release(c);
+}
+
+/* Stop all I/O after an error and report it. */
+static void conn_fail(struct conn *c, short what, int error)
+{
+	c->failed = true;
+	c->error = error;
+	conn_update_interest(c);
+	conn_report(c, (short)(CONN_ERROR | what));
+}
+
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+	uint64_t now = conn_now_ms();
+
+	c->timer_at = 0;
+	if (c->failed)
+		return;
+	if (c->deadline_at != 0 && now >= c->deadline_at) {
+		c->deadline_at = 0;
+		if (!conn_report(c, CONN_TIMEOUT))
+			return;
+	} else if (c->read_timeout_ms != 0 && (c->io_events & EV_READ) && c->reading &&
+		   now >= c->read_active_at + c->read_timeout_ms) {
+		c->read_active_at = now;
+		if (!conn_report(c, CONN_TIMEOUT | CONN_READING))
+			return;
+	} else if (c->write_timeout_ms != 0 && c->write_blocked &&
+		   now >= c->write_active_at + c->write_timeout_ms) {
+		c->write_active_at = now;
+		if (!conn_report(c, CONN_TIMEOUT | CONN_WRITING))
+			return;
+	}
+	conn_timer_schedule(c);
+}
+
+/* Plain read of up to room bytes: > 0 bytes added, 0 nothing yet, -1 EOF,
+ * -2 error (errno set). */
+static ssize_t conn_read_plain(struct conn *c, size_t room)
+{
+	struct evbuffer_iovec vec;
+	struct iovec iov[2];
+	size_t first;
+	int count = 1;
+	ssize_t n;
+
+	if (evbuffer_reserve_space(c->input, (ev_ssize_t)(c->read_size < room ? c->read_size : room),
+				   &vec, 1) < 1)
+		return -2;
+	first = vec.iov_len < room ? vec.iov_len : room;
+	iov[0].iov_base = vec.iov_base;
+	iov[0].iov_len = first;
+	if (room > first) {
+		iov[1].iov_base = conn_scratch;
+		iov[1].iov_len = room - first < sizeof(conn_scratch) ? room - first : sizeof(conn_scratch);
+		count = 2;
+	}
+	do {
+		n = readv(c->fd, iov, count);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -2;
+	if (n == 0)
+		return -1;
+	vec.iov_len = (size_t)n < first ? (size_t)n : first;
+	evbuffer_commit_space(c->input, &vec, 1);
+	if ((size_t)n > first) {
+		evbuffer_add(c->input, conn_scratch, (size_t)n - first);
+		if (c->read_size < CONN_READ_MAX)
+			c->read_size = (c->read_size + 64) * 2 - 64;
+	} else if ((size_t)n < c->read_size / 8 && c->read_size > CONN_READ_MIN) {
+		c->read_size = (c->read_size + 64) / 2 - 64;
+	}
+	return n;
+}
+
+/* TLS read of up to room bytes; same results as conn_read_plain. */
+static ssize_t conn_read_tls(struct conn *c, size_t room)
+{
+	size_t total = 0;
+	size_t budget = room < CONN_TLS_READ_BUDGET ? room : CONN_TLS_READ_BUDGET;
+
+	c->tls_read_wants_write = false;
+	while (total < budget) {
+		struct evbuffer_iovec vec;
+		size_t want = budget - total < c->read_size ? budget - total : c->read_size;
+		size_t got = 0;
+		int r;
+
+		if (evbuffer_reserve_space(c->input, (ev_ssize_t)want, &vec, 1) < 1)
+			return -2;
+		ERR_clear_error();
+		r = SSL_read_ex(c->ssl, vec.iov_base, vec.iov_len < want ? vec.iov_len : want, &got);
+		if (r == 1) {
+			vec.iov_len = got;
+			evbuffer_commit_space(c->input, &vec, 1);
+			total += got;
+			continue;
+		}
+		switch (SSL_get_error(c->ssl, r)) {
+		case SSL_ERROR_WANT_READ:
+			return (ssize_t)total;
+		case SSL_ERROR_WANT_WRITE:
+			c->tls_read_wants_write = true;
+			return (ssize_t)total;
+		case SSL_ERROR_ZERO_RETURN:
+			/* close_notify, or a close without it, which many servers
+			 * send: each response's framing says whether it is whole */
+			if (total > 0) {
+				c->pending_eof = true;
+				return (ssize_t)total;
+			}
+			return -1;
+		case SSL_ERROR_SYSCALL:
+			if (ERR_peek_error() == 0 && (errno == 0 || errno == ECONNRESET) && total > 0) {
+				c->pending_eof = errno == 0;
+				return (ssize_t)total;
+			}
+			if (ERR_peek_error() == 0 && errno == 0)
+				return -1;
+			if (total > 0)
+				return (ssize_t)total;
+			c->tls_error = ERR_get_error();
+			return -2;
+		default:
+			if (total > 0)
+				return (ssize_t)total;
+			c->tls_error = ERR_get_error();
+			errno = 0;
+			return -2;
+		}
+	}
+	/* stopped by the budget: what SSL already decrypted will not wake the
+	 * loop, so come back at the end of the pass */
+	if (SSL_pending(c->ssl) > 0)
+		conn_pass_add(c);
+	return (ssize_t)total;
+}
+
+/* Read what is there and pass it on; EOF and errors are reported. */
+static void conn_read(struct conn *c)
+{
+	size_t room = SIZE_MAX;
+	ssize_t n;
+
+	if (c->input_limit != 0) {
+		size_t len = evbuffer_get_length(c->input);
+
+		if (len >= c->input_limit) {
+			conn_update_interest(c);
+			return;
+		}
+		room = c->input_limit - len;
+	}
+	n = c->ssl != NULL ? conn_read_tls(c, room) : conn_read_plain(c, room);
+	if (n > 0) {
+		if (c->read_timeout_ms != 0)
+			c->read_active_at = conn_now_ms();
+		if (c->read_cb != NULL) {
+			c->busy++;
+			c->read_cb(c, c->arg);
+			if (!conn_release(c))
+				return;
+		}
+		if (c->pending_eof) {
+			conn_pass_add(c);
+			return;
+		}
+		if (conn_input_full(c))
+			conn_update_interest(c);
+		return;
+	}
+	if (n == 0) {
+		conn_update_interest(c);
+		return;
+	}
+	if (n == -1) {
+		c->eof = true;
+		conn_update_interest(c);
+		conn_report(c, CONN_EOF | CONN_READING);
+		return;
+	}
+	conn_fail(c, CONN_READING, errno);
+}
+
+/* Plain write of the output: > 0 progress, 0 blocked with nothing written,
+ * -1 error. Sets write_blocked when the kernel's buffer is full. */
+static ssize_t conn_write_plain(struct conn *c)
+{
+	ssize_t written = 0;
+
+	for (;;) {
+		struct evbuffer_iovec vec[CONN_WRITE_IOVECS];
+		struct iovec iov[CONN_WRITE_IOVECS];
+		struct msghdr msg;
+		size_t attempted = 0;
+		int count = evbuffer_peek(c->output, -1, NULL, vec, CONN_WRITE_IOVECS);
+		int i;
+		ssize_t n;
+
+		if (count <= 0)
+			break;
+		if (count > CONN_WRITE_IOVECS)
+			count = CONN_WRITE_IOVECS;
+		for (i = 0; i < count; i++) {
+			iov[i].iov_base = vec[i].iov_base;
+			iov[i].iov_len = vec[i].iov_len;
+			attempted += vec[i].iov_len;
+		}
+		memset(&msg, 0, sizeof(msg));
+		msg.msg_iov = iov;
+		msg.msg_iovlen = (size_t)count;
+		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				c->write_blocked = true;
+				break;
+			}
+			return -1;
+		}
+		evbuffer_drain(c->output, (size_t)n);
+		written += n;
+		if ((size_t)n < attempted) {
+			/* a short write: the kernel's buffer is full */
+			c->write_blocked = true;
+			break;
+		}
+	}
+	return written;
+}
+
+/* TLS write of the output, record by record; same results as plain. */
+static ssize_t conn_write_tls(struct conn *c)
+{
+	ssize_t written = 0;
+
+	c->tls_write_wants_read = false;
+	for (;;) {
+		size_t len = evbuffer_get_length(c->output);
+		size_t n;
+		size_t done = 0;
+		unsigned char *data;
+		int r;
+
+		if (len == 0)
+			break;
+		/* a repeated SSL_write must ask for the same bytes again */
+		n = c->tls_write_len != 0 ? c->tls_write_len : (len < CONN_TLS_WRITE ? len : CONN_TLS_WRITE);
+		data = evbuffer_pullup(c->output, (ev_ssize_t)n);
+		ERR_clear_error();
+		r = SSL_write_ex(c->ssl, data, n, &done);
+		if (r == 1) {
+			c->tls_write_len = 0;
+			evbuffer_drain(c->output, done);
+			written += (ssize_t)done;
+			continue;
+		}
+		switch (SSL_get_error(c->ssl, r)) {
+		case SSL_ERROR_WANT_WRITE:
+			c->tls_write_len = n;
+			c->write_blocked = true;
+			return written;
+		case SSL_ERROR_WANT_READ:
+			c->tls_write_len = n;
+			c->tls_write_wants_read = true;
+			return written;
+		default:
+			c->tls_error = ERR_get_error();
+			if (errno == 0)
+				errno = EPIPE;
+			return -1;
+		}
+	}
+	return written;
+}
+
+/* Write what the output holds; report progress to the write callback. */
+static void conn_write(struct conn *c)
+{
+	bool was_blocked = c->write_blocked;
+	ssize_t n;
+
+	c->write_blocked = false;
+	n = c->ssl != NULL ? conn_write_tls(c) : conn_write_plain(c);
+	if (n < 0) {
+		conn_fail(c, CONN_WRITING, errno);
+		return;
+	}
+	if (c->write_timeout_ms != 0 && (n > 0 || (c->write_blocked && !was_blocked)))
+		c->write_active_at = conn_now_ms();
+	conn_update_interest(c);
+	if (n == 0)
+		return;
+	if (c->shutdown_pending && evbuffer_get_length(c->output) == 0) {
+		c->shutdown_pending = false;
+		shutdown(c->fd, SHUT_WR);
+	}
+	if (c->write_cb != NULL && evbuffer_get_length(c->output) <= c->output_low) {
+		c->busy++;
+		c->write_cb(c, c->arg);
+		conn_release(c);
+	}
+}
+
+/* The TLS handshake made progress, finished or failed. */
+static void conn_handshake(struct conn *c)
+{
+	int r;
+
+	ERR_clear_error();
+	r = SSL_do_handshake(c->ssl);
+	if (r == 1) {
+		c->handshaking = false;
+		conn_update_interest(c);
+		conn_report(c, CONN_CONNECTED);
+		return;
+	}
+	switch (SSL_get_error(c->ssl, r)) {
+	case SSL_ERROR_WANT_READ:
+		c->handshake_wants = EV_READ;
+		conn_update_interest(c);
+		return;
+	case SSL_ERROR_WANT_WRITE:
+		c->handshake_wants = EV_WRITE;
+		conn_update_interest(c);
+		return;
+	default:
+		c->tls_error = ERR_get_error();
+		ERR_clear_error();
+		conn_fail(c, CONN_HANDSHAKE, errno);
+		return;
+	}
+}
+
+/* The connect finished, one way or the other. */
+static void conn_connect_done(struct conn *c)
+{
+	int error = 0;
+	int one = 1;
+	socklen_t len = sizeof(error);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &error, &len) < 0)
+		error = errno;
+	if (error == EINPROGRESS)
+		return;
+	c->connecting = false;
+	if (error != 0) {
+		conn_fail(c, 0, error);
+		return;
+	}
+	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (c->ssl == NULL) {
+		conn_update_interest(c);
+		conn_report(c, CONN_CONNECTED);
+		return;
+	}
+	SSL_set_fd(c->ssl, c->fd);
+	SSL_set_connect_state(c->ssl);
+	c->handshaking = true;
+	conn_handshake(c);
+}
+
+static void conn_io_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+	struct conn_loop *loop = c->loop;
+	bool write_now, read_now;
+
+	c->busy++;
+	if (c->connecting) {
+		conn_connect_done(c);
+	} else if (c->handshaking) {
+		conn_handshake(c);
+	} else {
+		write_now = ((what & EV_WRITE) && c->write_blocked) ||
+			    ((what & EV_READ) && c->tls_write_wants_read);
+		if (write_now && !c->failed)
+			conn_write(c);
+		read_now = ((what & EV_WRITE) && c->tls_read_wants_write) ||
+			   ((what & EV_READ) && c->reading && !c->eof);
+		if (read_now && !c->failed && !c->freed)
+			conn_read(c);
+	}
+	conn_release(c);
+	/* what this event produced goes out now, not after the whole pass:
+	 * the peers can start on it while the pass goes on */
+	conn_loop_pass_end(loop);
+}
+
+/* The end-of-pass work for one conn: write, resume reading, replay. */
+static void conn_pass_one(struct conn *c)
+{
+	if (c->connecting || c->handshaking || c->failed)
+		return;
+	if (evbuffer_get_length(c->output) > 0 && !c->write_blocked) {
+		conn_write(c);
+		if (c->freed || c->failed)
+			return;
+	}
+	conn_update_interest(c);
+	if (c->pending_eof) {
+		c->pending_eof = false;
+		c->eof = true;
+		conn_update_interest(c);
+		conn_report(c, CONN_EOF | CONN_READING);
+		return;
+	}
+	if (c->read_again) {
+		c->read_again = false;
+		if (c->reading && c->read_cb != NULL && evbuffer_get_length(c->input) > 0)
+			c->read_cb(c, c->arg);
+		return;
+	}
+	if (c->ssl != NULL && c->reading && !c->eof && !conn_input_full(c) && SSL_pending(c->ssl) > 0)
+		conn_read(c);
+}
+
+void conn_loop_pass_end(struct conn_loop *loop)
+{
+	struct conn *c;
+
+	if (loop->flushing)
+		return;
+	loop->flushing = true;
+	while ((c = LIST_FIRST(&loop->pass)) != NULL) {
+		LIST_REMOVE(c, pass_link);
+		c->in_pass = false;
+		c->busy++;
+		conn_pass_one(c);
+		conn_release(c);
+	}
+	loop->flushing = false;
+}
+
+/* A conn around fd with empty buffers and no interest yet. */
+static struct conn *conn_alloc(struct conn_loop *loop, int fd)
+{
+	struct conn *c = xcalloc(1, sizeof(*c));
+
+	c->loop = loop;
+	c->fd = fd;
+	c->input = evbuffer_new();
+	c->output = evbuffer_new();
+	c->io = event_new(loop->base, fd, EV_PERSIST, conn_io_cb, c);
+	c->read_size = CONN_READ_START;
+	return c;
+}
+
+struct conn *conn_new(struct conn_loop *loop, int fd)
+{
+	evutil_make_socket_nonblocking(fd);
+	return conn_alloc(loop, fd);
+}
+
+struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, socklen_t len,
+			  SSL *ssl)
+{
+	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	struct conn *c;
+
+	if (fd < 0 || (connect(fd, addr, len) < 0 && errno != EINPROGRESS)) {
+		int error = errno;
+
+		if (fd >= 0)
+			close(fd);
+		if (ssl != NULL)
+			SSL_free(ssl);
+		errno = error;
+		return NULL;
+	}
+	c = conn_alloc(loop, fd);
+	if (ssl != NULL) {
+		c->ssl = ssl;
+		/* the bytes of a repeated SSL_write may have moved in the buffer */
+		SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+		/* a close without close_notify is an EOF like any other */
+		SSL_set_options(ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
+	}
+	c->connecting = true;
+	conn_update_interest(c);
+	return c;
+}
+
+void conn_setcb(struct conn *c, conn_data_cb read_cb, conn_data_cb write_cb,
+		conn_event_cb event_cb, void *arg)
+{
+	c->read_cb = read_cb;
+	c->write_cb = write_cb;
+	c->event_cb = event_cb;
+	c->arg = arg;
+}
+
+struct evbuffer *conn_input(struct conn *c)
+{
+	/* the caller may take bytes: a conn stopped at its input limit then
+	 * reads again */
+	if (c->input_limit != 0 && !(c->io_events & EV_READ) && c->reading)
+		conn_pass_add(c);
+	return c->input;
+}
+
+struct evbuffer *conn_output(struct conn *c)
+{
+	conn_pass_add(c);
+	return c->output;
+}
+
+size_t conn_output_length(const struct conn *c)
+{
+	return evbuffer_get_length(c->output);
+}
+
+void conn_read_enable(struct conn *c, bool on)
+{
+	if (c->reading == on)
+		return;
+	c->reading = on;
+	if (c->connecting || c->handshaking)
+		return;
+	conn_update_interest(c);
+	/* TLS bytes already decrypted will not wake the loop */
+	if (on && c->ssl != NULL && SSL_pending(c->ssl) > 0)
+		conn_pass_add(c);
+}
+
+void conn_read_again(struct conn *c)
+{
+	c->read_again = true;
+	conn_pass_add(c);
+}
+
+void conn_set_input_limit(struct conn *c, size_t bytes)
+{
+	if (c->input_limit == bytes)
+		return;
+	c->input_limit = bytes;
+	if (!c->connecting && !c->handshaking)
+		conn_pass_add(c);
+}
+
+void conn_set_output_low(struct conn *c, size_t bytes)
+{
+	c->output_low = bytes;
+}
+
+void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
+{
+	uint64_t now = (read_ms != 0 || write_ms != 0) ? conn_now_ms() : 0;
+
+	if (read_ms != c->read_timeout_ms)
+		c->read_active_at = now;
+	if (write_ms != c->write_timeout_ms)
+		c->write_active_at = now;
+	c->read_timeout_ms = read_ms;
+	c->write_timeout_ms = write_ms;
+	conn_timer_schedule(c);
+}
+
+void conn_set_deadline(struct conn *c, uint64_t ms)
+{
+	c->deadline_at = ms != 0 ? conn_now_ms() + ms : 0;
+	conn_timer_schedule(c);
+}
+
+void conn_shutdown_write(struct conn *c)
+{
+	if (evbuffer_get_length(c->output) == 0 && !c->connecting && !c->handshaking)
+		shutdown(c->fd, SHUT_WR);
+	else
+		c->shutdown_pending = true;
+}
+
+int conn_error(const struct conn *c)
+{
+	return c->error;
+}
+
+SSL *conn_ssl(struct conn *c)
+{
+	return c->ssl;
+}
+
+unsigned long conn_tls_error(const struct conn *c)
+{
+	return c->tls_error;
+}

@@ -1,0 +1,131 @@
+#ifndef RETRYPROXY_CONN_H
+#define RETRYPROXY_CONN_H
+
+/*
+ * One non-blocking socket, plain or TLS, with an input and an output
+ * evbuffer: the proxy's own buffered connection, built on libevent's event
+ * and evbuffer layers rather than on bufferevents so that a request costs as
+ * few syscalls as possible:
+ * - read interest stays registered while reading is on, so passing a
+ *   connection between a client, an exchange and the pool costs no
+ *   epoll_ctl;
+ * - a read takes what the kernel has in one call into a buffer sized from
+ *   the connection's recent reads (no FIONREAD, no 4 KiB cap);
+ * - output queued during an event-loop pass is written when the pass ends,
+ *   in one writev per connection; write interest is registered only when
+ *   the kernel's buffer is full;
+ * - timeouts are checked lazily by one timer per connection that is re-armed
+ *   when it fires, not on every read or write.
+ *
+ * Callbacks never run inside a conn_* call, only from the event loop (a read,
+ * a connect, a timeout) or from conn_loop_pass_end() (writes and their
+ * outcome), so a caller never sees its own state change under it.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <openssl/ssl.h>
+
+struct conn;
+struct conn_loop;
+struct event_base;
+struct evbuffer;
+
+/* What an event callback reports; READING or WRITING says which side. */
+#define CONN_EOF 0x01       /* the peer closed its side */
+#define CONN_ERROR 0x02     /* the socket or TLS failed; conn_error() says why */
+#define CONN_TIMEOUT 0x04   /* a read or write timeout, or with neither flag the deadline */
+#define CONN_CONNECTED 0x08 /* an outgoing connection (and its TLS handshake) is ready */
+#define CONN_READING 0x10
+#define CONN_WRITING 0x20
+#define CONN_HANDSHAKE 0x40 /* the error happened in the TLS handshake */
+
+typedef void (*conn_data_cb)(struct conn *conn, void *arg);
+typedef void (*conn_event_cb)(struct conn *conn, short what, void *arg);
+
+/* An event loop whose passes end with every connection's queued output
+ * written. Its event base uses epoll's changelist, so interest changes made
+ * and undone within a pass cost no syscall. */
+struct conn_loop *conn_loop_new(void);
+void conn_loop_free(struct conn_loop *loop);
+struct event_base *conn_loop_base(struct conn_loop *loop);
+
+/* Run until event_base_loopexit(): each pass runs the ready callbacks, then
+ * writes queued output, then calls pass_end (NULL: none). */
+void conn_loop_run(struct conn_loop *loop, void (*pass_end)(void *), void *arg);
+
+/* Write what connections queued in this pass and handle what follows from
+ * it (callbacks included). conn_loop_run calls it after every pass. */
+void conn_loop_pass_end(struct conn_loop *loop);
+
+/* Take over a connected socket (accepted, or connected by someone else).
+ * Reading is off until conn_read_enable(). */
+struct conn *conn_new(struct conn_loop *loop, int fd);
+
+/* Start a non-blocking connection to addr; with ssl the TLS client handshake
+ * follows. The event callback reports CONN_CONNECTED or CONN_ERROR (with
+ * CONN_HANDSHAKE for TLS failures). NULL when the socket cannot even be made
+ * or the connect fails at once; errno says why. ssl is the conn's either way
+ * (freed with it, or at once on failure). */
+struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, socklen_t len,
+			  SSL *ssl);
+
+/* Close the socket and free everything; safe inside the conn's own callbacks. */
+void conn_free(struct conn *conn);
+
+/* Close with a TCP reset instead of a FIN, so that a peer reading a body
+ * whose end is its close sees an error, not a complete body. */
+void conn_free_reset(struct conn *conn);
+
+void conn_setcb(struct conn *conn, conn_data_cb read_cb, conn_data_cb write_cb,
+		conn_event_cb event_cb, void *arg);
+
+/* The bytes read and not yet taken. Looking at it lets a connection that
+ * stopped reading at its input limit read again once the pass ends. */
+struct evbuffer *conn_input(struct conn *conn);
+
+/* The bytes to send: whatever is added is written when this pass ends. */
+struct evbuffer *conn_output(struct conn *conn);
+
+size_t conn_output_length(const struct conn *conn);
+
+/* Reading on or off (backpressure). Turning it on does not call the read
+ * callback for bytes already in the input; conn_read_again() does. */
+void conn_read_enable(struct conn *conn, bool on);
+
+/* Call the read callback from the loop for what the input already holds
+ * (a pipelined request), without waiting for new bytes. */
+void conn_read_again(struct conn *conn);
+
+/* Stop reading while the input holds this much or more (0: no limit);
+ * reading resumes once it is taken below that. */
+void conn_set_input_limit(struct conn *conn, size_t bytes);
+
+/* Call the write callback after each write that leaves at most this much
+ * queued (0: only when everything is written). */
+void conn_set_output_low(struct conn *conn, size_t bytes);
+
+/* Idle timeouts in milliseconds, 0 for none: no byte read for read_ms while
+ * reading is on, or no byte written for write_ms while output waits. */
+void conn_set_timeouts(struct conn *conn, uint64_t read_ms, uint64_t write_ms);
+
+/* A deadline ms from now (0: none), reported as CONN_TIMEOUT alone,
+ * whatever the traffic. */
+void conn_set_deadline(struct conn *conn, uint64_t ms);
+
+/* Send FIN once the output is written (at once when it is empty). */
+void conn_shutdown_write(struct conn *conn);
+
+/* The errno of the last CONN_ERROR (0 for TLS protocol errors). */
+int conn_error(const struct conn *conn);
+
+/* The TLS connection, or NULL for plain ones. */
+SSL *conn_ssl(struct conn *conn);
+
+/* The first OpenSSL error code of the last TLS failure, or 0. */
+unsigned long conn_tls_error(const struct conn *conn);
+
+#endif
