@@ -1,154 +1,238 @@
 #include "access_log.h"
 
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include <event2/buffer.h>
-
 #include "log.h"
+#include "xmalloc.h"
 
 /* The line being built. One buffer serves every line (lines are written
  * before control returns to the event loop) and grows to the longest line
  * seen, so a line is never cut and JSON lines always parse. */
 struct access_line {
-	struct evbuffer *buf;
+	char *data;
+	size_t len;
+	size_t cap;
 };
 
-static void access_line_printf(struct access_line *line, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+static struct access_line access_line_shared;
 
-static void access_line_printf(struct access_line *line, const char *fmt, ...)
+/* Make room for n more bytes and return where they go. */
+static char *access_line_room(struct access_line *line, size_t n)
 {
-	va_list ap;
+	if (line->data == NULL || line->cap - line->len < n) {
+		size_t cap = line->cap > 0 ? line->cap : 512;
 
-	va_start(ap, fmt);
-	evbuffer_add_vprintf(line->buf, fmt, ap);
-	va_end(ap);
+		while (cap - line->len < n)
+			cap *= 2;
+		line->data = xrealloc(line->data, cap);
+		line->cap = cap;
+	}
+	return line->data + line->len;
 }
 
-/* Append s so it stays one token in text (no spaces, quotes or controls) or
- * one JSON string body. */
+/* Append len bytes as they are. */
+static void access_line_bytes(struct access_line *line, const char *s, size_t len)
+{
+	memcpy(access_line_room(line, len), s, len);
+	line->len += len;
+}
+
+/* Append a NUL-terminated string as it is (a literal's length folds away). */
+static void access_line_str(struct access_line *line, const char *s)
+{
+	access_line_bytes(line, s, strlen(s));
+}
+
+/* Append v in decimal; digits are made back to front with no printf. */
+static void access_line_uint(struct access_line *line, uint64_t v)
+{
+	char digits[20];
+	size_t n = 0;
+
+	do {
+		digits[sizeof(digits) - ++n] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v != 0);
+	access_line_bytes(line, digits + sizeof(digits) - n, n);
+}
+
+/* Append v in decimal with its sign, as %d would. */
+static void access_line_int(struct access_line *line, int v)
+{
+	if (v < 0) {
+		access_line_bytes(line, "-", 1);
+		/* Through int64_t so INT_MIN negates without overflow. */
+		access_line_uint(line, (uint64_t)(-(int64_t)v));
+		return;
+	}
+	access_line_uint(line, (uint64_t)v);
+}
+
+/* Append s so it stays one token in text (no spaces, quotes or controls:
+ * %XX) or one JSON string body (\" \\ and \u00XX). */
 static void access_line_escaped(struct access_line *line, const char *s, size_t len, bool json)
 {
+	static const char upper[] = "0123456789ABCDEF";
+	static const char lower[] = "0123456789abcdef";
+	/* Room for the worst case up front keeps the loop free of checks. */
+	char *p = access_line_room(line, len * (json ? 6 : 3));
+	char *start = p;
 	size_t i;
 
 	for (i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)s[i];
 
-		if (json && (c == '"' || c == '\\'))
-			access_line_printf(line, "\\%c", c);
-		else if (c < 0x20 || c >= 0x7f || (!json && (c == ' ' || c == '"')))
-			access_line_printf(line, json ? "\\u%04x" : "%%%02X", c);
-		else
-			access_line_printf(line, "%c", c);
+		if (json && (c == '"' || c == '\\')) {
+			*p++ = '\\';
+			*p++ = (char)c;
+		} else if (c < 0x20 || c >= 0x7f || (!json && (c == ' ' || c == '"'))) {
+			if (json) {
+				memcpy(p, "\\u00", 4);
+				p[4] = lower[c >> 4];
+				p[5] = lower[c & 0xf];
+				p += 6;
+			} else {
+				p[0] = '%';
+				p[1] = upper[c >> 4];
+				p[2] = upper[c & 0xf];
+				p += 3;
+			}
+		} else {
+			*p++ = (char)c;
+		}
 	}
+	line->len += (size_t)(p - start);
 }
 
-/* "1.2s" or "250ms": the compact wait form of the retry trail. */
+/* "1.2s" or "250ms": the compact wait form of the retry trail. Waits come
+ * only with retries, so printf keeps its exact rounding for seconds. */
 static void access_line_wait(struct access_line *line, uint64_t ms)
 {
-	if (ms >= 1000)
-		access_line_printf(line, "%.1fs", (double)ms / 1000.0);
-	else
-		access_line_printf(line, "%llums", (unsigned long long)ms);
+	char seconds[48];
+
+	if (ms >= 1000) {
+		int n = snprintf(seconds, sizeof(seconds), "%.1fs", (double)ms / 1000.0);
+
+		access_line_bytes(line, seconds, (size_t)n);
+		return;
+	}
+	access_line_uint(line, ms);
+	access_line_bytes(line, "ms", 2);
 }
 
-/* The shared line buffer, made on first use. */
-static struct evbuffer *access_line_buffer(void)
-{
-	static struct evbuffer *buf;
-
-	if (buf == NULL)
-		buf = evbuffer_new();
-	return buf;
-}
-
-/* Write the finished line and empty the buffer for the next one. */
+/* Hand the finished line to the log and empty the buffer for the next one. */
 static void access_line_write(struct access_line *line)
 {
-	size_t len = evbuffer_get_length(line->buf);
-
-	log_write_line((const char *)evbuffer_pullup(line->buf, -1), len);
-	evbuffer_drain(line->buf, len);
+	log_write_line(line->data, line->len);
+	line->len = 0;
 }
 
+/* The text line: key=value tokens, the retry trail quoted. */
 static void access_log_text(const struct access_record *r)
 {
-	struct access_line line = { .buf = access_line_buffer() };
+	struct access_line *line = &access_line_shared;
 	size_t i;
 
-	access_line_printf(&line, "access client=%s method=", r->client);
-	access_line_escaped(&line, r->method, r->method_len, false);
-	access_line_printf(&line, " target=");
-	access_line_escaped(&line, r->target, r->target_len, false);
-	access_line_printf(&line, " route=%s status=%d attempts=%u bytes=%llu duration_ms=%llu tries=\"",
-			   r->route, r->status, r->attempts, (unsigned long long)r->bytes,
-			   (unsigned long long)r->duration_ms);
+	access_line_str(line, "access client=");
+	access_line_str(line, r->client);
+	access_line_str(line, " method=");
+	access_line_escaped(line, r->method, r->method_len, false);
+	access_line_str(line, " target=");
+	access_line_escaped(line, r->target, r->target_len, false);
+	access_line_str(line, " route=");
+	access_line_str(line, r->route);
+	access_line_str(line, " status=");
+	access_line_int(line, r->status);
+	access_line_str(line, " attempts=");
+	access_line_uint(line, r->attempts);
+	access_line_str(line, " bytes=");
+	access_line_uint(line, r->bytes);
+	access_line_str(line, " duration_ms=");
+	access_line_uint(line, r->duration_ms);
+	access_line_str(line, " tries=\"");
 	/* the retry trail: 503 -> wait 1.2s -> 503 -> wait 2.7s -> 200 */
 	if (r->try_count == 0)
-		access_line_printf(&line, "-");
+		access_line_str(line, "-");
 	for (i = 0; i < r->try_count; i++) {
 		const struct access_try *t = &r->tries[i];
 
 		if (t->error != NULL)
-			access_line_escaped(&line, t->error, strlen(t->error), false);
+			access_line_escaped(line, t->error, strlen(t->error), false);
 		else
-			access_line_printf(&line, "%d", t->status);
+			access_line_int(line, t->status);
 		if (i + 1 < r->try_count) {
-			access_line_printf(&line, " -> wait ");
-			access_line_wait(&line, t->wait_ms);
-			access_line_printf(&line, " -> ");
+			access_line_str(line, " -> wait ");
+			access_line_wait(line, t->wait_ms);
+			access_line_str(line, " -> ");
 		}
 	}
-	access_line_printf(&line, "\"");
-	if (r->gave_up != NULL)
-		access_line_printf(&line, " gave_up=%s", r->gave_up);
-	if (r->note != NULL) {
-		access_line_printf(&line, " note=");
-		access_line_escaped(&line, r->note, strlen(r->note), false);
+	access_line_str(line, "\"");
+	if (r->gave_up != NULL) {
+		access_line_str(line, " gave_up=");
+		access_line_str(line, r->gave_up);
 	}
-	access_line_write(&line);
+	if (r->note != NULL) {
+		access_line_str(line, " note=");
+		access_line_escaped(line, r->note, strlen(r->note), false);
+	}
+	access_line_write(line);
 }
 
+/* The JSON line: one object with stable keys, the tries as an array. */
 static void access_log_json(const struct access_record *r)
 {
-	struct access_line line = { .buf = access_line_buffer() };
+	struct access_line *line = &access_line_shared;
 	size_t i;
 
-	access_line_printf(&line, "{\"type\":\"access\",\"client\":\"%s\",\"method\":\"", r->client);
-	access_line_escaped(&line, r->method, r->method_len, true);
-	access_line_printf(&line, "\",\"target\":\"");
-	access_line_escaped(&line, r->target, r->target_len, true);
-	access_line_printf(&line, "\",\"route\":\"");
-	access_line_escaped(&line, r->route, strlen(r->route), true);
-	access_line_printf(&line,
-			   "\",\"status\":%d,\"attempts\":%u,\"bytes\":%llu,\"duration_ms\":%llu,\"tries\":[",
-			   r->status, r->attempts, (unsigned long long)r->bytes,
-			   (unsigned long long)r->duration_ms);
+	access_line_str(line, "{\"type\":\"access\",\"client\":\"");
+	access_line_str(line, r->client);
+	access_line_str(line, "\",\"method\":\"");
+	access_line_escaped(line, r->method, r->method_len, true);
+	access_line_str(line, "\",\"target\":\"");
+	access_line_escaped(line, r->target, r->target_len, true);
+	access_line_str(line, "\",\"route\":\"");
+	access_line_escaped(line, r->route, strlen(r->route), true);
+	access_line_str(line, "\",\"status\":");
+	access_line_int(line, r->status);
+	access_line_str(line, ",\"attempts\":");
+	access_line_uint(line, r->attempts);
+	access_line_str(line, ",\"bytes\":");
+	access_line_uint(line, r->bytes);
+	access_line_str(line, ",\"duration_ms\":");
+	access_line_uint(line, r->duration_ms);
+	access_line_str(line, ",\"tries\":[");
 	for (i = 0; i < r->try_count; i++) {
 		const struct access_try *t = &r->tries[i];
 
+		if (i > 0)
+			access_line_str(line, ",");
 		if (t->error != NULL) {
-			access_line_printf(&line, "%s{\"error\":\"", i > 0 ? "," : "");
-			access_line_escaped(&line, t->error, strlen(t->error), true);
-			access_line_printf(&line, "\"");
+			access_line_str(line, "{\"error\":\"");
+			access_line_escaped(line, t->error, strlen(t->error), true);
+			access_line_str(line, "\"");
 		} else {
-			access_line_printf(&line, "%s{\"status\":%d", i > 0 ? "," : "", t->status);
+			access_line_str(line, "{\"status\":");
+			access_line_int(line, t->status);
 		}
-		access_line_printf(&line, ",\"wait_ms\":%llu}", (unsigned long long)t->wait_ms);
+		access_line_str(line, ",\"wait_ms\":");
+		access_line_uint(line, t->wait_ms);
+		access_line_str(line, "}");
 	}
-	access_line_printf(&line, "]");
-	if (r->gave_up != NULL)
-		access_line_printf(&line, ",\"gave_up\":\"%s\"", r->gave_up);
+	access_line_str(line, "]");
+	if (r->gave_up != NULL) {
+		access_line_str(line, ",\"gave_up\":\"");
+		access_line_str(line, r->gave_up);
+		access_line_str(line, "\"");
+	}
 	if (r->note != NULL) {
-		access_line_printf(&line, ",\"note\":\"");
-		access_line_escaped(&line, r->note, strlen(r->note), true);
-		access_line_printf(&line, "\"");
+		access_line_str(line, ",\"note\":\"");
+		access_line_escaped(line, r->note, strlen(r->note), true);
+		access_line_str(line, "\"");
 	}
-	access_line_printf(&line, "}");
-	access_line_write(&line);
+	access_line_str(line, "}");
+	access_line_write(line);
 }
 
 void access_log_write(const struct access_record *record)

@@ -2,6 +2,7 @@
 #define RETRYPROXY_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 enum log_level {
@@ -27,7 +28,17 @@ void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Write one finished line (no trailing newline) as it is, ignoring the level:
- * access lines are always written. */
+ * access lines are always written. The line is never cut, however long. */
 void log_write_line(const char *line, size_t len);
+
+/* Off (the default): every line goes to fd 2 at once, as start-up, config
+ * errors and --check need. On: lines wait in one process-wide buffer, in the
+ * order they were logged, until log_flush(), the buffer nearing 64 KiB, or
+ * exit. Turning it off flushes first. */
+void log_set_buffered(bool on);
+
+/* Write everything buffered to fd 2 in as few write(2) calls as possible;
+ * cheap when nothing is buffered, so the event loop can call it every pass. */
+void log_flush(void);
 
 #endif

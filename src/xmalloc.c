@@ -4,10 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
+
 /* One place decides what out-of-memory means: a proxy that cannot allocate a
  * request cannot serve it, and limping on risks corrupting other exchanges. */
 static void xmalloc_die(size_t size)
 {
+	/* the log lines of the last moments say what led here */
+	log_flush();
 	fprintf(stderr, "retryproxy: out of memory allocating %zu bytes\n", size);
 	abort();
 }

@@ -1,0 +1,559 @@
+/* Unit tests for access_log.c and the output side of log.c: exact text and
+ * JSON access lines, escaping, lines longer than the output buffer, and
+ * buffering that keeps every line, in order, until log_flush(). */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "access_log.h"
+#include "log.h"
+
+/* Length of "2024-01-02T03:04:05.678Z", the stamp in front of a text message. */
+#define STAMP_LEN 24
+
+/* fd 2 pointed at a temporary file for the span of one check. */
+struct capture {
+	int saved; /* the real fd 2, put back by capture_end */
+	int fd;    /* the temporary file */
+};
+
+/* Send everything written to fd 2 from now on into a fresh temporary file. */
+static void capture_start(struct capture *c)
+{
+	FILE *file = tmpfile();
+
+	assert_non_null(file);
+	c->fd = dup(fileno(file));
+	fclose(file);
+	c->saved = dup(STDERR_FILENO);
+	assert_true(c->fd >= 0 && c->saved >= 0);
+	assert_int_equal(dup2(c->fd, STDERR_FILENO), STDERR_FILENO);
+}
+
+/* Everything written to the capture so far, NUL-terminated; len may be NULL. */
+static char *capture_text(const struct capture *c, size_t *len)
+{
+	struct stat st;
+	char *text;
+
+	assert_int_equal(fstat(c->fd, &st), 0);
+	text = calloc(1, (size_t)st.st_size + 1);
+	assert_non_null(text);
+	assert_int_equal(pread(c->fd, text, (size_t)st.st_size, 0), st.st_size);
+	if (len != NULL)
+		*len = (size_t)st.st_size;
+	return text;
+}
+
+/* Put fd 2 back and return what the capture got. */
+static char *capture_end(struct capture *c, size_t *len)
+{
+	char *text;
+
+	dup2(c->saved, STDERR_FILENO);
+	close(c->saved);
+	text = capture_text(c, len);
+	close(c->fd);
+	return text;
+}
+
+/* The output of one access_log_write in the given format, written at once. */
+static char *access_line_of(const struct access_record *r, enum log_format format)
+{
+	struct capture c;
+
+	log_configure(LOG_LEVEL_INFO, format);
+	capture_start(&c);
+	access_log_write(r);
+	return capture_end(&c, NULL);
+}
+
+/* Check the line r makes in text and in JSON, each with its newline. */
+static void assert_access_lines(const struct access_record *r, const char *text, const char *json)
+{
+	char *got = access_line_of(r, LOG_FORMAT_TEXT);
+	char *want = malloc(strlen(text) + 2);
+
+	sprintf(want, "%s\n", text);
+	assert_string_equal(got, want);
+	free(got);
+	free(want);
+	got = access_line_of(r, LOG_FORMAT_JSON);
+	want = malloc(strlen(json) + 2);
+	sprintf(want, "%s\n", json);
+	assert_string_equal(got, want);
+	free(got);
+	free(want);
+}
+
+/* A one-try GET as most requests are logged. */
+static struct access_record plain_record(const char *target)
+{
+	static const struct access_try ok[] = { { .status = 200 } };
+	struct access_record r = {
+		.client = "127.0.0.1:40000",
+		.method = "GET",
+		.method_len = 3,
+		.target = target,
+		.target_len = strlen(target),
+		.route = "api",
+		.status = 200,
+		.attempts = 1,
+		.bytes = 1234,
+		.duration_ms = 7,
+		.tries = ok,
+		.try_count = 1,
+	};
+
+	return r;
+}
+
+static void test_plain_request(void **state)
+{
+	struct access_record r = plain_record("http://origin:8080/items?id=1");
+
+	assert_access_lines(&r,
+			    "access client=127.0.0.1:40000 method=GET target=http://origin:8080/items?id=1"
+			    " route=api status=200 attempts=1 bytes=1234 duration_ms=7 tries=\"200\"",
+			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+			    "\"target\":\"http://origin:8080/items?id=1\",\"route\":\"api\",\"status\":200,"
+			    "\"attempts\":1,\"bytes\":1234,\"duration_ms\":7,"
+			    "\"tries\":[{\"status\":200,\"wait_ms\":0}]}");
+}
+
+static void test_no_tries_and_extremes(void **state)
+{
+	struct access_record r = plain_record("/");
+
+	r.status = 0;
+	r.attempts = 4294967295u;
+	r.bytes = UINT64_MAX;
+	r.duration_ms = 0;
+	r.try_count = 0;
+	assert_access_lines(&r,
+			    "access client=127.0.0.1:40000 method=GET target=/ route=api status=0"
+			    " attempts=4294967295 bytes=18446744073709551615 duration_ms=0 tries=\"-\"",
+			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+			    "\"target\":\"/\",\"route\":\"api\",\"status\":0,\"attempts\":4294967295,"
+			    "\"bytes\":18446744073709551615,\"duration_ms\":0,\"tries\":[]}");
+}
+
+static void test_retry_trail_with_waits(void **state)
+{
+	static const struct access_try tries[] = {
+		{ .status = 503, .wait_ms = 1200 },
+		{ .status = 503, .wait_ms = 250 },
+		{ .status = 200 },
+	};
+	struct access_record r = plain_record("/r");
+
+	r.attempts = 3;
+	r.duration_ms = 1460;
+	r.tries = tries;
+	r.try_count = 3;
+	assert_access_lines(&r,
+			    "access client=127.0.0.1:40000 method=GET target=/r route=api status=200"
+			    " attempts=3 bytes=1234 duration_ms=1460"
+			    " tries=\"503 -> wait 1.2s -> 503 -> wait 250ms -> 200\"",
+			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+			    "\"target\":\"/r\",\"route\":\"api\",\"status\":200,\"attempts\":3,"
+			    "\"bytes\":1234,\"duration_ms\":1460,\"tries\":[{\"status\":503,\"wait_ms\":1200},"
+			    "{\"status\":503,\"wait_ms\":250},{\"status\":200,\"wait_ms\":0}]}");
+}
+
+static void test_wait_forms_round_as_printf(void **state)
+{
+	static const uint64_t waits[] = { 0, 999, 1000, 1049, 1050, 1150, 1250, 1350, 2449, 99950 };
+	static const char *const forms[] = { "0ms",  "999ms", "1.0s", "1.0s", "1.1s",
+					     "1.1s", "1.2s",  "1.4s", "2.4s", "100.0s" };
+	size_t i;
+
+	for (i = 0; i < sizeof(waits) / sizeof(waits[0]); i++) {
+		struct access_try tries[] = { { .status = 502, .wait_ms = waits[i] }, { .status = 200 } };
+		struct access_record r = plain_record("/w");
+		char want[128];
+		char *got;
+
+		r.tries = tries;
+		r.try_count = 2;
+		got = access_line_of(&r, LOG_FORMAT_TEXT);
+		snprintf(want, sizeof(want), "tries=\"502 -> wait %s -> 200\"\n", forms[i]);
+		assert_non_null(strstr(got, want));
+		free(got);
+	}
+}
+
+static void test_escaping(void **state)
+{
+	static const char target[] = "/a b\"c\\d\x01\x1f\x7f\xc3\xa9%";
+	struct access_record r = plain_record(target);
+
+	r.method = "G T";
+	r.method_len = 3;
+	r.route = "r\"1";
+	assert_access_lines(&r,
+			    "access client=127.0.0.1:40000 method=G%20T"
+			    " target=/a%20b%22c\\d%01%1F%7F%C3%A9% route=r\"1 status=200 attempts=1"
+			    " bytes=1234 duration_ms=7 tries=\"200\"",
+			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"G T\","
+			    "\"target\":\"/a b\\\"c\\\\d\\u0001\\u001f\\u007f\\u00c3\\u00a9%\","
+			    "\"route\":\"r\\\"1\",\"status\":200,\"attempts\":1,\"bytes\":1234,"
+			    "\"duration_ms\":7,\"tries\":[{\"status\":200,\"wait_ms\":0}]}");
+}
+
+static void test_escaping_keeps_nul_bytes(void **state)
+{
+	static const char target[] = { '/', 'a', '\0', 'b' };
+	struct access_record r = plain_record("");
+	char *got;
+
+	r.target = target;
+	r.target_len = sizeof(target);
+	got = access_line_of(&r, LOG_FORMAT_TEXT);
+	assert_non_null(strstr(got, " target=/a%00b route="));
+	free(got);
+	got = access_line_of(&r, LOG_FORMAT_JSON);
+	assert_non_null(strstr(got, "\"target\":\"/a\\u0000b\","));
+	free(got);
+}
+
+static void test_gave_up_and_note(void **state)
+{
+	static const struct access_try tries[] = {
+		{ .error = "refused", .wait_ms = 100 },
+		{ .error = "timed out", .wait_ms = 200 },
+		{ .status = 503 },
+	};
+	struct access_record r = plain_record("/g");
+
+	r.method = "POST";
+	r.method_len = 4;
+	r.status = 503;
+	r.attempts = 3;
+	r.bytes = 0;
+	r.duration_ms = 301;
+	r.tries = tries;
+	r.try_count = 3;
+	r.gave_up = "deadline";
+	r.note = "client went \"away\"\n";
+	assert_access_lines(&r,
+			    "access client=127.0.0.1:40000 method=POST target=/g route=api status=503"
+			    " attempts=3 bytes=0 duration_ms=301"
+			    " tries=\"refused -> wait 100ms -> timed%20out -> wait 200ms -> 503\""
+			    " gave_up=deadline note=client%20went%20%22away%22%0A",
+			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"POST\","
+			    "\"target\":\"/g\",\"route\":\"api\",\"status\":503,\"attempts\":3,\"bytes\":0,"
+			    "\"duration_ms\":301,\"tries\":[{\"error\":\"refused\",\"wait_ms\":100},"
+			    "{\"error\":\"timed out\",\"wait_ms\":200},{\"status\":503,\"wait_ms\":0}],"
+			    "\"gave_up\":\"deadline\",\"note\":\"client went \\\"away\\\"\\u000a\"}");
+}
+
+/* A target of len bytes, a space every 1000 so escaping grows it. */
+static char *long_target(size_t len)
+{
+	char *target = malloc(len);
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		target[i] = i % 1000 == 999 ? ' ' : (char)('a' + i % 26);
+	target[0] = '/';
+	return target;
+}
+
+static void test_long_target_written_whole(void **state)
+{
+	size_t len = 200000;
+	char *target = long_target(len);
+	struct access_record r = plain_record("");
+	size_t got_len, i, pos;
+	char *got;
+
+	r.target = target;
+	r.target_len = len;
+	got = access_line_of(&r, LOG_FORMAT_TEXT);
+	got_len = strlen(got);
+	assert_true(len > 65536 && got_len > len);
+	assert_int_equal(got[got_len - 1], '\n');
+	assert_ptr_equal(strchr(got, '\n'), got + got_len - 1);
+	pos = (size_t)(strstr(got, " target=") - got) + strlen(" target=");
+	for (i = 0; i < len; i++) {
+		if (target[i] == ' ') {
+			assert_memory_equal(got + pos, "%20", 3);
+			pos += 3;
+		} else {
+			assert_int_equal(got[pos++], target[i]);
+		}
+	}
+	assert_string_equal(got + pos,
+			    " route=api status=200 attempts=1 bytes=1234 duration_ms=7 tries=\"200\"\n");
+	free(got);
+	got = access_line_of(&r, LOG_FORMAT_JSON);
+	got_len = strlen(got);
+	assert_true(got_len > len);
+	assert_ptr_equal(strchr(got, '\n'), got + got_len - 1);
+	assert_memory_equal(strstr(got, "\"target\":\"") + strlen("\"target\":\""), target, len);
+	free(got);
+	free(target);
+}
+
+/* Whether line is a text message line of this level and text. */
+static bool is_message_line(const char *line, size_t len, const char *level_and_text)
+{
+	return len == STAMP_LEN + 1 + strlen(level_and_text) && line[4] == '-' && line[10] == 'T' &&
+	       line[STAMP_LEN - 1] == 'Z' && line[STAMP_LEN] == ' ' &&
+	       memcmp(line + STAMP_LEN + 1, level_and_text, len - STAMP_LEN - 1) == 0;
+}
+
+static void test_buffered_waits_for_flush_in_order(void **state)
+{
+	struct access_record a = plain_record("/first");
+	struct access_record b = plain_record("/second");
+	struct capture c;
+	char *got, *line;
+	size_t len;
+
+	log_configure(LOG_LEVEL_INFO, LOG_FORMAT_TEXT);
+	capture_start(&c);
+	log_set_buffered(true);
+	access_log_write(&a);
+	log_warn("between %d", 1);
+	log_debug("below the threshold");
+	access_log_write(&b);
+	got = capture_text(&c, &len);
+	assert_int_equal(len, 0);
+	free(got);
+	log_flush();
+	log_flush();
+	log_set_buffered(false);
+	got = capture_end(&c, &len);
+	line = strtok(got, "\n");
+	assert_non_null(strstr(line, " target=/first "));
+	line = strtok(NULL, "\n");
+	assert_true(is_message_line(line, strlen(line), "warn between 1"));
+	line = strtok(NULL, "\n");
+	assert_non_null(strstr(line, " target=/second "));
+	assert_null(strtok(NULL, "\n"));
+	free(got);
+}
+
+static void test_unbuffered_writes_at_once(void **state)
+{
+	struct access_record a = plain_record("/now");
+	struct capture c;
+	char *got;
+
+	log_configure(LOG_LEVEL_INFO, LOG_FORMAT_JSON);
+	capture_start(&c);
+	access_log_write(&a);
+	got = capture_text(&c, NULL);
+	assert_non_null(strstr(got, "\"target\":\"/now\""));
+	free(got);
+	log_info("said \"%s\"", "hi");
+	got = capture_end(&c, NULL);
+	assert_non_null(strstr(got, "\"level\":\"info\",\"msg\":\"said \\\"hi\\\"\"}\n"));
+	free(got);
+}
+
+static void test_buffer_flushes_itself_when_full(void **state)
+{
+	char *target = long_target(1000);
+	struct access_record r = plain_record("");
+	struct capture c;
+	size_t len, flushed, line_len;
+	char *got;
+	int i;
+
+	r.target = target;
+	r.target_len = 1000;
+	log_configure(LOG_LEVEL_INFO, LOG_FORMAT_TEXT);
+	capture_start(&c);
+	log_set_buffered(true);
+	for (i = 0; i < 100; i++)
+		access_log_write(&r);
+	got = capture_text(&c, &flushed);
+	line_len = (size_t)(strchr(got, '\n') - got) + 1;
+	/* Whole lines only, as many as fit in 64 KiB, before any log_flush(). */
+	assert_int_equal(flushed, 65536 / line_len * line_len);
+	free(got);
+	log_set_buffered(false);
+	got = capture_end(&c, &len);
+	assert_int_equal(len, 100 * line_len);
+	free(got);
+	free(target);
+}
+
+static void test_long_line_keeps_order_when_buffered(void **state)
+{
+	size_t len = 100000;
+	char *target = long_target(len);
+	struct access_record a = plain_record("/before");
+	struct access_record big = plain_record("");
+	struct access_record b = plain_record("/after");
+	struct capture c;
+	char *got, *line;
+
+	big.target = target;
+	big.target_len = len;
+	log_configure(LOG_LEVEL_INFO, LOG_FORMAT_TEXT);
+	capture_start(&c);
+	log_set_buffered(true);
+	access_log_write(&a);
+	access_log_write(&big);
+	access_log_write(&b);
+	log_set_buffered(false);
+	got = capture_end(&c, NULL);
+	line = strtok(got, "\n");
+	assert_non_null(strstr(line, " target=/before "));
+	line = strtok(NULL, "\n");
+	assert_true(strlen(line) > len);
+	line = strtok(NULL, "\n");
+	assert_non_null(strstr(line, " target=/after "));
+	assert_null(strtok(NULL, "\n"));
+	free(got);
+	free(target);
+}
+
+static void test_exit_flushes_buffered_lines(void **state)
+{
+	struct access_record a = plain_record("/at-exit");
+	struct capture c;
+	int status;
+	pid_t pid;
+	char *got;
+
+	log_configure(LOG_LEVEL_INFO, LOG_FORMAT_TEXT);
+	fflush(NULL);
+	capture_start(&c);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		log_set_buffered(true);
+		access_log_write(&a);
+		log_error("last words");
+		exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	got = capture_end(&c, NULL);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_non_null(strstr(got, " target=/at-exit "));
+	assert_non_null(strstr(got, " error last words\n"));
+	free(got);
+}
+
+static void test_partial_writes_to_nonblocking_pipe(void **state)
+{
+	size_t len = 300000;
+	char *target = long_target(len);
+	struct access_record r = plain_record("");
+	struct capture c;
+	int pipe_fds[2], status;
+	char *got, buf[4096];
+	pid_t pid;
+	ssize_t n;
+
+	r.target = target;
+	r.target_len = len;
+	log_configure(LOG_LEVEL_INFO, LOG_FORMAT_JSON);
+	fflush(NULL);
+	capture_start(&c);
+	assert_int_equal(pipe(pipe_fds), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* The reader: copy the pipe into the capture file, slowly. */
+		close(pipe_fds[1]);
+		while ((n = read(pipe_fds[0], buf, sizeof(buf))) > 0) {
+			usleep(100);
+			if (write(STDERR_FILENO, buf, (size_t)n) != n)
+				_exit(1);
+		}
+		_exit(0);
+	}
+	close(pipe_fds[0]);
+	assert_int_equal(fcntl(pipe_fds[1], F_SETFL, O_NONBLOCK), 0);
+	assert_int_equal(dup2(pipe_fds[1], STDERR_FILENO), STDERR_FILENO);
+	close(pipe_fds[1]);
+	access_log_write(&r);
+	dup2(c.saved, STDERR_FILENO);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	got = capture_end(&c, NULL);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_memory_equal(strstr(got, "\"target\":\"") + strlen("\"target\":\""), target, len);
+	assert_string_equal(strstr(got, "\",\"route\":"),
+			    "\",\"route\":\"api\",\"status\":200,\"attempts\":1,\"bytes\":1234,"
+			    "\"duration_ms\":7,\"tries\":[{\"status\":200,\"wait_ms\":0}]}\n");
+	free(got);
+	free(target);
+}
+
+static void test_lost_output_is_reported(void **state)
+{
+	struct access_record a = plain_record("/lost");
+	struct access_record b = plain_record("/kept");
+	struct capture c;
+	char *got, *line, want[128];
+	int ro;
+
+	log_configure(LOG_LEVEL_INFO, LOG_FORMAT_TEXT);
+	capture_start(&c);
+	/* A descriptor that cannot be written: every write fails with EBADF. */
+	ro = open("/dev/null", O_RDONLY);
+	assert_true(ro >= 0);
+	dup2(ro, STDERR_FILENO);
+	access_log_write(&a);
+	log_warn("also lost");
+	dup2(c.fd, STDERR_FILENO);
+	close(ro);
+	access_log_write(&b);
+	access_log_write(&b);
+	got = capture_end(&c, NULL);
+	line = strtok(got, "\n");
+	snprintf(want, sizeof(want), "error log output: %zu bytes lost writing to stderr: %s",
+		 strlen("access client=127.0.0.1:40000 method=GET target=/lost route=api status=200"
+			" attempts=1 bytes=1234 duration_ms=7 tries=\"200\"\n") +
+			 STAMP_LEN + strlen(" warn also lost\n"),
+		 strerror(EBADF));
+	assert_true(is_message_line(line, strlen(line), want));
+	line = strtok(NULL, "\n");
+	assert_non_null(strstr(line, " target=/kept "));
+	line = strtok(NULL, "\n");
+	assert_non_null(strstr(line, " target=/kept "));
+	assert_null(strtok(NULL, "\n"));
+	free(got);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_plain_request),
+		cmocka_unit_test(test_no_tries_and_extremes),
+		cmocka_unit_test(test_retry_trail_with_waits),
+		cmocka_unit_test(test_wait_forms_round_as_printf),
+		cmocka_unit_test(test_escaping),
+		cmocka_unit_test(test_escaping_keeps_nul_bytes),
+		cmocka_unit_test(test_gave_up_and_note),
+		cmocka_unit_test(test_long_target_written_whole),
+		cmocka_unit_test(test_buffered_waits_for_flush_in_order),
+		cmocka_unit_test(test_unbuffered_writes_at_once),
+		cmocka_unit_test(test_buffer_flushes_itself_when_full),
+		cmocka_unit_test(test_long_line_keeps_order_when_buffered),
+		cmocka_unit_test(test_exit_flushes_buffered_lines),
+		cmocka_unit_test(test_partial_writes_to_nonblocking_pipe),
+		cmocka_unit_test(test_lost_output_is_reported),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
