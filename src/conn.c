@@ -654,7 +654,9 @@ static void conn_connect_done(struct conn *c)
 		return;
 	c->connecting = false;
 	if (error != 0) {
-		conn_fail(c, 0, error);
+		/* a reset of a connection that was made, before the handshake
+		 * could start, is the handshake's failure, not a refusal */
+		conn_fail(c, c->ssl != NULL && error == ECONNRESET ? CONN_HANDSHAKE : 0, error);
 		return;
 	}
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

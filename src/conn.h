@@ -11,9 +11,10 @@
  *   epoll_ctl;
  * - a read takes what the kernel has in one call into a buffer sized from
  *   the connection's recent reads (no FIONREAD, no 4 KiB cap);
- * - output queued during an event-loop pass is written when the pass ends,
- *   in one writev per connection; write interest is registered only when
- *   the kernel's buffer is full;
+ * - output queued while one event is handled is written when that handling
+ *   ends (output queued by timers and other callbacks, when the loop pass
+ *   ends), in one sendmsg per connection; write interest is registered only
+ *   when the kernel's buffer is full;
  * - timeouts are checked lazily by one timer per connection that is re-armed
  *   when it fires, not on every read or write.
  *
@@ -41,7 +42,7 @@ struct evbuffer;
 #define CONN_CONNECTED 0x08 /* an outgoing connection (and its TLS handshake) is ready */
 #define CONN_READING 0x10
 #define CONN_WRITING 0x20
-#define CONN_HANDSHAKE 0x40 /* the error happened in the TLS handshake */
+#define CONN_HANDSHAKE 0x40 /* the error ended the TLS handshake (a reset included) */
 
 typedef void (*conn_data_cb)(struct conn *conn, void *arg);
 typedef void (*conn_event_cb)(struct conn *conn, short what, void *arg);
@@ -57,8 +58,8 @@ struct event_base *conn_loop_base(struct conn_loop *loop);
  * writes queued output, then calls pass_end (NULL: none). */
 void conn_loop_run(struct conn_loop *loop, void (*pass_end)(void *), void *arg);
 
-/* Write what connections queued in this pass and handle what follows from
- * it (callbacks included). conn_loop_run calls it after every pass. */
+/* Write what connections queued and handle what follows from it (callbacks
+ * included). Runs after each event a conn handles, and after every pass. */
 void conn_loop_pass_end(struct conn_loop *loop);
 
 /* Take over a connected socket (accepted, or connected by someone else).

@@ -161,18 +161,48 @@ static void exchange_release_retry(struct exchange *ex)
 	}
 }
 
-void exchange_free(struct exchange *ex)
+struct exchange *exchange_alloc(struct proxy *proxy)
 {
+	struct exchange *ex = proxy->spare_exchanges;
+	struct event *try_timer, *backoff_timer;
+	struct evbuffer *request_head;
+
 	if (ex == NULL)
-		return;
-	exchange_drop_upstream(ex);
-	exchange_release_retry(ex);
+		return xcalloc(1, sizeof(*ex));
+	proxy->spare_exchanges = ex->next_spare;
+	proxy->spare_exchange_count--;
+	try_timer = ex->try_timer;
+	backoff_timer = ex->backoff_timer;
+	request_head = ex->request_head;
+	memset(ex, 0, sizeof(*ex));
+	/* the timers' argument is this same exchange: they need no new setup */
+	ex->try_timer = try_timer;
+	ex->backoff_timer = backoff_timer;
+	ex->request_head = request_head;
+	return ex;
+}
+
+/* Free an exchange's timers and head buffer, and the exchange. */
+static void exchange_destroy(struct exchange *ex)
+{
 	if (ex->try_timer != NULL)
 		event_free(ex->try_timer);
 	if (ex->backoff_timer != NULL)
 		event_free(ex->backoff_timer);
 	if (ex->request_head != NULL)
 		evbuffer_free(ex->request_head);
+	free(ex);
+}
+
+void exchange_free(struct exchange *ex)
+{
+	struct proxy *proxy;
+
+	if (ex == NULL)
+		return;
+	proxy = ex->proxy;
+	exchange_drop_upstream(ex);
+	exchange_release_retry(ex);
 	if (ex->replay != NULL)
 		evbuffer_free(ex->replay);
 	if (ex->kept != NULL)
@@ -180,10 +210,32 @@ void exchange_free(struct exchange *ex)
 	if (ex->tries != ex->tries_inline)
 		free(ex->tries);
 	config_release(ex->config);
-	free(ex->method);
-	free(ex->target);
-	free(ex->endpoint_host);
-	free(ex);
+	if (ex->method != ex->text_inline)
+		free(ex->method);
+	if (proxy->spare_exchange_count >= EXCHANGE_SPARES) {
+		exchange_destroy(ex);
+		return;
+	}
+	if (ex->try_timer != NULL)
+		evtimer_del(ex->try_timer);
+	if (ex->backoff_timer != NULL)
+		evtimer_del(ex->backoff_timer);
+	if (ex->request_head != NULL)
+		evbuffer_drain(ex->request_head, evbuffer_get_length(ex->request_head));
+	ex->next_spare = proxy->spare_exchanges;
+	proxy->spare_exchanges = ex;
+	proxy->spare_exchange_count++;
+}
+
+void exchange_free_spares(struct proxy *proxy)
+{
+	while (proxy->spare_exchanges != NULL) {
+		struct exchange *ex = proxy->spare_exchanges;
+
+		proxy->spare_exchanges = ex->next_spare;
+		exchange_destroy(ex);
+	}
+	proxy->spare_exchange_count = 0;
 }
 
 void exchange_finish(struct exchange *ex, bool keep_alive)
@@ -512,8 +564,10 @@ void exchange_start_try(struct exchange *ex)
 
 void exchange_run(struct exchange *ex)
 {
-	ex->try_timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, ex);
-	ex->backoff_timer = evtimer_new(ex->proxy->base, exchange_backoff_cb, ex);
+	if (ex->try_timer == NULL) {
+		ex->try_timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, ex);
+		ex->backoff_timer = evtimer_new(ex->proxy->base, exchange_backoff_cb, ex);
+	}
 	if (!ex->request_body.done)
 		client_watch_body(ex->client, true);
 	if (ex->expect_continue && !ex->request_body.done && ex->client_minor >= 1)

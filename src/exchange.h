@@ -15,6 +15,7 @@
 
 struct client;
 struct exchange;
+struct proxy;
 
 /* Check and route a parsed request, copying what it needs from head (the
  * caller drains the head from its input afterwards). NULL when the request
@@ -36,7 +37,11 @@ void exchange_client_drained(struct exchange *exchange);
  * write the access-log line and free the exchange. */
 void exchange_abort(struct exchange *exchange, const char *reason);
 
-/* Free a finished exchange (after client_exchange_done or _tunnel). */
+/* Free a finished exchange (after client_exchange_done or _tunnel); it is
+ * kept for reuse while the proxy has fewer than EXCHANGE_SPARES spares. */
 void exchange_free(struct exchange *exchange);
+
+/* Free the spare exchanges (shutdown). */
+void exchange_free_spares(struct proxy *proxy);
 
 #endif

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/time.h>
 
 #include "access_log.h"
@@ -26,6 +27,31 @@ struct event;
 struct proxy;
 
 #define EXCHANGE_ADD_LITERAL(buf, s) evbuffer_add((buf), (s), sizeof(s) - 1)
+
+/* Heads are laid out in space reserved once in the output buffer, piece by
+ * piece, instead of one evbuffer_add or printf per piece. */
+static inline char *exchange_put(char *p, const void *src, size_t n)
+{
+	memcpy(p, src, n);
+	return p + n;
+}
+
+#define EXCHANGE_PUT_LITERAL(p, s) exchange_put((p), (s), sizeof(s) - 1)
+
+/* Decimal digits of v at p; returns the end. */
+static inline char *exchange_put_uint(char *p, unsigned v)
+{
+	char digits[10];
+	size_t n = 0;
+
+	do {
+		digits[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v != 0);
+	while (n > 0)
+		*p++ = digits[--n];
+	return p;
+}
 
 /* Backpressure marks: a side's queued output past HIGH stops reading the
  * other side until it drains below LOW. */
@@ -65,8 +91,8 @@ struct exchange {
 	struct timeval started;
 
 	/* the request as the client sent it */
-	char *method;
-	char *target;
+	char *method;                   /* method, target and endpoint_host share one */
+	char *target;                   /* block: text_inline, or allocated when longer */
 	size_t method_len;
 	size_t target_len;
 	int client_minor;               /* HTTP/1.x of the client */
@@ -127,9 +153,26 @@ struct exchange {
 	size_t try_count;
 	size_t try_room;
 	struct access_try tries_inline[4]; /* most requests take one try */
+	char text_inline[160];          /* method, target and host of most requests */
+	struct exchange *next_spare;    /* in proxy->spare_exchanges */
 };
 
+/* Spare exchanges kept for reuse with their timers and head buffer, so that
+ * a request allocates none of them. Under AddressSanitizer every exchange is
+ * freed, so that a use after exchange_free() is still caught. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EXCHANGE_SPARES 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EXCHANGE_SPARES 0
+#endif
+#endif
+#ifndef EXCHANGE_SPARES
+#define EXCHANGE_SPARES 256
+#endif
+
 /* exchange.c */
+struct exchange *exchange_alloc(struct proxy *proxy);
 void exchange_set_state(struct exchange *ex, enum exchange_state state);
 void exchange_record_try(struct exchange *ex, int status, const char *error);
 void exchange_drop_upstream(struct exchange *ex);

@@ -33,28 +33,25 @@ static bool exchange_host_allowed(const struct config *config, const char *host,
 	return false;
 }
 
-/* Copy one field line into the upstream head, unless the proxy owns it. */
-static void exchange_copy_request_field(struct exchange *ex, const struct http1_head *head,
-					const struct http1_field *f, bool *seen_length)
+/* Does this field line go upstream as it is? hop says whether it is
+ * hop-by-hop; *seen_length keeps only the first of identical Content-Lengths. */
+static bool exchange_forward_request_field(const struct http1_field *f, bool hop,
+					   bool *seen_length)
 {
-	if (http1_name_equals(f->name, f->name_len, "Transfer-Encoding")) {
-		/* the body is forwarded in the coding it came in, so its
-		 * Transfer-Encoding still describes it */
-		evbuffer_add(ex->request_head, f->line, f->line_len);
-		return;
-	}
-	if (http1_field_is_hop_by_hop(head, f))
-		return;
+	if (http1_name_equals(f->name, f->name_len, "Transfer-Encoding"))
+		return true; /* the body is forwarded in the coding it came in */
+	if (hop)
+		return false;
 	if (http1_name_equals(f->name, f->name_len, "Host"))
-		return; /* replaced by the upstream's authority */
+		return false; /* replaced by the upstream's authority */
 	if (http1_name_equals(f->name, f->name_len, "Expect"))
-		return; /* the proxy answered 100-continue itself and sends the body at once */
+		return false; /* the proxy answered 100-continue itself and sends the body at once */
 	if (http1_name_equals(f->name, f->name_len, "Content-Length")) {
 		if (*seen_length)
-			return; /* identical repeats were checked; one is enough */
+			return false; /* identical repeats were checked; one is enough */
 		*seen_length = true;
 	}
-	evbuffer_add(ex->request_head, f->line, f->line_len);
+	return true;
 }
 
 /* The request head as it goes upstream: origin-form target, Host of the
@@ -63,20 +60,42 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 					const char *path, size_t path_len, const char *authority,
 					size_t authority_len)
 {
+	static const char version_host[] = " HTTP/1.1\r\nHost: ";
+	static const char via[] = "\r\nVia: 1.1 retryproxy\r\n\r\n";
+	bool hop[HTTP1_MAX_FIELDS];
+	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
+	bool slash = path_len == 0 || path[0] == '?';
+	size_t size = head->method_len + 1 + slash + path_len + sizeof(version_host) - 1 +
+		      authority_len + sizeof(via) - 1;
+	struct evbuffer_iovec vec;
+	char *p;
 	size_t i;
 
-	ex->request_head = evbuffer_new();
-	evbuffer_add(ex->request_head, head->method, head->method_len);
-	evbuffer_add(ex->request_head, " ", 1);
-	if (path_len == 0 || path[0] == '?')
-		evbuffer_add(ex->request_head, "/", 1);
-	evbuffer_add(ex->request_head, path, path_len);
-	evbuffer_add_printf(ex->request_head, " HTTP/1.1\r\nHost: %.*s\r\n", (int)authority_len,
-			    authority);
+	http1_hop_by_hop_marks(head, hop);
+	for (i = 0; i < head->field_count; i++) {
+		forward[i] = exchange_forward_request_field(&head->fields[i], hop[i], &seen_length);
+		if (forward[i])
+			size += head->fields[i].line_len;
+	}
+	if (ex->request_head == NULL)
+		ex->request_head = evbuffer_new();
+	evbuffer_reserve_space(ex->request_head, (ev_ssize_t)size, &vec, 1);
+	p = exchange_put(vec.iov_base, head->method, head->method_len);
+	*p++ = ' ';
+	if (slash)
+		*p++ = '/';
+	p = exchange_put(p, path, path_len);
+	p = EXCHANGE_PUT_LITERAL(p, version_host);
+	p = exchange_put(p, authority, authority_len);
+	/* via starts with the Host line's CRLF */
+	p = exchange_put(p, via, 2);
 	for (i = 0; i < head->field_count; i++)
-		exchange_copy_request_field(ex, head, &head->fields[i], &seen_length);
-	EXCHANGE_ADD_LITERAL(ex->request_head, "Via: 1.1 retryproxy\r\n\r\n");
+		if (forward[i])
+			p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
+	exchange_put(p, via + 2, sizeof(via) - 3);
+	vec.iov_len = size;
+	evbuffer_commit_space(ex->request_head, &vec, 1);
 }
 
 /* Decide whether the request could be tried again, and so whether its body
@@ -244,6 +263,28 @@ void exchange_client_readable(struct exchange *ex)
 		exchange_pump_request_body(ex);
 }
 
+/* Copy the method, the target and the upstream host into one block, inline
+ * when they fit: the head they point into is gone after this request's
+ * head is parsed. */
+static void exchange_keep_text(struct exchange *ex, const struct http1_head *head,
+			       const char *host, size_t host_len)
+{
+	size_t size = head->method_len + 1 + head->target_len + 1 + host_len + 1;
+	char *p = size <= sizeof(ex->text_inline) ? ex->text_inline : xmalloc(size);
+
+	ex->method = p;
+	ex->method_len = head->method_len;
+	p = exchange_put(p, head->method, head->method_len);
+	*p++ = '\0';
+	ex->target = p;
+	ex->target_len = head->target_len;
+	p = exchange_put(p, head->target, head->target_len);
+	*p++ = '\0';
+	ex->endpoint_host = p;
+	p = exchange_put(p, host, host_len);
+	*p = '\0';
+}
+
 struct exchange *exchange_new(struct client *client, const struct http1_head *head,
 			      const struct http1_framing *framing, int *status, char *reason,
 			      size_t reason_len)
@@ -259,6 +300,7 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 	bool origin_form = false;
 	bool host_decides_upstream = false;
 	bool is_connect = head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0;
+	const struct route *route;
 	struct exchange *ex;
 
 	memset(&target, 0, sizeof(target));
@@ -308,26 +350,22 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 		return NULL;
 	}
 
-	ex = xcalloc(1, sizeof(*ex));
-	ex->is_connect = is_connect;
-	ex->route = route_match(config, match_host, match_host_len, path, path_len, head->method,
-				head->method_len);
+	route = route_match(config, match_host, match_host_len, path, path_len, head->method,
+			    head->method_len);
 	/* a tunnel goes where the client asked; other requests to the route's
 	 * upstream, else the listener's (sidecar), else the absolute URI's */
-	if (!ex->is_connect && ex->route->upstream != NULL)
-		upstream = ex->route->upstream;
+	if (!is_connect && route->upstream != NULL)
+		upstream = route->upstream;
 	else if (origin_form)
 		upstream = listen->upstream;
 	if (upstream == NULL && origin_form) {
-		free(ex);
 		snprintf(reason, reason_len,
 			 "origin-form request on a listener with no upstream (this is a forward proxy: send absolute-form)");
 		return NULL;
 	}
-	if (upstream == NULL && !ex->is_connect)
+	if (upstream == NULL && !is_connect)
 		host_decides_upstream = true;
 	if (host_decides_upstream && !exchange_host_allowed(config, match_host, match_host_len)) {
-		free(ex);
 		*status = 403;
 		snprintf(reason, reason_len, "host %.*s not allowed by access.allow_hosts",
 			 (int)(match_host_len > 200 ? 200 : match_host_len), match_host);
@@ -336,26 +374,25 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 		return NULL;
 	}
 
+	ex = exchange_alloc(client_proxy(client));
+	ex->is_connect = is_connect;
+	ex->route = route;
 	ex->proxy = client_proxy(client);
 	ex->client = client;
 	ex->config = config_hold(config);
 	ex->state = EXCHANGE_CONNECTING;
 	gettimeofday(&ex->started, NULL);
-	ex->method = xstrndup(head->method, head->method_len);
-	ex->method_len = head->method_len;
-	ex->target = xstrndup(head->target, head->target_len);
-	ex->target_len = head->target_len;
 	ex->client_minor = head->version_minor;
 	ex->client_keep_alive = framing->keep_alive;
 	ex->head_request = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
 	ex->expect_continue = framing->expect_continue;
 	ex->tls = &ex->route->tls;
 	if (upstream != NULL) {
-		ex->endpoint_host = xstrdup(upstream->host);
+		exchange_keep_text(ex, head, upstream->host, strlen(upstream->host));
 		ex->endpoint.tls = upstream->tls;
 		ex->endpoint.port = upstream->port;
 	} else {
-		ex->endpoint_host = xstrndup(target.host, target.host_len);
+		exchange_keep_text(ex, head, target.host, target.host_len);
 		ex->endpoint.tls = target.tls;
 		ex->endpoint.port = target.port;
 	}

@@ -31,9 +31,20 @@ static struct http1_head exchange_response_head;
 static void exchange_send_response_head(struct exchange *ex, const struct http1_head *head,
 					const struct http1_framing *rf)
 {
+	static const char via_attempts[] = "Via: 1.1 retryproxy\r\nRetry-Attempts: ";
+	static const char close[] = "Connection: close\r\n";
+	static const char keep_alive[] = "Connection: keep-alive\r\n";
 	struct evbuffer *out = conn_output(client_conn(ex->client));
 	/* an HTTP/1.0 client cannot read chunked: decode and close instead */
 	bool pass_chunked = rf->body == HTTP1_BODY_CHUNKED && ex->client_minor >= 1;
+	bool hop[HTTP1_MAX_FIELDS];
+	bool forward[HTTP1_MAX_FIELDS];
+	/* "HTTP/1.1 200 " reason CRLF, fields, Via, Retry-Attempts (10 digits at
+	 * most) CRLF, Connection, CRLF */
+	size_t size = 13 + head->reason_len + 2 + sizeof(via_attempts) - 1 + 10 + 2 +
+		      sizeof(keep_alive) - 1 + 2;
+	struct evbuffer_iovec vec;
+	char *p;
 	size_t i;
 
 	ex->response_framing = *rf;
@@ -42,22 +53,36 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 				ex->config->limits.max_header_bytes);
 	if (rf->body == HTTP1_BODY_UNTIL_CLOSE || (rf->body == HTTP1_BODY_CHUNKED && !pass_chunked))
 		ex->client_keep_after = false;
-	evbuffer_add_printf(out, "HTTP/1.1 %03d %.*s\r\n", head->status, (int)head->reason_len,
-			    head->reason);
+	http1_hop_by_hop_marks(head, hop);
 	for (i = 0; i < head->field_count; i++) {
 		const struct http1_field *f = &head->fields[i];
 
-		if (pass_chunked && http1_name_equals(f->name, f->name_len, "Transfer-Encoding"))
-			evbuffer_add(out, f->line, f->line_len);
-		else if (!http1_field_is_hop_by_hop(head, f))
-			evbuffer_add(out, f->line, f->line_len);
+		forward[i] = !hop[i] || (pass_chunked && http1_name_equals(f->name, f->name_len,
+									  "Transfer-Encoding"));
+		if (forward[i])
+			size += f->line_len;
 	}
-	evbuffer_add_printf(out, "Via: 1.1 retryproxy\r\nRetry-Attempts: %u\r\n", ex->attempts);
+	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
+	p = EXCHANGE_PUT_LITERAL(vec.iov_base, "HTTP/1.1 ");
+	*p++ = (char)('0' + head->status / 100);
+	*p++ = (char)('0' + head->status / 10 % 10);
+	*p++ = (char)('0' + head->status % 10);
+	*p++ = ' ';
+	p = exchange_put(p, head->reason, head->reason_len);
+	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
+	for (i = 0; i < head->field_count; i++)
+		if (forward[i])
+			p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
+	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
+	p = exchange_put_uint(p, ex->attempts);
+	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
 	if (!ex->client_keep_after)
-		EXCHANGE_ADD_LITERAL(out, "Connection: close\r\n");
+		p = EXCHANGE_PUT_LITERAL(p, close);
 	else if (ex->client_minor == 0)
-		EXCHANGE_ADD_LITERAL(out, "Connection: keep-alive\r\n");
-	EXCHANGE_ADD_LITERAL(out, "\r\n");
+		p = EXCHANGE_PUT_LITERAL(p, keep_alive);
+	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
+	vec.iov_len = (size_t)(p - (char *)vec.iov_base);
+	evbuffer_commit_space(out, &vec, 1);
 	ex->status = head->status;
 }
 

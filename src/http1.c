@@ -901,57 +901,62 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
 	return 0;
 }
 
-bool http1_field_is_hop_by_hop(const struct http1_head *head, const struct http1_field *field)
+/* 1 for a name that is always hop-by-hop, -1 for Content-Length, which never
+ * is, 0 for a name only the Connection field can make hop-by-hop. */
+static int http1_fixed_hop(const char *name, size_t len)
 {
-	const char *name = field->name;
-	size_t len = field->name_len;
-
 	switch (len) {
 	case 2:
-		if (HTTP1_IS_LIT(name, len, "te"))
-			return true;
-		break;
+		return HTTP1_IS_LIT(name, len, "te") ? 1 : 0;
 	case 7:
-		if (HTTP1_IS_LIT(name, len, "upgrade"))
-			return true;
-		break;
+		return HTTP1_IS_LIT(name, len, "upgrade") ? 1 : 0;
 	case 10:
-		if (HTTP1_IS_LIT(name, len, "connection") ||
-		    HTTP1_IS_LIT(name, len, "keep-alive"))
-			return true;
-		break;
+		return HTTP1_IS_LIT(name, len, "connection") || HTTP1_IS_LIT(name, len, "keep-alive")
+			       ? 1
+			       : 0;
 	case 14:
 		/* Never dropped because Connection names it: the body is
 		 * forwarded, and without its length the next hop would read
 		 * it as the start of another message. */
-		if (HTTP1_IS_LIT(name, len, "content-length"))
-			return false;
-		break;
+		return HTTP1_IS_LIT(name, len, "content-length") ? -1 : 0;
 	case 16:
-		if (HTTP1_IS_LIT(name, len, "proxy-connection"))
-			return true;
-		break;
+		return HTTP1_IS_LIT(name, len, "proxy-connection") ? 1 : 0;
 	case 17:
-		if (HTTP1_IS_LIT(name, len, "transfer-encoding"))
-			return true;
-		break;
+		return HTTP1_IS_LIT(name, len, "transfer-encoding") ? 1 : 0;
 	}
-	for (size_t i = 0; i < head->field_count; i++) {
+	return 0;
+}
+
+void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)
+{
+	int fixed[HTTP1_MAX_FIELDS];
+	size_t i, j;
+
+	for (i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		fixed[i] = http1_fixed_hop(f->name, f->name_len);
+		hop[i] = fixed[i] > 0;
+	}
+	/* one walk over each Connection element, not one per field */
+	for (i = 0; i < head->field_count; i++) {
 		const struct http1_field *c = &head->fields[i];
 		const char *p = c->value;
 		const char *elem;
 		size_t elem_len;
 
-		/* Called for every field, so this loop is hot: the first letter
-		 * and the value length rule out most fields before any compare. */
-		if (c->name_len != 10 || (c->name[0] | 0x20) != 'c' || c->value_len < len ||
-		    !HTTP1_IS_LIT(c->name, c->name_len, "connection"))
+		if (c->name_len != 10 || !HTTP1_IS_LIT(c->name, c->name_len, "connection"))
 			continue;
-		while (http1_list_next(&p, c->value + c->value_len, &elem, &elem_len))
-			if (http1_equal_nocase(elem, elem_len, name, len))
-				return true;
+		while (http1_list_next(&p, c->value + c->value_len, &elem, &elem_len)) {
+			for (j = 0; j < head->field_count; j++) {
+				const struct http1_field *f = &head->fields[j];
+
+				if (fixed[j] == 0 && !hop[j] && f->name_len == elem_len &&
+				    http1_equal_nocase(elem, elem_len, f->name, f->name_len))
+					hop[j] = true;
+			}
+		}
 	}
-	return false;
 }
 
 const struct http1_field *http1_find_field(const struct http1_head *head, const char *name)

@@ -117,14 +117,15 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 int http1_response_framing(const struct http1_head *head, bool request_was_head,
 			   struct http1_framing *framing, enum http1_error *error);
 
-/* True for the hop-by-hop fields a proxy must not forward (RFC 9110 section
- * 7.6.1: Connection, Proxy-Connection, Keep-Alive, TE, Transfer-Encoding,
- * Upgrade) and for any field named in this head's Connection field, except
- * Content-Length: the body it frames is forwarded, so dropping it would let
- * the next hop read that body as another message. Transfer-Encoding is
- * included: callers that forward a chunked body as it is re-add it
- * themselves. */
-bool http1_field_is_hop_by_hop(const struct http1_head *head, const struct http1_field *field);
+/* Mark in hop[i] each of head's fields that a proxy must not forward:
+ * the hop-by-hop fields (RFC 9110 section 7.6.1: Connection,
+ * Proxy-Connection, Keep-Alive, TE, Transfer-Encoding, Upgrade) and any field
+ * named in this head's Connection field, except Content-Length: the body it
+ * frames is forwarded, so dropping it would let the next hop read that body
+ * as another message. Transfer-Encoding is included: callers that forward a
+ * chunked body as it is re-add it themselves. hop has room for
+ * HTTP1_MAX_FIELDS. */
+void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop);
 
 /* Case-insensitive comparison of a counted string with a C string. */
 bool http1_name_equals(const char *s, size_t len, const char *lit);

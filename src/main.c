@@ -12,6 +12,7 @@
 #include "config.h"
 #include "log.h"
 #include "proxy.h"
+#include "xmalloc.h"
 
 #ifndef RETRYPROXY_VERSION
 #define RETRYPROXY_VERSION "0.0.0"
@@ -150,6 +151,9 @@ int main(int argc, char **argv)
 	 * instead of handing it back and faulting it in again a moment later. */
 	mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
 	mallopt(M_TRIM_THRESHOLD, 16 * 1024 * 1024);
+	/* libevent's allocations fail the way the proxy's own do: they abort,
+	 * so buffer space it returns never needs a check */
+	event_set_mem_functions(xmalloc, xrealloc, free);
 	proxy = proxy_new(config, &bind_failed);
 	if (proxy == NULL)
 		return bind_failed ? MAIN_EXIT_RUNTIME : MAIN_EXIT_CONFIG;

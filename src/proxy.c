@@ -10,6 +10,7 @@
 #include "admin.h"
 #include "client.h"
 #include "conn.h"
+#include "exchange.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
@@ -128,6 +129,7 @@ void proxy_free(struct proxy *proxy)
 	while (!LIST_EMPTY(&proxy->tunnels))
 		tunnel_close(LIST_FIRST(&proxy->tunnels));
 	pool_free(proxy->pool);
+	exchange_free_spares(proxy);
 	tls_store_free(proxy->tls);
 	if (proxy->drain_timer != NULL)
 		event_free(proxy->drain_timer);
@@ -150,16 +152,21 @@ static void proxy_notify_ready(const struct proxy *proxy, const char *what)
 	notify_ready(status);
 }
 
-/* The end of each loop pass, after connections wrote their output. */
+/* The end of each loop pass, after connections wrote their output: the
+ * pass's log lines go out in one write. */
 static void proxy_pass_end(void *arg)
 {
 	(void)arg;
+	log_flush();
 }
 
 void proxy_run(struct proxy *proxy)
 {
 	proxy_notify_ready(proxy, "serving");
+	log_set_buffered(true);
 	conn_loop_run(proxy->loop, proxy_pass_end, proxy);
+	/* flushes what is left: nothing is lost at exit */
+	log_set_buffered(false);
 }
 
 /* Load path or the embedded default; the errors go through the log one per

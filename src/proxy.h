@@ -20,6 +20,7 @@ struct tls_store;
 struct pool;
 struct listener;
 struct client;
+struct exchange;
 struct tunnel;
 struct metrics;
 struct admin;
@@ -45,6 +46,8 @@ struct proxy {
 	struct metrics *metrics;
 	struct retry_budget_book *budgets; /* retry.budget state per route */
 	unsigned backoff_pending;    /* exchanges waiting on a backoff timer */
+	struct exchange *spare_exchanges; /* freed exchanges kept for reuse */
+	unsigned spare_exchange_count;
 };
 
 /* Build the runtime for a validated config (the proxy takes the reference)

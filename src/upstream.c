@@ -60,14 +60,42 @@ const char *upstream_failure_name(enum upstream_failure failure)
 	return "unknown";
 }
 
+/* Append n bytes of s at buf[at], cut to fit len with room for the NUL;
+ * returns the new length. */
+static size_t upstream_key_append(char *buf, size_t len, size_t at, const char *s, size_t n)
+{
+	if (at + n > len - 1)
+		n = len - 1 - at;
+	memcpy(buf + at, s, n);
+	return at + n;
+}
+
 void upstream_pool_key(const struct upstream_endpoint *endpoint, const struct tls_policy *tls,
 		       char *buf, size_t len)
 {
-	if (endpoint->tls)
-		snprintf(buf, len, "https://%s:%u|%s|%d", endpoint->host, endpoint->port,
-			 tls->ca_file != NULL ? tls->ca_file : "", tls->verify);
-	else
-		snprintf(buf, len, "http://%s:%u", endpoint->host, endpoint->port);
+	/* "http://host:port", or "https://host:port|ca_file|verify": built by
+	 * hand, as it is for every request */
+	const char *scheme = endpoint->tls ? "https://" : "http://";
+	const char *ca = endpoint->tls && tls->ca_file != NULL ? tls->ca_file : "";
+	char port[8];
+	char *p = port + sizeof(port);
+	unsigned v = endpoint->port;
+	size_t n = 0;
+
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v != 0);
+	n = upstream_key_append(buf, len, n, scheme, strlen(scheme));
+	n = upstream_key_append(buf, len, n, endpoint->host, strlen(endpoint->host));
+	n = upstream_key_append(buf, len, n, ":", 1);
+	n = upstream_key_append(buf, len, n, p, (size_t)(port + sizeof(port) - p));
+	if (endpoint->tls) {
+		n = upstream_key_append(buf, len, n, "|", 1);
+		n = upstream_key_append(buf, len, n, ca, strlen(ca));
+		n = upstream_key_append(buf, len, n, tls->verify ? "|1" : "|0", 2);
+	}
+	buf[n] = '\0';
 }
 
 /* Free everything the attempt holds, except what was handed to the caller. */
@@ -122,6 +150,9 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 		tls_failure_reason(conn_ssl(conn), conn_tls_error(conn), &verify_failed, uc->reason,
 				   sizeof(uc->reason));
 		ERR_clear_error();
+		if (!verify_failed && conn_tls_error(conn) == 0 && conn_error(conn) != 0)
+			snprintf(uc->reason, sizeof(uc->reason), "TLS handshake failed: %s",
+				 evutil_socket_error_to_string(conn_error(conn)));
 		if (verify_failed) {
 			upstream_connect_finish(uc, NULL, UPSTREAM_FAIL_TLS_VERIFY, uc->reason);
 			return;

@@ -83,11 +83,16 @@ static void fuzz_check_framing(const char *buf)
 	}
 	if (http1_error_text(error) == NULL)
 		abort();
+	bool hops[HTTP1_MAX_FIELDS];
+
+	http1_hop_by_hop_marks(h, hops);
 	for (size_t i = 0; i < h->field_count; i++) {
 		const struct http1_field *f = &h->fields[i];
-		bool hop = http1_field_is_hop_by_hop(h, f);
+		bool hop = hops[i];
 
 		if (http1_name_equals(f->name, f->name_len, "connection") && !hop)
+			abort();
+		if (http1_name_equals(f->name, f->name_len, "content-length") && hop)
 			abort();
 		if (http1_find_field(h, "host") == NULL && http1_name_equals(f->name, f->name_len, "HOST"))
 			abort();
