@@ -47,7 +47,11 @@ struct client {
 	struct exchange *exchange;           /* the request being proxied, if any */
 	enum client_state state;
 	bool listener_gone;                  /* a reload removed its listener: close after this request */
-	struct sockaddr_storage peer_addr;   /* checked against allow_clients again after a reload */
+	union {                              /* checked against allow_clients again after a reload */
+		struct sockaddr sa;
+		struct sockaddr_in sin;
+		struct sockaddr_in6 sin6;
+	} peer_addr;
 	char peer[INET6_ADDRSTRLEN + 8];
 	LIST_ENTRY(client) link;
 };
@@ -321,7 +325,7 @@ static void client_read_cb(struct conn *conn, void *arg)
 		break;
 	case CLIENT_CLOSING:
 	case CLIENT_LINGERING:
-		evbuffer_drain(conn_input(conn), evbuffer_get_length(conn_input(conn)));
+		evbuffer_drain(conn_input(conn), conn_input_length(conn));
 		break;
 	}
 }
@@ -347,7 +351,7 @@ static void client_write_cb(struct conn *conn, void *arg)
 /* client_timeout passed without a whole request head. */
 static void client_head_timeout(struct client *client)
 {
-	if (evbuffer_get_length(conn_input(client->conn)) > 0)
+	if (conn_input_length(client->conn) > 0)
 		log_info("client %s: request head not complete within client_timeout; closing",
 			 client->peer);
 	client_close(client, "client_timeout");
@@ -388,7 +392,7 @@ void client_exchange_done(struct client *client, bool keep_alive)
 	conn_read_enable(client->conn, true);
 	client_arm_head_timer(client);
 	/* a pipelined request may already be waiting in the input */
-	if (evbuffer_get_length(conn_input(client->conn)) > 0)
+	if (conn_input_length(client->conn) > 0)
 		conn_read_again(client->conn);
 }
 
@@ -427,7 +431,7 @@ void client_close_idle(struct proxy *proxy)
 		struct client *next = LIST_NEXT(client, link);
 
 		if (client->state == CLIENT_READING_HEAD && client->conn != NULL &&
-		    evbuffer_get_length(conn_input(client->conn)) == 0)
+		    conn_input_length(client->conn) == 0)
 			client_close(client, "draining");
 		client = next;
 	}
@@ -440,7 +444,7 @@ void client_config_changed(struct proxy *proxy)
 	while (client != NULL) {
 		struct client *next = LIST_NEXT(client, link);
 		bool idle = client->state == CLIENT_READING_HEAD && client->conn != NULL &&
-			    evbuffer_get_length(conn_input(client->conn)) == 0;
+			    conn_input_length(client->conn) == 0;
 
 		if (client_find_listener(proxy->config, client->listen) == NULL) {
 			client->listener_gone = true;

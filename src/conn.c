@@ -25,26 +25,28 @@
 #define CONN_READ_START (4096 - 64)
 #define CONN_READ_MAX (256 * 1024 - 64)
 
-/* A read that overflows the connection's read size lands here and is copied
- * in; the read size then grows so that the next one does not. */
-#define CONN_SCRATCH_SIZE (64 * 1024)
-
-#define CONN_WRITE_IOVECS 64        /* buffer pieces per writev */
+#define CONN_WRITE_IOVECS 64        /* buffer pieces per sendmsg */
+#define CONN_WRITE_GATHER 2048      /* outputs up to this size go out as one piece */
 #define CONN_TLS_WRITE (16 * 1024)  /* one TLS record's worth per SSL_write */
-#define CONN_TLS_READ_BUDGET (256 * 1024) /* per readiness event, so one peer cannot hog a pass */
+#define CONN_READ_BUDGET (256 * 1024) /* per readiness event, so one peer cannot hog a pass */
+
+/* Empty buffers kept for reuse: an idle connection holds none of its own. */
+#define CONN_SPARE_BUFFERS 1024
 
 struct conn_loop {
 	struct event_base *base;
 	LIST_HEAD(, conn) pass; /* output queued, input to recheck, or a read to replay */
 	bool flushing;          /* inside conn_loop_pass_end */
+	unsigned spare_count;
+	struct evbuffer *spare[CONN_SPARE_BUFFERS]; /* empty buffers */
 };
 
 struct conn {
 	struct conn_loop *loop;
 	int fd;
 	SSL *ssl;
-	struct evbuffer *input;
-	struct evbuffer *output;
+	struct evbuffer *input;        /* NULL while empty: taken from the loop's spares */
+	struct evbuffer *output;       /* likewise */
 	struct event *io;              /* registered for io_events */
 	short io_events;               /* EV_READ and EV_WRITE as registered now */
 	short handshake_wants;         /* EV_READ or EV_WRITE for the TLS handshake */
@@ -83,8 +85,6 @@ struct conn {
 	LIST_ENTRY(conn) pass_link;
 };
 
-static unsigned char conn_scratch[CONN_SCRATCH_SIZE];
-
 static void conn_io_cb(evutil_socket_t fd, short what, void *arg);
 
 /* Milliseconds on a clock that never jumps; coarse is enough for timeouts. */
@@ -118,6 +118,8 @@ void conn_loop_free(struct conn_loop *loop)
 {
 	if (loop == NULL)
 		return;
+	while (loop->spare_count > 0)
+		evbuffer_free(loop->spare[--loop->spare_count]);
 	event_base_free(loop->base);
 	free(loop);
 }
@@ -138,6 +140,33 @@ void conn_loop_run(struct conn_loop *loop, void (*pass_end)(void *), void *arg)
 		if (r != 0 || event_base_got_exit(loop->base) || event_base_got_break(loop->base))
 			break;
 	}
+}
+
+/* An empty buffer, from the spares when there is one. */
+static struct evbuffer *conn_buffer_take(struct conn_loop *loop)
+{
+	if (loop->spare_count > 0)
+		return loop->spare[--loop->spare_count];
+	return evbuffer_new();
+}
+
+/* Give back *buf when it is empty, so that an idle connection holds no
+ * buffer. */
+static void conn_buffer_release(struct conn_loop *loop, struct evbuffer **buf)
+{
+	if (*buf == NULL || evbuffer_get_length(*buf) != 0)
+		return;
+	if (loop->spare_count < CONN_SPARE_BUFFERS)
+		loop->spare[loop->spare_count++] = *buf;
+	else
+		evbuffer_free(*buf);
+	*buf = NULL;
+}
+
+/* Bytes held by a buffer that may not exist. */
+static size_t conn_length(const struct evbuffer *buf)
+{
+	return buf != NULL ? evbuffer_get_length(buf) : 0;
 }
 
 /* Look at conn when the pass ends. */
@@ -167,8 +196,10 @@ static void conn_destroy(struct conn *c)
 		}
 		close(c->fd);
 	}
-	evbuffer_free(c->input);
-	evbuffer_free(c->output);
+	if (c->input != NULL)
+		evbuffer_free(c->input);
+	if (c->output != NULL)
+		evbuffer_free(c->output);
 	free(c);
 }
 
@@ -214,7 +245,7 @@ void conn_free_reset(struct conn *c)
 /* Is the input at its limit? */
 static bool conn_input_full(const struct conn *c)
 {
-	return c->input_limit != 0 && evbuffer_get_length(c->input) >= c->input_limit;
+	return c->input_limit != 0 && conn_length(c->input) >= c->input_limit;
 }
 
 /* The readiness the conn needs from the kernel now. */
@@ -342,52 +373,60 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Plain read of up to room bytes: > 0 bytes added, 0 nothing yet, -1 EOF,
- * -2 error (errno set). */
+ * -2 error (errno set). Each recv goes into buffer space of the conn's read
+ * size; one that fills it grows the size and reads on, so that once the size
+ * has adapted a response takes one call, and a short read says the kernel
+ * has nothing more. */
 static ssize_t conn_read_plain(struct conn *c, size_t room)
 {
-	struct evbuffer_iovec vec;
-	struct iovec iov[2];
-	size_t first;
-	int count = 1;
-	ssize_t n;
+	size_t budget = room < CONN_READ_BUDGET ? room : CONN_READ_BUDGET;
+	size_t total = 0;
 
-	if (evbuffer_reserve_space(c->input, (ev_ssize_t)(c->read_size < room ? c->read_size : room),
-				   &vec, 1) < 1)
-		return -2;
-	first = vec.iov_len < room ? vec.iov_len : room;
-	iov[0].iov_base = vec.iov_base;
-	iov[0].iov_len = first;
-	if (room > first) {
-		iov[1].iov_base = conn_scratch;
-		iov[1].iov_len = room - first < sizeof(conn_scratch) ? room - first : sizeof(conn_scratch);
-		count = 2;
-	}
-	do {
-		n = readv(c->fd, iov, count);
-	} while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -2;
-	if (n == 0)
-		return -1;
-	vec.iov_len = (size_t)n < first ? (size_t)n : first;
-	evbuffer_commit_space(c->input, &vec, 1);
-	if ((size_t)n > first) {
-		evbuffer_add(c->input, conn_scratch, (size_t)n - first);
+	if (c->input == NULL)
+		c->input = conn_buffer_take(c->loop);
+	while (total < budget) {
+		struct evbuffer_iovec vec;
+		size_t want = budget - total < c->read_size ? budget - total : c->read_size;
+		ssize_t n;
+
+		evbuffer_reserve_space(c->input, (ev_ssize_t)want, &vec, 1);
+		if (vec.iov_len > budget - total)
+			vec.iov_len = budget - total;
+		want = vec.iov_len;
+		do {
+			n = recv(c->fd, vec.iov_base, want, 0);
+		} while (n < 0 && errno == EINTR);
+		if (n <= 0) {
+			/* after some bytes, an error or EOF shows again on the next read */
+			if (total > 0)
+				break;
+			if (n == 0)
+				return -1;
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -2;
+		}
+		vec.iov_len = (size_t)n;
+		evbuffer_commit_space(c->input, &vec, 1);
+		total += (size_t)n;
+		if ((size_t)n < want) {
+			if ((size_t)n < c->read_size / 8 && c->read_size > CONN_READ_MIN)
+				c->read_size = (c->read_size + 64) / 2 - 64;
+			break;
+		}
 		if (c->read_size < CONN_READ_MAX)
 			c->read_size = (c->read_size + 64) * 2 - 64;
-	} else if ((size_t)n < c->read_size / 8 && c->read_size > CONN_READ_MIN) {
-		c->read_size = (c->read_size + 64) / 2 - 64;
 	}
-	return n;
+	return (ssize_t)total;
 }
 
 /* TLS read of up to room bytes; same results as conn_read_plain. */
 static ssize_t conn_read_tls(struct conn *c, size_t room)
 {
 	size_t total = 0;
-	size_t budget = room < CONN_TLS_READ_BUDGET ? room : CONN_TLS_READ_BUDGET;
+	size_t budget = room < CONN_READ_BUDGET ? room : CONN_READ_BUDGET;
 
 	c->tls_read_wants_write = false;
+	if (c->input == NULL)
+		c->input = conn_buffer_take(c->loop);
 	while (total < budget) {
 		struct evbuffer_iovec vec;
 		size_t want = budget - total < c->read_size ? budget - total : c->read_size;
@@ -451,7 +490,7 @@ static void conn_read(struct conn *c)
 	ssize_t n;
 
 	if (c->input_limit != 0) {
-		size_t len = evbuffer_get_length(c->input);
+		size_t len = conn_length(c->input);
 
 		if (len >= c->input_limit) {
 			conn_update_interest(c);
@@ -469,6 +508,7 @@ static void conn_read(struct conn *c)
 			if (!conn_release(c))
 				return;
 		}
+		conn_buffer_release(c->loop, &c->input);
 		if (c->pending_eof) {
 			conn_pass_add(c);
 			return;
@@ -478,9 +518,11 @@ static void conn_read(struct conn *c)
 		return;
 	}
 	if (n == 0) {
+		conn_buffer_release(c->loop, &c->input);
 		conn_update_interest(c);
 		return;
 	}
+	conn_buffer_release(c->loop, &c->input);
 	if (n == -1) {
 		c->eof = true;
 		conn_update_interest(c);
@@ -496,7 +538,11 @@ static ssize_t conn_write_plain(struct conn *c)
 {
 	ssize_t written = 0;
 
-	for (;;) {
+	/* a small output in pieces (a head, then a short body) is made one
+	 * piece: copying a few hundred bytes costs less than a sendmsg */
+	if (c->output != NULL && evbuffer_get_length(c->output) <= CONN_WRITE_GATHER)
+		evbuffer_pullup(c->output, -1);
+	while (c->output != NULL) {
 		struct evbuffer_iovec vec[CONN_WRITE_IOVECS];
 		struct iovec iov[CONN_WRITE_IOVECS];
 		struct msghdr msg;
@@ -514,10 +560,15 @@ static ssize_t conn_write_plain(struct conn *c)
 			iov[i].iov_len = vec[i].iov_len;
 			attempted += vec[i].iov_len;
 		}
-		memset(&msg, 0, sizeof(msg));
-		msg.msg_iov = iov;
-		msg.msg_iovlen = (size_t)count;
-		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (count == 1) {
+			/* most responses are one piece: send skips the iovec import */
+			n = send(c->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		} else {
+			memset(&msg, 0, sizeof(msg));
+			msg.msg_iov = iov;
+			msg.msg_iovlen = (size_t)count;
+			n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		}
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -545,7 +596,7 @@ static ssize_t conn_write_tls(struct conn *c)
 
 	c->tls_write_wants_read = false;
 	for (;;) {
-		size_t len = evbuffer_get_length(c->output);
+		size_t len = conn_length(c->output);
 		size_t n;
 		size_t done = 0;
 		unsigned char *data;
@@ -597,14 +648,15 @@ static void conn_write(struct conn *c)
 	}
 	if (c->write_timeout_ms != 0 && (n > 0 || (c->write_blocked && !was_blocked)))
 		c->write_active_at = conn_now_ms();
+	conn_buffer_release(c->loop, &c->output);
 	conn_update_interest(c);
 	if (n == 0)
 		return;
-	if (c->shutdown_pending && evbuffer_get_length(c->output) == 0) {
+	if (c->shutdown_pending && c->output == NULL) {
 		c->shutdown_pending = false;
 		shutdown(c->fd, SHUT_WR);
 	}
-	if (c->write_cb != NULL && evbuffer_get_length(c->output) <= c->output_low) {
+	if (c->write_cb != NULL && conn_length(c->output) <= c->output_low) {
 		c->busy++;
 		c->write_cb(c, c->arg);
 		conn_release(c);
@@ -703,7 +755,7 @@ static void conn_pass_one(struct conn *c)
 {
 	if (c->connecting || c->handshaking || c->failed)
 		return;
-	if (evbuffer_get_length(c->output) > 0 && !c->write_blocked) {
+	if (conn_length(c->output) > 0 && !c->write_blocked) {
 		conn_write(c);
 		if (c->freed || c->failed)
 			return;
@@ -718,8 +770,10 @@ static void conn_pass_one(struct conn *c)
 	}
 	if (c->read_again) {
 		c->read_again = false;
-		if (c->reading && c->read_cb != NULL && evbuffer_get_length(c->input) > 0)
+		if (c->reading && c->read_cb != NULL && conn_length(c->input) > 0)
 			c->read_cb(c, c->arg);
+		if (!c->freed)
+			conn_buffer_release(c->loop, &c->input);
 		return;
 	}
 	if (c->ssl != NULL && c->reading && !c->eof && !conn_input_full(c) && SSL_pending(c->ssl) > 0)
@@ -750,8 +804,6 @@ static struct conn *conn_alloc(struct conn_loop *loop, int fd)
 
 	c->loop = loop;
 	c->fd = fd;
-	c->input = evbuffer_new();
-	c->output = evbuffer_new();
 	c->io = event_new(loop->base, fd, EV_PERSIST, conn_io_cb, c);
 	c->read_size = CONN_READ_START;
 	return c;
@@ -807,18 +859,27 @@ struct evbuffer *conn_input(struct conn *c)
 	 * reads again */
 	if (c->input_limit != 0 && !(c->io_events & EV_READ) && c->reading)
 		conn_pass_add(c);
+	if (c->input == NULL)
+		c->input = conn_buffer_take(c->loop);
 	return c->input;
 }
 
 struct evbuffer *conn_output(struct conn *c)
 {
 	conn_pass_add(c);
+	if (c->output == NULL)
+		c->output = conn_buffer_take(c->loop);
 	return c->output;
+}
+
+size_t conn_input_length(const struct conn *c)
+{
+	return conn_length(c->input);
 }
 
 size_t conn_output_length(const struct conn *c)
 {
-	return evbuffer_get_length(c->output);
+	return conn_length(c->output);
 }
 
 void conn_read_enable(struct conn *c, bool on)
@@ -875,7 +936,7 @@ void conn_set_deadline(struct conn *c, uint64_t ms)
 
 void conn_shutdown_write(struct conn *c)
 {
-	if (evbuffer_get_length(c->output) == 0 && !c->connecting && !c->handshaking)
+	if (conn_length(c->output) == 0 && !c->connecting && !c->handshaking)
 		shutdown(c->fd, SHUT_WR);
 	else
 		c->shutdown_pending = true;

@@ -9,14 +9,17 @@
  * - read interest stays registered while reading is on, so passing a
  *   connection between a client, an exchange and the pool costs no
  *   epoll_ctl;
- * - a read takes what the kernel has in one call into a buffer sized from
+ * - a read takes what the kernel has in one recv into a buffer sized from
  *   the connection's recent reads (no FIONREAD, no 4 KiB cap);
  * - output queued while one event is handled is written when that handling
  *   ends (output queued by timers and other callbacks, when the loop pass
- *   ends), in one sendmsg per connection; write interest is registered only
- *   when the kernel's buffer is full;
+ *   ends), in one send per connection (small outputs are made one piece
+ *   first); write interest is registered only when the kernel's buffer is
+ *   full;
  * - timeouts are checked lazily by one timer per connection that is re-armed
- *   when it fires, not on every read or write.
+ *   when it fires, not on every read or write;
+ * - a connection holds its input and output buffers only while they hold
+ *   bytes: idle keep-alive connections cost little memory.
  *
  * Callbacks never run inside a conn_* call, only from the event loop (a read,
  * a connect, a timeout) or from conn_loop_pass_end() (writes and their
@@ -91,6 +94,7 @@ struct evbuffer *conn_input(struct conn *conn);
 /* The bytes to send: whatever is added is written when this pass ends. */
 struct evbuffer *conn_output(struct conn *conn);
 
+size_t conn_input_length(const struct conn *conn);
 size_t conn_output_length(const struct conn *conn);
 
 /* Reading on or off (backpressure). Turning it on does not call the read

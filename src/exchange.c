@@ -164,33 +164,39 @@ static void exchange_release_retry(struct exchange *ex)
 struct exchange *exchange_alloc(struct proxy *proxy)
 {
 	struct exchange *ex = proxy->spare_exchanges;
-	struct event *try_timer, *backoff_timer;
-	struct evbuffer *request_head;
+	struct exchange kept;
 
 	if (ex == NULL)
 		return xcalloc(1, sizeof(*ex));
 	proxy->spare_exchanges = ex->next_spare;
 	proxy->spare_exchange_count--;
-	try_timer = ex->try_timer;
-	backoff_timer = ex->backoff_timer;
-	request_head = ex->request_head;
+	kept = *ex;
 	memset(ex, 0, sizeof(*ex));
-	/* the timers' argument is this same exchange: they need no new setup */
-	ex->try_timer = try_timer;
-	ex->backoff_timer = backoff_timer;
-	ex->request_head = request_head;
+	ex->timer = kept.timer;
+	ex->text = kept.text;
+	ex->text_room = kept.text_room;
+	ex->request_head = kept.request_head;
+	ex->request_head_room = kept.request_head_room;
 	return ex;
 }
 
-/* Free an exchange's timers and head buffer, and the exchange. */
+char *exchange_block(char **block, size_t *room, size_t need)
+{
+	if (need > *room) {
+		free(*block);
+		*block = xmalloc(need);
+		*room = need;
+	}
+	return *block;
+}
+
+/* Free an exchange's timer and blocks, and the exchange. */
 static void exchange_destroy(struct exchange *ex)
 {
-	if (ex->try_timer != NULL)
-		event_free(ex->try_timer);
-	if (ex->backoff_timer != NULL)
-		event_free(ex->backoff_timer);
-	if (ex->request_head != NULL)
-		evbuffer_free(ex->request_head);
+	if (ex->timer != NULL)
+		event_free(ex->timer);
+	free(ex->text);
+	free(ex->request_head);
 	free(ex);
 }
 
@@ -210,18 +216,12 @@ void exchange_free(struct exchange *ex)
 	if (ex->tries != ex->tries_inline)
 		free(ex->tries);
 	config_release(ex->config);
-	if (ex->method != ex->text_inline)
-		free(ex->method);
 	if (proxy->spare_exchange_count >= EXCHANGE_SPARES) {
 		exchange_destroy(ex);
 		return;
 	}
-	if (ex->try_timer != NULL)
-		evtimer_del(ex->try_timer);
-	if (ex->backoff_timer != NULL)
-		evtimer_del(ex->backoff_timer);
-	if (ex->request_head != NULL)
-		evbuffer_drain(ex->request_head, evbuffer_get_length(ex->request_head));
+	if (ex->timer != NULL)
+		evtimer_del(ex->timer);
 	ex->next_spare = proxy->spare_exchanges;
 	proxy->spare_exchanges = ex;
 	proxy->spare_exchange_count++;
@@ -337,6 +337,16 @@ static void exchange_backoff_cb(evutil_socket_t fd, short what, void *arg)
 	exchange_start_try(arg);
 }
 
+/* Run cb after tv on the exchange's one timer: a try's timeout and a
+ * backoff never run at once. */
+static void exchange_timer_start(struct exchange *ex, event_callback_fn cb,
+				 const struct timeval *tv)
+{
+	evtimer_del(ex->timer);
+	evtimer_assign(ex->timer, ex->proxy->base, cb, ex);
+	evtimer_add(ex->timer, tv);
+}
+
 void exchange_schedule_retry(struct exchange *ex)
 {
 	struct timeval tv = timeval_from_ms(ex->next_wait_ms);
@@ -360,7 +370,7 @@ void exchange_schedule_retry(struct exchange *ex)
 		  (unsigned long long)ex->next_wait_ms);
 	exchange_set_state(ex, EXCHANGE_BACKOFF);
 	metrics_retry(ex->proxy->metrics, ex->route->name, ex->retry_cause);
-	evtimer_add(ex->backoff_timer, &tv);
+	exchange_timer_start(ex, exchange_backoff_cb, &tv);
 }
 
 /* The retry kind of a failure, and whether the request provably never
@@ -404,7 +414,7 @@ void exchange_try_failed(struct exchange *ex, enum try_failure failure, const ch
 	exchange_record_try(ex, 0, try_failure_names[failure]);
 	metrics_upstream_error(ex->proxy->metrics, try_failure_kinds[failure]);
 	exchange_drop_upstream(ex);
-	evtimer_del(ex->try_timer);
+	evtimer_del(ex->timer);
 	log_debug("%.*s %.*s: try %u failed: %s: %s", (int)ex->method_len, ex->method,
 		  (int)ex->target_len, ex->target, ex->attempts, try_failure_names[failure], reason);
 	/* A pooled connection the upstream had already closed says nothing about
@@ -498,7 +508,7 @@ static void exchange_tunnel_connected(struct exchange *ex, struct conn *conn)
 	ex->status = 200;
 	exchange_record_try(ex, 200, NULL);
 	exchange_set_state(ex, EXCHANGE_DONE);
-	evtimer_del(ex->try_timer);
+	evtimer_del(ex->timer);
 	EXCHANGE_ADD_LITERAL(out, "HTTP/1.1 200 Connection established\r\nVia: 1.1 retryproxy\r\n\r\n");
 	exchange_log(ex);
 	client_exchange_tunnel(ex->client, conn);
@@ -545,7 +555,7 @@ void exchange_start_try(struct exchange *ex)
 	exchange_release_retry(ex);
 	ex->attempts++;
 	metrics_try(ex->proxy->metrics, ex->route->name);
-	evtimer_add(ex->try_timer, &tv);
+	exchange_timer_start(ex, exchange_try_timeout_cb, &tv);
 	exchange_set_state(ex, EXCHANGE_CONNECTING);
 	/* Pooled connections may have been closed by the upstream a moment ago;
 	 * only a request that is safe to repeat takes that chance. */
@@ -564,10 +574,8 @@ void exchange_start_try(struct exchange *ex)
 
 void exchange_run(struct exchange *ex)
 {
-	if (ex->try_timer == NULL) {
-		ex->try_timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, ex);
-		ex->backoff_timer = evtimer_new(ex->proxy->base, exchange_backoff_cb, ex);
-	}
+	if (ex->timer == NULL)
+		ex->timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, ex);
 	if (!ex->request_body.done)
 		client_watch_body(ex->client, true);
 	if (ex->expect_continue && !ex->request_body.done && ex->client_minor >= 1)

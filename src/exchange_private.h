@@ -91,8 +91,8 @@ struct exchange {
 	struct timeval started;
 
 	/* the request as the client sent it */
-	char *method;                   /* method, target and endpoint_host share one */
-	char *target;                   /* block: text_inline, or allocated when longer */
+	char *method;                   /* in text */
+	char *target;                   /* in text */
 	size_t method_len;
 	size_t target_len;
 	int client_minor;               /* HTTP/1.x of the client */
@@ -103,10 +103,14 @@ struct exchange {
 
 	/* where it goes */
 	struct upstream_endpoint endpoint;
-	char *endpoint_host;
+	char *endpoint_host;            /* in text */
 	const struct tls_policy *tls;
-	char pool_key[600];
-	struct evbuffer *request_head;  /* built once, sent again on every try */
+	char *pool_key;                 /* in text */
+	char *text;                     /* method, target, host and pool key, kept with a spare */
+	size_t text_room;
+	char *request_head;             /* built once, sent again on every try; kept with a spare */
+	size_t request_head_len;
+	size_t request_head_room;
 	struct body_relay request_body; /* the client's body as it arrives */
 	struct evbuffer *replay;        /* the whole body, re-sent on every try; NULL: streamed once */
 	bool request_body_started;      /* streamed body bytes left the client's input */
@@ -118,7 +122,7 @@ struct exchange {
 	const char *not_retryable;      /* "body_too_large" once the body was streamed */
 	const char *gave_up;            /* why retrying stopped, for the log */
 	struct timeval first_try;       /* the deadline counts from here */
-	struct event *backoff_timer;
+	struct event *timer;            /* try_timeout until the response head, then the backoff */
 	uint64_t next_wait_ms;          /* decided with the retry, used by the timer */
 	enum retry_cause retry_cause;   /* why the scheduled retry happens */
 	struct retry_budget_state *budget; /* the route's retry budget */
@@ -132,7 +136,6 @@ struct exchange {
 	bool up_read_paused;            /* client output full: upstream not read */
 	bool response_byte_seen;
 	bool skip_pool;                 /* the next try takes a new connection */
-	struct event *try_timer;        /* try_timeout until the response head */
 
 	/* the response */
 	struct http1_framing response_framing;
@@ -153,11 +156,10 @@ struct exchange {
 	size_t try_count;
 	size_t try_room;
 	struct access_try tries_inline[4]; /* most requests take one try */
-	char text_inline[160];          /* method, target and host of most requests */
 	struct exchange *next_spare;    /* in proxy->spare_exchanges */
 };
 
-/* Spare exchanges kept for reuse with their timers and head buffer, so that
+/* Spare exchanges kept for reuse with their timer and text blocks, so that
  * a request allocates none of them. Under AddressSanitizer every exchange is
  * freed, so that a use after exchange_free() is still caught. */
 #if defined(__SANITIZE_ADDRESS__)
@@ -173,6 +175,7 @@ struct exchange {
 
 /* exchange.c */
 struct exchange *exchange_alloc(struct proxy *proxy);
+char *exchange_block(char **block, size_t *room, size_t need);
 void exchange_set_state(struct exchange *ex, enum exchange_state state);
 void exchange_record_try(struct exchange *ex, int status, const char *error);
 void exchange_drop_upstream(struct exchange *ex);

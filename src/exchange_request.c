@@ -68,7 +68,6 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	bool slash = path_len == 0 || path[0] == '?';
 	size_t size = head->method_len + 1 + slash + path_len + sizeof(version_host) - 1 +
 		      authority_len + sizeof(via) - 1;
-	struct evbuffer_iovec vec;
 	char *p;
 	size_t i;
 
@@ -78,10 +77,8 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 		if (forward[i])
 			size += head->fields[i].line_len;
 	}
-	if (ex->request_head == NULL)
-		ex->request_head = evbuffer_new();
-	evbuffer_reserve_space(ex->request_head, (ev_ssize_t)size, &vec, 1);
-	p = exchange_put(vec.iov_base, head->method, head->method_len);
+	p = exchange_block(&ex->request_head, &ex->request_head_room, size);
+	p = exchange_put(p, head->method, head->method_len);
 	*p++ = ' ';
 	if (slash)
 		*p++ = '/';
@@ -94,8 +91,7 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 		if (forward[i])
 			p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
 	exchange_put(p, via + 2, sizeof(via) - 3);
-	vec.iov_len = size;
-	evbuffer_commit_space(ex->request_head, &vec, 1);
+	ex->request_head_len = size;
 }
 
 /* Decide whether the request could be tried again, and so whether its body
@@ -246,8 +242,9 @@ void exchange_send_request(struct exchange *ex)
 {
 	struct evbuffer *out = conn_output(ex->up);
 
-	/* references, not copies: the same bytes go out again on the next try */
-	evbuffer_add_buffer_reference(out, ex->request_head);
+	/* references, not copies: the same bytes go out again on the next try
+	 * (the exchange outlives every try's connection and its output) */
+	evbuffer_add_reference(out, ex->request_head, ex->request_head_len, NULL, NULL);
 	if (ex->replay != NULL)
 		evbuffer_add_buffer_reference(out, ex->replay);
 	exchange_pump_request_body(ex);
@@ -263,14 +260,17 @@ void exchange_client_readable(struct exchange *ex)
 		exchange_pump_request_body(ex);
 }
 
-/* Copy the method, the target and the upstream host into one block, inline
- * when they fit: the head they point into is gone after this request's
- * head is parsed. */
+/* Copy the method, the target and the upstream host into the exchange's
+ * text block, with the pool key after them: the head they point into is gone
+ * after this request's head is parsed. */
 static void exchange_keep_text(struct exchange *ex, const struct http1_head *head,
 			       const char *host, size_t host_len)
 {
-	size_t size = head->method_len + 1 + head->target_len + 1 + host_len + 1;
-	char *p = size <= sizeof(ex->text_inline) ? ex->text_inline : xmalloc(size);
+	const char *ca = ex->endpoint.tls && ex->tls->ca_file != NULL ? ex->tls->ca_file : "";
+	/* "https://" host ":" port "|" ca "|1" */
+	size_t key_room = 8 + host_len + 6 + 1 + strlen(ca) + 2 + 1;
+	size_t size = head->method_len + 1 + head->target_len + 1 + host_len + 1 + key_room;
+	char *p = exchange_block(&ex->text, &ex->text_room, size);
 
 	ex->method = p;
 	ex->method_len = head->method_len;
@@ -282,7 +282,10 @@ static void exchange_keep_text(struct exchange *ex, const struct http1_head *hea
 	*p++ = '\0';
 	ex->endpoint_host = p;
 	p = exchange_put(p, host, host_len);
-	*p = '\0';
+	*p++ = '\0';
+	ex->endpoint.host = ex->endpoint_host;
+	ex->pool_key = p;
+	upstream_pool_key(&ex->endpoint, ex->tls, p, key_room);
 }
 
 struct exchange *exchange_new(struct client *client, const struct http1_head *head,
@@ -388,16 +391,14 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 	ex->expect_continue = framing->expect_continue;
 	ex->tls = &ex->route->tls;
 	if (upstream != NULL) {
-		exchange_keep_text(ex, head, upstream->host, strlen(upstream->host));
 		ex->endpoint.tls = upstream->tls;
 		ex->endpoint.port = upstream->port;
+		exchange_keep_text(ex, head, upstream->host, strlen(upstream->host));
 	} else {
-		exchange_keep_text(ex, head, target.host, target.host_len);
 		ex->endpoint.tls = target.tls;
 		ex->endpoint.port = target.port;
+		exchange_keep_text(ex, head, target.host, target.host_len);
 	}
-	ex->endpoint.host = ex->endpoint_host;
-	upstream_pool_key(&ex->endpoint, ex->tls, ex->pool_key, sizeof(ex->pool_key));
 
 	if (!ex->is_connect) {
 		if (upstream != NULL)

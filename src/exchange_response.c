@@ -12,7 +12,7 @@
 #include "metrics.h"
 #include "pool.h"
 #include "proxy.h"
-#include "timeval.h"
+#include "xmalloc.h"
 
 /*
  * The response side of an exchange: parse the head, then either relay the
@@ -91,8 +91,8 @@ static bool exchange_upstream_reusable(struct exchange *ex, const struct http1_f
 				       const struct body_relay *body)
 {
 	return rf->keep_alive && body->mode != BODY_MODE_UNTIL_CLOSE && ex->request_body.done &&
-	       evbuffer_get_length(conn_input(ex->up)) == 0 &&
-	       evbuffer_get_length(conn_output(ex->up)) == 0 && !ex->proxy->draining;
+	       conn_input_length(ex->up) == 0 && conn_output_length(ex->up) == 0 &&
+	       !ex->proxy->draining;
 }
 
 /* The try's response is fully read: keep its connection or close it. */
@@ -185,12 +185,35 @@ static void exchange_keep_overflow(struct exchange *ex)
 	exchange_relay_response(ex);
 }
 
+/* A kept response waits through a whole backoff, thousands of them at once:
+ * a small one is moved from its read buffers (1 KiB or more each) into one
+ * block of its own size. */
+#define EXCHANGE_COMPACT_MAX 4096
+
+static void exchange_free_block(const void *data, size_t len, void *arg)
+{
+	free((void *)data);
+}
+
+static void exchange_compact_kept(struct evbuffer *kept)
+{
+	size_t len = evbuffer_get_length(kept);
+	char *block;
+
+	if (len == 0 || len > EXCHANGE_COMPACT_MAX)
+		return;
+	block = xmalloc(len);
+	evbuffer_remove(kept, block, len);
+	evbuffer_add_reference(kept, block, len, exchange_free_block, NULL);
+}
+
 /* The response being kept is complete: it replaces the older kept one, and
  * the next try waits for its backoff. */
 static void exchange_keep_complete(struct exchange *ex, bool reusable)
 {
 	if (ex->kept != NULL)
 		evbuffer_free(ex->kept);
+	exchange_compact_kept(ex->keeping);
 	ex->kept = ex->keeping;
 	ex->kept_head_len = ex->keeping_head_len;
 	ex->keeping = NULL;
@@ -250,7 +273,7 @@ static void exchange_on_response_head(struct exchange *ex, const struct http1_he
 				      const struct http1_framing *rf)
 {
 	const struct retry_policy *policy = &ex->route->retry;
-	evtimer_del(ex->try_timer);
+	evtimer_del(ex->timer);
 	/* a body that stops arriving for a whole try_timeout is dead */
 	conn_set_timeouts(ex->up, ex->config->limits.try_timeout_ms, 0);
 	exchange_record_try(ex, head->status, NULL);
@@ -385,7 +408,7 @@ void exchange_upstream_closed(struct exchange *ex, short what)
 {
 	if (ex->state == EXCHANGE_WAITING_HEAD) {
 		/* bytes that came with the close may hold a whole response */
-		if (evbuffer_get_length(conn_input(ex->up)) > 0)
+		if (conn_input_length(ex->up) > 0)
 			exchange_read_response_head(ex);
 		if (ex->state == EXCHANGE_WAITING_HEAD) {
 			exchange_closed_before_head(ex, (what & CONN_EOF) != 0);

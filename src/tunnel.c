@@ -150,6 +150,6 @@ void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 	conn_read_enable(upstream, true);
 	/* the client may have sent its first bytes (a TLS ClientHello) with the
 	 * CONNECT request */
-	if (evbuffer_get_length(conn_input(client)) > 0)
+	if (conn_input_length(client) > 0)
 		tunnel_read_cb(client, &tunnel->client);
 }

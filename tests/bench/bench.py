@@ -58,8 +58,11 @@ POINTS = {
                             what="retried (503, then 200), 100 B, 16 conns"),
 }
 
+# Absolute-form, with the Host the URI names (HAProxy refuses a Host that
+# differs from the URI's authority).
 WRK_FORWARD = """
 wrk.path = "http://127.0.0.1:{origin}{path}"
+wrk.headers["Host"] = "127.0.0.1:{origin}"
 """
 
 # Every request carries an id of its own, so the retry origin can tell a
@@ -157,8 +160,8 @@ routes:
     upstream: http://127.0.0.1:{retry_origin}
     retry:
       max_attempts: 2
-      initial_backoff: 1ms
-      jitter: 1ms
+      initial_backoff: 0ms
+      jitter: 0ms
       budget: {{ ratio: 1.0, min_per_second: 100000, window: 1s }}
   - name: waiting
     match: {{ host: "127.0.0.1", path_prefix: /wait }}
