@@ -216,7 +216,7 @@ void exchange_free(struct exchange *ex)
 	if (ex->tries != ex->tries_inline)
 		free(ex->tries);
 	config_release(ex->config);
-	if (proxy->spare_exchange_count >= EXCHANGE_SPARES) {
+	if (proxy->spare_exchange_count + 1 > EXCHANGE_SPARES) {
 		exchange_destroy(ex);
 		return;
 	}
