@@ -24,6 +24,7 @@
 #define CONN_READ_MIN (1024 - 64)
 #define CONN_READ_START (4096 - 64)
 #define CONN_READ_MAX (256 * 1024 - 64)
+#define CONN_SMALL_READS 8 /* small reads in a row before the read size halves */
 
 #define CONN_WRITE_IOVECS 64        /* buffer pieces per sendmsg */
 #define CONN_WRITE_GATHER 2048      /* outputs up to this size go out as one piece */
@@ -59,6 +60,7 @@ struct conn {
 	size_t input_limit;
 	size_t output_low;
 	size_t read_size;              /* the next read's buffer */
+	unsigned small_reads;          /* reads in a row that used under 1/8 of it */
 	size_t tls_write_len;          /* an SSL_write to repeat with this length */
 	uint64_t read_timeout_ms;
 	uint64_t write_timeout_ms;
@@ -408,10 +410,17 @@ static ssize_t conn_read_plain(struct conn *c, size_t room)
 		evbuffer_commit_space(c->input, &vec, 1);
 		total += (size_t)n;
 		if ((size_t)n < want) {
-			if ((size_t)n < c->read_size / 8 && c->read_size > CONN_READ_MIN)
+			/* shrink only after several small reads in a row: a head
+			 * often arrives alone just before its large body */
+			if ((size_t)n >= c->read_size / 8)
+				c->small_reads = 0;
+			else if (++c->small_reads >= CONN_SMALL_READS && c->read_size > CONN_READ_MIN) {
 				c->read_size = (c->read_size + 64) / 2 - 64;
+				c->small_reads = 0;
+			}
 			break;
 		}
+		c->small_reads = 0;
 		if (c->read_size < CONN_READ_MAX)
 			c->read_size = (c->read_size + 64) * 2 - 64;
 	}
