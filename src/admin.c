@@ -12,6 +12,7 @@
 #include <event2/listener.h>
 
 #include "config.h"
+#include "conn.h"
 #include "config_dump.h"
 #include "config_values.h"
 #include "log.h"
@@ -57,8 +58,8 @@ static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
 	const struct proxy *proxy = admin->proxy;
 	struct metrics_gauges gauges = {
 		.backoff_pending = proxy->backoff_pending,
-		.client_connections = proxy->connection_count,
-		.upstream_connections = proxy->upstream_count,
+		.client_connections = conn_loop_open(proxy->loop, CONN_ACCEPTED),
+		.upstream_connections = conn_loop_open(proxy->loop, CONN_OUTGOING),
 	};
 
 	metrics_render(proxy->metrics, &gauges, body);

@@ -107,14 +107,11 @@ const char *client_peer(struct client *client)
 /* Release everything; the connection only when still ours. */
 static void client_free(struct client *client)
 {
-	struct proxy *proxy = client->proxy;
-
 	LIST_REMOVE(client, link);
 	if (client->conn != NULL)
 		conn_free(client->conn);
 	config_release(client->config);
 	free(client);
-	proxy_connection_closed(proxy);
 }
 
 void client_close(struct client *client, const char *reason)
@@ -419,7 +416,8 @@ void client_exchange_tunnel(struct client *client, struct conn *upstream)
 	LIST_REMOVE(client, link);
 	config_release(client->config);
 	free(client);
-	/* the tunnel takes over this connection's place in connection_count */
+	/* the tunnel takes over the connection, and its place among those
+	 * max_connections counts */
 	tunnel_new(proxy, conn, upstream, idle_ms);
 }
 
@@ -542,7 +540,6 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 	client->conn = conn_new(proxy->loop, fd);
 	client->state = CLIENT_READING_HEAD;
 	LIST_INSERT_HEAD(&proxy->clients, client, link);
-	proxy->connection_count++;
 	if (input_high < CLIENT_INPUT_MIN_HIGH)
 		input_high = CLIENT_INPUT_MIN_HIGH;
 	/* bounded input: a client cannot make the proxy buffer more than this */

@@ -38,12 +38,16 @@ struct conn_loop {
 	struct event_base *base;
 	LIST_HEAD(, conn) pass; /* output queued, input to recheck, or a read to replay */
 	bool flushing;          /* inside conn_loop_pass_end */
+	unsigned open[2];       /* by enum conn_side */
+	void (*accepted_closed)(void *);
+	void *accepted_closed_arg;
 	unsigned spare_count;
 	struct evbuffer *spare[CONN_SPARE_BUFFERS]; /* empty buffers */
 };
 
 struct conn {
 	struct conn_loop *loop;
+	enum conn_side side;
 	int fd;
 	SSL *ssl;
 	struct evbuffer *input;        /* NULL while empty: taken from the loop's spares */
@@ -131,6 +135,17 @@ struct event_base *conn_loop_base(struct conn_loop *loop)
 	return loop->base;
 }
 
+unsigned conn_loop_open(const struct conn_loop *loop, enum conn_side side)
+{
+	return loop->open[side];
+}
+
+void conn_loop_on_accepted_closed(struct conn_loop *loop, void (*closed)(void *), void *arg)
+{
+	loop->accepted_closed = closed;
+	loop->accepted_closed_arg = arg;
+}
+
 void conn_loop_run(struct conn_loop *loop, void (*pass_end)(void *), void *arg)
 {
 	for (;;) {
@@ -183,6 +198,9 @@ static void conn_pass_add(struct conn *c)
 /* Really free, once no callback of the conn is on the stack. */
 static void conn_destroy(struct conn *c)
 {
+	struct conn_loop *loop = c->loop;
+	bool accepted = c->side == CONN_ACCEPTED;
+
 	if (c->in_pass)
 		LIST_REMOVE(c, pass_link);
 	event_free(c->io);
@@ -202,7 +220,10 @@ static void conn_destroy(struct conn *c)
 		evbuffer_free(c->input);
 	if (c->output != NULL)
 		evbuffer_free(c->output);
+	loop->open[c->side]--;
 	free(c);
+	if (accepted && loop->accepted_closed != NULL)
+		loop->accepted_closed(loop->accepted_closed_arg);
 }
 
 /* A callback returned: finish a conn_free that happened inside it. Returns
@@ -807,11 +828,13 @@ void conn_loop_pass_end(struct conn_loop *loop)
 }
 
 /* A conn around fd with empty buffers and no interest yet. */
-static struct conn *conn_alloc(struct conn_loop *loop, int fd)
+static struct conn *conn_alloc(struct conn_loop *loop, int fd, enum conn_side side)
 {
 	struct conn *c = xcalloc(1, sizeof(*c));
 
 	c->loop = loop;
+	c->side = side;
+	loop->open[side]++;
 	c->fd = fd;
 	c->io = event_new(loop->base, fd, EV_PERSIST, conn_io_cb, c);
 	c->read_size = CONN_READ_START;
@@ -821,7 +844,7 @@ static struct conn *conn_alloc(struct conn_loop *loop, int fd)
 struct conn *conn_new(struct conn_loop *loop, int fd)
 {
 	evutil_make_socket_nonblocking(fd);
-	return conn_alloc(loop, fd);
+	return conn_alloc(loop, fd, CONN_ACCEPTED);
 }
 
 struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, socklen_t len,
@@ -840,7 +863,7 @@ struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, s
 		errno = error;
 		return NULL;
 	}
-	c = conn_alloc(loop, fd);
+	c = conn_alloc(loop, fd, CONN_OUTGOING);
 	if (ssl != NULL) {
 		c->ssl = ssl;
 		/* the bytes of a repeated SSL_write may have moved in the buffer */

@@ -50,12 +50,25 @@ struct evbuffer;
 typedef void (*conn_data_cb)(struct conn *conn, void *arg);
 typedef void (*conn_event_cb)(struct conn *conn, short what, void *arg);
 
+/* Which way a connection was made: conn_new (accepted) or conn_connect. */
+enum conn_side {
+	CONN_ACCEPTED,  /* a client's connection (a tunnel's client side too) */
+	CONN_OUTGOING,  /* to an upstream, pooled or not (a tunnel's upstream side too) */
+};
+
 /* An event loop whose passes end with every connection's queued output
  * written. Its event base uses epoll's changelist, so interest changes made
  * and undone within a pass cost no syscall. */
 struct conn_loop *conn_loop_new(void);
 void conn_loop_free(struct conn_loop *loop);
 struct event_base *conn_loop_base(struct conn_loop *loop);
+
+/* Connections of a side open now: the loop is the one place that counts
+ * them. */
+unsigned conn_loop_open(const struct conn_loop *loop, enum conn_side side);
+
+/* Call closed(arg) whenever an accepted connection is gone for good. */
+void conn_loop_on_accepted_closed(struct conn_loop *loop, void (*closed)(void *), void *arg);
 
 /* Run until event_base_loopexit(): each pass runs the ready callbacks, then
  * writes queued output, then calls pass_end (NULL: none). */

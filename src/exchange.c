@@ -139,7 +139,6 @@ void exchange_drop_upstream(struct exchange *ex)
 	if (ex->up != NULL) {
 		conn_free(ex->up);
 		ex->up = NULL;
-		ex->proxy->upstream_count--;
 	}
 	if (ex->keeping != NULL) {
 		evbuffer_free(ex->keeping);

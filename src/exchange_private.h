@@ -187,7 +187,6 @@ void exchange_try_failed(struct exchange *ex, enum try_failure failure, const ch
 bool exchange_retry_allowed(struct exchange *ex, enum retry_cause cause, bool never_sent,
 			    uint64_t retry_after_ms);
 void exchange_schedule_retry(struct exchange *ex);
-void exchange_give_up(struct exchange *ex, int status, const char *text);
 
 /* exchange_request.c */
 void exchange_read_request_body(struct exchange *ex);

@@ -38,7 +38,7 @@ static void listener_accept_cb(struct evconnlistener *evl, evutil_socket_t fd,
 		return;
 	}
 	client_new(proxy, l->config, l->listen, fd, peer, (socklen_t)peer_len);
-	if (proxy->connection_count >= proxy->config->limits.max_connections &&
+	if (proxy_connection_count(proxy) >= proxy->config->limits.max_connections &&
 	    !proxy->accepting_paused) {
 		log_warn("max_connections (%u) reached: not accepting until a connection closes",
 			 proxy->config->limits.max_connections);

@@ -26,21 +26,13 @@ struct pool_upstream {
 };
 
 struct pool {
-	struct event_base *base;
-	pool_closed_cb closed;
-	void *closed_arg;
 	unsigned idle_count;
 	struct pool_upstream *buckets[POOL_BUCKETS];
 };
 
-struct pool *pool_new(struct event_base *base, pool_closed_cb closed, void *arg)
+struct pool *pool_new(void)
 {
-	struct pool *pool = xcalloc(1, sizeof(*pool));
-
-	pool->base = base;
-	pool->closed = closed;
-	pool->closed_arg = arg;
-	return pool;
+	return xcalloc(1, sizeof(struct pool));
 }
 
 /* FNV-1a: keys are short and few, any spread will do. */
@@ -89,8 +81,6 @@ static struct conn *pool_detach(struct pool *pool, struct pool_idle *idle)
 static void pool_close(struct pool *pool, struct pool_idle *idle)
 {
 	conn_free(pool_detach(pool, idle));
-	if (pool->closed != NULL)
-		pool->closed(pool->closed_arg);
 }
 
 /* Any byte on an idle connection ends it: no request asked for it. */
@@ -118,8 +108,6 @@ void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 
 	if (u->idle_count >= max_idle) {
 		conn_free(conn);
-		if (pool->closed != NULL)
-			pool->closed(pool->closed_arg);
 		return;
 	}
 	idle = xmalloc(sizeof(*idle));
@@ -142,11 +130,6 @@ struct conn *pool_take(struct pool *pool, const char *key)
 	if (u == NULL || TAILQ_EMPTY(&u->idle))
 		return NULL;
 	return pool_detach(pool, TAILQ_FIRST(&u->idle));
-}
-
-unsigned pool_idle_count(const struct pool *pool)
-{
-	return pool->idle_count;
 }
 
 void pool_free(struct pool *pool)

@@ -10,13 +10,9 @@
 #include <stdint.h>
 
 struct conn;
-struct event_base;
 struct pool;
 
-/* Called when the pool closes a connection, so the owner's count stays right. */
-typedef void (*pool_closed_cb)(void *arg);
-
-struct pool *pool_new(struct event_base *base, pool_closed_cb closed, void *arg);
+struct pool *pool_new(void);
 
 /* Close every idle connection and free the pool. */
 void pool_free(struct pool *pool);
@@ -29,8 +25,5 @@ void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
  * Its callbacks are cleared but reading stays on, so that taking it costs
  * no syscall: give it callbacks before returning to the loop. */
 struct conn *pool_take(struct pool *pool, const char *key);
-
-/* Idle connections held now, over all keys. */
-unsigned pool_idle_count(const struct pool *pool);
 
 #endif

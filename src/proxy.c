@@ -27,13 +27,6 @@
 #define PROXY_RESOLV_CONF_ENV "RETRYPROXY_RESOLV_CONF"
 #define PROXY_HOSTS_ENV "RETRYPROXY_HOSTS"
 
-static void proxy_pool_closed(void *arg)
-{
-	struct proxy *proxy = arg;
-
-	proxy->upstream_count--;
-}
-
 /* Warn about every trust opt-out and make sure each CA file loads. */
 static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
 {
@@ -62,6 +55,8 @@ static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
 	}
 	return 0;
 }
+
+static void proxy_connection_closed(void *arg);
 
 /* A non-blocking resolver that reads the hosts file and resolv.conf. */
 static struct evdns_base *proxy_new_resolver(struct event_base *base)
@@ -103,7 +98,8 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->budgets = retry_budget_book_new();
 	proxy->dns = proxy_new_resolver(proxy->base);
 	proxy->tls = tls_store_new();
-	proxy->pool = pool_new(proxy->base, proxy_pool_closed, proxy);
+	proxy->pool = pool_new();
+	conn_loop_on_accepted_closed(proxy->loop, proxy_connection_closed, proxy);
 	LIST_INIT(&proxy->clients);
 	LIST_INIT(&proxy->tunnels);
 	if (proxy_prepare_tls(proxy, config) < 0) {
@@ -242,7 +238,7 @@ static void proxy_drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	struct proxy *proxy = arg;
 
 	log_warn("drain_timeout passed with %u connections open; closing them",
-		 proxy->connection_count);
+		 proxy_connection_count(proxy));
 	while (!LIST_EMPTY(&proxy->clients))
 		client_close(LIST_FIRST(&proxy->clients), "drain_timeout");
 	while (!LIST_EMPTY(&proxy->tunnels))
@@ -259,11 +255,11 @@ void proxy_drain(struct proxy *proxy)
 		return;
 	proxy->draining = true;
 	notify_stopping();
-	log_info("draining: %u connections open, waiting up to %llu ms", proxy->connection_count,
+	log_info("draining: %u connections open, waiting up to %llu ms", proxy_connection_count(proxy),
 		 (unsigned long long)ms);
 	listener_close_all(proxy);
 	client_close_idle(proxy);
-	if (proxy->connection_count == 0) {
+	if (proxy_connection_count(proxy) == 0) {
 		event_base_loopexit(proxy->base, NULL);
 		return;
 	}
@@ -271,14 +267,22 @@ void proxy_drain(struct proxy *proxy)
 	evtimer_add(proxy->drain_timer, &tv);
 }
 
-void proxy_connection_closed(struct proxy *proxy)
+unsigned proxy_connection_count(const struct proxy *proxy)
 {
-	proxy->connection_count--;
+	return conn_loop_open(proxy->loop, CONN_ACCEPTED);
+}
+
+/* A client connection or tunnel closed: resume accepting below
+ * max_connections, finish a drain when the last one is gone. */
+static void proxy_connection_closed(void *arg)
+{
+	struct proxy *proxy = arg;
+
 	if (proxy->accepting_paused && !proxy->draining &&
-	    proxy->connection_count < proxy->config->limits.max_connections) {
+	    proxy_connection_count(proxy) < proxy->config->limits.max_connections) {
 		log_info("below max_connections again: accepting");
 		listener_set_accepting(proxy, true);
 	}
-	if (proxy->draining && proxy->connection_count == 0)
+	if (proxy->draining && proxy_connection_count(proxy) == 0)
 		event_base_loopexit(proxy->base, NULL);
 }

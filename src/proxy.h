@@ -37,8 +37,6 @@ struct proxy {
 	struct admin *admin;         /* the admin listener, or NULL when off */
 	LIST_HEAD(, client) clients; /* every open client connection */
 	LIST_HEAD(, tunnel) tunnels; /* every open CONNECT tunnel */
-	unsigned connection_count;   /* clients and tunnels: what max_connections counts */
-	unsigned upstream_count;     /* open upstream connections, pooled ones included */
 	bool accepting_paused;       /* at max_connections */
 	bool draining;               /* shutting down: no new requests */
 	struct event *drain_timer;
@@ -72,8 +70,7 @@ int proxy_reload(struct proxy *proxy, const char *path);
  * leave the loop. The admin listener stays up meanwhile. */
 void proxy_drain(struct proxy *proxy);
 
-/* Called whenever a client connection or tunnel closes: resumes accepting
- * below max_connections and finishes a drain when the last one is gone. */
-void proxy_connection_closed(struct proxy *proxy);
+/* Client connections and tunnels open now: what max_connections counts. */
+unsigned proxy_connection_count(const struct proxy *proxy);
 
 #endif

@@ -42,15 +42,11 @@ static void tunnel_touch(struct tunnel *tunnel)
 
 void tunnel_close(struct tunnel *tunnel)
 {
-	struct proxy *proxy = tunnel->proxy;
-
 	LIST_REMOVE(tunnel, link);
 	conn_free(tunnel->client.conn);
 	conn_free(tunnel->upstream.conn);
-	proxy->upstream_count--;
 	event_free(tunnel->idle_timer);
 	free(tunnel);
-	proxy_connection_closed(proxy);
 }
 
 /* Close when both directions are finished: each side has sent EOF and what

@@ -41,25 +41,6 @@ struct upstream_connect {
 	bool resolved;
 };
 
-const char *upstream_failure_name(enum upstream_failure failure)
-{
-	switch (failure) {
-	case UPSTREAM_OK:
-		return "ok";
-	case UPSTREAM_FAIL_DNS:
-		return "DNS failure";
-	case UPSTREAM_FAIL_REFUSED:
-		return "connection refused";
-	case UPSTREAM_FAIL_CONNECT_TIMEOUT:
-		return "connect timeout";
-	case UPSTREAM_FAIL_TLS_HANDSHAKE:
-		return "TLS handshake failure";
-	case UPSTREAM_FAIL_TLS_VERIFY:
-		return "certificate verify failure";
-	}
-	return "unknown";
-}
-
 /* Append n bytes of s at buf[at], cut to fit len with room for the NUL;
  * returns the new length. */
 static size_t upstream_key_append(char *buf, size_t len, size_t at, const char *s, size_t n)
@@ -105,10 +86,8 @@ static void upstream_connect_free(struct upstream_connect *uc)
 		evdns_getaddrinfo_cancel(uc->dns_request);
 	if (uc->addresses != NULL)
 		evutil_freeaddrinfo(uc->addresses);
-	if (uc->conn != NULL) {
+	if (uc->conn != NULL)
 		conn_free(uc->conn);
-		uc->proxy->upstream_count--;
-	}
 	event_free(uc->timer);
 	event_free(uc->step);
 	free(uc->tls.ca_file);
@@ -169,7 +148,6 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 	}
 	conn_free(uc->conn);
 	uc->conn = NULL;
-	uc->proxy->upstream_count--;
 	upstream_try_next_address(uc);
 }
 
@@ -203,7 +181,6 @@ static void upstream_try_next_address(struct upstream_connect *uc)
 		event_active(uc->step, 0, 0);
 		return;
 	}
-	uc->proxy->upstream_count++;
 	conn_setcb(uc->conn, NULL, NULL, upstream_event_cb, uc);
 }
 

@@ -49,9 +49,6 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 /* Stop a connect in progress; its callback will not run. */
 void upstream_connect_cancel(struct upstream_connect *uc);
 
-/* The name of a failure for logs and response bodies ("connection refused"). */
-const char *upstream_failure_name(enum upstream_failure failure);
-
 /* The pool key of an endpoint under a trust policy, written to buf. */
 void upstream_pool_key(const struct upstream_endpoint *endpoint, const struct tls_policy *tls,
 		       char *buf, size_t len);
