@@ -9,6 +9,7 @@
 
 #include "client.h"
 #include "config.h"
+#include "conn.h"
 #include "log.h"
 #include "proxy.h"
 #include "timeval.h"
@@ -38,7 +39,7 @@ static void listener_accept_cb(struct evconnlistener *evl, evutil_socket_t fd,
 		return;
 	}
 	client_new(proxy, l->config, l->listen, fd, peer, (socklen_t)peer_len);
-	if (proxy_connection_count(proxy) >= proxy->config->limits.max_connections &&
+	if (conn_loop_open(proxy->loop, CONN_ACCEPTED) >= proxy->config->limits.max_connections &&
 	    !proxy->accepting_paused) {
 		log_warn("max_connections (%u) reached: not accepting until a connection closes",
 			 proxy->config->limits.max_connections);

@@ -58,6 +58,12 @@ static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
 
 static void proxy_connection_closed(void *arg);
 
+/* Client connections and tunnels open now: what max_connections counts. */
+static unsigned proxy_connection_count(const struct proxy *proxy)
+{
+	return conn_loop_open(proxy->loop, CONN_ACCEPTED);
+}
+
 /* A non-blocking resolver that reads the hosts file and resolv.conf. */
 static struct evdns_base *proxy_new_resolver(struct event_base *base)
 {
@@ -265,11 +271,6 @@ void proxy_drain(struct proxy *proxy)
 	}
 	proxy->drain_timer = evtimer_new(proxy->base, proxy_drain_timeout_cb, proxy);
 	evtimer_add(proxy->drain_timer, &tv);
-}
-
-unsigned proxy_connection_count(const struct proxy *proxy)
-{
-	return conn_loop_open(proxy->loop, CONN_ACCEPTED);
 }
 
 /* A client connection or tunnel closed: resume accepting below

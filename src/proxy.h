@@ -70,7 +70,5 @@ int proxy_reload(struct proxy *proxy, const char *path);
  * leave the loop. The admin listener stays up meanwhile. */
 void proxy_drain(struct proxy *proxy);
 
-/* Client connections and tunnels open now: what max_connections counts. */
-unsigned proxy_connection_count(const struct proxy *proxy);
 
 #endif
