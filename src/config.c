@@ -214,7 +214,7 @@ static void config_free_listeners(struct config *config)
 {
 	for (size_t i = 0; i < config->listener_count; i++) {
 		free(config->listeners[i].address);
-		config_free_upstream_url(config->listeners[i].upstream);
+		config_values_url_free(config->listeners[i].upstream);
 		free(config->listeners[i].upstream);
 	}
 	free(config->listeners);

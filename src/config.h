@@ -153,14 +153,4 @@ struct config *config_load_text(const char *text, size_t len, const char *name, 
 struct config *config_hold(struct config *config);
 void config_release(struct config *config);
 
-/* Parse "250ms", "1s", "5m", "1h" into milliseconds; -1 when invalid. */
-int config_parse_duration(const char *text, uint64_t *ms);
-
-/* Parse "1024", "64KiB", "8MiB", "1GiB" into bytes; -1 when invalid. */
-int config_parse_size(const char *text, uint64_t *bytes);
-
-/* Parse "http(s)://host[:port]" with no path; -1 when invalid. */
-int config_parse_upstream_url(const char *text, struct upstream_url *url);
-void config_free_upstream_url(struct upstream_url *url);
-
 #endif

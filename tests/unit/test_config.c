@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "config_values.h"
 
 /* The whole of a small file, or NULL. */
 static char *test_read_file(const char *path)
@@ -641,7 +642,7 @@ static void test_parse_duration(void **state)
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint64_t ms = 12345;
-		int rc = config_parse_duration(cases[i].text, &ms);
+		int rc = config_values_duration(cases[i].text, &ms);
 
 		if (rc != cases[i].rc || (rc == 0 && ms != cases[i].ms))
 			fail_msg("\"%s\": rc %d ms %llu", cases[i].text, rc,
@@ -665,7 +666,7 @@ static void test_parse_size(void **state)
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint64_t bytes = 12345;
-		int rc = config_parse_size(cases[i].text, &bytes);
+		int rc = config_values_size(cases[i].text, &bytes);
 
 		if (rc != cases[i].rc || (rc == 0 && bytes != cases[i].bytes))
 			fail_msg("\"%s\": rc %d bytes %llu", cases[i].text, rc,
@@ -725,20 +726,22 @@ static void test_parse_upstream_url(void **state)
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		struct upstream_url url;
+		const char *why;
 
-		if (config_parse_upstream_url(good[i].text, &url) != 0)
+		if (config_values_url(good[i].text, &url, &why) != 0)
 			fail_msg("\"%s\" should parse", good[i].text);
 		assert_int_equal(url.tls, good[i].tls);
 		assert_string_equal(url.host, good[i].host);
 		assert_int_equal(url.port, good[i].port);
 		assert_string_equal(url.authority, good[i].authority);
 		assert_string_equal(url.text, good[i].text);
-		config_free_upstream_url(&url);
+		config_values_url_free(&url);
 	}
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct upstream_url url;
+		const char *why;
 
-		if (config_parse_upstream_url(bad[i], &url) == 0)
+		if (config_values_url(bad[i], &url, &why) == 0)
 			fail_msg("\"%s\" should not parse", bad[i]);
 	}
 }
