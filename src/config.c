@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config_route.h"
 #include "config_values.h"
@@ -214,7 +215,7 @@ static void config_free_listeners(struct config *config)
 {
 	for (size_t i = 0; i < config->listener_count; i++) {
 		free(config->listeners[i].address);
-		config_free_upstream_url(config->listeners[i].upstream);
+		config_values_url_free(config->listeners[i].upstream);
 		free(config->listeners[i].upstream);
 	}
 	free(config->listeners);
@@ -457,5 +458,56 @@ struct config *config_load_file(const char *path, FILE *errors)
 	config = config_build(root, path, dir, errors);
 	free(dir);
 	yaml_tree_free(root);
+	return config;
+}
+
+/* Files config_default_path tries, in order. */
+static const char *const config_default_paths[] = {
+	"./conf/retryproxy.yaml",
+	"/etc/retryproxy/retryproxy.yaml",
+};
+
+/* The first default config file that exists, or NULL for the embedded one. */
+const char *config_default_path(void)
+{
+	for (size_t i = 0; i < sizeof(config_default_paths) / sizeof(config_default_paths[0]); i++)
+		if (access(config_default_paths[i], F_OK) == 0)
+			return config_default_paths[i];
+	return NULL;
+}
+
+/* Load path or the embedded default, then hand report the errors line by
+ * line: the command line prints them, a reload logs them. */
+struct config *config_load(const char *path, config_report_cb report, void *arg)
+{
+	const char *name = path != NULL ? path : "<embedded>";
+	char *errors = NULL;
+	size_t len = 0;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config;
+	char *line, *next;
+
+	if (out == NULL) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s: out of memory", name);
+		report(msg, arg);
+		return NULL;
+	}
+	if (path != NULL)
+		config = config_load_file(path, out);
+	else
+		config = config_load_text(config_embedded_default, strlen(config_embedded_default),
+					  name, out);
+	fclose(out);
+	/* Split at every newline, as printing the text whole would: a message
+	 * quoting a value that holds a newline comes out as two lines. */
+	for (line = errors; line != NULL && *line != '\0'; line = next) {
+		next = strchr(line, '\n');
+		if (next != NULL)
+			*next++ = '\0';
+		report(line, arg);
+	}
+	free(errors);
 	return config;
 }

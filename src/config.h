@@ -143,6 +143,19 @@ struct config {
 /* The embedded default configuration's YAML text. */
 extern const char config_embedded_default[];
 
+/* Receives one line of a failed load's errors, "file:line:col: key:
+ * message", without its newline. */
+typedef void (*config_report_cb)(const char *line, void *arg);
+
+/* The config file to use when none was named: ./conf/retryproxy.yaml, then
+ * /etc/retryproxy/retryproxy.yaml; NULL when neither exists, for the
+ * embedded default. */
+const char *config_default_path(void);
+
+/* Load and validate path, or the embedded default when path is NULL. On
+ * error calls report once per error line, in order, and returns NULL. */
+struct config *config_load(const char *path, config_report_cb report, void *arg);
+
 /* Load and validate a config file. On error prints every error to errors, one
  * per line as "file:line:col: key: message", and returns NULL. */
 struct config *config_load_file(const char *path, FILE *errors);
@@ -152,15 +165,5 @@ struct config *config_load_text(const char *text, size_t len, const char *name, 
 
 struct config *config_hold(struct config *config);
 void config_release(struct config *config);
-
-/* Parse "250ms", "1s", "5m", "1h" into milliseconds; -1 when invalid. */
-int config_parse_duration(const char *text, uint64_t *ms);
-
-/* Parse "1024", "64KiB", "8MiB", "1GiB" into bytes; -1 when invalid. */
-int config_parse_size(const char *text, uint64_t *bytes);
-
-/* Parse "http(s)://host[:port]" with no path; -1 when invalid. */
-int config_parse_upstream_url(const char *text, struct upstream_url *url);
-void config_free_upstream_url(struct upstream_url *url);
 
 #endif

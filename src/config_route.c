@@ -39,7 +39,7 @@ static void config_route_set_jitter(struct config_walk *walk, const struct yaml_
 	if (strcmp(node->text, "full") == 0) {
 		retry->jitter_full = true;
 		retry->jitter_ms = 0;
-	} else if (config_parse_duration(node->text, &ms) == 0) {
+	} else if (config_values_duration(node->text, &ms) == 0) {
 		retry->jitter_full = false;
 		retry->jitter_ms = ms;
 	} else {
@@ -520,7 +520,7 @@ void config_route_free(struct route *route)
 	free(route->match_host);
 	free(route->match_path_prefix);
 	config_route_free_strings(route->match_methods, route->match_method_count);
-	config_free_upstream_url(route->upstream);
+	config_values_url_free(route->upstream);
 	free(route->upstream);
 	free(route->tls.ca_file);
 	config_route_free_strings(route->idempotent.methods, route->idempotent.method_count);

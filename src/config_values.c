@@ -30,7 +30,7 @@ static size_t config_values_digits(const char *s, uint64_t *value)
 }
 
 /* A number, maybe with a fraction, and a unit: ms, s, m or h. */
-int config_parse_duration(const char *text, uint64_t *ms)
+int config_values_duration(const char *text, uint64_t *ms)
 {
 	static const struct {
 		const char *name;
@@ -72,7 +72,7 @@ int config_parse_duration(const char *text, uint64_t *ms)
 }
 
 /* A whole number of bytes, KiB, MiB or GiB. */
-int config_parse_size(const char *text, uint64_t *bytes)
+int config_values_size(const char *text, uint64_t *bytes)
 {
 	static const struct {
 		const char *name;
@@ -140,16 +140,8 @@ static bool config_values_is_ipv6(const char *s, size_t len)
 	return inet_pton(AF_INET6, buf, &a) == 1;
 }
 
-/* config_values_url without the reason. */
-int config_parse_upstream_url(const char *text, struct upstream_url *url)
-{
-	const char *why;
-
-	return config_values_url(text, url, &why);
-}
-
-/* Free what config_parse_upstream_url allocated, not the struct itself. */
-void config_free_upstream_url(struct upstream_url *url)
+/* Free what config_values_url allocated, not the struct itself. */
+void config_values_url_free(struct upstream_url *url)
 {
 	if (url == NULL)
 		return;

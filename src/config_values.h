@@ -4,9 +4,7 @@
 /*
  * The scalar values of the configuration, parsed from text alone: no tree, no
  * key, no I/O. config.c puts a key path and a position around the reasons
- * these give. config_parse_duration, config_parse_size,
- * config_parse_upstream_url and config_free_upstream_url, declared in
- * config.h, are defined in config_values.c too.
+ * these give.
  */
 
 #include <stdbool.h>
@@ -16,8 +14,18 @@
 
 #include "config.h"
 
-/* Parse an upstream URL; on error *why says what is wrong with it. */
+/* Parse "250ms", "1.5s", "5m", "1h" into milliseconds; -1 when invalid. */
+int config_values_duration(const char *text, uint64_t *ms);
+
+/* Parse "1024", "64KiB", "8MiB", "1GiB" into bytes; -1 when invalid. */
+int config_values_size(const char *text, uint64_t *bytes);
+
+/* Parse "http(s)://host[:port]" with no path (a lone "/" is allowed); on
+ * error *why says what is wrong with it. */
 int config_values_url(const char *text, struct upstream_url *url, const char **why);
+
+/* Free what config_values_url allocated, not the struct itself. */
+void config_values_url_free(struct upstream_url *url);
 
 /* Parse "host:port", "[v6]:port" or "localhost:port" with numeric hosts only. */
 int config_values_address(const char *text, struct sockaddr_storage *addr, socklen_t *len,

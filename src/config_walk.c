@@ -319,7 +319,7 @@ static void config_walk_set_duration(struct config_walk *walk, const struct yaml
 {
 	uint64_t ms;
 
-	if (config_parse_duration(node->text, &ms) == 0) {
+	if (config_values_duration(node->text, &ms) == 0) {
 		*(uint64_t *)field = ms;
 		return;
 	}
@@ -339,7 +339,7 @@ static void config_walk_set_timeout(struct config_walk *walk, const struct yaml_
 {
 	uint64_t ms;
 
-	if (config_parse_duration(node->text, &ms) < 0)
+	if (config_values_duration(node->text, &ms) < 0)
 		config_walk_set_duration(walk, node, &ms);
 	else if (ms == 0)
 		config_walk_error(walk, node, "must be longer than 0s");
@@ -351,7 +351,7 @@ static void config_walk_set_timeout(struct config_walk *walk, const struct yaml_
 static bool config_walk_size_value(struct config_walk *walk, const struct yaml_tree_node *node,
 				   uint64_t max, uint64_t *bytes)
 {
-	if (config_parse_size(node->text, bytes) < 0) {
+	if (config_values_size(node->text, bytes) < 0) {
 		config_walk_bad_value(walk, node, "a size like 64KiB (units: KiB, MiB, GiB)");
 		return false;
 	}
@@ -509,7 +509,7 @@ static void config_walk_set_upstream(struct config_walk *walk, const struct yaml
 		return;
 	}
 	if (*upstream != NULL)
-		config_free_upstream_url(*upstream);
+		config_values_url_free(*upstream);
 	else
 		*upstream = xmalloc(sizeof(**upstream));
 	**upstream = url;

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -22,12 +21,6 @@ enum main_exit {
 	MAIN_EXIT_OK = 0,      /* clean shutdown, or --check passed */
 	MAIN_EXIT_CONFIG = 1,  /* bad config or usage */
 	MAIN_EXIT_RUNTIME = 2, /* cannot bind, ... */
-};
-
-/* Files tried in order when no -c is given. */
-static const char *const main_config_paths[] = {
-	"./conf/retryproxy.yaml",
-	"/etc/retryproxy/retryproxy.yaml",
 };
 
 struct main_signals {
@@ -62,41 +55,24 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
 	proxy_drain(s->proxy);
 }
 
-/* The config file to use when none was named, or NULL for the embedded one. */
-static const char *main_default_config_path(void)
+/* Print one config error line and count it. */
+static void main_report(const char *line, void *arg)
 {
-	size_t i;
+	size_t *count = arg;
 
-	for (i = 0; i < sizeof(main_config_paths) / sizeof(main_config_paths[0]); i++)
-		if (access(main_config_paths[i], F_OK) == 0)
-			return main_config_paths[i];
-	return NULL;
+	fprintf(stderr, "%s\n", line);
+	(*count)++;
 }
 
 /* Load path or the embedded default, printing every error and a count. */
 static struct config *main_load(const char *path)
 {
-	struct config *config;
-	char *errors = NULL;
-	size_t errors_len = 0;
-	FILE *err = open_memstream(&errors, &errors_len);
 	size_t count = 0;
-	const char *p;
+	struct config *config = config_load(path, main_report, &count);
 
-	if (path != NULL)
-		config = config_load_file(path, err);
-	else
-		config = config_load_text(config_embedded_default, strlen(config_embedded_default),
-					  "<embedded>", err);
-	fclose(err);
-	for (p = errors; p != NULL && *p != '\0'; p++)
-		count += *p == '\n';
-	if (config == NULL) {
-		fputs(errors, stderr);
+	if (config == NULL)
 		fprintf(stderr, "retryproxy: %s: %zu error%s\n", path != NULL ? path : "<embedded>",
 			count, count == 1 ? "" : "s");
-	}
-	free(errors);
 	return config;
 }
 
@@ -133,7 +109,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (config_path == NULL)
-		config_path = main_default_config_path();
+		config_path = config_default_path();
 	config = main_load(config_path);
 	if (config == NULL)
 		return MAIN_EXIT_CONFIG;

@@ -171,30 +171,17 @@ void proxy_run(struct proxy *proxy)
 	log_set_buffered(false);
 }
 
+/* Log one line of a refused config's errors. */
+static void proxy_load_error(const char *line, void *arg)
+{
+	log_error("reload: %s", line);
+}
+
 /* Load path or the embedded default; the errors go through the log one per
  * line (file:line:col: key: message), so that they follow log.format. */
 static struct config *proxy_load(const char *path)
 {
-	char *errors = NULL;
-	size_t len = 0;
-	FILE *err = open_memstream(&errors, &len);
-	struct config *config;
-	char *line, *next;
-
-	if (path != NULL)
-		config = config_load_file(path, err);
-	else
-		config = config_load_text(config_embedded_default, strlen(config_embedded_default),
-					  "<embedded>", err);
-	fclose(err);
-	for (line = errors; line != NULL && *line != '\0'; line = next) {
-		next = strchr(line, '\n');
-		if (next != NULL)
-			*next++ = '\0';
-		log_error("reload: %s", line);
-	}
-	free(errors);
-	return config;
+	return config_load(path, proxy_load_error, NULL);
 }
 
 int proxy_reload(struct proxy *proxy, const char *path)

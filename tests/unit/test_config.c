@@ -1,7 +1,8 @@
 /*
  * Config loading: every file in tests/config/good/ loads; every
  * tests/config/bad/NAME.yaml fails with exactly the lines of NAME.expected;
- * plus defaults, inheritance and the value parsers by table. Fixtures are
+ * config_load hands the same lines to its callback one by one; plus
+ * defaults, inheritance, the default path and the value parsers by table. Fixtures are
  * loaded as "good/NAME.yaml" and "bad/NAME.yaml" from CONFIG_FIXTURES, so
  * that the file names in messages do not depend on the checkout's path.
  */
@@ -19,9 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "config_values.h"
 
 /* The whole of a small file, or NULL. */
 static char *test_read_file(const char *path)
@@ -256,6 +259,153 @@ static void test_missing_file(void **state)
 	fclose(out);
 	assert_string_equal(errors, "no/such/file.yaml: cannot open: No such file or directory\n");
 	free(errors);
+}
+
+/* What config_load handed its report callback. */
+struct test_report {
+	char *lines[64];
+	size_t count;
+};
+
+/* A report callback keeping each line; a line never holds its newline. */
+static void test_report_line(const char *line, void *arg)
+{
+	struct test_report *r = arg;
+
+	assert_null(strchr(line, '\n'));
+	assert_true(r->count < sizeof(r->lines) / sizeof(r->lines[0]));
+	r->lines[r->count++] = strdup(line);
+}
+
+/* The lines joined, each ending in a newline, as config_load_file prints
+ * them; the lines are freed. */
+static char *test_report_text(struct test_report *r)
+{
+	char *text;
+	size_t len;
+	FILE *out = open_memstream(&text, &len);
+
+	for (size_t i = 0; i < r->count; i++) {
+		fprintf(out, "%s\n", r->lines[i]);
+		free(r->lines[i]);
+	}
+	fclose(out);
+	r->count = 0;
+	return text;
+}
+
+/* config_load reports every bad fixture's errors one line per call, in
+ * order, exactly as expected, and returns NULL. */
+static void test_load_reports_lines(void **state)
+{
+	char **names = test_list("bad", ".yaml");
+	size_t count = 0;
+
+	for (size_t i = 0; names != NULL && names[i] != NULL; i++, count++) {
+		char path[PATH_MAX], expected_path[PATH_MAX], *expected, *text;
+		size_t base = strlen(names[i]) - strlen(".yaml"), newlines = 0;
+		struct test_report r = { .count = 0 };
+
+		snprintf(path, sizeof(path), "bad/%s", names[i]);
+		snprintf(expected_path, sizeof(expected_path), "bad/%.*s.expected", (int)base,
+			 names[i]);
+		assert_null(config_load(path, test_report_line, &r));
+		expected = test_read_file(expected_path);
+		assert_non_null(expected);
+		for (const char *p = expected; *p != '\0'; p++)
+			newlines += *p == '\n';
+		if (r.count != newlines)
+			fail_msg("%s: %zu calls for %zu lines", path, r.count, newlines);
+		text = test_report_text(&r);
+		if (strcmp(text, expected) != 0)
+			fail_msg("%s: reported lines differ.\nexpected:\n%sgot:\n%s", path,
+				 expected, text);
+		free(text);
+		free(expected);
+	}
+	test_free_list(names);
+	assert_true(count >= 20);
+}
+
+/* Several errors in one file: one call each, in document order, though the
+ * tables read them in another. */
+static void test_load_reports_in_order(void **state)
+{
+	struct test_report r = { .count = 0 };
+
+	assert_null(config_load("bad/several_errors.yaml", test_report_line, &r));
+	assert_int_equal(r.count, 7);
+	assert_string_equal(r.lines[0], "bad/several_errors.yaml:6:20: routes[0].retry."
+					"max_backoff: expected a duration like 32s, got "
+					"\"forever\"");
+	assert_string_equal(r.lines[2], "bad/several_errors.yaml:9:14: listen[0].address: invalid "
+					"address \"127.0.0.1:99999\": the port must be a number "
+					"from 1 to 65535");
+	assert_string_equal(r.lines[4], "bad/several_errors.yaml:12:3: limits.bogus: unknown key");
+	assert_string_equal(r.lines[6], "bad/several_errors.yaml:17:10: log.level: expected error, "
+					"warn, info or debug, got \"verbose\"");
+	free(test_report_text(&r));
+}
+
+/* A file that cannot be read is one error line. */
+static void test_load_missing_file(void **state)
+{
+	struct test_report r = { .count = 0 };
+
+	assert_null(config_load("no/such/file.yaml", test_report_line, &r));
+	assert_int_equal(r.count, 1);
+	assert_string_equal(r.lines[0],
+			    "no/such/file.yaml: cannot open: No such file or directory");
+	free(test_report_text(&r));
+}
+
+/* A good file and the embedded default (path NULL) load without a call. */
+static void test_load_good_and_embedded(void **state)
+{
+	struct test_report r = { .count = 0 };
+	struct config *config = config_load("good/spec_example.yaml", test_report_line, &r);
+
+	assert_non_null(config);
+	assert_int_equal(r.count, 0);
+	assert_string_equal(config->source, "good/spec_example.yaml");
+	assert_int_equal(config->route_count, 2);
+	config_release(config);
+
+	config = config_load(NULL, test_report_line, &r);
+	assert_non_null(config);
+	assert_int_equal(r.count, 0);
+	assert_string_equal(config->source, "<embedded>");
+	assert_int_equal(config->listener_count, 1);
+	assert_string_equal(config->listeners[0].address, "127.0.0.1:3128");
+	assert_string_equal(config->admin_address, "127.0.0.1:9901");
+	config_release(config);
+}
+
+/* ./conf/retryproxy.yaml comes first, then the one in /etc, then none. */
+static void test_default_path(void **state)
+{
+	char cwd[PATH_MAX], dir[] = "/tmp/test_config.XXXXXX";
+	const char *etc = "/etc/retryproxy/retryproxy.yaml";
+	const char *path;
+	FILE *f;
+
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(chdir(dir), 0);
+	path = config_default_path();
+	if (access(etc, F_OK) == 0)
+		assert_string_equal(path, etc);
+	else
+		assert_null(path);
+	assert_int_equal(mkdir("conf", 0700), 0);
+	f = fopen("conf/retryproxy.yaml", "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_string_equal(config_default_path(), "./conf/retryproxy.yaml");
+	assert_int_equal(unlink("conf/retryproxy.yaml"), 0);
+	assert_int_equal(rmdir("conf"), 0);
+	assert_int_equal(chdir(cwd), 0);
+	assert_int_equal(rmdir(dir), 0);
 }
 
 static bool test_on_code(const struct retry_policy *retry, unsigned code)
@@ -641,7 +791,7 @@ static void test_parse_duration(void **state)
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint64_t ms = 12345;
-		int rc = config_parse_duration(cases[i].text, &ms);
+		int rc = config_values_duration(cases[i].text, &ms);
 
 		if (rc != cases[i].rc || (rc == 0 && ms != cases[i].ms))
 			fail_msg("\"%s\": rc %d ms %llu", cases[i].text, rc,
@@ -665,7 +815,7 @@ static void test_parse_size(void **state)
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint64_t bytes = 12345;
-		int rc = config_parse_size(cases[i].text, &bytes);
+		int rc = config_values_size(cases[i].text, &bytes);
 
 		if (rc != cases[i].rc || (rc == 0 && bytes != cases[i].bytes))
 			fail_msg("\"%s\": rc %d bytes %llu", cases[i].text, rc,
@@ -725,20 +875,22 @@ static void test_parse_upstream_url(void **state)
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		struct upstream_url url;
+		const char *why;
 
-		if (config_parse_upstream_url(good[i].text, &url) != 0)
+		if (config_values_url(good[i].text, &url, &why) != 0)
 			fail_msg("\"%s\" should parse", good[i].text);
 		assert_int_equal(url.tls, good[i].tls);
 		assert_string_equal(url.host, good[i].host);
 		assert_int_equal(url.port, good[i].port);
 		assert_string_equal(url.authority, good[i].authority);
 		assert_string_equal(url.text, good[i].text);
-		config_free_upstream_url(&url);
+		config_values_url_free(&url);
 	}
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct upstream_url url;
+		const char *why;
 
-		if (config_parse_upstream_url(bad[i], &url) == 0)
+		if (config_values_url(bad[i], &url, &why) == 0)
 			fail_msg("\"%s\" should not parse", bad[i]);
 	}
 }
@@ -752,6 +904,11 @@ int main(void)
 		cmocka_unit_test(test_embedded_default),
 		cmocka_unit_test(test_text_name_in_errors),
 		cmocka_unit_test(test_missing_file),
+		cmocka_unit_test(test_load_reports_lines),
+		cmocka_unit_test(test_load_reports_in_order),
+		cmocka_unit_test(test_load_missing_file),
+		cmocka_unit_test(test_load_good_and_embedded),
+		cmocka_unit_test(test_default_path),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_inheritance),
 		cmocka_unit_test(test_inheritance_any_order),
