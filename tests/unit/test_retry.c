@@ -619,7 +619,8 @@ static void test_outcome_names(void **state)
 		if (cases[i].kind == NULL)
 			assert_null(try_outcome_error_kind(cases[i].outcome));
 		else
-			assert_string_equal(try_outcome_error_kind(cases[i].outcome), cases[i].kind);
+			assert_string_equal(try_outcome_error_kind(cases[i].outcome),
+					    cases[i].kind);
 		assert_int_equal(try_outcome_cause(cases[i].outcome), cases[i].cause);
 	}
 }
@@ -628,7 +629,8 @@ static void test_give_up_names(void **state)
 {
 	/* the SPEC's label values, in the order /metrics lists them */
 	static const char *const names[] = {
-		NULL, "attempts", "deadline", "not_idempotent", "body_too_large", "client_gone", "budget",
+		NULL, "attempts", "deadline", "not_idempotent", "body_too_large", "client_gone",
+		"budget",
 	};
 
 	assert_int_equal(sizeof(names) / sizeof(names[0]), RETRY_GIVE_UP_COUNT);
@@ -639,7 +641,7 @@ static void test_give_up_names(void **state)
 
 /* The policies the decision table runs under. */
 enum test_policy {
-	TEST_POLICY_DEFAULT,       /* 5xx, connect-failure, reset, timeout; 3 tries; honor Retry-After */
+	TEST_POLICY_DEFAULT,       /* 5xx, connect-failure, reset, timeout; honor Retry-After */
 	TEST_POLICY_NO_RESET,      /* 5xx, connect-failure, timeout */
 	TEST_POLICY_NO_TIMEOUT,    /* 5xx, connect-failure, reset */
 	TEST_POLICY_NO_CONNECT,    /* 5xx, reset, timeout */
@@ -1000,7 +1002,8 @@ static void test_decide_table(void **state)
 		    v.cause != try_outcome_cause(row->outcome))
 			fail_msg("%s: got kind %d reason %d wait %llu immediate %d too_large %d "
 				 "cause %d",
-				 row->name, (int)v.kind, (int)v.reason, (unsigned long long)v.wait_ms,
+				 row->name, (int)v.kind, (int)v.reason,
+				 (unsigned long long)v.wait_ms,
 				 (int)v.immediate, (int)v.too_large, (int)v.cause);
 		/* the generator moves exactly as one backoff draw, or not at all */
 		if (test_decide_drew(&v))
