@@ -171,7 +171,10 @@ bool retry_within_deadline(const struct retry_policy *policy, uint64_t elapsed_m
 /* May the request be tried again after this try, and after how long? The
  * whole retry decision in one place. Draws from rng (one backoff) only when
  * the decision gets as far as computing the wait; takes nothing from the
- * budget: on RETRY without immediate the caller spends it. */
+ * budget: on RETRY without immediate the caller spends it. A TRY_RESPONSE
+ * whose status retry_on_status() refuses is FINAL whatever the other facts
+ * say, so a caller may test that first and gather the rest (clock, budget)
+ * only for a retryable status. */
 struct retry_verdict retry_decide(const struct retry_policy *policy,
 				  const struct retry_facts *facts, struct retry_rng *rng);
 

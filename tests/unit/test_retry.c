@@ -748,6 +748,12 @@ static const struct test_decide_row test_decide_rows[] = {
 	  .status = 502, .kind = RETRY, .wait_ms = 100 },
 	{ "5xx and 429: 404", .policy = TEST_POLICY_5XX_AND_429, .outcome = TRY_RESPONSE,
 	  .status = 404, .kind = FINAL },
+	/* a status not in retry.on is final whatever else holds (callers rely on
+	 * that to skip gathering the other facts) */
+	{ "404 whatever else holds", .outcome = TRY_RESPONSE, .status = 404, .unsafe = true,
+	  .body_streamed = true, .body_too_large = true, .response_too_large = true,
+	  .attempts = 9, .elapsed_ms = 50000, .pending_full = true, .budget_refuses = true,
+	  .upstream_down = true, .hold = true, .kind = FINAL },
 
 	/* idempotent requests retry every failure in retry.on */
 	{ "dns", .outcome = TRY_DNS, .kind = RETRY, .wait_ms = 100 },
