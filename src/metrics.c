@@ -18,11 +18,9 @@ static const double metrics_duration_bounds[] = {
 static const double metrics_tries_bounds[] = { 1, 2, 3, 4, 5, 6, 8, 10, 15, 20 };
 #define METRICS_TRIES_BUCKETS (sizeof(metrics_tries_bounds) / sizeof(metrics_tries_bounds[0]))
 
-static const char *const metrics_give_up_reasons[] = {
-	"attempts", "deadline", "not_idempotent", "body_too_large", "client_gone", "budget",
-};
-#define METRICS_GIVE_UP_REASONS (sizeof(metrics_give_up_reasons) / sizeof(metrics_give_up_reasons[0]))
-
+/* The kind labels of upstream_errors_total in the order they are listed,
+ * each always present; which outcomes a kind counts is retry.c's
+ * try_outcome_error_kind(). */
 static const char *const metrics_error_kinds[] = {
 	"dns", "connect", "tls", "reset", "timeout", "malformed",
 };
@@ -42,7 +40,7 @@ struct metrics_route {
 	size_t code_count;
 	uint64_t tries;
 	uint64_t retries[METRICS_CAUSES];
-	uint64_t gave_up[METRICS_GIVE_UP_REASONS];
+	uint64_t gave_up[RETRY_GIVE_UP_COUNT]; /* by enum retry_give_up; NONE unused */
 	struct metrics_route *next;
 };
 
@@ -57,7 +55,7 @@ struct metrics_histogram {
 
 struct metrics {
 	struct metrics_route *routes; /* in order of first use */
-	uint64_t upstream_errors[METRICS_ERROR_KINDS];
+	uint64_t upstream_errors[TRY_OUTCOME_COUNT]; /* by enum try_outcome, summed by kind */
 	uint64_t pool_reuse;
 	uint64_t duration_buckets[METRICS_DURATION_BUCKETS];
 	uint64_t tries_buckets[METRICS_TRIES_BUCKETS];
@@ -121,17 +119,6 @@ static struct metrics_route *metrics_route(struct metrics *metrics, const char *
 	return *link;
 }
 
-/* Index of s in names, or -1. */
-static int metrics_index(const char *const *names, size_t count, const char *s)
-{
-	size_t i;
-
-	for (i = 0; i < count; i++)
-		if (strcmp(names[i], s) == 0)
-			return (int)i;
-	return -1;
-}
-
 void metrics_request_done(struct metrics *metrics, const char *route, int code,
 			  double duration_seconds, unsigned tries)
 {
@@ -163,20 +150,16 @@ void metrics_retry(struct metrics *metrics, const char *route, enum retry_cause 
 		metrics_route(metrics, route)->retries[cause]++;
 }
 
-void metrics_gave_up(struct metrics *metrics, const char *route, const char *reason)
+void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give_up reason)
 {
-	int i = metrics_index(metrics_give_up_reasons, METRICS_GIVE_UP_REASONS, reason);
-
-	if (i >= 0)
-		metrics_route(metrics, route)->gave_up[i]++;
+	if (reason > RETRY_GIVE_UP_NONE && (unsigned)reason < RETRY_GIVE_UP_COUNT)
+		metrics_route(metrics, route)->gave_up[reason]++;
 }
 
-void metrics_upstream_error(struct metrics *metrics, const char *kind)
+void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome)
 {
-	int i = metrics_index(metrics_error_kinds, METRICS_ERROR_KINDS, kind);
-
-	if (i >= 0)
-		metrics->upstream_errors[i]++;
+	if (outcome != TRY_RESPONSE && (unsigned)outcome < TRY_OUTCOME_COUNT)
+		metrics->upstream_errors[outcome]++;
 }
 
 void metrics_pool_reuse(struct metrics *metrics)
@@ -248,6 +231,22 @@ static void metrics_render_histogram(struct evbuffer *out, const char *name, con
 			    (unsigned long long)h->count);
 }
 
+/* The failed tries of one upstream_errors_total kind: the sum over the
+ * outcomes of that kind (a scrape's work, never a request's). */
+static uint64_t metrics_error_count(const struct metrics *metrics, const char *kind)
+{
+	uint64_t count = 0;
+	size_t o;
+
+	for (o = 0; o < TRY_OUTCOME_COUNT; o++) {
+		const char *k = try_outcome_error_kind((enum try_outcome)o);
+
+		if (k != NULL && strcmp(k, kind) == 0)
+			count += metrics->upstream_errors[o];
+	}
+	return count;
+}
+
 void metrics_render(const struct metrics *metrics, const struct metrics_gauges *gauges,
 		    struct evbuffer *out)
 {
@@ -278,9 +277,10 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 	metrics_header(out, "retryproxy_retries_given_up_total", "counter",
 		       "Requests whose retrying stopped short, by route and reason.");
 	for (r = metrics->routes; r != NULL; r = r->next) {
-		for (i = 0; i < METRICS_GIVE_UP_REASONS; i++) {
+		for (i = RETRY_GIVE_UP_NONE + 1; i < RETRY_GIVE_UP_COUNT; i++) {
 			metrics_route_series(out, "retryproxy_retries_given_up_total", r->name);
-			evbuffer_add_printf(out, ",reason=\"%s\"} %llu\n", metrics_give_up_reasons[i],
+			evbuffer_add_printf(out, ",reason=\"%s\"} %llu\n",
+					    retry_give_up_name((enum retry_give_up)i),
 					    (unsigned long long)r->gave_up[i]);
 		}
 	}
@@ -296,10 +296,12 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 
 	metrics_header(out, "retryproxy_upstream_errors_total", "counter",
 		       "Failed upstream tries, by kind of failure.");
-	for (i = 0; i < METRICS_ERROR_KINDS; i++)
+	for (i = 0; i < METRICS_ERROR_KINDS; i++) {
+		const char *kind = metrics_error_kinds[i];
+
 		evbuffer_add_printf(out, "retryproxy_upstream_errors_total{kind=\"%s\"} %llu\n",
-				    metrics_error_kinds[i],
-				    (unsigned long long)metrics->upstream_errors[i]);
+				    kind, (unsigned long long)metrics_error_count(metrics, kind));
+	}
 
 	metrics_header(out, "retryproxy_connections", "gauge", "Open connections, by side.");
 	evbuffer_add_printf(out,

@@ -35,12 +35,12 @@ void metrics_try(struct metrics *metrics, const char *route);
 /* A retry was scheduled after a failure of this cause. */
 void metrics_retry(struct metrics *metrics, const char *route, enum retry_cause cause);
 
-/* Retrying stopped short; reason: attempts|deadline|not_idempotent|
- * body_too_large|client_gone|budget. */
-void metrics_gave_up(struct metrics *metrics, const char *route, const char *reason);
+/* Retrying stopped short for reason; RETRY_GIVE_UP_NONE counts nothing. */
+void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give_up reason);
 
-/* An upstream try failed; kind: dns|connect|tls|reset|timeout|malformed. */
-void metrics_upstream_error(struct metrics *metrics, const char *kind);
+/* An upstream try (or a response body being relayed) failed this way,
+ * counted under its try_outcome_error_kind(); TRY_RESPONSE counts nothing. */
+void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome);
 
 /* A request was sent on a pooled connection. */
 void metrics_pool_reuse(struct metrics *metrics);

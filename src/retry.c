@@ -162,6 +162,220 @@ bool retry_on_failure(const struct retry_policy *policy, enum retry_cause cause)
 	return false;
 }
 
+const char *try_outcome_name(enum try_outcome outcome)
+{
+	switch (outcome) {
+	case TRY_RESPONSE:
+		return "response";
+	case TRY_DNS:
+		return "dns";
+	case TRY_REFUSED:
+		return "refused";
+	case TRY_CONNECT_TIMEOUT:
+		return "connect-timeout";
+	case TRY_TLS:
+		return "tls";
+	case TRY_TLS_VERIFY:
+		return "tls-verify";
+	case TRY_STALE:
+		return "stale";
+	case TRY_RESET:
+		return "reset";
+	case TRY_TIMEOUT:
+		return "timeout";
+	case TRY_MALFORMED:
+		return "malformed";
+	}
+	return "unknown";
+}
+
+const char *try_outcome_error_kind(enum try_outcome outcome)
+{
+	switch (outcome) {
+	case TRY_RESPONSE:
+		break;
+	case TRY_DNS:
+		return "dns";
+	case TRY_REFUSED:
+	case TRY_CONNECT_TIMEOUT:
+		return "connect";
+	case TRY_TLS:
+	case TRY_TLS_VERIFY:
+		return "tls";
+	case TRY_STALE:
+	case TRY_RESET:
+		return "reset";
+	case TRY_TIMEOUT:
+		return "timeout";
+	case TRY_MALFORMED:
+		return "malformed";
+	}
+	return NULL;
+}
+
+enum retry_cause try_outcome_cause(enum try_outcome outcome)
+{
+	switch (outcome) {
+	case TRY_RESPONSE:
+		return RETRY_CAUSE_STATUS;
+	case TRY_DNS:
+	case TRY_REFUSED:
+	case TRY_CONNECT_TIMEOUT:
+	case TRY_TLS:
+	case TRY_TLS_VERIFY:
+		return RETRY_CAUSE_CONNECT;
+	case TRY_TIMEOUT:
+		return RETRY_CAUSE_TIMEOUT;
+	case TRY_STALE:
+	case TRY_RESET:
+	case TRY_MALFORMED:
+		break;
+	}
+	/* a malformed response came from the connection, like a reset */
+	return RETRY_CAUSE_RESET;
+}
+
+const char *retry_give_up_name(enum retry_give_up reason)
+{
+	switch (reason) {
+	case RETRY_GIVE_UP_NONE:
+		break;
+	case RETRY_GIVE_UP_ATTEMPTS:
+		return "attempts";
+	case RETRY_GIVE_UP_DEADLINE:
+		return "deadline";
+	case RETRY_GIVE_UP_NOT_IDEMPOTENT:
+		return "not_idempotent";
+	case RETRY_GIVE_UP_BODY_TOO_LARGE:
+		return "body_too_large";
+	case RETRY_GIVE_UP_CLIENT_GONE:
+		return "client_gone";
+	case RETRY_GIVE_UP_BUDGET:
+		return "budget";
+	}
+	return NULL;
+}
+
+bool retry_within_deadline(const struct retry_policy *policy, uint64_t elapsed_ms,
+			   uint64_t wait_ms)
+{
+	/* elapsed + wait <= deadline, without the sum wrapping */
+	return wait_ms <= policy->deadline_ms && elapsed_ms <= policy->deadline_ms - wait_ms;
+}
+
+/* Did the request provably never reach the upstream: the try ended before
+ * any byte of it was written? */
+static bool retry_never_sent(const struct retry_facts *facts)
+{
+	switch (facts->outcome) {
+	case TRY_DNS:
+	case TRY_REFUSED:
+	case TRY_CONNECT_TIMEOUT:
+	case TRY_TLS:
+	case TRY_TLS_VERIFY:
+		return true;
+	case TRY_TIMEOUT:
+		return facts->connecting;
+	case TRY_RESPONSE:
+	case TRY_STALE:
+	case TRY_RESET:
+	case TRY_MALFORMED:
+		break;
+	}
+	return false;
+}
+
+/* Is this a stale pooled connection that may be replaced at once? A pooled
+ * connection the upstream had already closed says nothing about the
+ * upstream, so neither retry.on, backoff nor the budget apply; only
+ * idempotent requests use pooled connections, so this never repeats an
+ * unsafe one. */
+static bool retry_stale_immediate(const struct retry_policy *policy,
+				  const struct retry_facts *facts)
+{
+	return facts->outcome == TRY_STALE && facts->idempotent && !facts->body_streamed &&
+	       facts->attempts < policy->max_attempts && facts->elapsed_ms < policy->deadline_ms;
+}
+
+/* A verdict that gives up for reason. */
+static struct retry_verdict retry_give_up(struct retry_verdict verdict, enum retry_give_up reason)
+{
+	verdict.kind = RETRY_VERDICT_GIVE_UP;
+	verdict.reason = reason;
+	return verdict;
+}
+
+struct retry_verdict retry_decide(const struct retry_policy *policy,
+				  const struct retry_facts *facts, struct retry_rng *rng)
+{
+	struct retry_verdict verdict = {
+		.kind = RETRY_VERDICT_FINAL,
+		.reason = RETRY_GIVE_UP_NONE,
+		.cause = try_outcome_cause(facts->outcome),
+	};
+	uint64_t wait;
+
+	if (facts->outcome == TRY_RESPONSE) {
+		if (!retry_on_status(policy, facts->status))
+			return verdict;
+		/* a retryable response is kept whole until the next try has done
+		 * better; one announced larger than that buffer is passed on */
+		if (facts->response_too_large) {
+			verdict.too_large = true;
+			return verdict;
+		}
+	}
+	/* a tunnel's bytes cannot be replayed, and a response the client has
+	 * started to receive cannot be replaced */
+	if (facts->is_connect || facts->response_started)
+		return verdict;
+	/* before retry.on: a stale connection is replaced whatever retry.on
+	 * says, since its failure is not the upstream's */
+	if (retry_stale_immediate(policy, facts)) {
+		verdict.kind = RETRY_VERDICT_RETRY;
+		verdict.immediate = true;
+		return verdict;
+	}
+	if (facts->outcome != TRY_RESPONSE && !retry_on_failure(policy, verdict.cause))
+		return verdict;
+	/* a certificate that fails verification is not a transient failure */
+	if (facts->outcome == TRY_TLS_VERIFY)
+		return verdict;
+	/* a request that may have reached the upstream is repeated only when
+	 * repeating it is safe */
+	if (!facts->idempotent && !retry_never_sent(facts))
+		return retry_give_up(verdict, RETRY_GIVE_UP_NOT_IDEMPOTENT);
+	if (facts->body_streamed)
+		return retry_give_up(verdict, facts->body_too_large ? RETRY_GIVE_UP_BODY_TOO_LARGE
+								    : RETRY_GIVE_UP_NOT_IDEMPOTENT);
+	if (facts->attempts >= policy->max_attempts)
+		return retry_give_up(verdict, RETRY_GIVE_UP_ATTEMPTS);
+	wait = retry_backoff_ms(policy, facts->attempts > 0 ? facts->attempts - 1 : 0, rng);
+	if (facts->outcome == TRY_RESPONSE && policy->honor_retry_after &&
+	    facts->retry_after_ms > wait)
+		wait = facts->retry_after_ms;
+	/* SPEC: a wait that would start the next try after the deadline means
+	 * answering now */
+	if (!retry_within_deadline(policy, facts->elapsed_ms, wait))
+		return retry_give_up(verdict, RETRY_GIVE_UP_DEADLINE);
+	/* after attempts and deadline, so that holding never outlasts them */
+	if (facts->upstream_down && facts->hold_when_down) {
+		verdict.kind = RETRY_VERDICT_HOLD;
+		return verdict;
+	}
+	/* each waiting retry keeps its request body and last response in
+	 * memory: past the cap, answer now instead of piling up */
+	if (facts->pending_retries >= facts->max_pending_retries)
+		return retry_give_up(verdict, RETRY_GIVE_UP_BUDGET);
+	/* last, like taking from the budget: the caller spends it only on a
+	 * RETRY that is not immediate */
+	if (!facts->budget_allows)
+		return retry_give_up(verdict, RETRY_GIVE_UP_BUDGET);
+	verdict.kind = RETRY_VERDICT_RETRY;
+	verdict.wait_ms = wait;
+	return verdict;
+}
+
 /* A read position in a Retry-After value; end is one past the last byte. */
 struct retry_after_cursor {
 	const char *p;

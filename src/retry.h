@@ -2,11 +2,12 @@
 #define RETRYPROXY_RETRY_H
 
 /*
- * Pure retry policy (SPEC "Retry semantics"): which failures retry.on covers,
- * how long to wait before the next try (backoff with jitter) and what a
- * Retry-After field asks for. No I/O and no clock reads: the caller passes
- * the random generator and the current time, so every function is tested by
- * tables.
+ * Pure retry policy (SPEC "Retry semantics"): how a try ended, which endings
+ * retry.on covers, whether the request may be tried again and how long to
+ * wait before the next try (backoff with jitter, Retry-After, deadline,
+ * pending cap, budget). No I/O, no allocation and no clock reads (seeding
+ * the generator from the OS aside): the caller passes the facts, the random
+ * generator and the current time, so every function is tested by tables.
  */
 
 #include <stdbool.h>
@@ -64,6 +65,118 @@ bool retry_on_status(const struct retry_policy *policy, int status);
 /* Is this failure kind in retry.on (connect-failure / reset / timeout)?
  * RETRY_CAUSE_STATUS gives false: statuses go through retry_on_status. */
 bool retry_on_failure(const struct retry_policy *policy, enum retry_cause cause);
+
+/* How a try ended: the one vocabulary from the upstream connection up to the
+ * access-log trail and the metric labels. */
+enum try_outcome {
+	TRY_RESPONSE,        /* a response head arrived; its status decides */
+	TRY_DNS,             /* the upstream name did not resolve */
+	TRY_REFUSED,         /* connect refused or unreachable */
+	TRY_CONNECT_TIMEOUT, /* no connection (TLS included) within connect_timeout */
+	TRY_TLS,             /* the TLS handshake failed */
+	TRY_TLS_VERIFY,      /* the certificate failed verification: never retried */
+	TRY_STALE,           /* a pooled connection closed before any response byte */
+	TRY_RESET,           /* closed or reset before the whole response head */
+	TRY_TIMEOUT,         /* no response head within try_timeout */
+	TRY_MALFORMED,       /* the response broke HTTP/1.1 */
+};
+
+/* How many outcomes there are, for tables indexed by enum try_outcome. */
+#define TRY_OUTCOME_COUNT (TRY_MALFORMED + 1)
+
+/* The access-log trail word: "response", "dns", "refused", "connect-timeout",
+ * "tls", "tls-verify", "stale", "reset", "timeout", "malformed". */
+const char *try_outcome_name(enum try_outcome outcome);
+
+/* The retryproxy_upstream_errors_total kind: dns|connect|tls|reset|timeout|
+ * malformed; NULL for TRY_RESPONSE, which is no error. */
+const char *try_outcome_error_kind(enum try_outcome outcome);
+
+/* The retry.on condition an outcome falls under; RETRY_CAUSE_STATUS for
+ * TRY_RESPONSE. */
+enum retry_cause try_outcome_cause(enum try_outcome outcome);
+
+/* Why retrying stopped short of a retryable outcome. */
+enum retry_give_up {
+	RETRY_GIVE_UP_NONE,           /* retrying did not stop short */
+	RETRY_GIVE_UP_ATTEMPTS,       /* max_attempts tries were made */
+	RETRY_GIVE_UP_DEADLINE,       /* the next try would start after the deadline */
+	RETRY_GIVE_UP_NOT_IDEMPOTENT, /* it may have reached the upstream and is unsafe to repeat */
+	RETRY_GIVE_UP_BODY_TOO_LARGE, /* the body was over replay_buffer, streamed once and gone */
+	RETRY_GIVE_UP_CLIENT_GONE,    /* the client left while a retry was pending */
+	RETRY_GIVE_UP_BUDGET,         /* max_pending_retries or the route's retry budget */
+};
+
+/* How many reasons there are, RETRY_GIVE_UP_NONE included. */
+#define RETRY_GIVE_UP_COUNT (RETRY_GIVE_UP_BUDGET + 1)
+
+/* The retries_given_up_total reason label: attempts|deadline|not_idempotent|
+ * body_too_large|client_gone|budget; NULL for RETRY_GIVE_UP_NONE. */
+const char *retry_give_up_name(enum retry_give_up reason);
+
+/* Everything retry_decide() needs to know about a try that just ended, as
+ * the exchange sees it then. */
+struct retry_facts {
+	enum try_outcome outcome;
+	int status;                  /* with TRY_RESPONSE */
+	bool connecting;             /* the try ended before its connection was made (a
+				      * timeout then means nothing was sent) */
+	bool is_connect;             /* a CONNECT tunnel: never retried */
+	bool idempotent;             /* by the route's idempotency map (json_field resolved) */
+	bool body_streamed;          /* request body bytes left the client without being kept:
+				      * it cannot be sent again */
+	bool body_too_large;         /* ... and that was because it was over replay_buffer */
+	bool response_started;       /* bytes of a response already reached the client */
+	bool response_too_large;     /* TRY_RESPONSE whose Content-Length is over
+				      * retry_response_buffer */
+	unsigned attempts;           /* tries made, this one included */
+	uint64_t elapsed_ms;         /* since the first try started */
+	uint64_t retry_after_ms;     /* from the response (Retry-After), 0 when none; only
+				      * TRY_RESPONSE uses it */
+	unsigned pending_retries;    /* requests holding a place among max_pending_retries now,
+				      * this one excluded */
+	unsigned max_pending_retries;
+	bool budget_allows;          /* the route's retry budget would allow one more retry now
+				      * (a peek: nothing taken) */
+	bool upstream_down;          /* the upstream is marked down (upstream health, a later
+				      * feature; false for now) */
+	bool hold_when_down;         /* health.hold (later feature) */
+};
+
+enum retry_verdict_kind {
+	RETRY_VERDICT_FINAL,   /* not a retryable outcome: the response (or error) goes to the
+				* client as it is, no give-up reason */
+	RETRY_VERDICT_RETRY,   /* retry after wait_ms (take from the budget, unless immediate) */
+	RETRY_VERDICT_GIVE_UP, /* retryable, but retrying stops: reason says why */
+	RETRY_VERDICT_HOLD,    /* wait for the upstream to come back (health, later) */
+};
+
+/* What to do after a try, as decided by retry_decide(). */
+struct retry_verdict {
+	enum retry_verdict_kind kind;
+	enum retry_give_up reason; /* with GIVE_UP; RETRY_GIVE_UP_NONE otherwise */
+	enum retry_cause cause;    /* the outcome's cause, for metrics */
+	uint64_t wait_ms;          /* with RETRY */
+	bool immediate;            /* RETRY at once on a new connection, without backoff or
+				    * budget (a stale pooled connection) */
+	bool too_large;            /* FINAL because the retryable response is over
+				    * retry_response_buffer (the log notes it) */
+};
+
+/* Does a try starting wait_ms from now, elapsed_ms after the first try
+ * started, start within the route's deadline? Never overflows. */
+bool retry_within_deadline(const struct retry_policy *policy, uint64_t elapsed_ms,
+			   uint64_t wait_ms);
+
+/* May the request be tried again after this try, and after how long? The
+ * whole retry decision in one place. Draws from rng (one backoff) only when
+ * the decision gets as far as computing the wait; takes nothing from the
+ * budget: on RETRY without immediate the caller spends it. A TRY_RESPONSE
+ * whose status retry_on_status() refuses is FINAL whatever the other facts
+ * say, so a caller may test that first and gather the rest (clock, budget)
+ * only for a retryable status. */
+struct retry_verdict retry_decide(const struct retry_policy *policy,
+				  const struct retry_facts *facts, struct retry_rng *rng);
 
 /* Parse a Retry-After value (RFC 9110 section 10.2.3): delta-seconds, or an
  * HTTP-date in any of the three formats of section 5.6.7 (IMF-fixdate,

@@ -85,18 +85,20 @@ void retry_budget_note_request(struct retry_budget_state *state, uint64_t now_ms
 	state->requests[retry_budget_bucket(state, now_ms)]++;
 }
 
-bool retry_budget_take(struct retry_budget_state *state, const struct retry_budget *budget,
-		       uint64_t now_ms)
+bool retry_budget_allows(const struct retry_budget_state *state, const struct retry_budget *budget,
+			 uint64_t now_ms)
 {
 	uint64_t now_epoch = now_ms / state->bucket_ms;
 	uint64_t requests = 0;
 	uint64_t retries = 0;
 	double allowed;
 	unsigned i;
-	unsigned current = retry_budget_bucket(state, now_ms);
 
 	for (i = 0; i < RETRY_BUDGET_SLOTS; i++) {
-		/* only the slices inside the window count */
+		/* only the slices inside the window count; a slot holding an older
+		 * slice is skipped here rather than emptied, so peeking changes
+		 * nothing (a later slice wraps to a huge difference and is skipped
+		 * too) */
 		if (now_epoch - state->epoch[i] <= RETRY_BUDGET_BUCKETS) {
 			requests += state->requests[i];
 			retries += state->retries[i];
@@ -104,10 +106,12 @@ bool retry_budget_take(struct retry_budget_state *state, const struct retry_budg
 	}
 	allowed = budget->ratio * (double)requests +
 		  budget->min_per_second * (double)state->window_ms / 1000.0;
-	if ((double)(retries + 1) > allowed)
-		return false;
-	state->retries[current]++;
-	return true;
+	return (double)(retries + 1) <= allowed;
+}
+
+void retry_budget_spend(struct retry_budget_state *state, uint64_t now_ms)
+{
+	state->retries[retry_budget_bucket(state, now_ms)]++;
 }
 
 uint64_t retry_budget_now_ms(void)

@@ -28,9 +28,13 @@ struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, cons
 /* A request arrived on the route at now_ms (a monotonic clock). */
 void retry_budget_note_request(struct retry_budget_state *state, uint64_t now_ms);
 
-/* May one more retry happen at now_ms? If so it is counted. */
-bool retry_budget_take(struct retry_budget_state *state, const struct retry_budget *budget,
-		       uint64_t now_ms);
+/* Would one more retry at now_ms stay within the budget? Counts nothing:
+ * retry_decide() is told the answer, and only a retry that happens is spent. */
+bool retry_budget_allows(const struct retry_budget_state *state, const struct retry_budget *budget,
+			 uint64_t now_ms);
+
+/* A retry happened at now_ms: count it against the budget. */
+void retry_budget_spend(struct retry_budget_state *state, uint64_t now_ms);
 
 /* Milliseconds of a monotonic clock, for the calls above. */
 uint64_t retry_budget_now_ms(void);

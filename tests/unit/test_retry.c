@@ -593,6 +593,490 @@ static void test_retry_after_calendar(void **state)
 	}
 }
 
+static void test_outcome_names(void **state)
+{
+	static const struct {
+		enum try_outcome outcome;
+		const char *name;
+		const char *kind;
+		enum retry_cause cause;
+	} cases[] = {
+		{ TRY_RESPONSE, "response", NULL, RETRY_CAUSE_STATUS },
+		{ TRY_DNS, "dns", "dns", RETRY_CAUSE_CONNECT },
+		{ TRY_REFUSED, "refused", "connect", RETRY_CAUSE_CONNECT },
+		{ TRY_CONNECT_TIMEOUT, "connect-timeout", "connect", RETRY_CAUSE_CONNECT },
+		{ TRY_TLS, "tls", "tls", RETRY_CAUSE_CONNECT },
+		{ TRY_TLS_VERIFY, "tls-verify", "tls", RETRY_CAUSE_CONNECT },
+		{ TRY_STALE, "stale", "reset", RETRY_CAUSE_RESET },
+		{ TRY_RESET, "reset", "reset", RETRY_CAUSE_RESET },
+		{ TRY_TIMEOUT, "timeout", "timeout", RETRY_CAUSE_TIMEOUT },
+		{ TRY_MALFORMED, "malformed", "malformed", RETRY_CAUSE_RESET },
+	};
+
+	assert_int_equal(sizeof(cases) / sizeof(cases[0]), TRY_OUTCOME_COUNT);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_string_equal(try_outcome_name(cases[i].outcome), cases[i].name);
+		if (cases[i].kind == NULL)
+			assert_null(try_outcome_error_kind(cases[i].outcome));
+		else
+			assert_string_equal(try_outcome_error_kind(cases[i].outcome),
+					    cases[i].kind);
+		assert_int_equal(try_outcome_cause(cases[i].outcome), cases[i].cause);
+	}
+}
+
+static void test_give_up_names(void **state)
+{
+	/* the SPEC's label values, in the order /metrics lists them */
+	static const char *const names[] = {
+		NULL, "attempts", "deadline", "not_idempotent", "body_too_large", "client_gone",
+		"budget",
+	};
+
+	assert_int_equal(sizeof(names) / sizeof(names[0]), RETRY_GIVE_UP_COUNT);
+	assert_null(retry_give_up_name(RETRY_GIVE_UP_NONE));
+	for (int r = RETRY_GIVE_UP_ATTEMPTS; r < RETRY_GIVE_UP_COUNT; r++)
+		assert_string_equal(retry_give_up_name((enum retry_give_up)r), names[r]);
+}
+
+/* The policies the decision table runs under. */
+enum test_policy {
+	TEST_POLICY_DEFAULT,       /* 5xx, connect-failure, reset, timeout; honor Retry-After */
+	TEST_POLICY_NO_RESET,      /* 5xx, connect-failure, timeout */
+	TEST_POLICY_NO_TIMEOUT,    /* 5xx, connect-failure, reset */
+	TEST_POLICY_NO_CONNECT,    /* 5xx, reset, timeout */
+	TEST_POLICY_CODES,         /* 429, 503 and connect-failure: no 5xx flag */
+	TEST_POLICY_5XX_AND_429,   /* 5xx, 429 */
+	TEST_POLICY_IGNORE_AFTER,  /* the default with retry_after: ignore */
+};
+
+#define TEST_DEADLINE_MS 10000
+#define TEST_MAX_PENDING 100
+
+/* A policy of the decision table: backoff 100, 200, 400 ms... up to 1 s
+ * with no jitter, so waits are exact; deadline 10 s. */
+static struct retry_policy test_decide_policy(enum test_policy kind)
+{
+	struct retry_policy policy = test_backoff_policy(100, 2, 1000, false, 0);
+
+	policy.max_attempts = 3;
+	policy.deadline_ms = TEST_DEADLINE_MS;
+	policy.honor_retry_after = true;
+	policy.on = RETRY_ON_5XX | RETRY_ON_CONNECT_FAILURE | RETRY_ON_RESET | RETRY_ON_TIMEOUT;
+	switch (kind) {
+	case TEST_POLICY_DEFAULT:
+		break;
+	case TEST_POLICY_NO_RESET:
+		policy.on &= ~(unsigned)RETRY_ON_RESET;
+		break;
+	case TEST_POLICY_NO_TIMEOUT:
+		policy.on &= ~(unsigned)RETRY_ON_TIMEOUT;
+		break;
+	case TEST_POLICY_NO_CONNECT:
+		policy.on &= ~(unsigned)RETRY_ON_CONNECT_FAILURE;
+		break;
+	case TEST_POLICY_CODES:
+		policy.on = RETRY_ON_CONNECT_FAILURE;
+		test_on_code(&policy, 429);
+		test_on_code(&policy, 503);
+		break;
+	case TEST_POLICY_5XX_AND_429:
+		policy.on = RETRY_ON_5XX;
+		test_on_code(&policy, 429);
+		break;
+	case TEST_POLICY_IGNORE_AFTER:
+		policy.honor_retry_after = false;
+		break;
+	}
+	return policy;
+}
+
+/* One row of the decision table. Every field left out has the value of a
+ * first try of an idempotent request, early, with room everywhere. */
+struct test_decide_row {
+	const char *name;
+	enum test_policy policy;
+	enum try_outcome outcome;
+	int status;
+	bool unsafe;             /* not idempotent */
+	bool connecting;
+	bool is_connect;
+	bool body_streamed;
+	bool body_too_large;
+	bool response_started;
+	bool response_too_large;
+	unsigned attempts;       /* 0: 1 */
+	uint64_t elapsed_ms;
+	uint64_t retry_after_ms;
+	bool pending_full;       /* TEST_MAX_PENDING others pending; else one less */
+	bool budget_refuses;
+	bool upstream_down;
+	bool hold;
+	/* the verdict */
+	enum retry_verdict_kind kind;
+	enum retry_give_up reason;
+	uint64_t wait_ms;
+	bool immediate;
+	bool too_large;
+};
+
+#define FINAL RETRY_VERDICT_FINAL
+#define RETRY RETRY_VERDICT_RETRY
+#define GIVE_UP RETRY_VERDICT_GIVE_UP
+#define HOLD RETRY_VERDICT_HOLD
+
+static const struct test_decide_row test_decide_rows[] = {
+	/* statuses: only those in retry.on are retried; the rest pass on as final */
+	{ "200 passes on", .outcome = TRY_RESPONSE, .status = 200, .kind = FINAL },
+	{ "404 not in retry.on passes on", .outcome = TRY_RESPONSE, .status = 404, .kind = FINAL },
+	{ "429 is not 5xx", .outcome = TRY_RESPONSE, .status = 429, .kind = FINAL },
+	{ "503 under 5xx", .outcome = TRY_RESPONSE, .status = 503, .kind = RETRY, .wait_ms = 100 },
+	{ "500 under 5xx", .outcome = TRY_RESPONSE, .status = 500, .kind = RETRY, .wait_ms = 100 },
+	{ "599 under 5xx", .outcome = TRY_RESPONSE, .status = 599, .kind = RETRY, .wait_ms = 100 },
+	{ "600 is no status", .outcome = TRY_RESPONSE, .status = 600, .kind = FINAL },
+	{ "explicit 503", .policy = TEST_POLICY_CODES, .outcome = TRY_RESPONSE, .status = 503,
+	  .kind = RETRY, .wait_ms = 100 },
+	{ "explicit 429", .policy = TEST_POLICY_CODES, .outcome = TRY_RESPONSE, .status = 429,
+	  .kind = RETRY, .wait_ms = 100 },
+	{ "500 without 5xx", .policy = TEST_POLICY_CODES, .outcome = TRY_RESPONSE, .status = 500,
+	  .kind = FINAL },
+	{ "502 without 5xx", .policy = TEST_POLICY_CODES, .outcome = TRY_RESPONSE, .status = 502,
+	  .kind = FINAL },
+	{ "5xx and 429: 429", .policy = TEST_POLICY_5XX_AND_429, .outcome = TRY_RESPONSE,
+	  .status = 429, .kind = RETRY, .wait_ms = 100 },
+	{ "5xx and 429: 502", .policy = TEST_POLICY_5XX_AND_429, .outcome = TRY_RESPONSE,
+	  .status = 502, .kind = RETRY, .wait_ms = 100 },
+	{ "5xx and 429: 404", .policy = TEST_POLICY_5XX_AND_429, .outcome = TRY_RESPONSE,
+	  .status = 404, .kind = FINAL },
+	/* a status not in retry.on is final whatever else holds (callers rely on
+	 * that to skip gathering the other facts) */
+	{ "404 whatever else holds", .outcome = TRY_RESPONSE, .status = 404, .unsafe = true,
+	  .body_streamed = true, .body_too_large = true, .response_too_large = true,
+	  .attempts = 9, .elapsed_ms = 50000, .pending_full = true, .budget_refuses = true,
+	  .upstream_down = true, .hold = true, .kind = FINAL },
+
+	/* idempotent requests retry every failure in retry.on */
+	{ "dns", .outcome = TRY_DNS, .kind = RETRY, .wait_ms = 100 },
+	{ "refused", .outcome = TRY_REFUSED, .kind = RETRY, .wait_ms = 100 },
+	{ "connect timeout", .outcome = TRY_CONNECT_TIMEOUT, .kind = RETRY, .wait_ms = 100 },
+	{ "tls handshake", .outcome = TRY_TLS, .kind = RETRY, .wait_ms = 100 },
+	{ "reset", .outcome = TRY_RESET, .kind = RETRY, .wait_ms = 100 },
+	{ "timeout after connect", .outcome = TRY_TIMEOUT, .kind = RETRY, .wait_ms = 100 },
+	{ "timeout while connecting", .outcome = TRY_TIMEOUT, .connecting = true, .kind = RETRY,
+	  .wait_ms = 100 },
+	{ "malformed", .outcome = TRY_MALFORMED, .kind = RETRY, .wait_ms = 100 },
+
+	/* a request that is not idempotent: never once it may have been sent... */
+	{ "unsafe reset", .unsafe = true, .outcome = TRY_RESET, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	{ "unsafe timeout after connect", .unsafe = true, .outcome = TRY_TIMEOUT, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	{ "unsafe malformed", .unsafe = true, .outcome = TRY_MALFORMED, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	{ "unsafe 503", .unsafe = true, .outcome = TRY_RESPONSE, .status = 503, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	{ "unsafe stale", .unsafe = true, .outcome = TRY_STALE, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	/* ... but always when it provably never reached the upstream */
+	{ "unsafe dns", .unsafe = true, .outcome = TRY_DNS, .kind = RETRY, .wait_ms = 100 },
+	{ "unsafe refused", .unsafe = true, .outcome = TRY_REFUSED, .kind = RETRY, .wait_ms = 100 },
+	{ "unsafe connect timeout", .unsafe = true, .outcome = TRY_CONNECT_TIMEOUT, .kind = RETRY,
+	  .wait_ms = 100 },
+	{ "unsafe tls handshake", .unsafe = true, .outcome = TRY_TLS, .kind = RETRY,
+	  .wait_ms = 100 },
+	{ "unsafe timeout while connecting", .unsafe = true, .outcome = TRY_TIMEOUT,
+	  .connecting = true, .kind = RETRY, .wait_ms = 100 },
+	{ "unsafe 404 passes on", .unsafe = true, .outcome = TRY_RESPONSE, .status = 404,
+	  .kind = FINAL },
+
+	/* a certificate that fails verification: never, whatever else holds */
+	{ "tls verify", .outcome = TRY_TLS_VERIFY, .kind = FINAL },
+	{ "unsafe tls verify", .unsafe = true, .outcome = TRY_TLS_VERIFY, .kind = FINAL },
+	{ "tls verify while connecting", .outcome = TRY_TLS_VERIFY, .connecting = true,
+	  .kind = FINAL },
+
+	/* failures not in retry.on are final, before any give-up reason */
+	{ "reset not in retry.on", .policy = TEST_POLICY_NO_RESET, .outcome = TRY_RESET,
+	  .kind = FINAL },
+	{ "malformed not in retry.on", .policy = TEST_POLICY_NO_RESET, .outcome = TRY_MALFORMED,
+	  .kind = FINAL },
+	{ "unsafe reset not in retry.on", .policy = TEST_POLICY_NO_RESET, .unsafe = true,
+	  .outcome = TRY_RESET, .kind = FINAL },
+	{ "timeout still in retry.on", .policy = TEST_POLICY_NO_RESET, .outcome = TRY_TIMEOUT,
+	  .kind = RETRY, .wait_ms = 100 },
+	{ "timeout not in retry.on", .policy = TEST_POLICY_NO_TIMEOUT, .outcome = TRY_TIMEOUT,
+	  .kind = FINAL },
+	{ "connecting timeout not in retry.on", .policy = TEST_POLICY_NO_TIMEOUT,
+	  .outcome = TRY_TIMEOUT, .connecting = true, .kind = FINAL },
+	{ "dns not in retry.on", .policy = TEST_POLICY_NO_CONNECT, .outcome = TRY_DNS,
+	  .kind = FINAL },
+	{ "refused not in retry.on", .policy = TEST_POLICY_NO_CONNECT, .outcome = TRY_REFUSED,
+	  .kind = FINAL },
+	{ "connect timeout not in retry.on", .policy = TEST_POLICY_NO_CONNECT,
+	  .outcome = TRY_CONNECT_TIMEOUT, .kind = FINAL },
+	{ "tls not in retry.on", .policy = TEST_POLICY_NO_CONNECT, .outcome = TRY_TLS,
+	  .kind = FINAL },
+	{ "only statuses in retry.on", .policy = TEST_POLICY_5XX_AND_429, .outcome = TRY_REFUSED,
+	  .kind = FINAL },
+
+	/* CONNECT tunnels are never retried */
+	{ "connect refused", .is_connect = true, .outcome = TRY_REFUSED, .kind = FINAL },
+	{ "connect dns", .is_connect = true, .outcome = TRY_DNS, .kind = FINAL },
+	{ "connect timeout while connecting", .is_connect = true, .outcome = TRY_TIMEOUT,
+	  .connecting = true, .kind = FINAL },
+
+	/* nothing is retried once the client saw bytes of a response */
+	{ "reset mid-response", .response_started = true, .outcome = TRY_RESET, .kind = FINAL },
+	{ "timeout mid-response", .response_started = true, .outcome = TRY_TIMEOUT,
+	  .kind = FINAL },
+
+	/* a retryable response too large to keep passes on, noted */
+	{ "503 too large to keep", .outcome = TRY_RESPONSE, .status = 503,
+	  .response_too_large = true, .kind = FINAL, .too_large = true },
+	{ "404 large is just final", .outcome = TRY_RESPONSE, .status = 404,
+	  .response_too_large = true, .kind = FINAL },
+	{ "unsafe 503 too large", .unsafe = true, .outcome = TRY_RESPONSE, .status = 503,
+	  .response_too_large = true, .kind = FINAL, .too_large = true },
+	{ "last 503 too large", .attempts = 3, .outcome = TRY_RESPONSE, .status = 503,
+	  .response_too_large = true, .kind = FINAL, .too_large = true },
+
+	/* a streamed request body cannot be sent again */
+	{ "body over replay_buffer", .outcome = TRY_RESET, .body_streamed = true,
+	  .body_too_large = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
+	{ "body streamed otherwise", .outcome = TRY_RESET, .body_streamed = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	{ "503 after a body over replay_buffer", .outcome = TRY_RESPONSE, .status = 503,
+	  .body_streamed = true, .body_too_large = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
+	{ "never sent, but the body is gone", .unsafe = true, .outcome = TRY_DNS,
+	  .body_streamed = true, .body_too_large = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
+	{ "not idempotent comes first", .unsafe = true, .outcome = TRY_RESET,
+	  .body_streamed = true, .body_too_large = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+
+	/* max_attempts, then the backoff for the try after this one */
+	{ "second try failed", .attempts = 2, .outcome = TRY_RESET, .kind = RETRY, .wait_ms = 200 },
+	{ "last try failed", .attempts = 3, .outcome = TRY_RESET, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_ATTEMPTS },
+	{ "last try got 503", .attempts = 3, .outcome = TRY_RESPONSE, .status = 503,
+	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_ATTEMPTS },
+	{ "past max_attempts", .attempts = 7, .outcome = TRY_DNS, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_ATTEMPTS },
+	{ "attempts before deadline", .attempts = 3, .elapsed_ms = 20000, .outcome = TRY_RESET,
+	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_ATTEMPTS },
+	{ "body before attempts", .attempts = 3, .outcome = TRY_RESET, .body_streamed = true,
+	  .body_too_large = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
+
+	/* the next try must start within the deadline */
+	{ "starts right at the deadline", .elapsed_ms = 9900, .outcome = TRY_RESET, .kind = RETRY,
+	  .wait_ms = 100 },
+	{ "would start after the deadline", .elapsed_ms = 9901, .outcome = TRY_RESET,
+	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_DEADLINE },
+	{ "longer backoff past the deadline", .attempts = 2, .elapsed_ms = 9801,
+	  .outcome = TRY_TIMEOUT, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_DEADLINE },
+	{ "deadline long gone", .elapsed_ms = 50000, .outcome = TRY_DNS, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_DEADLINE },
+
+	/* Retry-After sets the wait to at least that long */
+	{ "Retry-After longer than backoff", .outcome = TRY_RESPONSE, .status = 503,
+	  .retry_after_ms = 5000, .kind = RETRY, .wait_ms = 5000 },
+	{ "Retry-After shorter than backoff", .outcome = TRY_RESPONSE, .status = 503,
+	  .retry_after_ms = 50, .kind = RETRY, .wait_ms = 100 },
+	{ "Retry-After up to the deadline", .outcome = TRY_RESPONSE, .status = 503,
+	  .retry_after_ms = 10000, .kind = RETRY, .wait_ms = 10000 },
+	{ "Retry-After past the deadline: answer now", .outcome = TRY_RESPONSE, .status = 503,
+	  .retry_after_ms = 20000, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_DEADLINE },
+	{ "Retry-After past what is left", .elapsed_ms = 6000, .outcome = TRY_RESPONSE,
+	  .status = 429, .policy = TEST_POLICY_5XX_AND_429, .retry_after_ms = 4001,
+	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_DEADLINE },
+	{ "retry_after: ignore", .policy = TEST_POLICY_IGNORE_AFTER, .outcome = TRY_RESPONSE,
+	  .status = 503, .retry_after_ms = 20000, .kind = RETRY, .wait_ms = 100 },
+	{ "Retry-After counts for responses only", .outcome = TRY_RESET, .retry_after_ms = 5000,
+	  .kind = RETRY, .wait_ms = 100 },
+
+	/* holding for a down upstream still respects attempts and deadline */
+	{ "hold while down", .upstream_down = true, .hold = true, .outcome = TRY_REFUSED,
+	  .kind = HOLD },
+	{ "down without hold", .upstream_down = true, .outcome = TRY_REFUSED, .kind = RETRY,
+	  .wait_ms = 100 },
+	{ "hold set, upstream up", .hold = true, .outcome = TRY_REFUSED, .kind = RETRY,
+	  .wait_ms = 100 },
+	{ "hold after the last try", .attempts = 3, .upstream_down = true, .hold = true,
+	  .outcome = TRY_REFUSED, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_ATTEMPTS },
+	{ "hold past the deadline", .elapsed_ms = 9950, .upstream_down = true, .hold = true,
+	  .outcome = TRY_REFUSED, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_DEADLINE },
+	{ "hold needs no budget", .upstream_down = true, .hold = true, .pending_full = true,
+	  .budget_refuses = true, .outcome = TRY_DNS, .kind = HOLD },
+	{ "unsafe and sent: no hold", .unsafe = true, .upstream_down = true, .hold = true,
+	  .outcome = TRY_RESET, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+
+	/* the pending-retries cap and the route's budget, last */
+	{ "pending retries at the cap", .pending_full = true, .outcome = TRY_RESET,
+	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_BUDGET },
+	{ "budget spent", .budget_refuses = true, .outcome = TRY_RESET, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_BUDGET },
+	{ "budget spent on a 503", .budget_refuses = true, .outcome = TRY_RESPONSE, .status = 503,
+	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_BUDGET },
+	{ "deadline before budget", .elapsed_ms = 9950, .budget_refuses = true,
+	  .pending_full = true, .outcome = TRY_RESET, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_DEADLINE },
+
+	/* a stale pooled connection: again at once on a new one, outside
+	 * retry.on, backoff and budget... */
+	{ "stale", .outcome = TRY_STALE, .kind = RETRY, .immediate = true },
+	{ "stale on the second try", .attempts = 2, .outcome = TRY_STALE, .kind = RETRY,
+	  .immediate = true },
+	{ "stale with no budget left", .pending_full = true, .budget_refuses = true,
+	  .outcome = TRY_STALE, .kind = RETRY, .immediate = true },
+	{ "stale with reset not in retry.on", .policy = TEST_POLICY_NO_RESET, .outcome = TRY_STALE,
+	  .kind = RETRY, .immediate = true },
+	{ "stale just before the deadline", .elapsed_ms = 9999, .outcome = TRY_STALE,
+	  .kind = RETRY, .immediate = true },
+	/* ... unless it may not: then it is a reset like any other */
+	{ "stale at the deadline", .elapsed_ms = 10000, .outcome = TRY_STALE, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_DEADLINE },
+	{ "stale on the last try", .attempts = 3, .outcome = TRY_STALE, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_ATTEMPTS },
+	{ "stale on the last try, reset not in retry.on", .attempts = 3,
+	  .policy = TEST_POLICY_NO_RESET, .outcome = TRY_STALE, .kind = FINAL },
+	{ "stale with the body over replay_buffer", .outcome = TRY_STALE, .body_streamed = true,
+	  .body_too_large = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
+	{ "stale with a streamed body", .outcome = TRY_STALE, .body_streamed = true,
+	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	{ "stale in a tunnel", .is_connect = true, .outcome = TRY_STALE, .kind = FINAL },
+	{ "stale after response bytes", .response_started = true, .outcome = TRY_STALE,
+	  .kind = FINAL },
+};
+
+#undef FINAL
+#undef RETRY
+#undef GIVE_UP
+#undef HOLD
+
+/* The facts a row stands for. */
+static struct retry_facts test_decide_facts(const struct test_decide_row *row)
+{
+	struct retry_facts facts;
+
+	memset(&facts, 0, sizeof(facts));
+	facts.outcome = row->outcome;
+	facts.status = row->status;
+	facts.connecting = row->connecting;
+	facts.is_connect = row->is_connect;
+	facts.idempotent = !row->unsafe;
+	facts.body_streamed = row->body_streamed;
+	facts.body_too_large = row->body_too_large;
+	facts.response_started = row->response_started;
+	facts.response_too_large = row->response_too_large;
+	facts.attempts = row->attempts != 0 ? row->attempts : 1;
+	facts.elapsed_ms = row->elapsed_ms;
+	facts.retry_after_ms = row->retry_after_ms;
+	facts.max_pending_retries = TEST_MAX_PENDING;
+	facts.pending_retries = row->pending_full ? TEST_MAX_PENDING : TEST_MAX_PENDING - 1;
+	facts.budget_allows = !row->budget_refuses;
+	facts.upstream_down = row->upstream_down;
+	facts.hold_when_down = row->hold;
+	return facts;
+}
+
+/* Did the decision get as far as drawing the backoff? */
+static bool test_decide_drew(const struct retry_verdict *v)
+{
+	if (v->kind == RETRY_VERDICT_RETRY)
+		return !v->immediate;
+	return v->kind == RETRY_VERDICT_HOLD ||
+	       (v->kind == RETRY_VERDICT_GIVE_UP &&
+		(v->reason == RETRY_GIVE_UP_DEADLINE || v->reason == RETRY_GIVE_UP_BUDGET));
+}
+
+static void test_decide_table(void **state)
+{
+	for (size_t i = 0; i < sizeof(test_decide_rows) / sizeof(test_decide_rows[0]); i++) {
+		const struct test_decide_row *row = &test_decide_rows[i];
+		struct retry_policy policy = test_decide_policy(row->policy);
+		struct retry_facts facts = test_decide_facts(row);
+		struct retry_rng rng;
+		struct retry_rng twin;
+		struct retry_verdict v;
+
+		retry_rng_seed_with(&rng, 1000 + i);
+		twin = rng;
+		v = retry_decide(&policy, &facts, &rng);
+		if (v.kind != row->kind || v.reason != row->reason || v.wait_ms != row->wait_ms ||
+		    v.immediate != row->immediate || v.too_large != row->too_large ||
+		    v.cause != try_outcome_cause(row->outcome))
+			fail_msg("%s: got kind %d reason %d wait %llu immediate %d too_large %d "
+				 "cause %d",
+				 row->name, (int)v.kind, (int)v.reason,
+				 (unsigned long long)v.wait_ms,
+				 (int)v.immediate, (int)v.too_large, (int)v.cause);
+		/* the generator moves exactly as one backoff draw, or not at all */
+		if (test_decide_drew(&v))
+			retry_backoff_ms(&policy, facts.attempts - 1, &twin);
+		if (memcmp(rng.s, twin.s, sizeof(rng.s)) != 0)
+			fail_msg("%s: random generator used differently", row->name);
+	}
+}
+
+static void test_decide_seeded_wait(void **state)
+{
+	struct retry_policy policy = test_decide_policy(TEST_POLICY_DEFAULT);
+	struct retry_facts facts;
+	struct retry_rng rng;
+	struct retry_rng twin;
+	/* pinned: seed 42 gives these waits for tries 1..4 under 100 ms x 2^n
+	 * plus up to 250 ms of jitter, capped at 1 s */
+	static const uint64_t expected[] = { 245, 383, 599, 1000 };
+	unsigned attempts;
+
+	policy.jitter_ms = 250;
+	policy.max_attempts = 5;
+	policy.deadline_ms = 60000;
+	memset(&facts, 0, sizeof(facts));
+	facts.outcome = TRY_RESET;
+	facts.idempotent = true;
+	facts.max_pending_retries = 1;
+	facts.budget_allows = true;
+	retry_rng_seed_with(&rng, 42);
+	retry_rng_seed_with(&twin, 42);
+	for (attempts = 1; attempts <= 4; attempts++) {
+		struct retry_verdict v;
+
+		facts.attempts = attempts;
+		v = retry_decide(&policy, &facts, &rng);
+		assert_int_equal(v.kind, RETRY_VERDICT_RETRY);
+		assert_false(v.immediate);
+		assert_int_equal(v.cause, RETRY_CAUSE_RESET);
+		/* the same draw as the backoff alone: seeded sequences keep their numbers */
+		assert_int_equal(v.wait_ms, retry_backoff_ms(&policy, attempts - 1, &twin));
+		assert_int_equal(v.wait_ms, expected[attempts - 1]);
+	}
+	/* a stale connection draws nothing */
+	facts.outcome = TRY_STALE;
+	facts.attempts = 1;
+	assert_true(retry_decide(&policy, &facts, &rng).immediate);
+	assert_int_equal(retry_rng_next(&rng), retry_rng_next(&twin));
+}
+
+static void test_within_deadline(void **state)
+{
+	struct retry_policy policy = test_decide_policy(TEST_POLICY_DEFAULT);
+
+	assert_true(retry_within_deadline(&policy, 0, 0));
+	assert_true(retry_within_deadline(&policy, 9900, 100));
+	assert_false(retry_within_deadline(&policy, 9901, 100));
+	assert_true(retry_within_deadline(&policy, 10000, 0));
+	assert_false(retry_within_deadline(&policy, 10001, 0));
+	assert_false(retry_within_deadline(&policy, 0, 10001));
+	/* no wrap-around into a short sum */
+	assert_false(retry_within_deadline(&policy, 1, UINT64_MAX));
+	assert_false(retry_within_deadline(&policy, UINT64_MAX, 1));
+	policy.deadline_ms = UINT64_MAX;
+	assert_true(retry_within_deadline(&policy, UINT64_MAX - 5, 5));
+	assert_false(retry_within_deadline(&policy, UINT64_MAX - 5, 6));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -609,6 +1093,11 @@ int main(void)
 		cmocka_unit_test(test_retry_after_table),
 		cmocka_unit_test(test_retry_after_counted),
 		cmocka_unit_test(test_retry_after_calendar),
+		cmocka_unit_test(test_outcome_names),
+		cmocka_unit_test(test_give_up_names),
+		cmocka_unit_test(test_decide_table),
+		cmocka_unit_test(test_decide_seeded_wait),
+		cmocka_unit_test(test_within_deadline),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,5 @@
-/* Unit tests for retry_budget.c: the sliding-window retry budget. */
+/* Unit tests for retry_budget.c: the sliding-window retry budget, peeked
+ * with retry_budget_allows and spent with retry_budget_spend. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,13 +16,15 @@ static const struct retry_budget ten_percent = {
 	.window_ms = 10000,
 };
 
-/* Take retries at now until refused; return how many were allowed. */
+/* Spend retries at now while the budget allows them; return how many. */
 static unsigned take_all(struct retry_budget_state *s, const struct retry_budget *b, uint64_t now)
 {
 	unsigned n = 0;
 
-	while (retry_budget_take(s, b, now))
+	while (retry_budget_allows(s, b, now)) {
+		retry_budget_spend(s, now);
 		n++;
+	}
 	return n;
 }
 
@@ -96,7 +99,62 @@ static void test_zero_budget_refuses(void **state)
 	struct retry_budget_state *s = retry_budget_for(book, "r", &none);
 
 	retry_budget_note_request(s, 5000);
-	assert_false(retry_budget_take(s, &none, 5000));
+	assert_false(retry_budget_allows(s, &none, 5000));
+	retry_budget_book_free(book);
+}
+
+static void test_allows_counts_nothing(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget_state *s = retry_budget_for(book, "r", &ten_percent);
+	unsigned i;
+
+	/* asking any number of times spends nothing: all 10 are still there */
+	for (i = 0; i < 100; i++)
+		assert_true(retry_budget_allows(s, &ten_percent, 100000));
+	assert_int_equal(take_all(s, &ten_percent, 100000), 10);
+	retry_budget_book_free(book);
+}
+
+static void test_spend_counts_one(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget_state *s = retry_budget_for(book, "r", &ten_percent);
+	unsigned i;
+
+	/* 0.1 x 20 + 1 x 10: 12 retries */
+	for (i = 0; i < 20; i++)
+		retry_budget_note_request(s, 100000);
+	for (i = 0; i < 11; i++)
+		retry_budget_spend(s, 100000);
+	assert_true(retry_budget_allows(s, &ten_percent, 100000));
+	retry_budget_spend(s, 100000);
+	assert_false(retry_budget_allows(s, &ten_percent, 100000));
+	/* a spend counts even past the budget: 10 more requests make room for
+	 * a 13th retry, and the 13th is already spent */
+	retry_budget_spend(s, 100000);
+	for (i = 0; i < 10; i++)
+		retry_budget_note_request(s, 100000);
+	assert_false(retry_budget_allows(s, &ten_percent, 100000));
+	retry_budget_note_request(s, 100000);
+	assert_int_equal(take_all(s, &ten_percent, 100000), 0);
+	for (i = 0; i < 9; i++)
+		retry_budget_note_request(s, 100000);
+	assert_int_equal(take_all(s, &ten_percent, 100000), 1);
+	retry_budget_book_free(book);
+}
+
+static void test_allows_leaves_old_buckets(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget_state *s = retry_budget_for(book, "r", &ten_percent);
+
+	assert_int_equal(take_all(s, &ten_percent, 100000), 10);
+	/* a whole window later the slot of those retries comes round again;
+	 * a peek there must not empty it: seen from half a window after them
+	 * they still count */
+	assert_true(retry_budget_allows(s, &ten_percent, 110500));
+	assert_false(retry_budget_allows(s, &ten_percent, 105000));
 	retry_budget_book_free(book);
 }
 
@@ -109,6 +167,9 @@ int main(void)
 		cmocka_unit_test(test_window_is_never_short),
 		cmocka_unit_test(test_routes_and_windows_are_separate),
 		cmocka_unit_test(test_zero_budget_refuses),
+		cmocka_unit_test(test_allows_counts_nothing),
+		cmocka_unit_test(test_spend_counts_one),
+		cmocka_unit_test(test_allows_leaves_old_buckets),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,359 @@
+/*
+ * Unit tests for metrics.c: counts by enum (give-up reasons, try outcomes
+ * folded into error kinds) and the rendered exposition, compared line by
+ * line, including a whole page that must stay byte-identical to what the
+ * proxy rendered before counters were indexed by enum.
+ */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "metrics.h"
+
+/* A route name that needs every escape of the text format. */
+#define TEST_ODD_ROUTE "we\"ird\\route\n"
+
+/* The page for test_metrics_scenario(), as rendered by the string-keyed
+ * metrics_gave_up/metrics_upstream_error this API replaced. */
+static const char *const test_golden[] = {
+	"# HELP retryproxy_requests_total Final responses sent to clients, by route and status code.",
+	"# TYPE retryproxy_requests_total counter",
+	"retryproxy_requests_total{route=\"api\",code=\"200\"} 2",
+	"retryproxy_requests_total{route=\"api\",code=\"404\"} 1",
+	"retryproxy_requests_total{route=\"api\",code=\"503\"} 1",
+	"retryproxy_requests_total{route=\"we\\\"ird\\\\route\\n\",code=\"502\"} 1",
+	"# HELP retryproxy_tries_total Upstream tries, first tries included.",
+	"# TYPE retryproxy_tries_total counter",
+	"retryproxy_tries_total{route=\"api\"} 3",
+	"retryproxy_tries_total{route=\"we\\\"ird\\\\route\\n\"} 1",
+	"# HELP retryproxy_retries_total Retries scheduled, by route and the cause of the failed try.",
+	"# TYPE retryproxy_retries_total counter",
+	"retryproxy_retries_total{route=\"api\",cause=\"status\"} 2",
+	"retryproxy_retries_total{route=\"api\",cause=\"connect\"} 1",
+	"retryproxy_retries_total{route=\"api\",cause=\"reset\"} 0",
+	"retryproxy_retries_total{route=\"api\",cause=\"timeout\"} 0",
+	"retryproxy_retries_total{route=\"we\\\"ird\\\\route\\n\",cause=\"status\"} 0",
+	"retryproxy_retries_total{route=\"we\\\"ird\\\\route\\n\",cause=\"connect\"} 0",
+	"retryproxy_retries_total{route=\"we\\\"ird\\\\route\\n\",cause=\"reset\"} 0",
+	"retryproxy_retries_total{route=\"we\\\"ird\\\\route\\n\",cause=\"timeout\"} 1",
+	"# HELP retryproxy_retries_given_up_total Requests whose retrying stopped short, by route and reason.",
+	"# TYPE retryproxy_retries_given_up_total counter",
+	"retryproxy_retries_given_up_total{route=\"api\",reason=\"attempts\"} 2",
+	"retryproxy_retries_given_up_total{route=\"api\",reason=\"deadline\"} 1",
+	"retryproxy_retries_given_up_total{route=\"api\",reason=\"not_idempotent\"} 1",
+	"retryproxy_retries_given_up_total{route=\"api\",reason=\"body_too_large\"} 1",
+	"retryproxy_retries_given_up_total{route=\"api\",reason=\"client_gone\"} 1",
+	"retryproxy_retries_given_up_total{route=\"api\",reason=\"budget\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"attempts\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"deadline\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"not_idempotent\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"body_too_large\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"client_gone\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"budget\"} 1",
+	"# HELP retryproxy_backoff_pending Requests waiting on a backoff timer now.",
+	"# TYPE retryproxy_backoff_pending gauge",
+	"retryproxy_backoff_pending 3",
+	"# HELP retryproxy_request_duration_seconds Whole request duration, retries and backoff included.",
+	"# TYPE retryproxy_request_duration_seconds histogram",
+	"retryproxy_request_duration_seconds_bucket{le=\"0.005\"} 1",
+	"retryproxy_request_duration_seconds_bucket{le=\"0.01\"} 1",
+	"retryproxy_request_duration_seconds_bucket{le=\"0.025\"} 1",
+	"retryproxy_request_duration_seconds_bucket{le=\"0.05\"} 2",
+	"retryproxy_request_duration_seconds_bucket{le=\"0.1\"} 2",
+	"retryproxy_request_duration_seconds_bucket{le=\"0.25\"} 3",
+	"retryproxy_request_duration_seconds_bucket{le=\"0.5\"} 3",
+	"retryproxy_request_duration_seconds_bucket{le=\"1\"} 3",
+	"retryproxy_request_duration_seconds_bucket{le=\"2.5\"} 4",
+	"retryproxy_request_duration_seconds_bucket{le=\"5\"} 4",
+	"retryproxy_request_duration_seconds_bucket{le=\"10\"} 4",
+	"retryproxy_request_duration_seconds_bucket{le=\"30\"} 4",
+	"retryproxy_request_duration_seconds_bucket{le=\"60\"} 4",
+	"retryproxy_request_duration_seconds_bucket{le=\"120\"} 4",
+	"retryproxy_request_duration_seconds_bucket{le=\"300\"} 4",
+	"retryproxy_request_duration_seconds_bucket{le=\"600\"} 4",
+	"retryproxy_request_duration_seconds_bucket{le=\"+Inf\"} 5",
+	"retryproxy_request_duration_seconds_sum 701.803000",
+	"retryproxy_request_duration_seconds_count 5",
+	"# HELP retryproxy_tries_per_request Upstream tries each request took, the first included.",
+	"# TYPE retryproxy_tries_per_request histogram",
+	"retryproxy_tries_per_request_bucket{le=\"1\"} 1",
+	"retryproxy_tries_per_request_bucket{le=\"2\"} 2",
+	"retryproxy_tries_per_request_bucket{le=\"3\"} 3",
+	"retryproxy_tries_per_request_bucket{le=\"4\"} 4",
+	"retryproxy_tries_per_request_bucket{le=\"5\"} 4",
+	"retryproxy_tries_per_request_bucket{le=\"6\"} 4",
+	"retryproxy_tries_per_request_bucket{le=\"8\"} 4",
+	"retryproxy_tries_per_request_bucket{le=\"10\"} 4",
+	"retryproxy_tries_per_request_bucket{le=\"15\"} 4",
+	"retryproxy_tries_per_request_bucket{le=\"20\"} 4",
+	"retryproxy_tries_per_request_bucket{le=\"+Inf\"} 5",
+	"retryproxy_tries_per_request_sum 31.000000",
+	"retryproxy_tries_per_request_count 5",
+	"# HELP retryproxy_upstream_errors_total Failed upstream tries, by kind of failure.",
+	"# TYPE retryproxy_upstream_errors_total counter",
+	"retryproxy_upstream_errors_total{kind=\"dns\"} 1",
+	"retryproxy_upstream_errors_total{kind=\"connect\"} 2",
+	"retryproxy_upstream_errors_total{kind=\"tls\"} 1",
+	"retryproxy_upstream_errors_total{kind=\"reset\"} 3",
+	"retryproxy_upstream_errors_total{kind=\"timeout\"} 1",
+	"retryproxy_upstream_errors_total{kind=\"malformed\"} 1",
+	"# HELP retryproxy_connections Open connections, by side.",
+	"# TYPE retryproxy_connections gauge",
+	"retryproxy_connections{side=\"client\"} 7",
+	"retryproxy_connections{side=\"upstream\"} 5",
+	"# HELP retryproxy_pool_reuse_total Requests sent on a pooled upstream connection.",
+	"# TYPE retryproxy_pool_reuse_total counter",
+	"retryproxy_pool_reuse_total 2",
+};
+
+/* The exposition as one NUL-terminated string; the caller frees it. */
+static char *test_render(const struct metrics *metrics, const struct metrics_gauges *gauges)
+{
+	struct evbuffer *out = evbuffer_new();
+	size_t len;
+	char *text;
+
+	metrics_render(metrics, gauges, out);
+	len = evbuffer_get_length(out);
+	text = malloc(len + 1);
+	assert_non_null(text);
+	evbuffer_remove(out, text, len);
+	text[len] = '\0';
+	evbuffer_free(out);
+	return text;
+}
+
+/* Does text hold this exact line? */
+static bool test_has_line(const char *text, const char *line)
+{
+	size_t len = strlen(line);
+	const char *p = text;
+
+	while ((p = strstr(p, line)) != NULL) {
+		if ((p == text || p[-1] == '\n') && p[len] == '\n')
+			return true;
+		p++;
+	}
+	return false;
+}
+
+/* Fail unless text holds line. */
+static void test_line(const char *text, const char *line)
+{
+	if (!test_has_line(text, line))
+		fail_msg("missing line: %s\n--- in:\n%s", line, text);
+}
+
+/* Counts of every kind, through the enum API. */
+static void test_metrics_scenario(struct metrics *m)
+{
+	metrics_try(m, "api");
+	metrics_try(m, "api");
+	metrics_try(m, "api");
+	metrics_try(m, TEST_ODD_ROUTE);
+	metrics_retry(m, "api", RETRY_CAUSE_CONNECT);
+	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
+	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
+	metrics_retry(m, TEST_ODD_ROUTE, RETRY_CAUSE_TIMEOUT);
+	metrics_gave_up(m, "api", RETRY_GIVE_UP_DEADLINE);
+	metrics_gave_up(m, TEST_ODD_ROUTE, RETRY_GIVE_UP_BUDGET);
+	metrics_gave_up(m, "api", RETRY_GIVE_UP_CLIENT_GONE);
+	metrics_gave_up(m, "api", RETRY_GIVE_UP_NOT_IDEMPOTENT);
+	metrics_gave_up(m, "api", RETRY_GIVE_UP_BODY_TOO_LARGE);
+	metrics_gave_up(m, "api", RETRY_GIVE_UP_ATTEMPTS);
+	metrics_gave_up(m, "api", RETRY_GIVE_UP_ATTEMPTS);
+	metrics_gave_up(m, "api", RETRY_GIVE_UP_NONE);
+	metrics_upstream_error(m, TRY_DNS);
+	metrics_upstream_error(m, TRY_REFUSED);
+	metrics_upstream_error(m, TRY_CONNECT_TIMEOUT);
+	metrics_upstream_error(m, TRY_TLS_VERIFY);
+	metrics_upstream_error(m, TRY_STALE);
+	metrics_upstream_error(m, TRY_RESET);
+	metrics_upstream_error(m, TRY_RESET);
+	metrics_upstream_error(m, TRY_TIMEOUT);
+	metrics_upstream_error(m, TRY_MALFORMED);
+	metrics_upstream_error(m, TRY_RESPONSE);
+	metrics_request_done(m, "api", 200, 0.003, 1);
+	metrics_request_done(m, "api", 503, 1.5, 3);
+	metrics_request_done(m, "api", 200, 700, 2);
+	metrics_request_done(m, TEST_ODD_ROUTE, 502, 0.05, 4);
+	metrics_request_done(m, "api", 404, 0.25, 21);
+	metrics_pool_reuse(m);
+	metrics_pool_reuse(m);
+}
+
+static void test_metrics_golden(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct metrics_gauges gauges = { 3, 7, 5 };
+	size_t count = sizeof(test_golden) / sizeof(test_golden[0]);
+	char *text;
+	char *line;
+	char *next;
+	size_t i = 0;
+
+	test_metrics_scenario(m);
+	text = test_render(m, &gauges);
+	assert_int_equal(text[strlen(text) - 1], '\n');
+	for (line = text; *line != '\0'; line = next) {
+		next = strchr(line, '\n');
+		*next++ = '\0';
+		if (i >= count)
+			fail_msg("line %zu past the expected %zu: %s", i + 1, count, line);
+		if (strcmp(line, test_golden[i]) != 0)
+			fail_msg("line %zu:\n got: %s\nwant: %s", i + 1, line, test_golden[i]);
+		i++;
+	}
+	assert_int_equal(i, count);
+	free(text);
+	metrics_free(m);
+}
+
+static void test_metrics_empty(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct metrics_gauges gauges = { 0, 0, 0 };
+	char *text = test_render(m, &gauges);
+
+	/* every error kind is listed at 0 before anything happened, in order */
+	assert_true(strstr(text, "retryproxy_upstream_errors_total{kind=\"dns\"} 0\n"
+				 "retryproxy_upstream_errors_total{kind=\"connect\"} 0\n"
+				 "retryproxy_upstream_errors_total{kind=\"tls\"} 0\n"
+				 "retryproxy_upstream_errors_total{kind=\"reset\"} 0\n"
+				 "retryproxy_upstream_errors_total{kind=\"timeout\"} 0\n"
+				 "retryproxy_upstream_errors_total{kind=\"malformed\"} 0\n") != NULL);
+	test_line(text, "# TYPE retryproxy_retries_given_up_total counter");
+	/* per-route series appear only once a route counted something */
+	assert_null(strstr(text, "route=\""));
+	test_line(text, "retryproxy_backoff_pending 0");
+	test_line(text, "retryproxy_pool_reuse_total 0");
+	free(text);
+	metrics_free(m);
+}
+
+static void test_metrics_gave_up_by_reason(void **state)
+{
+	static const char *const lines[] = {
+		"retryproxy_retries_given_up_total{route=\"r\",reason=\"attempts\"} %d",
+		"retryproxy_retries_given_up_total{route=\"r\",reason=\"deadline\"} %d",
+		"retryproxy_retries_given_up_total{route=\"r\",reason=\"not_idempotent\"} %d",
+		"retryproxy_retries_given_up_total{route=\"r\",reason=\"body_too_large\"} %d",
+		"retryproxy_retries_given_up_total{route=\"r\",reason=\"client_gone\"} %d",
+		"retryproxy_retries_given_up_total{route=\"r\",reason=\"budget\"} %d",
+	};
+	struct metrics_gauges gauges = { 0, 0, 0 };
+
+	for (int reason = RETRY_GIVE_UP_ATTEMPTS; reason < RETRY_GIVE_UP_COUNT; reason++) {
+		struct metrics *m = metrics_new();
+		char *text;
+
+		metrics_try(m, "r");
+		/* reason n counted n times, so a count in the wrong series shows */
+		for (int n = 0; n < reason; n++)
+			metrics_gave_up(m, "r", (enum retry_give_up)reason);
+		metrics_gave_up(m, "r", RETRY_GIVE_UP_NONE);
+		text = test_render(m, &gauges);
+		for (int other = RETRY_GIVE_UP_ATTEMPTS; other < RETRY_GIVE_UP_COUNT; other++) {
+			char line[128];
+
+			snprintf(line, sizeof(line), lines[other - 1], other == reason ? reason : 0);
+			test_line(text, line);
+		}
+		free(text);
+		metrics_free(m);
+	}
+}
+
+static void test_metrics_gave_up_none_makes_no_route(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct metrics_gauges gauges = { 0, 0, 0 };
+	char *text;
+
+	metrics_gave_up(m, "r", RETRY_GIVE_UP_NONE);
+	text = test_render(m, &gauges);
+	assert_null(strstr(text, "route=\"r\""));
+	free(text);
+	metrics_free(m);
+}
+
+static void test_metrics_error_kinds(void **state)
+{
+	static const char *const kinds[] = { "dns", "connect", "tls", "reset", "timeout",
+					     "malformed" };
+	struct metrics_gauges gauges = { 0, 0, 0 };
+
+	/* each outcome counts once under its own kind and nowhere else */
+	for (int o = 0; o < TRY_OUTCOME_COUNT; o++) {
+		struct metrics *m = metrics_new();
+		const char *kind = try_outcome_error_kind((enum try_outcome)o);
+		bool listed = kind == NULL;
+		char *text;
+
+		metrics_upstream_error(m, (enum try_outcome)o);
+		text = test_render(m, &gauges);
+		for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+			bool mine = kind != NULL && strcmp(kind, kinds[k]) == 0;
+			char line[128];
+
+			snprintf(line, sizeof(line), "retryproxy_upstream_errors_total{kind=\"%s\"} %d",
+				 kinds[k], mine ? 1 : 0);
+			test_line(text, line);
+			listed |= mine;
+		}
+		if (!listed)
+			fail_msg("%s: kind %s is not rendered", try_outcome_name((enum try_outcome)o),
+				 kind);
+		free(text);
+		metrics_free(m);
+	}
+}
+
+static void test_metrics_error_kinds_add_up(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct metrics_gauges gauges = { 0, 0, 0 };
+	char *text;
+
+	for (int i = 0; i < 3; i++)
+		metrics_upstream_error(m, TRY_REFUSED);
+	metrics_upstream_error(m, TRY_CONNECT_TIMEOUT);
+	metrics_upstream_error(m, TRY_TLS);
+	metrics_upstream_error(m, TRY_TLS_VERIFY);
+	metrics_upstream_error(m, TRY_STALE);
+	metrics_upstream_error(m, TRY_RESPONSE);
+	text = test_render(m, &gauges);
+	test_line(text, "retryproxy_upstream_errors_total{kind=\"dns\"} 0");
+	test_line(text, "retryproxy_upstream_errors_total{kind=\"connect\"} 4");
+	test_line(text, "retryproxy_upstream_errors_total{kind=\"tls\"} 2");
+	test_line(text, "retryproxy_upstream_errors_total{kind=\"reset\"} 1");
+	test_line(text, "retryproxy_upstream_errors_total{kind=\"timeout\"} 0");
+	test_line(text, "retryproxy_upstream_errors_total{kind=\"malformed\"} 0");
+	free(text);
+	metrics_free(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_metrics_golden),
+		cmocka_unit_test(test_metrics_empty),
+		cmocka_unit_test(test_metrics_gave_up_by_reason),
+		cmocka_unit_test(test_metrics_gave_up_none_makes_no_route),
+		cmocka_unit_test(test_metrics_error_kinds),
+		cmocka_unit_test(test_metrics_error_kinds_add_up),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
