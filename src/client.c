@@ -19,6 +19,7 @@
 #include "http1.h"
 #include "log.h"
 #include "proxy.h"
+#include "reply.h"
 #include "tunnel.h"
 #include "xmalloc.h"
 
@@ -56,31 +57,17 @@ struct client {
 	LIST_ENTRY(client) link;
 };
 
-static const char *client_reason_phrase(int status)
-{
-	switch (status) {
-	case 400: return "Bad Request";
-	case 403: return "Forbidden";
-	case 408: return "Request Timeout";
-	case 413: return "Content Too Large";
-	case 414: return "URI Too Long";
-	case 417: return "Expectation Failed";
-	case 431: return "Request Header Fields Too Large";
-	case 501: return "Not Implemented";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	default: return "Error";
-	}
-}
-
 struct conn *client_conn(struct client *client)
 {
 	return client->conn;
 }
 
-bool client_closing_after_request(struct client *client)
+/* The connection closes after the current request whatever the client asked
+ * (drain, or a reload removed its listener). */
+static bool client_closing_after_request(void *arg)
 {
+	struct client *client = arg;
+
 	return client->proxy->draining || client->listener_gone;
 }
 
@@ -168,22 +155,11 @@ static void client_set_timeouts(struct client *client, bool watch_reads)
 	conn_set_timeouts(client->conn, watch_reads ? ms : 0, ms);
 }
 
-void client_watch_body(struct client *client, bool on)
+/* While on, a request body that stops arriving for client_timeout closes the
+ * connection (a slow-body attack, or a client that went away). */
+static void client_watch_body(void *arg, bool on)
 {
-	client_set_timeouts(client, on);
-}
-
-void client_write_error(struct client *client, int status, const char *text, unsigned attempts,
-			bool close)
-{
-	struct evbuffer *out = conn_output(client->conn);
-	size_t text_len = strlen(text);
-
-	evbuffer_add_printf(out,
-			    "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-			    "Retry-Attempts: %u\r\nVia: 1.1 retryproxy\r\n%s\r\n%s\n",
-			    status, client_reason_phrase(status), text_len + 1, attempts,
-			    close ? "Connection: close\r\n" : "", text);
+	client_set_timeouts(arg, on);
 }
 
 /* Refuse a request before any exchange exists: answer, log, close. */
@@ -209,7 +185,7 @@ static void client_refuse(struct client *client, const struct http1_head *head, 
 		record.target_len = head->target_len;
 	}
 	access_log_write(&record);
-	client_write_error(client, status, text, 0, true);
+	reply_error(conn_output(client->conn), status, text, 0, true);
 	client_close_after_flush(client);
 }
 
@@ -374,12 +350,10 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 		client_close(client, "client connection error");
 }
 
-void client_exchange_done(struct client *client, bool keep_alive)
+/* The response is queued: read the next request or, without keep_alive,
+ * close once the output is flushed. */
+static void client_exchange_done(struct client *client, bool keep_alive)
 {
-	struct exchange *ex = client->exchange;
-
-	client->exchange = NULL;
-	exchange_free(ex);
 	client_adopt_config(client);
 	if (!keep_alive || client->proxy->draining || client->listener_gone) {
 		client_close_after_flush(client);
@@ -393,25 +367,14 @@ void client_exchange_done(struct client *client, bool keep_alive)
 		conn_read_again(client->conn);
 }
 
-void client_exchange_reset(struct client *client)
-{
-	struct exchange *ex = client->exchange;
-
-	client->exchange = NULL;
-	exchange_free(ex);
-	conn_free_reset(client->conn);
-	client->conn = NULL;
-	client_free(client);
-}
-
-void client_exchange_tunnel(struct client *client, struct conn *upstream)
+/* The exchange turned into a CONNECT tunnel to upstream: the connection goes
+ * to a tunnel, and this client is gone. */
+static void client_exchange_tunnel(struct client *client, struct conn *upstream)
 {
 	struct proxy *proxy = client->proxy;
 	struct conn *conn = client->conn;
 	uint64_t idle_ms = client->config->limits.tunnel_idle_timeout_ms;
 
-	exchange_free(client->exchange);
-	client->exchange = NULL;
 	client->conn = NULL;
 	LIST_REMOVE(client, link);
 	config_release(client->config);
@@ -419,6 +382,50 @@ void client_exchange_tunnel(struct client *client, struct conn *upstream)
 	/* the tunnel takes over the connection, and its place among those
 	 * max_connections counts */
 	tunnel_new(proxy, conn, upstream, idle_ms);
+}
+
+/* How the exchange ended decides what becomes of the connection. The
+ * exchange frees itself; it must not be touched after this. */
+static void client_exchange_ended(void *arg, enum exchange_end end, struct conn *tunnel)
+{
+	struct client *client = arg;
+
+	client->exchange = NULL;
+	switch (end) {
+	case EXCHANGE_END_KEEP_ALIVE:
+		client_exchange_done(client, true);
+		break;
+	case EXCHANGE_END_CLOSE:
+	case EXCHANGE_END_BROKEN:
+		client_exchange_done(client, false);
+		break;
+	case EXCHANGE_END_RESET:
+		/* a close-delimited body cut short: a reset, so the client sees an
+		 * error and not a complete response */
+		conn_free_reset(client->conn);
+		client->conn = NULL;
+		client_free(client);
+		break;
+	case EXCHANGE_END_TUNNEL:
+		client_exchange_tunnel(client, tunnel);
+		break;
+	case EXCHANGE_END_CLIENT_GONE:
+		break;
+	}
+}
+
+struct exchange_owner client_exchange_owner(struct client *client)
+{
+	struct exchange_owner owner = {
+		.conn = client->conn,
+		.peer = client->peer,
+		.watch_body = client_watch_body,
+		.closing = client_closing_after_request,
+		.ended = client_exchange_ended,
+		.arg = client,
+	};
+
+	return owner;
 }
 
 void client_close_idle(struct proxy *proxy)

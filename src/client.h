@@ -14,6 +14,8 @@
 
 #include <event2/util.h>
 
+#include "exchange.h"
+
 struct conn;
 struct config;
 struct listener_config;
@@ -30,33 +32,8 @@ struct config *client_config(struct client *client);
 const struct listener_config *client_listener(struct client *client);
 const char *client_peer(struct client *client);
 
-/* While on, a request body that stops arriving for client_timeout closes
- * the connection (a slow-body attack, or a client that went away). */
-void client_watch_body(struct client *client, bool on);
-
-/* True when the connection closes after the current request whatever the
- * client asked (drain, or a reload removed its listener), so the response
- * says Connection: close. */
-bool client_closing_after_request(struct client *client);
-
-/* Queue a proxy-generated response with a one-line text body. */
-void client_write_error(struct client *client, int status, const char *text, unsigned attempts,
-			bool close);
-
-/* The exchange has queued its whole response. The client frees it, then reads
- * the next request or, without keep_alive, closes once the output is flushed.
- * The exchange must not touch anything after this call. */
-void client_exchange_done(struct client *client, bool keep_alive);
-
-/* The response broke off in a way a clean close would hide (an upstream that
- * reset a close-delimited body): free the exchange and reset the connection so
- * the client sees an error, not a complete response. */
-void client_exchange_reset(struct client *client);
-
-/* The exchange turned into a CONNECT tunnel to upstream: the client frees the
- * exchange and hands its socket to a tunnel. Nothing may touch the exchange
- * or the client after this call. */
-void client_exchange_tunnel(struct client *client, struct conn *upstream);
+/* What an exchange of this client needs from it (exchange.h). */
+struct exchange_owner client_exchange_owner(struct client *client);
 
 /* The live config changed (reload). Connections take it at their next
  * request; those whose listener address it no longer has close now if idle,

@@ -8,58 +8,37 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "client.h"
 #include "conn.h"
 #include "exchange_private.h"
 #include "log.h"
 #include "metrics.h"
 #include "pool.h"
-#include "retry_budget.h"
 #include "proxy.h"
-#include "xmalloc.h"
+#include "reply.h"
+#include "retry_budget.h"
 #include "timeval.h"
+#include "xmalloc.h"
 
 /*
- * One exchange's tries: start a try, decide after each failure or retryable
- * response whether another try is legal and how long to wait, and end the
- * exchange. Retrying is legal only while nothing of a response has reached
- * the client; that rule lives in exchange_retry_allowed() and the states
- * that call it.
+ * One exchange's tries and its end: start a try, gather the facts after each
+ * failure or retryable response and act on retry_decide()'s verdict, wait
+ * out a backoff, and end in one place, exchange_close().
  */
 
 static const char *const exchange_state_names[] = {
 	[EXCHANGE_READING_BODY] = "reading-body",
-	[EXCHANGE_CONNECTING] = "connecting",
-	[EXCHANGE_WAITING_HEAD] = "waiting-head",
-	[EXCHANGE_KEEPING] = "keeping",
+	[EXCHANGE_TRYING] = "trying",
 	[EXCHANGE_RELAYING] = "relaying",
 	[EXCHANGE_BACKOFF] = "backoff",
 	[EXCHANGE_DONE] = "done",
 };
 
-static const char *const try_failure_names[] = {
-	[TRY_DNS] = "dns",
-	[TRY_REFUSED] = "refused",
-	[TRY_CONNECT_TIMEOUT] = "connect-timeout",
-	[TRY_TLS] = "tls",
-	[TRY_TLS_VERIFY] = "tls-verify",
-	[TRY_STALE] = "stale",
-	[TRY_RESET] = "reset",
-	[TRY_TIMEOUT] = "timeout",
-	[TRY_MALFORMED] = "malformed",
-};
-
-/* The upstream_errors_total kind of each failure. */
-static const char *const try_failure_kinds[] = {
-	[TRY_DNS] = "dns",
-	[TRY_REFUSED] = "connect",
-	[TRY_CONNECT_TIMEOUT] = "connect",
-	[TRY_TLS] = "tls",
-	[TRY_TLS_VERIFY] = "tls",
-	[TRY_STALE] = "reset",
-	[TRY_RESET] = "reset",
-	[TRY_TIMEOUT] = "timeout",
-	[TRY_MALFORMED] = "malformed",
+static const char *const exchange_try_state_names[] = {
+	[EXCHANGE_TRY_IDLE] = "idle",
+	[EXCHANGE_TRY_CONNECTING] = "connecting",
+	[EXCHANGE_TRY_WAITING] = "waiting-head",
+	[EXCHANGE_TRY_KEEPING] = "keeping",
+	[EXCHANGE_TRY_RELAYING] = "relaying",
 };
 
 void exchange_set_state(struct exchange *ex, enum exchange_state state)
@@ -69,6 +48,122 @@ void exchange_set_state(struct exchange *ex, enum exchange_state state)
 			  ex->method, (int)ex->target_len, ex->target,
 			  exchange_state_names[ex->state], exchange_state_names[state]);
 	ex->state = state;
+}
+
+void exchange_try_set_state(struct exchange_try *t, enum exchange_try_state state)
+{
+	if (log_enabled(LOG_LEVEL_DEBUG))
+		log_debug("exchange %p try %d: %s -> %s", (void *)t->ex, (int)(t - t->ex->slots),
+			  exchange_try_state_names[t->state], exchange_try_state_names[state]);
+	t->state = state;
+}
+
+struct exchange *exchange_alloc(struct proxy *proxy)
+{
+	struct exchange *ex = proxy->spare_exchanges;
+	struct event *try_timers[EXCHANGE_TRY_SLOTS];
+	struct event *timer;
+	char *text, *request_head;
+	size_t text_room, request_head_room;
+	size_t i;
+
+	if (ex == NULL) {
+		ex = xcalloc(1, sizeof(*ex));
+		for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+			ex->slots[i].ex = ex;
+		return ex;
+	}
+	proxy->spare_exchanges = ex->next_spare;
+	proxy->spare_exchange_count--;
+	/* a spare keeps its timers and blocks; everything else starts at zero */
+	timer = ex->timer;
+	text = ex->text;
+	text_room = ex->text_room;
+	request_head = ex->request_head;
+	request_head_room = ex->request_head_room;
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		try_timers[i] = ex->slots[i].timer;
+	memset(ex, 0, sizeof(*ex));
+	/* the timers' argument is this same exchange or slot: they need no new
+	 * setup */
+	ex->timer = timer;
+	ex->text = text;
+	ex->text_room = text_room;
+	ex->request_head = request_head;
+	ex->request_head_room = request_head_room;
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
+		ex->slots[i].ex = ex;
+		ex->slots[i].timer = try_timers[i];
+	}
+	return ex;
+}
+
+char *exchange_block(char **block, size_t *room, size_t need)
+{
+	if (need > *room) {
+		free(*block);
+		*block = xmalloc(need);
+		*room = need;
+	}
+	return *block;
+}
+
+/* Free an exchange's timers and blocks, and the exchange. */
+static void exchange_destroy(struct exchange *ex)
+{
+	size_t i;
+
+	if (ex->timer != NULL)
+		event_free(ex->timer);
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		if (ex->slots[i].timer != NULL)
+			event_free(ex->slots[i].timer);
+	free(ex->text);
+	free(ex->request_head);
+	free(ex);
+}
+
+/* Release what a closed exchange holds and keep it as a spare, or free it. */
+static void exchange_free(struct exchange *ex)
+{
+	struct proxy *proxy = ex->proxy;
+
+	if (ex->replay != NULL)
+		evbuffer_free(ex->replay);
+	if (ex->kept != NULL)
+		evbuffer_free(ex->kept);
+	if (ex->tries != ex->tries_inline)
+		free(ex->tries);
+	config_release(ex->config);
+	if (proxy->spare_exchange_count + 1 > EXCHANGE_SPARES) {
+		exchange_destroy(ex);
+		return;
+	}
+	ex->next_spare = proxy->spare_exchanges;
+	proxy->spare_exchanges = ex;
+	proxy->spare_exchange_count++;
+}
+
+void exchange_free_spares(struct proxy *proxy)
+{
+	while (proxy->spare_exchanges != NULL) {
+		struct exchange *ex = proxy->spare_exchanges;
+
+		proxy->spare_exchanges = ex->next_spare;
+		exchange_destroy(ex);
+	}
+	proxy->spare_exchange_count = 0;
+}
+
+void exchange_enter(struct exchange *ex)
+{
+	ex->busy++;
+}
+
+void exchange_leave(struct exchange *ex)
+{
+	if (--ex->busy == 0 && ex->state == EXCHANGE_DONE)
+		exchange_free(ex);
 }
 
 /* Milliseconds from then to now. */
@@ -82,13 +177,13 @@ static uint64_t exchange_ms_since(const struct timeval *then)
 	return ms > 0 ? (uint64_t)ms : 0;
 }
 
-/* Access-log line for this exchange. */
+/* Access-log line and the request's metrics. */
 static void exchange_log(struct exchange *ex)
 {
 	struct access_record record;
 
 	memset(&record, 0, sizeof(record));
-	record.client = client_peer(ex->client);
+	record.client = ex->owner.peer;
 	record.method = ex->method;
 	record.method_len = ex->method_len;
 	record.target = ex->target;
@@ -99,15 +194,14 @@ static void exchange_log(struct exchange *ex)
 	record.bytes = ex->response_body.payload_bytes;
 	record.duration_ms = exchange_ms_since(&ex->started);
 	record.note = ex->note;
-	record.gave_up = ex->gave_up;
+	record.gave_up = retry_give_up_name(ex->gave_up);
 	record.tries = ex->tries;
 	record.try_count = ex->try_count;
 	access_log_write(&record);
 	if (ex->status != 0)
 		metrics_request_done(ex->proxy->metrics, ex->route->name, ex->status,
 				     (double)record.duration_ms / 1000.0, ex->attempts);
-	if (ex->gave_up != NULL)
-		metrics_gave_up(ex->proxy->metrics, ex->route->name, ex->gave_up);
+	metrics_gave_up(ex->proxy->metrics, ex->route->name, ex->gave_up);
 }
 
 void exchange_record_try(struct exchange *ex, int status, const char *error)
@@ -130,25 +224,46 @@ void exchange_record_try(struct exchange *ex, int status, const char *error)
 	ex->try_count++;
 }
 
-void exchange_drop_upstream(struct exchange *ex)
+/* Read the client again if a try's full output had stopped it. */
+static void exchange_resume_client(struct exchange *ex)
 {
-	if (ex->connecting != NULL) {
-		upstream_connect_cancel(ex->connecting);
-		ex->connecting = NULL;
-	}
-	if (ex->up != NULL) {
-		conn_free(ex->up);
-		ex->up = NULL;
-	}
-	if (ex->keeping != NULL) {
-		evbuffer_free(ex->keeping);
-		ex->keeping = NULL;
-	}
-	ex->up_read_paused = false;
 	if (ex->client_read_paused) {
 		ex->client_read_paused = false;
-		conn_read_enable(client_conn(ex->client), true);
+		conn_read_enable(ex->owner.conn, true);
 	}
+}
+
+void exchange_end_try(struct exchange_try *t, bool reusable)
+{
+	struct exchange *ex = t->ex;
+
+	if (t->connecting != NULL) {
+		upstream_connect_cancel(t->connecting);
+		t->connecting = NULL;
+	}
+	if (t->up != NULL) {
+		if (reusable)
+			pool_put(ex->proxy->pool, ex->pool_key, t->up, ex->config->limits.pool_max_idle,
+				 ex->config->limits.pool_idle_timeout_ms);
+		else
+			conn_free(t->up);
+		t->up = NULL;
+	}
+	if (t->keeping != NULL) {
+		evbuffer_free(t->keeping);
+		t->keeping = NULL;
+	}
+	if (t->timer != NULL)
+		evtimer_del(t->timer);
+	t->read_paused = false;
+	if (t->state != EXCHANGE_TRY_IDLE)
+		exchange_try_set_state(t, EXCHANGE_TRY_IDLE);
+	if (ex->current == t) {
+		ex->current = NULL;
+		exchange_resume_client(ex);
+	}
+	if (ex->winner == t)
+		ex->winner = NULL;
 }
 
 /* Give back this exchange's place among the pending retries. */
@@ -160,190 +275,128 @@ static void exchange_release_retry(struct exchange *ex)
 	}
 }
 
-struct exchange *exchange_alloc(struct proxy *proxy)
+/* The one end of an exchange: stop its tries and timers, write its
+ * access-log line, tell its owner how it ended. It is freed when the
+ * outermost entry into it leaves (at once when none runs). */
+static void exchange_close(struct exchange *ex, enum exchange_end end, const char *why)
 {
-	struct exchange *ex = proxy->spare_exchanges;
-	struct exchange kept;
+	size_t i;
 
-	if (ex == NULL)
-		return xcalloc(1, sizeof(*ex));
-	proxy->spare_exchanges = ex->next_spare;
-	proxy->spare_exchange_count--;
-	kept = *ex;
-	memset(ex, 0, sizeof(*ex));
-	ex->timer = kept.timer;
-	ex->text = kept.text;
-	ex->text_room = kept.text_room;
-	ex->request_head = kept.request_head;
-	ex->request_head_room = kept.request_head_room;
-	return ex;
-}
-
-char *exchange_block(char **block, size_t *room, size_t need)
-{
-	if (need > *room) {
-		free(*block);
-		*block = xmalloc(need);
-		*room = need;
-	}
-	return *block;
-}
-
-/* Free an exchange's timer and blocks, and the exchange. */
-static void exchange_destroy(struct exchange *ex)
-{
-	if (ex->timer != NULL)
-		event_free(ex->timer);
-	free(ex->text);
-	free(ex->request_head);
-	free(ex);
-}
-
-void exchange_free(struct exchange *ex)
-{
-	struct proxy *proxy;
-
-	if (ex == NULL)
+	if (ex->state == EXCHANGE_DONE)
 		return;
-	proxy = ex->proxy;
-	exchange_drop_upstream(ex);
+	if (why != NULL)
+		ex->note = why;
+	if (end == EXCHANGE_END_BROKEN || end == EXCHANGE_END_RESET)
+		log_warn("%.*s %.*s: response broken off: %s", (int)ex->method_len, ex->method,
+			 (int)ex->target_len, ex->target, why);
+	if (end == EXCHANGE_END_CLIENT_GONE && ex->gave_up == RETRY_GIVE_UP_NONE) {
+		bool keeping = false;
+
+		for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+			keeping = keeping || ex->slots[i].state == EXCHANGE_TRY_KEEPING;
+		/* a retry was underway: the client left before it could finish */
+		if (ex->state == EXCHANGE_BACKOFF || keeping || ex->kept != NULL)
+			ex->gave_up = RETRY_GIVE_UP_CLIENT_GONE;
+	}
+	/* the request's unread rest would be taken for the next request */
+	if (end == EXCHANGE_END_KEEP_ALIVE && !ex->request_body.done)
+		end = EXCHANGE_END_CLOSE;
+	exchange_set_state(ex, EXCHANGE_DONE);
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		if (ex->slots[i].state != EXCHANGE_TRY_IDLE)
+			exchange_end_try(&ex->slots[i], false);
 	exchange_release_retry(ex);
-	if (ex->replay != NULL)
-		evbuffer_free(ex->replay);
-	if (ex->kept != NULL)
-		evbuffer_free(ex->kept);
-	if (ex->tries != ex->tries_inline)
-		free(ex->tries);
-	config_release(ex->config);
-	if (proxy->spare_exchange_count + 1 > EXCHANGE_SPARES) {
-		exchange_destroy(ex);
-		return;
-	}
 	if (ex->timer != NULL)
 		evtimer_del(ex->timer);
-	ex->next_spare = proxy->spare_exchanges;
-	proxy->spare_exchanges = ex;
-	proxy->spare_exchange_count++;
-}
-
-void exchange_free_spares(struct proxy *proxy)
-{
-	while (proxy->spare_exchanges != NULL) {
-		struct exchange *ex = proxy->spare_exchanges;
-
-		proxy->spare_exchanges = ex->next_spare;
-		exchange_destroy(ex);
-	}
-	proxy->spare_exchange_count = 0;
-}
-
-void exchange_finish(struct exchange *ex, bool keep_alive)
-{
-	exchange_set_state(ex, EXCHANGE_DONE);
-	exchange_drop_upstream(ex);
 	exchange_log(ex);
-	/* the request's unread rest would be taken for the next request */
-	if (!ex->request_body.done)
-		keep_alive = false;
-	client_exchange_done(ex->client, keep_alive);
+	if (end != EXCHANGE_END_CLIENT_GONE)
+		ex->owner.ended(ex->owner.arg, end, ex->tunnel);
+	ex->tunnel = NULL;
+	if (ex->busy == 0)
+		exchange_free(ex);
+}
+
+void exchange_finish(struct exchange *ex)
+{
+	exchange_close(ex, ex->client_keep_after ? EXCHANGE_END_KEEP_ALIVE : EXCHANGE_END_CLOSE,
+		       NULL);
 }
 
 void exchange_respond_error(struct exchange *ex, int status, const char *text)
 {
-	bool keep_alive = ex->client_keep_alive && ex->request_body.done && !ex->is_connect &&
-			  !client_closing_after_request(ex->client);
-
-	exchange_drop_upstream(ex);
+	ex->client_keep_after = ex->client_keep_alive && ex->request_body.done && !ex->is_connect &&
+				!ex->owner.closing(ex->owner.arg);
 	ex->status = status;
-	client_write_error(ex->client, status, text, ex->attempts, !keep_alive);
-	exchange_finish(ex, keep_alive);
+	reply_error(conn_output(ex->owner.conn), status, text, ex->attempts, !ex->client_keep_after);
+	exchange_finish(ex);
 }
 
 void exchange_break_response(struct exchange *ex, const char *why)
 {
-	bool hard = ex->response_body.mode == BODY_MODE_UNTIL_CLOSE;
-
-	log_warn("%.*s %.*s: response broken off: %s", (int)ex->method_len, ex->method,
-		 (int)ex->target_len, ex->target, why);
-	ex->note = why;
-	exchange_set_state(ex, EXCHANGE_DONE);
-	exchange_drop_upstream(ex);
-	exchange_log(ex);
 	/* a close-delimited body cut short looks complete after a clean close:
 	 * reset instead, so the client sees the error */
-	if (hard)
-		client_exchange_reset(ex->client);
-	else
-		client_exchange_done(ex->client, false);
+	exchange_close(ex, ex->response_body.mode == BODY_MODE_UNTIL_CLOSE ? EXCHANGE_END_RESET
+									     : EXCHANGE_END_BROKEN,
+		       why);
 }
 
-bool exchange_retry_allowed(struct exchange *ex, enum retry_cause cause, bool never_sent,
-			    uint64_t retry_after_ms)
+struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
+				     bool connecting, uint64_t retry_after_ms, bool too_large)
 {
 	const struct retry_policy *policy = &ex->route->retry;
-	uint64_t wait;
+	uint64_t now = retry_budget_now_ms();
+	struct retry_facts facts = {
+		.outcome = outcome,
+		.status = status,
+		.connecting = connecting,
+		.is_connect = ex->is_connect,
+		.idempotent = ex->idempotent,
+		.body_streamed = ex->request_body_started,
+		.body_too_large = ex->body_too_large,
+		.response_started = ex->state == EXCHANGE_RELAYING,
+		.response_too_large = too_large,
+		.attempts = ex->attempts,
+		.elapsed_ms = exchange_ms_since(&ex->first_try),
+		.retry_after_ms = retry_after_ms,
+		.max_pending_retries = ex->config->limits.max_pending_retries,
+	};
+	struct retry_verdict verdict;
 
+	/* this exchange's own place, if it held one, is not counted against it */
 	exchange_release_retry(ex);
-
-	if (cause == RETRY_CAUSE_STATUS ? false : !retry_on_failure(policy, cause))
-		return false;
-	if (ex->is_connect)
-		return false;
-	/* a request that may have reached the upstream is repeated only when
-	 * repeating it is safe */
-	if (!ex->idempotent && !never_sent) {
-		ex->gave_up = "not_idempotent";
-		return false;
+	facts.pending_retries = ex->proxy->backoff_pending;
+	facts.budget_allows = ex->budget != NULL && retry_budget_allows(ex->budget, &policy->budget, now);
+	verdict = retry_decide(policy, &facts, &ex->proxy->rng);
+	switch (verdict.kind) {
+	case RETRY_VERDICT_RETRY:
+		ex->gave_up = RETRY_GIVE_UP_NONE;
+		if (verdict.immediate)
+			break;
+		retry_budget_spend(ex->budget, now);
+		ex->next_wait_ms = verdict.wait_ms;
+		ex->retry_cause = verdict.cause;
+		/* the place is taken now, not when the backoff starts: a
+		 * retryable response is kept in memory until then */
+		ex->retry_reserved = true;
+		ex->proxy->backoff_pending++;
+		break;
+	case RETRY_VERDICT_GIVE_UP:
+		ex->gave_up = verdict.reason;
+		break;
+	case RETRY_VERDICT_FINAL:
+	case RETRY_VERDICT_HOLD:
+		break;
 	}
-	if (ex->request_body_started) {
-		ex->gave_up = ex->not_retryable != NULL ? ex->not_retryable : "not_idempotent";
-		return false;
-	}
-	if (ex->attempts >= policy->max_attempts) {
-		ex->gave_up = "attempts";
-		return false;
-	}
-	wait = retry_backoff_ms(policy, ex->attempts - 1, &ex->proxy->rng);
-	if (policy->honor_retry_after && retry_after_ms > wait)
-		wait = retry_after_ms;
-	if (exchange_ms_since(&ex->first_try) + wait > policy->deadline_ms) {
-		ex->gave_up = "deadline";
-		return false;
-	}
-	/* each waiting retry keeps its request body and last response in
-	 * memory: past the cap, answer now instead of piling up */
-	if (ex->proxy->backoff_pending >= ex->config->limits.max_pending_retries) {
-		ex->gave_up = "budget";
-		return false;
-	}
-	/* last, so that only a retry that would happen spends the budget */
-	if (!retry_budget_take(ex->budget, &policy->budget, retry_budget_now_ms())) {
-		ex->gave_up = "budget";
-		return false;
-	}
-	ex->gave_up = NULL;
-	ex->next_wait_ms = wait;
-	ex->retry_cause = cause;
-	/* the place is taken now, not when the backoff starts: a retryable
-	 * response is kept in memory until then */
-	ex->retry_reserved = true;
-	ex->proxy->backoff_pending++;
-	return true;
+	return verdict;
 }
 
 static void exchange_backoff_cb(evutil_socket_t fd, short what, void *arg)
 {
-	exchange_start_try(arg);
-}
+	struct exchange *ex = arg;
 
-/* Run cb after tv on the exchange's one timer: a try's timeout and a
- * backoff never run at once. */
-static void exchange_timer_start(struct exchange *ex, event_callback_fn cb,
-				 const struct timeval *tv)
-{
-	evtimer_del(ex->timer);
-	evtimer_assign(ex->timer, ex->proxy->base, cb, ex);
-	evtimer_add(ex->timer, tv);
+	exchange_enter(ex);
+	exchange_start_try(ex);
+	exchange_leave(ex);
 }
 
 void exchange_schedule_retry(struct exchange *ex)
@@ -352,8 +405,9 @@ void exchange_schedule_retry(struct exchange *ex)
 
 	/* reading a kept response's body takes time too: the next try must
 	 * still start within the deadline */
-	if (exchange_ms_since(&ex->first_try) + ex->next_wait_ms > ex->route->retry.deadline_ms) {
-		ex->gave_up = "deadline";
+	if (!retry_within_deadline(&ex->route->retry, exchange_ms_since(&ex->first_try),
+				   ex->next_wait_ms)) {
+		ex->gave_up = RETRY_GIVE_UP_DEADLINE;
 		exchange_release_retry(ex);
 		if (ex->kept != NULL)
 			exchange_deliver_kept(ex);
@@ -361,7 +415,6 @@ void exchange_schedule_retry(struct exchange *ex)
 			exchange_respond_error(ex, 504, "504 retry deadline passed");
 		return;
 	}
-
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].wait_ms = ex->next_wait_ms;
 	log_debug("%.*s %.*s: try %u failed; next in %llu ms", (int)ex->method_len, ex->method,
@@ -369,65 +422,38 @@ void exchange_schedule_retry(struct exchange *ex)
 		  (unsigned long long)ex->next_wait_ms);
 	exchange_set_state(ex, EXCHANGE_BACKOFF);
 	metrics_retry(ex->proxy->metrics, ex->route->name, ex->retry_cause);
-	exchange_timer_start(ex, exchange_backoff_cb, &tv);
+	evtimer_assign(ex->timer, ex->proxy->base, exchange_backoff_cb, ex);
+	evtimer_add(ex->timer, &tv);
 }
 
-/* The retry kind of a failure, and whether the request provably never
- * reached the upstream (nothing of it was written). */
-static enum retry_cause exchange_failure_cause(enum try_failure failure, bool connecting,
-					       bool *never_sent)
+void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const char *reason)
 {
-	*never_sent = false;
-	switch (failure) {
-	case TRY_DNS:
-	case TRY_REFUSED:
-	case TRY_CONNECT_TIMEOUT:
-	case TRY_TLS:
-	case TRY_TLS_VERIFY:
-		*never_sent = true;
-		return RETRY_CAUSE_CONNECT;
-	case TRY_TIMEOUT:
-		*never_sent = connecting;
-		return RETRY_CAUSE_TIMEOUT;
-	case TRY_STALE:
-	case TRY_RESET:
-	case TRY_MALFORMED:
-		return RETRY_CAUSE_RESET;
-	}
-	return RETRY_CAUSE_RESET;
-}
-
-void exchange_try_failed(struct exchange *ex, enum try_failure failure, const char *reason)
-{
+	struct exchange *ex = t->ex;
 	char text[512];
 	/* a connect timeout is a connect failure (SPEC: 502); 504 is for a try
 	 * that got no response head in time */
-	int status = failure == TRY_TIMEOUT ? 504 : 502;
-	bool connecting = ex->state == EXCHANGE_CONNECTING;
-	bool never_sent;
-	enum retry_cause cause = exchange_failure_cause(failure, connecting, &never_sent);
+	int status = outcome == TRY_TIMEOUT ? 504 : 502;
+	bool connecting = t->state == EXCHANGE_TRY_CONNECTING;
+	struct retry_verdict verdict;
 
 	/* a kept response that broke off replaces its own try's record */
-	if (ex->state == EXCHANGE_KEEPING && ex->try_count > 0)
+	if (t->state == EXCHANGE_TRY_KEEPING && ex->try_count > 0)
 		ex->try_count--;
-	exchange_record_try(ex, 0, try_failure_names[failure]);
-	metrics_upstream_error(ex->proxy->metrics, try_failure_kinds[failure]);
-	exchange_drop_upstream(ex);
-	evtimer_del(ex->timer);
+	exchange_record_try(ex, 0, try_outcome_name(outcome));
+	metrics_upstream_error(ex->proxy->metrics, outcome);
+	exchange_end_try(t, false);
 	log_debug("%.*s %.*s: try %u failed: %s: %s", (int)ex->method_len, ex->method,
-		  (int)ex->target_len, ex->target, ex->attempts, try_failure_names[failure], reason);
-	/* A pooled connection the upstream had already closed says nothing about
-	 * the upstream: go again at once on a new connection. Only idempotent
-	 * requests use pooled connections, so this never repeats an unsafe one. */
-	if (failure == TRY_STALE && ex->idempotent && !ex->request_body_started &&
-	    ex->attempts < ex->route->retry.max_attempts) {
-		ex->skip_pool = true;
-		exchange_start_try(ex);
-		return;
-	}
-	/* a certificate that fails verification is not a transient failure */
-	if (failure != TRY_TLS_VERIFY && exchange_retry_allowed(ex, cause, never_sent, 0)) {
-		exchange_schedule_retry(ex);
+		  (int)ex->target_len, ex->target, ex->attempts, try_outcome_name(outcome), reason);
+	verdict = exchange_decide(ex, outcome, 0, connecting, 0, false);
+	if (verdict.kind == RETRY_VERDICT_RETRY) {
+		if (verdict.immediate) {
+			/* a stale pooled connection says nothing about the upstream:
+			 * go again at once, on a new connection */
+			ex->skip_pool = true;
+			exchange_start_try(ex);
+		} else {
+			exchange_schedule_retry(ex);
+		}
 		return;
 	}
 	if (ex->kept != NULL) {
@@ -443,110 +469,122 @@ void exchange_try_failed(struct exchange *ex, enum try_failure failure, const ch
 
 static void exchange_up_read_cb(struct conn *conn, void *arg)
 {
-	struct exchange *ex = arg;
+	struct exchange_try *t = arg;
+	struct exchange *ex = t->ex;
 
-	switch (ex->state) {
-	case EXCHANGE_WAITING_HEAD:
-		exchange_read_response_head(ex);
+	exchange_enter(ex);
+	switch (t->state) {
+	case EXCHANGE_TRY_WAITING:
+		exchange_read_response_head(t);
 		break;
-	case EXCHANGE_KEEPING:
-		exchange_keep_response(ex);
+	case EXCHANGE_TRY_KEEPING:
+		exchange_keep_response(t);
 		break;
-	case EXCHANGE_RELAYING:
+	case EXCHANGE_TRY_RELAYING:
 		exchange_relay_response(ex);
 		break;
-	default:
+	case EXCHANGE_TRY_IDLE:
+	case EXCHANGE_TRY_CONNECTING:
 		break;
 	}
+	exchange_leave(ex);
 }
 
 static void exchange_up_write_cb(struct conn *conn, void *arg)
 {
-	struct exchange *ex = arg;
+	struct exchange_try *t = arg;
+	struct exchange *ex = t->ex;
 
-	if (ex->client_read_paused) {
-		ex->client_read_paused = false;
-		conn_read_enable(client_conn(ex->client), true);
+	exchange_enter(ex);
+	if (ex->client_read_paused && ex->current == t) {
+		exchange_resume_client(ex);
 		exchange_pump_request_body(ex);
 	}
+	exchange_leave(ex);
 }
 
 static void exchange_up_event_cb(struct conn *conn, short what, void *arg)
 {
-	exchange_upstream_closed(arg, what);
+	struct exchange_try *t = arg;
+	struct exchange *ex = t->ex;
+
+	exchange_enter(ex);
+	exchange_upstream_closed(t, what);
+	exchange_leave(ex);
 }
 
 /* try_timeout passed with no response head. */
 static void exchange_try_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct exchange *ex = arg;
+	struct exchange_try *t = arg;
+	struct exchange *ex = t->ex;
 
-	if (ex->state == EXCHANGE_CONNECTING || ex->state == EXCHANGE_WAITING_HEAD)
-		exchange_try_failed(ex, TRY_TIMEOUT, "no response head within try_timeout");
+	exchange_enter(ex);
+	if (t->state == EXCHANGE_TRY_CONNECTING || t->state == EXCHANGE_TRY_WAITING)
+		exchange_try_failed(t, TRY_TIMEOUT, "no response head within try_timeout");
+	exchange_leave(ex);
 }
 
 /* A connection for this try is ready: send the request. */
-static void exchange_upstream_ready(struct exchange *ex, struct conn *conn, bool reused)
+static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, bool reused)
 {
-	ex->up = conn;
-	ex->up_reused = reused;
-	ex->response_byte_seen = false;
-	conn_setcb(conn, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, ex);
+	t->up = conn;
+	t->reused = reused;
+	t->byte_seen = false;
+	conn_setcb(conn, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, t);
 	conn_set_input_limit(conn, EXCHANGE_UPSTREAM_READ_HIGH);
 	conn_set_output_low(conn, EXCHANGE_OUTPUT_LOW);
 	conn_set_timeouts(conn, 0, 0);
-	exchange_set_state(ex, EXCHANGE_WAITING_HEAD);
+	exchange_try_set_state(t, EXCHANGE_TRY_WAITING);
 	conn_read_enable(conn, true);
-	exchange_send_request(ex);
+	exchange_send_request(t);
 }
 
-static void exchange_tunnel_connected(struct exchange *ex, struct conn *conn)
+/* CONNECT: the tunnel's upstream is connected; the owner takes both ends. */
+static void exchange_tunnel_connected(struct exchange_try *t, struct conn *conn)
 {
-	struct evbuffer *out = conn_output(client_conn(ex->client));
+	struct exchange *ex = t->ex;
 
 	ex->status = 200;
 	exchange_record_try(ex, 200, NULL);
-	exchange_set_state(ex, EXCHANGE_DONE);
-	evtimer_del(ex->timer);
-	EXCHANGE_ADD_LITERAL(out, "HTTP/1.1 200 Connection established\r\nVia: 1.1 retryproxy\r\n\r\n");
-	exchange_log(ex);
-	client_exchange_tunnel(ex->client, conn);
+	EXCHANGE_ADD_LITERAL(conn_output(ex->owner.conn),
+			     "HTTP/1.1 200 Connection established\r\nVia: 1.1 retryproxy\r\n\r\n");
+	ex->tunnel = conn;
+	exchange_close(ex, EXCHANGE_END_TUNNEL, NULL);
 }
 
-static void exchange_connected_cb(struct conn *conn, enum upstream_failure failure,
-				  const char *reason, void *arg)
+static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, const char *reason,
+				  void *arg)
 {
-	struct exchange *ex = arg;
+	struct exchange_try *t = arg;
+	struct exchange *ex = t->ex;
 
-	ex->connecting = NULL;
-	switch (failure) {
-	case UPSTREAM_OK:
-		if (ex->is_connect)
-			exchange_tunnel_connected(ex, conn);
-		else
-			exchange_upstream_ready(ex, conn, false);
-		return;
-	case UPSTREAM_FAIL_DNS:
-		exchange_try_failed(ex, TRY_DNS, reason);
-		return;
-	case UPSTREAM_FAIL_REFUSED:
-		exchange_try_failed(ex, TRY_REFUSED, reason);
-		return;
-	case UPSTREAM_FAIL_CONNECT_TIMEOUT:
-		exchange_try_failed(ex, TRY_CONNECT_TIMEOUT, reason);
-		return;
-	case UPSTREAM_FAIL_TLS_HANDSHAKE:
-		exchange_try_failed(ex, TRY_TLS, reason);
-		return;
-	case UPSTREAM_FAIL_TLS_VERIFY:
-		exchange_try_failed(ex, TRY_TLS_VERIFY, reason);
-		return;
-	}
+	exchange_enter(ex);
+	t->connecting = NULL;
+	if (conn == NULL)
+		exchange_try_failed(t, failure, reason);
+	else if (ex->is_connect)
+		exchange_tunnel_connected(t, conn);
+	else
+		exchange_upstream_ready(t, conn, false);
+	exchange_leave(ex);
+}
+
+/* A free try slot. */
+static struct exchange_try *exchange_free_slot(struct exchange *ex)
+{
+	size_t i;
+
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		if (ex->slots[i].state == EXCHANGE_TRY_IDLE)
+			return &ex->slots[i];
+	return NULL;
 }
 
 void exchange_start_try(struct exchange *ex)
 {
 	struct timeval tv = timeval_from_ms(ex->config->limits.try_timeout_ms);
+	struct exchange_try *t = exchange_free_slot(ex);
 	struct conn *pooled = NULL;
 
 	if (ex->attempts == 0)
@@ -554,8 +592,13 @@ void exchange_start_try(struct exchange *ex)
 	exchange_release_retry(ex);
 	ex->attempts++;
 	metrics_try(ex->proxy->metrics, ex->route->name);
-	exchange_timer_start(ex, exchange_try_timeout_cb, &tv);
-	exchange_set_state(ex, EXCHANGE_CONNECTING);
+	exchange_set_state(ex, EXCHANGE_TRYING);
+	t->offset = 0;
+	ex->current = t;
+	if (t->timer == NULL)
+		t->timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, t);
+	evtimer_add(t->timer, &tv);
+	exchange_try_set_state(t, EXCHANGE_TRY_CONNECTING);
 	/* Pooled connections may have been closed by the upstream a moment ago;
 	 * only a request that is safe to repeat takes that chance. */
 	if (!ex->is_connect && ex->idempotent && !ex->skip_pool)
@@ -563,48 +606,48 @@ void exchange_start_try(struct exchange *ex)
 	ex->skip_pool = false;
 	if (pooled != NULL) {
 		metrics_pool_reuse(ex->proxy->metrics);
-		exchange_upstream_ready(ex, pooled, true);
+		exchange_upstream_ready(t, pooled, true);
 		return;
 	}
-	ex->connecting = upstream_connect_start(ex->proxy, &ex->endpoint, ex->tls, ex->pool_key,
-						ex->config->limits.connect_timeout_ms,
-						exchange_connected_cb, ex);
+	t->connecting = upstream_connect_start(ex->proxy, &ex->endpoint, ex->tls, ex->pool_key,
+					       ex->config->limits.connect_timeout_ms,
+					       exchange_connected_cb, t);
 }
 
 void exchange_run(struct exchange *ex)
 {
+	exchange_enter(ex);
 	if (ex->timer == NULL)
-		ex->timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, ex);
+		ex->timer = evtimer_new(ex->proxy->base, exchange_backoff_cb, ex);
 	if (!ex->request_body.done)
-		client_watch_body(ex->client, true);
+		ex->owner.watch_body(ex->owner.arg, true);
 	if (ex->expect_continue && !ex->request_body.done && ex->client_minor >= 1)
-		EXCHANGE_ADD_LITERAL(conn_output(client_conn(ex->client)),
-				     "HTTP/1.1 100 Continue\r\n\r\n");
+		EXCHANGE_ADD_LITERAL(conn_output(ex->owner.conn), "HTTP/1.1 100 Continue\r\n\r\n");
 	if (ex->replay != NULL && !ex->request_body.done) {
 		exchange_set_state(ex, EXCHANGE_READING_BODY);
 		exchange_read_request_body(ex);
-		return;
+	} else {
+		exchange_start_try(ex);
 	}
-	exchange_start_try(ex);
+	exchange_leave(ex);
 }
 
 void exchange_client_drained(struct exchange *ex)
 {
-	if (ex->state == EXCHANGE_RELAYING && ex->up_read_paused) {
-		ex->up_read_paused = false;
-		conn_read_enable(ex->up, true);
+	struct exchange_try *t = ex->winner;
+
+	exchange_enter(ex);
+	if (ex->state == EXCHANGE_RELAYING && t != NULL && t->read_paused) {
+		t->read_paused = false;
+		conn_read_enable(t->up, true);
 		exchange_relay_response(ex);
 	}
+	exchange_leave(ex);
 }
 
 void exchange_abort(struct exchange *ex, const char *reason)
 {
-	if (ex->state != EXCHANGE_DONE) {
-		if (ex->state == EXCHANGE_BACKOFF || ex->state == EXCHANGE_KEEPING ||
-		    ex->kept != NULL)
-			ex->gave_up = "client_gone";
-		ex->note = reason;
-		exchange_log(ex);
-	}
-	exchange_free(ex);
+	exchange_enter(ex);
+	exchange_close(ex, EXCHANGE_END_CLIENT_GONE, reason);
+	exchange_leave(ex);
 }

@@ -4,18 +4,45 @@
 /*
  * One proxied request and its tries: routing, the request head rebuilt for
  * the upstream once (and re-sent on every try), the request body, the
- * upstream connection of the current try, the response relayed with
+ * upstream connections of its tries, the response relayed with
  * backpressure, and the access-log line. Whether another try is still legal
- * (nothing of the response has reached the client) is decided here only.
+ * is decided by retry_decide() from facts gathered here; an exchange ends
+ * in exactly one place, exchange_close().
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "http1.h"
 
 struct client;
+struct conn;
 struct exchange;
 struct proxy;
+
+/* How an exchange ended, as its owner hears it. */
+enum exchange_end {
+	EXCHANGE_END_KEEP_ALIVE,  /* the response is queued whole; the connection may go on */
+	EXCHANGE_END_CLOSE,       /* the response is queued whole; close after writing it */
+	EXCHANGE_END_BROKEN,      /* the response broke off: close now */
+	EXCHANGE_END_RESET,       /* a close-delimited body broke off: reset, so the client
+				   * does not take the cut body for a whole one */
+	EXCHANGE_END_TUNNEL,      /* CONNECT succeeded: the upstream connection is the owner's */
+	EXCHANGE_END_CLIENT_GONE, /* the owner ended it (exchange_abort): no report */
+};
+
+/* What an exchange needs from the client connection it serves: the
+ * connection to read the body from and write the response to, and the
+ * owner's answers. The owner outlives the exchange until ended() (or its
+ * own exchange_abort()); after ended() the exchange touches nothing of it. */
+struct exchange_owner {
+	struct conn *conn;
+	const char *peer;                      /* for the log */
+	void (*watch_body)(void *arg, bool on); /* time out a request body that stalls */
+	bool (*closing)(void *arg);            /* the connection closes after this request */
+	void (*ended)(void *arg, enum exchange_end end, struct conn *tunnel);
+	void *arg;
+};
 
 /* Check and route a parsed request, copying what it needs from head (the
  * caller drains the head from its input afterwards). NULL when the request
@@ -33,13 +60,10 @@ void exchange_client_readable(struct exchange *exchange);
 /* The client's output drained below its low-water mark. */
 void exchange_client_drained(struct exchange *exchange);
 
-/* The client went away or the connection must close: stop everything,
- * write the access-log line and free the exchange. */
+/* The client went away or its connection must close: stop everything and
+ * write the access-log line. The exchange is gone afterwards; its owner
+ * hears nothing more. */
 void exchange_abort(struct exchange *exchange, const char *reason);
-
-/* Free a finished exchange (after client_exchange_done or _tunnel); it is
- * kept for reuse while the proxy has fewer than EXCHANGE_SPARES spares. */
-void exchange_free(struct exchange *exchange);
 
 /* Free the spare exchanges (shutdown). */
 void exchange_free_spares(struct proxy *proxy);

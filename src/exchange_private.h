@@ -5,7 +5,13 @@
  * The exchange's fields and internal steps, shared by its three files only:
  * exchange_request.c (routing, the upstream request, the request body),
  * exchange_response.c (response heads, keeping or relaying bodies) and
- * exchange.c (tries, the retry decision, backoff, the end).
+ * exchange.c (tries, the retry verdict, backoff, the one end).
+ *
+ * Every way into an exchange from the loop (a conn callback, a timer, a
+ * connect result, a call from its owner) is bracketed by exchange_enter()
+ * and exchange_leave(): exchange_close() may end it anywhere inside, and
+ * the exchange is freed only when the outermost entry leaves, so nothing
+ * ever reads a freed exchange.
  */
 
 #include <stdbool.h>
@@ -61,33 +67,49 @@ static inline char *exchange_put_uint(char *p, unsigned v)
 
 enum exchange_state {
 	EXCHANGE_READING_BODY, /* reading the whole request body into the replay buffer */
-	EXCHANGE_CONNECTING,   /* waiting for an upstream connection, new or pooled */
-	EXCHANGE_WAITING_HEAD, /* the request is (being) sent; no response head yet */
-	EXCHANGE_KEEPING,      /* reading a retryable response's body, not shown to the client */
-	EXCHANGE_RELAYING,     /* the response head reached the client; body flowing */
+	EXCHANGE_TRYING,       /* tries in flight; nothing of a response reached the client */
+	EXCHANGE_RELAYING,     /* the winning try's response head reached the client; body flowing */
 	EXCHANGE_BACKOFF,      /* between tries, on the backoff timer */
-	EXCHANGE_DONE,         /* the response is queued or the exchange was aborted */
+	EXCHANGE_DONE,         /* ended (exchange_close); freed once no callback of it runs */
 };
 
-/* Why a try ended without a usable response head. */
-enum try_failure {
-	TRY_DNS,             /* the upstream name did not resolve */
-	TRY_REFUSED,         /* connect refused or unreachable */
-	TRY_CONNECT_TIMEOUT, /* no connection within connect_timeout */
-	TRY_TLS,             /* TLS handshake failed */
-	TRY_TLS_VERIFY,      /* certificate verification failed: never retried */
-	TRY_STALE,           /* a pooled connection closed before any response byte */
-	TRY_RESET,           /* closed or reset before the whole response head */
-	TRY_TIMEOUT,         /* no response head within try_timeout */
-	TRY_MALFORMED,       /* the response broke HTTP/1.1 */
+enum exchange_try_state {
+	EXCHANGE_TRY_IDLE,       /* the slot holds no try */
+	EXCHANGE_TRY_CONNECTING, /* waiting for an upstream connection, new or pooled */
+	EXCHANGE_TRY_WAITING,    /* the request is (being) sent; no response head yet */
+	EXCHANGE_TRY_KEEPING,    /* reading a retryable response's body, not shown to the client */
+	EXCHANGE_TRY_RELAYING,   /* its response is the one the client gets */
 };
+
+/* One try: an upstream connection and what came back on it. An exchange
+ * has slots for several at once (hedging); today one is used at a time. */
+struct exchange_try {
+	struct exchange *ex;
+	enum exchange_try_state state;
+	struct upstream_connect *connecting;
+	struct conn *up;
+	struct event *timer;            /* try_timeout until the response head; kept with a spare */
+	uint64_t offset;                /* the response body byte it starts at: 0, or where a
+					 * resumed download continues */
+	bool reused;                    /* the connection came from the pool */
+	bool read_paused;               /* client output full: upstream not read */
+	bool byte_seen;                 /* a response byte arrived */
+	struct http1_framing framing;   /* its response's */
+	struct evbuffer *keeping;       /* a retryable response being kept, head and body */
+	size_t keeping_head_len;
+	struct body_relay keeping_body; /* finds where the response being kept ends */
+};
+
+/* Try slots per exchange: one, and the three hedges SPEC allows at most. */
+#define EXCHANGE_TRY_SLOTS 4
 
 struct exchange {
 	struct proxy *proxy;
-	struct client *client;
+	struct exchange_owner owner;    /* the client connection it serves */
 	struct config *config;          /* held: the request finishes under this one */
 	const struct route *route;      /* inside config */
 	enum exchange_state state;
+	unsigned busy;                  /* entries on the stack: freeing waits for them */
 	struct timeval started;
 
 	/* the request as the client sent it */
@@ -119,26 +141,24 @@ struct exchange {
 	/* may it be tried again */
 	bool idempotent;                /* by the route's idempotency map */
 	bool json_pending;              /* only a json_field condition could make it idempotent */
-	const char *not_retryable;      /* "body_too_large" once the body was streamed */
-	const char *gave_up;            /* why retrying stopped, for the log */
+	bool body_too_large;            /* the body was streamed because it is over replay_buffer */
+	enum retry_give_up gave_up;     /* why retrying stopped, for the log and metrics */
 	struct timeval first_try;       /* the deadline counts from here */
-	struct event *timer;            /* try_timeout until the response head, then the backoff */
+	struct event *timer;            /* the backoff; kept with a spare */
 	uint64_t next_wait_ms;          /* decided with the retry, used by the timer */
 	enum retry_cause retry_cause;   /* why the scheduled retry happens */
-	struct retry_budget_state *budget; /* the route's retry budget */
+	struct retry_budget_state *budget; /* the route's retry budget; NULL for CONNECT */
 	bool retry_reserved;            /* counted in proxy->backoff_pending */
-
-	/* the current try */
-	unsigned attempts;
-	struct upstream_connect *connecting;
-	struct conn *up;
-	bool up_reused;                 /* the connection came from the pool */
-	bool up_read_paused;            /* client output full: upstream not read */
-	bool response_byte_seen;
 	bool skip_pool;                 /* the next try takes a new connection */
 
+	/* the tries */
+	unsigned attempts;              /* started, the first included */
+	struct exchange_try slots[EXCHANGE_TRY_SLOTS];
+	struct exchange_try *current;   /* the latest started: it gets a streamed body */
+	struct exchange_try *winner;    /* the try whose response the client gets */
+	struct conn *tunnel;            /* CONNECT: the upstream handed to the owner */
+
 	/* the response */
-	struct http1_framing response_framing;
 	struct body_relay response_body; /* toward the client */
 	bool client_keep_after;         /* the response's framing lets the client connection live */
 	int status;                     /* what the client got */
@@ -148,9 +168,6 @@ struct exchange {
 	 * gets a better one */
 	struct evbuffer *kept;          /* head and body as received */
 	size_t kept_head_len;
-	struct evbuffer *keeping;       /* the one being read now */
-	size_t keeping_head_len;
-	struct body_relay keeping_body; /* finds where the response being kept ends */
 
 	struct access_try *tries;       /* one per try, for the log: tries_inline, or grown */
 	size_t try_count;
@@ -177,27 +194,34 @@ struct exchange {
 struct exchange *exchange_alloc(struct proxy *proxy);
 char *exchange_block(char **block, size_t *room, size_t need);
 void exchange_set_state(struct exchange *ex, enum exchange_state state);
+void exchange_try_set_state(struct exchange_try *t, enum exchange_try_state state);
+void exchange_enter(struct exchange *ex);
+void exchange_leave(struct exchange *ex);
 void exchange_record_try(struct exchange *ex, int status, const char *error);
-void exchange_drop_upstream(struct exchange *ex);
-void exchange_finish(struct exchange *ex, bool keep_alive);
+void exchange_end_try(struct exchange_try *t, bool reusable);
+/* The ways to end, all through exchange_close(): the response is queued
+ * whole (the client connection lives on when the framing allows); answer
+ * with an error of our own; a response broke off after some of it reached
+ * the client. */
+void exchange_finish(struct exchange *ex);
 void exchange_respond_error(struct exchange *ex, int status, const char *text);
 void exchange_break_response(struct exchange *ex, const char *why);
 void exchange_start_try(struct exchange *ex);
-void exchange_try_failed(struct exchange *ex, enum try_failure failure, const char *reason);
-bool exchange_retry_allowed(struct exchange *ex, enum retry_cause cause, bool never_sent,
-			    uint64_t retry_after_ms);
+void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const char *reason);
+struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
+				     bool connecting, uint64_t retry_after_ms, bool too_large);
 void exchange_schedule_retry(struct exchange *ex);
 
 /* exchange_request.c */
 void exchange_read_request_body(struct exchange *ex);
 void exchange_pump_request_body(struct exchange *ex);
-void exchange_send_request(struct exchange *ex);
+void exchange_send_request(struct exchange_try *t);
 
 /* exchange_response.c */
-void exchange_read_response_head(struct exchange *ex);
+void exchange_read_response_head(struct exchange_try *t);
 void exchange_relay_response(struct exchange *ex);
-void exchange_keep_response(struct exchange *ex);
+void exchange_keep_response(struct exchange_try *t);
 void exchange_deliver_kept(struct exchange *ex);
-void exchange_upstream_closed(struct exchange *ex, short what);
+void exchange_upstream_closed(struct exchange_try *t, short what);
 
 #endif

@@ -126,7 +126,7 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 	if (!has_body || ex->route->retry.max_attempts < 2 || !(ex->idempotent || ex->json_pending))
 		return;
 	if (framing->body == HTTP1_BODY_LENGTH && framing->content_length > limit) {
-		ex->not_retryable = "body_too_large";
+		ex->body_too_large = true;
 		log_info("%.*s %.*s: body of %llu bytes is over replay_buffer (%zu): sent once, not retried",
 			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 			 (unsigned long long)framing->content_length, limit);
@@ -184,7 +184,7 @@ static bool exchange_body_over_limit(struct exchange *ex)
 
 void exchange_read_request_body(struct exchange *ex)
 {
-	struct evbuffer *in = conn_input(client_conn(ex->client));
+	struct evbuffer *in = conn_input(ex->owner.conn);
 	enum http1_error error = HTTP1_ERR_NONE;
 
 	if (body_relay_move(&ex->request_body, in, ex->replay, &error) < 0) {
@@ -194,13 +194,13 @@ void exchange_read_request_body(struct exchange *ex)
 	if (exchange_body_over_limit(ex))
 		return;
 	if (ex->request_body.done)
-		client_watch_body(ex->client, false);
+		ex->owner.watch_body(ex->owner.arg, false);
 	if (!ex->request_body.done) {
 		if (evbuffer_get_length(ex->replay) <= ex->config->limits.replay_buffer)
 			return; /* more to come */
 		/* a chunked body turned out larger than replay_buffer: what is
 		 * kept goes first, the rest streams, and there is no retry */
-		ex->not_retryable = "body_too_large";
+		ex->body_too_large = true;
 		log_info("%.*s %.*s: chunked body is over replay_buffer (%zu): sent once, not retried",
 			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 			 ex->config->limits.replay_buffer);
@@ -212,14 +212,16 @@ void exchange_read_request_body(struct exchange *ex)
 
 void exchange_pump_request_body(struct exchange *ex)
 {
-	struct conn *cconn = client_conn(ex->client);
-	struct evbuffer *in = conn_input(cconn);
+	struct conn *cconn = ex->owner.conn;
+	struct exchange_try *t = ex->current;
+	struct evbuffer *in;
 	struct evbuffer *out;
 	enum http1_error error = HTTP1_ERR_NONE;
 
-	if (ex->request_body.done || ex->up == NULL || evbuffer_get_length(in) == 0)
+	if (ex->request_body.done || t == NULL || t->up == NULL || conn_input_length(cconn) == 0)
 		return;
-	out = conn_output(ex->up);
+	in = conn_input(cconn);
+	out = conn_output(t->up);
 	ex->request_body_started = true;
 	if (body_relay_move(&ex->request_body, in, out, &error) < 0) {
 		if (ex->state == EXCHANGE_RELAYING)
@@ -231,16 +233,17 @@ void exchange_pump_request_body(struct exchange *ex)
 	if (exchange_body_over_limit(ex))
 		return;
 	if (ex->request_body.done)
-		client_watch_body(ex->client, false);
+		ex->owner.watch_body(ex->owner.arg, false);
 	if (!ex->request_body.done && evbuffer_get_length(out) > EXCHANGE_OUTPUT_HIGH) {
 		ex->client_read_paused = true;
 		conn_read_enable(cconn, false);
 	}
 }
 
-void exchange_send_request(struct exchange *ex)
+void exchange_send_request(struct exchange_try *t)
 {
-	struct evbuffer *out = conn_output(ex->up);
+	struct exchange *ex = t->ex;
+	struct evbuffer *out = conn_output(t->up);
 
 	/* references, not copies: the same bytes go out again on the next try
 	 * (the exchange outlives every try's connection and its output) */
@@ -252,12 +255,15 @@ void exchange_send_request(struct exchange *ex)
 
 void exchange_client_readable(struct exchange *ex)
 {
+	exchange_enter(ex);
 	/* While a retryable response is kept, or between tries, the body stays
 	 * with the client: the next try may still need all of it. */
 	if (ex->state == EXCHANGE_READING_BODY)
 		exchange_read_request_body(ex);
-	else if (ex->state == EXCHANGE_WAITING_HEAD || ex->state == EXCHANGE_RELAYING)
+	else if (ex->state == EXCHANGE_RELAYING ||
+		 (ex->current != NULL && ex->current->state == EXCHANGE_TRY_WAITING))
 		exchange_pump_request_body(ex);
+	exchange_leave(ex);
 }
 
 /* Copy the method, the target and the upstream host into the exchange's
@@ -381,9 +387,9 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 	ex->is_connect = is_connect;
 	ex->route = route;
 	ex->proxy = client_proxy(client);
-	ex->client = client;
+	ex->owner = client_exchange_owner(client);
 	ex->config = config_hold(config);
-	ex->state = EXCHANGE_CONNECTING;
+	ex->state = EXCHANGE_TRYING;
 	gettimeofday(&ex->started, NULL);
 	ex->client_minor = head->version_minor;
 	ex->client_keep_alive = framing->keep_alive;

@@ -5,20 +5,18 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "client.h"
 #include "conn.h"
 #include "exchange_private.h"
 #include "log.h"
 #include "metrics.h"
-#include "pool.h"
 #include "proxy.h"
 #include "xmalloc.h"
 
 /*
- * The response side of an exchange: parse the head, then either relay the
- * response to the client (it is final) or keep it whole, unseen, while
- * another try is made (its status is retryable). A kept response is what
- * the client gets if no later try does better.
+ * The response side of an exchange: parse a try's response head, then
+ * either relay the response to the client (it is final) or keep it whole,
+ * unseen, while another try is made (the verdict says retry). A kept
+ * response is what the client gets if no later try does better.
  */
 
 /* Heads are parsed and used before control returns to the event loop, so one
@@ -34,7 +32,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	static const char via_attempts[] = "Via: 1.1 retryproxy\r\nRetry-Attempts: ";
 	static const char close[] = "Connection: close\r\n";
 	static const char keep_alive[] = "Connection: keep-alive\r\n";
-	struct evbuffer *out = conn_output(client_conn(ex->client));
+	struct evbuffer *out = conn_output(ex->owner.conn);
 	/* an HTTP/1.0 client cannot read chunked: decode and close instead */
 	bool pass_chunked = rf->body == HTTP1_BODY_CHUNKED && ex->client_minor >= 1;
 	bool hop[HTTP1_MAX_FIELDS];
@@ -47,8 +45,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	char *p;
 	size_t i;
 
-	ex->response_framing = *rf;
-	ex->client_keep_after = ex->client_keep_alive && !client_closing_after_request(ex->client);
+	ex->client_keep_after = ex->client_keep_alive && !ex->owner.closing(ex->owner.arg);
 	body_relay_init_framing(&ex->response_body, rf, !pass_chunked,
 				ex->config->limits.max_header_bytes);
 	if (rf->body == HTTP1_BODY_UNTIL_CLOSE || (rf->body == HTTP1_BODY_CHUNKED && !pass_chunked))
@@ -86,44 +83,35 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	ex->status = head->status;
 }
 
-/* May the finished try's connection serve another request? */
-static bool exchange_upstream_reusable(struct exchange *ex, const struct http1_framing *rf,
-				       const struct body_relay *body)
+/* May the try's connection serve another request once body is read? */
+static bool exchange_upstream_reusable(struct exchange_try *t, const struct body_relay *body)
 {
-	return rf->keep_alive && body->mode != BODY_MODE_UNTIL_CLOSE && ex->request_body.done &&
-	       conn_input_length(ex->up) == 0 && conn_output_length(ex->up) == 0 &&
-	       !ex->proxy->draining;
-}
+	struct exchange *ex = t->ex;
 
-/* The try's response is fully read: keep its connection or close it. */
-static void exchange_release_upstream(struct exchange *ex, bool reusable)
-{
-	if (reusable) {
-		struct conn *conn = ex->up;
-
-		ex->up = NULL;
-		pool_put(ex->proxy->pool, ex->pool_key, conn, ex->config->limits.pool_max_idle,
-			 ex->config->limits.pool_idle_timeout_ms);
-	}
-	exchange_drop_upstream(ex);
+	return t->framing.keep_alive && body->mode != BODY_MODE_UNTIL_CLOSE &&
+	       ex->request_body.done && conn_input_length(t->up) == 0 &&
+	       conn_output_length(t->up) == 0 && !ex->proxy->draining;
 }
 
 /* The whole response is queued for the client. */
 static void exchange_response_complete(struct exchange *ex)
 {
-	if (ex->up != NULL)
-		exchange_release_upstream(ex, exchange_upstream_reusable(ex, &ex->response_framing,
-									 &ex->response_body));
-	exchange_finish(ex, ex->client_keep_after);
+	struct exchange_try *t = ex->winner;
+
+	if (t != NULL && t->up != NULL)
+		exchange_end_try(t, exchange_upstream_reusable(t, &ex->response_body));
+	exchange_finish(ex);
 }
 
 void exchange_relay_response(struct exchange *ex)
 {
-	struct evbuffer *out = conn_output(client_conn(ex->client));
+	struct exchange_try *t = ex->winner;
+	struct evbuffer *out = conn_output(ex->owner.conn);
 	enum http1_error error = HTTP1_ERR_NONE;
 
-	if (body_relay_move(&ex->response_body, conn_input(ex->up), out, &error) < 0) {
-		metrics_upstream_error(ex->proxy->metrics, "malformed");
+	if (t != NULL && t->up != NULL &&
+	    body_relay_move(&ex->response_body, conn_input(t->up), out, &error) < 0) {
+		metrics_upstream_error(ex->proxy->metrics, TRY_MALFORMED);
 		exchange_break_response(ex, "malformed chunked response body");
 		return;
 	}
@@ -131,9 +119,9 @@ void exchange_relay_response(struct exchange *ex)
 		exchange_response_complete(ex);
 		return;
 	}
-	if (evbuffer_get_length(out) > EXCHANGE_OUTPUT_HIGH) {
-		ex->up_read_paused = true;
-		conn_read_enable(ex->up, false);
+	if (t != NULL && t->up != NULL && evbuffer_get_length(out) > EXCHANGE_OUTPUT_HIGH) {
+		t->read_paused = true;
+		conn_read_enable(t->up, false);
 	}
 }
 
@@ -152,36 +140,40 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
 		return -1;
 	exchange_send_response_head(ex, head, &rf);
 	evbuffer_drain(buf, head_len);
-	body_relay_move(&ex->response_body, buf, conn_output(client_conn(ex->client)),
-			&error);
+	body_relay_move(&ex->response_body, buf, conn_output(ex->owner.conn), &error);
 	return 0;
 }
 
 void exchange_deliver_kept(struct exchange *ex)
 {
-	exchange_drop_upstream(ex);
 	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len) < 0) {
 		exchange_respond_error(ex, 502, "502 kept upstream response could not be re-read");
 		return;
 	}
 	/* a close-delimited body ends here; the client connection closes after it */
-	exchange_finish(ex, ex->client_keep_after);
+	exchange_finish(ex);
 }
 
 /* The response being kept turned out too large to keep: it becomes the
  * final response after all, what was read of it first. */
-static void exchange_keep_overflow(struct exchange *ex)
+static void exchange_keep_overflow(struct exchange_try *t)
 {
+	struct exchange *ex = t->ex;
+
 	log_info("%.*s %.*s: retryable response is over retry_response_buffer: passed on as final",
 		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target);
 	ex->note = "retryable response over retry_response_buffer";
+	/* the retry it was kept for will not happen */
+	ex->gave_up = RETRY_GIVE_UP_NONE;
+	ex->winner = t;
+	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
-	if (exchange_send_buffered(ex, ex->keeping, ex->keeping_head_len) < 0) {
+	if (exchange_send_buffered(ex, t->keeping, t->keeping_head_len) < 0) {
 		exchange_break_response(ex, "kept response could not be re-read");
 		return;
 	}
-	evbuffer_free(ex->keeping);
-	ex->keeping = NULL;
+	evbuffer_free(t->keeping);
+	t->keeping = NULL;
 	exchange_relay_response(ex);
 }
 
@@ -209,52 +201,53 @@ static void exchange_compact_kept(struct evbuffer *kept)
 
 /* The response being kept is complete: it replaces the older kept one, and
  * the next try waits for its backoff. */
-static void exchange_keep_complete(struct exchange *ex, bool reusable)
+static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 {
+	struct exchange *ex = t->ex;
+
 	if (ex->kept != NULL)
 		evbuffer_free(ex->kept);
-	exchange_compact_kept(ex->keeping);
-	ex->kept = ex->keeping;
-	ex->kept_head_len = ex->keeping_head_len;
-	ex->keeping = NULL;
-	exchange_release_upstream(ex, reusable);
+	exchange_compact_kept(t->keeping);
+	ex->kept = t->keeping;
+	ex->kept_head_len = t->keeping_head_len;
+	t->keeping = NULL;
+	exchange_end_try(t, reusable);
 	exchange_schedule_retry(ex);
 }
 
-void exchange_keep_response(struct exchange *ex)
+void exchange_keep_response(struct exchange_try *t)
 {
+	struct exchange *ex = t->ex;
 	enum http1_error error = HTTP1_ERR_NONE;
 
-	if (body_relay_move(&ex->keeping_body, conn_input(ex->up), ex->keeping, &error) < 0) {
-		exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
+	if (body_relay_move(&t->keeping_body, conn_input(t->up), t->keeping, &error) < 0) {
+		exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 		return;
 	}
 	/* the size first: a large body may arrive whole in one read */
-	if (evbuffer_get_length(ex->keeping) - ex->keeping_head_len >
+	if (evbuffer_get_length(t->keeping) - t->keeping_head_len >
 	    ex->config->limits.retry_response_buffer) {
-		exchange_keep_overflow(ex);
+		exchange_keep_overflow(t);
 		return;
 	}
-	if (ex->keeping_body.done)
-		exchange_keep_complete(ex, exchange_upstream_reusable(ex, &ex->response_framing,
-								      &ex->keeping_body));
+	if (t->keeping_body.done)
+		exchange_keep_complete(t, exchange_upstream_reusable(t, &t->keeping_body));
 }
 
 /* Begin keeping a retryable response whose head is at the front of the
- * upstream input. */
-static void exchange_start_keeping(struct exchange *ex, const struct http1_head *head,
-				   const struct http1_framing *rf)
+ * try's input. */
+static void exchange_start_keeping(struct exchange_try *t, const struct http1_head *head)
 {
-	struct evbuffer *in = conn_input(ex->up);
+	struct evbuffer *in = conn_input(t->up);
 
-	ex->response_framing = *rf;
-	ex->keeping = evbuffer_new();
-	ex->keeping_head_len = head->head_len;
-	evbuffer_remove_buffer(in, ex->keeping, head->head_len);
+	t->keeping = evbuffer_new();
+	t->keeping_head_len = head->head_len;
+	evbuffer_remove_buffer(in, t->keeping, head->head_len);
 	/* kept as received: a chunked body keeps its framing */
-	body_relay_init_framing(&ex->keeping_body, rf, false, ex->config->limits.max_header_bytes);
-	exchange_set_state(ex, EXCHANGE_KEEPING);
-	exchange_keep_response(ex);
+	body_relay_init_framing(&t->keeping_body, &t->framing, false,
+				t->ex->config->limits.max_header_bytes);
+	exchange_try_set_state(t, EXCHANGE_TRY_KEEPING);
+	exchange_keep_response(t);
 }
 
 /* The Retry-After of a response in milliseconds, 0 when absent or invalid. */
@@ -268,74 +261,87 @@ static uint64_t exchange_retry_after(const struct http1_head *head)
 	return ms;
 }
 
-/* A complete response head arrived: keep it for a retry, or pass it on. */
-static void exchange_on_response_head(struct exchange *ex, const struct http1_head *head,
-				      const struct http1_framing *rf)
+/* This try's response goes to the client: head now, body as it comes. */
+static void exchange_relay_from(struct exchange_try *t, const struct http1_head *head)
 {
-	const struct retry_policy *policy = &ex->route->retry;
-	evtimer_del(ex->timer);
-	/* a body that stops arriving for a whole try_timeout is dead */
-	conn_set_timeouts(ex->up, ex->config->limits.try_timeout_ms, 0);
-	exchange_record_try(ex, head->status, NULL);
-	if (retry_on_status(policy, head->status)) {
-		bool fits = rf->body != HTTP1_BODY_LENGTH ||
-			    rf->content_length <= ex->config->limits.retry_response_buffer;
+	struct exchange *ex = t->ex;
 
-		if (fits && exchange_retry_allowed(ex, RETRY_CAUSE_STATUS, false,
-						   exchange_retry_after(head))) {
-			exchange_start_keeping(ex, head, rf);
-			return;
-		}
-		if (!fits && ex->gave_up == NULL)
-			ex->note = "retryable response over retry_response_buffer";
-	}
-	if (rf->body == HTTP1_BODY_CHUNKED) {
+	if (t->framing.body == HTTP1_BODY_CHUNKED) {
 		struct body_relay check;
 		enum http1_error error = HTTP1_ERR_NONE;
 
 		/* body bytes that came with the head may already show the framing
 		 * broken: then nothing of this response reaches the client */
 		body_relay_init(&check, BODY_MODE_CHUNKED, 0, ex->config->limits.max_header_bytes);
-		if (body_relay_check(&check, conn_input(ex->up), head->head_len, &error) < 0) {
-			exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
+		if (body_relay_check(&check, conn_input(t->up), head->head_len, &error) < 0) {
+			exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 			return;
 		}
 	}
-	exchange_send_response_head(ex, head, rf);
-	evbuffer_drain(conn_input(ex->up), head->head_len);
+	ex->winner = t;
+	exchange_send_response_head(ex, head, &t->framing);
+	evbuffer_drain(conn_input(t->up), head->head_len);
+	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
 	exchange_relay_response(ex);
 }
 
-void exchange_read_response_head(struct exchange *ex)
+/* A complete response head arrived: keep it for a retry, or pass it on. */
+static void exchange_on_response_head(struct exchange_try *t, const struct http1_head *head)
 {
-	struct evbuffer *in = conn_input(ex->up);
+	struct exchange *ex = t->ex;
+	const struct http1_framing *rf = &t->framing;
+
+	evtimer_del(t->timer);
+	/* a body that stops arriving for a whole try_timeout is dead */
+	conn_set_timeouts(t->up, ex->config->limits.try_timeout_ms, 0);
+	exchange_record_try(ex, head->status, NULL);
+	/* most responses are not retryable: no clock or budget is read for them */
+	if (retry_on_status(&ex->route->retry, head->status)) {
+		bool too_large = rf->body == HTTP1_BODY_LENGTH &&
+				 rf->content_length > ex->config->limits.retry_response_buffer;
+		struct retry_verdict verdict = exchange_decide(ex, TRY_RESPONSE, head->status, false,
+							       exchange_retry_after(head), too_large);
+
+		if (verdict.kind == RETRY_VERDICT_RETRY) {
+			exchange_start_keeping(t, head);
+			return;
+		}
+		if (verdict.too_large)
+			ex->note = "retryable response over retry_response_buffer";
+	}
+	exchange_relay_from(t, head);
+}
+
+void exchange_read_response_head(struct exchange_try *t)
+{
+	struct exchange *ex = t->ex;
+	struct evbuffer *in = conn_input(t->up);
 	struct http1_head *head = &exchange_response_head;
 	size_t max_head = ex->config->limits.max_header_bytes;
 
 	for (;;) {
 		enum http1_error error = HTTP1_ERR_NONE;
-		struct http1_framing rf;
 		size_t len = evbuffer_get_length(in);
 		size_t want = len < max_head + 1 ? len : max_head + 1;
 		const char *data;
 
 		if (len == 0)
 			return;
-		ex->response_byte_seen = true;
+		t->byte_seen = true;
 		data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
 		switch (http1_parse_response_head(data, want, max_head, head, &error)) {
 		case HTTP1_PARSE_MORE:
 			return;
 		case HTTP1_PARSE_ERROR:
-			exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
+			exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 			return;
 		case HTTP1_PARSE_DONE:
 			break;
 		}
 		if (head->status < 200) {
 			if (head->status == 101) {
-				exchange_try_failed(ex, TRY_MALFORMED,
+				exchange_try_failed(t, TRY_MALFORMED,
 						    "101 Switching Protocols without an Upgrade request");
 				return;
 			}
@@ -344,51 +350,52 @@ void exchange_read_response_head(struct exchange *ex)
 			evbuffer_drain(in, head->head_len);
 			continue;
 		}
-		if (http1_response_framing(head, ex->head_request, &rf, &error) < 0) {
-			exchange_try_failed(ex, TRY_MALFORMED, http1_error_text(error));
+		if (http1_response_framing(head, ex->head_request, &t->framing, &error) < 0) {
+			exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 			return;
 		}
-		exchange_on_response_head(ex, head, &rf);
+		exchange_on_response_head(t, head);
 		return;
 	}
 }
 
 /* The upstream closed (or failed) before the response head was complete. */
-static void exchange_closed_before_head(struct exchange *ex, bool eof)
+static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 {
-	if (ex->up_reused && !ex->response_byte_seen)
-		exchange_try_failed(ex, TRY_STALE, "pooled connection closed by the upstream");
+	if (t->reused && !t->byte_seen)
+		exchange_try_failed(t, TRY_STALE, "pooled connection closed by the upstream");
 	else
-		exchange_try_failed(ex, TRY_RESET,
+		exchange_try_failed(t, TRY_RESET,
 				    eof ? "connection closed before the response head"
 					: "connection reset before the response head");
 }
 
 /* The upstream closed while a retryable response was being kept. */
-static void exchange_closed_while_keeping(struct exchange *ex, short what)
+static void exchange_closed_while_keeping(struct exchange_try *t, short what)
 {
 	if (what & CONN_TIMEOUT) {
-		exchange_try_failed(ex, TRY_RESET, "upstream stopped sending the response body");
+		exchange_try_failed(t, TRY_RESET, "upstream stopped sending the response body");
 		return;
 	}
-	exchange_keep_response(ex);
-	if (ex->state != EXCHANGE_KEEPING)
+	exchange_keep_response(t);
+	if (t->state != EXCHANGE_TRY_KEEPING)
 		return;
-	if ((what & CONN_EOF) && ex->keeping_body.mode == BODY_MODE_UNTIL_CLOSE) {
-		ex->keeping_body.done = true;
-		exchange_keep_complete(ex, false);
+	if ((what & CONN_EOF) && t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE) {
+		t->keeping_body.done = true;
+		exchange_keep_complete(t, false);
 		return;
 	}
-	exchange_try_failed(ex, TRY_RESET, "connection closed in the response body");
+	exchange_try_failed(t, TRY_RESET, "connection closed in the response body");
 }
 
 /* The upstream closed while the response was being relayed. */
-static void exchange_closed_while_relaying(struct exchange *ex, short what)
+static void exchange_closed_while_relaying(struct exchange_try *t, short what)
 {
+	struct exchange *ex = t->ex;
 	bool eof = (what & CONN_EOF) != 0;
 
 	if (what & CONN_TIMEOUT) {
-		metrics_upstream_error(ex->proxy->metrics, "timeout");
+		metrics_upstream_error(ex->proxy->metrics, TRY_TIMEOUT);
 		exchange_break_response(ex, "upstream stopped sending the response body");
 		return;
 	}
@@ -400,23 +407,25 @@ static void exchange_closed_while_relaying(struct exchange *ex, short what)
 		exchange_response_complete(ex);
 		return;
 	}
-	metrics_upstream_error(ex->proxy->metrics, "reset");
+	metrics_upstream_error(ex->proxy->metrics, TRY_RESET);
 	exchange_break_response(ex, eof ? "upstream closed mid-body" : "upstream reset mid-body");
 }
 
-void exchange_upstream_closed(struct exchange *ex, short what)
+void exchange_upstream_closed(struct exchange_try *t, short what)
 {
-	if (ex->state == EXCHANGE_WAITING_HEAD) {
+	/* the exchange is entered by the caller: reading its state after a
+	 * step that may have ended it is safe, it is freed only on leaving */
+	if (t->state == EXCHANGE_TRY_WAITING) {
 		/* bytes that came with the close may hold a whole response */
-		if (conn_input_length(ex->up) > 0)
-			exchange_read_response_head(ex);
-		if (ex->state == EXCHANGE_WAITING_HEAD) {
-			exchange_closed_before_head(ex, (what & CONN_EOF) != 0);
+		if (conn_input_length(t->up) > 0)
+			exchange_read_response_head(t);
+		if (t->state == EXCHANGE_TRY_WAITING) {
+			exchange_closed_before_head(t, (what & CONN_EOF) != 0);
 			return;
 		}
 	}
-	if (ex->state == EXCHANGE_KEEPING)
-		exchange_closed_while_keeping(ex, what);
-	else if (ex->state == EXCHANGE_RELAYING)
-		exchange_closed_while_relaying(ex, what);
+	if (t->state == EXCHANGE_TRY_KEEPING)
+		exchange_closed_while_keeping(t, what);
+	else if (t->state == EXCHANGE_TRY_RELAYING)
+		exchange_closed_while_relaying(t, what);
 }

@@ -35,7 +35,7 @@ struct upstream_connect {
 	struct conn *conn;               /* the connection being made */
 	struct event *timer;             /* connect_timeout for the whole attempt */
 	struct event *step;              /* defers results that arrive synchronously */
-	enum upstream_failure last_failure;
+	enum try_outcome last_failure;
 	char reason[UPSTREAM_REASON_MAX];
 	bool resolving_inline;           /* inside evdns_getaddrinfo() */
 	bool resolved;
@@ -98,7 +98,7 @@ static void upstream_connect_free(struct upstream_connect *uc)
 
 /* Report the outcome and end the attempt. */
 static void upstream_connect_finish(struct upstream_connect *uc, struct conn *conn,
-				    enum upstream_failure failure, const char *reason)
+				    enum try_outcome failure, const char *reason)
 {
 	upstream_connect_cb cb = uc->cb;
 	void *arg = uc->arg;
@@ -120,7 +120,7 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 
 	if (what & CONN_CONNECTED) {
 		conn_setcb(conn, NULL, NULL, NULL, NULL);
-		upstream_connect_finish(uc, conn, UPSTREAM_OK, "connected");
+		upstream_connect_finish(uc, conn, TRY_RESPONSE, "connected");
 		return;
 	}
 	if (what & CONN_HANDSHAKE) {
@@ -133,15 +133,15 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 			snprintf(uc->reason, sizeof(uc->reason), "TLS handshake failed: %s",
 				 evutil_socket_error_to_string(conn_error(conn)));
 		if (verify_failed) {
-			upstream_connect_finish(uc, NULL, UPSTREAM_FAIL_TLS_VERIFY, uc->reason);
+			upstream_connect_finish(uc, NULL, TRY_TLS_VERIFY, uc->reason);
 			return;
 		}
-		uc->last_failure = UPSTREAM_FAIL_TLS_HANDSHAKE;
+		uc->last_failure = TRY_TLS;
 	} else {
 		int sock_error = conn_error(conn);
 
 		/* refused, unreachable, or reset before the connection was made */
-		uc->last_failure = UPSTREAM_FAIL_REFUSED;
+		uc->last_failure = TRY_REFUSED;
 		snprintf(uc->reason, sizeof(uc->reason), "%s",
 			 sock_error != 0 ? evutil_socket_error_to_string(sock_error)
 					 : "connection closed");
@@ -168,13 +168,13 @@ static void upstream_try_next_address(struct upstream_connect *uc)
 		ssl = tls_client_new(uc->proxy->tls, &uc->tls, uc->host, uc->session_key, err,
 				     sizeof(err));
 		if (ssl == NULL) {
-			upstream_connect_finish(uc, NULL, UPSTREAM_FAIL_TLS_HANDSHAKE, err);
+			upstream_connect_finish(uc, NULL, TRY_TLS, err);
 			return;
 		}
 	}
 	uc->conn = conn_connect(uc->proxy->loop, ai->ai_addr, (socklen_t)ai->ai_addrlen, ssl);
 	if (uc->conn == NULL) {
-		uc->last_failure = UPSTREAM_FAIL_REFUSED;
+		uc->last_failure = TRY_REFUSED;
 		snprintf(uc->reason, sizeof(uc->reason), "%s", evutil_socket_error_to_string(errno));
 		/* the connect may fail at once (e.g. no fds left); go on from the
 		 * loop, not from inside the caller's stack */
@@ -194,13 +194,13 @@ static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 	uc->dns_request = NULL;
 	uc->resolved = true;
 	if (result != 0) {
-		uc->last_failure = UPSTREAM_FAIL_DNS;
+		uc->last_failure = TRY_DNS;
 		snprintf(uc->reason, sizeof(uc->reason), "cannot resolve %s: %s", uc->host,
 			 evutil_gai_strerror(result));
 		uc->addresses = NULL;
 	} else {
 		uc->addresses = res;
-		uc->last_failure = UPSTREAM_FAIL_REFUSED;
+		uc->last_failure = TRY_REFUSED;
 		snprintf(uc->reason, sizeof(uc->reason), "no address for %s", uc->host);
 	}
 	uc->next_address = uc->addresses;
@@ -223,7 +223,7 @@ static void upstream_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 	snprintf(reason, sizeof(reason), "no connection to %s:%u within the connect timeout",
 		 uc->host, uc->endpoint.port);
-	upstream_connect_finish(uc, NULL, UPSTREAM_FAIL_CONNECT_TIMEOUT, reason);
+	upstream_connect_finish(uc, NULL, TRY_CONNECT_TIMEOUT, reason);
 }
 
 struct upstream_connect *upstream_connect_start(struct proxy *proxy,

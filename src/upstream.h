@@ -11,19 +11,11 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "retry.h"
 
 struct conn;
 struct proxy;
 struct upstream_connect;
-
-enum upstream_failure {
-	UPSTREAM_OK,
-	UPSTREAM_FAIL_DNS,            /* the name did not resolve */
-	UPSTREAM_FAIL_REFUSED,        /* refused, unreachable, or reset while connecting */
-	UPSTREAM_FAIL_CONNECT_TIMEOUT,/* no connection (TLS included) within connect_timeout */
-	UPSTREAM_FAIL_TLS_HANDSHAKE,  /* the handshake failed for a reason other than trust */
-	UPSTREAM_FAIL_TLS_VERIFY,     /* the certificate failed verification: never retried */
-};
 
 /* Where to connect. */
 struct upstream_endpoint {
@@ -33,8 +25,9 @@ struct upstream_endpoint {
 };
 
 /* Called once: with a connected conn (now the caller's, callbacks unset,
- * not reading) and UPSTREAM_OK, or with NULL, a failure and a reason. */
-typedef void (*upstream_connect_cb)(struct conn *conn, enum upstream_failure failure,
+ * not reading), or with NULL, how the try ended (TRY_DNS, TRY_REFUSED,
+ * TRY_CONNECT_TIMEOUT, TRY_TLS or TRY_TLS_VERIFY) and a reason. */
+typedef void (*upstream_connect_cb)(struct conn *conn, enum try_outcome failure,
 				    const char *reason, void *arg);
 
 /* Start connecting; the callback never runs before this returns. tls is

@@ -1,0 +1,36 @@
+#include "reply.h"
+
+#include <string.h>
+
+#include <event2/buffer.h>
+
+/* The reason phrase of each status the proxy answers with. */
+static const char *reply_reason_phrase(int status)
+{
+	switch (status) {
+	case 400: return "Bad Request";
+	case 403: return "Forbidden";
+	case 408: return "Request Timeout";
+	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 417: return "Expectation Failed";
+	case 431: return "Request Header Fields Too Large";
+	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
+	default: return "Error";
+	}
+}
+
+void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
+		 bool close)
+{
+	size_t text_len = strlen(text);
+
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+			    "Retry-Attempts: %u\r\nVia: 1.1 retryproxy\r\n%s\r\n%s\n",
+			    status, reply_reason_phrase(status), text_len + 1, attempts,
+			    close ? "Connection: close\r\n" : "", text);
+}
