@@ -11,7 +11,6 @@
 #include "idempotency.h"
 #include "log.h"
 #include "proxy.h"
-#include "request_target.h"
 #include "retry_budget.h"
 #include "route.h"
 #include "xmalloc.h"
@@ -21,17 +20,6 @@
  * upstream, and the body, read whole into the replay buffer when a retry
  * might need it, else streamed once.
  */
-
-/* Is host allowed by access.allow_hosts? Checked before any DNS. */
-static bool exchange_host_allowed(const struct config *config, const char *host, size_t len)
-{
-	size_t i;
-
-	for (i = 0; i < config->allow_host_count; i++)
-		if (route_host_pattern_matches(config->allow_hosts[i], host, len))
-			return true;
-	return false;
-}
 
 /* Does this field line go upstream as it is? hop says whether it is
  * hop-by-hop; *seen_length keeps only the first of identical Content-Lengths. */
@@ -266,18 +254,22 @@ void exchange_client_readable(struct exchange *ex)
 	exchange_leave(ex);
 }
 
-/* Copy the method, the target and the upstream host into the exchange's
- * text block, with the pool key after them: the head they point into is gone
- * after this request's head is parsed. */
-static void exchange_keep_text(struct exchange *ex, const struct http1_head *head,
-			       const char *host, size_t host_len)
+/* Point the exchange at its destination, and copy the method, the target and
+ * the destination host into its text block with the pool key after them: the
+ * head they point into is gone after this request's head is parsed. */
+static void exchange_set_destination(struct exchange *ex, const struct http1_head *head,
+				     const struct route_destination *dest)
 {
-	const char *ca = ex->endpoint.tls && ex->tls->ca_file != NULL ? ex->tls->ca_file : "";
+	const struct tls_policy *tls = &ex->route->tls;
+	const char *ca = dest->tls && tls->ca_file != NULL ? tls->ca_file : "";
 	/* "https://" host ":" port "|" ca "|1" */
-	size_t key_room = 8 + host_len + 6 + 1 + strlen(ca) + 2 + 1;
-	size_t size = head->method_len + 1 + head->target_len + 1 + host_len + 1 + key_room;
+	size_t key_room = 8 + dest->host_len + 6 + 1 + strlen(ca) + 2 + 1;
+	size_t size = head->method_len + 1 + head->target_len + 1 + dest->host_len + 1 + key_room;
 	char *p = exchange_block(&ex->text, &ex->text_room, size);
 
+	ex->tls = tls;
+	ex->endpoint.tls = dest->tls;
+	ex->endpoint.port = dest->port;
 	ex->method = p;
 	ex->method_len = head->method_len;
 	p = exchange_put(p, head->method, head->method_len);
@@ -287,7 +279,7 @@ static void exchange_keep_text(struct exchange *ex, const struct http1_head *hea
 	p = exchange_put(p, head->target, head->target_len);
 	*p++ = '\0';
 	ex->endpoint_host = p;
-	p = exchange_put(p, host, host_len);
+	p = exchange_put(p, dest->host, dest->host_len);
 	*p++ = '\0';
 	ex->endpoint.host = ex->endpoint_host;
 	ex->pool_key = p;
@@ -299,57 +291,9 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 			      size_t reason_len)
 {
 	struct config *config = client_config(client);
-	const struct listener_config *listen = client_listener(client);
-	struct request_target target;
-	const struct upstream_url *upstream = NULL;
-	const char *match_host = "";
-	size_t match_host_len = 0;
-	const char *path;
-	size_t path_len;
-	bool origin_form = false;
-	bool host_decides_upstream = false;
-	bool is_connect = head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0;
-	const struct route *route;
+	const struct http1_target *target = &head->parsed_target;
+	struct route_destination dest;
 	struct exchange *ex;
-
-	memset(&target, 0, sizeof(target));
-	*status = 400;
-	if (is_connect) {
-		if (request_target_parse_authority(head->target, head->target_len, &target) < 0) {
-			snprintf(reason, reason_len, "invalid CONNECT target");
-			return NULL;
-		}
-		match_host = target.host;
-		match_host_len = target.host_len;
-		path = "";
-		path_len = 0;
-		host_decides_upstream = true;
-	} else if (head->target[0] == '/' ||
-		   (head->target_len == 1 && head->target[0] == '*')) {
-		if (head->target[0] == '*' &&
-		    !(head->method_len == 7 && memcmp(head->method, "OPTIONS", 7) == 0)) {
-			snprintf(reason, reason_len, "asterisk-form target is only for OPTIONS");
-			return NULL;
-		}
-		origin_form = true;
-		if (framing->host != NULL &&
-		    request_target_host_of(framing->host, framing->host_len, &match_host,
-					   &match_host_len) < 0) {
-			snprintf(reason, reason_len, "invalid Host");
-			return NULL;
-		}
-		path = head->target;
-		path_len = head->target_len;
-	} else {
-		if (request_target_parse_absolute(head->target, head->target_len, &target) < 0) {
-			snprintf(reason, reason_len, "invalid request target");
-			return NULL;
-		}
-		match_host = target.host;
-		match_host_len = target.host_len;
-		path = target.path;
-		path_len = target.path_len;
-	}
 
 	if (framing->body == HTTP1_BODY_LENGTH && config->limits.max_body_bytes > 0 &&
 	    framing->content_length > config->limits.max_body_bytes) {
@@ -358,34 +302,18 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 			 (unsigned long long)framing->content_length);
 		return NULL;
 	}
-
-	route = route_match(config, match_host, match_host_len, path, path_len, head->method,
-			    head->method_len);
-	/* a tunnel goes where the client asked; other requests to the route's
-	 * upstream, else the listener's (sidecar), else the absolute URI's */
-	if (!is_connect && route->upstream != NULL)
-		upstream = route->upstream;
-	else if (origin_form)
-		upstream = listen->upstream;
-	if (upstream == NULL && origin_form) {
-		snprintf(reason, reason_len,
-			 "origin-form request on a listener with no upstream (this is a forward proxy: send absolute-form)");
-		return NULL;
-	}
-	if (upstream == NULL && !is_connect)
-		host_decides_upstream = true;
-	if (host_decides_upstream && !exchange_host_allowed(config, match_host, match_host_len)) {
-		*status = 403;
-		snprintf(reason, reason_len, "host %.*s not allowed by access.allow_hosts",
-			 (int)(match_host_len > 200 ? 200 : match_host_len), match_host);
+	*status = route_destination(config, client_listener(client)->upstream, target,
+				    framing->host_name, framing->host_name_len, head->method,
+				    head->method_len, &dest, reason, reason_len);
+	if (*status == 403)
 		log_warn("client %s: refused host %.*s: not in access.allow_hosts", client_peer(client),
-			 (int)(match_host_len > 200 ? 200 : match_host_len), match_host);
+			 (int)(dest.host_len > 200 ? 200 : dest.host_len), dest.host);
+	if (*status != 0)
 		return NULL;
-	}
 
 	ex = exchange_alloc(client_proxy(client));
-	ex->is_connect = is_connect;
-	ex->route = route;
+	ex->is_connect = target->form == HTTP1_TARGET_AUTHORITY;
+	ex->route = dest.route;
 	ex->proxy = client_proxy(client);
 	ex->owner = client_exchange_owner(client);
 	ex->config = config_hold(config);
@@ -395,32 +323,15 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 	ex->client_keep_alive = framing->keep_alive;
 	ex->head_request = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
 	ex->expect_continue = framing->expect_continue;
-	ex->tls = &ex->route->tls;
-	if (upstream != NULL) {
-		ex->endpoint.tls = upstream->tls;
-		ex->endpoint.port = upstream->port;
-		exchange_keep_text(ex, head, upstream->host, strlen(upstream->host));
-	} else {
-		ex->endpoint.tls = target.tls;
-		ex->endpoint.port = target.port;
-		exchange_keep_text(ex, head, target.host, target.host_len);
-	}
-
-	if (!ex->is_connect) {
-		if (upstream != NULL)
-			exchange_build_request_head(ex, head, path, path_len, upstream->authority,
-						    strlen(upstream->authority));
-		else
-			exchange_build_request_head(ex, head, path, path_len, target.authority,
-						    target.authority_len);
-	}
+	exchange_set_destination(ex, head, &dest);
 	body_relay_init_framing(&ex->request_body, framing, false, config->limits.max_header_bytes);
 	if (!ex->is_connect) {
-		exchange_decide_replay(ex, head, framing, path, path_len);
+		exchange_build_request_head(ex, head, target->path, target->path_len, dest.authority,
+					    dest.authority_len);
+		exchange_decide_replay(ex, head, framing, target->path, target->path_len);
 		ex->budget = retry_budget_for(ex->proxy->budgets, ex->route->name,
 					      &ex->route->retry.budget);
 		retry_budget_note_request(ex->budget, retry_budget_now_ms());
 	}
 	return ex;
 }
-

@@ -193,19 +193,22 @@ static enum http1_parse http1_parse_version(const char **pp, const char *end, in
 	return HTTP1_PARSE_DONE;
 }
 
-/* Check 1*5 DIGIT up to 65535. */
-static bool http1_valid_port(const char *s, size_t len)
+/* Parse 1*5 DIGIT up to 65535 into *port. */
+static bool http1_parse_port(const char *s, size_t len, uint16_t *port)
 {
-	unsigned long port = 0;
+	unsigned long value = 0;
 
 	if (len == 0 || len > 5)
 		return false;
 	for (size_t i = 0; i < len; i++) {
 		if (!HTTP1_IS_DIGIT(s[i]))
 			return false;
-		port = port * 10 + (unsigned long)(s[i] - '0');
+		value = value * 10 + (unsigned long)(s[i] - '0');
 	}
-	return port <= 65535;
+	if (value > 65535)
+		return false;
+	*port = (uint16_t)value;
+	return true;
 }
 
 /* Check a dotted-quad IPv4 address whose octets have no leading zeros. */
@@ -274,13 +277,28 @@ static bool http1_valid_ipv6(const char *s, size_t len)
 	return compressed ? groups <= 7 : groups == 8;
 }
 
-/* Check uri-host [":" port] (RFC 9110 section 7.2). The host must not be
- * empty: an http URI with an empty host is invalid (section 4.2.1). A port,
- * when there is a colon, is 1 to 5 digits: an empty one is refused as odd. */
-static bool http1_valid_authority(const char *s, size_t len, bool need_port)
+/* An unreserved byte (RFC 3986 section 2.3): what plain host names are made
+ * of. */
+static bool http1_is_unreserved(char c)
+{
+	return ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || HTTP1_IS_DIGIT(c) || c == '-' ||
+	       c == '.' || c == '_' || c == '~';
+}
+
+/* Parse uri-host [":" port] (RFC 9110 section 7.2): *host without the
+ * brackets of an IPv6 literal, *port 0 when there is none. The host must not
+ * be empty: an http URI with an empty host is invalid (section 4.2.1). A
+ * port, when there is a colon, is 1 to 5 digits: an empty one is refused as
+ * odd. *routable says whether the proxy may match, resolve and connect to it:
+ * not with sub-delims or percent-encoding, which would let one name pass for
+ * another in front of a match pattern or a resolver, nor with port 0. */
+static bool http1_parse_authority(const char *s, size_t len, const char **host, size_t *host_len,
+				  uint16_t *port, bool *routable)
 {
 	size_t i = 0;
 
+	*port = 0;
+	*routable = true;
 	if (len == 0)
 		return false;
 	if (s[0] == '[') {
@@ -288,9 +306,13 @@ static bool http1_valid_authority(const char *s, size_t len, bool need_port)
 
 		if (close == NULL || !http1_valid_ipv6(s + 1, (size_t)(close - s) - 1))
 			return false;
-		i = (size_t)(close - s) + 1;
+		*host = s + 1;
+		*host_len = (size_t)(close - s) - 1;
+		i = *host_len + 2;
 	} else {
 		while (i < len && HTTP1_IS(s[i], HTTP1_C_REGNAME)) {
+			if (!http1_is_unreserved(s[i]))
+				*routable = false;
 			if (s[i] == '%' && (len - i < 3 || !HTTP1_IS(s[i + 1], HTTP1_C_HEX) ||
 					    !HTTP1_IS(s[i + 2], HTTP1_C_HEX)))
 				return false;
@@ -298,53 +320,90 @@ static bool http1_valid_authority(const char *s, size_t len, bool need_port)
 		}
 		if (i == 0)
 			return false;
+		*host = s;
+		*host_len = i;
 	}
 	if (i == len)
-		return !need_port;
-	if (s[i] != ':')
+		return true;
+	if (s[i] != ':' || !http1_parse_port(s + i + 1, len - i - 1, port))
 		return false;
-	return http1_valid_port(s + i + 1, len - i - 1);
+	if (*port == 0)
+		*routable = false;
+	return true;
 }
 
-/* Check an absolute-form target "scheme://authority[/path][?query]". */
-static bool http1_valid_absolute(const char *s, size_t len)
+/* Parse an absolute-form target "http[s]://authority[/path][?query]" into
+ * out. Other schemes are refused: http and https are all the proxy speaks
+ * upstream. */
+static bool http1_parse_absolute(const char *s, size_t len, struct http1_target *out)
 {
-	size_t i = 1;
-	size_t start;
+	size_t i;
+	bool routable;
 
-	if (len == 0 || !((s[0] | 0x20) >= 'a' && (s[0] | 0x20) <= 'z'))
+	if (len >= 7 && HTTP1_IS_LIT(s, 7, "http://")) {
+		i = 7;
+	} else if (len >= 8 && HTTP1_IS_LIT(s, 8, "https://")) {
+		i = 8;
+		out->tls = true;
+	} else {
 		return false;
-	while (i < len && HTTP1_IS(s[i], HTTP1_C_SCHEME))
+	}
+	out->authority = s + i;
+	while (i < len && s[i] != '/' && s[i] != '?')
 		i++;
-	if (len - i < 3 || memcmp(s + i, "://", 3) != 0)
-		return false;
-	start = i + 3;
-	for (i = start; i < len && s[i] != '/' && s[i] != '?' && s[i] != '#'; i++)
-		;
+	out->authority_len = (size_t)(s + i - out->authority);
+	out->path = s + i;
+	out->path_len = len - i;
 	/* Userinfo ("user@host") is refused by the authority check: '@' is
 	 * not a reg-name byte (RFC 9110 section 4.2.4 says to treat it as an
 	 * error). */
-	return http1_valid_authority(s + start, i - start, false);
+	if (!http1_parse_authority(out->authority, out->authority_len, &out->host, &out->host_len,
+				   &out->port, &routable) ||
+	    !routable)
+		return false;
+	if (out->port == 0)
+		out->port = out->tls ? 443 : 80;
+	return true;
 }
 
-/* Check that the request-target has the form its method calls for (RFC 9112
- * section 3.2). */
-static bool http1_valid_target(const struct http1_head *head)
+/* Split the request-target into head->parsed_target, checking that it has the
+ * form its method calls for (RFC 9112 section 3.2): authority-form with
+ * CONNECT and only with it, asterisk-form only with OPTIONS. */
+static bool http1_parse_target(struct http1_head *head)
 {
 	const char *t = head->target;
 	size_t len = head->target_len;
+	struct http1_target *out = &head->parsed_target;
+	bool routable;
 
+	memset(out, 0, sizeof(*out));
+	out->path = t;
+	out->path_len = len;
 	/* a fragment is never part of a request-target; a next hop that cut it
 	 * off or kept it would see a different target than we routed */
 	if (memchr(t, '#', len) != NULL)
 		return false;
-	if (head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0)
-		return http1_valid_authority(t, len, true);
-	if (t[0] == '/')
+	if (head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0) {
+		out->form = HTTP1_TARGET_AUTHORITY;
+		out->authority = t;
+		out->authority_len = len;
+		out->path = t + len;
+		out->path_len = 0;
+		/* a tunnel needs somewhere to go: no default port */
+		return http1_parse_authority(t, len, &out->host, &out->host_len, &out->port,
+					     &routable) &&
+		       routable && out->port != 0;
+	}
+	if (t[0] == '/') {
+		out->form = HTTP1_TARGET_ORIGIN;
 		return true;
-	if (len == 1 && t[0] == '*')
+	}
+	if (len == 1 && t[0] == '*') {
+		out->form = HTTP1_TARGET_ASTERISK;
 		return head->method_len == 7 && memcmp(head->method, "OPTIONS", 7) == 0;
-	return http1_valid_absolute(t, len);
+	}
+	out->form = HTTP1_TARGET_ABSOLUTE;
+	return http1_parse_absolute(t, len, out);
 }
 
 /* Parse the request line at *pp, after any empty lines. */
@@ -392,7 +451,7 @@ static enum http1_parse http1_parse_request_line(const char **pp, const char *en
 	if (r != HTTP1_PARSE_DONE)
 		return r;
 	/* Checked only now so that "PRI * HTTP/2.0" reads as a version error. */
-	if (!http1_valid_target(head)) {
+	if (!http1_parse_target(head)) {
 		*error = HTTP1_ERR_BAD_TARGET;
 		return HTTP1_PARSE_ERROR;
 	}
@@ -537,6 +596,7 @@ static void http1_head_reset(struct http1_head *head)
 	head->reason = NULL;
 	head->method_len = 0;
 	head->target_len = 0;
+	memset(&head->parsed_target, 0, sizeof(head->parsed_target));
 	head->reason_len = 0;
 	head->status = 0;
 	head->version_minor = 0;
@@ -840,6 +900,8 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 			  enum http1_error *error)
 {
 	struct http1_scan scan;
+	uint16_t port;
+	bool host_routable = true;
 
 	memset(framing, 0, sizeof(*framing));
 	*error = HTTP1_ERR_NONE;
@@ -852,7 +914,8 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 	/* An empty Host is valid only for a target without authority (RFC 9110
 	 * section 7.2), which a proxy cannot forward anywhere: refused too. */
 	if (scan.host != NULL &&
-	    !http1_valid_authority(scan.host->value, scan.host->value_len, false)) {
+	    !http1_parse_authority(scan.host->value, scan.host->value_len, &framing->host_name,
+				   &framing->host_name_len, &port, &host_routable)) {
 		*error = HTTP1_ERR_BAD_HOST;
 		return -1;
 	}
@@ -874,6 +937,14 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 	if (scan.host != NULL) {
 		framing->host = scan.host->value;
 		framing->host_len = scan.host->value_len;
+	}
+	/* Without authority in the target, routes match on Host, so it must be
+	 * a host the proxy can route on, as a target's host must. Checked last:
+	 * a request with a framing fault as well gets that fault's status. */
+	if (!host_routable && (head->parsed_target.form == HTTP1_TARGET_ORIGIN ||
+			       head->parsed_target.form == HTTP1_TARGET_ASTERISK)) {
+		*error = HTTP1_ERR_BAD_HOST;
+		return -1;
 	}
 	return 0;
 }

@@ -24,7 +24,8 @@ enum http1_error {
 	HTTP1_ERR_NONE,
 	HTTP1_ERR_BAD_REQUEST_LINE,     /* not "method SP target SP version CRLF" */
 	HTTP1_ERR_BAD_METHOD,           /* method is not a token */
-	HTTP1_ERR_BAD_TARGET,           /* request-target has invalid bytes or form */
+	HTTP1_ERR_BAD_TARGET,           /* request-target has invalid bytes, a form its method
+					 * does not take, or a host the proxy cannot route on */
 	HTTP1_ERR_BAD_VERSION,          /* not HTTP/1.0 or HTTP/1.1 */
 	HTTP1_ERR_URI_TOO_LONG,         /* request-target over the limit: 414 */
 	HTTP1_ERR_HEAD_TOO_LARGE,       /* head over the limit: 431 */
@@ -41,7 +42,8 @@ enum http1_error {
 	HTTP1_ERR_BAD_TRANSFER_ENCODING, /* a coding list not ending in a single chunked */
 	HTTP1_ERR_TE_IN_HTTP10,         /* Transfer-Encoding in an HTTP/1.0 message */
 	HTTP1_ERR_MISSING_HOST,         /* HTTP/1.1 request without Host */
-	HTTP1_ERR_BAD_HOST,             /* Host not a valid uri-host[:port], or repeated */
+	HTTP1_ERR_BAD_HOST,             /* Host not a valid uri-host[:port], or repeated; with a
+					 * target without authority, not a host the proxy routes on */
 	HTTP1_ERR_BAD_EXPECT,           /* an expectation other than 100-continue: 417 */
 	HTTP1_ERR_BAD_CHUNK_SIZE,       /* chunk-size not hex digits */
 	HTTP1_ERR_CHUNK_SIZE_OVERFLOW,  /* chunk-size over 2^62 */
@@ -60,10 +62,36 @@ struct http1_field {
 	uint32_t line_len;
 };
 
+/* The four forms of request-target (RFC 9112 section 3.2). The parser
+ * accepts each only with the methods it belongs to. */
+enum http1_target_form {
+	HTTP1_TARGET_ORIGIN,    /* "/path?query"; the Host field names the origin */
+	HTTP1_TARGET_ABSOLUTE,  /* "http[s]://authority/path?query", sent to a forward proxy */
+	HTTP1_TARGET_AUTHORITY, /* "host:port", with CONNECT and only with it */
+	HTTP1_TARGET_ASTERISK,  /* "*", only with OPTIONS */
+};
+
+/* A request-target split into what a proxy routes on. Pointers are into the
+ * parsed buffer. The host fields are set in absolute and authority form
+ * only: an origin-form or asterisk-form request names its host in Host. */
+struct http1_target {
+	enum http1_target_form form;
+	bool tls;              /* absolute-form with https */
+	uint16_t port;         /* absolute and authority form: explicit, or the scheme's default */
+	const char *host;      /* a DNS name or IP literal, without brackets around IPv6 */
+	size_t host_len;
+	const char *authority; /* host[:port] as sent */
+	size_t authority_len;
+	const char *path;      /* path and query; the whole target in origin and asterisk form,
+				* empty in authority form, and in absolute form empty means "/" */
+	size_t path_len;
+};
+
 /* A parsed request or response head. Pointers are into the parsed buffer. */
 struct http1_head {
 	const char *method; /* request only */
 	const char *target; /* request only: the request-target as sent */
+	struct http1_target parsed_target; /* request only: target, split */
 	const char *reason; /* response only: reason phrase, may be empty */
 	size_t method_len;
 	size_t target_len;
@@ -81,7 +109,11 @@ struct http1_limits {
 };
 
 /* Parse a request head at the start of buf. Empty lines (CRLF) before the
- * request line are skipped and counted in head_len (RFC 9112 section 2.2). */
+ * request line are skipped and counted in head_len (RFC 9112 section 2.2).
+ * The target is split into head->parsed_target; it is refused unless its form
+ * fits the method and, in absolute and authority form, it names an http or
+ * https host the proxy can route on (letters, digits, '-', '.', '_', '~', or an
+ * IP literal; a port other than 0; CONNECT's port required). */
 enum http1_parse http1_parse_request_head(const char *buf, size_t len,
 					  const struct http1_limits *limits,
 					  struct http1_head *head, enum http1_error *error);
@@ -105,11 +137,15 @@ struct http1_framing {
 	bool expect_continue;    /* request: Expect: 100-continue */
 	const char *host;        /* request: the Host value, NULL when absent */
 	size_t host_len;
+	const char *host_name;   /* request: Host's host without port or IPv6 brackets, NULL when
+				  * absent; what routes match in origin and asterisk form */
+	size_t host_name_len;
 };
 
 /* Decide a request's framing, checking Content-Length, Transfer-Encoding,
- * Connection, Host (required for HTTP/1.1, at most one) and Expect. Returns 0, or
- * -1 with *error set. */
+ * Connection, Host (required for HTTP/1.1, at most one; with an origin-form or
+ * asterisk-form target, a plain name or IP literal and a port other than 0) and
+ * Expect. Returns 0, or -1 with *error set. */
 int http1_request_framing(const struct http1_head *head, struct http1_framing *framing,
 			  enum http1_error *error);
 

@@ -1,5 +1,6 @@
 #include "route.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -76,4 +77,65 @@ const struct route *route_match(const struct config *config, const char *host, s
 			return route;
 	}
 	return &config->default_route;
+}
+
+/* Is host allowed by access.allow_hosts? */
+static bool route_host_allowed(const struct config *config, const char *host, size_t host_len)
+{
+	for (size_t i = 0; i < config->allow_host_count; i++)
+		if (route_host_pattern_matches(config->allow_hosts[i], host, host_len))
+			return true;
+	return false;
+}
+
+int route_destination(const struct config *config, const struct upstream_url *listener_upstream,
+		      const struct http1_target *target, const char *host, size_t host_len,
+		      const char *method, size_t method_len, struct route_destination *dest,
+		      char *reason, size_t reason_len)
+{
+	bool origin = target->form == HTTP1_TARGET_ORIGIN || target->form == HTTP1_TARGET_ASTERISK;
+	const struct upstream_url *upstream = NULL;
+
+	memset(dest, 0, sizeof(*dest));
+	/* match.host is the host the client asked for: the target's when it
+	 * names one, else the Host field's */
+	if (!origin) {
+		host = target->host;
+		host_len = target->host_len;
+	}
+	dest->route = route_match(config, host, host_len, target->path, target->path_len, method,
+				  method_len);
+	/* a tunnel goes where the client asked; other requests to the route's
+	 * upstream, else the listener's (sidecar), else the absolute URI's */
+	if (target->form != HTTP1_TARGET_AUTHORITY)
+		upstream = dest->route->upstream;
+	if (upstream == NULL && origin)
+		upstream = listener_upstream;
+	if (upstream != NULL) {
+		dest->tls = upstream->tls;
+		dest->port = upstream->port;
+		dest->host = upstream->host;
+		dest->host_len = strlen(upstream->host);
+		dest->authority = upstream->authority;
+		dest->authority_len = strlen(upstream->authority);
+		return 0;
+	}
+	if (origin) {
+		snprintf(reason, reason_len,
+			 "origin-form request on a listener with no upstream (this is a forward proxy: send absolute-form)");
+		return 400;
+	}
+	dest->tls = target->tls;
+	dest->port = target->port;
+	dest->host = target->host;
+	dest->host_len = target->host_len;
+	dest->authority = target->authority;
+	dest->authority_len = target->authority_len;
+	/* the client chose this host: checked before any DNS is asked */
+	if (!route_host_allowed(config, host, host_len)) {
+		snprintf(reason, reason_len, "host %.*s not allowed by access.allow_hosts",
+			 (int)(host_len > 200 ? 200 : host_len), host);
+		return 403;
+	}
+	return 0;
 }

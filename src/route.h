@@ -2,12 +2,27 @@
 #define RETRYPROXY_ROUTE_H
 
 /* Match a request to a route: the first route whose host, path prefix and
- * methods all match wins; no match is the default route. */
+ * methods all match wins; no match is the default route. Then decide where
+ * the request goes, or why it may not go anywhere. */
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
+#include "http1.h"
+
+/* Where a request goes, as route_destination() decides it. Pointers are into
+ * the config or the parsed request. */
+struct route_destination {
+	const struct route *route; /* the matched route, or the default one */
+	bool tls;                  /* connect with TLS */
+	uint16_t port;
+	const char *host;          /* to resolve and connect to; no brackets around IPv6 */
+	size_t host_len;
+	const char *authority;     /* host[:port] for the Host field sent upstream */
+	size_t authority_len;
+};
 
 /* host is without the port; compared case-insensitively. */
 const struct route *route_match(const struct config *config, const char *host, size_t host_len,
@@ -17,5 +32,18 @@ const struct route *route_match(const struct config *config, const char *host, s
 /* "*" matches any host, "*.example.com" any subdomain of example.com (not
  * example.com itself), anything else the host exactly, ignoring case. */
 bool route_host_pattern_matches(const char *pattern, const char *host, size_t host_len);
+
+/* Match a parsed request to its route and decide where it goes: the route's
+ * upstream, else for origin-form the listener's (listener_upstream, may be
+ * NULL), else the absolute URI's host; a CONNECT goes where the client asked.
+ * host is the Host field's host without port (NULL when absent), which routes
+ * match in origin and asterisk form. Where the client's host decides the
+ * destination, it must be in access.allow_hosts. Returns 0 with *dest filled
+ * in, or the status to refuse with (400, 403) and the reason in reason. Pure:
+ * no I/O, no allocation. */
+int route_destination(const struct config *config, const struct upstream_url *listener_upstream,
+		      const struct http1_target *target, const char *host, size_t host_len,
+		      const char *method, size_t method_len, struct route_destination *dest,
+		      char *reason, size_t reason_len);
 
 #endif

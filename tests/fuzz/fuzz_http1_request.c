@@ -1,6 +1,7 @@
 /* Request heads: parse, framing and hop-by-hop checks must never crash, and
  * what they report must agree with the bytes and with parses of prefixes. */
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,82 @@ static struct http1_head fuzz_head;
 static void fuzz_check_span(const char *buf, size_t size, const char *p, size_t len)
 {
 	if (p < buf || p > buf + size || len > (size_t)(buf + size - p))
+		abort();
+}
+
+/* True when [p, p + len) lies inside [outer, outer + outer_len). */
+static bool fuzz_within(const char *outer, size_t outer_len, const char *p, size_t len)
+{
+	return p >= outer && p <= outer + outer_len && len <= (size_t)(outer + outer_len - p);
+}
+
+/* True when every byte of a host span is one a routable host may hold:
+ * unreserved, or hex digits, ':' and '.' of an IPv6 literal. */
+static bool fuzz_routable_host(const char *host, size_t len)
+{
+	if (len == 0)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = host[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '.' || c == '_' || c == '~' || c == ':'))
+			return false;
+	}
+	return true;
+}
+
+/* Abort unless the split target agrees with the target as sent and with the
+ * method rules: authority-form exactly with CONNECT, asterisk-form only with
+ * OPTIONS. */
+static void fuzz_check_target(const struct http1_head *h)
+{
+	const struct http1_target *t = &h->parsed_target;
+	bool connect = h->method_len == 7 && memcmp(h->method, "CONNECT", 7) == 0;
+	bool options = h->method_len == 7 && memcmp(h->method, "OPTIONS", 7) == 0;
+
+	if (memchr(h->target, '#', h->target_len) != NULL)
+		abort();
+	if (!fuzz_within(h->target, h->target_len, t->path, t->path_len))
+		abort();
+	if (connect != (t->form == HTTP1_TARGET_AUTHORITY))
+		abort();
+	switch (t->form) {
+	case HTTP1_TARGET_ORIGIN:
+	case HTTP1_TARGET_ASTERISK:
+		if (t->host != NULL || t->authority != NULL || t->port != 0 || t->tls)
+			abort();
+		if (t->path != h->target || t->path_len != h->target_len)
+			abort();
+		if (t->form == HTTP1_TARGET_ORIGIN ? h->target[0] != '/'
+						   : !options || h->target_len != 1 || h->target[0] != '*')
+			abort();
+		return;
+	case HTTP1_TARGET_AUTHORITY:
+		if (t->authority != h->target || t->authority_len != h->target_len || t->tls ||
+		    t->path_len != 0)
+			abort();
+		break;
+	case HTTP1_TARGET_ABSOLUTE:
+		/* "http[s]://" authority path, in that order, nothing left over */
+		if (t->authority != h->target + (t->tls ? 8 : 7) ||
+		    t->authority + t->authority_len != t->path ||
+		    t->path + t->path_len != h->target + h->target_len)
+			abort();
+		if (t->path_len > 0 && t->path[0] != '/' && t->path[0] != '?')
+			abort();
+		if ((h->target[4] == 's' || h->target[4] == 'S') != t->tls)
+			abort();
+		break;
+	default:
+		abort();
+	}
+	if (t->port == 0 || !fuzz_within(t->authority, t->authority_len, t->host, t->host_len) ||
+	    !fuzz_routable_host(t->host, t->host_len))
+		abort();
+	/* the authority is the host, bracketed if IPv6, then maybe ":" port */
+	if (t->host[-1] == '[' ? t->host != t->authority + 1 || t->host[t->host_len] != ']'
+			       : t->host != t->authority)
 		abort();
 }
 
@@ -52,6 +129,7 @@ static void fuzz_check_head(const char *buf, size_t len, size_t max_head)
 		if (i > 0 && f->line != h->fields[i - 1].line + h->fields[i - 1].line_len)
 			abort();
 	}
+	fuzz_check_target(h);
 }
 
 /* Check framing and the helpers on a parsed head. */
@@ -73,6 +151,17 @@ static void fuzz_check_framing(const char *buf)
 			abort();
 		if (framing.host != NULL)
 			fuzz_check_span(buf, h->head_len, framing.host, framing.host_len);
+		if ((framing.host == NULL) != (framing.host_name == NULL))
+			abort();
+		if (framing.host != NULL &&
+		    !fuzz_within(framing.host, framing.host_len, framing.host_name,
+				 framing.host_name_len))
+			abort();
+		/* without authority in the target, Host is what routes match on */
+		if (framing.host != NULL && (h->parsed_target.form == HTTP1_TARGET_ORIGIN ||
+					     h->parsed_target.form == HTTP1_TARGET_ASTERISK) &&
+		    !fuzz_routable_host(framing.host_name, framing.host_name_len))
+			abort();
 		if (framing.expect_continue && framing.body == HTTP1_BODY_NONE)
 			abort();
 	} else {

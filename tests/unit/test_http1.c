@@ -90,6 +90,63 @@ static void test_request_target_forms(void **state)
 	}
 }
 
+/* Each target form splits into the parts a proxy routes on. */
+static void test_request_target_parts(void **state)
+{
+	static const struct {
+		const char *line;
+		enum http1_target_form form;
+		bool tls;
+		const char *host; /* NULL: not set in this form */
+		unsigned port;
+		const char *authority;
+		const char *path;
+	} cases[] = {
+		{"GET /a/b?c=d", HTTP1_TARGET_ORIGIN, false, NULL, 0, NULL, "/a/b?c=d"},
+		{"OPTIONS *", HTTP1_TARGET_ASTERISK, false, NULL, 0, NULL, "*"},
+		{"GET http://example.com/a/b?c=d", HTTP1_TARGET_ABSOLUTE, false, "example.com", 80,
+		 "example.com", "/a/b?c=d"},
+		{"GET http://example.com", HTTP1_TARGET_ABSOLUTE, false, "example.com", 80, "example.com",
+		 ""},
+		{"GET HTTP://Example.com:8080/", HTTP1_TARGET_ABSOLUTE, false, "Example.com", 8080,
+		 "Example.com:8080", "/"},
+		{"GET https://127.0.0.1:8443/x", HTTP1_TARGET_ABSOLUTE, true, "127.0.0.1", 8443,
+		 "127.0.0.1:8443", "/x"},
+		{"GET HttpS://h", HTTP1_TARGET_ABSOLUTE, true, "h", 443, "h", ""},
+		{"GET http://[::1]:3000/p", HTTP1_TARGET_ABSOLUTE, false, "::1", 3000, "[::1]:3000", "/p"},
+		{"GET http://[::1]?q", HTTP1_TARGET_ABSOLUTE, false, "::1", 80, "[::1]", "?q"},
+		{"OPTIONS http://a.b-c_d~:65535", HTTP1_TARGET_ABSOLUTE, false, "a.b-c_d~", 65535,
+		 "a.b-c_d~:65535", ""},
+		{"CONNECT example.com:443", HTTP1_TARGET_AUTHORITY, false, "example.com", 443,
+		 "example.com:443", ""},
+		{"CONNECT [::1]:8443", HTTP1_TARGET_AUTHORITY, false, "::1", 8443, "[::1]:8443", ""},
+		{"CONNECT 192.0.2.1:1", HTTP1_TARGET_AUTHORITY, false, "192.0.2.1", 1, "192.0.2.1:1", ""},
+	};
+	char buf[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct http1_target *t = &test_head.parsed_target;
+		enum http1_error error;
+		size_t len = (size_t)snprintf(buf, sizeof(buf), "%s HTTP/1.1\r\nHost: a\r\n\r\n",
+					      cases[i].line);
+
+		if (test_parse_request(buf, len, &error) != HTTP1_PARSE_DONE)
+			fail_msg("%s: %s", cases[i].line, http1_error_text(error));
+		assert_int_equal(t->form, cases[i].form);
+		assert_int_equal(t->tls, cases[i].tls);
+		assert_int_equal(t->port, cases[i].port);
+		assert_true(test_span_is(t->path, t->path_len, cases[i].path));
+		assert_true(t->path >= buf && t->path + t->path_len <= buf + len);
+		if (cases[i].host == NULL) {
+			assert_null(t->host);
+			assert_null(t->authority);
+			continue;
+		}
+		assert_true(test_span_is(t->host, t->host_len, cases[i].host));
+		assert_true(test_span_is(t->authority, t->authority_len, cases[i].authority));
+	}
+}
+
 /* Field names, trimmed values and raw lines point into the buffer. */
 static void test_request_fields(void **state)
 {
@@ -219,6 +276,29 @@ static const struct {
 	{S("CONNECT u@example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
 	{S("CONNECT http://example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
 	{S("CONNECT [1:2:3]:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT :443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	/* hosts and ports the proxy does not route on, though RFC 3986 allows them */
+	{S("CONNECT example.com:0 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT a!b:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("CONNECT %61:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://example.com:0/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://a$b/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://%61/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	/* schemes other than http and https */
+	{S("GET ftp://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET httpx://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http+s://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	/* authority-form and asterisk-form belong to CONNECT and OPTIONS only */
+	{S("OPTIONS example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("POST * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("options * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("connect example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://example.com:/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://example.com/#frag HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://[]/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://[g::1]/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{S("GET http://@example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
 	/* fields */
 	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo : bar\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON},
 	{S("GET / HTTP/1.1\r\nHost\t: a\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON},
@@ -401,6 +481,13 @@ static bool test_is_regname(int c)
 	       (c != 0 && strchr("-._~!$&'()*+,;=", c) != NULL);
 }
 
+/* unreserved bytes (RFC 3986): all a host name the proxy routes on may hold. */
+static bool test_is_unreserved(int c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c != 0 && strchr("-._~", c) != NULL);
+}
+
 /* Each byte class is checked against its grammar, byte by byte. */
 static void test_byte_classes(void **state)
 {
@@ -437,19 +524,42 @@ static void test_byte_classes(void **state)
 		if ((r == HTTP1_PARSE_DONE) != (c >= 0x21 && c <= 0x7e && c != '#'))
 			fail_msg("target byte 0x%02x", c);
 
-		len = (size_t)snprintf(buf, sizeof(buf), "GET h%cp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
-		buf[5] = (char)c;
+		/* http and https are the only schemes, in any case */
+		len = (size_t)snprintf(buf, sizeof(buf), "GET ht%cp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
+		buf[6] = (char)c;
 		r = test_parse_request(buf, len, &error);
-		if ((r == HTTP1_PARSE_DONE) !=
-		    ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		     c == '+' || c == '-' || c == '.'))
+		if ((r == HTTP1_PARSE_DONE) != (c == 't' || c == 'T'))
 			fail_msg("scheme byte 0x%02x", c);
+
+		/* a target's host is one the proxy can route on; '/' and '?' end it */
+		len = (size_t)snprintf(buf, sizeof(buf), "GET http://a%cb/ HTTP/1.1\r\nHost: a\r\n\r\n",
+				       'x');
+		buf[12] = (char)c;
+		r = test_parse_request(buf, len, &error);
+		if ((r == HTTP1_PARSE_DONE) != (test_is_unreserved(c) || c == '/' || c == '?'))
+			fail_msg("absolute-form host byte 0x%02x", c);
+
+		len = (size_t)snprintf(buf, sizeof(buf), "CONNECT a%cb:1 HTTP/1.1\r\nHost: a\r\n\r\n",
+				       'x');
+		buf[9] = (char)c;
+		r = test_parse_request(buf, len, &error);
+		if ((r == HTTP1_PARSE_DONE) != test_is_unreserved(c))
+			fail_msg("authority-form host byte 0x%02x", c);
+
+		/* Host: any reg-name beside an absolute-form target, which names
+		 * the host itself; a routable one beside an origin-form target */
+		len = (size_t)snprintf(buf, sizeof(buf), "GET http://a/ HTTP/1.1\r\nHost: a%cb\r\n\r\n",
+				       'x');
+		buf[31] = (char)c;
+		if (test_parse_request(buf, len, &error) == HTTP1_PARSE_DONE &&
+		    (http1_request_framing(&test_head, &framing, &error) == 0) != test_is_regname(c))
+			fail_msg("host byte 0x%02x", c);
 
 		len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: a%cb\r\n\r\n", 'x');
 		buf[23] = (char)c;
 		if (test_parse_request(buf, len, &error) == HTTP1_PARSE_DONE &&
-		    (http1_request_framing(&test_head, &framing, &error) == 0) != test_is_regname(c))
-			fail_msg("host byte 0x%02x", c);
+		    (http1_request_framing(&test_head, &framing, &error) == 0) != test_is_unreserved(c))
+			fail_msg("origin-form host byte 0x%02x", c);
 	}
 }
 
@@ -555,7 +665,16 @@ static const struct {
 	{"GET / HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
 	{"GET / HTTP/1.1\r\nHost: [::ffff:192.0.2.1]:80\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
 	{"GET / HTTP/1.1\r\nHost: [1:2:3:4:5:6:7:8]\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"GET / HTTP/1.1\r\nHost: a%41-b.c_d~\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"GET http://a/ HTTP/1.1\r\nHost: a%41-b.c_d~\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"GET http://a/ HTTP/1.1\r\nHost: a:0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"CONNECT a:1 HTTP/1.1\r\nHost: a!:0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	/* without authority in the target, routes match on Host: a plain name */
+	{"GET / HTTP/1.1\r\nHost: a%41-b.c_d~\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: a:0\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"OPTIONS * HTTP/1.1\r\nHost: a!\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
+	{"GET / HTTP/1.1\r\nHost: a-b.c_d~:1\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{"PUT / HTTP/1.1\r\nHost: a!\r\nExpect: foo\r\nContent-Length: 1\r\n\r\n",
+	 REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
 	/* Expect */
 	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", 0,
 	 HTTP1_BODY_LENGTH, 5, true, true},
@@ -596,78 +715,92 @@ static void test_request_framing(void **state)
 	}
 }
 
-/* The Host value is handed back as it was sent. */
+/* The Host value is handed back as it was sent, and its host without the port. */
 static void test_request_host(void **state)
 {
 	struct http1_framing framing;
 
 	test_request_ok("GET / HTTP/1.1\r\nHost:  Example.COM:80 \r\n\r\n", &framing);
 	assert_true(test_span_is(framing.host, framing.host_len, "Example.COM:80"));
+	assert_true(test_span_is(framing.host_name, framing.host_name_len, "Example.COM"));
+	test_request_ok("GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", &framing);
+	assert_true(test_span_is(framing.host_name, framing.host_name_len, "::1"));
+	test_request_ok("GET http://b/ HTTP/1.1\r\nHost: a!b\r\n\r\n", &framing);
+	assert_true(test_span_is(framing.host_name, framing.host_name_len, "a!b"));
 	test_request_ok("GET / HTTP/1.0\r\n\r\n", &framing);
 	assert_null(framing.host);
 	assert_int_equal(framing.host_len, 0);
+	assert_null(framing.host_name);
+	assert_int_equal(framing.host_name_len, 0);
 }
 
-/* Host values: reg-name, IPv4 and IPv6 literals, each with or without a port. */
+/* Host values: reg-name, IPv4 and IPv6 literals, each with or without a port;
+ * beside an origin-form target, only what the proxy routes on. */
 static void test_request_host_forms(void **state)
 {
 	static const struct {
 		const char *host;
-		bool valid;
+		bool valid;    /* beside an absolute-form target */
+		bool routable; /* beside an origin-form target */
 	} cases[] = {
-		{"a", true},
-		{"A.b-c_d~!$&'()*+,;=", true},
-		{"%41%4a", true},
-		{"127.0.0.1:0", true},
-		{"example.com:65535", true},
-		{"[::]", true},
-		{"[::1]", true},
-		{"[1::]", true},
-		{"[1:2:3:4:5:6:7::]", true},
-		{"[::2:3:4:5:6:7:8]", true},
-		{"[1:2:3:4:5:6:7:8]:80", true},
-		{"[::ffff:1.2.3.4]", true},
-		{"[1:2:3:4:5:6:1.2.3.4]", true},
-		{"[FE80::a:B]:8080", true},
-		{"[1:2:3:4:5:6:7:8:9]", false},
-		{"[1:2:3:4:5:6:7]", false},
-		{"[1:2:3:4:5:6:7:8::]", false},
-		{"[1::2::3]", false},
-		{"[1:]", false},
-		{"[:1]", false},
-		{"[:::]", false},
-		{"[12345::]", false},
-		{"[::1.2.3]", false},
-		{"[::1.2.3.4.5]", false},
-		{"[::1.2.3.256]", false},
-		{"[::01.2.3.4]", false},
-		{"[::1.2.3.4:1]", false},
-		{"[1:2:3:4:5:6:7:1.2.3.4]", false},
-		{"[]", false},
-		{"[::1]:", false},
-		{"[::1]x", false},
-		{"[::1]:123456", false},
-		{"[v1.x]", false},
-		{"a:b", false},
-		{"a:-1", false},
-		{"a::80", false},
-		{"%zz", false},
-		{"a%", false},
-		{"\"a\"", false},
+		{"a", true, true},
+		{"A.b-c_d~!$&'()*+,;=", true, false},
+		{"%41%4a", true, false},
+		{"127.0.0.1:0", true, false},
+		{"example.com:65535", true, true},
+		{"[::]", true, true},
+		{"[::1]", true, true},
+		{"[1::]", true, true},
+		{"[1:2:3:4:5:6:7::]", true, true},
+		{"[::2:3:4:5:6:7:8]", true, true},
+		{"[1:2:3:4:5:6:7:8]:80", true, true},
+		{"[::ffff:1.2.3.4]", true, true},
+		{"[1:2:3:4:5:6:1.2.3.4]", true, true},
+		{"[FE80::a:B]:8080", true, true},
+		{"[1:2:3:4:5:6:7:8:9]", false, false},
+		{"[1:2:3:4:5:6:7]", false, false},
+		{"[1:2:3:4:5:6:7:8::]", false, false},
+		{"[1::2::3]", false, false},
+		{"[1:]", false, false},
+		{"[:1]", false, false},
+		{"[:::]", false, false},
+		{"[12345::]", false, false},
+		{"[::1.2.3]", false, false},
+		{"[::1.2.3.4.5]", false, false},
+		{"[::1.2.3.256]", false, false},
+		{"[::01.2.3.4]", false, false},
+		{"[::1.2.3.4:1]", false, false},
+		{"[1:2:3:4:5:6:7:1.2.3.4]", false, false},
+		{"[]", false, false},
+		{"[::1]:", false, false},
+		{"[::1]x", false, false},
+		{"[::1]:123456", false, false},
+		{"[v1.x]", false, false},
+		{"a:b", false, false},
+		{"a:-1", false, false},
+		{"a::80", false, false},
+		{"%zz", false, false},
+		{"a%", false, false},
+		{"\"a\"", false, false},
 	};
 	char buf[256];
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct http1_framing framing;
-		enum http1_error error;
-		size_t len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: %s\r\n\r\n",
-					      cases[i].host);
+		for (int origin = 0; origin < 2; origin++) {
+			struct http1_framing framing;
+			enum http1_error error;
+			bool valid = origin ? cases[i].routable : cases[i].valid;
+			size_t len = (size_t)snprintf(buf, sizeof(buf),
+						      "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n",
+						      origin ? "/" : "http://a/", cases[i].host);
 
-		assert_int_equal(test_parse_request(buf, len, &error), HTTP1_PARSE_DONE);
-		if ((http1_request_framing(&test_head, &framing, &error) == 0) != cases[i].valid)
-			fail_msg("host %s: %s", cases[i].host, http1_error_text(error));
-		if (!cases[i].valid)
-			assert_int_equal(error, HTTP1_ERR_BAD_HOST);
+			assert_int_equal(test_parse_request(buf, len, &error), HTTP1_PARSE_DONE);
+			if ((http1_request_framing(&test_head, &framing, &error) == 0) != valid)
+				fail_msg("host %s beside %s: %s", cases[i].host,
+					 origin ? "origin-form" : "absolute-form", http1_error_text(error));
+			if (!valid)
+				assert_int_equal(error, HTTP1_ERR_BAD_HOST);
+		}
 	}
 }
 
@@ -1227,6 +1360,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_request_target_forms),
+		cmocka_unit_test(test_request_target_parts),
 		cmocka_unit_test(test_request_fields),
 		cmocka_unit_test(test_request_pipelined),
 		cmocka_unit_test(test_request_prefixes),
