@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "config_values.h"
 #include "http1.h"
 #include "route.h"
 
@@ -316,7 +317,9 @@ static void test_destinations(void **state)
 	struct config *config = test_config(test_destinations_config);
 	struct upstream_url sidecar;
 
-	assert_int_equal(config_parse_upstream_url(SIDECAR, &sidecar), 0);
+	const char *why = NULL;
+
+	assert_int_equal(config_values_url(SIDECAR, &sidecar, &why), 0);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct route_destination dest;
 		char reason[256];
@@ -339,7 +342,7 @@ static void test_destinations(void **state)
 		    memcmp(dest.authority, cases[i].authority, dest.authority_len) != 0)
 			fail_msg("case %zu: authority %.*s", i, (int)dest.authority_len, dest.authority);
 	}
-	config_free_upstream_url(&sidecar);
+	config_values_url_free(&sidecar);
 	config_release(config);
 }
 
