@@ -57,11 +57,6 @@ struct client {
 	LIST_ENTRY(client) link;
 };
 
-struct conn *client_conn(struct client *client)
-{
-	return client->conn;
-}
-
 /* The connection closes after the current request whatever the client asked
  * (drain, or a reload removed its listener). */
 static bool client_closing_after_request(void *arg)
@@ -69,26 +64,6 @@ static bool client_closing_after_request(void *arg)
 	struct client *client = arg;
 
 	return client->proxy->draining || client->listener_gone;
-}
-
-struct proxy *client_proxy(struct client *client)
-{
-	return client->proxy;
-}
-
-struct config *client_config(struct client *client)
-{
-	return client->config;
-}
-
-const struct listener_config *client_listener(struct client *client)
-{
-	return client->listen;
-}
-
-const char *client_peer(struct client *client)
-{
-	return client->peer;
 }
 
 /* Release everything; the connection only when still ours. */
@@ -190,6 +165,7 @@ static void client_refuse(struct client *client, const struct http1_head *head, 
 }
 
 static bool client_allowed(const struct config *config, const struct sockaddr *peer);
+static struct exchange_owner client_exchange_owner(struct client *client);
 
 /* The listener of config at the address listen has, or NULL. */
 static const struct listener_config *client_find_listener(const struct config *config,
@@ -241,6 +217,7 @@ static void client_read_head(struct client *client)
 	size_t len = evbuffer_get_length(in);
 	size_t want;
 	const char *data;
+	struct exchange_owner owner;
 	struct exchange *ex;
 	int status = 0;
 	char reason[256];
@@ -274,7 +251,8 @@ static void client_read_head(struct client *client)
 		return;
 	}
 	conn_set_deadline(client->conn, 0);
-	ex = exchange_new(client, head, &framing, &status, reason, sizeof(reason));
+	owner = client_exchange_owner(client);
+	ex = exchange_new(client->proxy, &owner, head, &framing, &status, reason, sizeof(reason));
 	if (ex == NULL) {
 		client_refuse(client, head, status, reason);
 		return;
@@ -414,10 +392,13 @@ static void client_exchange_ended(void *arg, enum exchange_end end, struct conn 
 	}
 }
 
-struct exchange_owner client_exchange_owner(struct client *client)
+/* What an exchange of this client needs from it. */
+static struct exchange_owner client_exchange_owner(struct client *client)
 {
 	struct exchange_owner owner = {
 		.conn = client->conn,
+		.config = client->config,
+		.upstream = client->listen->upstream,
 		.peer = client->peer,
 		.watch_body = client_watch_body,
 		.closing = client_closing_after_request,

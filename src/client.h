@@ -14,9 +14,6 @@
 
 #include <event2/util.h>
 
-#include "exchange.h"
-
-struct conn;
 struct config;
 struct listener_config;
 struct proxy;
@@ -25,15 +22,6 @@ struct client;
 /* Take over an accepted socket. config is the one the listener runs under. */
 void client_new(struct proxy *proxy, struct config *config, const struct listener_config *listen,
 		evutil_socket_t fd, const struct sockaddr *peer, socklen_t peer_len);
-
-struct conn *client_conn(struct client *client);
-struct proxy *client_proxy(struct client *client);
-struct config *client_config(struct client *client);
-const struct listener_config *client_listener(struct client *client);
-const char *client_peer(struct client *client);
-
-/* What an exchange of this client needs from it (exchange.h). */
-struct exchange_owner client_exchange_owner(struct client *client);
 
 /* The live config changed (reload). Connections take it at their next
  * request; those whose listener address it no longer has close now if idle,

@@ -15,10 +15,11 @@
 
 #include "http1.h"
 
-struct client;
+struct config;
 struct conn;
 struct exchange;
 struct proxy;
+struct upstream_url;
 
 /* How an exchange ended, as its owner hears it. */
 enum exchange_end {
@@ -37,6 +38,8 @@ enum exchange_end {
  * own exchange_abort()); after ended() the exchange touches nothing of it. */
 struct exchange_owner {
 	struct conn *conn;
+	struct config *config;                 /* the config the connection runs under */
+	const struct upstream_url *upstream;   /* its listener's upstream, NULL for a forward proxy */
 	const char *peer;                      /* for the log */
 	void (*watch_body)(void *arg, bool on); /* time out a request body that stalls */
 	bool (*closing)(void *arg);            /* the connection closes after this request */
@@ -44,12 +47,13 @@ struct exchange_owner {
 	void *arg;
 };
 
-/* Check and route a parsed request, copying what it needs from head (the
- * caller drains the head from its input afterwards). NULL when the request
- * is refused before any upstream work: *status and reason say what to answer. */
-struct exchange *exchange_new(struct client *client, const struct http1_head *head,
-			      const struct http1_framing *framing, int *status, char *reason,
-			      size_t reason_len);
+/* Check and route a parsed request for owner, copying what it needs from
+ * head (the caller drains the head from its input afterwards). NULL when the
+ * request is refused before any upstream work: *status and reason say what
+ * to answer. */
+struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *owner,
+			      const struct http1_head *head, const struct http1_framing *framing,
+			      int *status, char *reason, size_t reason_len);
 
 /* Start the first try (or, for CONNECT, the tunnel's connection). */
 void exchange_run(struct exchange *exchange);

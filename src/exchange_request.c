@@ -5,7 +5,6 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "client.h"
 #include "conn.h"
 #include "exchange_private.h"
 #include "idempotency.h"
@@ -286,11 +285,11 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	upstream_pool_key(&ex->endpoint, ex->tls, p, key_room);
 }
 
-struct exchange *exchange_new(struct client *client, const struct http1_head *head,
-			      const struct http1_framing *framing, int *status, char *reason,
-			      size_t reason_len)
+struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *owner,
+			      const struct http1_head *head, const struct http1_framing *framing,
+			      int *status, char *reason, size_t reason_len)
 {
-	struct config *config = client_config(client);
+	struct config *config = owner->config;
 	const struct http1_target *target = &head->parsed_target;
 	struct route_destination dest;
 	struct exchange *ex;
@@ -302,20 +301,20 @@ struct exchange *exchange_new(struct client *client, const struct http1_head *he
 			 (unsigned long long)framing->content_length);
 		return NULL;
 	}
-	*status = route_destination(config, client_listener(client)->upstream, target,
+	*status = route_destination(config, owner->upstream, target,
 				    framing->host_name, framing->host_name_len, head->method,
 				    head->method_len, &dest, reason, reason_len);
 	if (*status == 403)
-		log_warn("client %s: refused host %.*s: not in access.allow_hosts", client_peer(client),
+		log_warn("client %s: refused host %.*s: not in access.allow_hosts", owner->peer,
 			 (int)(dest.host_len > 200 ? 200 : dest.host_len), dest.host);
 	if (*status != 0)
 		return NULL;
 
-	ex = exchange_alloc(client_proxy(client));
+	ex = exchange_alloc(proxy);
 	ex->is_connect = target->form == HTTP1_TARGET_AUTHORITY;
 	ex->route = dest.route;
-	ex->proxy = client_proxy(client);
-	ex->owner = client_exchange_owner(client);
+	ex->proxy = proxy;
+	ex->owner = *owner;
 	ex->config = config_hold(config);
 	ex->state = EXCHANGE_TRYING;
 	gettimeofday(&ex->started, NULL);
