@@ -1,0 +1,854 @@
+/* Unit tests for exchange.c, exchange_request.c and exchange_response.c: the
+ * exchange state machine on real sockets and the real event loop, without
+ * listeners or client.c. The test plays the client on one end of a
+ * socketpair (the exchange's owner holds the other end) and the upstream on
+ * a loopback listener that answers from a per-test script. Each case checks
+ * what the client received, how the exchange ended, and what the upstream
+ * saw: a retry after a 503, the last 503 passed on unchanged, a reset POST
+ * never sent twice, connect failures retried for any method, a client gone
+ * during the backoff, broken and reset response bodies, Retry-After past the
+ * deadline, and a stale pooled connection. */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+
+#include "config.h"
+#include "conn.h"
+#include "exchange.h"
+#include "exchange_private.h"
+#include "http1.h"
+#include "log.h"
+#include "metrics.h"
+#include "pool.h"
+#include "proxy.h"
+#include "retry_budget.h"
+#include "tls.h"
+#include "upstream.h"
+
+/* What the upstream does with the request it has just read. */
+enum up_action {
+	UP_ANSWER,       /* send the reply; the connection stays open */
+	UP_ANSWER_CLOSE, /* send the reply, then close (FIN) */
+	UP_ANSWER_RESET, /* send the reply, then reset (RST) a moment later */
+	UP_RESET,        /* reset at once, without a reply */
+};
+
+/* One step of the upstream's script: the nth request gets the nth step, and
+ * every request past the end gets the last one. */
+struct up_step {
+	enum up_action action;
+	const char *reply;
+};
+
+#define UP_MAX_CONNS 16
+
+struct upstream;
+
+/* A connection the upstream accepted. */
+struct up_conn {
+	struct upstream *up;
+	int fd;                    /* -1 once closed */
+	struct event *read_ev;
+	struct event *reset_timer; /* UP_ANSWER_RESET */
+	char buf[8192];            /* request bytes not yet answered */
+	size_t len;
+};
+
+/* The test's upstream: a loopback listener served from the test's loop. */
+struct upstream {
+	int lfd;
+	uint16_t port;
+	struct event *accept_ev;
+	const struct up_step *script;
+	size_t steps;
+	unsigned close_on_accept;  /* the first connections are closed at once, unread */
+	unsigned connections;      /* accepted */
+	unsigned requests;         /* read whole (head and body) */
+	char last_request[2048];   /* the last request's head as received */
+	struct up_conn *conns[UP_MAX_CONNS];
+};
+
+/* Everything one case needs: the hand-built proxy, the owner (the client
+ * connection's side of the exchange), the test's end of the client
+ * socketpair, the upstream, and what the owner's callbacks saw. */
+struct harness {
+	struct proxy proxy;
+	struct config *config;
+	struct exchange_owner owner;
+	int client_fd;              /* the test plays the client here */
+	uint16_t target_port;       /* where requests go: the upstream's port unless changed */
+	struct exchange *ex;        /* NULL before exchange_new and after ended() */
+	struct upstream up;
+	unsigned ended_count;
+	enum exchange_end end;
+	char trace[256];            /* the owner's callbacks in order: "watch:on ended:close" */
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void trace_add(struct harness *h, const char *word)
+{
+	size_t len = strlen(h->trace);
+
+	snprintf(h->trace + len, sizeof(h->trace) - len, "%s%s", len > 0 ? " " : "", word);
+}
+
+/* The upstream side. */
+
+/* Close an accepted connection, with a reset (SO_LINGER 0) when asked. */
+static void up_conn_close(struct up_conn *c, bool reset)
+{
+	if (c->fd < 0)
+		return;
+	if (reset) {
+		struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	}
+	event_free(c->read_ev);
+	c->read_ev = NULL;
+	if (c->reset_timer != NULL) {
+		event_free(c->reset_timer);
+		c->reset_timer = NULL;
+	}
+	close(c->fd);
+	c->fd = -1;
+}
+
+static void up_reset_cb(evutil_socket_t fd, short what, void *arg)
+{
+	up_conn_close(arg, true);
+}
+
+/* Write a whole (small) reply. */
+static void up_send(struct up_conn *c, const char *reply)
+{
+	size_t len = strlen(reply);
+
+	assert_int_equal(write(c->fd, reply, len), (ssize_t)len);
+}
+
+/* Act on the script's step for the request just read. Returns false when the
+ * connection is closed or stops reading. */
+static bool up_answer(struct up_conn *c)
+{
+	struct upstream *up = c->up;
+	size_t i = up->requests <= up->steps ? up->requests - 1 : up->steps - 1;
+	const struct up_step *step = &up->script[i];
+	struct timeval pause = { .tv_sec = 0, .tv_usec = 50 * 1000 };
+
+	switch (step->action) {
+	case UP_ANSWER:
+		up_send(c, step->reply);
+		return true;
+	case UP_ANSWER_CLOSE:
+		up_send(c, step->reply);
+		up_conn_close(c, false);
+		return false;
+	case UP_ANSWER_RESET:
+		/* the pause lets the proxy read the reply before the reset */
+		up_send(c, step->reply);
+		event_del(c->read_ev);
+		c->reset_timer = evtimer_new(event_get_base(c->read_ev), up_reset_cb, c);
+		evtimer_add(c->reset_timer, &pause);
+		return false;
+	case UP_RESET:
+		up_conn_close(c, true);
+		return false;
+	}
+	return false;
+}
+
+/* Take every whole request (head and Content-Length body) in the buffer. */
+static void up_take_requests(struct up_conn *c)
+{
+	static struct http1_head head;
+	const struct http1_limits limits = { .max_head_bytes = 8192, .max_target_bytes = 2048 };
+	struct upstream *up = c->up;
+
+	for (;;) {
+		struct http1_framing framing;
+		enum http1_error error = HTTP1_ERR_NONE;
+		size_t whole;
+
+		switch (http1_parse_request_head(c->buf, c->len, &limits, &head, &error)) {
+		case HTTP1_PARSE_MORE:
+			return;
+		case HTTP1_PARSE_ERROR:
+			fail_msg("the upstream got a malformed request: %s",
+				 http1_error_text(error));
+			return;
+		case HTTP1_PARSE_DONE:
+			break;
+		}
+		assert_int_equal(http1_request_framing(&head, &framing, &error), 0);
+		whole = head.head_len +
+			(framing.body == HTTP1_BODY_LENGTH ? (size_t)framing.content_length : 0);
+		if (c->len < whole)
+			return;
+		up->requests++;
+		snprintf(up->last_request, sizeof(up->last_request), "%.*s", (int)head.head_len,
+			 c->buf);
+		memmove(c->buf, c->buf + whole, c->len - whole);
+		c->len -= whole;
+		if (!up_answer(c))
+			return;
+	}
+}
+
+/* Bytes, or the proxy's close, on an accepted connection. */
+static void up_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct up_conn *c = arg;
+	ssize_t n = read(fd, c->buf + c->len, sizeof(c->buf) - c->len);
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n <= 0) {
+		up_conn_close(c, false);
+		return;
+	}
+	c->len += (size_t)n;
+	up_take_requests(c);
+}
+
+/* Accept one connection waiting on the listener. */
+static void up_accept(struct upstream *up, struct event_base *base)
+{
+	int fd = accept(up->lfd, NULL, NULL);
+	struct up_conn *c;
+
+	if (fd < 0)
+		return;
+	assert_true(up->connections < UP_MAX_CONNS);
+	c = calloc(1, sizeof(*c));
+	c->up = up;
+	c->fd = fd;
+	up->conns[up->connections++] = c;
+	evutil_make_socket_nonblocking(fd);
+	c->read_ev = event_new(base, fd, EV_READ | EV_PERSIST, up_read_cb, c);
+	event_add(c->read_ev, NULL);
+	if (up->connections <= up->close_on_accept)
+		up_conn_close(c, false);
+}
+
+static void up_accept_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct harness *h = arg;
+
+	up_accept(&h->up, h->proxy.base);
+}
+
+/* A loopback listener on a free port. */
+static int listen_loopback(uint16_t *port)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(fd, 16), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&addr, &len), 0);
+	*port = ntohs(addr.sin_port);
+	return fd;
+}
+
+static void upstream_start(struct harness *h, const struct up_step *script, size_t steps)
+{
+	struct upstream *up = &h->up;
+
+	up->script = script;
+	up->steps = steps;
+	up->lfd = listen_loopback(&up->port);
+	evutil_make_socket_nonblocking(up->lfd);
+	up->accept_ev = event_new(h->proxy.base, up->lfd, EV_READ | EV_PERSIST, up_accept_cb, h);
+	event_add(up->accept_ev, NULL);
+	h->target_port = up->port;
+}
+
+static void upstream_stop(struct upstream *up)
+{
+	for (unsigned i = 0; i < up->connections; i++) {
+		up_conn_close(up->conns[i], false);
+		free(up->conns[i]);
+	}
+	event_free(up->accept_ev);
+	close(up->lfd);
+}
+
+/* The owner's side: what client.c would do, recorded. */
+
+static void owner_watch_body(void *arg, bool on)
+{
+	trace_add(arg, on ? "watch:on" : "watch:off");
+}
+
+static bool owner_closing(void *arg)
+{
+	return false;
+}
+
+static void owner_ended(void *arg, enum exchange_end end, struct conn *tunnel)
+{
+	static const char *const names[] = {
+		[EXCHANGE_END_KEEP_ALIVE] = "ended:keep-alive",
+		[EXCHANGE_END_CLOSE] = "ended:close",
+		[EXCHANGE_END_BROKEN] = "ended:broken",
+		[EXCHANGE_END_RESET] = "ended:reset",
+		[EXCHANGE_END_TUNNEL] = "ended:tunnel",
+		[EXCHANGE_END_CLIENT_GONE] = "ended:client-gone",
+	};
+	struct harness *h = arg;
+
+	/* the exchange frees itself after this: forget it */
+	h->ex = NULL;
+	h->ended_count++;
+	h->end = end;
+	trace_add(h, names[end]);
+}
+
+static void owner_read_cb(struct conn *conn, void *arg)
+{
+	struct harness *h = arg;
+
+	/* before the exchange starts, the head waits in the input */
+	if (h->ex != NULL)
+		exchange_client_readable(h->ex);
+}
+
+static void owner_write_cb(struct conn *conn, void *arg)
+{
+	struct harness *h = arg;
+
+	if (h->ex != NULL)
+		exchange_client_drained(h->ex);
+}
+
+static void owner_event_cb(struct conn *conn, short what, void *arg)
+{
+	trace_add(arg, "client-event");
+}
+
+/* The proxy, the owner and its socketpair, under config text yaml. */
+static void harness_init(struct harness *h, const char *yaml)
+{
+	int fds[2];
+
+	memset(h, 0, sizeof(*h));
+	h->config = config_load_text(yaml, strlen(yaml), "test.yaml", stderr);
+	assert_non_null(h->config);
+	log_configure(h->config->log_level, h->config->log_format);
+	h->proxy.loop = conn_loop_new();
+	h->proxy.base = conn_loop_base(h->proxy.loop);
+	/* no nameservers: only IP literals are used */
+	h->proxy.dns = evdns_base_new(h->proxy.base, 0);
+	h->proxy.config = h->config;
+	h->proxy.tls = tls_store_new();
+	h->proxy.pool = pool_new();
+	h->proxy.metrics = metrics_new();
+	h->proxy.budgets = retry_budget_book_new();
+	retry_rng_seed_with(&h->proxy.rng, 42);
+	LIST_INIT(&h->proxy.clients);
+	LIST_INIT(&h->proxy.tunnels);
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+	h->client_fd = fds[1];
+	evutil_make_socket_nonblocking(h->client_fd);
+	h->owner.conn = conn_new(h->proxy.loop, fds[0]);
+	h->owner.config = h->config;
+	h->owner.upstream = NULL; /* a forward proxy: requests name their upstream */
+	h->owner.peer = "test-client";
+	h->owner.watch_body = owner_watch_body;
+	h->owner.closing = owner_closing;
+	h->owner.ended = owner_ended;
+	h->owner.arg = h;
+	conn_setcb(h->owner.conn, owner_read_cb, owner_write_cb, owner_event_cb, h);
+	conn_read_enable(h->owner.conn, true);
+}
+
+/* Free everything, the exchange's spares included, so that LeakSanitizer
+ * has nothing to say. */
+static void harness_free(struct harness *h)
+{
+	if (h->ex != NULL)
+		exchange_abort(h->ex, "test over");
+	conn_free(h->owner.conn);
+	close(h->client_fd);
+	if (h->up.accept_ev != NULL)
+		upstream_stop(&h->up);
+	exchange_free_spares(&h->proxy);
+	pool_free(h->proxy.pool);
+	retry_budget_book_free(h->proxy.budgets);
+	metrics_free(h->proxy.metrics);
+	tls_store_free(h->proxy.tls);
+	evdns_base_free(h->proxy.dns, 0);
+	config_release(h->config);
+	conn_loop_free(h->proxy.loop);
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+/* Run loop passes until done(h) holds (when done is given) or ms pass. */
+static void run_until(struct harness *h, bool (*done)(struct harness *), uint64_t ms)
+{
+	struct event *tick = event_new(h->proxy.base, -1, EV_PERSIST, tick_cb, NULL);
+	struct timeval tv = { .tv_sec = 0, .tv_usec = 5000 };
+	uint64_t end = now_ms() + ms;
+
+	event_add(tick, &tv);
+	while (now_ms() < end && (done == NULL || !done(h))) {
+		event_base_loop(h->proxy.base, EVLOOP_ONCE);
+		conn_loop_pass_end(h->proxy.loop);
+	}
+	event_free(tick);
+}
+
+/* Conditions for run_until(). */
+static bool ended(struct harness *h)
+{
+	return h->ended_count > 0;
+}
+
+/* Has the owner's input a whole request head? */
+static bool head_arrived(struct harness *h)
+{
+	struct evbuffer *in = conn_input(h->owner.conn);
+
+	return evbuffer_search(in, "\r\n\r\n", 4, NULL).pos >= 0;
+}
+
+static bool in_backoff(struct harness *h)
+{
+	return h->ex != NULL && h->ex->state == EXCHANGE_BACKOFF;
+}
+
+/* Run until the exchange ends, and say it did. */
+static void run_until_ended(struct harness *h)
+{
+	run_until(h, ended, 5000);
+	assert_int_equal(h->ended_count, 1);
+}
+
+/* The client writes a request for http://127.0.0.1:<target_port>path, with
+ * a Content-Length body when body is not NULL. */
+static void client_send(struct harness *h, const char *method, const char *path,
+			const char *body)
+{
+	char req[1024];
+	char length[64] = "";
+	int n;
+
+	if (body != NULL)
+		snprintf(length, sizeof(length), "Content-Length: %zu\r\n", strlen(body));
+	n = snprintf(req, sizeof(req),
+		     "%s http://127.0.0.1:%u%s HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n%s\r\n%s", method,
+		     h->target_port, path, h->target_port, length, body != NULL ? body : "");
+	assert_true(n > 0 && (size_t)n < sizeof(req));
+	assert_int_equal(write(h->client_fd, req, (size_t)n), n);
+}
+
+/* Wait for the request head in the owner's input and start its exchange, as
+ * client.c's client_read_head does. */
+static void exchange_start(struct harness *h)
+{
+	static struct http1_head head;
+	struct evbuffer *in = conn_input(h->owner.conn);
+	const struct limits *limits = &h->config->limits;
+	struct http1_limits parse_limits = { .max_head_bytes = limits->max_header_bytes,
+					     .max_target_bytes = limits->max_uri_bytes };
+	struct http1_framing framing;
+	enum http1_error error = HTTP1_ERR_NONE;
+	size_t len;
+	size_t want;
+	const char *data;
+	int status = 0;
+	char reason[256] = "";
+
+	run_until(h, head_arrived, 2000);
+	len = evbuffer_get_length(in);
+	want = len < limits->max_header_bytes + 1 ? len : limits->max_header_bytes + 1;
+	data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
+	assert_int_equal(http1_parse_request_head(data, want, &parse_limits, &head, &error),
+			 HTTP1_PARSE_DONE);
+	assert_int_equal(http1_request_framing(&head, &framing, &error), 0);
+	h->ex = exchange_new(&h->proxy, &h->owner, &head, &framing, &status, reason,
+			     sizeof(reason));
+	assert_non_null(h->ex);
+	evbuffer_drain(in, head.head_len);
+	exchange_run(h->ex);
+}
+
+/* What the client has received so far (NUL-terminated); waits a little
+ * while bytes keep coming. */
+static size_t client_read(struct harness *h, char *buf, size_t size)
+{
+	size_t got = 0;
+	uint64_t quiet_until = now_ms() + 50;
+
+	while (got < size - 1 && now_ms() < quiet_until) {
+		ssize_t n = read(h->client_fd, buf + got, size - 1 - got);
+
+		if (n > 0) {
+			got += (size_t)n;
+			quiet_until = now_ms() + 50;
+		} else if (n == 0) {
+			break;
+		} else {
+			run_until(h, NULL, 5);
+		}
+	}
+	buf[got] = '\0';
+	return got;
+}
+
+/* Configs: every case runs under these defaults with small backoffs. */
+#define TEST_RETRY_BASE                                                                            \
+	"log: {level: error}\n"                                                                    \
+	"limits:\n"                                                                                \
+	"  retry_response_buffer: 64KiB\n"                                                         \
+	"  connect_timeout: 2s\n"                                                                  \
+	"  try_timeout: 2s\n"                                                                      \
+	"defaults:\n"                                                                              \
+	"  retry:\n"                                                                               \
+	"    max_attempts: 3\n"                                                                    \
+	"    multiplier: 1\n"                                                                      \
+	"    jitter: 0ms\n"
+
+static const char test_config_fast[] = TEST_RETRY_BASE "    initial_backoff: 10ms\n"
+						       "    max_backoff: 10ms\n"
+						       "    deadline: 10s\n";
+
+static const char test_config_slow[] = TEST_RETRY_BASE "    initial_backoff: 500ms\n"
+						       "    max_backoff: 500ms\n"
+						       "    deadline: 10s\n";
+
+static const char test_config_short_deadline[] = TEST_RETRY_BASE "    initial_backoff: 10ms\n"
+								 "    max_backoff: 10ms\n"
+								 "    deadline: 1s\n";
+
+#define REPLY_503 "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"
+#define REPLY_200 "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+
+/* 1. A 503, then a 200 on the retry: the client gets the 200, saying two
+ * tries were made; the 503 is never seen. */
+static void test_retry_after_503(void **state)
+{
+	static const struct up_step script[] = {
+		{ UP_ANSWER, REPLY_503 },
+		{ UP_ANSWER, REPLY_200 },
+	};
+	struct harness h;
+	char got[4096];
+	char want[256];
+
+	harness_init(&h, test_config_fast);
+	upstream_start(&h, script, 2);
+	client_send(&h, "GET", "/a", NULL);
+	exchange_start(&h);
+	run_until_ended(&h);
+	client_read(&h, got, sizeof(got));
+	assert_string_equal(got, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nVia: 1.1 retryproxy\r\n"
+				 "Retry-Attempts: 2\r\n\r\nhello");
+	assert_string_equal(h.trace, "ended:keep-alive");
+	assert_int_equal(h.up.requests, 2);
+	/* the request as it went upstream: origin-form, the upstream's Host, Via */
+	snprintf(want, sizeof(want),
+		 "GET /a HTTP/1.1\r\nHost: 127.0.0.1:%u\r\nVia: 1.1 retryproxy\r\n\r\n", h.up.port);
+	assert_string_equal(h.up.last_request, want);
+	harness_free(&h);
+}
+
+/* 2. A 503 on every try: after max_attempts the client gets the last one as
+ * the upstream sent it, body included. */
+static void test_503_exhausted(void **state)
+{
+	static const struct up_step script[] = {
+		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 1\r\n"
+			     "Content-Length: 7\r\n\r\nbusy #1" },
+		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 2\r\n"
+			     "Content-Length: 7\r\n\r\nbusy #2" },
+		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 3\r\n"
+			     "Content-Length: 7\r\n\r\nbusy #3" },
+	};
+	struct harness h;
+	char got[4096];
+
+	harness_init(&h, test_config_fast);
+	upstream_start(&h, script, 3);
+	client_send(&h, "GET", "/a", NULL);
+	exchange_start(&h);
+	run_until_ended(&h);
+	client_read(&h, got, sizeof(got));
+	assert_string_equal(got, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 3\r\n"
+				 "Content-Length: 7\r\nVia: 1.1 retryproxy\r\n"
+				 "Retry-Attempts: 3\r\n\r\nbusy #3");
+	assert_string_equal(h.trace, "ended:keep-alive");
+	assert_int_equal(h.up.requests, 3);
+	harness_free(&h);
+}
+
+/* 3. A POST (not idempotent) that the upstream resets after reading it: 502,
+ * and the upstream saw it exactly once. */
+static void test_post_reset_not_retried(void **state)
+{
+	static const struct up_step script[] = {
+		{ UP_RESET, NULL },
+		{ UP_ANSWER, REPLY_200 },
+	};
+	struct harness h;
+	char got[4096];
+
+	harness_init(&h, test_config_fast);
+	upstream_start(&h, script, 2);
+	client_send(&h, "POST", "/orders", "hello");
+	exchange_start(&h);
+	run_until_ended(&h);
+	client_read(&h, got, sizeof(got));
+	assert_true(strncmp(got, "HTTP/1.1 502 Bad Gateway\r\n", 26) == 0);
+	assert_non_null(strstr(got, "\r\nRetry-Attempts: 1\r\n"));
+	/* the body was sent whole: the connection may go on */
+	assert_string_equal(h.trace, "watch:on watch:off ended:keep-alive");
+	/* a retry would have come by now */
+	run_until(&h, NULL, 100);
+	assert_int_equal(h.up.requests, 1);
+	assert_int_equal(h.up.connections, 1);
+	harness_free(&h);
+}
+
+/* 4. A POST to a closed port: nothing was sent, so every connect failure is
+ * retried up to max_attempts; then 502. The body never left the client's
+ * input, so the connection closes after the answer. */
+static void test_post_refused_retried(void **state)
+{
+	struct harness h;
+	char got[4096];
+	uint16_t closed_port;
+
+	harness_init(&h, test_config_fast);
+	close(listen_loopback(&closed_port));
+	h.target_port = closed_port;
+	client_send(&h, "POST", "/orders", "hello");
+	exchange_start(&h);
+	run_until_ended(&h);
+	client_read(&h, got, sizeof(got));
+	assert_true(strncmp(got, "HTTP/1.1 502 Bad Gateway\r\n", 26) == 0);
+	assert_non_null(strstr(got, "\r\nRetry-Attempts: 3\r\n"));
+	assert_non_null(strstr(got, "\r\nConnection: close\r\n"));
+	assert_non_null(strstr(got, "(3 attempts)"));
+	assert_string_equal(h.trace, "watch:on ended:close");
+	harness_free(&h);
+}
+
+/* 5. The client goes away during the backoff: the retry is cancelled,
+ * nothing more goes upstream, and the owner hears nothing. */
+static void test_client_gone_in_backoff(void **state)
+{
+	static const struct up_step script[] = {
+		{ UP_ANSWER, REPLY_503 },
+		{ UP_ANSWER, REPLY_200 },
+	};
+	struct harness h;
+
+	harness_init(&h, test_config_slow);
+	upstream_start(&h, script, 2);
+	client_send(&h, "GET", "/a", NULL);
+	exchange_start(&h);
+	run_until(&h, in_backoff, 2000);
+	assert_true(in_backoff(&h));
+	assert_int_equal(h.proxy.backoff_pending, 1);
+	exchange_abort(h.ex, "client closed");
+	h.ex = NULL;
+	assert_int_equal(h.proxy.backoff_pending, 0);
+	/* past the 500ms backoff */
+	run_until(&h, NULL, 700);
+	assert_int_equal(h.up.requests, 1);
+	assert_int_equal(h.ended_count, 0);
+	assert_string_equal(h.trace, "");
+	harness_free(&h);
+}
+
+/* 6a. A body shorter than its Content-Length: the client got the head and
+ * the bytes that came, no more, and the exchange ends broken. */
+static void test_broken_body(void **state)
+{
+	static char reply[256];
+	static char want[256];
+	static const struct up_step script[] = {
+		{ UP_ANSWER_CLOSE, reply },
+	};
+	char body[101];
+	struct harness h;
+	char got[4096];
+
+	memset(body, 'x', 100);
+	body[100] = '\0';
+	snprintf(reply, sizeof(reply), "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n%s", body);
+	snprintf(want, sizeof(want),
+		 "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nVia: 1.1 retryproxy\r\n"
+		 "Retry-Attempts: 1\r\n\r\n%s",
+		 body);
+	harness_init(&h, test_config_fast);
+	upstream_start(&h, script, 1);
+	client_send(&h, "GET", "/big", NULL);
+	exchange_start(&h);
+	run_until_ended(&h);
+	client_read(&h, got, sizeof(got));
+	assert_string_equal(got, want);
+	assert_string_equal(h.trace, "ended:broken");
+	assert_int_equal(h.up.requests, 1);
+	harness_free(&h);
+}
+
+/* 6b. A close-delimited body cut by a reset: the owner is told to reset, so
+ * that the client does not take the cut body for a whole one. */
+static void test_reset_close_delimited_body(void **state)
+{
+	static char reply[256];
+	static char want[256];
+	static const struct up_step script[] = {
+		{ UP_ANSWER_RESET, reply },
+	};
+	char body[101];
+	struct harness h;
+	char got[4096];
+
+	memset(body, 'y', 100);
+	body[100] = '\0';
+	snprintf(reply, sizeof(reply), "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n%s", body);
+	/* Connection is hop-by-hop: the proxy's own goes to the client */
+	snprintf(want, sizeof(want),
+		 "HTTP/1.1 200 OK\r\nVia: 1.1 retryproxy\r\nRetry-Attempts: 1\r\n"
+		 "Connection: close\r\n\r\n%s",
+		 body);
+	harness_init(&h, test_config_fast);
+	upstream_start(&h, script, 1);
+	client_send(&h, "GET", "/stream", NULL);
+	exchange_start(&h);
+	run_until_ended(&h);
+	client_read(&h, got, sizeof(got));
+	assert_string_equal(got, want);
+	assert_string_equal(h.trace, "ended:reset");
+	assert_int_equal(h.up.requests, 1);
+	harness_free(&h);
+}
+
+/* 7. A 503 whose Retry-After (10s) would start the next try past the
+ * deadline (1s): no retry, the 503 goes to the client at once. */
+static void test_retry_after_past_deadline(void **state)
+{
+	static const struct up_step script[] = {
+		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 10\r\n"
+			     "Content-Length: 4\r\n\r\nbusy" },
+		{ UP_ANSWER, REPLY_200 },
+	};
+	struct harness h;
+	char got[4096];
+	uint64_t start = now_ms();
+
+	harness_init(&h, test_config_short_deadline);
+	upstream_start(&h, script, 2);
+	client_send(&h, "GET", "/a", NULL);
+	exchange_start(&h);
+	run_until_ended(&h);
+	assert_true(now_ms() - start < 500);
+	client_read(&h, got, sizeof(got));
+	assert_string_equal(got, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 10\r\n"
+				 "Content-Length: 4\r\nVia: 1.1 retryproxy\r\n"
+				 "Retry-Attempts: 1\r\n\r\nbusy");
+	assert_string_equal(h.trace, "ended:keep-alive");
+	assert_int_equal(h.up.requests, 1);
+	harness_free(&h);
+}
+
+/* 8. A pooled connection that the upstream closed while it sat idle: an
+ * idempotent GET on it is tried again at once on a new connection, without
+ * the route's backoff. */
+static void test_stale_pooled_connection(void **state)
+{
+	static const struct up_step script[] = {
+		{ UP_ANSWER, REPLY_200 },
+	};
+	struct upstream_endpoint endpoint = { .tls = false, .host = "127.0.0.1" };
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	struct harness h;
+	char key[128];
+	char got[4096];
+	uint64_t start;
+	int fd;
+
+	harness_init(&h, test_config_slow);
+	upstream_start(&h, script, 1);
+	h.up.close_on_accept = 1;
+	/* the head waits in the owner's input before the pool is filled, so that
+	 * no loop pass runs between the upstream's close and the pool_take */
+	client_send(&h, "GET", "/a", NULL);
+	run_until(&h, head_arrived, 2000);
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	addr.sin_port = htons(h.up.port);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	up_accept(&h.up, h.proxy.base);
+	assert_int_equal(h.up.connections, 1);
+	endpoint.port = h.up.port;
+	upstream_pool_key(&endpoint, &h.config->default_route.tls, key, sizeof(key));
+	pool_put(h.proxy.pool, key, conn_new(h.proxy.loop, fd), h.config->limits.pool_max_idle,
+		 h.config->limits.pool_idle_timeout_ms);
+	start = now_ms();
+	exchange_start(&h);
+	run_until_ended(&h);
+	/* the route's backoff is 500ms */
+	assert_true(now_ms() - start < 400);
+	client_read(&h, got, sizeof(got));
+	/* the stale try was a try: it is counted */
+	assert_string_equal(got, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nVia: 1.1 retryproxy\r\n"
+				 "Retry-Attempts: 2\r\n\r\nhello");
+	assert_string_equal(h.trace, "ended:keep-alive");
+	assert_int_equal(h.up.connections, 2);
+	assert_int_equal(h.up.requests, 1);
+	harness_free(&h);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_retry_after_503),
+		cmocka_unit_test(test_503_exhausted),
+		cmocka_unit_test(test_post_reset_not_retried),
+		cmocka_unit_test(test_post_refused_retried),
+		cmocka_unit_test(test_client_gone_in_backoff),
+		cmocka_unit_test(test_broken_body),
+		cmocka_unit_test(test_reset_close_delimited_body),
+		cmocka_unit_test(test_retry_after_past_deadline),
+		cmocka_unit_test(test_stale_pooled_connection),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
