@@ -39,6 +39,7 @@ struct conn_loop {
 	LIST_HEAD(, conn) pass; /* output queued, input to recheck, or a read to replay */
 	bool flushing;          /* inside conn_loop_pass_end */
 	unsigned open[2];       /* by enum conn_side */
+	unsigned accepted_closed_pending; /* closes not told to accepted_closed yet */
 	void (*accepted_closed)(void *);
 	void *accepted_closed_arg;
 	unsigned spare_count;
@@ -76,7 +77,8 @@ struct conn {
 	unsigned busy;                 /* callbacks on the stack: freeing waits for them */
 	bool reading;                  /* conn_read_enable(true) */
 	bool eof;                      /* the peer closed: nothing more to read */
-	bool pending_eof;              /* TLS: the close came with data; report it next */
+	bool pending_eof;              /* the close came with data: report it after the data */
+	int pending_error;             /* likewise an error (a reset): the kernel says it once */
 	bool connecting;
 	bool handshaking;
 	bool write_blocked;            /* the kernel's buffer is full: waiting to be writable */
@@ -222,8 +224,9 @@ static void conn_destroy(struct conn *c)
 		evbuffer_free(c->output);
 	loop->open[c->side]--;
 	free(c);
-	if (accepted && loop->accepted_closed != NULL)
-		loop->accepted_closed(loop->accepted_closed_arg);
+	/* told at the end of this event's handling, never inside a conn_* call */
+	if (accepted)
+		loop->accepted_closed_pending++;
 }
 
 /* A callback returned: finish a conn_free that happened inside it. Returns
@@ -420,12 +423,21 @@ static ssize_t conn_read_plain(struct conn *c, size_t room)
 			n = recv(c->fd, vec.iov_base, want, 0);
 		} while (n < 0 && errno == EINTR);
 		if (n <= 0) {
-			/* after some bytes, an error or EOF shows again on the next read */
-			if (total > 0)
+			bool again = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+
+			/* after some bytes, the data goes up first and the close or
+			 * error after it: a reset is reported only once by the
+			 * kernel, so it is kept, never left for the next read */
+			if (total > 0) {
+				if (n == 0)
+					c->pending_eof = true;
+				else if (!again)
+					c->pending_error = errno;
 				break;
+			}
 			if (n == 0)
 				return -1;
-			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -2;
+			return again ? 0 : -2;
 		}
 		vec.iov_len = (size_t)n;
 		evbuffer_commit_space(c->input, &vec, 1);
@@ -488,22 +500,24 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 			}
 			return -1;
 		case SSL_ERROR_SYSCALL:
-			if (ERR_peek_error() == 0 && (errno == 0 || errno == ECONNRESET) && total > 0) {
-				c->pending_eof = errno == 0;
+			if (ERR_peek_error() == 0 && errno == 0) {
+				if (total == 0)
+					return -1;
+				c->pending_eof = true;
 				return (ssize_t)total;
 			}
-			if (ERR_peek_error() == 0 && errno == 0)
-				return -1;
-			if (total > 0)
-				return (ssize_t)total;
 			c->tls_error = ERR_get_error();
-			return -2;
+			if (total == 0)
+				return -2;
+			c->pending_error = errno != 0 ? errno : EPROTO;
+			return (ssize_t)total;
 		default:
-			if (total > 0)
-				return (ssize_t)total;
 			c->tls_error = ERR_get_error();
 			errno = 0;
-			return -2;
+			if (total == 0)
+				return -2;
+			c->pending_error = EPROTO;
+			return (ssize_t)total;
 		}
 	}
 	/* stopped by the budget: what SSL already decrypted will not wake the
@@ -539,7 +553,7 @@ static void conn_read(struct conn *c)
 				return;
 		}
 		conn_buffer_release(c->loop, &c->input);
-		if (c->pending_eof) {
+		if (c->pending_eof || c->pending_error != 0) {
 			conn_pass_add(c);
 			return;
 		}
@@ -693,6 +707,16 @@ static void conn_write(struct conn *c)
 	}
 }
 
+/* Ready for traffic: output queued while connecting goes out when this
+ * pass ends, like any other. */
+static void conn_connected(struct conn *c)
+{
+	conn_update_interest(c);
+	if (conn_length(c->output) > 0 || c->shutdown_pending)
+		conn_pass_add(c);
+	conn_report(c, CONN_CONNECTED);
+}
+
 /* The TLS handshake made progress, finished or failed. */
 static void conn_handshake(struct conn *c)
 {
@@ -702,8 +726,7 @@ static void conn_handshake(struct conn *c)
 	r = SSL_do_handshake(c->ssl);
 	if (r == 1) {
 		c->handshaking = false;
-		conn_update_interest(c);
-		conn_report(c, CONN_CONNECTED);
+		conn_connected(c);
 		return;
 	}
 	switch (SSL_get_error(c->ssl, r)) {
@@ -743,8 +766,7 @@ static void conn_connect_done(struct conn *c)
 	}
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (c->ssl == NULL) {
-		conn_update_interest(c);
-		conn_report(c, CONN_CONNECTED);
+		conn_connected(c);
 		return;
 	}
 	SSL_set_fd(c->ssl, c->fd);
@@ -791,12 +813,24 @@ static void conn_pass_one(struct conn *c)
 			return;
 	}
 	conn_update_interest(c);
+	if (c->pending_error != 0) {
+		int error = c->pending_error;
+
+		c->pending_error = 0;
+		c->pending_eof = false;
+		conn_fail(c, CONN_READING, error);
+		return;
+	}
 	if (c->pending_eof) {
 		c->pending_eof = false;
 		c->eof = true;
 		conn_update_interest(c);
 		conn_report(c, CONN_EOF | CONN_READING);
 		return;
+	}
+	if (c->shutdown_pending && conn_length(c->output) == 0) {
+		c->shutdown_pending = false;
+		shutdown(c->fd, SHUT_WR);
 	}
 	if (c->read_again) {
 		c->read_again = false;
@@ -817,7 +851,13 @@ void conn_loop_pass_end(struct conn_loop *loop)
 	if (loop->flushing)
 		return;
 	loop->flushing = true;
-	while ((c = LIST_FIRST(&loop->pass)) != NULL) {
+	while ((c = LIST_FIRST(&loop->pass)) != NULL || loop->accepted_closed_pending > 0) {
+		if (c == NULL) {
+			loop->accepted_closed_pending--;
+			if (loop->accepted_closed != NULL)
+				loop->accepted_closed(loop->accepted_closed_arg);
+			continue;
+		}
 		LIST_REMOVE(c, pass_link);
 		c->in_pass = false;
 		c->busy++;

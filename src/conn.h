@@ -67,7 +67,8 @@ struct event_base *conn_loop_base(struct conn_loop *loop);
  * them. */
 unsigned conn_loop_open(const struct conn_loop *loop, enum conn_side side);
 
-/* Call closed(arg) whenever an accepted connection is gone for good. */
+/* Call closed(arg) whenever an accepted connection is gone for good, at the
+ * end of the handling in which it closed. */
 void conn_loop_on_accepted_closed(struct conn_loop *loop, void (*closed)(void *), void *arg);
 
 /* Run until event_base_loopexit(): each pass runs the ready callbacks, then

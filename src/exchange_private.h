@@ -142,6 +142,8 @@ struct exchange {
 	bool idempotent;                /* by the route's idempotency map */
 	bool json_pending;              /* only a json_field condition could make it idempotent */
 	bool body_too_large;            /* the body was streamed because it is over replay_buffer */
+	bool body_once;                 /* in the replay buffer, but over replay_buffer: once
+					 * a try sends it, it is not sent again */
 	enum retry_give_up gave_up;     /* why retrying stopped, for the log and metrics */
 	struct timeval first_try;       /* the deadline counts from here */
 	struct event *timer;            /* the backoff; kept with a spare */

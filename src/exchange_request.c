@@ -182,15 +182,17 @@ void exchange_read_request_body(struct exchange *ex)
 		return;
 	if (ex->request_body.done)
 		ex->owner.watch_body(ex->owner.arg, false);
-	if (!ex->request_body.done) {
-		if (evbuffer_get_length(ex->replay) <= ex->config->limits.replay_buffer)
-			return; /* more to come */
-		/* a chunked body turned out larger than replay_buffer: what is
-		 * kept goes first, the rest streams, and there is no retry */
+	if (evbuffer_get_length(ex->replay) > ex->config->limits.replay_buffer) {
+		/* a chunked body turned out larger than replay_buffer (perhaps
+		 * only in its last read): what is kept goes first, any rest
+		 * streams, and it is sent once */
 		ex->body_too_large = true;
+		ex->body_once = true;
 		log_info("%.*s %.*s: chunked body is over replay_buffer (%zu): sent once, not retried",
 			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 			 ex->config->limits.replay_buffer);
+	} else if (!ex->request_body.done) {
+		return; /* more to come */
 	} else if (ex->json_pending) {
 		ex->idempotent = exchange_json_makes_idempotent(ex);
 	}
@@ -237,6 +239,10 @@ void exchange_send_request(struct exchange_try *t)
 	evbuffer_add_reference(out, ex->request_head, ex->request_head_len, NULL, NULL);
 	if (ex->replay != NULL)
 		evbuffer_add_buffer_reference(out, ex->replay);
+	/* a body over replay_buffer goes once: from here on it cannot be sent
+	 * again (before here, a try that never connected may still be redone) */
+	if (ex->body_once)
+		ex->request_body_started = true;
 	exchange_pump_request_body(ex);
 }
 

@@ -80,7 +80,9 @@ static void tunnel_write_cb(struct conn *conn, void *arg)
 	struct tunnel_side *side = arg;
 
 	tunnel_touch(side->tunnel);
-	if (side->peer->eof) {
+	/* after either side's EOF nothing more is read: what is queued goes
+	 * out, then the tunnel closes */
+	if (side->eof || side->peer->eof) {
 		tunnel_maybe_close(side->tunnel);
 		return;
 	}
@@ -103,6 +105,7 @@ static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 		evbuffer_add_buffer(conn_output(side->peer->conn), conn_input(conn));
 		conn_read_enable(conn, false);
 		conn_read_enable(side->peer->conn, false);
+		conn_set_output_low(conn, 0);
 		conn_set_output_low(side->peer->conn, 0);
 		tunnel_maybe_close(tunnel);
 	}

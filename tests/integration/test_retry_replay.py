@@ -127,5 +127,24 @@ def scenario(t):
         fl = h.access_fields(small.access_one("/replay/over-chunked"))
         h.eq((fl["attempts"], fl.get("gave_up")), ("1", "body_too_large"), "access attempts, gave_up")
 
+    @t.check("replay_buffer 64KiB: a chunked PUT whose last 99 KiB come in one burst goes once")
+    def _():
+        # the body crosses replay_buffer in the same read that ends it
+        path = "/replay/over-chunked-burst"
+        origin.script(path, [503, "/echo"])
+        rest = os.urandom(99 * 1024)
+        with h.RawConn(small.port()) as c:
+            c.send(h.request("PUT", origin.url(path), "127.0.0.1:%d" % origin.port,
+                             headers=[("Transfer-Encoding", "chunked")]) +
+                   b"3e8\r\n" + b"a" * 1000 + b"\r\n")
+            time.sleep(0.3 * h.SLOW)
+            c.send(b"%x\r\n" % len(rest) + rest + b"\r\n0\r\n\r\n")
+            r = c.read_response()
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts")
+        time.sleep(0.4 * h.SLOW)
+        h.eq(len(origin.requests_for(path)), 1, "requests the origin saw")
+        fl = h.access_fields(small.access_one(path))
+        h.eq((fl["attempts"], fl.get("gave_up")), ("1", "body_too_large"), "access attempts, gave_up")
+
 
 h.run(scenario, __doc__)

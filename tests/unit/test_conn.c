@@ -421,6 +421,107 @@ static void test_connect(void **state)
 	conn_loop_free(loop);
 }
 
+/* A loopback TCP pair: returns the client end, *accepted the server end;
+ * with listener, the listening socket stays open there (and *addr its
+ * address), else it is closed. */
+static int tcp_pair(int *accepted, int *listener, struct sockaddr_in *addr_out)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	socklen_t len = sizeof(addr);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	int cfd = socket(AF_INET, SOCK_STREAM, 0);
+
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&addr, &len), 0);
+	assert_int_equal(connect(cfd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	*accepted = accept(lfd, NULL, NULL);
+	if (listener != NULL) {
+		*listener = lfd;
+		*addr_out = addr;
+	} else {
+		close(lfd);
+	}
+	return cfd;
+}
+
+/* The peer sends len bytes and resets at once: the bytes come up, then the
+ * reset as CONN_ERROR, whether or not the data filled a read exactly (the
+ * kernel reports a reset only once). */
+static short reset_after(size_t len, size_t *got)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct seen s = { 0 };
+	struct linger hard = { .l_onoff = 1, .l_linger = 0 };
+	int afd;
+	int peer = tcp_pair(&afd, NULL, NULL);
+	char *data = calloc(1, len);
+	struct conn *c = conn_new(loop, afd);
+
+	conn_setcb(c, seen_read, NULL, seen_event, &s);
+	assert_int_equal(write(peer, data, len), (ssize_t)len);
+	setsockopt(peer, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+	close(peer);
+	usleep(20000); /* data and reset are both queued before the first read */
+	conn_read_enable(c, true);
+	run_until(loop, NULL, 100);
+	*got = s.input_at_read;
+	conn_free(c);
+	conn_loop_free(loop);
+	free(data);
+	return s.events;
+}
+
+static void test_reset_after_data(void **state)
+{
+	struct evbuffer *b = evbuffer_new();
+	struct evbuffer_iovec v;
+	size_t first;
+	size_t got;
+
+	/* the size of the first read into an empty buffer */
+	evbuffer_reserve_space(b, 4096 - 64, &v, 1);
+	first = v.iov_len;
+	evbuffer_free(b);
+	assert_int_equal(reset_after(first - 100, &got), CONN_ERROR | CONN_READING);
+	assert_int_equal(got, first - 100);
+	assert_int_equal(reset_after(first, &got), CONN_ERROR | CONN_READING);
+	assert_int_equal(got, first);
+}
+
+/* Output and a FIN queued while connecting go out once connected. */
+static void test_output_queued_while_connecting(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct seen s = { 0 };
+	struct sockaddr_in addr;
+	int afd, lfd;
+	int unused = tcp_pair(&afd, &lfd, &addr);
+	struct conn *c;
+	char buf[16];
+	int srv;
+
+	close(unused);
+	close(afd);
+	c = conn_connect(loop, (struct sockaddr *)&addr, sizeof(addr), NULL);
+	assert_non_null(c);
+	conn_setcb(c, NULL, NULL, seen_event, &s);
+	evbuffer_add(conn_output(c), "hello", 5);
+	conn_shutdown_write(c);
+	conn_loop_pass_end(loop); /* some other event's handling ends meanwhile */
+	run_until(loop, NULL, 100);
+	assert_int_equal(s.events, CONN_CONNECTED);
+	srv = accept(lfd, NULL, NULL);
+	assert_int_equal(peer_read(srv, buf, 5, 500), 5);
+	assert_memory_equal(buf, "hello", 5);
+	assert_int_equal(read(srv, buf, sizeof(buf)), 0);
+	close(srv);
+	close(lfd);
+	conn_free(c);
+	conn_loop_free(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -435,6 +536,8 @@ int main(void)
 		cmocka_unit_test(test_read_again),
 		cmocka_unit_test(test_shutdown_after_output),
 		cmocka_unit_test(test_connect),
+		cmocka_unit_test(test_reset_after_data),
+		cmocka_unit_test(test_output_queued_while_connecting),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
