@@ -8,21 +8,21 @@
 
 /* One upstream try: a status, or an error when no response head came. */
 struct access_try {
-	int status;        /* 0 when error is set */
+	int status;	   /* 0 when error is set */
 	const char *error; /* "connection refused", "timeout", ...; NULL with a status */
 	uint64_t wait_ms;  /* backoff before the next try; 0 for the last */
 };
 
 struct access_record {
-	const char *client;  /* peer address */
-	const char *method;  /* "-" when the request line was unreadable */
+	const char *client; /* peer address */
+	const char *method; /* "-" when the request line was unreadable */
 	size_t method_len;
 	const char *target;
 	size_t target_len;
-	const char *route;   /* "-" before routing */
-	int status;          /* what the client got; 0 if nothing */
+	const char *route; /* "-" before routing */
+	int status;	   /* what the client got; 0 if nothing */
 	unsigned attempts;
-	uint64_t bytes;      /* response body bytes sent to the client */
+	uint64_t bytes; /* response body bytes sent to the client */
 	uint64_t duration_ms;
 	const char *note;    /* why the exchange ended unusually, or NULL */
 	const char *gave_up; /* why retrying stopped short: attempts, deadline, ... or NULL */

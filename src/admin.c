@@ -29,7 +29,7 @@
 struct admin {
 	struct proxy *proxy;
 	struct evhttp *http;
-	char *address;                /* as written in the config, for logs */
+	char *address;		      /* as written in the config, for logs */
 	struct sockaddr_storage addr; /* what the socket is bound to */
 	socklen_t addr_len;
 };
@@ -83,11 +83,16 @@ static const struct admin_page admin_pages[] = {
 static const char *admin_reason(int status)
 {
 	switch (status) {
-	case 200: return "OK";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 503: return "Service Unavailable";
-	default: return "Error";
+	case 200:
+		return "OK";
+	case 404:
+		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 503:
+		return "Service Unavailable";
+	default:
+		return "Error";
 	}
 }
 
@@ -162,7 +167,8 @@ static struct admin *admin_open(struct proxy *proxy, const char *address,
 
 	/* no callback yet: evhttp_bind_listener sets its own */
 	evl = evconnlistener_new_bind(proxy->base, NULL, NULL,
-				      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+				      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+					      LEV_OPT_CLOSE_ON_EXEC,
 				      128, (const struct sockaddr *)addr, (int)addr_len);
 	if (evl == NULL)
 		return NULL;
@@ -212,7 +218,8 @@ int admin_apply(struct proxy *proxy, const struct config *config)
 
 	if (config->admin_address == NULL) {
 		if (old != NULL) {
-			log_info("admin listener %s closed: no admin address any more", old->address);
+			log_info("admin listener %s closed: no admin address any more",
+				 old->address);
 			admin_free(old);
 			proxy->admin = NULL;
 		}
@@ -243,8 +250,8 @@ int admin_apply(struct proxy *proxy, const struct config *config)
 
 			proxy->admin = admin_open(proxy, old_address, &old_addr, old_len);
 			if (proxy->admin == NULL)
-				log_error("admin listener %s could not be reopened: %s", old_address,
-					  strerror(errno));
+				log_error("admin listener %s could not be reopened: %s",
+					  old_address, strerror(errno));
 			errno = err;
 		}
 		free(old_address);

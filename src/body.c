@@ -24,8 +24,9 @@ void body_relay_init_framing(struct body_relay *relay, const struct http1_framin
 		body_relay_init(relay, BODY_MODE_LENGTH, framing->content_length, 0);
 		break;
 	case HTTP1_BODY_CHUNKED:
-		body_relay_init(relay, decode_chunked ? BODY_MODE_CHUNKED_DECODE : BODY_MODE_CHUNKED,
-				0, max_trailer);
+		body_relay_init(relay,
+				decode_chunked ? BODY_MODE_CHUNKED_DECODE : BODY_MODE_CHUNKED, 0,
+				max_trailer);
 		break;
 	case HTTP1_BODY_UNTIL_CLOSE:
 		body_relay_init(relay, BODY_MODE_UNTIL_CLOSE, 0, 0);

@@ -16,17 +16,17 @@
 struct evbuffer;
 
 enum body_mode {
-	BODY_MODE_LENGTH,         /* exactly a Content-Length of bytes */
-	BODY_MODE_CHUNKED,        /* chunked, passed on with its framing */
+	BODY_MODE_LENGTH,	  /* exactly a Content-Length of bytes */
+	BODY_MODE_CHUNKED,	  /* chunked, passed on with its framing */
 	BODY_MODE_CHUNKED_DECODE, /* chunked, only the data passed on (for HTTP/1.0 peers) */
-	BODY_MODE_UNTIL_CLOSE,    /* everything until the sender closes */
+	BODY_MODE_UNTIL_CLOSE,	  /* everything until the sender closes */
 };
 
 struct body_relay {
 	enum body_mode mode;
-	uint64_t remaining;      /* LENGTH: bytes still to come */
-	uint64_t payload_bytes;  /* body data bytes seen so far, framing excluded */
-	bool done;               /* the whole body has been moved */
+	uint64_t remaining;	/* LENGTH: bytes still to come */
+	uint64_t payload_bytes; /* body data bytes seen so far, framing excluded */
+	bool done;		/* the whole body has been moved */
 	struct http1_chunked chunked;
 };
 

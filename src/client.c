@@ -31,7 +31,7 @@
 enum client_state {
 	CLIENT_READING_HEAD, /* waiting for the whole next request head */
 	CLIENT_IN_EXCHANGE,  /* a request is being proxied */
-	CLIENT_CLOSING,      /* flushing the last response, then lingering */
+	CLIENT_CLOSING,	     /* flushing the last response, then lingering */
 	CLIENT_LINGERING,    /* output shut down; discarding input until EOF or a short timeout */
 };
 
@@ -42,13 +42,13 @@ enum client_state {
 
 struct client {
 	struct proxy *proxy;
-	struct config *config;               /* held: the config this connection runs under */
+	struct config *config;		      /* held: the config this connection runs under */
 	const struct listener_config *listen; /* inside config */
-	struct conn *conn;                   /* its deadline is client_timeout for the next head */
-	struct exchange *exchange;           /* the request being proxied, if any */
+	struct conn *conn;		      /* its deadline is client_timeout for the next head */
+	struct exchange *exchange;	      /* the request being proxied, if any */
 	enum client_state state;
-	bool listener_gone;                  /* a reload removed its listener: close after this request */
-	union {                              /* checked against allow_clients again after a reload */
+	bool listener_gone; /* a reload removed its listener: close after this request */
+	union {		    /* checked against allow_clients again after a reload */
 		struct sockaddr sa;
 		struct sockaddr_in sin;
 		struct sockaddr_in6 sin6;
@@ -228,7 +228,8 @@ static void client_read_head(struct client *client)
 	if (!client_allowed(client->config, (const struct sockaddr *)&client->peer_addr)) {
 		/* accepted before a reload that took this client's access away */
 		log_warn("client %s: refused: no longer in access.allow_clients", client->peer);
-		client_refuse(client, NULL, 403, "client address not allowed by access.allow_clients");
+		client_refuse(client, NULL, 403,
+			      "client address not allowed by access.allow_clients");
 		return;
 	}
 	limits = &client->config->limits;
@@ -474,9 +475,11 @@ static bool client_allowed(const struct config *config, const struct sockaddr *p
 		if (c->addr.ss_family != family)
 			continue;
 		if (family == AF_INET)
-			n = (const unsigned char *)&((const struct sockaddr_in *)&c->addr)->sin_addr;
+			n = (const unsigned char *)&((const struct sockaddr_in *)&c->addr)
+				    ->sin_addr;
 		else
-			n = (const unsigned char *)&((const struct sockaddr_in6 *)&c->addr)->sin6_addr;
+			n = (const unsigned char *)&((const struct sockaddr_in6 *)&c->addr)
+				    ->sin6_addr;
 		bytes = bits / 8;
 		if (memcmp(a, n, bytes) != 0)
 			continue;
@@ -537,7 +540,8 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 	conn_setcb(client->conn, client_read_cb, client_write_cb, client_event_cb, client);
 	if (!client_allowed(config, peer)) {
 		log_warn("client %s: refused: not in access.allow_clients", client->peer);
-		client_refuse(client, NULL, 403, "client address not allowed by access.allow_clients");
+		client_refuse(client, NULL, 403,
+			      "client address not allowed by access.allow_clients");
 		return;
 	}
 	conn_read_enable(client->conn, true);

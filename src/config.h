@@ -18,11 +18,11 @@
 
 /* An http:// or https:// upstream. */
 struct upstream_url {
-	bool tls;         /* https */
-	char *host;       /* without brackets for IPv6 literals */
-	uint16_t port;    /* explicit, or 80/443 */
-	char *authority;  /* host[:port] as it goes into Host: (brackets kept, default port omitted) */
-	char *text;       /* as written in the config */
+	bool tls;	 /* https */
+	char *host;	 /* without brackets for IPv6 literals */
+	uint16_t port;	 /* explicit, or 80/443 */
+	char *authority; /* host[:port] as it goes into Host: (brackets kept, default port omitted) */
+	char *text;	 /* as written in the config */
 };
 
 struct tls_policy {
@@ -32,35 +32,36 @@ struct tls_policy {
 
 /* retry.on condition flags; explicit status codes are in retry_policy.on_codes. */
 enum retry_on {
-	RETRY_ON_5XX = 1 << 0,             /* any 500..599 */
-	RETRY_ON_CONNECT_FAILURE = 1 << 1, /* refused, DNS failure, TLS handshake failure, connect timeout */
-	RETRY_ON_RESET = 1 << 2,           /* closed or reset before the whole response head */
-	RETRY_ON_TIMEOUT = 1 << 3,         /* no response head within try_timeout */
+	RETRY_ON_5XX = 1 << 0, /* any 500..599 */
+	RETRY_ON_CONNECT_FAILURE =
+		1 << 1,		 /* refused, DNS failure, TLS handshake failure, connect timeout */
+	RETRY_ON_RESET = 1 << 2, /* closed or reset before the whole response head */
+	RETRY_ON_TIMEOUT = 1 << 3, /* no response head within try_timeout */
 };
 
 struct retry_budget {
-	double ratio;          /* retries at most ratio x requests in the window */
+	double ratio;	       /* retries at most ratio x requests in the window */
 	double min_per_second; /* plus this many per second of window */
 	uint64_t window_ms;
 };
 
 struct retry_policy {
-	unsigned on;                /* enum retry_on flags */
-	uint8_t on_codes[600 / 8];  /* bit per explicit status code 100..599 */
-	unsigned max_attempts;      /* total tries, first included; >= 1 */
+	unsigned on;		   /* enum retry_on flags */
+	uint8_t on_codes[600 / 8]; /* bit per explicit status code 100..599 */
+	unsigned max_attempts;	   /* total tries, first included; >= 1 */
 	uint64_t initial_backoff_ms;
-	double multiplier;          /* >= 1 */
+	double multiplier; /* >= 1 */
 	uint64_t max_backoff_ms;
-	bool jitter_full;           /* jitter: full */
-	uint64_t jitter_ms;         /* when not full */
-	uint64_t deadline_ms;       /* from the first try */
+	bool jitter_full;     /* jitter: full */
+	uint64_t jitter_ms;   /* when not full */
+	uint64_t deadline_ms; /* from the first try */
 	bool honor_retry_after;
 	struct retry_budget budget;
 };
 
 enum when_present_kind {
-	WHEN_PRESENT_QUERY,      /* a query parameter with this name */
-	WHEN_PRESENT_HEADER,     /* a header field with this name (case-insensitive) */
+	WHEN_PRESENT_QUERY,	 /* a query parameter with this name */
+	WHEN_PRESENT_HEADER,	 /* a header field with this name (case-insensitive) */
 	WHEN_PRESENT_JSON_FIELD, /* a top-level member of a JSON request body */
 };
 
@@ -78,19 +79,19 @@ struct idempotency {
 
 struct route {
 	char *name;
-	char *match_host;          /* exact or *.suffix, lower case; NULL matches any */
-	char *match_path_prefix;   /* NULL matches any */
-	char **match_methods;      /* NULL/0 matches any */
+	char *match_host;	 /* exact or *.suffix, lower case; NULL matches any */
+	char *match_path_prefix; /* NULL matches any */
+	char **match_methods;	 /* NULL/0 matches any */
 	size_t match_method_count;
 	struct upstream_url *upstream; /* NULL: the listener's, or the absolute URI's */
-	struct tls_policy tls;     /* the global tls: unless the route has its own */
-	bool tls_overridden;       /* the route has its own tls: section */
-	struct retry_policy retry; /* defaults with the route's keys over them */
+	struct tls_policy tls;	       /* the global tls: unless the route has its own */
+	bool tls_overridden;	       /* the route has its own tls: section */
+	struct retry_policy retry;     /* defaults with the route's keys over them */
 	struct idempotency idempotent;
 };
 
 struct listener_config {
-	char *address;                 /* as written, host:port or [v6]:port */
+	char *address; /* as written, host:port or [v6]:port */
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
 	struct upstream_url *upstream; /* sidecar default upstream, or NULL */
@@ -112,25 +113,25 @@ struct limits {
 	uint64_t connect_timeout_ms;
 	uint64_t try_timeout_ms;
 	uint64_t drain_timeout_ms;
-	unsigned pool_max_idle;       /* idle upstream connections kept per (scheme, host, port) */
+	unsigned pool_max_idle;	       /* idle upstream connections kept per (scheme, host, port) */
 	uint64_t pool_idle_timeout_ms; /* an idle pooled connection older than this is closed */
 	uint64_t tunnel_idle_timeout_ms; /* a CONNECT tunnel with no traffic this long is closed */
 	unsigned max_pending_retries; /* exchanges waiting in backoff at once, with their buffers */
 };
 
 struct config {
-	unsigned refs;          /* config_hold / config_release */
-	char *source;           /* file path, or "<embedded>" */
+	unsigned refs; /* config_hold / config_release */
+	char *source;  /* file path, or "<embedded>" */
 	struct listener_config *listeners;
 	size_t listener_count;
-	char *admin_address;    /* NULL: no admin listener */
+	char *admin_address; /* NULL: no admin listener */
 	struct sockaddr_storage admin_addr;
 	socklen_t admin_addr_len;
 	enum log_level log_level;
 	enum log_format log_format;
 	struct cidr *allow_clients;
 	size_t allow_client_count;
-	char **allow_hosts;     /* lower case patterns; "*" allows any */
+	char **allow_hosts; /* lower case patterns; "*" allows any */
 	size_t allow_host_count;
 	bool admin_remote;
 	struct tls_policy tls;

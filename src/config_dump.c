@@ -96,8 +96,8 @@ static void config_dump_mapping_start(struct config_dump *d, bool flow)
 {
 	yaml_event_t event;
 
-	yaml_mapping_start_event_initialize(&event, NULL, NULL, 1,
-					    flow ? YAML_FLOW_MAPPING_STYLE : YAML_BLOCK_MAPPING_STYLE);
+	yaml_mapping_start_event_initialize(
+		&event, NULL, NULL, 1, flow ? YAML_FLOW_MAPPING_STYLE : YAML_BLOCK_MAPPING_STYLE);
 	config_dump_emit(d, &event);
 }
 
@@ -343,9 +343,10 @@ static void config_dump_access(struct config_dump *d, const struct config *confi
 	config_dump_sequence_start(d, true);
 	for (size_t i = 0; i < config->allow_client_count; i++) {
 		const struct cidr *c = &config->allow_clients[i];
-		const void *a = c->addr.ss_family == AF_INET
-					? (const void *)&((const struct sockaddr_in *)&c->addr)->sin_addr
-					: (const void *)&((const struct sockaddr_in6 *)&c->addr)->sin6_addr;
+		const void *a =
+			c->addr.ss_family == AF_INET
+				? (const void *)&((const struct sockaddr_in *)&c->addr)->sin_addr
+				: (const void *)&((const struct sockaddr_in6 *)&c->addr)->sin6_addr;
 
 		if (inet_ntop(c->addr.ss_family, a, addr, sizeof(addr)) == NULL)
 			continue;

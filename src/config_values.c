@@ -178,7 +178,7 @@ int config_values_url(const char *text, struct upstream_url *url, const char **w
 	/* A lone trailing slash names the same origin; anything more would be a
 	 * path the proxy could not honour, since requests keep their own. */
 	if (*end != '\0' && strcmp(end, "/") != 0) {
-		*why = strchr(end, '?') != NULL   ? "an upstream URL has no query"
+		*why = strchr(end, '?') != NULL	  ? "an upstream URL has no query"
 		       : strchr(end, '#') != NULL ? "an upstream URL has no fragment"
 						  : "an upstream URL has no path";
 		return -1;

@@ -23,8 +23,8 @@ struct config_walk_error {
 struct config_walk {
 	const char *file;     /* as named in messages */
 	const char *base_dir; /* for relative paths; NULL: the working directory */
-	void *data;           /* for the handlers */
-	char path[512];       /* dotted key path of the node being read */
+	void *data;	      /* for the handlers */
+	char path[512];	      /* dotted key path of the node being read */
 	size_t path_len;
 	struct config_walk_error *errors;
 	size_t error_count;

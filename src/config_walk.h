@@ -24,7 +24,7 @@ typedef void (*config_walk_handler)(struct config_walk *walk, const struct yaml_
 
 struct config_walk_type {
 	enum yaml_tree_kind
-		kind;     /* what the node must be; a null passes for an empty list or mapping */
+		kind;	  /* what the node must be; a null passes for an empty list or mapping */
 	const char *what; /* "a duration like 32s": for a node of the wrong kind */
 	config_walk_handler handler;
 };
@@ -32,9 +32,9 @@ struct config_walk_type {
 struct config_walk_key {
 	const char *name;
 	const struct config_walk_type *type;   /* NULL for a section */
-	size_t offset;                         /* of the field in the struct being filled */
+	size_t offset;			       /* of the field in the struct being filled */
 	const struct config_walk_key *section; /* a mapping read with these keys into the field */
-	bool required;                         /* missing is an error */
+	bool required;			       /* missing is an error */
 };
 
 /* Start a walk: file names the source in messages, relative file paths in
@@ -85,17 +85,17 @@ int config_walk_choice(struct config_walk *walk, const struct yaml_tree_node *no
 		       const char *const *names, size_t count, const char *what);
 
 /* Value types shared by many keys. */
-extern const struct config_walk_type config_walk_duration;       /* uint64_t ms, 0 allowed */
-extern const struct config_walk_type config_walk_timeout;        /* uint64_t ms, above 0 */
-extern const struct config_walk_type config_walk_size;           /* size_t bytes */
-extern const struct config_walk_type config_walk_size_positive;  /* size_t bytes, above 0 */
-extern const struct config_walk_type config_walk_size64;         /* uint64_t bytes */
-extern const struct config_walk_type config_walk_count;          /* unsigned */
+extern const struct config_walk_type config_walk_duration;	 /* uint64_t ms, 0 allowed */
+extern const struct config_walk_type config_walk_timeout;	 /* uint64_t ms, above 0 */
+extern const struct config_walk_type config_walk_size;		 /* size_t bytes */
+extern const struct config_walk_type config_walk_size_positive;	 /* size_t bytes, above 0 */
+extern const struct config_walk_type config_walk_size64;	 /* uint64_t bytes */
+extern const struct config_walk_type config_walk_count;		 /* unsigned */
 extern const struct config_walk_type config_walk_count_positive; /* unsigned, at least 1 */
-extern const struct config_walk_type config_walk_bool;           /* bool */
-extern const struct config_walk_type config_walk_multiplier;     /* double, at least 1 */
-extern const struct config_walk_type config_walk_rate;           /* double, at least 0 */
-extern const struct config_walk_type config_walk_file;           /* char *, absolute, readable */
-extern const struct config_walk_type config_walk_upstream;       /* struct upstream_url * */
+extern const struct config_walk_type config_walk_bool;		 /* bool */
+extern const struct config_walk_type config_walk_multiplier;	 /* double, at least 1 */
+extern const struct config_walk_type config_walk_rate;		 /* double, at least 0 */
+extern const struct config_walk_type config_walk_file;		 /* char *, absolute, readable */
+extern const struct config_walk_type config_walk_upstream;	 /* struct upstream_url * */
 
 #endif

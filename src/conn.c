@@ -26,9 +26,9 @@
 #define CONN_READ_MAX (256 * 1024 - 64)
 #define CONN_SMALL_READS 8 /* small reads in a row before the read size halves */
 
-#define CONN_WRITE_IOVECS 64        /* buffer pieces per sendmsg */
-#define CONN_WRITE_GATHER 2048      /* outputs up to this size go out as one piece */
-#define CONN_TLS_WRITE (16 * 1024)  /* one TLS record's worth per SSL_write */
+#define CONN_WRITE_IOVECS 64	      /* buffer pieces per sendmsg */
+#define CONN_WRITE_GATHER 2048	      /* outputs up to this size go out as one piece */
+#define CONN_TLS_WRITE (16 * 1024)    /* one TLS record's worth per SSL_write */
 #define CONN_READ_BUDGET (256 * 1024) /* per readiness event, so one peer cannot hog a pass */
 
 /* Empty buffers kept for reuse: an idle connection holds none of its own. */
@@ -36,9 +36,9 @@
 
 struct conn_loop {
 	struct event_base *base;
-	LIST_HEAD(, conn) pass; /* output queued, input to recheck, or a read to replay */
-	bool flushing;          /* inside conn_loop_pass_end */
-	unsigned open[2];       /* by enum conn_side */
+	LIST_HEAD(, conn) pass;		  /* output queued, input to recheck, or a read to replay */
+	bool flushing;			  /* inside conn_loop_pass_end */
+	unsigned open[2];		  /* by enum conn_side */
 	unsigned accepted_closed_pending; /* closes not told to accepted_closed yet */
 	void (*accepted_closed)(void *);
 	void *accepted_closed_arg;
@@ -51,43 +51,43 @@ struct conn {
 	enum conn_side side;
 	int fd;
 	SSL *ssl;
-	struct evbuffer *input;        /* NULL while empty: taken from the loop's spares */
-	struct evbuffer *output;       /* likewise */
-	struct event *io;              /* registered for io_events */
-	short io_events;               /* EV_READ and EV_WRITE as registered now */
-	short handshake_wants;         /* EV_READ or EV_WRITE for the TLS handshake */
-	struct event *timer;           /* made on first use: timeouts and the deadline */
-	uint64_t timer_at;             /* when the pending timer fires, 0 when none is */
+	struct evbuffer *input;	 /* NULL while empty: taken from the loop's spares */
+	struct evbuffer *output; /* likewise */
+	struct event *io;	 /* registered for io_events */
+	short io_events;	 /* EV_READ and EV_WRITE as registered now */
+	short handshake_wants;	 /* EV_READ or EV_WRITE for the TLS handshake */
+	struct event *timer;	 /* made on first use: timeouts and the deadline */
+	uint64_t timer_at;	 /* when the pending timer fires, 0 when none is */
 	conn_data_cb read_cb;
 	conn_data_cb write_cb;
 	conn_event_cb event_cb;
 	void *arg;
 	size_t input_limit;
 	size_t output_low;
-	size_t read_size;              /* the next read's buffer */
-	unsigned small_reads;          /* reads in a row that used under 1/8 of it */
-	size_t tls_write_len;          /* an SSL_write to repeat with this length */
+	size_t read_size;     /* the next read's buffer */
+	unsigned small_reads; /* reads in a row that used under 1/8 of it */
+	size_t tls_write_len; /* an SSL_write to repeat with this length */
 	uint64_t read_timeout_ms;
 	uint64_t write_timeout_ms;
 	uint64_t deadline_at;
-	uint64_t read_active_at;       /* last read, or when reading started */
-	uint64_t write_active_at;      /* last write, or when writing blocked */
+	uint64_t read_active_at;  /* last read, or when reading started */
+	uint64_t write_active_at; /* last write, or when writing blocked */
 	int error;
 	unsigned long tls_error;
-	unsigned busy;                 /* callbacks on the stack: freeing waits for them */
-	bool reading;                  /* conn_read_enable(true) */
-	bool eof;                      /* the peer closed: nothing more to read */
-	bool pending_eof;              /* the close came with data: report it after the data */
-	int pending_error;             /* likewise an error (a reset): the kernel says it once */
+	unsigned busy;	   /* callbacks on the stack: freeing waits for them */
+	bool reading;	   /* conn_read_enable(true) */
+	bool eof;	   /* the peer closed: nothing more to read */
+	bool pending_eof;  /* the close came with data: report it after the data */
+	int pending_error; /* likewise an error (a reset): the kernel says it once */
 	bool connecting;
 	bool handshaking;
-	bool write_blocked;            /* the kernel's buffer is full: waiting to be writable */
-	bool tls_write_wants_read;     /* an SSL_write waits for the peer's bytes */
-	bool tls_read_wants_write;     /* an SSL_read waits to write */
-	bool read_again;               /* call the read callback at the end of the pass */
-	bool shutdown_pending;         /* FIN once the output is written */
-	bool failed;                   /* an error was reported: no more I/O */
-	bool freed;                    /* conn_free during a callback: free when it returns */
+	bool write_blocked;	   /* the kernel's buffer is full: waiting to be writable */
+	bool tls_write_wants_read; /* an SSL_write waits for the peer's bytes */
+	bool tls_read_wants_write; /* an SSL_read waits to write */
+	bool read_again;	   /* call the read callback at the end of the pass */
+	bool shutdown_pending;	   /* FIN once the output is written */
+	bool failed;		   /* an error was reported: no more I/O */
+	bool freed;		   /* conn_free during a callback: free when it returns */
 	bool reset_on_free;
 	bool in_pass;
 	LIST_ENTRY(conn) pass_link;
@@ -346,7 +346,8 @@ static void conn_update_interest(struct conn *c)
 		c->read_active_at = c->read_timeout_ms != 0 ? conn_now_ms() : 0;
 	event_del(c->io);
 	if (want != 0) {
-		event_assign(c->io, c->loop->base, c->fd, (short)(want | EV_PERSIST), conn_io_cb, c);
+		event_assign(c->io, c->loop->base, c->fd, (short)(want | EV_PERSIST), conn_io_cb,
+			     c);
 		event_add(c->io, NULL);
 	}
 	c->io_events = want;
@@ -447,7 +448,8 @@ static ssize_t conn_read_plain(struct conn *c, size_t room)
 			 * often arrives alone just before its large body */
 			if ((size_t)n >= c->read_size / 8)
 				c->small_reads = 0;
-			else if (++c->small_reads >= CONN_SMALL_READS && c->read_size > CONN_READ_MIN) {
+			else if (++c->small_reads >= CONN_SMALL_READS &&
+				 c->read_size > CONN_READ_MIN) {
 				c->read_size = (c->read_size + 64) / 2 - 64;
 				c->small_reads = 0;
 			}
@@ -478,7 +480,8 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 		if (evbuffer_reserve_space(c->input, (ev_ssize_t)want, &vec, 1) < 1)
 			return -2;
 		ERR_clear_error();
-		r = SSL_read_ex(c->ssl, vec.iov_base, vec.iov_len < want ? vec.iov_len : want, &got);
+		r = SSL_read_ex(c->ssl, vec.iov_base, vec.iov_len < want ? vec.iov_len : want,
+				&got);
 		if (r == 1) {
 			vec.iov_len = got;
 			evbuffer_commit_space(c->input, &vec, 1);
@@ -606,7 +609,8 @@ static ssize_t conn_write_plain(struct conn *c)
 		}
 		if (count == 1) {
 			/* most responses are one piece: send skips the iovec import */
-			n = send(c->fd, iov[0].iov_base, iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+			n = send(c->fd, iov[0].iov_base, iov[0].iov_len,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
 		} else {
 			memset(&msg, 0, sizeof(msg));
 			msg.msg_iov = iov;
@@ -649,7 +653,8 @@ static ssize_t conn_write_tls(struct conn *c)
 		if (len == 0)
 			break;
 		/* a repeated SSL_write must ask for the same bytes again */
-		n = c->tls_write_len != 0 ? c->tls_write_len : (len < CONN_TLS_WRITE ? len : CONN_TLS_WRITE);
+		n = c->tls_write_len != 0 ? c->tls_write_len
+					  : (len < CONN_TLS_WRITE ? len : CONN_TLS_WRITE);
 		data = evbuffer_pullup(c->output, (ev_ssize_t)n);
 		ERR_clear_error();
 		r = SSL_write_ex(c->ssl, data, n, &done);
@@ -840,7 +845,8 @@ static void conn_pass_one(struct conn *c)
 			conn_buffer_release(c->loop, &c->input);
 		return;
 	}
-	if (c->ssl != NULL && c->reading && !c->eof && !conn_input_full(c) && SSL_pending(c->ssl) > 0)
+	if (c->ssl != NULL && c->reading && !c->eof && !conn_input_full(c) &&
+	    SSL_pending(c->ssl) > 0)
 		conn_read(c);
 }
 
@@ -916,8 +922,8 @@ struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, s
 	return c;
 }
 
-void conn_setcb(struct conn *c, conn_data_cb read_cb, conn_data_cb write_cb,
-		conn_event_cb event_cb, void *arg)
+void conn_setcb(struct conn *c, conn_data_cb read_cb, conn_data_cb write_cb, conn_event_cb event_cb,
+		void *arg)
 {
 	c->read_cb = read_cb;
 	c->write_cb = write_cb;

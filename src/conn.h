@@ -39,8 +39,8 @@ struct event_base;
 struct evbuffer;
 
 /* What an event callback reports; READING or WRITING says which side. */
-#define CONN_EOF 0x01       /* the peer closed its side */
-#define CONN_ERROR 0x02     /* the socket or TLS failed; conn_error() says why */
+#define CONN_EOF 0x01	    /* the peer closed its side */
+#define CONN_ERROR 0x02	    /* the socket or TLS failed; conn_error() says why */
 #define CONN_TIMEOUT 0x04   /* a read or write timeout, or with neither flag the deadline */
 #define CONN_CONNECTED 0x08 /* an outgoing connection (and its TLS handshake) is ready */
 #define CONN_READING 0x10
@@ -52,8 +52,8 @@ typedef void (*conn_event_cb)(struct conn *conn, short what, void *arg);
 
 /* Which way a connection was made: conn_new (accepted) or conn_connect. */
 enum conn_side {
-	CONN_ACCEPTED,  /* a client's connection (a tunnel's client side too) */
-	CONN_OUTGOING,  /* to an upstream, pooled or not (a tunnel's upstream side too) */
+	CONN_ACCEPTED, /* a client's connection (a tunnel's client side too) */
+	CONN_OUTGOING, /* to an upstream, pooled or not (a tunnel's upstream side too) */
 };
 
 /* An event loop whose passes end with every connection's queued output

@@ -243,7 +243,8 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 	}
 	if (t->up != NULL) {
 		if (reusable)
-			pool_put(ex->proxy->pool, ex->pool_key, t->up, ex->config->limits.pool_max_idle,
+			pool_put(ex->proxy->pool, ex->pool_key, t->up,
+				 ex->config->limits.pool_max_idle,
 				 ex->config->limits.pool_idle_timeout_ms);
 		else
 			conn_free(t->up);
@@ -327,7 +328,8 @@ void exchange_respond_error(struct exchange *ex, int status, const char *text)
 	ex->client_keep_after = ex->client_keep_alive && ex->request_body.done && !ex->is_connect &&
 				!ex->owner.closing(ex->owner.arg);
 	ex->status = status;
-	reply_error(conn_output(ex->owner.conn), status, text, ex->attempts, !ex->client_keep_after);
+	reply_error(conn_output(ex->owner.conn), status, text, ex->attempts,
+		    !ex->client_keep_after);
 	exchange_finish(ex);
 }
 
@@ -335,8 +337,9 @@ void exchange_break_response(struct exchange *ex, const char *why)
 {
 	/* a close-delimited body cut short looks complete after a clean close:
 	 * reset instead, so the client sees the error */
-	exchange_close(ex, ex->response_body.mode == BODY_MODE_UNTIL_CLOSE ? EXCHANGE_END_RESET
-									     : EXCHANGE_END_BROKEN,
+	exchange_close(ex,
+		       ex->response_body.mode == BODY_MODE_UNTIL_CLOSE ? EXCHANGE_END_RESET
+								       : EXCHANGE_END_BROKEN,
 		       why);
 }
 
@@ -365,7 +368,8 @@ struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outco
 	/* this exchange's own place, if it held one, is not counted against it */
 	exchange_release_retry(ex);
 	facts.pending_retries = ex->proxy->backoff_pending;
-	facts.budget_allows = ex->budget != NULL && retry_budget_allows(ex->budget, &policy->budget, now);
+	facts.budget_allows =
+		ex->budget != NULL && retry_budget_allows(ex->budget, &policy->budget, now);
 	verdict = retry_decide(policy, &facts, &ex->proxy->rng);
 	switch (verdict.kind) {
 	case RETRY_VERDICT_RETRY:

@@ -24,11 +24,11 @@ struct upstream_url;
 /* How an exchange ended, as its owner hears it. */
 enum exchange_end {
 	EXCHANGE_END_KEEP_ALIVE,  /* the response is queued whole; the connection may go on */
-	EXCHANGE_END_CLOSE,       /* the response is queued whole; close after writing it */
-	EXCHANGE_END_BROKEN,      /* the response broke off: close now */
-	EXCHANGE_END_RESET,       /* a close-delimited body broke off: reset, so the client
+	EXCHANGE_END_CLOSE,	  /* the response is queued whole; close after writing it */
+	EXCHANGE_END_BROKEN,	  /* the response broke off: close now */
+	EXCHANGE_END_RESET,	  /* a close-delimited body broke off: reset, so the client
 				   * does not take the cut body for a whole one */
-	EXCHANGE_END_TUNNEL,      /* CONNECT succeeded: the upstream connection is the owner's */
+	EXCHANGE_END_TUNNEL,	  /* CONNECT succeeded: the upstream connection is the owner's */
 	EXCHANGE_END_CLIENT_GONE, /* the owner ended it (exchange_abort): no report */
 };
 
@@ -38,11 +38,11 @@ enum exchange_end {
  * own exchange_abort()); after ended() the exchange touches nothing of it. */
 struct exchange_owner {
 	struct conn *conn;
-	struct config *config;                 /* the config the connection runs under */
-	const struct upstream_url *upstream;   /* its listener's upstream, NULL for a forward proxy */
-	const char *peer;                      /* for the log */
+	struct config *config;		     /* the config the connection runs under */
+	const struct upstream_url *upstream; /* its listener's upstream, NULL for a forward proxy */
+	const char *peer;		     /* for the log */
 	void (*watch_body)(void *arg, bool on); /* time out a request body that stalls */
-	bool (*closing)(void *arg);            /* the connection closes after this request */
+	bool (*closing)(void *arg);		/* the connection closes after this request */
 	void (*ended)(void *arg, enum exchange_end end, struct conn *tunnel);
 	void *arg;
 };

@@ -68,17 +68,17 @@ static inline char *exchange_put_uint(char *p, unsigned v)
 enum exchange_state {
 	EXCHANGE_READING_BODY, /* reading the whole request body into the replay buffer */
 	EXCHANGE_TRYING,       /* tries in flight; nothing of a response reached the client */
-	EXCHANGE_RELAYING,     /* the winning try's response head reached the client; body flowing */
-	EXCHANGE_BACKOFF,      /* between tries, on the backoff timer */
-	EXCHANGE_DONE,         /* ended (exchange_close); freed once no callback of it runs */
+	EXCHANGE_RELAYING, /* the winning try's response head reached the client; body flowing */
+	EXCHANGE_BACKOFF,  /* between tries, on the backoff timer */
+	EXCHANGE_DONE,	   /* ended (exchange_close); freed once no callback of it runs */
 };
 
 enum exchange_try_state {
-	EXCHANGE_TRY_IDLE,       /* the slot holds no try */
+	EXCHANGE_TRY_IDLE,	 /* the slot holds no try */
 	EXCHANGE_TRY_CONNECTING, /* waiting for an upstream connection, new or pooled */
-	EXCHANGE_TRY_WAITING,    /* the request is (being) sent; no response head yet */
-	EXCHANGE_TRY_KEEPING,    /* reading a retryable response's body, not shown to the client */
-	EXCHANGE_TRY_RELAYING,   /* its response is the one the client gets */
+	EXCHANGE_TRY_WAITING,	 /* the request is (being) sent; no response head yet */
+	EXCHANGE_TRY_KEEPING,	 /* reading a retryable response's body, not shown to the client */
+	EXCHANGE_TRY_RELAYING,	 /* its response is the one the client gets */
 };
 
 /* One try: an upstream connection and what came back on it. An exchange
@@ -88,14 +88,14 @@ struct exchange_try {
 	enum exchange_try_state state;
 	struct upstream_connect *connecting;
 	struct conn *up;
-	struct event *timer;            /* try_timeout until the response head; kept with a spare */
-	uint64_t offset;                /* the response body byte it starts at: 0, or where a
+	struct event *timer;	      /* try_timeout until the response head; kept with a spare */
+	uint64_t offset;	      /* the response body byte it starts at: 0, or where a
 					 * resumed download continues */
-	bool reused;                    /* the connection came from the pool */
-	bool read_paused;               /* client output full: upstream not read */
-	bool byte_seen;                 /* a response byte arrived */
-	struct http1_framing framing;   /* its response's */
-	struct evbuffer *keeping;       /* a retryable response being kept, head and body */
+	bool reused;		      /* the connection came from the pool */
+	bool read_paused;	      /* client output full: upstream not read */
+	bool byte_seen;		      /* a response byte arrived */
+	struct http1_framing framing; /* its response's */
+	struct evbuffer *keeping;     /* a retryable response being kept, head and body */
 	size_t keeping_head_len;
 	struct body_relay keeping_body; /* finds where the response being kept ends */
 };
@@ -105,77 +105,77 @@ struct exchange_try {
 
 struct exchange {
 	struct proxy *proxy;
-	struct exchange_owner owner;    /* the client connection it serves */
-	struct config *config;          /* held: the request finishes under this one */
-	const struct route *route;      /* inside config */
+	struct exchange_owner owner; /* the client connection it serves */
+	struct config *config;	     /* held: the request finishes under this one */
+	const struct route *route;   /* inside config */
 	enum exchange_state state;
-	unsigned busy;                  /* entries on the stack: freeing waits for them */
+	unsigned busy; /* entries on the stack: freeing waits for them */
 	struct timeval started;
 
 	/* the request as the client sent it */
-	char *method;                   /* in text */
-	char *target;                   /* in text */
+	char *method; /* in text */
+	char *target; /* in text */
 	size_t method_len;
 	size_t target_len;
-	int client_minor;               /* HTTP/1.x of the client */
-	bool client_keep_alive;         /* the client allows another request */
+	int client_minor;	/* HTTP/1.x of the client */
+	bool client_keep_alive; /* the client allows another request */
 	bool head_request;
 	bool is_connect;
 	bool expect_continue;
 
 	/* where it goes */
 	struct upstream_endpoint endpoint;
-	char *endpoint_host;            /* in text */
+	char *endpoint_host; /* in text */
 	const struct tls_policy *tls;
-	char *pool_key;                 /* in text */
-	char *text;                     /* method, target, host and pool key, kept with a spare */
+	char *pool_key; /* in text */
+	char *text;	/* method, target, host and pool key, kept with a spare */
 	size_t text_room;
-	char *request_head;             /* built once, sent again on every try; kept with a spare */
+	char *request_head; /* built once, sent again on every try; kept with a spare */
 	size_t request_head_len;
 	size_t request_head_room;
 	struct body_relay request_body; /* the client's body as it arrives */
-	struct evbuffer *replay;        /* the whole body, re-sent on every try; NULL: streamed once */
-	bool request_body_started;      /* streamed body bytes left the client's input */
-	bool client_read_paused;        /* upstream output full: client not read */
+	struct evbuffer *replay;   /* the whole body, re-sent on every try; NULL: streamed once */
+	bool request_body_started; /* streamed body bytes left the client's input */
+	bool client_read_paused;   /* upstream output full: client not read */
 
 	/* may it be tried again */
-	bool idempotent;                /* by the route's idempotency map */
-	bool json_pending;              /* only a json_field condition could make it idempotent */
-	bool body_too_large;            /* the body was streamed because it is over replay_buffer */
-	bool body_once;                 /* in the replay buffer, but over replay_buffer: once
+	bool idempotent;	      /* by the route's idempotency map */
+	bool json_pending;	      /* only a json_field condition could make it idempotent */
+	bool body_too_large;	      /* the body was streamed because it is over replay_buffer */
+	bool body_once;		      /* in the replay buffer, but over replay_buffer: once
 					 * a try sends it, it is not sent again */
-	enum retry_give_up gave_up;     /* why retrying stopped, for the log and metrics */
-	struct timeval first_try;       /* the deadline counts from here */
-	struct event *timer;            /* the backoff; kept with a spare */
-	uint64_t next_wait_ms;          /* decided with the retry, used by the timer */
-	enum retry_cause retry_cause;   /* why the scheduled retry happens */
+	enum retry_give_up gave_up;   /* why retrying stopped, for the log and metrics */
+	struct timeval first_try;     /* the deadline counts from here */
+	struct event *timer;	      /* the backoff; kept with a spare */
+	uint64_t next_wait_ms;	      /* decided with the retry, used by the timer */
+	enum retry_cause retry_cause; /* why the scheduled retry happens */
 	struct retry_budget_state *budget; /* the route's retry budget; NULL for CONNECT */
-	bool retry_reserved;            /* counted in proxy->backoff_pending */
-	bool skip_pool;                 /* the next try takes a new connection */
+	bool retry_reserved;		   /* counted in proxy->backoff_pending */
+	bool skip_pool;			   /* the next try takes a new connection */
 
 	/* the tries */
-	unsigned attempts;              /* started, the first included */
+	unsigned attempts; /* started, the first included */
 	struct exchange_try slots[EXCHANGE_TRY_SLOTS];
-	struct exchange_try *current;   /* the latest started: it gets a streamed body */
-	struct exchange_try *winner;    /* the try whose response the client gets */
-	struct conn *tunnel;            /* CONNECT: the upstream handed to the owner */
+	struct exchange_try *current; /* the latest started: it gets a streamed body */
+	struct exchange_try *winner;  /* the try whose response the client gets */
+	struct conn *tunnel;	      /* CONNECT: the upstream handed to the owner */
 
 	/* the response */
 	struct body_relay response_body; /* toward the client */
-	bool client_keep_after;         /* the response's framing lets the client connection live */
-	int status;                     /* what the client got */
+	bool client_keep_after; /* the response's framing lets the client connection live */
+	int status;		/* what the client got */
 	const char *note;
 
 	/* the most recent retryable response, kept whole in case no later try
 	 * gets a better one */
-	struct evbuffer *kept;          /* head and body as received */
+	struct evbuffer *kept; /* head and body as received */
 	size_t kept_head_len;
 
-	struct access_try *tries;       /* one per try, for the log: tries_inline, or grown */
+	struct access_try *tries; /* one per try, for the log: tries_inline, or grown */
 	size_t try_count;
 	size_t try_room;
 	struct access_try tries_inline[4]; /* most requests take one try */
-	struct exchange *next_spare;    /* in proxy->spare_exchanges */
+	struct exchange *next_spare;	   /* in proxy->spare_exchanges */
 };
 
 /* Spare exchanges kept for reuse with their timer and text blocks, so that

@@ -22,8 +22,7 @@
 
 /* Does this field line go upstream as it is? hop says whether it is
  * hop-by-hop; *seen_length keeps only the first of identical Content-Lengths. */
-static bool exchange_forward_request_field(const struct http1_field *f, bool hop,
-					   bool *seen_length)
+static bool exchange_forward_request_field(const struct http1_field *f, bool hop, bool *seen_length)
 {
 	if (http1_name_equals(f->name, f->name_len, "Transfer-Encoding"))
 		return true; /* the body is forwarded in the coding it came in */
@@ -96,8 +95,8 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 		query++;
 		query_len = path_len - (size_t)(query - path);
 	}
-	switch (idempotency_check_head(&ex->route->idempotent, head->method, head->method_len, query,
-				       query_len, head, has_body)) {
+	switch (idempotency_check_head(&ex->route->idempotent, head->method, head->method_len,
+				       query, query_len, head, has_body)) {
 	case IDEMPOTENCY_YES:
 		ex->idempotent = true;
 		break;
@@ -114,7 +113,8 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 		return;
 	if (framing->body == HTTP1_BODY_LENGTH && framing->content_length > limit) {
 		ex->body_too_large = true;
-		log_info("%.*s %.*s: body of %llu bytes is over replay_buffer (%zu): sent once, not retried",
+		log_info("%.*s %.*s: body of %llu bytes is over replay_buffer (%zu): sent once, "
+			 "not retried",
 			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 			 (unsigned long long)framing->content_length, limit);
 		return;
@@ -138,7 +138,8 @@ static bool exchange_json_makes_idempotent(struct exchange *ex)
 		copy = evbuffer_new();
 		decoded = evbuffer_new();
 		evbuffer_add_buffer_reference(copy, ex->replay);
-		body_relay_init(&relay, BODY_MODE_CHUNKED_DECODE, 0, ex->config->limits.max_header_bytes);
+		body_relay_init(&relay, BODY_MODE_CHUNKED_DECODE, 0,
+				ex->config->limits.max_header_bytes);
 		if (body_relay_move(&relay, copy, decoded, &error) < 0) {
 			evbuffer_free(copy);
 			evbuffer_free(decoded);
@@ -188,7 +189,8 @@ void exchange_read_request_body(struct exchange *ex)
 		 * streams, and it is sent once */
 		ex->body_too_large = true;
 		ex->body_once = true;
-		log_info("%.*s %.*s: chunked body is over replay_buffer (%zu): sent once, not retried",
+		log_info("%.*s %.*s: chunked body is over replay_buffer (%zu): sent once, not "
+			 "retried",
 			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 			 ex->config->limits.replay_buffer);
 	} else if (!ex->request_body.done) {
@@ -307,9 +309,9 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 			 (unsigned long long)framing->content_length);
 		return NULL;
 	}
-	*status = route_destination(config, owner->upstream, target,
-				    framing->host_name, framing->host_name_len, head->method,
-				    head->method_len, &dest, reason, reason_len);
+	*status = route_destination(config, owner->upstream, target, framing->host_name,
+				    framing->host_name_len, head->method, head->method_len, &dest,
+				    reason, reason_len);
 	if (*status == 403)
 		log_warn("client %s: refused host %.*s: not in access.allow_hosts", owner->peer,
 			 (int)(dest.host_len > 200 ? 200 : dest.host_len), dest.host);
@@ -331,8 +333,8 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	exchange_set_destination(ex, head, &dest);
 	body_relay_init_framing(&ex->request_body, framing, false, config->limits.max_header_bytes);
 	if (!ex->is_connect) {
-		exchange_build_request_head(ex, head, target->path, target->path_len, dest.authority,
-					    dest.authority_len);
+		exchange_build_request_head(ex, head, target->path, target->path_len,
+					    dest.authority, dest.authority_len);
 		exchange_decide_replay(ex, head, framing, target->path, target->path_len);
 		ex->budget = retry_budget_for(ex->proxy->budgets, ex->route->name,
 					      &ex->route->retry.budget);

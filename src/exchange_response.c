@@ -55,7 +55,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 		const struct http1_field *f = &head->fields[i];
 
 		forward[i] = !hop[i] || (pass_chunked && http1_name_equals(f->name, f->name_len,
-									  "Transfer-Encoding"));
+									   "Transfer-Encoding"));
 		if (forward[i])
 			size += f->line_len;
 	}
@@ -300,8 +300,9 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 	if (retry_on_status(&ex->route->retry, head->status)) {
 		bool too_large = rf->body == HTTP1_BODY_LENGTH &&
 				 rf->content_length > ex->config->limits.retry_response_buffer;
-		struct retry_verdict verdict = exchange_decide(ex, TRY_RESPONSE, head->status, false,
-							       exchange_retry_after(head), too_large);
+		struct retry_verdict verdict =
+			exchange_decide(ex, TRY_RESPONSE, head->status, false,
+					exchange_retry_after(head), too_large);
 
 		if (verdict.kind == RETRY_VERDICT_RETRY) {
 			exchange_start_keeping(t, head);
@@ -341,8 +342,9 @@ void exchange_read_response_head(struct exchange_try *t)
 		}
 		if (head->status < 200) {
 			if (head->status == 101) {
-				exchange_try_failed(t, TRY_MALFORMED,
-						    "101 Switching Protocols without an Upgrade request");
+				exchange_try_failed(
+					t, TRY_MALFORMED,
+					"101 Switching Protocols without an Upgrade request");
 				return;
 			}
 			/* the proxy already answered Expect itself; other interim

@@ -22,34 +22,34 @@ enum http1_parse {
 
 enum http1_error {
 	HTTP1_ERR_NONE,
-	HTTP1_ERR_BAD_REQUEST_LINE,     /* not "method SP target SP version CRLF" */
-	HTTP1_ERR_BAD_METHOD,           /* method is not a token */
-	HTTP1_ERR_BAD_TARGET,           /* request-target has invalid bytes, a form its method
+	HTTP1_ERR_BAD_REQUEST_LINE,	    /* not "method SP target SP version CRLF" */
+	HTTP1_ERR_BAD_METHOD,		    /* method is not a token */
+	HTTP1_ERR_BAD_TARGET,		    /* request-target has invalid bytes, a form its method
 					 * does not take, or a host the proxy cannot route on */
-	HTTP1_ERR_BAD_VERSION,          /* not HTTP/1.0 or HTTP/1.1 */
-	HTTP1_ERR_URI_TOO_LONG,         /* request-target over the limit: 414 */
-	HTTP1_ERR_HEAD_TOO_LARGE,       /* head over the limit: 431 */
-	HTTP1_ERR_TOO_MANY_FIELDS,      /* over HTTP1_MAX_FIELDS: 431 */
-	HTTP1_ERR_BAD_LINE_ENDING,      /* bare CR or bare LF where CRLF must be */
-	HTTP1_ERR_BAD_FIELD_NAME,       /* field name is empty or not a token */
-	HTTP1_ERR_SPACE_BEFORE_COLON,   /* whitespace between field name and colon */
-	HTTP1_ERR_OBS_FOLD,             /* a field line starts with SP or HTAB */
-	HTTP1_ERR_BAD_FIELD_VALUE,      /* NUL, CR, LF or another control byte in a value */
-	HTTP1_ERR_BAD_STATUS_LINE,      /* response: not "HTTP/1.x 3DIGIT SP reason CRLF" */
-	HTTP1_ERR_CL_AND_TE,            /* both Content-Length and Transfer-Encoding */
-	HTTP1_ERR_BAD_CONTENT_LENGTH,   /* not 1*DIGIT, or too large */
+	HTTP1_ERR_BAD_VERSION,		    /* not HTTP/1.0 or HTTP/1.1 */
+	HTTP1_ERR_URI_TOO_LONG,		    /* request-target over the limit: 414 */
+	HTTP1_ERR_HEAD_TOO_LARGE,	    /* head over the limit: 431 */
+	HTTP1_ERR_TOO_MANY_FIELDS,	    /* over HTTP1_MAX_FIELDS: 431 */
+	HTTP1_ERR_BAD_LINE_ENDING,	    /* bare CR or bare LF where CRLF must be */
+	HTTP1_ERR_BAD_FIELD_NAME,	    /* field name is empty or not a token */
+	HTTP1_ERR_SPACE_BEFORE_COLON,	    /* whitespace between field name and colon */
+	HTTP1_ERR_OBS_FOLD,		    /* a field line starts with SP or HTAB */
+	HTTP1_ERR_BAD_FIELD_VALUE,	    /* NUL, CR, LF or another control byte in a value */
+	HTTP1_ERR_BAD_STATUS_LINE,	    /* response: not "HTTP/1.x 3DIGIT SP reason CRLF" */
+	HTTP1_ERR_CL_AND_TE,		    /* both Content-Length and Transfer-Encoding */
+	HTTP1_ERR_BAD_CONTENT_LENGTH,	    /* not 1*DIGIT, or too large */
 	HTTP1_ERR_DIFFERING_CONTENT_LENGTH, /* several Content-Length values that differ */
-	HTTP1_ERR_BAD_TRANSFER_ENCODING, /* a coding list not ending in a single chunked */
-	HTTP1_ERR_TE_IN_HTTP10,         /* Transfer-Encoding in an HTTP/1.0 message */
-	HTTP1_ERR_MISSING_HOST,         /* HTTP/1.1 request without Host */
-	HTTP1_ERR_BAD_HOST,             /* Host not a valid uri-host[:port], or repeated; with a
+	HTTP1_ERR_BAD_TRANSFER_ENCODING,    /* a coding list not ending in a single chunked */
+	HTTP1_ERR_TE_IN_HTTP10,		    /* Transfer-Encoding in an HTTP/1.0 message */
+	HTTP1_ERR_MISSING_HOST,		    /* HTTP/1.1 request without Host */
+	HTTP1_ERR_BAD_HOST,		    /* Host not a valid uri-host[:port], or repeated; with a
 					 * target without authority, not a host the proxy routes on */
-	HTTP1_ERR_BAD_EXPECT,           /* an expectation other than 100-continue: 417 */
-	HTTP1_ERR_BAD_CHUNK_SIZE,       /* chunk-size not hex digits */
-	HTTP1_ERR_CHUNK_SIZE_OVERFLOW,  /* chunk-size over 2^62 */
-	HTTP1_ERR_BAD_CHUNK_EXT,        /* chunk extension not token[=token|quoted-string] */
-	HTTP1_ERR_BAD_CHUNK_END,        /* chunk data not followed by CRLF */
-	HTTP1_ERR_BAD_TRAILER,          /* trailer field invalid, or trailers too large */
+	HTTP1_ERR_BAD_EXPECT,		    /* an expectation other than 100-continue: 417 */
+	HTTP1_ERR_BAD_CHUNK_SIZE,	    /* chunk-size not hex digits */
+	HTTP1_ERR_CHUNK_SIZE_OVERFLOW,	    /* chunk-size over 2^62 */
+	HTTP1_ERR_BAD_CHUNK_EXT,	    /* chunk extension not token[=token|quoted-string] */
+	HTTP1_ERR_BAD_CHUNK_END,	    /* chunk data not followed by CRLF */
+	HTTP1_ERR_BAD_TRAILER,		    /* trailer field invalid, or trailers too large */
 };
 
 /* One field line. Pointers are into the parsed buffer. */
@@ -65,10 +65,10 @@ struct http1_field {
 /* The four forms of request-target (RFC 9112 section 3.2). The parser
  * accepts each only with the methods it belongs to. */
 enum http1_target_form {
-	HTTP1_TARGET_ORIGIN,    /* "/path?query"; the Host field names the origin */
-	HTTP1_TARGET_ABSOLUTE,  /* "http[s]://authority/path?query", sent to a forward proxy */
+	HTTP1_TARGET_ORIGIN,	/* "/path?query"; the Host field names the origin */
+	HTTP1_TARGET_ABSOLUTE,	/* "http[s]://authority/path?query", sent to a forward proxy */
 	HTTP1_TARGET_AUTHORITY, /* "host:port", with CONNECT and only with it */
-	HTTP1_TARGET_ASTERISK,  /* "*", only with OPTIONS */
+	HTTP1_TARGET_ASTERISK,	/* "*", only with OPTIONS */
 };
 
 /* A request-target split into what a proxy routes on. Pointers are into the
@@ -76,35 +76,35 @@ enum http1_target_form {
  * only: an origin-form or asterisk-form request names its host in Host. */
 struct http1_target {
 	enum http1_target_form form;
-	bool tls;              /* absolute-form with https */
-	uint16_t port;         /* absolute and authority form: explicit, or the scheme's default */
-	const char *host;      /* a DNS name or IP literal, without brackets around IPv6 */
+	bool tls;	  /* absolute-form with https */
+	uint16_t port;	  /* absolute and authority form: explicit, or the scheme's default */
+	const char *host; /* a DNS name or IP literal, without brackets around IPv6 */
 	size_t host_len;
 	const char *authority; /* host[:port] as sent */
 	size_t authority_len;
-	const char *path;      /* path and query; the whole target in origin and asterisk form,
+	const char *path; /* path and query; the whole target in origin and asterisk form,
 				* empty in authority form, and in absolute form empty means "/" */
 	size_t path_len;
 };
 
 /* A parsed request or response head. Pointers are into the parsed buffer. */
 struct http1_head {
-	const char *method; /* request only */
-	const char *target; /* request only: the request-target as sent */
+	const char *method;		   /* request only */
+	const char *target;		   /* request only: the request-target as sent */
 	struct http1_target parsed_target; /* request only: target, split */
-	const char *reason; /* response only: reason phrase, may be empty */
+	const char *reason;		   /* response only: reason phrase, may be empty */
 	size_t method_len;
 	size_t target_len;
 	size_t reason_len;
-	int status;         /* response only: 100..599 */
-	int version_minor;  /* 0 for HTTP/1.0, 1 for HTTP/1.1 */
-	size_t head_len;    /* bytes from the buffer's start to the end of the empty line */
+	int status;	   /* response only: 100..599 */
+	int version_minor; /* 0 for HTTP/1.0, 1 for HTTP/1.1 */
+	size_t head_len;   /* bytes from the buffer's start to the end of the empty line */
 	size_t field_count;
 	struct http1_field fields[HTTP1_MAX_FIELDS];
 };
 
 struct http1_limits {
-	size_t max_head_bytes;   /* request line and all fields, CRLFs included */
+	size_t max_head_bytes;	 /* request line and all fields, CRLFs included */
 	size_t max_target_bytes; /* request-target alone */
 };
 
@@ -123,9 +123,9 @@ enum http1_parse http1_parse_response_head(const char *buf, size_t len, size_t m
 					   struct http1_head *head, enum http1_error *error);
 
 enum http1_body {
-	HTTP1_BODY_NONE,        /* no body at all */
-	HTTP1_BODY_LENGTH,      /* content_length bytes follow */
-	HTTP1_BODY_CHUNKED,     /* chunked coding follows */
+	HTTP1_BODY_NONE,	/* no body at all */
+	HTTP1_BODY_LENGTH,	/* content_length bytes follow */
+	HTTP1_BODY_CHUNKED,	/* chunked coding follows */
 	HTTP1_BODY_UNTIL_CLOSE, /* response only: everything until the connection closes */
 };
 
@@ -133,11 +133,11 @@ enum http1_body {
 struct http1_framing {
 	enum http1_body body;
 	uint64_t content_length; /* with HTTP1_BODY_LENGTH */
-	bool keep_alive;         /* the sender allows another message on this connection */
-	bool expect_continue;    /* request: Expect: 100-continue */
-	const char *host;        /* request: the Host value, NULL when absent */
+	bool keep_alive;	 /* the sender allows another message on this connection */
+	bool expect_continue;	 /* request: Expect: 100-continue */
+	const char *host;	 /* request: the Host value, NULL when absent */
 	size_t host_len;
-	const char *host_name;   /* request: Host's host without port or IPv6 brackets, NULL when
+	const char *host_name; /* request: Host's host without port or IPv6 brackets, NULL when
 				  * absent; what routes match in origin and asterisk form */
 	size_t host_name_len;
 };
@@ -180,9 +180,9 @@ const char *http1_error_text(enum http1_error error);
  * the next bytes are, so the caller can move chunk data between buffers and
  * skip or keep framing bytes. */
 struct http1_chunked {
-	int state;            /* private to http1.c */
+	int state;	      /* private to http1.c */
 	uint64_t remaining;   /* data bytes left in the current chunk */
-	uint64_t size;        /* chunk-size being read */
+	uint64_t size;	      /* chunk-size being read */
 	size_t line_len;      /* bytes of the current framing line so far */
 	size_t trailer_bytes; /* bytes of trailer section so far */
 	size_t max_line;      /* longest framing or trailer line accepted */

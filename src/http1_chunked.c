@@ -7,34 +7,34 @@
 /* The chunked transfer coding (RFC 9112 section 7.1) as a streaming,
  * byte-wise state machine over the framing; chunk data is only counted. */
 
-#define HTTP1_CHUNK_MAX_LINE 4096                  /* longest chunk-size line or trailer line */
-#define HTTP1_CHUNK_MAX_SIZE (UINT64_C(1) << 62)   /* largest chunk-size accepted */
+#define HTTP1_CHUNK_MAX_LINE 4096		 /* longest chunk-size line or trailer line */
+#define HTTP1_CHUNK_MAX_SIZE (UINT64_C(1) << 62) /* largest chunk-size accepted */
 
 /* Chunked decoder states; dec->state holds one, or HTTP1_CS_ERROR plus the
  * error code once it failed. */
 enum http1_chunk_state {
-	HTTP1_CS_SIZE_START,   /* start of a chunk-size line, no digit yet */
-	HTTP1_CS_SIZE,         /* in chunk-size digits */
-	HTTP1_CS_EXT_SEMI,     /* whitespace after the size or an extension, ';' must come */
-	HTTP1_CS_EXT_NAME0,    /* after ';', before the extension name */
-	HTTP1_CS_EXT_NAME,     /* in an extension name */
-	HTTP1_CS_EXT_NAME_WS,  /* whitespace after a name: '=' or ';' must come */
-	HTTP1_CS_EXT_VALUE0,   /* after '=', before the value */
-	HTTP1_CS_EXT_TOKEN,    /* in a token value */
-	HTTP1_CS_EXT_QUOTED,   /* in a quoted-string value */
-	HTTP1_CS_EXT_QPAIR,    /* after a backslash in a quoted-string */
-	HTTP1_CS_EXT_QEND,     /* after the closing quote */
-	HTTP1_CS_SIZE_LF,      /* CR of the size line seen */
-	HTTP1_CS_DATA,         /* in chunk data, dec->remaining bytes left */
-	HTTP1_CS_DATA_CR,      /* chunk data over, CR must come */
-	HTTP1_CS_DATA_LF,      /* chunk data over and CR seen, LF must come */
-	HTTP1_CS_TRAILER0,     /* start of a trailer line or of the final empty line */
-	HTTP1_CS_TRAILER_NAME, /* in a trailer field name */
+	HTTP1_CS_SIZE_START,	/* start of a chunk-size line, no digit yet */
+	HTTP1_CS_SIZE,		/* in chunk-size digits */
+	HTTP1_CS_EXT_SEMI,	/* whitespace after the size or an extension, ';' must come */
+	HTTP1_CS_EXT_NAME0,	/* after ';', before the extension name */
+	HTTP1_CS_EXT_NAME,	/* in an extension name */
+	HTTP1_CS_EXT_NAME_WS,	/* whitespace after a name: '=' or ';' must come */
+	HTTP1_CS_EXT_VALUE0,	/* after '=', before the value */
+	HTTP1_CS_EXT_TOKEN,	/* in a token value */
+	HTTP1_CS_EXT_QUOTED,	/* in a quoted-string value */
+	HTTP1_CS_EXT_QPAIR,	/* after a backslash in a quoted-string */
+	HTTP1_CS_EXT_QEND,	/* after the closing quote */
+	HTTP1_CS_SIZE_LF,	/* CR of the size line seen */
+	HTTP1_CS_DATA,		/* in chunk data, dec->remaining bytes left */
+	HTTP1_CS_DATA_CR,	/* chunk data over, CR must come */
+	HTTP1_CS_DATA_LF,	/* chunk data over and CR seen, LF must come */
+	HTTP1_CS_TRAILER0,	/* start of a trailer line or of the final empty line */
+	HTTP1_CS_TRAILER_NAME,	/* in a trailer field name */
 	HTTP1_CS_TRAILER_VALUE, /* in a trailer field value */
-	HTTP1_CS_TRAILER_LF,   /* CR of a trailer line seen */
-	HTTP1_CS_END_LF,       /* CR of the final empty line seen */
-	HTTP1_CS_DONE,         /* the body is complete */
-	HTTP1_CS_ERROR,        /* failed; the error code is added to this */
+	HTTP1_CS_TRAILER_LF,	/* CR of a trailer line seen */
+	HTTP1_CS_END_LF,	/* CR of the final empty line seen */
+	HTTP1_CS_DONE,		/* the body is complete */
+	HTTP1_CS_ERROR,		/* failed; the error code is added to this */
 };
 
 void http1_chunked_init(struct http1_chunked *dec, size_t max_trailer)

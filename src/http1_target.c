@@ -175,7 +175,7 @@ static bool http1_target_absolute(const char *s, size_t len, struct http1_target
 	 * not a reg-name byte (RFC 9110 section 4.2.4 says to treat it as an
 	 * error). */
 	if (!http1_target_authority(out->authority, out->authority_len, &out->host, &out->host_len,
-				   &out->port, &routable) ||
+				    &out->port, &routable) ||
 	    !routable)
 		return false;
 	if (out->port == 0)
@@ -208,7 +208,7 @@ bool http1_target_parse(struct http1_head *head)
 		out->path_len = 0;
 		/* a tunnel needs somewhere to go: no default port */
 		return http1_target_authority(t, len, &out->host, &out->host_len, &out->port,
-					     &routable) &&
+					      &routable) &&
 		       routable && out->port != 0;
 	}
 	if (t[0] == '/') {

@@ -22,8 +22,8 @@
 #define IDEMPOTENCY_JSON_MAX_DEPTH 64
 
 enum idempotency_verdict {
-	IDEMPOTENCY_YES,        /* safe to repeat */
-	IDEMPOTENCY_NO,         /* not safe to repeat */
+	IDEMPOTENCY_YES, /* safe to repeat */
+	IDEMPOTENCY_NO,	 /* not safe to repeat */
 	IDEMPOTENCY_NEEDS_BODY, /* only a json_field condition could make it safe: ask again with the body */
 };
 

@@ -21,10 +21,10 @@
 
 struct listener {
 	struct proxy *proxy;
-	struct config *config;               /* held: the config this listener runs under */
+	struct config *config;		      /* held: the config this listener runs under */
 	const struct listener_config *listen; /* inside config */
 	struct evconnlistener *evl;
-	struct event *resume_timer;          /* ends the pause after an accept error */
+	struct event *resume_timer; /* ends the pause after an accept error */
 	struct listener *next;
 };
 

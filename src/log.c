@@ -25,10 +25,10 @@
 struct log_out {
 	char data[LOG_OUT_SIZE];
 	size_t len;
-	bool buffered;      /* hold lines until log_flush(); off before the loop runs */
-	bool exit_flush;    /* log_exit is registered with atexit */
-	size_t dropped;     /* bytes lost to write errors since the last good write */
-	int drop_errno;     /* why the last bytes were lost */
+	bool buffered;	 /* hold lines until log_flush(); off before the loop runs */
+	bool exit_flush; /* log_exit is registered with atexit */
+	size_t dropped;	 /* bytes lost to write errors since the last good write */
+	int drop_errno;	 /* why the last bytes were lost */
 };
 
 static struct log_out log_out;

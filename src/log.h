@@ -7,8 +7,8 @@
 
 enum log_level {
 	LOG_LEVEL_ERROR, /* the proxy cannot do something it was asked to */
-	LOG_LEVEL_WARN,  /* something is wrong but serving goes on */
-	LOG_LEVEL_INFO,  /* start, stop, reload, access lines */
+	LOG_LEVEL_WARN,	 /* something is wrong but serving goes on */
+	LOG_LEVEL_INFO,	 /* start, stop, reload, access lines */
 	LOG_LEVEL_DEBUG, /* per-connection detail */
 };
 

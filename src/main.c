@@ -34,7 +34,8 @@ static void main_usage(FILE *out)
 		"usage: retryproxy [-c FILE] [--check] [--version] [--help]\n"
 		"\n"
 		"  -c, --config FILE  use this config file; without it ./conf/retryproxy.yaml,\n"
-		"                     then /etc/retryproxy/retryproxy.yaml, then the embedded default\n"
+		"                     then /etc/retryproxy/retryproxy.yaml, then the embedded "
+		"default\n"
 		"  --check            validate the config, print ok or the errors, and exit\n"
 		"  --version          print the version and exit\n"
 		"  -h, --help         print this help and exit\n"
@@ -47,7 +48,8 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
 	struct main_signals *s = arg;
 
 	if (sig == SIGHUP) {
-		log_info("SIGHUP: reloading %s", s->config_path != NULL ? s->config_path : "<embedded>");
+		log_info("SIGHUP: reloading %s",
+			 s->config_path != NULL ? s->config_path : "<embedded>");
 		proxy_reload(s->proxy, s->config_path);
 		return;
 	}
@@ -89,7 +91,8 @@ int main(int argc, char **argv)
 	int i;
 
 	for (i = 1; i < argc; i++) {
-		if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) && i + 1 < argc) {
+		if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) &&
+		    i + 1 < argc) {
 			config_path = argv[++i];
 		} else if (strcmp(argv[i], "--check") == 0) {
 			check = true;
@@ -101,8 +104,10 @@ int main(int argc, char **argv)
 			return MAIN_EXIT_OK;
 		} else {
 			fprintf(stderr, "retryproxy: %s: %s\n",
-				argv[i][0] == '-' && (strcmp(argv[i], "-c") != 0 && strcmp(argv[i], "--config") != 0)
-					? "unknown option" : "missing or unexpected argument",
+				argv[i][0] == '-' && (strcmp(argv[i], "-c") != 0 &&
+						      strcmp(argv[i], "--config") != 0)
+					? "unknown option"
+					: "missing or unexpected argument",
 				argv[i]);
 			main_usage(stderr);
 			return MAIN_EXIT_CONFIG;

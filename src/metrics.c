@@ -12,7 +12,8 @@
 static const double metrics_duration_bounds[] = {
 	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
 };
-#define METRICS_DURATION_BUCKETS (sizeof(metrics_duration_bounds) / sizeof(metrics_duration_bounds[0]))
+#define METRICS_DURATION_BUCKETS \
+	(sizeof(metrics_duration_bounds) / sizeof(metrics_duration_bounds[0]))
 
 /* Upper bounds of the tries-per-request histogram. */
 static const double metrics_tries_bounds[] = { 1, 2, 3, 4, 5, 6, 8, 10, 15, 20 };
@@ -54,7 +55,7 @@ struct metrics_histogram {
 };
 
 struct metrics {
-	struct metrics_route *routes; /* in order of first use */
+	struct metrics_route *routes;		     /* in order of first use */
 	uint64_t upstream_errors[TRY_OUTCOME_COUNT]; /* by enum try_outcome, summed by kind */
 	uint64_t pool_reuse;
 	uint64_t duration_buckets[METRICS_DURATION_BUCKETS];
@@ -292,7 +293,8 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 				 "Whole request duration, retries and backoff included.",
 				 &metrics->duration);
 	metrics_render_histogram(out, "retryproxy_tries_per_request",
-				 "Upstream tries each request took, the first included.", &metrics->tries);
+				 "Upstream tries each request took, the first included.",
+				 &metrics->tries);
 
 	metrics_header(out, "retryproxy_upstream_errors_total", "counter",
 		       "Failed upstream tries, by kind of failure.");

@@ -16,8 +16,8 @@ struct metrics;
 
 /* Gauges the proxy owns and passes in when rendering. */
 struct metrics_gauges {
-	unsigned backoff_pending;    /* requests waiting on a backoff timer now */
-	unsigned client_connections; /* open client connections and tunnels */
+	unsigned backoff_pending;      /* requests waiting on a backoff timer now */
+	unsigned client_connections;   /* open client connections and tunnels */
 	unsigned upstream_connections; /* open upstream connections, pooled included */
 };
 

@@ -73,7 +73,8 @@ void notify_reloading(void)
 	 * an earlier one */
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	snprintf(message, sizeof(message), "RELOADING=1\nMONOTONIC_USEC=%llu\n",
-		 (unsigned long long)now.tv_sec * 1000000ull + (unsigned long long)now.tv_nsec / 1000);
+		 (unsigned long long)now.tv_sec * 1000000ull +
+			 (unsigned long long)now.tv_nsec / 1000);
 	notify_send(message);
 }
 

@@ -22,7 +22,7 @@ struct pool_upstream {
 	char *key;
 	unsigned idle_count;
 	TAILQ_HEAD(, pool_idle) idle; /* most recently idled first */
-	struct pool_upstream *next;  /* in the bucket */
+	struct pool_upstream *next;   /* in the bucket */
 };
 
 struct pool {

@@ -46,7 +46,8 @@ static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
 		if (!r->tls_overridden)
 			continue;
 		if (!r->tls.verify)
-			log_warn("route %s: tls.verify is false: its upstream certificates are not checked",
+			log_warn("route %s: tls.verify is false: its upstream certificates are not "
+				 "checked",
 				 r->name);
 		if (tls_store_prepare(proxy->tls, &r->tls, err, sizeof(err)) < 0) {
 			log_error("%s: routes %s: tls: %s", config->source, r->name, err);
@@ -77,7 +78,8 @@ static struct evdns_base *proxy_new_resolver(struct event_base *base)
 	 * file that was asked for */
 	r = evdns_base_resolv_conf_parse(dns, DNS_OPTIONS_ALL & ~DNS_OPTION_HOSTSFILE, resolv);
 	if (r != 0)
-		log_warn("resolver: cannot use %s (error %d); names other than hosts-file ones may not resolve",
+		log_warn("resolver: cannot use %s (error %d); names other than hosts-file ones may "
+			 "not resolve",
 			 resolv, r);
 	if (evdns_base_load_hosts(dns, getenv(PROXY_HOSTS_ENV)) != 0)
 		log_warn("resolver: cannot read the hosts file");
@@ -248,8 +250,8 @@ void proxy_drain(struct proxy *proxy)
 		return;
 	proxy->draining = true;
 	notify_stopping();
-	log_info("draining: %u connections open, waiting up to %llu ms", proxy_connection_count(proxy),
-		 (unsigned long long)ms);
+	log_info("draining: %u connections open, waiting up to %llu ms",
+		 proxy_connection_count(proxy), (unsigned long long)ms);
 	listener_close_all(proxy);
 	client_close_idle(proxy);
 	if (proxy_connection_count(proxy) == 0) {

@@ -27,24 +27,24 @@ struct admin;
 struct retry_budget_book;
 
 struct proxy {
-	struct conn_loop *loop;      /* the event loop; its passes end with output written */
-	struct event_base *base;     /* the loop's event base */
+	struct conn_loop *loop;	 /* the event loop; its passes end with output written */
+	struct event_base *base; /* the loop's event base */
 	struct evdns_base *dns;
-	struct config *config;       /* live config; connections hold the one they started under */
+	struct config *config; /* live config; connections hold the one they started under */
 	struct tls_store *tls;
 	struct pool *pool;
 	struct listener *listeners;  /* list of open proxy listeners */
-	struct admin *admin;         /* the admin listener, or NULL when off */
+	struct admin *admin;	     /* the admin listener, or NULL when off */
 	LIST_HEAD(, client) clients; /* every open client connection */
 	LIST_HEAD(, tunnel) tunnels; /* every open CONNECT tunnel */
-	bool accepting_paused;       /* at max_connections */
-	bool draining;               /* shutting down: no new requests */
+	bool accepting_paused;	     /* at max_connections */
+	bool draining;		     /* shutting down: no new requests */
 	struct event *drain_timer;
-	struct retry_rng rng;        /* jitter for every backoff */
+	struct retry_rng rng; /* jitter for every backoff */
 	struct metrics *metrics;
 	struct retry_budget_book *budgets; /* retry.budget state per route */
-	unsigned backoff_pending;    /* exchanges waiting on a backoff timer */
-	struct exchange *spare_exchanges; /* freed exchanges kept for reuse */
+	unsigned backoff_pending;	   /* exchanges waiting on a backoff timer */
+	struct exchange *spare_exchanges;  /* freed exchanges kept for reuse */
 	unsigned spare_exchange_count;
 };
 
@@ -69,6 +69,5 @@ int proxy_reload(struct proxy *proxy, const char *path);
 /* Stop accepting, let in-flight requests finish up to drain_timeout, then
  * leave the loop. The admin listener stays up meanwhile. */
 void proxy_drain(struct proxy *proxy);
-
 
 #endif

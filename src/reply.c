@@ -8,23 +8,34 @@
 static const char *reply_reason_phrase(int status)
 {
 	switch (status) {
-	case 400: return "Bad Request";
-	case 403: return "Forbidden";
-	case 408: return "Request Timeout";
-	case 413: return "Content Too Large";
-	case 414: return "URI Too Long";
-	case 417: return "Expectation Failed";
-	case 431: return "Request Header Fields Too Large";
-	case 501: return "Not Implemented";
-	case 502: return "Bad Gateway";
-	case 503: return "Service Unavailable";
-	case 504: return "Gateway Timeout";
-	default: return "Error";
+	case 400:
+		return "Bad Request";
+	case 403:
+		return "Forbidden";
+	case 408:
+		return "Request Timeout";
+	case 413:
+		return "Content Too Large";
+	case 414:
+		return "URI Too Long";
+	case 417:
+		return "Expectation Failed";
+	case 431:
+		return "Request Header Fields Too Large";
+	case 501:
+		return "Not Implemented";
+	case 502:
+		return "Bad Gateway";
+	case 503:
+		return "Service Unavailable";
+	case 504:
+		return "Gateway Timeout";
+	default:
+		return "Error";
 	}
 }
 
-void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
-		 bool close)
+void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts, bool close)
 {
 	size_t text_len = strlen(text);
 

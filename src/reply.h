@@ -10,7 +10,6 @@ struct evbuffer;
 
 /* Queue a response with a one-line text body, Retry-Attempts and Via, and
  * Connection: close when close is set. */
-void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
-		 bool close);
+void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts, bool close);
 
 #endif

@@ -256,8 +256,7 @@ const char *retry_give_up_name(enum retry_give_up reason)
 	return NULL;
 }
 
-bool retry_within_deadline(const struct retry_policy *policy, uint64_t elapsed_ms,
-			   uint64_t wait_ms)
+bool retry_within_deadline(const struct retry_policy *policy, uint64_t elapsed_ms, uint64_t wait_ms)
 {
 	/* elapsed + wait <= deadline, without the sum wrapping */
 	return wait_ms <= policy->deadline_ms && elapsed_ms <= policy->deadline_ms - wait_ms;
@@ -393,8 +392,8 @@ struct retry_after_date {
 };
 
 static const char *const retry_day_short[] = { "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun" };
-static const char *const retry_day_long[] = { "Monday",	  "Tuesday", "Wednesday", "Thursday",
-					      "Friday",	  "Saturday", "Sunday" };
+static const char *const retry_day_long[] = { "Monday", "Tuesday",  "Wednesday", "Thursday",
+					      "Friday", "Saturday", "Sunday" };
 static const char *const retry_month_name[] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
 						"Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
 
@@ -501,7 +500,8 @@ static bool retry_after_date_valid(const struct retry_after_date *d)
 static bool retry_after_imf_fixdate(struct retry_after_cursor *c, struct retry_after_date *d)
 {
 	return retry_after_literal(c, ", ") && retry_after_digits(c, 2, &d->day) &&
-	       retry_after_literal(c, " ") && retry_after_name(c, retry_month_name, 12, &d->month) &&
+	       retry_after_literal(c, " ") &&
+	       retry_after_name(c, retry_month_name, 12, &d->month) &&
 	       retry_after_literal(c, " ") && retry_after_digits(c, 4, &d->year) &&
 	       retry_after_literal(c, " ") && retry_after_time_of_day(c, d) &&
 	       retry_after_literal(c, " GMT");
@@ -511,8 +511,7 @@ static bool retry_after_imf_fixdate(struct retry_after_cursor *c, struct retry_a
  * the one in the 100 years ending 50 years after now's: never more than 50
  * years ahead (RFC 9110 section 5.6.7), and at the turn of a century "00"
  * is the coming year, not one 99 years ago. */
-static bool retry_after_rfc850(struct retry_after_cursor *c, time_t now,
-			       struct retry_after_date *d)
+static bool retry_after_rfc850(struct retry_after_cursor *c, time_t now, struct retry_after_date *d)
 {
 	int current;
 

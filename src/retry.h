@@ -69,16 +69,16 @@ bool retry_on_failure(const struct retry_policy *policy, enum retry_cause cause)
 /* How a try ended: the one vocabulary from the upstream connection up to the
  * access-log trail and the metric labels. */
 enum try_outcome {
-	TRY_RESPONSE,        /* a response head arrived; its status decides */
-	TRY_DNS,             /* the upstream name did not resolve */
-	TRY_REFUSED,         /* connect refused or unreachable */
+	TRY_RESPONSE,	     /* a response head arrived; its status decides */
+	TRY_DNS,	     /* the upstream name did not resolve */
+	TRY_REFUSED,	     /* connect refused or unreachable */
 	TRY_CONNECT_TIMEOUT, /* no connection (TLS included) within connect_timeout */
-	TRY_TLS,             /* the TLS handshake failed */
-	TRY_TLS_VERIFY,      /* the certificate failed verification: never retried */
-	TRY_STALE,           /* a pooled connection closed before any response byte */
-	TRY_RESET,           /* closed or reset before the whole response head */
-	TRY_TIMEOUT,         /* no response head within try_timeout */
-	TRY_MALFORMED,       /* the response broke HTTP/1.1 */
+	TRY_TLS,	     /* the TLS handshake failed */
+	TRY_TLS_VERIFY,	     /* the certificate failed verification: never retried */
+	TRY_STALE,	     /* a pooled connection closed before any response byte */
+	TRY_RESET,	     /* closed or reset before the whole response head */
+	TRY_TIMEOUT,	     /* no response head within try_timeout */
+	TRY_MALFORMED,	     /* the response broke HTTP/1.1 */
 };
 
 /* How many outcomes there are, for tables indexed by enum try_outcome. */
@@ -98,13 +98,13 @@ enum retry_cause try_outcome_cause(enum try_outcome outcome);
 
 /* Why retrying stopped short of a retryable outcome. */
 enum retry_give_up {
-	RETRY_GIVE_UP_NONE,           /* retrying did not stop short */
-	RETRY_GIVE_UP_ATTEMPTS,       /* max_attempts tries were made */
-	RETRY_GIVE_UP_DEADLINE,       /* the next try would start after the deadline */
+	RETRY_GIVE_UP_NONE,	      /* retrying did not stop short */
+	RETRY_GIVE_UP_ATTEMPTS,	      /* max_attempts tries were made */
+	RETRY_GIVE_UP_DEADLINE,	      /* the next try would start after the deadline */
 	RETRY_GIVE_UP_NOT_IDEMPOTENT, /* it may have reached the upstream and is unsafe to repeat */
 	RETRY_GIVE_UP_BODY_TOO_LARGE, /* the body was over replay_buffer, streamed once and gone */
 	RETRY_GIVE_UP_CLIENT_GONE,    /* the client left while a retry was pending */
-	RETRY_GIVE_UP_BUDGET,         /* max_pending_retries or the route's retry budget */
+	RETRY_GIVE_UP_BUDGET,	      /* max_pending_retries or the route's retry budget */
 };
 
 /* How many reasons there are, RETRY_GIVE_UP_NONE included. */
@@ -118,29 +118,29 @@ const char *retry_give_up_name(enum retry_give_up reason);
  * the exchange sees it then. */
 struct retry_facts {
 	enum try_outcome outcome;
-	int status;                  /* with TRY_RESPONSE */
-	bool connecting;             /* the try ended before its connection was made (a
+	int status;		  /* with TRY_RESPONSE */
+	bool connecting;	  /* the try ended before its connection was made (a
 				      * timeout then means nothing was sent) */
-	bool is_connect;             /* a CONNECT tunnel: never retried */
-	bool idempotent;             /* by the route's idempotency map (json_field resolved) */
-	bool body_streamed;          /* request body bytes left the client without being kept:
+	bool is_connect;	  /* a CONNECT tunnel: never retried */
+	bool idempotent;	  /* by the route's idempotency map (json_field resolved) */
+	bool body_streamed;	  /* request body bytes left the client without being kept:
 				      * it cannot be sent again */
-	bool body_too_large;         /* ... and that was because it was over replay_buffer */
-	bool response_started;       /* bytes of a response already reached the client */
-	bool response_too_large;     /* TRY_RESPONSE whose Content-Length is over
+	bool body_too_large;	  /* ... and that was because it was over replay_buffer */
+	bool response_started;	  /* bytes of a response already reached the client */
+	bool response_too_large;  /* TRY_RESPONSE whose Content-Length is over
 				      * retry_response_buffer */
-	unsigned attempts;           /* tries made, this one included */
-	uint64_t elapsed_ms;         /* since the first try started */
-	uint64_t retry_after_ms;     /* from the response (Retry-After), 0 when none; only
+	unsigned attempts;	  /* tries made, this one included */
+	uint64_t elapsed_ms;	  /* since the first try started */
+	uint64_t retry_after_ms;  /* from the response (Retry-After), 0 when none; only
 				      * TRY_RESPONSE uses it */
-	unsigned pending_retries;    /* requests holding a place among max_pending_retries now,
+	unsigned pending_retries; /* requests holding a place among max_pending_retries now,
 				      * this one excluded */
 	unsigned max_pending_retries;
-	bool budget_allows;          /* the route's retry budget would allow one more retry now
+	bool budget_allows;  /* the route's retry budget would allow one more retry now
 				      * (a peek: nothing taken) */
-	bool upstream_down;          /* the upstream is marked down (upstream health, a later
+	bool upstream_down;  /* the upstream is marked down (upstream health, a later
 				      * feature; false for now) */
-	bool hold_when_down;         /* health.hold (later feature) */
+	bool hold_when_down; /* health.hold (later feature) */
 };
 
 enum retry_verdict_kind {
@@ -155,11 +155,11 @@ enum retry_verdict_kind {
 struct retry_verdict {
 	enum retry_verdict_kind kind;
 	enum retry_give_up reason; /* with GIVE_UP; RETRY_GIVE_UP_NONE otherwise */
-	enum retry_cause cause;    /* the outcome's cause, for metrics */
-	uint64_t wait_ms;          /* with RETRY */
-	bool immediate;            /* RETRY at once on a new connection, without backoff or
+	enum retry_cause cause;	   /* the outcome's cause, for metrics */
+	uint64_t wait_ms;	   /* with RETRY */
+	bool immediate;		   /* RETRY at once on a new connection, without backoff or
 				    * budget (a stale pooled connection) */
-	bool too_large;            /* FINAL because the retryable response is over
+	bool too_large;		   /* FINAL because the retryable response is over
 				    * retry_response_buffer (the log notes it) */
 };
 

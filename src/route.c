@@ -122,7 +122,8 @@ int route_destination(const struct config *config, const struct upstream_url *li
 	}
 	if (origin) {
 		snprintf(reason, reason_len,
-			 "origin-form request on a listener with no upstream (this is a forward proxy: send absolute-form)");
+			 "origin-form request on a listener with no upstream (this is a forward "
+			 "proxy: send absolute-form)");
 		return 400;
 	}
 	dest->tls = target->tls;

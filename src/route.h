@@ -16,11 +16,11 @@
  * the config or the parsed request. */
 struct route_destination {
 	const struct route *route; /* the matched route, or the default one */
-	bool tls;                  /* connect with TLS */
+	bool tls;		   /* connect with TLS */
 	uint16_t port;
-	const char *host;          /* to resolve and connect to; no brackets around IPv6 */
+	const char *host; /* to resolve and connect to; no brackets around IPv6 */
 	size_t host_len;
-	const char *authority;     /* host[:port] for the Host field sent upstream */
+	const char *authority; /* host[:port] for the Host field sent upstream */
 	size_t authority_len;
 };
 

@@ -168,7 +168,8 @@ static struct tls_context *tls_context_get(struct tls_store *store, const struct
 		return NULL;
 	}
 	SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
-	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+	SSL_CTX_set_session_cache_mode(ctx,
+				       SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
 	SSL_CTX_sess_set_new_cb(ctx, tls_new_session_cb);
 	c = xcalloc(1, sizeof(*c));
 	c->ca_file = policy->ca_file != NULL ? xstrdup(policy->ca_file) : NULL;

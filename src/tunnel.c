@@ -21,7 +21,7 @@ struct tunnel_side {
 	struct tunnel *tunnel;
 	struct conn *conn;
 	struct tunnel_side *peer;
-	bool eof;        /* this side sent EOF */
+	bool eof; /* this side sent EOF */
 };
 
 struct tunnel {

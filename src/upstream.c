@@ -24,7 +24,7 @@
 struct upstream_connect {
 	struct proxy *proxy;
 	struct upstream_endpoint endpoint;
-	char *host;                      /* owned copy behind endpoint.host */
+	char *host; /* owned copy behind endpoint.host */
 	struct tls_policy tls;
 	char *session_key;
 	upstream_connect_cb cb;
@@ -32,12 +32,12 @@ struct upstream_connect {
 	struct evdns_getaddrinfo_request *dns_request;
 	struct evutil_addrinfo *addresses; /* from the resolver */
 	struct evutil_addrinfo *next_address;
-	struct conn *conn;               /* the connection being made */
-	struct event *timer;             /* connect_timeout for the whole attempt */
-	struct event *step;              /* defers results that arrive synchronously */
+	struct conn *conn;   /* the connection being made */
+	struct event *timer; /* connect_timeout for the whole attempt */
+	struct event *step;  /* defers results that arrive synchronously */
 	enum try_outcome last_failure;
 	char reason[UPSTREAM_REASON_MAX];
-	bool resolving_inline;           /* inside evdns_getaddrinfo() */
+	bool resolving_inline; /* inside evdns_getaddrinfo() */
 	bool resolved;
 };
 
@@ -175,7 +175,8 @@ static void upstream_try_next_address(struct upstream_connect *uc)
 	uc->conn = conn_connect(uc->proxy->loop, ai->ai_addr, (socklen_t)ai->ai_addrlen, ssl);
 	if (uc->conn == NULL) {
 		uc->last_failure = TRY_REFUSED;
-		snprintf(uc->reason, sizeof(uc->reason), "%s", evutil_socket_error_to_string(errno));
+		snprintf(uc->reason, sizeof(uc->reason), "%s",
+			 evutil_socket_error_to_string(errno));
 		/* the connect may fail at once (e.g. no fds left); go on from the
 		 * loop, not from inside the caller's stack */
 		event_active(uc->step, 0, 0);

@@ -28,14 +28,14 @@ struct yaml_tree_entry {
 
 struct yaml_tree_node {
 	enum yaml_tree_kind kind;
-	unsigned line;   /* from 1 */
+	unsigned line;	 /* from 1 */
 	unsigned column; /* from 1 */
-	char *text;      /* scalar: NUL-terminated, no NUL inside */
+	char *text;	 /* scalar: NUL-terminated, no NUL inside */
 	size_t text_len;
-	bool plain;                      /* scalar written without quotes */
-	struct yaml_tree_node **items;   /* sequence */
+	bool plain;			 /* scalar written without quotes */
+	struct yaml_tree_node **items;	 /* sequence */
 	struct yaml_tree_entry *entries; /* mapping */
-	size_t count;                    /* items or entries */
+	size_t count;			 /* items or entries */
 };
 
 /* Parse a file into a tree; on error print every error found to errors as

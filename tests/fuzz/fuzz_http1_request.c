@@ -63,8 +63,9 @@ static void fuzz_check_target(const struct http1_head *h)
 			abort();
 		if (t->path != h->target || t->path_len != h->target_len)
 			abort();
-		if (t->form == HTTP1_TARGET_ORIGIN ? h->target[0] != '/'
-						   : !options || h->target_len != 1 || h->target[0] != '*')
+		if (t->form == HTTP1_TARGET_ORIGIN
+			    ? h->target[0] != '/'
+			    : !options || h->target_len != 1 || h->target[0] != '*')
 			abort();
 		return;
 	case HTTP1_TARGET_AUTHORITY:
@@ -117,11 +118,12 @@ static void fuzz_check_head(const char *buf, size_t len, size_t max_head)
 		fuzz_check_span(f->line, f->line_len, f->value, f->value_len);
 		if (f->name != f->line || f->name_len == 0 || f->line_len < f->name_len + 3)
 			abort();
-		if (f->line[f->name_len] != ':' || memcmp(f->line + f->line_len - 2, "\r\n", 2) != 0)
+		if (f->line[f->name_len] != ':' ||
+		    memcmp(f->line + f->line_len - 2, "\r\n", 2) != 0)
 			abort();
-		if (f->value_len > 0 && (f->value[0] == ' ' || f->value[0] == '\t' ||
-					 f->value[f->value_len - 1] == ' ' ||
-					 f->value[f->value_len - 1] == '\t'))
+		if (f->value_len > 0 &&
+		    (f->value[0] == ' ' || f->value[0] == '\t' ||
+		     f->value[f->value_len - 1] == ' ' || f->value[f->value_len - 1] == '\t'))
 			abort();
 		for (size_t j = 0; j < f->value_len; j++)
 			if (f->value[j] == '\r' || f->value[j] == '\n' || f->value[j] == '\0')
@@ -153,13 +155,13 @@ static void fuzz_check_framing(const char *buf)
 			fuzz_check_span(buf, h->head_len, framing.host, framing.host_len);
 		if ((framing.host == NULL) != (framing.host_name == NULL))
 			abort();
-		if (framing.host != NULL &&
-		    !fuzz_within(framing.host, framing.host_len, framing.host_name,
-				 framing.host_name_len))
+		if (framing.host != NULL && !fuzz_within(framing.host, framing.host_len,
+							 framing.host_name, framing.host_name_len))
 			abort();
 		/* without authority in the target, Host is what routes match on */
-		if (framing.host != NULL && (h->parsed_target.form == HTTP1_TARGET_ORIGIN ||
-					     h->parsed_target.form == HTTP1_TARGET_ASTERISK) &&
+		if (framing.host != NULL &&
+		    (h->parsed_target.form == HTTP1_TARGET_ORIGIN ||
+		     h->parsed_target.form == HTTP1_TARGET_ASTERISK) &&
 		    !fuzz_routable_host(framing.host_name, framing.host_name_len))
 			abort();
 		if (framing.expect_continue && framing.body == HTTP1_BODY_NONE)
@@ -183,7 +185,8 @@ static void fuzz_check_framing(const char *buf)
 			abort();
 		if (http1_name_equals(f->name, f->name_len, "content-length") && hop)
 			abort();
-		if (http1_find_field(h, "host") == NULL && http1_name_equals(f->name, f->name_len, "HOST"))
+		if (http1_find_field(h, "host") == NULL &&
+		    http1_name_equals(f->name, f->name_len, "HOST"))
 			abort();
 	}
 }
@@ -191,7 +194,7 @@ static void fuzz_check_framing(const char *buf)
 /* Parse with the given limits and check the result against prefixes. */
 static void fuzz_parse(const char *buf, size_t size, size_t max_head, size_t max_target)
 {
-	struct http1_limits limits = {.max_head_bytes = max_head, .max_target_bytes = max_target};
+	struct http1_limits limits = { .max_head_bytes = max_head, .max_target_bytes = max_target };
 	enum http1_error error;
 	enum http1_parse r = http1_parse_request_head(buf, size, &limits, &fuzz_head, &error);
 	size_t head_len = fuzz_head.head_len;
@@ -210,7 +213,8 @@ static void fuzz_parse(const char *buf, size_t size, size_t max_head, size_t max
 	 * complete, and never complete where the whole was not. */
 	cut = r == HTTP1_PARSE_DONE ? head_len - 1 : size / 2;
 	if (cut < size) {
-		enum http1_parse rp = http1_parse_request_head(buf, cut, &limits, &fuzz_head, &error);
+		enum http1_parse rp =
+			http1_parse_request_head(buf, cut, &limits, &fuzz_head, &error);
 
 		if (r == HTTP1_PARSE_DONE && rp != HTTP1_PARSE_MORE)
 			abort();

@@ -106,7 +106,8 @@ static void fuzz_parse(const char *buf, size_t size, size_t max_head)
 		abort();
 	cut = r == HTTP1_PARSE_DONE ? head_len - 1 : size / 2;
 	if (cut < size) {
-		enum http1_parse rp = http1_parse_response_head(buf, cut, max_head, &fuzz_head, &error);
+		enum http1_parse rp =
+			http1_parse_response_head(buf, cut, max_head, &fuzz_head, &error);
 
 		if (r == HTTP1_PARSE_DONE && rp != HTTP1_PARSE_MORE)
 			abort();

@@ -27,7 +27,7 @@
 /* fd 2 pointed at a temporary file for the span of one check. */
 struct capture {
 	int saved; /* the real fd 2, put back by capture_end */
-	int fd;    /* the temporary file */
+	int fd;	   /* the temporary file */
 };
 
 /* Send everything written to fd 2 from now on into a fresh temporary file. */
@@ -125,13 +125,14 @@ static void test_plain_request(void **state)
 {
 	struct access_record r = plain_record("http://origin:8080/items?id=1");
 
-	assert_access_lines(&r,
-			    "access client=127.0.0.1:40000 method=GET target=http://origin:8080/items?id=1"
-			    " route=api status=200 attempts=1 bytes=1234 duration_ms=7 tries=\"200\"",
-			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
-			    "\"target\":\"http://origin:8080/items?id=1\",\"route\":\"api\",\"status\":200,"
-			    "\"attempts\":1,\"bytes\":1234,\"duration_ms\":7,"
-			    "\"tries\":[{\"status\":200,\"wait_ms\":0}]}");
+	assert_access_lines(
+		&r,
+		"access client=127.0.0.1:40000 method=GET target=http://origin:8080/items?id=1"
+		" route=api status=200 attempts=1 bytes=1234 duration_ms=7 tries=\"200\"",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+		"\"target\":\"http://origin:8080/items?id=1\",\"route\":\"api\",\"status\":200,"
+		"\"attempts\":1,\"bytes\":1234,\"duration_ms\":7,"
+		"\"tries\":[{\"status\":200,\"wait_ms\":0}]}");
 }
 
 static void test_no_tries_and_extremes(void **state)
@@ -143,12 +144,13 @@ static void test_no_tries_and_extremes(void **state)
 	r.bytes = UINT64_MAX;
 	r.duration_ms = 0;
 	r.try_count = 0;
-	assert_access_lines(&r,
-			    "access client=127.0.0.1:40000 method=GET target=/ route=api status=0"
-			    " attempts=4294967295 bytes=18446744073709551615 duration_ms=0 tries=\"-\"",
-			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
-			    "\"target\":\"/\",\"route\":\"api\",\"status\":0,\"attempts\":4294967295,"
-			    "\"bytes\":18446744073709551615,\"duration_ms\":0,\"tries\":[]}");
+	assert_access_lines(
+		&r,
+		"access client=127.0.0.1:40000 method=GET target=/ route=api status=0"
+		" attempts=4294967295 bytes=18446744073709551615 duration_ms=0 tries=\"-\"",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+		"\"target\":\"/\",\"route\":\"api\",\"status\":0,\"attempts\":4294967295,"
+		"\"bytes\":18446744073709551615,\"duration_ms\":0,\"tries\":[]}");
 }
 
 static void test_retry_trail_with_waits(void **state)
@@ -164,14 +166,15 @@ static void test_retry_trail_with_waits(void **state)
 	r.duration_ms = 1460;
 	r.tries = tries;
 	r.try_count = 3;
-	assert_access_lines(&r,
-			    "access client=127.0.0.1:40000 method=GET target=/r route=api status=200"
-			    " attempts=3 bytes=1234 duration_ms=1460"
-			    " tries=\"503 -> wait 1.2s -> 503 -> wait 250ms -> 200\"",
-			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
-			    "\"target\":\"/r\",\"route\":\"api\",\"status\":200,\"attempts\":3,"
-			    "\"bytes\":1234,\"duration_ms\":1460,\"tries\":[{\"status\":503,\"wait_ms\":1200},"
-			    "{\"status\":503,\"wait_ms\":250},{\"status\":200,\"wait_ms\":0}]}");
+	assert_access_lines(
+		&r,
+		"access client=127.0.0.1:40000 method=GET target=/r route=api status=200"
+		" attempts=3 bytes=1234 duration_ms=1460"
+		" tries=\"503 -> wait 1.2s -> 503 -> wait 250ms -> 200\"",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+		"\"target\":\"/r\",\"route\":\"api\",\"status\":200,\"attempts\":3,"
+		"\"bytes\":1234,\"duration_ms\":1460,\"tries\":[{\"status\":503,\"wait_ms\":1200},"
+		"{\"status\":503,\"wait_ms\":250},{\"status\":200,\"wait_ms\":0}]}");
 }
 
 static void test_wait_forms_round_as_printf(void **state)
@@ -182,7 +185,8 @@ static void test_wait_forms_round_as_printf(void **state)
 	size_t i;
 
 	for (i = 0; i < sizeof(waits) / sizeof(waits[0]); i++) {
-		struct access_try tries[] = { { .status = 502, .wait_ms = waits[i] }, { .status = 200 } };
+		struct access_try tries[] = { { .status = 502, .wait_ms = waits[i] },
+					      { .status = 200 } };
 		struct access_record r = plain_record("/w");
 		char want[128];
 		char *got;
@@ -204,14 +208,15 @@ static void test_escaping(void **state)
 	r.method = "G T";
 	r.method_len = 3;
 	r.route = "r\"1";
-	assert_access_lines(&r,
-			    "access client=127.0.0.1:40000 method=G%20T"
-			    " target=/a%20b%22c\\d%01%1F%7F%C3%A9% route=r\"1 status=200 attempts=1"
-			    " bytes=1234 duration_ms=7 tries=\"200\"",
-			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"G T\","
-			    "\"target\":\"/a b\\\"c\\\\d\\u0001\\u001f\\u007f\\u00c3\\u00a9%\","
-			    "\"route\":\"r\\\"1\",\"status\":200,\"attempts\":1,\"bytes\":1234,"
-			    "\"duration_ms\":7,\"tries\":[{\"status\":200,\"wait_ms\":0}]}");
+	assert_access_lines(
+		&r,
+		"access client=127.0.0.1:40000 method=G%20T"
+		" target=/a%20b%22c\\d%01%1F%7F%C3%A9% route=r\"1 status=200 attempts=1"
+		" bytes=1234 duration_ms=7 tries=\"200\"",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"G T\","
+		"\"target\":\"/a b\\\"c\\\\d\\u0001\\u001f\\u007f\\u00c3\\u00a9%\","
+		"\"route\":\"r\\\"1\",\"status\":200,\"attempts\":1,\"bytes\":1234,"
+		"\"duration_ms\":7,\"tries\":[{\"status\":200,\"wait_ms\":0}]}");
 }
 
 static void test_escaping_keeps_nul_bytes(void **state)
@@ -249,16 +254,17 @@ static void test_gave_up_and_note(void **state)
 	r.try_count = 3;
 	r.gave_up = "deadline";
 	r.note = "client went \"away\"\n";
-	assert_access_lines(&r,
-			    "access client=127.0.0.1:40000 method=POST target=/g route=api status=503"
-			    " attempts=3 bytes=0 duration_ms=301"
-			    " tries=\"refused -> wait 100ms -> timed%20out -> wait 200ms -> 503\""
-			    " gave_up=deadline note=client%20went%20%22away%22%0A",
-			    "{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"POST\","
-			    "\"target\":\"/g\",\"route\":\"api\",\"status\":503,\"attempts\":3,\"bytes\":0,"
-			    "\"duration_ms\":301,\"tries\":[{\"error\":\"refused\",\"wait_ms\":100},"
-			    "{\"error\":\"timed out\",\"wait_ms\":200},{\"status\":503,\"wait_ms\":0}],"
-			    "\"gave_up\":\"deadline\",\"note\":\"client went \\\"away\\\"\\u000a\"}");
+	assert_access_lines(
+		&r,
+		"access client=127.0.0.1:40000 method=POST target=/g route=api status=503"
+		" attempts=3 bytes=0 duration_ms=301"
+		" tries=\"refused -> wait 100ms -> timed%20out -> wait 200ms -> 503\""
+		" gave_up=deadline note=client%20went%20%22away%22%0A",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"POST\","
+		"\"target\":\"/g\",\"route\":\"api\",\"status\":503,\"attempts\":3,\"bytes\":0,"
+		"\"duration_ms\":301,\"tries\":[{\"error\":\"refused\",\"wait_ms\":100},"
+		"{\"error\":\"timed out\",\"wait_ms\":200},{\"status\":503,\"wait_ms\":0}],"
+		"\"gave_up\":\"deadline\",\"note\":\"client went \\\"away\\\"\\u000a\"}");
 }
 
 /* A target of len bytes, a space every 1000 so escaping grows it. */
@@ -297,8 +303,9 @@ static void test_long_target_written_whole(void **state)
 			assert_int_equal(got[pos++], target[i]);
 		}
 	}
-	assert_string_equal(got + pos,
-			    " route=api status=200 attempts=1 bytes=1234 duration_ms=7 tries=\"200\"\n");
+	assert_string_equal(
+		got + pos,
+		" route=api status=200 attempts=1 bytes=1234 duration_ms=7 tries=\"200\"\n");
 	free(got);
 	got = access_line_of(&r, LOG_FORMAT_JSON);
 	got_len = strlen(got);

@@ -81,7 +81,8 @@ static void test_chunked_pass_and_decode(void **state)
 		assert_int_equal(strlen(raw), strlen(body) - 4);
 		assert_memory_equal(raw, body, strlen(body) - 4);
 		free(raw);
-		decoded = relay_in_steps(BODY_MODE_CHUNKED_DECODE, 0, body, step, &done, &failed, &left);
+		decoded = relay_in_steps(BODY_MODE_CHUNKED_DECODE, 0, body, step, &done, &failed,
+					 &left);
 		assert_string_equal(decoded, "hello world");
 		assert_true(done);
 		free(decoded);

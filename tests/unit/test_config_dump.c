@@ -63,8 +63,8 @@ static char *test_round_trip(const struct config *config)
 	char *second = test_dump(again);
 
 	if (strcmp(first, second) != 0)
-		fail_msg("dumps differ for %s:\n--- first ---\n%s--- second ---\n%s", config->source,
-			 first, second);
+		fail_msg("dumps differ for %s:\n--- first ---\n%s--- second ---\n%s",
+			 config->source, first, second);
 	free(second);
 	config_release(again);
 	return first;

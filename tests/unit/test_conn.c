@@ -31,8 +31,8 @@ struct seen {
 	int writes;
 	short events;
 	size_t input_at_read;
-	bool echo;          /* write what was read back, from the read callback */
-	bool free_in_read;  /* free the conn inside its read callback */
+	bool echo;	   /* write what was read back, from the read callback */
+	bool free_in_read; /* free the conn inside its read callback */
 	struct conn *conn;
 };
 

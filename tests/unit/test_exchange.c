@@ -45,10 +45,10 @@
 
 /* What the upstream does with the request it has just read. */
 enum up_action {
-	UP_ANSWER,       /* send the reply; the connection stays open */
+	UP_ANSWER,	 /* send the reply; the connection stays open */
 	UP_ANSWER_CLOSE, /* send the reply, then close (FIN) */
 	UP_ANSWER_RESET, /* send the reply, then reset (RST) a moment later */
-	UP_RESET,        /* reset at once, without a reply */
+	UP_RESET,	 /* reset at once, without a reply */
 };
 
 /* One step of the upstream's script: the nth request gets the nth step, and
@@ -65,10 +65,10 @@ struct upstream;
 /* A connection the upstream accepted. */
 struct up_conn {
 	struct upstream *up;
-	int fd;                    /* -1 once closed */
+	int fd; /* -1 once closed */
 	struct event *read_ev;
 	struct event *reset_timer; /* UP_ANSWER_RESET */
-	char buf[8192];            /* request bytes not yet answered */
+	char buf[8192];		   /* request bytes not yet answered */
 	size_t len;
 };
 
@@ -79,10 +79,10 @@ struct upstream {
 	struct event *accept_ev;
 	const struct up_step *script;
 	size_t steps;
-	unsigned close_on_accept;  /* the first connections are closed at once, unread */
-	unsigned connections;      /* accepted */
-	unsigned requests;         /* read whole (head and body) */
-	char last_request[2048];   /* the last request's head as received */
+	unsigned close_on_accept; /* the first connections are closed at once, unread */
+	unsigned connections;	  /* accepted */
+	unsigned requests;	  /* read whole (head and body) */
+	char last_request[2048];  /* the last request's head as received */
 	struct up_conn *conns[UP_MAX_CONNS];
 };
 
@@ -93,13 +93,13 @@ struct harness {
 	struct proxy proxy;
 	struct config *config;
 	struct exchange_owner owner;
-	int client_fd;              /* the test plays the client here */
-	uint16_t target_port;       /* where requests go: the upstream's port unless changed */
-	struct exchange *ex;        /* NULL before exchange_new and after ended() */
+	int client_fd;	      /* the test plays the client here */
+	uint16_t target_port; /* where requests go: the upstream's port unless changed */
+	struct exchange *ex;  /* NULL before exchange_new and after ended() */
 	struct upstream up;
 	unsigned ended_count;
 	enum exchange_end end;
-	char trace[256];            /* the owner's callbacks in order: "watch:on ended:close" */
+	char trace[256]; /* the owner's callbacks in order: "watch:on ended:close" */
 };
 
 static uint64_t now_ms(void)
@@ -459,8 +459,7 @@ static void run_until_ended(struct harness *h)
 
 /* The client writes a request for http://127.0.0.1:<target_port>path, with
  * a Content-Length body when body is not NULL. */
-static void client_send(struct harness *h, const char *method, const char *path,
-			const char *body)
+static void client_send(struct harness *h, const char *method, const char *path, const char *body)
 {
 	char req[1024];
 	char length[64] = "";
@@ -530,16 +529,16 @@ static size_t client_read(struct harness *h, char *buf, size_t size)
 }
 
 /* Configs: every case runs under these defaults with small backoffs. */
-#define TEST_RETRY_BASE                                                                            \
-	"log: {level: error}\n"                                                                    \
-	"limits:\n"                                                                                \
-	"  retry_response_buffer: 64KiB\n"                                                         \
-	"  connect_timeout: 2s\n"                                                                  \
-	"  try_timeout: 2s\n"                                                                      \
-	"defaults:\n"                                                                              \
-	"  retry:\n"                                                                               \
-	"    max_attempts: 3\n"                                                                    \
-	"    multiplier: 1\n"                                                                      \
+#define TEST_RETRY_BASE                    \
+	"log: {level: error}\n"            \
+	"limits:\n"                        \
+	"  retry_response_buffer: 64KiB\n" \
+	"  connect_timeout: 2s\n"          \
+	"  try_timeout: 2s\n"              \
+	"defaults:\n"                      \
+	"  retry:\n"                       \
+	"    max_attempts: 3\n"            \
+	"    multiplier: 1\n"              \
 	"    jitter: 0ms\n"
 
 static const char test_config_fast[] = TEST_RETRY_BASE "    initial_backoff: 10ms\n"

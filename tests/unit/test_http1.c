@@ -51,26 +51,30 @@ static const struct {
 	const char *target;
 	int minor;
 } valid_requests[] = {
-	{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", 1},
-	{"GET /a/b?c=d&e=%20f HTTP/1.1\r\nHost: example.com\r\n\r\n", "GET", "/a/b?c=d&e=%20f", 1},
-	{"GET http://example.com/x?y HTTP/1.1\r\nHost: example.com\r\n\r\n", "GET",
-	 "http://example.com/x?y", 1},
-	{"GET http://example.com:8080 HTTP/1.1\r\nHost: example.com:8080\r\n\r\n", "GET",
-	 "http://example.com:8080", 1},
-	{"GET https://[2001:db8::1]:443/p HTTP/1.1\r\nHost: [2001:db8::1]:443\r\n\r\n", "GET",
-	 "https://[2001:db8::1]:443/p", 1},
-	{"GET http://10.0.0.1?q HTTP/1.1\r\nHost: 10.0.0.1\r\n\r\n", "GET", "http://10.0.0.1?q", 1},
-	{"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "CONNECT",
-	 "example.com:443", 1},
-	{"CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n", "CONNECT", "[::1]:8443", 1},
-	{"CONNECT 192.0.2.1:80 HTTP/1.1\r\nHost: 192.0.2.1:80\r\n\r\n", "CONNECT", "192.0.2.1:80", 1},
-	{"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "*", 1},
-	{"OPTIONS /x HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "/x", 1},
-	{"GET / HTTP/1.0\r\n\r\n", "GET", "/", 0},
-	{"PATCH /p HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n", "PATCH", "/p", 1},
-	{"M-SEARCH~!#$%&'*+.^_`| /x HTTP/1.1\r\nHost: a\r\n\r\n", "M-SEARCH~!#$%&'*+.^_`|", "/x", 1},
-	{"x /{}|^ HTTP/1.1\r\nHost: a\r\n\r\n", "x", "/{}|^", 1},
-	{"\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", 1},
+	{ "GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", 1 },
+	{ "GET /a/b?c=d&e=%20f HTTP/1.1\r\nHost: example.com\r\n\r\n", "GET", "/a/b?c=d&e=%20f",
+	  1 },
+	{ "GET http://example.com/x?y HTTP/1.1\r\nHost: example.com\r\n\r\n", "GET",
+	  "http://example.com/x?y", 1 },
+	{ "GET http://example.com:8080 HTTP/1.1\r\nHost: example.com:8080\r\n\r\n", "GET",
+	  "http://example.com:8080", 1 },
+	{ "GET https://[2001:db8::1]:443/p HTTP/1.1\r\nHost: [2001:db8::1]:443\r\n\r\n", "GET",
+	  "https://[2001:db8::1]:443/p", 1 },
+	{ "GET http://10.0.0.1?q HTTP/1.1\r\nHost: 10.0.0.1\r\n\r\n", "GET", "http://10.0.0.1?q",
+	  1 },
+	{ "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", "CONNECT",
+	  "example.com:443", 1 },
+	{ "CONNECT [::1]:8443 HTTP/1.1\r\nHost: [::1]:8443\r\n\r\n", "CONNECT", "[::1]:8443", 1 },
+	{ "CONNECT 192.0.2.1:80 HTTP/1.1\r\nHost: 192.0.2.1:80\r\n\r\n", "CONNECT", "192.0.2.1:80",
+	  1 },
+	{ "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "*", 1 },
+	{ "OPTIONS /x HTTP/1.1\r\nHost: a\r\n\r\n", "OPTIONS", "/x", 1 },
+	{ "GET / HTTP/1.0\r\n\r\n", "GET", "/", 0 },
+	{ "PATCH /p HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\n", "PATCH", "/p", 1 },
+	{ "M-SEARCH~!#$%&'*+.^_`| /x HTTP/1.1\r\nHost: a\r\n\r\n", "M-SEARCH~!#$%&'*+.^_`|", "/x",
+	  1 },
+	{ "x /{}|^ HTTP/1.1\r\nHost: a\r\n\r\n", "x", "/{}|^", 1 },
+	{ "\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", 1 },
 };
 
 /* Every target form parses to the right parts. */
@@ -102,25 +106,28 @@ static void test_request_target_parts(void **state)
 		const char *authority;
 		const char *path;
 	} cases[] = {
-		{"GET /a/b?c=d", HTTP1_TARGET_ORIGIN, false, NULL, 0, NULL, "/a/b?c=d"},
-		{"OPTIONS *", HTTP1_TARGET_ASTERISK, false, NULL, 0, NULL, "*"},
-		{"GET http://example.com/a/b?c=d", HTTP1_TARGET_ABSOLUTE, false, "example.com", 80,
-		 "example.com", "/a/b?c=d"},
-		{"GET http://example.com", HTTP1_TARGET_ABSOLUTE, false, "example.com", 80, "example.com",
-		 ""},
-		{"GET HTTP://Example.com:8080/", HTTP1_TARGET_ABSOLUTE, false, "Example.com", 8080,
-		 "Example.com:8080", "/"},
-		{"GET https://127.0.0.1:8443/x", HTTP1_TARGET_ABSOLUTE, true, "127.0.0.1", 8443,
-		 "127.0.0.1:8443", "/x"},
-		{"GET HttpS://h", HTTP1_TARGET_ABSOLUTE, true, "h", 443, "h", ""},
-		{"GET http://[::1]:3000/p", HTTP1_TARGET_ABSOLUTE, false, "::1", 3000, "[::1]:3000", "/p"},
-		{"GET http://[::1]?q", HTTP1_TARGET_ABSOLUTE, false, "::1", 80, "[::1]", "?q"},
-		{"OPTIONS http://a.b-c_d~:65535", HTTP1_TARGET_ABSOLUTE, false, "a.b-c_d~", 65535,
-		 "a.b-c_d~:65535", ""},
-		{"CONNECT example.com:443", HTTP1_TARGET_AUTHORITY, false, "example.com", 443,
-		 "example.com:443", ""},
-		{"CONNECT [::1]:8443", HTTP1_TARGET_AUTHORITY, false, "::1", 8443, "[::1]:8443", ""},
-		{"CONNECT 192.0.2.1:1", HTTP1_TARGET_AUTHORITY, false, "192.0.2.1", 1, "192.0.2.1:1", ""},
+		{ "GET /a/b?c=d", HTTP1_TARGET_ORIGIN, false, NULL, 0, NULL, "/a/b?c=d" },
+		{ "OPTIONS *", HTTP1_TARGET_ASTERISK, false, NULL, 0, NULL, "*" },
+		{ "GET http://example.com/a/b?c=d", HTTP1_TARGET_ABSOLUTE, false, "example.com", 80,
+		  "example.com", "/a/b?c=d" },
+		{ "GET http://example.com", HTTP1_TARGET_ABSOLUTE, false, "example.com", 80,
+		  "example.com", "" },
+		{ "GET HTTP://Example.com:8080/", HTTP1_TARGET_ABSOLUTE, false, "Example.com", 8080,
+		  "Example.com:8080", "/" },
+		{ "GET https://127.0.0.1:8443/x", HTTP1_TARGET_ABSOLUTE, true, "127.0.0.1", 8443,
+		  "127.0.0.1:8443", "/x" },
+		{ "GET HttpS://h", HTTP1_TARGET_ABSOLUTE, true, "h", 443, "h", "" },
+		{ "GET http://[::1]:3000/p", HTTP1_TARGET_ABSOLUTE, false, "::1", 3000,
+		  "[::1]:3000", "/p" },
+		{ "GET http://[::1]?q", HTTP1_TARGET_ABSOLUTE, false, "::1", 80, "[::1]", "?q" },
+		{ "OPTIONS http://a.b-c_d~:65535", HTTP1_TARGET_ABSOLUTE, false, "a.b-c_d~", 65535,
+		  "a.b-c_d~:65535", "" },
+		{ "CONNECT example.com:443", HTTP1_TARGET_AUTHORITY, false, "example.com", 443,
+		  "example.com:443", "" },
+		{ "CONNECT [::1]:8443", HTTP1_TARGET_AUTHORITY, false, "::1", 8443, "[::1]:8443",
+		  "" },
+		{ "CONNECT 192.0.2.1:1", HTTP1_TARGET_AUTHORITY, false, "192.0.2.1", 1,
+		  "192.0.2.1:1", "" },
 	};
 	char buf[256];
 
@@ -170,7 +177,8 @@ static void test_request_fields(void **state)
 	assert_true(test_span_is(f->line, f->line_len, "Host:a\r\n"));
 	f = &test_head.fields[1];
 	assert_true(test_span_is(f->value, f->value_len, "value with  inner space"));
-	assert_true(test_span_is(f->line, f->line_len, "X-Trim: \t value with  inner space \t \r\n"));
+	assert_true(
+		test_span_is(f->line, f->line_len, "X-Trim: \t value with  inner space \t \r\n"));
 	assert_int_equal(test_head.fields[2].value_len, 0);
 	assert_int_equal(test_head.fields[3].value_len, 0);
 	f = &test_head.fields[4];
@@ -233,100 +241,100 @@ static const struct {
 	enum http1_error error;
 } bad_requests[] = {
 	/* request line */
-	{S("GET  / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE},
-	{S("GET / HTTP/1.1 \r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE},
-	{S("GET \r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE},
-	{S("GET\r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE},
-	{S("GET\t/ HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
-	{S("G(T / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
-	{S("GE\"T / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
-	{S("GET\0 / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
-	{S("G\xc3\x89T / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
-	{S(" GET / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD},
-	{S("GET /\r\n"), HTTP1_ERR_BAD_VERSION},
-	{S("GET /\n"), HTTP1_ERR_BAD_VERSION},
-	{S("GET / HTTP/2.0\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-	{S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-	{S("GET / HTTP/1.2\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-	{S("GET / HTTP/1.10\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-	{S("GET / http/1.1\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-	{S("GET / HTTP/1\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-	{S("GET /  HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-	{S("GET / HTTP/1.1\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-	{S("GET / HTTP/1.1\rX\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
+	{ S("GET  / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE },
+	{ S("GET / HTTP/1.1 \r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE },
+	{ S("GET \r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE },
+	{ S("GET\r\n\r\n"), HTTP1_ERR_BAD_REQUEST_LINE },
+	{ S("GET\t/ HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD },
+	{ S("G(T / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD },
+	{ S("GE\"T / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD },
+	{ S("GET\0 / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD },
+	{ S("G\xc3\x89T / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD },
+	{ S(" GET / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD },
+	{ S("GET /\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET /\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET / HTTP/2.0\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET / HTTP/1.2\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET / HTTP/1.10\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET / http/1.1\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET / HTTP/1\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET /  HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET / HTTP/1.1\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+	{ S("GET / HTTP/1.1\rX\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
 	/* request-target */
-	{S("GET /a\x7f HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET /\x80 HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET /a\tb HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET /a\0b HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("OPTIONS *x HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET example.com:80 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http:/x HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://user@host/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://u:p@host/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://host:99999/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://[::1/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET 1http://a/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET urn:isbn:1 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT example.com HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT example.com: HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT u@example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT http://example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT [1:2:3]:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT :443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{ S("GET /a\x7f HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET /\x80 HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET /a\tb HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET /a\0b HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("OPTIONS *x HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET example.com:80 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http:/x HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://user@host/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://u:p@host/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://host:99999/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://[::1/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET 1http://a/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET urn:isbn:1 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT example.com HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT example.com: HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT u@example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT http://example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT [1:2:3]:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT :443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
 	/* hosts and ports the proxy does not route on, though RFC 3986 allows them */
-	{S("CONNECT example.com:0 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT a!b:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("CONNECT %61:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://example.com:0/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://a$b/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://%61/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{ S("CONNECT example.com:0 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT a!b:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("CONNECT %61:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://example.com:0/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://a$b/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://%61/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
 	/* schemes other than http and https */
-	{S("GET ftp://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET httpx://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http+s://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{ S("GET ftp://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET httpx://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http+s://example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
 	/* authority-form and asterisk-form belong to CONNECT and OPTIONS only */
-	{S("OPTIONS example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("POST * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("options * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("connect example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://example.com:/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://example.com/#frag HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://[]/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://[g::1]/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
-	{S("GET http://@example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET},
+	{ S("OPTIONS example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("POST * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("options * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("connect example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://example.com:/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://example.com/#frag HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://[]/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://[g::1]/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
+	{ S("GET http://@example.com/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
 	/* fields */
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo : bar\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON},
-	{S("GET / HTTP/1.1\r\nHost\t: a\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\r\n baz\r\n\r\n"), HTTP1_ERR_OBS_FOLD},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\r\n\tbaz\r\n\r\n"), HTTP1_ERR_OBS_FOLD},
-	{S("GET / HTTP/1.1\r\n Host: a\r\n\r\n"), HTTP1_ERR_OBS_FOLD},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\0r\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: \0\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\x01r\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\x7fr\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\x1b[0m\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\nX: y\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\rar\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-	{S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\r\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-	{S("GET / HTTP/1.1\r\nHost: a\r\n\n"), HTTP1_ERR_BAD_LINE_ENDING},
-	{S("GET / HTTP/1.1\r\nHost: a\r\n\r\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-	{S("GET / HTTP/1.1\r\n: empty\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
-	{S("GET / HTTP/1.1\r\nFo(o: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
-	{S("GET / HTTP/1.1\r\nFo\"o: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
-	{S("GET / HTTP/1.1\r\nFo\xc3\xa9: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
-	{S("GET / HTTP/1.1\r\nNoColon\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
-	{S("GET / HTTP/1.1\r\nFo\0o: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME},
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo : bar\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON },
+	{ S("GET / HTTP/1.1\r\nHost\t: a\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\r\n baz\r\n\r\n"), HTTP1_ERR_OBS_FOLD },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\r\n\tbaz\r\n\r\n"), HTTP1_ERR_OBS_FOLD },
+	{ S("GET / HTTP/1.1\r\n Host: a\r\n\r\n"), HTTP1_ERR_OBS_FOLD },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\0r\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: \0\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\x01r\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\x7fr\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\x1b[0m\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\nX: y\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: b\rar\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\nFoo: bar\r\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\n\n"), HTTP1_ERR_BAD_LINE_ENDING },
+	{ S("GET / HTTP/1.1\r\nHost: a\r\n\r\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+	{ S("GET / HTTP/1.1\r\n: empty\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME },
+	{ S("GET / HTTP/1.1\r\nFo(o: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME },
+	{ S("GET / HTTP/1.1\r\nFo\"o: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME },
+	{ S("GET / HTTP/1.1\r\nFo\xc3\xa9: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME },
+	{ S("GET / HTTP/1.1\r\nNoColon\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME },
+	{ S("GET / HTTP/1.1\r\nFo\0o: x\r\n\r\n"), HTTP1_ERR_BAD_FIELD_NAME },
 	/* empty lines before the request line */
-	{S("\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-	{S("\r\rGET / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-	{S("\r\n\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-	{S("\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"),
-	 HTTP1_ERR_BAD_REQUEST_LINE},
+	{ S("\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+	{ S("\r\rGET / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+	{ S("\r\n\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+	{ S("\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"),
+	  HTTP1_ERR_BAD_REQUEST_LINE },
 };
 
 /* Every malformed head is refused with its reason; no prefix of it is DONE. */
@@ -334,7 +342,8 @@ static void test_request_errors(void **state)
 {
 	for (size_t i = 0; i < sizeof(bad_requests) / sizeof(bad_requests[0]); i++) {
 		enum http1_error error;
-		enum http1_parse r = test_parse_request(bad_requests[i].req, bad_requests[i].len, &error);
+		enum http1_parse r =
+			test_parse_request(bad_requests[i].req, bad_requests[i].len, &error);
 
 		if (r != HTTP1_PARSE_ERROR || error != bad_requests[i].error)
 			fail_msg("case %zu: got %d/%d (%s), want error %d", i, r, error,
@@ -352,19 +361,19 @@ static void test_request_errors_early(void **state)
 		const char *req;
 		enum http1_error error;
 	} cases[] = {
-		{"GET / HTTP/1.1\nHost", HTTP1_ERR_BAD_LINE_ENDING},
-		{"GET /\n", HTTP1_ERR_BAD_VERSION},
-		{"G\n", HTTP1_ERR_BAD_REQUEST_LINE},
-		{"G(", HTTP1_ERR_BAD_METHOD},
-		{"GET /\x01", HTTP1_ERR_BAD_TARGET},
-		{"GET / HTTP/2", HTTP1_ERR_BAD_VERSION},
-		{"GET / X", HTTP1_ERR_BAD_VERSION},
-		{"GET * HTTP/1.1", HTTP1_ERR_BAD_TARGET},
-		{"GET / HTTP/1.1\r\nA\x01", HTTP1_ERR_BAD_FIELD_NAME},
-		{"GET / HTTP/1.1\r\nA: b\x01", HTTP1_ERR_BAD_FIELD_VALUE},
-		{"GET / HTTP/1.1\r\nA: b\r\n ", HTTP1_ERR_OBS_FOLD},
-		{"GET / HTTP/1.1\r\nA ", HTTP1_ERR_SPACE_BEFORE_COLON},
-		{"\r\n\n", HTTP1_ERR_BAD_LINE_ENDING},
+		{ "GET / HTTP/1.1\nHost", HTTP1_ERR_BAD_LINE_ENDING },
+		{ "GET /\n", HTTP1_ERR_BAD_VERSION },
+		{ "G\n", HTTP1_ERR_BAD_REQUEST_LINE },
+		{ "G(", HTTP1_ERR_BAD_METHOD },
+		{ "GET /\x01", HTTP1_ERR_BAD_TARGET },
+		{ "GET / HTTP/2", HTTP1_ERR_BAD_VERSION },
+		{ "GET / X", HTTP1_ERR_BAD_VERSION },
+		{ "GET * HTTP/1.1", HTTP1_ERR_BAD_TARGET },
+		{ "GET / HTTP/1.1\r\nA\x01", HTTP1_ERR_BAD_FIELD_NAME },
+		{ "GET / HTTP/1.1\r\nA: b\x01", HTTP1_ERR_BAD_FIELD_VALUE },
+		{ "GET / HTTP/1.1\r\nA: b\r\n ", HTTP1_ERR_OBS_FOLD },
+		{ "GET / HTTP/1.1\r\nA ", HTTP1_ERR_SPACE_BEFORE_COLON },
+		{ "\r\n\n", HTTP1_ERR_BAD_LINE_ENDING },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -380,7 +389,7 @@ static void test_request_errors_early(void **state)
 static void test_request_limits(void **state)
 {
 	static const char req[] = "GET /1234567 HTTP/1.1\r\nHost: a\r\n\r\n";
-	struct http1_limits limits = {.max_head_bytes = sizeof(req) - 1, .max_target_bytes = 8};
+	struct http1_limits limits = { .max_head_bytes = sizeof(req) - 1, .max_target_bytes = 8 };
 	char big[128];
 	enum http1_error error;
 
@@ -411,8 +420,9 @@ static void test_request_limits(void **state)
 	assert_int_equal(error, HTTP1_ERR_HEAD_TOO_LARGE);
 	assert_int_equal(http1_error_status(error), 431);
 	/* Up to the limit, an incomplete head is only incomplete. */
-	assert_int_equal(http1_parse_request_head(req, sizeof(req) - 2, &limits, &test_head, &error),
-			 HTTP1_PARSE_MORE);
+	assert_int_equal(
+		http1_parse_request_head(req, sizeof(req) - 2, &limits, &test_head, &error),
+		HTTP1_PARSE_MORE);
 
 	/* Leading empty lines count toward the head size. */
 	limits.max_head_bytes = sizeof(req) - 1;
@@ -505,19 +515,22 @@ static void test_byte_classes(void **state)
 		if ((r == HTTP1_PARSE_DONE) != test_is_tchar(c))
 			fail_msg("method byte 0x%02x", c);
 
-		len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: a\r\nX%cY: v\r\n\r\n", 'x');
+		len = (size_t)snprintf(buf, sizeof(buf),
+				       "GET / HTTP/1.1\r\nHost: a\r\nX%cY: v\r\n\r\n", 'x');
 		buf[26] = (char)c;
 		r = test_parse_request(buf, len, &error);
 		if ((r == HTTP1_PARSE_DONE) != (test_is_tchar(c) || c == ':'))
 			fail_msg("field name byte 0x%02x", c);
 
-		len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: a\r\nX: a%cb\r\n\r\n", 'x');
+		len = (size_t)snprintf(buf, sizeof(buf),
+				       "GET / HTTP/1.1\r\nHost: a\r\nX: a%cb\r\n\r\n", 'x');
 		buf[29] = (char)c;
 		r = test_parse_request(buf, len, &error);
 		if ((r == HTTP1_PARSE_DONE) != test_is_value_byte(c))
 			fail_msg("field value byte 0x%02x", c);
 
-		len = (size_t)snprintf(buf, sizeof(buf), "GET /a%cb HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
+		len = (size_t)snprintf(buf, sizeof(buf), "GET /a%cb HTTP/1.1\r\nHost: a\r\n\r\n",
+				       'x');
 		buf[6] = (char)c;
 		r = test_parse_request(buf, len, &error);
 		/* '#' starts a fragment, which a request-target never has */
@@ -525,22 +538,23 @@ static void test_byte_classes(void **state)
 			fail_msg("target byte 0x%02x", c);
 
 		/* http and https are the only schemes, in any case */
-		len = (size_t)snprintf(buf, sizeof(buf), "GET ht%cp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
+		len = (size_t)snprintf(buf, sizeof(buf),
+				       "GET ht%cp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
 		buf[6] = (char)c;
 		r = test_parse_request(buf, len, &error);
 		if ((r == HTTP1_PARSE_DONE) != (c == 't' || c == 'T'))
 			fail_msg("scheme byte 0x%02x", c);
 
 		/* a target's host is one the proxy can route on; '/' and '?' end it */
-		len = (size_t)snprintf(buf, sizeof(buf), "GET http://a%cb/ HTTP/1.1\r\nHost: a\r\n\r\n",
-				       'x');
+		len = (size_t)snprintf(buf, sizeof(buf),
+				       "GET http://a%cb/ HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
 		buf[12] = (char)c;
 		r = test_parse_request(buf, len, &error);
 		if ((r == HTTP1_PARSE_DONE) != (test_is_unreserved(c) || c == '/' || c == '?'))
 			fail_msg("absolute-form host byte 0x%02x", c);
 
-		len = (size_t)snprintf(buf, sizeof(buf), "CONNECT a%cb:1 HTTP/1.1\r\nHost: a\r\n\r\n",
-				       'x');
+		len = (size_t)snprintf(buf, sizeof(buf),
+				       "CONNECT a%cb:1 HTTP/1.1\r\nHost: a\r\n\r\n", 'x');
 		buf[9] = (char)c;
 		r = test_parse_request(buf, len, &error);
 		if ((r == HTTP1_PARSE_DONE) != test_is_unreserved(c))
@@ -548,17 +562,20 @@ static void test_byte_classes(void **state)
 
 		/* Host: any reg-name beside an absolute-form target, which names
 		 * the host itself; a routable one beside an origin-form target */
-		len = (size_t)snprintf(buf, sizeof(buf), "GET http://a/ HTTP/1.1\r\nHost: a%cb\r\n\r\n",
-				       'x');
+		len = (size_t)snprintf(buf, sizeof(buf),
+				       "GET http://a/ HTTP/1.1\r\nHost: a%cb\r\n\r\n", 'x');
 		buf[31] = (char)c;
 		if (test_parse_request(buf, len, &error) == HTTP1_PARSE_DONE &&
-		    (http1_request_framing(&test_head, &framing, &error) == 0) != test_is_regname(c))
+		    (http1_request_framing(&test_head, &framing, &error) == 0) !=
+			    test_is_regname(c))
 			fail_msg("host byte 0x%02x", c);
 
-		len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: a%cb\r\n\r\n", 'x');
+		len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\nHost: a%cb\r\n\r\n",
+				       'x');
 		buf[23] = (char)c;
 		if (test_parse_request(buf, len, &error) == HTTP1_PARSE_DONE &&
-		    (http1_request_framing(&test_head, &framing, &error) == 0) != test_is_unreserved(c))
+		    (http1_request_framing(&test_head, &framing, &error) == 0) !=
+			    test_is_unreserved(c))
 			fail_msg("origin-form host byte 0x%02x", c);
 	}
 }
@@ -576,121 +593,140 @@ static const struct {
 	bool keep_alive;
 	bool expect_continue;
 } request_framings[] = {
-	{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"GET / HTTP/1.0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, false, false},
-	{"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 0, HTTP1_BODY_NONE, 0, false, false},
-	{"GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive ,CLOSE\r\n\r\n", 0, HTTP1_BODY_NONE, 0,
-	 false, false},
-	{"GET / HTTP/1.1\r\nHost: a\r\nConnection: closed\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"GET / HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n", 0, HTTP1_BODY_NONE, 0,
-	 false, false},
+	{ "GET / HTTP/1.1\r\nHost: a\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	{ "GET / HTTP/1.0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, false, false },
+	{ "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 0, HTTP1_BODY_NONE, 0, false,
+	  false },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive ,CLOSE\r\n\r\n", 0, HTTP1_BODY_NONE,
+	  0, false, false },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nConnection: closed\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true,
+	  false },
+	{ "GET / HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n", 0,
+	  HTTP1_BODY_NONE, 0, false, false },
 	/* Content-Length */
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5, true, false},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5, true,
-	 false},
-	{"POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\nCONTENT-LENGTH: 005\r\n\r\n", 0,
-	 HTTP1_BODY_LENGTH, 5, true, false},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 999999999999999999\r\n\r\n", 0,
-	 HTTP1_BODY_LENGTH, 999999999999999999ULL, true, false},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5 5\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5,\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1234567890123456789\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5, true,
+	  false },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true,
+	  false },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5,
+	  true, false },
+	{ "POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\nCONTENT-LENGTH: 005\r\n\r\n", 0,
+	  HTTP1_BODY_LENGTH, 5, true, false },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 999999999999999999\r\n\r\n", 0,
+	  HTTP1_BODY_LENGTH, 999999999999999999ULL, true, false },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5 5\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5,\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1234567890123456789\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH) },
 	/* Transfer-Encoding */
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", 0, HTTP1_BODY_CHUNKED, 0,
-	 true, false},
-	{"POST / HTTP/1.1\r\nHost: a\r\ntransfer-encoding: CHUNKED\r\n\r\n", 0, HTTP1_BODY_CHUNKED, 0,
-	 true, false},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 0,
-	 HTTP1_BODY_CHUNKED, 0, true, false},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n",
-	 0, HTTP1_BODY_CHUNKED, 0, true, false},
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", 0, HTTP1_BODY_CHUNKED,
+	  0, true, false },
+	{ "POST / HTTP/1.1\r\nHost: a\r\ntransfer-encoding: CHUNKED\r\n\r\n", 0, HTTP1_BODY_CHUNKED,
+	  0, true, false },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 0,
+	  HTTP1_BODY_CHUNKED, 0, true, false },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: "
+	  "chunked\r\n\r\n",
+	  0, HTTP1_BODY_CHUNKED, 0, true, false },
 	/* empty list elements: a next hop might read the list differently */
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked,\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked,\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \"chunked\"\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_CL_AND_TE)},
-	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_CL_AND_TE)},
-	{"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", REQ_BAD(HTTP1_ERR_TE_IN_HTTP10)},
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: , chunked,\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked,\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+	  "chunked\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+	  "gzip\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked;q=1\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \"chunked\"\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_CL_AND_TE) },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_CL_AND_TE) },
+	{ "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_TE_IN_HTTP10) },
 	/* Host */
-	{"GET / HTTP/1.1\r\n\r\n", REQ_BAD(HTTP1_ERR_MISSING_HOST)},
-	{"GET http://a/ HTTP/1.1\r\n\r\n", REQ_BAD(HTTP1_ERR_MISSING_HOST)},
-	{"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: user@a\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: a:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: a:65536\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: a:80:80\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: :80\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: [::g]\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: a%4\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.0\r\nHost: a@b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: example.com:8080\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"GET / HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"GET / HTTP/1.1\r\nHost: [::ffff:192.0.2.1]:80\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"GET / HTTP/1.1\r\nHost: [1:2:3:4:5:6:7:8]\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"GET http://a/ HTTP/1.1\r\nHost: a%41-b.c_d~\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"GET http://a/ HTTP/1.1\r\nHost: a:0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"CONNECT a:1 HTTP/1.1\r\nHost: a!:0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
+	{ "GET / HTTP/1.1\r\n\r\n", REQ_BAD(HTTP1_ERR_MISSING_HOST) },
+	{ "GET http://a/ HTTP/1.1\r\n\r\n", REQ_BAD(HTTP1_ERR_MISSING_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a:65536\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a:80:80\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: :80\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: [::g]\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a%4\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.0\r\nHost: a@b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: example.com:8080\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	{ "GET / HTTP/1.1\r\nHost: 192.0.2.1\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	{ "GET / HTTP/1.1\r\nHost: [::ffff:192.0.2.1]:80\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true,
+	  false },
+	{ "GET / HTTP/1.1\r\nHost: [1:2:3:4:5:6:7:8]\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	{ "GET http://a/ HTTP/1.1\r\nHost: a%41-b.c_d~\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true,
+	  false },
+	{ "GET http://a/ HTTP/1.1\r\nHost: a:0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	{ "CONNECT a:1 HTTP/1.1\r\nHost: a!:0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
 	/* without authority in the target, routes match on Host: a plain name */
-	{"GET / HTTP/1.1\r\nHost: a%41-b.c_d~\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: a:0\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"OPTIONS * HTTP/1.1\r\nHost: a!\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST)},
-	{"GET / HTTP/1.1\r\nHost: a-b.c_d~:1\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false},
-	{"PUT / HTTP/1.1\r\nHost: a!\r\nExpect: foo\r\nContent-Length: 1\r\n\r\n",
-	 REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
+	{ "GET / HTTP/1.1\r\nHost: a%41-b.c_d~\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a:0\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "OPTIONS * HTTP/1.1\r\nHost: a!\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a-b.c_d~:1\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	{ "PUT / HTTP/1.1\r\nHost: a!\r\nExpect: foo\r\nContent-Length: 1\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_EXPECT) },
 	/* Expect */
-	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", 0,
-	 HTTP1_BODY_LENGTH, 5, true, true},
-	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nTransfer-Encoding: chunked\r\n\r\n", 0,
-	 HTTP1_BODY_CHUNKED, 0, true, true},
-	{"GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true,
-	 false},
-	{"PUT / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5,
-	 false, false},
-	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: , 100-continue,\r\nContent-Length: 5\r\n\r\n", 0,
-	 HTTP1_BODY_LENGTH, 5, true, true},
-	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect:\r\nContent-Length: 5\r\n\r\n", 0, HTTP1_BODY_LENGTH, 5,
-	 true, false},
-	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: foo\r\nContent-Length: 5\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
-	{"PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue, foo\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
-	{"PUT / HTTP/1.0\r\nExpect: 100-continuex\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT)},
+	{ "PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", 0,
+	  HTTP1_BODY_LENGTH, 5, true, true },
+	{ "PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nTransfer-Encoding: chunked\r\n\r\n",
+	  0, HTTP1_BODY_CHUNKED, 0, true, true },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true,
+	  false },
+	{ "PUT / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", 0,
+	  HTTP1_BODY_LENGTH, 5, false, false },
+	{ "PUT / HTTP/1.1\r\nHost: a\r\nExpect: , 100-continue,\r\nContent-Length: 5\r\n\r\n", 0,
+	  HTTP1_BODY_LENGTH, 5, true, true },
+	{ "PUT / HTTP/1.1\r\nHost: a\r\nExpect:\r\nContent-Length: 5\r\n\r\n", 0, HTTP1_BODY_LENGTH,
+	  5, true, false },
+	{ "PUT / HTTP/1.1\r\nHost: a\r\nExpect: foo\r\nContent-Length: 5\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_EXPECT) },
+	{ "PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue, foo\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_BAD_EXPECT) },
+	{ "PUT / HTTP/1.0\r\nExpect: 100-continuex\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_EXPECT) },
 };
 
 /* Request framing, table-driven. */
@@ -743,45 +779,45 @@ static void test_request_host_forms(void **state)
 		bool valid;    /* beside an absolute-form target */
 		bool routable; /* beside an origin-form target */
 	} cases[] = {
-		{"a", true, true},
-		{"A.b-c_d~!$&'()*+,;=", true, false},
-		{"%41%4a", true, false},
-		{"127.0.0.1:0", true, false},
-		{"example.com:65535", true, true},
-		{"[::]", true, true},
-		{"[::1]", true, true},
-		{"[1::]", true, true},
-		{"[1:2:3:4:5:6:7::]", true, true},
-		{"[::2:3:4:5:6:7:8]", true, true},
-		{"[1:2:3:4:5:6:7:8]:80", true, true},
-		{"[::ffff:1.2.3.4]", true, true},
-		{"[1:2:3:4:5:6:1.2.3.4]", true, true},
-		{"[FE80::a:B]:8080", true, true},
-		{"[1:2:3:4:5:6:7:8:9]", false, false},
-		{"[1:2:3:4:5:6:7]", false, false},
-		{"[1:2:3:4:5:6:7:8::]", false, false},
-		{"[1::2::3]", false, false},
-		{"[1:]", false, false},
-		{"[:1]", false, false},
-		{"[:::]", false, false},
-		{"[12345::]", false, false},
-		{"[::1.2.3]", false, false},
-		{"[::1.2.3.4.5]", false, false},
-		{"[::1.2.3.256]", false, false},
-		{"[::01.2.3.4]", false, false},
-		{"[::1.2.3.4:1]", false, false},
-		{"[1:2:3:4:5:6:7:1.2.3.4]", false, false},
-		{"[]", false, false},
-		{"[::1]:", false, false},
-		{"[::1]x", false, false},
-		{"[::1]:123456", false, false},
-		{"[v1.x]", false, false},
-		{"a:b", false, false},
-		{"a:-1", false, false},
-		{"a::80", false, false},
-		{"%zz", false, false},
-		{"a%", false, false},
-		{"\"a\"", false, false},
+		{ "a", true, true },
+		{ "A.b-c_d~!$&'()*+,;=", true, false },
+		{ "%41%4a", true, false },
+		{ "127.0.0.1:0", true, false },
+		{ "example.com:65535", true, true },
+		{ "[::]", true, true },
+		{ "[::1]", true, true },
+		{ "[1::]", true, true },
+		{ "[1:2:3:4:5:6:7::]", true, true },
+		{ "[::2:3:4:5:6:7:8]", true, true },
+		{ "[1:2:3:4:5:6:7:8]:80", true, true },
+		{ "[::ffff:1.2.3.4]", true, true },
+		{ "[1:2:3:4:5:6:1.2.3.4]", true, true },
+		{ "[FE80::a:B]:8080", true, true },
+		{ "[1:2:3:4:5:6:7:8:9]", false, false },
+		{ "[1:2:3:4:5:6:7]", false, false },
+		{ "[1:2:3:4:5:6:7:8::]", false, false },
+		{ "[1::2::3]", false, false },
+		{ "[1:]", false, false },
+		{ "[:1]", false, false },
+		{ "[:::]", false, false },
+		{ "[12345::]", false, false },
+		{ "[::1.2.3]", false, false },
+		{ "[::1.2.3.4.5]", false, false },
+		{ "[::1.2.3.256]", false, false },
+		{ "[::01.2.3.4]", false, false },
+		{ "[::1.2.3.4:1]", false, false },
+		{ "[1:2:3:4:5:6:7:1.2.3.4]", false, false },
+		{ "[]", false, false },
+		{ "[::1]:", false, false },
+		{ "[::1]x", false, false },
+		{ "[::1]:123456", false, false },
+		{ "[v1.x]", false, false },
+		{ "a:b", false, false },
+		{ "a:-1", false, false },
+		{ "a::80", false, false },
+		{ "%zz", false, false },
+		{ "a%", false, false },
+		{ "\"a\"", false, false },
 	};
 	char buf[256];
 
@@ -797,7 +833,8 @@ static void test_request_host_forms(void **state)
 			assert_int_equal(test_parse_request(buf, len, &error), HTTP1_PARSE_DONE);
 			if ((http1_request_framing(&test_head, &framing, &error) == 0) != valid)
 				fail_msg("host %s beside %s: %s", cases[i].host,
-					 origin ? "origin-form" : "absolute-form", http1_error_text(error));
+					 origin ? "origin-form" : "absolute-form",
+					 http1_error_text(error));
 			if (!valid)
 				assert_int_equal(error, HTTP1_ERR_BAD_HOST);
 		}
@@ -813,13 +850,13 @@ static void test_response_head(void **state)
 		int minor;
 		const char *reason;
 	} cases[] = {
-		{"HTTP/1.1 200 OK\r\n\r\n", 200, 1, "OK"},
-		{"HTTP/1.0 404 Not Found\r\nServer: x\r\n\r\n", 404, 0, "Not Found"},
-		{"HTTP/1.1 200 \r\n\r\n", 200, 1, ""},
+		{ "HTTP/1.1 200 OK\r\n\r\n", 200, 1, "OK" },
+		{ "HTTP/1.0 404 Not Found\r\nServer: x\r\n\r\n", 404, 0, "Not Found" },
+		{ "HTTP/1.1 200 \r\n\r\n", 200, 1, "" },
 		/* out of grammar, but unambiguous and sent by real servers */
-		{"HTTP/1.1 204\r\n\r\n", 204, 1, ""},
-		{"HTTP/1.1 599  spaced\treason \xff\r\n\r\n", 599, 1, " spaced\treason \xff"},
-		{"HTTP/1.1 100 Continue\r\n\r\n", 100, 1, "Continue"},
+		{ "HTTP/1.1 204\r\n\r\n", 204, 1, "" },
+		{ "HTTP/1.1 599  spaced\treason \xff\r\n\r\n", 599, 1, " spaced\treason \xff" },
+		{ "HTTP/1.1 100 Continue\r\n\r\n", 100, 1, "Continue" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -834,8 +871,9 @@ static void test_response_head(void **state)
 		assert_int_equal(test_head.version_minor, cases[i].minor);
 		assert_true(test_span_is(test_head.reason, test_head.reason_len, cases[i].reason));
 		for (size_t n = 0; n < len; n++)
-			assert_int_equal(http1_parse_response_head(resp, n, 65536, &test_head, &error),
-					 HTTP1_PARSE_MORE);
+			assert_int_equal(
+				http1_parse_response_head(resp, n, 65536, &test_head, &error),
+				HTTP1_PARSE_MORE);
 	}
 }
 
@@ -847,28 +885,28 @@ static void test_response_errors(void **state)
 		size_t len;
 		enum http1_error error;
 	} cases[] = {
-		{S("HTTP/1.1 200\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/1.1 200x\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/1.1  200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/1.1 099 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/1.1 600 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/1.1 2000 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/1.1 20 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/1.1 2x0 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("http/1.1 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("ICY 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("\r\nHTTP/1.1 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/1.1 200 O\0K\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/1.1 200 O\x7fK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE},
-		{S("HTTP/2.0 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-		{S("HTTP/1.2 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-		{S("HTTP/1.10 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION},
-		{S("HTTP/1.1 200 OK\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-		{S("HTTP/1.1 200 O\rK\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-		{S("HTTP/1.1 200 OK\r\nA: b\r\n c\r\n\r\n"), HTTP1_ERR_OBS_FOLD},
-		{S("HTTP/1.1 200 OK\r\nA : b\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON},
-		{S("HTTP/1.1 200 OK\r\nA: b\0\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE},
-		{S("HTTP/1.1 200 OK\r\nA: b\r\n\n"), HTTP1_ERR_BAD_LINE_ENDING},
+		{ S("HTTP/1.1 200\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/1.1 200x\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/1.1  200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/1.1 099 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/1.1 600 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/1.1 2000 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/1.1 20 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/1.1 2x0 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("http/1.1 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("ICY 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("\r\nHTTP/1.1 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/1.1 200 O\0K\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/1.1 200 O\x7fK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
+		{ S("HTTP/2.0 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+		{ S("HTTP/1.2 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+		{ S("HTTP/1.10 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+		{ S("HTTP/1.1 200 OK\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+		{ S("HTTP/1.1 200 O\rK\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+		{ S("HTTP/1.1 200 OK\r\nA: b\r\n c\r\n\r\n"), HTTP1_ERR_OBS_FOLD },
+		{ S("HTTP/1.1 200 OK\r\nA : b\r\n\r\n"), HTTP1_ERR_SPACE_BEFORE_COLON },
+		{ S("HTTP/1.1 200 OK\r\nA: b\0\r\n\r\n"), HTTP1_ERR_BAD_FIELD_VALUE },
+		{ S("HTTP/1.1 200 OK\r\nA: b\r\n\n"), HTTP1_ERR_BAD_LINE_ENDING },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -888,15 +926,16 @@ static void test_response_limits(void **state)
 	enum http1_error error;
 	size_t len;
 
-	assert_int_equal(http1_parse_response_head(S("HTTP/1.1 200 OK\r\n\r\n"), 19, &test_head, &error),
-			 HTTP1_PARSE_DONE);
-	assert_int_equal(http1_parse_response_head(S("HTTP/1.1 200 OK\r\nA: b\r\n"), 20, &test_head,
-						   &error),
-			 HTTP1_PARSE_ERROR);
+	assert_int_equal(
+		http1_parse_response_head(S("HTTP/1.1 200 OK\r\n\r\n"), 19, &test_head, &error),
+		HTTP1_PARSE_DONE);
+	assert_int_equal(
+		http1_parse_response_head(S("HTTP/1.1 200 OK\r\nA: b\r\n"), 20, &test_head, &error),
+		HTTP1_PARSE_ERROR);
 	assert_int_equal(error, HTTP1_ERR_HEAD_TOO_LARGE);
-	assert_int_equal(http1_parse_response_head(S("HTTP/1.1 200 OK\r\nA: b\r"), 25, &test_head,
-						   &error),
-			 HTTP1_PARSE_MORE);
+	assert_int_equal(
+		http1_parse_response_head(S("HTTP/1.1 200 OK\r\nA: b\r"), 25, &test_head, &error),
+		HTTP1_PARSE_MORE);
 
 	len = (size_t)snprintf(buf, sizeof(buf), "HTTP/1.1 200 OK\r\n");
 	for (size_t i = 0; i <= HTTP1_MAX_FIELDS; i++)
@@ -917,45 +956,54 @@ static void test_response_framing(void **state)
 		uint64_t length;
 		bool keep_alive;
 	} cases[] = {
-		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false, 0, HTTP1_BODY_LENGTH, 5, true},
-		{"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0, HTTP1_BODY_CHUNKED, 0,
-		 true},
-		{"HTTP/1.1 200 OK\r\n\r\n", false, 0, HTTP1_BODY_UNTIL_CLOSE, 0, false},
-		{"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n", false, 0, HTTP1_BODY_UNTIL_CLOSE, 0,
-		 false},
-		{"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n", false, 0, HTTP1_BODY_LENGTH, 3, false},
-		{"HTTP/1.0 200 OK\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n", false, 0,
-		 HTTP1_BODY_LENGTH, 3, true},
-		{"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\n", false, 0,
-		 HTTP1_BODY_LENGTH, 3, false},
-		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true, 0, HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true, 0, HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 200 OK\r\n\r\n", true, 0, HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 204 No Content\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0,
-		 true},
-		{"HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0,
-		 HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 100 Continue\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", false, 0,
-		 HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true},
-		{"HTTP/1.1 205 Reset Content\r\nContent-Length: 0\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0,
-		 true},
-		{"HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n", false,
-		 RESP_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH)},
-		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false, 0, HTTP1_BODY_LENGTH, 5, true},
-		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 4\r\n\r\n", true,
-		 RESP_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH)},
-		{"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", false,
-		 RESP_BAD(HTTP1_ERR_CL_AND_TE)},
-		{"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, RESP_BAD(HTTP1_ERR_TE_IN_HTTP10)},
-		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false,
-		 RESP_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
-		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", false,
-		 RESP_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING)},
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false, 0, HTTP1_BODY_LENGTH, 5,
+		  true },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0,
+		  true },
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0,
+		  HTTP1_BODY_CHUNKED, 0, true },
+		{ "HTTP/1.1 200 OK\r\n\r\n", false, 0, HTTP1_BODY_UNTIL_CLOSE, 0, false },
+		{ "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n", false, 0,
+		  HTTP1_BODY_UNTIL_CLOSE, 0, false },
+		{ "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\n", false, 0, HTTP1_BODY_LENGTH, 3,
+		  false },
+		{ "HTTP/1.0 200 OK\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n", false,
+		  0, HTTP1_BODY_LENGTH, 3, true },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\n", false, 0,
+		  HTTP1_BODY_LENGTH, 3, false },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true, 0, HTTP1_BODY_NONE, 0,
+		  true },
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", true, 0, HTTP1_BODY_NONE,
+		  0, true },
+		{ "HTTP/1.1 200 OK\r\n\r\n", true, 0, HTTP1_BODY_NONE, 0, true },
+		{ "HTTP/1.1 204 No Content\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true },
+		{ "HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n", false, 0, HTTP1_BODY_NONE,
+		  0, true },
+		{ "HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n", false, 0,
+		  HTTP1_BODY_NONE, 0, true },
+		{ "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0,
+		  HTTP1_BODY_NONE, 0, true },
+		{ "HTTP/1.1 100 Continue\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true },
+		{ "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", false, 0,
+		  HTTP1_BODY_NONE, 0, true },
+		{ "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0,
+		  true },
+		{ "HTTP/1.1 205 Reset Content\r\nContent-Length: 0\r\n\r\n", false, 0,
+		  HTTP1_BODY_NONE, 0, true },
+		{ "HTTP/1.1 204 No Content\r\nContent-Length: x\r\n\r\n", false,
+		  RESP_BAD(HTTP1_ERR_BAD_CONTENT_LENGTH) },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false, 0, HTTP1_BODY_LENGTH, 5,
+		  true },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 4\r\n\r\n", true,
+		  RESP_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH) },
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+		  false, RESP_BAD(HTTP1_ERR_CL_AND_TE) },
+		{ "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false,
+		  RESP_BAD(HTTP1_ERR_TE_IN_HTTP10) },
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false,
+		  RESP_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
+		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", false,
+		  RESP_BAD(HTTP1_ERR_BAD_TRANSFER_ENCODING) },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -964,8 +1012,9 @@ static void test_response_framing(void **state)
 		enum http1_error error;
 		int r;
 
-		assert_int_equal(http1_parse_response_head(resp, strlen(resp), 65536, &test_head, &error),
-				 HTTP1_PARSE_DONE);
+		assert_int_equal(
+			http1_parse_response_head(resp, strlen(resp), 65536, &test_head, &error),
+			HTTP1_PARSE_DONE);
 		r = http1_response_framing(&test_head, cases[i].was_head, &framing, &error);
 		if (error != cases[i].error || r != (error ? -1 : 0))
 			fail_msg("case %zu: got %d (%s)", i, error, http1_error_text(error));
@@ -1000,8 +1049,8 @@ static void test_hop_by_hop(void **state)
 				  "Via: 1.1 a\r\n"
 				  "Trailer: x\r\n"
 				  "\r\n";
-	static const bool want[] = {false, true, true, true, true, true, true, true,
-				    true,  true, true, false, false, false, false};
+	static const bool want[] = { false, true, true, true,  true,  true,  true, true,
+				     true,  true, true, false, false, false, false };
 	bool hop[HTTP1_MAX_FIELDS];
 	enum http1_error error;
 
@@ -1015,18 +1064,20 @@ static void test_hop_by_hop(void **state)
 
 	/* Content-Length frames the body that is forwarded: naming it in
 	 * Connection must not get it dropped. */
-	assert_int_equal(test_parse_request(S("POST / HTTP/1.1\r\nHost: a\r\nConnection: Content-Length, "
-					      "host\r\nContent-Length: 1\r\n\r\n"),
-					    &error),
-			 HTTP1_PARSE_DONE);
+	assert_int_equal(
+		test_parse_request(S("POST / HTTP/1.1\r\nHost: a\r\nConnection: Content-Length, "
+				     "host\r\nContent-Length: 1\r\n\r\n"),
+				   &error),
+		HTTP1_PARSE_DONE);
 	http1_hop_by_hop_marks(&test_head, hop);
 	assert_true(hop[0]);
 	assert_false(hop[2]);
 
 	/* Without a Connection field only the fixed set is hop-by-hop. */
-	assert_int_equal(test_parse_request(S("GET / HTTP/1.1\r\nHost: a\r\nX-Secret: 1\r\nte: x\r\n\r\n"),
-					    &error),
-			 HTTP1_PARSE_DONE);
+	assert_int_equal(
+		test_parse_request(S("GET / HTTP/1.1\r\nHost: a\r\nX-Secret: 1\r\nte: x\r\n\r\n"),
+				   &error),
+		HTTP1_PARSE_DONE);
 	http1_hop_by_hop_marks(&test_head, hop);
 	assert_false(hop[1]);
 	assert_true(hop[2]);
@@ -1067,7 +1118,7 @@ static void test_error_status_and_text(void **state)
 struct test_decoded {
 	enum http1_chunk_step last; /* DONE, ERROR, or the last step when input ran out */
 	enum http1_error error;
-	size_t consumed;            /* bytes taken, up to DONE's end */
+	size_t consumed; /* bytes taken, up to DONE's end */
 	size_t data_len;
 	char data[8192];
 };
@@ -1086,7 +1137,8 @@ static void test_decode(const char *body, size_t len, size_t split, size_t max_t
 	while (off < len) {
 		size_t piece = split == 0 || len - off < split ? len - off : split;
 		size_t n = 0;
-		enum http1_chunk_step step = http1_chunked_step(&dec, body + off, piece, &n, &out->error);
+		enum http1_chunk_step step =
+			http1_chunked_step(&dec, body + off, piece, &n, &out->error);
 
 		out->last = step;
 		if (step == HTTP1_CHUNK_ERROR) {
@@ -1123,21 +1175,22 @@ static void test_chunked_valid(void **state)
 		const char *data;
 		size_t consumed;
 	} cases[] = {
-		{S("5\r\nhello\r\n0\r\n\r\n"), "hello", 15},
-		{S("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), "hello world", 26},
-		{S("0\r\n\r\n"), "", 5},
-		{S("00005\r\nhello\r\n000\r\n\r\n"), "hello", 21},
-		{S("A\r\n0123456789\r\na\r\nabcdefghij\r\n0\r\n\r\n"), "0123456789abcdefghij", 35},
-		{S("5\r\n\r\n0\r\n\r\n0\r\n\r\n"), "\r\n0\r\n", 15},
-		{S("5;name\r\nhello\r\n0\r\n\r\n"), "hello", 20},
-		{S("5;name=value\r\nhello\r\n0\r\n\r\n"), "hello", 26},
-		{S("5 ; a = b ;c=\"q \\\"x\\\\\"\t;d\r\nhello\r\n0\r\n\r\n"), "hello", 39},
-		{S("5;a=\"\";b=\"\xff\"\r\nhello\r\n0\r\n\r\n"), "hello", 26},
-		{S("5;a=b\t;c\r\nhello\r\n0;last=1\r\n\r\n"), "hello", 29},
-		{S("5  \t;a;b ;\tc\r\nhello\r\n0\r\n\r\n"), "hello", 26},
-		{S("0\r\nExpires: never\r\nX-Empty:\r\nX-T: a\tb \xff\r\n\r\n"), "", 43},
-		{S("0\r\n\r\nGET / HTTP/1.1\r\n\r\n"), "", 5},
-		{S("1\r\nx\r\n0\r\n\r\n0\r\n\r\n"), "x", 11},
+		{ S("5\r\nhello\r\n0\r\n\r\n"), "hello", 15 },
+		{ S("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), "hello world", 26 },
+		{ S("0\r\n\r\n"), "", 5 },
+		{ S("00005\r\nhello\r\n000\r\n\r\n"), "hello", 21 },
+		{ S("A\r\n0123456789\r\na\r\nabcdefghij\r\n0\r\n\r\n"), "0123456789abcdefghij",
+		  35 },
+		{ S("5\r\n\r\n0\r\n\r\n0\r\n\r\n"), "\r\n0\r\n", 15 },
+		{ S("5;name\r\nhello\r\n0\r\n\r\n"), "hello", 20 },
+		{ S("5;name=value\r\nhello\r\n0\r\n\r\n"), "hello", 26 },
+		{ S("5 ; a = b ;c=\"q \\\"x\\\\\"\t;d\r\nhello\r\n0\r\n\r\n"), "hello", 39 },
+		{ S("5;a=\"\";b=\"\xff\"\r\nhello\r\n0\r\n\r\n"), "hello", 26 },
+		{ S("5;a=b\t;c\r\nhello\r\n0;last=1\r\n\r\n"), "hello", 29 },
+		{ S("5  \t;a;b ;\tc\r\nhello\r\n0\r\n\r\n"), "hello", 26 },
+		{ S("0\r\nExpires: never\r\nX-Empty:\r\nX-T: a\tb \xff\r\n\r\n"), "", 43 },
+		{ S("0\r\n\r\nGET / HTTP/1.1\r\n\r\n"), "", 5 },
+		{ S("1\r\nx\r\n0\r\n\r\n0\r\n\r\n"), "x", 11 },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1211,7 +1264,8 @@ static void test_chunked_large(void **state)
 	assert_int_equal(http1_chunked_step(&dec, S(line), &n, &error), HTTP1_CHUNK_FRAMING);
 	assert_int_equal(n, sizeof(line) - 1);
 	assert_int_equal(dec.remaining, UINT64_C(1) << 62);
-	assert_int_equal(http1_chunked_step(&dec, S("\0\r\n0\r\n\r\n"), &n, &error), HTTP1_CHUNK_DATA);
+	assert_int_equal(http1_chunked_step(&dec, S("\0\r\n0\r\n\r\n"), &n, &error),
+			 HTTP1_CHUNK_DATA);
 	assert_int_equal(n, 8);
 	assert_int_equal(dec.remaining, (UINT64_C(1) << 62) - 8);
 }
@@ -1224,53 +1278,53 @@ static void test_chunked_errors(void **state)
 		size_t len;
 		enum http1_error error;
 	} cases[] = {
-		{S("\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
-		{S("x\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
-		{S("5x\r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
-		{S("-5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
-		{S("+5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
-		{S(" 5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
-		{S("0x5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
-		{S("\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
-		{S("5\n"), HTTP1_ERR_BAD_LINE_ENDING},
-		{S("5\rx"), HTTP1_ERR_BAD_LINE_ENDING},
-		{S("5\r\r\n"), HTTP1_ERR_BAD_LINE_ENDING},
-		{S("5\r\nhelloX"), HTTP1_ERR_BAD_CHUNK_END},
-		{S("5\r\nhello\n0\r\n\r\n"), HTTP1_ERR_BAD_CHUNK_END},
-		{S("5\r\nhello\r\r\n"), HTTP1_ERR_BAD_CHUNK_END},
-		{S("5\r\nhello\r\n\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE},
-		{S("10000000000000000\r\n"), HTTP1_ERR_CHUNK_SIZE_OVERFLOW},
-		{S("4000000000000001\r\n"), HTTP1_ERR_CHUNK_SIZE_OVERFLOW},
-		{S("FFFFFFFFFFFFFFFFF\r\n"), HTTP1_ERR_CHUNK_SIZE_OVERFLOW},
-		{S("5;\r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5 \r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5 x\r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;=a\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a=\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a \r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a b\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a=b c\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a=b \r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a@b\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a=b@\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a=\"x\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a=\"\x01\"\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a=\"\\\x01\"\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a=\"x\"y\r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a=\"x\" \r\n"), HTTP1_ERR_BAD_CHUNK_EXT},
-		{S("5;a\n"), HTTP1_ERR_BAD_LINE_ENDING},
-		{S("0\r\nBad Name: x\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\nA : b\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\n x\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\nA: b\r\n c\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\nA: \x01\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\nA: \0\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\nA: b\n\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\nA: b\rc\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\nNoColon\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\n:x\r\n\r\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\n\n"), HTTP1_ERR_BAD_TRAILER},
-		{S("0\r\n\rx"), HTTP1_ERR_BAD_TRAILER},
+		{ S("\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE },
+		{ S("x\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE },
+		{ S("5x\r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE },
+		{ S("-5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE },
+		{ S("+5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE },
+		{ S(" 5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE },
+		{ S("0x5\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE },
+		{ S("\n"), HTTP1_ERR_BAD_CHUNK_SIZE },
+		{ S("5\n"), HTTP1_ERR_BAD_LINE_ENDING },
+		{ S("5\rx"), HTTP1_ERR_BAD_LINE_ENDING },
+		{ S("5\r\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
+		{ S("5\r\nhelloX"), HTTP1_ERR_BAD_CHUNK_END },
+		{ S("5\r\nhello\n0\r\n\r\n"), HTTP1_ERR_BAD_CHUNK_END },
+		{ S("5\r\nhello\r\r\n"), HTTP1_ERR_BAD_CHUNK_END },
+		{ S("5\r\nhello\r\n\r\n"), HTTP1_ERR_BAD_CHUNK_SIZE },
+		{ S("10000000000000000\r\n"), HTTP1_ERR_CHUNK_SIZE_OVERFLOW },
+		{ S("4000000000000001\r\n"), HTTP1_ERR_CHUNK_SIZE_OVERFLOW },
+		{ S("FFFFFFFFFFFFFFFFF\r\n"), HTTP1_ERR_CHUNK_SIZE_OVERFLOW },
+		{ S("5;\r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5 \r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5 x\r\nhello\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;=a\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a=\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a \r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a b\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a=b c\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a=b \r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a@b\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a=b@\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a=\"x\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a=\"\x01\"\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a=\"\\\x01\"\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a=\"x\"y\r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a=\"x\" \r\n"), HTTP1_ERR_BAD_CHUNK_EXT },
+		{ S("5;a\n"), HTTP1_ERR_BAD_LINE_ENDING },
+		{ S("0\r\nBad Name: x\r\n\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\nA : b\r\n\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\n x\r\n\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\nA: b\r\n c\r\n\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\nA: \x01\r\n\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\nA: \0\r\n\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\nA: b\n\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\nA: b\rc\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\nNoColon\r\n\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\n:x\r\n\r\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\n\n"), HTTP1_ERR_BAD_TRAILER },
+		{ S("0\r\n\rx"), HTTP1_ERR_BAD_TRAILER },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -1280,8 +1334,8 @@ static void test_chunked_errors(void **state)
 		test_decode(cases[i].body, cases[i].len, 0, 1024, &whole);
 		test_decode(cases[i].body, cases[i].len, 1, 1024, &bytes);
 		if (whole.last != HTTP1_CHUNK_ERROR || whole.error != cases[i].error)
-			fail_msg("case %zu: step %d error %d (%s), want %d", i, whole.last, whole.error,
-				 http1_error_text(whole.error), cases[i].error);
+			fail_msg("case %zu: step %d error %d (%s), want %d", i, whole.last,
+				 whole.error, http1_error_text(whole.error), cases[i].error);
 		assert_int_equal(bytes.last, HTTP1_CHUNK_ERROR);
 		assert_int_equal(bytes.error, whole.error);
 	}
@@ -1347,7 +1401,8 @@ static void test_chunked_sticky_error(void **state)
 	size_t n;
 
 	http1_chunked_init(&dec, 0);
-	assert_int_equal(http1_chunked_step(&dec, S("5\r\nhello"), &n, &error), HTTP1_CHUNK_FRAMING);
+	assert_int_equal(http1_chunked_step(&dec, S("5\r\nhello"), &n, &error),
+			 HTTP1_CHUNK_FRAMING);
 	assert_int_equal(http1_chunked_step(&dec, S("hello"), &n, &error), HTTP1_CHUNK_DATA);
 	assert_int_equal(http1_chunked_step(&dec, S("\r\nz"), &n, &error), HTTP1_CHUNK_ERROR);
 	assert_int_equal(error, HTTP1_ERR_BAD_CHUNK_SIZE);

@@ -156,7 +156,8 @@ static void test_head_table(void **state)
 		{ &test_gcs, "POST", "/o", "IF-MATCH:\r\n", false, IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o", "X-Goog-If-Generation-Match: 5\r\n", true,
 		  IDEMPOTENCY_YES },
-		{ &test_gcs, "POST", "/o", "A: 1\r\nB: 2\r\nIf-Match: *\r\n", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o", "A: 1\r\nB: 2\r\nIf-Match: *\r\n", false,
+		  IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o", "If-None-Match: x\r\n", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o", "If-Matches: x\r\n", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o", "X-If-Match: x\r\n", false, IDEMPOTENCY_NO },
@@ -187,13 +188,14 @@ static void test_head_table(void **state)
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		enum idempotency_verdict verdict =
-			test_decide(cases[i].idem, cases[i].method, cases[i].target, cases[i].headers,
-				    cases[i].has_body);
+			test_decide(cases[i].idem, cases[i].method, cases[i].target,
+				    cases[i].headers, cases[i].has_body);
 
 		if (verdict != cases[i].verdict)
-			fail_msg("case %zu: %s %s [%s] body=%d: %s, expected %s", i, cases[i].method,
-				 cases[i].target, cases[i].headers, cases[i].has_body,
-				 test_verdict_name(verdict), test_verdict_name(cases[i].verdict));
+			fail_msg("case %zu: %s %s [%s] body=%d: %s, expected %s", i,
+				 cases[i].method, cases[i].target, cases[i].headers,
+				 cases[i].has_body, test_verdict_name(verdict),
+				 test_verdict_name(cases[i].verdict));
 	}
 }
 
@@ -209,12 +211,12 @@ static void test_head_without_parts(void **state)
 	/* counted strings: only method_len and query_len bytes count */
 	assert_int_equal(idempotency_check_head(&test_gcs, "GETX", 3, NULL, 0, NULL, false),
 			 IDEMPOTENCY_YES);
-	assert_int_equal(idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatchX", 17,
-						NULL, false),
-			 IDEMPOTENCY_YES);
-	assert_int_equal(idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatch", 16,
-						NULL, false),
-			 IDEMPOTENCY_NO);
+	assert_int_equal(
+		idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatchX", 17, NULL, false),
+		IDEMPOTENCY_YES);
+	assert_int_equal(
+		idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatch", 16, NULL, false),
+		IDEMPOTENCY_NO);
 }
 
 static void test_has_json_field(void **state)
@@ -267,8 +269,10 @@ static void test_json_table(void **state)
 		{ &test_gcs, "   ", false },
 		/* brackets inside strings do not count as nesting */
 		{ &test_gcs,
-		  "{\"etag\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\","
-		  "\"q\":\"\\\"{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{\"}",
+		  "{\"etag\":\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+		  "\","
+		  "\"q\":\"\\\"{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{"
+		  "\"}",
 		  true },
 		{ &test_json_only, "{\"etag\":\"x\"}", true },
 		{ &test_no_json, "{\"etag\":\"x\"}", false },
@@ -359,12 +363,9 @@ static void test_json_size(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_head_table),
-		cmocka_unit_test(test_head_without_parts),
-		cmocka_unit_test(test_has_json_field),
-		cmocka_unit_test(test_json_table),
-		cmocka_unit_test(test_json_counted),
-		cmocka_unit_test(test_json_depth),
+		cmocka_unit_test(test_head_table),     cmocka_unit_test(test_head_without_parts),
+		cmocka_unit_test(test_has_json_field), cmocka_unit_test(test_json_table),
+		cmocka_unit_test(test_json_counted),   cmocka_unit_test(test_json_depth),
 		cmocka_unit_test(test_json_size),
 	};
 

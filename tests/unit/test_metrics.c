@@ -27,7 +27,8 @@
 /* The page for test_metrics_scenario(), as rendered by the string-keyed
  * metrics_gave_up/metrics_upstream_error this API replaced. */
 static const char *const test_golden[] = {
-	"# HELP retryproxy_requests_total Final responses sent to clients, by route and status code.",
+	"# HELP retryproxy_requests_total Final responses sent to clients, by route and status "
+	"code.",
 	"# TYPE retryproxy_requests_total counter",
 	"retryproxy_requests_total{route=\"api\",code=\"200\"} 2",
 	"retryproxy_requests_total{route=\"api\",code=\"404\"} 1",
@@ -37,7 +38,8 @@ static const char *const test_golden[] = {
 	"# TYPE retryproxy_tries_total counter",
 	"retryproxy_tries_total{route=\"api\"} 3",
 	"retryproxy_tries_total{route=\"we\\\"ird\\\\route\\n\"} 1",
-	"# HELP retryproxy_retries_total Retries scheduled, by route and the cause of the failed try.",
+	"# HELP retryproxy_retries_total Retries scheduled, by route and the cause of the failed "
+	"try.",
 	"# TYPE retryproxy_retries_total counter",
 	"retryproxy_retries_total{route=\"api\",cause=\"status\"} 2",
 	"retryproxy_retries_total{route=\"api\",cause=\"connect\"} 1",
@@ -47,7 +49,8 @@ static const char *const test_golden[] = {
 	"retryproxy_retries_total{route=\"we\\\"ird\\\\route\\n\",cause=\"connect\"} 0",
 	"retryproxy_retries_total{route=\"we\\\"ird\\\\route\\n\",cause=\"reset\"} 0",
 	"retryproxy_retries_total{route=\"we\\\"ird\\\\route\\n\",cause=\"timeout\"} 1",
-	"# HELP retryproxy_retries_given_up_total Requests whose retrying stopped short, by route and reason.",
+	"# HELP retryproxy_retries_given_up_total Requests whose retrying stopped short, by route "
+	"and reason.",
 	"# TYPE retryproxy_retries_given_up_total counter",
 	"retryproxy_retries_given_up_total{route=\"api\",reason=\"attempts\"} 2",
 	"retryproxy_retries_given_up_total{route=\"api\",reason=\"deadline\"} 1",
@@ -57,14 +60,18 @@ static const char *const test_golden[] = {
 	"retryproxy_retries_given_up_total{route=\"api\",reason=\"budget\"} 0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"attempts\"} 0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"deadline\"} 0",
-	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"not_idempotent\"} 0",
-	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"body_too_large\"} 0",
-	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"client_gone\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"not_"
+	"idempotent\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"body_too_"
+	"large\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"client_gone\"} "
+	"0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"budget\"} 1",
 	"# HELP retryproxy_backoff_pending Requests waiting on a backoff timer now.",
 	"# TYPE retryproxy_backoff_pending gauge",
 	"retryproxy_backoff_pending 3",
-	"# HELP retryproxy_request_duration_seconds Whole request duration, retries and backoff included.",
+	"# HELP retryproxy_request_duration_seconds Whole request duration, retries and backoff "
+	"included.",
 	"# TYPE retryproxy_request_duration_seconds histogram",
 	"retryproxy_request_duration_seconds_bucket{le=\"0.005\"} 1",
 	"retryproxy_request_duration_seconds_bucket{le=\"0.01\"} 1",
@@ -227,12 +234,13 @@ static void test_metrics_empty(void **state)
 	char *text = test_render(m, &gauges);
 
 	/* every error kind is listed at 0 before anything happened, in order */
-	assert_true(strstr(text, "retryproxy_upstream_errors_total{kind=\"dns\"} 0\n"
-				 "retryproxy_upstream_errors_total{kind=\"connect\"} 0\n"
-				 "retryproxy_upstream_errors_total{kind=\"tls\"} 0\n"
-				 "retryproxy_upstream_errors_total{kind=\"reset\"} 0\n"
-				 "retryproxy_upstream_errors_total{kind=\"timeout\"} 0\n"
-				 "retryproxy_upstream_errors_total{kind=\"malformed\"} 0\n") != NULL);
+	assert_true(strstr(text,
+			   "retryproxy_upstream_errors_total{kind=\"dns\"} 0\n"
+			   "retryproxy_upstream_errors_total{kind=\"connect\"} 0\n"
+			   "retryproxy_upstream_errors_total{kind=\"tls\"} 0\n"
+			   "retryproxy_upstream_errors_total{kind=\"reset\"} 0\n"
+			   "retryproxy_upstream_errors_total{kind=\"timeout\"} 0\n"
+			   "retryproxy_upstream_errors_total{kind=\"malformed\"} 0\n") != NULL);
 	test_line(text, "# TYPE retryproxy_retries_given_up_total counter");
 	/* per-route series appear only once a route counted something */
 	assert_null(strstr(text, "route=\""));
@@ -267,7 +275,8 @@ static void test_metrics_gave_up_by_reason(void **state)
 		for (int other = RETRY_GIVE_UP_ATTEMPTS; other < RETRY_GIVE_UP_COUNT; other++) {
 			char line[128];
 
-			snprintf(line, sizeof(line), lines[other - 1], other == reason ? reason : 0);
+			snprintf(line, sizeof(line), lines[other - 1],
+				 other == reason ? reason : 0);
 			test_line(text, line);
 		}
 		free(text);
@@ -290,8 +299,8 @@ static void test_metrics_gave_up_none_makes_no_route(void **state)
 
 static void test_metrics_error_kinds(void **state)
 {
-	static const char *const kinds[] = { "dns", "connect", "tls", "reset", "timeout",
-					     "malformed" };
+	static const char *const kinds[] = { "dns",   "connect", "tls",
+					     "reset", "timeout", "malformed" };
 	struct metrics_gauges gauges = { 0, 0, 0 };
 
 	/* each outcome counts once under its own kind and nowhere else */
@@ -307,14 +316,15 @@ static void test_metrics_error_kinds(void **state)
 			bool mine = kind != NULL && strcmp(kind, kinds[k]) == 0;
 			char line[128];
 
-			snprintf(line, sizeof(line), "retryproxy_upstream_errors_total{kind=\"%s\"} %d",
-				 kinds[k], mine ? 1 : 0);
+			snprintf(line, sizeof(line),
+				 "retryproxy_upstream_errors_total{kind=\"%s\"} %d", kinds[k],
+				 mine ? 1 : 0);
 			test_line(text, line);
 			listed |= mine;
 		}
 		if (!listed)
-			fail_msg("%s: kind %s is not rendered", try_outcome_name((enum try_outcome)o),
-				 kind);
+			fail_msg("%s: kind %s is not rendered",
+				 try_outcome_name((enum try_outcome)o), kind);
 		free(text);
 		metrics_free(m);
 	}

@@ -152,8 +152,9 @@ static void test_draws(const struct retry_policy *policy, unsigned n, uint64_t l
 		uint64_t wait = retry_backoff_ms(policy, n, rng);
 
 		if (wait < lo || wait > hi)
-			fail_msg("n=%u: wait %llu outside [%llu, %llu]", n, (unsigned long long)wait,
-				 (unsigned long long)lo, (unsigned long long)hi);
+			fail_msg("n=%u: wait %llu outside [%llu, %llu]", n,
+				 (unsigned long long)wait, (unsigned long long)lo,
+				 (unsigned long long)hi);
 		low = wait < low ? wait : low;
 		high = wait > high ? wait : high;
 		at_max += wait == policy->max_backoff_ms;
@@ -188,13 +189,13 @@ static void test_backoff_jitter_duration(void **state)
 		uint64_t max;
 		uint64_t jitter;
 	} cases[] = {
-		{ 100, 2, 1, 30000, 1000 },   /* n 0..8 uncapped, 9 and 10 at the cap */
-		{ 1000, 2, 1, 20000, 5000 },  /* n 4 cut by the cap, 5.. at it */
-		{ 1024, 3, 2, 60000, 250 },   /* 1.5: 1024 * 1.5^10 = 59049, never capped */
-		{ 500, 1, 1, 10000, 0 },      /* no jitter: exactly the base */
-		{ 1000, 2, 1, 32000, 0 },     /* no jitter, doubling up to the cap */
-		{ 0, 2, 1, 1000, 300 },       /* no backoff: jitter alone */
-		{ 1000, 3, 1, 1000, 500 },    /* initial == max: always max */
+		{ 100, 2, 1, 30000, 1000 },  /* n 0..8 uncapped, 9 and 10 at the cap */
+		{ 1000, 2, 1, 20000, 5000 }, /* n 4 cut by the cap, 5.. at it */
+		{ 1024, 3, 2, 60000, 250 },  /* 1.5: 1024 * 1.5^10 = 59049, never capped */
+		{ 500, 1, 1, 10000, 0 },     /* no jitter: exactly the base */
+		{ 1000, 2, 1, 32000, 0 },    /* no jitter, doubling up to the cap */
+		{ 0, 2, 1, 1000, 300 },	     /* no backoff: jitter alone */
+		{ 1000, 3, 1, 1000, 500 },   /* initial == max: always max */
 	};
 	struct retry_rng rng;
 
@@ -226,11 +227,9 @@ static void test_backoff_full_jitter(void **state)
 		unsigned den;
 		uint64_t max;
 	} cases[] = {
-		{ 100, 2, 1, 30000 },
-		{ 1000, 3, 1, 50000 },
-		{ 1024, 3, 2, 60000 },
-		{ 1, 2, 1, 300000 }, /* n = 0: uniform over {0, 1} */
-		{ 0, 2, 1, 1000 },   /* always 0 */
+		{ 100, 2, 1, 30000 },  { 1000, 3, 1, 50000 },
+		{ 1024, 3, 2, 60000 }, { 1, 2, 1, 300000 }, /* n = 0: uniform over {0, 1} */
+		{ 0, 2, 1, 1000 },			    /* always 0 */
 	};
 	struct retry_rng rng;
 
@@ -261,30 +260,30 @@ static void test_backoff_saturation(void **state)
 	} cases[] = {
 		{ 1000, 2, 32000, 5, 32000 },
 		{ 1000, 2, 32000, 6, 32000 },
-		{ 1000, 2, 32000, 64, 32000 },        /* 2^64 would wrap a uint64_t */
-		{ 1000, 2, 32000, 1100, 32000 },      /* 2^1100 is +inf in double */
+		{ 1000, 2, 32000, 64, 32000 },	 /* 2^64 would wrap a uint64_t */
+		{ 1000, 2, 32000, 1100, 32000 }, /* 2^1100 is +inf in double */
 		{ 1000, 2, 32000, UINT_MAX, 32000 },
 		{ 1000, 1e300, 32000, 2, 32000 },
 		{ 1000, DBL_MAX, 32000, 1, 32000 },
-		{ 1000, 1, 32000, UINT_MAX, 1000 },   /* 1^n stays 1 */
-		{ 1000, 1.1, 32000, 1, 1100 },        /* 1100.0000000000002 rounds to 1100 */
+		{ 1000, 1, 32000, UINT_MAX, 1000 }, /* 1^n stays 1 */
+		{ 1000, 1.1, 32000, 1, 1100 },	    /* 1100.0000000000002 rounds to 1100 */
 		{ 1000, 1.5, 32000, 3, 3375 },
-		{ 3, 1.5, 100, 1, 5 },                /* 4.5 rounds half up */
-		{ 0, 1e300, 1000, UINT_MAX, 0 },      /* 0 x inf is not NaN here */
-		{ 1000, NAN, 32000, 3, 1000 },        /* cannot come from config; read as 1 */
-		{ 1000, 0.5, 32000, 3, 1000 },        /* below 1: read as 1 */
+		{ 3, 1.5, 100, 1, 5 },		 /* 4.5 rounds half up */
+		{ 0, 1e300, 1000, UINT_MAX, 0 }, /* 0 x inf is not NaN here */
+		{ 1000, NAN, 32000, 3, 1000 },	 /* cannot come from config; read as 1 */
+		{ 1000, 0.5, 32000, 3, 1000 },	 /* below 1: read as 1 */
 		{ UINT64_MAX, 2, UINT64_MAX, 3, UINT64_MAX },
 		{ UINT64_MAX - 10, 1, UINT64_MAX, 0, UINT64_MAX },
 		{ (uint64_t)1 << 62, 2, UINT64_MAX, 1, (uint64_t)1 << 63 },
 		{ (uint64_t)1 << 62, 2, UINT64_MAX, 2, UINT64_MAX },
-		{ 5000, 2, 1000, 0, 1000 },           /* initial over max: max */
+		{ 5000, 2, 1000, 0, 1000 }, /* initial over max: max */
 	};
 	struct retry_rng rng;
 
 	retry_rng_seed_with(&rng, 5);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct retry_policy policy = test_backoff_policy(cases[i].initial, cases[i].multiplier,
-								 cases[i].max, false, 0);
+		struct retry_policy policy = test_backoff_policy(
+			cases[i].initial, cases[i].multiplier, cases[i].max, false, 0);
 		uint64_t base = retry_backoff_base_ms(&policy, cases[i].n);
 
 		if (base != cases[i].base)
@@ -328,13 +327,13 @@ static void test_retry_on_status(void **state)
 		bool defaults;
 		bool explicit;
 	} cases[] = {
-		{ 500, true, true },  { 501, true, false }, { 502, true, true },
-		{ 503, true, true },  { 504, true, true },  { 599, true, false },
-		{ 404, false, true }, { 408, true, false }, { 429, true, true },
-		{ 200, false, false }, { 204, false, false }, { 301, false, false },
-		{ 400, false, false }, { 499, false, false }, { 100, false, false },
-		{ 600, false, false }, { 99, false, false }, { 0, false, false },
-		{ -1, false, false }, { 1000, false, false }, { INT_MAX, false, false },
+		{ 500, true, true },	   { 501, true, false },   { 502, true, true },
+		{ 503, true, true },	   { 504, true, true },	   { 599, true, false },
+		{ 404, false, true },	   { 408, true, false },   { 429, true, true },
+		{ 200, false, false },	   { 204, false, false },  { 301, false, false },
+		{ 400, false, false },	   { 499, false, false },  { 100, false, false },
+		{ 600, false, false },	   { 99, false, false },   { 0, false, false },
+		{ -1, false, false },	   { 1000, false, false }, { INT_MAX, false, false },
 		{ INT_MIN, false, false },
 	};
 
@@ -373,8 +372,8 @@ static void test_retry_on_failure(void **state)
 		{ RETRY_ON_RESET, false, true, false },
 		{ RETRY_ON_TIMEOUT, false, false, true },
 		{ RETRY_ON_CONNECT_FAILURE | RETRY_ON_TIMEOUT, true, false, true },
-		{ RETRY_ON_5XX | RETRY_ON_CONNECT_FAILURE | RETRY_ON_RESET | RETRY_ON_TIMEOUT, true, true,
-		  true },
+		{ RETRY_ON_5XX | RETRY_ON_CONNECT_FAILURE | RETRY_ON_RESET | RETRY_ON_TIMEOUT, true,
+		  true, true },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -461,12 +460,14 @@ static void test_retry_after_table(void **state)
 		{ "Sunday, 01-Jan-73 00:00:00 GMT", TEST_NOW_2023, 0, TEST_DAY_MS },
 		{ "Monday, 01-Jan-74 00:00:00 GMT", TEST_NOW_2023, 0, 0 },
 		{ "Wednesday, 15-Nov-23 22:13:19 GMT", TEST_NOW_2023, 0, TEST_DAY_MS - 1000 },
-		{ "Saturday, 01-Jan-00 00:00:00 GMT", (time_t)4102444800 - 120, 0, 120000 }, /* 2100 */
-		{ "Friday, 31-Dec-99 23:58:00 GMT", (time_t)4102444800 - 60, 0, 0 },       /* 2099 */
-		{ "Sunday, 01-Jan-50 00:00:00 GMT", (time_t)4102444800, 0, TEST_DAY_MS },   /* 2150 */
-		{ "Sunday, 01-Jan-51 00:00:00 GMT", (time_t)4102444800, 0, 0 },             /* 2051 */
-		{ "Sunday, 01-Jan-50 00:00:00 GMT", (time_t)4102444800 - 1, 0, 0 },         /* 2050 */
-		{ "Sunday, 01-Jan-49 00:00:00 GMT", (time_t)4102444800 - 1, 0, TEST_DAY_MS }, /* 2149 */
+		{ "Saturday, 01-Jan-00 00:00:00 GMT", (time_t)4102444800 - 120, 0,
+		  120000 },								  /* 2100 */
+		{ "Friday, 31-Dec-99 23:58:00 GMT", (time_t)4102444800 - 60, 0, 0 },	  /* 2099 */
+		{ "Sunday, 01-Jan-50 00:00:00 GMT", (time_t)4102444800, 0, TEST_DAY_MS }, /* 2150 */
+		{ "Sunday, 01-Jan-51 00:00:00 GMT", (time_t)4102444800, 0, 0 },		  /* 2051 */
+		{ "Sunday, 01-Jan-50 00:00:00 GMT", (time_t)4102444800 - 1, 0, 0 },	  /* 2050 */
+		{ "Sunday, 01-Jan-49 00:00:00 GMT", (time_t)4102444800 - 1, 0,
+		  TEST_DAY_MS }, /* 2149 */
 
 		/* the weekday is redundant: a wrong one is accepted */
 		{ "Mon, 14 Nov 2023 22:15:20 GMT", TEST_NOW_2023, 0, 120000 },
@@ -520,7 +521,8 @@ static void test_retry_after_table(void **state)
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint64_t ms = 0xdeadbeef;
-		int rc = retry_after_parse(cases[i].value, strlen(cases[i].value), cases[i].now, &ms);
+		int rc = retry_after_parse(cases[i].value, strlen(cases[i].value), cases[i].now,
+					   &ms);
 
 		if (rc != cases[i].rc)
 			fail_msg("\"%s\": rc %d, expected %d", cases[i].value, rc, cases[i].rc);
@@ -540,9 +542,8 @@ static void test_retry_after_counted(void **state)
 	assert_int_equal(retry_after_parse("12345", 2, TEST_NOW_2023, &ms), 0);
 	assert_true(ms == 12000);
 	assert_int_equal(retry_after_parse("12\0", 3, TEST_NOW_2023, &ms), -1);
-	assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:15:20 GMTxyz", 29, TEST_NOW_2023,
-					   &ms),
-			 0);
+	assert_int_equal(
+		retry_after_parse("Tue, 14 Nov 2023 22:15:20 GMTxyz", 29, TEST_NOW_2023, &ms), 0);
 	assert_true(ms == 120000);
 	assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:15:20 GM", 28, TEST_NOW_2023, &ms),
 			 -1);
@@ -560,20 +561,21 @@ static void test_round_trip(time_t t, const char *format)
 	assert_non_null(gmtime_r(&t, &tm));
 	assert_true(strftime(text, sizeof(text), format, &tm) > 0);
 	if (retry_after_parse(text, strlen(text), t - 5000, &ms) != 0 || ms != 5000000)
-		fail_msg("\"%s\" (t=%lld): got %llu ms", text, (long long)t, (unsigned long long)ms);
+		fail_msg("\"%s\" (t=%lld): got %llu ms", text, (long long)t,
+			 (unsigned long long)ms);
 }
 
 static void test_retry_after_calendar(void **state)
 {
 	static const time_t fixed[] = {
-		5000,        /* 1970-01-01 01:23:20 */
-		951782400,   /* 2000-02-29 00:00:00 */
-		951868799,   /* 2000-02-29 23:59:59 */
-		1078012800,  /* 2004-02-29 */
-		1704067199,  /* 2023-12-31 23:59:59 */
-		1704067200,  /* 2024-01-01 00:00:00 */
-		4107542400,  /* 2100-03-01 00:00:00, after a non-leap Feb */
-		4102444800,  /* 2100-01-01 */
+		5000,		      /* 1970-01-01 01:23:20 */
+		951782400,	      /* 2000-02-29 00:00:00 */
+		951868799,	      /* 2000-02-29 23:59:59 */
+		1078012800,	      /* 2004-02-29 */
+		1704067199,	      /* 2023-12-31 23:59:59 */
+		1704067200,	      /* 2024-01-01 00:00:00 */
+		4107542400,	      /* 2100-03-01 00:00:00, after a non-leap Feb */
+		4102444800,	      /* 2100-01-01 */
 		253402300799 - 86400, /* 9999-12-30 23:59:59 */
 	};
 	struct retry_rng rng;
@@ -629,8 +631,8 @@ static void test_give_up_names(void **state)
 {
 	/* the SPEC's label values, in the order /metrics lists them */
 	static const char *const names[] = {
-		NULL, "attempts", "deadline", "not_idempotent", "body_too_large", "client_gone",
-		"budget",
+		NULL,	       "attempts", "deadline", "not_idempotent", "body_too_large",
+		"client_gone", "budget",
 	};
 
 	assert_int_equal(sizeof(names) / sizeof(names[0]), RETRY_GIVE_UP_COUNT);
@@ -641,13 +643,13 @@ static void test_give_up_names(void **state)
 
 /* The policies the decision table runs under. */
 enum test_policy {
-	TEST_POLICY_DEFAULT,       /* 5xx, connect-failure, reset, timeout; honor Retry-After */
-	TEST_POLICY_NO_RESET,      /* 5xx, connect-failure, timeout */
-	TEST_POLICY_NO_TIMEOUT,    /* 5xx, connect-failure, reset */
-	TEST_POLICY_NO_CONNECT,    /* 5xx, reset, timeout */
-	TEST_POLICY_CODES,         /* 429, 503 and connect-failure: no 5xx flag */
-	TEST_POLICY_5XX_AND_429,   /* 5xx, 429 */
-	TEST_POLICY_IGNORE_AFTER,  /* the default with retry_after: ignore */
+	TEST_POLICY_DEFAULT,	  /* 5xx, connect-failure, reset, timeout; honor Retry-After */
+	TEST_POLICY_NO_RESET,	  /* 5xx, connect-failure, timeout */
+	TEST_POLICY_NO_TIMEOUT,	  /* 5xx, connect-failure, reset */
+	TEST_POLICY_NO_CONNECT,	  /* 5xx, reset, timeout */
+	TEST_POLICY_CODES,	  /* 429, 503 and connect-failure: no 5xx flag */
+	TEST_POLICY_5XX_AND_429,  /* 5xx, 429 */
+	TEST_POLICY_IGNORE_AFTER, /* the default with retry_after: ignore */
 };
 
 #define TEST_DEADLINE_MS 10000
@@ -698,17 +700,17 @@ struct test_decide_row {
 	enum test_policy policy;
 	enum try_outcome outcome;
 	int status;
-	bool unsafe;             /* not idempotent */
+	bool unsafe; /* not idempotent */
 	bool connecting;
 	bool is_connect;
 	bool body_streamed;
 	bool body_too_large;
 	bool response_started;
 	bool response_too_large;
-	unsigned attempts;       /* 0: 1 */
+	unsigned attempts; /* 0: 1 */
 	uint64_t elapsed_ms;
 	uint64_t retry_after_ms;
-	bool pending_full;       /* TEST_MAX_PENDING others pending; else one less */
+	bool pending_full; /* TEST_MAX_PENDING others pending; else one less */
 	bool budget_refuses;
 	bool upstream_down;
 	bool hold;
@@ -751,9 +753,9 @@ static const struct test_decide_row test_decide_rows[] = {
 	/* a status not in retry.on is final whatever else holds (callers rely on
 	 * that to skip gathering the other facts) */
 	{ "404 whatever else holds", .outcome = TRY_RESPONSE, .status = 404, .unsafe = true,
-	  .body_streamed = true, .body_too_large = true, .response_too_large = true,
-	  .attempts = 9, .elapsed_ms = 50000, .pending_full = true, .budget_refuses = true,
-	  .upstream_down = true, .hold = true, .kind = FINAL },
+	  .body_streamed = true, .body_too_large = true, .response_too_large = true, .attempts = 9,
+	  .elapsed_ms = 50000, .pending_full = true, .budget_refuses = true, .upstream_down = true,
+	  .hold = true, .kind = FINAL },
 
 	/* idempotent requests retry every failure in retry.on */
 	{ "dns", .outcome = TRY_DNS, .kind = RETRY, .wait_ms = 100 },
@@ -827,8 +829,7 @@ static const struct test_decide_row test_decide_rows[] = {
 
 	/* nothing is retried once the client saw bytes of a response */
 	{ "reset mid-response", .response_started = true, .outcome = TRY_RESET, .kind = FINAL },
-	{ "timeout mid-response", .response_started = true, .outcome = TRY_TIMEOUT,
-	  .kind = FINAL },
+	{ "timeout mid-response", .response_started = true, .outcome = TRY_TIMEOUT, .kind = FINAL },
 
 	/* a retryable response too large to keep passes on, noted */
 	{ "503 too large to keep", .outcome = TRY_RESPONSE, .status = 503,
@@ -851,9 +852,8 @@ static const struct test_decide_row test_decide_rows[] = {
 	{ "never sent, but the body is gone", .unsafe = true, .outcome = TRY_DNS,
 	  .body_streamed = true, .body_too_large = true, .kind = GIVE_UP,
 	  .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
-	{ "not idempotent comes first", .unsafe = true, .outcome = TRY_RESET,
-	  .body_streamed = true, .body_too_large = true, .kind = GIVE_UP,
-	  .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	{ "not idempotent comes first", .unsafe = true, .outcome = TRY_RESET, .body_streamed = true,
+	  .body_too_large = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
 
 	/* max_attempts, then the backoff for the try after this one */
 	{ "second try failed", .attempts = 2, .outcome = TRY_RESET, .kind = RETRY, .wait_ms = 200 },
@@ -888,8 +888,8 @@ static const struct test_decide_row test_decide_rows[] = {
 	{ "Retry-After past the deadline: answer now", .outcome = TRY_RESPONSE, .status = 503,
 	  .retry_after_ms = 20000, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_DEADLINE },
 	{ "Retry-After past what is left", .elapsed_ms = 6000, .outcome = TRY_RESPONSE,
-	  .status = 429, .policy = TEST_POLICY_5XX_AND_429, .retry_after_ms = 4001,
-	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_DEADLINE },
+	  .status = 429, .policy = TEST_POLICY_5XX_AND_429, .retry_after_ms = 4001, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_DEADLINE },
 	{ "retry_after: ignore", .policy = TEST_POLICY_IGNORE_AFTER, .outcome = TRY_RESPONSE,
 	  .status = 503, .retry_after_ms = 20000, .kind = RETRY, .wait_ms = 100 },
 	{ "Retry-After counts for responses only", .outcome = TRY_RESET, .retry_after_ms = 5000,
@@ -912,8 +912,8 @@ static const struct test_decide_row test_decide_rows[] = {
 	  .outcome = TRY_RESET, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
 
 	/* the pending-retries cap and the route's budget, last */
-	{ "pending retries at the cap", .pending_full = true, .outcome = TRY_RESET,
-	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_BUDGET },
+	{ "pending retries at the cap", .pending_full = true, .outcome = TRY_RESET, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_BUDGET },
 	{ "budget spent", .budget_refuses = true, .outcome = TRY_RESET, .kind = GIVE_UP,
 	  .reason = RETRY_GIVE_UP_BUDGET },
 	{ "budget spent on a 503", .budget_refuses = true, .outcome = TRY_RESPONSE, .status = 503,
@@ -931,8 +931,8 @@ static const struct test_decide_row test_decide_rows[] = {
 	  .outcome = TRY_STALE, .kind = RETRY, .immediate = true },
 	{ "stale with reset not in retry.on", .policy = TEST_POLICY_NO_RESET, .outcome = TRY_STALE,
 	  .kind = RETRY, .immediate = true },
-	{ "stale just before the deadline", .elapsed_ms = 9999, .outcome = TRY_STALE,
-	  .kind = RETRY, .immediate = true },
+	{ "stale just before the deadline", .elapsed_ms = 9999, .outcome = TRY_STALE, .kind = RETRY,
+	  .immediate = true },
 	/* ... unless it may not: then it is a reset like any other */
 	{ "stale at the deadline", .elapsed_ms = 10000, .outcome = TRY_STALE, .kind = GIVE_UP,
 	  .reason = RETRY_GIVE_UP_DEADLINE },
@@ -1009,8 +1009,8 @@ static void test_decide_table(void **state)
 			fail_msg("%s: got kind %d reason %d wait %llu immediate %d too_large %d "
 				 "cause %d",
 				 row->name, (int)v.kind, (int)v.reason,
-				 (unsigned long long)v.wait_ms,
-				 (int)v.immediate, (int)v.too_large, (int)v.cause);
+				 (unsigned long long)v.wait_ms, (int)v.immediate, (int)v.too_large,
+				 (int)v.cause);
 		/* the generator moves exactly as one backoff draw, or not at all */
 		if (test_decide_drew(&v))
 			retry_backoff_ms(&policy, facts.attempts - 1, &twin);

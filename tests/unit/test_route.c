@@ -223,12 +223,13 @@ static int test_destination(const struct config *config, const struct upstream_u
 {
 	static struct http1_head head;
 	static char buf[512];
-	const struct http1_limits limits = {.max_head_bytes = 4096, .max_target_bytes = 1024};
+	const struct http1_limits limits = { .max_head_bytes = 4096, .max_target_bytes = 1024 };
 	struct http1_framing framing;
 	enum http1_error error;
 	size_t len = (size_t)snprintf(buf, sizeof(buf), "%s\r\n", request);
 
-	assert_int_equal(http1_parse_request_head(buf, len, &limits, &head, &error), HTTP1_PARSE_DONE);
+	assert_int_equal(http1_parse_request_head(buf, len, &limits, &head, &error),
+			 HTTP1_PARSE_DONE);
 	assert_int_equal(http1_request_framing(&head, &framing, &error), 0);
 	reason[0] = '\0';
 	return route_destination(config, listener, &head.parsed_target, framing.host_name,
@@ -238,8 +239,9 @@ static int test_destination(const struct config *config, const struct upstream_u
 
 #define FORWARD NULL
 #define SIDECAR "http://127.0.0.1:9000"
-#define NO_UPSTREAM \
-	"origin-form request on a listener with no upstream (this is a forward proxy: send absolute-form)"
+#define NO_UPSTREAM                                                                          \
+	"origin-form request on a listener with no upstream (this is a forward proxy: send " \
+	"absolute-form)"
 
 /* Where each request goes, or why it is refused. */
 static void test_destinations(void **state)
@@ -248,71 +250,72 @@ static void test_destinations(void **state)
 		const char *listener;
 		const char *request;
 		int status;
-		const char *route;     /* when status is 0 */
+		const char *route; /* when status is 0 */
 		bool tls;
 		const char *host;
 		unsigned port;
 		const char *authority;
-		const char *reason;    /* when status is not 0 */
+		const char *reason; /* when status is not 0 */
 	} cases[] = {
 		/* forward: the absolute URI's host, if allow_hosts has it */
-		{FORWARD, "GET http://allowed.test/x HTTP/1.1\r\nHost: allowed.test\r\n", 0, "default",
-		 false, "allowed.test", 80, "allowed.test", NULL},
-		{FORWARD, "GET https://a.ok.test:8443 HTTP/1.1\r\nHost: a\r\n", 0, "default", true,
-		 "a.ok.test", 8443, "a.ok.test:8443", NULL},
-		{FORWARD, "GET http://ALLOWED.test./ HTTP/1.1\r\nHost: a\r\n", 0, "default", false,
-		 "ALLOWED.test.", 80, "ALLOWED.test.", NULL},
-		{FORWARD, "POST http://b.a.ok.test/upload/x HTTP/1.1\r\nHost: a\r\n", 0, "uploads", false,
-		 "b.a.ok.test", 80, "b.a.ok.test", NULL},
-		{FORWARD, "GET http://[::1]:8080/ HTTP/1.1\r\nHost: a\r\n", 0, "default", false, "::1",
-		 8080, "[::1]:8080", NULL},
-		{FORWARD, "GET http://evil.test/ HTTP/1.1\r\nHost: allowed.test\r\n", 403, NULL, false,
-		 NULL, 0, NULL, "host evil.test not allowed by access.allow_hosts"},
-		{FORWARD, "GET http://ok.test/ HTTP/1.1\r\nHost: a\r\n", 403, NULL, false, NULL, 0, NULL,
-		 "host ok.test not allowed by access.allow_hosts"},
-		{FORWARD, "GET http://evilok.test/ HTTP/1.1\r\nHost: a\r\n", 403, NULL, false, NULL, 0,
-		 NULL, "host evilok.test not allowed by access.allow_hosts"},
-		{FORWARD, "GET http://allowed.test.evil/ HTTP/1.1\r\nHost: a\r\n", 403, NULL, false, NULL,
-		 0, NULL, "host allowed.test.evil not allowed by access.allow_hosts"},
+		{ FORWARD, "GET http://allowed.test/x HTTP/1.1\r\nHost: allowed.test\r\n", 0,
+		  "default", false, "allowed.test", 80, "allowed.test", NULL },
+		{ FORWARD, "GET https://a.ok.test:8443 HTTP/1.1\r\nHost: a\r\n", 0, "default", true,
+		  "a.ok.test", 8443, "a.ok.test:8443", NULL },
+		{ FORWARD, "GET http://ALLOWED.test./ HTTP/1.1\r\nHost: a\r\n", 0, "default", false,
+		  "ALLOWED.test.", 80, "ALLOWED.test.", NULL },
+		{ FORWARD, "POST http://b.a.ok.test/upload/x HTTP/1.1\r\nHost: a\r\n", 0, "uploads",
+		  false, "b.a.ok.test", 80, "b.a.ok.test", NULL },
+		{ FORWARD, "GET http://[::1]:8080/ HTTP/1.1\r\nHost: a\r\n", 0, "default", false,
+		  "::1", 8080, "[::1]:8080", NULL },
+		{ FORWARD, "GET http://evil.test/ HTTP/1.1\r\nHost: allowed.test\r\n", 403, NULL,
+		  false, NULL, 0, NULL, "host evil.test not allowed by access.allow_hosts" },
+		{ FORWARD, "GET http://ok.test/ HTTP/1.1\r\nHost: a\r\n", 403, NULL, false, NULL, 0,
+		  NULL, "host ok.test not allowed by access.allow_hosts" },
+		{ FORWARD, "GET http://evilok.test/ HTTP/1.1\r\nHost: a\r\n", 403, NULL, false,
+		  NULL, 0, NULL, "host evilok.test not allowed by access.allow_hosts" },
+		{ FORWARD, "GET http://allowed.test.evil/ HTTP/1.1\r\nHost: a\r\n", 403, NULL,
+		  false, NULL, 0, NULL,
+		  "host allowed.test.evil not allowed by access.allow_hosts" },
 		/* the URI's host is matched, not Host */
-		{FORWARD, "GET http://allowed.test/ HTTP/1.1\r\nHost: svc.local\r\n", 0, "default",
-		 false, "allowed.test", 80, "allowed.test", NULL},
+		{ FORWARD, "GET http://allowed.test/ HTTP/1.1\r\nHost: svc.local\r\n", 0, "default",
+		  false, "allowed.test", 80, "allowed.test", NULL },
 		/* a route's upstream decides: allow_hosts is not asked */
-		{FORWARD, "GET http://svc.local/p HTTP/1.1\r\nHost: a\r\n", 0, "svc", true,
-		 "2001:db8::1", 9443, "[2001:db8::1]:9443", NULL},
+		{ FORWARD, "GET http://svc.local/p HTTP/1.1\r\nHost: a\r\n", 0, "svc", true,
+		  "2001:db8::1", 9443, "[2001:db8::1]:9443", NULL },
 		/* origin-form on a forward listener: only a route's upstream serves */
-		{FORWARD, "GET /p HTTP/1.1\r\nHost: svc.local\r\n", 0, "svc", true, "2001:db8::1", 9443,
-		 "[2001:db8::1]:9443", NULL},
-		{FORWARD, "GET /p HTTP/1.1\r\nHost: allowed.test\r\n", 400, NULL, false, NULL, 0, NULL,
-		 NO_UPSTREAM},
-		{FORWARD, "OPTIONS * HTTP/1.1\r\nHost: allowed.test\r\n", 400, NULL, false, NULL, 0, NULL,
-		 NO_UPSTREAM},
+		{ FORWARD, "GET /p HTTP/1.1\r\nHost: svc.local\r\n", 0, "svc", true, "2001:db8::1",
+		  9443, "[2001:db8::1]:9443", NULL },
+		{ FORWARD, "GET /p HTTP/1.1\r\nHost: allowed.test\r\n", 400, NULL, false, NULL, 0,
+		  NULL, NO_UPSTREAM },
+		{ FORWARD, "OPTIONS * HTTP/1.1\r\nHost: allowed.test\r\n", 400, NULL, false, NULL,
+		  0, NULL, NO_UPSTREAM },
 		/* sidecar: the route's upstream, else the listener's; Host only matches */
-		{SIDECAR, "GET /p HTTP/1.1\r\nHost: evil.test\r\n", 0, "default", false, "127.0.0.1",
-		 9000, "127.0.0.1:9000", NULL},
-		{SIDECAR, "GET /p HTTP/1.1\r\nHost: SVC.local:8080\r\n", 0, "svc", true, "2001:db8::1",
-		 9443, "[2001:db8::1]:9443", NULL},
-		{SIDECAR, "PUT /upload/a HTTP/1.1\r\nHost: x\r\n", 0, "uploads", false, "127.0.0.1", 9000,
-		 "127.0.0.1:9000", NULL},
-		{SIDECAR, "OPTIONS * HTTP/1.1\r\nHost: x\r\n", 0, "default", false, "127.0.0.1", 9000,
-		 "127.0.0.1:9000", NULL},
-		{SIDECAR, "GET /p HTTP/1.0\r\n", 0, "default", false, "127.0.0.1", 9000, "127.0.0.1:9000",
-		 NULL},
+		{ SIDECAR, "GET /p HTTP/1.1\r\nHost: evil.test\r\n", 0, "default", false,
+		  "127.0.0.1", 9000, "127.0.0.1:9000", NULL },
+		{ SIDECAR, "GET /p HTTP/1.1\r\nHost: SVC.local:8080\r\n", 0, "svc", true,
+		  "2001:db8::1", 9443, "[2001:db8::1]:9443", NULL },
+		{ SIDECAR, "PUT /upload/a HTTP/1.1\r\nHost: x\r\n", 0, "uploads", false,
+		  "127.0.0.1", 9000, "127.0.0.1:9000", NULL },
+		{ SIDECAR, "OPTIONS * HTTP/1.1\r\nHost: x\r\n", 0, "default", false, "127.0.0.1",
+		  9000, "127.0.0.1:9000", NULL },
+		{ SIDECAR, "GET /p HTTP/1.0\r\n", 0, "default", false, "127.0.0.1", 9000,
+		  "127.0.0.1:9000", NULL },
 		/* an absolute-form request on a sidecar listener still goes to its URI */
-		{SIDECAR, "GET http://a.ok.test/ HTTP/1.1\r\nHost: a\r\n", 0, "default", false,
-		 "a.ok.test", 80, "a.ok.test", NULL},
-		{SIDECAR, "GET http://evil.test/ HTTP/1.1\r\nHost: a\r\n", 403, NULL, false, NULL, 0, NULL,
-		 "host evil.test not allowed by access.allow_hosts"},
+		{ SIDECAR, "GET http://a.ok.test/ HTTP/1.1\r\nHost: a\r\n", 0, "default", false,
+		  "a.ok.test", 80, "a.ok.test", NULL },
+		{ SIDECAR, "GET http://evil.test/ HTTP/1.1\r\nHost: a\r\n", 403, NULL, false, NULL,
+		  0, NULL, "host evil.test not allowed by access.allow_hosts" },
 		/* CONNECT: where the client asked, on any listener, even when its route
 		 * has an upstream; allow_hosts always applies */
-		{FORWARD, "CONNECT a.ok.test:443 HTTP/1.1\r\nHost: a.ok.test:443\r\n", 0, "default", false,
-		 "a.ok.test", 443, "a.ok.test:443", NULL},
-		{SIDECAR, "CONNECT [::1]:8443 HTTP/1.1\r\nHost: x\r\n", 0, "default", false, "::1", 8443,
-		 "[::1]:8443", NULL},
-		{SIDECAR, "CONNECT svc.local:443 HTTP/1.1\r\nHost: svc.local\r\n", 403, NULL, false, NULL,
-		 0, NULL, "host svc.local not allowed by access.allow_hosts"},
-		{FORWARD, "CONNECT evil.test:443 HTTP/1.1\r\nHost: allowed.test\r\n", 403, NULL, false,
-		 NULL, 0, NULL, "host evil.test not allowed by access.allow_hosts"},
+		{ FORWARD, "CONNECT a.ok.test:443 HTTP/1.1\r\nHost: a.ok.test:443\r\n", 0,
+		  "default", false, "a.ok.test", 443, "a.ok.test:443", NULL },
+		{ SIDECAR, "CONNECT [::1]:8443 HTTP/1.1\r\nHost: x\r\n", 0, "default", false, "::1",
+		  8443, "[::1]:8443", NULL },
+		{ SIDECAR, "CONNECT svc.local:443 HTTP/1.1\r\nHost: svc.local\r\n", 403, NULL,
+		  false, NULL, 0, NULL, "host svc.local not allowed by access.allow_hosts" },
+		{ FORWARD, "CONNECT evil.test:443 HTTP/1.1\r\nHost: allowed.test\r\n", 403, NULL,
+		  false, NULL, 0, NULL, "host evil.test not allowed by access.allow_hosts" },
 	};
 	struct config *config = test_config(test_destinations_config);
 	struct upstream_url sidecar;
@@ -327,7 +330,8 @@ static void test_destinations(void **state)
 					      cases[i].request, &dest, reason, sizeof(reason));
 
 		if (status != cases[i].status)
-			fail_msg("case %zu (%s): status %d (%s)", i, cases[i].request, status, reason);
+			fail_msg("case %zu (%s): status %d (%s)", i, cases[i].request, status,
+				 reason);
 		if (status != 0) {
 			assert_string_equal(reason, cases[i].reason);
 			continue;
@@ -340,7 +344,8 @@ static void test_destinations(void **state)
 			fail_msg("case %zu: host %.*s", i, (int)dest.host_len, dest.host);
 		if (dest.authority_len != strlen(cases[i].authority) ||
 		    memcmp(dest.authority, cases[i].authority, dest.authority_len) != 0)
-			fail_msg("case %zu: authority %.*s", i, (int)dest.authority_len, dest.authority);
+			fail_msg("case %zu: authority %.*s", i, (int)dest.authority_len,
+				 dest.authority);
 	}
 	config_values_url_free(&sidecar);
 	config_release(config);
@@ -355,11 +360,13 @@ static void test_destination_allow_all_and_long_host(void **state)
 	char reason[400];
 	char want[300];
 
-	assert_int_equal(test_destination(config, FORWARD, "GET http://any.test/ HTTP/1.1\r\nHost: a\r\n",
-					  &dest, reason, sizeof(reason)),
+	assert_int_equal(test_destination(config, FORWARD,
+					  "GET http://any.test/ HTTP/1.1\r\nHost: a\r\n", &dest,
+					  reason, sizeof(reason)),
 			 0);
-	assert_int_equal(test_destination(config, FORWARD, "CONNECT any.test:1 HTTP/1.1\r\nHost: a\r\n",
-					  &dest, reason, sizeof(reason)),
+	assert_int_equal(test_destination(config, FORWARD,
+					  "CONNECT any.test:1 HTTP/1.1\r\nHost: a\r\n", &dest,
+					  reason, sizeof(reason)),
 			 0);
 	config_release(config);
 
