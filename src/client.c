@@ -19,6 +19,7 @@
 #include "http1.h"
 #include "log.h"
 #include "proxy.h"
+#include "registry.h"
 #include "reply.h"
 #include "tunnel.h"
 #include "xmalloc.h"
@@ -54,7 +55,7 @@ struct client {
 		struct sockaddr_in6 sin6;
 	} peer_addr;
 	char peer[INET6_ADDRSTRLEN + 8];
-	LIST_ENTRY(client) link;
+	struct registry_entry entry; /* in proxy->registry */
 };
 
 /* The connection closes after the current request whatever the client asked
@@ -69,7 +70,7 @@ static bool client_closing_after_request(void *arg)
 /* Release everything; the connection only when still ours. */
 static void client_free(struct client *client)
 {
-	LIST_REMOVE(client, link);
+	registry_remove(&client->entry);
 	if (client->conn != NULL)
 		conn_free(client->conn);
 	config_release(client->config);
@@ -355,7 +356,7 @@ static void client_exchange_tunnel(struct client *client, struct conn *upstream)
 	uint64_t idle_ms = client->config->limits.tunnel_idle_timeout_ms;
 
 	client->conn = NULL;
-	LIST_REMOVE(client, link);
+	registry_remove(&client->entry);
 	config_release(client->config);
 	free(client);
 	/* the tunnel takes over the connection, and its place among those
@@ -410,41 +411,52 @@ static struct exchange_owner client_exchange_owner(struct client *client)
 	return owner;
 }
 
-void client_close_idle(struct proxy *proxy)
+/* Waiting for a request, with nothing of one read yet. */
+static bool client_idle(const struct client *client)
 {
-	struct client *client = LIST_FIRST(&proxy->clients);
+	return client->state == CLIENT_READING_HEAD && client->conn != NULL &&
+	       conn_input_length(client->conn) == 0;
+}
 
-	while (client != NULL) {
-		struct client *next = LIST_NEXT(client, link);
+/* A drain begins: an idle connection closes now. */
+static void client_close_if_idle(void *self)
+{
+	struct client *client = self;
 
-		if (client->state == CLIENT_READING_HEAD && client->conn != NULL &&
-		    conn_input_length(client->conn) == 0)
-			client_close(client, "draining");
-		client = next;
+	if (client_idle(client))
+		client_close(client, "draining");
+}
+
+/* The live config changed (reload). The connection takes it at its next
+ * request; if its listener's address is gone it closes now when idle, or
+ * after its current request. */
+static void client_config_changed(void *self)
+{
+	struct client *client = self;
+	const struct config *live = client->proxy->config;
+
+	if (client_find_listener(live, client->listen) == NULL) {
+		client->listener_gone = true;
+		if (client_idle(client))
+			client_close(client, "its listener was removed by a reload");
+	} else if (client_idle(client) &&
+		   !client_allowed(live, (const struct sockaddr *)&client->peer_addr)) {
+		/* its next request would get a 403 */
+		client_close(client, "no longer in access.allow_clients");
 	}
 }
 
-void client_config_changed(struct proxy *proxy)
+/* Close, for the registry (shutdown, drain timeout). */
+static void client_close_cb(void *self, const char *reason)
 {
-	struct client *client = LIST_FIRST(&proxy->clients);
-
-	while (client != NULL) {
-		struct client *next = LIST_NEXT(client, link);
-		bool idle = client->state == CLIENT_READING_HEAD && client->conn != NULL &&
-			    conn_input_length(client->conn) == 0;
-
-		if (client_find_listener(proxy->config, client->listen) == NULL) {
-			client->listener_gone = true;
-			if (idle)
-				client_close(client, "its listener was removed by a reload");
-		} else if (idle && !client_allowed(proxy->config,
-						   (const struct sockaddr *)&client->peer_addr)) {
-			/* its next request would get a 403 */
-			client_close(client, "no longer in access.allow_clients");
-		}
-		client = next;
-	}
+	client_close(self, reason);
 }
+
+static const struct registry_ops client_registry_ops = {
+	.close = client_close_cb,
+	.close_if_idle = client_close_if_idle,
+	.config_changed = client_config_changed,
+};
 
 /* Is the peer inside access.allow_clients? */
 static bool client_allowed(const struct config *config, const struct sockaddr *peer)
@@ -530,7 +542,7 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 	client_format_peer(peer, client->peer, sizeof(client->peer));
 	client->conn = conn_new(proxy->loop, fd);
 	client->state = CLIENT_READING_HEAD;
-	LIST_INSERT_HEAD(&proxy->clients, client, link);
+	registry_add(&proxy->registry, &client->entry, &client_registry_ops, client);
 	if (input_high < CLIENT_INPUT_MIN_HIGH)
 		input_high = CLIENT_INPUT_MIN_HIGH;
 	/* bounded input: a client cannot make the proxy buffer more than this */

@@ -23,14 +23,6 @@ struct client;
 void client_new(struct proxy *proxy, struct config *config, const struct listener_config *listen,
 		evutil_socket_t fd, const struct sockaddr *peer, socklen_t peer_len);
 
-/* The live config changed (reload). Connections take it at their next
- * request; those whose listener address it no longer has close now if idle,
- * or after their current request. */
-void client_config_changed(struct proxy *proxy);
-
-/* Close every idle client connection (drain). */
-void client_close_idle(struct proxy *proxy);
-
 /* Close a client connection now, for any state (drain timeout, shutdown). */
 void client_close(struct client *client, const char *reason);
 

@@ -8,7 +8,6 @@
 #include <event2/event.h>
 
 #include "admin.h"
-#include "client.h"
 #include "conn.h"
 #include "exchange.h"
 #include "listener.h"
@@ -18,7 +17,6 @@
 #include "retry_budget.h"
 #include "pool.h"
 #include "tls.h"
-#include "tunnel.h"
 #include "xmalloc.h"
 #include "timeval.h"
 
@@ -108,8 +106,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new();
 	conn_loop_on_accepted_closed(proxy->loop, proxy_connection_closed, proxy);
-	LIST_INIT(&proxy->clients);
-	LIST_INIT(&proxy->tunnels);
+	registry_init(&proxy->registry);
 	if (proxy_prepare_tls(proxy, config) < 0) {
 		proxy_free(proxy);
 		return NULL;
@@ -128,10 +125,7 @@ void proxy_free(struct proxy *proxy)
 		return;
 	listener_close_all(proxy);
 	admin_close(proxy);
-	while (!LIST_EMPTY(&proxy->clients))
-		client_close(LIST_FIRST(&proxy->clients), "shutdown");
-	while (!LIST_EMPTY(&proxy->tunnels))
-		tunnel_close(LIST_FIRST(&proxy->tunnels));
+	registry_close_all(&proxy->registry, "shutdown");
 	pool_free(proxy->pool);
 	exchange_free_spares(proxy);
 	tls_store_free(proxy->tls);
@@ -214,7 +208,7 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	config_release(proxy->config);
 	proxy->config = config;
 	log_configure(config->log_level, config->log_format);
-	client_config_changed(proxy);
+	registry_config_changed(&proxy->registry);
 	log_info("reload: now running %s", config->source);
 	proxy_notify_ready(proxy, "reloaded");
 	return 0;
@@ -234,10 +228,7 @@ static void proxy_drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 	log_warn("drain_timeout passed with %u connections open; closing them",
 		 proxy_connection_count(proxy));
-	while (!LIST_EMPTY(&proxy->clients))
-		client_close(LIST_FIRST(&proxy->clients), "drain_timeout");
-	while (!LIST_EMPTY(&proxy->tunnels))
-		tunnel_close(LIST_FIRST(&proxy->tunnels));
+	registry_close_all(&proxy->registry, "drain_timeout");
 	event_base_loopexit(proxy->base, NULL);
 }
 
@@ -253,7 +244,7 @@ void proxy_drain(struct proxy *proxy)
 	log_info("draining: %u connections open, waiting up to %llu ms",
 		 proxy_connection_count(proxy), (unsigned long long)ms);
 	listener_close_all(proxy);
-	client_close_idle(proxy);
+	registry_close_idle(&proxy->registry);
 	if (proxy_connection_count(proxy) == 0) {
 		event_base_loopexit(proxy->base, NULL);
 		return;

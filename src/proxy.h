@@ -10,6 +10,7 @@
 #include <sys/queue.h>
 
 #include "config.h"
+#include "registry.h"
 #include "retry.h"
 
 struct conn_loop;
@@ -19,9 +20,7 @@ struct event;
 struct tls_store;
 struct pool;
 struct listener;
-struct client;
 struct exchange;
-struct tunnel;
 struct metrics;
 struct admin;
 struct retry_budget_book;
@@ -33,12 +32,11 @@ struct proxy {
 	struct config *config; /* live config; connections hold the one they started under */
 	struct tls_store *tls;
 	struct pool *pool;
-	struct listener *listeners;  /* list of open proxy listeners */
-	struct admin *admin;	     /* the admin listener, or NULL when off */
-	LIST_HEAD(, client) clients; /* every open client connection */
-	LIST_HEAD(, tunnel) tunnels; /* every open CONNECT tunnel */
-	bool accepting_paused;	     /* at max_connections */
-	bool draining;		     /* shutting down: no new requests */
+	struct listener *listeners; /* list of open proxy listeners */
+	struct admin *admin;	    /* the admin listener, or NULL when off */
+	struct registry registry;   /* every open client connection and tunnel */
+	bool accepting_paused;	    /* at max_connections */
+	bool draining;		    /* shutting down: no new requests */
 	struct event *drain_timer;
 	struct retry_rng rng; /* jitter for every backoff */
 	struct metrics *metrics;

@@ -9,6 +9,7 @@
 #include "conn.h"
 #include "log.h"
 #include "proxy.h"
+#include "registry.h"
 #include "xmalloc.h"
 #include "timeval.h"
 
@@ -30,7 +31,7 @@ struct tunnel {
 	struct tunnel_side upstream;
 	struct event *idle_timer;
 	uint64_t idle_ms;
-	LIST_ENTRY(tunnel) link;
+	struct registry_entry entry; /* in proxy->registry */
 };
 
 static void tunnel_touch(struct tunnel *tunnel)
@@ -42,7 +43,7 @@ static void tunnel_touch(struct tunnel *tunnel)
 
 void tunnel_close(struct tunnel *tunnel)
 {
-	LIST_REMOVE(tunnel, link);
+	registry_remove(&tunnel->entry);
 	conn_free(tunnel->client.conn);
 	conn_free(tunnel->upstream.conn);
 	event_free(tunnel->idle_timer);
@@ -133,6 +134,17 @@ static void tunnel_side_init(struct tunnel *tunnel, struct tunnel_side *side, st
 	conn_set_deadline(conn, 0);
 }
 
+/* Close, for the registry (shutdown, drain timeout). */
+static void tunnel_close_cb(void *self, const char *reason)
+{
+	tunnel_close(self);
+}
+
+/* A tunnel is never idle for a drain: its bytes are in flight. */
+static const struct registry_ops tunnel_registry_ops = {
+	.close = tunnel_close_cb,
+};
+
 void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 		uint64_t idle_timeout_ms)
 {
@@ -143,7 +155,7 @@ void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 	tunnel->idle_timer = evtimer_new(proxy->base, tunnel_idle_cb, tunnel);
 	tunnel_side_init(tunnel, &tunnel->client, client, &tunnel->upstream);
 	tunnel_side_init(tunnel, &tunnel->upstream, upstream, &tunnel->client);
-	LIST_INSERT_HEAD(&proxy->tunnels, tunnel, link);
+	registry_add(&proxy->registry, &tunnel->entry, &tunnel_registry_ops, tunnel);
 	tunnel_touch(tunnel);
 	conn_read_enable(client, true);
 	conn_read_enable(upstream, true);

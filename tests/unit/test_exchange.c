@@ -374,8 +374,7 @@ static void harness_init(struct harness *h, const char *yaml)
 	h->proxy.metrics = metrics_new();
 	h->proxy.budgets = retry_budget_book_new();
 	retry_rng_seed_with(&h->proxy.rng, 42);
-	LIST_INIT(&h->proxy.clients);
-	LIST_INIT(&h->proxy.tunnels);
+	registry_init(&h->proxy.registry);
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
 	h->client_fd = fds[1];
