@@ -19,6 +19,12 @@
  * accepting again instead of spinning on the same error. */
 #define LISTENER_ERROR_PAUSE_MS 100
 
+/* The proxy's open listeners. */
+struct listener_set {
+	struct listener *first;
+	bool paused; /* at max_connections: not accepting */
+};
+
 struct listener {
 	struct proxy *proxy;
 	struct config *config;		      /* held: the config this listener runs under */
@@ -40,7 +46,7 @@ static void listener_accept_cb(struct evconnlistener *evl, evutil_socket_t fd,
 	}
 	client_new(proxy, l->config, l->listen, fd, peer, (socklen_t)peer_len);
 	if (conn_loop_open(proxy->loop, CONN_ACCEPTED) >= proxy->config->limits.max_connections &&
-	    !proxy->accepting_paused) {
+	    !proxy->listeners->paused) {
 		log_warn("max_connections (%u) reached: not accepting until a connection closes",
 			 proxy->config->limits.max_connections);
 		listener_set_accepting(proxy, false);
@@ -51,7 +57,7 @@ static void listener_resume_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct listener *l = arg;
 
-	if (!l->proxy->accepting_paused)
+	if (!l->proxy->listeners->paused)
 		evconnlistener_enable(l->evl);
 }
 
@@ -97,7 +103,7 @@ static struct listener *listener_open(struct proxy *proxy, struct config *config
 	evconnlistener_set_error_cb(l->evl, listener_error_cb);
 	l->resume_timer = evtimer_new(proxy->base, listener_resume_cb, l);
 	l->config = config_hold(config);
-	if (proxy->accepting_paused)
+	if (proxy->listeners->paused)
 		evconnlistener_disable(l->evl);
 	log_info("listening on %s (%s)", lc->address,
 		 lc->upstream != NULL ? lc->upstream->text : "forward proxy");
@@ -128,6 +134,21 @@ static struct listener *listener_take(struct listener **list, const struct liste
 	return NULL;
 }
 
+struct listener_set *listener_set_new(void)
+{
+	return xcalloc(1, sizeof(struct listener_set));
+}
+
+void listener_set_free(struct listener_set *set)
+{
+	free(set);
+}
+
+bool listener_accepting(const struct proxy *proxy)
+{
+	return !proxy->listeners->paused;
+}
+
 int listener_apply(struct proxy *proxy, struct config *config)
 {
 	struct listener *opened = NULL;
@@ -140,7 +161,7 @@ int listener_apply(struct proxy *proxy, struct config *config)
 		const struct listener_config *lc = &config->listeners[i];
 		bool exists = false;
 
-		for (l = proxy->listeners; l != NULL; l = l->next)
+		for (l = proxy->listeners->first; l != NULL; l = l->next)
 			exists = exists || listener_same_address(l, lc);
 		if (exists)
 			continue;
@@ -161,7 +182,7 @@ int listener_apply(struct proxy *proxy, struct config *config)
 	for (i = 0; i < config->listener_count; i++) {
 		const struct listener_config *lc = &config->listeners[i];
 
-		l = listener_take(&proxy->listeners, lc);
+		l = listener_take(&proxy->listeners->first, lc);
 		if (l == NULL)
 			l = listener_take(&opened, lc);
 		if (l == NULL)
@@ -173,16 +194,16 @@ int listener_apply(struct proxy *proxy, struct config *config)
 		next_list = l;
 	}
 	listener_close_all(proxy); /* what is left were dropped */
-	proxy->listeners = next_list;
+	proxy->listeners->first = next_list;
 	return 0;
 }
 
 void listener_close_all(struct proxy *proxy)
 {
-	while (proxy->listeners != NULL) {
-		struct listener *l = proxy->listeners;
+	while (proxy->listeners->first != NULL) {
+		struct listener *l = proxy->listeners->first;
 
-		proxy->listeners = l->next;
+		proxy->listeners->first = l->next;
 		log_info("closed listener %s", l->listen->address);
 		listener_free(l);
 	}
@@ -192,8 +213,8 @@ void listener_set_accepting(struct proxy *proxy, bool accepting)
 {
 	struct listener *l;
 
-	proxy->accepting_paused = !accepting;
-	for (l = proxy->listeners; l != NULL; l = l->next) {
+	proxy->listeners->paused = !accepting;
+	for (l = proxy->listeners->first; l != NULL; l = l->next) {
 		if (accepting)
 			evconnlistener_enable(l->evl);
 		else

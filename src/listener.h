@@ -7,7 +7,13 @@
 #include <stdbool.h>
 
 struct config;
+struct listener_set;
 struct proxy;
+
+/* An empty set of listeners, for proxy->listeners; freed after
+ * listener_close_all(). */
+struct listener_set *listener_set_new(void);
+void listener_set_free(struct listener_set *set);
 
 /* Make the open listeners those of config: addresses that stay keep their
  * sockets (now under config), new ones are bound, dropped ones closed.
@@ -20,5 +26,8 @@ void listener_close_all(struct proxy *proxy);
 
 /* Stop or resume accepting on every listener. */
 void listener_set_accepting(struct proxy *proxy, bool accepting);
+
+/* False while accepting is paused (max_connections). */
+bool listener_accepting(const struct proxy *proxy);
 
 #endif

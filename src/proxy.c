@@ -107,6 +107,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->pool = pool_new();
 	conn_loop_on_accepted_closed(proxy->loop, proxy_connection_closed, proxy);
 	registry_init(&proxy->registry);
+	proxy->listeners = listener_set_new();
 	if (proxy_prepare_tls(proxy, config) < 0) {
 		proxy_free(proxy);
 		return NULL;
@@ -124,6 +125,8 @@ void proxy_free(struct proxy *proxy)
 	if (proxy == NULL)
 		return;
 	listener_close_all(proxy);
+	listener_set_free(proxy->listeners);
+	proxy->listeners = NULL;
 	admin_close(proxy);
 	registry_close_all(&proxy->registry, "shutdown");
 	pool_free(proxy->pool);
@@ -259,7 +262,7 @@ static void proxy_connection_closed(void *arg)
 {
 	struct proxy *proxy = arg;
 
-	if (proxy->accepting_paused && !proxy->draining &&
+	if (!listener_accepting(proxy) && !proxy->draining &&
 	    proxy_connection_count(proxy) < proxy->config->limits.max_connections) {
 		log_info("below max_connections again: accepting");
 		listener_set_accepting(proxy, true);

@@ -2,8 +2,13 @@
 #define RETRYPROXY_PROXY_H
 
 /*
- * The one runtime state, built by main and passed down: event loop, DNS,
- * TLS contexts, the upstream pool, the live config and the open connections.
+ * The one runtime state, built by main and passed down: the services the
+ * modules below share (event loop, DNS, TLS contexts, the upstream pool, the
+ * live config, metrics, retry budgets, jitter). What a module owns sits here
+ * behind its own opaque type (listeners, admin, the connection registry's
+ * entries), and nothing below proxy.c calls back into it: connection counts
+ * come from the conn loop, shutdown, drain and reload go through the
+ * registry.
  */
 
 #include <stdbool.h>
@@ -19,7 +24,7 @@ struct evdns_base;
 struct event;
 struct tls_store;
 struct pool;
-struct listener;
+struct listener_set;
 struct exchange;
 struct metrics;
 struct admin;
@@ -32,11 +37,10 @@ struct proxy {
 	struct config *config; /* live config; connections hold the one they started under */
 	struct tls_store *tls;
 	struct pool *pool;
-	struct listener *listeners; /* list of open proxy listeners */
-	struct admin *admin;	    /* the admin listener, or NULL when off */
-	struct registry registry;   /* every open client connection and tunnel */
-	bool accepting_paused;	    /* at max_connections */
-	bool draining;		    /* shutting down: no new requests */
+	struct listener_set *listeners; /* the open proxy listeners (listener.c) */
+	struct admin *admin;		/* the admin listener, or NULL when off */
+	struct registry registry;	/* every open client connection and tunnel */
+	bool draining;			/* shutting down: no new requests */
 	struct event *drain_timer;
 	struct retry_rng rng; /* jitter for every backoff */
 	struct metrics *metrics;
