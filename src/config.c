@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ca.h"
 #include "config_route.h"
 #include "config_values.h"
 #include "config_walk.h"
@@ -140,17 +141,17 @@ static const struct config_walk_type config_type_allow_clients = {
 	YAML_TREE_SEQUENCE, "a list of networks like [10.0.0.0/8]", config_set_allow_clients
 };
 
-/* access.allow_hosts: host patterns; replaces the default "*". */
-static void config_set_allow_hosts(struct config_walk *walk, const struct yaml_tree_node *node,
-				   void *field)
+/* A list of host patterns (exact, *.suffix or "*"), lower case, into *hosts
+ * and *count in place of what was there; hint follows the complaint about an
+ * empty list. */
+static void config_host_patterns(struct config_walk *walk, const struct yaml_tree_node *node,
+				 const char *hint, char ***hosts, size_t *count)
 {
-	struct config *config = field;
 	char **out = xcalloc(node->count, sizeof(*out));
 	size_t n = 0, errors = config_walk_error_count(walk);
 
 	if (node->count == 0)
-		config_walk_error(walk, node,
-				  "expected at least one host pattern; use \"*\" to allow any");
+		config_walk_error(walk, node, "expected at least one host pattern; %s", hint);
 	for (size_t i = 0; i < node->count; i++) {
 		size_t mark = config_walk_push_index(walk, i);
 		const struct yaml_tree_node *item =
@@ -169,9 +170,19 @@ static void config_set_allow_hosts(struct config_walk *walk, const struct yaml_t
 		config_free_strings(out, n);
 		return;
 	}
-	config_free_strings(config->allow_hosts, config->allow_host_count);
-	config->allow_hosts = out;
-	config->allow_host_count = n;
+	config_free_strings(*hosts, *count);
+	*hosts = out;
+	*count = n;
+}
+
+/* access.allow_hosts: host patterns; replaces the default "*". */
+static void config_set_allow_hosts(struct config_walk *walk, const struct yaml_tree_node *node,
+				   void *field)
+{
+	struct config *config = field;
+
+	config_host_patterns(walk, node, "use \"*\" to allow any", &config->allow_hosts,
+			     &config->allow_host_count);
 }
 
 static const struct config_walk_type config_type_allow_hosts = {
@@ -315,6 +326,65 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = NULL },
 };
 
+/* intercept.hosts: the CONNECT hosts whose TLS the proxy terminates. */
+static void config_set_intercept_hosts(struct config_walk *walk, const struct yaml_tree_node *node,
+				       void *field)
+{
+	struct intercept_config *intercept = field;
+
+	config_host_patterns(walk, node, "leave intercept: out to intercept nothing",
+			     &intercept->hosts, &intercept->host_count);
+}
+
+static const struct config_walk_type config_type_intercept_hosts = {
+	YAML_TREE_SEQUENCE, "a list of host patterns like [\"api.example.com\"]",
+	config_set_intercept_hosts
+};
+
+static const struct config_walk_key config_intercept_keys[] = {
+	{ .name = "hosts", .type = &config_type_intercept_hosts, .required = true },
+	{ .name = "ca_cert",
+	  .type = &config_walk_file_required,
+	  .offset = offsetof(struct intercept_config, ca_cert),
+	  .required = true },
+	{ .name = "ca_key",
+	  .type = &config_walk_file_required,
+	  .offset = offsetof(struct intercept_config, ca_key),
+	  .required = true },
+	{ .name = NULL },
+};
+
+/* intercept: the keys, then the CA itself, loaded now so that --check and a
+ * reload catch a bad or exposed key; its failure points at the file to
+ * blame. A section left empty (all commented out) intercepts nothing. */
+static void config_set_intercept(struct config_walk *walk, const struct yaml_tree_node *node,
+				 void *field)
+{
+	struct intercept_config *intercept = field;
+	enum ca_load_failure failure;
+	const struct yaml_tree_entry *blamed;
+	const char *key;
+	char why[512];
+	size_t mark;
+
+	if (yaml_tree_is_null(node))
+		return;
+	config_walk_mapping(walk, node, config_intercept_keys, intercept);
+	if (intercept->ca_cert == NULL || intercept->ca_key == NULL)
+		return;
+	intercept->ca = ca_load(intercept->ca_cert, intercept->ca_key, &failure, why, sizeof(why));
+	if (intercept->ca != NULL)
+		return;
+	key = failure == CA_LOAD_KEY ? "ca_key" : "ca_cert";
+	blamed = yaml_tree_find(node, key);
+	mark = config_walk_push(walk, key);
+	config_walk_error(walk, blamed != NULL ? blamed->value : node, "%s", why);
+	config_walk_pop(walk, mark);
+}
+
+static const struct config_walk_type config_type_intercept = { YAML_TREE_MAPPING, "a mapping",
+							       config_set_intercept };
+
 /* The order is the reading order: each section may use those before it. */
 static const struct config_walk_key config_top_keys[] = {
 	{ .name = "log", .section = config_log_keys },
@@ -329,6 +399,9 @@ static const struct config_walk_key config_top_keys[] = {
 	{ .name = "listen", .type = &config_type_listen },
 	{ .name = "admin", .type = &config_type_admin },
 	{ .name = "routes", .type = &config_route_list },
+	{ .name = "intercept",
+	  .type = &config_type_intercept,
+	  .offset = offsetof(struct config, intercept) },
 	{ .name = NULL },
 };
 
@@ -385,6 +458,10 @@ static void config_free(struct config *config)
 	for (size_t i = 0; i < config->route_count; i++)
 		config_route_free(&config->routes[i]);
 	free(config->routes);
+	config_free_strings(config->intercept.hosts, config->intercept.host_count);
+	free(config->intercept.ca_cert);
+	free(config->intercept.ca_key);
+	ca_release(config->intercept.ca);
 	free(config->source);
 	free(config);
 }

@@ -119,6 +119,17 @@ struct limits {
 	unsigned max_pending_retries; /* exchanges waiting in backoff at once, with their buffers */
 };
 
+struct ca;
+
+/* intercept: HTTPS interception in forward mode (SPEC). */
+struct intercept_config {
+	char **hosts; /* patterns: exact or *.suffix (matched at a dot), any port */
+	size_t host_count;
+	char *ca_cert; /* absolute paths, resolved against the config file */
+	char *ca_key;
+	struct ca *ca; /* loaded when the config is; NULL when intercept: is absent */
+};
+
 struct config {
 	unsigned refs; /* config_hold / config_release */
 	char *source;  /* file path, or "<embedded>" */
@@ -139,6 +150,7 @@ struct config {
 	struct route default_route; /* named "default": the defaults, for unmatched requests */
 	struct route *routes;
 	size_t route_count;
+	struct intercept_config intercept;
 };
 
 /* The embedded default configuration's YAML text. */

@@ -359,6 +359,18 @@ static void config_dump_access(struct config_dump *d, const struct config *confi
 	config_dump_mapping_end(d);
 }
 
+/* intercept: the host patterns and where the CA's files are; never what is
+ * in them. */
+static void config_dump_intercept(struct config_dump *d, const struct intercept_config *intercept)
+{
+	config_dump_word(d, "intercept");
+	config_dump_mapping_start(d, false);
+	config_dump_list(d, "hosts", intercept->hosts, intercept->host_count);
+	config_dump_pair_text(d, "ca_cert", intercept->ca_cert);
+	config_dump_pair_text(d, "ca_key", intercept->ca_key);
+	config_dump_mapping_end(d);
+}
+
 /* limits: every one, sizes and durations in units. */
 static void config_dump_limits(struct config_dump *d, const struct limits *limits)
 {
@@ -414,6 +426,9 @@ static void config_dump_document(struct config_dump *d, const struct config *con
 	config_dump_mapping_end(d);
 	config_dump_access(d, config);
 	config_dump_tls(d, &config->tls);
+	/* no intercept: key is how a config leaves CONNECT alone */
+	if (config->intercept.ca != NULL)
+		config_dump_intercept(d, &config->intercept);
 	config_dump_limits(d, &config->limits);
 	config_dump_word(d, "defaults");
 	config_dump_mapping_start(d, false);

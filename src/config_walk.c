@@ -495,6 +495,16 @@ static void config_walk_set_file(struct config_walk *walk, const struct yaml_tre
 	free(shown);
 }
 
+/* A file that must be named: a null is a mistake here, not "none". */
+static void config_walk_set_file_required(struct config_walk *walk,
+					  const struct yaml_tree_node *node, void *field)
+{
+	if (yaml_tree_is_null(node))
+		config_walk_bad_value(walk, node, "a file path");
+	else
+		config_walk_set_file(walk, node, field);
+}
+
 /* An upstream URL, replacing any inherited one. */
 static void config_walk_set_upstream(struct config_walk *walk, const struct yaml_tree_node *node,
 				     void *field)
@@ -538,6 +548,8 @@ const struct config_walk_type config_walk_rate = { YAML_TREE_SCALAR, "a number o
 						   config_walk_set_rate };
 const struct config_walk_type config_walk_file = { YAML_TREE_SCALAR, "a file path",
 						   config_walk_set_file };
+const struct config_walk_type config_walk_file_required = { YAML_TREE_SCALAR, "a file path",
+							    config_walk_set_file_required };
 const struct config_walk_type config_walk_upstream = { YAML_TREE_SCALAR,
 						       "a URL like https://api.example.com",
 						       config_walk_set_upstream };

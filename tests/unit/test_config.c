@@ -2,9 +2,11 @@
  * Config loading: every file in tests/config/good/ loads; every
  * tests/config/bad/NAME.yaml fails with exactly the lines of NAME.expected;
  * config_load hands the same lines to its callback one by one; plus
- * defaults, inheritance, the default path and the value parsers by table. Fixtures are
- * loaded as "good/NAME.yaml" and "bad/NAME.yaml" from CONFIG_FIXTURES, so
- * that the file names in messages do not depend on the checkout's path.
+ * defaults, inheritance, intercept:, the default path and the value parsers
+ * by table. Fixtures are loaded as "good/NAME.yaml" and "bad/NAME.yaml" from
+ * a copy of CONFIG_FIXTURES made beside the CA files the intercept fixtures
+ * name (test_config_fixtures.h), so that the file names in messages do not
+ * depend on the checkout's path.
  */
 
 #include <setjmp.h>
@@ -25,6 +27,7 @@
 
 #include "config.h"
 #include "config_values.h"
+#include "test_config_fixtures.h"
 
 /* The whole of a small file, or NULL. */
 static char *test_read_file(const char *path)
@@ -120,10 +123,13 @@ static void test_load_fails(const char *text, const char *expected)
 
 static int test_setup(void **state)
 {
-	const char *dir = getenv("CONFIG_FIXTURES");
+	test_fixtures_enter();
+	return 0;
+}
 
-	assert_non_null(dir);
-	assert_int_equal(chdir(dir), 0);
+static int test_teardown(void **state)
+{
+	test_fixtures_leave();
 	return 0;
 }
 
@@ -749,6 +755,95 @@ static void test_hold_release(void **state)
 	config_release(NULL);
 }
 
+/* intercept: the patterns as allow_hosts takes them, the CA's paths made
+ * absolute against the config file, and the CA loaded with the config. */
+static void test_intercept(void **state)
+{
+	char *errors, *cert = realpath("ca/ca.pem", NULL), *key = realpath("ca/ca-key.pem", NULL);
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config = config_load_file("good/intercept.yaml", out);
+	static const char *const hosts[] = { "api.example.com", "*.googleapis.com", "127.0.0.1",
+					     "::1", "*" };
+	const struct intercept_config *ic;
+	struct ca *ca;
+	X509 *leaf;
+	EVP_PKEY *leaf_key;
+	char err[256];
+
+	fclose(out);
+	if (config == NULL)
+		fail_msg("%s", errors);
+	free(errors);
+	ic = &config->intercept;
+	assert_int_equal(ic->host_count, 5);
+	for (size_t i = 0; i < 5; i++)
+		assert_string_equal(ic->hosts[i], hosts[i]);
+	assert_string_equal(ic->ca_cert, cert);
+	assert_string_equal(ic->ca_key, key);
+	assert_non_null(ic->ca);
+	assert_int_equal(ca_leaf(ic->ca, "api.example.com", 15, time(NULL), &leaf, &leaf_key, err,
+				 sizeof(err)),
+			 0);
+	assert_int_equal(ca_leaves_made(ic->ca), 1);
+	/* whoever holds the CA keeps it past the config */
+	ca = ca_hold(ic->ca);
+	config_release(config);
+	assert_int_equal(
+		ca_leaf(ca, "api.example.com", 15, time(NULL), &leaf, &leaf_key, err, sizeof(err)),
+		0);
+	assert_int_equal(ca_leaves_made(ca), 1);
+	ca_release(ca);
+
+	/* from memory, relative paths are relative to the working directory */
+	config = test_load_ok("intercept:\n"
+			      "  hosts: [\"*.Example.com\"]\n"
+			      "  ca_cert: ca/ca.pem\n"
+			      "  ca_key: ca/ca-key.pem\n");
+	assert_string_equal(config->intercept.hosts[0], "*.example.com");
+	assert_string_equal(config->intercept.ca_cert, cert);
+	assert_non_null(config->intercept.ca);
+	config_release(config);
+
+	/* absent, or left empty with its keys commented out: nothing is
+	 * intercepted */
+	config = test_load_ok("log: { level: info }\n");
+	assert_null(config->intercept.ca);
+	assert_int_equal(config->intercept.host_count, 0);
+	config_release(config);
+	config = test_load_ok("intercept:\n"
+			      "#  hosts: [api.example.com]\n");
+	assert_null(config->intercept.ca);
+	config_release(config);
+
+	/* the CA's failure points at the file to blame */
+	test_load_fails(
+		"intercept:\n"
+		"  hosts: [api.example.com]\n"
+		"  ca_cert: ca/ca.pem\n"
+		"  ca_key: ca-open/ca-key.pem\n",
+		"test.yaml:4:11: intercept.ca_key: readable by group or others (mode 0644): "
+		"chmod 600 it\n");
+	test_load_fails("intercept: { hosts: [a.example], ca_cert: leaf/cert.pem, "
+			"ca_key: ca/ca-key.pem }\n",
+			"test.yaml:1:43: intercept.ca_cert: not a CA certificate (basicConstraints "
+			"CA:TRUE is missing)\n");
+	/* other errors in the section do not hide the CA's */
+	test_load_fails("intercept:\n"
+			"  hosts: [\"a:1\"]\n"
+			"  ca_cert: ca/ca.pem\n"
+			"  ca_key: ca-other/ca-key.pem\n"
+			"  extra: 1\n",
+			"test.yaml:2:11: intercept.hosts[0]: invalid host pattern \"a:1\": a host "
+			"pattern has no port\n"
+			"test.yaml:4:11: intercept.ca_key: does not match the certificate\n"
+			"test.yaml:5:3: intercept.extra: unknown key\n");
+	test_load_fails("intercept: [api.example.com]\n",
+			"test.yaml:1:12: intercept: expected a mapping, got a list\n");
+	free(cert);
+	free(key);
+}
+
 static void test_parse_duration(void **state)
 {
 	static const struct {
@@ -919,10 +1014,11 @@ int main(void)
 		cmocka_unit_test(test_errors_in_document_order),
 		cmocka_unit_test(test_did_you_mean),
 		cmocka_unit_test(test_hold_release),
+		cmocka_unit_test(test_intercept),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_upstream_url),
 	};
 
-	return cmocka_run_group_tests(tests, test_setup, NULL);
+	return cmocka_run_group_tests(tests, test_setup, test_teardown);
 }

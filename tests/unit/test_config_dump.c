@@ -3,7 +3,8 @@
  * config_load_text, and dumping what it loads gives the same text, for the
  * embedded default, every good fixture and configs that use the corners of
  * each value type. Plus the spelling of durations, sizes and inherited
- * route policies, which users read.
+ * route policies, which users read, and intercept: showing where the CA's
+ * files are but never the key.
  */
 
 #include <setjmp.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@
 
 #include "config.h"
 #include "config_dump.h"
+#include "test_config_fixtures.h"
 
 /* The dump of config as a NUL-terminated string. */
 static char *test_dump(const struct config *config)
@@ -72,10 +75,13 @@ static char *test_round_trip(const struct config *config)
 
 static int test_setup(void **state)
 {
-	const char *dir = getenv("CONFIG_FIXTURES");
+	test_fixtures_enter();
+	return 0;
+}
 
-	assert_non_null(dir);
-	assert_int_equal(chdir(dir), 0);
+static int test_teardown(void **state)
+{
+	test_fixtures_leave();
 	return 0;
 }
 
@@ -93,6 +99,8 @@ static void test_embedded_default(void **state)
 	assert_non_null(strstr(dump, "  ca_file: ~\n"));
 	assert_non_null(strstr(dump, "on: [5xx, 408, 429, connect-failure, reset, timeout]"));
 	assert_non_null(strstr(dump, "routes: []\n"));
+	/* interception is opt-in */
+	assert_null(strstr(dump, "intercept"));
 	free(dump);
 	config_release(config);
 }
@@ -215,13 +223,54 @@ static void test_routes_resolved(void **state)
 	config_release(config);
 }
 
+/* intercept: its patterns and the CA's paths, never the key itself, and
+ * the same CA files when loaded again. */
+static void test_intercept(void **state)
+{
+	char *cert = realpath("ca/ca.pem", NULL), *key = realpath("ca/ca-key.pem", NULL);
+	char text[2 * PATH_MAX + 256], expected[2 * PATH_MAX + 256], *dump;
+	struct config *config, *again;
+
+	assert_non_null(cert);
+	assert_non_null(key);
+	snprintf(text, sizeof(text),
+		 "intercept:\n"
+		 "  hosts: [API.example.com, \"*.googleapis.com\", \"[::1]\"]\n"
+		 "  ca_cert: %s\n"
+		 "  ca_key: %s\n",
+		 cert, key);
+	config = test_load(text, "intercept.yaml");
+	dump = test_round_trip(config);
+	snprintf(expected, sizeof(expected),
+		 "intercept:\n"
+		 "  hosts: [api.example.com, '*.googleapis.com', '::1']\n"
+		 "  ca_cert: %s\n"
+		 "  ca_key: %s\n",
+		 cert, key);
+	if (strstr(dump, expected) == NULL)
+		fail_msg("no\n%sin\n%s", expected, dump);
+	assert_null(strstr(dump, "PRIVATE KEY"));
+	again = test_load(dump, "intercept.yaml");
+	assert_int_equal(again->intercept.host_count, 3);
+	assert_string_equal(again->intercept.hosts[2], "::1");
+	assert_string_equal(again->intercept.ca_cert, cert);
+	assert_string_equal(again->intercept.ca_key, key);
+	assert_non_null(again->intercept.ca);
+	config_release(again);
+	free(dump);
+	config_release(config);
+	free(cert);
+	free(key);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_embedded_default),
 		cmocka_unit_test(test_good_fixtures),
 		cmocka_unit_test(test_routes_resolved),
+		cmocka_unit_test(test_intercept),
 	};
 
-	return cmocka_run_group_tests(tests, test_setup, NULL);
+	return cmocka_run_group_tests(tests, test_setup, test_teardown);
 }
