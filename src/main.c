@@ -8,6 +8,7 @@
 
 #include <event2/event.h>
 
+#include "ca.h"
 #include "config.h"
 #include "log.h"
 #include "proxy.h"
@@ -32,15 +33,82 @@ static void main_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: retryproxy [-c FILE] [--check] [--version] [--help]\n"
+		"       retryproxy --make-ca DIR\n"
 		"\n"
 		"  -c, --config FILE  use this config file; without it ./conf/retryproxy.yaml,\n"
 		"                     then /etc/retryproxy/retryproxy.yaml, then the embedded "
 		"default\n"
 		"  --check            validate the config, print ok or the errors, and exit\n"
+		"  --make-ca DIR      create a local CA for HTTPS interception (intercept:):\n"
+		"                     DIR/ca.pem and DIR/ca-key.pem; never overwrites them\n"
 		"  --version          print the version and exit\n"
 		"  -h, --help         print this help and exit\n"
 		"\n"
 		"signals: SIGHUP reloads the config; SIGTERM and SIGINT drain and exit\n");
+}
+
+/* A path as a YAML value: plain when that reads back the same, else quoted. */
+static void main_print_yaml_path(const char *path)
+{
+	bool plain = path[0] != '\0' && strchr("~!&*|>'\"%@`-?:,[]{}#", path[0]) == NULL;
+
+	for (const char *p = path; plain && *p != '\0'; p++)
+		plain = (unsigned char)*p > 0x20 && *p != 0x7f && strchr("#:,[]{}\"'", *p) == NULL;
+	if (plain) {
+		fputs(path, stdout);
+		return;
+	}
+	putchar('"');
+	for (const char *p = path; *p != '\0'; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			printf("\\x%02x", (unsigned char)*p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}
+
+/* --make-ca DIR: make the CA, then say what was made and what to do next. */
+static int main_make_ca(const char *dir)
+{
+	char err[512], *abs;
+	const char *shown;
+
+	if (ca_make(dir, err, sizeof(err)) < 0) {
+		fprintf(stderr, "retryproxy: --make-ca %s: %s\n", dir, err);
+		return MAIN_EXIT_CONFIG;
+	}
+	abs = realpath(dir, NULL);
+	shown = abs != NULL ? abs : dir;
+	printf("Made a local certificate authority for HTTPS interception:\n"
+	       "  certificate: %s/ca.pem (mode 0644); clients must trust it\n"
+	       "  private key: %s/ca-key.pem (mode 0600); keep it secret: whoever has it\n"
+	       "               can impersonate any host to every client that trusts the "
+	       "certificate\n"
+	       "\n"
+	       "Next steps:\n"
+	       "1. Add to the config file, with the hosts whose HTTPS requests to retry:\n"
+	       "\n"
+	       "intercept:\n"
+	       "  hosts: [\"api.example.com\", \"*.googleapis.com\"]\n"
+	       "  ca_cert: ",
+	       shown, shown);
+	main_print_yaml_path(shown);
+	printf("/ca.pem\n  ca_key: ");
+	main_print_yaml_path(shown);
+	printf("/ca-key.pem\n"
+	       "\n"
+	       "2. Make the clients trust %s/ca.pem: curl --cacert, SSL_CERT_FILE,\n"
+	       "   REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, a Java keystore or the system\n"
+	       "   store (README.md, \"HTTPS interception\", shows each).\n"
+	       "3. ca-key.pem must belong to the user the proxy runs as: chown it if that\n"
+	       "   is another user, and keep it mode 0600.\n"
+	       "4. retryproxy --check -c CONFIG, then reload the proxy (SIGHUP).\n",
+	       shown);
+	free(abs);
+	return MAIN_EXIT_OK;
 }
 
 static void main_on_signal(evutil_socket_t sig, short what, void *arg)
@@ -80,7 +148,7 @@ static struct config *main_load(const char *path)
 
 int main(int argc, char **argv)
 {
-	const char *config_path = NULL;
+	const char *config_path = NULL, *make_ca_dir = NULL;
 	bool check = false;
 	struct config *config;
 	struct proxy *proxy;
@@ -96,6 +164,8 @@ int main(int argc, char **argv)
 			config_path = argv[++i];
 		} else if (strcmp(argv[i], "--check") == 0) {
 			check = true;
+		} else if (strcmp(argv[i], "--make-ca") == 0 && i + 1 < argc) {
+			make_ca_dir = argv[++i];
 		} else if (strcmp(argv[i], "--version") == 0) {
 			printf("retryproxy %s\n", RETRYPROXY_VERSION);
 			return MAIN_EXIT_OK;
@@ -103,15 +173,28 @@ int main(int argc, char **argv)
 			main_usage(stdout);
 			return MAIN_EXIT_OK;
 		} else {
+			bool takes_value = strcmp(argv[i], "-c") == 0 ||
+					   strcmp(argv[i], "--config") == 0 ||
+					   strcmp(argv[i], "--make-ca") == 0;
+
 			fprintf(stderr, "retryproxy: %s: %s\n",
-				argv[i][0] == '-' && (strcmp(argv[i], "-c") != 0 &&
-						      strcmp(argv[i], "--config") != 0)
+				argv[i][0] == '-' && !takes_value
 					? "unknown option"
 					: "missing or unexpected argument",
 				argv[i]);
 			main_usage(stderr);
 			return MAIN_EXIT_CONFIG;
 		}
+	}
+	if (make_ca_dir != NULL) {
+		/* It reads no config: an option that would need one is a
+		 * mistake, not something to ignore. */
+		if (config_path != NULL || check) {
+			fprintf(stderr, "retryproxy: --make-ca takes no other option\n");
+			main_usage(stderr);
+			return MAIN_EXIT_CONFIG;
+		}
+		return main_make_ca(make_ca_dir);
 	}
 	if (config_path == NULL)
 		config_path = config_default_path();
