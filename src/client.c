@@ -13,14 +13,18 @@
 
 #include "access_log.h"
 #include "config.h"
-#include "conn.h"
 #include "config_values.h"
+#include "conn.h"
 #include "exchange.h"
 #include "http1.h"
+#include "intercept.h"
 #include "log.h"
+#include "metrics.h"
 #include "proxy.h"
 #include "registry.h"
 #include "reply.h"
+#include "route.h"
+#include "tls.h"
 #include "tunnel.h"
 #include "xmalloc.h"
 
@@ -30,6 +34,7 @@
 #define CLIENT_INPUT_MIN_HIGH (256 * 1024)
 
 enum client_state {
+	CLIENT_HANDSHAKE,    /* an intercepted CONNECT: TLS handshake with the client */
 	CLIENT_READING_HEAD, /* waiting for the whole next request head */
 	CLIENT_IN_EXCHANGE,  /* a request is being proxied */
 	CLIENT_CLOSING,	     /* flushing the last response, then lingering */
@@ -47,6 +52,7 @@ struct client {
 	const struct listener_config *listen; /* inside config */
 	struct conn *conn;		      /* its deadline is client_timeout for the next head */
 	struct exchange *exchange;	      /* the request being proxied, if any */
+	struct intercept *intercept;	      /* an intercepted CONNECT's tunnel, or NULL */
 	enum client_state state;
 	bool listener_gone; /* a reload removed its listener: close after this request */
 	union {		    /* checked against allow_clients again after a reload */
@@ -71,6 +77,7 @@ static bool client_closing_after_request(void *arg)
 static void client_free(struct client *client)
 {
 	registry_remove(&client->entry);
+	intercept_free(client->intercept);
 	if (client->conn != NULL)
 		conn_free(client->conn);
 	config_release(client->config);
@@ -207,6 +214,81 @@ static void client_adopt_config(struct client *client)
 static struct http1_head client_request_head;
 
 /* Parse the next head if it is all here, and start its exchange. */
+/* A CONNECT to a host intercept: lists: if access allows the host, answer
+ * it ourselves and become the TLS server toward the client. */
+static void client_intercept(struct client *client, const struct http1_head *head)
+{
+	struct route_destination dest;
+	struct access_record record = {
+		.client = client->peer,
+		.method = head->method,
+		.method_len = head->method_len,
+		.target = head->target,
+		.target_len = head->target_len,
+		.route = "-",
+		.status = 200,
+		.note = "intercepted",
+	};
+	char reason[256];
+	int status;
+
+	/* access: comes before anything else, as for a tunnel */
+	status = route_destination(client->config, NULL, &head->parsed_target, NULL, 0,
+				   head->method, head->method_len, &dest, reason, sizeof(reason));
+	if (status != 0) {
+		log_warn("client %s: refused host %.*s: not in access.allow_hosts", client->peer,
+			 (int)(dest.host_len > 200 ? 200 : dest.host_len), dest.host);
+		client_refuse(client, head, status, reason);
+		return;
+	}
+	record.route = dest.route->name;
+	client->intercept = intercept_start(client->proxy, client->config, client->conn, head,
+					    &status, reason, sizeof(reason));
+	if (client->intercept == NULL) {
+		if (status == 0) {
+			client_close(client, reason);
+			return;
+		}
+		client_refuse(client, head, status, reason);
+		return;
+	}
+	/* the head is gone from the input now: the log takes the copies */
+	record.method = "CONNECT";
+	record.target = intercept_prefix(client->intercept) + 8;
+	record.target_len = strlen(record.target);
+	access_log_write(&record);
+	client->state = CLIENT_HANDSHAKE;
+	/* the handshake, like a request head, must finish within client_timeout */
+	client_arm_head_timer(client);
+}
+
+/* The client's TLS handshake in an intercepted tunnel ended. */
+static void client_handshake_done(struct client *client, short what)
+{
+	if (what & CONN_CONNECTED) {
+		client->state = CLIENT_READING_HEAD;
+		client_arm_head_timer(client);
+		return;
+	}
+	if (what & CONN_HANDSHAKE) {
+		char reason[320];
+		bool verify_failed;
+
+		tls_failure_reason(conn_ssl(client->conn), conn_tls_error(client->conn),
+				   &verify_failed, reason, sizeof(reason));
+		log_warn("intercept: client %s refused the certificate for %s or failed its "
+			 "handshake: %s",
+			 client->peer, intercept_prefix(client->intercept), reason);
+		metrics_intercept_failure(client->proxy->metrics);
+		client_close(client, "TLS handshake failed");
+		return;
+	}
+	if (what & CONN_TIMEOUT)
+		log_info("client %s: TLS handshake for %s not done within client_timeout",
+			 client->peer, intercept_prefix(client->intercept));
+	client_close(client, "intercepted tunnel closed during the handshake");
+}
+
 static void client_read_head(struct client *client)
 {
 	struct evbuffer *in = conn_input(client->conn);
@@ -252,6 +334,10 @@ static void client_read_head(struct client *client)
 		client_refuse(client, head, http1_error_status(error), http1_error_text(error));
 		return;
 	}
+	if (client->intercept == NULL && intercept_wanted(client->config, client->listen, head)) {
+		client_intercept(client, head);
+		return;
+	}
 	conn_set_deadline(client->conn, 0);
 	owner = client_exchange_owner(client);
 	ex = exchange_new(client->proxy, &owner, head, &framing, &status, reason, sizeof(reason));
@@ -280,6 +366,8 @@ static void client_read_cb(struct conn *conn, void *arg)
 	case CLIENT_LINGERING:
 		evbuffer_drain(conn_input(conn), conn_input_length(conn));
 		break;
+	case CLIENT_HANDSHAKE:
+		break;
 	}
 }
 
@@ -297,6 +385,7 @@ static void client_write_cb(struct conn *conn, void *arg)
 		break;
 	case CLIENT_READING_HEAD:
 	case CLIENT_LINGERING:
+	case CLIENT_HANDSHAKE:
 		break;
 	}
 }
@@ -314,6 +403,10 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 {
 	struct client *client = arg;
 
+	if (client->state == CLIENT_HANDSHAKE) {
+		client_handshake_done(client, what);
+		return;
+	}
 	if (client->state == CLIENT_LINGERING) {
 		client_free(client);
 		return;
@@ -357,6 +450,7 @@ static void client_exchange_tunnel(struct client *client, struct conn *upstream)
 
 	client->conn = NULL;
 	registry_remove(&client->entry);
+	intercept_free(client->intercept);
 	config_release(client->config);
 	free(client);
 	/* the tunnel takes over the connection, and its place among those
@@ -401,6 +495,8 @@ static struct exchange_owner client_exchange_owner(struct client *client)
 		.conn = client->conn,
 		.config = client->config,
 		.upstream = client->listen->upstream,
+		.tunnel_host = NULL,
+		.target_prefix = NULL,
 		.peer = client->peer,
 		.watch_body = client_watch_body,
 		.closing = client_closing_after_request,
@@ -408,6 +504,12 @@ static struct exchange_owner client_exchange_owner(struct client *client)
 		.arg = client,
 	};
 
+	if (client->intercept != NULL) {
+		/* inside an intercepted tunnel: a sidecar for https://host:port */
+		owner.upstream = intercept_upstream(client->intercept);
+		owner.tunnel_host = intercept_host(client->intercept);
+		owner.target_prefix = intercept_prefix(client->intercept);
+	}
 	return owner;
 }
 

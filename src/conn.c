@@ -81,6 +81,8 @@ struct conn {
 	int pending_error; /* likewise an error (a reset): the kernel says it once */
 	bool connecting;
 	bool handshaking;
+	bool handshake_kick;	   /* run the handshake at the end of the pass */
+	bool early_rbio;	   /* OpenSSL reads bytes read before TLS began first */
 	bool write_blocked;	   /* the kernel's buffer is full: waiting to be writable */
 	bool tls_write_wants_read; /* an SSL_write waits for the peer's bytes */
 	bool tls_read_wants_write; /* an SSL_read waits to write */
@@ -736,6 +738,14 @@ static void conn_handshake(struct conn *c)
 	}
 	switch (SSL_get_error(c->ssl, r)) {
 	case SSL_ERROR_WANT_READ:
+		if (c->early_rbio && BIO_ctrl_pending(SSL_get_rbio(c->ssl)) == 0) {
+			/* the bytes that came before TLS began are used up: from
+			 * now on OpenSSL reads the socket */
+			c->early_rbio = false;
+			SSL_set0_rbio(c->ssl, BIO_new_socket(c->fd, BIO_NOCLOSE));
+			conn_handshake(c);
+			return;
+		}
 		c->handshake_wants = EV_READ;
 		conn_update_interest(c);
 		return;
@@ -810,6 +820,11 @@ static void conn_io_cb(evutil_socket_t fd, short what, void *arg)
 /* The end-of-pass work for one conn: write, resume reading, replay. */
 static void conn_pass_one(struct conn *c)
 {
+	if (c->handshaking && c->handshake_kick && !c->failed) {
+		c->handshake_kick = false;
+		conn_handshake(c);
+		return;
+	}
 	if (c->connecting || c->handshaking || c->failed)
 		return;
 	if (conn_length(c->output) > 0 && !c->write_blocked) {
@@ -920,6 +935,46 @@ struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, s
 	c->connecting = true;
 	conn_update_interest(c);
 	return c;
+}
+
+int conn_start_tls_server(struct conn *c, SSL *ssl)
+{
+	size_t early = conn_length(c->input);
+
+	/* what is queued (the answer to CONNECT) goes out in plaintext first */
+	if (conn_length(c->output) > 0) {
+		if (conn_write_plain(c) < 0 || conn_length(c->output) > 0) {
+			c->write_blocked = false;
+			SSL_free(ssl);
+			return -1;
+		}
+		conn_buffer_release(c->loop, &c->output);
+	}
+	c->ssl = ssl;
+	SSL_set_fd(ssl, c->fd);
+	if (early > 0) {
+		/* a client that sent its ClientHello right behind the CONNECT:
+		 * those bytes were read already and go to OpenSSL first */
+		BIO *rbio = BIO_new(BIO_s_mem());
+
+		BIO_write(rbio, evbuffer_pullup(c->input, (ev_ssize_t)early), (int)early);
+		BIO_set_mem_eof_return(rbio, -1);
+		evbuffer_drain(c->input, early);
+		conn_buffer_release(c->loop, &c->input);
+		SSL_set0_rbio(ssl, rbio);
+		c->early_rbio = true;
+	}
+	SSL_set_accept_state(ssl);
+	SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	c->handshaking = true;
+	c->handshake_wants = EV_READ;
+	/* never inside this call: the handshake runs when the pass ends, or
+	 * when the ClientHello arrives */
+	c->handshake_kick = early > 0;
+	if (c->handshake_kick)
+		conn_pass_add(c);
+	conn_update_interest(c);
+	return 0;
 }
 
 void conn_setcb(struct conn *c, conn_data_cb read_cb, conn_data_cb write_cb, conn_event_cb event_cb,

@@ -91,6 +91,14 @@ struct conn *conn_new(struct conn_loop *loop, int fd);
 struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, socklen_t len,
 			  SSL *ssl);
 
+/* Make an open plain connection the server side of TLS with ssl (the conn
+ * takes it): what is queued goes out in plaintext first (the answer to a
+ * CONNECT), and bytes already read (a ClientHello sent right behind it) go to
+ * OpenSSL before the socket's. The event callback reports CONN_CONNECTED when
+ * the handshake is done, or CONN_ERROR | CONN_HANDSHAKE. Returns -1 (ssl
+ * freed) when the queued plaintext cannot be written at once. */
+int conn_start_tls_server(struct conn *conn, SSL *ssl);
+
 /* Close the socket and free everything; safe inside the conn's own callbacks. */
 void conn_free(struct conn *conn);
 

@@ -39,7 +39,12 @@ enum exchange_end {
 struct exchange_owner {
 	struct conn *conn;
 	struct config *config;		     /* the config the connection runs under */
-	const struct upstream_url *upstream; /* its listener's upstream, NULL for a forward proxy */
+	const struct upstream_url *upstream; /* its listener's upstream, NULL for a forward proxy;
+					      * an intercepted tunnel's https://host:port */
+	const char *tunnel_host;	     /* intercepted tunnel: the CONNECT host, which every
+				    * request must name and routes match on; else NULL */
+	const char *target_prefix;	     /* put before the target in the log
+				    * ("https://host:port"), or NULL */
 	const char *peer;		     /* for the log */
 	void (*watch_body)(void *arg, bool on); /* time out a request body that stalls */
 	bool (*closing)(void *arg);		/* the connection closes after this request */

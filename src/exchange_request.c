@@ -269,9 +269,12 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 {
 	const struct tls_policy *tls = &ex->route->tls;
 	const char *ca = dest->tls && tls->ca_file != NULL ? tls->ca_file : "";
+	const char *prefix = ex->owner.target_prefix != NULL ? ex->owner.target_prefix : "";
+	size_t prefix_len = strlen(prefix);
 	/* "https://" host ":" port "|" ca "|1" */
 	size_t key_room = 8 + dest->host_len + 6 + 1 + strlen(ca) + 2 + 1;
-	size_t size = head->method_len + 1 + head->target_len + 1 + dest->host_len + 1 + key_room;
+	size_t size = head->method_len + 1 + prefix_len + head->target_len + 1 + dest->host_len +
+		      1 + key_room;
 	char *p = exchange_block(&ex->text, &ex->text_room, size);
 
 	ex->tls = tls;
@@ -281,8 +284,11 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	ex->method_len = head->method_len;
 	p = exchange_put(p, head->method, head->method_len);
 	*p++ = '\0';
+	/* the target as the log shows it: inside an intercepted tunnel with
+	 * the scheme and authority the client asked for */
 	ex->target = p;
-	ex->target_len = head->target_len;
+	ex->target_len = prefix_len + head->target_len;
+	p = exchange_put(p, prefix, prefix_len);
 	p = exchange_put(p, head->target, head->target_len);
 	*p++ = '\0';
 	ex->endpoint_host = p;
@@ -291,6 +297,31 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	ex->endpoint.host = ex->endpoint_host;
 	ex->pool_key = p;
 	upstream_pool_key(&ex->endpoint, ex->tls, p, key_room);
+}
+
+/* The route and where the request goes, or the status to refuse it with. */
+static int exchange_route(const struct exchange_owner *owner, const struct http1_head *head,
+			  const struct http1_framing *framing, struct route_destination *dest,
+			  char *reason, size_t reason_len)
+{
+	const char *host = framing->host_name;
+	size_t host_len = framing->host_name_len;
+	int status;
+
+	if (owner->tunnel_host != NULL) {
+		status = route_check_tunnel(owner->tunnel_host, head, framing, reason, reason_len);
+		if (status != 0)
+			return status;
+		host = owner->tunnel_host;
+		host_len = strlen(host);
+	}
+	status = route_destination(owner->config, owner->upstream, &head->parsed_target, host,
+				   host_len, head->method, head->method_len, dest, reason,
+				   reason_len);
+	if (status == 403)
+		log_warn("client %s: refused host %.*s: not in access.allow_hosts", owner->peer,
+			 (int)(dest->host_len > 200 ? 200 : dest->host_len), dest->host);
+	return status;
 }
 
 struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *owner,
@@ -309,12 +340,7 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 			 (unsigned long long)framing->content_length);
 		return NULL;
 	}
-	*status = route_destination(config, owner->upstream, target, framing->host_name,
-				    framing->host_name_len, head->method, head->method_len, &dest,
-				    reason, reason_len);
-	if (*status == 403)
-		log_warn("client %s: refused host %.*s: not in access.allow_hosts", owner->peer,
-			 (int)(dest.host_len > 200 ? 200 : dest.host_len), dest.host);
+	*status = exchange_route(owner, head, framing, &dest, reason, reason_len);
 	if (*status != 0)
 		return NULL;
 

@@ -58,6 +58,7 @@ struct metrics {
 	struct metrics_route *routes;		     /* in order of first use */
 	uint64_t upstream_errors[TRY_OUTCOME_COUNT]; /* by enum try_outcome, summed by kind */
 	uint64_t pool_reuse;
+	uint64_t intercept_failures;
 	uint64_t duration_buckets[METRICS_DURATION_BUCKETS];
 	uint64_t tries_buckets[METRICS_TRIES_BUCKETS];
 	struct metrics_histogram duration;
@@ -166,6 +167,11 @@ void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome)
 void metrics_pool_reuse(struct metrics *metrics)
 {
 	metrics->pool_reuse++;
+}
+
+void metrics_intercept_failure(struct metrics *metrics)
+{
+	metrics->intercept_failures++;
 }
 
 /* A label value with \, " and newline escaped, as the format requires. */
@@ -315,4 +321,9 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 		       "Requests sent on a pooled upstream connection.");
 	evbuffer_add_printf(out, "retryproxy_pool_reuse_total %llu\n",
 			    (unsigned long long)metrics->pool_reuse);
+
+	metrics_header(out, "retryproxy_intercept_failures_total", "counter",
+		       "Client TLS handshakes in intercepted CONNECT tunnels that failed.");
+	evbuffer_add_printf(out, "retryproxy_intercept_failures_total %llu\n",
+			    (unsigned long long)metrics->intercept_failures);
 }

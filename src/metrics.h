@@ -45,6 +45,10 @@ void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome);
 /* A request was sent on a pooled connection. */
 void metrics_pool_reuse(struct metrics *metrics);
 
+/* A client's TLS handshake in an intercepted tunnel failed (it refused the
+ * certificate, or spoke something else). */
+void metrics_intercept_failure(struct metrics *metrics);
+
 /* Append the whole exposition to out. */
 void metrics_render(const struct metrics *metrics, const struct metrics_gauges *gauges,
 		    struct evbuffer *out);

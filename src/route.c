@@ -140,3 +140,23 @@ int route_destination(const struct config *config, const struct upstream_url *li
 	}
 	return 0;
 }
+
+int route_check_tunnel(const char *tunnel_host, const struct http1_head *head,
+		       const struct http1_framing *framing, char *reason, size_t reason_len)
+{
+	size_t len = strlen(tunnel_host);
+
+	if (head->parsed_target.form != HTTP1_TARGET_ORIGIN) {
+		snprintf(reason, reason_len,
+			 "only origin-form requests inside an intercepted tunnel");
+		return 400;
+	}
+	if (framing->host_name != NULL &&
+	    !http1_name_equals(framing->host_name, framing->host_name_len, tunnel_host)) {
+		snprintf(reason, reason_len, "Host %.*s is not the tunnel's host %.*s",
+			 (int)(framing->host_name_len > 200 ? 200 : framing->host_name_len),
+			 framing->host_name, (int)(len > 200 ? 200 : len), tunnel_host);
+		return 400;
+	}
+	return 0;
+}

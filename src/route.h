@@ -46,4 +46,10 @@ int route_destination(const struct config *config, const struct upstream_url *li
 		      const char *method, size_t method_len, struct route_destination *dest,
 		      char *reason, size_t reason_len);
 
+/* Inside an intercepted tunnel every request names the tunnel's host (the
+ * CONNECT host, no port): no fronting another host through it, and
+ * origin-form only. Returns 0, or 400 with a reason. */
+int route_check_tunnel(const char *tunnel_host, const struct http1_head *head,
+		       const struct http1_framing *framing, char *reason, size_t reason_len);
+
 #endif

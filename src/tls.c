@@ -26,6 +26,7 @@ struct tls_session {
 
 struct tls_store {
 	struct tls_context *contexts;
+	SSL_CTX *server;	      /* intercepted tunnels; made on first use */
 	struct tls_session *sessions; /* most recently saved first */
 	size_t session_count;
 };
@@ -70,6 +71,8 @@ void tls_store_free(struct tls_store *store)
 		free(s->key);
 		free(s);
 	}
+	if (store->server != NULL)
+		SSL_CTX_free(store->server);
 	free(store);
 }
 
@@ -229,6 +232,50 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 			}
 			break;
 		}
+	}
+	return ssl;
+}
+
+/* ALPN: http/1.1 when the client offers it; a client that offers only
+ * other protocols gets none, and speaks HTTP/1.1 or fails on its own. */
+static int tls_select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+			   const unsigned char *in, unsigned int inlen, void *arg)
+{
+	static const unsigned char http11[] = "\x08http/1.1";
+	unsigned char *selected;
+
+	if (SSL_select_next_proto(&selected, outlen, http11, sizeof(http11) - 1, in, inlen) !=
+	    OPENSSL_NPN_NEGOTIATED)
+		return SSL_TLSEXT_ERR_NOACK;
+	*out = selected;
+	return SSL_TLSEXT_ERR_OK;
+}
+
+SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *err, size_t err_len)
+{
+	SSL *ssl;
+
+	if (store->server == NULL) {
+		SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+
+		if (ctx == NULL) {
+			tls_error_string(err, err_len, "cannot create a TLS server context");
+			return NULL;
+		}
+		SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+		SSL_CTX_set_alpn_select_cb(ctx, tls_select_alpn, NULL);
+		/* a client that reconnects resumes with a ticket: no key
+		 * exchange, no certificate sent again */
+		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+		SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+		store->server = ctx;
+	}
+	ssl = SSL_new(store->server);
+	if (ssl == NULL || SSL_use_certificate(ssl, cert) != 1 ||
+	    SSL_use_PrivateKey(ssl, key) != 1) {
+		tls_error_string(err, err_len, "cannot set up the TLS server side");
+		SSL_free(ssl);
+		return NULL;
 	}
 	return ssl;
 }

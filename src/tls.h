@@ -30,6 +30,11 @@ int tls_store_prepare(struct tls_store *store, const struct tls_policy *policy, 
 SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, const char *host,
 		    const char *session_key, char *err, size_t err_len);
 
+/* A server SSL for an intercepted tunnel, presenting cert and key (the
+ * leaf made for the CONNECT host): TLS 1.2 or newer, ALPN http/1.1 only,
+ * session tickets for resumption. NULL with a reason in err. */
+SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *err, size_t err_len);
+
 /* Why a handshake failed: the certificate verification result when that was
  * the cause (*verify_failed set), else OpenSSL's error queue. */
 void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,

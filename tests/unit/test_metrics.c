@@ -122,6 +122,10 @@ static const char *const test_golden[] = {
 	"# HELP retryproxy_pool_reuse_total Requests sent on a pooled upstream connection.",
 	"# TYPE retryproxy_pool_reuse_total counter",
 	"retryproxy_pool_reuse_total 2",
+	"# HELP retryproxy_intercept_failures_total Client TLS handshakes in intercepted CONNECT "
+	"tunnels that failed.",
+	"# TYPE retryproxy_intercept_failures_total counter",
+	"retryproxy_intercept_failures_total 1",
 };
 
 /* The exposition as one NUL-terminated string; the caller frees it. */
@@ -198,6 +202,7 @@ static void test_metrics_scenario(struct metrics *m)
 	metrics_request_done(m, "api", 404, 0.25, 21);
 	metrics_pool_reuse(m);
 	metrics_pool_reuse(m);
+	metrics_intercept_failure(m);
 }
 
 static void test_metrics_golden(void **state)
@@ -246,6 +251,7 @@ static void test_metrics_empty(void **state)
 	assert_null(strstr(text, "route=\""));
 	test_line(text, "retryproxy_backoff_pending 0");
 	test_line(text, "retryproxy_pool_reuse_total 0");
+	test_line(text, "retryproxy_intercept_failures_total 0");
 	free(text);
 	metrics_free(m);
 }

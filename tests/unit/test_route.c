@@ -382,6 +382,53 @@ static void test_destination_allow_all_and_long_host(void **state)
 	config_release(config);
 }
 
+/* Inside an intercepted tunnel: origin-form requests naming the tunnel's host
+ * (any case, any port, or no Host at all on HTTP/1.0) pass; another host or
+ * another form is a 400. */
+static void test_check_tunnel(void **state)
+{
+	static const struct {
+		const char *tunnel;
+		const char *request;
+		int status;
+	} cases[] = {
+		{ "api.example", "GET /x HTTP/1.1\r\nHost: api.example\r\n", 0 },
+		{ "api.example", "GET /x HTTP/1.1\r\nHost: API.Example:443\r\n", 0 },
+		{ "api.example", "GET /x HTTP/1.0\r\n", 0 },
+		{ "::1", "GET / HTTP/1.1\r\nHost: [::1]:8443\r\n", 0 },
+		{ "127.0.0.1", "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n", 0 },
+		{ "api.example", "GET /x HTTP/1.1\r\nHost: other.example\r\n", 400 },
+		{ "api.example", "GET /x HTTP/1.1\r\nHost: api.example.evil\r\n", 400 },
+		{ "api.example", "GET https://api.example/x HTTP/1.1\r\nHost: api.example\r\n",
+		  400 },
+		{ "api.example", "OPTIONS * HTTP/1.1\r\nHost: api.example\r\n", 400 },
+		{ "api.example", "CONNECT api.example:443 HTTP/1.1\r\nHost: api.example\r\n", 400 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		static struct http1_head head;
+		static char buf[512];
+		const struct http1_limits limits = { .max_head_bytes = 4096,
+						     .max_target_bytes = 1024 };
+		struct http1_framing framing;
+		enum http1_error error;
+		char reason[256] = "";
+		size_t len = (size_t)snprintf(buf, sizeof(buf), "%s\r\n", cases[i].request);
+		int status;
+
+		assert_int_equal(http1_parse_request_head(buf, len, &limits, &head, &error),
+				 HTTP1_PARSE_DONE);
+		assert_int_equal(http1_request_framing(&head, &framing, &error), 0);
+		status = route_check_tunnel(cases[i].tunnel, &head, &framing, reason,
+					    sizeof(reason));
+		if (status != cases[i].status)
+			fail_msg("case %zu (%s): status %d (%s)", i, cases[i].request, status,
+				 reason);
+		if (status != 0 && reason[0] == '\0')
+			fail_msg("case %zu: no reason", i);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -395,6 +442,7 @@ int main(void)
 		cmocka_unit_test(test_catch_all),
 		cmocka_unit_test(test_destinations),
 		cmocka_unit_test(test_destination_allow_all_and_long_host),
+		cmocka_unit_test(test_check_tunnel),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,126 @@
+#include "intercept.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+
+#include "ca.h"
+#include "config.h"
+#include "conn.h"
+#include "log.h"
+#include "proxy.h"
+#include "route.h"
+#include "tls.h"
+#include "xmalloc.h"
+
+static const char intercept_established[] =
+	"HTTP/1.1 200 Connection established\r\nVia: 1.1 retryproxy\r\n\r\n";
+
+struct intercept {
+	char *host;		      /* the CONNECT host, no brackets */
+	char *prefix;		      /* "https://" and the CONNECT authority */
+	struct upstream_url upstream; /* https://host:port */
+};
+
+bool intercept_wanted(const struct config *config, const struct listener_config *listen,
+		      const struct http1_head *head)
+{
+	const struct http1_target *target = &head->parsed_target;
+	const struct intercept_config *ic = &config->intercept;
+	size_t i;
+
+	if (target->form != HTTP1_TARGET_AUTHORITY || listen->upstream != NULL || ic->ca == NULL)
+		return false;
+	for (i = 0; i < ic->host_count; i++)
+		if (route_host_pattern_matches(ic->hosts[i], target->host, target->host_len))
+			return true;
+	return false;
+}
+
+/* The tunnel's context: its host, the log prefix and its upstream. */
+static struct intercept *intercept_new(const struct http1_target *target)
+{
+	struct intercept *ic = xcalloc(1, sizeof(*ic));
+	size_t prefix_len = 8 + target->authority_len;
+
+	ic->host = xstrndup(target->host, target->host_len);
+	ic->prefix = xmalloc(prefix_len + 1);
+	snprintf(ic->prefix, prefix_len + 1, "https://%.*s", (int)target->authority_len,
+		 target->authority);
+	ic->upstream.tls = true;
+	ic->upstream.host = xstrdup(ic->host);
+	ic->upstream.port = target->port;
+	/* the Host sent upstream is the authority the client asked for */
+	ic->upstream.authority = xstrndup(target->authority, target->authority_len);
+	ic->upstream.text = xstrdup(ic->prefix);
+	return ic;
+}
+
+void intercept_free(struct intercept *ic)
+{
+	if (ic == NULL)
+		return;
+	free(ic->host);
+	free(ic->prefix);
+	free(ic->upstream.host);
+	free(ic->upstream.authority);
+	free(ic->upstream.text);
+	free(ic);
+}
+
+struct intercept *intercept_start(struct proxy *proxy, const struct config *config,
+				  struct conn *conn, const struct http1_head *head, int *status,
+				  char *reason, size_t reason_len)
+{
+	const struct http1_target *target = &head->parsed_target;
+	struct intercept *ic;
+	X509 *cert;
+	EVP_PKEY *key;
+	SSL *ssl;
+	char err[256];
+
+	*status = 502;
+	if (ca_leaf(config->intercept.ca, target->host, target->host_len, time(NULL), &cert, &key,
+		    err, sizeof(err)) < 0) {
+		log_error("intercept: no certificate for %.*s: %s", (int)target->host_len,
+			  target->host, err);
+		snprintf(reason, reason_len, "cannot make a certificate for this host");
+		return NULL;
+	}
+	ssl = tls_server_new(proxy->tls, cert, key, err, sizeof(err));
+	if (ssl == NULL) {
+		log_error("intercept: %s", err);
+		snprintf(reason, reason_len, "cannot set up TLS for this host");
+		return NULL;
+	}
+	/* copied before the head leaves the input: it points into it */
+	ic = intercept_new(target);
+	evbuffer_add(conn_output(conn), intercept_established, sizeof(intercept_established) - 1);
+	evbuffer_drain(conn_input(conn), head->head_len);
+	if (conn_start_tls_server(conn, ssl) < 0) {
+		/* the 200 could not go out at once: the connection is unusable */
+		intercept_free(ic);
+		*status = 0;
+		snprintf(reason, reason_len, "the answer to the CONNECT could not be written");
+		return NULL;
+	}
+	return ic;
+}
+
+const char *intercept_host(const struct intercept *ic)
+{
+	return ic->host;
+}
+
+const char *intercept_prefix(const struct intercept *ic)
+{
+	return ic->prefix;
+}
+
+const struct upstream_url *intercept_upstream(const struct intercept *ic)
+{
+	return &ic->upstream;
+}

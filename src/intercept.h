@@ -1,0 +1,50 @@
+#ifndef RETRYPROXY_INTERCEPT_H
+#define RETRYPROXY_INTERCEPT_H
+
+/*
+ * HTTPS interception in forward mode (SPEC): a CONNECT to a host that
+ * intercept: lists is answered by the proxy itself, which becomes the TLS
+ * server toward the client with a leaf certificate the local CA made for
+ * that host; the requests inside then go through the usual request path as
+ * on a sidecar listener whose upstream is https://host:port.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "http1.h"
+
+struct config;
+struct conn;
+struct intercept;
+struct listener_config;
+struct proxy;
+struct upstream_url;
+
+/* Is this CONNECT to be intercepted: a forward listener, intercept:
+ * configured, and its host listed? */
+bool intercept_wanted(const struct config *config, const struct listener_config *listen,
+		      const struct http1_head *head);
+
+/* Intercept the CONNECT whose head is at the front of conn's input: take
+ * the head, answer 200, and start the TLS server side with a leaf for the
+ * CONNECT host (conn's event callback then reports the handshake). NULL when
+ * that cannot be done: *status and reason say what to answer (nothing was
+ * written), or *status is 0 when the connection can only be closed. */
+struct intercept *intercept_start(struct proxy *proxy, const struct config *config,
+				  struct conn *conn, const struct http1_head *head, int *status,
+				  char *reason, size_t reason_len);
+
+void intercept_free(struct intercept *intercept);
+
+/* The CONNECT host (no port, no brackets): every request inside must name it. */
+const char *intercept_host(const struct intercept *intercept);
+
+/* "https://host:port" as the client asked, put before targets in the log. */
+const char *intercept_prefix(const struct intercept *intercept);
+
+/* Where the requests inside go: https://host:port, verified as any https
+ * upstream. */
+const struct upstream_url *intercept_upstream(const struct intercept *intercept);
+
+#endif

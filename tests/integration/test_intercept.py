@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Scenario: HTTPS interception in forward mode.
+
+Client: curl (and a raw TLS client for what curl will not send) goes through
+a forward proxy with HTTPS URLs, so every request is a CONNECT; it trusts
+the proxy's local CA (made with retryproxy --make-ca), or, where the test
+says so, only the test origin's CA.
+Origin: TLS origins with certificates the tests make with openssl: "good"
+(localhost and 127.0.0.1, signed by the test CA the proxy trusts through
+tls.ca_file), "unknown" (signed by a CA nobody trusts), and a plain one.
+intercept.hosts lists localhost and 127.0.0.1 and the unknown origin's
+name; other hosts are tunnelled blind.
+Must hold: a listed host is answered by the proxy with a leaf made by the
+local CA for the CONNECT host (SAN DNS or IP, EC P-256, at most 30 days,
+issued by the local CA, the same certificate for a second connection), the
+requests inside are proxied like a sidecar's to https://host:port (Host of
+the upstream, Via, Retry-Attempts, a 503 retried, the access log's target
+https://host:port/path, keep-alive inside the tunnel); a Host naming
+another host is a 400 and nothing reaches the origin; a host not listed is
+tunnelled blind (the client sees the origin's own certificate); a client
+that trusts only its own store fails its handshake, which is logged with
+the host and counted in retryproxy_intercept_failures_total, and the proxy
+keeps serving; an upstream whose certificate fails verification is a 502
+inside the tunnel; a reload picks up a new host list and a new CA.
+"""
+
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+
+import harness as h
+import origin as o
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+tls:
+  ca_file: @TESTCA@
+intercept:
+  hosts: [@HOSTS@]
+  ca_cert: @LOCALCA@/ca.pem
+  ca_key: @LOCALCA@/ca-key.pem
+limits:
+  drain_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 50ms
+    jitter: 10ms
+"""
+
+
+def make_ca(directory):
+    p = subprocess.run([h.BIN, "--make-ca", directory], capture_output=True, text=True)
+    h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+    return directory
+
+
+def connect_tls(proxy_port, host, port, cafile, server_hostname=None):
+    """A TLS connection to host:port through a CONNECT to the proxy, the
+    client trusting cafile. Returns the SSL socket."""
+    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
+    s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(4096)
+        if not chunk:
+            raise AssertionError("proxy closed the CONNECT: %r" % head)
+        head += chunk
+    h.ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
+    ctx = ssl.create_default_context(cafile=cafile)
+    return ctx.wrap_socket(s, server_hostname=server_hostname or host)
+
+
+def read_response(tls):
+    conn = h.RawConn.over(tls)
+    return conn.read_response()
+
+
+def cert_text(der):
+    p = subprocess.run(["openssl", "x509", "-inform", "DER", "-noout", "-text"], input=der,
+                       capture_output=True)
+    return p.stdout.decode()
+
+
+def scenario(t):
+    certs = t.certs()
+    good = t.origin(tls=(certs.server, certs.server_key), name="good")
+    unknown = t.origin(tls=(certs.unknown, certs.unknown_key), name="unknown")
+    local = make_ca(os.path.join(t.tmp, "local-ca"))
+    local_ca = os.path.join(local, "ca.pem")
+    proxy = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost", "127.0.0.1"')
+
+    def get(url, *extra):
+        return h.curl("--cacert", local_ca, *extra, url, proxy=proxy.url)
+
+    def metric(name):
+        r = h.curl(proxy.listener_url(1, "/metrics"))
+        m = re.search(r"^%s (\d+)$" % re.escape(name), r.body.decode(), re.M)
+        return int(m.group(1)) if m else None
+
+    @t.check("a listed host: the proxy answers with a leaf from the local CA, the request goes "
+             "upstream as to an https sidecar")
+    def _():
+        r = get("https://localhost:%d/echo?t=basic" % good.port)
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit, status (%r)" % r)
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        seen = good.requests_for("/echo")
+        seen = [q for q in seen if q.query.get("t") == "basic"]
+        h.eq(len(seen), 1, "requests at the origin")
+        h.eq(seen[0].header_all("Host"), ["localhost:%d" % good.port], "Host at the origin")
+        h.ok("retryproxy" in (seen[0].header("Via") or ""), "Via at the origin")
+        line = proxy.access_one("t=basic")
+        h.eq(h.access_fields(line)["target"], "https://localhost:%d/echo?t=basic" % good.port,
+             "access-log target")
+
+    @t.check("the leaf: SAN of the CONNECT host, EC P-256, at most 30 days, issued by the local CA, "
+             "the same for a second connection")
+    def _():
+        with connect_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
+            der = tls.getpeercert(binary_form=True)
+            h.eq(tls.selected_alpn_protocol(), None, "ALPN (none offered)")
+        text = cert_text(der)
+        h.ok("DNS:localhost" in text, "SAN DNS:localhost in\n%s" % text)
+        h.ok("prime256v1" in text or "P-256" in text, "EC P-256 key")
+        h.ok("retryproxy local CA" in text, "issuer is the local CA")
+        nb = re.search(r"Not Before: (.*)", text).group(1)
+        na = re.search(r"Not After : (.*)", text).group(1)
+        days = (ssl.cert_time_to_seconds(na) - ssl.cert_time_to_seconds(nb)) / 86400
+        h.ok(days <= 30.05, "validity %.2f days" % days)
+        with connect_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
+            h.eq(tls.getpeercert(binary_form=True), der, "the second connection's certificate")
+        with connect_tls(proxy.port(), "127.0.0.1", good.port, local_ca) as tls:
+            ip_text = cert_text(tls.getpeercert(binary_form=True))
+        h.ok("IP Address:127.0.0.1" in ip_text, "SAN IP:127.0.0.1 in\n%s" % ip_text)
+
+    @t.check("ALPN: a client offering h2 and http/1.1 gets http/1.1")
+    def _():
+        s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
+        s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % good.port).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(4096)
+        ctx = ssl.create_default_context(cafile=local_ca)
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+            h.eq(tls.selected_alpn_protocol(), "http/1.1", "ALPN")
+            h.ok(tls.version() in ("TLSv1.2", "TLSv1.3"), "TLS version %s" % tls.version())
+
+    @t.check("retries inside the tunnel: 503, 503, 200 gives the 200 with Retry-Attempts: 3")
+    def _():
+        good.script("/i/retry", [503, 503, "/echo?t=retried"])
+        r = get("https://localhost:%d/i/retry" % good.port)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts (%r)" % r)
+        h.eq(len(good.requests_for("/i/retry")), 3, "requests at the origin")
+
+    @t.check("keep-alive inside the tunnel: two requests, one CONNECT")
+    def _():
+        code, results, err = h.curl_multi(
+            ["https://localhost:%d/echo?t=ka1" % good.port,
+             "https://localhost:%d/echo?t=ka2" % good.port],
+            proxy=proxy.url, extra=["--cacert", local_ca])
+        h.eq(code, 0, "curl exit (%s)" % err)
+        h.eq([s for s, _ in results], [200, 200], "statuses")
+        h.eq(sum(n for _, n in results), 1, "connections curl made")
+
+    @t.check("a Host naming another host inside the tunnel: 400, nothing sent upstream")
+    def _():
+        before = len(good.requests)
+        with connect_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
+            tls.sendall(b"GET /echo?t=fronted HTTP/1.1\r\nHost: other.example\r\n\r\n")
+            r = read_response(tls)
+        h.eq(r.status, 400, "status")
+        h.eq(len(good.requests), before, "requests at the origin")
+
+    p2 = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost"')
+
+    @t.check("a host not listed: tunnelled blind, the client sees the origin's certificate")
+    def _():
+        with connect_tls(p2.port(), "127.0.0.1", good.port, certs.ca,
+                         server_hostname="localhost") as tls:
+            text = cert_text(tls.getpeercert(binary_form=True))
+            tls.sendall(("GET /echo?t=blind HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                         % good.port).encode())
+            r = read_response(tls)
+        h.ok("retryproxy test CA" in text, "issuer of the blind tunnel's certificate")
+        h.eq(r.status, 200, "status through the blind tunnel")
+        h.eq(r.header("Retry-Attempts"), None, "no Retry-Attempts: the proxy saw nothing")
+
+    @t.check("a client that trusts only its own store fails its handshake: logged with the host, "
+             "counted, and the proxy keeps serving")
+    def _():
+        before = metric("retryproxy_intercept_failures_total")
+        r = h.curl("https://localhost:%d/echo?t=refused" % good.port, proxy=proxy.url)
+        h.ok(r.exit_code != 0, "curl must fail without the local CA (%r)" % r)
+        h.wait_until(lambda: metric("retryproxy_intercept_failures_total") == before + 1, 5,
+                     "intercept failure counted")
+        proxy.wait_log(r"intercept: client .* https://localhost:%d" % good.port)
+        h.eq(good.requests_for("/echo") and [q for q in good.requests_for("/echo")
+                                             if q.query.get("t") == "refused"], [], "origin requests")
+        r = get("https://localhost:%d/echo?t=after" % good.port)
+        h.eq(r.status, 200, "a request after the failure")
+
+    @t.check("an upstream certificate that fails verification is a 502 inside the tunnel")
+    def _():
+        r = h.curl("--cacert", local_ca, "https://localhost:%d/echo?t=untrusted" % unknown.port,
+                   proxy=p2.url)
+        h.eq((r.exit_code, r.status), (0, 502), "curl exit, status (%r)" % r)
+        h.ok(re.search(r"certificate", r.body.decode(), re.I), "502 body names the cause: %r" % r.body)
+        h.eq(unknown.requests, [], "requests at the untrusted origin")
+
+    @t.check("reload: a new host list and a new CA take effect for new tunnels")
+    def _():
+        other = make_ca(os.path.join(t.tmp, "other-local-ca"))
+        with connect_tls(p2.port(), "127.0.0.1", good.port, certs.ca,
+                         server_hostname="localhost") as tls:
+            before = cert_text(tls.getpeercert(binary_form=True))
+        h.ok("retryproxy test CA" in before, "127.0.0.1 not listed: the origin's certificate")
+        text = p2.config_text.replace('hosts: ["localhost"]', 'hosts: ["localhost", "127.0.0.1"]')
+        text = text.replace(local + "/", other + "/")
+        with open(p2.config_path, "w") as f:
+            f.write(text)
+        os.kill(p2.pid, signal.SIGHUP)
+        p2.wait_log("reload: now running")
+        with connect_tls(p2.port(), "127.0.0.1", good.port, os.path.join(other, "ca.pem")) as tls:
+            after = cert_text(tls.getpeercert(binary_form=True))
+        h.ok("IP Address:127.0.0.1" in after, "127.0.0.1 now intercepted:\n%s" % after)
+        with connect_tls(p2.port(), "localhost", good.port, os.path.join(other, "ca.pem")) as tls:
+            h.ok(tls.getpeercert() is not None, "localhost's leaf comes from the new CA")
+
+
+h.run(scenario, __doc__)
