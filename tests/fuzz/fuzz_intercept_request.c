@@ -1,0 +1,57 @@
+/* Requests inside an intercepted tunnel: the decrypted bytes go through the
+ * same strict parser, and then the tunnel's own rule (origin-form only, the
+ * Host the tunnel's host). Whatever the bytes, a request the rule lets
+ * through names the tunnel's host or none, in origin-form; one it refuses
+ * says why. */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http1.h"
+#include "route.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct http1_head fuzz_head;
+
+/* Tunnel hosts as CONNECT gives them: a name, IPv4, IPv6 (no brackets). */
+static const char *const fuzz_tunnel_hosts[] = {
+	"api.example.com",
+	"127.0.0.1",
+	"::1",
+	"localhost",
+};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const struct http1_limits limits = { .max_head_bytes = 8192, .max_target_bytes = 2048 };
+	struct http1_framing framing;
+	enum http1_error error;
+	const char *tunnel;
+	char reason[256];
+	int status;
+
+	if (size < 1)
+		return 0;
+	/* the first byte picks the tunnel; the rest is what the client sent */
+	tunnel = fuzz_tunnel_hosts[data[0] %
+				   (sizeof(fuzz_tunnel_hosts) / sizeof(fuzz_tunnel_hosts[0]))];
+	if (http1_parse_request_head((const char *)data + 1, size - 1, &limits, &fuzz_head,
+				     &error) != HTTP1_PARSE_DONE ||
+	    http1_request_framing(&fuzz_head, &framing, &error) < 0)
+		return 0;
+	reason[0] = '\0';
+	status = route_check_tunnel(tunnel, &fuzz_head, &framing, reason, sizeof(reason));
+	if (status == 0) {
+		if (fuzz_head.parsed_target.form != HTTP1_TARGET_ORIGIN)
+			abort();
+		if (framing.host_name != NULL &&
+		    !http1_name_equals(framing.host_name, framing.host_name_len, tunnel))
+			abort();
+	} else if (status != 400 || reason[0] == '\0') {
+		abort();
+	}
+	return 0;
+}
