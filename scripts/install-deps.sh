@@ -6,7 +6,8 @@
 #   install-deps.sh --build-only  what `meson setup` and `ninja` need, no more
 #                                 (the container image's build stage uses this)
 #   install-deps.sh --bench       what tests/bench/bench.py needs: the build, and
-#                                 wrk, HAProxy and nginx to measure against
+#                                 wrk, HAProxy and nginx to measure against (socat
+#                                 carries wrk through a CONNECT, openssl makes certs)
 set -eu
 
 # Enough to configure and build, unit tests included (meson needs cmocka at
@@ -24,7 +25,7 @@ python3-yaml systemd groff-base clang-format"
 case "${1:-}" in
 "") packages="$build_packages $test_packages" ;;
 --build-only) packages="$build_packages" ;;
---bench) packages="$build_packages wrk haproxy nginx" ;;
+--bench) packages="$build_packages wrk haproxy nginx socat openssl" ;;
 *)
 	echo "usage: install-deps.sh [--build-only | --bench]" >&2
 	exit 1

@@ -473,6 +473,9 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 	c->tls_read_wants_write = false;
 	if (c->input == NULL)
 		c->input = conn_buffer_take(c->loop);
+	/* SSL_get_error needs an empty error queue; successful calls add
+	 * nothing, so once per event is enough (it is not cheap) */
+	ERR_clear_error();
 	while (total < budget) {
 		struct evbuffer_iovec vec;
 		size_t want = budget - total < c->read_size ? budget - total : c->read_size;
@@ -481,13 +484,16 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 
 		if (evbuffer_reserve_space(c->input, (ev_ssize_t)want, &vec, 1) < 1)
 			return -2;
-		ERR_clear_error();
 		r = SSL_read_ex(c->ssl, vec.iov_base, vec.iov_len < want ? vec.iov_len : want,
 				&got);
 		if (r == 1) {
 			vec.iov_len = got;
 			evbuffer_commit_space(c->input, &vec, 1);
 			total += got;
+			/* nothing more inside OpenSSL: a further call would only
+			 * find the socket empty; the loop wakes us for more */
+			if (!SSL_has_pending(c->ssl))
+				break;
 			continue;
 		}
 		switch (SSL_get_error(c->ssl, r)) {
@@ -525,9 +531,9 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 			return (ssize_t)total;
 		}
 	}
-	/* stopped by the budget: what SSL already decrypted will not wake the
-	 * loop, so come back at the end of the pass */
-	if (SSL_pending(c->ssl) > 0)
+	/* what OpenSSL already holds will not wake the loop: come back at the
+	 * end of the pass */
+	if (SSL_has_pending(c->ssl))
 		conn_pass_add(c);
 	return (ssize_t)total;
 }
@@ -645,6 +651,7 @@ static ssize_t conn_write_tls(struct conn *c)
 	ssize_t written = 0;
 
 	c->tls_write_wants_read = false;
+	ERR_clear_error();
 	for (;;) {
 		size_t len = conn_length(c->output);
 		size_t n;
@@ -658,7 +665,6 @@ static ssize_t conn_write_tls(struct conn *c)
 		n = c->tls_write_len != 0 ? c->tls_write_len
 					  : (len < CONN_TLS_WRITE ? len : CONN_TLS_WRITE);
 		data = evbuffer_pullup(c->output, (ev_ssize_t)n);
-		ERR_clear_error();
 		r = SSL_write_ex(c->ssl, data, n, &done);
 		if (r == 1) {
 			c->tls_write_len = 0;
@@ -861,7 +867,7 @@ static void conn_pass_one(struct conn *c)
 		return;
 	}
 	if (c->ssl != NULL && c->reading && !c->eof && !conn_input_full(c) &&
-	    SSL_pending(c->ssl) > 0)
+	    SSL_has_pending(c->ssl))
 		conn_read(c);
 }
 
@@ -929,6 +935,9 @@ struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, s
 		c->ssl = ssl;
 		/* the bytes of a repeated SSL_write may have moved in the buffer */
 		SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+		/* records are read as much at a time as the socket has, not
+		 * header and body in two calls each */
+		SSL_set_read_ahead(ssl, 1);
 		/* a close without close_notify is an EOF like any other */
 		SSL_set_options(ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
 	}
@@ -966,6 +975,7 @@ int conn_start_tls_server(struct conn *c, SSL *ssl)
 	}
 	SSL_set_accept_state(ssl);
 	SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_set_read_ahead(ssl, 1);
 	c->handshaking = true;
 	c->handshake_wants = EV_READ;
 	/* never inside this call: the handshake runs when the pass ends, or
@@ -1024,7 +1034,7 @@ void conn_read_enable(struct conn *c, bool on)
 		return;
 	conn_update_interest(c);
 	/* TLS bytes already decrypted will not wake the loop */
-	if (on && c->ssl != NULL && SSL_pending(c->ssl) > 0)
+	if (on && c->ssl != NULL && SSL_has_pending(c->ssl))
 		conn_pass_add(c);
 }
 

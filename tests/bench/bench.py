@@ -56,6 +56,10 @@ POINTS = {
                            what="forward, 64 KiB, 16 conns"),
     "retried-100b-16": dict(conns=16, path="/100", mode="retry",
                             what="retried (503, then 200), 100 B, 16 conns"),
+    "sidecar-https-100b-16": dict(conns=16, path="/100", mode="sidecar_https",
+                                  what="sidecar to an https origin, 100 B, 16 conns"),
+    "intercept-100b-16": dict(conns=16, path="/100", mode="intercept",
+                              what="TLS from the client too (intercepted CONNECT), 100 B, 16 conns"),
 }
 
 # Absolute-form, with the Host the URI names (HAProxy refuses a Host that
@@ -67,6 +71,11 @@ wrk.headers["Host"] = "127.0.0.1:{origin}"
 
 # Every request carries an id of its own, so the retry origin can tell a
 # first try (503) from the retry (200).
+# Inside an intercepted tunnel every request names the tunnel's host.
+WRK_INTERCEPT = """
+wrk.headers["Host"] = "127.0.0.1:{origin_tls}"
+"""
+
 WRK_RETRY = """
 local counter = 0
 local prefix = "{prefix}"
@@ -88,6 +97,13 @@ http {{
   keepalive_timeout 300s;
   server {{
     listen 127.0.0.1:{port} backlog=4096;
+    root {dir}/www;
+    location / {{ default_type application/octet-stream; }}
+  }}
+  server {{
+    listen 127.0.0.1:{tls_port} ssl backlog=4096;
+    ssl_certificate {dir}/pki/leaf.pem;
+    ssl_certificate_key {dir}/pki/leaf.key;
     root {dir}/www;
     location / {{ default_type application/octet-stream; }}
   }}
@@ -131,8 +147,16 @@ frontend sidecar
 frontend retry
   bind 127.0.0.1:{retry} backlog 4096
   default_backend retry_origin
+frontend sidecar_https
+  bind 127.0.0.1:{sidecar_https} backlog 4096
+  default_backend origin_tls
+frontend intercept
+  bind 127.0.0.1:{intercept} ssl crt {pki}/leaf-with-key.pem backlog 4096
+  default_backend origin_tls
 backend origin
   server o1 127.0.0.1:{origin} maxconn 10000
+backend origin_tls
+  server t1 127.0.0.1:{origin_tls} ssl verify required ca-file {pki}/ca.pem maxconn 10000
 backend retry_origin
   retry-on 503 conn-failure empty-response
   retries 1
@@ -146,7 +170,15 @@ listen:
     upstream: http://127.0.0.1:{origin}
   - address: 127.0.0.1:{retry}
     upstream: http://127.0.0.1:{retry_origin}
+  - address: 127.0.0.1:{sidecar_https}
+    upstream: https://127.0.0.1:{origin_tls}
 admin: 127.0.0.1:{admin}
+tls:
+  ca_file: {pki}/ca.pem
+intercept:
+  hosts: ["127.0.0.1"]
+  ca_cert: {localca}/ca.pem
+  ca_key: {localca}/ca-key.pem
 log:
   level: info
   format: text
@@ -235,6 +267,10 @@ class Proxy:
                 wait_port(port, self.proc)
 
     def stop(self):
+        shim = getattr(self, "shim", None)
+        if shim is not None and shim.poll() is None:
+            shim.kill()
+            shim.wait()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -244,6 +280,31 @@ class Proxy:
                 self.proc.wait()
 
 
+def make_pki(directory):
+    """A CA and a leaf for 127.0.0.1 and localhost, for the https origin."""
+    os.makedirs(directory)
+
+    def openssl(*args):
+        subprocess.run(["openssl"] + list(args), cwd=directory, check=True,
+                       capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=retryproxy bench CA", "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign")
+    with open(os.path.join(directory, "leaf.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=localhost")
+    openssl("x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-set_serial", "7", "-days", "2", "-out", "leaf.pem", "-extfile", "leaf.ext")
+    with open(os.path.join(directory, "leaf-with-key.pem"), "wb") as out:
+        for name in ("leaf.pem", "leaf.key"):
+            with open(os.path.join(directory, name), "rb") as f:
+                out.write(f.read())
+    return directory
+
+
 def start_origins(workdir):
     www = os.path.join(workdir, "www")
     os.makedirs(www)
@@ -251,10 +312,11 @@ def start_origins(workdir):
         f.write(b"x" * 100)
     with open(os.path.join(www, "64k"), "wb") as f:
         f.write(os.urandom(32 * 1024).hex().encode())
-    ports = {"origin": free_port(), "retry_origin": free_port()}
+    ports = {"origin": free_port(), "retry_origin": free_port(), "origin_tls": free_port(),
+             "pki": make_pki(os.path.join(workdir, "pki"))}
     conf = os.path.join(workdir, "nginx.conf")
     with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(dir=workdir, port=ports["origin"]))
+        f.write(NGINX_CONF.format(dir=workdir, port=ports["origin"], tls_port=ports["origin_tls"]))
     nginx = subprocess.Popen(pinned(LOAD_CPU, ["nginx", "-c", conf, "-p", workdir]),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(ports["origin"], nginx)
@@ -268,21 +330,37 @@ def start_origins(workdir):
 
 
 def start_haproxy(workdir, origins):
-    ports = {"sidecar": free_port(), "retry": free_port()}
+    ports = {"sidecar": free_port(), "retry": free_port(), "sidecar_https": free_port(),
+             "intercept": free_port()}
     conf = os.path.join(workdir, "haproxy.cfg")
     with open(conf, "w") as f:
         f.write(HAPROXY_CONF.format(**ports, **origins))
     ports["forward"] = ports["sidecar"]  # absolute-form goes to the same backend
+    # HAProxy cannot intercept a CONNECT: its reference for that point is a
+    # TLS frontend with the same certificate, and wrk connects to it directly
     return Proxy("haproxy", ["haproxy", "-f", conf, "-db"], ports, workdir)
 
 
 def start_retryproxy(workdir, origins, binary):
     ports = {"sidecar": free_port(), "retry": free_port(), "forward": free_port(),
-             "admin": free_port()}
+             "admin": free_port(), "sidecar_https": free_port()}
+    localca = os.path.join(workdir, "local-ca")
+    if not os.path.exists(localca):
+        subprocess.run([binary, "--make-ca", localca], check=True, capture_output=True)
     conf = os.path.join(workdir, "retryproxy.yaml")
     with open(conf, "w") as f:
-        f.write(RETRYPROXY_CONF.format(**ports, **origins))
-    return Proxy("retryproxy", [binary, "-c", conf], ports, workdir)
+        f.write(RETRYPROXY_CONF.format(**ports, **origins, localca=localca))
+    proxy = Proxy("retryproxy", [binary, "-c", conf], ports, workdir)
+    # wrk speaks no CONNECT: socat opens one per wrk connection to the
+    # forward listener, and wrk does TLS with the proxy through it
+    ports["intercept"] = free_port()
+    proxy.shim = subprocess.Popen(
+        pinned(LOAD_CPU, ["socat", f"TCP-LISTEN:{ports['intercept']},bind=127.0.0.1,fork,reuseaddr",
+                          f"PROXY:127.0.0.1:127.0.0.1:{origins['origin_tls']},"
+                          f"proxyport={ports['forward']}"]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(ports["intercept"], proxy.shim)
+    return proxy
 
 
 def parse_wrk(text):
@@ -319,12 +397,15 @@ def run_wrk(proxy, point, origins, duration, workdir):
         if proxy.name == "retryproxy":
             path = "/retried" + path
         script = WRK_RETRY.format(prefix=f"{os.getpid()}-{time.monotonic_ns()}-", path=path)
+    elif mode == "intercept":
+        script = WRK_INTERCEPT.format(origin_tls=origins["origin_tls"])
     if script is not None:
         script_path = os.path.join(workdir, "wrk.lua")
         with open(script_path, "w") as f:
             f.write(script)
         argv += ["-s", script_path]
-    argv.append(f"http://127.0.0.1:{port}{path if mode != 'forward' else '/'}")
+    scheme = "https" if mode == "intercept" else "http"
+    argv.append(f"{scheme}://127.0.0.1:{port}{path if mode != 'forward' else '/'}")
     before = cpu_ns(proxy.proc.pid)
     out = subprocess.run(pinned(LOAD_CPU, argv), capture_output=True, text=True, check=True).stdout
     used = cpu_ns(proxy.proc.pid) - before
@@ -532,6 +613,11 @@ def report(rows, idle, backoff, args):
         f, s = plain_cpu.get(POINTS[fwd]["what"]), plain_cpu.get(POINTS[sc]["what"])
         if f and s:
             print(f"forward / sidecar CPU per request, {POINTS[fwd]['what'][9:]}: {f / s:.2f}x")
+    https = plain_cpu.get(POINTS["sidecar-https-100b-16"]["what"])
+    intercepted = plain_cpu.get(POINTS["intercept-100b-16"]["what"])
+    if https and intercepted:
+        print(f"intercepted / sidecar-to-https CPU per request (100 B, 16 conns): "
+              f"{intercepted / https:.2f}x")
     retried = plain_cpu.get(POINTS["retried-100b-16"]["what"])
     if retried and side:
         print(f"retried / plain CPU per request (100 B, 16 conns): {retried / side:.2f}x")

@@ -20,6 +20,7 @@ import re
 import selectors
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -29,9 +30,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
 
-def drive(port, path, requests, conns, mode, origin_port):
-    """Send requests keep-alive requests over conns connections, each
-    connection one request at a time; wait for every response."""
+def open_conns(port, conns, mode, origins):
+    """conns keep-alive connections to the proxy; for intercept, each a
+    CONNECT to the https origin with TLS through it (not verified: the
+    proxy's CPU is what is measured)."""
+    out = []
+    for _ in range(conns):
+        s = socket.create_connection(("127.0.0.1", port))
+        if mode == "intercept":
+            s.sendall(("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                       % origins["origin_tls"]).encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(4096)
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
+        s.setblocking(False)
+        out.append(s)
+    return out
+
+
+def drive(socks, path, requests, mode, origin_port):
+    """Send requests keep-alive requests over the connections, each one
+    request at a time; wait for every response."""
     sel = selectors.DefaultSelector()
     if mode == "forward":
         target = f"http://127.0.0.1:{origin_port}{path}"
@@ -48,21 +71,35 @@ def drive(port, path, requests, conns, mode, origin_port):
         return (f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                 f"X-Bench-Id: p{os.getpid()}-{time.monotonic_ns()}-{counter[0]}\r\n\r\n").encode()
 
+    def send(s, data):
+        while data:
+            try:
+                n = s.send(data)
+                data = data[n:]
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                time.sleep(0.0005)
+
     states = {}
-    for _ in range(min(conns, requests)):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.setblocking(False)
-        s.send(request())
+    for s in socks[:min(len(socks), requests)]:
+        send(s, request())
         sent += 1
         states[s] = b""
         sel.register(s, selectors.EVENT_READ)
     while done < requests:
         for key, _ in sel.select(timeout=30):
             s = key.fileobj
-            chunk = s.recv(1 << 20)
-            if not chunk:
-                raise SystemExit("profile: connection closed")
-            buf = states[s] + chunk
+            buf = states[s]
+            while True:
+                try:
+                    chunk = s.recv(1 << 20)
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    break
+                if not chunk:
+                    raise SystemExit("profile: connection closed")
+                buf += chunk
+                # TLS may hold more already decrypted: select cannot see it
+                if not (isinstance(s, ssl.SSLSocket) and s.pending()):
+                    break
             while True:
                 head_end = buf.find(b"\r\n\r\n")
                 if head_end < 0:
@@ -74,12 +111,11 @@ def drive(port, path, requests, conns, mode, origin_port):
                 buf = buf[total:]
                 done += 1
                 if sent < requests:
-                    s.send(request())
+                    send(s, request())
                     sent += 1
             states[s] = buf
     for s in states:
         sel.unregister(s)
-        s.close()
 
 
 def main():
@@ -89,7 +125,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--conns", type=int, default=16)
     parser.add_argument("--path", default="/100")
-    parser.add_argument("--mode", default="sidecar", choices=["sidecar", "forward", "retry"])
+    parser.add_argument("--mode", default="sidecar",
+                        choices=["sidecar", "forward", "retry", "sidecar_https", "intercept"])
     parser.add_argument("--tool", default="both", choices=["strace", "callgrind", "both"])
     parser.add_argument("--no-install", action="store_true")
     args = parser.parse_args()
@@ -118,30 +155,35 @@ def run(tool, binary, origins, workdir, args, children):
         argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                 "--instr-atstart=no"] + argv
     ports = {"sidecar": bench.free_port(), "retry": bench.free_port(),
-             "forward": bench.free_port(), "admin": bench.free_port()}
+             "forward": bench.free_port(), "admin": bench.free_port(),
+             "sidecar_https": bench.free_port()}
+    localca = os.path.join(workdir, "local-ca")
+    if not os.path.exists(localca):
+        subprocess.run([binary, "--make-ca", localca], check=True, capture_output=True)
     conf = os.path.join(workdir, "retryproxy.yaml")
     with open(conf, "w") as f:
-        f.write(bench.RETRYPROXY_CONF.format(**ports, **origins))
+        f.write(bench.RETRYPROXY_CONF.format(**ports, **origins, localca=localca))
     log = open(os.path.join(workdir, f"profile-{tool}.log"), "w")
     proc = subprocess.Popen(argv + ["-c", conf], stdout=log, stderr=log)
     children.append(proc)
     for p in ports.values():
         bench.wait_port(p, proc, timeout=60)
-    port = ports[args.mode if args.mode != "retry" else "retry"]
-    drive(port, args.path, args.warmup, args.conns, args.mode, origins["origin"])
+    port = ports["forward" if args.mode == "intercept" else args.mode]
+    socks = open_conns(port, args.conns, args.mode, origins)
+    drive(socks, args.path, args.warmup, args.mode, origins["origin"])
     if tool == "strace":
         trace = os.path.join(workdir, "strace.out")
         st = subprocess.Popen(["strace", "-c", "-f", "-o", trace, "-p", str(proc.pid)],
                               stderr=subprocess.DEVNULL)
         time.sleep(1)
-        drive(port, args.path, args.requests, args.conns, args.mode, origins["origin"])
+        drive(socks, args.path, args.requests, args.mode, origins["origin"])
         st.send_signal(2)
         st.wait()
         report_strace(trace, args.requests)
     else:
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
                        stdout=subprocess.DEVNULL)
-        drive(port, args.path, args.requests, args.conns, args.mode, origins["origin"])
+        drive(socks, args.path, args.requests, args.mode, origins["origin"])
         subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True,
                        stdout=subprocess.DEVNULL)
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True,
@@ -149,6 +191,8 @@ def run(tool, binary, origins, workdir, args, children):
         time.sleep(0.5)
         report_callgrind(workdir, args.requests)
         if os.environ.get("PROFILE_KEEP"): shutil.copytree(workdir, "/tmp/profile-keep", dirs_exist_ok=True)
+    for sock in socks:
+        sock.close()
     proc.terminate()
     proc.wait(timeout=30)
 
