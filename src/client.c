@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -266,6 +267,14 @@ static void client_intercept(struct client *client, const struct http1_head *hea
 static void client_handshake_done(struct client *client, short what)
 {
 	if (what & CONN_CONNECTED) {
+		const char *sni =
+			SSL_get_servername(conn_ssl(client->conn), TLSEXT_NAMETYPE_host_name);
+
+		/* the certificate is the CONNECT host's whatever the client
+		 * named in SNI; a difference is worth a note when debugging */
+		if (sni != NULL && strcasecmp(sni, intercept_host(client->intercept)) != 0)
+			log_debug("client %s: SNI %s in a tunnel to %s", client->peer, sni,
+				  intercept_prefix(client->intercept));
 		client->state = CLIENT_READING_HEAD;
 		client_arm_head_timer(client);
 		return;
