@@ -725,7 +725,11 @@ static void conn_write(struct conn *c)
 static void conn_connected(struct conn *c)
 {
 	conn_update_interest(c);
-	if (conn_length(c->output) > 0 || c->shutdown_pending)
+	/* with read-ahead the handshake may have read what the peer sent right
+	 * behind it (TLS 1.3 lets a client send its request with its Finished):
+	 * no readiness will announce those bytes */
+	if (conn_length(c->output) > 0 || c->shutdown_pending ||
+	    (c->ssl != NULL && SSL_has_pending(c->ssl)))
 		conn_pass_add(c);
 	conn_report(c, CONN_CONNECTED);
 }
@@ -976,6 +980,8 @@ int conn_start_tls_server(struct conn *c, SSL *ssl)
 	SSL_set_accept_state(ssl);
 	SSL_set_mode(ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_set_read_ahead(ssl, 1);
+	/* a client that closes without close_notify has closed all the same */
+	SSL_set_options(ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
 	c->handshaking = true;
 	c->handshake_wants = EV_READ;
 	/* never inside this call: the handshake runs when the pass ends, or
