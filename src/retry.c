@@ -375,6 +375,36 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	return verdict;
 }
 
+/* Is the method exactly GET or HEAD? Methods are case-sensitive. */
+static bool retry_hedge_method(const char *method, size_t len)
+{
+	return (len == 3 && memcmp(method, "GET", 3) == 0) ||
+	       (len == 4 && memcmp(method, "HEAD", 4) == 0);
+}
+
+bool retry_hedge_allowed(const struct retry_policy *policy, const struct hedge_policy *hedge,
+			 const struct hedge_facts *facts)
+{
+	if (hedge->after_ms == 0)
+		return false;
+	/* two copies of the request reach the upstream at once: only a read
+	 * that is safe by its method may run twice, never one made safe by a
+	 * precondition or key (the two copies would race for it) nor one with
+	 * a body to send twice */
+	if (!retry_hedge_method(facts->method, facts->method_len) || !facts->idempotent ||
+	    facts->conditional || facts->body)
+		return false;
+	/* the first head decides: it streams, or its retry waits for the
+	 * others; a new try could then only be wasted */
+	if (facts->head_seen || facts->response_started)
+		return false;
+	if (facts->in_flight >= 1 + (uint64_t)hedge->max)
+		return false;
+	if (facts->attempts >= policy->max_attempts || facts->elapsed_ms >= policy->deadline_ms)
+		return false;
+	return facts->budget_allows;
+}
+
 /* A read position in a Retry-After value; end is one past the last byte. */
 struct retry_after_cursor {
 	const char *p;

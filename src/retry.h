@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "config.h"
+#include "health.h"
 
 /* A Retry-After wait is capped at one day, whether given in seconds or as a
  * date: it keeps the arithmetic far from overflow, and any deadline shorter
@@ -177,6 +178,35 @@ bool retry_within_deadline(const struct retry_policy *policy, uint64_t elapsed_m
  * only for a retryable status. */
 struct retry_verdict retry_decide(const struct retry_policy *policy,
 				  const struct retry_facts *facts, struct retry_rng *rng);
+
+/* Everything retry_hedge_allowed() needs to know about a request whose
+ * hedge timer fired, as the exchange sees it then. */
+struct hedge_facts {
+	const char *method; /* the request method, exact case */
+	size_t method_len;
+	bool idempotent;       /* by the route's idempotency map (method or when_present) */
+	bool conditional;      /* retryable only by a precondition (when_present) or an
+				 * idempotency key, not by its method */
+	bool body;	       /* the request has a body (any length, even an empty chunked one) */
+	unsigned attempts;     /* tries made so far, those in flight included */
+	unsigned in_flight;    /* tries in flight now, the first included */
+	bool head_seen;	       /* a response head arrived on any try */
+	bool response_started; /* bytes of a response already reached the client */
+	uint64_t elapsed_ms;   /* since the first try started */
+	bool budget_allows;    /* the route's retry budget would allow one more retry now
+				 * (a peek: nothing taken) */
+};
+
+/* May one more try start now beside those in flight, because none has
+ * answered within hedge->after_ms (SPEC "More retry controls": hedge)?
+ * Only GET and HEAD idempotent by their method, without a body; only with
+ * hedging configured; only while no response head has been seen and
+ * nothing reached the client; only within max extra tries in flight,
+ * max_attempts, the deadline and the budget. hedge is the route's
+ * retry.hedge. Takes nothing from the budget: on true the caller spends
+ * it, and the hedge counts as a try. */
+bool retry_hedge_allowed(const struct retry_policy *policy, const struct hedge_policy *hedge,
+			 const struct hedge_facts *facts);
 
 /* Parse a Retry-After value (RFC 9110 section 10.2.3): delta-seconds, or an
  * HTTP-date in any of the three formats of section 5.6.7 (IMF-fixdate,

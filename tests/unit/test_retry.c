@@ -1077,6 +1077,136 @@ static void test_within_deadline(void **state)
 	assert_false(retry_within_deadline(&policy, UINT64_MAX - 5, 6));
 }
 
+#define TEST_HEDGE_MAX_ATTEMPTS 5
+
+/* One row of the hedge table. Every field left out has the value of a GET
+ * idempotent by its method, with one try in flight for a while and room
+ * everywhere, under hedge after 300 ms, max 1: a hedge is allowed. */
+struct test_hedge_row {
+	const char *name;
+	const char *method; /* NULL: "GET" */
+	size_t method_len;  /* 0: strlen(method) */
+	bool unsafe;	    /* not idempotent by the route's map */
+	bool conditional;   /* retryable only by when_present or a key */
+	bool body;
+	unsigned attempts;  /* 0: 1 */
+	unsigned in_flight; /* 0: 1 */
+	bool head_seen;
+	bool response_started;
+	uint64_t elapsed_ms; /* 0: 300 */
+	bool budget_refuses;
+	bool no_hedge; /* hedge.after 0: not configured */
+	unsigned max;  /* 0: 1 */
+	bool allowed;
+};
+
+static const struct test_hedge_row test_hedge_rows[] = {
+	/* only GET and HEAD, exact case */
+	{ "GET", .allowed = true },
+	{ "HEAD", .method = "HEAD", .allowed = true },
+	{ "POST", .method = "POST" },
+	{ "PUT, idempotent by the map", .method = "PUT" },
+	{ "DELETE, idempotent by the map", .method = "DELETE" },
+	{ "OPTIONS", .method = "OPTIONS" },
+	{ "lower-case get", .method = "get" },
+	{ "Head", .method = "Head" },
+	{ "GE", .method = "GE" },
+	{ "GETS", .method = "GETS" },
+	{ "HEADER", .method = "HEADER" },
+	{ "empty method", .method = "" },
+	{ "GET as the first 3 bytes of a longer buffer", .method = "GET /x", .method_len = 3,
+	  .allowed = true },
+	{ "HEAD cut short", .method = "HEAD", .method_len = 3 },
+	/* idempotent by the route's method map, not by a condition */
+	{ "GET not in the map", .unsafe = true },
+	{ "GET retryable only by when_present", .conditional = true },
+	{ "HEAD retryable only by when_present", .method = "HEAD", .conditional = true },
+	{ "POST retryable by when_present", .method = "POST", .conditional = true },
+	/* never with a body */
+	{ "GET with a body", .body = true },
+	{ "HEAD with a body", .method = "HEAD", .body = true },
+	/* only when configured */
+	{ "no hedge configured", .no_hedge = true },
+	/* only while nothing has answered */
+	{ "a head was seen", .head_seen = true },
+	{ "a response reached the client", .response_started = true },
+	/* extra tries in flight: at most max */
+	{ "max 1, the first in flight", .in_flight = 1, .attempts = 1, .allowed = true },
+	{ "max 1, one hedge in flight", .in_flight = 2, .attempts = 2 },
+	{ "max 1, one hedge in flight after a failed try", .in_flight = 2, .attempts = 3 },
+	{ "max 1, the first failed, its retry in flight", .in_flight = 1, .attempts = 2,
+	  .allowed = true },
+	{ "max 3, two hedges in flight", .max = 3, .in_flight = 3, .attempts = 3, .allowed = true },
+	{ "max 3, three hedges in flight", .max = 3, .in_flight = 4, .attempts = 4 },
+	{ "max 2, two hedges in flight", .max = 2, .in_flight = 3, .attempts = 3 },
+	/* max_attempts counts every hedge */
+	{ "one try left", .max = 3, .in_flight = 2, .attempts = TEST_HEDGE_MAX_ATTEMPTS - 1,
+	  .allowed = true },
+	{ "max_attempts reached", .max = 3, .in_flight = 2, .attempts = TEST_HEDGE_MAX_ATTEMPTS },
+	{ "past max_attempts", .max = 3, .in_flight = 1, .attempts = TEST_HEDGE_MAX_ATTEMPTS + 1 },
+	/* the deadline */
+	{ "just before the deadline", .elapsed_ms = TEST_DEADLINE_MS - 1, .allowed = true },
+	{ "at the deadline", .elapsed_ms = TEST_DEADLINE_MS },
+	{ "past the deadline", .elapsed_ms = UINT64_MAX },
+	/* the budget */
+	{ "budget spent", .budget_refuses = true },
+	{ "budget spent on a HEAD", .method = "HEAD", .budget_refuses = true },
+	/* everything at once */
+	{ "everything refuses", .method = "POST", .unsafe = true, .conditional = true, .body = true,
+	  .attempts = 9, .in_flight = 9, .head_seen = true, .response_started = true,
+	  .elapsed_ms = 50000, .budget_refuses = true, .no_hedge = true },
+};
+
+static void test_hedge_table(void **state)
+{
+	struct retry_policy policy = test_decide_policy(TEST_POLICY_DEFAULT);
+
+	policy.max_attempts = TEST_HEDGE_MAX_ATTEMPTS;
+	for (size_t i = 0; i < sizeof(test_hedge_rows) / sizeof(test_hedge_rows[0]); i++) {
+		const struct test_hedge_row *row = &test_hedge_rows[i];
+		struct hedge_policy hedge = { row->no_hedge ? 0 : 300,
+					      row->max != 0 ? row->max : 1 };
+		struct hedge_facts facts;
+
+		memset(&facts, 0, sizeof(facts));
+		facts.method = row->method != NULL ? row->method : "GET";
+		facts.method_len = row->method_len != 0 ? row->method_len : strlen(facts.method);
+		facts.idempotent = !row->unsafe;
+		facts.conditional = row->conditional;
+		facts.body = row->body;
+		facts.attempts = row->attempts != 0 ? row->attempts : 1;
+		facts.in_flight = row->in_flight != 0 ? row->in_flight : 1;
+		facts.head_seen = row->head_seen;
+		facts.response_started = row->response_started;
+		facts.elapsed_ms = row->elapsed_ms != 0 ? row->elapsed_ms : 300;
+		facts.budget_allows = !row->budget_refuses;
+		if (retry_hedge_allowed(&policy, &hedge, &facts) != row->allowed)
+			fail_msg("%s: expected %s", row->name, row->allowed ? "a hedge" : "none");
+	}
+}
+
+/* A method given as NULL with length 0 is no method at all, and hedge.after
+ * of 1 ms is as configured as any. */
+static void test_hedge_edges(void **state)
+{
+	struct retry_policy policy = test_decide_policy(TEST_POLICY_DEFAULT);
+	struct hedge_policy hedge = { 1, 1 };
+	struct hedge_facts facts;
+
+	memset(&facts, 0, sizeof(facts));
+	facts.idempotent = true;
+	facts.attempts = 1;
+	facts.in_flight = 1;
+	facts.budget_allows = true;
+	assert_false(retry_hedge_allowed(&policy, &hedge, &facts));
+	facts.method = "HEAD";
+	facts.method_len = 4;
+	assert_true(retry_hedge_allowed(&policy, &hedge, &facts));
+	/* a policy with max_attempts 1 never hedges */
+	policy.max_attempts = 1;
+	assert_false(retry_hedge_allowed(&policy, &hedge, &facts));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1098,6 +1228,8 @@ int main(void)
 		cmocka_unit_test(test_decide_table),
 		cmocka_unit_test(test_decide_seeded_wait),
 		cmocka_unit_test(test_within_deadline),
+		cmocka_unit_test(test_hedge_table),
+		cmocka_unit_test(test_hedge_edges),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
