@@ -326,6 +326,19 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = NULL },
 };
 
+static const struct config_walk_key config_health_keys[] = {
+	{ .name = "down_after",
+	  .type = &config_walk_count,
+	  .offset = offsetof(struct health_policy, down_after) },
+	{ .name = "probe_interval",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct health_policy, probe_interval_ms) },
+	{ .name = "hold",
+	  .type = &config_walk_bool,
+	  .offset = offsetof(struct health_policy, hold) },
+	{ .name = NULL },
+};
+
 /* intercept.hosts: the CONNECT hosts whose TLS the proxy terminates. */
 static void config_set_intercept_hosts(struct config_walk *walk, const struct yaml_tree_node *node,
 				       void *field)
@@ -393,6 +406,9 @@ static const struct config_walk_key config_top_keys[] = {
 	{ .name = "limits",
 	  .offset = offsetof(struct config, limits),
 	  .section = config_limits_keys },
+	{ .name = "health",
+	  .offset = offsetof(struct config, health),
+	  .section = config_health_keys },
 	{ .name = "defaults",
 	  .offset = offsetof(struct config, default_route),
 	  .section = config_route_defaults_keys },
@@ -442,6 +458,10 @@ static void config_set_defaults(struct config *config)
 	limits->pool_idle_timeout_ms = 60 * 1000;
 	limits->tunnel_idle_timeout_ms = 300 * 1000;
 	limits->max_pending_retries = 10000;
+
+	config->health.down_after = 3;
+	config->health.probe_interval_ms = 500;
+	config->health.hold = true;
 
 	config_route_set_defaults(&config->default_route);
 }
@@ -495,6 +515,7 @@ static struct config *config_build(const struct yaml_tree_node *root, const char
 	if (config->tls.ca_file != NULL)
 		config->default_route.tls.ca_file = xstrdup(config->tls.ca_file);
 	config->default_route.tls.verify = config->tls.verify;
+	config_route_resolve(config);
 	if (config_walk_finish(walk, errors) > 0) {
 		config_free(config);
 		return NULL;

@@ -45,6 +45,12 @@ struct retry_budget {
 	uint64_t window_ms;
 };
 
+/* retry.hedge: another try while one is slow (SPEC "More retry controls"). */
+struct hedge_policy {
+	uint64_t after_ms; /* no response head after this: one more try; 0: no hedging */
+	unsigned max;	   /* extra tries in flight at most, 1..3 */
+};
+
 struct retry_policy {
 	unsigned on;		   /* enum retry_on flags */
 	uint8_t on_codes[600 / 8]; /* bit per explicit status code 100..599 */
@@ -57,6 +63,9 @@ struct retry_policy {
 	uint64_t deadline_ms; /* from the first try */
 	bool honor_retry_after;
 	struct retry_budget budget;
+	uint64_t try_timeout_ms;   /* one try, until its response head: the route's own, else
+				      defaults.retry's, else limits.try_timeout; never 0 */
+	struct hedge_policy hedge; /* inherited key by key, like budget */
 };
 
 enum when_present_kind {
@@ -119,6 +128,13 @@ struct limits {
 	unsigned max_pending_retries; /* exchanges waiting in backoff at once, with their buffers */
 };
 
+/* health: per upstream, shared by every route (SPEC "Upstream health"). */
+struct health_policy {
+	unsigned down_after; /* consecutive connect failures that mark an upstream down; 0: off */
+	uint64_t probe_interval_ms; /* while down, one connect attempt per interval */
+	bool hold; /* while down, requests wait (within their deadline); false: 502 at once */
+};
+
 struct ca;
 
 /* intercept: HTTPS interception in forward mode (SPEC). */
@@ -147,6 +163,7 @@ struct config {
 	bool admin_remote;
 	struct tls_policy tls;
 	struct limits limits;
+	struct health_policy health;
 	struct route default_route; /* named "default": the defaults, for unmatched requests */
 	struct route *routes;
 	size_t route_count;

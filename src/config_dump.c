@@ -262,6 +262,15 @@ static void config_dump_retry(struct config_dump *d, const struct retry_policy *
 	config_dump_pair_number(d, "min_per_second", retry->budget.min_per_second);
 	config_dump_pair_ms(d, "window", retry->budget.window_ms);
 	config_dump_mapping_end(d);
+	config_dump_pair_ms(d, "try_timeout", retry->try_timeout_ms);
+	/* no hedge: key is how a policy says no hedging */
+	if (retry->hedge.after_ms != 0) {
+		config_dump_word(d, "hedge");
+		config_dump_mapping_start(d, false);
+		config_dump_pair_ms(d, "after", retry->hedge.after_ms);
+		config_dump_pair_unsigned(d, "max", retry->hedge.max);
+		config_dump_mapping_end(d);
+	}
 	config_dump_mapping_end(d);
 }
 
@@ -393,6 +402,17 @@ static void config_dump_limits(struct config_dump *d, const struct limits *limit
 	config_dump_mapping_end(d);
 }
 
+/* health: every key. */
+static void config_dump_health(struct config_dump *d, const struct health_policy *health)
+{
+	config_dump_word(d, "health");
+	config_dump_mapping_start(d, false);
+	config_dump_pair_unsigned(d, "down_after", health->down_after);
+	config_dump_pair_ms(d, "probe_interval", health->probe_interval_ms);
+	config_dump_pair_bool(d, "hold", health->hold);
+	config_dump_mapping_end(d);
+}
+
 /* The document's one mapping, in the order of the shipped config file. */
 static void config_dump_document(struct config_dump *d, const struct config *config)
 {
@@ -430,6 +450,7 @@ static void config_dump_document(struct config_dump *d, const struct config *con
 	if (config->intercept.ca != NULL)
 		config_dump_intercept(d, &config->intercept);
 	config_dump_limits(d, &config->limits);
+	config_dump_health(d, &config->health);
 	config_dump_word(d, "defaults");
 	config_dump_mapping_start(d, false);
 	config_dump_retry(d, &config->default_route.retry);

@@ -338,6 +338,50 @@ static const struct config_walk_key config_route_budget_keys[] = {
 	{ .name = NULL },
 };
 
+/* hedge.max: extra tries in flight, 1 to 3 (SPEC). */
+static void config_route_set_hedge_max(struct config_walk *walk, const struct yaml_tree_node *node,
+				       void *field)
+{
+	uint64_t n;
+
+	if (config_values_unsigned(node->text, 3, &n) < 0 || n == 0)
+		config_walk_bad_value(walk, node, "a whole number from 1 to 3");
+	else
+		*(unsigned *)field = (unsigned)n;
+}
+
+static const struct config_walk_type config_route_type_hedge_max = { YAML_TREE_SCALAR,
+								     "a whole number from 1 to 3",
+								     config_route_set_hedge_max };
+
+static const struct config_walk_key config_route_hedge_keys[] = {
+	{ .name = "after",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct hedge_policy, after_ms) },
+	{ .name = "max",
+	  .type = &config_route_type_hedge_max,
+	  .offset = offsetof(struct hedge_policy, max) },
+	{ .name = NULL },
+};
+
+/* hedge: over the inherited one key by key; with none inherited, after: is
+ * what turns hedging on, so it must be there. A section left empty (all
+ * commented out) changes nothing. */
+static void config_route_set_hedge(struct config_walk *walk, const struct yaml_tree_node *node,
+				   void *field)
+{
+	struct hedge_policy *hedge = field;
+
+	if (yaml_tree_is_null(node) || node->count == 0)
+		return;
+	config_walk_mapping(walk, node, config_route_hedge_keys, hedge);
+	if (hedge->after_ms == 0 && yaml_tree_find(node, "after") == NULL)
+		config_walk_error(walk, node, "missing key \"after\"");
+}
+
+static const struct config_walk_type config_route_type_hedge = { YAML_TREE_MAPPING, "a mapping",
+								 config_route_set_hedge };
+
 static const struct config_walk_key config_route_retry_keys[] = {
 	{ .name = "on", .type = &config_route_type_retry_on },
 	{ .name = "max_attempts",
@@ -362,11 +406,64 @@ static const struct config_walk_key config_route_retry_keys[] = {
 	{ .name = "budget",
 	  .offset = offsetof(struct retry_policy, budget),
 	  .section = config_route_budget_keys },
+	{ .name = "try_timeout",
+	  .type = &config_walk_timeout,
+	  .offset = offsetof(struct retry_policy, try_timeout_ms) },
+	{ .name = "hedge",
+	  .type = &config_route_type_hedge,
+	  .offset = offsetof(struct retry_policy, hedge) },
 	{ .name = NULL },
 };
 
+/* The try_timeout a policy ends up with: its own (a route's own or the one
+ * it took from defaults.retry), else limits.try_timeout. */
+static uint64_t config_route_try_timeout(const struct retry_policy *retry,
+					 const struct config *config)
+{
+	return retry->try_timeout_ms != 0 ? retry->try_timeout_ms : config->limits.try_timeout_ms;
+}
+
+/* A hedge that waits as long as the try it would back up never fires:
+ * refuse it, pointing at whichever of the two this mapping sets; if it sets
+ * neither, both came from defaults.retry, which was checked already. */
+static void config_route_check_hedge(struct config_walk *walk, const struct yaml_tree_node *node,
+				     const struct retry_policy *retry)
+{
+	const struct config *config = config_walk_data(walk);
+	const struct yaml_tree_entry *hedge = yaml_tree_find(node, "hedge"), *blame = NULL;
+	uint64_t try_timeout = config_route_try_timeout(retry, config);
+	char after[32], timeout[32];
+	size_t mark;
+
+	if (retry->hedge.after_ms == 0 || retry->hedge.after_ms < try_timeout)
+		return;
+	config_values_format_ms(retry->hedge.after_ms, after, sizeof(after));
+	config_values_format_ms(try_timeout, timeout, sizeof(timeout));
+	if (hedge != NULL && hedge->value->kind == YAML_TREE_MAPPING)
+		blame = yaml_tree_find(hedge->value, "after");
+	if (blame != NULL) {
+		mark = config_walk_push(walk, "hedge");
+		config_walk_push(walk, "after");
+		config_walk_error(walk, blame->value,
+				  "hedge.after (%s) must be shorter than try_timeout (%s)", after,
+				  timeout);
+	} else if ((blame = yaml_tree_find(node, "try_timeout")) != NULL) {
+		mark = config_walk_push(walk, "try_timeout");
+		config_walk_error(
+			walk, blame->value,
+			"try_timeout (%s) must be longer than hedge.after (%s), inherited "
+			"from defaults.retry",
+			timeout, after);
+	} else {
+		return;
+	}
+	config_walk_pop(walk, mark);
+}
+
 /* A retry: mapping over the policy already in place (the defaults, for a
- * route), then the checks that involve more than one key. */
+ * route), then the checks that involve more than one key. limits: is read
+ * before defaults: and routes: whatever the file's order, so the
+ * try_timeout a route falls back to is known here. */
 static void config_route_set_retry(struct config_walk *walk, const struct yaml_tree_node *node,
 				   void *field)
 {
@@ -376,6 +473,8 @@ static void config_route_set_retry(struct config_walk *walk, const struct yaml_t
 	size_t mark;
 
 	config_walk_mapping(walk, node, config_route_retry_keys, retry);
+	if (node->kind == YAML_TREE_MAPPING)
+		config_route_check_hedge(walk, node, retry);
 	if (retry->max_backoff_ms >= retry->initial_backoff_ms)
 		return;
 	config_values_format_ms(retry->max_backoff_ms, max, sizeof(max));
@@ -507,10 +606,25 @@ void config_route_set_defaults(struct route *route)
 	retry->budget.ratio = 0.2;
 	retry->budget.min_per_second = 3;
 	retry->budget.window_ms = 10 * 1000;
+	retry->try_timeout_ms = 0; /* limits.try_timeout, filled by config_route_resolve */
+	retry->hedge.after_ms = 0;
+	retry->hedge.max = 1;
 	route->idempotent.methods = xcalloc(6, sizeof(char *));
 	for (size_t i = 0; i < 6; i++)
 		route->idempotent.methods[i] = xstrdup(methods[i]);
 	route->idempotent.method_count = 6;
+}
+
+/* retry.try_timeout, where neither the route nor defaults.retry set it:
+ * limits.try_timeout, known only once the whole file is read. */
+void config_route_resolve(struct config *config)
+{
+	struct retry_policy *defaults = &config->default_route.retry;
+
+	defaults->try_timeout_ms = config_route_try_timeout(defaults, config);
+	for (size_t i = 0; i < config->route_count; i++)
+		if (config->routes[i].retry.try_timeout_ms == 0)
+			config->routes[i].retry.try_timeout_ms = defaults->try_timeout_ms;
 }
 
 /* Free what a route owns; the route itself is in an array or the config. */

@@ -5,8 +5,9 @@
  * The route half of the configuration, for config.c: the keys of defaults:
  * and of each routes[] item, and how a route inherits. A route starts from
  * the defaults and the global tls: and overrides only the keys it names
- * (retry.budget and tls: key by key too); retry.on, idempotent.methods and
- * idempotent.when_present replace the inherited list when named.
+ * (retry.budget, retry.hedge and tls: key by key too); retry.on,
+ * idempotent.methods and idempotent.when_present replace the inherited list
+ * when named. retry.try_timeout falls back to limits.try_timeout.
  */
 
 #include "config.h"
@@ -24,6 +25,10 @@ extern const struct config_walk_type config_route_list;
 
 /* The default policy (SPEC "defaults:") into a zeroed route. */
 void config_route_set_defaults(struct route *route);
+
+/* After the whole file is read: fill retry.try_timeout, in the defaults and
+ * in every route that did not set it, from limits.try_timeout. */
+void config_route_resolve(struct config *config);
 
 /* Free what a route owns, not the route itself. */
 void config_route_free(struct route *route);

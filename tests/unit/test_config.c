@@ -237,6 +237,11 @@ static void test_embedded_default(void **state)
 	assert_int_equal(config->route_count, 0);
 	assert_int_equal(config->default_route.retry.max_attempts, 5);
 	assert_int_equal(config->default_route.idempotent.when_present_count, 0);
+	assert_int_equal(config->health.down_after, 3);
+	assert_int_equal(config->health.probe_interval_ms, 500);
+	assert_true(config->health.hold);
+	assert_int_equal(config->default_route.retry.try_timeout_ms, 30000);
+	assert_int_equal(config->default_route.retry.hedge.after_ms, 0);
 	config_release(config);
 }
 
@@ -462,6 +467,10 @@ static void test_defaults(void **state)
 	assert_int_equal(l->pool_idle_timeout_ms, 60000);
 	assert_int_equal(l->tunnel_idle_timeout_ms, 300000);
 
+	assert_int_equal(config->health.down_after, 3);
+	assert_int_equal(config->health.probe_interval_ms, 500);
+	assert_true(config->health.hold);
+
 	assert_string_equal(d->name, "default");
 	assert_null(d->match_host);
 	assert_null(d->match_path_prefix);
@@ -483,6 +492,9 @@ static void test_defaults(void **state)
 	assert_true(d->retry.budget.ratio == 0.2);
 	assert_true(d->retry.budget.min_per_second == 3);
 	assert_int_equal(d->retry.budget.window_ms, 10000);
+	assert_int_equal(d->retry.try_timeout_ms, 30000);
+	assert_int_equal(d->retry.hedge.after_ms, 0);
+	assert_int_equal(d->retry.hedge.max, 1);
 	assert_int_equal(d->idempotent.method_count, 6);
 	assert_string_equal(d->idempotent.methods[0], "GET");
 	assert_string_equal(d->idempotent.methods[5], "DELETE");
@@ -583,6 +595,111 @@ static void test_inheritance_any_order(void **state)
 	assert_false(config->routes[0].tls_overridden);
 	assert_false(config->default_route.tls.verify);
 	config_release(config);
+}
+
+/* retry.try_timeout: the route's own, else defaults.retry's, else
+ * limits.try_timeout, which may come after both in the file. */
+static void test_try_timeout_inheritance(void **state)
+{
+	struct config *config = test_load_ok("routes:\n"
+					     "  - name: own\n"
+					     "    retry: { try_timeout: 2s }\n"
+					     "  - name: plain\n"
+					     "  - name: other-keys\n"
+					     "    retry: { max_attempts: 2 }\n"
+					     "limits:\n"
+					     "  try_timeout: 45s\n");
+
+	assert_int_equal(config->default_route.retry.try_timeout_ms, 45000);
+	assert_int_equal(config->routes[0].retry.try_timeout_ms, 2000);
+	assert_int_equal(config->routes[1].retry.try_timeout_ms, 45000);
+	assert_int_equal(config->routes[2].retry.try_timeout_ms, 45000);
+	config_release(config);
+
+	config = test_load_ok("limits: { try_timeout: 45s }\n"
+			      "defaults:\n"
+			      "  retry: { try_timeout: 10s }\n"
+			      "routes:\n"
+			      "  - name: own\n"
+			      "    retry: { try_timeout: 1500ms }\n"
+			      "  - name: plain\n");
+	assert_int_equal(config->limits.try_timeout_ms, 45000);
+	assert_int_equal(config->default_route.retry.try_timeout_ms, 10000);
+	assert_int_equal(config->routes[0].retry.try_timeout_ms, 1500);
+	assert_int_equal(config->routes[1].retry.try_timeout_ms, 10000);
+	config_release(config);
+}
+
+/* retry.hedge: none unless set; a route takes the defaults' key by key. */
+static void test_hedge_inheritance(void **state)
+{
+	struct config *config = test_load_ok("defaults:\n"
+					     "  retry:\n"
+					     "    hedge: { after: 300ms }\n"
+					     "routes:\n"
+					     "  - name: plain\n"
+					     "  - name: more\n"
+					     "    retry: { hedge: { max: 3 } }\n"
+					     "  - name: later\n"
+					     "    retry: { hedge: { after: 2s, max: 2 } }\n"
+					     "  - name: empty\n"
+					     "    retry: { hedge: {} }\n");
+	const struct route *r;
+
+	assert_int_equal(config->default_route.retry.hedge.after_ms, 300);
+	assert_int_equal(config->default_route.retry.hedge.max, 1);
+	r = &config->routes[0];
+	assert_int_equal(r->retry.hedge.after_ms, 300);
+	assert_int_equal(r->retry.hedge.max, 1);
+	r = &config->routes[1];
+	assert_int_equal(r->retry.hedge.after_ms, 300);
+	assert_int_equal(r->retry.hedge.max, 3);
+	r = &config->routes[2];
+	assert_int_equal(r->retry.hedge.after_ms, 2000);
+	assert_int_equal(r->retry.hedge.max, 2);
+	r = &config->routes[3];
+	assert_int_equal(r->retry.hedge.after_ms, 300);
+	assert_int_equal(r->retry.hedge.max, 1);
+	config_release(config);
+
+	/* with none in the defaults, a route's own is its alone */
+	config = test_load_ok("routes:\n"
+			      "  - name: hedged\n"
+			      "    retry: { hedge: { after: 1s } }\n"
+			      "  - name: plain\n");
+	assert_int_equal(config->default_route.retry.hedge.after_ms, 0);
+	assert_int_equal(config->routes[0].retry.hedge.after_ms, 1000);
+	assert_int_equal(config->routes[0].retry.hedge.max, 1);
+	assert_int_equal(config->routes[1].retry.hedge.after_ms, 0);
+	config_release(config);
+}
+
+/* hedge.after must be shorter than the try_timeout in effect, whichever
+ * section that comes from; the error is at the key the route set. */
+static void test_hedge_after_try_timeout(void **state)
+{
+	test_load_fails("defaults:\n"
+			"  retry:\n"
+			"    hedge: { after: 30s }\n",
+			"test.yaml:3:21: defaults.retry.hedge.after: hedge.after (30s) must be "
+			"shorter than try_timeout (30s)\n");
+	test_load_fails("routes:\n"
+			"  - name: r\n"
+			"    retry: { hedge: { after: 2s } }\n"
+			"limits: { try_timeout: 1s }\n",
+			"test.yaml:3:30: routes[0].retry.hedge.after: hedge.after (2s) must be "
+			"shorter than try_timeout (1s)\n");
+	test_load_fails("defaults:\n"
+			"  retry: { hedge: { after: 2s } }\n"
+			"routes:\n"
+			"  - name: r\n"
+			"    retry: { try_timeout: 2s }\n",
+			"test.yaml:5:27: routes[0].retry.try_timeout: try_timeout (2s) must be "
+			"longer than hedge.after (2s), inherited from defaults.retry\n");
+	/* a longer try_timeout makes room for a hedge limits: would not */
+	config_release(test_load_ok("limits: { try_timeout: 1s }\n"
+				    "defaults:\n"
+				    "  retry: { try_timeout: 5s, hedge: { after: 2s } }\n"));
 }
 
 /* A relative ca_file is relative to the config file and stored absolute. */
@@ -712,6 +829,42 @@ static void test_units(void **state)
 	assert_int_equal(config->limits.tunnel_idle_timeout_ms, 30000);
 	assert_true(config->default_route.retry.multiplier == 1.5);
 	assert_true(config->default_route.retry.budget.min_per_second == 0.5);
+	config_release(config);
+}
+
+/* good/health_hedge.yaml, field by field. */
+static void test_health_hedge_fixture(void **state)
+{
+	char *errors;
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config = config_load_file("good/health_hedge.yaml", out);
+	const struct route *r;
+
+	fclose(out);
+	if (config == NULL)
+		fail_msg("%s", errors);
+	free(errors);
+	assert_int_equal(config->health.down_after, 0);
+	assert_int_equal(config->health.probe_interval_ms, 1500);
+	assert_false(config->health.hold);
+	assert_int_equal(config->default_route.retry.try_timeout_ms, 10000);
+	assert_int_equal(config->default_route.retry.hedge.after_ms, 250);
+	assert_int_equal(config->route_count, 4);
+	r = &config->routes[0];
+	assert_int_equal(r->retry.try_timeout_ms, 2000);
+	assert_int_equal(r->retry.hedge.after_ms, 250);
+	assert_int_equal(r->retry.hedge.max, 3);
+	r = &config->routes[1];
+	assert_int_equal(r->retry.try_timeout_ms, 10000);
+	assert_int_equal(r->retry.hedge.after_ms, 1000);
+	assert_int_equal(r->retry.hedge.max, 2);
+	for (size_t i = 2; i < 4; i++) {
+		r = &config->routes[i];
+		assert_int_equal(r->retry.try_timeout_ms, 10000);
+		assert_int_equal(r->retry.hedge.after_ms, 250);
+		assert_int_equal(r->retry.hedge.max, 1);
+	}
 	config_release(config);
 }
 
@@ -1007,6 +1160,10 @@ int main(void)
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_inheritance),
 		cmocka_unit_test(test_inheritance_any_order),
+		cmocka_unit_test(test_try_timeout_inheritance),
+		cmocka_unit_test(test_hedge_inheritance),
+		cmocka_unit_test(test_hedge_after_try_timeout),
+		cmocka_unit_test(test_health_hedge_fixture),
 		cmocka_unit_test(test_relative_ca_file),
 		cmocka_unit_test(test_spec_example_routes),
 		cmocka_unit_test(test_sidecar_values),

@@ -3,8 +3,8 @@
  * config_load_text, and dumping what it loads gives the same text, for the
  * embedded default, every good fixture and configs that use the corners of
  * each value type. Plus the spelling of durations, sizes and inherited
- * route policies, which users read, and intercept: showing where the CA's
- * files are but never the key.
+ * route policies, which users read, health: and retry.hedge, and
+ * intercept: showing where the CA's files are but never the key.
  */
 
 #include <setjmp.h>
@@ -99,6 +99,13 @@ static void test_embedded_default(void **state)
 	assert_non_null(strstr(dump, "  ca_file: ~\n"));
 	assert_non_null(strstr(dump, "on: [5xx, 408, 429, connect-failure, reset, timeout]"));
 	assert_non_null(strstr(dump, "routes: []\n"));
+	assert_non_null(strstr(dump, "health:\n"
+				     "  down_after: 3\n"
+				     "  probe_interval: 500ms\n"
+				     "  hold: true\n"));
+	/* try_timeout as resolved from limits:; no hedging unless asked */
+	assert_non_null(strstr(dump, "    try_timeout: 30s\n"));
+	assert_null(strstr(dump, "hedge"));
 	/* interception is opt-in */
 	assert_null(strstr(dump, "intercept"));
 	free(dump);
@@ -223,6 +230,57 @@ static void test_routes_resolved(void **state)
 	config_release(config);
 }
 
+/* health:, retry.try_timeout and retry.hedge come out resolved (a route's
+ * try_timeout from limits:, its hedge key by key from defaults:) and load
+ * to the same values. */
+static void test_health_hedge(void **state)
+{
+	static const char text[] = "routes:\n"
+				   "  - name: own\n"
+				   "    retry:\n"
+				   "      try_timeout: 90s\n"
+				   "      hedge: { max: 3 }\n"
+				   "  - name: plain\n"
+				   "defaults:\n"
+				   "  retry:\n"
+				   "    hedge: { after: 1.5s }\n"
+				   "health: { down_after: 0, probe_interval: 2m, hold: false }\n"
+				   "limits: { try_timeout: 45s }\n";
+	struct config *config = test_load(text, "hedge.yaml");
+	char *dump = test_round_trip(config);
+	struct config *again = test_load(dump, "hedge.yaml");
+	const struct route *r;
+
+	assert_non_null(strstr(dump, "health:\n"
+				     "  down_after: 0\n"
+				     "  probe_interval: 2m\n"
+				     "  hold: false\n"));
+	assert_non_null(strstr(dump, "    try_timeout: 90s\n"
+				     "    hedge:\n"
+				     "      after: 1500ms\n"
+				     "      max: 3\n"));
+	assert_non_null(strstr(dump, "    try_timeout: 45s\n"
+				     "    hedge:\n"
+				     "      after: 1500ms\n"
+				     "      max: 1\n"));
+	assert_int_equal(again->health.down_after, 0);
+	assert_int_equal(again->health.probe_interval_ms, 120000);
+	assert_false(again->health.hold);
+	assert_int_equal(again->default_route.retry.try_timeout_ms, 45000);
+	assert_int_equal(again->default_route.retry.hedge.after_ms, 1500);
+	r = &again->routes[0];
+	assert_int_equal(r->retry.try_timeout_ms, 90000);
+	assert_int_equal(r->retry.hedge.after_ms, 1500);
+	assert_int_equal(r->retry.hedge.max, 3);
+	r = &again->routes[1];
+	assert_int_equal(r->retry.try_timeout_ms, 45000);
+	assert_int_equal(r->retry.hedge.after_ms, 1500);
+	assert_int_equal(r->retry.hedge.max, 1);
+	free(dump);
+	config_release(again);
+	config_release(config);
+}
+
 /* intercept: its patterns and the CA's paths, never the key itself, and
  * the same CA files when loaded again. */
 static void test_intercept(void **state)
@@ -266,9 +324,8 @@ static void test_intercept(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_embedded_default),
-		cmocka_unit_test(test_good_fixtures),
-		cmocka_unit_test(test_routes_resolved),
+		cmocka_unit_test(test_embedded_default), cmocka_unit_test(test_good_fixtures),
+		cmocka_unit_test(test_routes_resolved),	 cmocka_unit_test(test_health_hedge),
 		cmocka_unit_test(test_intercept),
 	};
 
