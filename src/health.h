@@ -20,20 +20,6 @@
 
 #include "config.h"
 
-/* config.h will own these two; this copy lets health.c build until then. */
-#ifndef RETRYPROXY_HEALTH_POLICY_DEFINED
-#define RETRYPROXY_HEALTH_POLICY_DEFINED
-struct health_policy {
-	unsigned down_after; /* consecutive connect failures that mark an upstream down; 0: off */
-	uint64_t probe_interval_ms; /* while down, one connect attempt per interval */
-	bool hold; /* while down, requests wait (within their deadline); false: 502 at once */
-};
-struct hedge_policy {
-	uint64_t after_ms; /* no response head after this: one more try; 0: no hedging */
-	unsigned max;	   /* extra tries in flight at most, 1..3 */
-};
-#endif
-
 enum health_state {
 	HEALTH_UP,   /* requests open their own connections */
 	HEALTH_DOWN, /* no request connects; one probe at a time finds out when it is back */

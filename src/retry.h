@@ -16,7 +16,6 @@
 #include <time.h>
 
 #include "config.h"
-#include "health.h"
 
 /* A Retry-After wait is capped at one day, whether given in seconds or as a
  * date: it keeps the arithmetic far from overflow, and any deadline shorter
