@@ -158,6 +158,8 @@ static void access_log_text(const struct access_record *r)
 	for (i = 0; i < r->try_count; i++) {
 		const struct access_try *t = &r->tries[i];
 
+		if (t->hedge)
+			access_line_str(line, "hedge:");
 		if (t->error != NULL)
 			access_line_escaped(line, t->error, strlen(t->error), false);
 		else
@@ -216,6 +218,8 @@ static void access_log_json(const struct access_record *r)
 			access_line_str(line, "{\"status\":");
 			access_line_int(line, t->status);
 		}
+		if (t->hedge)
+			access_line_str(line, ",\"hedge\":true");
 		access_line_str(line, ",\"wait_ms\":");
 		access_line_uint(line, t->wait_ms);
 		access_line_str(line, "}");

@@ -4,6 +4,7 @@
 /* One line per request (SPEC "Logs"), text or JSON per the log format. */
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /* One upstream try: a status, or an error when no response head came. */
@@ -11,6 +12,7 @@ struct access_try {
 	int status;	   /* 0 when error is set */
 	const char *error; /* "connection refused", "timeout", ...; NULL with a status */
 	uint64_t wait_ms;  /* backoff before the next try; 0 for the last */
+	bool hedge;	   /* started beside a slow try (retry.hedge) */
 };
 
 struct access_record {

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "upstreams.h"
 #include "xmalloc.h"
 
 /* An admin client that sends nothing for this long is dropped. */
@@ -57,12 +58,21 @@ static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
 {
 	const struct proxy *proxy = admin->proxy;
 	struct metrics_gauges gauges = {
-		.backoff_pending = proxy->backoff_pending,
+		/* held requests take a place among the pending retries too */
+		.backoff_pending = proxy->backoff_pending - upstreams_waiting(proxy->upstreams),
 		.client_connections = conn_loop_open(proxy->loop, CONN_ACCEPTED),
 		.upstream_connections = conn_loop_open(proxy->loop, CONN_OUTGOING),
 	};
 
 	metrics_render(proxy->metrics, &gauges, body);
+	upstreams_render_metrics(proxy->upstreams, body);
+	return 200;
+}
+
+/* /upstreams: every upstream seen, up or down, with its held requests. */
+static int admin_render_upstreams(struct admin *admin, struct evbuffer *body)
+{
+	upstreams_render(admin->proxy->upstreams, body);
 	return 200;
 }
 
@@ -77,6 +87,7 @@ static const struct admin_page admin_pages[] = {
 	{ "/healthz", "text/plain; charset=utf-8", admin_render_healthz },
 	{ "/metrics", "text/plain; version=0.0.4; charset=utf-8", admin_render_metrics },
 	{ "/config", "application/yaml; charset=utf-8", admin_render_config },
+	{ "/upstreams", "text/plain; charset=utf-8", admin_render_upstreams },
 };
 
 /* The reason phrase of a status this file sends. */
@@ -132,7 +143,8 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 			page = &admin_pages[i];
 	if (page == NULL) {
 		status = 404;
-		evbuffer_add_printf(body, "not found; try /healthz, /metrics or /config\n");
+		evbuffer_add_printf(body,
+				    "not found; try /healthz, /metrics, /config or /upstreams\n");
 	} else if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
 		/* the pages only show state; nothing here changes it */
 		status = 405;

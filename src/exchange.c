@@ -30,6 +30,7 @@ static const char *const exchange_state_names[] = {
 	[EXCHANGE_TRYING] = "trying",
 	[EXCHANGE_RELAYING] = "relaying",
 	[EXCHANGE_BACKOFF] = "backoff",
+	[EXCHANGE_HELD] = "held",
 	[EXCHANGE_DONE] = "done",
 };
 
@@ -62,7 +63,7 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 {
 	struct exchange *ex = proxy->spare_exchanges;
 	struct event *try_timers[EXCHANGE_TRY_SLOTS];
-	struct event *timer;
+	struct event *timer, *hedge_timer;
 	char *text, *request_head;
 	size_t text_room, request_head_room;
 	size_t i;
@@ -77,6 +78,7 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 	proxy->spare_exchange_count--;
 	/* a spare keeps its timers and blocks; everything else starts at zero */
 	timer = ex->timer;
+	hedge_timer = ex->hedge_timer;
 	text = ex->text;
 	text_room = ex->text_room;
 	request_head = ex->request_head;
@@ -87,6 +89,7 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 	/* the timers' argument is this same exchange or slot: they need no new
 	 * setup */
 	ex->timer = timer;
+	ex->hedge_timer = hedge_timer;
 	ex->text = text;
 	ex->text_room = text_room;
 	ex->request_head = request_head;
@@ -115,6 +118,8 @@ static void exchange_destroy(struct exchange *ex)
 
 	if (ex->timer != NULL)
 		event_free(ex->timer);
+	if (ex->hedge_timer != NULL)
+		event_free(ex->hedge_timer);
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
 		if (ex->slots[i].timer != NULL)
 			event_free(ex->slots[i].timer);
@@ -134,6 +139,7 @@ static void exchange_free(struct exchange *ex)
 		evbuffer_free(ex->kept);
 	if (ex->tries != ex->tries_inline)
 		free(ex->tries);
+	upstream_release(ex->upstream);
 	config_release(ex->config);
 	if (proxy->spare_exchange_count + 1 > EXCHANGE_SPARES) {
 		exchange_destroy(ex);
@@ -204,7 +210,7 @@ static void exchange_log(struct exchange *ex)
 	metrics_gave_up(ex->proxy->metrics, ex->route->name, ex->gave_up);
 }
 
-void exchange_record_try(struct exchange *ex, int status, const char *error)
+void exchange_record_try(struct exchange *ex, int status, const char *error, bool hedge)
 {
 	if (ex->tries == NULL) {
 		ex->tries = ex->tries_inline;
@@ -221,6 +227,7 @@ void exchange_record_try(struct exchange *ex, int status, const char *error)
 	ex->tries[ex->try_count].status = status;
 	ex->tries[ex->try_count].error = error;
 	ex->tries[ex->try_count].wait_ms = 0;
+	ex->tries[ex->try_count].hedge = hedge;
 	ex->try_count++;
 }
 
@@ -241,6 +248,16 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 		upstream_connect_cancel(t->connecting);
 		t->connecting = NULL;
 	}
+	if (t->admitted) {
+		/* given up before it ended: it says nothing of the upstream */
+		t->admitted = false;
+		upstream_connect_end(ex->upstream, &ex->config->health, UPSTREAM_CONNECT_ABANDONED);
+	}
+	if (t->hedge) {
+		t->hedge = false;
+		metrics_hedge(ex->proxy->metrics, ex->route->name, ex->winner == t);
+	}
+	t->verdict_pending = false;
 	if (t->up != NULL) {
 		if (reusable)
 			pool_put(ex->proxy->pool, ex->pool_key, t->up,
@@ -296,12 +313,15 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
 			keeping = keeping || ex->slots[i].state == EXCHANGE_TRY_KEEPING;
 		/* a retry was underway: the client left before it could finish */
-		if (ex->state == EXCHANGE_BACKOFF || keeping || ex->kept != NULL)
+		if (ex->state == EXCHANGE_BACKOFF || ex->state == EXCHANGE_HELD || keeping ||
+		    ex->kept != NULL)
 			ex->gave_up = RETRY_GIVE_UP_CLIENT_GONE;
 	}
 	/* the request's unread rest would be taken for the next request */
 	if (end == EXCHANGE_END_KEEP_ALIVE && !ex->request_body.done)
 		end = EXCHANGE_END_CLOSE;
+	if (ex->state == EXCHANGE_HELD)
+		upstream_unwait(&ex->waiter);
 	exchange_set_state(ex, EXCHANGE_DONE);
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
 		if (ex->slots[i].state != EXCHANGE_TRY_IDLE)
@@ -309,6 +329,8 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 	exchange_release_retry(ex);
 	if (ex->timer != NULL)
 		evtimer_del(ex->timer);
+	if (ex->hedge_timer != NULL)
+		evtimer_del(ex->hedge_timer);
 	exchange_log(ex);
 	if (end != EXCHANGE_END_CLIENT_GONE)
 		ex->owner.ended(ex->owner.arg, end, ex->tunnel);
@@ -362,6 +384,8 @@ struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outco
 		.elapsed_ms = exchange_ms_since(&ex->first_try),
 		.retry_after_ms = retry_after_ms,
 		.max_pending_retries = ex->config->limits.max_pending_retries,
+		.upstream_down = ex->upstream != NULL && upstream_down(ex->upstream),
+		.hold_when_down = ex->config->health.hold && ex->config->health.down_after > 0,
 	};
 	struct retry_verdict verdict;
 
@@ -426,7 +450,103 @@ void exchange_schedule_retry(struct exchange *ex)
 		  (unsigned long long)ex->next_wait_ms);
 	exchange_set_state(ex, EXCHANGE_BACKOFF);
 	metrics_retry(ex->proxy->metrics, ex->route->name, ex->retry_cause);
+	evtimer_del(ex->timer);
 	evtimer_assign(ex->timer, ex->proxy->base, exchange_backoff_cb, ex);
+	evtimer_add(ex->timer, &tv);
+}
+
+unsigned exchange_tries_left(const struct exchange *ex)
+{
+	unsigned n = 0;
+	size_t i;
+
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		n += ex->slots[i].state != EXCHANGE_TRY_IDLE;
+	return n;
+}
+
+/* No try can start: the upstream is down (or, waiting for a connect in
+ * doubt, the deadline came first). The last response received beats a 502
+ * of our own. */
+static void exchange_upstream_unavailable(struct exchange *ex)
+{
+	char text[512];
+
+	if (ex->kept != NULL) {
+		exchange_deliver_kept(ex);
+		return;
+	}
+	ex->note = "upstream down";
+	if (upstream_down(ex->upstream))
+		snprintf(text, sizeof(text), "502 upstream %s is down (%u attempt%s)",
+			 upstream_name(ex->upstream), ex->attempts, ex->attempts == 1 ? "" : "s");
+	else
+		snprintf(text, sizeof(text),
+			 "502 no connection to upstream %s before the deadline (%u attempt%s)",
+			 upstream_name(ex->upstream), ex->attempts, ex->attempts == 1 ? "" : "s");
+	exchange_respond_error(ex, 502, text);
+}
+
+/* A held request's deadline passed before its upstream came back. */
+static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exchange *ex = arg;
+
+	exchange_enter(ex);
+	upstream_unwait(&ex->waiter);
+	ex->gave_up = RETRY_GIVE_UP_DEADLINE;
+	exchange_release_retry(ex);
+	exchange_upstream_unavailable(ex);
+	exchange_leave(ex);
+}
+
+/* The upstream is back (or a connect in doubt ended): try now. */
+static void exchange_released(struct upstream_waiter *waiter)
+{
+	struct exchange *ex =
+		(struct exchange *)((char *)waiter - offsetof(struct exchange, waiter));
+	uint64_t now = retry_budget_now_ms();
+
+	exchange_enter(ex);
+	evtimer_del(ex->timer);
+	/* the trail shows the time held as the wait before the next try */
+	if (ex->try_count > 0)
+		ex->tries[ex->try_count - 1].wait_ms += now - ex->held_since_ms;
+	ex->held_since_ms = now;
+	exchange_start_try(ex);
+	exchange_leave(ex);
+}
+
+static void exchange_hold(struct exchange *ex)
+{
+	uint64_t elapsed = exchange_ms_since(&ex->first_try);
+	const struct retry_policy *policy = &ex->route->retry;
+	struct timeval tv;
+
+	if (!retry_within_deadline(policy, elapsed, 0)) {
+		ex->gave_up = RETRY_GIVE_UP_DEADLINE;
+		exchange_release_retry(ex);
+		exchange_upstream_unavailable(ex);
+		return;
+	}
+	/* a held request keeps its body and last response like one in backoff */
+	if (!ex->retry_reserved) {
+		if (ex->proxy->backoff_pending >= ex->config->limits.max_pending_retries) {
+			ex->gave_up = RETRY_GIVE_UP_BUDGET;
+			exchange_upstream_unavailable(ex);
+			return;
+		}
+		ex->retry_reserved = true;
+		ex->proxy->backoff_pending++;
+	}
+	if (ex->state != EXCHANGE_HELD)
+		ex->held_since_ms = retry_budget_now_ms();
+	exchange_set_state(ex, EXCHANGE_HELD);
+	ex->waiter.release = exchange_released;
+	upstream_wait(ex->upstream, &ex->waiter);
+	tv = timeval_from_ms(policy->deadline_ms - elapsed);
+	evtimer_del(ex->timer);
+	evtimer_assign(ex->timer, ex->proxy->base, exchange_held_deadline_cb, ex);
 	evtimer_add(ex->timer, &tv);
 }
 
@@ -443,12 +563,20 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	/* a kept response that broke off replaces its own try's record */
 	if (t->state == EXCHANGE_TRY_KEEPING && ex->try_count > 0)
 		ex->try_count--;
-	exchange_record_try(ex, 0, try_outcome_name(outcome));
+	exchange_record_try(ex, 0, try_outcome_name(outcome), t->hedge);
 	metrics_upstream_error(ex->proxy->metrics, outcome);
 	exchange_end_try(t, false);
 	log_debug("%.*s %.*s: try %u failed: %s: %s", (int)ex->method_len, ex->method,
 		  (int)ex->target_len, ex->target, ex->attempts, try_outcome_name(outcome), reason);
+	/* hedged tries still running may yet answer: the last one decides */
+	if (exchange_tries_left(ex) > 0)
+		return;
 	verdict = exchange_decide(ex, outcome, 0, connecting, 0, false);
+	if (verdict.kind == RETRY_VERDICT_HOLD) {
+		/* the failure marked the upstream down: wait for it, not a backoff */
+		exchange_hold(ex);
+		return;
+	}
 	if (verdict.kind == RETRY_VERDICT_RETRY) {
 		if (verdict.immediate) {
 			/* a stale pooled connection says nothing about the upstream:
@@ -550,7 +678,7 @@ static void exchange_tunnel_connected(struct exchange_try *t, struct conn *conn)
 	struct exchange *ex = t->ex;
 
 	ex->status = 200;
-	exchange_record_try(ex, 200, NULL);
+	exchange_record_try(ex, 200, NULL, false);
 	EXCHANGE_ADD_LITERAL(conn_output(ex->owner.conn),
 			     "HTTP/1.1 200 Connection established\r\nVia: 1.1 retryproxy\r\n\r\n");
 	ex->tunnel = conn;
@@ -565,6 +693,14 @@ static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, c
 
 	exchange_enter(ex);
 	t->connecting = NULL;
+	if (t->admitted) {
+		/* a certificate that fails verification came from a live upstream */
+		t->admitted = false;
+		upstream_connect_end(ex->upstream, &ex->config->health,
+				     conn != NULL || failure == TRY_TLS_VERIFY
+					     ? UPSTREAM_CONNECT_MADE
+					     : UPSTREAM_CONNECT_FAILED);
+	}
 	if (conn == NULL)
 		exchange_try_failed(t, failure, reason);
 	else if (ex->is_connect)
@@ -585,14 +721,11 @@ static struct exchange_try *exchange_free_slot(struct exchange *ex)
 	return NULL;
 }
 
-void exchange_start_try(struct exchange *ex)
+/* Count a try as started in slot t and give it try_timeout to get a head. */
+static void exchange_begin_try(struct exchange *ex, struct exchange_try *t)
 {
-	struct timeval tv = timeval_from_ms(ex->config->limits.try_timeout_ms);
-	struct exchange_try *t = exchange_free_slot(ex);
-	struct conn *pooled = NULL;
+	struct timeval tv = timeval_from_ms(ex->route->retry.try_timeout_ms);
 
-	if (ex->attempts == 0)
-		gettimeofday(&ex->first_try, NULL);
 	exchange_release_retry(ex);
 	ex->attempts++;
 	metrics_try(ex->proxy->metrics, ex->route->name);
@@ -603,19 +736,180 @@ void exchange_start_try(struct exchange *ex)
 		t->timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, t);
 	evtimer_add(t->timer, &tv);
 	exchange_try_set_state(t, EXCHANGE_TRY_CONNECTING);
+}
+
+/* Open a new connection for try t, its connect counted in the upstream's
+ * health; address_shift picks the resolved address to start at. */
+static void exchange_connect(struct exchange *ex, struct exchange_try *t, unsigned address_shift)
+{
+	t->admitted = !ex->is_connect;
+	t->connecting = upstream_connect_start(ex->proxy, &ex->endpoint, ex->tls, ex->pool_key,
+					       ex->config->limits.connect_timeout_ms, address_shift,
+					       exchange_connected_cb, t);
+}
+
+/* May a try open its own connection now? The upstream's health may hold the
+ * request (it waits, EXCHANGE_HELD) or refuse it (502). */
+static bool exchange_admit(struct exchange *ex)
+{
+	if (ex->is_connect)
+		return true;
+	switch (upstream_admit(ex->upstream, &ex->config->health)) {
+	case UPSTREAM_GO:
+		return true;
+	case UPSTREAM_WAIT:
+		exchange_hold(ex);
+		return false;
+	case UPSTREAM_REFUSE:
+		exchange_release_retry(ex);
+		exchange_upstream_unavailable(ex);
+		return false;
+	}
+	return true;
+}
+
+static void exchange_arm_hedge(struct exchange *ex);
+static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg);
+
+void exchange_start_try(struct exchange *ex)
+{
+	struct exchange_try *t;
+	struct conn *pooled = NULL;
+
+	/* the deadline counts from the first try, or from when it was first held */
+	if (!timerisset(&ex->first_try))
+		gettimeofday(&ex->first_try, NULL);
+	if (ex->upstream == NULL && !ex->is_connect)
+		ex->upstream = upstreams_hold(ex->proxy->upstreams, &ex->endpoint);
 	/* Pooled connections may have been closed by the upstream a moment ago;
 	 * only a request that is safe to repeat takes that chance. */
 	if (!ex->is_connect && ex->idempotent && !ex->skip_pool)
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);
 	ex->skip_pool = false;
+	if (pooled == NULL && !exchange_admit(ex))
+		return;
+	t = exchange_free_slot(ex);
+	exchange_begin_try(ex, t);
+	exchange_arm_hedge(ex);
 	if (pooled != NULL) {
 		metrics_pool_reuse(ex->proxy->metrics);
 		exchange_upstream_ready(t, pooled, true);
 		return;
 	}
-	t->connecting = upstream_connect_start(ex->proxy, &ex->endpoint, ex->tls, ex->pool_key,
-					       ex->config->limits.connect_timeout_ms,
-					       exchange_connected_cb, t);
+	exchange_connect(ex, t, 0);
+}
+
+/* retry.hedge: when the try just started has no response head after
+ * hedge.after, another may race it. Only a request without a body can be
+ * sent twice at once; the rest is decided when the timer fires. */
+static void exchange_arm_hedge(struct exchange *ex)
+{
+	const struct hedge_policy *hedge = &ex->route->retry.hedge;
+	struct timeval tv;
+
+	if (hedge->after_ms == 0 || ex->is_connect || ex->has_body)
+		return;
+	if (ex->hedge_timer == NULL)
+		ex->hedge_timer = evtimer_new(ex->proxy->base, exchange_hedge_cb, ex);
+	tv = timeval_from_ms(hedge->after_ms);
+	evtimer_add(ex->hedge_timer, &tv);
+}
+
+unsigned exchange_tries_racing(const struct exchange *ex)
+{
+	unsigned n = 0;
+	size_t i;
+
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		n += ex->slots[i].state == EXCHANGE_TRY_CONNECTING ||
+		     ex->slots[i].state == EXCHANGE_TRY_WAITING;
+	return n;
+}
+
+/* May one more try race those in flight now (retry_hedge_allowed)? */
+static bool exchange_hedge_allowed(struct exchange *ex)
+{
+	const struct retry_policy *policy = &ex->route->retry;
+	struct hedge_facts facts = {
+		.method = ex->method,
+		.method_len = ex->method_len,
+		.idempotent = ex->idempotent,
+		.conditional = ex->conditional,
+		.body = ex->has_body,
+		.attempts = ex->attempts,
+		.in_flight = exchange_tries_racing(ex),
+		.head_seen = exchange_tries_left(ex) > exchange_tries_racing(ex),
+		.response_started = ex->state == EXCHANGE_RELAYING,
+		.elapsed_ms = exchange_ms_since(&ex->first_try),
+		.budget_allows =
+			ex->budget != NULL &&
+			retry_budget_allows(ex->budget, &policy->budget, retry_budget_now_ms()),
+	};
+
+	return ex->state == EXCHANGE_TRYING && retry_hedge_allowed(policy, &policy->hedge, &facts);
+}
+
+/* hedge.after passed with no response head: race another try on a new
+ * connection, starting at another of the upstream's addresses. */
+static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct exchange *ex = arg;
+	struct exchange_try *t;
+	unsigned racing;
+
+	exchange_enter(ex);
+	racing = exchange_tries_racing(ex);
+	t = exchange_free_slot(ex);
+	/* a hedge never waits for the upstream: while its health is in doubt
+	 * the try in flight finds out */
+	if (t != NULL && exchange_hedge_allowed(ex) &&
+	    upstream_admit(ex->upstream, &ex->config->health) == UPSTREAM_GO) {
+		retry_budget_spend(ex->budget, retry_budget_now_ms());
+		exchange_begin_try(ex, t);
+		t->hedge = true;
+		log_debug("%.*s %.*s: no response head after %llu ms: hedge, try %u",
+			  (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
+			  (unsigned long long)ex->route->retry.hedge.after_ms, ex->attempts);
+		exchange_connect(ex, t, racing);
+		if (racing + 1 < 1 + ex->route->retry.hedge.max)
+			exchange_arm_hedge(ex);
+	}
+	exchange_leave(ex);
+}
+
+void exchange_stop_hedging(struct exchange *ex)
+{
+	if (ex->hedge_timer != NULL)
+		evtimer_del(ex->hedge_timer);
+}
+
+void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bool record_last)
+{
+	struct access_try own;
+	bool moved = false;
+	size_t i;
+
+	exchange_stop_hedging(ex);
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
+		struct exchange_try *t = &ex->slots[i];
+
+		if (t == winner || t->state == EXCHANGE_TRY_IDLE)
+			continue;
+		/* the trail ends with the winner: the losers go before it */
+		if (record_last && !moved && ex->try_count > 0) {
+			own = ex->tries[--ex->try_count];
+			moved = true;
+		}
+		/* a try keeping a retryable response has its record already */
+		if (t->state != EXCHANGE_TRY_KEEPING)
+			exchange_record_try(ex, 0, "cancelled", t->hedge);
+		/* closed, never pooled: its response may be on its way */
+		exchange_end_try(t, false);
+	}
+	if (moved) {
+		exchange_record_try(ex, own.status, own.error, own.hedge);
+		ex->tries[ex->try_count - 1].wait_ms = own.wait_ms;
+	}
 }
 
 void exchange_run(struct exchange *ex)

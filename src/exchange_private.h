@@ -26,6 +26,7 @@
 #include "http1.h"
 #include "retry.h"
 #include "upstream.h"
+#include "upstreams.h"
 
 struct conn;
 struct evbuffer;
@@ -70,6 +71,7 @@ enum exchange_state {
 	EXCHANGE_TRYING,       /* tries in flight; nothing of a response reached the client */
 	EXCHANGE_RELAYING, /* the winning try's response head reached the client; body flowing */
 	EXCHANGE_BACKOFF,  /* between tries, on the backoff timer */
+	EXCHANGE_HELD,	   /* waiting for its upstream to be known good (upstreams.c) */
 	EXCHANGE_DONE,	   /* ended (exchange_close); freed once no callback of it runs */
 };
 
@@ -82,7 +84,7 @@ enum exchange_try_state {
 };
 
 /* One try: an upstream connection and what came back on it. An exchange
- * has slots for several at once (hedging); today one is used at a time. */
+ * has slots for several at once: a hedge races the try that is slow. */
 struct exchange_try {
 	struct exchange *ex;
 	enum exchange_try_state state;
@@ -92,12 +94,17 @@ struct exchange_try {
 	uint64_t offset;	      /* the response body byte it starts at: 0, or where a
 					 * resumed download continues */
 	bool reused;		      /* the connection came from the pool */
+	bool admitted;		      /* its connect counts in the upstream's health */
+	bool hedge;		      /* started beside another try (retry.hedge) */
 	bool read_paused;	      /* client output full: upstream not read */
 	bool byte_seen;		      /* a response byte arrived */
 	struct http1_framing framing; /* its response's */
 	struct evbuffer *keeping;     /* a retryable response being kept, head and body */
 	size_t keeping_head_len;
 	struct body_relay keeping_body; /* finds where the response being kept ends */
+	bool verdict_pending;		/* kept while other tries raced: decide when it is whole */
+	int keeping_status;		/* ... with its status and Retry-After */
+	uint64_t keeping_retry_after_ms;
 };
 
 /* Try slots per exchange: one, and the three hedges SPEC allows at most. */
@@ -122,6 +129,7 @@ struct exchange {
 	bool head_request;
 	bool is_connect;
 	bool expect_continue;
+	bool has_body; /* any, even an empty chunked one */
 
 	/* where it goes */
 	struct upstream_endpoint endpoint;
@@ -140,6 +148,7 @@ struct exchange {
 
 	/* may it be tried again */
 	bool idempotent;	      /* by the route's idempotency map */
+	bool conditional;	      /* ... by a when_present condition, not its method */
 	bool json_pending;	      /* only a json_field condition could make it idempotent */
 	bool body_too_large;	      /* the body was streamed because it is over replay_buffer */
 	bool body_once;		      /* in the replay buffer, but over replay_buffer: once
@@ -152,6 +161,10 @@ struct exchange {
 	struct retry_budget_state *budget; /* the route's retry budget; NULL for CONNECT */
 	bool retry_reserved;		   /* counted in proxy->backoff_pending */
 	bool skip_pool;			   /* the next try takes a new connection */
+	struct upstream *upstream;	   /* its health (upstreams.c); held from the first try */
+	struct upstream_waiter waiter;	   /* EXCHANGE_HELD: its place in the upstream's queue */
+	uint64_t held_since_ms;		   /* EXCHANGE_HELD: since when, on retry_budget_now_ms() */
+	struct event *hedge_timer;	   /* retry.hedge: made on first use, kept with a spare */
 
 	/* the tries */
 	unsigned attempts; /* started, the first included */
@@ -199,7 +212,7 @@ void exchange_set_state(struct exchange *ex, enum exchange_state state);
 void exchange_try_set_state(struct exchange_try *t, enum exchange_try_state state);
 void exchange_enter(struct exchange *ex);
 void exchange_leave(struct exchange *ex);
-void exchange_record_try(struct exchange *ex, int status, const char *error);
+void exchange_record_try(struct exchange *ex, int status, const char *error, bool hedge);
 void exchange_end_try(struct exchange_try *t, bool reusable);
 /* The ways to end, all through exchange_close(): the response is queued
  * whole (the client connection lives on when the framing allows); answer
@@ -213,6 +226,16 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
 				     bool connecting, uint64_t retry_after_ms, bool too_large);
 void exchange_schedule_retry(struct exchange *ex);
+/* Tries under way (not idle), and those of them still waiting for a
+ * response head. */
+unsigned exchange_tries_left(const struct exchange *ex);
+unsigned exchange_tries_racing(const struct exchange *ex);
+/* No more hedges for this exchange's tries in flight. */
+void exchange_stop_hedging(struct exchange *ex);
+/* winner's response goes to the client: close every other try, never
+ * pooling its connection, and log it as cancelled before the winner's
+ * record when that is the last one (record_last). */
+void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bool record_last);
 
 /* exchange_request.c */
 void exchange_read_request_body(struct exchange *ex);

@@ -99,6 +99,8 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 				       query, query_len, head, has_body)) {
 	case IDEMPOTENCY_YES:
 		ex->idempotent = true;
+		ex->conditional = !idempotency_method_listed(&ex->route->idempotent, head->method,
+							     head->method_len);
 		break;
 	case IDEMPOTENCY_NEEDS_BODY:
 		ex->json_pending = true;
@@ -197,6 +199,7 @@ void exchange_read_request_body(struct exchange *ex)
 		return; /* more to come */
 	} else if (ex->json_pending) {
 		ex->idempotent = exchange_json_makes_idempotent(ex);
+		ex->conditional = ex->idempotent;
 	}
 	exchange_start_try(ex);
 }
@@ -356,6 +359,7 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	ex->client_keep_alive = framing->keep_alive;
 	ex->head_request = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
 	ex->expect_continue = framing->expect_continue;
+	ex->has_body = framing->body != HTTP1_BODY_NONE;
 	exchange_set_destination(ex, head, &dest);
 	body_relay_init_framing(&ex->request_body, framing, false, config->limits.max_header_bytes);
 	if (!ex->is_connect) {

@@ -165,6 +165,7 @@ static void exchange_keep_overflow(struct exchange_try *t)
 	ex->note = "retryable response over retry_response_buffer";
 	/* the retry it was kept for will not happen */
 	ex->gave_up = RETRY_GIVE_UP_NONE;
+	exchange_cancel_racing(ex, t, false);
 	ex->winner = t;
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
@@ -204,6 +205,10 @@ static void exchange_compact_kept(struct evbuffer *kept)
 static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 {
 	struct exchange *ex = t->ex;
+	bool verdict_pending = t->verdict_pending;
+	int status = t->keeping_status;
+	uint64_t retry_after_ms = t->keeping_retry_after_ms;
+	struct retry_verdict verdict;
 
 	if (ex->kept != NULL)
 		evbuffer_free(ex->kept);
@@ -212,7 +217,18 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	ex->kept_head_len = t->keeping_head_len;
 	t->keeping = NULL;
 	exchange_end_try(t, reusable);
-	exchange_schedule_retry(ex);
+	if (!verdict_pending) {
+		exchange_schedule_retry(ex);
+		return;
+	}
+	/* it came while other tries raced it: the last of them to end decides */
+	if (exchange_tries_left(ex) > 0)
+		return;
+	verdict = exchange_decide(ex, TRY_RESPONSE, status, false, retry_after_ms, false);
+	if (verdict.kind == RETRY_VERDICT_RETRY)
+		exchange_schedule_retry(ex);
+	else
+		exchange_deliver_kept(ex);
 }
 
 void exchange_keep_response(struct exchange_try *t)
@@ -278,6 +294,7 @@ static void exchange_relay_from(struct exchange_try *t, const struct http1_head 
 			return;
 		}
 	}
+	exchange_cancel_racing(ex, t, true);
 	ex->winner = t;
 	exchange_send_response_head(ex, head, &t->framing);
 	evbuffer_drain(conn_input(t->up), head->head_len);
@@ -294,16 +311,28 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 
 	evtimer_del(t->timer);
 	/* a body that stops arriving for a whole try_timeout is dead */
-	conn_set_timeouts(t->up, ex->config->limits.try_timeout_ms, 0);
-	exchange_record_try(ex, head->status, NULL);
+	conn_set_timeouts(t->up, ex->route->retry.try_timeout_ms, 0);
+	upstream_response_seen(ex->upstream, &ex->config->health);
+	exchange_record_try(ex, head->status, NULL, t->hedge);
 	/* most responses are not retryable: no clock or budget is read for them */
 	if (retry_on_status(&ex->route->retry, head->status)) {
 		bool too_large = rf->body == HTTP1_BODY_LENGTH &&
 				 rf->content_length > ex->config->limits.retry_response_buffer;
-		struct retry_verdict verdict =
-			exchange_decide(ex, TRY_RESPONSE, head->status, false,
-					exchange_retry_after(head), too_large);
+		uint64_t retry_after_ms = exchange_retry_after(head);
+		struct retry_verdict verdict;
 
+		/* SPEC: a retryable answer while another try is in flight waits
+		 * for the other; it is kept meanwhile, and no more hedges start */
+		if (!too_large && exchange_tries_left(ex) > 1) {
+			exchange_stop_hedging(ex);
+			t->verdict_pending = true;
+			t->keeping_status = head->status;
+			t->keeping_retry_after_ms = retry_after_ms;
+			exchange_start_keeping(t, head);
+			return;
+		}
+		verdict = exchange_decide(ex, TRY_RESPONSE, head->status, false, retry_after_ms,
+					  too_large);
 		if (verdict.kind == RETRY_VERDICT_RETRY) {
 			exchange_start_keeping(t, head);
 			return;

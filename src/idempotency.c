@@ -70,9 +70,8 @@ static bool idempotency_query_has(const char *query, size_t query_len, const cha
 	return false;
 }
 
-/* Is the method one of those listed as idempotent? */
-static bool idempotency_method_listed(const struct idempotency *idem, const char *method,
-				      size_t method_len)
+bool idempotency_method_listed(const struct idempotency *idem, const char *method,
+			       size_t method_len)
 {
 	for (size_t i = 0; i < idem->method_count; i++) {
 		const char *listed = idem->methods[i];

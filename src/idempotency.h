@@ -27,6 +27,10 @@ enum idempotency_verdict {
 	IDEMPOTENCY_NEEDS_BODY, /* only a json_field condition could make it safe: ask again with the body */
 };
 
+/* Is the method one of those the map lists (exact, case-sensitive)? */
+bool idempotency_method_listed(const struct idempotency *idem, const char *method,
+			       size_t method_len);
+
 /* Decide from the request head: the method is in idem->methods (exact,
  * case-sensitive), or a query or header when_present condition is present.
  * query/query_len is the request target's query, after the '?' and without

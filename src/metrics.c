@@ -42,6 +42,7 @@ struct metrics_route {
 	uint64_t tries;
 	uint64_t retries[METRICS_CAUSES];
 	uint64_t gave_up[RETRY_GIVE_UP_COUNT]; /* by enum retry_give_up; NONE unused */
+	uint64_t hedges[2];		       /* lost, won */
 	struct metrics_route *next;
 };
 
@@ -158,6 +159,11 @@ void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give
 		metrics_route(metrics, route)->gave_up[reason]++;
 }
 
+void metrics_hedge(struct metrics *metrics, const char *route, bool won)
+{
+	metrics_route(metrics, route)->hedges[won]++;
+}
+
 void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome)
 {
 	if (outcome != TRY_RESPONSE && (unsigned)outcome < TRY_OUTCOME_COUNT)
@@ -174,8 +180,7 @@ void metrics_intercept_failure(struct metrics *metrics)
 	metrics->intercept_failures++;
 }
 
-/* A label value with \, " and newline escaped, as the format requires. */
-static void metrics_label(struct evbuffer *out, const char *s)
+void metrics_label_value(struct evbuffer *out, const char *s)
 {
 	for (; *s != '\0'; s++) {
 		if (*s == '\\' || *s == '"')
@@ -191,7 +196,7 @@ static void metrics_label(struct evbuffer *out, const char *s)
 static void metrics_route_series(struct evbuffer *out, const char *name, const char *route)
 {
 	evbuffer_add_printf(out, "%s{route=\"", name);
-	metrics_label(out, route);
+	metrics_label_value(out, route);
 	evbuffer_add(out, "\"", 1);
 }
 
@@ -290,6 +295,16 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 					    retry_give_up_name((enum retry_give_up)i),
 					    (unsigned long long)r->gave_up[i]);
 		}
+	}
+	metrics_header(out, "retryproxy_hedges_total", "counter",
+		       "Hedged tries, by route and whether their response won.");
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		metrics_route_series(out, "retryproxy_hedges_total", r->name);
+		evbuffer_add_printf(out, ",result=\"won\"} %llu\n",
+				    (unsigned long long)r->hedges[1]);
+		metrics_route_series(out, "retryproxy_hedges_total", r->name);
+		evbuffer_add_printf(out, ",result=\"lost\"} %llu\n",
+				    (unsigned long long)r->hedges[0]);
 	}
 	metrics_header(out, "retryproxy_backoff_pending", "gauge",
 		       "Requests waiting on a backoff timer now.");

@@ -7,6 +7,7 @@
  * name and outlive reloads, so a counter never goes backwards.
  */
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "retry.h"
@@ -38,6 +39,10 @@ void metrics_retry(struct metrics *metrics, const char *route, enum retry_cause 
 /* Retrying stopped short for reason; RETRY_GIVE_UP_NONE counts nothing. */
 void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give_up reason);
 
+/* A hedged try ended: its response won, or it lost (another try answered
+ * first, or it failed). */
+void metrics_hedge(struct metrics *metrics, const char *route, bool won);
+
 /* An upstream try (or a response body being relayed) failed this way,
  * counted under its try_outcome_error_kind(); TRY_RESPONSE counts nothing. */
 void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome);
@@ -48,6 +53,10 @@ void metrics_pool_reuse(struct metrics *metrics);
 /* A client's TLS handshake in an intercepted tunnel failed (it refused the
  * certificate, or spoke something else). */
 void metrics_intercept_failure(struct metrics *metrics);
+
+/* Write a label value with backslash, " and newline escaped, as the format
+ * requires. */
+void metrics_label_value(struct evbuffer *out, const char *s);
 
 /* Append the whole exposition to out. */
 void metrics_render(const struct metrics *metrics, const struct metrics_gauges *gauges,

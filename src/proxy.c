@@ -17,6 +17,7 @@
 #include "retry_budget.h"
 #include "pool.h"
 #include "tls.h"
+#include "upstreams.h"
 #include "xmalloc.h"
 #include "timeval.h"
 
@@ -105,6 +106,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->dns = proxy_new_resolver(proxy->base);
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new();
+	proxy->upstreams = upstreams_new(proxy);
 	conn_loop_on_accepted_closed(proxy->loop, proxy_connection_closed, proxy);
 	registry_init(&proxy->registry);
 	proxy->listeners = listener_set_new();
@@ -130,6 +132,9 @@ void proxy_free(struct proxy *proxy)
 	admin_close(proxy);
 	registry_close_all(&proxy->registry, "shutdown");
 	pool_free(proxy->pool);
+	/* after the exchanges, which hold upstreams; before the resolver,
+	 * which probes use */
+	upstreams_free(proxy->upstreams);
 	exchange_free_spares(proxy);
 	tls_store_free(proxy->tls);
 	if (proxy->drain_timer != NULL)

@@ -24,6 +24,7 @@ struct evdns_base;
 struct event;
 struct tls_store;
 struct pool;
+struct upstreams;
 struct listener_set;
 struct exchange;
 struct metrics;
@@ -37,6 +38,7 @@ struct proxy {
 	struct config *config; /* live config; connections hold the one they started under */
 	struct tls_store *tls;
 	struct pool *pool;
+	struct upstreams *upstreams;	/* every upstream's health and held requests */
 	struct listener_set *listeners; /* the open proxy listeners (listener.c) */
 	struct admin *admin;		/* the admin listener, or NULL when off */
 	struct registry registry;	/* every open client connection and tunnel */

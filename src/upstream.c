@@ -30,11 +30,14 @@ struct upstream_connect {
 	upstream_connect_cb cb;
 	void *arg;
 	struct evdns_getaddrinfo_request *dns_request;
-	struct evutil_addrinfo *addresses; /* from the resolver */
+	struct evutil_addrinfo *addresses;     /* from the resolver */
+	struct evutil_addrinfo *first_address; /* where the walk through them starts */
 	struct evutil_addrinfo *next_address;
-	struct conn *conn;   /* the connection being made */
-	struct event *timer; /* connect_timeout for the whole attempt */
-	struct event *step;  /* defers results that arrive synchronously */
+	unsigned address_shift; /* start this many addresses into the list */
+	bool wrapped;		/* the walk went past the end, back to the head */
+	struct conn *conn;	/* the connection being made */
+	struct event *timer;	/* connect_timeout for the whole attempt */
+	struct event *step;	/* defers results that arrive synchronously */
 	enum try_outcome last_failure;
 	char reason[UPSTREAM_REASON_MAX];
 	bool resolving_inline; /* inside evdns_getaddrinfo() */
@@ -157,6 +160,14 @@ static void upstream_try_next_address(struct upstream_connect *uc)
 	struct evutil_addrinfo *ai = uc->next_address;
 	SSL *ssl = NULL;
 
+	/* a walk that started inside the list goes on at its head, up to where
+	 * it started */
+	if (ai == NULL && !uc->wrapped && uc->first_address != uc->addresses) {
+		uc->wrapped = true;
+		ai = uc->addresses;
+	}
+	if (ai != NULL && uc->wrapped && ai == uc->first_address)
+		ai = NULL;
 	if (ai == NULL) {
 		upstream_connect_finish(uc, NULL, uc->last_failure, uc->reason);
 		return;
@@ -185,6 +196,21 @@ static void upstream_try_next_address(struct upstream_connect *uc)
 	conn_setcb(uc->conn, NULL, NULL, upstream_event_cb, uc);
 }
 
+/* The address n places into the list, counting round; NULL for none. */
+static struct evutil_addrinfo *upstream_nth_address(struct evutil_addrinfo *list, unsigned n)
+{
+	struct evutil_addrinfo *ai;
+	unsigned count = 0;
+
+	for (ai = list; ai != NULL; ai = ai->ai_next)
+		count++;
+	if (count == 0)
+		return NULL;
+	for (ai = list, n %= count; n > 0; n--)
+		ai = ai->ai_next;
+	return ai;
+}
+
 static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 {
 	struct upstream_connect *uc = arg;
@@ -204,7 +230,8 @@ static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 		uc->last_failure = TRY_REFUSED;
 		snprintf(uc->reason, sizeof(uc->reason), "no address for %s", uc->host);
 	}
-	uc->next_address = uc->addresses;
+	uc->first_address = upstream_nth_address(uc->addresses, uc->address_shift);
+	uc->next_address = uc->first_address;
 	if (uc->resolving_inline)
 		event_active(uc->step, 0, 0);
 	else
@@ -231,7 +258,8 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						const struct upstream_endpoint *endpoint,
 						const struct tls_policy *tls,
 						const char *session_key, uint64_t timeout_ms,
-						upstream_connect_cb cb, void *arg)
+						unsigned address_shift, upstream_connect_cb cb,
+						void *arg)
 {
 	struct upstream_connect *uc = xcalloc(1, sizeof(*uc));
 	struct evutil_addrinfo hints;
@@ -246,6 +274,7 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	uc->tls.ca_file = tls->ca_file != NULL ? xstrdup(tls->ca_file) : NULL;
 	uc->tls.verify = tls->verify;
 	uc->session_key = xstrdup(session_key);
+	uc->address_shift = address_shift;
 	uc->cb = cb;
 	uc->arg = arg;
 	uc->timer = evtimer_new(proxy->base, upstream_timeout_cb, uc);

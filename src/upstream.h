@@ -32,12 +32,15 @@ typedef void (*upstream_connect_cb)(struct conn *conn, enum try_outcome failure,
 
 /* Start connecting; the callback never runs before this returns. tls is
  * used only for https endpoints; session_key names the upstream for TLS
- * session resumption. */
+ * session resumption. The resolved addresses are tried in turn from the
+ * address_shift-th on, round to the one before it: a hedge starts at
+ * another address than the try it races. */
 struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						const struct upstream_endpoint *endpoint,
 						const struct tls_policy *tls,
 						const char *session_key, uint64_t timeout_ms,
-						upstream_connect_cb cb, void *arg);
+						unsigned address_shift, upstream_connect_cb cb,
+						void *arg);
 
 /* Stop a connect in progress; its callback will not run. */
 void upstream_connect_cancel(struct upstream_connect *uc);

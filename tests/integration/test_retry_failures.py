@@ -10,7 +10,8 @@ or answers normally; a fresh origin closes or resets connections at accept;
 a TLS origin whose certificate names only wrong.example; a TLS origin with a
 good certificate that resets its first connections during the handshake.
 Defaults: max_attempts 3, backoff 100ms doubling, no jitter, try_timeout 1s,
-connect_timeout 600ms.
+connect_timeout 600ms; upstream health off (down_after: 0), so that every
+request makes its own tries (test_health.py covers the shared view).
 Must hold: a refused connect is retried up to max_attempts for GET and for
 POST (the request never left), then 502 naming the refusal and "3 attempts",
 Retry-Attempts: 3, and the access line has attempts=3 and three "refused"
@@ -51,6 +52,7 @@ limits:
   drain_timeout: 2s
   try_timeout: 1s
   connect_timeout: 600ms
+health: { down_after: 0 }
 defaults:
   retry:
     max_attempts: 3

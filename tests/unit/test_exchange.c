@@ -39,6 +39,7 @@
 #include "metrics.h"
 #include "pool.h"
 #include "proxy.h"
+#include "upstreams.h"
 #include "retry_budget.h"
 #include "tls.h"
 #include "upstream.h"
@@ -371,6 +372,7 @@ static void harness_init(struct harness *h, const char *yaml)
 	h->proxy.config = h->config;
 	h->proxy.tls = tls_store_new();
 	h->proxy.pool = pool_new();
+	h->proxy.upstreams = upstreams_new(&h->proxy);
 	h->proxy.metrics = metrics_new();
 	h->proxy.budgets = retry_budget_book_new();
 	retry_rng_seed_with(&h->proxy.rng, 42);
@@ -403,6 +405,7 @@ static void harness_free(struct harness *h)
 		upstream_stop(&h->up);
 	exchange_free_spares(&h->proxy);
 	pool_free(h->proxy.pool);
+	upstreams_free(h->proxy.upstreams);
 	retry_budget_book_free(h->proxy.budgets);
 	metrics_free(h->proxy.metrics);
 	tls_store_free(h->proxy.tls);

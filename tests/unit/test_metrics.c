@@ -67,6 +67,12 @@ static const char *const test_golden[] = {
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"client_gone\"} "
 	"0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"budget\"} 1",
+	"# HELP retryproxy_hedges_total Hedged tries, by route and whether their response won.",
+	"# TYPE retryproxy_hedges_total counter",
+	"retryproxy_hedges_total{route=\"api\",result=\"won\"} 1",
+	"retryproxy_hedges_total{route=\"api\",result=\"lost\"} 2",
+	"retryproxy_hedges_total{route=\"we\\\"ird\\\\route\\n\",result=\"won\"} 0",
+	"retryproxy_hedges_total{route=\"we\\\"ird\\\\route\\n\",result=\"lost\"} 0",
 	"# HELP retryproxy_backoff_pending Requests waiting on a backoff timer now.",
 	"# TYPE retryproxy_backoff_pending gauge",
 	"retryproxy_backoff_pending 3",
@@ -203,6 +209,9 @@ static void test_metrics_scenario(struct metrics *m)
 	metrics_pool_reuse(m);
 	metrics_pool_reuse(m);
 	metrics_intercept_failure(m);
+	metrics_hedge(m, "api", true);
+	metrics_hedge(m, "api", false);
+	metrics_hedge(m, "api", false);
 }
 
 static void test_metrics_golden(void **state)

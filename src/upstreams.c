@@ -1,0 +1,427 @@
+#include "upstreams.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "conn.h"
+#include "health.h"
+#include "log.h"
+#include "metrics.h"
+#include "proxy.h"
+#include "retry_budget.h"
+#include "timeval.h"
+#include "xmalloc.h"
+
+#define UPSTREAMS_BUCKETS 256 /* hash buckets for upstream names */
+#define UPSTREAMS_KEEP \
+	1024 /* upstreams remembered that nobody holds; beyond, the least
+			       * recently used healthy one is forgotten */
+
+struct upstream {
+	struct upstreams *set;
+	char *name; /* "http://host:port" */
+	char *host; /* behind endpoint.host */
+	struct upstream_endpoint endpoint;
+	struct health health;
+	struct health_policy policy;	       /* the latest a request brought: probes go by it */
+	unsigned users;			       /* holders: exchanges that go there */
+	unsigned connecting;		       /* admitted connects under way */
+	bool proven;			       /* a connection was made since the last failure */
+	TAILQ_HEAD(, upstream_waiter) waiters; /* oldest first */
+	unsigned waiting;
+	uint64_t next_seq;		/* the next waiter's arrival number */
+	struct event *probe_timer;	/* made on first use */
+	struct upstream_connect *probe; /* the probe in flight */
+	uint64_t probes_ok;
+	uint64_t probes_failed;
+	TAILQ_ENTRY(upstream) link; /* in set->all, most recently used first */
+	struct upstream *next;	    /* in its bucket */
+};
+
+struct upstreams {
+	struct proxy *proxy;
+	TAILQ_HEAD(upstream_list, upstream) all;
+	unsigned count;
+	unsigned waiting;
+	struct upstream *buckets[UPSTREAMS_BUCKETS];
+};
+
+struct upstreams *upstreams_new(struct proxy *proxy)
+{
+	struct upstreams *set = xcalloc(1, sizeof(*set));
+
+	set->proxy = proxy;
+	TAILQ_INIT(&set->all);
+	return set;
+}
+
+/* FNV-1a over an endpoint's scheme, host and port. */
+static unsigned upstreams_hash(const struct upstream_endpoint *e)
+{
+	uint32_t h = 2166136261u;
+	const char *p;
+
+	for (p = e->host; *p != '\0'; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	h = (h ^ e->port) * 16777619u;
+	h = (h ^ (unsigned)e->tls) * 16777619u;
+	return h % UPSTREAMS_BUCKETS;
+}
+
+static bool upstreams_same(const struct upstream_endpoint *a, const struct upstream_endpoint *b)
+{
+	return a->port == b->port && a->tls == b->tls && strcmp(a->host, b->host) == 0;
+}
+
+/* Forget an upstream: nothing may refer to it any more. */
+static void upstream_destroy(struct upstream *u)
+{
+	struct upstreams *set = u->set;
+	struct upstream **link = &set->buckets[upstreams_hash(&u->endpoint)];
+
+	while (*link != u)
+		link = &(*link)->next;
+	*link = u->next;
+	TAILQ_REMOVE(&set->all, u, link);
+	set->count--;
+	if (u->probe != NULL)
+		upstream_connect_cancel(u->probe);
+	if (u->probe_timer != NULL)
+		event_free(u->probe_timer);
+	free(u->name);
+	free(u->host);
+	free(u);
+}
+
+void upstreams_free(struct upstreams *set)
+{
+	if (set == NULL)
+		return;
+	while (!TAILQ_EMPTY(&set->all))
+		upstream_destroy(TAILQ_FIRST(&set->all));
+	free(set);
+}
+
+/* Nothing refers to it and there is nothing to know about it. */
+static bool upstream_idle(const struct upstream *u)
+{
+	return u->users == 0 && u->waiting == 0 && u->connecting == 0 && u->probe == NULL &&
+	       u->health.state == HEALTH_UP && u->health.failures == 0;
+}
+
+/* Keep the set bounded: forget the least recently used idle upstream. */
+static void upstreams_trim(struct upstreams *set)
+{
+	struct upstream *u;
+
+	if (set->count <= UPSTREAMS_KEEP)
+		return;
+	TAILQ_FOREACH_REVERSE(u, &set->all, upstream_list, link)
+	{
+		if (upstream_idle(u)) {
+			upstream_destroy(u);
+			return;
+		}
+	}
+}
+
+/* "http://host:port", with brackets around an IPv6 literal. */
+static char *upstreams_name(const struct upstream_endpoint *e)
+{
+	bool v6 = strchr(e->host, ':') != NULL;
+	size_t len = strlen(e->host) + 32;
+	char *name = xmalloc(len);
+
+	snprintf(name, len, "%s://%s%s%s:%u", e->tls ? "https" : "http", v6 ? "[" : "", e->host,
+		 v6 ? "]" : "", e->port);
+	return name;
+}
+
+struct upstream *upstreams_hold(struct upstreams *set, const struct upstream_endpoint *endpoint)
+{
+	unsigned b = upstreams_hash(endpoint);
+	struct upstream *u;
+
+	/* every request comes here: found without building its name */
+	for (u = set->buckets[b]; u != NULL; u = u->next)
+		if (upstreams_same(&u->endpoint, endpoint))
+			break;
+	if (u != NULL) {
+		if (u != TAILQ_FIRST(&set->all)) {
+			TAILQ_REMOVE(&set->all, u, link);
+			TAILQ_INSERT_HEAD(&set->all, u, link);
+		}
+		u->users++;
+		return u;
+	}
+	u = xcalloc(1, sizeof(*u));
+	u->set = set;
+	u->name = upstreams_name(endpoint);
+	u->host = xstrdup(endpoint->host);
+	u->endpoint = *endpoint;
+	u->endpoint.host = u->host;
+	health_init(&u->health);
+	TAILQ_INIT(&u->waiters);
+	u->next = set->buckets[b];
+	set->buckets[b] = u;
+	set->count++;
+	TAILQ_INSERT_HEAD(&set->all, u, link);
+	u->users++;
+	upstreams_trim(set);
+	return u;
+}
+
+void upstream_release(struct upstream *u)
+{
+	if (u != NULL && u->users > 0)
+		u->users--;
+}
+
+const char *upstream_name(const struct upstream *u)
+{
+	return u->name;
+}
+
+bool upstream_down(const struct upstream *u)
+{
+	return u->health.state == HEALTH_DOWN;
+}
+
+/* Take a waiter off its upstream's queue. */
+static void upstream_take_waiter(struct upstream *u, struct upstream_waiter *w)
+{
+	TAILQ_REMOVE(&u->waiters, w, link);
+	u->waiting--;
+	u->set->waiting--;
+	w->upstream = NULL;
+}
+
+/* Start every waiting request's try, oldest first. A request the release
+ * makes wait again joins the queue behind the others and is not released
+ * twice; one that stops waiting meanwhile is simply gone from the queue. */
+static void upstream_release_all(struct upstream *u)
+{
+	uint64_t end = u->next_seq;
+	struct upstream_waiter *w;
+
+	while ((w = TAILQ_FIRST(&u->waiters)) != NULL && w->seq < end) {
+		upstream_take_waiter(u, w);
+		w->release(w);
+	}
+}
+
+/* Let the oldest waiting request make the next connect. */
+static void upstream_release_one(struct upstream *u)
+{
+	struct upstream_waiter *w = TAILQ_FIRST(&u->waiters);
+
+	if (w != NULL) {
+		upstream_take_waiter(u, w);
+		w->release(w);
+	}
+}
+
+static void upstream_apply(struct upstream *u, struct health_actions act);
+
+static void upstream_probe_cb(struct conn *conn, enum try_outcome failure, const char *reason,
+			      void *arg)
+{
+	struct upstream *u = arg;
+	uint64_t now = retry_budget_now_ms();
+
+	u->probe = NULL;
+	if (conn != NULL) {
+		conn_free(conn);
+		u->probes_ok++;
+		log_debug("upstream %s: probe connected", u->name);
+		upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_PROBE_CONNECTED, now));
+	} else {
+		u->probes_failed++;
+		log_debug("upstream %s: probe failed: %s", u->name, reason);
+		upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_PROBE_FAILED, now));
+	}
+}
+
+static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct upstream *u = arg;
+
+	/* a down upstream nobody asks for any more is not worth probing */
+	if (u->users == 0 && u->waiting == 0 && u->probe == NULL) {
+		log_info("upstream %s: down and unused; forgotten", u->name);
+		upstream_destroy(u);
+		return;
+	}
+	upstream_apply(
+		u, health_step(&u->health, &u->policy, HEALTH_PROBE_DUE, retry_budget_now_ms()));
+}
+
+/* One connect to see whether the upstream listens again: TCP only, so that
+ * no route's TLS settings decide it. */
+static void upstream_probe_start(struct upstream *u)
+{
+	struct proxy *proxy = u->set->proxy;
+	struct upstream_endpoint plain = u->endpoint;
+
+	plain.tls = false;
+	u->probe = upstream_connect_start(proxy, &plain, &proxy->config->tls, u->name,
+					  proxy->config->limits.connect_timeout_ms, 0,
+					  upstream_probe_cb, u);
+}
+
+/* Do what the health machine says. */
+static void upstream_apply(struct upstream *u, struct health_actions act)
+{
+	if (act.went_down)
+		log_warn("upstream %s is down: %u connects failed in a row; %s its requests, "
+			 "probing every %llu ms",
+			 u->name, u->health.failures, u->policy.hold ? "holding" : "refusing",
+			 (unsigned long long)u->policy.probe_interval_ms);
+	if (act.went_up)
+		log_info("upstream %s is up%s", u->name,
+			 u->waiting > 0 ? ": releasing its held requests" : "");
+	if (act.cancel_timer && u->probe_timer != NULL)
+		evtimer_del(u->probe_timer);
+	if (act.went_up)
+		u->proven = true;
+	/* without hold, those waiting for the verdict get it: 502 */
+	if (act.release || (act.went_down && !u->policy.hold))
+		upstream_release_all(u);
+	if (act.start_probe)
+		upstream_probe_start(u);
+	if (act.arm_timer) {
+		uint64_t now = retry_budget_now_ms();
+		struct timeval tv = timeval_from_ms(act.timer_ms > now ? act.timer_ms - now : 0);
+
+		if (u->probe_timer == NULL)
+			u->probe_timer =
+				evtimer_new(u->set->proxy->base, upstream_probe_timer_cb, u);
+		evtimer_add(u->probe_timer, &tv);
+	}
+}
+
+enum upstream_admit upstream_admit(struct upstream *u, const struct health_policy *policy)
+{
+	u->policy = *policy;
+	if (policy->down_after > 0) {
+		if (u->health.state == HEALTH_DOWN)
+			return policy->hold ? UPSTREAM_WAIT : UPSTREAM_REFUSE;
+		/* in doubt: one connect finds out while the others wait for it */
+		if (!u->proven && u->connecting > 0)
+			return UPSTREAM_WAIT;
+	}
+	u->connecting++;
+	return UPSTREAM_GO;
+}
+
+void upstream_wait(struct upstream *u, struct upstream_waiter *w)
+{
+	w->upstream = u;
+	w->seq = u->next_seq++;
+	TAILQ_INSERT_TAIL(&u->waiters, w, link);
+	u->waiting++;
+	u->set->waiting++;
+}
+
+void upstream_unwait(struct upstream_waiter *w)
+{
+	if (w->upstream != NULL)
+		upstream_take_waiter(w->upstream, w);
+}
+
+void upstream_connect_end(struct upstream *u, const struct health_policy *policy,
+			  enum upstream_connect_result result)
+{
+	uint64_t now = retry_budget_now_ms();
+
+	if (u->connecting > 0)
+		u->connecting--;
+	u->policy = *policy;
+	switch (result) {
+	case UPSTREAM_CONNECT_MADE:
+		u->proven = true;
+		upstream_apply(u, health_step(&u->health, policy, HEALTH_CONNECTED, now));
+		upstream_release_all(u);
+		break;
+	case UPSTREAM_CONNECT_FAILED:
+		u->proven = false;
+		upstream_apply(u, health_step(&u->health, policy, HEALTH_CONNECT_FAILED, now));
+		if (u->health.state == HEALTH_UP && u->connecting == 0)
+			upstream_release_one(u);
+		break;
+	case UPSTREAM_CONNECT_ABANDONED:
+		if (u->health.state == HEALTH_UP && !u->proven && u->connecting == 0)
+			upstream_release_one(u);
+		break;
+	}
+}
+
+void upstream_response_seen(struct upstream *u, const struct health_policy *policy)
+{
+	/* the common case, on every response: nothing to learn */
+	if (u->proven && u->health.state == HEALTH_UP && u->health.failures == 0 && u->waiting == 0)
+		return;
+	u->proven = true;
+	upstream_apply(
+		u, health_step(&u->health, policy, HEALTH_RESPONSE_HEAD, retry_budget_now_ms()));
+	if (u->waiting > 0 && u->health.state == HEALTH_UP)
+		upstream_release_all(u);
+}
+
+unsigned upstreams_waiting(const struct upstreams *set)
+{
+	return set->waiting;
+}
+
+void upstreams_render(const struct upstreams *set, struct evbuffer *out)
+{
+	const struct upstream *u;
+
+	TAILQ_FOREACH(u, &set->all, link)
+	evbuffer_add_printf(out, "%s %s failures=%u held=%u\n", u->name,
+			    health_state_name(u->health.state), u->health.failures, u->waiting);
+}
+
+/* name{upstream="<name>" (the caller closes the braces). */
+static void upstreams_series(struct evbuffer *out, const char *name, const struct upstream *u)
+{
+	evbuffer_add_printf(out, "%s{upstream=\"", name);
+	metrics_label_value(out, u->name);
+	evbuffer_add(out, "\"", 1);
+}
+
+void upstreams_render_metrics(const struct upstreams *set, struct evbuffer *out)
+{
+	const struct upstream *u;
+
+	evbuffer_add_printf(out, "# HELP retryproxy_upstream_up 1 while the upstream is up, "
+				 "0 while it is down.\n"
+				 "# TYPE retryproxy_upstream_up gauge\n");
+	TAILQ_FOREACH(u, &set->all, link)
+	{
+		upstreams_series(out, "retryproxy_upstream_up", u);
+		evbuffer_add_printf(out, "} %d\n", u->health.state == HEALTH_UP);
+	}
+	evbuffer_add_printf(out,
+			    "# HELP retryproxy_held_requests Requests waiting for an "
+			    "upstream now.\n"
+			    "# TYPE retryproxy_held_requests gauge\n"
+			    "retryproxy_held_requests %u\n",
+			    set->waiting);
+	evbuffer_add_printf(out, "# HELP retryproxy_probes_total Probe connects to down "
+				 "upstreams, by result.\n"
+				 "# TYPE retryproxy_probes_total counter\n");
+	TAILQ_FOREACH(u, &set->all, link)
+	{
+		upstreams_series(out, "retryproxy_probes_total", u);
+		evbuffer_add_printf(out, ",result=\"ok\"} %llu\n",
+				    (unsigned long long)u->probes_ok);
+		upstreams_series(out, "retryproxy_probes_total", u);
+		evbuffer_add_printf(out, ",result=\"fail\"} %llu\n",
+				    (unsigned long long)u->probes_failed);
+	}
+}

@@ -1,0 +1,95 @@
+#ifndef RETRYPROXY_UPSTREAMS_H
+#define RETRYPROXY_UPSTREAMS_H
+
+/*
+ * Every upstream the proxy talks to, by scheme, host and port (SPEC
+ * "Upstream health"): its health (health.c), shared by all routes and
+ * exchanges; the requests waiting for it; its probes while it is down; and
+ * what /upstreams and the metrics show.
+ *
+ * Requests open their own connections while the upstream is up and proven.
+ * While its health is in doubt (no connection made yet, or failures since
+ * the last one) one connect at a time finds out and the others wait for it,
+ * so that a burst of requests to an upstream that is not there costs
+ * down_after connects, not one per request. While it is down, requests
+ * wait (health.hold) or are refused, and one probe per probe_interval
+ * finds out when it is back.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "config.h"
+#include "upstream.h"
+
+struct evbuffer;
+struct proxy;
+struct upstream;
+struct upstreams;
+
+/* A request waiting for an upstream. */
+struct upstream_waiter {
+	TAILQ_ENTRY(upstream_waiter) link;
+	struct upstream *upstream;		    /* NULL when not waiting */
+	uint64_t seq;				    /* arrival order */
+	void (*release)(struct upstream_waiter *w); /* go: start the try now */
+};
+
+/* What a request that would open a connection does now. */
+enum upstream_admit {
+	UPSTREAM_GO,	 /* connect */
+	UPSTREAM_WAIT,	 /* wait (upstream_wait) for the upstream to be known good */
+	UPSTREAM_REFUSE, /* the upstream is down and health.hold is false: 502 now */
+};
+
+struct upstreams *upstreams_new(struct proxy *proxy);
+void upstreams_free(struct upstreams *upstreams);
+
+/* The upstream at endpoint, made on first use; held by the caller until
+ * upstream_release() (an upstream no one holds may be forgotten when there
+ * are many). */
+struct upstream *upstreams_hold(struct upstreams *upstreams,
+				const struct upstream_endpoint *endpoint);
+void upstream_release(struct upstream *upstream);
+
+/* "http://host:port": its name in /upstreams, logs and metrics. */
+const char *upstream_name(const struct upstream *upstream);
+
+bool upstream_down(const struct upstream *upstream);
+
+/* May a request open its own connection now (policy: the request's
+ * config's health:)? On UPSTREAM_GO the caller connects and reports the end
+ * with upstream_connect_end(). */
+enum upstream_admit upstream_admit(struct upstream *upstream, const struct health_policy *policy);
+
+/* Wait, in arrival order, until released or upstream_unwait(). */
+void upstream_wait(struct upstream *upstream, struct upstream_waiter *waiter);
+void upstream_unwait(struct upstream_waiter *waiter);
+
+/* A connect admitted by upstream_admit() ended: made (a certificate that
+ * fails verification counts as made: the upstream answered), failed, or
+ * given up before it ended (abandoned: no verdict on the upstream). */
+enum upstream_connect_result {
+	UPSTREAM_CONNECT_MADE,
+	UPSTREAM_CONNECT_FAILED,
+	UPSTREAM_CONNECT_ABANDONED,
+};
+void upstream_connect_end(struct upstream *upstream, const struct health_policy *policy,
+			  enum upstream_connect_result result);
+
+/* A response head arrived from the upstream: it is alive. */
+void upstream_response_seen(struct upstream *upstream, const struct health_policy *policy);
+
+/* Requests waiting now, over all upstreams. */
+unsigned upstreams_waiting(const struct upstreams *upstreams);
+
+/* /upstreams: one line per upstream, "<name> up|down failures=N held=N". */
+void upstreams_render(const struct upstreams *upstreams, struct evbuffer *out);
+
+/* retryproxy_upstream_up, retryproxy_held_requests and
+ * retryproxy_probes_total in the Prometheus text format. */
+void upstreams_render_metrics(const struct upstreams *upstreams, struct evbuffer *out);
+
+#endif
