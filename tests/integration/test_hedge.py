@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Scenario: hedged GETs against a slow tail, and per-route try timeouts.
+
+Client: raw-socket requests to sidecar listeners, one at a time; curl to
+the admin listener for /metrics.
+Origin: the test origin with scripted paths, each request taking the next
+step: slow first (/delay/2), then fast; all slow (/delay/1); fast 503 while
+the first is slow. For the address check, two origins on the same port of
+127.0.0.1 and 127.0.0.2, behind one name that the proxy's hosts file
+(RETRYPROXY_HOSTS) gives both addresses; the resolver is pointed at a
+nameserver on loopback nobody answers, so no query leaves the machine.
+Proxy: routes with hedge {after: 200ms, max: 1}, {after: 200ms, max: 2},
+{after: 100ms, max: 3} with max_attempts 2; a route with try_timeout 300ms
+under limits.try_timeout 5s.
+Must hold:
+- a slow first answer is beaten by the hedge: 200 from the second try
+  well before the first would answer, Retry-Attempts: 2, the origin saw
+  exactly 2 requests; the losing connection is closed at once (one upstream
+  connection open afterwards: the winner's, pooled) and the next request
+  goes on the winner's connection; the access line marks the hedge and the
+  cancelled try (tries="cancelled -> wait 0ms -> hedge:200");
+  retryproxy_hedges_total{route,result="won"} counts it;
+- the origin never sees more than 1 + max tries for one request, and
+  never more than max_attempts;
+- POST, PUT with If-Match, and a GET with a body are never hedged;
+- a retryable answer (503) on the hedge waits for the first try, whose
+  200 the client gets, with no retry after the 503;
+- a hedge starts at another resolved address than the try it races;
+- retry.try_timeout on a route overrides limits.try_timeout: 504 after two
+  300 ms tries there, while the default route waits the 1 s answer out.
+"""
+
+import os
+import re
+import time
+
+import harness as h
+import origin as origin_mod
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+  - address: 127.0.0.1:@PORT2@
+    upstream: http://twins.test:@TWIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s, try_timeout: 5s }
+defaults:
+  retry:
+    max_attempts: 5
+    initial_backoff: 100ms
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: hedged
+    match: { path_prefix: /h/ }
+    retry: { hedge: { after: 200ms, max: 1 } }
+  - name: hedged2
+    match: { path_prefix: /h2/ }
+    retry: { hedge: { after: 200ms, max: 2 } }
+  - name: capped
+    match: { path_prefix: /hc/ }
+    retry: { max_attempts: 2, hedge: { after: 100ms, max: 3 } }
+  - name: quick
+    match: { path_prefix: /quick/ }
+    retry: { try_timeout: 300ms, max_attempts: 2 }
+"""
+
+
+def admin_metrics(proxy):
+    return h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
+
+
+def metric(text, name, labels=""):
+    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def tries_of(proxy, tag):
+    return h.access_fields(proxy.access_one(tag))["tries"]
+
+
+def scenario(t):
+    origin = t.origin()
+    twin_a = t.origin(host="127.0.0.1", name="twin-a")
+    twin_b = t.origin(host="127.0.0.2", port=twin_a.port, name="twin-b")
+    hosts = os.path.join(t.tmp, "hedge-hosts")
+    with open(hosts, "w") as f:
+        f.write("127.0.0.1 twins.test\n127.0.0.2 twins.test\n")
+    resolv = os.path.join(t.tmp, "hedge-resolv.conf")
+    with open(resolv, "w") as f:
+        f.write("nameserver 127.0.0.1:%d\noptions timeout:1 attempts:1\n" % h.closed_port())
+    proxy = t.proxy(CONFIG, env={"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv},
+                    ORIGIN=origin.port, TWIN=twin_a.port)
+    port = proxy.port(0)
+
+    @t.check("a slow first answer is beaten by the hedge: 200, Retry-Attempts: 2, 2 tries")
+    def _():
+        origin.script("/h/slow-first", ["/delay/2", "/bytes/10"])
+        r = h.fetch(port, "GET", "/h/slow-first", "api.example")
+        h.eq((r.status, len(r.body)), (200, 10), "status and body length")
+        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        h.ok(r.elapsed < 1.0 * h.SLOW, "answered after %.2f s; the first try takes 2 s"
+             % r.elapsed)
+        h.eq(len(origin.requests_for("/h/slow-first")), 2, "origin requests")
+
+    @t.check("the losing connection is closed at once, never pooled; the winner's is reused")
+    def _():
+        h.wait_until(lambda: metric(admin_metrics(proxy), "retryproxy_connections",
+                                    '{side="upstream"}') == 1.0, 1.0 * h.SLOW,
+                     "one upstream connection open (the winner's, pooled)")
+        loser, winner = origin.requests_for("/h/slow-first")
+        r = h.fetch(port, "GET", "/h/next", "api.example")
+        h.eq(r.status, 404, "status")
+        h.eq(origin.requests_for("/h/next")[0].conn_id, winner.conn_id,
+             "the next request's connection")
+        conn = [c for c in origin.connections if c.id == loser.conn_id][0]
+        conn.closed.wait(5 * h.SLOW)
+        h.ok(conn.close_reason in ("peer-reset", "peer-eof") or
+             (conn.close_reason or "").startswith("error"),
+             "the loser's connection ended %r" % conn.close_reason)
+
+    @t.check("the access line marks the cancelled try and the hedge; hedges_total counts a win")
+    def _():
+        h.eq(tries_of(proxy, "/h/slow-first"), "cancelled -> wait 0ms -> hedge:200", "tries")
+        text = admin_metrics(proxy)
+        h.eq(metric(text, "retryproxy_hedges_total", '{route="hedged",result="won"}'), 1.0,
+             "hedges won")
+        h.eq(metric(text, "retryproxy_hedges_total", '{route="hedged",result="lost"}'), 0.0,
+             "hedges lost")
+
+    @t.check("the origin never sees more than 1 + max tries for one request")
+    def _():
+        origin.script("/h2/all-slow", ["/delay/1"])
+        r = h.fetch(port, "GET", "/h2/all-slow", "api.example")
+        h.eq((r.status, r.body), (200, b"delayed\n"), "response")
+        time.sleep(0.6 * h.SLOW)
+        h.eq(len(origin.requests_for("/h2/all-slow")), 3, "origin requests (max: 2)")
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.eq(metric(admin_metrics(proxy), "retryproxy_hedges_total",
+                    '{route="hedged2",result="lost"}'), 2.0, "hedges lost")
+
+    @t.check("every hedge is a try: never more than max_attempts")
+    def _():
+        origin.script("/hc/all-slow", ["/delay/1"])
+        r = h.fetch(port, "GET", "/hc/all-slow", "api.example")
+        h.eq(r.status, 200, "status")
+        time.sleep(0.5 * h.SLOW)
+        h.eq(len(origin.requests_for("/hc/all-slow")), 2, "origin requests (max_attempts: 2)")
+
+    @t.check("POST, PUT with If-Match and a GET with a body are never hedged")
+    def _():
+        for method, path, headers, body in (
+                ("POST", "/h/post", (), b"order"),
+                ("PUT", "/h/put", (("If-Match", '"v1"'),), b"doc"),
+                ("GET", "/h/get-body", (), b"query")):
+            origin.script(path, ["/delay/1"])
+            r = h.fetch(port, method, path, "api.example", headers=headers, body=body)
+            h.eq(r.status, 200, "%s status" % method)
+            h.eq(len(origin.requests_for(path)), 1, "origin requests for %s %s" % (method, path))
+            h.eq(r.header("Retry-Attempts"), "1", "%s Retry-Attempts" % method)
+
+    @t.check("a 503 on the hedge waits for the first try, whose 200 the client gets")
+    def _():
+        origin.script("/h/retryable", ["/delay/1", 503])
+        r = h.fetch(port, "GET", "/h/retryable", "api.example")
+        h.eq((r.status, r.body), (200, b"delayed\n"), "response")
+        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        time.sleep(0.3 * h.SLOW)
+        h.eq(len(origin.requests_for("/h/retryable")), 2, "origin requests (no retry after 503)")
+        h.eq(tries_of(proxy, "/h/retryable"), "hedge:503 -> wait 0ms -> 200", "tries")
+
+    @t.check("a hedge starts at another resolved address than the try it races")
+    def _():
+        twin_a.script("/h/twins", ["/delay/2"])
+        twin_b.script("/h/twins", ["/delay/2"])
+        r = h.fetch(proxy.port(2), "GET", "/h/twins", "twins.example", timeout=10 * h.SLOW)
+        h.eq(r.status, 200, "status")
+        h.eq((len(twin_a.requests_for("/h/twins")), len(twin_b.requests_for("/h/twins"))),
+             (1, 1), "requests at 127.0.0.1 and 127.0.0.2")
+
+    @t.check("retry.try_timeout on a route overrides limits.try_timeout")
+    def _():
+        origin.script("/quick/slow", ["/delay/1"])
+        r = h.fetch(port, "GET", "/quick/slow", "api.example")
+        h.check_error_response(r, 504, ["timeout"])
+        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        h.ok(r.elapsed < 1.0 * h.SLOW, "504 after %.2f s (two 300 ms tries)" % r.elapsed)
+        origin.script("/plain/slow", ["/delay/1"])
+        r = h.fetch(port, "GET", "/plain/slow", "api.example")
+        h.eq((r.status, r.body), (200, b"delayed\n"), "the default route waits 1 s out")
+
+
+h.run(scenario, __doc__, timeout=120)
