@@ -258,6 +258,9 @@ def scenario(t):
         gap = h.try_gaps(reqs[1:])[0]
         h.ok(gap < 1.0, "the retry came %.2f s after the stale connection failed; no 2 s backoff "
              "is due for a stale pooled connection" % gap)
+        # the line is written at the end of the loop pass that sent the answer
+        h.wait_until(lambda: len(proxy.access_for("/stale/a")) >= 2, 5 * h.SLOW,
+                     "the second access line for /stale/a")
         lines = proxy.access_for("/stale/a")
         h.eq(len(lines), 2, "access lines for /stale/a")
         f = h.access_fields(lines[1])
