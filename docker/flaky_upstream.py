@@ -5,7 +5,9 @@ Every request gets one of three outcomes: 503, a reset connection (no
 response, TCP RST), or 200 with a small JSON body. By default the outcome is
 drawn at random with --fail-ratio and --reset-ratio; --pattern makes it a
 fixed cycle instead (for example 503,reset,200), which the tests use. Each
-request is printed on stdout with its outcome. Standard library only.
+request is printed on stdout with its outcome. --start-delay makes it wait
+that many seconds before it binds its port, so that until then connections
+to it are refused: an API that is slow to start. Standard library only.
 """
 
 import argparse
@@ -17,9 +19,19 @@ import socket
 import struct
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 OUTCOMES = ("503", "reset", "200")
+OUTPUT = threading.Lock()
+
+
+def say(text):
+    """One whole line on stdout: print() from several threads writes the text
+    and the newline apart, and lines could interleave."""
+    with OUTPUT:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
 
 class Decider:
@@ -56,7 +68,7 @@ class Handler(BaseHTTPRequestHandler):
         if length:
             self.rfile.read(length)
         n, outcome = self.decider.next()
-        print("upstream: #%d %s %s -> %s" % (n, self.command, self.path, outcome), flush=True)
+        say("upstream: #%d %s %s -> %s" % (n, self.command, self.path, outcome))
         if outcome == "reset":
             # SO_LINGER with a zero timeout makes close() send RST.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -84,6 +96,15 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # socketserver's default listen backlog is 5: a burst of connections
+    # (the requests a proxy held while this server was starting, released
+    # at once) would overflow it, and a dropped SYN costs its client a 1s
+    # retransmit.
+    request_queue_size = 128
+
+
 def parse_pattern(text):
     if not text:
         return None
@@ -102,14 +123,24 @@ def main():
     ap.add_argument("--reset-ratio", type=float, default=0.1, help="share of connections reset")
     ap.add_argument("--pattern", type=parse_pattern, help="fixed cycle of outcomes, e.g. 503,reset,200")
     ap.add_argument("--seed", type=int, help="seed for the random outcomes")
+    ap.add_argument("--start-delay", type=float, default=0.0, metavar="SECONDS",
+                    help="wait this long before binding the port (connections are refused until then)")
     args = ap.parse_args()
+    if args.start_delay < 0:
+        ap.error("--start-delay must not be negative")
 
-    Handler.decider = Decider(args.pattern, args.fail_ratio, args.reset_ratio, args.seed)
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
-    server.daemon_threads = True
-    # As PID 1 in a container, SIGTERM is ignored unless handled.
+    # As PID 1 in a container, SIGTERM is ignored unless handled; set before
+    # the start delay so that a stop does not wait for it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    print("upstream: listening on %s:%d" % server.server_address[:2], flush=True)
+    Handler.decider = Decider(args.pattern, args.fail_ratio, args.reset_ratio, args.seed)
+    if args.start_delay > 0:
+        say("upstream: starting; port %d stays closed for %gs" % (args.port, args.start_delay))
+        try:
+            time.sleep(args.start_delay)
+        except KeyboardInterrupt:
+            return
+    server = Server((args.host, args.port), Handler)
+    say("upstream: listening on %s:%d" % server.server_address[:2])
     try:
         server.serve_forever()
     except KeyboardInterrupt:

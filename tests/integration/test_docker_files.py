@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """Scenario: the container image and the docker compose demo, without docker.
 
-Client: docker/example_client.py, run here on loopback, and the test itself
-reading docker/Dockerfile, docker/compose.yaml and the configs in docker/.
+Client: docker/example_client.py and docker/startup_app.py, run here on
+loopback, and the test itself reading docker/Dockerfile,
+docker/compose.yaml and the configs in docker/, and GETs of the proxy's
+admin /upstreams (http.client).
 Origin: docker/flaky_upstream.py on loopback, answering a fixed cycle of
-503, reset, 200 (and, in a second check, its random default mode).
+503, reset, 200 (and, in a second check, its random default mode); and as
+compose's slow-api: no failures injected, started after the app, with a
+--start-delay of 3 s before it binds its port.
 Must hold: compose.yaml names an existing Dockerfile, build context and
 mounted files, publishes ports on 127.0.0.1 only, gives the proxy a stop
 grace period longer than its drain_timeout, and points the proxy at the
@@ -16,6 +20,16 @@ needs; both configs pass `retryproxy --check`; the health check script says
 healthy only on a 200 from /healthz; and the compose demo, with its
 addresses moved to loopback, shows every request retried to a 200 in the
 client's output and in the proxy's access log.
+The start-up scenario (compose's slow-api and app): slow-api is
+flaky_upstream.py with --start-delay and no failures injected; the app
+depends on the proxy being healthy and not on slow-api, and calls a
+sidecar listener whose upstream is slow-api; the demo config sets health
+down_after, probe_interval and hold: true explicitly, and the route of
+slow-api has a deadline longer than its start delay. Run on loopback with
+the compose commands (the start delay cut to 3 s), the app started first:
+it exits 0, every request got a 2xx, each POST reached slow-api exactly
+once, /upstreams showed slow-api down with requests held and then up with
+failures=0 held=0, and the proxy logged it going down and up.
 """
 
 import http.client
@@ -40,6 +54,10 @@ DEMO_CONFIG = os.path.join(DOCKER, "retryproxy.yaml")
 IMAGE_CONFIG = os.path.join(DOCKER, "image-default.yaml")
 HEALTHCHECK = os.path.join(DOCKER, "healthcheck.sh")
 CONTAINER_CONFIG = "/etc/retryproxy/retryproxy.yaml"
+# retryproxy first; every other one runs a mounted script.
+DEMO_SERVICES = ("retryproxy", "upstream", "client", "slow-api", "app")
+# The start-up scenario on loopback: slow-api's --start-delay here.
+START_DELAY = 3
 
 # Shared libraries debian:12-slim has without installing anything.
 BASE_PACKAGES = {"libc6", "libgcc-s1"}
@@ -119,6 +137,69 @@ def ldd_packages(binary):
     return found
 
 
+def arg(command, flag):
+    """The value after flag in a compose command list."""
+    h.ok(flag in command, "%s not in %r" % (flag, command))
+    return command[command.index(flag) + 1]
+
+
+def with_args(command, **values):
+    """A compose command list with the values of some --flags replaced
+    (keyword proxy_host is --proxy-host); the image's paths of the demo
+    scripts become the repository's."""
+    out = list(command)
+    for key, value in values.items():
+        flag = "--" + key.replace("_", "-")
+        h.ok(flag in out, "%s not in %r" % (flag, command))
+        out[out.index(flag) + 1] = str(value)
+    out = [os.path.join(DOCKER, os.path.basename(c)) if c.startswith("/demo/") else c for c in out]
+    h.eq(out[0], "python3", "the command's program")
+    return [sys.executable] + out[1:]
+
+
+def upstream_token(service):
+    """The substitution name for a compose service's port in loopback_config."""
+    return re.sub(r"[^A-Z0-9]", "_", service.upper())
+
+
+def loopback_config(t, conf):
+    """The demo config moved to loopback: listener i on @PORTi@, admin on
+    @PORT9@, each upstream URL keeps its compose service's name with its port
+    as @SERVICE@ (upstream_token), and a hosts file for RETRYPROXY_HOSTS that
+    maps each of those names to 127.0.0.1. Returns (yaml text, env)."""
+    names = set()
+
+    def move(url):
+        m = re.fullmatch(r"(https?://)([^/:]+):\d+/?", url)
+        h.ok(m, "upstream URL %r" % url)
+        names.add(m.group(2))
+        return "%s%s:@%s@" % (m.group(1), m.group(2), upstream_token(m.group(2)))
+
+    conf = yaml.safe_load(yaml.safe_dump(conf))
+    for i, entry in enumerate(conf["listen"]):
+        entry["address"] = "127.0.0.1:@PORT%d@" % i
+        if "upstream" in entry:
+            entry["upstream"] = move(entry["upstream"])
+    for route in conf.get("routes") or []:
+        if "upstream" in route:
+            route["upstream"] = move(route["upstream"])
+    conf["admin"] = "127.0.0.1:@PORT9@"
+    hosts = os.path.join(t.tmp, "hosts-%d" % time.monotonic_ns())
+    with open(hosts, "w") as f:
+        f.write("".join("127.0.0.1 %s\n" % n for n in sorted(names)))
+    return yaml.safe_dump(conf, sort_keys=False), {"RETRYPROXY_HOSTS": hosts}
+
+
+def admin_get(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
 def start_process(t, args, what):
     """A helper process with output to a file; stopped at the end."""
     log_path = os.path.join(t.tmp, "%s-%d.log" % (what, time.monotonic_ns()))
@@ -194,9 +275,9 @@ def scenario(t):
     services = compose.get("services") or {}
     stages = dockerfile_stages(h.read_file(DOCKERFILE))
 
-    @t.check("compose.yaml has the services retryproxy, upstream and client")
+    @t.check("compose.yaml has the services retryproxy, upstream, client, slow-api and app")
     def _():
-        h.ok({"retryproxy", "upstream", "client"} <= set(services), "services: %r" % sorted(services))
+        h.ok(set(DEMO_SERVICES) <= set(services), "services: %r" % sorted(services))
 
     @t.check("compose.yaml builds retryproxy from the repository root with docker/Dockerfile")
     def _():
@@ -216,7 +297,7 @@ def scenario(t):
                     h.ok(os.path.isfile(path), "%s mounts %s, which does not exist" % (name, path))
                     mounts[(name, target)] = path
         h.eq(mounts.get(("retryproxy", CONTAINER_CONFIG)), DEMO_CONFIG, "file mounted at " + CONTAINER_CONFIG)
-        for name in ("upstream", "client"):
+        for name in DEMO_SERVICES[1:]:
             command = services[name]["command"]
             scripts = [c for c in command if c.endswith(".py")]
             h.ok(scripts and all((name, s) in mounts for s in scripts),
@@ -233,7 +314,7 @@ def scenario(t):
                  "%r should be 127.0.0.1:HOST:CONTAINER (published beyond loopback, the private "
                  "ranges in access.allow_clients could open the proxy)" % spec)
             h.ok(int(parts[2]) in listen_ports, "%r publishes a port nothing listens on" % spec)
-        for name in ("upstream", "client"):
+        for name in DEMO_SERVICES[1:]:
             h.ok(not services[name].get("ports"), "%s needs no published port" % name)
 
     @t.check("the proxy's stop_grace_period is longer than the demo config's drain_timeout")
@@ -242,17 +323,17 @@ def scenario(t):
         drain = seconds(demo.get("limits", {}).get("drain_timeout", "30s"))
         h.ok(grace > drain, "stop_grace_period %ss <= drain_timeout %ss" % (grace, drain))
 
-    @t.check("the demo config's upstreams are compose services, on the port the upstream listens on")
+    @t.check("the demo config's upstreams are compose services, on the port each listens on")
     def _():
         urls = [e["upstream"] for e in demo["listen"] if "upstream" in e]
         urls += [r["upstream"] for r in demo.get("routes") or [] if "upstream" in r]
         h.ok(urls, "no upstream in the demo config")
-        command = services["upstream"]["command"]
-        port = command[command.index("--port") + 1]
         for url in urls:
             m = re.fullmatch(r"https?://([^/:]+):(\d+)/?", url)
             h.ok(m and m.group(1) in services, "%s does not name a compose service" % url)
-            h.eq(m.group(2), port, "port of %s (the upstream service listens on --port %s)" % (url, port))
+            command = services[m.group(1)]["command"]
+            port = command[command.index("--port") + 1]
+            h.eq(m.group(2), port, "port of %s (service %s listens on --port %s)" % (url, m.group(1), port))
 
     @t.check("both configs in docker/ pass retryproxy --check")
     def _():
@@ -393,16 +474,10 @@ def scenario(t):
     def _():
         up_port, up_log = start_upstream(t, "--pattern", "503,reset,200")
         conf = load(DEMO_CONFIG)
-        for i, entry in enumerate(conf["listen"]):
-            entry["address"] = "127.0.0.1:@PORT%d@" % i
-            if "upstream" in entry:
-                entry["upstream"] = re.sub(r":\d+/?$", ":@UP@", entry["upstream"])
-        conf["admin"] = "127.0.0.1:@PORT9@"
-        hosts = os.path.join(t.tmp, "hosts")
-        with open(hosts, "w") as f:
-            f.write("127.0.0.1 upstream\n")
-        proxy = t.proxy(yaml.safe_dump(conf, sort_keys=False), env={"RETRYPROXY_HOSTS": hosts}, UP=up_port)
-        sidecar = [i for i, e in enumerate(conf["listen"]) if "upstream" in e][0]
+        text, env = loopback_config(t, conf)
+        proxy = t.proxy(text, env=env, **{upstream_token("upstream"): up_port,
+                                          upstream_token("slow-api"): h.closed_port()})
+        sidecar = [i for i, e in enumerate(conf["listen"]) if e.get("upstream", "").startswith("http://upstream:")][0]
         forward = [i for i, e in enumerate(conf["listen"]) if "upstream" not in e][0]
         client = services["client"]["command"]
         upstream_url = client[client.index("--upstream") + 1]
@@ -427,6 +502,125 @@ def scenario(t):
                  "status and attempts in the access log for /demo/%d (%r)" % (n, entry))
         p = healthcheck("127.0.0.1:%d" % proxy.port(9))
         h.eq(p.returncode, 0, "healthcheck.sh against the proxy's admin listener (stderr %r)" % p.stderr)
+
+
+    slow_api = services.get("slow-api") or {}
+    app = services.get("app") or {}
+
+    @t.check("start-up scenario: slow-api is flaky_upstream.py with --start-delay and no failures injected")
+    def _():
+        command = slow_api["command"]
+        h.ok(any(c.endswith("/flaky_upstream.py") for c in command), "slow-api runs %r" % command)
+        h.eq((float(arg(command, "--fail-ratio")), float(arg(command, "--reset-ratio"))), (0.0, 0.0),
+             "slow-api's --fail-ratio and --reset-ratio")
+        h.ok("--pattern" not in command, "slow-api injects a --pattern: %r" % command)
+        interval = seconds(re.search(r"--interval=(\S+)",
+                                     [a for w, a in runtime if w == "HEALTHCHECK"][0]).group(1))
+        h.ok(float(arg(command, "--start-delay")) > interval,
+             "slow-api's --start-delay %s is not longer than the HEALTHCHECK interval %ss the app may "
+             "wait for the proxy to be healthy: the API could be up before the app starts"
+             % (arg(command, "--start-delay"), interval))
+
+    @t.check("start-up scenario: the app waits for the proxy to be healthy, not for slow-api, and "
+             "calls a sidecar listener whose upstream is slow-api")
+    def _():
+        h.eq(app.get("depends_on"), {"retryproxy": {"condition": "service_healthy"}}, "app's depends_on")
+        deps = services["retryproxy"].get("depends_on") or []
+        h.ok(isinstance(deps, list) or (deps.get("slow-api") or {}).get("condition", "service_started")
+             == "service_started",
+             "retryproxy may wait for slow-api's container to start, no more: %r" % deps)
+        command = app["command"]
+        h.ok(any(c.endswith("/startup_app.py") for c in command), "app runs %r" % command)
+        h.eq(arg(command, "--proxy-host"), "retryproxy", "app's --proxy-host")
+        port = int(arg(command, "--port"))
+        listeners = [e for e in demo["listen"] if int(e["address"].rsplit(":", 1)[1]) == port]
+        h.eq(len(listeners), 1, "listeners on the app's --port %d" % port)
+        h.ok(re.fullmatch(r"http://slow-api:\d+/?", listeners[0].get("upstream", "")),
+             "the app's listener %r should be a sidecar for slow-api" % listeners[0])
+        h.ok(int(arg(command, "--posts")) >= 1 and int(arg(command, "--gets")) >= 2,
+             "the app should send several GETs and at least one POST: %r" % command)
+
+    @t.check("start-up scenario: the demo config sets health down_after, probe_interval and hold: true, "
+             "and slow-api's route outlasts its start delay")
+    def _():
+        health = demo.get("health") or {}
+        h.eq(sorted(health), ["down_after", "hold", "probe_interval"], "keys of health:")
+        h.ok(int(health["down_after"]) > 0, "down_after 0 turns health off")
+        h.ok(health["hold"] is True, "hold: %r" % health["hold"])
+        h.ok(0 < seconds(health["probe_interval"]) <= 1, "probe_interval %r" % health["probe_interval"])
+        routes = [r for r in demo.get("routes") or []
+                  if re.fullmatch(r"http://slow-api:\d+/?", r.get("upstream", ""))]
+        h.eq(len(routes), 1, "routes to slow-api")
+        deadline = seconds(routes[0]["retry"]["deadline"])
+        delay = float(arg(slow_api["command"], "--start-delay"))
+        interval = seconds(re.search(r"--interval=(\S+)",
+                                     [a for w, a in runtime if w == "HEALTHCHECK"][0]).group(1))
+        h.ok(deadline > delay + interval,
+             "route %s: deadline %ss is not longer than slow-api's --start-delay %ss plus the "
+             "HEALTHCHECK interval %ss" % (routes[0]["name"], deadline, delay, interval))
+        timeout = float(arg(app["command"], "--timeout")) if "--timeout" in app["command"] else 90.0
+        h.ok(timeout > deadline, "the app's --timeout %ss is not longer than the route's deadline %ss"
+             % (timeout, deadline))
+
+    @t.check("start-up scenario on loopback: the app starts %d s before slow-api and never sees an error; "
+             "each POST arrives once; slow-api went down and up" % START_DELAY)
+    def _():
+        slow_port = h.free_port()
+        conf = load(DEMO_CONFIG)
+        text, env = loopback_config(t, conf)
+        proxy = t.proxy(text, env=env, **{upstream_token("upstream"): h.closed_port(),
+                                          upstream_token("slow-api"): slow_port})
+        listener = [i for i, e in enumerate(conf["listen"])
+                    if e.get("upstream", "").startswith("http://slow-api:")][0]
+        name = "http://slow-api:%d" % slow_port
+        app_proc, app_log = start_process(t, with_args(app["command"], proxy_host="127.0.0.1",
+                                                       port=proxy.port(listener)), "app")
+        api_proc, api_log = start_process(t, with_args(slow_api["command"], host="127.0.0.1", port=slow_port,
+                                                       start_delay=START_DELAY), "slow-api")
+        started = time.monotonic()
+        # While slow-api's port is closed: /upstreams shows it down, the app's requests held.
+        seen = []
+
+        def down_and_held():
+            status, body = admin_get(proxy.port(9), "/upstreams")
+            line = [ln for ln in body.splitlines() if ln.startswith(name + " ")]
+            seen.append(line)
+            return line and re.fullmatch(re.escape(name) + r" down failures=\d+ held=([1-9]\d*)", line[0])
+        h.wait_until(down_and_held, START_DELAY - 0.5, "/upstreams to show %s down with requests held "
+                     "(saw %r); proxy log:\n%s" % (name, seen[-3:], proxy.stderr_tail()))
+        h.ok(app_proc.poll() is None, "the app ended while slow-api was not up yet: %s" % h.read_file(app_log))
+        code = app_proc.wait(30 * h.SLOW)
+        took = time.monotonic() - started
+        out = h.read_file(app_log)
+        api_out = h.read_file(api_log)
+        print(out + api_out, end="", flush=True)
+        h.eq(code, 0, "app exit code; app output:\n%s\nslow-api output:\n%s\nproxy log:\n%s"
+             % (out, api_out, proxy.stderr_tail()))
+        h.ok(took >= START_DELAY - 0.5, "the app ended %.1fs after start, before slow-api listened" % took)
+        command = app["command"]
+        gets, posts = int(arg(command, "--gets")), int(arg(command, "--posts"))
+        lines = re.findall(r"^app: #\d+ (GET|POST) (\S+) -> (.*)$", out, re.M)
+        h.eq(len(lines), gets + posts, "app result lines:\n%s" % out)
+        for method, target, outcome in lines:
+            h.ok(re.match(r"2\d\d Retry-Attempts: \d+ ", outcome), "%s %s -> %s" % (method, target, outcome))
+        h.ok(re.search(r"^app: all %d requests got a 2xx" % (gets + posts), out, re.M), "app summary:\n%s" % out)
+        # Each request reached slow-api, each POST exactly once.
+        for method, target, _outcome in lines:
+            arrived = re.findall(r"^upstream: #\d+ %s %s -> 200$" % (method, re.escape(target)), api_out, re.M)
+            if method == "POST":
+                h.eq(len(arrived), 1, "POST %s arrivals at slow-api:\n%s" % (target, api_out))
+            else:
+                h.ok(arrived, "GET %s never reached slow-api:\n%s" % (target, api_out))
+        for method, target, _outcome in lines:
+            entry = proxy.access_one(target)
+            fields = h.access_fields(entry) if isinstance(entry, str) else entry
+            h.eq((str(fields.get("status")), str(fields.get("route"))), ("200", "slow-api"),
+                 "status and route in the access log for %s (%r)" % (target, entry))
+        proxy.wait_log(r"warn.*upstream %s is down" % re.escape(name))
+        proxy.wait_log(r"info.*upstream %s is up" % re.escape(name))
+        status, body = admin_get(proxy.port(9), "/upstreams")
+        h.ok(re.search(r"^%s up failures=0 held=0$" % re.escape(name), body, re.M),
+             "/upstreams after start-up:\n%s" % body)
 
 
 h.run(scenario, __doc__)
