@@ -867,6 +867,7 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 		retry_budget_spend(ex->budget, retry_budget_now_ms());
 		exchange_begin_try(ex, t);
 		t->hedge = true;
+		ex->hedged = true;
 		log_debug("%.*s %.*s: no response head after %llu ms: hedge, try %u",
 			  (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 			  (unsigned long long)ex->route->retry.hedge.after_ms, ex->attempts);
@@ -890,6 +891,8 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bo
 	size_t i;
 
 	exchange_stop_hedging(ex);
+	if (!ex->hedged)
+		return; /* one try at a time: nothing races the winner */
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
 		struct exchange_try *t = &ex->slots[i];
 

@@ -165,6 +165,7 @@ struct exchange {
 	struct upstream_waiter waiter;	   /* EXCHANGE_HELD: its place in the upstream's queue */
 	uint64_t held_since_ms;		   /* EXCHANGE_HELD: since when, on retry_budget_now_ms() */
 	struct event *hedge_timer;	   /* retry.hedge: made on first use, kept with a spare */
+	bool hedged;			   /* a hedged try was started */
 
 	/* the tries */
 	unsigned attempts; /* started, the first included */

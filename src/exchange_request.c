@@ -99,7 +99,10 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 				       query, query_len, head, has_body)) {
 	case IDEMPOTENCY_YES:
 		ex->idempotent = true;
-		ex->conditional = !idempotency_method_listed(&ex->route->idempotent, head->method,
+		/* only hedging asks, and it is off on most routes: no second
+		 * scan of the method list for them */
+		ex->conditional = ex->route->retry.hedge.after_ms != 0 &&
+				  !idempotency_method_listed(&ex->route->idempotent, head->method,
 							     head->method_len);
 		break;
 	case IDEMPOTENCY_NEEDS_BODY:

@@ -8,6 +8,7 @@
 #include "xmalloc.h"
 
 #define POOL_BUCKETS 256 /* hash buckets for upstream keys */
+#define POOL_SPARES 64	 /* idle entries kept for reuse: a put per request needs no malloc */
 
 struct pool_upstream;
 
@@ -16,6 +17,7 @@ struct pool_idle {
 	struct pool_upstream *upstream;
 	struct conn *conn;
 	TAILQ_ENTRY(pool_idle) link;
+	struct pool_idle *next_spare;
 };
 
 struct pool_upstream {
@@ -27,6 +29,8 @@ struct pool_upstream {
 
 struct pool {
 	unsigned idle_count;
+	unsigned spare_count;
+	struct pool_idle *spares;
 	struct pool_upstream *buckets[POOL_BUCKETS];
 };
 
@@ -71,7 +75,13 @@ static struct conn *pool_detach(struct pool *pool, struct pool_idle *idle)
 	TAILQ_REMOVE(&idle->upstream->idle, idle, link);
 	idle->upstream->idle_count--;
 	pool->idle_count--;
-	free(idle);
+	if (pool->spare_count < POOL_SPARES) {
+		idle->next_spare = pool->spares;
+		pool->spares = idle;
+		pool->spare_count++;
+	} else {
+		free(idle);
+	}
 	conn_setcb(conn, NULL, NULL, NULL, NULL);
 	conn_set_deadline(conn, 0);
 	return conn;
@@ -110,7 +120,13 @@ void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 		conn_free(conn);
 		return;
 	}
-	idle = xmalloc(sizeof(*idle));
+	idle = pool->spares;
+	if (idle != NULL) {
+		pool->spares = idle->next_spare;
+		pool->spare_count--;
+	} else {
+		idle = xmalloc(sizeof(*idle));
+	}
 	idle->pool = pool;
 	idle->upstream = u;
 	idle->conn = conn;
@@ -148,6 +164,12 @@ void pool_free(struct pool *pool)
 			free(u->key);
 			free(u);
 		}
+	}
+	while (pool->spares != NULL) {
+		struct pool_idle *spare = pool->spares;
+
+		pool->spares = spare->next_spare;
+		free(spare);
 	}
 	free(pool);
 }

@@ -120,8 +120,7 @@ static void upstreams_trim(struct upstreams *set)
 
 	if (set->count <= UPSTREAMS_KEEP)
 		return;
-	TAILQ_FOREACH_REVERSE(u, &set->all, upstream_list, link)
-	{
+	TAILQ_FOREACH_REVERSE(u, &set->all, upstream_list, link) {
 		if (upstream_idle(u)) {
 			upstream_destroy(u);
 			return;
@@ -382,8 +381,9 @@ void upstreams_render(const struct upstreams *set, struct evbuffer *out)
 	const struct upstream *u;
 
 	TAILQ_FOREACH(u, &set->all, link)
-	evbuffer_add_printf(out, "%s %s failures=%u held=%u\n", u->name,
-			    health_state_name(u->health.state), u->health.failures, u->waiting);
+		evbuffer_add_printf(out, "%s %s failures=%u held=%u\n", u->name,
+				    health_state_name(u->health.state), u->health.failures,
+				    u->waiting);
 }
 
 /* name{upstream="<name>" (the caller closes the braces). */
@@ -401,8 +401,7 @@ void upstreams_render_metrics(const struct upstreams *set, struct evbuffer *out)
 	evbuffer_add_printf(out, "# HELP retryproxy_upstream_up 1 while the upstream is up, "
 				 "0 while it is down.\n"
 				 "# TYPE retryproxy_upstream_up gauge\n");
-	TAILQ_FOREACH(u, &set->all, link)
-	{
+	TAILQ_FOREACH(u, &set->all, link) {
 		upstreams_series(out, "retryproxy_upstream_up", u);
 		evbuffer_add_printf(out, "} %d\n", u->health.state == HEALTH_UP);
 	}
@@ -415,8 +414,7 @@ void upstreams_render_metrics(const struct upstreams *set, struct evbuffer *out)
 	evbuffer_add_printf(out, "# HELP retryproxy_probes_total Probe connects to down "
 				 "upstreams, by result.\n"
 				 "# TYPE retryproxy_probes_total counter\n");
-	TAILQ_FOREACH(u, &set->all, link)
-	{
+	TAILQ_FOREACH(u, &set->all, link) {
 		upstreams_series(out, "retryproxy_probes_total", u);
 		evbuffer_add_printf(out, ",result=\"ok\"} %llu\n",
 				    (unsigned long long)u->probes_ok);

@@ -3,7 +3,7 @@
 
     tests/bench/profile.py [--bin build-bench/retryproxy] [--requests 2000]
                            [--conns 16] [--path /100|/64k] [--mode sidecar|forward|retry]
-                           [--tool strace|callgrind|both]
+                           [--tool strace|callgrind|both] [--top 25] [--keep DIR]
 
 Runs retryproxy against a local nginx origin (from bench.py), warms it up,
 then drives a fixed number of keep-alive requests over --conns connections
@@ -129,6 +129,8 @@ def main():
                         choices=["sidecar", "forward", "retry", "sidecar_https", "intercept"])
     parser.add_argument("--tool", default="both", choices=["strace", "callgrind", "both"])
     parser.add_argument("--no-install", action="store_true")
+    parser.add_argument("--top", type=int, default=25, help="functions to list")
+    parser.add_argument("--keep", metavar="DIR", help="copy the callgrind output to DIR")
     args = parser.parse_args()
     binary = bench.ensure_tools(args)
     workdir = tempfile.mkdtemp(prefix="retryproxy-profile-")
@@ -189,8 +191,10 @@ def run(tool, binary, origins, workdir, args, children):
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True,
                        stdout=subprocess.DEVNULL)
         time.sleep(0.5)
-        report_callgrind(workdir, args.requests)
-        if os.environ.get("PROFILE_KEEP"): shutil.copytree(workdir, "/tmp/profile-keep", dirs_exist_ok=True)
+        report_callgrind(workdir, args.requests, args.top)
+        if args.keep:
+            # for callgrind_annotate --tree=caller: who calls what, and how often
+            shutil.copytree(workdir, args.keep, dirs_exist_ok=True)
     for sock in socks:
         sock.close()
     proc.terminate()
@@ -211,7 +215,7 @@ def report_strace(path, requests):
     print(f"  {'total':<16} {total:7.2f}")
 
 
-def report_callgrind(workdir, requests):
+def report_callgrind(workdir, requests, top):
     files = sorted(f for f in os.listdir(workdir) if f.startswith("callgrind.out"))
     path = os.path.join(workdir, files[-1])
     out = subprocess.run(["callgrind_annotate", "--inclusive=no", path], capture_output=True,
@@ -223,7 +227,7 @@ def report_callgrind(workdir, requests):
     rows = 0
     for line in out.splitlines():
         m = re.match(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S+)", line)
-        if m and "PROGRAM TOTALS" not in line and rows < 25:
+        if m and "PROGRAM TOTALS" not in line and rows < top:
             print(f"  {int(m.group(1).replace(',', '')) / requests:10,.0f}  {m.group(2)}")
             rows += 1
 
