@@ -240,8 +240,11 @@ static void config_dump_retry_on(struct config_dump *d, const struct retry_polic
 	config_dump_sequence_end(d);
 }
 
-/* retry: every key of a resolved policy. */
-static void config_dump_retry(struct config_dump *d, const struct retry_policy *retry)
+/* retry: every key of a resolved policy. A route that turned off the
+ * hedging defaults.retry gives says so (after: 0s): left out, it would
+ * inherit it again when the dump is loaded. */
+static void config_dump_retry(struct config_dump *d, const struct retry_policy *retry,
+			      bool hedge_inherited)
 {
 	config_dump_word(d, "retry");
 	config_dump_mapping_start(d, false);
@@ -263,8 +266,9 @@ static void config_dump_retry(struct config_dump *d, const struct retry_policy *
 	config_dump_pair_ms(d, "window", retry->budget.window_ms);
 	config_dump_mapping_end(d);
 	config_dump_pair_ms(d, "try_timeout", retry->try_timeout_ms);
-	/* no hedge: key is how a policy says no hedging */
-	if (retry->hedge.after_ms != 0) {
+	/* no hedge: key is how a policy says no hedging, unless it has one
+	 * to turn off */
+	if (retry->hedge.after_ms != 0 || hedge_inherited) {
 		config_dump_word(d, "hedge");
 		config_dump_mapping_start(d, false);
 		config_dump_pair_ms(d, "after", retry->hedge.after_ms);
@@ -315,7 +319,8 @@ static void config_dump_tls(struct config_dump *d, const struct tls_policy *tls)
 /* One routes[] item: its own match, upstream and tls, and the policy it
  * ended up with. A route without a tls: of its own uses the global one, so
  * none is written, which keeps the route's meaning when loaded again. */
-static void config_dump_route(struct config_dump *d, const struct route *route)
+static void config_dump_route(struct config_dump *d, const struct route *route,
+			      const struct route *defaults)
 {
 	config_dump_mapping_start(d, false);
 	config_dump_pair_text(d, "name", route->name);
@@ -337,7 +342,7 @@ static void config_dump_route(struct config_dump *d, const struct route *route)
 	if (route->tls_overridden)
 		config_dump_tls(d, &route->tls);
 	config_dump_idempotent(d, &route->idempotent);
-	config_dump_retry(d, &route->retry);
+	config_dump_retry(d, &route->retry, defaults->retry.hedge.after_ms != 0);
 	config_dump_mapping_end(d);
 }
 
@@ -453,13 +458,13 @@ static void config_dump_document(struct config_dump *d, const struct config *con
 	config_dump_health(d, &config->health);
 	config_dump_word(d, "defaults");
 	config_dump_mapping_start(d, false);
-	config_dump_retry(d, &config->default_route.retry);
+	config_dump_retry(d, &config->default_route.retry, false);
 	config_dump_idempotent(d, &config->default_route.idempotent);
 	config_dump_mapping_end(d);
 	config_dump_word(d, "routes");
 	config_dump_sequence_start(d, config->route_count == 0);
 	for (size_t i = 0; i < config->route_count; i++)
-		config_dump_route(d, &config->routes[i]);
+		config_dump_route(d, &config->routes[i], &config->default_route);
 	config_dump_sequence_end(d);
 	config_dump_mapping_end(d);
 }

@@ -355,8 +355,8 @@ static const struct config_walk_type config_route_type_hedge_max = { YAML_TREE_S
 								     config_route_set_hedge_max };
 
 static const struct config_walk_key config_route_hedge_keys[] = {
-	{ .name = "after",
-	  .type = &config_walk_timeout,
+	{ .name = "after", /* 0: no hedging, for a route under defaults that hedge */
+	  .type = &config_walk_duration,
 	  .offset = offsetof(struct hedge_policy, after_ms) },
 	{ .name = "max",
 	  .type = &config_route_type_hedge_max,

@@ -630,7 +630,8 @@ static void test_try_timeout_inheritance(void **state)
 	config_release(config);
 }
 
-/* retry.hedge: none unless set; a route takes the defaults' key by key. */
+/* retry.hedge: none unless set; a route takes the defaults' key by key,
+ * and after: 0s turns it off. */
 static void test_hedge_inheritance(void **state)
 {
 	struct config *config = test_load_ok("defaults:\n"
@@ -643,7 +644,9 @@ static void test_hedge_inheritance(void **state)
 					     "  - name: later\n"
 					     "    retry: { hedge: { after: 2s, max: 2 } }\n"
 					     "  - name: empty\n"
-					     "    retry: { hedge: {} }\n");
+					     "    retry: { hedge: {} }\n"
+					     "  - name: off\n"
+					     "    retry: { hedge: { after: 0s } }\n");
 	const struct route *r;
 
 	assert_int_equal(config->default_route.retry.hedge.after_ms, 300);
@@ -660,6 +663,9 @@ static void test_hedge_inheritance(void **state)
 	r = &config->routes[3];
 	assert_int_equal(r->retry.hedge.after_ms, 300);
 	assert_int_equal(r->retry.hedge.max, 1);
+	/* after: 0s is how a route turns inherited hedging off */
+	r = &config->routes[4];
+	assert_int_equal(r->retry.hedge.after_ms, 0);
 	config_release(config);
 
 	/* with none in the defaults, a route's own is its alone */

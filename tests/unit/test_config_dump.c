@@ -231,8 +231,8 @@ static void test_routes_resolved(void **state)
 }
 
 /* health:, retry.try_timeout and retry.hedge come out resolved (a route's
- * try_timeout from limits:, its hedge key by key from defaults:) and load
- * to the same values. */
+ * try_timeout from limits:, its hedge key by key from defaults:, or turned
+ * off) and load to the same values. */
 static void test_health_hedge(void **state)
 {
 	static const char text[] = "routes:\n"
@@ -241,6 +241,8 @@ static void test_health_hedge(void **state)
 				   "      try_timeout: 90s\n"
 				   "      hedge: { max: 3 }\n"
 				   "  - name: plain\n"
+				   "  - name: off\n"
+				   "    retry: { hedge: { after: 0s } }\n"
 				   "defaults:\n"
 				   "  retry:\n"
 				   "    hedge: { after: 1.5s }\n"
@@ -276,6 +278,9 @@ static void test_health_hedge(void **state)
 	assert_int_equal(r->retry.try_timeout_ms, 45000);
 	assert_int_equal(r->retry.hedge.after_ms, 1500);
 	assert_int_equal(r->retry.hedge.max, 1);
+	/* turned off under hedging defaults: said so, or it would come back */
+	r = &again->routes[2];
+	assert_int_equal(r->retry.hedge.after_ms, 0);
 	free(dump);
 	config_release(again);
 	config_release(config);
