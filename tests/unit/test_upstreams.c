@@ -1,0 +1,820 @@
+/*
+ * Unit tests for upstreams.c: which requests may open a connection to an
+ * upstream (upstream_admit), who waits and in what order they are
+ * released, which upstreams are remembered, and what /upstreams and the
+ * metrics show. Requests' connects
+ * are played by the test (admit, then upstream_connect_end); the probes
+ * are real: upstreams.c starts them on the real event loop against a
+ * loopback socket the test controls, bound but not listening (refused)
+ * until the test calls listen() on it.
+ */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+
+#include "config.h"
+#include "conn.h"
+#include "log.h"
+#include "proxy.h"
+#include "tls.h"
+#include "upstreams.h"
+
+#define TEST_MAX_RELEASED 16
+
+/* The proxy as far as upstreams.c and its probes need it, and a loopback
+ * port for the upstream. */
+struct harness {
+	struct proxy proxy;
+	struct config *config;
+	struct health_policy policy; /* what every request brings to upstream_admit */
+	int sock;		     /* bound to 127.0.0.1:port; refused until listen() */
+	uint16_t port;
+	struct upstream_endpoint endpoint; /* 127.0.0.1:port, plain */
+	int released[TEST_MAX_RELEASED];   /* waiter ids in the order released */
+	unsigned released_count;
+	struct upstream *rewait_on; /* test_rewait_cb waits here again, once */
+};
+
+/* A request waiting for an upstream; the waiter first, so that the release
+ * callback finds the rest. */
+struct test_waiter {
+	struct upstream_waiter waiter;
+	struct harness *h;
+	int id;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Record the release, in order. */
+static void test_release_cb(struct upstream_waiter *w)
+{
+	struct test_waiter *tw = (struct test_waiter *)w;
+	struct harness *h = tw->h;
+
+	assert_null(w->upstream);
+	assert_true(h->released_count < TEST_MAX_RELEASED);
+	h->released[h->released_count++] = tw->id;
+}
+
+static void test_waiter_init(struct test_waiter *tw, struct harness *h, int id)
+{
+	memset(tw, 0, sizeof(*tw));
+	tw->waiter.release = test_release_cb;
+	tw->h = h;
+	tw->id = id;
+}
+
+/* The proxy with a quiet config, and a port that refuses connects. */
+static void harness_init(struct harness *h, unsigned down_after, bool hold)
+{
+	static const char yaml[] = "log: {level: error}\n"
+				   "limits:\n"
+				   "  connect_timeout: 1s\n";
+	struct sockaddr_in sin;
+	socklen_t len = sizeof(sin);
+	int one = 1;
+
+	memset(h, 0, sizeof(*h));
+	h->config = config_load_text(yaml, strlen(yaml), "test.yaml", stderr);
+	assert_non_null(h->config);
+	log_configure(h->config->log_level, h->config->log_format);
+	h->proxy.loop = conn_loop_new();
+	h->proxy.base = conn_loop_base(h->proxy.loop);
+	/* no nameservers: only IP literals are used */
+	h->proxy.dns = evdns_base_new(h->proxy.base, 0);
+	h->proxy.config = h->config;
+	h->proxy.tls = tls_store_new();
+	h->proxy.upstreams = upstreams_new(&h->proxy);
+	h->policy.down_after = down_after;
+	h->policy.probe_interval_ms = 20;
+	h->policy.hold = hold;
+
+	/* bound, not listening: a connect to it is refused at once */
+	h->sock = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(h->sock >= 0);
+	setsockopt(h->sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(h->sock, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(getsockname(h->sock, (struct sockaddr *)&sin, &len), 0);
+	h->port = ntohs(sin.sin_port);
+	h->endpoint.tls = false;
+	h->endpoint.host = "127.0.0.1";
+	h->endpoint.port = h->port;
+}
+
+static void harness_free(struct harness *h)
+{
+	upstreams_free(h->proxy.upstreams);
+	tls_store_free(h->proxy.tls);
+	evdns_base_free(h->proxy.dns, 0);
+	config_release(h->config);
+	conn_loop_free(h->proxy.loop);
+	close(h->sock);
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+}
+
+/* Run loop passes until done(h, arg) holds (when done is given) or ms pass;
+ * says whether it held. */
+static bool run_until(struct harness *h, bool (*done)(struct harness *, const void *),
+		      const void *arg, uint64_t ms)
+{
+	struct event *tick = event_new(h->proxy.base, -1, EV_PERSIST, tick_cb, NULL);
+	struct timeval tv = { .tv_sec = 0, .tv_usec = 5000 };
+	uint64_t end = now_ms() + ms;
+	bool held;
+
+	event_add(tick, &tv);
+	while (!(held = done != NULL && done(h, arg)) && now_ms() < end) {
+		event_base_loop(h->proxy.base, EVLOOP_ONCE);
+		conn_loop_pass_end(h->proxy.loop);
+	}
+	event_free(tick);
+	return held;
+}
+
+/* upstreams_render() or upstreams_render_metrics() as a string (freed by the
+ * caller). */
+static char *render(struct harness *h, bool metrics)
+{
+	struct evbuffer *out = evbuffer_new();
+	size_t len;
+	char *text;
+
+	if (metrics)
+		upstreams_render_metrics(h->proxy.upstreams, out);
+	else
+		upstreams_render(h->proxy.upstreams, out);
+	len = evbuffer_get_length(out);
+	text = malloc(len + 1);
+	assert_non_null(text);
+	evbuffer_remove(out, text, len);
+	text[len] = '\0';
+	evbuffer_free(out);
+	return text;
+}
+
+/* Conditions for run_until(): the rendered metrics contain arg. */
+static bool metrics_contain(struct harness *h, const void *arg)
+{
+	char *text = render(h, true);
+	bool found = strstr(text, arg) != NULL;
+
+	free(text);
+	return found;
+}
+
+/* arg (an unsigned) waiters were released. */
+static bool released_at_least(struct harness *h, const void *arg)
+{
+	return h->released_count >= *(const unsigned *)arg;
+}
+
+/* The /upstreams page (render) contains line as a whole line. */
+static void assert_rendered_line(struct harness *h, const char *line)
+{
+	char *text = render(h, false);
+	char want[256];
+
+	snprintf(want, sizeof(want), "%s\n", line);
+	if (strstr(text, want) == NULL)
+		fail_msg("/upstreams has no line \"%s\":\n%s", line, text);
+	free(text);
+}
+
+/* The /upstreams line for the harness's upstream. */
+static void assert_upstream_line(struct harness *h, const char *state, unsigned failures,
+				 unsigned held)
+{
+	char line[256];
+
+	snprintf(line, sizeof(line), "http://127.0.0.1:%u %s failures=%u held=%u", h->port, state,
+		 failures, held);
+	assert_rendered_line(h, line);
+}
+
+/* The metrics contain series{upstream="<the harness's upstream>"rest. */
+static void assert_metric(struct harness *h, const char *series, const char *rest)
+{
+	char line[256];
+
+	snprintf(line, sizeof(line), "%s{upstream=\"http://127.0.0.1:%u\"%s\n", series, h->port,
+		 rest);
+	if (!metrics_contain(h, line)) {
+		char *text = render(h, true);
+
+		fail_msg("metrics have no line \"%s\":\n%s", line, text);
+		free(text);
+	}
+}
+
+/* Exactly the waiters ids[0..n) were released, in that order. */
+static void assert_released(struct harness *h, const int *ids, unsigned n)
+{
+	unsigned i;
+
+	assert_int_equal(h->released_count, n);
+	for (i = 0; i < n; i++)
+		assert_int_equal(h->released[i], ids[i]);
+}
+
+/* One upstream per scheme, host and port; names with brackets for IPv6. */
+static void test_upstreams_hold_and_name(void **state)
+{
+	struct harness h;
+	char host[] = "127.0.0.1";
+	struct upstream_endpoint a = { .tls = false, .host = host, .port = 8080 };
+	struct upstream_endpoint a2 = { .tls = false, .host = "127.0.0.1", .port = 8080 };
+	struct upstream_endpoint other_port = { .tls = false, .host = "127.0.0.1", .port = 8081 };
+	struct upstream_endpoint tls = { .tls = true, .host = "127.0.0.1", .port = 8080 };
+	struct upstream_endpoint other_host = { .tls = false, .host = "127.0.0.2", .port = 8080 };
+	struct upstream_endpoint v6 = { .tls = true, .host = "::1", .port = 443 };
+	struct upstream *ua, *ua2, *up, *ut, *uh, *u6;
+
+	harness_init(&h, 3, true);
+	ua = upstreams_hold(h.proxy.upstreams, &a);
+	/* the record keeps its own copy of the host */
+	memset(host, 'x', sizeof(host) - 1);
+	ua2 = upstreams_hold(h.proxy.upstreams, &a2);
+	up = upstreams_hold(h.proxy.upstreams, &other_port);
+	ut = upstreams_hold(h.proxy.upstreams, &tls);
+	uh = upstreams_hold(h.proxy.upstreams, &other_host);
+	u6 = upstreams_hold(h.proxy.upstreams, &v6);
+	assert_ptr_equal(ua, ua2);
+	assert_ptr_not_equal(ua, up);
+	assert_ptr_not_equal(ua, ut);
+	assert_ptr_not_equal(ua, uh);
+	assert_ptr_not_equal(up, ut);
+	assert_string_equal(upstream_name(ua), "http://127.0.0.1:8080");
+	assert_string_equal(upstream_name(up), "http://127.0.0.1:8081");
+	assert_string_equal(upstream_name(ut), "https://127.0.0.1:8080");
+	assert_string_equal(upstream_name(uh), "http://127.0.0.2:8080");
+	assert_string_equal(upstream_name(u6), "https://[::1]:443");
+	assert_false(upstream_down(ua));
+	assert_rendered_line(&h, "http://127.0.0.1:8080 up failures=0 held=0");
+	assert_rendered_line(&h, "https://[::1]:443 up failures=0 held=0");
+	upstream_release(ua);
+	upstream_release(ua2);
+	upstream_release(up);
+	upstream_release(ut);
+	upstream_release(uh);
+	upstream_release(u6);
+	/* released, still known */
+	assert_ptr_equal(upstreams_hold(h.proxy.upstreams, &a2), ua);
+	upstream_release(ua);
+	harness_free(&h);
+}
+
+/* More upstreams than hash buckets: each endpoint still finds its own
+ * record, whatever shares its bucket. */
+static void test_upstreams_hold_many(void **state)
+{
+	enum { N = 300 };
+	struct harness h;
+	struct upstream *held[2][N];
+	char name[64];
+	unsigned i, t;
+
+	harness_init(&h, 3, true);
+	for (t = 0; t < 2; t++)
+		for (i = 0; i < N; i++) {
+			struct upstream_endpoint e = { .tls = t == 1,
+						       .host = "127.0.0.1",
+						       .port = (uint16_t)(1000 + i) };
+
+			held[t][i] = upstreams_hold(h.proxy.upstreams, &e);
+		}
+	for (t = 0; t < 2; t++)
+		for (i = 0; i < N; i++) {
+			struct upstream_endpoint e = { .tls = t == 1,
+						       .host = "127.0.0.1",
+						       .port = (uint16_t)(1000 + i) };
+
+			assert_ptr_equal(upstreams_hold(h.proxy.upstreams, &e), held[t][i]);
+			snprintf(name, sizeof(name), "%s://127.0.0.1:%u", t == 1 ? "https" : "http",
+				 1000 + i);
+			assert_string_equal(upstream_name(held[t][i]), name);
+			upstream_release(held[t][i]);
+			upstream_release(held[t][i]);
+		}
+	harness_free(&h);
+}
+
+/* Lines on /upstreams. */
+static unsigned rendered_lines(struct harness *h)
+{
+	char *text = render(h, false);
+	unsigned n = 0;
+	char *p;
+
+	for (p = text; *p != '\0'; p++)
+		n += *p == '\n';
+	free(text);
+	return n;
+}
+
+/* Conditions for run_until(): /upstreams is empty. */
+static bool nothing_rendered(struct harness *h, const void *arg)
+{
+	return rendered_lines(h) == 0;
+}
+
+/* Past 1024 upstreams, the least recently used one that nobody holds and
+ * that has nothing to tell is forgotten; one with failures is kept. */
+static void test_upstreams_forget_idle(void **state)
+{
+	enum { N = 1030 };
+	struct harness h;
+	struct upstream *u;
+	char line[128];
+	unsigned i;
+
+	harness_init(&h, 3, true);
+	/* the oldest, but with a failure to remember */
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	upstream_release(u);
+	for (i = 0; i < N; i++) {
+		struct upstream_endpoint e = { .tls = true,
+					       .host = "127.0.0.1",
+					       .port = (uint16_t)(20000 + i) };
+
+		upstream_release(upstreams_hold(h.proxy.upstreams, &e));
+	}
+	assert_int_equal(rendered_lines(&h), 1024);
+	assert_upstream_line(&h, "up", 1, 0);
+	assert_rendered_line(&h, "https://127.0.0.1:21029 up failures=0 held=0");
+	/* the oldest idle ones went */
+	for (i = 0; i < N - 1023; i++) {
+		char *text = render(&h, false);
+
+		snprintf(line, sizeof(line), "https://127.0.0.1:%u ", 20000 + i);
+		assert_null(strstr(text, line));
+		free(text);
+	}
+	harness_free(&h);
+}
+
+/* A down upstream that nobody holds or waits for is forgotten when its
+ * probe falls due, instead of being probed for ever. */
+static void test_upstreams_forget_down_unused(void **state)
+{
+	struct harness h;
+	struct upstream *u;
+
+	harness_init(&h, 1, true);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_true(upstream_down(u));
+	upstream_release(u);
+	assert_int_equal(rendered_lines(&h), 1);
+	assert_true(run_until(&h, nothing_rendered, NULL, 1000));
+	/* asked for again: a fresh record, up, in doubt */
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_false(upstream_down(u));
+	assert_upstream_line(&h, "up", 0, 0);
+	upstream_release(u);
+	harness_free(&h);
+}
+
+/* In doubt, one connect finds out and the others wait for it; once one is
+ * made, every request connects on its own. */
+static void test_upstreams_doubt_then_made(void **state)
+{
+	static const int order[] = { 1, 2 };
+	struct harness h;
+	struct test_waiter w1, w2;
+	struct upstream *u;
+	int i;
+
+	harness_init(&h, 3, true);
+	test_waiter_init(&w1, &h, 1);
+	test_waiter_init(&w2, &h, 2);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+	upstream_wait(u, &w1.waiter);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+	upstream_wait(u, &w2.waiter);
+	assert_ptr_equal(w1.waiter.upstream, u);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 2);
+	assert_int_equal(h.released_count, 0);
+
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE);
+	assert_released(&h, order, 2);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
+	assert_null(w1.waiter.upstream);
+	/* proven: connects in parallel, nobody waits */
+	for (i = 0; i < 5; i++)
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	assert_upstream_line(&h, "up", 0, 0);
+	upstream_release(u);
+	harness_free(&h);
+}
+
+/* A failed connect below down_after, or one abandoned while unproven, lets
+ * exactly one waiter, the oldest, make the next connect. */
+static void test_upstreams_failed_releases_one(void **state)
+{
+	static const int order[] = { 1, 2, 3 };
+	struct harness h;
+	struct test_waiter w[4];
+	struct upstream *u;
+	int i;
+
+	harness_init(&h, 3, true);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	for (i = 0; i < 4; i++) {
+		test_waiter_init(&w[i], &h, i + 1);
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+		upstream_wait(u, &w[i].waiter);
+	}
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 4);
+
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_released(&h, order, 1);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 3);
+	assert_upstream_line(&h, "up", 1, 3);
+	/* the released one connects; the others still wait behind it */
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+
+	/* its client left before the connect ended: no verdict, the next goes */
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_ABANDONED);
+	assert_released(&h, order, 2);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 2);
+	assert_upstream_line(&h, "up", 1, 2);
+
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_released(&h, order, 3);
+	assert_upstream_line(&h, "up", 2, 1);
+	assert_false(upstream_down(u));
+
+	/* the last one connects: proven, nobody left waiting */
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE);
+	assert_int_equal(h.released_count, 4);
+	assert_int_equal(h.released[3], 4);
+	assert_upstream_line(&h, "up", 0, 0);
+	upstream_release(u);
+	harness_free(&h);
+}
+
+/* down_after failures in a row mark it down with hold: requests wait; the
+ * probes to the refusing port fail and count so; once the port listens, a
+ * probe connects, the upstream is up and the held requests go, oldest
+ * first. */
+static void test_upstreams_down_hold_probe(void **state)
+{
+	static const int order[] = { 1, 2, 3 };
+	struct harness h;
+	struct test_waiter w[3];
+	struct upstream *u;
+	unsigned three = 3;
+	char fail_line[128];
+	int i;
+
+	harness_init(&h, 3, true);
+	for (i = 0; i < 3; i++)
+		test_waiter_init(&w[i], &h, i + 1);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	for (i = 0; i < 3; i++) {
+		assert_false(upstream_down(u));
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+		/* the first held request arrived while the last connect was in doubt */
+		if (i == 2) {
+			assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+			upstream_wait(u, &w[0].waiter);
+		}
+		upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	}
+	assert_true(upstream_down(u));
+	/* with hold, going down releases no one */
+	assert_int_equal(h.released_count, 0);
+	assert_upstream_line(&h, "down", 3, 1);
+	assert_metric(&h, "retryproxy_upstream_up", "} 0");
+
+	for (i = 1; i < 3; i++) {
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+		upstream_wait(u, &w[i].waiter);
+	}
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 3);
+	assert_upstream_line(&h, "down", 3, 3);
+	assert_true(metrics_contain(&h, "retryproxy_held_requests 3\n"));
+
+	/* probes to the refusing port fail; the requests stay held */
+	snprintf(fail_line, sizeof(fail_line),
+		 "retryproxy_probes_total{upstream=\"http://127.0.0.1:%u\",result=\"fail\"} 1\n",
+		 h.port);
+	assert_true(run_until(&h, metrics_contain, fail_line, 1000));
+	assert_true(upstream_down(u));
+	assert_int_equal(h.released_count, 0);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 3);
+	assert_metric(&h, "retryproxy_probes_total", ",result=\"ok\"} 0");
+
+	/* back: the next probe connects */
+	assert_int_equal(listen(h.sock, 8), 0);
+	assert_true(run_until(&h, released_at_least, &three, 1000));
+	assert_released(&h, order, 3);
+	assert_false(upstream_down(u));
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
+	assert_metric(&h, "retryproxy_probes_total", ",result=\"ok\"} 1");
+	assert_metric(&h, "retryproxy_upstream_up", "} 1");
+	assert_true(metrics_contain(&h, "retryproxy_held_requests 0\n"));
+	assert_upstream_line(&h, "up", 0, 0);
+	/* a probe that connected proves it: the released requests all go */
+	for (i = 0; i < 3; i++)
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_release(u);
+	harness_free(&h);
+}
+
+/* Without hold, going down releases those waiting at once (the exchange
+ * answers them 502), and later requests are refused. */
+static void test_upstreams_down_no_hold(void **state)
+{
+	static const int order[] = { 1, 2, 3 };
+	struct harness h;
+	struct test_waiter w[3];
+	struct upstream *u;
+	int i;
+
+	harness_init(&h, 2, false);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	for (i = 0; i < 3; i++) {
+		test_waiter_init(&w[i], &h, i + 1);
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+		upstream_wait(u, &w[i].waiter);
+	}
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_released(&h, order, 1);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_true(upstream_down(u));
+	assert_released(&h, order, 3);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
+	assert_upstream_line(&h, "down", 2, 0);
+	for (i = 0; i < 3; i++)
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_REFUSE);
+	/* the same upstream under a policy with hold */
+	h.policy.hold = true;
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+	upstream_release(u);
+	harness_free(&h);
+}
+
+/* Any response head resets the failure count, and one while down brings
+ * it up and releases the held requests. */
+static void test_upstreams_response_resets(void **state)
+{
+	static const int order[] = { 1 };
+	struct harness h;
+	struct test_waiter w1;
+	struct upstream *u;
+
+	harness_init(&h, 3, true);
+	test_waiter_init(&w1, &h, 1);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_upstream_line(&h, "up", 2, 0);
+	/* a response on a pooled connection */
+	upstream_response_seen(u, &h.policy);
+	assert_upstream_line(&h, "up", 0, 0);
+
+	/* down, one request held; a connect that was in flight gets an answer */
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_true(upstream_down(u));
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+	upstream_wait(u, &w1.waiter);
+	upstream_response_seen(u, &h.policy);
+	assert_false(upstream_down(u));
+	assert_released(&h, order, 1);
+	assert_upstream_line(&h, "up", 0, 0);
+	upstream_release(u);
+	harness_free(&h);
+}
+
+/* down_after 0: health off; every request connects, however many fail. */
+static void test_upstreams_off(void **state)
+{
+	struct harness h;
+	struct upstream *u;
+	int i;
+
+	harness_init(&h, 0, true);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	/* never connected, several at once: no one waits */
+	for (i = 0; i < 4; i++)
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	for (i = 0; i < 10; i++) {
+		upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+		assert_false(upstream_down(u));
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	}
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
+	assert_upstream_line(&h, "up", 10, 0);
+	assert_metric(&h, "retryproxy_upstream_up", "} 1");
+	upstream_release(u);
+	harness_free(&h);
+}
+
+/* A reload that turns health off while the upstream is down: new requests
+ * connect at once, and those held go at the upstream's next event (here
+ * the probe timer) instead of waiting for a probe to connect. */
+static void test_upstreams_off_by_reload(void **state)
+{
+	static const int order[] = { 1 };
+	struct harness h;
+	struct test_waiter w1;
+	struct health_policy off;
+	struct upstream *u;
+	unsigned one = 1;
+	int i;
+
+	harness_init(&h, 2, true);
+	test_waiter_init(&w1, &h, 1);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+		upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	}
+	assert_true(upstream_down(u));
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+	upstream_wait(u, &w1.waiter);
+
+	off = h.policy;
+	off.down_after = 0;
+	assert_int_equal(upstream_admit(u, &off), UPSTREAM_GO);
+	assert_true(run_until(&h, released_at_least, &one, 1000));
+	assert_released(&h, order, 1);
+	assert_false(upstream_down(u));
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
+	upstream_connect_end(u, &off, UPSTREAM_CONNECT_FAILED);
+	assert_false(upstream_down(u));
+	upstream_release(u);
+	harness_free(&h);
+}
+
+/* Record the release, then wait again on h->rewait_on, once. */
+static void test_rewait_cb(struct upstream_waiter *w)
+{
+	struct test_waiter *tw = (struct test_waiter *)w;
+	struct upstream *u = tw->h->rewait_on;
+
+	test_release_cb(w);
+	tw->h->rewait_on = NULL;
+	if (u != NULL)
+		upstream_wait(u, w);
+}
+
+/* A request that a release makes wait again joins the queue behind the
+ * others and is not released twice by the same release. */
+static void test_upstreams_rewait(void **state)
+{
+	static const int order[] = { 1, 2, 1 };
+	struct harness h;
+	struct test_waiter w1, w2;
+	struct upstream *u;
+
+	harness_init(&h, 3, true);
+	test_waiter_init(&w1, &h, 1);
+	test_waiter_init(&w2, &h, 2);
+	w1.waiter.release = test_rewait_cb;
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	h.rewait_on = u;
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_wait(u, &w1.waiter);
+	upstream_wait(u, &w2.waiter);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE);
+	assert_released(&h, order, 2);
+	assert_ptr_equal(w1.waiter.upstream, u);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 1);
+	assert_upstream_line(&h, "up", 0, 1);
+	/* the next release takes it */
+	upstream_response_seen(u, &h.policy);
+	assert_released(&h, order, 3);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
+	upstream_release(u);
+	harness_free(&h);
+}
+
+/* A waiter that stops waiting is gone from the queue and never released;
+ * the counts and held=N follow, over every upstream. */
+static void test_upstreams_unwait(void **state)
+{
+	static const int order[] = { 1, 3 };
+	struct harness h;
+	struct test_waiter w1, w2, w3, w4;
+	struct upstream_endpoint other = { .tls = false, .host = "127.0.0.1", .port = 0 };
+	struct upstream *u, *v;
+	char line[128];
+
+	harness_init(&h, 3, true);
+	test_waiter_init(&w1, &h, 1);
+	test_waiter_init(&w2, &h, 2);
+	test_waiter_init(&w3, &h, 3);
+	test_waiter_init(&w4, &h, 4);
+	other.port = (uint16_t)(h.port == 65535 ? 1 : h.port + 1);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	v = upstreams_hold(h.proxy.upstreams, &other);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	assert_int_equal(upstream_admit(v, &h.policy), UPSTREAM_GO);
+	upstream_wait(u, &w1.waiter);
+	upstream_wait(u, &w2.waiter);
+	upstream_wait(u, &w3.waiter);
+	upstream_wait(v, &w4.waiter);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 4);
+	assert_upstream_line(&h, "up", 0, 3);
+	snprintf(line, sizeof(line), "http://127.0.0.1:%u up failures=0 held=1", other.port);
+	assert_rendered_line(&h, line);
+	assert_true(metrics_contain(&h, "retryproxy_held_requests 4\n"));
+
+	upstream_unwait(&w2.waiter);
+	assert_null(w2.waiter.upstream);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 3);
+	assert_upstream_line(&h, "up", 0, 2);
+	/* again: nothing happens */
+	upstream_unwait(&w2.waiter);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 3);
+
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE);
+	assert_released(&h, order, 2);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 1);
+	assert_upstream_line(&h, "up", 0, 0);
+	/* a released waiter is no longer waiting */
+	upstream_unwait(&w1.waiter);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 1);
+
+	upstream_unwait(&w4.waiter);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
+	snprintf(line, sizeof(line), "http://127.0.0.1:%u up failures=0 held=0", other.port);
+	assert_rendered_line(&h, line);
+	upstream_connect_end(v, &h.policy, UPSTREAM_CONNECT_MADE);
+	assert_int_equal(h.released_count, 2);
+	upstream_release(u);
+	upstream_release(v);
+	harness_free(&h);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_upstreams_hold_and_name),
+		cmocka_unit_test(test_upstreams_hold_many),
+		cmocka_unit_test(test_upstreams_forget_idle),
+		cmocka_unit_test(test_upstreams_forget_down_unused),
+		cmocka_unit_test(test_upstreams_doubt_then_made),
+		cmocka_unit_test(test_upstreams_failed_releases_one),
+		cmocka_unit_test(test_upstreams_down_hold_probe),
+		cmocka_unit_test(test_upstreams_down_no_hold),
+		cmocka_unit_test(test_upstreams_response_resets),
+		cmocka_unit_test(test_upstreams_off),
+		cmocka_unit_test(test_upstreams_off_by_reload),
+		cmocka_unit_test(test_upstreams_rewait),
+		cmocka_unit_test(test_upstreams_unwait),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
