@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -59,14 +60,18 @@ struct upstreams *upstreams_new(struct proxy *proxy)
 	return set;
 }
 
-/* FNV-1a over an endpoint's scheme, host and port. */
+/* FNV-1a over an endpoint's scheme, host and port; a host name's case
+ * does not make another upstream (API.example and api.example are one). */
 static unsigned upstreams_hash(const struct upstream_endpoint *e)
 {
 	uint32_t h = 2166136261u;
 	const char *p;
 
-	for (p = e->host; *p != '\0'; p++)
-		h = (h ^ (unsigned char)*p) * 16777619u;
+	for (p = e->host; *p != '\0'; p++) {
+		unsigned char c = (unsigned char)*p;
+
+		h = (h ^ (c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c)) * 16777619u;
+	}
 	h = (h ^ e->port) * 16777619u;
 	h = (h ^ (unsigned)e->tls) * 16777619u;
 	return h % UPSTREAMS_BUCKETS;
@@ -74,7 +79,7 @@ static unsigned upstreams_hash(const struct upstream_endpoint *e)
 
 static bool upstreams_same(const struct upstream_endpoint *a, const struct upstream_endpoint *b)
 {
-	return a->port == b->port && a->tls == b->tls && strcmp(a->host, b->host) == 0;
+	return a->port == b->port && a->tls == b->tls && strcasecmp(a->host, b->host) == 0;
 }
 
 /* Forget an upstream: nothing may refer to it any more. */

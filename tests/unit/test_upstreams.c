@@ -257,7 +257,9 @@ static void test_upstreams_hold_and_name(void **state)
 	struct upstream_endpoint tls = { .tls = true, .host = "127.0.0.1", .port = 8080 };
 	struct upstream_endpoint other_host = { .tls = false, .host = "127.0.0.2", .port = 8080 };
 	struct upstream_endpoint v6 = { .tls = true, .host = "::1", .port = 443 };
-	struct upstream *ua, *ua2, *up, *ut, *uh, *u6;
+	struct upstream_endpoint lower = { .tls = false, .host = "api.example", .port = 80 };
+	struct upstream_endpoint upper = { .tls = false, .host = "API.Example", .port = 80 };
+	struct upstream *ua, *ua2, *up, *ut, *uh, *u6, *ul, *uu;
 
 	harness_init(&h, 3, true);
 	ua = upstreams_hold(h.proxy.upstreams, &a);
@@ -268,7 +270,11 @@ static void test_upstreams_hold_and_name(void **state)
 	ut = upstreams_hold(h.proxy.upstreams, &tls);
 	uh = upstreams_hold(h.proxy.upstreams, &other_host);
 	u6 = upstreams_hold(h.proxy.upstreams, &v6);
+	ul = upstreams_hold(h.proxy.upstreams, &lower);
+	uu = upstreams_hold(h.proxy.upstreams, &upper);
 	assert_ptr_equal(ua, ua2);
+	/* host names are case-insensitive: one upstream, one health */
+	assert_ptr_equal(ul, uu);
 	assert_ptr_not_equal(ua, up);
 	assert_ptr_not_equal(ua, ut);
 	assert_ptr_not_equal(ua, uh);
@@ -287,6 +293,8 @@ static void test_upstreams_hold_and_name(void **state)
 	upstream_release(ut);
 	upstream_release(uh);
 	upstream_release(u6);
+	upstream_release(ul);
+	upstream_release(uu);
 	/* released, still known */
 	assert_ptr_equal(upstreams_hold(h.proxy.upstreams, &a2), ua);
 	upstream_release(ua);
