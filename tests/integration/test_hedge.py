@@ -13,7 +13,7 @@ Proxy: routes with hedge {after: 200ms, max: 1}, {after: 200ms, max: 2},
 {after: 100ms, max: 3} with max_attempts 2; a route with try_timeout 300ms
 under limits.try_timeout 5s.
 Must hold:
-- a slow first answer is beaten by the hedge: 200 from the second try
+- a slow first answer is beaten by the hedge (a GET, and a HEAD): 200 from the second try
   well before the first would answer, Retry-Attempts: 2, the origin saw
   exactly 2 requests; the losing connection is closed at once (one upstream
   connection open afterwards: the winner's, pooled) and the next request
@@ -129,6 +129,20 @@ def scenario(t):
              "hedges won")
         h.eq(metric(text, "retryproxy_hedges_total", '{route="hedged",result="lost"}'), 0.0,
              "hedges lost")
+
+    @t.check("a HEAD is hedged like a GET: the slow first is beaten, no body either way")
+    def _():
+        origin.script("/h/head-slow-first", ["/delay/2", "/bytes/10"])
+        r = h.fetch(port, "HEAD", "/h/head-slow-first", "api.example")
+        h.eq((r.status, r.body, r.header("Content-Length")), (200, b"", "10"),
+             "status, body, Content-Length")
+        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        h.ok(r.elapsed < 1.0 * h.SLOW, "answered after %.2f s; the first try takes 2 s"
+             % r.elapsed)
+        reqs = origin.requests_for("/h/head-slow-first")
+        h.eq([q.method for q in reqs], ["HEAD", "HEAD"], "methods the origin saw")
+        h.eq(tries_of(proxy, "/h/head-slow-first"), "cancelled -> wait 0ms -> hedge:200",
+             "tries")
 
     @t.check("the origin never sees more than 1 + max tries for one request")
     def _():
