@@ -15,9 +15,11 @@ local CA for the CONNECT host (SAN DNS or IP, EC P-256, at most 30 days,
 issued by the local CA, the same certificate for a second connection), the
 requests inside are proxied like a sidecar's to https://host:port (Host of
 the upstream, Via, Retry-Attempts, a 503 retried, the access log's target
-https://host:port/path, keep-alive inside the tunnel); a Host naming
-another host is a 400 and nothing reaches the origin; a host not listed is
-tunnelled blind (the client sees the origin's own certificate); a client
+https://host:port/path, keep-alive inside the tunnel; a TLS 1.3 request
+sent in one segment with the client's Finished, or arriving with it while
+the proxy is stopped, is answered at once, not after client_timeout); a
+Host naming another host is a 400 and nothing reaches the origin; a host
+not listed is tunnelled blind (the client sees the origin's own certificate); a client
 that trusts only its own store fails its handshake, which is logged with
 the host and counted in retryproxy_intercept_failures_total, and the proxy
 keeps serving; an upstream whose certificate fails verification is a 502
@@ -30,6 +32,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import time
 
 import harness as h
 import origin as o
@@ -75,6 +78,53 @@ def connect_tls(proxy_port, host, port, cafile, server_hostname=None):
     h.ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
     ctx = ssl.create_default_context(cafile=cafile)
     return ctx.wrap_socket(s, server_hostname=server_hostname or host)
+
+
+def handshake_by_hand(proxy_port, host, port, cafile, tls13=True):
+    """A CONNECT to host:port, then a client TLS handshake driven through
+    memory buffers so that the test decides when the client's last flight
+    goes out. Returns (socket, SSLObject, incoming, outgoing) with the
+    client's Finished still in outgoing."""
+    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
+    s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    h.ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
+    ctx = ssl.create_default_context(cafile=cafile)
+    if tls13:
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=host)
+    while True:
+        try:
+            tls.do_handshake()
+            return s, tls, incoming, outgoing
+        except ssl.SSLWantReadError:
+            if outgoing.pending:
+                s.sendall(outgoing.read())
+            data = s.recv(65536)
+            h.ok(data, "the proxy closed during the handshake")
+            incoming.write(data)
+
+
+def read_by_hand(s, tls, incoming, timeout):
+    """Decrypted bytes until a whole response head is in, within timeout."""
+    s.settimeout(timeout)
+    got = b""
+    while b"\r\n\r\n" not in got:
+        try:
+            data = s.recv(65536)
+        except socket.timeout:
+            raise AssertionError("no response within %ss; got %r" % (timeout, got))
+        h.ok(data, "the proxy closed the tunnel; got %r" % got)
+        incoming.write(data)
+        try:
+            while True:
+                got += tls.read(65536)
+        except ssl.SSLWantReadError:
+            pass
+    return got
 
 
 def read_response(tls):
@@ -168,6 +218,33 @@ def scenario(t):
         h.eq(code, 0, "curl exit (%s)" % err)
         h.eq([s for s, _ in results], [200, 200], "statuses")
         h.eq(sum(n for _, n in results), 1, "connections curl made")
+
+    @t.check("TLS 1.3: a request in the same segment as the client's Finished is answered at once")
+    def _():
+        s, tls, incoming, outgoing = handshake_by_hand(proxy.port(), "localhost", good.port,
+                                                       local_ca)
+        with s:
+            tls.write(b"GET /echo?t=coalesced HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            s.sendall(outgoing.read())
+            got = read_by_hand(s, tls, incoming, 5)
+        h.ok(got.startswith(b"HTTP/1.1 200"), "response %r" % got[:100])
+
+    @t.check("TLS 1.3: Finished and a request that arrive while the proxy is stopped are "
+             "answered once it runs again")
+    def _():
+        s, tls, incoming, outgoing = handshake_by_hand(proxy.port(), "localhost", good.port,
+                                                       local_ca)
+        with s:
+            os.kill(proxy.pid, signal.SIGSTOP)
+            try:
+                s.sendall(outgoing.read())
+                tls.write(b"GET /echo?t=stopped HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                s.sendall(outgoing.read())
+                time.sleep(0.1)
+            finally:
+                os.kill(proxy.pid, signal.SIGCONT)
+            got = read_by_hand(s, tls, incoming, 5)
+        h.ok(got.startswith(b"HTTP/1.1 200"), "response %r" % got[:100])
 
     @t.check("a Host naming another host inside the tunnel: 400, nothing sent upstream")
     def _():
