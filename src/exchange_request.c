@@ -315,6 +315,15 @@ static int exchange_route(const struct exchange_owner *owner, const struct http1
 	int status;
 
 	if (owner->tunnel_host != NULL) {
+		/* the tunnel runs under the live config since its last request:
+		 * a reload may have taken its host away */
+		status = route_check_tunnel_host(owner->config, owner->tunnel_host, reason,
+						 reason_len);
+		if (status != 0) {
+			log_warn("client %s: refused a request in the tunnel to %s: %s",
+				 owner->peer, owner->tunnel_host, reason);
+			return status;
+		}
 		status = route_check_tunnel(owner->tunnel_host, head, framing, reason, reason_len);
 		if (status != 0)
 			return status;

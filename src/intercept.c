@@ -29,15 +29,9 @@ bool intercept_wanted(const struct config *config, const struct listener_config 
 		      const struct http1_head *head)
 {
 	const struct http1_target *target = &head->parsed_target;
-	const struct intercept_config *ic = &config->intercept;
-	size_t i;
 
-	if (target->form != HTTP1_TARGET_AUTHORITY || listen->upstream != NULL || ic->ca == NULL)
-		return false;
-	for (i = 0; i < ic->host_count; i++)
-		if (route_host_pattern_matches(ic->hosts[i], target->host, target->host_len))
-			return true;
-	return false;
+	return target->form == HTTP1_TARGET_AUTHORITY && listen->upstream == NULL &&
+	       route_host_intercepted(config, target->host, target->host_len);
 }
 
 /* The tunnel's context: its host, the log prefix and its upstream. */

@@ -141,6 +141,38 @@ int route_destination(const struct config *config, const struct upstream_url *li
 	return 0;
 }
 
+bool route_host_intercepted(const struct config *config, const char *host, size_t host_len)
+{
+	const struct intercept_config *ic = &config->intercept;
+
+	if (ic->ca == NULL)
+		return false;
+	for (size_t i = 0; i < ic->host_count; i++)
+		if (route_host_pattern_matches(ic->hosts[i], host, host_len))
+			return true;
+	return false;
+}
+
+int route_check_tunnel_host(const struct config *config, const char *tunnel_host, char *reason,
+			    size_t reason_len)
+{
+	size_t len = strlen(tunnel_host);
+	int shown = (int)(len > 200 ? 200 : len);
+
+	if (!route_host_allowed(config, tunnel_host, len)) {
+		snprintf(reason, reason_len,
+			 "host %.*s no longer allowed by access.allow_hosts (config reloaded)",
+			 shown, tunnel_host);
+		return 403;
+	}
+	if (!route_host_intercepted(config, tunnel_host, len)) {
+		snprintf(reason, reason_len, "host %.*s no longer intercepted (config reloaded)",
+			 shown, tunnel_host);
+		return 403;
+	}
+	return 0;
+}
+
 int route_check_tunnel(const char *tunnel_host, const struct http1_head *head,
 		       const struct http1_framing *framing, char *reason, size_t reason_len)
 {

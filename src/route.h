@@ -46,6 +46,17 @@ int route_destination(const struct config *config, const struct upstream_url *li
 		      const char *method, size_t method_len, struct route_destination *dest,
 		      char *reason, size_t reason_len);
 
+/* Does config intercept CONNECTs to host: intercept: with its CA loaded,
+ * and host in intercept.hosts? */
+bool route_host_intercepted(const struct config *config, const char *host, size_t host_len);
+
+/* May a tunnel to tunnel_host (the CONNECT host, no port) still carry
+ * requests under config: the host in access.allow_hosts and still
+ * intercepted? A reload may have taken either away since the CONNECT.
+ * Returns 0, or 403 with a reason. */
+int route_check_tunnel_host(const struct config *config, const char *tunnel_host, char *reason,
+			    size_t reason_len);
+
 /* Inside an intercepted tunnel every request names the tunnel's host (the
  * CONNECT host, no port): no fronting another host through it, and
  * origin-form only. Returns 0, or 400 with a reason. */

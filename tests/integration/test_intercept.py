@@ -23,7 +23,11 @@ not listed is tunnelled blind (the client sees the origin's own certificate); a 
 that trusts only its own store fails its handshake, which is logged with
 the host and counted in retryproxy_intercept_failures_total, and the proxy
 keeps serving; an upstream whose certificate fails verification is a 502
-inside the tunnel; a reload picks up a new host list and a new CA.
+inside the tunnel; a reload picks up a new host list and a new CA; a reload
+that takes a host out of access.allow_hosts or out of interception (its
+pattern, or intercept: altogether) answers the next request in a tunnel to
+it opened before with 403 and closes that tunnel, and nothing of it reaches
+the origin.
 """
 
 import os
@@ -309,6 +313,66 @@ def scenario(t):
         h.ok("IP Address:127.0.0.1" in after, "127.0.0.1 now intercepted:\n%s" % after)
         with connect_tls(p2.port(), "localhost", good.port, os.path.join(other, "ca.pem")) as tls:
             h.ok(tls.getpeercert() is not None, "localhost's leaf comes from the new CA")
+
+
+    p3 = t.proxy(CONFIG + 'access:\n  allow_hosts: ["localhost", "127.0.0.1"]\n', TESTCA=certs.ca,
+                 LOCALCA=local, HOSTS='"localhost", "127.0.0.1"')
+    p3_reloads = [0]
+
+    def p3_reload(text):
+        with open(p3.config_path, "w") as f:
+            f.write(text)
+        p3_reloads[0] += 1
+        os.kill(p3.pid, signal.SIGHUP)
+        p3.wait_log("reload: now running", count=p3_reloads[0])
+
+    def tunnel_get(tls, tag, host):
+        tls.sendall(("GET /echo?t=%s HTTP/1.1\r\nHost: %s\r\n\r\n" % (tag, host)).encode())
+        conn = h.RawConn.over(tls)
+        return conn, conn.read_response()
+
+    @t.check("a reload that takes the host out of access.allow_hosts: the next request in a "
+             "tunnel opened before gets 403 and the tunnel closes; another host's tunnel goes on")
+    def _():
+        with connect_tls(p3.port(), "localhost", good.port, local_ca) as gone, \
+                connect_tls(p3.port(), "127.0.0.1", good.port, local_ca) as kept:
+            h.eq(tunnel_get(gone, "rl-before", "localhost")[1].status, 200, "before the reload")
+            h.eq(tunnel_get(kept, "rl-kept-before", "127.0.0.1")[1].status, 200,
+                 "the other tunnel before the reload")
+            p3_reload(p3.config_text.replace('allow_hosts: ["localhost", "127.0.0.1"]',
+                                             'allow_hosts: ["127.0.0.1"]'))
+            conn, r = tunnel_get(gone, "rl-after", "localhost")
+            h.check_error_response(r, 403, ["allow_hosts"])
+            h.ok(conn.closed_within(5), "the tunnel should close after the 403")
+            h.eq(tunnel_get(kept, "rl-kept-after", "127.0.0.1")[1].status, 200,
+                 "the other tunnel after the reload")
+        h.eq([q for q in good.requests_for("/echo") if q.query.get("t") == "rl-after"], [],
+             "requests at the origin after the reload")
+        line = p3.access_one("rl-after")
+        h.eq(h.access_fields(line)["status"], "403", "access-log status")
+
+    @t.check("a reload that stops intercepting the host (out of intercept.hosts, or intercept: "
+             "gone): the next request in a tunnel opened before gets 403")
+    def _():
+        p3_reload(p3.config_text)
+        with connect_tls(p3.port(), "127.0.0.1", good.port, local_ca) as unlisted, \
+                connect_tls(p3.port(), "localhost", good.port, local_ca) as unconfigured:
+            h.eq(tunnel_get(unlisted, "ri-before", "127.0.0.1")[1].status, 200, "before")
+            h.eq(tunnel_get(unconfigured, "rn-before", "localhost")[1].status, 200, "before")
+            p3_reload(p3.config_text.replace('\n  hosts: ["localhost", "127.0.0.1"]',
+                                             '\n  hosts: ["localhost"]'))
+            conn, r = tunnel_get(unlisted, "ri-after", "127.0.0.1")
+            h.check_error_response(r, 403, ["intercepted"])
+            h.ok(conn.closed_within(5), "the tunnel should close after the 403")
+            h.eq(tunnel_get(unconfigured, "rn-between", "localhost")[1].status, 200,
+                 "a host still listed")
+            p3_reload(p3.config_text[:p3.config_text.index("intercept:")] +
+                      p3.config_text[p3.config_text.index("limits:"):])
+            conn, r = tunnel_get(unconfigured, "rn-after", "localhost")
+            h.check_error_response(r, 403, ["intercepted"])
+            h.ok(conn.closed_within(5), "the tunnel should close after the 403")
+        h.eq([q for q in good.requests_for("/echo") if q.query.get("t") in ("ri-after", "rn-after")],
+             [], "requests at the origin after the reloads")
 
 
 h.run(scenario, __doc__)

@@ -3,7 +3,8 @@
  * first match wins, absent match fields match anything, no match is the
  * default route. Then route_destination by table: forward, sidecar, a
  * route's upstream over the listener's, CONNECT, access.allow_hosts and the
- * refusals.
+ * refusals; route_check_tunnel and route_check_tunnel_host for requests
+ * inside an intercepted tunnel.
  */
 
 #include <setjmp.h>
@@ -13,8 +14,11 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ca.h"
 #include "config.h"
 #include "config_values.h"
 #include "http1.h"
@@ -429,6 +433,61 @@ static void test_check_tunnel(void **state)
 	}
 }
 
+/* A tunnel carries requests only while its host is in access.allow_hosts and
+ * still intercepted (listed, with the CA loaded): a reload may take either
+ * away after the CONNECT. */
+static void test_check_tunnel_host(void **state)
+{
+	static const struct {
+		const char *allow;     /* access.allow_hosts */
+		const char *intercept; /* intercept.hosts, NULL: no intercept: */
+		const char *tunnel;
+		int status;
+		const char *reason; /* when status is not 0 */
+	} cases[] = {
+		{ "[\"*\"]", "[api.example]", "api.example", 0, NULL },
+		{ "[\"*.example\"]", "[\"*.example\"]", "api.example", 0, NULL },
+		{ "[\"*\"]", "[\"::1\"]", "::1", 0, NULL },
+		{ "[other.example]", "[api.example]", "api.example", 403,
+		  "host api.example no longer allowed by access.allow_hosts (config reloaded)" },
+		{ "[\"*\"]", "[other.example]", "api.example", 403,
+		  "host api.example no longer intercepted (config reloaded)" },
+		{ "[\"*\"]", NULL, "api.example", 403,
+		  "host api.example no longer intercepted (config reloaded)" },
+	};
+	char dir[] = "/tmp/test_route.XXXXXX", path[64], err[256];
+
+	assert_non_null(mkdtemp(dir));
+	if (ca_make(dir, err, sizeof(err)) != 0)
+		fail_msg("ca_make: %s", err);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char text[512], reason[256] = "";
+		struct config *config;
+		int status;
+
+		if (cases[i].intercept != NULL)
+			snprintf(text, sizeof(text),
+				 "access: {allow_hosts: %s}\n"
+				 "intercept: {hosts: %s, ca_cert: %s/ca.pem, ca_key: "
+				 "%s/ca-key.pem}\n",
+				 cases[i].allow, cases[i].intercept, dir, dir);
+		else
+			snprintf(text, sizeof(text), "access: {allow_hosts: %s}\n", cases[i].allow);
+		config = test_config(text);
+		status = route_check_tunnel_host(config, cases[i].tunnel, reason, sizeof(reason));
+		if (status != cases[i].status)
+			fail_msg("case %zu: status %d (%s)", i, status, reason);
+		if (status != 0)
+			assert_string_equal(reason, cases[i].reason);
+		config_release(config);
+	}
+	snprintf(path, sizeof(path), "%s/ca.pem", dir);
+	assert_int_equal(unlink(path), 0);
+	snprintf(path, sizeof(path), "%s/ca-key.pem", dir);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -443,6 +502,7 @@ int main(void)
 		cmocka_unit_test(test_destinations),
 		cmocka_unit_test(test_destination_allow_all_and_long_host),
 		cmocka_unit_test(test_check_tunnel),
+		cmocka_unit_test(test_check_tunnel_host),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
