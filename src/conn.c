@@ -88,6 +88,7 @@ struct conn {
 	bool tls_read_wants_write; /* an SSL_read waits to write */
 	bool read_again;	   /* call the read callback at the end of the pass */
 	bool shutdown_pending;	   /* FIN once the output is written */
+	bool close_notify_blocked; /* the TLS close_notify waits for the socket */
 	bool failed;		   /* an error was reported: no more I/O */
 	bool freed;		   /* conn_free during a callback: free when it returns */
 	bool reset_on_free;
@@ -373,6 +374,35 @@ static void conn_fail(struct conn *c, short what, int error)
 	c->error = error;
 	conn_update_interest(c);
 	conn_report(c, (short)(CONN_ERROR | what));
+}
+
+/* The output is done: on TLS a close_notify first, so that a peer reading a
+ * body that ends with the connection sees a clean end rather than a cut,
+ * then FIN. A close_notify the kernel cannot take yet waits for the socket to
+ * be writable, and the FIN with it. */
+static void conn_end_output(struct conn *c)
+{
+	if (c->ssl != NULL && !c->failed && SSL_is_init_finished(c->ssl) &&
+	    (!(SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN) || c->close_notify_blocked)) {
+		int r;
+
+		ERR_clear_error();
+		r = SSL_shutdown(c->ssl);
+		c->close_notify_blocked = r < 0 && SSL_get_error(c->ssl, r) == SSL_ERROR_WANT_WRITE;
+		/* any other failure leaves the plain FIN: nothing more can be
+		 * said over TLS */
+		ERR_clear_error();
+		if (c->close_notify_blocked) {
+			if (!c->write_blocked && c->write_timeout_ms != 0)
+				c->write_active_at = conn_now_ms();
+			c->shutdown_pending = true;
+			c->write_blocked = true;
+			conn_update_interest(c);
+			return;
+		}
+	}
+	c->shutdown_pending = false;
+	shutdown(c->fd, SHUT_WR);
 }
 
 static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -707,12 +737,12 @@ static void conn_write(struct conn *c)
 		c->write_active_at = conn_now_ms();
 	conn_buffer_release(c->loop, &c->output);
 	conn_update_interest(c);
+	/* before the check for progress: a blocked close_notify is written
+	 * with no output left */
+	if (c->shutdown_pending && c->output == NULL)
+		conn_end_output(c);
 	if (n == 0)
 		return;
-	if (c->shutdown_pending && c->output == NULL) {
-		c->shutdown_pending = false;
-		shutdown(c->fd, SHUT_WR);
-	}
 	if (c->write_cb != NULL && conn_length(c->output) <= c->output_low) {
 		c->busy++;
 		c->write_cb(c, c->arg);
@@ -858,10 +888,8 @@ static void conn_pass_one(struct conn *c)
 		conn_report(c, CONN_EOF | CONN_READING);
 		return;
 	}
-	if (c->shutdown_pending && conn_length(c->output) == 0) {
-		c->shutdown_pending = false;
-		shutdown(c->fd, SHUT_WR);
-	}
+	if (c->shutdown_pending && conn_length(c->output) == 0 && !c->write_blocked)
+		conn_end_output(c);
 	if (c->read_again) {
 		c->read_again = false;
 		if (c->reading && c->read_cb != NULL && conn_length(c->input) > 0)
@@ -1086,7 +1114,7 @@ void conn_set_deadline(struct conn *c, uint64_t ms)
 void conn_shutdown_write(struct conn *c)
 {
 	if (conn_length(c->output) == 0 && !c->connecting && !c->handshaking)
-		shutdown(c->fd, SHUT_WR);
+		conn_end_output(c);
 	else
 		c->shutdown_pending = true;
 }

@@ -143,7 +143,8 @@ void conn_set_timeouts(struct conn *conn, uint64_t read_ms, uint64_t write_ms);
  * whatever the traffic. */
 void conn_set_deadline(struct conn *conn, uint64_t ms);
 
-/* Send FIN once the output is written (at once when it is empty). */
+/* Send FIN once the output is written (at once when it is empty); on TLS a
+ * close_notify goes first. Reading goes on. */
 void conn_shutdown_write(struct conn *conn);
 
 /* The errno of the last CONN_ERROR (0 for TLS protocol errors). */

@@ -267,7 +267,10 @@ SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *er
 		/* a client that reconnects resumes with a ticket: no key
 		 * exchange, no certificate sent again */
 		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-		SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+		/* a client that closes without close_notify has closed, not
+		 * failed: its FIN is an EOF like any other */
+		SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+						 SSL_OP_IGNORE_UNEXPECTED_EOF);
 		store->server = ctx;
 	}
 	ssl = SSL_new(store->server);

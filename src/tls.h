@@ -32,7 +32,8 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 
 /* A server SSL for an intercepted tunnel, presenting cert and key (the
  * leaf made for the CONNECT host): TLS 1.2 or newer, ALPN http/1.1 only,
- * session tickets for resumption. NULL with a reason in err. */
+ * session tickets for resumption, a close without close_notify taken as an
+ * EOF. NULL with a reason in err. */
 SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *err, size_t err_len);
 
 /* Why a handshake failed: the certificate verification result when that was

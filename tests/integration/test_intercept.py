@@ -17,8 +17,10 @@ requests inside are proxied like a sidecar's to https://host:port (Host of
 the upstream, Via, Retry-Attempts, a 503 retried, the access log's target
 https://host:port/path, keep-alive inside the tunnel; a TLS 1.3 request
 sent in one segment with the client's Finished, or arriving with it while
-the proxy is stopped, is answered at once, not after client_timeout); a
-Host naming another host is a 400 and nothing reaches the origin; a host
+the proxy is stopped, is answered at once, not after client_timeout; a
+body that ends with the connection, and a refusal, end with the proxy's
+close_notify, so a strict TLS client sees no truncation); a Host naming
+another host is a 400 and nothing reaches the origin; a host
 not listed is tunnelled blind (the client sees the origin's own certificate); a client
 that trusts only its own store fails its handshake, which is logged with
 the host and counted in retryproxy_intercept_failures_total, and the proxy
@@ -249,6 +251,33 @@ def scenario(t):
                 os.kill(proxy.pid, signal.SIGCONT)
             got = read_by_hand(s, tls, incoming, 5)
         h.ok(got.startswith(b"HTTP/1.1 200"), "response %r" % got[:100])
+
+    @t.check("the proxy ends a tunnel with close_notify: a strict client reads a body that "
+             "ends with the connection, and a refusal, to a clean end")
+    def _():
+        for request, status, size in (
+                (b"GET /close/5000 HTTP/1.1\r\nHost: localhost\r\n\r\n", 200, 5000),
+                (b"GET /echo HTTP/1.1\r\nHost: other.example\r\n\r\n", 400, None)):
+            s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
+            s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                       % good.port).encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(1)
+            ctx = ssl.create_default_context(cafile=local_ca)
+            # a FIN without close_notify raises SSLEOFError here
+            with ctx.wrap_socket(s, server_hostname="localhost",
+                                 suppress_ragged_eofs=False) as tls:
+                tls.sendall(request)
+                got = b""
+                while True:
+                    data = tls.recv(65536)
+                    if not data:
+                        break
+                    got += data
+            h.ok(got.startswith(b"HTTP/1.1 %d" % status), "response %r" % got[:100])
+            if size is not None:
+                h.eq(len(got) - got.index(b"\r\n\r\n") - 4, size, "body bytes")
 
     @t.check("a Host naming another host inside the tunnel: 400, nothing sent upstream")
     def _():

@@ -1,8 +1,8 @@
 /* Unit tests for conn.c: reads, writes at the end of an event's handling,
  * input limits and resuming, a peer that stops reading, timeouts and the
  * deadline, EOF, freeing a conn inside its own callback, replaying a read,
- * connects. Each test drives a real event loop over a socketpair or a
- * loopback TCP socket. */
+ * connects, and how a TLS connection ends (close_notify). Each test drives a
+ * real event loop over a socketpair or a loopback TCP socket. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +22,10 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include "conn.h"
 
@@ -522,6 +526,160 @@ static void test_output_queued_while_connecting(void **state)
 	conn_loop_free(loop);
 }
 
+/* A self-signed certificate and its key for the TLS server side. */
+static SSL_CTX *tls_server_ctx(void)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *x = X509_new();
+	X509_NAME *name = X509_get_subject_name(x);
+
+	assert_non_null(ctx);
+	assert_non_null(key);
+	X509_set_version(x, X509_VERSION_3);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+	X509_gmtime_adj(X509_getm_notBefore(x), -3600);
+	X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"test", -1, -1,
+				   0);
+	X509_set_issuer_name(x, name);
+	X509_set_pubkey(x, key);
+	assert_true(X509_sign(x, key, EVP_sha256()) > 0);
+	assert_int_equal(SSL_CTX_use_certificate(ctx, x), 1);
+	assert_int_equal(SSL_CTX_use_PrivateKey(ctx, key), 1);
+	X509_free(x);
+	EVP_PKEY_free(key);
+	return ctx;
+}
+
+/* A TLS client conn and the TLS server conn it connected to, both
+ * handshaken in loop. The client treats a close without close_notify as the
+ * error it is, so that a test sees which one came. */
+static void tls_pair(struct conn_loop *loop, struct seen *cs, struct seen *ss, struct conn **client,
+		     struct conn **server)
+{
+	SSL_CTX *client_ctx = SSL_CTX_new(TLS_client_method());
+	SSL_CTX *server_ctx = tls_server_ctx();
+	SSL *client_ssl = SSL_new(client_ctx);
+	struct sockaddr_in addr;
+	int afd, lfd;
+	int unused = tcp_pair(&afd, &lfd, &addr);
+
+	close(unused);
+	close(afd);
+	*client = conn_connect(loop, (struct sockaddr *)&addr, sizeof(addr), client_ssl);
+	assert_non_null(*client);
+	SSL_clear_options(client_ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
+	conn_setcb(*client, seen_read, NULL, seen_event, cs);
+	cs->conn = *client;
+	*server = conn_new(loop, accept(lfd, NULL, NULL));
+	close(lfd);
+	conn_setcb(*server, seen_read, NULL, seen_event, ss);
+	ss->conn = *server;
+	assert_int_equal(conn_start_tls_server(*server, SSL_new(server_ctx)), 0);
+	run_until(loop, NULL, 200);
+	assert_int_equal(cs->events, CONN_CONNECTED);
+	assert_int_equal(ss->events, CONN_CONNECTED);
+	cs->events = ss->events = 0;
+	SSL_CTX_free(client_ctx);
+	SSL_CTX_free(server_ctx);
+}
+
+/* TLS: a shutdown sends close_notify before the FIN, so the peer sees a
+ * clean end of what came before it; a peer that closes without one is an
+ * EOF, not an error. */
+static void test_tls_shutdown(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct seen cs = { 0 }, ss = { 0 };
+	struct conn *client, *server;
+
+	tls_pair(loop, &cs, &ss, &client, &server);
+	conn_read_enable(client, true);
+	conn_read_enable(server, true);
+	evbuffer_add(conn_output(server), "last", 4);
+	conn_shutdown_write(server);
+	conn_loop_pass_end(loop);
+	run_until(loop, NULL, 200);
+	assert_int_equal(cs.input_at_read, 4);
+	assert_int_equal(cs.events, CONN_EOF | CONN_READING);
+	assert_true(SSL_get_shutdown(conn_ssl(client)) & SSL_RECEIVED_SHUTDOWN);
+	/* the server still reads after its close_notify */
+	evbuffer_add(conn_output(client), "more", 4);
+	conn_loop_pass_end(loop);
+	run_until(loop, NULL, 200);
+	assert_int_equal(ss.input_at_read, 4);
+	assert_int_equal(ss.events, 0);
+	/* the client goes without a close_notify of its own */
+	conn_free(client);
+	run_until(loop, NULL, 200);
+	assert_int_equal(ss.events, CONN_EOF | CONN_READING);
+	conn_free(server);
+	conn_loop_free(loop);
+}
+
+/* A filter BIO in front of the socket that answers "try again" to the first
+ * writes it is given: a kernel buffer that is full just when the close_notify
+ * is to go out. */
+static int refused_writes;
+
+static int refusing_write(BIO *b, const char *data, int len)
+{
+	BIO_clear_retry_flags(b);
+	if (refused_writes > 0) {
+		refused_writes--;
+		BIO_set_retry_write(b);
+		return -1;
+	}
+	return BIO_write(BIO_next(b), data, len);
+}
+
+static long refusing_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+	return BIO_ctrl(BIO_next(b), cmd, num, ptr);
+}
+
+/* A close_notify that the socket cannot take yet waits for it to be
+ * writable, and the FIN waits for the close_notify: the peer still sees a
+ * clean end, not a cut. */
+static void test_tls_close_notify_blocked(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct seen cs = { 0 }, ss = { 0 };
+	struct conn *client, *server;
+	BIO_METHOD *method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_FILTER, "refusing");
+	BIO *filter = BIO_new(method), *socket_bio;
+
+	tls_pair(loop, &cs, &ss, &client, &server);
+	conn_read_enable(client, true);
+	conn_read_enable(server, true);
+	/* the server's writes go through the filter from now on */
+	assert_non_null(filter);
+	BIO_meth_set_write(method, refusing_write);
+	BIO_meth_set_ctrl(method, refusing_ctrl);
+	socket_bio = SSL_get_wbio(conn_ssl(server));
+	BIO_up_ref(socket_bio);
+	BIO_set_init(filter, 1);
+	BIO_push(filter, socket_bio);
+	SSL_set0_wbio(conn_ssl(server), filter);
+	evbuffer_add(conn_output(server), "last", 4);
+	conn_loop_pass_end(loop);
+	run_until(loop, NULL, 100);
+	assert_int_equal(cs.input_at_read, 4);
+	refused_writes = 2;
+	conn_shutdown_write(server);
+	conn_loop_pass_end(loop);
+	run_until(loop, NULL, 200);
+	assert_int_equal(refused_writes, 0);
+	assert_int_equal(cs.events, CONN_EOF | CONN_READING);
+	assert_true(SSL_get_shutdown(conn_ssl(client)) & SSL_RECEIVED_SHUTDOWN);
+	assert_int_equal(ss.events, 0);
+	conn_free(client);
+	conn_free(server);
+	conn_loop_free(loop);
+	BIO_meth_free(method);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -538,6 +696,8 @@ int main(void)
 		cmocka_unit_test(test_connect),
 		cmocka_unit_test(test_reset_after_data),
 		cmocka_unit_test(test_output_queued_while_connecting),
+		cmocka_unit_test(test_tls_shutdown),
+		cmocka_unit_test(test_tls_close_notify_blocked),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
