@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -528,6 +529,20 @@ static bool ca_time(const ASN1_TIME *t, time_t *out)
 	return true;
 }
 
+/* Make the process non-dumpable before a private key is read: no core file
+ * then holds it, and processes of the same user cannot read the memory
+ * through ptrace or /proc/PID/mem. It stays so for the life of the process:
+ * a key once read may linger in freed memory. */
+static int ca_forbid_dumps(char *err, size_t err_len)
+{
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+		ca_error(err, err_len, "cannot keep the key out of core dumps (prctl: %s)",
+			 strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 /* Load and check a CA's certificate, then its key (its file's mode first). */
 struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_failure *failure,
 		   char *err, size_t err_len)
@@ -554,6 +569,10 @@ struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_fai
 		return NULL;
 	}
 	*failure = CA_LOAD_KEY;
+	if (ca_forbid_dumps(err, err_len) < 0) {
+		X509_free(cert);
+		return NULL;
+	}
 	key = ca_load_key(key_path, err, err_len);
 	if (key == NULL) {
 		X509_free(cert);

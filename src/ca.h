@@ -41,7 +41,10 @@ enum ca_load_failure {
  * stat before reading it: "readable by group or others (mode 0644): chmod 600
  * it"); a key that does not load; a key that does not match the certificate.
  * Returns NULL with a reason in err, and *failure says which file to blame. The
- * key is read once and kept in memory only; nothing logs or returns it. */
+ * key is read once and kept in memory only; nothing logs or returns it. Before
+ * reading it the process is made non-dumpable for good (prctl
+ * PR_SET_DUMPABLE 0): no core dump holds the key, and no process of the same
+ * user can read it with ptrace or /proc/PID/mem. */
 struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_failure *failure,
 		   char *err, size_t err_len);
 

@@ -11,8 +11,9 @@ Must hold: the generated unit is the template with the installed paths
 filled in; it has every hardening and lifecycle directive the deployment
 docs promise (Type=notify, DynamicUser, ProtectSystem=strict, no
 capabilities, AF_INET/AF_INET6/AF_UNIX only, TimeoutStopSec above the
-default drain_timeout, ...); systemd-analyze finds nothing to complain about
-(skipped, saying so, where systemd-analyze is not installed).
+default drain_timeout, LimitCORE=0 so that no core file holds the CA key,
+...); systemd-analyze finds nothing to complain about (skipped, saying so,
+where systemd-analyze is not installed).
 """
 
 import os
@@ -31,6 +32,7 @@ EXACT = {
     ("Service", "Type"): "notify",
     ("Service", "KillSignal"): "SIGTERM",
     ("Service", "Restart"): "on-failure",
+    ("Service", "LimitCORE"): "0",
     ("Service", "DynamicUser"): "yes",
     ("Service", "ConfigurationDirectory"): "retryproxy",
     ("Service", "CapabilityBoundingSet"): "",

@@ -2,7 +2,8 @@
  * ca: ca_make writes a CA that ca_load takes back, with the file modes and
  * certificate fields --make-ca promises, and never overwrites; ca_load
  * refuses a key others may read, a key of another CA, a certificate that is
- * no CA and files that are not PEM; ca_leaf issues leaves for names and IP
+ * no CA and files that are not PEM, and makes the process non-dumpable
+ * before it reads a key; ca_leaf issues leaves for names and IP
  * literals that OpenSSL's strict verification accepts for that host, caches
  * them by host (case-insensitively), renews one with less than a third of its
  * validity left, never outlives the CA, and keeps at most CA_LEAF_CACHE,
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -281,6 +283,22 @@ static void test_make_and_load(void **state)
 
 	ca = test_load(dir);
 	assert_int_equal(ca_leaves_made(ca), 0);
+	ca_release(ca);
+}
+
+/* Loading a CA makes the process non-dumpable: no core file or same-user
+ * ptrace reads the key. */
+static void test_load_forbids_dumps(void **state)
+{
+	struct test_dir *d = *state;
+	char dir[PATH_MAX];
+	struct ca *ca;
+
+	test_make(d, "ca", dir);
+	assert_int_equal(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), 0);
+	assert_int_equal(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), 1);
+	ca = test_load(dir);
+	assert_int_equal(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), 0);
 	ca_release(ca);
 }
 
@@ -722,6 +740,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_make_and_load, test_setup, test_teardown),
+		cmocka_unit_test_setup_teardown(test_load_forbids_dumps, test_setup, test_teardown),
 		cmocka_unit_test_setup_teardown(test_make_refuses, test_setup, test_teardown),
 		cmocka_unit_test_setup_teardown(test_load_refusals, test_setup, test_teardown),
 		cmocka_unit_test_setup_teardown(test_leaf_names_and_addresses, test_setup,
