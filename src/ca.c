@@ -39,7 +39,6 @@
 struct ca_entry {
 	char *host; /* canonical: lower case name, or the address as inet_ntop writes it */
 	X509 *cert;
-	EVP_PKEY *key;
 	time_t not_before;
 	time_t not_after;
 	struct ca_entry *hash_next;
@@ -50,8 +49,9 @@ struct ca_entry {
 struct ca {
 	unsigned refs;
 	X509 *cert;
-	EVP_PKEY *key;	  /* the CA's private key; only ever used to sign */
-	time_t not_after; /* no leaf outlives the CA */
+	EVP_PKEY *key;	    /* the CA's private key; only ever used to sign */
+	EVP_PKEY *leaf_key; /* the key pair of every leaf, made at load */
+	time_t not_after;   /* no leaf outlives the CA */
 	struct ca_entry *buckets[CA_BUCKETS];
 	struct ca_entry *newest;
 	struct ca_entry *oldest;
@@ -548,7 +548,7 @@ struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_fai
 		   char *err, size_t err_len)
 {
 	X509 *cert = ca_load_cert(cert_path, err, err_len);
-	EVP_PKEY *key;
+	EVP_PKEY *key, *leaf_key;
 	const char *why;
 	struct ca *ca;
 	time_t not_after;
@@ -585,11 +585,26 @@ struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_fai
 		ERR_clear_error();
 		return NULL;
 	}
+	/* One key pair for all the leaves: a new host then costs a signature,
+	 * not a key generation as well. It is no weaker than a key per host:
+	 * it lives in the same memory as the CA key, which can sign a leaf for
+	 * any host anyway. */
+	leaf_key = EVP_EC_gen("P-256");
+	if (leaf_key == NULL) {
+		char reason[256];
+
+		ca_error(err, err_len, "cannot make the leaves' EC P-256 key: %s",
+			 ca_openssl_reason(reason, sizeof(reason), "unknown error"));
+		EVP_PKEY_free(key);
+		X509_free(cert);
+		return NULL;
+	}
 	*failure = CA_LOAD_OK;
 	ca = xcalloc(1, sizeof(*ca));
 	ca->refs = 1;
 	ca->cert = cert;
 	ca->key = key;
+	ca->leaf_key = leaf_key;
 	ca->not_after = not_after;
 	return ca;
 }
@@ -605,12 +620,11 @@ struct ca *ca_hold(struct ca *ca)
 static void ca_entry_free(struct ca_entry *e)
 {
 	X509_free(e->cert);
-	EVP_PKEY_free(e->key);
 	free(e->host);
 	free(e);
 }
 
-/* One holder fewer; the last frees the leaves, the certificate and the key. */
+/* One holder fewer; the last frees the leaves, the certificate and the keys. */
 void ca_release(struct ca *ca)
 {
 	struct ca_entry *e, *next;
@@ -623,6 +637,7 @@ void ca_release(struct ca *ca)
 	}
 	X509_free(ca->cert);
 	EVP_PKEY_free(ca->key);
+	EVP_PKEY_free(ca->leaf_key);
 	free(ca);
 }
 
@@ -744,19 +759,18 @@ done:
 	return ok ? 0 : -1;
 }
 
-/* A new leaf for host, valid from not_before to not_after. */
-static int ca_make_leaf(struct ca *ca, const struct ca_host *host, time_t not_before,
-			time_t not_after, X509 **cert_out, EVP_PKEY **key_out)
+/* A new leaf for host with the CA's leaf key, valid from not_before to
+ * not_after. */
+static X509 *ca_make_leaf(struct ca *ca, const struct ca_host *host, time_t not_before,
+			  time_t not_after)
 {
-	EVP_PKEY *key = EVP_EC_gen("P-256");
 	X509 *x = X509_new();
 	X509_NAME *name = X509_NAME_new();
 	/* A CN holds at most 64 characters; a longer name goes in the SAN
 	 * alone, which must then be critical since the subject is empty. */
 	bool cn = strlen(host->text) <= 64;
 
-	if (key == NULL || x == NULL || name == NULL ||
-	    ca_cert_start(x, key, not_before, not_after) < 0)
+	if (x == NULL || name == NULL || ca_cert_start(x, ca->leaf_key, not_before, not_after) < 0)
 		goto fail;
 	if (cn && X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
 					     (const unsigned char *)host->text, -1, -1, 0) != 1)
@@ -774,14 +788,11 @@ static int ca_make_leaf(struct ca *ca, const struct ca_host *host, time_t not_be
 	if (X509_sign(x, ca->key, ca_digest(ca->key)) <= 0)
 		goto fail;
 	X509_NAME_free(name);
-	*cert_out = x;
-	*key_out = key;
-	return 0;
+	return x;
 fail:
 	X509_NAME_free(name);
 	X509_free(x);
-	EVP_PKEY_free(key);
-	return -1;
+	return NULL;
 }
 
 /* Take e off the recency list. */
@@ -841,7 +852,6 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 	size_t bucket;
 	time_t not_before = now - CA_BACKDATE, not_after;
 	X509 *new_cert;
-	EVP_PKEY *new_key;
 	char reason[256];
 
 	if (ca_host_parse(host, host_len, &h, err, err_len) < 0)
@@ -854,7 +864,7 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 		ca_lru_unlink(ca, e);
 		ca_lru_push(ca, e);
 		*cert = e->cert;
-		*key = e->key;
+		*key = ca->leaf_key;
 		return 0;
 	}
 	not_after = not_before + (time_t)CA_LEAF_DAYS * 24 * 3600;
@@ -864,7 +874,8 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 		ca_error(err, err_len, "the local CA certificate has expired");
 		return -1;
 	}
-	if (ca_make_leaf(ca, &h, not_before, not_after, &new_cert, &new_key) < 0) {
+	new_cert = ca_make_leaf(ca, &h, not_before, not_after);
+	if (new_cert == NULL) {
 		ca_error(err, err_len, "cannot make a certificate for %s: %s", h.text,
 			 ca_openssl_reason(reason, sizeof(reason), "unknown error"));
 		return -1;
@@ -873,7 +884,6 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 	if (e != NULL) {
 		/* renewed in place */
 		X509_free(e->cert);
-		EVP_PKEY_free(e->key);
 		ca_lru_unlink(ca, e);
 	} else {
 		e = xcalloc(1, sizeof(*e));
@@ -883,13 +893,12 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 		ca->count++;
 	}
 	e->cert = new_cert;
-	e->key = new_key;
 	e->not_before = not_before;
 	e->not_after = not_after;
 	ca_lru_push(ca, e);
 	if (ca->count > CA_LEAF_CACHE)
 		ca_evict_oldest(ca);
 	*cert = e->cert;
-	*key = e->key;
+	*key = ca->leaf_key;
 	return 0;
 }

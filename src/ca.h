@@ -53,7 +53,9 @@ struct ca *ca_hold(struct ca *ca);
 void ca_release(struct ca *ca);
 
 /* The leaf certificate and key for host (a DNS name, or an IPv4/IPv6 literal
- * without brackets), made on first use and cached: EC P-256 key, X.509 v3,
+ * without brackets), made on first use and cached. Every leaf of a loaded CA
+ * has the same EC P-256 key pair, made by ca_load (so once per start or
+ * reload): a new host costs one signature, not a key generation. X.509 v3,
  * signed by the CA with SHA-256, subjectAltName DNS:host or IP:host (CN =
  * host too), keyUsage digitalSignature, extendedKeyUsage serverAuth,
  * authorityKeyIdentifier, valid from one hour ago for CA_LEAF_DAYS days, and

@@ -3,11 +3,11 @@
  * certificate fields --make-ca promises, and never overwrites; ca_load
  * refuses a key others may read, a key of another CA, a certificate that is
  * no CA and files that are not PEM, and makes the process non-dumpable
- * before it reads a key; ca_leaf issues leaves for names and IP
- * literals that OpenSSL's strict verification accepts for that host, caches
- * them by host (case-insensitively), renews one with less than a third of its
- * validity left, never outlives the CA, and keeps at most CA_LEAF_CACHE,
- * dropping the least recently used.
+ * before it reads a key; ca_leaf issues leaves for names and IP literals that
+ * OpenSSL's strict verification accepts for that host, all with the one key
+ * pair made when the CA loads, caches them by host (case-insensitively),
+ * renews one with less than a third of its validity left, never outlives the
+ * CA, and keeps at most CA_LEAF_CACHE, dropping the least recently used.
  */
 
 #include <setjmp.h>
@@ -627,6 +627,36 @@ static void test_leaf_cache(void **state)
 	ca_release(ca);
 }
 
+/* One key pair for all the leaves of a loaded CA, so that a new host costs a
+ * signature only; a load (a start or a reload) makes a new one. */
+static void test_leaf_key_per_ca(void **state)
+{
+	struct test_dir *d = *state;
+	char dir[PATH_MAX], err[256];
+	struct ca *ca = test_load(test_make(d, "ca", dir));
+	struct ca *reloaded = test_load(dir);
+	time_t now = time(NULL);
+	X509 *first, *second, *other;
+	EVP_PKEY *first_key, *second_key, *other_key;
+
+	assert_int_equal(
+		ca_leaf(ca, "a.example.com", 13, now, &first, &first_key, err, sizeof(err)), 0);
+	assert_true(test_is_p256(first_key));
+	assert_int_equal(
+		ca_leaf(ca, "b.example.com", 13, now, &second, &second_key, err, sizeof(err)), 0);
+	assert_ptr_not_equal(first, second);
+	assert_ptr_equal(second_key, first_key);
+	assert_int_equal(EVP_PKEY_eq(X509_get0_pubkey(first), X509_get0_pubkey(second)), 1);
+	assert_int_equal(EVP_PKEY_eq(X509_get0_pubkey(second), second_key), 1);
+	assert_int_equal(
+		ca_leaf(reloaded, "a.example.com", 13, now, &other, &other_key, err, sizeof(err)),
+		0);
+	assert_int_equal(EVP_PKEY_eq(X509_get0_pubkey(other), other_key), 1);
+	assert_int_not_equal(EVP_PKEY_eq(other_key, first_key), 1);
+	ca_release(reloaded);
+	ca_release(ca);
+}
+
 /* A leaf is replaced once less than a third of its validity is left. */
 static void test_leaf_renewal(void **state)
 {
@@ -746,6 +776,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_leaf_names_and_addresses, test_setup,
 						test_teardown),
 		cmocka_unit_test_setup_teardown(test_leaf_cache, test_setup, test_teardown),
+		cmocka_unit_test_setup_teardown(test_leaf_key_per_ca, test_setup, test_teardown),
 		cmocka_unit_test_setup_teardown(test_leaf_renewal, test_setup, test_teardown),
 		cmocka_unit_test_setup_teardown(test_leaf_within_ca, test_setup, test_teardown),
 		cmocka_unit_test_setup_teardown(test_leaf_lru, test_setup, test_teardown),
