@@ -70,10 +70,51 @@ static void main_print_yaml_path(const char *path)
 	putchar('"');
 }
 
-/* --make-ca DIR: make the CA, then say what was made and what to do next. */
+/* A path as one shell word: as it is when nothing in it is special to a
+ * shell, else in single quotes. */
+static void main_print_shell_path(const char *path)
+{
+	bool plain = path[0] != '\0';
+
+	for (const char *p = path; plain && *p != '\0'; p++)
+		plain = strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+			       "/._-+,:@%=",
+			       *p) != NULL;
+	if (plain) {
+		fputs(path, stdout);
+		return;
+	}
+	putchar('\'');
+	for (const char *p = path; *p != '\0'; p++) {
+		if (*p == '\'')
+			fputs("'\\''", stdout);
+		else
+			putchar(*p);
+	}
+	putchar('\'');
+}
+
+/* dir/name, allocated; realpath leaves no trailing slash, a DIR as given may
+ * have one. */
+static char *main_path_join(const char *dir, const char *name)
+{
+	size_t dir_len = strlen(dir), name_len = strlen(name);
+	bool slash = dir_len > 0 && dir[dir_len - 1] == '/';
+	char *path = xmalloc(dir_len + 1 + name_len + 1);
+
+	memcpy(path, dir, dir_len);
+	if (!slash)
+		path[dir_len++] = '/';
+	memcpy(path + dir_len, name, name_len + 1);
+	return path;
+}
+
+/* --make-ca DIR: make the CA, then say what was made and what to do next.
+ * Paths are printed whole, so that one with spaces or quotes reads back as
+ * itself: shell-quoted in the text, a YAML scalar in the config lines. */
 static int main_make_ca(const char *dir)
 {
-	char err[512], *abs;
+	char err[512], *abs, *cert, *key;
 	const char *shown;
 
 	if (ca_make(dir, err, sizeof(err)) < 0) {
@@ -82,9 +123,15 @@ static int main_make_ca(const char *dir)
 	}
 	abs = realpath(dir, NULL);
 	shown = abs != NULL ? abs : dir;
+	cert = main_path_join(shown, "ca.pem");
+	key = main_path_join(shown, "ca-key.pem");
 	printf("Made a local certificate authority for HTTPS interception:\n"
-	       "  certificate: %s/ca.pem (mode 0644); clients must trust it\n"
-	       "  private key: %s/ca-key.pem (mode 0600); keep it secret: whoever has it\n"
+	       "  certificate: ");
+	main_print_shell_path(cert);
+	printf(" (mode 0644); clients must trust it\n"
+	       "  private key: ");
+	main_print_shell_path(key);
+	printf(" (mode 0600); keep it secret: whoever has it\n"
 	       "               can impersonate any host to every client that trusts the "
 	       "certificate\n"
 	       "\n"
@@ -93,20 +140,22 @@ static int main_make_ca(const char *dir)
 	       "\n"
 	       "intercept:\n"
 	       "  hosts: [\"api.example.com\", \"*.googleapis.com\"]\n"
-	       "  ca_cert: ",
-	       shown, shown);
-	main_print_yaml_path(shown);
-	printf("/ca.pem\n  ca_key: ");
-	main_print_yaml_path(shown);
-	printf("/ca-key.pem\n"
+	       "  ca_cert: ");
+	main_print_yaml_path(cert);
+	printf("\n  ca_key: ");
+	main_print_yaml_path(key);
+	printf("\n"
 	       "\n"
-	       "2. Make the clients trust %s/ca.pem: curl --cacert, SSL_CERT_FILE,\n"
+	       "2. Make the clients trust ");
+	main_print_shell_path(cert);
+	printf(": curl --cacert, SSL_CERT_FILE,\n"
 	       "   REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, a Java keystore or the system\n"
 	       "   store (README.md, \"HTTPS interception\", shows each).\n"
 	       "3. ca-key.pem must belong to the user the proxy runs as: chown it if that\n"
 	       "   is another user, and keep it mode 0600.\n"
-	       "4. retryproxy --check -c CONFIG, then reload the proxy (SIGHUP).\n",
-	       shown);
+	       "4. retryproxy --check -c CONFIG, then reload the proxy (SIGHUP).\n");
+	free(cert);
+	free(key);
 	free(abs);
 	return MAIN_EXIT_OK;
 }

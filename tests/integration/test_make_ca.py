@@ -6,7 +6,9 @@ admin listener of a proxy started with intercept:.
 Origin: none.
 Must hold: --make-ca creates DIR (and its parents) with ca.pem mode 0644 and
 ca-key.pem mode 0600, whatever the umask, and prints both paths and the
-intercept: lines to add, never the key; `openssl x509 -text` shows an X.509
+intercept: lines to add, never the key; for a DIR with a space and a quote
+the paths in the text are one shell word each and the intercept: lines,
+pasted into a config file, pass --check; `openssl x509 -text` shows an X.509
 v3 CA (basicConstraints critical CA:TRUE, keyUsage critical Certificate
 Sign) with the subject O=retryproxy, CN=retryproxy local CA (<host>);
 `openssl pkey` reads an EC P-256 key whose public half is the
@@ -23,6 +25,7 @@ the hosts and the two paths, no key material, and the dump passes --check.
 
 import os
 import re
+import shlex
 import stat
 import subprocess
 
@@ -82,6 +85,30 @@ def scenario(t):
         for text in (cert, key, "intercept:", "ca_cert: " + cert, "ca_key: " + key, "hosts:"):
             h.ok(text in made.stdout, "stdout should have %r:\n%s" % (text, made.stdout))
         h.ok("PRIVATE KEY" not in made.stdout + made.stderr, "the key was printed")
+
+    @t.check("a DIR with a space and a quote: the printed intercept: lines, pasted into a config, "
+             "pass --check; the paths in the text are one shell word each")
+    def _():
+        spaced = os.path.join(tmp, "my CA's dir")
+        spaced_cert = os.path.join(spaced, "ca.pem")
+        p = make_ca(spaced)
+        h.eq(p.returncode, 0, "exit code (stderr %r)" % p.stderr)
+        lines = p.stdout.splitlines()
+        start = lines.index("intercept:")
+        snippet = "\n".join(lines[start:start + 4]) + "\n"
+        h.ok(snippet.splitlines()[-1].startswith("  ca_key: "), "the intercept: lines:\n" + snippet)
+        conf = os.path.join(tmp, "spaced.yaml")
+        with open(conf, "w") as f:
+            f.write(snippet)
+        c = h.run_bin(["--check", "-c", conf])
+        h.eq((c.returncode, c.stdout.strip()), (0, "ok"),
+             "--check of\n%s(stderr %r)" % (snippet, c.stderr))
+        for pattern in (r"certificate: (.*) \(mode 0644\)", r"trust (.*): curl --cacert"):
+            m = re.search(pattern, p.stdout)
+            h.ok(m, "stdout should match %r:\n%s" % (pattern, p.stdout))
+            h.eq(shlex.split(m.group(1)), [spaced_cert], "the path in %r" % m.group(0))
+        m = re.search(r"private key: (.*) \(mode 0600\)", p.stdout)
+        h.eq(shlex.split(m.group(1)), [os.path.join(spaced, "ca-key.pem")], "the key's path")
 
     @t.check("ca.pem is mode 0644 and ca-key.pem 0600")
     def _():
