@@ -324,7 +324,8 @@ static int exchange_route(const struct exchange_owner *owner, const struct http1
 				 owner->peer, owner->tunnel_host, reason);
 			return status;
 		}
-		status = route_check_tunnel(owner->tunnel_host, head, framing, reason, reason_len);
+		status = route_check_tunnel(owner->tunnel_host, owner->upstream->port, head,
+					    framing, reason, reason_len);
 		if (status != 0)
 			return status;
 		host = owner->tunnel_host;

@@ -684,7 +684,7 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 			  enum http1_error *error)
 {
 	struct http1_scan scan;
-	uint16_t port;
+	uint16_t port = 0;
 	bool host_routable = true;
 
 	memset(framing, 0, sizeof(*framing));
@@ -703,6 +703,7 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 		*error = HTTP1_ERR_BAD_HOST;
 		return -1;
 	}
+	framing->host_port = port;
 	if (scan.host == NULL && head->version_minor >= 1) {
 		*error = HTTP1_ERR_MISSING_HOST;
 		return -1;

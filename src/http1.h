@@ -140,6 +140,7 @@ struct http1_framing {
 	const char *host_name; /* request: Host's host without port or IPv6 brackets, NULL when
 				  * absent; what routes match in origin and asterisk form */
 	size_t host_name_len;
+	uint16_t host_port; /* request: Host's port, 0 when it names none */
 };
 
 /* Decide a request's framing, checking Content-Length, Transfer-Encoding,

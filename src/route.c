@@ -1,5 +1,6 @@
 #include "route.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -173,10 +174,45 @@ int route_check_tunnel_host(const struct config *config, const char *tunnel_host
 	return 0;
 }
 
-int route_check_tunnel(const char *tunnel_host, const struct http1_head *head,
+/* host as an IP literal (brackets already gone) into addr: AF_INET,
+ * AF_INET6, or 0 when it is a name. */
+static int route_host_address(const char *host, size_t len, unsigned char *addr)
+{
+	char buf[64];
+
+	if (len == 0 || len >= sizeof(buf))
+		return 0;
+	memcpy(buf, host, len);
+	buf[len] = '\0';
+	if (inet_pton(AF_INET, buf, addr) == 1)
+		return AF_INET;
+	if (inet_pton(AF_INET6, buf, addr) == 1)
+		return AF_INET6;
+	return 0;
+}
+
+bool route_same_host(const char *a, size_t a_len, const char *b, size_t b_len)
+{
+	unsigned char a_addr[16], b_addr[16];
+	int a_family, b_family;
+
+	route_host_normalize(&a, &a_len);
+	route_host_normalize(&b, &b_len);
+	a_family = route_host_address(a, a_len, a_addr);
+	b_family = route_host_address(b, b_len, b_addr);
+	/* an address is the same in every spelling of it (::1, 0:0::1) */
+	if (a_family != 0 || b_family != 0)
+		return a_family == b_family &&
+		       memcmp(a_addr, b_addr, a_family == AF_INET ? 4 : 16) == 0;
+	return a_len == b_len && strncasecmp(a, b, a_len) == 0;
+}
+
+int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, const struct http1_head *head,
 		       const struct http1_framing *framing, char *reason, size_t reason_len)
 {
 	size_t len = strlen(tunnel_host);
+	/* a Host without a port names the https default */
+	uint16_t port = framing->host_port != 0 ? framing->host_port : 443;
 
 	if (head->parsed_target.form != HTTP1_TARGET_ORIGIN) {
 		snprintf(reason, reason_len,
@@ -184,10 +220,14 @@ int route_check_tunnel(const char *tunnel_host, const struct http1_head *head,
 		return 400;
 	}
 	if (framing->host_name != NULL &&
-	    !http1_name_equals(framing->host_name, framing->host_name_len, tunnel_host)) {
-		snprintf(reason, reason_len, "Host %.*s is not the tunnel's host %.*s",
-			 (int)(framing->host_name_len > 200 ? 200 : framing->host_name_len),
-			 framing->host_name, (int)(len > 200 ? 200 : len), tunnel_host);
+	    (!route_same_host(framing->host_name, framing->host_name_len, tunnel_host, len) ||
+	     port != tunnel_port)) {
+		bool v6 = memchr(tunnel_host, ':', len) != NULL;
+
+		snprintf(reason, reason_len, "Host %.*s is not the tunnel's %s%.*s%s:%u",
+			 (int)(framing->host_len > 200 ? 200 : framing->host_len), framing->host,
+			 v6 ? "[" : "", (int)(len > 200 ? 200 : len), tunnel_host, v6 ? "]" : "",
+			 tunnel_port);
 		return 400;
 	}
 	return 0;

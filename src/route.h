@@ -57,10 +57,17 @@ bool route_host_intercepted(const struct config *config, const char *host, size_
 int route_check_tunnel_host(const struct config *config, const char *tunnel_host, char *reason,
 			    size_t reason_len);
 
-/* Inside an intercepted tunnel every request names the tunnel's host (the
- * CONNECT host, no port): no fronting another host through it, and
- * origin-form only. Returns 0, or 400 with a reason. */
-int route_check_tunnel(const char *tunnel_host, const struct http1_head *head,
+/* Do two hosts (a name, or an IP literal with or without brackets) name the
+ * same host: names compared without regard to case or a trailing dot,
+ * addresses as addresses (0:0::1 is ::1)? */
+bool route_same_host(const char *a, size_t a_len, const char *b, size_t b_len);
+
+/* Inside an intercepted tunnel every request names the tunnel's host and port
+ * (the CONNECT host without brackets, and its port) or has no Host at all
+ * (HTTP/1.0): no fronting another host or port through it, and origin-form
+ * only. Hosts compare as route_same_host says; a Host without a port means
+ * 443. Returns 0, or 400 with a reason. */
+int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, const struct http1_head *head,
 		       const struct http1_framing *framing, char *reason, size_t reason_len);
 
 #endif

@@ -1,8 +1,8 @@
 /* Requests inside an intercepted tunnel: the decrypted bytes go through the
  * same strict parser, and then the tunnel's own rule (origin-form only, the
- * Host the tunnel's host). Whatever the bytes, a request the rule lets
- * through names the tunnel's host or none, in origin-form; one it refuses
- * says why. */
+ * Host the tunnel's host and port). Whatever the bytes, a request the rule
+ * lets through names the tunnel's host and port or none, in origin-form; one
+ * it refuses says why. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -24,12 +24,16 @@ static const char *const fuzz_tunnel_hosts[] = {
 	"localhost",
 };
 
+/* Their ports: the https default, and another. */
+static const uint16_t fuzz_tunnel_ports[] = { 443, 8443 };
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const struct http1_limits limits = { .max_head_bytes = 8192, .max_target_bytes = 2048 };
 	struct http1_framing framing;
 	enum http1_error error;
 	const char *tunnel;
+	uint16_t port;
 	char reason[256];
 	int status;
 
@@ -38,17 +42,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* the first byte picks the tunnel; the rest is what the client sent */
 	tunnel = fuzz_tunnel_hosts[data[0] %
 				   (sizeof(fuzz_tunnel_hosts) / sizeof(fuzz_tunnel_hosts[0]))];
+	port = fuzz_tunnel_ports[(data[0] / 4) % 2];
 	if (http1_parse_request_head((const char *)data + 1, size - 1, &limits, &fuzz_head,
 				     &error) != HTTP1_PARSE_DONE ||
 	    http1_request_framing(&fuzz_head, &framing, &error) < 0)
 		return 0;
 	reason[0] = '\0';
-	status = route_check_tunnel(tunnel, &fuzz_head, &framing, reason, sizeof(reason));
+	status = route_check_tunnel(tunnel, port, &fuzz_head, &framing, reason, sizeof(reason));
 	if (status == 0) {
 		if (fuzz_head.parsed_target.form != HTTP1_TARGET_ORIGIN)
 			abort();
 		if (framing.host_name != NULL &&
-		    !http1_name_equals(framing.host_name, framing.host_name_len, tunnel))
+		    (!route_same_host(framing.host_name, framing.host_name_len, tunnel,
+				      strlen(tunnel)) ||
+		     (framing.host_port != 0 ? framing.host_port : 443) != port))
 			abort();
 	} else if (status != 400 || reason[0] == '\0') {
 		abort();

@@ -19,8 +19,11 @@ https://host:port/path, keep-alive inside the tunnel; a TLS 1.3 request
 sent in one segment with the client's Finished, or arriving with it while
 the proxy is stopped, is answered at once, not after client_timeout; a
 body that ends with the connection, and a refusal, end with the proxy's
-close_notify, so a strict TLS client sees no truncation); a Host naming
-another host is a 400 and nothing reaches the origin; a host
+close_notify, so a strict TLS client sees no truncation); the Host inside
+is compared with the CONNECT authority as a host and port (any case, a
+trailing dot, no port meaning 443): another spelling of the same host
+passes, a Host naming another host or port is a 400 and nothing reaches
+the origin; a host
 not listed is tunnelled blind (the client sees the origin's own certificate); a client
 that trusts only its own store fails its handshake, which is logged with
 the host and counted in retryproxy_intercept_failures_total, and the proxy
@@ -230,7 +233,7 @@ def scenario(t):
         s, tls, incoming, outgoing = handshake_by_hand(proxy.port(), "localhost", good.port,
                                                        local_ca)
         with s:
-            tls.write(b"GET /echo?t=coalesced HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            tls.write(b"GET /echo?t=coalesced HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % good.port)
             s.sendall(outgoing.read())
             got = read_by_hand(s, tls, incoming, 5)
         h.ok(got.startswith(b"HTTP/1.1 200"), "response %r" % got[:100])
@@ -244,7 +247,8 @@ def scenario(t):
             os.kill(proxy.pid, signal.SIGSTOP)
             try:
                 s.sendall(outgoing.read())
-                tls.write(b"GET /echo?t=stopped HTTP/1.1\r\nHost: localhost\r\n\r\n")
+                tls.write(b"GET /echo?t=stopped HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                          % good.port)
                 s.sendall(outgoing.read())
                 time.sleep(0.1)
             finally:
@@ -256,7 +260,7 @@ def scenario(t):
              "ends with the connection, and a refusal, to a clean end")
     def _():
         for request, status, size in (
-                (b"GET /close/5000 HTTP/1.1\r\nHost: localhost\r\n\r\n", 200, 5000),
+                (b"GET /close/5000 HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % good.port, 200, 5000),
                 (b"GET /echo HTTP/1.1\r\nHost: other.example\r\n\r\n", 400, None)):
             s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
             s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -287,6 +291,24 @@ def scenario(t):
             r = read_response(tls)
         h.eq(r.status, 400, "status")
         h.eq(len(good.requests), before, "requests at the origin")
+
+    @t.check("the Host inside the tunnel is compared as a host and port: other spellings of the "
+             "CONNECT host pass, another port or no port (443) is a 400")
+    def _():
+        cases = [("localhost", "LOCALHOST:%d" % good.port, 200),
+                 ("localhost", "localhost.:%d" % good.port, 200),
+                 ("127.0.0.1", "127.0.0.1:%d" % good.port, 200),
+                 ("localhost", "localhost:9", 400),
+                 ("localhost", "localhost", 400),
+                 ("127.0.0.1", "localhost:%d" % good.port, 400)]
+        for i, (tunnel, host, status) in enumerate(cases):
+            with connect_tls(proxy.port(), tunnel, good.port, local_ca) as tls:
+                tls.sendall(("GET /echo?t=hostcmp%d HTTP/1.1\r\nHost: %s\r\n\r\n"
+                             % (i, host)).encode())
+                r = read_response(tls)
+            h.eq(r.status, status, "status for Host %s in a tunnel to %s:%d" % (host, tunnel, good.port))
+            seen = [q for q in good.requests_for("/echo") if q.query.get("t") == "hostcmp%d" % i]
+            h.eq(len(seen), 1 if status == 200 else 0, "requests at the origin for Host %s" % host)
 
     p2 = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost"')
 
@@ -356,7 +378,8 @@ def scenario(t):
         p3.wait_log("reload: now running", count=p3_reloads[0])
 
     def tunnel_get(tls, tag, host):
-        tls.sendall(("GET /echo?t=%s HTTP/1.1\r\nHost: %s\r\n\r\n" % (tag, host)).encode())
+        tls.sendall(("GET /echo?t=%s HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                     % (tag, host, good.port)).encode())
         conn = h.RawConn.over(tls)
         return conn, conn.read_response()
 

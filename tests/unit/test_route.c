@@ -387,26 +387,48 @@ static void test_destination_allow_all_and_long_host(void **state)
 }
 
 /* Inside an intercepted tunnel: origin-form requests naming the tunnel's host
- * (any case, any port, or no Host at all on HTTP/1.0) pass; another host or
- * another form is a 400. */
+ * and port pass, however the same host is spelled (case, a trailing dot, an
+ * IPv6 literal's forms; no port for 443), and so does no Host at all on
+ * HTTP/1.0; another host, another port or another form is a 400. */
 static void test_check_tunnel(void **state)
 {
 	static const struct {
 		const char *tunnel;
+		uint16_t port;
 		const char *request;
 		int status;
+		const char *reason; /* when status is not 0 */
 	} cases[] = {
-		{ "api.example", "GET /x HTTP/1.1\r\nHost: api.example\r\n", 0 },
-		{ "api.example", "GET /x HTTP/1.1\r\nHost: API.Example:443\r\n", 0 },
-		{ "api.example", "GET /x HTTP/1.0\r\n", 0 },
-		{ "::1", "GET / HTTP/1.1\r\nHost: [::1]:8443\r\n", 0 },
-		{ "127.0.0.1", "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n", 0 },
-		{ "api.example", "GET /x HTTP/1.1\r\nHost: other.example\r\n", 400 },
-		{ "api.example", "GET /x HTTP/1.1\r\nHost: api.example.evil\r\n", 400 },
-		{ "api.example", "GET https://api.example/x HTTP/1.1\r\nHost: api.example\r\n",
-		  400 },
-		{ "api.example", "OPTIONS * HTTP/1.1\r\nHost: api.example\r\n", 400 },
-		{ "api.example", "CONNECT api.example:443 HTTP/1.1\r\nHost: api.example\r\n", 400 },
+		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: api.example\r\n", 0, NULL },
+		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: API.Example:443\r\n", 0, NULL },
+		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: api.example.\r\n", 0, NULL },
+		{ "api.example.", 443, "GET /x HTTP/1.1\r\nHost: API.EXAMPLE\r\n", 0, NULL },
+		{ "api.example", 8443, "GET /x HTTP/1.1\r\nHost: api.example.:8443\r\n", 0, NULL },
+		{ "api.example", 443, "GET /x HTTP/1.0\r\n", 0, NULL },
+		{ "::1", 8443, "GET / HTTP/1.1\r\nHost: [::1]:8443\r\n", 0, NULL },
+		{ "::1", 8443, "GET / HTTP/1.1\r\nHost: [0:0::1]:8443\r\n", 0, NULL },
+		{ "2001:db8::a", 443, "GET / HTTP/1.1\r\nHost: [2001:DB8:0:0::A]\r\n", 0, NULL },
+		{ "127.0.0.1", 443, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n", 0, NULL },
+		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: other.example\r\n", 400,
+		  "Host other.example is not the tunnel's api.example:443" },
+		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: api.example.evil\r\n", 400,
+		  "Host api.example.evil is not the tunnel's api.example:443" },
+		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: api.example..\r\n", 400, NULL },
+		{ "api.example", 8443, "GET /x HTTP/1.1\r\nHost: API.example:9999\r\n", 400,
+		  "Host API.example:9999 is not the tunnel's api.example:8443" },
+		{ "api.example", 8443, "GET /x HTTP/1.1\r\nHost: api.example\r\n", 400,
+		  "Host api.example is not the tunnel's api.example:8443" },
+		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: api.example:8443\r\n", 400, NULL },
+		{ "::1", 8443, "GET / HTTP/1.1\r\nHost: [::2]:8443\r\n", 400,
+		  "Host [::2]:8443 is not the tunnel's [::1]:8443" },
+		{ "::1", 8443, "GET / HTTP/1.1\r\nHost: localhost:8443\r\n", 400, NULL },
+		{ "127.0.0.1", 443, "GET / HTTP/1.1\r\nHost: [::ffff:127.0.0.1]\r\n", 400, NULL },
+		{ "127.0.0.1", 443, "GET / HTTP/1.1\r\nHost: 127.0.0.2\r\n", 400, NULL },
+		{ "api.example", 443, "GET https://api.example/x HTTP/1.1\r\nHost: api.example\r\n",
+		  400, "only origin-form requests inside an intercepted tunnel" },
+		{ "api.example", 443, "OPTIONS * HTTP/1.1\r\nHost: api.example\r\n", 400, NULL },
+		{ "api.example", 443, "CONNECT api.example:443 HTTP/1.1\r\nHost: api.example\r\n",
+		  400, NULL },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -423,13 +445,15 @@ static void test_check_tunnel(void **state)
 		assert_int_equal(http1_parse_request_head(buf, len, &limits, &head, &error),
 				 HTTP1_PARSE_DONE);
 		assert_int_equal(http1_request_framing(&head, &framing, &error), 0);
-		status = route_check_tunnel(cases[i].tunnel, &head, &framing, reason,
+		status = route_check_tunnel(cases[i].tunnel, cases[i].port, &head, &framing, reason,
 					    sizeof(reason));
 		if (status != cases[i].status)
 			fail_msg("case %zu (%s): status %d (%s)", i, cases[i].request, status,
 				 reason);
 		if (status != 0 && reason[0] == '\0')
 			fail_msg("case %zu: no reason", i);
+		if (cases[i].reason != NULL)
+			assert_string_equal(reason, cases[i].reason);
 	}
 }
 
