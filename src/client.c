@@ -1,6 +1,7 @@
 #include "client.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -277,6 +278,22 @@ static void client_handshake_done(struct client *client, short what)
 				  intercept_prefix(client->intercept));
 		client->state = CLIENT_READING_HEAD;
 		client_arm_head_timer(client);
+		return;
+	}
+	if ((what & CONN_HANDSHAKE) && tls_failure_is_close(conn_tls_error(client->conn))) {
+		/* a client that hangs up (or a port scanner) has not refused
+		 * anything: neither counted nor warned about */
+		int error = conn_error(client->conn);
+		char reason[160];
+
+		if (error == 0 || error == ECONNRESET)
+			snprintf(reason, sizeof(reason),
+				 "client %s the connection during the TLS handshake",
+				 error == 0 ? "closed" : "reset");
+		else
+			snprintf(reason, sizeof(reason),
+				 "connection lost during the TLS handshake: %s", strerror(error));
+		client_close(client, reason);
 		return;
 	}
 	if (what & CONN_HANDSHAKE) {

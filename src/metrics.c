@@ -338,7 +338,8 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 			    (unsigned long long)metrics->pool_reuse);
 
 	metrics_header(out, "retryproxy_intercept_failures_total", "counter",
-		       "Client TLS handshakes in intercepted CONNECT tunnels that failed.");
+		       "Client TLS handshakes in intercepted CONNECT tunnels that failed; a client "
+		       "that only closed or reset the connection is not counted.");
 	evbuffer_add_printf(out, "retryproxy_intercept_failures_total %llu\n",
 			    (unsigned long long)metrics->intercept_failures);
 }

@@ -283,6 +283,13 @@ SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *er
 	return ssl;
 }
 
+bool tls_failure_is_close(unsigned long ssl_error)
+{
+	/* nothing from OpenSSL: the socket said EOF or reset (SSL_ERROR_SYSCALL) */
+	return ssl_error == 0 || (ERR_GET_LIB(ssl_error) == ERR_LIB_SSL &&
+				  ERR_GET_REASON(ssl_error) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
+}
+
 void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,
 			size_t len)
 {

@@ -36,6 +36,12 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
  * EOF. NULL with a reason in err. */
 SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *err, size_t err_len);
 
+/* Did a handshake end only because the peer closed or reset the connection
+ * (ssl_error as conn_tls_error gives it: none, or an unexpected EOF), rather
+ * than by anything said over TLS (an alert such as bad_certificate, bytes
+ * that are not TLS, no common version or cipher)? */
+bool tls_failure_is_close(unsigned long ssl_error);
+
 /* Why a handshake failed: the certificate verification result when that was
  * the cause (*verify_failed set), else OpenSSL's error queue. */
 void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,

@@ -27,7 +27,8 @@ the origin; a host
 not listed is tunnelled blind (the client sees the origin's own certificate); a client
 that trusts only its own store fails its handshake, which is logged with
 the host and counted in retryproxy_intercept_failures_total, and the proxy
-keeps serving; an upstream whose certificate fails verification is a 502
+keeps serving; so is a client that speaks HTTP instead of TLS, but not one
+that closes or resets the connection before or during its handshake; an upstream whose certificate fails verification is a 502
 inside the tunnel; a reload picks up a new host list and a new CA; a reload
 that takes a host out of access.allow_hosts or out of interception (its
 pattern, or intercept: altogether) answers the next request in a tunnel to
@@ -40,6 +41,7 @@ import re
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import time
 
@@ -337,6 +339,62 @@ def scenario(t):
                                              if q.query.get("t") == "refused"], [], "origin requests")
         r = get("https://localhost:%d/echo?t=after" % good.port)
         h.eq(r.status, 200, "a request after the failure")
+
+    @t.check("a client that closes or resets before or during the handshake is neither counted "
+             "nor warned about; one that speaks no TLS is")
+    def _():
+        hello_ctx = ssl.create_default_context(cafile=local_ca)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        try:
+            hello_ctx.wrap_bio(incoming, outgoing, server_hostname="localhost").do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        hello = outgoing.read()
+
+        def tunnel():
+            s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
+            s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                       % (good.port, good.port)).encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(1)
+            return s
+
+        def reset(s):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+
+        before = metric("retryproxy_intercept_failures_total")
+        warned = len([l for l in proxy.stderr_lines() if "intercept: client" in l])
+        s = tunnel()
+        s.close()
+        s = tunnel()
+        s.sendall(hello[:30])
+        time.sleep(0.1)
+        s.close()
+        s = tunnel()
+        s.sendall(hello)
+        time.sleep(0.1)
+        reset(s)
+        s = tunnel()
+        reset(s)
+        h.wait_until(lambda: metric('retryproxy_connections{side="client"}') == 0, 5,
+                     "the proxy has seen the four clients go")
+        h.eq(metric("retryproxy_intercept_failures_total"), before, "failures counted")
+        h.eq([l for l in proxy.stderr_lines() if "intercept: client" in l][warned:], [],
+             "warnings")
+        s = tunnel()
+        s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        s.settimeout(5)
+        try:
+            while s.recv(4096):
+                pass
+        except (ConnectionResetError, socket.timeout):
+            pass
+        s.close()
+        h.wait_until(lambda: metric("retryproxy_intercept_failures_total") == before + 1, 5,
+                     "a client speaking HTTP instead of TLS counted")
+        proxy.wait_log(r"intercept: client .* failed its handshake: .*http request")
 
     @t.check("an upstream certificate that fails verification is a 502 inside the tunnel")
     def _():

@@ -129,7 +129,7 @@ static const char *const test_golden[] = {
 	"# TYPE retryproxy_pool_reuse_total counter",
 	"retryproxy_pool_reuse_total 2",
 	"# HELP retryproxy_intercept_failures_total Client TLS handshakes in intercepted CONNECT "
-	"tunnels that failed.",
+	"tunnels that failed; a client that only closed or reset the connection is not counted.",
 	"# TYPE retryproxy_intercept_failures_total counter",
 	"retryproxy_intercept_failures_total 1",
 };

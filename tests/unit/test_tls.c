@@ -1,4 +1,5 @@
-/* Unit tests for tls.c: the server side of an intercepted tunnel. */
+/* Unit tests for tls.c: the server side of an intercepted tunnel, and which
+ * handshake failures are only a peer that went away. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -52,10 +54,25 @@ static void test_server_options(void **state)
 	tls_store_free(store);
 }
 
+/* A handshake that ended with the peer's EOF or reset is a close; an alert or
+ * bytes that are not TLS are failures. */
+static void test_failure_is_close(void **state)
+{
+	assert_true(tls_failure_is_close(0));
+	assert_true(
+		tls_failure_is_close(ERR_PACK(ERR_LIB_SSL, 0, SSL_R_UNEXPECTED_EOF_WHILE_READING)));
+	assert_false(tls_failure_is_close(ERR_PACK(ERR_LIB_SSL, 0, SSL_R_TLSV1_ALERT_UNKNOWN_CA)));
+	assert_false(
+		tls_failure_is_close(ERR_PACK(ERR_LIB_SSL, 0, SSL_R_SSLV3_ALERT_BAD_CERTIFICATE)));
+	assert_false(tls_failure_is_close(ERR_PACK(ERR_LIB_SSL, 0, SSL_R_HTTP_REQUEST)));
+	assert_false(tls_failure_is_close(ERR_PACK(ERR_LIB_SSL, 0, SSL_R_WRONG_VERSION_NUMBER)));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_server_options),
+		cmocka_unit_test(test_failure_is_close),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
