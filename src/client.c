@@ -147,7 +147,10 @@ static void client_watch_body(void *arg, bool on)
 	client_set_timeouts(arg, on);
 }
 
-/* Refuse a request before any exchange exists: answer, log, close. */
+/* Refuse a request before any exchange exists: answer, log, close. Inside an
+ * intercepted tunnel the logged target says which one, as for the requests
+ * it proxies: https://host:port before an origin-form target, or alone when
+ * the request line could not be read. */
 static void client_refuse(struct client *client, const struct http1_head *head, int status,
 			  const char *text)
 {
@@ -162,14 +165,29 @@ static void client_refuse(struct client *client, const struct http1_head *head, 
 		.attempts = 0,
 		.note = text,
 	};
+	const char *prefix = client->intercept != NULL ? intercept_prefix(client->intercept) : NULL;
+	char *target = NULL;
 
 	if (head != NULL && head->method_len > 0) {
 		record.method = head->method;
 		record.method_len = head->method_len;
 		record.target = head->target;
 		record.target_len = head->target_len;
+		if (prefix != NULL && head->target_len > 0 && head->target[0] == '/') {
+			size_t prefix_len = strlen(prefix);
+
+			target = xmalloc(prefix_len + head->target_len);
+			memcpy(target, prefix, prefix_len);
+			memcpy(target + prefix_len, head->target, head->target_len);
+			record.target = target;
+			record.target_len = prefix_len + head->target_len;
+		}
+	} else if (prefix != NULL) {
+		record.target = prefix;
+		record.target_len = strlen(prefix);
 	}
 	access_log_write(&record);
+	free(target);
 	reply_error(conn_output(client->conn), status, text, 0, true);
 	client_close_after_flush(client);
 }
@@ -336,7 +354,9 @@ static void client_read_head(struct client *client)
 	client_adopt_config(client);
 	if (!client_allowed(client->config, (const struct sockaddr *)&client->peer_addr)) {
 		/* accepted before a reload that took this client's access away */
-		log_warn("client %s: refused: no longer in access.allow_clients", client->peer);
+		log_warn("client %s: refused%s%s: no longer in access.allow_clients", client->peer,
+			 client->intercept != NULL ? " a request in the tunnel to " : "",
+			 client->intercept != NULL ? intercept_prefix(client->intercept) : "");
 		client_refuse(client, NULL, 403,
 			      "client address not allowed by access.allow_clients");
 		return;

@@ -211,23 +211,23 @@ int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, const stru
 		       const struct http1_framing *framing, char *reason, size_t reason_len)
 {
 	size_t len = strlen(tunnel_host);
+	int shown = (int)(len > 200 ? 200 : len);
+	bool v6 = memchr(tunnel_host, ':', len) != NULL; /* the reason writes [host]:port */
 	/* a Host without a port names the https default */
 	uint16_t port = framing->host_port != 0 ? framing->host_port : 443;
 
 	if (head->parsed_target.form != HTTP1_TARGET_ORIGIN) {
 		snprintf(reason, reason_len,
-			 "only origin-form requests inside an intercepted tunnel");
+			 "only origin-form requests inside the intercepted tunnel to %s%.*s%s:%u",
+			 v6 ? "[" : "", shown, tunnel_host, v6 ? "]" : "", tunnel_port);
 		return 400;
 	}
 	if (framing->host_name != NULL &&
 	    (!route_same_host(framing->host_name, framing->host_name_len, tunnel_host, len) ||
 	     port != tunnel_port)) {
-		bool v6 = memchr(tunnel_host, ':', len) != NULL;
-
 		snprintf(reason, reason_len, "Host %.*s is not the tunnel's %s%.*s%s:%u",
 			 (int)(framing->host_len > 200 ? 200 : framing->host_len), framing->host,
-			 v6 ? "[" : "", (int)(len > 200 ? 200 : len), tunnel_host, v6 ? "]" : "",
-			 tunnel_port);
+			 v6 ? "[" : "", shown, tunnel_host, v6 ? "]" : "", tunnel_port);
 		return 400;
 	}
 	return 0;

@@ -23,7 +23,8 @@ close_notify, so a strict TLS client sees no truncation); the Host inside
 is compared with the CONNECT authority as a host and port (any case, a
 trailing dot, no port meaning 443): another spelling of the same host
 passes, a Host naming another host or port is a 400 and nothing reaches
-the origin; a host
+the origin; a refusal inside a tunnel is logged with the tunnel's
+https://host:port before its target (or alone, or named in the note); a host
 not listed is tunnelled blind (the client sees the origin's own certificate); a client
 that trusts only its own store fails its handshake, which is logged with
 the host and counted in retryproxy_intercept_failures_total, and the proxy
@@ -293,6 +294,35 @@ def scenario(t):
             r = read_response(tls)
         h.eq(r.status, 400, "status")
         h.eq(len(good.requests), before, "requests at the origin")
+
+    @t.check("a refusal inside the tunnel logs which tunnel: https://host:port before an "
+             "origin-form target, alone for an unreadable request, named in the reason otherwise")
+    def _():
+        prefix = "https://localhost:%d" % good.port
+        refusals = [
+            (b"GET /echo?t=refused-fronted HTTP/1.1\r\nHost: other.example\r\n\r\n",
+             prefix + "/echo?t=refused-fronted"),
+            (b"GET /echo?t=refused-length HTTP/1.1\r\nHost: localhost:%d\r\n"
+             b"Content-Length: x\r\n\r\n" % good.port, prefix + "/echo?t=refused-length"),
+            (b"GET /echo?t=refused bad\r\n\r\n", prefix),
+            (b"GET http://other.example/?t=refused-absolute HTTP/1.1\r\nHost: other.example\r\n\r\n",
+             "http://other.example/?t=refused-absolute"),
+        ]
+        for request, target in refusals:
+            seen = len(proxy.access_lines())
+            with connect_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
+                tls.sendall(request)
+                r = read_response(tls)
+            h.eq(r.status, 400, "status for %r" % request)
+            h.wait_until(lambda: [l for l in proxy.access_lines()[seen:]
+                                  if h.access_fields(l)["status"] == "400"], 5,
+                         "the access line of %r" % request)
+            fields = h.access_fields([l for l in proxy.access_lines()[seen:]
+                                      if h.access_fields(l)["status"] == "400"][0])
+            h.eq(fields["target"], target, "access-log target for %r" % request)
+            if not target.startswith(prefix):
+                h.ok("localhost:%d" % good.port in fields["note"],
+                     "the note should name the tunnel: %r" % fields["note"])
 
     @t.check("the Host inside the tunnel is compared as a host and port: other spellings of the "
              "CONNECT host pass, another port or no port (443) is a 400")
