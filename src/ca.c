@@ -543,15 +543,59 @@ static int ca_forbid_dumps(char *err, size_t err_len)
 	return 0;
 }
 
+/* A time as the errors write it: 2031-05-04 12:00:00 UTC. */
+static void ca_format_time(time_t t, char *buf, size_t size)
+{
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(buf, size, "%Y-%m-%d %H:%M:%S UTC", &tm);
+}
+
+/* Whether cert can sign leaves at now: a CA, with readable dates that hold
+ * now. Returns 0, or -1 with the reason in err. */
+static int ca_check_cert(X509 *cert, const char *path, time_t now, time_t *not_before,
+			 time_t *not_after, char *err, size_t err_len)
+{
+	const char *why = ca_not_a_ca(cert);
+	char when[64];
+
+	if (why == NULL && (!ca_time(X509_get0_notBefore(cert), not_before) ||
+			    !ca_time(X509_get0_notAfter(cert), not_after)))
+		why = "the certificate's validity dates cannot be read";
+	if (why != NULL) {
+		ca_error(err, err_len, "%s", why);
+		return -1;
+	}
+	/* a CA that cannot make a leaf clients accept is a config error, found
+	 * by --check and a reload rather than by the first CONNECT */
+	if (now >= *not_after) {
+		ca_format_time(*not_after, when, sizeof(when));
+		ca_error(err, err_len,
+			 "the CA certificate %s expired on %s: make a new one "
+			 "(retryproxy --make-ca DIR)",
+			 path, when);
+		return -1;
+	}
+	if (now < *not_before) {
+		ca_format_time(*not_before, when, sizeof(when));
+		ca_error(err, err_len,
+			 "the CA certificate %s is not valid before %s: is this machine's clock "
+			 "right?",
+			 path, when);
+		return -1;
+	}
+	return 0;
+}
+
 /* Load and check a CA's certificate, then its key (its file's mode first). */
 struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_failure *failure,
 		   char *err, size_t err_len)
 {
 	X509 *cert = ca_load_cert(cert_path, err, err_len);
 	EVP_PKEY *key, *leaf_key;
-	const char *why;
 	struct ca *ca;
-	time_t not_after;
+	time_t not_before, not_after;
 	enum ca_load_failure ignored;
 
 	if (failure == NULL)
@@ -559,11 +603,7 @@ struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_fai
 	*failure = CA_LOAD_CERT;
 	if (cert == NULL)
 		return NULL;
-	why = ca_not_a_ca(cert);
-	if (why == NULL && !ca_time(X509_get0_notAfter(cert), &not_after))
-		why = "the certificate's notAfter cannot be read";
-	if (why != NULL) {
-		ca_error(err, err_len, "%s", why);
+	if (ca_check_cert(cert, cert_path, time(NULL), &not_before, &not_after, err, err_len) < 0) {
 		X509_free(cert);
 		ERR_clear_error();
 		return NULL;

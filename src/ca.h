@@ -37,7 +37,8 @@ enum ca_load_failure {
 
 /* Load a CA from its certificate and key files. Refuses: a certificate that does
  * not load or is not a CA (basicConstraints CA:TRUE, keyUsage keyCertSign when
- * keyUsage is present); a key file readable by group or others (checked with
+ * keyUsage is present), or is expired or not yet valid now (the reason names
+ * the file and the date); a key file readable by group or others (checked with
  * stat before reading it: "readable by group or others (mode 0644): chmod 600
  * it"); a key that does not load; a key that does not match the certificate.
  * Returns NULL with a reason in err, and *failure says which file to blame. The

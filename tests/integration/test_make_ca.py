@@ -19,8 +19,10 @@ error; --help names it. A config whose intercept: points at the made files
 (relative to the config file) passes --check; once the key is chmod 0644
 --check exits 1 with `FILE:LINE:COL: intercept.ca_key: readable by group or
 others (mode 0644): chmod 600 it` at the ca_key value; a key from another
-CA fails at ca_key too. A running proxy with intercept: shows in /config
-the hosts and the two paths, no key material, and the dump passes --check.
+CA fails at ca_key too; a CA made with openssl ca that has expired, or is
+not valid until 2099, fails --check at ca_cert with the file and the date.
+A running proxy with intercept: shows in /config the hosts and the two
+paths, no key material, and the dump passes --check.
 """
 
 import os
@@ -51,6 +53,28 @@ intercept:
   hosts: [api.example.com]
   ca_cert: ca/ca.pem
   ca_key: ca/ca-key.pem
+"""
+
+
+# openssl ca, to make self-signed CAs with chosen dates (openssl req -x509
+# cannot date one in the past or the future).
+DATED_CA_CNF = """\
+[ ca ]
+default_ca = dated
+[ dated ]
+database = index.txt
+new_certs_dir = .
+serial = serial
+default_md = sha256
+policy = any_name
+x509_extensions = ca_ext
+unique_subject = no
+[ any_name ]
+commonName = supplied
+[ ca_ext ]
+basicConstraints = critical,CA:TRUE
+keyUsage = critical,keyCertSign,cRLSign
+subjectKeyIdentifier = hash
 """
 
 
@@ -236,6 +260,44 @@ def scenario(t):
         h.eq(p.returncode, 1, "exit code (stdout %r)" % p.stdout)
         h.ok(re.search(r"^%s:3:12: intercept\.ca_cert: cannot read .*nothing\.pem" % re.escape(path),
                        p.stderr, re.M), "stderr: %r" % p.stderr)
+
+    @t.check("--check fails at ca_cert, naming the file and the date, for a CA that has expired "
+             "or is not valid yet (made with openssl ca)")
+    def _():
+        pki = os.path.join(tmp, "dated")
+        os.makedirs(pki)
+        with open(os.path.join(pki, "ca.cnf"), "w") as f:
+            f.write(DATED_CA_CNF)
+        for name, start, end, words in (
+                ("expired", "20200101000000Z", "20200201000000Z", "expired on 2020-02-01 00:00:00 UTC"),
+                ("future", "20990101000000Z", "20991231000000Z",
+                 "is not valid before 2099-01-01 00:00:00 UTC")):
+            with open(os.path.join(pki, "index.txt"), "w") as f:
+                f.write("")
+            with open(os.path.join(pki, "serial"), "w") as f:
+                f.write("01\n")
+            dated_cert = os.path.join(pki, name + ".pem")
+            dated_key = os.path.join(pki, name + "-key.pem")
+            csr = os.path.join(pki, name + ".csr")
+            p = subprocess.run([OPENSSL, "req", "-new", "-newkey", "ec", "-pkeyopt",
+                                "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", dated_key,
+                                "-out", csr, "-subj", "/CN=dated CA"],
+                               cwd=pki, capture_output=True, text=True, timeout=30)
+            h.eq(p.returncode, 0, "openssl req (%s)" % p.stderr)
+            os.chmod(dated_key, 0o600)
+            p = subprocess.run([OPENSSL, "ca", "-batch", "-config", "ca.cnf", "-selfsign",
+                                "-keyfile", dated_key, "-in", csr, "-out", dated_cert, "-notext",
+                                "-startdate", start, "-enddate", end],
+                               cwd=pki, capture_output=True, text=True, timeout=30)
+            h.eq(p.returncode, 0, "openssl ca (%s)" % p.stderr)
+            path = os.path.join(pki, name + ".yaml")
+            with open(path, "w") as f:
+                f.write(CHECKED.replace("ca/ca.pem", dated_cert).replace("ca/ca-key.pem", dated_key))
+            p = h.run_bin(["--check", "-c", path])
+            h.eq(p.returncode, 1, "%s: exit code (stdout %r)" % (name, p.stdout))
+            want = "%s:3:12: intercept.ca_cert: the CA certificate %s %s" % (path, dated_cert, words)
+            h.ok(any(l.startswith(want) for l in p.stderr.splitlines()),
+                 "%s: stderr should have a line starting %r: %r" % (name, want, p.stderr))
 
     proxy = t.proxy(CONFIG, CERT=cert, KEY=key)
     admin = "http://127.0.0.1:%d" % proxy.port(1)

@@ -351,9 +351,10 @@ static void test_add_ext(X509 *x, X509V3_CTX *ctx, int nid, const char *value)
 	X509_EXTENSION_free(ext);
 }
 
-/* A certificate for key, self-signed, with these extensions (NULL: none). */
-static void test_write_cert(const char *path, EVP_PKEY *key, const char *bcons, const char *usage,
-			    time_t not_after)
+/* A certificate for key, self-signed, with these extensions (NULL: none),
+ * valid from not_before to not_after. */
+static void test_write_cert_dated(const char *path, EVP_PKEY *key, const char *bcons,
+				  const char *usage, time_t not_before, time_t not_after)
 {
 	X509 *x = X509_new();
 	X509_NAME *name = X509_get_subject_name(x);
@@ -362,7 +363,7 @@ static void test_write_cert(const char *path, EVP_PKEY *key, const char *bcons, 
 
 	assert_int_equal(X509_set_version(x, X509_VERSION_3), 1);
 	ASN1_INTEGER_set(X509_get_serialNumber(x), 7);
-	ASN1_TIME_set(X509_getm_notBefore(x), time(NULL) - DAY);
+	ASN1_TIME_set(X509_getm_notBefore(x), not_before);
 	ASN1_TIME_set(X509_getm_notAfter(x), not_after);
 	X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, (const unsigned char *)"test", -1, -1,
 				   0);
@@ -380,6 +381,13 @@ static void test_write_cert(const char *path, EVP_PKEY *key, const char *bcons, 
 	PEM_write_X509(f, x);
 	fclose(f);
 	X509_free(x);
+}
+
+/* The same, valid from a day ago. */
+static void test_write_cert(const char *path, EVP_PKEY *key, const char *bcons, const char *usage,
+			    time_t not_after)
+{
+	test_write_cert_dated(path, key, bcons, usage, time(NULL) - DAY, not_after);
 }
 
 static void test_write_key(const char *path, EVP_PKEY *key, const EVP_CIPHER *cipher)
@@ -441,6 +449,29 @@ static void test_load_refusals(void **state)
 	/* a CA without keyUsage at all is one */
 	test_write_cert(path, ec, "critical,CA:TRUE", NULL, time(NULL) + DAY);
 	ca_release(ca_load(path, path2, NULL, NULL, 0));
+	/* a CA that cannot sign a leaf clients accept now: expired, or not
+	 * valid yet; the reason names the file and the date */
+	{
+		time_t old_end = time(NULL) - DAY, late_start = time(NULL) + DAY;
+		char reason[PATH_MAX + 200], when[64];
+
+		test_write_cert_dated(path, ec, "critical,CA:TRUE", NULL, old_end - 10 * DAY,
+				      old_end);
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime(&old_end));
+		snprintf(reason, sizeof(reason),
+			 "the CA certificate %s expired on %s: make a new one (retryproxy "
+			 "--make-ca DIR)",
+			 path, when);
+		test_load_fails(path, path2, CA_LOAD_CERT, reason);
+		test_write_cert_dated(path, ec, "critical,CA:TRUE", NULL, late_start,
+				      late_start + 10 * DAY);
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", gmtime(&late_start));
+		snprintf(reason, sizeof(reason),
+			 "the CA certificate %s is not valid before %s: is this machine's clock "
+			 "right?",
+			 path, when);
+		test_load_fails(path, path2, CA_LOAD_CERT, reason);
+	}
 
 	/* files that are not what they should be */
 	test_path(path, d->path, "text.pem");
