@@ -51,6 +51,7 @@ struct ca {
 	X509 *cert;
 	EVP_PKEY *key;	    /* the CA's private key; only ever used to sign */
 	EVP_PKEY *leaf_key; /* the key pair of every leaf, made at load */
+	time_t not_before;  /* no leaf starts before the CA */
 	time_t not_after;   /* no leaf outlives the CA */
 	struct ca_entry *buckets[CA_BUCKETS];
 	struct ca_entry *newest;
@@ -645,6 +646,7 @@ struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_fai
 	ca->cert = cert;
 	ca->key = key;
 	ca->leaf_key = leaf_key;
+	ca->not_before = not_before;
 	ca->not_after = not_after;
 	return ca;
 }
@@ -877,10 +879,15 @@ static void ca_evict_oldest(struct ca *ca)
 }
 
 /* Whether a cached leaf is still good at now: started, and with at least a
- * third of its validity left. */
-static bool ca_entry_fresh(const struct ca_entry *e, time_t now)
+ * third of its validity left, or cut at the CA's end (a new one could not
+ * last longer) and not expired. */
+static bool ca_entry_fresh(const struct ca *ca, const struct ca_entry *e, time_t now)
 {
-	return now >= e->not_before && (e->not_after - now) * 3 >= e->not_after - e->not_before;
+	if (now < e->not_before)
+		return false;
+	if (e->not_after >= ca->not_after)
+		return now < e->not_after;
+	return (e->not_after - now) * 3 >= e->not_after - e->not_before;
 }
 
 /* The cached leaf for host if still fresh, else a new one in its place. */
@@ -900,7 +907,7 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 	for (e = ca->buckets[bucket]; e != NULL; e = e->hash_next)
 		if (strcmp(e->host, h.text) == 0)
 			break;
-	if (e != NULL && ca_entry_fresh(e, now)) {
+	if (e != NULL && ca_entry_fresh(ca, e, now)) {
 		ca_lru_unlink(ca, e);
 		ca_lru_push(ca, e);
 		*cert = e->cert;
@@ -908,8 +915,11 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 		return 0;
 	}
 	not_after = not_before + (time_t)CA_LEAF_DAYS * 24 * 3600;
+	/* a leaf lies within its CA's validity, which clients check too */
 	if (not_after > ca->not_after)
 		not_after = ca->not_after;
+	if (not_before < ca->not_before)
+		not_before = ca->not_before;
 	if (not_after <= now) {
 		ca_error(err, err_len, "the local CA certificate has expired");
 		return -1;

@@ -60,11 +60,12 @@ void ca_release(struct ca *ca);
  * signed by the CA with SHA-256, subjectAltName DNS:host or IP:host (CN =
  * host too), keyUsage digitalSignature, extendedKeyUsage serverAuth,
  * authorityKeyIdentifier, valid from one hour ago for CA_LEAF_DAYS days, and
- * never past the CA's own notAfter; a cached leaf with less than a third of its
- * validity left at now is replaced. Hosts compare case-insensitively. Returns 0
- * with borrowed pointers valid until the next ca_leaf() call on this CA or its
- * release (callers take their own reference, e.g. SSL_use_certificate), or -1
- * with a reason. */
+ * always within the CA's own validity (never before its notBefore nor past its
+ * notAfter); a cached leaf with less than a third of its validity left at now
+ * is replaced, unless it ends with the CA (a new one could not last longer).
+ * Hosts compare case-insensitively. Returns 0 with borrowed pointers valid
+ * until the next ca_leaf() call on this CA or its release (callers take their
+ * own reference, e.g. SSL_use_certificate), or -1 with a reason. */
 int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 **cert,
 	    EVP_PKEY **key, char *err, size_t err_len);
 

@@ -722,7 +722,8 @@ static void test_leaf_renewal(void **state)
 	ca_release(ca);
 }
 
-/* A leaf never outlives its CA; an expired CA issues nothing. */
+/* A leaf never outlives its CA nor starts before it; one cut at the CA's end
+ * is kept until then; an expired CA issues nothing. */
 static void test_leaf_within_ca(void **state)
 {
 	struct test_dir *d = *state;
@@ -730,7 +731,7 @@ static void test_leaf_within_ca(void **state)
 	EVP_PKEY *ec = EVP_EC_gen("P-256");
 	time_t now = time(NULL), ca_end = now + 5 * DAY;
 	struct ca *ca;
-	X509 *leaf, *ca_cert;
+	X509 *leaf, *ca_cert, *first;
 	EVP_PKEY *leaf_key;
 
 	test_path(cert, d->path, "short.pem");
@@ -749,6 +750,27 @@ static void test_leaf_within_ca(void **state)
 			 -1);
 	assert_non_null(strstr(err, "expired"));
 	assert_int_equal(ERR_peek_error(), 0);
+	ca_release(ca);
+
+	/* a CA that began a minute ago and ends in two hours */
+	test_write_cert_dated(cert, ec, "critical,CA:TRUE", "critical,keyCertSign,cRLSign",
+			      now - 60, now + 7200);
+	ca = ca_load(cert, key, NULL, err, sizeof(err));
+	assert_non_null(ca);
+	assert_int_equal(ca_leaf(ca, "example.com", 11, now, &leaf, &leaf_key, err, sizeof(err)),
+			 0);
+	assert_int_equal(test_time(X509_get0_notBefore(leaf)), now - 60);
+	assert_int_equal(test_time(X509_get0_notAfter(leaf)), now + 7200);
+	ca_cert = test_read_cert(cert);
+	test_verify_chain(ca_cert, leaf, "example.com", false, now);
+	X509_free(ca_cert);
+	/* with a tenth of its validity left it is still the one: a new leaf
+	 * would end at the same time */
+	first = leaf;
+	assert_int_equal(
+		ca_leaf(ca, "example.com", 11, now + 6500, &leaf, &leaf_key, err, sizeof(err)), 0);
+	assert_ptr_equal(leaf, first);
+	assert_int_equal(ca_leaves_made(ca), 1);
 	ca_release(ca);
 	EVP_PKEY_free(ec);
 }
