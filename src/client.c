@@ -233,7 +233,6 @@ static void client_adopt_config(struct client *client)
  * request. */
 static struct http1_head client_request_head;
 
-/* Parse the next head if it is all here, and start its exchange. */
 /* A CONNECT to a host intercept: lists: if access allows the host, answer
  * it ourselves and become the TLS server toward the client. */
 static void client_intercept(struct client *client, const struct http1_head *head)
@@ -333,6 +332,8 @@ static void client_handshake_done(struct client *client, short what)
 	client_close(client, "intercepted tunnel closed during the handshake");
 }
 
+/* Parse the next head if it is all here, and start its exchange (or, for a
+ * CONNECT to a host intercept: lists, the interception). */
 static void client_read_head(struct client *client)
 {
 	struct evbuffer *in = conn_input(client->conn);
