@@ -198,6 +198,10 @@ bool route_same_host(const char *a, size_t a_len, const char *b, size_t b_len)
 
 	route_host_normalize(&a, &a_len);
 	route_host_normalize(&b, &b_len);
+	/* every request in a tunnel comes here: the same spelling needs no
+	 * address parsing */
+	if (a_len == b_len && strncasecmp(a, b, a_len) == 0)
+		return true;
 	a_family = route_host_address(a, a_len, a_addr);
 	b_family = route_host_address(b, b_len, b_addr);
 	/* an address is the same in every spelling of it (::1, 0:0::1) */

@@ -52,23 +52,27 @@ def open_conns(port, conns, mode, origins):
     return out
 
 
-def drive(socks, path, requests, mode, origin_port):
+def drive(socks, path, requests, mode, origins):
     """Send requests keep-alive requests over the connections, each one
     request at a time; wait for every response."""
     sel = selectors.DefaultSelector()
+    host = "127.0.0.1"
     if mode == "forward":
-        target = f"http://127.0.0.1:{origin_port}{path}"
+        target = f"http://127.0.0.1:{origins['origin']}{path}"
     elif mode == "retry":
         target = "/retried" + path
     else:
         target = path
+    if mode == "intercept":
+        # inside a tunnel the Host names the CONNECT host and port
+        host = f"127.0.0.1:{origins['origin_tls']}"
     sent = 0
     done = 0
     counter = [0]
 
     def request():
         counter[0] += 1
-        return (f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        return (f"GET {target} HTTP/1.1\r\nHost: {host}\r\n"
                 f"X-Bench-Id: p{os.getpid()}-{time.monotonic_ns()}-{counter[0]}\r\n\r\n").encode()
 
     def send(s, data):
@@ -172,20 +176,20 @@ def run(tool, binary, origins, workdir, args, children):
         bench.wait_port(p, proc, timeout=60)
     port = ports["forward" if args.mode == "intercept" else args.mode]
     socks = open_conns(port, args.conns, args.mode, origins)
-    drive(socks, args.path, args.warmup, args.mode, origins["origin"])
+    drive(socks, args.path, args.warmup, args.mode, origins)
     if tool == "strace":
         trace = os.path.join(workdir, "strace.out")
         st = subprocess.Popen(["strace", "-c", "-f", "-o", trace, "-p", str(proc.pid)],
                               stderr=subprocess.DEVNULL)
         time.sleep(1)
-        drive(socks, args.path, args.requests, args.mode, origins["origin"])
+        drive(socks, args.path, args.requests, args.mode, origins)
         st.send_signal(2)
         st.wait()
         report_strace(trace, args.requests)
     else:
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True,
                        stdout=subprocess.DEVNULL)
-        drive(socks, args.path, args.requests, args.mode, origins["origin"])
+        drive(socks, args.path, args.requests, args.mode, origins)
         subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True,
                        stdout=subprocess.DEVNULL)
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True,
