@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
 
-def open_conns(port, conns, mode, origins):
+def open_conns(port, conns, mode, origins, client_tls=None):
     """conns keep-alive connections to the proxy; for intercept, each a
     CONNECT to the https origin with TLS through it (not verified: the
     proxy's CPU is what is measured)."""
@@ -46,6 +46,8 @@ def open_conns(port, conns, mode, origins):
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
+            if client_tls == "1.2":
+                ctx.maximum_version = ssl.TLSVersion.TLSv1_2
             s = ctx.wrap_socket(s, server_hostname="127.0.0.1")
         s.setblocking(False)
         out.append(s)
@@ -134,6 +136,9 @@ def main():
     parser.add_argument("--tool", default="both", choices=["strace", "callgrind", "both"])
     parser.add_argument("--no-install", action="store_true")
     parser.add_argument("--top", type=int, default=25, help="functions to list")
+    parser.add_argument("--client-tls", choices=["1.2", "1.3"], default="1.3",
+                        help="intercept: the client's TLS version at most (the bench's "
+                             "nginx origin speaks 1.2, so 1.2 compares like with like)")
     parser.add_argument("--keep", metavar="DIR", help="copy the callgrind output to DIR")
     args = parser.parse_args()
     binary = bench.ensure_tools(args)
@@ -175,7 +180,7 @@ def run(tool, binary, origins, workdir, args, children):
     for p in ports.values():
         bench.wait_port(p, proc, timeout=60)
     port = ports["forward" if args.mode == "intercept" else args.mode]
-    socks = open_conns(port, args.conns, args.mode, origins)
+    socks = open_conns(port, args.conns, args.mode, origins, args.client_tls)
     drive(socks, args.path, args.warmup, args.mode, origins)
     if tool == "strace":
         trace = os.path.join(workdir, "strace.out")
