@@ -924,6 +924,12 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 		ca_error(err, err_len, "the local CA certificate has expired");
 		return -1;
 	}
+	/* the clock went back since the CA loaded: a leaf made now would not
+	 * be valid yet, and another would be made on every CONNECT */
+	if (now < ca->not_before) {
+		ca_error(err, err_len, "the local CA certificate is not valid yet");
+		return -1;
+	}
 	new_cert = ca_make_leaf(ca, &h, not_before, not_after);
 	if (new_cert == NULL) {
 		ca_error(err, err_len, "cannot make a certificate for %s: %s", h.text,

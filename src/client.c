@@ -297,9 +297,12 @@ static void client_handshake_done(struct client *client, short what)
 		client_arm_head_timer(client);
 		return;
 	}
-	if ((what & CONN_HANDSHAKE) && tls_failure_is_close(conn_tls_error(client->conn))) {
-		/* a client that hangs up (or a port scanner) has not refused
-		 * anything: neither counted nor warned about */
+	if ((what & CONN_HANDSHAKE) && tls_failure_is_close(conn_tls_error(client->conn)) &&
+	    !tls_server_certificate_sent(conn_ssl(client->conn))) {
+		/* a client that hangs up before it saw the certificate (or a
+		 * port scanner) has not refused anything: neither counted nor
+		 * warned about. One that hangs up after it did may have
+		 * refused it without an alert: that counts */
 		int error = conn_error(client->conn);
 		char reason[160];
 
@@ -317,8 +320,12 @@ static void client_handshake_done(struct client *client, short what)
 		char reason[320];
 		bool verify_failed;
 
-		tls_failure_reason(conn_ssl(client->conn), conn_tls_error(client->conn),
-				   &verify_failed, reason, sizeof(reason));
+		if (tls_failure_is_close(conn_tls_error(client->conn)))
+			snprintf(reason, sizeof(reason),
+				 "it hung up after receiving the certificate, without an alert");
+		else
+			tls_failure_reason(conn_ssl(client->conn), conn_tls_error(client->conn),
+					   &verify_failed, reason, sizeof(reason));
 		log_warn("intercept: client %s refused the certificate for %s or failed its "
 			 "handshake: %s",
 			 client->peer, intercept_prefix(client->intercept), reason);

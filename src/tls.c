@@ -283,6 +283,14 @@ SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *er
 	return ssl;
 }
 
+bool tls_server_certificate_sent(const SSL *ssl)
+{
+	OSSL_HANDSHAKE_STATE state = SSL_get_state(ssl);
+
+	/* until the whole ClientHello is read nothing has been sent */
+	return state != TLS_ST_BEFORE && state != TLS_ST_SR_CLNT_HELLO;
+}
+
 bool tls_failure_is_close(unsigned long ssl_error)
 {
 	/* nothing from OpenSSL: the socket said EOF or reset (SSL_ERROR_SYSCALL) */

@@ -42,6 +42,10 @@ SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *er
  * that are not TLS, no common version or cipher)? */
 bool tls_failure_is_close(unsigned long ssl_error);
 
+/* Has the server side of a handshake sent its certificate (the client
+ * could have judged it), whether or not the handshake went on? */
+bool tls_server_certificate_sent(const SSL *ssl);
+
 /* Why a handshake failed: the certificate verification result when that was
  * the cause (*verify_failed set), else OpenSSL's error queue. */
 void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,

@@ -771,6 +771,11 @@ static void test_leaf_within_ca(void **state)
 		ca_leaf(ca, "example.com", 11, now + 6500, &leaf, &leaf_key, err, sizeof(err)), 0);
 	assert_ptr_equal(leaf, first);
 	assert_int_equal(ca_leaves_made(ca), 1);
+	/* the clock set back before the CA began: refused, nothing signed */
+	assert_int_equal(
+		ca_leaf(ca, "example.org", 11, now - 120, &leaf, &leaf_key, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "not valid yet"));
+	assert_int_equal(ca_leaves_made(ca), 1);
 	ca_release(ca);
 	EVP_PKEY_free(ec);
 }

@@ -1,5 +1,6 @@
-/* Unit tests for tls.c: the server side of an intercepted tunnel, and which
- * handshake failures are only a peer that went away. */
+/* Unit tests for tls.c: the server side of an intercepted tunnel, which
+ * handshake failures are only a peer that went away, and whether the
+ * client could have seen the certificate. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,6 +55,48 @@ static void test_server_options(void **state)
 	tls_store_free(store);
 }
 
+/* Until the whole ClientHello is in, the server has sent nothing the client
+ * could judge; once it is, its certificate is on its way. */
+static void test_certificate_sent(void **state)
+{
+	struct tls_store *store = tls_store_new();
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *cert = self_signed(key);
+	char err[256] = "", hello[4096];
+	SSL *server = tls_server_new(store, cert, key, err, sizeof(err));
+	SSL_CTX *client_ctx = SSL_CTX_new(TLS_client_method());
+	SSL *client = SSL_new(client_ctx);
+	BIO *to_server = BIO_new(BIO_s_mem()), *to_client = BIO_new(BIO_s_mem());
+	BIO *server_in = BIO_new(BIO_s_mem()), *server_out = BIO_new(BIO_s_mem());
+	int hello_len;
+
+	assert_non_null(server);
+	SSL_set_bio(client, to_client, to_server);
+	SSL_set_connect_state(client);
+	SSL_set_bio(server, server_in, server_out);
+	SSL_set_accept_state(server);
+	assert_int_equal(SSL_do_handshake(client), -1);
+	hello_len = BIO_read(to_server, hello, sizeof(hello));
+	assert_true(hello_len > 30);
+	assert_false(tls_server_certificate_sent(server));
+	/* part of the ClientHello: still reading it */
+	BIO_write(server_in, hello, 30);
+	assert_int_equal(SSL_do_handshake(server), -1);
+	assert_false(tls_server_certificate_sent(server));
+	/* the rest: the server answers with its flight, certificate included */
+	BIO_write(server_in, hello + 30, hello_len - 30);
+	assert_int_equal(SSL_do_handshake(server), -1);
+	assert_true(BIO_ctrl_pending(server_out) > 0);
+	assert_true(tls_server_certificate_sent(server));
+	ERR_clear_error();
+	SSL_free(client);
+	SSL_CTX_free(client_ctx);
+	SSL_free(server);
+	X509_free(cert);
+	EVP_PKEY_free(key);
+	tls_store_free(store);
+}
+
 /* A handshake that ended with the peer's EOF or reset is a close; an alert or
  * bytes that are not TLS are failures. */
 static void test_failure_is_close(void **state)
@@ -73,6 +116,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_server_options),
 		cmocka_unit_test(test_failure_is_close),
+		cmocka_unit_test(test_certificate_sent),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
