@@ -173,14 +173,13 @@ void exchange_leave(struct exchange *ex)
 }
 
 /* Milliseconds from then to now. */
-static uint64_t exchange_ms_since(const struct timeval *then)
+/* Milliseconds since then, on the monotonic clock: a wall clock set back or
+ * slewed would shorten a duration below the waits it covers. */
+static uint64_t exchange_ms_since(uint64_t then)
 {
-	struct timeval now;
-	int64_t ms;
+	uint64_t now = retry_budget_now_ms();
 
-	gettimeofday(&now, NULL);
-	ms = (int64_t)(now.tv_sec - then->tv_sec) * 1000 + (now.tv_usec - then->tv_usec) / 1000;
-	return ms > 0 ? (uint64_t)ms : 0;
+	return now > then ? now - then : 0;
 }
 
 /* Access-log line and the request's metrics. */
@@ -198,7 +197,7 @@ static void exchange_log(struct exchange *ex)
 	record.status = ex->status;
 	record.attempts = ex->attempts;
 	record.bytes = ex->response_body.payload_bytes;
-	record.duration_ms = exchange_ms_since(&ex->started);
+	record.duration_ms = exchange_ms_since(ex->started_ms);
 	record.note = ex->note;
 	record.gave_up = retry_give_up_name(ex->gave_up);
 	record.tries = ex->tries;
@@ -381,7 +380,7 @@ struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outco
 		.response_started = ex->state == EXCHANGE_RELAYING,
 		.response_too_large = too_large,
 		.attempts = ex->attempts,
-		.elapsed_ms = exchange_ms_since(&ex->first_try),
+		.elapsed_ms = exchange_ms_since(ex->first_try_ms),
 		.retry_after_ms = retry_after_ms,
 		.max_pending_retries = ex->config->limits.max_pending_retries,
 		.upstream_down = ex->upstream != NULL && upstream_down(ex->upstream),
@@ -433,7 +432,7 @@ void exchange_schedule_retry(struct exchange *ex)
 
 	/* reading a kept response's body takes time too: the next try must
 	 * still start within the deadline */
-	if (!retry_within_deadline(&ex->route->retry, exchange_ms_since(&ex->first_try),
+	if (!retry_within_deadline(&ex->route->retry, exchange_ms_since(ex->first_try_ms),
 				   ex->next_wait_ms)) {
 		ex->gave_up = RETRY_GIVE_UP_DEADLINE;
 		exchange_release_retry(ex);
@@ -452,6 +451,8 @@ void exchange_schedule_retry(struct exchange *ex)
 	metrics_retry(ex->proxy->metrics, ex->route->name, ex->retry_cause);
 	evtimer_del(ex->timer);
 	evtimer_assign(ex->timer, ex->proxy->base, exchange_backoff_cb, ex);
+	/* the wait counts from now, not from when this loop pass began */
+	event_base_update_cache_time(ex->proxy->base);
 	evtimer_add(ex->timer, &tv);
 }
 
@@ -519,7 +520,7 @@ static void exchange_released(struct upstream_waiter *waiter)
 
 static void exchange_hold(struct exchange *ex)
 {
-	uint64_t elapsed = exchange_ms_since(&ex->first_try);
+	uint64_t elapsed = exchange_ms_since(ex->first_try_ms);
 	const struct retry_policy *policy = &ex->route->retry;
 	struct timeval tv;
 
@@ -777,8 +778,8 @@ void exchange_start_try(struct exchange *ex)
 	struct conn *pooled = NULL;
 
 	/* the deadline counts from the first try, or from when it was first held */
-	if (!timerisset(&ex->first_try))
-		gettimeofday(&ex->first_try, NULL);
+	if (ex->first_try_ms == 0)
+		ex->first_try_ms = retry_budget_now_ms();
 	if (ex->upstream == NULL && !ex->is_connect)
 		ex->upstream = upstreams_hold(ex->proxy->upstreams, &ex->endpoint);
 	/* Pooled connections may have been closed by the upstream a moment ago;
@@ -840,7 +841,7 @@ static bool exchange_hedge_allowed(struct exchange *ex)
 		.in_flight = exchange_tries_racing(ex),
 		.head_seen = exchange_tries_left(ex) > exchange_tries_racing(ex),
 		.response_started = ex->state == EXCHANGE_RELAYING,
-		.elapsed_ms = exchange_ms_since(&ex->first_try),
+		.elapsed_ms = exchange_ms_since(ex->first_try_ms),
 		.budget_allows =
 			ex->budget != NULL &&
 			retry_budget_allows(ex->budget, &policy->budget, retry_budget_now_ms()),

@@ -116,8 +116,8 @@ struct exchange {
 	struct config *config;	     /* held: the request finishes under this one */
 	const struct route *route;   /* inside config */
 	enum exchange_state state;
-	unsigned busy; /* entries on the stack: freeing waits for them */
-	struct timeval started;
+	unsigned busy;	     /* entries on the stack: freeing waits for them */
+	uint64_t started_ms; /* monotonic (retry_budget_now_ms), as the timers' waits */
 
 	/* the request as the client sent it */
 	char *method; /* in text */
@@ -154,7 +154,7 @@ struct exchange {
 	bool body_once;		      /* in the replay buffer, but over replay_buffer: once
 					 * a try sends it, it is not sent again */
 	enum retry_give_up gave_up;   /* why retrying stopped, for the log and metrics */
-	struct timeval first_try;     /* the deadline counts from here */
+	uint64_t first_try_ms;	      /* the deadline counts from here; 0: no try yet */
 	struct event *timer;	      /* the backoff; kept with a spare */
 	uint64_t next_wait_ms;	      /* decided with the retry, used by the timer */
 	enum retry_cause retry_cause; /* why the scheduled retry happens */

@@ -367,7 +367,7 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	ex->owner = *owner;
 	ex->config = config_hold(config);
 	ex->state = EXCHANGE_TRYING;
-	gettimeofday(&ex->started, NULL);
+	ex->started_ms = retry_budget_now_ms();
 	ex->client_minor = head->version_minor;
 	ex->client_keep_alive = framing->keep_alive;
 	ex->head_request = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
