@@ -297,35 +297,36 @@ static void client_handshake_done(struct client *client, short what)
 		client_arm_head_timer(client);
 		return;
 	}
-	if ((what & CONN_HANDSHAKE) && tls_failure_is_close(conn_tls_error(client->conn)) &&
-	    !tls_server_certificate_sent(conn_ssl(client->conn))) {
-		/* a client that hangs up before it saw the certificate (or a
-		 * port scanner) has not refused anything: neither counted nor
-		 * warned about. One that hangs up after it did may have
-		 * refused it without an alert: that counts */
-		int error = conn_error(client->conn);
-		char reason[160];
-
-		if (error == 0 || error == ECONNRESET)
-			snprintf(reason, sizeof(reason),
-				 "client %s the connection during the TLS handshake",
-				 error == 0 ? "closed" : "reset");
-		else
-			snprintf(reason, sizeof(reason),
-				 "connection lost during the TLS handshake: %s", strerror(error));
-		client_close(client, reason);
-		return;
-	}
 	if (what & CONN_HANDSHAKE) {
+		unsigned long tls_error = conn_tls_error(client->conn);
+		bool hung_up = tls_failure_is_close(tls_error);
 		char reason[320];
 		bool verify_failed;
 
-		if (tls_failure_is_close(conn_tls_error(client->conn)))
+		if (hung_up && !tls_server_certificate_sent(conn_ssl(client->conn))) {
+			/* a client that hangs up before it saw the certificate
+			 * (or a port scanner) has not refused anything: neither
+			 * counted nor warned about. One that hangs up after it
+			 * did may have refused it without an alert: that counts */
+			int error = conn_error(client->conn);
+
+			if (error == 0 || error == ECONNRESET)
+				snprintf(reason, sizeof(reason),
+					 "client %s the connection during the TLS handshake",
+					 error == 0 ? "closed" : "reset");
+			else
+				snprintf(reason, sizeof(reason),
+					 "connection lost during the TLS handshake: %s",
+					 strerror(error));
+			client_close(client, reason);
+			return;
+		}
+		if (hung_up)
 			snprintf(reason, sizeof(reason),
 				 "it hung up after receiving the certificate, without an alert");
 		else
-			tls_failure_reason(conn_ssl(client->conn), conn_tls_error(client->conn),
-					   &verify_failed, reason, sizeof(reason));
+			tls_failure_reason(conn_ssl(client->conn), tls_error, &verify_failed,
+					   reason, sizeof(reason));
 		log_warn("intercept: client %s refused the certificate for %s or failed its "
 			 "handshake: %s",
 			 client->peer, intercept_prefix(client->intercept), reason);

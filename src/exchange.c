@@ -172,7 +172,6 @@ void exchange_leave(struct exchange *ex)
 		exchange_free(ex);
 }
 
-/* Milliseconds from then to now. */
 /* Milliseconds since then, on the monotonic clock: a wall clock set back or
  * slewed would shorten a duration below the waits it covers. */
 static uint64_t exchange_ms_since(uint64_t then)

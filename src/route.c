@@ -202,13 +202,12 @@ bool route_same_host(const char *a, size_t a_len, const char *b, size_t b_len)
 	 * address parsing */
 	if (a_len == b_len && strncasecmp(a, b, a_len) == 0)
 		return true;
+	/* spelled differently, they are the same only as one address in two
+	 * spellings (::1, 0:0::1) */
 	a_family = route_host_address(a, a_len, a_addr);
 	b_family = route_host_address(b, b_len, b_addr);
-	/* an address is the same in every spelling of it (::1, 0:0::1) */
-	if (a_family != 0 || b_family != 0)
-		return a_family == b_family &&
-		       memcmp(a_addr, b_addr, a_family == AF_INET ? 4 : 16) == 0;
-	return a_len == b_len && strncasecmp(a, b, a_len) == 0;
+	return a_family != 0 && a_family == b_family &&
+	       memcmp(a_addr, b_addr, a_family == AF_INET ? 4 : 16) == 0;
 }
 
 int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, const struct http1_head *head,

@@ -10,6 +10,7 @@
 
 #include "conn.h"
 #include "health.h"
+#include "http1_chars.h"
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
@@ -67,11 +68,8 @@ static unsigned upstreams_hash(const struct upstream_endpoint *e)
 	uint32_t h = 2166136261u;
 	const char *p;
 
-	for (p = e->host; *p != '\0'; p++) {
-		unsigned char c = (unsigned char)*p;
-
-		h = (h ^ (c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c)) * 16777619u;
-	}
+	for (p = e->host; *p != '\0'; p++)
+		h = (h ^ http1_lower((unsigned char)*p)) * 16777619u;
 	h = (h ^ e->port) * 16777619u;
 	h = (h ^ (unsigned)e->tls) * 16777619u;
 	return h % UPSTREAMS_BUCKETS;
