@@ -164,6 +164,14 @@ static void access_log_text(const struct access_record *r)
 			access_line_escaped(line, t->error, strlen(t->error), false);
 		else
 			access_line_int(line, t->status);
+		if (t->resumed) {
+			access_line_str(line, " resumed_at=");
+			access_line_uint(line, t->resumed_at);
+		}
+		if (t->broken != NULL) {
+			access_line_str(line, " broken=");
+			access_line_str(line, t->broken);
+		}
 		if (i + 1 < r->try_count) {
 			access_line_str(line, " -> wait ");
 			access_line_wait(line, t->wait_ms);
@@ -220,6 +228,15 @@ static void access_log_json(const struct access_record *r)
 		}
 		if (t->hedge)
 			access_line_str(line, ",\"hedge\":true");
+		if (t->resumed) {
+			access_line_str(line, ",\"resumed_at\":");
+			access_line_uint(line, t->resumed_at);
+		}
+		if (t->broken != NULL) {
+			access_line_str(line, ",\"broken\":\"");
+			access_line_str(line, t->broken);
+			access_line_str(line, "\"");
+		}
 		access_line_str(line, ",\"wait_ms\":");
 		access_line_uint(line, t->wait_ms);
 		access_line_str(line, "}");

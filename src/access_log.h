@@ -9,10 +9,14 @@
 
 /* One upstream try: a status, or an error when no response head came. */
 struct access_try {
-	int status;	   /* 0 when error is set */
-	const char *error; /* "connection refused", "timeout", ...; NULL with a status */
-	uint64_t wait_ms;  /* backoff before the next try; 0 for the last */
-	bool hedge;	   /* started beside a slow try (retry.hedge) */
+	int status;	     /* 0 when error is set */
+	const char *error;   /* "connection refused", "timeout", ...; NULL with a status */
+	uint64_t wait_ms;    /* backoff before the next try; 0 for the last */
+	bool hedge;	     /* started beside a slow try (retry.hedge) */
+	const char *broken;  /* its body broke off after reaching the client, and a
+			     * resume was looked at: "reset", "timeout"; else NULL */
+	bool resumed;	     /* asked for the rest of a broken body (retry.resume) */
+	uint64_t resumed_at; /* ... from this body byte */
 };
 
 struct access_record {

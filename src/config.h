@@ -66,6 +66,7 @@ struct retry_policy {
 	uint64_t try_timeout_ms;   /* one try, until its response head: the route's own, else
 				      defaults.retry's, else limits.try_timeout; never 0 */
 	struct hedge_policy hedge; /* inherited key by key, like budget */
+	bool resume;		   /* continue a broken GET download with a Range request */
 };
 
 enum when_present_kind {

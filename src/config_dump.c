@@ -275,6 +275,7 @@ static void config_dump_retry(struct config_dump *d, const struct retry_policy *
 		config_dump_pair_unsigned(d, "max", retry->hedge.max);
 		config_dump_mapping_end(d);
 	}
+	config_dump_pair_bool(d, "resume", retry->resume);
 	config_dump_mapping_end(d);
 }
 

@@ -412,6 +412,9 @@ static const struct config_walk_key config_route_retry_keys[] = {
 	{ .name = "hedge",
 	  .type = &config_route_type_hedge,
 	  .offset = offsetof(struct retry_policy, hedge) },
+	{ .name = "resume",
+	  .type = &config_walk_bool,
+	  .offset = offsetof(struct retry_policy, resume) },
 	{ .name = NULL },
 };
 
@@ -609,6 +612,7 @@ void config_route_set_defaults(struct route *route)
 	retry->try_timeout_ms = 0; /* limits.try_timeout, filled by config_route_resolve */
 	retry->hedge.after_ms = 0;
 	retry->hedge.max = 1;
+	retry->resume = true;
 	route->idempotent.methods = xcalloc(6, sizeof(char *));
 	for (size_t i = 0; i < 6; i++)
 		route->idempotent.methods[i] = xstrdup(methods[i]);

@@ -15,6 +15,7 @@
 #include "pool.h"
 #include "proxy.h"
 #include "reply.h"
+#include "resume.h"
 #include "retry_budget.h"
 #include "timeval.h"
 #include "xmalloc.h"
@@ -139,6 +140,7 @@ static void exchange_free(struct exchange *ex)
 		evbuffer_free(ex->kept);
 	if (ex->tries != ex->tries_inline)
 		free(ex->tries);
+	resume_free(ex->resume);
 	upstream_release(ex->upstream);
 	config_release(ex->config);
 	if (proxy->spare_exchange_count + 1 > EXCHANGE_SPARES) {
@@ -226,6 +228,8 @@ void exchange_record_try(struct exchange *ex, int status, const char *error, boo
 	ex->tries[ex->try_count].error = error;
 	ex->tries[ex->try_count].wait_ms = 0;
 	ex->tries[ex->try_count].hedge = hedge;
+	ex->tries[ex->try_count].broken = NULL;
+	ex->tries[ex->try_count].resumed = false;
 	ex->try_count++;
 }
 
@@ -345,6 +349,11 @@ void exchange_finish(struct exchange *ex)
 
 void exchange_respond_error(struct exchange *ex, int status, const char *text)
 {
+	if (ex->resume != NULL && ex->resume->pending) {
+		/* the client has a 200 head already: no error of ours fits after it */
+		exchange_resume_give_up(ex, text);
+		return;
+	}
 	ex->client_keep_after = ex->client_keep_alive && ex->request_body.done && !ex->is_connect &&
 				!ex->owner.closing(ex->owner.arg);
 	ex->status = status;
@@ -808,6 +817,9 @@ static void exchange_arm_hedge(struct exchange *ex)
 	struct timeval tv;
 
 	if (hedge->after_ms == 0 || ex->is_connect || ex->has_body)
+		return;
+	/* a resume continues a body already flowing: nothing to race */
+	if (ex->resume != NULL && ex->resume->pending)
 		return;
 	if (ex->hedge_timer == NULL)
 		ex->hedge_timer = evtimer_new(ex->proxy->base, exchange_hedge_cb, ex);

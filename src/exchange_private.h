@@ -32,6 +32,7 @@ struct conn;
 struct evbuffer;
 struct event;
 struct proxy;
+struct resume;
 
 #define EXCHANGE_ADD_LITERAL(buf, s) evbuffer_add((buf), (s), sizeof(s) - 1)
 
@@ -189,6 +190,7 @@ struct exchange {
 	size_t try_count;
 	size_t try_room;
 	struct access_try tries_inline[4]; /* most requests take one try */
+	struct resume *resume;		   /* the 200 offered a resume (retry.resume); NULL: not */
 	struct exchange *next_spare;	   /* in proxy->spare_exchanges */
 };
 
@@ -249,5 +251,13 @@ void exchange_relay_response(struct exchange *ex);
 void exchange_keep_response(struct exchange_try *t);
 void exchange_deliver_kept(struct exchange *ex);
 void exchange_upstream_closed(struct exchange_try *t, short what);
+uint64_t exchange_retry_after(const struct http1_head *head);
+
+/* exchange_resume.c: a download that broke off is continued with a Range
+ * request (retry.resume); only an exact 206 is spliced onto the body. */
+void exchange_resume_offer(struct exchange_try *t, const struct http1_head *head);
+void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, const char *why);
+void exchange_resume_answer(struct exchange_try *t, const struct http1_head *head);
+void exchange_resume_give_up(struct exchange *ex, const char *why);
 
 #endif

@@ -10,6 +10,7 @@
 #include "idempotency.h"
 #include "log.h"
 #include "proxy.h"
+#include "resume.h"
 #include "retry_budget.h"
 #include "route.h"
 #include "xmalloc.h"
@@ -244,7 +245,13 @@ void exchange_send_request(struct exchange_try *t)
 
 	/* references, not copies: the same bytes go out again on the next try
 	 * (the exchange outlives every try's connection and its output) */
-	evbuffer_add_reference(out, ex->request_head, ex->request_head_len, NULL, NULL);
+	if (ex->resume != NULL && ex->resume->pending) {
+		/* the head without its blank line, then Range and If-Range */
+		evbuffer_add_reference(out, ex->request_head, ex->request_head_len - 2, NULL, NULL);
+		evbuffer_add_reference(out, ex->resume->lines, ex->resume->lines_len, NULL, NULL);
+	} else {
+		evbuffer_add_reference(out, ex->request_head, ex->request_head_len, NULL, NULL);
+	}
 	if (ex->replay != NULL)
 		evbuffer_add_buffer_reference(out, ex->replay);
 	/* a body over replay_buffer goes once: from here on it cannot be sent

@@ -10,6 +10,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "resume.h"
 #include "xmalloc.h"
 
 /*
@@ -146,6 +147,10 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
 
 void exchange_deliver_kept(struct exchange *ex)
 {
+	if (ex->resume != NULL && ex->resume->pending) {
+		exchange_resume_give_up(ex, "resume given up");
+		return;
+	}
 	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len) < 0) {
 		exchange_respond_error(ex, 502, "502 kept upstream response could not be re-read");
 		return;
@@ -267,7 +272,7 @@ static void exchange_start_keeping(struct exchange_try *t, const struct http1_he
 }
 
 /* The Retry-After of a response in milliseconds, 0 when absent or invalid. */
-static uint64_t exchange_retry_after(const struct http1_head *head)
+uint64_t exchange_retry_after(const struct http1_head *head)
 {
 	const struct http1_field *f = http1_find_field(head, "Retry-After");
 	uint64_t ms = 0;
@@ -314,6 +319,11 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 	conn_set_timeouts(t->up, ex->route->retry.try_timeout_ms, 0);
 	upstream_response_seen(ex->upstream, &ex->config->health);
 	exchange_record_try(ex, head->status, NULL, t->hedge);
+	if (ex->resume != NULL && ex->resume->pending) {
+		/* the client has a head and part of a body: only their rest fits */
+		exchange_resume_answer(t, head);
+		return;
+	}
 	/* most responses are not retryable: no clock or budget is read for them */
 	if (retry_on_status(&ex->route->retry, head->status)) {
 		bool too_large = rf->body == HTTP1_BODY_LENGTH &&
@@ -340,6 +350,8 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 		if (verdict.too_large)
 			ex->note = "retryable response over retry_response_buffer";
 	}
+	if (head->status == 200 && ex->route->retry.resume)
+		exchange_resume_offer(t, head);
 	exchange_relay_from(t, head);
 }
 
@@ -427,7 +439,11 @@ static void exchange_closed_while_relaying(struct exchange_try *t, short what)
 
 	if (what & CONN_TIMEOUT) {
 		metrics_upstream_error(ex->proxy->metrics, TRY_TIMEOUT);
-		exchange_break_response(ex, "upstream stopped sending the response body");
+		if (ex->resume != NULL)
+			exchange_resume_broken(t, TRY_TIMEOUT,
+					       "upstream stopped sending the response body");
+		else
+			exchange_break_response(ex, "upstream stopped sending the response body");
 		return;
 	}
 	exchange_relay_response(ex);
@@ -439,7 +455,12 @@ static void exchange_closed_while_relaying(struct exchange_try *t, short what)
 		return;
 	}
 	metrics_upstream_error(ex->proxy->metrics, TRY_RESET);
-	exchange_break_response(ex, eof ? "upstream closed mid-body" : "upstream reset mid-body");
+	if (ex->resume != NULL)
+		exchange_resume_broken(
+			t, TRY_RESET, eof ? "upstream closed mid-body" : "upstream reset mid-body");
+	else
+		exchange_break_response(ex, eof ? "upstream closed mid-body"
+						: "upstream reset mid-body");
 }
 
 void exchange_upstream_closed(struct exchange_try *t, short what)

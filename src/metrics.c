@@ -43,6 +43,7 @@ struct metrics_route {
 	uint64_t retries[METRICS_CAUSES];
 	uint64_t gave_up[RETRY_GIVE_UP_COUNT]; /* by enum retry_give_up; NONE unused */
 	uint64_t hedges[2];		       /* lost, won */
+	uint64_t resumes[2];		       /* failed, ok */
 	struct metrics_route *next;
 };
 
@@ -162,6 +163,11 @@ void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give
 void metrics_hedge(struct metrics *metrics, const char *route, bool won)
 {
 	metrics_route(metrics, route)->hedges[won]++;
+}
+
+void metrics_resume(struct metrics *metrics, const char *route, bool ok)
+{
+	metrics_route(metrics, route)->resumes[ok]++;
 }
 
 void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome)
@@ -305,6 +311,18 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 		metrics_route_series(out, "retryproxy_hedges_total", r->name);
 		evbuffer_add_printf(out, ",result=\"lost\"} %llu\n",
 				    (unsigned long long)r->hedges[0]);
+	}
+	metrics_header(out, "retryproxy_resumes_total", "counter",
+		       "Broken downloads continued with a Range request (retry.resume), by route "
+		       "and whether the rest was spliced on (ok) or the response ended short "
+		       "(failed).");
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		metrics_route_series(out, "retryproxy_resumes_total", r->name);
+		evbuffer_add_printf(out, ",result=\"ok\"} %llu\n",
+				    (unsigned long long)r->resumes[1]);
+		metrics_route_series(out, "retryproxy_resumes_total", r->name);
+		evbuffer_add_printf(out, ",result=\"failed\"} %llu\n",
+				    (unsigned long long)r->resumes[0]);
 	}
 	metrics_header(out, "retryproxy_backoff_pending", "gauge",
 		       "Requests waiting on a backoff timer now.");

@@ -43,6 +43,10 @@ void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give
  * first, or it failed). */
 void metrics_hedge(struct metrics *metrics, const char *route, bool won);
 
+/* A broken download's resume (retry.resume) was spliced on (ok), or the
+ * response ended short without one. */
+void metrics_resume(struct metrics *metrics, const char *route, bool ok);
+
 /* An upstream try (or a response body being relayed) failed this way,
  * counted under its try_outcome_error_kind(); TRY_RESPONSE counts nothing. */
 void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome);

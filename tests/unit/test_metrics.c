@@ -73,6 +73,14 @@ static const char *const test_golden[] = {
 	"retryproxy_hedges_total{route=\"api\",result=\"lost\"} 2",
 	"retryproxy_hedges_total{route=\"we\\\"ird\\\\route\\n\",result=\"won\"} 0",
 	"retryproxy_hedges_total{route=\"we\\\"ird\\\\route\\n\",result=\"lost\"} 0",
+	"# HELP retryproxy_resumes_total Broken downloads continued with a Range request "
+	"(retry.resume), by route and whether the rest was spliced on (ok) or the response ended "
+	"short (failed).",
+	"# TYPE retryproxy_resumes_total counter",
+	"retryproxy_resumes_total{route=\"api\",result=\"ok\"} 2",
+	"retryproxy_resumes_total{route=\"api\",result=\"failed\"} 1",
+	"retryproxy_resumes_total{route=\"we\\\"ird\\\\route\\n\",result=\"ok\"} 0",
+	"retryproxy_resumes_total{route=\"we\\\"ird\\\\route\\n\",result=\"failed\"} 0",
 	"# HELP retryproxy_backoff_pending Requests waiting on a backoff timer now.",
 	"# TYPE retryproxy_backoff_pending gauge",
 	"retryproxy_backoff_pending 3",
@@ -212,6 +220,9 @@ static void test_metrics_scenario(struct metrics *m)
 	metrics_hedge(m, "api", true);
 	metrics_hedge(m, "api", false);
 	metrics_hedge(m, "api", false);
+	metrics_resume(m, "api", true);
+	metrics_resume(m, "api", true);
+	metrics_resume(m, "api", false);
 }
 
 static void test_metrics_golden(void **state)

@@ -1,0 +1,132 @@
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "conn.h"
+#include "exchange_private.h"
+#include "log.h"
+#include "metrics.h"
+#include "proxy.h"
+#include "resume.h"
+
+/*
+ * Range resume on the exchange (retry.resume): a GET whose 200 offered it
+ * (resume.c) and whose body broke off after K bytes reached the client is
+ * tried again, under the usual verdict (attempts, deadline, budget), with
+ * Range: bytes=K- and If-Range. Only a 206 that continues the same body
+ * exactly is spliced on, its head unseen by the client; anything else ends
+ * the client's connection with the body short, as a break without resume
+ * does. Nothing of the body is kept: K is what was queued to the client.
+ */
+
+void exchange_resume_offer(struct exchange_try *t, const struct http1_head *head)
+{
+	struct exchange *ex = t->ex;
+
+	/* the cheap facts first: most responses stop here */
+	if (ex->resume != NULL || t->framing.body != HTTP1_BODY_LENGTH ||
+	    t->framing.content_length == 0 || !ex->idempotent ||
+	    ex->route->retry.max_attempts < 2 || ex->method_len != 3 ||
+	    memcmp(ex->method, "GET", 3) != 0)
+		return;
+	ex->resume = resume_offered(head, t->framing.content_length);
+	/* a Range of the client's own is answered as the client asked; a second
+	 * one of ours would contradict it */
+	if (ex->resume != NULL &&
+	    resume_request_has_range(ex->request_head, ex->request_head_len)) {
+		resume_free(ex->resume);
+		ex->resume = NULL;
+	}
+}
+
+void exchange_resume_give_up(struct exchange *ex, const char *why)
+{
+	struct resume *resume = ex->resume;
+
+	metrics_resume(ex->proxy->metrics, ex->route->name, false);
+	resume->pending = false;
+	/* kept with the resume: why may be the caller's own buffer */
+	snprintf(resume->note, sizeof(resume->note), "not resumed at %llu: %s",
+		 (unsigned long long)resume->at, why);
+	exchange_break_response(ex, resume->note);
+}
+
+void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, const char *why)
+{
+	struct exchange *ex = t->ex;
+	struct resume *resume = ex->resume;
+	uint64_t at = resume->length - ex->response_body.remaining;
+	struct retry_verdict verdict;
+
+	if (ex->try_count > 0)
+		ex->tries[ex->try_count - 1].broken = try_outcome_name(outcome);
+	exchange_end_try(t, false);
+	/* the response waits for its rest: no try relays it now, and the
+	 * verdict is that of a try whose answer the client has not seen */
+	exchange_set_state(ex, EXCHANGE_TRYING);
+	resume_prepare(resume, at);
+	resume->pending = true;
+	/* a response kept from before the 200 can never follow it */
+	if (ex->kept != NULL) {
+		evbuffer_free(ex->kept);
+		ex->kept = NULL;
+	}
+	verdict = exchange_decide(ex, outcome, 0, false, 0, false);
+	log_debug("%.*s %.*s: body broke off at %llu of %llu bytes: %s", (int)ex->method_len,
+		  ex->method, (int)ex->target_len, ex->target, (unsigned long long)at,
+		  (unsigned long long)resume->length, why);
+	switch (verdict.kind) {
+	case RETRY_VERDICT_RETRY:
+		exchange_schedule_retry(ex);
+		return;
+	case RETRY_VERDICT_HOLD:
+		/* the upstream is down: the try waits for it like any other */
+		exchange_start_try(ex);
+		return;
+	case RETRY_VERDICT_GIVE_UP:
+	case RETRY_VERDICT_FINAL:
+		break;
+	}
+	exchange_resume_give_up(ex, why);
+}
+
+void exchange_resume_answer(struct exchange_try *t, const struct http1_head *head)
+{
+	struct exchange *ex = t->ex;
+	struct resume *resume = ex->resume;
+	enum resume_answer answer = resume_check_answer(resume, head, &t->framing);
+	struct retry_verdict verdict;
+	char note[160];
+
+	if (ex->try_count > 0) {
+		ex->tries[ex->try_count - 1].resumed = true;
+		ex->tries[ex->try_count - 1].resumed_at = resume->at;
+	}
+	if (answer == RESUME_ANSWER_SPLICE) {
+		log_debug("%.*s %.*s: resumed at %llu", (int)ex->method_len, ex->method,
+			  (int)ex->target_len, ex->target, (unsigned long long)resume->at);
+		metrics_resume(ex->proxy->metrics, ex->route->name, true);
+		resume->pending = false;
+		ex->winner = t;
+		evbuffer_drain(conn_input(t->up), head->head_len);
+		exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
+		exchange_set_state(ex, EXCHANGE_RELAYING);
+		exchange_relay_response(ex);
+		return;
+	}
+	/* a retryable status is retried as it would be before any byte went
+	 * out; its body is not kept, the client can never get it */
+	if (retry_on_status(&ex->route->retry, head->status)) {
+		verdict = exchange_decide(ex, TRY_RESPONSE, head->status, false,
+					  exchange_retry_after(head), false);
+		if (verdict.kind == RETRY_VERDICT_RETRY) {
+			exchange_end_try(t, false);
+			exchange_schedule_retry(ex);
+			return;
+		}
+	}
+	exchange_end_try(t, false);
+	snprintf(note, sizeof(note), "%s (status %d)", resume_answer_text(answer), head->status);
+	exchange_resume_give_up(ex, note);
+}

@@ -1,0 +1,228 @@
+#include "resume.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xmalloc.h"
+
+/*
+ * The pure side of Range resume: read what a 200 offers, write the Range
+ * and If-Range of the resume request, and judge its answer. Only a 206 that
+ * continues the very same representation from the very byte asked for is
+ * ever spliced onto what the client has.
+ */
+
+const char *resume_answer_text(enum resume_answer answer)
+{
+	switch (answer) {
+	case RESUME_ANSWER_SPLICE:
+		return "resumed";
+	case RESUME_ANSWER_NOT_PARTIAL:
+		return "resume answered without 206: the download changed or the range was refused";
+	case RESUME_ANSWER_OTHER_RANGE:
+		return "resume answered with another Content-Range";
+	case RESUME_ANSWER_CHANGED:
+		return "resume answered with another validator";
+	case RESUME_ANSWER_BAD_LENGTH:
+		return "resume answered 206 whose length is not the rest";
+	}
+	return "resume failed";
+}
+
+/* Is the comma-separated list in value one that names the bytes unit? Range
+ * units compare case-insensitively (RFC 9110 section 14.1). */
+static bool resume_lists_bytes(const char *value, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len) {
+		size_t start, end;
+
+		while (i < len && (value[i] == ' ' || value[i] == '\t' || value[i] == ','))
+			i++;
+		start = i;
+		while (i < len && value[i] != ',')
+			i++;
+		end = i;
+		while (end > start && (value[end - 1] == ' ' || value[end - 1] == '\t'))
+			end--;
+		if (http1_name_equals(value + start, end - start, "bytes"))
+			return true;
+	}
+	return false;
+}
+
+/* A strong entity-tag: DQUOTE *etagc DQUOTE, no W/ in front (RFC 9110
+ * section 8.8.3). */
+static bool resume_strong_etag(const char *value, size_t len)
+{
+	if (len < 2 || value[0] != '"' || value[len - 1] != '"')
+		return false;
+	for (size_t i = 1; i + 1 < len; i++) {
+		unsigned char c = (unsigned char)value[i];
+
+		if (c == '"' || c < 0x21 || c == 0x7f)
+			return false;
+	}
+	return true;
+}
+
+struct resume *resume_offered(const struct http1_head *head, uint64_t content_length)
+{
+	const struct http1_field *etag = NULL, *modified = NULL, *validator;
+	bool ranges = false;
+	struct resume *resume;
+
+	/* one pass, names told apart by length first: this runs for every
+	 * GET 200 on a route with resume on */
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		if (f->name_len == 4 && http1_name_equals(f->name, 4, "ETag")) {
+			if (etag != NULL)
+				return NULL; /* two: which one would If-Range name? */
+			etag = f;
+		} else if (f->name_len == 13) {
+			if (http1_name_equals(f->name, 13, "Accept-Ranges"))
+				ranges = ranges || resume_lists_bytes(f->value, f->value_len);
+			else if (modified == NULL &&
+				 http1_name_equals(f->name, 13, "Last-Modified"))
+				modified = f;
+		}
+	}
+	if (!ranges)
+		return NULL;
+	if (etag != NULL && !resume_strong_etag(etag->value, etag->value_len))
+		return NULL; /* a weak ETag: equal content is not promised byte for byte */
+	validator = etag != NULL ? etag : modified;
+	if (validator == NULL || validator->value_len == 0 ||
+	    validator->value_len > RESUME_VALIDATOR_MAX)
+		return NULL;
+	resume = xcalloc(1, sizeof(*resume) + validator->value_len);
+	resume->length = content_length;
+	resume->etag = etag != NULL;
+	resume->validator_len = validator->value_len;
+	memcpy(resume->validator, validator->value, validator->value_len);
+	/* "Range: bytes=" 20 digits "-" CRLF "If-Range: " validator CRLF CRLF */
+	resume->lines = xmalloc(13 + 20 + 1 + 2 + 10 + validator->value_len + 4);
+	return resume;
+}
+
+void resume_free(struct resume *resume)
+{
+	if (resume == NULL)
+		return;
+	free(resume->lines);
+	free(resume);
+}
+
+bool resume_request_has_range(const char *head, size_t len)
+{
+	const char *p = head, *end = head + len;
+
+	/* every field line starts after a CRLF; names have no whitespace */
+	while ((p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+		size_t left;
+
+		p++;
+		left = (size_t)(end - p);
+		if ((left > 6 && http1_name_equals(p, 6, "Range:")) ||
+		    (left > 9 && http1_name_equals(p, 9, "If-Range:")))
+			return true;
+	}
+	return false;
+}
+
+void resume_prepare(struct resume *resume, uint64_t at)
+{
+	int n = sprintf(resume->lines, "Range: bytes=%llu-\r\nIf-Range: ", (unsigned long long)at);
+	char *p = resume->lines + n;
+
+	memcpy(p, resume->validator, resume->validator_len);
+	p += resume->validator_len;
+	memcpy(p, "\r\n\r\n", 4);
+	resume->lines_len = (size_t)(p + 4 - resume->lines);
+	resume->at = at;
+}
+
+/* Digits at *p up to a byte that is not one, as a number; -1 when there
+ * are none or too many to be a length. */
+static int resume_parse_number(const char **p, const char *end, uint64_t *out)
+{
+	const char *start = *p;
+	uint64_t v = 0;
+
+	while (*p < end && **p >= '0' && **p <= '9') {
+		if (*p - start >= 19)
+			return -1;
+		v = v * 10 + (uint64_t)(**p - '0');
+		(*p)++;
+	}
+	if (*p == start)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Is value exactly "bytes first-last/complete" with these three numbers? */
+static bool resume_content_range_is(const char *value, size_t len, uint64_t first, uint64_t last,
+				    uint64_t complete)
+{
+	const char *p = value + 6, *end = value + len;
+	uint64_t a, b, c;
+
+	if (len < 6 || !http1_name_equals(value, 5, "bytes") || value[5] != ' ')
+		return false;
+	if (resume_parse_number(&p, end, &a) < 0 || p == end || *p++ != '-' ||
+	    resume_parse_number(&p, end, &b) < 0 || p == end || *p++ != '/' ||
+	    resume_parse_number(&p, end, &c) < 0 || p != end)
+		return false;
+	return a == first && b == last && c == complete;
+}
+
+/* The one field of this name, or NULL; *repeated when there are more. */
+static const struct http1_field *resume_only_field(const struct http1_head *head, const char *name,
+						   bool *repeated)
+{
+	const struct http1_field *found = NULL;
+	size_t len = strlen(name);
+
+	*repeated = false;
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		if (f->name_len == len && http1_name_equals(f->name, len, name)) {
+			if (found != NULL)
+				*repeated = true;
+			found = f;
+		}
+	}
+	return found;
+}
+
+enum resume_answer resume_check_answer(const struct resume *resume, const struct http1_head *head,
+				       const struct http1_framing *framing)
+{
+	const struct http1_field *range, *validator;
+	bool repeated;
+
+	if (head->status != 206)
+		return RESUME_ANSWER_NOT_PARTIAL;
+	range = resume_only_field(head, "Content-Range", &repeated);
+	if (range == NULL || repeated ||
+	    !resume_content_range_is(range->value, range->value_len, resume->at, resume->length - 1,
+				     resume->length))
+		return RESUME_ANSWER_OTHER_RANGE;
+	/* the 206 names its representation with the same kind of validator
+	 * the 200 had; when it does, it must be the same one */
+	validator = resume_only_field(head, resume->etag ? "ETag" : "Last-Modified", &repeated);
+	if (repeated || (validator != NULL &&
+			 (validator->value_len != resume->validator_len ||
+			  memcmp(validator->value, resume->validator, resume->validator_len) != 0)))
+		return RESUME_ANSWER_CHANGED;
+	if (framing->body != HTTP1_BODY_LENGTH ||
+	    framing->content_length != resume->length - resume->at)
+		return RESUME_ANSWER_BAD_LENGTH;
+	return RESUME_ANSWER_SPLICE;
+}
