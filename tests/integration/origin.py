@@ -41,6 +41,11 @@ full list; query parameters tune it):
     /drop               reads the request, closes (FIN) without answering
     /hang               reads the request, never answers
     /respheaders        a fixed list of tricky response headers (see below)
+    /object/<n>         a downloadable object of n bytes, Range-capable: see
+                        Origin._object (ETag strong/weak/none, Last-Modified,
+                        Range and If-Range honoured or not, ?version=V for
+                        other content, ?break_at=N to close or reset after
+                        N body bytes)
     /bad/<kind>         a malformed response: cl-dup, te-cl, obs-fold,
                         status, bare-lf, space-colon, bad-chunk
     anything else       404 "not found\\n" (or /echo with echo_unknown=True)
@@ -100,6 +105,11 @@ def pattern_chunks(n, offset=0, chunk=_SEND_CHUNK):
 def pattern_bytes(n, offset=0):
     """The first n pattern bytes (from offset) as one bytes object."""
     return b"".join(bytes(c) for c in pattern_chunks(n, offset))
+
+
+def object_offset(version):
+    """Where /object content of this version starts in the pattern."""
+    return (version - 1) * 7919
 
 
 def pattern_sha256(n):
@@ -863,6 +873,8 @@ class Origin:
         elif kind == "hang":
             self._hang(ex.sock, ex.conn)
             raise _Stop()
+        elif kind == "object":
+            self._object(ex, int(arg))
         elif kind == "respheaders":
             ex.head(200, RESPONSE_HEADERS + [("Content-Length", "3")])
             if not head_only:
@@ -896,6 +908,92 @@ class Origin:
             ex.send(b"0\r\n\r\n")
         else:
             ex.send_pattern(rest, first)
+
+    def _object(self, ex, n):
+        """A stored object of n bytes, as a download server (or a cloud
+        storage media GET) serves it. Its content and validators depend on
+        ?version=V (default 1): version V is the pattern from offset
+        object_offset(V), its ETag "obj-V-n", its Last-Modified one day
+        later per version. Parameters:
+          etag=strong|weak|none     the ETag (weak: W/"..."; none: no ETag)
+          lm=0                      no Last-Modified
+          ranges=0                  no Accept-Ranges; Range ignored
+          ranges=ignore             Accept-Ranges: bytes, but Range ignored
+          if_range=ignore           Range honoured even when If-Range no
+                                    longer matches (a broken origin)
+          cr_shift=S                a 206 starts S bytes later than asked and
+                                    says so in Content-Range
+          chunked=1                 the whole object, chunked, never a 206
+          break_at=N                after N body bytes of this response,
+                                    close (break_mode=fin, default) or reset
+                                    (break_mode=reset)
+          stall_at=N                after N body bytes, send nothing more
+                                    (the connection stays open)
+        Range: bytes=K- and bytes=K-M are answered 206 with Content-Range
+        when If-Range (if any) matches the current ETag or Last-Modified,
+        else 200 with the whole object; K at or past n gets 416."""
+        version = int(ex.param("version", 1))
+        etag_kind = ex.param("etag", "strong")
+        tag = '"obj-%d-%d"' % (version, n)
+        etag = {"strong": tag, "weak": "W/" + tag}.get(etag_kind)
+        modified = None
+        if ex.param("lm") != "0":
+            modified = time.strftime("%a, %d %b %Y %H:%M:%S GMT",
+                                     time.gmtime(1700000000 + 86400 * version))
+        ranges = ex.param("ranges", "1")
+        chunked = bool(ex.param("chunked"))
+        start, end, status = 0, n, 200
+        hdrs = [("Content-Type", "application/octet-stream")]
+        if ranges != "0":
+            hdrs.append(("Accept-Ranges", "bytes"))
+        if etag is not None:
+            hdrs.append(("ETag", etag))
+        if modified is not None:
+            hdrs.append(("Last-Modified", modified))
+        wanted = ex.req.header("Range")
+        if wanted is not None and ranges == "1" and not chunked:
+            if_range = ex.req.header("If-Range")
+            current = if_range is None or ex.param("if_range") == "ignore" or \
+                (if_range.startswith('"') and if_range == etag) or \
+                (not if_range.startswith(('"', 'W/')) and if_range == modified)
+            first, _, last = wanted.partition("=")[2].partition("-")
+            if current and wanted.startswith("bytes=") and first.isdigit():
+                if int(first) >= n:
+                    ex.head(416, hdrs + [("Content-Range", "bytes */%d" % n),
+                                         ("Content-Length", "0")])
+                    return
+                start = int(first) + int(ex.param("cr_shift", 0))
+                end = min(n, int(last) + 1) if last.isdigit() else n
+                status = 206
+                hdrs.append(("Content-Range", "bytes %d-%d/%d" % (start, end - 1, n)))
+        if chunked:
+            hdrs.append(("Transfer-Encoding", "chunked"))
+        else:
+            hdrs.append(("Content-Length", str(end - start)))
+        ex.head(status, hdrs)
+        if ex.req.method == "HEAD":
+            return
+        stop = end - start
+        for limit in (ex.param("break_at"), ex.param("stall_at")):
+            if limit is not None:
+                stop = min(stop, int(limit))
+        base = object_offset(version)
+        pos = start
+        while pos < start + stop:
+            k = min(1 << 16, start + stop - pos)
+            data = pattern_bytes(k, base + pos)
+            ex.send(b"%x\r\n" % k + data + b"\r\n" if chunked else data)
+            pos += k
+        if stop < end - start:
+            if ex.param("stall_at") is not None:
+                self._hang(ex.sock, ex.conn)
+                raise _Stop()
+            time.sleep(0.05)  # let the bytes go out before the close
+            if ex.param("break_mode") == "reset":
+                ex.reset()
+            raise _DropConnection()
+        if chunked:
+            ex.send(b"0\r\n\r\n")
 
     def _slow(self, ex, n):
         delay = float(ex.param("delay", 0.01))

@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""Scenario: Range resume of GET downloads that break mid-body (retry.resume).
+
+Client: curl through a sidecar listener (and one forward-proxy request),
+one download at a time; curl to the admin listener for /metrics.
+Origin: /object/<n>, a Range-capable download (Accept-Ranges: bytes, a
+strong ETag and a Last-Modified by default), scripted per path so that each
+try gets the next step: break (FIN or RST) after N body bytes, change the
+object (?version=2, a new ETag and content), serve a weak ETag, no ETag,
+chunked framing, another range, a 503, or ignore If-Range.
+Proxy: defaults with resume on, 5 attempts, 50 ms backoff without jitter; a
+route with max_attempts 2, one with a deadline shorter than the backoff,
+one with resume: false.
+Must hold:
+- a 4 MiB download broken at 1 MiB arrives whole, byte-exact (sha256), as
+  one 200 response: the origin got Range: bytes=K- (K at most 1 MiB, the
+  bytes the client had) and If-Range with the 200's ETag; the log's trail
+  shows the break and resumed_at=K; resumes_total{result="ok"} counts it;
+- a resume that itself breaks (by RST) is resumed again from the new K;
+- a retryable 503 to the resume is retried, then the 206 is spliced;
+- without an ETag the Last-Modified is the If-Range validator;
+- a changed object never yields a mixed body: a 200 with the new ETag
+  (If-Range no longer matches), or a 206 with another ETag from an origin
+  that ignores If-Range, ends the client's body short, a prefix of the
+  first version; resumes_total{result="failed"} counts it;
+- a 206 for another range than asked is not spliced;
+- a weak ETag, a chunked response, a request with its own Range, and a
+  route with resume: false get no resume: the origin sees one request;
+- resumes count against attempts (max_attempts 2: the second break ends
+  the body short, gave_up=attempts) and the deadline (gave_up=deadline);
+- the JSON access log carries "broken" and "resumed_at" in the tries.
+"""
+
+import hashlib
+import re
+import time
+import urllib.parse
+
+import harness as h
+import origin as o
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: @FORMAT@ }
+limits: { drain_timeout: 2s }
+defaults:
+  retry:
+    max_attempts: 5
+    initial_backoff: 50ms
+    max_backoff: 50ms
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: two-tries
+    match: { host: two.test }
+    retry: { max_attempts: 2 }
+  - name: short-deadline
+    match: { host: deadline.test }
+    retry: { initial_backoff: 2s, max_backoff: 2s, deadline: 1s }
+  - name: no-resume
+    match: { host: off.test }
+    retry: { resume: false }
+"""
+
+MiB = 1 << 20
+
+
+def sha(n, version=1):
+    return hashlib.sha256(o.pattern_bytes(n, o.object_offset(version))).hexdigest()
+
+
+def admin_metrics(proxy):
+    return h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
+
+
+def metric(text, name, labels):
+    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def get(proxy, path, *args):
+    return h.curl("http://127.0.0.1:%d%s" % (proxy.port(0), path), *args, timeout=30)
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, FORMAT="text")
+
+    def download(n, steps, host=None):
+        """Script /object/n with steps (a query for /object/n, or a whole
+        behaviour path), GET it (with this Host); the curl result."""
+        path = "/object/%d" % n
+        origin.script(path, [s if s.startswith("/") else path + s for s in steps])
+        return get(proxy, path, *(["-H", "Host: " + host] if host else []))
+
+    def requests_for(n):
+        return origin.requests_for("/object/%d" % n)
+
+    def short_prefix(r, n, version=1):
+        """The client got a short body that is a prefix of version's bytes."""
+        h.ok(r.exit_code != 0, "curl should fail on a short body: %r" % r)
+        h.eq(r.status, 200, "status")
+        h.ok(len(r.body) < n, "body of %d bytes should be short of %d" % (len(r.body), n))
+        h.ok(r.body == o.pattern_bytes(len(r.body), o.object_offset(version)),
+             "the short body should be a prefix of version %d" % version)
+
+    def quiet_origin(n, count):
+        """The origin saw exactly count requests for /object/n, also a while later."""
+        time.sleep(0.5 * h.SLOW)
+        h.eq(len(requests_for(n)), count, "requests the origin saw for /object/%d" % n)
+
+    @t.check("a 4 MiB download broken at 1 MiB arrives whole, as one 200")
+    def _():
+        n = 4 * MiB
+        r = download(n, ["?break_at=%d" % MiB, ""])
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(r.status, 200, "status")
+        h.eq(len(r.heads), 1, "response heads the client saw")
+        h.eq(len(r.body), n, "body length")
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        h.eq(r.header("Content-Length"), str(n), "Content-Length")
+        h.eq(r.header("Content-Range"), None, "no Content-Range reaches the client")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 2, "requests the origin saw")
+        h.eq(reqs[0].header("Range"), None, "the first try asks for the whole object")
+        m = re.fullmatch(r"bytes=(\d+)-", reqs[1].header("Range") or "")
+        h.ok(m is not None, "the resume asks for bytes=K-, got %r" % reqs[1].header("Range"))
+        k = int(m.group(1))
+        h.ok(0 < k <= MiB, "K=%d should be what reached the client, at most 1 MiB" % k)
+        h.eq(reqs[1].header("If-Range"), '"obj-1-%d"' % n, "If-Range is the 200's ETag")
+        fields = h.access_fields(proxy.access_one("/object/%d" % n))
+        h.eq(fields.get("status"), "200", "logged status")
+        h.eq(fields.get("attempts"), "2", "logged attempts")
+        h.eq(fields.get("bytes"), str(n), "logged body bytes")
+        h.eq(fields.get("tries"), "200 broken=reset -> wait 50ms -> 206 resumed_at=%d" % k,
+             "logged trail")
+        text = admin_metrics(proxy)
+        h.eq(metric(text, "retryproxy_resumes_total", '{route="default",result="ok"}'), 1.0,
+             "resumes ok")
+        h.eq(metric(text, "retryproxy_resumes_total", '{route="default",result="failed"}'),
+             0.0, "resumes failed")
+        h.eq(metric(text, "retryproxy_retries_total", '{route="default",cause="reset"}'), 1.0,
+             "the resume counts as a retry after a reset")
+
+    @t.check("a resume that breaks (RST) is resumed again from the new K")
+    def _():
+        n = 4 * MiB + 1
+        r = download(n, ["?break_at=%d&break_mode=reset" % MiB, "?break_at=%d" % MiB, ""])
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 3, "requests the origin saw")
+        k1 = int(reqs[1].header("Range")[6:-1])
+        k2 = int(reqs[2].header("Range")[6:-1])
+        h.ok(0 < k1 <= MiB and k1 < k2 <= k1 + MiB, "K grows: %d then %d" % (k1, k2))
+        fields = h.access_fields(proxy.access_one("/object/%d" % n))
+        h.eq(fields.get("tries"),
+             "200 broken=reset -> wait 50ms -> 206 resumed_at=%d broken=reset -> wait 50ms "
+             "-> 206 resumed_at=%d" % (k1, k2), "logged trail")
+
+    @t.check("a 503 to the resume is retried, then the 206 is spliced on")
+    def _():
+        n = 3 * MiB
+        r = download(n, ["?break_at=%d" % MiB, "/status/503", ""])
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 3, "requests the origin saw")
+        h.eq(reqs[1].header("Range"), reqs[2].header("Range"), "both resumes ask from K")
+        k = int(reqs[2].header("Range")[6:-1])
+        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
+             "200 broken=reset -> wait 50ms -> 503 resumed_at=%d -> wait 50ms -> "
+             "206 resumed_at=%d" % (k, k), "logged trail")
+
+    @t.check("without an ETag, the Last-Modified is the If-Range validator")
+    def _():
+        n = 2 * MiB
+        r = download(n, ["?etag=none&break_at=%d" % MiB, "?etag=none"])
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 2, "requests the origin saw")
+        h.ok((reqs[1].header("If-Range") or "").endswith(" GMT"),
+             "If-Range should be the Last-Modified date, got %r" % reqs[1].header("If-Range"))
+
+    @t.check("a changed ETag on the resume (a 200) never yields a mixed body")
+    def _():
+        n = 2 * MiB + 1
+        r = download(n, ["?break_at=%d" % MiB, "?version=2"])
+        short_prefix(r, n)
+        reqs = requests_for(n)
+        h.eq(len(reqs), 2, "requests the origin saw")
+        fields = h.access_fields(proxy.access_one("/object/%d" % n))
+        h.ok("not resumed" in urllib.parse.unquote(fields.get("note", "")), "note: %r" % fields)
+        h.ok(fields.get("tries", "").endswith("-> 200 resumed_at=%s" % reqs[1].header("Range")[6:-1]),
+             "trail: %r" % fields.get("tries"))
+        text = admin_metrics(proxy)
+        h.eq(metric(text, "retryproxy_resumes_total", '{route="default",result="failed"}'),
+             1.0, "resumes failed")
+
+    @t.check("a 206 with another ETag (origin ignores If-Range) is not spliced")
+    def _():
+        n = 2 * MiB + 2
+        r = download(n, ["?break_at=%d" % MiB, "?version=2&if_range=ignore"])
+        short_prefix(r, n)
+        reqs = requests_for(n)
+        h.eq(len(reqs), 2, "requests the origin saw")
+        note = h.access_fields(proxy.access_one("/object/%d" % n)).get("note", "")
+        h.ok("validator" in urllib.parse.unquote(note), "the note names the validator: %r" % note)
+
+    @t.check("a 206 for another range than asked is not spliced")
+    def _():
+        n = 2 * MiB + 3
+        r = download(n, ["?break_at=%d" % MiB, "?cr_shift=1"])
+        short_prefix(r, n)
+        h.eq(len(requests_for(n)), 2, "requests the origin saw")
+
+    @t.check("a weak ETag gets no resume")
+    def _():
+        n = 2 * MiB + 4
+        r = download(n, ["?etag=weak&break_at=%d" % MiB, "?etag=weak"])
+        short_prefix(r, n)
+        quiet_origin(n, 1)
+
+    @t.check("a chunked response gets no resume")
+    def _():
+        n = 2 * MiB + 5
+        r = download(n, ["?chunked=1&break_at=%d" % MiB, "?chunked=1"])
+        h.ok(r.exit_code != 0, "curl should fail on a cut chunked body: %r" % r)
+        h.ok(len(r.body) < n, "the body is short")
+        quiet_origin(n, 1)
+
+    @t.check("a request with its own Range gets no resume of ours")
+    def _():
+        n = 2 * MiB + 6
+        origin.script("/object/%d" % n, ["/object/%d?break_at=%d" % (n, MiB),
+                                         "/object/%d" % n])
+        r = get(proxy, "/object/%d" % n, "-r", "10-")
+        h.ok(r.exit_code != 0, "curl should fail on the cut 206: %r" % r)
+        h.eq(r.status, 206, "the client's own range is answered")
+        quiet_origin(n, 1)
+        h.eq(requests_for(n)[0].header("Range"), "bytes=10-", "the client's Range went as is")
+
+    @t.check("a route with resume: false gets no resume")
+    def _():
+        n = 2 * MiB + 7
+        r = download(n, ["?break_at=%d" % MiB, ""], host="off.test")
+        short_prefix(r, n)
+        quiet_origin(n, 1)
+
+    @t.check("resumes count against max_attempts")
+    def _():
+        n = 2 * MiB + 8
+        r = download(n, ["?break_at=%d" % MiB, "?break_at=%d" % (MiB // 2), ""],
+                     host="two.test")
+        short_prefix(r, n)
+        quiet_origin(n, 2)
+        fields = h.access_fields(proxy.access_one("/object/%d" % n))
+        h.eq(fields.get("gave_up"), "attempts", "gave_up")
+        h.eq(fields.get("attempts"), "2", "attempts")
+        h.eq(fields.get("bytes"), str(len(r.body)), "logged bytes are what the client got")
+
+    @t.check("resumes count against the deadline")
+    def _():
+        n = 2 * MiB + 9
+        r = download(n, ["?break_at=%d" % MiB, ""], host="deadline.test")
+        short_prefix(r, n)
+        quiet_origin(n, 1)
+        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("gave_up"), "deadline",
+             "gave_up")
+        text = admin_metrics(proxy)
+        h.eq(metric(text, "retryproxy_resumes_total",
+                    '{route="short-deadline",result="failed"}'), 1.0, "resumes failed")
+
+    @t.check("the JSON access log carries broken and resumed_at in the tries")
+    def _():
+        jproxy = t.proxy(CONFIG, ORIGIN=origin.port, FORMAT="json")
+        n = 2 * MiB + 10
+        path = "/object/%d" % n
+        origin.script(path, [path + "?break_at=%d" % MiB, path])
+        r = get(jproxy, path)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        k = int(requests_for(n)[1].header("Range")[6:-1])
+        entry = jproxy.access_one(path)
+        h.eq(entry["tries"], [{"status": 200, "broken": "reset", "wait_ms": 50},
+                              {"status": 206, "resumed_at": k, "wait_ms": 0}], "tries")
+
+
+h.run(scenario, __doc__)
