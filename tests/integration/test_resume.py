@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Scenario: Range resume of GET downloads that break mid-body (retry.resume).
 
-Client: curl through a sidecar listener (and one forward-proxy request),
-one download at a time; curl to the admin listener for /metrics.
+Client: curl through a sidecar listener, one download at a time (a second
+proxy logs JSON); curl to the admin listener for /metrics.
 Origin: /object/<n>, a Range-capable download (Accept-Ranges: bytes, a
 strong ETag and a Last-Modified by default), scripted per path so that each
 try gets the next step: break (FIN or RST) after N body bytes, change the
 object (?version=2, a new ETag and content), serve a weak ETag, no ETag,
 chunked framing, another range, a 503, or ignore If-Range.
-Proxy: defaults with resume on, 5 attempts, 50 ms backoff without jitter; a
-route with max_attempts 2, one with a deadline shorter than the backoff,
-one with resume: false.
+Proxy: defaults with resume on, 5 attempts, 50 ms backoff without jitter;
+routes (by Host) with max_attempts 2, with a deadline shorter than the
+backoff, with resume: false, and with try_timeout 500ms.
 Must hold:
 - a 4 MiB download broken at 1 MiB arrives whole, byte-exact (sha256), as
   one 200 response: the origin got Range: bytes=K- (K at most 1 MiB, the
@@ -18,6 +18,7 @@ Must hold:
   shows the break and resumed_at=K; resumes_total{result="ok"} counts it;
 - a resume that itself breaks (by RST) is resumed again from the new K;
 - a retryable 503 to the resume is retried, then the 206 is spliced;
+- a body that stalls for the route's try_timeout is resumed too;
 - without an ETag the Last-Modified is the If-Range validator;
 - a changed object never yields a mixed body: a 200 with the new ETag
   (If-Range no longer matches), or a 206 with another ETag from an origin
@@ -63,6 +64,9 @@ routes:
   - name: no-resume
     match: { host: off.test }
     retry: { resume: false }
+  - name: stall
+    match: { host: stall.test }
+    retry: { try_timeout: 500ms }
 """
 
 MiB = 1 << 20
@@ -174,6 +178,18 @@ def scenario(t):
         h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
              "200 broken=reset -> wait 50ms -> 503 resumed_at=%d -> wait 50ms -> "
              "206 resumed_at=%d" % (k, k), "logged trail")
+
+    @t.check("a body that stalls for try_timeout is resumed like one that broke")
+    def _():
+        n = 2 * MiB + 11
+        r = download(n, ["?stall_at=%d" % MiB, ""], host="stall.test")
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 2, "requests the origin saw")
+        k = int(reqs[1].header("Range")[6:-1])
+        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
+             "200 broken=timeout -> wait 50ms -> 206 resumed_at=%d" % k, "logged trail")
 
     @t.check("without an ETag, the Last-Modified is the If-Range validator")
     def _():
