@@ -65,6 +65,7 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 	struct exchange *ex = proxy->spare_exchanges;
 	struct event *try_timers[EXCHANGE_TRY_SLOTS];
 	struct event *timer, *hedge_timer;
+	struct resume *resume;
 	char *text, *request_head;
 	size_t text_room, request_head_room;
 	size_t i;
@@ -84,6 +85,7 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 	text_room = ex->text_room;
 	request_head = ex->request_head;
 	request_head_room = ex->request_head_room;
+	resume = ex->resume;
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
 		try_timers[i] = ex->slots[i].timer;
 	memset(ex, 0, sizeof(*ex));
@@ -95,6 +97,7 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 	ex->text_room = text_room;
 	ex->request_head = request_head;
 	ex->request_head_room = request_head_room;
+	ex->resume = resume;
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
 		ex->slots[i].ex = ex;
 		ex->slots[i].timer = try_timers[i];
@@ -126,6 +129,7 @@ static void exchange_destroy(struct exchange *ex)
 			event_free(ex->slots[i].timer);
 	free(ex->text);
 	free(ex->request_head);
+	resume_free(ex->resume);
 	free(ex);
 }
 
@@ -140,7 +144,6 @@ static void exchange_free(struct exchange *ex)
 		evbuffer_free(ex->kept);
 	if (ex->tries != ex->tries_inline)
 		free(ex->tries);
-	resume_free(ex->resume);
 	upstream_release(ex->upstream);
 	config_release(ex->config);
 	if (proxy->spare_exchange_count + 1 > EXCHANGE_SPARES) {
@@ -349,7 +352,7 @@ void exchange_finish(struct exchange *ex)
 
 void exchange_respond_error(struct exchange *ex, int status, const char *text)
 {
-	if (ex->resume != NULL && ex->resume->pending) {
+	if (ex->resumable && ex->resume->pending) {
 		/* the client has a 200 head already: no error of ours fits after it */
 		exchange_resume_give_up(ex, text);
 		return;
@@ -819,7 +822,7 @@ static void exchange_arm_hedge(struct exchange *ex)
 	if (hedge->after_ms == 0 || ex->is_connect || ex->has_body)
 		return;
 	/* a resume continues a body already flowing: nothing to race */
-	if (ex->resume != NULL && ex->resume->pending)
+	if (ex->resumable && ex->resume->pending)
 		return;
 	if (ex->hedge_timer == NULL)
 		ex->hedge_timer = evtimer_new(ex->proxy->base, exchange_hedge_cb, ex);

@@ -190,8 +190,10 @@ struct exchange {
 	size_t try_count;
 	size_t try_room;
 	struct access_try tries_inline[4]; /* most requests take one try */
-	struct resume *resume;		   /* the 200 offered a resume (retry.resume); NULL: not */
-	struct exchange *next_spare;	   /* in proxy->spare_exchanges */
+	struct resume *resume;	     /* retry.resume: the offer and the resume under way, made on
+				* first use; kept with a spare */
+	bool resumable;		     /* the 200 offered a resume: resume holds it */
+	struct exchange *next_spare; /* in proxy->spare_exchanges */
 };
 
 /* Spare exchanges kept for reuse with their timer and text blocks, so that

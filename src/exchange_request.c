@@ -245,7 +245,7 @@ void exchange_send_request(struct exchange_try *t)
 
 	/* references, not copies: the same bytes go out again on the next try
 	 * (the exchange outlives every try's connection and its output) */
-	if (ex->resume != NULL && ex->resume->pending) {
+	if (ex->resumable && ex->resume->pending) {
 		/* the head without its blank line, then Range and If-Range */
 		evbuffer_add_reference(out, ex->request_head, ex->request_head_len - 2, NULL, NULL);
 		evbuffer_add_reference(out, ex->resume->lines, ex->resume->lines_len, NULL, NULL);

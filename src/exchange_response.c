@@ -147,7 +147,7 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
 
 void exchange_deliver_kept(struct exchange *ex)
 {
-	if (ex->resume != NULL && ex->resume->pending) {
+	if (ex->resumable && ex->resume->pending) {
 		exchange_resume_give_up(ex, "resume given up");
 		return;
 	}
@@ -319,7 +319,7 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 	conn_set_timeouts(t->up, ex->route->retry.try_timeout_ms, 0);
 	upstream_response_seen(ex->upstream, &ex->config->health);
 	exchange_record_try(ex, head->status, NULL, t->hedge);
-	if (ex->resume != NULL && ex->resume->pending) {
+	if (ex->resumable && ex->resume->pending) {
 		/* the client has a head and part of a body: only their rest fits */
 		exchange_resume_answer(t, head);
 		return;
@@ -439,7 +439,7 @@ static void exchange_closed_while_relaying(struct exchange_try *t, short what)
 
 	if (what & CONN_TIMEOUT) {
 		metrics_upstream_error(ex->proxy->metrics, TRY_TIMEOUT);
-		if (ex->resume != NULL)
+		if (ex->resumable)
 			exchange_resume_broken(t, TRY_TIMEOUT,
 					       "upstream stopped sending the response body");
 		else
@@ -455,7 +455,7 @@ static void exchange_closed_while_relaying(struct exchange_try *t, short what)
 		return;
 	}
 	metrics_upstream_error(ex->proxy->metrics, TRY_RESET);
-	if (ex->resume != NULL)
+	if (ex->resumable)
 		exchange_resume_broken(
 			t, TRY_RESET, eof ? "upstream closed mid-body" : "upstream reset mid-body");
 	else

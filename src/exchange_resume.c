@@ -25,19 +25,16 @@ void exchange_resume_offer(struct exchange_try *t, const struct http1_head *head
 	struct exchange *ex = t->ex;
 
 	/* the cheap facts first: most responses stop here */
-	if (ex->resume != NULL || t->framing.body != HTTP1_BODY_LENGTH ||
+	if (ex->resumable || t->framing.body != HTTP1_BODY_LENGTH ||
 	    t->framing.content_length == 0 || !ex->idempotent ||
 	    ex->route->retry.max_attempts < 2 || ex->method_len != 3 ||
 	    memcmp(ex->method, "GET", 3) != 0)
 		return;
-	ex->resume = resume_offered(head, t->framing.content_length);
+	if (!resume_read_offer(&ex->resume, head, t->framing.content_length))
+		return;
 	/* a Range of the client's own is answered as the client asked; a second
 	 * one of ours would contradict it */
-	if (ex->resume != NULL &&
-	    resume_request_has_range(ex->request_head, ex->request_head_len)) {
-		resume_free(ex->resume);
-		ex->resume = NULL;
-	}
+	ex->resumable = !resume_request_has_range(ex->request_head, ex->request_head_len);
 }
 
 void exchange_resume_give_up(struct exchange *ex, const char *why)

@@ -68,7 +68,8 @@ static bool resume_strong_etag(const char *value, size_t len)
 	return true;
 }
 
-struct resume *resume_offered(const struct http1_head *head, uint64_t content_length)
+bool resume_read_offer(struct resume **block, const struct http1_head *head,
+		       uint64_t content_length)
 {
 	const struct http1_field *etag = NULL, *modified = NULL, *validator;
 	bool ranges = false;
@@ -81,7 +82,7 @@ struct resume *resume_offered(const struct http1_head *head, uint64_t content_le
 
 		if (f->name_len == 4 && http1_name_equals(f->name, 4, "ETag")) {
 			if (etag != NULL)
-				return NULL; /* two: which one would If-Range name? */
+				return false; /* two: which one would If-Range name? */
 			etag = f;
 		} else if (f->name_len == 13) {
 			if (http1_name_equals(f->name, 13, "Accept-Ranges"))
@@ -92,28 +93,29 @@ struct resume *resume_offered(const struct http1_head *head, uint64_t content_le
 		}
 	}
 	if (!ranges)
-		return NULL;
+		return false;
 	if (etag != NULL && !resume_strong_etag(etag->value, etag->value_len))
-		return NULL; /* a weak ETag: equal content is not promised byte for byte */
+		return false; /* a weak ETag: equal content is not promised byte for byte */
 	validator = etag != NULL ? etag : modified;
 	if (validator == NULL || validator->value_len == 0 ||
 	    validator->value_len > RESUME_VALIDATOR_MAX)
-		return NULL;
-	resume = xcalloc(1, sizeof(*resume) + validator->value_len);
+		return false;
+	if (*block == NULL)
+		*block = xmalloc(sizeof(**block));
+	resume = *block;
 	resume->length = content_length;
+	resume->at = 0;
+	resume->pending = false;
 	resume->etag = etag != NULL;
 	resume->validator_len = validator->value_len;
 	memcpy(resume->validator, validator->value, validator->value_len);
-	/* "Range: bytes=" 20 digits "-" CRLF "If-Range: " validator CRLF CRLF */
-	resume->lines = xmalloc(13 + 20 + 1 + 2 + 10 + validator->value_len + 4);
-	return resume;
+	resume->lines_len = 0;
+	resume->note[0] = '\0';
+	return true;
 }
 
 void resume_free(struct resume *resume)
 {
-	if (resume == NULL)
-		return;
-	free(resume->lines);
 	free(resume);
 }
 

@@ -21,18 +21,20 @@
 #define RESUME_VALIDATOR_MAX 512
 
 /* What a resumable 200 response offered, and the resume under way. Shared
- * by resume.c and exchange_resume.c. */
+ * by resume.c and exchange_resume.c. Made once and reused (an exchange
+ * keeps it with a spare), so that reading an offer allocates nothing. */
 struct resume {
 	uint64_t length; /* the 200's Content-Length: the whole body */
 	uint64_t at;	 /* K: the body byte the latest resume asked from */
 	bool pending;	 /* a resume was asked for: the next response head must
-			       * continue the body, and the client has a partial one */
+			  * continue the body, and the client has a partial one */
 	bool etag;	 /* the validator is the ETag, else the Last-Modified */
-	char *lines;	 /* "Range: ...\r\nIf-Range: ...\r\n\r\n" for at */
-	size_t lines_len;
-	char note[192]; /* why the latest resume failed, for the access log */
 	size_t validator_len;
-	char validator[]; /* as the 200 gave it, not NUL-terminated */
+	char validator[RESUME_VALIDATOR_MAX]; /* as the 200 gave it, not NUL-terminated */
+	size_t lines_len;
+	/* "Range: bytes=" K "-" CRLF "If-Range: " validator CRLF CRLF */
+	char lines[13 + 20 + 1 + 2 + 10 + RESUME_VALIDATOR_MAX + 4];
+	char note[192]; /* why the latest resume failed, for the access log */
 };
 
 /* How the answer to a resume request fits the body the client has. */
@@ -47,11 +49,13 @@ enum resume_answer {
 /* The access-log note for an answer that is not spliced. */
 const char *resume_answer_text(enum resume_answer answer);
 
-/* A resume for a 200 response head of content_length bytes, or NULL when
- * the response does not offer one: it must say Accept-Ranges: bytes and
- * carry one strong ETag, or, without an ETag, a Last-Modified (a weak or
- * repeated ETag: no resume). */
-struct resume *resume_offered(const struct http1_head *head, uint64_t content_length);
+/* Does a 200 response head of content_length bytes offer a resume? It
+ * must say Accept-Ranges: bytes and carry one strong ETag, or, without an
+ * ETag, a Last-Modified (a weak or repeated ETag: no resume). If so, the
+ * offer is read into *block, made on first use (free it with
+ * resume_free()), and true is returned. */
+bool resume_read_offer(struct resume **block, const struct http1_head *head,
+		       uint64_t content_length);
 
 void resume_free(struct resume *resume);
 

@@ -61,33 +61,56 @@ static void test_resume_offered(void **state)
 		{ "Accept-Ranges: bytes\r\n", NULL, false }, /* no validator */
 	};
 
+	struct resume *r = NULL;
+
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct resume *r = resume_offered(parse(200, cases[i].fields), 100);
+		bool offered = resume_read_offer(&r, parse(200, cases[i].fields), 100 + i);
 
 		if (cases[i].validator == NULL) {
-			if (r != NULL)
+			if (offered)
 				fail_msg("case %zu: resume offered for %s", i, cases[i].fields);
 			continue;
 		}
-		if (r == NULL)
+		if (!offered)
 			fail_msg("case %zu: no resume for %s", i, cases[i].fields);
 		assert_int_equal(r->validator_len, strlen(cases[i].validator));
 		assert_memory_equal(r->validator, cases[i].validator, r->validator_len);
 		assert_int_equal(r->etag, cases[i].etag);
-		assert_int_equal(r->length, 100);
+		assert_int_equal(r->length, 100 + i);
 		assert_false(r->pending);
-		resume_free(r);
+		/* the block is reused: a pending resume from before is forgotten */
+		r->pending = true;
 	}
+	resume_free(r);
+}
+
+/* The block is made on the first offer only, and a refused offer leaves it
+ * as it was. */
+static void test_resume_block_reused(void **state)
+{
+	struct resume *r = NULL, *first;
+
+	assert_false(resume_read_offer(&r, parse(200, "ETag: \"a\"\r\n"), 10));
+	assert_null(r);
+	assert_true(
+		resume_read_offer(&r, parse(200, "Accept-Ranges: bytes\r\nETag: \"a\"\r\n"), 10));
+	first = r;
+	assert_true(
+		resume_read_offer(&r, parse(200, "Accept-Ranges: bytes\r\nETag: \"b\"\r\n"), 20));
+	assert_ptr_equal(r, first);
+	assert_memory_equal(r->validator, "\"b\"", 3);
+	assert_int_equal(r->length, 20);
+	resume_free(r);
 }
 
 static void test_resume_prepare(void **state)
 {
-	struct resume *r =
-		resume_offered(parse(200, "Accept-Ranges: bytes\r\nETag: \"v1\"\r\n"), 4194304);
+	struct resume *r = NULL;
 	static const char want[] = "Range: bytes=1048576-\r\nIf-Range: \"v1\"\r\n\r\n";
 	static const char want0[] = "Range: bytes=0-\r\nIf-Range: \"v1\"\r\n\r\n";
 
-	assert_non_null(r);
+	assert_true(resume_read_offer(&r, parse(200, "Accept-Ranges: bytes\r\nETag: \"v1\"\r\n"),
+				      4194304));
 	resume_prepare(r, 1048576);
 	assert_int_equal(r->at, 1048576);
 	assert_int_equal(r->lines_len, sizeof(want) - 1);
@@ -167,10 +190,10 @@ static void test_resume_check_answer(void **state)
 		{ 206, "Content-Range: bytes 40-99/100\r\nTransfer-Encoding: chunked\r\n",
 		  RESUME_ANSWER_BAD_LENGTH },
 	};
-	struct resume *r =
-		resume_offered(parse(200, "Accept-Ranges: bytes\r\nETag: \"v1\"\r\n"), 100);
+	struct resume *r = NULL;
 
-	assert_non_null(r);
+	assert_true(
+		resume_read_offer(&r, parse(200, "Accept-Ranges: bytes\r\nETag: \"v1\"\r\n"), 100));
 	resume_prepare(r, 40);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const struct http1_head *head = parse(cases[i].status, cases[i].fields);
@@ -188,12 +211,13 @@ static void test_resume_check_answer(void **state)
  * and its ETag (which the 200 did not have) is not. */
 static void test_resume_check_answer_last_modified(void **state)
 {
-	struct resume *r = resume_offered(
+	struct resume *r = NULL;
+
+	assert_true(resume_read_offer(
+		&r,
 		parse(200,
 		      "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"),
-		10);
-
-	assert_non_null(r);
+		10));
 	resume_prepare(r, 3);
 	assert_int_equal(resume_check_answer(r,
 					     parse(206, "Content-Range: bytes 3-9/10\r\n"
@@ -216,6 +240,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_resume_offered),
+		cmocka_unit_test(test_resume_block_reused),
 		cmocka_unit_test(test_resume_prepare),
 		cmocka_unit_test(test_resume_request_has_range),
 		cmocka_unit_test(test_resume_check_answer),
