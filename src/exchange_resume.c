@@ -30,11 +30,9 @@ void exchange_resume_offer(struct exchange_try *t, const struct http1_head *head
 	    ex->route->retry.max_attempts < 2 || ex->method_len != 3 ||
 	    memcmp(ex->method, "GET", 3) != 0)
 		return;
-	if (!resume_read_offer(&ex->resume, head, t->framing.content_length))
-		return;
-	/* a Range of the client's own is answered as the client asked; a second
-	 * one of ours would contradict it */
-	ex->resumable = !resume_request_has_range(ex->request_head, ex->request_head_len);
+	/* whether the request had a Range of its own is asked only if the body
+	 * breaks: the head stays in request_head */
+	ex->resumable = resume_read_offer(&ex->resume, head, t->framing.content_length);
 }
 
 void exchange_resume_give_up(struct exchange *ex, const char *why)
@@ -56,6 +54,12 @@ void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, co
 	uint64_t at = resume->length - ex->response_body.remaining;
 	struct retry_verdict verdict;
 
+	/* a Range of the client's own was answered as the client asked; a
+	 * second one of ours would contradict it */
+	if (resume_request_has_range(ex->request_head, ex->request_head_len)) {
+		exchange_break_response(ex, why);
+		return;
+	}
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].broken = try_outcome_name(outcome);
 	exchange_end_try(t, false);
