@@ -25,8 +25,9 @@ Must hold:
   that ignores If-Range, ends the client's body short, a prefix of the
   first version; resumes_total{result="failed"} counts it;
 - a 206 for another range than asked is not spliced;
-- a weak ETag, a chunked response, a request with its own Range, and a
-  route with resume: false get no resume: the origin sees one request;
+- a weak ETag, a chunked response, a request with its own Range (answered
+  206, or 200 by an origin that ignores it), and a route with resume:
+  false get no resume: the origin sees one request;
 - resumes count against attempts (max_attempts 2: the second break ends
   the body short, gave_up=attempts) and the deadline (gave_up=deadline);
 - the JSON access log carries "broken" and "resumed_at" in the tries.
@@ -259,6 +260,15 @@ def scenario(t):
         h.eq(r.status, 206, "the client's own range is answered")
         quiet_origin(n, 1)
         h.eq(requests_for(n)[0].header("Range"), "bytes=10-", "the client's Range went as is")
+
+    @t.check("a request with its own Range answered 200 (Range ignored) gets no resume")
+    def _():
+        n = 2 * MiB + 12
+        origin.script("/object/%d" % n, ["/object/%d?ranges=ignore&break_at=%d" % (n, MiB),
+                                         "/object/%d?ranges=ignore" % n])
+        r = get(proxy, "/object/%d" % n, "-r", "10-")
+        short_prefix(r, n)
+        quiet_origin(n, 1)
 
     @t.check("a route with resume: false gets no resume")
     def _():
