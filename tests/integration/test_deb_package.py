@@ -228,7 +228,11 @@ def scenario(t):
     @t.check("the unpacked profiles pass --check, and conffile and man pages are the repository's")
     def _():
         binary = os.path.join(root, "usr", "bin", "retryproxy")
-        for path in sorted(glob.glob(os.path.join(root, "usr", "share", "retryproxy", "profiles", "*.yaml"))):
+        unpacked = sorted(glob.glob(os.path.join(root, "usr", "share", "retryproxy", "profiles", "*.yaml")))
+        h.eq([os.path.basename(p) for p in unpacked],
+             sorted(os.path.basename(p) for p in glob.glob(os.path.join(PROFILES, "*.yaml"))),
+             "unpacked profiles against conf/profiles")
+        for path in unpacked:
             p = run([binary, "--check", "-c", path], timeout=20, env=h.clean_env())
             h.eq((p.returncode, p.stdout.strip()), (0, "ok"),
                  "%s: exit code and stdout (stderr %r)" % (os.path.basename(path), p.stderr))
