@@ -12,9 +12,10 @@ DEB_BUILD_OPTIONS has nocheck) and writes retryproxy_<version>_<arch>.deb,
 the version being debian/changelog's, whose upstream part is the binary's
 (meson.build's project version). The package holds /usr/bin/retryproxy, both
 man pages, /etc/retryproxy/retryproxy.yaml (conf/retryproxy.yaml, and a
-conffile), the systemd unit in /lib/systemd/system with User=retryproxy,
-every profile of conf/profiles in /usr/share/retryproxy/profiles and the
-copyright file, and no test or fuzz program. Its postinst makes the
+conffile), the systemd unit in /lib/systemd/system (run as the user
+retryproxy: DynamicUser= names it after the unit), every profile of
+conf/profiles in /usr/share/retryproxy/profiles and the copyright file, and
+no test or fuzz program. Its postinst makes the
 retryproxy system user and enables the unit without starting it (an upgrade
 only try-restarts it), its prerm stops the unit on removal, its postrm
 removes the user on purge. The unpacked binary prints `ok` for `--check` on
@@ -242,12 +243,16 @@ def scenario(t):
             with gzip.open(os.path.join(root, packaged)) as f:
                 h.eq(f.read(), h.read_file(repo, "rb"), packaged)
 
-    @t.check("the packaged unit runs /usr/bin/retryproxy on /etc/retryproxy/retryproxy.yaml as User=retryproxy")
+    @t.check("the packaged unit runs /usr/bin/retryproxy on /etc/retryproxy/retryproxy.yaml as the user retryproxy")
     def _():
         unit = h.read_file(os.path.join(root, UNIT))
-        for line in ("ExecStart=/usr/bin/retryproxy -c /etc/retryproxy/retryproxy.yaml", "User=retryproxy",
+        for line in ("ExecStart=/usr/bin/retryproxy -c /etc/retryproxy/retryproxy.yaml", "DynamicUser=yes",
                      "WantedBy=multi-user.target"):
             h.ok(re.search("^" + re.escape(line) + "$", unit, re.M), "want the line %r in:\n%s" % (line, unit))
+        # With DynamicUser= and no User=, systemd names the user after the
+        # unit, and uses the static user of that name postinst makes.
+        h.ok(not re.search(r"^\s*User=", unit, re.M), "a User= line would rename the user:\n%s" % unit)
+        h.eq(os.path.basename(UNIT), "retryproxy.service", "unit name (the user's name)")
 
     if shutil.which("lintian") is None:
         t.skip("lintian reports no error", "lintian is not installed (scripts/install-deps.sh installs it)")
