@@ -8,8 +8,9 @@ Origin: none.
 Must hold: the binary lands in <bindir>, the default config in
 <sysconfdir>/retryproxy, the man pages in <mandir>/man1 and man5, and the
 systemd unit in <prefix>/lib/systemd/system, with ExecStart naming exactly
-those installed paths; no test or fuzz program is installed; the installed
-binary accepts the installed config. The man pages render with groff or
+those installed paths, and every file of conf/profiles in
+<datadir>/retryproxy/profiles; no test or fuzz program is installed; the
+installed binary accepts the installed config. The man pages render with groff or
 mandoc with warnings on and none printed (the renderer check is skipped,
 saying so, when neither is installed; the structure checks always run).
 retryproxy(1) names every option of --help, every exit code and signal,
@@ -152,6 +153,17 @@ def scenario(t):
     def _():
         missing = ["%s (%s)" % (path, what) for what, path in expected.items() if path not in installed]
         h.ok(not missing, "not installed: %s; installed: %s" % (missing, sorted(installed)))
+
+    @t.check("every file of conf/profiles is installed in <datadir>/retryproxy/profiles, unchanged")
+    def _():
+        profiles_dir = os.path.join(under(opts["datadir"]), "retryproxy", "profiles")
+        names = sorted(os.listdir(os.path.join(h.REPO, "conf", "profiles")))
+        h.ok(any(n.endswith(".yaml") for n in names), "no profiles in conf/profiles: %s" % names)
+        for name in names:
+            path = os.path.join(profiles_dir, name)
+            h.ok(path in installed, "%s is not installed" % path)
+            h.eq(h.read_file(staged(path), "rb"), h.read_file(os.path.join(h.REPO, "conf", "profiles", name), "rb"),
+                 "installed " + path)
 
     @t.check("no test or fuzz program is installed")
     def _():
