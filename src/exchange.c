@@ -16,6 +16,7 @@
 #include "proxy.h"
 #include "reply.h"
 #include "retry_budget.h"
+#include "spool.h"
 #include "timeval.h"
 #include "xmalloc.h"
 
@@ -135,6 +136,9 @@ static void exchange_free(struct exchange *ex)
 
 	if (ex->replay != NULL)
 		evbuffer_free(ex->replay);
+	/* the file goes with its exchange, however that ended */
+	if (ex->spool != NULL)
+		spool_close(ex->spool);
 	if (ex->kept != NULL)
 		evbuffer_free(ex->kept);
 	if (ex->tries != ex->tries_inline)
@@ -628,6 +632,8 @@ static void exchange_up_write_cb(struct conn *conn, void *arg)
 	struct exchange *ex = t->ex;
 
 	exchange_enter(ex);
+	if (t->up != NULL && exchange_spool_pending(t))
+		exchange_spool_feed(t);
 	if (ex->client_read_paused && ex->current == t) {
 		exchange_resume_client(ex);
 		exchange_pump_request_body(ex);
