@@ -106,8 +106,6 @@ struct exchange_try {
 	bool verdict_pending;		/* kept while other tries raced: decide when it is whole */
 	int keeping_status;		/* ... with its status and Retry-After */
 	uint64_t keeping_retry_after_ms;
-	uint64_t spool_sent; /* the spooled body's bytes queued on its connection */
-	bool spool_queued;   /* ... all of them, and what follows them */
 };
 
 /* Try slots per exchange: one, and the three hedges SPEC allows at most. */
@@ -148,6 +146,9 @@ struct exchange {
 	struct evbuffer *replay; /* the whole body, re-sent on every try; NULL: streamed once */
 	struct spool *spool; /* the body in a file (limits.spool_max), re-sent from there; replay
 			      * then holds only what is not written yet */
+	uint64_t spool_sent; /* the file's bytes queued on the current try (one at a time: a
+			      * request with a body is never hedged) */
+	bool spool_queued;   /* ... all of them, and what follows them */
 	bool request_body_started; /* streamed body bytes left the client's input */
 	bool client_read_paused;   /* upstream output full: client not read */
 
@@ -261,7 +262,7 @@ void exchange_spool_feed(struct exchange_try *t);
 /* Is some of the spooled body still to be queued on try t? */
 static inline bool exchange_spool_pending(const struct exchange_try *t)
 {
-	return t->ex->spool != NULL && !t->spool_queued;
+	return t->ex->spool != NULL && !t->ex->spool_queued;
 }
 
 /* exchange_response.c */

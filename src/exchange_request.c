@@ -259,8 +259,8 @@ void exchange_send_request(struct exchange_try *t)
 	 * (the exchange outlives every try's connection and its output) */
 	evbuffer_add_reference(out, ex->request_head, ex->request_head_len, NULL, NULL);
 	if (ex->spool != NULL) {
-		t->spool_sent = 0;
-		t->spool_queued = false;
+		ex->spool_sent = 0;
+		ex->spool_queued = false;
 		if (ex->body_once)
 			ex->request_body_started = true;
 		exchange_spool_feed(t);

@@ -96,18 +96,18 @@ void exchange_spool_feed(struct exchange_try *t)
 	struct evbuffer *out = conn_output(t->up);
 	uint64_t length = spool_length(ex->spool);
 
-	while (t->spool_sent < length && evbuffer_get_length(out) < EXCHANGE_OUTPUT_HIGH) {
-		ssize_t n = spool_read(ex->spool, out, t->spool_sent, EXCHANGE_SPOOL_PIECE);
+	while (ex->spool_sent < length && evbuffer_get_length(out) < EXCHANGE_OUTPUT_HIGH) {
+		ssize_t n = spool_read(ex->spool, out, ex->spool_sent, EXCHANGE_SPOOL_PIECE);
 
 		if (n < 0) {
 			exchange_spool_unreadable(ex, errno);
 			return;
 		}
-		t->spool_sent += (uint64_t)n;
+		ex->spool_sent += (uint64_t)n;
 	}
-	if (t->spool_sent < length)
+	if (ex->spool_sent < length)
 		return; /* more when the upstream has taken some */
-	t->spool_queued = true;
+	ex->spool_queued = true;
 	/* by reference, as a replay buffer: empty unless a write failed */
 	evbuffer_add_buffer_reference(out, ex->replay);
 	exchange_pump_request_body(ex);
