@@ -343,6 +343,7 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 {
 	struct limits *limits = field;
 	const struct yaml_tree_entry *blamed;
+	size_t errors = config_walk_error_count(walk);
 	size_t mark;
 
 	config_walk_mapping(walk, node, config_limits_keys, limits);
@@ -357,7 +358,8 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 		config_walk_pop(walk, mark);
 		return;
 	}
-	if (spool_check_dir(limits->spool_dir) == 0)
+	/* a spool_dir that was refused has left the default in its place */
+	if (config_walk_error_count(walk) > errors || spool_check_dir(limits->spool_dir) == 0)
 		return;
 	/* the default directory is blamed on spool_max, which turned it on */
 	blamed = yaml_tree_find(node, "spool_dir");

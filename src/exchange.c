@@ -632,7 +632,7 @@ static void exchange_up_write_cb(struct conn *conn, void *arg)
 	struct exchange *ex = t->ex;
 
 	exchange_enter(ex);
-	if (t->up != NULL && exchange_spool_pending(t))
+	if (exchange_spool_pending(t) && ex->current == t && t->up != NULL)
 		exchange_spool_feed(t);
 	if (ex->client_read_paused && ex->current == t) {
 		exchange_resume_client(ex);
