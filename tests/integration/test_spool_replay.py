@@ -4,8 +4,8 @@
 Client: curl PUTs random bodies from a file through a forward proxy with
 replay_buffer 64KiB and spool_max 32MiB, spool_dir "spool" (relative to the
 config file): 20 MiB with Content-Length, 3 MiB chunked, 2 MiB with Expect:
-100-continue, and 4 MiB through a sidecar listener to a TLS origin; then a
-body over spool_max. A second proxy, spool off, streams a 20 MiB PUT once
+100-continue, and 4 MiB through a sidecar listener to a TLS origin; then
+bodies over spool_max, by Content-Length and chunked. A second proxy, spool off, streams a 20 MiB PUT once
 for comparison.
 Origin: answers 503 (after a 1 s Retry-After wait for the 20 MiB one) then
 200 per path, and records each body's length and sha256.
@@ -14,7 +14,8 @@ origin received the body twice, byte-exact each time (chunked as chunked),
 also over TLS; while the 20 MiB PUT waits between its tries the proxy holds
 exactly one open file in the spool directory, with mode 0600 and no name
 (the directory stays empty); after every request no file is open there; a
-body over spool_max goes once with gave_up=body_too_large; the proxy's peak
+body over spool_max goes once, whole, with gave_up=body_too_large (a
+chunked one after the file took its first 32 MiB); the proxy's peak
 RSS during the spooled, retried 20 MiB PUT grew no more than during the
 streamed one (plus 4 MiB of slack), and both well under the body's size.
 """
@@ -232,6 +233,24 @@ def scenario(t):
         fl = h.access_fields(proxy.access_one(path))
         h.eq((fl["attempts"], fl.get("gave_up")), ("1", "body_too_large"), "access attempts, gave_up")
         no_spool_files("the PUT over spool_max")
+
+    @t.check("a 33 MiB chunked PUT passes spool_max on the way: goes once, whole, chunked")
+    def _():
+        path = "/spool/over-chunked"
+        n = 33 * MiB + 5
+        f, sha = body_file(n, "over-chunked")
+        origin.script(path, [503, "/echo"])
+        r = put(proxy, origin.url(path), f, chunked=True)
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts (%r)" % r)
+        reqs = origin.requests_for(path)
+        h.eq(len(reqs), 1, "requests the origin saw")
+        same_body(reqs, n, sha, "chunked over spool_max")
+        h.eq(reqs[0].framing, "chunked", "framing at the origin")
+        proxy.wait_log(r"PUT \S*/spool/over-chunked: request body not spooled after \d+ bytes: "
+                       r"the body is over spool_max")
+        fl = h.access_fields(proxy.access_one(path))
+        h.eq((fl["attempts"], fl.get("gave_up")), ("1", "body_too_large"), "access attempts, gave_up")
+        no_spool_files("the chunked PUT over spool_max")
 
 
 h.run(scenario, __doc__, timeout=200)
