@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include "config_route.h"
 #include "config_values.h"
 #include "config_walk.h"
+#include "spool.h"
 #include "xmalloc.h"
 #include "yaml_tree.h"
 
@@ -323,8 +325,55 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = "max_pending_retries",
 	  .type = &config_walk_count,
 	  .offset = offsetof(struct limits, max_pending_retries) },
+	{ .name = "spool_max",
+	  .type = &config_walk_size64,
+	  .offset = offsetof(struct limits, spool_max) },
+	{ .name = "spool_dir",
+	  .type = &config_walk_directory,
+	  .offset = offsetof(struct limits, spool_dir) },
 	{ .name = NULL },
 };
+
+/* limits: the keys, then what the spool's keys need of each other: a
+ * spool_max above replay_buffer (a smaller body is kept in memory), and a
+ * spool_dir the proxy can make its files in, tried now rather than on the
+ * first large body. */
+static void config_set_limits(struct config_walk *walk, const struct yaml_tree_node *node,
+			      void *field)
+{
+	struct limits *limits = field;
+	const struct yaml_tree_entry *blamed;
+	size_t errors = config_walk_error_count(walk);
+	size_t mark;
+
+	config_walk_mapping(walk, node, config_limits_keys, limits);
+	if (limits->spool_max == 0)
+		return;
+	if (limits->spool_max <= limits->replay_buffer) {
+		blamed = yaml_tree_find(node, "spool_max");
+		mark = config_walk_push(walk, "spool_max");
+		config_walk_error(walk, blamed != NULL ? blamed->value : node,
+				  "must be 0 (off) or more than replay_buffer (%zu bytes)",
+				  limits->replay_buffer);
+		config_walk_pop(walk, mark);
+		return;
+	}
+	/* a spool_dir that was refused has left the default in its place */
+	if (config_walk_error_count(walk) > errors || spool_check_dir(limits->spool_dir) == 0)
+		return;
+	/* the default directory is blamed on spool_max, which turned it on */
+	blamed = yaml_tree_find(node, "spool_dir");
+	mark = config_walk_push(walk, blamed != NULL ? "spool_dir" : "spool_max");
+	if (blamed == NULL)
+		blamed = yaml_tree_find(node, "spool_max");
+	config_walk_error(walk, blamed != NULL ? blamed->value : node,
+			  "cannot make a spool file in \"%s\": %s", limits->spool_dir,
+			  strerror(errno));
+	config_walk_pop(walk, mark);
+}
+
+static const struct config_walk_type config_type_limits = { YAML_TREE_MAPPING, "a mapping",
+							    config_set_limits };
 
 static const struct config_walk_key config_health_keys[] = {
 	{ .name = "down_after",
@@ -405,7 +454,7 @@ static const struct config_walk_key config_top_keys[] = {
 	{ .name = "tls", .offset = offsetof(struct config, tls), .section = config_route_tls_keys },
 	{ .name = "limits",
 	  .offset = offsetof(struct config, limits),
-	  .section = config_limits_keys },
+	  .type = &config_type_limits },
 	{ .name = "health",
 	  .offset = offsetof(struct config, health),
 	  .section = config_health_keys },
@@ -458,6 +507,8 @@ static void config_set_defaults(struct config *config)
 	limits->pool_idle_timeout_ms = 60 * 1000;
 	limits->tunnel_idle_timeout_ms = 300 * 1000;
 	limits->max_pending_retries = 10000;
+	limits->spool_max = 0;
+	limits->spool_dir = xstrdup("/var/tmp");
 
 	config->health.down_after = 3;
 	config->health.probe_interval_ms = 500;
@@ -471,6 +522,7 @@ static void config_free(struct config *config)
 {
 	config_free_listeners(config);
 	free(config->admin_address);
+	free(config->limits.spool_dir);
 	free(config->allow_clients);
 	config_free_strings(config->allow_hosts, config->allow_host_count);
 	free(config->tls.ca_file);

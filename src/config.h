@@ -127,6 +127,8 @@ struct limits {
 	uint64_t pool_idle_timeout_ms; /* an idle pooled connection older than this is closed */
 	uint64_t tunnel_idle_timeout_ms; /* a CONNECT tunnel with no traffic this long is closed */
 	unsigned max_pending_retries; /* exchanges waiting in backoff at once, with their buffers */
+	uint64_t spool_max; /* request bodies over replay_buffer up to this go to a file; 0: off */
+	char *spool_dir;    /* where those files are made, absolute */
 };
 
 /* health: per upstream, shared by every route (SPEC "Upstream health"). */

@@ -505,6 +505,40 @@ static void config_walk_set_file_required(struct config_walk *walk,
 		config_walk_set_file(walk, node, field);
 }
 
+/* A directory the proxy will make files in later (spool_dir): relative to
+ * the config file, stored absolute, checked now to exist. */
+static void config_walk_set_directory(struct config_walk *walk, const struct yaml_tree_node *node,
+				      void *field)
+{
+	char **dir = field, *shown, *resolved;
+	struct stat st;
+
+	if (node->text_len == 0) {
+		config_walk_bad_value(walk, node, "a directory path");
+		return;
+	}
+	if (node->text[0] == '/' || walk->base_dir == NULL) {
+		shown = xstrdup(node->text);
+	} else {
+		size_t size = strlen(walk->base_dir) + node->text_len + 2;
+
+		shown = xmalloc(size);
+		snprintf(shown, size, "%s/%s", walk->base_dir, node->text);
+	}
+	resolved = realpath(shown, NULL);
+	if (resolved == NULL || stat(resolved, &st) < 0) {
+		config_walk_error(walk, node, "cannot use \"%s\": %s", shown, strerror(errno));
+		free(resolved);
+	} else if (!S_ISDIR(st.st_mode)) {
+		config_walk_error(walk, node, "\"%s\" is not a directory", shown);
+		free(resolved);
+	} else {
+		free(*dir);
+		*dir = resolved;
+	}
+	free(shown);
+}
+
 /* An upstream URL, replacing any inherited one. */
 static void config_walk_set_upstream(struct config_walk *walk, const struct yaml_tree_node *node,
 				     void *field)
@@ -550,6 +584,8 @@ const struct config_walk_type config_walk_file = { YAML_TREE_SCALAR, "a file pat
 						   config_walk_set_file };
 const struct config_walk_type config_walk_file_required = { YAML_TREE_SCALAR, "a file path",
 							    config_walk_set_file_required };
+const struct config_walk_type config_walk_directory = { YAML_TREE_SCALAR, "a directory path",
+							config_walk_set_directory };
 const struct config_walk_type config_walk_upstream = { YAML_TREE_SCALAR,
 						       "a URL like https://api.example.com",
 						       config_walk_set_upstream };

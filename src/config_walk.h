@@ -97,6 +97,7 @@ extern const struct config_walk_type config_walk_multiplier;	 /* double, at leas
 extern const struct config_walk_type config_walk_rate;		 /* double, at least 0 */
 extern const struct config_walk_type config_walk_file;		 /* char *, absolute, readable */
 extern const struct config_walk_type config_walk_file_required;	 /* the same; null refused */
+extern const struct config_walk_type config_walk_directory;	 /* char *, absolute, a directory */
 extern const struct config_walk_type config_walk_upstream;	 /* struct upstream_url * */
 
 #endif

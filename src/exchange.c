@@ -17,6 +17,7 @@
 #include "reply.h"
 #include "resume.h"
 #include "retry_budget.h"
+#include "spool.h"
 #include "timeval.h"
 #include "xmalloc.h"
 
@@ -140,6 +141,9 @@ static void exchange_free(struct exchange *ex)
 
 	if (ex->replay != NULL)
 		evbuffer_free(ex->replay);
+	/* the file goes with its exchange, however that ended */
+	if (ex->spool != NULL)
+		spool_close(ex->spool);
 	if (ex->kept != NULL)
 		evbuffer_free(ex->kept);
 	if (ex->tries != ex->tries_inline)
@@ -640,6 +644,8 @@ static void exchange_up_write_cb(struct conn *conn, void *arg)
 	struct exchange *ex = t->ex;
 
 	exchange_enter(ex);
+	if (exchange_spool_pending(t) && ex->current == t && t->up != NULL)
+		exchange_spool_feed(t);
 	if (ex->client_read_paused && ex->current == t) {
 		exchange_resume_client(ex);
 		exchange_pump_request_body(ex);

@@ -33,6 +33,7 @@ struct evbuffer;
 struct event;
 struct proxy;
 struct resume;
+struct spool;
 
 #define EXCHANGE_ADD_LITERAL(buf, s) evbuffer_add((buf), (s), sizeof(s) - 1)
 
@@ -143,7 +144,12 @@ struct exchange {
 	size_t request_head_len;
 	size_t request_head_room;
 	struct body_relay request_body; /* the client's body as it arrives */
-	struct evbuffer *replay;   /* the whole body, re-sent on every try; NULL: streamed once */
+	struct evbuffer *replay; /* the whole body, re-sent on every try; NULL: streamed once */
+	struct spool *spool; /* the body in a file (limits.spool_max), re-sent from there; replay
+			      * then holds only what is not written yet */
+	uint64_t spool_sent; /* the file's bytes queued on the current try (one at a time: a
+			      * request with a body is never hedged) */
+	bool spool_queued;   /* ... all of them, and what follows them */
 	bool request_body_started; /* streamed body bytes left the client's input */
 	bool client_read_paused;   /* upstream output full: client not read */
 
@@ -246,6 +252,22 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bo
 void exchange_read_request_body(struct exchange *ex);
 void exchange_pump_request_body(struct exchange *ex);
 void exchange_send_request(struct exchange_try *t);
+
+/* exchange_spool.c: bodies over replay_buffer kept in a file (spool.c) */
+/* Start spooling, if the config and the request allow it: true when the
+ * body now goes to a file. */
+bool exchange_spool_start(struct exchange *ex);
+/* Write what the replay buffer took into the file. -1 when the body now
+ * goes once instead (the write failed, or the body passed spool_max). */
+int exchange_spool_body(struct exchange *ex);
+/* Queue more of the file on try t's connection; once all of it is queued,
+ * what was not written follows, then the client's rest. */
+void exchange_spool_feed(struct exchange_try *t);
+/* Is some of the spooled body still to be queued on try t? */
+static inline bool exchange_spool_pending(const struct exchange_try *t)
+{
+	return t->ex->spool != NULL && !t->ex->spool_queued;
+}
 
 /* exchange_response.c */
 void exchange_read_response_head(struct exchange_try *t);

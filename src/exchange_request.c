@@ -118,6 +118,10 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 	if (!has_body || ex->route->retry.max_attempts < 2 || !(ex->idempotent || ex->json_pending))
 		return;
 	if (framing->body == HTTP1_BODY_LENGTH && framing->content_length > limit) {
+		/* too large for memory, not for the spool: kept on disk */
+		if (framing->content_length <= ex->config->limits.spool_max &&
+		    exchange_spool_start(ex))
+			return;
 		ex->body_too_large = true;
 		log_info("%.*s %.*s: body of %llu bytes is over replay_buffer (%zu): sent once, "
 			 "not retried",
@@ -189,7 +193,13 @@ void exchange_read_request_body(struct exchange *ex)
 		return;
 	if (ex->request_body.done)
 		ex->owner.watch_body(ex->owner.arg, false);
-	if (evbuffer_get_length(ex->replay) > ex->config->limits.replay_buffer) {
+	if (ex->spool != NULL ||
+	    (evbuffer_get_length(ex->replay) > ex->config->limits.replay_buffer &&
+	     exchange_spool_start(ex))) {
+		/* on disk as it arrives; a body the file cannot take goes at once */
+		if (exchange_spool_body(ex) == 0 && !ex->request_body.done)
+			return;
+	} else if (evbuffer_get_length(ex->replay) > ex->config->limits.replay_buffer) {
 		/* a chunked body turned out larger than replay_buffer (perhaps
 		 * only in its last read): what is kept goes first, any rest
 		 * streams, and it is sent once */
@@ -217,6 +227,9 @@ void exchange_pump_request_body(struct exchange *ex)
 	enum http1_error error = HTTP1_ERR_NONE;
 
 	if (ex->request_body.done || t == NULL || t->up == NULL || conn_input_length(cconn) == 0)
+		return;
+	/* a body that went once after its spool failed: the file's part first */
+	if (exchange_spool_pending(t))
 		return;
 	in = conn_input(cconn);
 	out = conn_output(t->up);
@@ -251,6 +264,14 @@ void exchange_send_request(struct exchange_try *t)
 		evbuffer_add_reference(out, ex->resume->lines, ex->resume->lines_len, NULL, NULL);
 	} else {
 		evbuffer_add_reference(out, ex->request_head, ex->request_head_len, NULL, NULL);
+	}
+	if (ex->spool != NULL) {
+		ex->spool_sent = 0;
+		ex->spool_queued = false;
+		if (ex->body_once)
+			ex->request_body_started = true;
+		exchange_spool_feed(t);
+		return;
 	}
 	if (ex->replay != NULL)
 		evbuffer_add_buffer_reference(out, ex->replay);

@@ -259,6 +259,8 @@ int main(int argc, char **argv)
 	log_info("retryproxy %s starting; config: %s", RETRYPROXY_VERSION,
 		 config_path != NULL ? config_path : "<embedded>");
 	signal(SIGPIPE, SIG_IGN);
+	/* a file size limit reached makes a spool write fail with EFBIG */
+	signal(SIGXFSZ, SIG_IGN);
 	/* Read buffers of up to 256 KiB come and go with every response: keep
 	 * them on the heap instead of mapping each one, and keep freed memory
 	 * instead of handing it back and faulting it in again a moment later. */

@@ -22,6 +22,8 @@ static const char *reply_reason_phrase(int status)
 		return "Expectation Failed";
 	case 431:
 		return "Request Header Fields Too Large";
+	case 500:
+		return "Internal Server Error";
 	case 501:
 		return "Not Implemented";
 	case 502:

@@ -466,6 +466,8 @@ static void test_defaults(void **state)
 	assert_int_equal(l->pool_max_idle, 32);
 	assert_int_equal(l->pool_idle_timeout_ms, 60000);
 	assert_int_equal(l->tunnel_idle_timeout_ms, 300000);
+	assert_int_equal(l->spool_max, 0);
+	assert_string_equal(l->spool_dir, "/var/tmp");
 
 	assert_int_equal(config->health.down_after, 3);
 	assert_int_equal(config->health.probe_interval_ms, 500);
@@ -916,6 +918,41 @@ static void test_hold_release(void **state)
 
 /* intercept: the patterns as allow_hosts takes them, the CA's paths made
  * absolute against the config file, and the CA loaded with the config. */
+/* limits.spool_max and spool_dir: a directory named relative to the config
+ * file is stored absolute; the spool is off by default. */
+static void test_spool(void **state)
+{
+	char *errors, expected[PATH_MAX + 8];
+	size_t len;
+	FILE *out = open_memstream(&errors, &len);
+	struct config *config = config_load_file("good/spool.yaml", out);
+
+	fclose(out);
+	if (config == NULL)
+		fail_msg("good/spool.yaml should load, got:\n%s", errors);
+	free(errors);
+	assert_int_equal(config->limits.spool_max, 64 * 1024 * 1024);
+	assert_non_null(realpath("good", expected));
+	assert_string_equal(config->limits.spool_dir, expected);
+	config_release(config);
+
+	/* spool_max is compared with replay_buffer whichever comes first */
+	test_load_fails("limits:\n  spool_max: 4MiB\n  replay_buffer: 8MiB\n",
+			"test.yaml:2:14: limits.spool_max: must be 0 (off) or more than "
+			"replay_buffer (8388608 bytes)\n");
+	/* the default replay_buffer is 8MiB */
+	test_load_fails("limits: {spool_max: 8MiB}\n",
+			"test.yaml:1:21: limits.spool_max: must be 0 (off) or more than "
+			"replay_buffer (8388608 bytes)\n");
+	/* the default directory is blamed on the key that turned the spool on */
+	config = test_load_ok("limits: {spool_max: 0, spool_dir: /tmp}\n");
+	assert_int_equal(config->limits.spool_max, 0);
+	config_release(config);
+	test_load_fails("limits: {spool_max: 8GiB, spool_dir: /proc}\n",
+			"test.yaml:1:38: limits.spool_dir: cannot make a spool file in \"/proc\": "
+			"No such file or directory\n");
+}
+
 static void test_intercept(void **state)
 {
 	char *errors, *cert = realpath("ca/ca.pem", NULL), *key = realpath("ca/ca-key.pem", NULL);
@@ -1178,6 +1215,7 @@ int main(void)
 		cmocka_unit_test(test_did_you_mean),
 		cmocka_unit_test(test_hold_release),
 		cmocka_unit_test(test_intercept),
+		cmocka_unit_test(test_spool),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_upstream_url),

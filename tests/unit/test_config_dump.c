@@ -95,6 +95,8 @@ static void test_embedded_default(void **state)
 	assert_non_null(strstr(dump, "  max_header_bytes: 64KiB\n"));
 	assert_non_null(strstr(dump, "  replay_buffer: 8MiB\n"));
 	assert_non_null(strstr(dump, "  max_body_bytes: 0\n"));
+	assert_non_null(strstr(dump, "  spool_max: 0\n"));
+	assert_non_null(strstr(dump, "  spool_dir: /var/tmp\n"));
 	assert_non_null(strstr(dump, "  drain_timeout: 30s\n"));
 	assert_non_null(strstr(dump, "  ca_file: ~\n"));
 	assert_non_null(strstr(dump, "on: [5xx, 408, 429, connect-failure, reset, timeout]"));
@@ -162,6 +164,8 @@ static void test_routes_resolved(void **state)
 		"  max_body_bytes: 3000\n"
 		"  replay_buffer: 1536KiB\n"
 		"  drain_timeout: 0s\n"
+		"  spool_max: 3GiB\n"
+		"  spool_dir: /tmp\n"
 		"defaults:\n"
 		"  retry:\n"
 		"    initial_backoff: 250ms\n"
@@ -194,6 +198,10 @@ static void test_routes_resolved(void **state)
 	assert_non_null(strstr(dump, "  client_timeout: 1500ms\n"));
 	assert_non_null(strstr(dump, "  replay_buffer: 1536KiB\n"));
 	assert_non_null(strstr(dump, "  max_body_bytes: 3000\n"));
+	assert_non_null(strstr(dump, "  spool_max: 3GiB\n"));
+	assert_non_null(strstr(dump, "  spool_dir: /tmp\n"));
+	assert_int_equal(again->limits.spool_max, 3ULL << 30);
+	assert_string_equal(again->limits.spool_dir, "/tmp");
 	assert_non_null(strstr(dump, "max_backoff: 90m\n"));
 	assert_int_equal(again->route_count, 3);
 	/* what "writes" did not name came from defaults: */

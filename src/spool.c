@@ -1,0 +1,156 @@
+#include "spool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "xmalloc.h"
+
+/* Buffer pieces per pwritev: what one client read brings is a few. */
+#define SPOOL_WRITE_IOVECS 16
+
+struct spool {
+	int fd;
+	uint64_t length; /* bytes written; the next write goes here */
+	bool failed;	 /* a write failed: the file holds a prefix of the body */
+};
+
+int spool_create_named(const char *dir)
+{
+	static const char name[] = "/retryproxy-spool.XXXXXX";
+	size_t dir_len = strlen(dir);
+	char *path = xmalloc(dir_len + sizeof(name));
+	mode_t old_mask;
+	int fd, saved;
+
+	memcpy(path, dir, dir_len);
+	memcpy(path + dir_len, name, sizeof(name));
+	/* mkstemp makes it 0600 already; the mask cannot widen that */
+	old_mask = umask(077);
+	fd = mkstemp(path);
+	umask(old_mask);
+	if (fd >= 0) {
+		/* nameless from here on: nothing to clean up after a crash */
+		if (unlink(path) < 0) {
+			saved = errno;
+			close(fd);
+			fd = -1;
+			errno = saved;
+		} else if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+			saved = errno;
+			close(fd);
+			fd = -1;
+			errno = saved;
+		}
+	}
+	free(path);
+	return fd;
+}
+
+struct spool *spool_open(const char *dir)
+{
+	struct spool *spool;
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+
+	/* the file system (or an old kernel) has no O_TMPFILE */
+	if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL))
+		fd = spool_create_named(dir);
+	if (fd < 0)
+		return NULL;
+	spool = xcalloc(1, sizeof(*spool));
+	spool->fd = fd;
+	return spool;
+}
+
+int spool_write(struct spool *spool, struct evbuffer *buf)
+{
+	if (spool->failed) {
+		errno = EIO;
+		return -1;
+	}
+	while (evbuffer_get_length(buf) > 0) {
+		struct evbuffer_iovec vec[SPOOL_WRITE_IOVECS];
+		struct iovec iov[SPOOL_WRITE_IOVECS];
+		int count = evbuffer_peek(buf, -1, NULL, vec, SPOOL_WRITE_IOVECS);
+		ssize_t n;
+		int i;
+
+		if (count > SPOOL_WRITE_IOVECS)
+			count = SPOOL_WRITE_IOVECS;
+		for (i = 0; i < count; i++) {
+			iov[i].iov_base = vec[i].iov_base;
+			iov[i].iov_len = vec[i].iov_len;
+		}
+		n = pwritev(spool->fd, iov, count, (off_t)spool->length);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			/* a short write followed by one that writes nothing: the
+			 * disk is full or the file size limit reached */
+			if (n == 0)
+				errno = ENOSPC;
+			spool->failed = true;
+			return -1;
+		}
+		evbuffer_drain(buf, (size_t)n);
+		spool->length += (uint64_t)n;
+	}
+	return 0;
+}
+
+uint64_t spool_length(const struct spool *spool)
+{
+	return spool->length;
+}
+
+ssize_t spool_read(struct spool *spool, struct evbuffer *out, uint64_t offset, size_t max)
+{
+	struct evbuffer_iovec vec;
+	ssize_t n;
+
+	if (offset >= spool->length)
+		return 0;
+	if (max > spool->length - offset)
+		max = (size_t)(spool->length - offset);
+	if (evbuffer_reserve_space(out, (ev_ssize_t)max, &vec, 1) < 1) {
+		errno = ENOMEM;
+		return -1;
+	}
+	do
+		n = pread(spool->fd, vec.iov_base, max, (off_t)offset);
+	while (n < 0 && errno == EINTR);
+	if (n <= 0) {
+		/* the file is ours alone: shorter than written means it broke */
+		if (n == 0)
+			errno = EIO;
+		return -1;
+	}
+	vec.iov_len = (size_t)n;
+	evbuffer_commit_space(out, &vec, 1);
+	return n;
+}
+
+void spool_close(struct spool *spool)
+{
+	if (spool == NULL)
+		return;
+	close(spool->fd);
+	free(spool);
+}
+
+int spool_check_dir(const char *dir)
+{
+	struct spool *spool = spool_open(dir);
+
+	if (spool == NULL)
+		return -1;
+	spool_close(spool);
+	return 0;
+}

@@ -1,0 +1,48 @@
+#ifndef RETRYPROXY_SPOOL_H
+#define RETRYPROXY_SPOOL_H
+
+/*
+ * A request body kept on disk (limits.spool_max): an unlinked temporary file
+ * in spool_dir, written as the body arrives and read back piece by piece on
+ * every try. The file has no name from the moment it exists, so it goes
+ * away with its descriptor: when the exchange ends, and with the process
+ * whatever way it ends.
+ */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct evbuffer;
+struct spool;
+
+/* A new empty spool file in dir: O_TMPFILE where the file system has it,
+ * else a named file unlinked at once. NULL with errno set when neither can
+ * be made. */
+struct spool *spool_open(const char *dir);
+
+/* The fallback alone: mkstemp in dir and unlink. The descriptor, or -1 with
+ * errno set. For file systems without O_TMPFILE, and for tests. */
+int spool_create_named(const char *dir);
+
+/* Append what buf holds to the file, draining what was written. Returns 0,
+ * or -1 with errno set (ENOSPC, EFBIG, EIO...) and the bytes not written
+ * left in buf; after a failure the spool takes no more. */
+int spool_write(struct spool *spool, struct evbuffer *buf);
+
+/* Bytes in the file. */
+uint64_t spool_length(const struct spool *spool);
+
+/* Add up to max bytes of the file from offset to out, read now (no
+ * mapping: a disk error is an error, not a signal). Returns the bytes
+ * added, or -1 with errno set. */
+ssize_t spool_read(struct spool *spool, struct evbuffer *out, uint64_t offset, size_t max);
+
+/* Close the file, which removes it. NULL is allowed. */
+void spool_close(struct spool *spool);
+
+/* Can a spool file be made in dir now? 0, or -1 with errno set. */
+int spool_check_dir(const char *dir);
+
+#endif

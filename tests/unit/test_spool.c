@@ -1,0 +1,214 @@
+/* Unit tests for spool.c: nameless 0600 files, written from evbuffers and
+ * read back in pieces, and what a write that cannot finish leaves. */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <event2/buffer.h>
+
+#include "spool.h"
+
+static char test_dir[PATH_MAX];
+
+static int test_setup(void **state)
+{
+	snprintf(test_dir, sizeof(test_dir), "/tmp/test_spool.XXXXXX");
+	assert_non_null(mkdtemp(test_dir));
+	return 0;
+}
+
+static int test_teardown(void **state)
+{
+	assert_int_equal(rmdir(test_dir), 0);
+	return 0;
+}
+
+/* Names in the test directory. */
+static size_t test_dir_entries(void)
+{
+	DIR *d = opendir(test_dir);
+	struct dirent *e;
+	size_t n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL)
+		n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	closedir(d);
+	return n;
+}
+
+/* This process's open files in the test directory; the last one's status
+ * in *st. */
+static size_t test_open_files(struct stat *st)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	size_t n = 0, dir_len = strlen(test_dir);
+
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL) {
+		char path[PATH_MAX], link[PATH_MAX];
+		ssize_t len;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len <= 0)
+			continue;
+		link[len] = '\0';
+		if (strncmp(link, test_dir, dir_len) == 0 && link[dir_len] == '/') {
+			n++;
+			assert_int_equal(stat(path, st), 0);
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* bytes of a pattern that shows a shifted or repeated piece */
+static void test_pattern(unsigned char *p, size_t n, size_t from)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)((from + i) * 7 + (from + i) / 251);
+}
+
+static void test_write_and_read_back(void **state)
+{
+	enum { TOTAL = 300 * 1000 };
+	static unsigned char data[TOTAL];
+	struct spool *spool = spool_open(test_dir);
+	struct evbuffer *in = evbuffer_new();
+	struct evbuffer *out = evbuffer_new();
+	struct stat st;
+	uint64_t offset = 0;
+
+	assert_non_null(spool);
+	test_pattern(data, TOTAL, 0);
+	/* in several writes, each from several buffer pieces */
+	for (size_t at = 0; at < TOTAL; at += 50 * 1000) {
+		evbuffer_add(in, data + at, 20 * 1000);
+		evbuffer_add(in, data + at + 20 * 1000, 30 * 1000);
+		assert_int_equal(spool_write(spool, in), 0);
+		assert_int_equal(evbuffer_get_length(in), 0);
+	}
+	assert_int_equal(spool_length(spool), TOTAL);
+	/* one open file, no name, owner-only */
+	assert_int_equal(test_dir_entries(), 0);
+	assert_int_equal(test_open_files(&st), 1);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(st.st_nlink, 0);
+	assert_int_equal(st.st_size, TOTAL);
+	/* back in pieces that do not divide it */
+	while (offset < TOTAL) {
+		ssize_t n = spool_read(spool, out, offset, 64 * 1024);
+
+		assert_true(n > 0);
+		offset += (uint64_t)n;
+	}
+	assert_int_equal(spool_read(spool, out, offset, 64 * 1024), 0);
+	assert_int_equal(evbuffer_get_length(out), TOTAL);
+	assert_memory_equal(evbuffer_pullup(out, -1), data, TOTAL);
+	/* from the middle, as often as asked */
+	evbuffer_drain(out, TOTAL);
+	assert_int_equal(spool_read(spool, out, 1000, 10), 10);
+	assert_int_equal(spool_read(spool, out, TOTAL - 5, 10), 5);
+	assert_memory_equal(evbuffer_pullup(out, 10), data + 1000, 10);
+	assert_memory_equal(evbuffer_pullup(out, -1) + 10, data + TOTAL - 5, 5);
+	spool_close(spool);
+	assert_int_equal(test_open_files(&st), 0);
+	evbuffer_free(in);
+	evbuffer_free(out);
+}
+
+/* The fallback for file systems without O_TMPFILE leaves no name either. */
+static void test_named_fallback(void **state)
+{
+	struct stat st;
+	int fd = spool_create_named(test_dir);
+
+	assert_true(fd >= 0);
+	assert_int_equal(test_dir_entries(), 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0600);
+	assert_int_equal(st.st_nlink, 0);
+	assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	close(fd);
+}
+
+/* A file size limit stops a write part way: what was written stays, the
+ * rest stays in the buffer, and the spool takes nothing more. */
+static void test_write_failure(void **state)
+{
+	struct spool *spool = spool_open(test_dir);
+	struct evbuffer *in = evbuffer_new();
+	struct evbuffer *out = evbuffer_new();
+	struct rlimit before, small;
+	static unsigned char data[4000];
+	void (*old)(int) = signal(SIGXFSZ, SIG_IGN);
+	int rc, error;
+
+	assert_non_null(spool);
+	test_pattern(data, sizeof(data), 0);
+	evbuffer_add(in, data, sizeof(data));
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &before), 0);
+	small = before;
+	small.rlim_cur = 1000;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+	rc = spool_write(spool, in);
+	error = errno;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &before), 0);
+	signal(SIGXFSZ, old);
+	assert_int_equal(rc, -1);
+	assert_int_equal(error, EFBIG);
+	assert_int_equal(spool_length(spool), 1000);
+	assert_int_equal(evbuffer_get_length(in), 3000);
+	assert_memory_equal(evbuffer_pullup(in, -1), data + 1000, 3000);
+	/* no more, even with room again: the file holds a prefix only */
+	assert_int_equal(spool_write(spool, in), -1);
+	assert_int_equal(spool_length(spool), 1000);
+	assert_int_equal(spool_read(spool, out, 0, 4000), 1000);
+	assert_memory_equal(evbuffer_pullup(out, -1), data, 1000);
+	spool_close(spool);
+	evbuffer_free(in);
+	evbuffer_free(out);
+}
+
+static void test_check_dir(void **state)
+{
+	char missing[PATH_MAX + 16];
+
+	assert_int_equal(spool_check_dir(test_dir), 0);
+	assert_int_equal(test_dir_entries(), 0);
+	snprintf(missing, sizeof(missing), "%s/missing", test_dir);
+	errno = 0;
+	assert_int_equal(spool_check_dir(missing), -1);
+	assert_int_equal(errno, ENOENT);
+	assert_null(spool_open(missing));
+	spool_close(NULL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_write_and_read_back),
+		cmocka_unit_test(test_named_fallback),
+		cmocka_unit_test(test_write_failure),
+		cmocka_unit_test(test_check_dir),
+	};
+
+	return cmocka_run_group_tests(tests, test_setup, test_teardown);
+}
