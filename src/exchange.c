@@ -608,11 +608,12 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	struct retry_verdict verdict;
 
 	/* SPEC "Ambiguous outcome": the request went out and nothing came
-	 * back, so the upstream may have done it. A stale pooled connection is
-	 * left out: the upstream had closed it before it could read the
-	 * request, and it is replaced at once like a connect failure. */
+	 * back, so the upstream may have done it. A pooled connection found
+	 * closed counts too: it may have been closed after reading the
+	 * request, which the proxy cannot tell from closed before. */
 	if (ex->conditional && t->state == EXCHANGE_TRY_WAITING &&
-	    (outcome == TRY_RESET || outcome == TRY_TIMEOUT || outcome == TRY_MALFORMED))
+	    (outcome == TRY_RESET || outcome == TRY_STALE || outcome == TRY_TIMEOUT ||
+	     outcome == TRY_MALFORMED))
 		ex->lost_after_send = true;
 
 	/* a kept response that broke off replaces its own try's record */
