@@ -24,7 +24,6 @@
 #include "config.h"
 #include "exchange.h"
 #include "http1.h"
-#include "idempotency_key.h"
 #include "retry.h"
 #include "upstream.h"
 #include "upstreams.h"
@@ -177,7 +176,6 @@ struct exchange {
 	bool observe;		 /* retry.mode: observe: nothing is retried */
 	bool observe_replayable; /* observe: the body would have been kept for a retry */
 	const char *would_retry; /* observe: the cause of the retry not made, for the log */
-	char idempotency_key[IDEMPOTENCY_KEY_LEN + 1]; /* with key_injected */
 
 	/* the tries */
 	unsigned attempts; /* started, the first included */

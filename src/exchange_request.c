@@ -8,6 +8,7 @@
 #include "conn.h"
 #include "exchange_private.h"
 #include "idempotency.h"
+#include "idempotency_key.h"
 #include "log.h"
 #include "proxy.h"
 #include "retry_budget.h"
@@ -81,8 +82,10 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 		if (forward[i])
 			p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
 	if (ex->key_injected) {
+		/* made here, once per request: every try sends this head */
 		p = EXCHANGE_PUT_LITERAL(p, key_name);
-		p = exchange_put(p, ex->idempotency_key, IDEMPOTENCY_KEY_LEN);
+		idempotency_key_new(&ex->proxy->rng, p);
+		p += IDEMPOTENCY_KEY_LEN;
 		p = EXCHANGE_PUT_LITERAL(p, "\r\n");
 	}
 	exchange_put(p, via + 2, sizeof(via) - 3);
@@ -98,7 +101,6 @@ static void exchange_decide_key(struct exchange *ex, const struct http1_head *he
 	ex->keyed = http1_find_field(head, IDEMPOTENCY_KEY_HEADER) != NULL;
 	if (ex->keyed || ex->route->retry.idempotency_key != IDEMPOTENCY_KEY_INJECT)
 		return;
-	idempotency_key_new(&ex->proxy->rng, ex->idempotency_key);
 	ex->key_injected = true;
 	ex->keyed = true;
 }

@@ -49,10 +49,10 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	ex->client_keep_after = ex->client_keep_alive && !ex->owner.closing(ex->owner.arg);
 	/* SPEC "Ambiguous outcome": the precondition or key may have failed
 	 * because an earlier try that got no answer did succeed */
-	ex->ambiguous =
-		ex->lost_after_send && (head->status == 412 || (head->status == 409 && ex->keyed));
-	if (ex->ambiguous)
-		size += sizeof(ambiguous) - 1;
+	if (ex->lost_after_send) {
+		ex->ambiguous = head->status == 412 || (head->status == 409 && ex->keyed);
+		size += sizeof(ambiguous) - 1; /* room enough either way */
+	}
 	body_relay_init_framing(&ex->response_body, rf, !pass_chunked,
 				ex->config->limits.max_header_bytes);
 	if (rf->body == HTTP1_BODY_UNTIL_CLOSE || (rf->body == HTTP1_BODY_CHUNKED && !pass_chunked))
@@ -80,7 +80,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
 	p = exchange_put_uint(p, ex->attempts);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
-	if (ex->ambiguous)
+	if (ex->lost_after_send && ex->ambiguous)
 		p = EXCHANGE_PUT_LITERAL(p, ambiguous);
 	if (!ex->client_keep_after)
 		p = EXCHANGE_PUT_LITERAL(p, close);
