@@ -119,16 +119,16 @@ def scenario(t):
         h.eq(h.access_fields(proxy.access_one("/enforce/a")).get("would_retry"), None,
              "no would_retry under enforce")
 
-    def partial_put(path):
+    def partial_put(path, wait):
         """Send a PUT head and the first 1000 of 200000 body bytes; return
-        whether the origin had the request before the rest was sent, and
-        the final status."""
+        whether the origin had the request within wait seconds, before the
+        rest was sent, and the final status."""
         body = b"b" * 200000
         origin.script(path, [200])
         with h.RawConn(proxy.port()) as c:
             c.send(h.request("PUT", origin.url(path), host, body=body)[:-len(body) + 1000])
             try:
-                origin.wait_for(lambda o: o.requests_for(path), timeout=0.8 * h.SLOW)
+                origin.wait_for(lambda o: o.requests_for(path), timeout=wait)
                 early = True
             except AssertionError:
                 early = False
@@ -138,13 +138,13 @@ def scenario(t):
 
     @t.check("observe streams a PUT body: the origin has the head before the body is complete")
     def _():
-        early, status = partial_put("/o/stream")
+        early, status = partial_put("/o/stream", 5 * h.SLOW)
         h.eq((early, status), (True, 200), "origin had the request early, final status")
         h.eq(origin.requests_for("/o/stream")[0].body_len, 200000, "body length at the origin")
 
     @t.check("... while enforce keeps it whole first (the control)")
     def _():
-        early, status = partial_put("/enforce/stream")
+        early, status = partial_put("/enforce/stream", 1)
         h.eq((early, status), (False, 200), "origin had the request early, final status")
 
     @t.check("a refused upstream: 502 at once, would_retry=connect; down, the next is not held")
