@@ -98,7 +98,15 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
  * ambiguous). Runs before the request head is built, which carries the key. */
 static void exchange_decide_key(struct exchange *ex, const struct http1_head *head)
 {
-	ex->keyed = http1_find_field(head, IDEMPOTENCY_KEY_HEADER) != NULL;
+	bool hop[HTTP1_MAX_FIELDS];
+
+	/* a key the client named in Connection is removed on the way: it
+	 * does not count, and inject gives the request one of its own */
+	http1_hop_by_hop_marks(head, hop);
+	for (size_t i = 0; i < head->field_count && !ex->keyed; i++)
+		ex->keyed =
+			!hop[i] && http1_name_equals(head->fields[i].name, head->fields[i].name_len,
+						     IDEMPOTENCY_KEY_HEADER);
 	if (ex->keyed || ex->route->retry.idempotency_key != IDEMPOTENCY_KEY_INJECT)
 		return;
 	ex->key_injected = true;

@@ -15,7 +15,8 @@ Must hold:
   the same body; another POST gets another key; after a reset it is the
   same key again;
 - on /inject/ a POST that has its own key keeps it byte-exact (name case,
-  value), no second key is added, and it is retried;
+  value), no second key is added, and it is retried; a key the client
+  names in Connection (hop-by-hop, so removed) is replaced by an injected one;
 - on /inject/ PUT and GET (idempotent by method) get no key;
 - with none (the default route) a POST with its own key is not retried
   (503 at once, gave_up=not_idempotent) and the key still reaches the
@@ -107,6 +108,15 @@ def scenario(t):
         h.eq((r.status, len(reqs)), (200, 2), "status, requests the origin saw")
         for q in reqs:
             h.eq(key_lines(q), [own], "the key field line as the origin got it")
+
+    @t.check("a key the client names in Connection is removed on the way: a new one is injected")
+    def _():
+        r, reqs = send("POST", "/inject/hop", b"x",
+                       headers=[("Connection", "Idempotency-Key"), ("Idempotency-Key", "hop-1")])
+        h.eq((r.status, len(reqs)), (200, 2), "status, requests the origin saw")
+        keys = [q.header_all("Idempotency-Key") for q in reqs]
+        h.ok(all(len(k) == 1 and UUID4.match(k[0]) for k in keys) and keys[0] == keys[1],
+             "one injected key, the same on both tries (%r)" % keys)
 
     @t.check("PUT and GET on /inject/ (idempotent by method) get no key")
     def _():
