@@ -183,6 +183,12 @@ static void access_log_text(const struct access_record *r)
 		access_line_str(line, " gave_up=");
 		access_line_str(line, r->gave_up);
 	}
+	if (r->would_retry != NULL) {
+		access_line_str(line, " would_retry=");
+		access_line_str(line, r->would_retry);
+	}
+	if (r->ambiguous)
+		access_line_str(line, " ambiguous=true");
 	if (r->note != NULL) {
 		access_line_str(line, " note=");
 		access_line_escaped(line, r->note, strlen(r->note), false);
@@ -247,6 +253,13 @@ static void access_log_json(const struct access_record *r)
 		access_line_str(line, r->gave_up);
 		access_line_str(line, "\"");
 	}
+	if (r->would_retry != NULL) {
+		access_line_str(line, ",\"would_retry\":\"");
+		access_line_str(line, r->would_retry);
+		access_line_str(line, "\"");
+	}
+	if (r->ambiguous)
+		access_line_str(line, ",\"ambiguous\":true");
 	if (r->note != NULL) {
 		access_line_str(line, ",\"note\":\"");
 		access_line_escaped(line, r->note, strlen(r->note), true);

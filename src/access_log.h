@@ -34,6 +34,8 @@ struct access_record {
 	const char *gave_up; /* why retrying stopped short: attempts, deadline, ... or NULL */
 	const struct access_try *tries;
 	size_t try_count;
+	bool ambiguous;		 /* the client got Retry-Ambiguous: true */
+	const char *would_retry; /* retry.mode: observe: the cause of the retry not made, or NULL */
 };
 
 void access_log_write(const struct access_record *record);

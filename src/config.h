@@ -51,6 +51,18 @@ struct hedge_policy {
 	unsigned max;	   /* extra tries in flight at most, 1..3 */
 };
 
+/* retry.idempotency_key (SPEC "More retry controls"). */
+enum idempotency_key_mode {
+	IDEMPOTENCY_KEY_NONE,	/* Idempotency-Key counts only if when_present names it */
+	IDEMPOTENCY_KEY_INJECT, /* an unsafe method gets a key and is retried with it */
+};
+
+/* retry.mode. */
+enum retry_mode {
+	RETRY_MODE_ENFORCE, /* retry as the policy says */
+	RETRY_MODE_OBSERVE, /* retry nothing; count and log what would have been retried */
+};
+
 struct retry_policy {
 	unsigned on;		   /* enum retry_on flags */
 	uint8_t on_codes[600 / 8]; /* bit per explicit status code 100..599 */
@@ -67,6 +79,9 @@ struct retry_policy {
 				      defaults.retry's, else limits.try_timeout; never 0 */
 	struct hedge_policy hedge; /* inherited key by key, like budget */
 	bool resume;		   /* continue a broken GET download with a Range request */
+	bool attempt_header;	   /* tries after the first carry Retry-Attempt: N */
+	enum idempotency_key_mode idempotency_key;
+	enum retry_mode mode;
 };
 
 enum when_present_kind {

@@ -276,6 +276,10 @@ static void config_dump_retry(struct config_dump *d, const struct retry_policy *
 		config_dump_mapping_end(d);
 	}
 	config_dump_pair_bool(d, "resume", retry->resume);
+	config_dump_pair_bool(d, "attempt_header", retry->attempt_header);
+	config_dump_pair_word(d, "idempotency_key",
+			      retry->idempotency_key == IDEMPOTENCY_KEY_INJECT ? "inject" : "none");
+	config_dump_pair_word(d, "mode", retry->mode == RETRY_MODE_OBSERVE ? "observe" : "enforce");
 	config_dump_mapping_end(d);
 }
 

@@ -29,6 +29,37 @@ static const struct config_walk_type config_route_type_retry_after = {
 	YAML_TREE_SCALAR, "honor or ignore", config_route_set_retry_after
 };
 
+/* idempotency_key: none or inject. */
+static void config_route_set_idempotency_key(struct config_walk *walk,
+					     const struct yaml_tree_node *node, void *field)
+{
+	static const char *const names[] = { "none", "inject" };
+	int i = config_walk_choice(walk, node, names, 2, "none or inject");
+
+	if (i >= 0)
+		*(enum idempotency_key_mode *)field =
+			i == 0 ? IDEMPOTENCY_KEY_NONE : IDEMPOTENCY_KEY_INJECT;
+}
+
+static const struct config_walk_type config_route_type_idempotency_key = {
+	YAML_TREE_SCALAR, "none or inject", config_route_set_idempotency_key
+};
+
+/* mode: enforce or observe. */
+static void config_route_set_mode(struct config_walk *walk, const struct yaml_tree_node *node,
+				  void *field)
+{
+	static const char *const names[] = { "enforce", "observe" };
+	int i = config_walk_choice(walk, node, names, 2, "enforce or observe");
+
+	if (i >= 0)
+		*(enum retry_mode *)field = i == 0 ? RETRY_MODE_ENFORCE : RETRY_MODE_OBSERVE;
+}
+
+static const struct config_walk_type config_route_type_mode = { YAML_TREE_SCALAR,
+								"enforce or observe",
+								config_route_set_mode };
+
 /* jitter: a duration added at random to each wait, or "full" jitter. */
 static void config_route_set_jitter(struct config_walk *walk, const struct yaml_tree_node *node,
 				    void *field)
@@ -415,6 +446,15 @@ static const struct config_walk_key config_route_retry_keys[] = {
 	{ .name = "resume",
 	  .type = &config_walk_bool,
 	  .offset = offsetof(struct retry_policy, resume) },
+	{ .name = "attempt_header",
+	  .type = &config_walk_bool,
+	  .offset = offsetof(struct retry_policy, attempt_header) },
+	{ .name = "idempotency_key",
+	  .type = &config_route_type_idempotency_key,
+	  .offset = offsetof(struct retry_policy, idempotency_key) },
+	{ .name = "mode",
+	  .type = &config_route_type_mode,
+	  .offset = offsetof(struct retry_policy, mode) },
 	{ .name = NULL },
 };
 
@@ -613,6 +653,9 @@ void config_route_set_defaults(struct route *route)
 	retry->hedge.after_ms = 0;
 	retry->hedge.max = 1;
 	retry->resume = true;
+	retry->attempt_header = false;
+	retry->idempotency_key = IDEMPOTENCY_KEY_NONE;
+	retry->mode = RETRY_MODE_ENFORCE;
 	route->idempotent.methods = xcalloc(6, sizeof(char *));
 	for (size_t i = 0; i < 6; i++)
 		route->idempotent.methods[i] = xstrdup(methods[i]);

@@ -210,6 +210,8 @@ static void exchange_log(struct exchange *ex)
 	record.gave_up = retry_give_up_name(ex->gave_up);
 	record.tries = ex->tries;
 	record.try_count = ex->try_count;
+	record.ambiguous = ex->ambiguous;
+	record.would_retry = ex->would_retry;
 	access_log_write(&record);
 	if (ex->status != 0)
 		metrics_request_done(ex->proxy->metrics, ex->route->name, ex->status,
@@ -379,8 +381,35 @@ void exchange_break_response(struct exchange *ex, const char *why)
 		       why);
 }
 
-struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
-				     bool connecting, uint64_t retry_after_ms, bool too_large)
+/* retry.mode: observe: decide as enforce would, as if the body had been
+ * kept when it would have been, with no other request's retries in the
+ * way; but what would be a retry is counted and logged, and the outcome
+ * goes to the client as final. Spends nothing, holds nothing. */
+static struct retry_verdict exchange_observe(struct exchange *ex, struct retry_facts *facts)
+{
+	struct retry_verdict verdict;
+
+	facts->body_streamed = ex->request_body_started && !ex->observe_replayable;
+	facts->pending_retries = 0;
+	facts->budget_allows = true;
+	facts->upstream_down = false;
+	verdict = retry_decide(&ex->route->retry, facts, &ex->proxy->rng);
+	if (verdict.kind == RETRY_VERDICT_RETRY && !verdict.immediate) {
+		ex->would_retry = retry_cause_name(verdict.cause);
+		metrics_would_retry(ex->proxy->metrics, ex->route->name, verdict.cause);
+		verdict.kind = RETRY_VERDICT_FINAL;
+		verdict.wait_ms = 0;
+	} else if (verdict.kind == RETRY_VERDICT_GIVE_UP) {
+		ex->gave_up = verdict.reason;
+	}
+	return verdict;
+}
+
+/* exchange_decide() with the response's x-should-retry. */
+static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try_outcome outcome,
+						   int status, bool connecting,
+						   uint64_t retry_after_ms, bool too_large,
+						   enum retry_should should)
 {
 	const struct retry_policy *policy = &ex->route->retry;
 	uint64_t now = retry_budget_now_ms();
@@ -397,12 +426,15 @@ struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outco
 		.attempts = ex->attempts,
 		.elapsed_ms = exchange_ms_since(ex->first_try_ms),
 		.retry_after_ms = retry_after_ms,
+		.should_retry = should,
 		.max_pending_retries = ex->config->limits.max_pending_retries,
 		.upstream_down = ex->upstream != NULL && upstream_down(ex->upstream),
 		.hold_when_down = ex->config->health.hold && ex->config->health.down_after > 0,
 	};
 	struct retry_verdict verdict;
 
+	if (ex->observe)
+		return exchange_observe(ex, &facts);
 	/* this exchange's own place, if it held one, is not counted against it */
 	exchange_release_retry(ex);
 	facts.pending_retries = ex->proxy->backoff_pending;
@@ -430,6 +462,21 @@ struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outco
 		break;
 	}
 	return verdict;
+}
+
+struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
+				     bool connecting, uint64_t retry_after_ms, bool too_large)
+{
+	return exchange_decide_should(ex, outcome, status, connecting, retry_after_ms, too_large,
+				      RETRY_SHOULD_UNSET);
+}
+
+struct retry_verdict exchange_decide_response(struct exchange *ex, int status,
+					      uint64_t retry_after_ms, bool too_large,
+					      enum retry_should should)
+{
+	return exchange_decide_should(ex, TRY_RESPONSE, status, false, retry_after_ms, too_large,
+				      should);
 }
 
 static void exchange_backoff_cb(evutil_socket_t fd, short what, void *arg)
@@ -575,6 +622,15 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	int status = outcome == TRY_TIMEOUT ? 504 : 502;
 	bool connecting = t->state == EXCHANGE_TRY_CONNECTING;
 	struct retry_verdict verdict;
+
+	/* SPEC "Ambiguous outcome": the request went out and nothing came
+	 * back, so the upstream may have done it. A pooled connection found
+	 * closed counts too: it may have been closed after reading the
+	 * request, which the proxy cannot tell from closed before. */
+	if (ex->conditional && t->state == EXCHANGE_TRY_WAITING &&
+	    (outcome == TRY_RESET || outcome == TRY_STALE || outcome == TRY_TIMEOUT ||
+	     outcome == TRY_MALFORMED))
+		ex->lost_after_send = true;
 
 	/* a kept response that broke off replaces its own try's record */
 	if (t->state == EXCHANGE_TRY_KEEPING && ex->try_count > 0)
@@ -748,6 +804,7 @@ static void exchange_begin_try(struct exchange *ex, struct exchange_try *t)
 	ex->attempts++;
 	metrics_try(ex->proxy->metrics, ex->route->name);
 	exchange_set_state(ex, EXCHANGE_TRYING);
+	t->number = ex->attempts;
 	t->offset = 0;
 	ex->current = t;
 	if (t->timer == NULL)
@@ -776,6 +833,13 @@ static bool exchange_admit(struct exchange *ex)
 	case UPSTREAM_GO:
 		return true;
 	case UPSTREAM_WAIT:
+		/* observe holds nothing: a down upstream answers 502 at once, as
+		 * with health.hold: false (a connect in doubt is still waited for) */
+		if (ex->observe && upstream_down(ex->upstream)) {
+			exchange_release_retry(ex);
+			exchange_upstream_unavailable(ex);
+			return false;
+		}
 		exchange_hold(ex);
 		return false;
 	case UPSTREAM_REFUSE:
@@ -800,8 +864,9 @@ void exchange_start_try(struct exchange *ex)
 	if (ex->upstream == NULL && !ex->is_connect)
 		ex->upstream = upstreams_hold(ex->proxy->upstreams, &ex->endpoint);
 	/* Pooled connections may have been closed by the upstream a moment ago;
-	 * only a request that is safe to repeat takes that chance. */
-	if (!ex->is_connect && ex->idempotent && !ex->skip_pool)
+	 * only a request that is safe to repeat takes that chance (and in
+	 * observe mode only one without a body: its body is not kept). */
+	if (!ex->is_connect && ex->idempotent && !ex->skip_pool && !(ex->observe && ex->has_body))
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);
 	ex->skip_pool = false;
 	if (pooled == NULL && !exchange_admit(ex))
@@ -825,7 +890,7 @@ static void exchange_arm_hedge(struct exchange *ex)
 	const struct hedge_policy *hedge = &ex->route->retry.hedge;
 	struct timeval tv;
 
-	if (hedge->after_ms == 0 || ex->is_connect || ex->has_body)
+	if (hedge->after_ms == 0 || ex->is_connect || ex->has_body || ex->observe)
 		return;
 	/* a resume continues a body already flowing: nothing to race */
 	if (ex->resumable && ex->resume->pending)

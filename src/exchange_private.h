@@ -107,6 +107,8 @@ struct exchange_try {
 	bool verdict_pending;		/* kept while other tries raced: decide when it is whole */
 	int keeping_status;		/* ... with its status and Retry-After */
 	uint64_t keeping_retry_after_ms;
+	enum retry_should keeping_should; /* ... and x-should-retry */
+	unsigned number;		  /* which try of the exchange it is, from 1 */
 };
 
 /* Try slots per exchange: one, and the three hedges SPEC allows at most. */
@@ -173,6 +175,14 @@ struct exchange {
 	uint64_t held_since_ms;		   /* EXCHANGE_HELD: since when, on retry_budget_now_ms() */
 	struct event *hedge_timer;	   /* retry.hedge: made on first use, kept with a spare */
 	bool hedged;			   /* a hedged try was started */
+	bool keyed;		 /* conditional, and the request upstream has an Idempotency-Key */
+	bool key_injected;	 /* retry.idempotency_key: inject gave it idempotency_key */
+	bool lost_after_send;	 /* conditional, and a try ended with no response after its
+			       * request was sent: a later 412 (409 keyed) is ambiguous */
+	bool ambiguous;		 /* the client got Retry-Ambiguous: true */
+	bool observe;		 /* retry.mode: observe: nothing is retried */
+	bool observe_replayable; /* observe: the body would have been kept for a retry */
+	const char *would_retry; /* observe: the cause of the retry not made, for the log */
 
 	/* the tries */
 	unsigned attempts; /* started, the first included */
@@ -236,6 +246,10 @@ void exchange_start_try(struct exchange *ex);
 void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const char *reason);
 struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
 				     bool connecting, uint64_t retry_after_ms, bool too_large);
+/* exchange_decide() for a response, with its x-should-retry. */
+struct retry_verdict exchange_decide_response(struct exchange *ex, int status,
+					      uint64_t retry_after_ms, bool too_large,
+					      enum retry_should should);
 void exchange_schedule_retry(struct exchange *ex);
 /* Tries under way (not idle), and those of them still waiting for a
  * response head. */

@@ -8,6 +8,7 @@
 #include "conn.h"
 #include "exchange_private.h"
 #include "idempotency.h"
+#include "idempotency_key.h"
 #include "log.h"
 #include "proxy.h"
 #include "resume.h"
@@ -49,12 +50,14 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 {
 	static const char version_host[] = " HTTP/1.1\r\nHost: ";
 	static const char via[] = "\r\nVia: 1.1 retryproxy\r\n\r\n";
+	static const char key_name[] = IDEMPOTENCY_KEY_HEADER ": ";
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
 	bool slash = path_len == 0 || path[0] == '?';
 	size_t size = head->method_len + 1 + slash + path_len + sizeof(version_host) - 1 +
 		      authority_len + sizeof(via) - 1;
+	size_t key_line = sizeof(key_name) - 1 + IDEMPOTENCY_KEY_LEN + 2;
 	char *p;
 	size_t i;
 
@@ -64,6 +67,8 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 		if (forward[i])
 			size += head->fields[i].line_len;
 	}
+	if (ex->key_injected)
+		size += key_line;
 	p = exchange_block(&ex->request_head, &ex->request_head_room, size);
 	p = exchange_put(p, head->method, head->method_len);
 	*p++ = ' ';
@@ -77,8 +82,36 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	for (i = 0; i < head->field_count; i++)
 		if (forward[i])
 			p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
+	if (ex->key_injected) {
+		/* made here, once per request: every try sends this head */
+		p = EXCHANGE_PUT_LITERAL(p, key_name);
+		idempotency_key_new(&ex->proxy->rng, p);
+		p += IDEMPOTENCY_KEY_LEN;
+		p = EXCHANGE_PUT_LITERAL(p, "\r\n");
+	}
 	exchange_put(p, via + 2, sizeof(via) - 3);
 	ex->request_head_len = size;
+}
+
+/* A request not safe by its method, but perhaps by a precondition or a key:
+ * give it an Idempotency-Key when retry.idempotency_key: inject says so and
+ * it has none, and note whether one goes upstream (a 409 may then be
+ * ambiguous). Runs before the request head is built, which carries the key. */
+static void exchange_decide_key(struct exchange *ex, const struct http1_head *head)
+{
+	bool hop[HTTP1_MAX_FIELDS];
+
+	/* a key the client named in Connection is removed on the way: it
+	 * does not count, and inject gives the request one of its own */
+	http1_hop_by_hop_marks(head, hop);
+	for (size_t i = 0; i < head->field_count && !ex->keyed; i++)
+		ex->keyed =
+			!hop[i] && http1_name_equals(head->fields[i].name, head->fields[i].name_len,
+						     IDEMPOTENCY_KEY_HEADER);
+	if (ex->keyed || ex->route->retry.idempotency_key != IDEMPOTENCY_KEY_INJECT)
+		return;
+	ex->key_injected = true;
+	ex->keyed = true;
 }
 
 /* Decide whether the request could be tried again, and so whether its body
@@ -87,24 +120,23 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 				   const struct http1_framing *framing, const char *path,
 				   size_t path_len)
 {
+	const struct retry_policy *policy = &ex->route->retry;
 	const char *query = memchr(path, '?', path_len);
 	size_t query_len = 0;
 	bool has_body = framing->body != HTTP1_BODY_NONE;
 	size_t limit = ex->config->limits.replay_buffer;
+	struct idempotency_why why;
 
 	if (query != NULL) {
 		query++;
 		query_len = path_len - (size_t)(query - path);
 	}
-	switch (idempotency_check_head(&ex->route->idempotent, head->method, head->method_len,
-				       query, query_len, head, has_body)) {
+	switch (idempotency_decide_head(&ex->route->idempotent, policy->idempotency_key,
+					head->method, head->method_len, query, query_len, head,
+					has_body, &why)) {
 	case IDEMPOTENCY_YES:
 		ex->idempotent = true;
-		/* only hedging asks, and it is off on most routes: no second
-		 * scan of the method list for them */
-		ex->conditional = ex->route->retry.hedge.after_ms != 0 &&
-				  !idempotency_method_listed(&ex->route->idempotent, head->method,
-							     head->method_len);
+		ex->conditional = why.reason != IDEMPOTENCY_REASON_METHOD;
 		break;
 	case IDEMPOTENCY_NEEDS_BODY:
 		ex->json_pending = true;
@@ -112,6 +144,12 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 	case IDEMPOTENCY_NO:
 		break;
 	}
+	if (ex->conditional || ex->json_pending)
+		exchange_decide_key(ex, head);
+	ex->observe = policy->mode == RETRY_MODE_OBSERVE;
+	/* observe keeps no body, and a json_field condition needs it whole */
+	if (ex->observe)
+		ex->json_pending = false;
 	/* Only a request that may be sent again after its body left needs the
 	 * body kept: a connect failure happens before any body byte is taken
 	 * from the client, so other requests stream. */
@@ -127,6 +165,11 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 			 "not retried",
 			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 			 (unsigned long long)framing->content_length, limit);
+		return;
+	}
+	if (ex->observe) {
+		/* streamed like a body no retry could need; counted as kept */
+		ex->observe_replayable = true;
 		return;
 	}
 	ex->replay = evbuffer_new();
@@ -256,12 +299,21 @@ void exchange_send_request(struct exchange_try *t)
 	struct exchange *ex = t->ex;
 	struct evbuffer *out = conn_output(t->up);
 
+	bool resuming = ex->resumable && ex->resume->pending;
+	bool numbered = t->number > 1 && ex->route->retry.attempt_header;
+
 	/* references, not copies: the same bytes go out again on the next try
 	 * (the exchange outlives every try's connection and its output) */
-	if (ex->resumable && ex->resume->pending) {
-		/* the head without its blank line, then Range and If-Range */
+	if (resuming || numbered) {
+		/* the head without its blank line, then the try's own fields:
+		 * Range and If-Range for a resume, Retry-Attempt */
 		evbuffer_add_reference(out, ex->request_head, ex->request_head_len - 2, NULL, NULL);
-		evbuffer_add_reference(out, ex->resume->lines, ex->resume->lines_len, NULL, NULL);
+		if (resuming)
+			evbuffer_add_reference(out, ex->resume->lines, ex->resume->lines_len - 2,
+					       NULL, NULL);
+		if (numbered)
+			evbuffer_add_printf(out, "Retry-Attempt: %u\r\n", t->number);
+		EXCHANGE_ADD_LITERAL(out, "\r\n");
 	} else {
 		evbuffer_add_reference(out, ex->request_head, ex->request_head_len, NULL, NULL);
 	}
@@ -404,9 +456,10 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	exchange_set_destination(ex, head, &dest);
 	body_relay_init_framing(&ex->request_body, framing, false, config->limits.max_header_bytes);
 	if (!ex->is_connect) {
+		/* the decision first: it may give the head an Idempotency-Key */
+		exchange_decide_replay(ex, head, framing, target->path, target->path_len);
 		exchange_build_request_head(ex, head, target->path, target->path_len,
 					    dest.authority, dest.authority_len);
-		exchange_decide_replay(ex, head, framing, target->path, target->path_len);
 		ex->budget = retry_budget_for(ex->proxy->budgets, ex->route->name,
 					      &ex->route->retry.budget);
 		retry_budget_note_request(ex->budget, retry_budget_now_ms());

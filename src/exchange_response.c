@@ -33,6 +33,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	static const char via_attempts[] = "Via: 1.1 retryproxy\r\nRetry-Attempts: ";
 	static const char close[] = "Connection: close\r\n";
 	static const char keep_alive[] = "Connection: keep-alive\r\n";
+	static const char ambiguous[] = "Retry-Ambiguous: true\r\n";
 	struct evbuffer *out = conn_output(ex->owner.conn);
 	/* an HTTP/1.0 client cannot read chunked: decode and close instead */
 	bool pass_chunked = rf->body == HTTP1_BODY_CHUNKED && ex->client_minor >= 1;
@@ -47,6 +48,12 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	size_t i;
 
 	ex->client_keep_after = ex->client_keep_alive && !ex->owner.closing(ex->owner.arg);
+	/* SPEC "Ambiguous outcome": the precondition or key may have failed
+	 * because an earlier try that got no answer did succeed */
+	if (ex->lost_after_send) {
+		ex->ambiguous = head->status == 412 || (head->status == 409 && ex->keyed);
+		size += sizeof(ambiguous) - 1; /* room enough either way */
+	}
 	body_relay_init_framing(&ex->response_body, rf, !pass_chunked,
 				ex->config->limits.max_header_bytes);
 	if (rf->body == HTTP1_BODY_UNTIL_CLOSE || (rf->body == HTTP1_BODY_CHUNKED && !pass_chunked))
@@ -74,6 +81,8 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
 	p = exchange_put_uint(p, ex->attempts);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
+	if (ex->lost_after_send && ex->ambiguous)
+		p = EXCHANGE_PUT_LITERAL(p, ambiguous);
 	if (!ex->client_keep_after)
 		p = EXCHANGE_PUT_LITERAL(p, close);
 	else if (ex->client_minor == 0)
@@ -213,6 +222,7 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	bool verdict_pending = t->verdict_pending;
 	int status = t->keeping_status;
 	uint64_t retry_after_ms = t->keeping_retry_after_ms;
+	enum retry_should should = t->keeping_should;
 	struct retry_verdict verdict;
 
 	if (ex->kept != NULL)
@@ -229,7 +239,7 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	/* it came while other tries raced it: the last of them to end decides */
 	if (exchange_tries_left(ex) > 0)
 		return;
-	verdict = exchange_decide(ex, TRY_RESPONSE, status, false, retry_after_ms, false);
+	verdict = exchange_decide_response(ex, status, retry_after_ms, false, should);
 	if (verdict.kind == RETRY_VERDICT_RETRY)
 		exchange_schedule_retry(ex);
 	else
@@ -271,15 +281,29 @@ static void exchange_start_keeping(struct exchange_try *t, const struct http1_he
 	exchange_keep_response(t);
 }
 
-/* The Retry-After of a response in milliseconds, 0 when absent or invalid. */
+/* The wait a response asks for in milliseconds: the longer of Retry-After
+ * and retry-after-ms, 0 when both are absent or invalid. */
 uint64_t exchange_retry_after(const struct http1_head *head)
 {
 	const struct http1_field *f = http1_find_field(head, "Retry-After");
 	uint64_t ms = 0;
+	uint64_t ms_field = 0;
 
 	if (f == NULL || retry_after_parse(f->value, f->value_len, time(NULL), &ms) < 0)
-		return 0;
+		ms = 0;
+	f = http1_find_field(head, "retry-after-ms");
+	if (f != NULL && retry_after_ms_parse(f->value, f->value_len, &ms_field) == 0 &&
+	    ms_field > ms)
+		ms = ms_field;
 	return ms;
+}
+
+/* The response's x-should-retry. */
+static enum retry_should exchange_should_retry(const struct http1_head *head)
+{
+	const struct http1_field *f = http1_find_field(head, "x-should-retry");
+
+	return f != NULL ? retry_should_parse(f->value, f->value_len) : RETRY_SHOULD_UNSET;
 }
 
 /* This try's response goes to the client: head now, body as it comes. */
@@ -313,6 +337,8 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 {
 	struct exchange *ex = t->ex;
 	const struct http1_framing *rf = &t->framing;
+	enum retry_should should = RETRY_SHOULD_UNSET;
+	bool retryable;
 
 	evtimer_del(t->timer);
 	/* a body that stops arriving for a whole try_timeout is dead */
@@ -324,8 +350,14 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 		exchange_resume_answer(t, head);
 		return;
 	}
-	/* most responses are not retryable: no clock or budget is read for them */
-	if (retry_on_status(&ex->route->retry, head->status)) {
+	/* most responses are not retryable: no clock or budget is read for
+	 * them, and x-should-retry is looked for only on an error status */
+	retryable = retry_on_status(&ex->route->retry, head->status);
+	if (retryable || head->status >= 400) {
+		should = exchange_should_retry(head);
+		retryable = retry_response_retryable(&ex->route->retry, head->status, should);
+	}
+	if (retryable) {
 		bool too_large = rf->body == HTTP1_BODY_LENGTH &&
 				 rf->content_length > ex->config->limits.retry_response_buffer;
 		uint64_t retry_after_ms = exchange_retry_after(head);
@@ -338,11 +370,12 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 			t->verdict_pending = true;
 			t->keeping_status = head->status;
 			t->keeping_retry_after_ms = retry_after_ms;
+			t->keeping_should = should;
 			exchange_start_keeping(t, head);
 			return;
 		}
-		verdict = exchange_decide(ex, TRY_RESPONSE, head->status, false, retry_after_ms,
-					  too_large);
+		verdict = exchange_decide_response(ex, head->status, retry_after_ms, too_large,
+						   should);
 		if (verdict.kind == RETRY_VERDICT_RETRY) {
 			exchange_start_keeping(t, head);
 			return;

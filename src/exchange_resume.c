@@ -25,7 +25,7 @@ void exchange_resume_offer(struct exchange_try *t, const struct http1_head *head
 	struct exchange *ex = t->ex;
 
 	/* the cheap facts first: most responses stop here */
-	if (ex->resumable || t->framing.body != HTTP1_BODY_LENGTH ||
+	if (ex->resumable || ex->observe || t->framing.body != HTTP1_BODY_LENGTH ||
 	    t->framing.content_length == 0 || !ex->idempotent ||
 	    ex->route->retry.max_attempts < 2 || ex->method_len != 3 ||
 	    memcmp(ex->method, "GET", 3) != 0)

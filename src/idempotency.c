@@ -1,5 +1,6 @@
 #include "idempotency.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -82,33 +83,89 @@ bool idempotency_method_listed(const struct idempotency *idem, const char *metho
 	return false;
 }
 
-enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, const char *method,
-						size_t method_len, const char *query,
-						size_t query_len, const struct http1_head *head,
-						bool has_body)
+enum idempotency_verdict idempotency_decide_head(const struct idempotency *idem,
+						 enum idempotency_key_mode key_mode,
+						 const char *method, size_t method_len,
+						 const char *query, size_t query_len,
+						 const struct http1_head *head, bool has_body,
+						 struct idempotency_why *why)
 {
+	struct idempotency_why scratch;
 	bool json_field = false;
 
-	if (idempotency_method_listed(idem, method, method_len))
+	if (why == NULL)
+		why = &scratch;
+	why->reason = IDEMPOTENCY_REASON_NONE;
+	why->name = NULL;
+	if (idempotency_method_listed(idem, method, method_len)) {
+		why->reason = IDEMPOTENCY_REASON_METHOD;
 		return IDEMPOTENCY_YES;
+	}
 	for (size_t i = 0; i < idem->when_present_count; i++) {
 		const struct when_present *cond = &idem->when_present[i];
 
 		switch (cond->kind) {
 		case WHEN_PRESENT_QUERY:
-			if (query != NULL && idempotency_query_has(query, query_len, cond->name))
+			if (query != NULL && idempotency_query_has(query, query_len, cond->name)) {
+				why->reason = IDEMPOTENCY_REASON_QUERY;
+				why->name = cond->name;
 				return IDEMPOTENCY_YES;
+			}
 			break;
 		case WHEN_PRESENT_HEADER:
-			if (head != NULL && http1_find_field(head, cond->name) != NULL)
+			if (head != NULL && http1_find_field(head, cond->name) != NULL) {
+				why->reason = IDEMPOTENCY_REASON_HEADER;
+				why->name = cond->name;
 				return IDEMPOTENCY_YES;
+			}
 			break;
 		case WHEN_PRESENT_JSON_FIELD:
 			json_field = true;
 			break;
 		}
 	}
+	/* the key the request carries, or the one it will get, makes any
+	 * repeat of it one the upstream can recognise */
+	if (key_mode == IDEMPOTENCY_KEY_INJECT) {
+		why->reason = IDEMPOTENCY_REASON_KEY;
+		return IDEMPOTENCY_YES;
+	}
 	return json_field && has_body ? IDEMPOTENCY_NEEDS_BODY : IDEMPOTENCY_NO;
+}
+
+enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, const char *method,
+						size_t method_len, const char *query,
+						size_t query_len, const struct http1_head *head,
+						bool has_body)
+{
+	return idempotency_decide_head(idem, IDEMPOTENCY_KEY_NONE, method, method_len, query,
+				       query_len, head, has_body, NULL);
+}
+
+void idempotency_why_text(const struct idempotency_why *why, char *buf, size_t len)
+{
+	const char *name = why->name != NULL ? why->name : "";
+
+	switch (why->reason) {
+	case IDEMPOTENCY_REASON_METHOD:
+		snprintf(buf, len, "yes (method)");
+		return;
+	case IDEMPOTENCY_REASON_QUERY:
+		snprintf(buf, len, "yes (query %s)", name);
+		return;
+	case IDEMPOTENCY_REASON_HEADER:
+		snprintf(buf, len, "yes (header %s)", name);
+		return;
+	case IDEMPOTENCY_REASON_JSON_FIELD:
+		snprintf(buf, len, "yes (json_field %s)", name);
+		return;
+	case IDEMPOTENCY_REASON_KEY:
+		snprintf(buf, len, "yes (idempotency_key)");
+		return;
+	case IDEMPOTENCY_REASON_NONE:
+		break;
+	}
+	snprintf(buf, len, "no");
 }
 
 bool idempotency_has_json_field(const struct idempotency *idem)
@@ -147,32 +204,39 @@ static bool idempotency_json_depth_ok(const char *body, size_t len, unsigned max
 	return true;
 }
 
-bool idempotency_check_json_body(const struct idempotency *idem, const char *body, size_t len)
+const char *idempotency_json_body_field(const struct idempotency *idem, const char *body,
+					size_t len)
 {
 	json_error_t error;
 	json_t *root;
-	bool found = false;
+	const char *found = NULL;
 
 	if (!idempotency_has_json_field(idem) || len == 0 || len > IDEMPOTENCY_JSON_MAX_BYTES)
-		return false;
+		return NULL;
 	if (!idempotency_json_depth_ok(body, len, IDEMPOTENCY_JSON_MAX_DEPTH))
-		return false;
+		return NULL;
 	/* Without JSON_DECODE_ANY only an object or array parses, and only an
 	 * object can have members. */
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &error);
 	if (root == NULL)
-		return false;
+		return NULL;
 	if (json_is_object(root)) {
-		for (size_t i = 0; i < idem->when_present_count && !found; i++) {
+		for (size_t i = 0; i < idem->when_present_count && found == NULL; i++) {
 			const struct when_present *cond = &idem->when_present[i];
 			json_t *member;
 
 			if (cond->kind != WHEN_PRESENT_JSON_FIELD)
 				continue;
 			member = json_object_get(root, cond->name);
-			found = member != NULL && !json_is_null(member);
+			if (member != NULL && !json_is_null(member))
+				found = cond->name;
 		}
 	}
 	json_decref(root);
 	return found;
+}
+
+bool idempotency_check_json_body(const struct idempotency *idem, const char *body, size_t len)
+{
+	return idempotency_json_body_field(idem, body, len) != NULL;
 }

@@ -27,6 +27,28 @@ enum idempotency_verdict {
 	IDEMPOTENCY_NEEDS_BODY, /* only a json_field condition could make it safe: ask again with the body */
 };
 
+/* Why a request is safe to repeat: what --explain prints, and what tells
+ * the exchange a request is retryable only by a precondition or a key. */
+enum idempotency_reason {
+	IDEMPOTENCY_REASON_NONE,       /* not safe (or not known yet: NEEDS_BODY) */
+	IDEMPOTENCY_REASON_METHOD,     /* the method is in the map's methods */
+	IDEMPOTENCY_REASON_QUERY,      /* a when_present query parameter is in the target */
+	IDEMPOTENCY_REASON_HEADER,     /* a when_present header is in the request */
+	IDEMPOTENCY_REASON_JSON_FIELD, /* a when_present member is in the JSON body */
+	IDEMPOTENCY_REASON_KEY,	       /* idempotency_key: inject, and the request carries an
+					* Idempotency-Key or gets one */
+};
+
+/* A verdict's reason, and the when_present name it rests on (QUERY, HEADER,
+ * JSON_FIELD; NULL otherwise, pointing into the config). */
+struct idempotency_why {
+	enum idempotency_reason reason;
+	const char *name;
+};
+
+/* The request header that carries an idempotency key. */
+#define IDEMPOTENCY_KEY_HEADER "Idempotency-Key"
+
 /* Is the method one of those the map lists (exact, case-sensitive)? */
 bool idempotency_method_listed(const struct idempotency *idem, const char *method,
 			       size_t method_len);
@@ -45,6 +67,29 @@ enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, 
 						size_t method_len, const char *query,
 						size_t query_len, const struct http1_head *head,
 						bool has_body);
+
+/* idempotency_check_head() with retry.idempotency_key, saying why (why may
+ * be NULL). Checked in order: the method, the query and header conditions,
+ * then, with IDEMPOTENCY_KEY_INJECT, the key: a request no earlier check
+ * made safe is safe by the Idempotency-Key it carries or the one the proxy
+ * adds to it (SPEC "More retry controls"), so NEEDS_BODY never comes with
+ * inject. Never allocates. */
+enum idempotency_verdict idempotency_decide_head(const struct idempotency *idem,
+						 enum idempotency_key_mode key_mode,
+						 const char *method, size_t method_len,
+						 const char *query, size_t query_len,
+						 const struct http1_head *head, bool has_body,
+						 struct idempotency_why *why);
+
+/* The reason's words as --explain prints them: "yes (method)", "yes (query
+ * NAME)", "yes (header NAME)", "yes (json_field NAME)", "yes
+ * (idempotency_key)" or "no", into buf of size len (truncated to fit). */
+void idempotency_why_text(const struct idempotency_why *why, char *buf, size_t len);
+
+/* With the decoded request body: the name of the first json_field condition
+ * the body satisfies (as idempotency_check_json_body() decides), or NULL. */
+const char *idempotency_json_body_field(const struct idempotency *idem, const char *body,
+					size_t len);
 
 /* With the decoded request body: true when it is a JSON object with a
  * top-level member named by a json_field condition whose value is not null

@@ -44,6 +44,7 @@ struct metrics_route {
 	uint64_t gave_up[RETRY_GIVE_UP_COUNT]; /* by enum retry_give_up; NONE unused */
 	uint64_t hedges[2];		       /* lost, won */
 	uint64_t resumes[2];		       /* failed, ok */
+	uint64_t would_retry[METRICS_CAUSES];  /* retry.mode: observe, by enum retry_cause */
 	struct metrics_route *next;
 };
 
@@ -152,6 +153,12 @@ void metrics_retry(struct metrics *metrics, const char *route, enum retry_cause 
 {
 	if ((unsigned)cause < METRICS_CAUSES)
 		metrics_route(metrics, route)->retries[cause]++;
+}
+
+void metrics_would_retry(struct metrics *metrics, const char *route, enum retry_cause cause)
+{
+	if ((unsigned)cause < METRICS_CAUSES)
+		metrics_route(metrics, route)->would_retry[cause]++;
 }
 
 void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give_up reason)
@@ -323,6 +330,17 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 		metrics_route_series(out, "retryproxy_resumes_total", r->name);
 		evbuffer_add_printf(out, ",result=\"failed\"} %llu\n",
 				    (unsigned long long)r->resumes[0]);
+	}
+	metrics_header(out, "retryproxy_would_retry_total", "counter",
+		       "Failures retry.mode: observe let through that would have been retried, "
+		       "by route and cause.");
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		for (i = 0; i < METRICS_CAUSES; i++) {
+			metrics_route_series(out, "retryproxy_would_retry_total", r->name);
+			evbuffer_add_printf(out, ",cause=\"%s\"} %llu\n",
+					    retry_cause_name((enum retry_cause)i),
+					    (unsigned long long)r->would_retry[i]);
+		}
 	}
 	metrics_header(out, "retryproxy_backoff_pending", "gauge",
 		       "Requests waiting on a backoff timer now.");

@@ -36,6 +36,9 @@ void metrics_try(struct metrics *metrics, const char *route);
 /* A retry was scheduled after a failure of this cause. */
 void metrics_retry(struct metrics *metrics, const char *route, enum retry_cause cause);
 
+/* retry.mode: observe: a failure of this cause would have been retried. */
+void metrics_would_retry(struct metrics *metrics, const char *route, enum retry_cause cause);
+
 /* Retrying stopped short for reason; RETRY_GIVE_UP_NONE counts nothing. */
 void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give_up reason);
 

@@ -162,6 +162,54 @@ bool retry_on_failure(const struct retry_policy *policy, enum retry_cause cause)
 	return false;
 }
 
+/* Trim SP/HTAB from both ends of [*value, *end). */
+static void retry_trim(const char **value, const char **end)
+{
+	while (*value < *end && (**value == ' ' || **value == '\t'))
+		(*value)++;
+	while (*end > *value && ((*end)[-1] == ' ' || (*end)[-1] == '\t'))
+		(*end)--;
+}
+
+/* Does [p, end) equal word, ignoring ASCII case? word is lower case. */
+static bool retry_word_equals(const char *p, const char *end, const char *word)
+{
+	size_t len = strlen(word);
+
+	if ((size_t)(end - p) != len)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if ((p[i] >= 'A' && p[i] <= 'Z' ? p[i] + ('a' - 'A') : p[i]) != word[i])
+			return false;
+	return true;
+}
+
+enum retry_should retry_should_parse(const char *value, size_t len)
+{
+	const char *end;
+
+	if (len == 0)
+		return RETRY_SHOULD_UNSET;
+	end = value + len;
+	retry_trim(&value, &end);
+	if (retry_word_equals(value, end, "true"))
+		return RETRY_SHOULD_TRUE;
+	if (retry_word_equals(value, end, "false"))
+		return RETRY_SHOULD_FALSE;
+	return RETRY_SHOULD_UNSET;
+}
+
+bool retry_response_retryable(const struct retry_policy *policy, int status,
+			      enum retry_should should)
+{
+	if (should == RETRY_SHOULD_FALSE)
+		return false;
+	if (retry_on_status(policy, status))
+		return true;
+	/* a success or a redirect is an answer, whatever the header says */
+	return should == RETRY_SHOULD_TRUE && status >= 400 && status <= 599;
+}
+
 const char *try_outcome_name(enum try_outcome outcome)
 {
 	switch (outcome) {
@@ -315,7 +363,7 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	uint64_t wait;
 
 	if (facts->outcome == TRY_RESPONSE) {
-		if (!retry_on_status(policy, facts->status))
+		if (!retry_response_retryable(policy, facts->status, facts->should_retry))
 			return verdict;
 		/* a retryable response is kept whole until the next try has done
 		 * better; one announced larger than that buffer is passed on */
@@ -637,5 +685,39 @@ int retry_after_parse(const char *value, size_t len, time_t now, uint64_t *wait_
 	if (seconds > RETRY_AFTER_MAX_SECONDS)
 		seconds = RETRY_AFTER_MAX_SECONDS;
 	*wait_ms = seconds * 1000;
+	return 0;
+}
+
+int retry_after_ms_parse(const char *value, size_t len, uint64_t *wait_ms)
+{
+	const uint64_t max_ms = (uint64_t)RETRY_AFTER_MAX_SECONDS * 1000;
+	const char *end;
+	const char *p;
+	uint64_t ms = 0;
+	bool fraction = false;
+
+	if (len == 0)
+		return -1;
+	end = value + len;
+	retry_trim(&value, &end);
+	if (value == end || *value < '0' || *value > '9')
+		return -1;
+	for (p = value; p < end && *p >= '0' && *p <= '9'; p++)
+		if (ms < max_ms) /* saturate, still checking every byte */
+			ms = ms * 10 + (uint64_t)(*p - '0');
+	if (p < end && *p == '.') {
+		if (++p == end)
+			return -1;
+		for (; p < end; p++) {
+			if (*p < '0' || *p > '9')
+				return -1;
+			fraction = fraction || *p != '0';
+		}
+	}
+	if (p != end)
+		return -1;
+	if (fraction)
+		ms++;
+	*wait_ms = ms < max_ms ? ms : max_ms;
 	return 0;
 }

@@ -62,6 +62,24 @@ const char *retry_cause_name(enum retry_cause cause);
 /* Is this status in retry.on (5xx flag or an explicit code)? */
 bool retry_on_status(const struct retry_policy *policy, int status);
 
+/* What a response's x-should-retry says (SPEC "More retry controls"). */
+enum retry_should {
+	RETRY_SHOULD_UNSET, /* absent, or neither true nor false */
+	RETRY_SHOULD_TRUE,  /* retry even a status not in retry.on (an error status only) */
+	RETRY_SHOULD_FALSE, /* do not retry, even a status in retry.on */
+};
+
+/* Read an x-should-retry value: "true" or "false", any case, with optional
+ * surrounding SP/HTAB; anything else is RETRY_SHOULD_UNSET. */
+enum retry_should retry_should_parse(const char *value, size_t len);
+
+/* Is a response retryable by its status and x-should-retry? false says no,
+ * whatever retry.on says; true adds an error status (400..599) that
+ * retry.on leaves out; unset leaves retry_on_status() to decide. Whether
+ * the request may be repeated is retry_decide()'s to say. */
+bool retry_response_retryable(const struct retry_policy *policy, int status,
+			      enum retry_should should);
+
 /* Is this failure kind in retry.on (connect-failure / reset / timeout)?
  * RETRY_CAUSE_STATUS gives false: statuses go through retry_on_status. */
 bool retry_on_failure(const struct retry_policy *policy, enum retry_cause cause);
@@ -118,22 +136,23 @@ const char *retry_give_up_name(enum retry_give_up reason);
  * the exchange sees it then. */
 struct retry_facts {
 	enum try_outcome outcome;
-	int status;		  /* with TRY_RESPONSE */
-	bool connecting;	  /* the try ended before its connection was made (a
+	int status;			/* with TRY_RESPONSE */
+	bool connecting;		/* the try ended before its connection was made (a
 				      * timeout then means nothing was sent) */
-	bool is_connect;	  /* a CONNECT tunnel: never retried */
-	bool idempotent;	  /* by the route's idempotency map (json_field resolved) */
-	bool body_streamed;	  /* request body bytes left the client without being kept:
+	bool is_connect;		/* a CONNECT tunnel: never retried */
+	bool idempotent;		/* by the route's idempotency map (json_field resolved) */
+	bool body_streamed;		/* request body bytes left the client without being kept:
 				      * it cannot be sent again */
-	bool body_too_large;	  /* ... and that was because it was over replay_buffer */
-	bool response_started;	  /* bytes of a response already reached the client */
-	bool response_too_large;  /* TRY_RESPONSE whose Content-Length is over
+	bool body_too_large;		/* ... and that was because it was over replay_buffer */
+	bool response_started;		/* bytes of a response already reached the client */
+	bool response_too_large;	/* TRY_RESPONSE whose Content-Length is over
 				      * retry_response_buffer */
-	unsigned attempts;	  /* tries made, this one included */
-	uint64_t elapsed_ms;	  /* since the first try started */
-	uint64_t retry_after_ms;  /* from the response (Retry-After), 0 when none; only
-				      * TRY_RESPONSE uses it */
-	unsigned pending_retries; /* requests holding a place among max_pending_retries now,
+	unsigned attempts;		/* tries made, this one included */
+	uint64_t elapsed_ms;		/* since the first try started */
+	uint64_t retry_after_ms;	/* from the response (the longer of Retry-After and
+				      * retry-after-ms), 0 when none; only TRY_RESPONSE uses it */
+	enum retry_should should_retry; /* the response's x-should-retry, with TRY_RESPONSE */
+	unsigned pending_retries;	/* requests holding a place among max_pending_retries now,
 				      * this one excluded */
 	unsigned max_pending_retries;
 	bool budget_allows;  /* the route's retry budget would allow one more retry now
@@ -172,9 +191,9 @@ bool retry_within_deadline(const struct retry_policy *policy, uint64_t elapsed_m
  * whole retry decision in one place. Draws from rng (one backoff) only when
  * the decision gets as far as computing the wait; takes nothing from the
  * budget: on RETRY without immediate the caller spends it. A TRY_RESPONSE
- * whose status retry_on_status() refuses is FINAL whatever the other facts
+ * that retry_response_retryable() refuses is FINAL whatever the other facts
  * say, so a caller may test that first and gather the rest (clock, budget)
- * only for a retryable status. */
+ * only for a retryable response. */
 struct retry_verdict retry_decide(const struct retry_policy *policy,
 				  const struct retry_facts *facts, struct retry_rng *rng);
 
@@ -215,5 +234,11 @@ bool retry_hedge_allowed(const struct retry_policy *policy, const struct hedge_p
  * not. *wait_ms is the wait from now, 0 for a date not in the future, capped
  * at RETRY_AFTER_MAX_SECONDS. Returns 0, or -1 with *wait_ms untouched. */
 int retry_after_parse(const char *value, size_t len, time_t now, uint64_t *wait_ms);
+
+/* Parse a retry-after-ms value: milliseconds as digits, optionally with a
+ * fraction (rounded up: the wait is at least that long), with optional
+ * surrounding SP/HTAB; capped at RETRY_AFTER_MAX_SECONDS. Returns 0, or -1
+ * with *wait_ms untouched. */
+int retry_after_ms_parse(const char *value, size_t len, uint64_t *wait_ms);
 
 #endif

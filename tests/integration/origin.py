@@ -53,7 +53,8 @@ full list; query parameters tune it):
 Any path also takes ?delay=S (wait before the head), ?close=1 (close the
 connection after the response without saying so, which makes a pooled
 connection stale), ?conn_close=1 (say Connection: close and close),
-?retry_after=V, ?status=N (for /echo, /bytes, /chunked, /close and
+?retry_after=V, ?retry_after_ms=V (retry-after-ms), ?should_retry=V
+(x-should-retry), ?status=N (for /echo, /bytes, /chunked, /close and
 /slow), ?expect=ignore (do not answer Expect: 100-continue) and
 ?expect=reject (answer it with 417), ?reason=TEXT (the status line's
 reason phrase) and ?hdr=Name:Value (one more response header field), so
@@ -311,6 +312,10 @@ class _Exchange:
         lines = [_status_line(code, self.param("reason"))]
         if self.param("retry_after") is not None:
             headers = headers + [("Retry-After", self.param("retry_after"))]
+        if self.param("retry_after_ms") is not None:
+            headers = headers + [("retry-after-ms", self.param("retry_after_ms"))]
+        if self.param("should_retry") is not None:
+            headers = headers + [("x-should-retry", self.param("should_retry"))]
         if self.param("hdr") is not None:
             name, _, value = self.param("hdr").partition(":")
             headers = headers + [(name.strip(), value.strip())]

@@ -267,6 +267,44 @@ static void test_gave_up_and_note(void **state)
 		"\"gave_up\":\"deadline\",\"note\":\"client went \\\"away\\\"\\u000a\"}");
 }
 
+/* retry.mode: observe's would_retry and the ambiguous outcome, after
+ * gave_up and before note, in both formats. */
+static void test_would_retry_and_ambiguous(void **state)
+{
+	static const struct access_try tries[] = { { .error = "reset", .wait_ms = 50 },
+						   { .status = 412 } };
+	struct access_record r = plain_record("/w");
+
+	r.status = 503;
+	r.tries = tries + 1;
+	r.try_count = 1;
+	r.would_retry = "status";
+	r.note = "n";
+	assert_access_lines(
+		&r,
+		"access client=127.0.0.1:40000 method=GET target=/w route=api status=503"
+		" attempts=1 bytes=1234 duration_ms=7 tries=\"412\" would_retry=status note=n",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+		"\"target\":\"/w\",\"route\":\"api\",\"status\":503,\"attempts\":1,"
+		"\"bytes\":1234,\"duration_ms\":7,\"tries\":[{\"status\":412,\"wait_ms\":0}],"
+		"\"would_retry\":\"status\",\"note\":\"n\"}");
+	r = plain_record("/a");
+	r.status = 412;
+	r.attempts = 2;
+	r.tries = tries;
+	r.try_count = 2;
+	r.ambiguous = true;
+	assert_access_lines(
+		&r,
+		"access client=127.0.0.1:40000 method=GET target=/a route=api status=412"
+		" attempts=2 bytes=1234 duration_ms=7 tries=\"reset -> wait 50ms -> 412\""
+		" ambiguous=true",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+		"\"target\":\"/a\",\"route\":\"api\",\"status\":412,\"attempts\":2,"
+		"\"bytes\":1234,\"duration_ms\":7,\"tries\":[{\"error\":\"reset\","
+		"\"wait_ms\":50},{\"status\":412,\"wait_ms\":0}],\"ambiguous\":true}");
+}
+
 /* A target of len bytes, a space every 1000 so escaping grows it. */
 static char *long_target(size_t len)
 {
@@ -552,6 +590,7 @@ int main(void)
 		cmocka_unit_test(test_escaping),
 		cmocka_unit_test(test_escaping_keeps_nul_bytes),
 		cmocka_unit_test(test_gave_up_and_note),
+		cmocka_unit_test(test_would_retry_and_ambiguous),
 		cmocka_unit_test(test_long_target_written_whole),
 		cmocka_unit_test(test_buffered_waits_for_flush_in_order),
 		cmocka_unit_test(test_unbuffered_writes_at_once),

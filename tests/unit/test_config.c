@@ -242,6 +242,9 @@ static void test_embedded_default(void **state)
 	assert_true(config->health.hold);
 	assert_int_equal(config->default_route.retry.try_timeout_ms, 30000);
 	assert_int_equal(config->default_route.retry.hedge.after_ms, 0);
+	assert_false(config->default_route.retry.attempt_header);
+	assert_int_equal(config->default_route.retry.idempotency_key, IDEMPOTENCY_KEY_NONE);
+	assert_int_equal(config->default_route.retry.mode, RETRY_MODE_ENFORCE);
 	config_release(config);
 }
 

@@ -294,6 +294,48 @@ static void test_health_hedge(void **state)
 	config_release(config);
 }
 
+/* retry.attempt_header, idempotency_key and mode: written for every
+ * policy, inherited from defaults: and overridden by a route, and loaded to
+ * the same values. */
+static void test_retry_controls(void **state)
+{
+	static const char text[] =
+		"routes:\n"
+		"  - name: own\n"
+		"    retry: { attempt_header: false, idempotency_key: none, mode: enforce }\n"
+		"  - name: plain\n"
+		"defaults:\n"
+		"  retry:\n"
+		"    attempt_header: true\n"
+		"    idempotency_key: inject\n"
+		"    mode: observe\n";
+	struct config *config = test_load(text, "controls.yaml");
+	char *dump = test_round_trip(config);
+	struct config *again = test_load(dump, "controls.yaml");
+	const struct route *r;
+
+	assert_non_null(strstr(dump, "    attempt_header: true\n"
+				     "    idempotency_key: inject\n"
+				     "    mode: observe\n"));
+	assert_non_null(strstr(dump, "    attempt_header: false\n"
+				     "    idempotency_key: none\n"
+				     "    mode: enforce\n"));
+	assert_true(again->default_route.retry.attempt_header);
+	assert_int_equal(again->default_route.retry.idempotency_key, IDEMPOTENCY_KEY_INJECT);
+	assert_int_equal(again->default_route.retry.mode, RETRY_MODE_OBSERVE);
+	r = &again->routes[0];
+	assert_false(r->retry.attempt_header);
+	assert_int_equal(r->retry.idempotency_key, IDEMPOTENCY_KEY_NONE);
+	assert_int_equal(r->retry.mode, RETRY_MODE_ENFORCE);
+	r = &again->routes[1];
+	assert_true(r->retry.attempt_header);
+	assert_int_equal(r->retry.idempotency_key, IDEMPOTENCY_KEY_INJECT);
+	assert_int_equal(r->retry.mode, RETRY_MODE_OBSERVE);
+	free(dump);
+	config_release(again);
+	config_release(config);
+}
+
 /* intercept: its patterns and the CA's paths, never the key itself, and
  * the same CA files when loaded again. */
 static void test_intercept(void **state)
@@ -339,7 +381,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_embedded_default), cmocka_unit_test(test_good_fixtures),
 		cmocka_unit_test(test_routes_resolved),	 cmocka_unit_test(test_health_hedge),
-		cmocka_unit_test(test_intercept),
+		cmocka_unit_test(test_retry_controls),	 cmocka_unit_test(test_intercept),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);

@@ -84,6 +84,41 @@ static enum idempotency_verdict test_decide(const struct idempotency *idem, cons
 				      has_body);
 }
 
+/* The same with retry.idempotency_key, the reason put into words. */
+static enum idempotency_verdict test_decide_why(const struct idempotency *idem,
+						enum idempotency_key_mode key_mode,
+						const char *method, const char *target,
+						const char *headers, bool has_body, char *why_text,
+						size_t why_len)
+{
+	static const struct http1_limits limits = { 65536, 8192 };
+	struct http1_head head;
+	struct idempotency_why why;
+	enum idempotency_verdict verdict;
+	enum http1_error error;
+	char request[1024];
+	const char *query = NULL;
+	size_t query_len = 0;
+	const char *mark;
+	int len;
+
+	len = snprintf(request, sizeof(request), "%s %s HTTP/1.1\r\nHost: example.com\r\n%s\r\n",
+		       method, target, headers);
+	assert_true(len > 0 && (size_t)len < sizeof(request));
+	if (http1_parse_request_head(request, (size_t)len, &limits, &head, &error) !=
+	    HTTP1_PARSE_DONE)
+		fail_msg("request does not parse: %s", request);
+	mark = memchr(head.target, '?', head.target_len);
+	if (mark != NULL) {
+		query = mark + 1;
+		query_len = head.target_len - (size_t)(query - head.target);
+	}
+	verdict = idempotency_decide_head(idem, key_mode, head.method, head.method_len, query,
+					  query_len, &head, has_body, &why);
+	idempotency_why_text(&why, why_text, why_len);
+	return verdict;
+}
+
 static const char *test_verdict_name(enum idempotency_verdict verdict)
 {
 	switch (verdict) {
@@ -95,6 +130,89 @@ static const char *test_verdict_name(enum idempotency_verdict verdict)
 		return "NEEDS_BODY";
 	}
 	return "?";
+}
+
+static char test_idempotency_key[] = "Idempotency-Key";
+static struct when_present test_key_when[] = { { WHEN_PRESENT_HEADER, test_idempotency_key } };
+/* retry.idempotency_key: none, with when_present naming the key header. */
+static const struct idempotency test_key_named = { test_get_only, 1, test_key_when, 1 };
+
+/* The reasons --explain prints, and what idempotency_key: inject adds. */
+static void test_why_table(void **state)
+{
+	static const struct {
+		const struct idempotency *idem;
+		enum idempotency_key_mode key;
+		const char *method;
+		const char *target;
+		const char *headers;
+		bool has_body;
+		enum idempotency_verdict verdict;
+		const char *why;
+	} rows[] = {
+		{ &test_gcs, IDEMPOTENCY_KEY_NONE, "GET", "/", "", false, IDEMPOTENCY_YES,
+		  "yes (method)" },
+		{ &test_gcs, IDEMPOTENCY_KEY_INJECT, "PUT", "/", "", true, IDEMPOTENCY_YES,
+		  "yes (method)" },
+		{ &test_gcs, IDEMPOTENCY_KEY_NONE, "POST", "/o?ifGenerationMatch=3", "", true,
+		  IDEMPOTENCY_YES, "yes (query ifGenerationMatch)" },
+		{ &test_gcs, IDEMPOTENCY_KEY_NONE, "POST", "/o", "If-Match: \"x\"\r\n", true,
+		  IDEMPOTENCY_YES, "yes (header If-Match)" },
+		{ &test_gcs, IDEMPOTENCY_KEY_NONE, "POST", "/o", "", true, IDEMPOTENCY_NEEDS_BODY,
+		  "no" },
+		{ &test_gcs, IDEMPOTENCY_KEY_NONE, "POST", "/o", "", false, IDEMPOTENCY_NO, "no" },
+		/* inject: the key makes any method safe, after the conditions */
+		{ &test_gcs, IDEMPOTENCY_KEY_INJECT, "POST", "/o", "", true, IDEMPOTENCY_YES,
+		  "yes (idempotency_key)" },
+		{ &test_gcs, IDEMPOTENCY_KEY_INJECT, "POST", "/o?ifMetagenerationMatch=1", "", true,
+		  IDEMPOTENCY_YES, "yes (query ifMetagenerationMatch)" },
+		{ &test_nothing, IDEMPOTENCY_KEY_INJECT, "PATCH", "/", "", false, IDEMPOTENCY_YES,
+		  "yes (idempotency_key)" },
+		{ &test_nothing, IDEMPOTENCY_KEY_INJECT, "POST", "/", "Idempotency-Key: abc\r\n",
+		  true, IDEMPOTENCY_YES, "yes (idempotency_key)" },
+		{ &test_json_only, IDEMPOTENCY_KEY_INJECT, "POST", "/", "", true, IDEMPOTENCY_YES,
+		  "yes (idempotency_key)" },
+		/* none: an incoming key counts only if when_present names it */
+		{ &test_nothing, IDEMPOTENCY_KEY_NONE, "POST", "/", "Idempotency-Key: abc\r\n",
+		  true, IDEMPOTENCY_NO, "no" },
+		{ &test_key_named, IDEMPOTENCY_KEY_NONE, "POST", "/", "idempotency-key: abc\r\n",
+		  true, IDEMPOTENCY_YES, "yes (header Idempotency-Key)" },
+		{ &test_key_named, IDEMPOTENCY_KEY_NONE, "POST", "/", "", true, IDEMPOTENCY_NO,
+		  "no" },
+	};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		char why[128];
+		enum idempotency_verdict got =
+			test_decide_why(rows[i].idem, rows[i].key, rows[i].method, rows[i].target,
+					rows[i].headers, rows[i].has_body, why, sizeof(why));
+
+		if (got != rows[i].verdict || strcmp(why, rows[i].why) != 0)
+			fail_msg("row %zu %s %s: got %s \"%s\", want %s \"%s\"", i, rows[i].method,
+				 rows[i].target, test_verdict_name(got), why,
+				 test_verdict_name(rows[i].verdict), rows[i].why);
+	}
+}
+
+/* The json_field reason names the field, and truncation keeps a string. */
+static void test_why_json_and_text(void **state)
+{
+	static const char body[] = "{\"etag\": \"abc\"}";
+	struct idempotency_why why = { IDEMPOTENCY_REASON_JSON_FIELD, NULL };
+	char text[64];
+
+	why.name = idempotency_json_body_field(&test_gcs, body, sizeof(body) - 1);
+	assert_non_null(why.name);
+	idempotency_why_text(&why, text, sizeof(text));
+	assert_string_equal(text, "yes (json_field etag)");
+	assert_null(idempotency_json_body_field(&test_gcs, "{\"etag\":null}", 13));
+	assert_null(idempotency_json_body_field(&test_no_json, body, sizeof(body) - 1));
+	why.reason = IDEMPOTENCY_REASON_NONE;
+	idempotency_why_text(&why, text, sizeof(text));
+	assert_string_equal(text, "no");
+	why.reason = IDEMPOTENCY_REASON_METHOD;
+	idempotency_why_text(&why, text, 6);
+	assert_string_equal(text, "yes (");
 }
 
 static void test_head_table(void **state)
@@ -363,10 +481,11 @@ static void test_json_size(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_head_table),     cmocka_unit_test(test_head_without_parts),
-		cmocka_unit_test(test_has_json_field), cmocka_unit_test(test_json_table),
-		cmocka_unit_test(test_json_counted),   cmocka_unit_test(test_json_depth),
-		cmocka_unit_test(test_json_size),
+		cmocka_unit_test(test_head_table),	  cmocka_unit_test(test_head_without_parts),
+		cmocka_unit_test(test_has_json_field),	  cmocka_unit_test(test_json_table),
+		cmocka_unit_test(test_json_counted),	  cmocka_unit_test(test_json_depth),
+		cmocka_unit_test(test_json_size),	  cmocka_unit_test(test_why_table),
+		cmocka_unit_test(test_why_json_and_text),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -81,6 +81,17 @@ static const char *const test_golden[] = {
 	"retryproxy_resumes_total{route=\"api\",result=\"failed\"} 1",
 	"retryproxy_resumes_total{route=\"we\\\"ird\\\\route\\n\",result=\"ok\"} 0",
 	"retryproxy_resumes_total{route=\"we\\\"ird\\\\route\\n\",result=\"failed\"} 0",
+	"# HELP retryproxy_would_retry_total Failures retry.mode: observe let through that would "
+	"have been retried, by route and cause.",
+	"# TYPE retryproxy_would_retry_total counter",
+	"retryproxy_would_retry_total{route=\"api\",cause=\"status\"} 0",
+	"retryproxy_would_retry_total{route=\"api\",cause=\"connect\"} 0",
+	"retryproxy_would_retry_total{route=\"api\",cause=\"reset\"} 2",
+	"retryproxy_would_retry_total{route=\"api\",cause=\"timeout\"} 0",
+	"retryproxy_would_retry_total{route=\"we\\\"ird\\\\route\\n\",cause=\"status\"} 1",
+	"retryproxy_would_retry_total{route=\"we\\\"ird\\\\route\\n\",cause=\"connect\"} 0",
+	"retryproxy_would_retry_total{route=\"we\\\"ird\\\\route\\n\",cause=\"reset\"} 0",
+	"retryproxy_would_retry_total{route=\"we\\\"ird\\\\route\\n\",cause=\"timeout\"} 0",
 	"# HELP retryproxy_backoff_pending Requests waiting on a backoff timer now.",
 	"# TYPE retryproxy_backoff_pending gauge",
 	"retryproxy_backoff_pending 3",
@@ -191,6 +202,9 @@ static void test_metrics_scenario(struct metrics *m)
 	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
 	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
 	metrics_retry(m, TEST_ODD_ROUTE, RETRY_CAUSE_TIMEOUT);
+	metrics_would_retry(m, "api", RETRY_CAUSE_RESET);
+	metrics_would_retry(m, "api", RETRY_CAUSE_RESET);
+	metrics_would_retry(m, TEST_ODD_ROUTE, RETRY_CAUSE_STATUS);
 	metrics_gave_up(m, "api", RETRY_GIVE_UP_DEADLINE);
 	metrics_gave_up(m, TEST_ODD_ROUTE, RETRY_GIVE_UP_BUDGET);
 	metrics_gave_up(m, "api", RETRY_GIVE_UP_CLIENT_GONE);

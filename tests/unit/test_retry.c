@@ -714,6 +714,7 @@ struct test_decide_row {
 	bool budget_refuses;
 	bool upstream_down;
 	bool hold;
+	enum retry_should should; /* the response's x-should-retry */
 	/* the verdict */
 	enum retry_verdict_kind kind;
 	enum retry_give_up reason;
@@ -947,6 +948,35 @@ static const struct test_decide_row test_decide_rows[] = {
 	{ "stale in a tunnel", .is_connect = true, .outcome = TRY_STALE, .kind = FINAL },
 	{ "stale after response bytes", .response_started = true, .outcome = TRY_STALE,
 	  .kind = FINAL },
+
+	/* x-should-retry: false stops a status in retry.on, true adds an error
+	 * status retry.on leaves out */
+	{ "503 with x-should-retry: false", .outcome = TRY_RESPONSE, .status = 503,
+	  .should = RETRY_SHOULD_FALSE, .kind = FINAL },
+	{ "503 with x-should-retry: true", .outcome = TRY_RESPONSE, .status = 503,
+	  .should = RETRY_SHOULD_TRUE, .kind = RETRY, .wait_ms = 100 },
+	{ "409 with x-should-retry: true", .outcome = TRY_RESPONSE, .status = 409,
+	  .should = RETRY_SHOULD_TRUE, .kind = RETRY, .wait_ms = 100 },
+	{ "429 not in retry.on, x-should-retry: true", .outcome = TRY_RESPONSE, .status = 429,
+	  .should = RETRY_SHOULD_TRUE, .retry_after_ms = 700, .kind = RETRY, .wait_ms = 700 },
+	{ "200 with x-should-retry: true is an answer", .outcome = TRY_RESPONSE, .status = 200,
+	  .should = RETRY_SHOULD_TRUE, .kind = FINAL },
+	{ "304 with x-should-retry: true is an answer", .outcome = TRY_RESPONSE, .status = 304,
+	  .should = RETRY_SHOULD_TRUE, .kind = FINAL },
+	{ "409 with x-should-retry: true, unsafe request", .outcome = TRY_RESPONSE, .status = 409,
+	  .unsafe = true, .should = RETRY_SHOULD_TRUE, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	{ "409 with x-should-retry: true, last try", .outcome = TRY_RESPONSE, .status = 409,
+	  .attempts = 3, .should = RETRY_SHOULD_TRUE, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_ATTEMPTS },
+	{ "409 with x-should-retry: true, budget spent", .outcome = TRY_RESPONSE, .status = 409,
+	  .budget_refuses = true, .should = RETRY_SHOULD_TRUE, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_BUDGET },
+	{ "x-should-retry: false on a 503 whatever else holds", .outcome = TRY_RESPONSE,
+	  .status = 503, .should = RETRY_SHOULD_FALSE, .attempts = 9, .budget_refuses = true,
+	  .upstream_down = true, .hold = true, .kind = FINAL },
+	{ "x-should-retry: false says nothing of a reset", .outcome = TRY_RESET,
+	  .should = RETRY_SHOULD_FALSE, .kind = RETRY, .wait_ms = 100 },
 };
 
 #undef FINAL
@@ -977,6 +1007,7 @@ static struct retry_facts test_decide_facts(const struct test_decide_row *row)
 	facts.budget_allows = !row->budget_refuses;
 	facts.upstream_down = row->upstream_down;
 	facts.hold_when_down = row->hold;
+	facts.should_retry = row->should;
 	return facts;
 }
 
@@ -1207,6 +1238,108 @@ static void test_hedge_edges(void **state)
 	assert_false(retry_hedge_allowed(&policy, &hedge, &facts));
 }
 
+static void test_should_parse(void **state)
+{
+	static const struct {
+		const char *value;
+		enum retry_should want;
+	} cases[] = {
+		{ "true", RETRY_SHOULD_TRUE },	       { "false", RETRY_SHOULD_FALSE },
+		{ "TRUE", RETRY_SHOULD_TRUE },	       { "False", RETRY_SHOULD_FALSE },
+		{ " \ttrue\t ", RETRY_SHOULD_TRUE },   { "", RETRY_SHOULD_UNSET },
+		{ "   ", RETRY_SHOULD_UNSET },	       { "yes", RETRY_SHOULD_UNSET },
+		{ "1", RETRY_SHOULD_UNSET },	       { "0", RETRY_SHOULD_UNSET },
+		{ "truee", RETRY_SHOULD_UNSET },       { "tru", RETRY_SHOULD_UNSET },
+		{ "true, false", RETRY_SHOULD_UNSET }, { "\"true\"", RETRY_SHOULD_UNSET },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (retry_should_parse(cases[i].value, strlen(cases[i].value)) != cases[i].want)
+			fail_msg("x-should-retry \"%s\": not %d", cases[i].value,
+				 (int)cases[i].want);
+	/* only the given length counts */
+	assert_int_equal(retry_should_parse("truex", 4), RETRY_SHOULD_TRUE);
+	assert_int_equal(retry_should_parse(NULL, 0), RETRY_SHOULD_UNSET);
+}
+
+static void test_after_ms_parse(void **state)
+{
+	static const struct {
+		const char *value;
+		int rc;
+		uint64_t ms;
+	} cases[] = {
+		{ "0", 0, 0 },
+		{ "1500", 0, 1500 },
+		{ " 250 ", 0, 250 },
+		{ "\t7\t", 0, 7 },
+		{ "1500.0", 0, 1500 },
+		{ "1500.000", 0, 1500 },
+		{ "1500.2", 0, 1501 }, /* at least that long */
+		{ "0.001", 0, 1 },
+		{ "86400000", 0, 86400000 },
+		{ "86400001", 0, 86400000 }, /* capped at a day */
+		{ "99999999999999999999999999", 0, 86400000 },
+		{ "", -1, 0 },
+		{ " ", -1, 0 },
+		{ "-5", -1, 0 },
+		{ "+5", -1, 0 },
+		{ "5s", -1, 0 },
+		{ "1 500", -1, 0 },
+		{ "1500.", -1, 0 },
+		{ ".5", -1, 0 },
+		{ "1.5.2", -1, 0 },
+		{ "1e3", -1, 0 },
+		{ "0x10", -1, 0 },
+		{ "Tue, 14 Nov 2023 22:15:20 GMT", -1, 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t ms = 424242;
+		int rc = retry_after_ms_parse(cases[i].value, strlen(cases[i].value), &ms);
+
+		if (rc != cases[i].rc)
+			fail_msg("retry-after-ms \"%s\": rc %d, want %d", cases[i].value, rc,
+				 cases[i].rc);
+		if (rc == 0 && ms != cases[i].ms)
+			fail_msg("retry-after-ms \"%s\": %llu ms, want %llu", cases[i].value,
+				 (unsigned long long)ms, (unsigned long long)cases[i].ms);
+		if (rc < 0 && ms != 424242)
+			fail_msg("retry-after-ms \"%s\": result touched on error", cases[i].value);
+	}
+	{
+		uint64_t ms = 0;
+
+		assert_int_equal(retry_after_ms_parse("12345", 2, &ms), 0);
+		assert_int_equal(ms, 12);
+	}
+}
+
+static void test_response_retryable(void **state)
+{
+	struct retry_policy policy = test_decide_policy(TEST_POLICY_CODES); /* 429, 503 */
+	static const struct {
+		int status;
+		enum retry_should should;
+		bool want;
+	} cases[] = {
+		{ 503, RETRY_SHOULD_UNSET, true },  { 503, RETRY_SHOULD_TRUE, true },
+		{ 503, RETRY_SHOULD_FALSE, false }, { 429, RETRY_SHOULD_FALSE, false },
+		{ 500, RETRY_SHOULD_UNSET, false }, { 500, RETRY_SHOULD_TRUE, true },
+		{ 400, RETRY_SHOULD_TRUE, true },   { 409, RETRY_SHOULD_TRUE, true },
+		{ 599, RETRY_SHOULD_TRUE, true },   { 399, RETRY_SHOULD_TRUE, false },
+		{ 200, RETRY_SHOULD_TRUE, false },  { 204, RETRY_SHOULD_TRUE, false },
+		{ 301, RETRY_SHOULD_TRUE, false },  { 600, RETRY_SHOULD_TRUE, false },
+		{ 200, RETRY_SHOULD_UNSET, false }, { 404, RETRY_SHOULD_FALSE, false },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (retry_response_retryable(&policy, cases[i].status, cases[i].should) !=
+		    cases[i].want)
+			fail_msg("status %d, x-should-retry %d: not %d", cases[i].status,
+				 (int)cases[i].should, (int)cases[i].want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1230,6 +1363,9 @@ int main(void)
 		cmocka_unit_test(test_within_deadline),
 		cmocka_unit_test(test_hedge_table),
 		cmocka_unit_test(test_hedge_edges),
+		cmocka_unit_test(test_should_parse),
+		cmocka_unit_test(test_after_ms_parse),
+		cmocka_unit_test(test_response_retryable),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
