@@ -1,5 +1,6 @@
 #include "idempotency.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include <jansson.h>
@@ -82,33 +83,72 @@ bool idempotency_method_listed(const struct idempotency *idem, const char *metho
 	return false;
 }
 
-enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, const char *method,
-						size_t method_len, const char *query,
-						size_t query_len, const struct http1_head *head,
-						bool has_body)
+struct idempotency_decision idempotency_decide_head(const struct idempotency *idem,
+						    const char *method, size_t method_len,
+						    const char *query, size_t query_len,
+						    const struct http1_head *head, bool has_body)
 {
+	struct idempotency_decision yes = { IDEMPOTENCY_YES, IDEMPOTENCY_REASON_METHOD, NULL };
+	struct idempotency_decision no = { IDEMPOTENCY_NO, IDEMPOTENCY_REASON_NONE, NULL };
 	bool json_field = false;
 
 	if (idempotency_method_listed(idem, method, method_len))
-		return IDEMPOTENCY_YES;
+		return yes;
+	yes.reason = IDEMPOTENCY_REASON_WHEN_PRESENT;
 	for (size_t i = 0; i < idem->when_present_count; i++) {
 		const struct when_present *cond = &idem->when_present[i];
 
+		yes.condition = cond;
 		switch (cond->kind) {
 		case WHEN_PRESENT_QUERY:
 			if (query != NULL && idempotency_query_has(query, query_len, cond->name))
-				return IDEMPOTENCY_YES;
+				return yes;
 			break;
 		case WHEN_PRESENT_HEADER:
 			if (head != NULL && http1_find_field(head, cond->name) != NULL)
-				return IDEMPOTENCY_YES;
+				return yes;
 			break;
 		case WHEN_PRESENT_JSON_FIELD:
 			json_field = true;
 			break;
 		}
 	}
-	return json_field && has_body ? IDEMPOTENCY_NEEDS_BODY : IDEMPOTENCY_NO;
+	if (json_field && has_body)
+		no.verdict = IDEMPOTENCY_NEEDS_BODY;
+	return no;
+}
+
+enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, const char *method,
+						size_t method_len, const char *query,
+						size_t query_len, const struct http1_head *head,
+						bool has_body)
+{
+	return idempotency_decide_head(idem, method, method_len, query, query_len, head, has_body)
+		.verdict;
+}
+
+void idempotency_reason_format(const struct idempotency_decision *decision, char *buf, size_t size)
+{
+	static const char *const kinds[] = {
+		[WHEN_PRESENT_QUERY] = "query",
+		[WHEN_PRESENT_HEADER] = "header",
+		[WHEN_PRESENT_JSON_FIELD] = "json_field",
+	};
+
+	switch (decision->reason) {
+	case IDEMPOTENCY_REASON_NONE:
+		if (size > 0)
+			buf[0] = '\0';
+		return;
+	case IDEMPOTENCY_REASON_METHOD:
+		snprintf(buf, size, "method");
+		return;
+	case IDEMPOTENCY_REASON_WHEN_PRESENT:
+		snprintf(buf, size, "%s %s", kinds[decision->condition->kind],
+			 decision->condition->name);
+		return;
+	}
+	snprintf(buf, size, "unknown");
 }
 
 bool idempotency_has_json_field(const struct idempotency *idem)
@@ -147,32 +187,43 @@ static bool idempotency_json_depth_ok(const char *body, size_t len, unsigned max
 	return true;
 }
 
-bool idempotency_check_json_body(const struct idempotency *idem, const char *body, size_t len)
+struct idempotency_decision idempotency_decide_json_body(const struct idempotency *idem,
+							 const char *body, size_t len)
 {
+	struct idempotency_decision decision = { IDEMPOTENCY_NO, IDEMPOTENCY_REASON_NONE, NULL };
 	json_error_t error;
 	json_t *root;
-	bool found = false;
 
 	if (!idempotency_has_json_field(idem) || len == 0 || len > IDEMPOTENCY_JSON_MAX_BYTES)
-		return false;
+		return decision;
 	if (!idempotency_json_depth_ok(body, len, IDEMPOTENCY_JSON_MAX_DEPTH))
-		return false;
+		return decision;
 	/* Without JSON_DECODE_ANY only an object or array parses, and only an
 	 * object can have members. */
 	root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &error);
 	if (root == NULL)
-		return false;
+		return decision;
 	if (json_is_object(root)) {
-		for (size_t i = 0; i < idem->when_present_count && !found; i++) {
+		for (size_t i = 0; i < idem->when_present_count; i++) {
 			const struct when_present *cond = &idem->when_present[i];
 			json_t *member;
 
 			if (cond->kind != WHEN_PRESENT_JSON_FIELD)
 				continue;
 			member = json_object_get(root, cond->name);
-			found = member != NULL && !json_is_null(member);
+			if (member != NULL && !json_is_null(member)) {
+				decision.verdict = IDEMPOTENCY_YES;
+				decision.reason = IDEMPOTENCY_REASON_WHEN_PRESENT;
+				decision.condition = cond;
+				break;
+			}
 		}
 	}
 	json_decref(root);
-	return found;
+	return decision;
+}
+
+bool idempotency_check_json_body(const struct idempotency *idem, const char *body, size_t len)
+{
+	return idempotency_decide_json_body(idem, body, len).verdict == IDEMPOTENCY_YES;
 }

@@ -27,6 +27,21 @@ enum idempotency_verdict {
 	IDEMPOTENCY_NEEDS_BODY, /* only a json_field condition could make it safe: ask again with the body */
 };
 
+/* Why the decision came out as it did: the one list of reasons the proxy
+ * and --explain share (idempotency_reason_format() words them). */
+enum idempotency_reason {
+	IDEMPOTENCY_REASON_NONE,	 /* not safe to repeat, or not decided yet (NEEDS_BODY) */
+	IDEMPOTENCY_REASON_METHOD,	 /* the method is in the map's methods */
+	IDEMPOTENCY_REASON_WHEN_PRESENT, /* a when_present condition is met: decision.condition */
+};
+
+/* A verdict with its reason. */
+struct idempotency_decision {
+	enum idempotency_verdict verdict;
+	enum idempotency_reason reason;
+	const struct when_present *condition; /* the condition met, with REASON_WHEN_PRESENT */
+};
+
 /* Is the method one of those the map lists (exact, case-sensitive)? */
 bool idempotency_method_listed(const struct idempotency *idem, const char *method,
 			       size_t method_len);
@@ -45,6 +60,23 @@ enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, 
 						size_t method_len, const char *query,
 						size_t query_len, const struct http1_head *head,
 						bool has_body);
+
+/* idempotency_check_head() with the reason: which method or condition made
+ * the request safe to repeat. */
+struct idempotency_decision idempotency_decide_head(const struct idempotency *idem,
+						    const char *method, size_t method_len,
+						    const char *query, size_t query_len,
+						    const struct http1_head *head, bool has_body);
+
+/* idempotency_check_json_body() with the reason: YES naming the json_field
+ * condition the body meets, else NO. */
+struct idempotency_decision idempotency_decide_json_body(const struct idempotency *idem,
+							 const char *body, size_t len);
+
+/* The reason in words, as --explain prints it inside "yes (...)": "method",
+ * "query NAME", "header NAME", "json_field NAME"; "" for
+ * IDEMPOTENCY_REASON_NONE. Truncated to size bytes. */
+void idempotency_reason_format(const struct idempotency_decision *decision, char *buf, size_t size);
 
 /* With the decoded request body: true when it is a JSON object with a
  * top-level member named by a json_field condition whose value is not null
