@@ -360,13 +360,126 @@ static void test_json_size(void **state)
 	free(body);
 }
 
+/* Parse "METHOD target HTTP/1.1" with extra header lines and decide, with the
+ * reason worded as --explain prints it. */
+static enum idempotency_verdict test_decide_reason(const struct idempotency *idem,
+						   const char *method, const char *target,
+						   const char *headers, bool has_body, char *why,
+						   size_t why_size)
+{
+	static const struct http1_limits limits = { 65536, 8192 };
+	struct http1_head head;
+	struct idempotency_decision decision;
+	enum http1_error error;
+	char request[1024];
+	const char *query = NULL;
+	size_t query_len = 0;
+	const char *mark;
+	int len;
+
+	len = snprintf(request, sizeof(request), "%s %s HTTP/1.1\r\nHost: example.com\r\n%s\r\n",
+		       method, target, headers);
+	assert_true(len > 0 && (size_t)len < sizeof(request));
+	if (http1_parse_request_head(request, (size_t)len, &limits, &head, &error) !=
+	    HTTP1_PARSE_DONE)
+		fail_msg("request does not parse: %s", request);
+	mark = memchr(head.target, '?', head.target_len);
+	if (mark != NULL) {
+		query = mark + 1;
+		query_len = head.target_len - (size_t)(query - head.target);
+	}
+	decision = idempotency_decide_head(idem, head.method, head.method_len, query, query_len,
+					   &head, has_body);
+	/* the reason goes with the verdict: a condition only when one was met */
+	assert_true((decision.verdict == IDEMPOTENCY_YES) ==
+		    (decision.reason != IDEMPOTENCY_REASON_NONE));
+	assert_true((decision.reason == IDEMPOTENCY_REASON_WHEN_PRESENT) ==
+		    (decision.condition != NULL));
+	/* and agrees with the verdict the proxy asks for */
+	assert_int_equal(decision.verdict,
+			 idempotency_check_head(idem, head.method, head.method_len, query,
+						query_len, &head, has_body));
+	idempotency_reason_format(&decision, why, why_size);
+	return decision.verdict;
+}
+
+static void test_reason_table(void **state)
+{
+	static const struct {
+		const char *method;
+		const char *target;
+		const char *headers;
+		bool has_body;
+		enum idempotency_verdict verdict;
+		const char *why;
+	} cases[] = {
+		{ "GET", "/o", "", false, IDEMPOTENCY_YES, "method" },
+		{ "DELETE", "/o?ifGenerationMatch=1", "", false, IDEMPOTENCY_YES, "method" },
+		{ "POST", "/o?ifGenerationMatch=0", "", true, IDEMPOTENCY_YES,
+		  "query ifGenerationMatch" },
+		{ "POST", "/o?x=1&ifMetagenerationMatch", "", false, IDEMPOTENCY_YES,
+		  "query ifMetagenerationMatch" },
+		/* the first condition in the map's order that is met names the reason */
+		{ "PATCH", "/o?ifMetagenerationMatch=3", "If-Match: \"e\"\r\n", false,
+		  IDEMPOTENCY_YES, "query ifMetagenerationMatch" },
+		{ "PATCH", "/o", "if-match: \"e\"\r\n", false, IDEMPOTENCY_YES, "header If-Match" },
+		{ "POST", "/o", "X-Goog-If-Generation-Match: 0\r\n", false, IDEMPOTENCY_YES,
+		  "header x-goog-if-generation-match" },
+		{ "POST", "/o?a%20b=1", "", false, IDEMPOTENCY_YES, "query a b" },
+		{ "POST", "/o", "", true, IDEMPOTENCY_NEEDS_BODY, "" },
+		{ "POST", "/o", "", false, IDEMPOTENCY_NO, "" },
+		{ "get", "/o", "", false, IDEMPOTENCY_NO, "" },
+	};
+	char why[64];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		enum idempotency_verdict verdict =
+			test_decide_reason(&test_gcs, cases[i].method, cases[i].target,
+					   cases[i].headers, cases[i].has_body, why, sizeof(why));
+
+		if (verdict != cases[i].verdict || strcmp(why, cases[i].why) != 0)
+			fail_msg("case %zu (%s %s): %s \"%s\", expected %s \"%s\"", i,
+				 cases[i].method, cases[i].target, test_verdict_name(verdict), why,
+				 test_verdict_name(cases[i].verdict), cases[i].why);
+	}
+}
+
+static void test_reason_json(void **state)
+{
+	static const char with[] = "{\"bindings\": [], \"etag\": \"CAE=\"}";
+	static const char nested[] = "{\"policy\": {\"etag\": \"CAE=\"}}";
+	static const char null_etag[] = "{\"etag\": null}";
+	struct idempotency_decision d;
+	char why[64];
+
+	d = idempotency_decide_json_body(&test_json_only, with, sizeof(with) - 1);
+	assert_int_equal(d.verdict, IDEMPOTENCY_YES);
+	assert_int_equal(d.reason, IDEMPOTENCY_REASON_WHEN_PRESENT);
+	idempotency_reason_format(&d, why, sizeof(why));
+	assert_string_equal(why, "json_field etag");
+	/* only top-level members count, and null is "not given" */
+	d = idempotency_decide_json_body(&test_json_only, nested, sizeof(nested) - 1);
+	assert_int_equal(d.verdict, IDEMPOTENCY_NO);
+	assert_int_equal(d.reason, IDEMPOTENCY_REASON_NONE);
+	assert_null(d.condition);
+	d = idempotency_decide_json_body(&test_json_only, null_etag, sizeof(null_etag) - 1);
+	assert_int_equal(d.verdict, IDEMPOTENCY_NO);
+	idempotency_reason_format(&d, why, sizeof(why));
+	assert_string_equal(why, "");
+	/* a small buffer truncates, never overflows */
+	d = idempotency_decide_json_body(&test_json_only, with, sizeof(with) - 1);
+	idempotency_reason_format(&d, why, 5);
+	assert_string_equal(why, "json");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_head_table),     cmocka_unit_test(test_head_without_parts),
 		cmocka_unit_test(test_has_json_field), cmocka_unit_test(test_json_table),
 		cmocka_unit_test(test_json_counted),   cmocka_unit_test(test_json_depth),
-		cmocka_unit_test(test_json_size),
+		cmocka_unit_test(test_json_size),      cmocka_unit_test(test_reason_table),
+		cmocka_unit_test(test_reason_json),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
