@@ -6,7 +6,8 @@ against the shipped profiles (conf/profiles/cloud-storage.yaml, iam.yaml),
 the embedded default or ./conf/retryproxy.yaml found from the working
 directory, configs of its own (forward and sidecar listeners, routes by
 host, path and method, header conditions, full jitter, a deadline that cuts
-the waits, allow_hosts), and bad descriptions. One check runs the proxy
+the waits, allow_hosts, intercept: with a CA from --make-ca, a small
+replay_buffer), and bad descriptions. One check runs the proxy
 itself with the policy explained and curl-free raw requests.
 Origin: for the last check, one that answers 503 to every try.
 Must hold: stdout is exactly the SPEC's lines (route, upstream, idempotent
@@ -15,7 +16,8 @@ computed here from the SPEC's formula: [backoff, min(backoff + jitter,
 max_backoff)] per retry, [0, min(backoff, max_backoff)] with full jitter,
 at most max_attempts - 1 of them, listed while the sum of the lower bounds
 keeps the next try within the deadline; `waits: none` for a request that is
-not idempotent; a bad method, URL, header line or body file, a config error
+not idempotent or whose body is over replay_buffer (with a note on stderr,
+as for an https:// URL a forward proxy client would tunnel); a bad method, URL, header line or body file, a config error
 and a request the proxy would refuse (allow_hosts) exit 1 with a message
 and nothing on stdout; nothing is listened on or connected to (the
 config's listener port is held by the test, and a URL pointing at a socket
@@ -303,6 +305,53 @@ def scenario(t):
         p = explain(["-c", own, "GET", "http://x.allowed.test/short/a"])
         expect(p, lines("short-deadline", "http://x.allowed.test:80", "yes (method)",
                         "[502, 503, timeout]", 10, 10000, waits), "short deadline")
+
+    @t.check("an https:// URL in forward mode: stderr says a CONNECT is tunnelled blind unless "
+             "intercept: lists the host, and that a listed one is handled as shown")
+    def _():
+        ca_dir = os.path.join(tmp, "ca")
+        p = h.run_bin(["--make-ca", ca_dir])
+        h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+        conf = write(os.path.join(tmp, "intercept.yaml"),
+                     "listen:\n  - address: 127.0.0.1:%d\nintercept:\n"
+                     "  hosts: [\"api.example.com\"]\n  ca_cert: %s\n  ca_key: %s\n"
+                     % (h.free_port(), os.path.join(ca_dir, "ca.pem"),
+                        os.path.join(ca_dir, "ca-key.pem")))
+        waits = spec_waits(1000, 2, 32000, 1000, 120000, 5)
+        p = explain(["-c", conf, "GET", "https://api.example.com/a"])
+        expect(p, lines("default", "https://api.example.com:443", "yes (method)", DEFAULT_ON, 5,
+                        120000, waits), "intercepted host")
+        h.ok("intercept: lists the host" in p.stderr and "blind" not in p.stderr,
+             "stderr should say the host is intercepted: %r" % p.stderr)
+        p = explain(["-c", conf, "GET", "https://other.example.com/a"])
+        expect(p, lines("default", "https://other.example.com:443", "yes (method)", DEFAULT_ON, 5,
+                        120000, waits), "host not intercepted")
+        h.ok("tunnelled blind" in p.stderr, "stderr should warn of the blind tunnel: %r" % p.stderr)
+        p = explain(["-c", conf, "GET", "http://other.example.com/a"])
+        h.ok("CONNECT" not in p.stderr, "no CONNECT note for http://: %r" % p.stderr)
+
+    @t.check("a body over limits.replay_buffer is sent once: waits none, with a note; one over "
+             "max_body_bytes gets a 413 note")
+    def _():
+        conf = write(os.path.join(tmp, "small-replay.yaml"),
+                     "listen:\n  - address: 127.0.0.1:%d\nlimits:\n  replay_buffer: 1KiB\n"
+                     "  max_body_bytes: 2KiB\n" % h.free_port())
+        small = write(os.path.join(tmp, "1k.bin"), "x" * 1024)
+        large = write(os.path.join(tmp, "1k1.bin"), "x" * 1025)
+        huge = write(os.path.join(tmp, "3k.bin"), "x" * 3072)
+        waits = spec_waits(1000, 2, 32000, 1000, 120000, 5)
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", small])
+        expect(p, lines("default", "http://a.test:80", "yes (method)", DEFAULT_ON, 5, 120000,
+                        waits), "body at replay_buffer")
+        h.ok("replay_buffer" not in p.stderr, "no note at the limit: %r" % p.stderr)
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", large])
+        expect(p, lines("default", "http://a.test:80", "yes (method)", DEFAULT_ON, 5, 120000,
+                        "none"), "body over replay_buffer")
+        h.ok("replay_buffer" in p.stderr and "1025" in p.stderr,
+             "stderr should name replay_buffer and the size: %r" % p.stderr)
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", huge])
+        h.ok("413" in p.stderr and "max_body_bytes" in p.stderr,
+             "stderr should say 413 for max_body_bytes: %r" % p.stderr)
 
     @t.check("a host outside access.allow_hosts: exit 1, the proxy would answer 403")
     def _():
