@@ -129,26 +129,26 @@ enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, 
 
 void idempotency_reason_format(const struct idempotency_decision *decision, char *buf, size_t size)
 {
+	/* one word per reason; a when_present condition is worded from itself */
+	static const char *const reasons[] = {
+		[IDEMPOTENCY_REASON_NONE] = "",
+		[IDEMPOTENCY_REASON_METHOD] = "method",
+		[IDEMPOTENCY_REASON_WHEN_PRESENT] = NULL,
+	};
 	static const char *const kinds[] = {
 		[WHEN_PRESENT_QUERY] = "query",
 		[WHEN_PRESENT_HEADER] = "header",
 		[WHEN_PRESENT_JSON_FIELD] = "json_field",
 	};
+	const struct when_present *cond = decision->condition;
 
-	switch (decision->reason) {
-	case IDEMPOTENCY_REASON_NONE:
-		if (size > 0)
-			buf[0] = '\0';
-		return;
-	case IDEMPOTENCY_REASON_METHOD:
-		snprintf(buf, size, "method");
-		return;
-	case IDEMPOTENCY_REASON_WHEN_PRESENT:
-		snprintf(buf, size, "%s %s", kinds[decision->condition->kind],
-			 decision->condition->name);
-		return;
-	}
-	snprintf(buf, size, "unknown");
+	if (decision->reason == IDEMPOTENCY_REASON_WHEN_PRESENT && cond != NULL)
+		snprintf(buf, size, "%s %s", kinds[cond->kind], cond->name);
+	else if ((size_t)decision->reason < sizeof(reasons) / sizeof(reasons[0]) &&
+		 reasons[decision->reason] != NULL)
+		snprintf(buf, size, "%s", reasons[decision->reason]);
+	else
+		snprintf(buf, size, "unknown");
 }
 
 bool idempotency_has_json_field(const struct idempotency *idem)

@@ -28,7 +28,8 @@ enum idempotency_verdict {
 };
 
 /* Why the decision came out as it did: the one list of reasons the proxy
- * and --explain share (idempotency_reason_format() words them). */
+ * and --explain share. idempotency_reason_format() words them from one
+ * table, so a new reason is a member here and a word there. */
 enum idempotency_reason {
 	IDEMPOTENCY_REASON_NONE,	 /* not safe to repeat, or not decided yet (NEEDS_BODY) */
 	IDEMPOTENCY_REASON_METHOD,	 /* the method is in the map's methods */
