@@ -10,6 +10,7 @@
 
 #include "ca.h"
 #include "config.h"
+#include "explain.h"
 #include "log.h"
 #include "proxy.h"
 #include "xmalloc.h"
@@ -33,12 +34,21 @@ static void main_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: retryproxy [-c FILE] [--check] [--version] [--help]\n"
+		"       retryproxy [-c FILE] --explain METHOD URL [-H 'Name: value']... "
+		"[--body FILE]\n"
 		"       retryproxy --make-ca DIR\n"
 		"\n"
 		"  -c, --config FILE  use this config file; without it ./conf/retryproxy.yaml,\n"
 		"                     then /etc/retryproxy/retryproxy.yaml, then the embedded "
 		"default\n"
 		"  --check            validate the config, print ok or the errors, and exit\n"
+		"  --explain METHOD URL\n"
+		"                     print what the proxy would do with this request (route,\n"
+		"                     upstream, idempotent, retry_on, max_attempts, deadline,\n"
+		"                     waits) without listening or sending anything\n"
+		"  -H, --header 'Name: value'\n"
+		"                     a request header for --explain; repeatable\n"
+		"  --body FILE        the request body for --explain\n"
 		"  --make-ca DIR      create a local CA for HTTPS interception (intercept:):\n"
 		"                     DIR/ca.pem and DIR/ca-key.pem; never overwrites them\n"
 		"  --version          print the version and exit\n"
@@ -195,9 +205,27 @@ static struct config *main_load(const char *path)
 	return config;
 }
 
+/* --explain: load the config as a start would, then explain the request. */
+static int main_explain(const char *config_path, const struct explain_request *request)
+{
+	struct config *config;
+	int rc;
+
+	if (config_path == NULL)
+		config_path = config_default_path();
+	config = main_load(config_path);
+	if (config == NULL)
+		return MAIN_EXIT_CONFIG;
+	rc = explain_run(config, request, stdout, stderr);
+	config_release(config);
+	return rc == 0 ? MAIN_EXIT_OK : MAIN_EXIT_CONFIG;
+}
+
 int main(int argc, char **argv)
 {
 	const char *config_path = NULL, *make_ca_dir = NULL;
+	struct explain_request explain = { NULL, NULL, NULL, 0, NULL };
+	const char **headers = xcalloc((size_t)argc, sizeof(*headers));
 	bool check = false;
 	struct config *config;
 	struct proxy *proxy;
@@ -215,16 +243,28 @@ int main(int argc, char **argv)
 			check = true;
 		} else if (strcmp(argv[i], "--make-ca") == 0 && i + 1 < argc) {
 			make_ca_dir = argv[++i];
+		} else if (strcmp(argv[i], "--explain") == 0 && i + 2 < argc) {
+			explain.method = argv[++i];
+			explain.url = argv[++i];
+		} else if ((strcmp(argv[i], "-H") == 0 || strcmp(argv[i], "--header") == 0) &&
+			   i + 1 < argc) {
+			headers[explain.header_count++] = argv[++i];
+		} else if (strcmp(argv[i], "--body") == 0 && i + 1 < argc) {
+			explain.body_path = argv[++i];
 		} else if (strcmp(argv[i], "--version") == 0) {
 			printf("retryproxy %s\n", RETRYPROXY_VERSION);
+			free(headers);
 			return MAIN_EXIT_OK;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			main_usage(stdout);
+			free(headers);
 			return MAIN_EXIT_OK;
 		} else {
-			bool takes_value = strcmp(argv[i], "-c") == 0 ||
-					   strcmp(argv[i], "--config") == 0 ||
-					   strcmp(argv[i], "--make-ca") == 0;
+			bool takes_value =
+				strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0 ||
+				strcmp(argv[i], "--make-ca") == 0 ||
+				strcmp(argv[i], "--explain") == 0 || strcmp(argv[i], "-H") == 0 ||
+				strcmp(argv[i], "--header") == 0 || strcmp(argv[i], "--body") == 0;
 
 			fprintf(stderr, "retryproxy: %s: %s\n",
 				argv[i][0] == '-' && !takes_value
@@ -232,9 +272,30 @@ int main(int argc, char **argv)
 					: "missing or unexpected argument",
 				argv[i]);
 			main_usage(stderr);
+			free(headers);
 			return MAIN_EXIT_CONFIG;
 		}
 	}
+	explain.headers = headers;
+	if (explain.method == NULL && (explain.header_count > 0 || explain.body_path != NULL)) {
+		fprintf(stderr, "retryproxy: -H and --body go with --explain\n");
+		main_usage(stderr);
+		free(headers);
+		return MAIN_EXIT_CONFIG;
+	}
+	if (explain.method != NULL) {
+		int rc = MAIN_EXIT_CONFIG;
+
+		if (check || make_ca_dir != NULL) {
+			fprintf(stderr, "retryproxy: --explain takes no --check or --make-ca\n");
+			main_usage(stderr);
+		} else {
+			rc = main_explain(config_path, &explain);
+		}
+		free(headers);
+		return rc;
+	}
+	free(headers);
 	if (make_ca_dir != NULL) {
 		/* It reads no config: an option that would need one is a
 		 * mistake, not something to ignore. */

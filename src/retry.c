@@ -108,19 +108,40 @@ uint64_t retry_backoff_base_ms(const struct retry_policy *policy, unsigned n)
 	return ms < policy->max_backoff_ms ? ms : policy->max_backoff_ms;
 }
 
-uint64_t retry_backoff_ms(const struct retry_policy *policy, unsigned n, struct retry_rng *rng)
+struct retry_wait_range retry_wait_range(const struct retry_policy *policy, unsigned n)
 {
 	uint64_t base = retry_backoff_base_ms(policy, n);
+	struct retry_wait_range range = { base, base, 0 };
+	uint64_t hi;
+
+	if (policy->jitter_full) {
+		range.lo_ms = 0;
+		range.spread_ms = base;
+		return range;
+	}
+	if (base >= policy->max_backoff_ms)
+		return range; /* at the cap already: jitter cannot add to it */
+	hi = base + policy->jitter_ms;
+	if (hi < base)
+		hi = UINT64_MAX; /* wrapped */
+	range.hi_ms = hi < policy->max_backoff_ms ? hi : policy->max_backoff_ms;
+	range.spread_ms = policy->jitter_ms;
+	return range;
+}
+
+uint64_t retry_backoff_ms(const struct retry_policy *policy, unsigned n, struct retry_rng *rng)
+{
+	struct retry_wait_range range = retry_wait_range(policy, n);
 	uint64_t wait;
 
-	if (policy->jitter_full)
-		return retry_rng_uniform(rng, base);
-	if (base >= policy->max_backoff_ms)
-		return policy->max_backoff_ms;
-	wait = base + retry_rng_uniform(rng, policy->jitter_ms);
-	if (wait < base)
+	if (range.lo_ms == range.hi_ms)
+		return range.lo_ms;
+	wait = range.lo_ms + retry_rng_uniform(rng, range.spread_ms);
+	if (wait < range.lo_ms)
 		wait = UINT64_MAX; /* wrapped */
-	return wait < policy->max_backoff_ms ? wait : policy->max_backoff_ms;
+	/* the SPEC's min(backoff + uniform(0, jitter), max_backoff): the cap
+	 * takes every draw past it, so the range is cut, not rescaled */
+	return wait < range.hi_ms ? wait : range.hi_ms;
 }
 
 const char *retry_cause_name(enum retry_cause cause)

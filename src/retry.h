@@ -43,7 +43,24 @@ uint64_t retry_rng_uniform(struct retry_rng *rng, uint64_t max);
  * nearest millisecond and capped at max_backoff; never overflows. */
 uint64_t retry_backoff_base_ms(const struct retry_policy *policy, unsigned n);
 
-/* The wait before the next try, n = 0 for the first wait (SPEC):
+/* The range the wait before the next try is drawn from, n = 0 for the first
+ * wait, and how it is drawn: lo_ms + uniform(0, spread_ms), capped at hi_ms.
+ * retry_backoff_ms() draws from it and --explain prints it, so the two
+ * cannot disagree. */
+struct retry_wait_range {
+	uint64_t lo_ms;	    /* the shortest wait: the backoff, 0 with full jitter */
+	uint64_t hi_ms;	    /* the longest: min(backoff + jitter, max_backoff), or the
+			     * backoff (already capped) with full jitter */
+	uint64_t spread_ms; /* the width drawn over before the cap: the jitter, or the
+			     * backoff with full jitter */
+};
+
+/* The range of the wait before the next try, n = 0 for the first wait
+ * (SPEC "jitter"). Pure; never overflows. */
+struct retry_wait_range retry_wait_range(const struct retry_policy *policy, unsigned n);
+
+/* The wait before the next try, n = 0 for the first wait (SPEC), drawn from
+ * retry_wait_range():
  * jitter as a duration: min(initial_backoff * multiplier^n + uniform(0, jitter), max_backoff)
  * jitter full: uniform(0, min(initial_backoff * multiplier^n, max_backoff)).
  * Saturates at max_backoff for huge n or multipliers. */

@@ -317,6 +317,87 @@ static void test_backoff_jitter_wraps(void **state)
 	assert_in_range(saturated, TEST_DRAWS * 20 / 100, TEST_DRAWS * 30 / 100);
 }
 
+static void test_wait_range_table(void **state)
+{
+	static const struct {
+		uint64_t initial;
+		double multiplier;
+		uint64_t max;
+		bool full;
+		uint64_t jitter;
+		unsigned n;
+		uint64_t lo, hi, spread; /* expected retry_wait_range */
+	} cases[] = {
+		{ 1000, 2, 32000, false, 1000, 0, 1000, 2000, 1000 },	/* SPEC: 1s-2s */
+		{ 1000, 2, 32000, false, 1000, 3, 8000, 9000, 1000 },	/* 8s-9s */
+		{ 1000, 2, 32000, false, 1000, 4, 16000, 17000, 1000 }, /* 16s-17s */
+		{ 1000, 2, 32000, false, 1000, 5, 32000, 32000, 0 },	/* at the cap: fixed */
+		{ 1000, 2, 32000, false, 1000, 40, 32000, 32000, 0 },
+		{ 1000, 2, 64000, false, 1000, 5, 32000, 33000, 1000 },
+		{ 1000, 3, 10000, false, 2000, 2, 9000, 10000, 2000 }, /* the cap cuts hi */
+		{ 1500, 2, 32000, false, 250, 1, 3000, 3250, 250 },
+		{ 1000, 2, 32000, false, 0, 2, 4000, 4000, 0 },	  /* no jitter */
+		{ 0, 2, 32000, false, 500, 7, 0, 500, 500 },	  /* jitter alone */
+		{ 1000, 2, 32000, true, 1000, 0, 0, 1000, 1000 }, /* full: 0-backoff */
+		{ 1000, 2, 32000, true, 1000, 4, 0, 16000, 16000 },
+		{ 1000, 2, 32000, true, 1000, 9, 0, 32000, 32000 }, /* full, capped */
+		{ 5000, 2, 1000, true, 0, 0, 0, 1000, 1000 },	    /* initial over max */
+		{ (uint64_t)1 << 62, 1, UINT64_MAX, false, UINT64_MAX, 0, (uint64_t)1 << 62,
+		  UINT64_MAX, UINT64_MAX }, /* base + jitter saturates */
+	};
+	struct retry_rng rng;
+
+	retry_rng_seed_with(&rng, 7);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct retry_policy policy =
+			test_backoff_policy(cases[i].initial, cases[i].multiplier, cases[i].max,
+					    cases[i].full, cases[i].jitter);
+		struct retry_wait_range r = retry_wait_range(&policy, cases[i].n);
+
+		if (r.lo_ms != cases[i].lo || r.hi_ms != cases[i].hi ||
+		    r.spread_ms != cases[i].spread)
+			fail_msg("case %zu: [%llu, %llu] spread %llu, expected [%llu, %llu] "
+				 "spread %llu",
+				 i, (unsigned long long)r.lo_ms, (unsigned long long)r.hi_ms,
+				 (unsigned long long)r.spread_ms, (unsigned long long)cases[i].lo,
+				 (unsigned long long)cases[i].hi,
+				 (unsigned long long)cases[i].spread);
+		/* every wait the proxy draws lies inside the range */
+		for (int d = 0; d < 1000; d++) {
+			uint64_t wait = retry_backoff_ms(&policy, cases[i].n, &rng);
+
+			if (wait < r.lo_ms || wait > r.hi_ms)
+				fail_msg("case %zu: drew %llu outside [%llu, %llu]", i,
+					 (unsigned long long)wait, (unsigned long long)r.lo_ms,
+					 (unsigned long long)r.hi_ms);
+		}
+	}
+}
+
+static void test_wait_range_ends_reached(void **state)
+{
+	/* the range is tight: draws reach both of its ends (jitter of 3ms, so
+	 * each of its 4 values comes up in a few hundred draws) */
+	struct retry_policy policy = test_backoff_policy(1000, 2, 32000, false, 3);
+	struct retry_policy full = test_backoff_policy(2, 2, 32000, true, 0);
+	struct retry_wait_range r = retry_wait_range(&policy, 1);
+	struct retry_wait_range f = retry_wait_range(&full, 0);
+	bool lo = false, hi = false, flo = false, fhi = false;
+	struct retry_rng rng;
+
+	retry_rng_seed_with(&rng, 3);
+	for (int d = 0; d < 1000; d++) {
+		uint64_t wait = retry_backoff_ms(&policy, 1, &rng);
+		uint64_t fwait = retry_backoff_ms(&full, 0, &rng);
+
+		lo |= wait == r.lo_ms;
+		hi |= wait == r.hi_ms;
+		flo |= fwait == f.lo_ms;
+		fhi |= fwait == f.hi_ms;
+	}
+	assert_true(lo && hi && flo && fhi);
+}
+
 static void test_retry_on_status(void **state)
 {
 	struct retry_policy defaults; /* [5xx, 408, 429, connect-failure, reset, timeout] */
@@ -1350,6 +1431,8 @@ int main(void)
 		cmocka_unit_test(test_backoff_full_jitter),
 		cmocka_unit_test(test_backoff_saturation),
 		cmocka_unit_test(test_backoff_jitter_wraps),
+		cmocka_unit_test(test_wait_range_table),
+		cmocka_unit_test(test_wait_range_ends_reached),
 		cmocka_unit_test(test_retry_on_status),
 		cmocka_unit_test(test_retry_on_failure),
 		cmocka_unit_test(test_cause_names),

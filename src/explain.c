@@ -1,0 +1,524 @@
+#include "explain.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config_values.h"
+#include "http1.h"
+#include "idempotency.h"
+#include "retry.h"
+#include "route.h"
+#include "xmalloc.h"
+
+/* Past this many waits the list ends in "...": a policy whose waits may all
+ * be 0 (full jitter, no initial_backoff) could otherwise list billions. */
+#define EXPLAIN_MAX_WAITS 1000
+
+/* The body file: its size, and its first bytes, enough for the JSON check
+ * (a larger body is never parsed, so the rest is only counted). */
+struct explain_body {
+	bool present;
+	uint64_t size;
+	char *data; /* the first kept bytes */
+	size_t kept;
+};
+
+/* How the proxy would receive the request. */
+struct explain_view {
+	const struct listener_config *listener; /* NULL when the config has none */
+	bool sidecar; /* origin-form to a listener with an upstream, else absolute-form */
+};
+
+/* The request head as the proxy would parse it. */
+struct explain_head {
+	char *text;
+	struct http1_head head;
+	struct http1_framing framing;
+};
+
+/* Is the URL absolute http:// or https://, with an authority, and made of
+ * visible ASCII only (a space would split the request line)? */
+static bool explain_url_ok(const char *url, const char **why)
+{
+	size_t scheme = strncasecmp(url, "http://", 7) == 0    ? 7
+			: strncasecmp(url, "https://", 8) == 0 ? 8
+							       : 0;
+
+	if (scheme == 0) {
+		*why = "not an absolute http:// or https:// URL";
+		return false;
+	}
+	if (strchr("/?#", url[scheme]) != NULL) {
+		*why = "no host after the scheme";
+		return false;
+	}
+	for (const char *p = url; *p != '\0'; p++) {
+		if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f) {
+			*why = "spaces, control bytes and non-ASCII bytes must be percent-encoded";
+			return false;
+		}
+	}
+	return true;
+}
+
+/* The URL's authority, host[:port] as written: after the scheme, up to the
+ * path, the query or the fragment. */
+static void explain_url_authority(const char *url, const char **authority, size_t *len)
+{
+	const char *start = strstr(url, "://") + 3;
+
+	*authority = start;
+	*len = strcspn(start, "/?#");
+}
+
+/* Is a -H argument one field line, "Name: value", with a token for a name,
+ * the colon right after it and no control byte but HTAB in the value? */
+static bool explain_header_ok(const char *line, const char **why)
+{
+	const char *colon = strchr(line, ':');
+	char name[256];
+	size_t name_len;
+
+	if (colon == NULL) {
+		*why = "not \"Name: value\" (no colon)";
+		return false;
+	}
+	name_len = (size_t)(colon - line);
+	if (name_len == 0 || name_len >= sizeof(name)) {
+		*why = name_len == 0 ? "empty field name" : "field name too long";
+		return false;
+	}
+	memcpy(name, line, name_len);
+	name[name_len] = '\0';
+	if (!config_values_is_token(name)) {
+		*why = "the field name is not an HTTP token (no spaces before the colon)";
+		return false;
+	}
+	for (const char *p = colon + 1; *p != '\0'; p++) {
+		if (((unsigned char)*p < 0x20 && *p != '\t') || *p == 0x7f) {
+			*why = "control bytes (CR, LF, ...) in the value";
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Does a -H line name this field (case-insensitive)? */
+static bool explain_header_is(const char *line, const char *name)
+{
+	size_t len = strlen(name);
+
+	return strncasecmp(line, name, len) == 0 && line[len] == ':';
+}
+
+/* Is there a -H line for this field? */
+static bool explain_has_header(const struct explain_request *request, const char *name)
+{
+	for (size_t i = 0; i < request->header_count; i++)
+		if (explain_header_is(request->headers[i], name))
+			return true;
+	return false;
+}
+
+/* Read the body file: its size, and its first IDEMPOTENCY_JSON_MAX_BYTES + 1
+ * bytes (one more than the JSON check parses, so it refuses a larger body by
+ * its own rule). */
+static int explain_read_body(const char *path, struct explain_body *body, FILE *err)
+{
+	size_t cap = IDEMPOTENCY_JSON_MAX_BYTES + 1;
+	char chunk[65536];
+	FILE *f = fopen(path, "rb");
+	size_t n;
+
+	if (f == NULL) {
+		fprintf(err, "retryproxy: --explain: --body %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	body->present = true;
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+		size_t keep = cap - body->kept < n ? cap - body->kept : n;
+
+		if (keep > 0) {
+			body->data = xrealloc(body->data, body->kept + keep);
+			memcpy(body->data + body->kept, chunk, keep);
+			body->kept += keep;
+		}
+		body->size += n;
+	}
+	if (ferror(f)) {
+		fprintf(err, "retryproxy: --explain: --body %s: %s\n", path, strerror(errno));
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	return 0;
+}
+
+/* The head text: request line with target, Host unless a -H gives one, the
+ * -H lines in order, Content-Length of the body unless a -H frames it. */
+static char *explain_head_text(const struct explain_request *request, const char *target,
+			       size_t target_len, const char *authority, size_t authority_len,
+			       const struct explain_body *body, size_t *len)
+{
+	bool host = !explain_has_header(request, "Host");
+	bool length = body->present && !explain_has_header(request, "Content-Length") &&
+		      !explain_has_header(request, "Transfer-Encoding");
+	size_t size = strlen(request->method) + 1 + target_len + sizeof(" HTTP/1.1\r\n") +
+		      sizeof("Host: \r\n") + authority_len + sizeof("Content-Length: \r\n") + 20 +
+		      sizeof("\r\n");
+	char *text;
+	size_t at;
+
+	for (size_t i = 0; i < request->header_count; i++)
+		size += strlen(request->headers[i]) + 2;
+	text = xmalloc(size);
+	at = (size_t)snprintf(text, size, "%s %.*s HTTP/1.1\r\n", request->method, (int)target_len,
+			      target);
+	if (host)
+		at += (size_t)snprintf(text + at, size - at, "Host: %.*s\r\n", (int)authority_len,
+				       authority);
+	for (size_t i = 0; i < request->header_count; i++)
+		at += (size_t)snprintf(text + at, size - at, "%s\r\n", request->headers[i]);
+	if (length)
+		at += (size_t)snprintf(text + at, size - at, "Content-Length: %llu\r\n",
+				       (unsigned long long)body->size);
+	at += (size_t)snprintf(text + at, size - at, "\r\n");
+	*len = at;
+	return text;
+}
+
+/* Parse the head text with the proxy's own parser and framing check, under
+ * the config's limits. */
+static int explain_parse(const struct config *config, struct explain_head *h, size_t len, FILE *err)
+{
+	struct http1_limits limits = { config->limits.max_header_bytes,
+				       config->limits.max_uri_bytes };
+	enum http1_error error = HTTP1_ERR_NONE;
+	enum http1_parse parsed = http1_parse_request_head(h->text, len, &limits, &h->head, &error);
+
+	if (parsed == HTTP1_PARSE_DONE && h->head.head_len == len &&
+	    http1_request_framing(&h->head, &h->framing, &error) == 0)
+		return 0;
+	if (error == HTTP1_ERR_NONE)
+		error = HTTP1_ERR_BAD_REQUEST_LINE; /* cannot happen: the text ends the head */
+	fprintf(err, "retryproxy: --explain: bad request: %s (the proxy would answer %d)\n",
+		http1_error_text(error), http1_error_status(error));
+	return -1;
+}
+
+/* Which listener gets the request, and in which form. A URL that names a
+ * sidecar listener itself (http://127.0.0.1:8080/...) is what the app sends
+ * to it; a URL whose origin is a sidecar's upstream is what an app pointed
+ * at that sidecar sends; any other URL goes to a forward proxy listener
+ * (else the first listener) in absolute form. */
+static struct explain_view explain_choose_view(const struct config *config,
+					       const struct http1_target *t)
+{
+	struct explain_view view = { NULL, true };
+	bool v6 = memchr(t->host, ':', t->host_len) != NULL;
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	const char *why;
+	char text[320];
+	size_t i;
+
+	snprintf(text, sizeof(text), "%s%.*s%s:%u", v6 ? "[" : "",
+		 (int)(t->host_len > 256 ? 256 : t->host_len), t->host, v6 ? "]" : "", t->port);
+	if (config_values_address(text, &addr, &addr_len, &why) == 0) {
+		for (i = 0; i < config->listener_count; i++) {
+			view.listener = &config->listeners[i];
+			if (view.listener->upstream != NULL &&
+			    config_values_same_address(&view.listener->addr, &addr))
+				return view;
+		}
+	}
+	for (i = 0; i < config->listener_count; i++) {
+		const struct upstream_url *up = config->listeners[i].upstream;
+
+		view.listener = &config->listeners[i];
+		if (up != NULL && up->tls == t->tls && up->port == t->port &&
+		    route_same_host(up->host, strlen(up->host), t->host, t->host_len))
+			return view;
+	}
+	view.sidecar = false;
+	view.listener = config->listener_count > 0 ? &config->listeners[0] : NULL;
+	for (i = 0; i < config->listener_count; i++) {
+		if (config->listeners[i].upstream == NULL) {
+			view.listener = &config->listeners[i];
+			break;
+		}
+	}
+	return view;
+}
+
+/* retry.on in the config's words and order: [5xx, 408, connect-failure]. */
+static void explain_print_retry_on(const struct retry_policy *retry, FILE *out)
+{
+	const char *sep = "";
+
+	fputs("retry_on: [", out);
+	if (retry->on & RETRY_ON_5XX) {
+		fputs("5xx", out);
+		sep = ", ";
+	}
+	for (int code = 100; code < 600; code++) {
+		if (retry->on_codes[code / 8] & (1u << (code % 8))) {
+			fprintf(out, "%s%d", sep, code);
+			sep = ", ";
+		}
+	}
+	if (retry->on & RETRY_ON_CONNECT_FAILURE) {
+		fprintf(out, "%sconnect-failure", sep);
+		sep = ", ";
+	}
+	if (retry->on & RETRY_ON_RESET) {
+		fprintf(out, "%sreset", sep);
+		sep = ", ";
+	}
+	if (retry->on & RETRY_ON_TIMEOUT)
+		fprintf(out, "%stimeout", sep);
+	fputs("]\n", out);
+}
+
+/* A duration as the config writes it ("1500ms", "2s"). */
+static void explain_print_ms(FILE *out, uint64_t ms)
+{
+	char buf[32];
+
+	config_values_format_ms(ms, buf, sizeof(buf));
+	fputs(buf, out);
+}
+
+/* The wait range before each retry, in order: at most max_attempts - 1, and
+ * only while the try after the wait could start within the deadline at the
+ * soonest, that is with every earlier wait at its lower bound and tries
+ * taking no time; "none" when there is no such wait or retried is false. */
+static void explain_print_waits(const struct retry_policy *policy, bool retried, FILE *out)
+{
+	uint64_t earliest = 0; /* the soonest the next try starts after the first */
+	unsigned listed = 0;
+
+	fputs("waits:", out);
+	for (unsigned n = 0; retried && n + 1 < policy->max_attempts; n++) {
+		struct retry_wait_range range = retry_wait_range(policy, n);
+
+		if (!retry_within_deadline(policy, earliest, range.lo_ms))
+			break;
+		if (listed == EXPLAIN_MAX_WAITS) {
+			fputs(" ...", out);
+			break;
+		}
+		earliest += range.lo_ms;
+		fputc(' ', out);
+		explain_print_ms(out, range.lo_ms);
+		fputc('-', out);
+		explain_print_ms(out, range.hi_ms);
+		listed++;
+	}
+	if (listed == 0)
+		fputs(" none", out);
+	fputc('\n', out);
+}
+
+/* Say on err how the proxy receives the request: which listener, which form,
+ * and what an https:// URL means for a forward proxy client. */
+static void explain_note_view(const struct config *config, const struct explain_view *view,
+			      const struct explain_head *h, FILE *err)
+{
+	const struct http1_target *t = &h->head.parsed_target;
+
+	fprintf(err, "retryproxy: --explain: config %s; ", config->source);
+	if (view->listener == NULL)
+		fputs("no listener: ", err);
+	else
+		fprintf(err, "%s listener %s gets ", view->sidecar ? "sidecar" : "forward proxy",
+			view->listener->address);
+	fprintf(err, "%.*s %.*s with Host %.*s\n", (int)h->head.method_len, h->head.method,
+		(int)h->head.target_len, h->head.target,
+		h->framing.host != NULL ? (int)h->framing.host_len : 6,
+		h->framing.host != NULL ? h->framing.host : "(none)");
+	if (view->sidecar || !t->tls)
+		return;
+	if (route_host_intercepted(config, t->host, t->host_len))
+		fprintf(err, "retryproxy: --explain: a client behind HTTP_PROXY sends CONNECT "
+			     "for it; intercept: lists the host, so the request inside is "
+			     "handled as shown\n");
+	else
+		fprintf(err, "retryproxy: --explain: note: a client behind HTTP_PROXY sends "
+			     "CONNECT for an https:// URL, which is tunnelled blind and never "
+			     "retried unless intercept: lists the host; shown is the request "
+			     "sent in absolute form\n");
+}
+
+/* The idempotency decision the exchange makes, body and
+ * retry.idempotency_key included; returns true when safe to repeat. */
+static bool explain_idempotency(const struct route *route, const struct explain_head *h,
+				const struct explain_body *body, struct idempotency_why *why)
+{
+	const struct http1_target *t = &h->head.parsed_target;
+	const char *query = memchr(t->path, '?', t->path_len);
+	size_t query_len = 0;
+	enum idempotency_verdict verdict;
+
+	if (query != NULL) {
+		query++;
+		query_len = t->path_len - (size_t)(query - t->path);
+	}
+	verdict = idempotency_decide_head(&route->idempotent, route->retry.idempotency_key,
+					  h->head.method, h->head.method_len, query, query_len,
+					  &h->head, h->framing.body != HTTP1_BODY_NONE, why);
+	if (verdict == IDEMPOTENCY_NEEDS_BODY) {
+		why->name = idempotency_json_body_field(&route->idempotent, body->data, body->kept);
+		why->reason =
+			why->name != NULL ? IDEMPOTENCY_REASON_JSON_FIELD : IDEMPOTENCY_REASON_NONE;
+		verdict = why->name != NULL ? IDEMPOTENCY_YES : IDEMPOTENCY_NO;
+	}
+	return verdict == IDEMPOTENCY_YES;
+}
+
+/* Check the request description; on a bad one say why on err. */
+static int explain_check_request(const struct explain_request *request, FILE *err)
+{
+	const char *why;
+
+	if (!config_values_is_token(request->method)) {
+		fprintf(err, "retryproxy: --explain: bad method \"%s\": not an HTTP token\n",
+			request->method);
+		return -1;
+	}
+	if (strcmp(request->method, "CONNECT") == 0) {
+		fprintf(err, "retryproxy: --explain: CONNECT is tunnelled byte for byte and never "
+			     "retried (the proxy cannot see inside); explain the requests sent "
+			     "through the tunnel instead\n");
+		return -1;
+	}
+	if (!explain_url_ok(request->url, &why)) {
+		fprintf(err, "retryproxy: --explain: bad URL \"%s\": %s\n", request->url, why);
+		return -1;
+	}
+	for (size_t i = 0; i < request->header_count; i++) {
+		if (!explain_header_ok(request->headers[i], &why)) {
+			fprintf(err, "retryproxy: --explain: bad header line \"%s\": %s\n",
+				request->headers[i], why);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Build and parse the head for target; 0 or -1 (said on err). */
+static int explain_head(const struct config *config, const struct explain_request *request,
+			const char *target, size_t target_len, const struct explain_body *body,
+			struct explain_head *h, FILE *err)
+{
+	const char *authority;
+	size_t authority_len;
+	size_t len;
+
+	explain_url_authority(request->url, &authority, &authority_len);
+	free(h->text);
+	h->text = explain_head_text(request, target, target_len, authority, authority_len, body,
+				    &len);
+	return explain_parse(config, h, len, err);
+}
+
+int explain_run(const struct config *config, const struct explain_request *request, FILE *out,
+		FILE *err)
+{
+	struct explain_body body = { false, 0, NULL, 0 };
+	struct explain_head *h = xcalloc(1, sizeof(*h));
+	struct route_destination dest;
+	struct explain_view view;
+	struct idempotency_why why = { IDEMPOTENCY_REASON_NONE, NULL };
+	bool idempotent;
+	size_t replay_max;
+	const struct retry_policy *retry;
+	bool v6;
+	char reason[512];
+	int status;
+	int rc = -1;
+
+	if (explain_check_request(request, err) < 0)
+		goto done;
+	if (request->body_path != NULL && explain_read_body(request->body_path, &body, err) < 0)
+		goto done;
+	/* absolute form first: the proxy's parser checks the URL */
+	if (explain_head(config, request, request->url, strlen(request->url), &body, h, err) < 0)
+		goto done;
+	view = explain_choose_view(config, &h->head.parsed_target);
+	if (view.sidecar) {
+		const struct http1_target *t = &h->head.parsed_target;
+		char *path = xmalloc(t->path_len + 2);
+		size_t path_len = 0;
+
+		/* the app's request to the sidecar: origin-form, the URL's path */
+		if (t->path_len == 0 || t->path[0] != '/')
+			path[path_len++] = '/';
+		memcpy(path + path_len, t->path, t->path_len);
+		path_len += t->path_len;
+		status = explain_head(config, request, path, path_len, &body, h, err);
+		free(path);
+		if (status < 0)
+			goto done;
+	}
+	explain_note_view(config, &view, h, err);
+	status = route_destination(
+		config, view.sidecar && view.listener != NULL ? view.listener->upstream : NULL,
+		&h->head.parsed_target, h->framing.host_name, h->framing.host_name_len,
+		h->head.method, h->head.method_len, &dest, reason, sizeof(reason));
+	if (status != 0) {
+		fprintf(err,
+			"retryproxy: --explain: the proxy would refuse this request with %d: %s\n",
+			status, reason);
+		goto done;
+	}
+	retry = &dest.route->retry;
+	idempotent = explain_idempotency(dest.route, h, &body, &why);
+	/* a body over replay_buffer is retried only when the spool keeps it */
+	replay_max = config->limits.replay_buffer;
+	if (config->limits.spool_max > replay_max)
+		replay_max = config->limits.spool_max;
+	if (config->limits.max_body_bytes > 0 && body.size > config->limits.max_body_bytes)
+		fprintf(err,
+			"retryproxy: --explain: note: the body (%llu bytes) is over "
+			"limits.max_body_bytes: the proxy answers 413\n",
+			(unsigned long long)body.size);
+	if (body.size > replay_max && retry->max_attempts > 1)
+		fprintf(err,
+			"retryproxy: --explain: the body (%llu bytes) is over limits.replay_buffer "
+			"(%zu)%s: it is sent once, not retried\n",
+			(unsigned long long)body.size, config->limits.replay_buffer,
+			config->limits.spool_max > 0 ? " and limits.spool_max" : "");
+	if (retry->mode == RETRY_MODE_OBSERVE)
+		fprintf(err, "retryproxy: --explain: note: the route's retry.mode is observe: "
+			     "nothing is retried, failures that would be are counted and logged\n");
+
+	v6 = memchr(dest.host, ':', dest.host_len) != NULL;
+	fprintf(out, "route: %s\n", dest.route->name);
+	fprintf(out, "upstream: %s://%s%.*s%s:%u\n", dest.tls ? "https" : "http", v6 ? "[" : "",
+		(int)dest.host_len, dest.host, v6 ? "]" : "", dest.port);
+	{
+		char text[300];
+
+		idempotency_why_text(&why, text, sizeof(text));
+		fprintf(out, "idempotent: %s\n", text);
+	}
+	explain_print_retry_on(retry, out);
+	fprintf(out, "max_attempts: %u\n", retry->max_attempts);
+	fputs("deadline: ", out);
+	explain_print_ms(out, retry->deadline_ms);
+	fputc('\n', out);
+	explain_print_waits(
+		retry, idempotent && body.size <= replay_max && retry->mode != RETRY_MODE_OBSERVE,
+		out);
+	rc = 0;
+done:
+	free(body.data);
+	free(h->text);
+	free(h);
+	return rc;
+}

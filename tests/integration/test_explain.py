@@ -1,0 +1,489 @@
+#!/usr/bin/env python3
+"""Scenario: retryproxy --explain METHOD URL [-H ...] [--body FILE].
+
+Client: none for most checks; the test runs the binary with --explain
+against the shipped profiles (conf/profiles/cloud-storage.yaml, iam.yaml),
+the embedded default or ./conf/retryproxy.yaml found from the working
+directory, configs of its own (forward and sidecar listeners, routes by
+host, path and method, header conditions, full jitter, a deadline that cuts
+the waits, allow_hosts, intercept: with a CA from --make-ca, a small
+replay_buffer), and bad descriptions. One check runs the proxy
+itself with the policy explained and curl-free raw requests.
+Origin: for the last check, one that answers 503 to every try.
+Must hold: stdout is exactly the SPEC's lines (route, upstream, idempotent
+with its reason, retry_on, max_attempts, deadline, waits) with the waits
+computed here from the SPEC's formula: [backoff, min(backoff + jitter,
+max_backoff)] per retry, [0, min(backoff, max_backoff)] with full jitter,
+at most max_attempts - 1 of them, listed while the sum of the lower bounds
+keeps the next try within the deadline; `waits: none` for a request that is
+not idempotent or whose body is over replay_buffer (with a note on stderr,
+as for an https:// URL a forward proxy client would tunnel); a bad method, URL, header line or body file, a config error
+and a request the proxy would refuse (allow_hosts) exit 1 with a message
+and nothing on stdout; nothing is listened on or connected to (the
+config's listener port is held by the test, and a URL pointing at a socket
+of the test gets no connection); the proxy run with the explained policy
+makes exactly the explained number of tries, each wait inside its range.
+"""
+
+import os
+import select
+import socket
+
+import harness as h
+
+ROOT = h.REPO
+GCS = os.path.join(ROOT, "conf", "profiles", "cloud-storage.yaml")
+IAM = os.path.join(ROOT, "conf", "profiles", "iam.yaml")
+ETC = "/etc/retryproxy/retryproxy.yaml"
+
+
+def fmt_ms(ms):
+    """A duration the way the config writes one (config_values_format_ms)."""
+    if ms and ms % 3600000 == 0:
+        return "%dh" % (ms // 3600000)
+    if ms and ms % 60000 == 0:
+        return "%dm" % (ms // 60000)
+    if ms % 1000 == 0:
+        return "%ds" % (ms // 1000)
+    return "%dms" % ms
+
+
+def spec_waits(initial, multiplier, max_backoff, jitter, deadline, max_attempts):
+    """The waits line from the SPEC's formula; jitter None means `full`."""
+    out = []
+    earliest = 0
+    for n in range(max_attempts - 1):
+        backoff = min(int(initial * multiplier ** n + 0.5), max_backoff)
+        if jitter is None:
+            lo, hi = 0, backoff
+        else:
+            lo, hi = backoff, min(backoff + jitter, max_backoff)
+        if earliest + lo > deadline:
+            break
+        earliest += lo
+        out.append("%s-%s" % (fmt_ms(lo), fmt_ms(hi)))
+    return " ".join(out) if out else "none"
+
+
+def lines(route, upstream, idempotent, retry_on, max_attempts, deadline_ms, waits):
+    return [
+        "route: %s" % route,
+        "upstream: %s" % upstream,
+        "idempotent: %s" % idempotent,
+        "retry_on: %s" % retry_on,
+        "max_attempts: %d" % max_attempts,
+        "deadline: %s" % fmt_ms(deadline_ms),
+        "waits: %s" % waits,
+    ]
+
+
+def explain(args, cwd=None):
+    """Run --explain; args are the method and URL with options before or after."""
+    args = list(args)
+    i = 0
+    while i < len(args) and args[i] in ("-c", "-H", "--body"):
+        i += 2
+    return h.run_bin(args[:i] + ["--explain"] + args[i:], cwd=cwd)
+
+
+def expect(p, want, what):
+    h.eq(p.returncode, 0, "%s: exit code (stderr %r)" % (what, p.stderr))
+    h.eq(p.stdout.splitlines(), want, "%s: stdout" % what)
+
+
+def expect_refused(p, words, what):
+    h.eq(p.returncode, 1, "%s: exit code (stdout %r, stderr %r)" % (what, p.stdout, p.stderr))
+    h.eq(p.stdout, "", "%s: stdout" % what)
+    for w in words:
+        h.ok(w in p.stderr, "%s: stderr should say %r: %r" % (what, w, p.stderr))
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+DEFAULT_ON = "[5xx, 408, 429, connect-failure, reset, timeout]"
+
+OWN = """\
+listen:
+  - address: 127.0.0.1:@FWD@
+  - address: 127.0.0.1:@SIDE@
+    upstream: https://api.example.com
+access:
+  allow_hosts: ["*.allowed.test", "api.example.com", "127.0.0.1", "side.test"]
+defaults:
+  retry:
+    max_attempts: 4
+    initial_backoff: 500ms
+    multiplier: 3
+    max_backoff: 4s
+    jitter: 250ms
+    deadline: 1m
+routes:
+  - name: by-host
+    match: { host: "*.allowed.test", path_prefix: /v1/ }
+    upstream: http://backend.internal:9000
+    idempotent:
+      methods: [GET]
+      when_present:
+        - header: If-Match
+        - query: token
+  - name: by-method
+    match: { methods: [PATCH] }
+    retry: { max_attempts: 1 }
+  - name: full-jitter
+    match: { path_prefix: /full/ }
+    retry: { jitter: full, initial_backoff: 1s, multiplier: 2, max_backoff: 3s, max_attempts: 6 }
+  - name: short-deadline
+    match: { path_prefix: /short/ }
+    retry:
+      on: [502, 503, timeout]
+      initial_backoff: 1s
+      multiplier: 2
+      max_backoff: 8s
+      jitter: 1500ms
+      max_attempts: 10
+      deadline: 10s
+"""
+
+TRIES = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s }
+defaults:
+  retry:
+    on: [503]
+    max_attempts: 4
+    initial_backoff: 100ms
+    multiplier: 2
+    max_backoff: 300ms
+    jitter: 50ms
+    deadline: 10s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+"""
+
+
+def scenario(t):
+    tmp = t.tmp
+
+    @t.check("cloud-storage.yaml: an upload POST with ?ifGenerationMatch=0 is idempotent by the query; "
+             "the upload route's waits (max_backoff 64s) stop at the 600s deadline")
+    def _():
+        url = ("https://storage.googleapis.com/upload/storage/v1/b/my-bucket/o"
+               "?uploadType=media&name=photo.jpg&ifGenerationMatch=0")
+        p = explain(["POST", url, "-H", "Content-Type: image/jpeg", "-c", GCS])
+        waits = spec_waits(1000, 2, 64000, 1000, 600000, 24)
+        expect(p, lines("gcs-json-upload", "https://storage.googleapis.com:443",
+                        "yes (query ifGenerationMatch)", DEFAULT_ON, 24, 600000, waits), "upload")
+        # 1+2+4+8+16+32 + 8 x 64 = 575 s; one more 64 s wait would pass 600 s
+        h.eq(len(waits.split()), 14, "number of waits (%s)" % waits)
+        h.ok("sidecar listener 127.0.0.1:8080" in p.stderr,
+             "stderr should say the sidecar listener gets it: %r" % p.stderr)
+
+    @t.check("cloud-storage.yaml: the same upload without a precondition is not retried")
+    def _():
+        url = "https://storage.googleapis.com/upload/storage/v1/b/my-bucket/o?uploadType=media&name=a"
+        p = explain(["-c", GCS, "POST", url])
+        expect(p, lines("gcs-json-upload", "https://storage.googleapis.com:443", "no",
+                        DEFAULT_ON, 24, 600000, "none"), "upload without precondition")
+
+    body_etag = write(os.path.join(tmp, "policy-etag.json"),
+                      '{"bindings": [{"role": "roles/storage.objectViewer", '
+                      '"members": ["allUsers"]}], "etag": "CAE="}\n')
+    body_plain = write(os.path.join(tmp, "policy.json"),
+                       '{"bindings": [{"role": "roles/storage.objectViewer", '
+                       '"members": ["allUsers"]}]}\n')
+    body_nested = write(os.path.join(tmp, "set-iam-policy.json"),
+                        '{"policy": {"bindings": [], "etag": "BwXhqDpNHYE="}}\n')
+
+    @t.check("cloud-storage.yaml: a bucket setIamPolicy (PUT .../iam) with a top-level etag in the "
+             "JSON body is idempotent by json_field etag; waits at the 32s cap")
+    def _():
+        url = "https://storage.googleapis.com/storage/v1/b/my-bucket/iam"
+        p = explain(["-c", GCS, "PUT", url, "-H", "Content-Type: application/json",
+                     "--body", body_etag])
+        expect(p, lines("gcs-json-metadata-update", "https://storage.googleapis.com:443",
+                        "yes (json_field etag)", DEFAULT_ON, 24, 600000,
+                        spec_waits(1000, 2, 32000, 1000, 600000, 24)), "setIamPolicy with etag")
+
+    @t.check("cloud-storage.yaml: the same setIamPolicy without an etag: idempotent no, waits none")
+    def _():
+        url = "https://storage.googleapis.com/storage/v1/b/my-bucket/iam"
+        p = explain(["-c", GCS, "PUT", url, "--body", body_plain])
+        expect(p, lines("gcs-json-metadata-update", "https://storage.googleapis.com:443", "no",
+                        DEFAULT_ON, 24, 600000, "none"), "setIamPolicy without etag")
+        p = explain(["-c", GCS, "PUT", url])
+        expect(p, lines("gcs-json-metadata-update", "https://storage.googleapis.com:443", "no",
+                        DEFAULT_ON, 24, 600000, "none"), "setIamPolicy without a body")
+
+    @t.check("iam.yaml: setIamPolicy POST is not retried, its etag inside \"policy\" does not count "
+             "(the profile says so); a GET is, with IAM's retry_on and the 300s deadline")
+    def _():
+        base = "https://iam.googleapis.com/v1/projects/p/serviceAccounts/sa@p.iam.gserviceaccount.com"
+        iam_on = "[500, 502, 503, 504, connect-failure]"
+        p = explain(["-c", IAM, "POST", base + ":setIamPolicy", "--body", body_nested])
+        expect(p, lines("default", "https://iam.googleapis.com:443", "no", iam_on, 20, 300000,
+                        "none"), "IAM setIamPolicy")
+        p = explain(["-c", IAM, "POST", base + ":setIamPolicy", "--body", body_etag])
+        expect(p, lines("default", "https://iam.googleapis.com:443", "no", iam_on, 20, 300000,
+                        "none"), "IAM setIamPolicy, top-level etag")
+        p = explain(["-c", IAM, "GET", base])
+        waits = spec_waits(1000, 2, 32000, 1000, 300000, 20)
+        expect(p, lines("default", "https://iam.googleapis.com:443", "yes (method)", iam_on, 20,
+                        300000, waits), "IAM GET")
+        h.ok(len(waits.split()) < 19, "the deadline, not max_attempts, ends the waits: %s" % waits)
+        p = explain(["-c", IAM, "POST", "https://iam.googleapis.com/v1/roles:queryGrantableRoles"])
+        expect(p, lines("iam-query-grantable-roles", "https://iam.googleapis.com:443",
+                        "yes (method)", iam_on, 20, 300000, waits), "IAM queryGrantableRoles")
+
+    fwd_sock = socket.socket()
+    fwd_sock.bind(("127.0.0.1", 0))
+    fwd_sock.listen(4)
+    t.defer(fwd_sock.close)
+    side_port = h.free_port()
+    own = write(os.path.join(tmp, "own.yaml"),
+                OWN.replace("@FWD@", str(fwd_sock.getsockname()[1]))
+                .replace("@SIDE@", str(side_port)))
+    own_on = DEFAULT_ON
+
+    @t.check("forward mode: a route by host and path with its own upstream; If-Match and ?token "
+             "make a POST idempotent, the first met condition named")
+    def _():
+        url = "http://svc.allowed.test/v1/items?token=abc"
+        p = explain(["-c", own, "POST", url])
+        waits = spec_waits(500, 3, 4000, 250, 60000, 4)
+        h.eq(waits, "500ms-750ms 1500ms-1750ms 4s-4s", "waits from the formula")
+        expect(p, lines("by-host", "http://backend.internal:9000", "yes (query token)", own_on, 4,
+                        60000, waits), "query token")
+        p = explain(["-c", own, "POST", url, "-H", "if-match: \"v1\""])
+        expect(p, lines("by-host", "http://backend.internal:9000", "yes (header If-Match)",
+                        own_on, 4, 60000, waits), "If-Match")
+        p = explain(["-c", own, "POST", "http://svc.allowed.test/v1/items"])
+        expect(p, lines("by-host", "http://backend.internal:9000", "no", own_on, 4, 60000,
+                        "none"), "no condition")
+        p = explain(["-c", own, "POST", "http://svc.allowed.test/v2/items"])
+        expect(p, lines("default", "http://svc.allowed.test:80", "no", own_on, 4, 60000,
+                        "none"), "other path: the default route, the URL's origin")
+        h.ok("forward proxy listener 127.0.0.1:%d" % fwd_sock.getsockname()[1] in p.stderr,
+             "stderr should name the forward listener: %r" % p.stderr)
+
+    @t.check("sidecar mode: a URL of the sidecar's upstream, or of the sidecar listener itself, goes "
+             "to the listener's upstream; a method route with max_attempts 1 has no waits")
+    def _():
+        waits = spec_waits(500, 3, 4000, 250, 60000, 4)
+        p = explain(["-c", own, "GET", "https://api.example.com/things"])
+        expect(p, lines("default", "https://api.example.com:443", "yes (method)", own_on, 4,
+                        60000, waits), "upstream URL")
+        h.ok("sidecar listener 127.0.0.1:%d" % side_port in p.stderr,
+             "stderr should name the sidecar listener: %r" % p.stderr)
+        p = explain(["-c", own, "GET", "http://127.0.0.1:%d/things" % side_port])
+        expect(p, lines("default", "https://api.example.com:443", "yes (method)", own_on, 4,
+                        60000, waits), "listener URL")
+        p = explain(["-c", own, "PATCH", "https://api.example.com/things/1", "-H", "If-Match: x"])
+        expect(p, lines("by-method", "https://api.example.com:443", "no", own_on, 1, 60000,
+                        "none"), "PATCH route")
+        # -H Host: routes match the Host the app sends to a sidecar
+        p = explain(["-c", own, "GET", "https://api.example.com/v1/x", "-H", "Host: a.allowed.test"])
+        expect(p, lines("by-host", "http://backend.internal:9000", "yes (method)", own_on, 4,
+                        60000, waits), "Host header")
+
+    @t.check("full jitter lists 0-backoff ranges up to max_attempts - 1; a deadline cuts the list "
+             "where the lower bounds pass it; explicit codes in retry_on")
+    def _():
+        waits = spec_waits(1000, 2, 3000, None, 60000, 6)
+        h.eq(waits, "0s-1s 0s-2s 0s-3s 0s-3s 0s-3s", "full jitter waits from the formula")
+        p = explain(["-c", own, "GET", "http://x.allowed.test/full/a"])
+        expect(p, lines("full-jitter", "http://x.allowed.test:80", "yes (method)", own_on, 6,
+                        60000, waits), "full jitter")
+        waits = spec_waits(1000, 2, 8000, 1500, 10000, 10)
+        # 1 + 2 + 4 = 7 s; the next wait's 8 s would pass the 10 s deadline
+        h.eq(waits, "1s-2500ms 2s-3500ms 4s-5500ms", "deadline-cut waits from the formula")
+        p = explain(["-c", own, "GET", "http://x.allowed.test/short/a"])
+        expect(p, lines("short-deadline", "http://x.allowed.test:80", "yes (method)",
+                        "[502, 503, timeout]", 10, 10000, waits), "short deadline")
+
+    @t.check("an https:// URL in forward mode: stderr says a CONNECT is tunnelled blind unless "
+             "intercept: lists the host, and that a listed one is handled as shown")
+    def _():
+        ca_dir = os.path.join(tmp, "ca")
+        p = h.run_bin(["--make-ca", ca_dir])
+        h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+        conf = write(os.path.join(tmp, "intercept.yaml"),
+                     "listen:\n  - address: 127.0.0.1:%d\nintercept:\n"
+                     "  hosts: [\"api.example.com\"]\n  ca_cert: %s\n  ca_key: %s\n"
+                     % (h.free_port(), os.path.join(ca_dir, "ca.pem"),
+                        os.path.join(ca_dir, "ca-key.pem")))
+        waits = spec_waits(1000, 2, 32000, 1000, 120000, 5)
+        p = explain(["-c", conf, "GET", "https://api.example.com/a"])
+        expect(p, lines("default", "https://api.example.com:443", "yes (method)", DEFAULT_ON, 5,
+                        120000, waits), "intercepted host")
+        h.ok("intercept: lists the host" in p.stderr and "blind" not in p.stderr,
+             "stderr should say the host is intercepted: %r" % p.stderr)
+        p = explain(["-c", conf, "GET", "https://other.example.com/a"])
+        expect(p, lines("default", "https://other.example.com:443", "yes (method)", DEFAULT_ON, 5,
+                        120000, waits), "host not intercepted")
+        h.ok("tunnelled blind" in p.stderr, "stderr should warn of the blind tunnel: %r" % p.stderr)
+        p = explain(["-c", conf, "GET", "http://other.example.com/a"])
+        h.ok("CONNECT" not in p.stderr, "no CONNECT note for http://: %r" % p.stderr)
+
+    @t.check("a body over limits.replay_buffer is sent once: waits none, with a note; one over "
+             "max_body_bytes gets a 413 note")
+    def _():
+        conf = write(os.path.join(tmp, "small-replay.yaml"),
+                     "listen:\n  - address: 127.0.0.1:%d\nlimits:\n  replay_buffer: 1KiB\n"
+                     "  max_body_bytes: 2KiB\n" % h.free_port())
+        small = write(os.path.join(tmp, "1k.bin"), "x" * 1024)
+        large = write(os.path.join(tmp, "1k1.bin"), "x" * 1025)
+        huge = write(os.path.join(tmp, "3k.bin"), "x" * 3072)
+        waits = spec_waits(1000, 2, 32000, 1000, 120000, 5)
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", small])
+        expect(p, lines("default", "http://a.test:80", "yes (method)", DEFAULT_ON, 5, 120000,
+                        waits), "body at replay_buffer")
+        h.ok("replay_buffer" not in p.stderr, "no note at the limit: %r" % p.stderr)
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", large])
+        expect(p, lines("default", "http://a.test:80", "yes (method)", DEFAULT_ON, 5, 120000,
+                        "none"), "body over replay_buffer")
+        h.ok("replay_buffer" in p.stderr and "1025" in p.stderr,
+             "stderr should name replay_buffer and the size: %r" % p.stderr)
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", huge])
+        h.ok("413" in p.stderr and "max_body_bytes" in p.stderr,
+             "stderr should say 413 for max_body_bytes: %r" % p.stderr)
+
+    @t.check("retry.idempotency_key: inject makes a POST idempotent by the key; a body over "
+             "replay_buffer within spool_max is still retried; mode: observe retries nothing")
+    def _():
+        conf = write(os.path.join(tmp, "controls.yaml"),
+                     "listen:\n  - address: 127.0.0.1:%d\nlimits:\n  replay_buffer: 1KiB\n"
+                     "  spool_max: 4KiB\n  spool_dir: %s\nroutes:\n"
+                     "  - name: keyed\n    match: { path_prefix: /v1/charges }\n"
+                     "    retry: { idempotency_key: inject }\n"
+                     "  - name: trial\n    match: { path_prefix: /trial }\n"
+                     "    retry: { mode: observe }\n" % (h.free_port(), tmp))
+        waits = spec_waits(1000, 2, 32000, 1000, 120000, 5)
+        p = explain(["-c", conf, "POST", "http://a.test/v1/charges"])
+        expect(p, lines("keyed", "http://a.test:80", "yes (idempotency_key)", DEFAULT_ON, 5,
+                        120000, waits), "inject")
+        p = explain(["-c", conf, "POST", "http://a.test/other"])
+        expect(p, lines("default", "http://a.test:80", "no", DEFAULT_ON, 5, 120000, "none"),
+               "no key outside the keyed route")
+        spooled = write(os.path.join(tmp, "2k.bin"), "x" * 2048)
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", spooled])
+        expect(p, lines("default", "http://a.test:80", "yes (method)", DEFAULT_ON, 5, 120000,
+                        waits), "body kept by the spool")
+        p = explain(["-c", conf, "GET", "http://a.test/trial/x"])
+        expect(p, lines("trial", "http://a.test:80", "yes (method)", DEFAULT_ON, 5, 120000,
+                        "none"), "observe")
+        h.ok("observe" in p.stderr, "stderr should say observe: %r" % p.stderr)
+
+    @t.check("a host outside access.allow_hosts: exit 1, the proxy would answer 403")
+    def _():
+        p = explain(["-c", own, "GET", "http://elsewhere.test/"])
+        expect_refused(p, ["403", "allow_hosts"], "allow_hosts")
+
+    @t.check("nothing listens or connects: the listener port is held by the test, and a URL "
+             "pointing at the test's socket gets no connection")
+    def _():
+        target = socket.socket()
+        target.bind(("127.0.0.1", 0))
+        target.listen(4)
+        try:
+            url = "http://127.0.0.1:%d/v1/x" % target.getsockname()[1]
+            p = explain(["-c", own, "GET", url])
+            expect(p, lines("default", "http://127.0.0.1:%d" % target.getsockname()[1],
+                            "yes (method)", own_on, 4, 60000,
+                            spec_waits(500, 3, 4000, 250, 60000, 4)), "local URL")
+            for s in (target, fwd_sock):
+                ready, _, _ = select.select([s], [], [], 0.3)
+                h.eq(ready, [], "connections waiting on %s" % (s.getsockname(),))
+        finally:
+            target.close()
+
+    @t.check("-c is honoured before ./conf/retryproxy.yaml, which is used without -c")
+    def _():
+        cwd = os.path.join(tmp, "with-conf")
+        write(os.path.join(cwd, "conf", "retryproxy.yaml"),
+              "listen:\n  - address: 127.0.0.1:%d\nroutes:\n  - name: from-cwd-conf\n"
+              "    match: { path_prefix: / }\n    retry: { max_attempts: 2 }\n" % h.free_port())
+        p = explain(["GET", "http://example.test/a"], cwd=cwd)
+        expect(p, lines("from-cwd-conf", "http://example.test:80", "yes (method)", DEFAULT_ON, 2,
+                        120000, "1s-2s"), "./conf/retryproxy.yaml")
+        h.ok("config ./conf/retryproxy.yaml" in p.stderr, "stderr should name it: %r" % p.stderr)
+        p = explain(["-c", own, "GET", "http://x.allowed.test/short/a"], cwd=cwd)
+        h.ok(p.stdout.startswith("route: short-deadline\n"), "-c wins: %r" % p.stdout)
+
+    @t.check("no -c and no ./conf: the embedded default (a forward proxy, the default policy)")
+    def _():
+        cwd = os.path.join(tmp, "empty")
+        os.makedirs(cwd)
+        if os.path.exists(ETC):
+            p = explain(["GET", "http://example.test/a"], cwd=cwd)
+            h.ok("config %s" % ETC in p.stderr, "stderr should name %s: %r" % (ETC, p.stderr))
+            t.skip("embedded default policy", "%s exists on this machine and comes first" % ETC)
+            return
+        p = explain(["GET", "http://example.test/a"], cwd=cwd)
+        expect(p, lines("default", "http://example.test:80", "yes (method)", DEFAULT_ON, 5, 120000,
+                        spec_waits(1000, 2, 32000, 1000, 120000, 5)), "embedded GET")
+        h.ok("config <embedded>" in p.stderr, "stderr should say <embedded>: %r" % p.stderr)
+        p = explain(["POST", "http://example.test/a", "--body", body_etag], cwd=cwd)
+        expect(p, lines("default", "http://example.test:80", "no", DEFAULT_ON, 5, 120000, "none"),
+               "embedded POST")
+
+    @t.check("bad descriptions exit 1 with a message and nothing on stdout")
+    def _():
+        cases = [
+            (["GE T", "http://a.allowed.test/"], ["bad method", "GE T"]),
+            (["GET", "ftp://a.allowed.test/"], ["bad URL", "ftp://"]),
+            (["GET", "/relative"], ["bad URL", "/relative"]),
+            (["GET", "http:///nohost"], ["bad URL", "no host"]),
+            (["GET", "http://a.allowed.test/a b"], ["bad URL"]),
+            (["GET", "http://a.allowed.test:0/"], ["bad request", "400"]),
+            (["GET", "http://a.allowed.test/", "-H", "NoColon"], ["bad header line", "NoColon"]),
+            (["GET", "http://a.allowed.test/", "-H", "Bad Name: x"], ["bad header line"]),
+            (["GET", "http://a.allowed.test/", "-H", "X: a\r\nInjected: b"], ["bad header line"]),
+            (["GET", "http://a.allowed.test/", "--body", os.path.join(tmp, "missing.json")],
+             ["missing.json", "No such file"]),
+            (["CONNECT", "http://a.allowed.test:443/"], ["CONNECT", "never retried"]),
+        ]
+        for args, words in cases:
+            expect_refused(explain(["-c", own] + args), words, " ".join(args))
+        p = h.run_bin(["-c", own, "--explain", "GET"])
+        expect_refused(p, ["--explain"], "--explain without a URL")
+        p = h.run_bin(["-c", own, "-H", "A: b"])
+        expect_refused(p, ["--explain"], "-H without --explain")
+
+    @t.check("a bad config: exit 1 with file:line:col, nothing on stdout")
+    def _():
+        bad = write(os.path.join(tmp, "bad.yaml"),
+                    "listen:\n  - address: 127.0.0.1:3128\ndefaults:\n  retry:\n"
+                    "    max_backoff: fast\n")
+        p = h.run_bin(["-c", bad, "--explain", "GET", "http://a.test/"])
+        expect_refused(p, ["bad.yaml:5:18", "max_backoff"], "bad config")
+
+    @t.check("the proxy with the explained policy: exactly the explained tries, "
+             "each wait inside its explained range")
+    def _():
+        origin = t.origin()
+        proxy = t.proxy(TRIES)
+        path = "/always-503"
+        origin.script(path, [503])
+        conf = write(os.path.join(tmp, "tries.yaml"),
+                     TRIES.replace("@PORT0@", str(h.free_port())))
+        p = explain(["-c", conf, "GET", origin.url(path)])
+        h.eq(p.returncode, 0, "explain exit code (stderr %r)" % p.stderr)
+        waits_line = [l for l in p.stdout.splitlines() if l.startswith("waits: ")]
+        h.eq(waits_line, ["waits: 100ms-150ms 200ms-250ms 300ms-300ms"], "explained waits")
+        r = h.fetch(proxy.port(), "GET", origin.url(path), origin.authority)
+        h.eq(r.status, 503, "status")
+        reqs = origin.requests_for(path)
+        h.eq(len(reqs), 4, "tries the origin saw (1 + the explained waits)")
+        gaps = h.try_gaps(reqs)
+        for i, (gap, (lo, hi)) in enumerate(zip(gaps, [(0.1, 0.15), (0.2, 0.25), (0.3, 0.3)])):
+            h.ok(lo - 0.02 <= gap <= hi + 0.25 * h.SLOW,
+                 "wait %d: %.0f ms, explained %d-%d ms" % (i + 1, gap * 1000, lo * 1000, hi * 1000))
+
+
+h.run(scenario, __doc__, timeout=120)
