@@ -483,6 +483,13 @@ static void fleet_route_take(struct fleet *fleet, const struct route *route)
 	fr->live = true;
 	fr->ratio = budget->ratio;
 	fr->min_per_second = budget->min_per_second;
+	/* counts reach Redis one interval late and leases cover two: against
+	 * a short window the fleet would decide on stale counts */
+	if (fleet->sync_interval_ms * 4 > budget->window_ms)
+		log_warn("fleet %s: route %s: sync_interval %llu ms is more than a quarter of its "
+			 "budget window (%llu ms); the fleet's counts lag behind the window",
+			 fleet->name, route->name, (unsigned long long)fleet->sync_interval_ms,
+			 (unsigned long long)budget->window_ms);
 }
 
 void fleet_set_routes(struct fleet *fleet, const struct config *config)
