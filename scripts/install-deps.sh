@@ -11,18 +11,22 @@
 set -eu
 
 # Enough to configure and build, unit tests included (meson needs cmocka at
-# setup time, and python3 turns conf/retryproxy.yaml into C).
+# setup time, python3 turns conf/retryproxy.yaml into C, and hiredis is the
+# fleet budget's Redis client).
 build_packages="build-essential meson ninja-build pkg-config
-libevent-dev libssl-dev libyaml-dev libjansson-dev libcmocka-dev python3"
+libevent-dev libssl-dev libyaml-dev libjansson-dev libcmocka-dev python3
+libhiredis-dev"
 
 # For the tests and fuzzers: clang and its sanitizer runtime, curl as the test
 # client, openssl for the test PKI, python3-yaml to read docker/compose.yaml,
 # systemd for `systemd-analyze verify` on the unit, groff-base to render the
 # man pages with warnings on, clang-format for the style check, debhelper,
 # dpkg-dev and lintian to build and check the Debian package (debian/; it
-# needs no fakeroot: Rules-Requires-Root: no).
+# needs no fakeroot: Rules-Requires-Root: no), redis-server for the fleet
+# budget's tests and simulation.
 test_packages="clang libclang-rt-14-dev curl openssl ca-certificates procps
-python3-yaml systemd groff-base clang-format debhelper dpkg-dev lintian"
+python3-yaml systemd groff-base clang-format debhelper dpkg-dev lintian
+redis-server"
 
 case "${1:-}" in
 "") packages="$build_packages $test_packages" ;;

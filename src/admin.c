@@ -15,6 +15,7 @@
 #include "conn.h"
 #include "config_dump.h"
 #include "config_values.h"
+#include "fleet.h"
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
@@ -65,6 +66,8 @@ static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
 	};
 
 	metrics_render(proxy->metrics, &gauges, body);
+	if (proxy->fleet != NULL)
+		metrics_render_fleet(fleet_connected(proxy->fleet), body);
 	upstreams_render_metrics(proxy->upstreams, body);
 	return 200;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "ca.h"
+#include "config_fleet.h"
 #include "config_route.h"
 #include "config_values.h"
 #include "config_walk.h"
@@ -467,6 +468,7 @@ static const struct config_walk_key config_top_keys[] = {
 	{ .name = "intercept",
 	  .type = &config_type_intercept,
 	  .offset = offsetof(struct config, intercept) },
+	{ .name = "fleet", .type = &config_fleet_type, .offset = offsetof(struct config, fleet) },
 	{ .name = NULL },
 };
 
@@ -534,6 +536,7 @@ static void config_free(struct config *config)
 	free(config->intercept.ca_cert);
 	free(config->intercept.ca_key);
 	ca_release(config->intercept.ca);
+	config_fleet_free(&config->fleet);
 	free(config->source);
 	free(config);
 }

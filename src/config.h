@@ -164,6 +164,16 @@ struct intercept_config {
 	struct ca *ca; /* loaded when the config is; NULL when intercept: is absent */
 };
 
+/* fleet: route budgets shared through Redis (SPEC "Fleet budget"). */
+struct fleet_config {
+	char *redis;	  /* as written: host:port or unix:/path; NULL: no fleet */
+	char *redis_host; /* name or address, without brackets; NULL for a socket */
+	uint16_t redis_port;
+	char *redis_socket; /* unix socket path, or NULL */
+	char *name;	    /* proxies with the same name share a budget per route */
+	uint64_t sync_interval_ms;
+};
+
 struct config {
 	unsigned refs; /* config_hold / config_release */
 	char *source;  /* file path, or "<embedded>" */
@@ -186,6 +196,7 @@ struct config {
 	struct route *routes;
 	size_t route_count;
 	struct intercept_config intercept;
+	struct fleet_config fleet;
 };
 
 /* The embedded default configuration's YAML text. */

@@ -390,6 +390,17 @@ static void config_dump_intercept(struct config_dump *d, const struct intercept_
 	config_dump_mapping_end(d);
 }
 
+/* fleet: where the shared Redis is, the name and the interval. */
+static void config_dump_fleet(struct config_dump *d, const struct fleet_config *fleet)
+{
+	config_dump_word(d, "fleet");
+	config_dump_mapping_start(d, false);
+	config_dump_pair_text(d, "redis", fleet->redis);
+	config_dump_pair_text(d, "name", fleet->name);
+	config_dump_pair_ms(d, "sync_interval", fleet->sync_interval_ms);
+	config_dump_mapping_end(d);
+}
+
 /* limits: every one, sizes and durations in units. */
 static void config_dump_limits(struct config_dump *d, const struct limits *limits)
 {
@@ -461,6 +472,9 @@ static void config_dump_document(struct config_dump *d, const struct config *con
 	/* no intercept: key is how a config leaves CONNECT alone */
 	if (config->intercept.ca != NULL)
 		config_dump_intercept(d, &config->intercept);
+	/* no fleet: key is how a config keeps every budget local */
+	if (config->fleet.redis != NULL)
+		config_dump_fleet(d, &config->fleet);
 	config_dump_limits(d, &config->limits);
 	config_dump_health(d, &config->health);
 	config_dump_word(d, "defaults");

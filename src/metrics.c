@@ -379,3 +379,11 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 	evbuffer_add_printf(out, "retryproxy_intercept_failures_total %llu\n",
 			    (unsigned long long)metrics->intercept_failures);
 }
+
+void metrics_render_fleet(bool connected, struct evbuffer *out)
+{
+	metrics_header(out, "retryproxy_fleet_connected", "gauge",
+		       "1 while the fleet's Redis answers and the route budgets are shared; 0 "
+		       "while they are local.");
+	evbuffer_add_printf(out, "retryproxy_fleet_connected %d\n", connected ? 1 : 0);
+}

@@ -61,6 +61,10 @@ void metrics_pool_reuse(struct metrics *metrics);
  * certificate, or spoke something else). */
 void metrics_intercept_failure(struct metrics *metrics);
 
+/* Append retryproxy_fleet_connected: 1 while the fleet's Redis answers.
+ * Only a proxy with a fleet: section has the series. */
+void metrics_render_fleet(bool connected, struct evbuffer *out);
+
 /* Write a label value with backslash, " and newline escaped, as the format
  * requires. */
 void metrics_label_value(struct evbuffer *out, const char *s);

@@ -10,6 +10,7 @@
 #include "admin.h"
 #include "conn.h"
 #include "exchange.h"
+#include "fleet.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
@@ -57,6 +58,25 @@ static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
 }
 
 static void proxy_connection_closed(void *arg);
+
+/* Share the route budgets through the fleet: section's Redis, keeping the
+ * connection when a reload leaves Redis, name and interval as they were;
+ * no fleet: section, no connection. */
+static void proxy_apply_fleet(struct proxy *proxy, const struct config *config)
+{
+	if (proxy->fleet != NULL &&
+	    (config->fleet.redis == NULL || !fleet_same(proxy->fleet, &config->fleet))) {
+		retry_budget_book_set_fleet(proxy->budgets, NULL);
+		fleet_free(proxy->fleet);
+		proxy->fleet = NULL;
+	}
+	if (config->fleet.redis == NULL)
+		return;
+	if (proxy->fleet == NULL)
+		proxy->fleet = fleet_new(proxy->base, proxy->dns, &config->fleet);
+	fleet_set_routes(proxy->fleet, config);
+	retry_budget_book_set_fleet(proxy->budgets, proxy->fleet);
+}
 
 /* Client connections and tunnels open now: what max_connections counts. */
 static unsigned proxy_connection_count(const struct proxy *proxy)
@@ -119,6 +139,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 		proxy_free(proxy);
 		return NULL;
 	}
+	proxy_apply_fleet(proxy, config);
 	return proxy;
 }
 
@@ -136,6 +157,9 @@ void proxy_free(struct proxy *proxy)
 	 * which probes use */
 	upstreams_free(proxy->upstreams);
 	exchange_free_spares(proxy);
+	/* before the resolver and the event base, which it uses */
+	retry_budget_book_set_fleet(proxy->budgets, NULL);
+	fleet_free(proxy->fleet);
 	tls_store_free(proxy->tls);
 	if (proxy->drain_timer != NULL)
 		event_free(proxy->drain_timer);
@@ -216,6 +240,7 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	config_release(proxy->config);
 	proxy->config = config;
 	log_configure(config->log_level, config->log_format);
+	proxy_apply_fleet(proxy, config);
 	registry_config_changed(&proxy->registry);
 	log_info("reload: now running %s", config->source);
 	proxy_notify_ready(proxy, "reloaded");

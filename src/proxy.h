@@ -30,6 +30,7 @@ struct exchange;
 struct metrics;
 struct admin;
 struct retry_budget_book;
+struct fleet;
 
 struct proxy {
 	struct conn_loop *loop;	 /* the event loop; its passes end with output written */
@@ -47,6 +48,7 @@ struct proxy {
 	struct retry_rng rng; /* jitter for every backoff */
 	struct metrics *metrics;
 	struct retry_budget_book *budgets; /* retry.budget state per route */
+	struct fleet *fleet;		   /* the budgets shared through Redis, or NULL */
 	unsigned backoff_pending;	   /* exchanges waiting on a backoff timer */
 	struct exchange *spare_exchanges;  /* freed exchanges kept for reuse */
 	unsigned spare_exchange_count;

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fleet.h"
 #include "xmalloc.h"
 
 /* A window is cut into this many buckets: the window slides in steps of
@@ -21,11 +22,13 @@ struct retry_budget_state {
 	uint64_t epoch[RETRY_BUDGET_SLOTS]; /* which bucket-sized slice of time each holds */
 	uint32_t requests[RETRY_BUDGET_SLOTS];
 	uint32_t retries[RETRY_BUDGET_SLOTS];
+	struct fleet_route *fleet; /* the route's lease when a fleet shares it, else NULL */
 	struct retry_budget_state *next;
 };
 
 struct retry_budget_book {
 	struct retry_budget_state *states;
+	struct fleet *fleet; /* NULL: every budget is local */
 };
 
 struct retry_budget_book *retry_budget_book_new(void)
@@ -61,9 +64,17 @@ struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, cons
 	s->bucket_ms = budget->window_ms / RETRY_BUDGET_BUCKETS;
 	if (s->bucket_ms == 0)
 		s->bucket_ms = 1;
+	s->fleet = book->fleet != NULL ? fleet_route_find(book->fleet, route, s->window_ms) : NULL;
 	s->next = book->states;
 	book->states = s;
 	return s;
+}
+
+void retry_budget_book_set_fleet(struct retry_budget_book *book, struct fleet *fleet)
+{
+	book->fleet = fleet;
+	for (struct retry_budget_state *s = book->states; s != NULL; s = s->next)
+		s->fleet = fleet != NULL ? fleet_route_find(fleet, s->route, s->window_ms) : NULL;
 }
 
 /* The bucket for now, emptied first if it holds an older slice of time. */
@@ -83,6 +94,8 @@ static unsigned retry_budget_bucket(struct retry_budget_state *s, uint64_t now_m
 void retry_budget_note_request(struct retry_budget_state *state, uint64_t now_ms)
 {
 	state->requests[retry_budget_bucket(state, now_ms)]++;
+	if (state->fleet != NULL)
+		fleet_route_note_request(state->fleet);
 }
 
 bool retry_budget_allows(const struct retry_budget_state *state, const struct retry_budget *budget,
@@ -94,6 +107,10 @@ bool retry_budget_allows(const struct retry_budget_state *state, const struct re
 	double allowed;
 	unsigned i;
 
+	/* while the fleet's Redis answers, a retry needs a leased token; the
+	 * local counts go on, for when it does not */
+	if (state->fleet != NULL && fleet_route_active(state->fleet))
+		return fleet_route_allows(state->fleet);
 	for (i = 0; i < RETRY_BUDGET_SLOTS; i++) {
 		/* only the slices inside the window count; a slot holding an older
 		 * slice is skipped here rather than emptied, so peeking changes
@@ -112,6 +129,8 @@ bool retry_budget_allows(const struct retry_budget_state *state, const struct re
 void retry_budget_spend(struct retry_budget_state *state, uint64_t now_ms)
 {
 	state->retries[retry_budget_bucket(state, now_ms)]++;
+	if (state->fleet != NULL && fleet_route_active(state->fleet))
+		fleet_route_spend(state->fleet);
 }
 
 uint64_t retry_budget_now_ms(void)

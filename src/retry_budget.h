@@ -16,6 +16,7 @@
 
 struct retry_budget_book;
 struct retry_budget_state;
+struct fleet;
 
 struct retry_budget_book *retry_budget_book_new(void);
 void retry_budget_book_free(struct retry_budget_book *book);
@@ -24,6 +25,11 @@ void retry_budget_book_free(struct retry_budget_book *book);
  * changed (reload) starts a new state. */
 struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, const char *route,
 					    const struct retry_budget *budget);
+
+/* Share the budgets through fleet (NULL: every budget local again): each
+ * route the fleet syncs consults its lease while the fleet's Redis answers
+ * (SPEC "Fleet budget"). The fleet must outlive the book's use of it. */
+void retry_budget_book_set_fleet(struct retry_budget_book *book, struct fleet *fleet);
 
 /* A request arrived on the route at now_ms (a monotonic clock). */
 void retry_budget_note_request(struct retry_budget_state *state, uint64_t now_ms);

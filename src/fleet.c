@@ -1,0 +1,538 @@
+#include "fleet.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/util.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/adapters/libevent.h>
+
+#include "fleet_lease.h"
+#include "log.h"
+#include "retry.h"
+#include "timeval.h"
+#include "xmalloc.h"
+
+/* A connect, or a sync round, that Redis has not answered within twice the
+ * sync interval, and never less than this, counts as Redis being down: a
+ * frozen Redis keeps its connections open, so only a deadline finds out. */
+#define FLEET_REPLY_TIMEOUT_MIN_MS 500
+
+/* Reconnects back off from the first to the last, doubling, with up to
+ * half again of jitter so a fleet of sidecars does not come back at once. */
+#define FLEET_RECONNECT_FIRST_MS 100
+#define FLEET_RECONNECT_MAX_MS 5000
+
+enum fleet_state {
+	FLEET_WAITING,	  /* the reconnect backoff runs */
+	FLEET_RESOLVING,  /* the Redis host name is being resolved */
+	FLEET_CONNECTING, /* connecting, then loading the script */
+	FLEET_CONNECTED,  /* leases in use: the fleet decides */
+};
+
+struct fleet_route {
+	struct fleet *fleet;
+	char *route;
+	uint64_t window_ms;
+	double ratio;
+	double min_per_second;
+	char *key;		/* the route's Redis hash */
+	bool live;		/* the running config has the route: it is synced */
+	uint64_t tokens;	/* leased and not yet spent */
+	uint64_t unreported;	/* requests since the last sync */
+	uint64_t sent_requests; /* what the sync in flight carries, to send again */
+	uint64_t sent_want;	/* after a NOSCRIPT (Redis restarted, or flushed) */
+	struct fleet_route *next;
+};
+
+struct fleet {
+	struct event_base *base;
+	struct evdns_base *dns;
+	char *redis; /* as written, for log lines */
+	char *host;  /* NULL for a unix socket */
+	uint16_t port;
+	char *socket;
+	char *name;
+	uint64_t sync_interval_ms;
+	uint64_t reply_timeout_ms;
+	enum fleet_state state;
+	redisAsyncContext *ac; /* the connection in use, or NULL */
+	struct evdns_getaddrinfo_request *resolving;
+	char sha[41];		  /* the script's SHA1, as SCRIPT LOAD said */
+	struct event *sync_timer; /* every sync_interval */
+	struct event *deadline;	  /* the connect or the sync round in flight */
+	struct event *reconnect;  /* the backoff before the next connect */
+	uint64_t backoff_ms;
+	unsigned pending; /* replies the sync round in flight still awaits */
+	bool down_logged; /* "local budgets" was said; said again only after an up */
+	struct retry_rng rng;
+	struct fleet_route *routes;
+};
+
+static void fleet_connect(struct fleet *fleet);
+static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
+
+/* Arm the deadline for what was just sent. */
+static void fleet_arm_deadline(struct fleet *fleet)
+{
+	struct timeval tv = timeval_from_ms(fleet->reply_timeout_ms);
+
+	evtimer_add(fleet->deadline, &tv);
+}
+
+/* Redis cannot be used: drop the connection (unless hiredis is freeing it
+ * already) and the leases, let the local budgets decide, say so once, and
+ * try again after a backoff. */
+static void fleet_lost(struct fleet *fleet, const char *why, bool free_connection)
+{
+	redisAsyncContext *ac = fleet->ac;
+	struct timeval tv;
+	uint64_t wait;
+
+	fleet->ac = NULL;
+	if (ac != NULL && free_connection)
+		redisAsyncFree(ac);
+	if (fleet->resolving != NULL) {
+		struct evdns_getaddrinfo_request *req = fleet->resolving;
+
+		fleet->resolving = NULL;
+		evdns_getaddrinfo_cancel(req);
+	}
+	evtimer_del(fleet->deadline);
+	fleet->pending = 0;
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
+		fr->tokens = 0;
+	if (!fleet->down_logged)
+		log_warn("fleet %s: redis %s: %s; retry budgets are local until it answers",
+			 fleet->name, fleet->redis, why);
+	else
+		log_debug("fleet %s: redis %s: %s", fleet->name, fleet->redis, why);
+	fleet->down_logged = true;
+	fleet->state = FLEET_WAITING;
+	wait = fleet->backoff_ms + retry_rng_uniform(&fleet->rng, fleet->backoff_ms / 2);
+	fleet->backoff_ms *= 2;
+	if (fleet->backoff_ms > FLEET_RECONNECT_MAX_MS)
+		fleet->backoff_ms = FLEET_RECONNECT_MAX_MS;
+	tv = timeval_from_ms(wait);
+	evtimer_add(fleet->reconnect, &tv);
+}
+
+/* The reconnect backoff passed. */
+static void fleet_reconnect_cb(evutil_socket_t fd, short what, void *arg)
+{
+	fleet_connect(arg);
+}
+
+/* Nothing came back in time: a frozen or overloaded Redis. */
+static void fleet_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fleet *fleet = arg;
+	char why[96];
+
+	snprintf(why, sizeof(why), "no answer within %llu ms",
+		 (unsigned long long)fleet->reply_timeout_ms);
+	fleet_lost(fleet, why, true);
+}
+
+/* Send one route's sync: its requests since the last, and the tokens it
+ * wants. EVALSHA normally; EVAL with the script's text after a NOSCRIPT,
+ * which also caches it again. */
+static void fleet_route_send(struct fleet_route *fr, bool with_text)
+{
+	struct fleet *fleet = fr->fleet;
+	char requests[24], want[24], ratio[32], floor[32], window[24];
+	const char *argv[] = { with_text ? "EVAL" : "EVALSHA",
+			       with_text ? fleet_lease_script : fleet->sha,
+			       "1",
+			       fr->key,
+			       requests,
+			       want,
+			       ratio,
+			       floor,
+			       window };
+
+	snprintf(requests, sizeof(requests), "%llu", (unsigned long long)fr->sent_requests);
+	snprintf(want, sizeof(want), "%llu", (unsigned long long)fr->sent_want);
+	snprintf(ratio, sizeof(ratio), "%.17g", fr->ratio);
+	snprintf(floor, sizeof(floor), "%.17g", fr->min_per_second);
+	snprintf(window, sizeof(window), "%llu", (unsigned long long)fr->window_ms);
+	redisAsyncCommandArgv(fleet->ac, fleet_reply_cb, fr, (int)(sizeof(argv) / sizeof(argv[0])),
+			      argv, NULL);
+}
+
+/* Every live route's sync, sent together; one deadline covers them. */
+static void fleet_sync_round(struct fleet *fleet)
+{
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
+		if (!fr->live)
+			continue;
+		fr->sent_requests = fr->unreported;
+		fr->sent_want = fleet_lease_want(fr->ratio, fr->unreported, fr->tokens);
+		fr->unreported = 0;
+		fleet_route_send(fr, false);
+		fleet->pending++;
+	}
+	if (fleet->pending > 0)
+		fleet_arm_deadline(fleet);
+}
+
+/* A route's sync answered: {granted, requests in the window, retries
+ * granted in the window}. */
+static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct fleet_route *fr = privdata;
+	struct fleet *fleet = fr->fleet;
+	redisReply *reply = r;
+
+	/* NULL: the connection is going away, and whoever drops it says why */
+	if (reply == NULL || ac != fleet->ac || fleet->state != FLEET_CONNECTED)
+		return;
+	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+		fleet_route_send(fr, true);
+		return;
+	}
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
+	    reply->element[0]->type != REDIS_REPLY_INTEGER) {
+		fleet_lost(fleet,
+			   reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply",
+			   true);
+		return;
+	}
+	if (reply->element[0]->integer > 0)
+		fr->tokens += (uint64_t)reply->element[0]->integer;
+	log_debug("fleet %s: route %s: reported %llu requests, granted %lld of %llu tokens",
+		  fleet->name, fr->route, (unsigned long long)fr->sent_requests,
+		  reply->element[0]->integer, (unsigned long long)fr->sent_want);
+	if (fleet->pending > 0 && --fleet->pending == 0)
+		evtimer_del(fleet->deadline);
+}
+
+/* Every sync_interval: a new round, unless the last is still out (its
+ * deadline decides about that one). */
+static void fleet_sync_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fleet *fleet = arg;
+
+	if (fleet->state == FLEET_CONNECTED && fleet->pending == 0)
+		fleet_sync_round(fleet);
+}
+
+/* The script is loaded: the fleet decides from now on. Counts from before
+ * are dropped (they were the local budget's), and so are old leases. */
+static void fleet_up(struct fleet *fleet)
+{
+	evtimer_del(fleet->deadline);
+	fleet->state = FLEET_CONNECTED;
+	fleet->backoff_ms = FLEET_RECONNECT_FIRST_MS;
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
+		fr->tokens = 0;
+		fr->unreported = 0;
+	}
+	if (fleet->down_logged)
+		log_info("fleet %s: redis %s answers again; retry budgets are the fleet's",
+			 fleet->name, fleet->redis);
+	else
+		log_info("fleet %s: connected to redis %s", fleet->name, fleet->redis);
+	fleet->down_logged = false;
+	fleet_sync_round(fleet);
+}
+
+/* SCRIPT LOAD answered with the script's SHA1. */
+static void fleet_script_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct fleet *fleet = privdata;
+	redisReply *reply = r;
+
+	if (reply == NULL || ac != fleet->ac)
+		return;
+	if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
+		fleet_lost(fleet,
+			   reply->type == REDIS_REPLY_ERROR ? reply->str
+							    : "unexpected reply to SCRIPT LOAD",
+			   true);
+		return;
+	}
+	memcpy(fleet->sha, reply->str, 40);
+	fleet->sha[40] = '\0';
+	fleet_up(fleet);
+}
+
+/* The connection is made, or failed (then hiredis frees it). */
+static void fleet_connect_cb(const redisAsyncContext *c, int status)
+{
+	struct fleet *fleet = c->data;
+
+	if (c != fleet->ac)
+		return;
+	if (status != REDIS_OK) {
+		fleet->ac = NULL;
+		fleet_lost(fleet, c->errstr[0] != '\0' ? c->errstr : "cannot connect", false);
+		return;
+	}
+	redisAsyncCommand(fleet->ac, fleet_script_cb, fleet, "SCRIPT LOAD %s", fleet_lease_script);
+}
+
+/* Redis closed the connection, or it broke; hiredis frees it. One we
+ * dropped ourselves is no longer fleet->ac. */
+static void fleet_disconnect_cb(const redisAsyncContext *c, int status)
+{
+	struct fleet *fleet = c->data;
+
+	if (c != fleet->ac)
+		return;
+	fleet->ac = NULL;
+	fleet_lost(fleet, c->err != 0 && c->errstr[0] != '\0' ? c->errstr : "connection closed",
+		   false);
+}
+
+/* Connect to a numeric address (or the socket); hiredis resolves nothing
+ * then, so this does not block. */
+static void fleet_open(struct fleet *fleet, const char *address)
+{
+	redisAsyncContext *ac;
+	char why[160];
+
+	if (fleet->socket != NULL)
+		ac = redisAsyncConnectUnix(fleet->socket);
+	else
+		ac = redisAsyncConnect(address, fleet->port);
+	if (ac == NULL || ac->err != 0) {
+		snprintf(why, sizeof(why), "cannot connect: %s",
+			 ac != NULL ? ac->errstr : "out of memory");
+		if (ac != NULL)
+			redisAsyncFree(ac);
+		fleet_lost(fleet, why, false);
+		return;
+	}
+	ac->data = fleet;
+	redisLibeventAttach(ac, fleet->base);
+	redisAsyncSetConnectCallback(ac, fleet_connect_cb);
+	redisAsyncSetDisconnectCallback(ac, fleet_disconnect_cb);
+	fleet->ac = ac;
+	fleet->state = FLEET_CONNECTING;
+	fleet_arm_deadline(fleet);
+}
+
+/* The Redis host name resolved (or not), without blocking the loop. */
+static void fleet_resolved_cb(int result, struct evutil_addrinfo *res, void *arg)
+{
+	struct fleet *fleet = arg;
+	char address[INET6_ADDRSTRLEN];
+	char why[160];
+	const void *in;
+
+	if (result == EVUTIL_EAI_CANCEL)
+		return;
+	fleet->resolving = NULL;
+	if (result != 0 || res == NULL) {
+		snprintf(why, sizeof(why), "cannot resolve %s: %s", fleet->host,
+			 evutil_gai_strerror(result));
+		if (res != NULL)
+			evutil_freeaddrinfo(res);
+		fleet_lost(fleet, why, false);
+		return;
+	}
+	if (res->ai_family == AF_INET6)
+		in = &((const struct sockaddr_in6 *)res->ai_addr)->sin6_addr;
+	else
+		in = &((const struct sockaddr_in *)res->ai_addr)->sin_addr;
+	evutil_inet_ntop(res->ai_family, in, address, sizeof(address));
+	evutil_freeaddrinfo(res);
+	fleet_open(fleet, address);
+}
+
+/* Whether host is an IPv4 or IPv6 address, which needs no resolving. */
+static bool fleet_is_numeric(const char *host)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	return evutil_inet_pton(AF_INET, host, buf) == 1 ||
+	       evutil_inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* Start a connection: to the socket, the address, or what the name
+ * resolves to. */
+static void fleet_connect(struct fleet *fleet)
+{
+	struct evutil_addrinfo hints;
+	struct evdns_getaddrinfo_request *req;
+
+	if (fleet->socket != NULL || fleet_is_numeric(fleet->host)) {
+		fleet_open(fleet, fleet->host);
+		return;
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_protocol = IPPROTO_TCP;
+	fleet->state = FLEET_RESOLVING;
+	fleet_arm_deadline(fleet);
+	/* NULL when answered at once (the callback ran already) */
+	req = evdns_getaddrinfo(fleet->dns, fleet->host, NULL, &hints, fleet_resolved_cb, fleet);
+	if (req != NULL && fleet->state == FLEET_RESOLVING)
+		fleet->resolving = req;
+}
+
+struct fleet *fleet_new(struct event_base *base, struct evdns_base *dns,
+			const struct fleet_config *config)
+{
+	struct fleet *fleet = xcalloc(1, sizeof(*fleet));
+	struct timeval tv = timeval_from_ms(config->sync_interval_ms);
+
+	fleet->base = base;
+	fleet->dns = dns;
+	fleet->redis = xstrdup(config->redis);
+	fleet->host = config->redis_host != NULL ? xstrdup(config->redis_host) : NULL;
+	fleet->port = config->redis_port;
+	fleet->socket = config->redis_socket != NULL ? xstrdup(config->redis_socket) : NULL;
+	fleet->name = xstrdup(config->name);
+	fleet->sync_interval_ms = config->sync_interval_ms;
+	fleet->reply_timeout_ms = 2 * config->sync_interval_ms;
+	if (fleet->reply_timeout_ms < FLEET_REPLY_TIMEOUT_MIN_MS)
+		fleet->reply_timeout_ms = FLEET_REPLY_TIMEOUT_MIN_MS;
+	fleet->backoff_ms = FLEET_RECONNECT_FIRST_MS;
+	retry_rng_seed(&fleet->rng);
+	fleet->sync_timer = event_new(base, -1, EV_PERSIST, fleet_sync_cb, fleet);
+	fleet->deadline = evtimer_new(base, fleet_deadline_cb, fleet);
+	fleet->reconnect = evtimer_new(base, fleet_reconnect_cb, fleet);
+	evtimer_add(fleet->sync_timer, &tv);
+	fleet_connect(fleet);
+	return fleet;
+}
+
+void fleet_free(struct fleet *fleet)
+{
+	redisAsyncContext *ac;
+
+	if (fleet == NULL)
+		return;
+	event_free(fleet->sync_timer);
+	event_free(fleet->deadline);
+	event_free(fleet->reconnect);
+	if (fleet->resolving != NULL)
+		evdns_getaddrinfo_cancel(fleet->resolving);
+	/* pending replies are called back with NULL while the routes still
+	 * exist, and ignored */
+	ac = fleet->ac;
+	fleet->ac = NULL;
+	if (ac != NULL)
+		redisAsyncFree(ac);
+	while (fleet->routes != NULL) {
+		struct fleet_route *fr = fleet->routes;
+
+		fleet->routes = fr->next;
+		free(fr->route);
+		free(fr->key);
+		free(fr);
+	}
+	free(fleet->redis);
+	free(fleet->host);
+	free(fleet->socket);
+	free(fleet->name);
+	free(fleet);
+}
+
+/* Two strings both NULL or equal. */
+static bool fleet_same_text(const char *a, const char *b)
+{
+	return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+bool fleet_same(const struct fleet *fleet, const struct fleet_config *config)
+{
+	return fleet_same_text(fleet->redis, config->redis) &&
+	       fleet_same_text(fleet->name, config->name) &&
+	       fleet->sync_interval_ms == config->sync_interval_ms;
+}
+
+/* The lease of a route and window, live or not. */
+static struct fleet_route *fleet_route_lookup(struct fleet *fleet, const char *route,
+					      uint64_t window_ms)
+{
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
+		if (fr->window_ms == window_ms && strcmp(fr->route, route) == 0)
+			return fr;
+	return NULL;
+}
+
+/* Make a route's lease live with the budget it has now. Leases of routes a
+ * reload dropped stay (not synced, holding nothing) until the fleet goes:
+ * a reply in flight may still name them. */
+static void fleet_route_take(struct fleet *fleet, const struct route *route)
+{
+	const struct retry_budget *budget = &route->retry.budget;
+	struct fleet_route *fr = fleet_route_lookup(fleet, route->name, budget->window_ms);
+
+	if (fr == NULL) {
+		size_t size = strlen(fleet->name) + strlen(route->name) + 48;
+
+		fr = xcalloc(1, sizeof(*fr));
+		fr->fleet = fleet;
+		fr->route = xstrdup(route->name);
+		fr->window_ms = budget->window_ms;
+		fr->key = xmalloc(size);
+		snprintf(fr->key, size, "retryproxy:{%s}:%s:%llu", fleet->name, route->name,
+			 (unsigned long long)budget->window_ms);
+		fr->next = fleet->routes;
+		fleet->routes = fr;
+	}
+	fr->live = true;
+	fr->ratio = budget->ratio;
+	fr->min_per_second = budget->min_per_second;
+	/* counts reach Redis one interval late and leases cover two: against
+	 * a short window the fleet would decide on stale counts */
+	if (fleet->sync_interval_ms * 4 > budget->window_ms)
+		log_warn("fleet %s: route %s: sync_interval %llu ms is more than a quarter of its "
+			 "budget window (%llu ms); the fleet's counts lag behind the window",
+			 fleet->name, route->name, (unsigned long long)fleet->sync_interval_ms,
+			 (unsigned long long)budget->window_ms);
+}
+
+void fleet_set_routes(struct fleet *fleet, const struct config *config)
+{
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
+		fr->live = false;
+	fleet_route_take(fleet, &config->default_route);
+	for (size_t i = 0; i < config->route_count; i++)
+		fleet_route_take(fleet, &config->routes[i]);
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
+		if (!fr->live)
+			fr->tokens = 0;
+}
+
+bool fleet_connected(const struct fleet *fleet)
+{
+	return fleet->state == FLEET_CONNECTED;
+}
+
+struct fleet_route *fleet_route_find(struct fleet *fleet, const char *route, uint64_t window_ms)
+{
+	struct fleet_route *fr = fleet_route_lookup(fleet, route, window_ms);
+
+	return fr != NULL && fr->live ? fr : NULL;
+}
+
+bool fleet_route_active(const struct fleet_route *fr)
+{
+	return fr->fleet->state == FLEET_CONNECTED;
+}
+
+bool fleet_route_allows(const struct fleet_route *fr)
+{
+	return fr->tokens > 0;
+}
+
+void fleet_route_note_request(struct fleet_route *fr)
+{
+	fr->unreported++;
+}
+
+void fleet_route_spend(struct fleet_route *fr)
+{
+	if (fr->tokens > 0)
+		fr->tokens--;
+}

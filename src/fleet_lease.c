@@ -1,0 +1,49 @@
+#include "fleet_lease.h"
+
+#include <math.h>
+
+/* The buckets mirror retry_budget.c: 20 to a window and one more kept, so
+ * the counted span covers at least a whole window (the strict side). Fields
+ * older than that are deleted as they are met, and the key expires a little
+ * after a window with no sync, so nothing accumulates in Redis. */
+const char fleet_lease_script[] =
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local requests = tonumber(ARGV[1])\n"
+	"local want = tonumber(ARGV[2])\n"
+	"local ratio = tonumber(ARGV[3])\n"
+	"local floor = tonumber(ARGV[4])\n"
+	"local window = tonumber(ARGV[5])\n"
+	"local bucket = math.max(1, math.floor(window / 20))\n"
+	"local epoch = math.floor(now / bucket)\n"
+	"if requests > 0 then\n"
+	"  redis.call('HINCRBY', KEYS[1], 'q' .. epoch, requests)\n"
+	"end\n"
+	"local fields = redis.call('HGETALL', KEYS[1])\n"
+	"local q, r = 0, 0\n"
+	"for i = 1, #fields, 2 do\n"
+	"  local e = tonumber(string.sub(fields[i], 2))\n"
+	"  if e == nil or epoch - e > 20 then\n"
+	"    redis.call('HDEL', KEYS[1], fields[i])\n"
+	"  elseif string.sub(fields[i], 1, 1) == 'q' then\n"
+	"    q = q + tonumber(fields[i + 1])\n"
+	"  else\n"
+	"    r = r + tonumber(fields[i + 1])\n"
+	"  end\n"
+	"end\n"
+	"local left = math.floor(ratio * q + floor * window / 1000 - r)\n"
+	"local grant = math.max(0, math.min(want, left))\n"
+	"if grant > 0 then\n"
+	"  redis.call('HINCRBY', KEYS[1], 'r' .. epoch, grant)\n"
+	"end\n"
+	"redis.call('PEXPIRE', KEYS[1], window + 2 * bucket)\n"
+	"return {grant, q, r + grant}\n";
+
+uint64_t fleet_lease_want(double ratio, uint64_t requests, uint64_t held)
+{
+	uint64_t target = (uint64_t)ceil(2.0 * ratio * (double)requests);
+
+	if (target < 1)
+		target = 1;
+	return target > held ? target - held : 0;
+}
