@@ -17,6 +17,7 @@
 #define STATUS_PAGE_NARROW_PX "720"
 
 static const char status_page_css[] =
+	"*{box-sizing:border-box}"
 	":root{color-scheme:light;font:14px/1.4 system-ui,-apple-system,'Segoe UI',Roboto,"
 	"sans-serif;color:#1d2330;background:#f3f5f8}"
 	"body{margin:0 auto;max-width:1500px;padding:16px 20px}"

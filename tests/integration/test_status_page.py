@@ -9,7 +9,9 @@ down, then refused at once) and the default route (a plain 200). Then,
 with no traffic left in flight, headless Chromium (Debian's package, a
 fresh profile, no network beyond loopback) loads http://<admin>/ with
 --dump-dom, takes screenshots at 1200x800 and at a phone's 390x844, and
-lays the page out at both sizes through the DevTools pipe.
+lays the page out at both sizes through the DevTools pipe. With
+STATUS_PAGE_SCREENSHOTS=<dir> in the environment the screenshots are
+copied there (that is how doc/status-page.png is made).
 Origin: the test origin with scripted paths.
 Must hold:
 - GET / is 200 text/html; charset=utf-8 with Cache-Control: no-store and
@@ -36,6 +38,7 @@ import html.parser
 import json
 import os
 import re
+import shutil
 
 import browser
 import harness as h
@@ -312,6 +315,12 @@ def scenario(t):
             got_width, got_height, colours = browser.png_summary(path)
             h.eq((got_width, got_height), (width, height), "PNG size")
             h.ok(colours >= 16, "only %d colours: a blank page?" % colours)
+            keep = os.environ.get("STATUS_PAGE_SCREENSHOTS")
+            if keep:
+                # how doc/status-page.png is made (a relative dir is from the
+                # source root): see README "The status page"
+                shutil.copy(path, os.path.join(h.REPO, keep,
+                                              "status-page-%dx%d.png" % (width, height)))
 
     layout = ("JSON.stringify({page: document.documentElement.scrollWidth, view: innerWidth,"
               " routes: [document.querySelector('#routes').parentElement.scrollWidth,"
