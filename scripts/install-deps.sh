@@ -19,9 +19,10 @@ libevent-dev libssl-dev libyaml-dev libjansson-dev libcmocka-dev python3"
 # client, openssl for the test PKI, python3-yaml to read docker/compose.yaml,
 # systemd for `systemd-analyze verify` on the unit, groff-base to render the
 # man pages with warnings on, clang-format for the style check, chromium to
-# load the admin status page in a real (headless) browser.
+# load the admin status page in a real (headless) browser, podman to check
+# that docker/Dockerfile builds without a container daemon.
 test_packages="clang libclang-rt-14-dev curl openssl ca-certificates procps
-python3-yaml systemd groff-base clang-format chromium"
+python3-yaml systemd groff-base clang-format chromium podman"
 
 case "${1:-}" in
 "") packages="$build_packages $test_packages" ;;
