@@ -23,10 +23,12 @@ libhiredis-dev"
 # man pages with warnings on, clang-format for the style check, debhelper,
 # dpkg-dev and lintian to build and check the Debian package (debian/; it
 # needs no fakeroot: Rules-Requires-Root: no), redis-server for the fleet
-# budget's tests and simulation.
+# budget's tests and simulation, chromium to load the admin status page in a
+# real (headless) browser, podman to check that docker/Dockerfile builds
+# without a container daemon.
 test_packages="clang libclang-rt-14-dev curl openssl ca-certificates procps
 python3-yaml systemd groff-base clang-format debhelper dpkg-dev lintian
-redis-server"
+redis-server chromium podman"
 
 case "${1:-}" in
 "") packages="$build_packages $test_packages" ;;

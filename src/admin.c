@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -19,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
+#include "status_page.h"
 #include "upstreams.h"
 #include "xmalloc.h"
 
@@ -54,10 +56,9 @@ static int admin_render_healthz(struct admin *admin, struct evbuffer *body)
 	return 200;
 }
 
-/* /metrics: the counters, with the gauges the proxy keeps itself. */
-static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
+/* The gauges the proxy keeps itself, as /metrics and / show them. */
+static struct metrics_gauges admin_gauges(const struct proxy *proxy)
 {
-	const struct proxy *proxy = admin->proxy;
 	struct metrics_gauges gauges = {
 		/* held requests take a place among the pending retries too */
 		.backoff_pending = proxy->backoff_pending - upstreams_waiting(proxy->upstreams),
@@ -65,10 +66,36 @@ static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
 		.upstream_connections = conn_loop_open(proxy->loop, CONN_OUTGOING),
 	};
 
+	return gauges;
+}
+
+/* /metrics: the counters, with the gauges the proxy keeps itself. */
+static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
+{
+	const struct proxy *proxy = admin->proxy;
+	struct metrics_gauges gauges = admin_gauges(proxy);
+
 	metrics_render(proxy->metrics, &gauges, body);
 	if (proxy->fleet != NULL)
 		metrics_render_fleet(fleet_connected(proxy->fleet), body);
 	upstreams_render_metrics(proxy->upstreams, body);
+	return 200;
+}
+
+/* /: the status page, from the same counters and gauges as /metrics. */
+static int admin_render_status(struct admin *admin, struct evbuffer *body)
+{
+	const struct proxy *proxy = admin->proxy;
+	struct metrics_gauges gauges = admin_gauges(proxy);
+	struct status_page_state state = {
+		.metrics = proxy->metrics,
+		.gauges = &gauges,
+		.upstreams = proxy->upstreams,
+		.draining = proxy->draining,
+		.now = time(NULL),
+	};
+
+	status_page_render(&state, body);
 	return 200;
 }
 
@@ -87,6 +114,7 @@ static int admin_render_config(struct admin *admin, struct evbuffer *body)
 }
 
 static const struct admin_page admin_pages[] = {
+	{ "/", "text/html; charset=utf-8", admin_render_status },
 	{ "/healthz", "text/plain; charset=utf-8", admin_render_healthz },
 	{ "/metrics", "text/plain; version=0.0.4; charset=utf-8", admin_render_metrics },
 	{ "/config", "application/yaml; charset=utf-8", admin_render_config },
@@ -146,8 +174,8 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 			page = &admin_pages[i];
 	if (page == NULL) {
 		status = 404;
-		evbuffer_add_printf(body,
-				    "not found; try /healthz, /metrics, /config or /upstreams\n");
+		evbuffer_add_printf(
+			body, "not found; try /, /healthz, /metrics, /config or /upstreams\n");
 	} else if (method != EVHTTP_REQ_GET && method != EVHTTP_REQ_HEAD) {
 		/* the pages only show state; nothing here changes it */
 		status = 405;
@@ -205,7 +233,7 @@ static struct admin *admin_open(struct proxy *proxy, const char *address,
 	evhttp_set_timeout(admin->http, ADMIN_TIMEOUT_S);
 	evhttp_set_max_headers_size(admin->http, ADMIN_MAX_HEADERS);
 	evhttp_set_max_body_size(admin->http, ADMIN_MAX_BODY);
-	log_info("admin listening on %s (/healthz, /metrics, /config)", address);
+	log_info("admin listening on %s (/, /healthz, /metrics, /config, /upstreams)", address);
 	return admin;
 fail:
 	err = errno;

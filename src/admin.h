@@ -3,8 +3,8 @@
 
 /*
  * The admin listener (SPEC "Admin endpoint"), served by libevent's evhttp:
- * GET /healthz, /metrics (Prometheus text) and /config (the effective config
- * as YAML). It is separate from the proxy listeners and stays up while the
+ * GET / (the status page, status_page.c), /healthz, /metrics (Prometheus
+ * text), /config (the effective config as YAML) and /upstreams. It is separate from the proxy listeners and stays up while the
  * proxy drains, so a health check can watch the drain. Only loopback
  * addresses unless access.admin_remote; config loading enforces that.
  */

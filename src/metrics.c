@@ -387,3 +387,31 @@ void metrics_render_fleet(bool connected, struct evbuffer *out)
 		       "while they are local.");
 	evbuffer_add_printf(out, "retryproxy_fleet_connected %d\n", connected ? 1 : 0);
 }
+
+/* The status page's view has a slot for each cause this file counts. */
+_Static_assert(RETRY_CAUSE_TIMEOUT + 1 == METRICS_CAUSES, "one retries slot per cause");
+
+void metrics_each_route(const struct metrics *metrics,
+			void (*fn)(const struct metrics_route_view *view, void *arg), void *arg)
+{
+	const struct metrics_route *r;
+	size_t i;
+
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		struct metrics_route_view view = {
+			.name = r->name,
+			.tries = r->tries,
+			.hedges_won = r->hedges[1],
+			.hedges_lost = r->hedges[0],
+		};
+
+		for (i = 0; i < r->code_count; i++) {
+			view.requests += r->codes[i].count;
+			if (r->codes[i].code >= 200 && r->codes[i].code < 400)
+				view.succeeded += r->codes[i].count;
+		}
+		memcpy(view.retries, r->retries, sizeof(view.retries));
+		memcpy(view.gave_up, r->gave_up, sizeof(view.gave_up));
+		fn(&view, arg);
+	}
+}

@@ -73,4 +73,21 @@ void metrics_label_value(struct evbuffer *out, const char *s);
 void metrics_render(const struct metrics *metrics, const struct metrics_gauges *gauges,
 		    struct evbuffer *out);
 
+/* One route's counters, read for the status page (the same ones /metrics
+ * shows; nothing is counted twice). */
+struct metrics_route_view {
+	const char *name;
+	uint64_t requests;			   /* final responses, every code */
+	uint64_t succeeded;			   /* of those, 2xx and 3xx */
+	uint64_t tries;				   /* upstream tries, first ones included */
+	uint64_t retries[RETRY_CAUSE_TIMEOUT + 1]; /* by enum retry_cause */
+	uint64_t gave_up[RETRY_GIVE_UP_COUNT];	   /* by enum retry_give_up; NONE unused */
+	uint64_t hedges_won;
+	uint64_t hedges_lost;
+};
+
+/* Call fn with each route's counters, in order of first use. */
+void metrics_each_route(const struct metrics *metrics,
+			void (*fn)(const struct metrics_route_view *view, void *arg), void *arg);
+
 #endif

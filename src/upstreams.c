@@ -426,3 +426,22 @@ void upstreams_render_metrics(const struct upstreams *set, struct evbuffer *out)
 				    (unsigned long long)u->probes_failed);
 	}
 }
+
+void upstreams_each(const struct upstreams *set,
+		    void (*fn)(const struct upstream_view *view, void *arg), void *arg)
+{
+	const struct upstream *u;
+
+	TAILQ_FOREACH(u, &set->all, link) {
+		struct upstream_view view = {
+			.name = u->name,
+			.down = u->health.state == HEALTH_DOWN,
+			.failures = u->health.failures,
+			.held = u->waiting,
+			.probes_ok = u->probes_ok,
+			.probes_failed = u->probes_failed,
+		};
+
+		fn(&view, arg);
+	}
+}

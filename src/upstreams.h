@@ -92,4 +92,19 @@ void upstreams_render(const struct upstreams *upstreams, struct evbuffer *out);
  * retryproxy_probes_total in the Prometheus text format. */
 void upstreams_render_metrics(const struct upstreams *upstreams, struct evbuffer *out);
 
+/* One upstream as the status page shows it. */
+struct upstream_view {
+	const char *name; /* "http://host:port" */
+	bool down;
+	unsigned failures; /* consecutive connect failures */
+	unsigned held;	   /* requests waiting for it now */
+	uint64_t probes_ok;
+	uint64_t probes_failed;
+};
+
+/* Call fn for each upstream, most recently used first, as /upstreams lists
+ * them. */
+void upstreams_each(const struct upstreams *upstreams,
+		    void (*fn)(const struct upstream_view *view, void *arg), void *arg);
+
 #endif

@@ -16,7 +16,11 @@ compose services by name; the Dockerfile's build stage runs
 scripts/install-deps.sh (the script the README's quick start runs) and
 meson, its runtime stage is debian:12-slim with a non-root USER, a
 HEALTHCHECK and the Debian packages of every shared library the binary
-needs; both configs pass `retryproxy --check`; the health check script says
+needs, and it uses no BuildKit-only syntax (podman builds it too); podman
+build --isolation=chroot --format docker (the README's command), on a
+stand-in context with the real Dockerfile.dockerignore and the runtime
+stage's HEALTHCHECK, STOPSIGNAL and USER, leaves .git, build trees and
+__pycache__ out and keeps those three; both configs pass `retryproxy --check`; the health check script says
 healthy only on a 200 from /healthz; and the compose demo, with its
 addresses moved to loopback, shows every request retried to a 200 in the
 client's output and in the proxy's access log.
@@ -33,6 +37,7 @@ failures=0 held=0, and the proxy logged it going down and up.
 """
 
 import http.client
+import json
 import os
 import re
 import shlex
@@ -265,6 +270,40 @@ class StubAdmin:
             c.close()
 
 
+# What docker/Dockerfile may use so that podman (buildah) builds it as docker
+# does: the classic instructions, and no BuildKit-only flags or heredocs.
+PORTABLE_INSTRUCTIONS = {"FROM", "WORKDIR", "COPY", "RUN", "USER", "EXPOSE", "HEALTHCHECK",
+                         "STOPSIGNAL", "ENTRYPOINT", "CMD", "ENV", "ARG", "LABEL", "VOLUME"}
+PORTABLE_FLAGS = {"COPY": {"--from", "--chown"}, "RUN": set(),
+                  "HEALTHCHECK": {"--interval", "--timeout", "--start-period", "--retries"}}
+
+
+def podman(*args, timeout=120):
+    return subprocess.run(["podman"] + list(args), capture_output=True, text=True,
+                          timeout=timeout * h.SLOW)
+
+
+def podman_context(tmp, runtime):
+    """A build context for podman shaped like the repository: docker/Dockerfile
+    (FROM scratch, COPY of the whole context, and the real runtime stage's
+    HEALTHCHECK, STOPSIGNAL and USER), the real docker/Dockerfile.dockerignore
+    beside it, and files it must keep out (.git, build trees, __pycache__)
+    and in (sources)."""
+    ctx = os.path.join(tmp, "podman-context")
+    files = {".git/HEAD": "ref\n", "build/build.ninja": "x\n", "build-asan/x.o": "x\n",
+             "src/__pycache__/m.pyc": "x\n", "src/main.c": "int main;\n",
+             "docker/healthcheck.sh": "#!/bin/sh\n"}
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(os.path.join(ctx, path)), exist_ok=True)
+        with open(os.path.join(ctx, path), "w") as f:
+            f.write(text)
+    shutil.copy(os.path.join(DOCKER, "Dockerfile.dockerignore"), os.path.join(ctx, "docker"))
+    kept = ["%s %s" % (w, a) for w, a in runtime if w in ("HEALTHCHECK", "STOPSIGNAL", "USER")]
+    with open(os.path.join(ctx, "docker", "Dockerfile"), "w") as f:
+        f.write("FROM scratch\nCOPY . /ctx\n" + "\n".join(kept) + "\n")
+    return ctx
+
+
 def healthcheck(addr, timeout=10):
     return subprocess.run([HEALTHCHECK, addr], capture_output=True, text=True, timeout=timeout)
 
@@ -411,6 +450,63 @@ def scenario(t):
         patterns = h.read_file(os.path.join(DOCKER, "Dockerfile.dockerignore")).split()
         for want in (".git", "build*/"):
             h.ok(want in patterns, "%s not ignored: %r" % (want, patterns))
+
+    @t.check("Dockerfile: only instructions and flags podman (buildah) builds too, no BuildKit-only syntax")
+    def _():
+        text = h.read_file(DOCKERFILE)
+        h.ok(not re.match(r"\s*#\s*(syntax|escape|check)\s*=", text, re.I),
+             "a parser directive on the first line: %r" % text.splitlines()[0])
+        for _base, _alias, body in stages:
+            for word, args in body:
+                h.ok(word in PORTABLE_INSTRUCTIONS, "instruction %s" % word)
+                h.ok(not args.startswith("<<"), "a heredoc in %s %s" % (word, args[:40]))
+                flags = []
+                for token in args.split():
+                    if not token.startswith("--"):
+                        break
+                    flags.append(token.split("=")[0])
+                allowed = PORTABLE_FLAGS.get(word, set())
+                h.ok(set(flags) <= allowed, "%s %s: flags %r (podman builds with %r)"
+                     % (word, args[:60], flags, sorted(allowed)))
+
+    if shutil.which("podman") is None:
+        t.fail("podman builds with the ignore file and keeps the HEALTHCHECK",
+               "podman is not installed; scripts/install-deps.sh installs it")
+    elif podman("info").returncode != 0:
+        t.skip("podman builds with the ignore file and keeps the HEALTHCHECK",
+               "podman cannot run here: %s" % podman("info").stderr.strip()[-300:])
+    else:
+        @t.check("podman build --isolation=chroot --format docker (README): docker/Dockerfile.dockerignore "
+                 "keeps .git, build trees and __pycache__ out; HEALTHCHECK, STOPSIGNAL, USER kept")
+        def _():
+            ctx = podman_context(t.tmp, runtime)
+            tag = "localhost/retryproxy-podman-check:%d" % os.getpid()
+            built = podman("build", "--isolation=chroot", "--format", "docker", "--pull=never",
+                           "-f", os.path.join(ctx, "docker", "Dockerfile"), "-t", tag, ctx)
+            h.eq(built.returncode, 0, "podman build exit code\n%s" % built.stderr[-2000:])
+            container = "retryproxy-podman-check-%d" % os.getpid()
+            try:
+                h.eq(podman("create", "--name", container, tag, "/none").returncode, 0,
+                     "podman create")
+                export = subprocess.run("podman export %s | tar -t" % container, shell=True,
+                                        capture_output=True, text=True, timeout=60 * h.SLOW)
+                h.eq(export.returncode, 0, "podman export | tar -t (%r)" % export.stderr)
+                paths = set(p.rstrip("/") for p in export.stdout.split())
+                h.ok("ctx/src/main.c" in paths, "sources left out: %r" % sorted(paths))
+                for gone in ("ctx/.git", "ctx/build", "ctx/build-asan", "ctx/src/__pycache__"):
+                    h.ok(gone not in paths, "%s is in the image: %r" % (gone, sorted(paths)))
+                inspect = podman("image", "inspect", "--format",
+                                 "{{json .HealthCheck}}|{{.Config.StopSignal}}|{{.Config.User}}", tag)
+                h.eq(inspect.returncode, 0, "podman image inspect (%r)" % inspect.stderr)
+                health, stop, user = inspect.stdout.strip().split("|")
+                check = [a for w, a in runtime if w == "HEALTHCHECK"][0]
+                want = json.loads(re.search(r"CMD (\[.*\])", check).group(1))
+                h.eq(json.loads(health).get("Test"), ["CMD"] + want, "the image's health check")
+                h.eq(stop, [a for w, a in runtime if w == "STOPSIGNAL"][0], "STOPSIGNAL")
+                h.eq(user, [a for w, a in runtime if w == "USER"][-1], "USER")
+            finally:
+                podman("rm", "-f", container)
+                podman("rmi", "-f", tag)
 
     packages = ldd_packages(h.BIN)
     if packages is None:

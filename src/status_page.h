@@ -1,0 +1,44 @@
+#ifndef RETRYPROXY_STATUS_PAGE_H
+#define RETRYPROXY_STATUS_PAGE_H
+
+/*
+ * The admin listener's `/`: one self-contained HTML page for a person (SPEC
+ * "Admin additions"). Per route: requests, success rate, tries, retries by
+ * cause, give-ups by reason, hedges; per upstream: up or down, failures,
+ * held requests, probes; and the gauges (backoffs pending, held requests,
+ * connections). It reads the very counters /metrics renders. Inline CSS, no
+ * script, nothing loaded from elsewhere; it asks the browser to load it
+ * again every STATUS_PAGE_REFRESH_S seconds.
+ *
+ * Success rate: 2xx and 3xx final responses over all final responses to
+ * clients, the proxy's own 502 and 504 included.
+ */
+
+#include <stdbool.h>
+#include <time.h>
+
+struct evbuffer;
+struct metrics;
+struct metrics_gauges;
+struct upstreams;
+
+#define STATUS_PAGE_REFRESH_S 2
+
+/* What the page shows besides the counters. */
+struct status_page_state {
+	const struct metrics *metrics;
+	const struct metrics_gauges *gauges;
+	const struct upstreams *upstreams;
+	bool draining; /* SIGTERM came: the proxy takes no new requests */
+	time_t now;    /* wall clock, shown as when the page was made */
+};
+
+/* Append the whole page to out. */
+void status_page_render(const struct status_page_state *state, struct evbuffer *out);
+
+/* Append s with &, <, >, " and ' as character references and control
+ * characters as U+FFFD, so that a name is text wherever it lands in the
+ * page, attribute values included. */
+void status_page_escape(struct evbuffer *out, const char *s);
+
+#endif

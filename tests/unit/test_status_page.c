@@ -1,0 +1,251 @@
+/*
+ * Unit tests for status_page.c: HTML escaping by table, and the page
+ * rendered from real metrics and upstreams: a route's cells carry the
+ * counters metrics.c keeps, the success rate counts 2xx and 3xx, names are
+ * escaped in text and attributes, an empty proxy says so, and nothing is
+ * loaded from elsewhere.
+ */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "metrics.h"
+#include "status_page.h"
+#include "upstreams.h"
+
+/* The buffer's bytes as a string the caller frees. */
+static char *test_text(struct evbuffer *buf)
+{
+	size_t len = evbuffer_get_length(buf);
+	char *text = malloc(len + 1);
+
+	assert_non_null(text);
+	evbuffer_remove(buf, text, len);
+	text[len] = '\0';
+	return text;
+}
+
+static char *test_escape(const char *s)
+{
+	struct evbuffer *buf = evbuffer_new();
+	char *text;
+
+	status_page_escape(buf, s);
+	text = test_text(buf);
+	evbuffer_free(buf);
+	return text;
+}
+
+static void test_status_page_escape(void **state)
+{
+	static const struct {
+		const char *in;
+		const char *out;
+	} cases[] = {
+		{ "", "" },
+		{ "api-v2.internal_1", "api-v2.internal_1" },
+		{ "<script>", "&lt;script&gt;" },
+		{ "a&b", "a&amp;b" },
+		{ "\"quoted\" 'single'", "&quot;quoted&quot; &#39;single&#39;" },
+		{ "tab\there\nnl\x7f", "tab&#xFFFD;here&#xFFFD;nl&#xFFFD;" },
+		{ "caf\xc3\xa9", "caf\xc3\xa9" }, /* UTF-8 passes as it is */
+		{ "&amp;", "&amp;amp;" },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *got = test_escape(cases[i].in);
+
+		assert_string_equal(got, cases[i].out);
+		free(got);
+	}
+}
+
+/* The page for these metrics and upstreams. */
+static char *test_render(const struct metrics *metrics, const struct upstreams *upstreams,
+			 unsigned backoff_pending, bool draining)
+{
+	struct metrics_gauges gauges = { backoff_pending, 3, 2 };
+	struct status_page_state state = {
+		.metrics = metrics,
+		.gauges = &gauges,
+		.upstreams = upstreams,
+		.draining = draining,
+		.now = 1700000000,
+	};
+	struct evbuffer *buf = evbuffer_new();
+	char *text;
+
+	status_page_render(&state, buf);
+	text = test_text(buf);
+	evbuffer_free(buf);
+	return text;
+}
+
+/* The row of route (its escaped name) up to its end. */
+static char *test_row(const char *page, const char *attr)
+{
+	char marker[128];
+	const char *start, *end;
+	char *row;
+
+	snprintf(marker, sizeof(marker), "<tr data-route=\"%s\">", attr);
+	start = strstr(page, marker);
+	if (start == NULL)
+		fail_msg("no row %s in:\n%s", marker, page);
+	end = strstr(start, "</tr>");
+	assert_non_null(end);
+	row = strndup(start, (size_t)(end - start));
+	assert_non_null(row);
+	return row;
+}
+
+/* The cell with data-key key in row shows text. */
+static void test_cell(const char *row, const char *key, const char *text)
+{
+	char marker[64];
+	const char *cell, *value, *end;
+
+	snprintf(marker, sizeof(marker), "data-key=\"%s\"", key);
+	cell = strstr(row, marker);
+	if (cell == NULL)
+		fail_msg("no cell %s in %s", key, row);
+	value = strchr(cell, '>');
+	end = strchr(value, '<');
+	if ((size_t)(end - value - 1) != strlen(text) || strncmp(value + 1, text, strlen(text)))
+		fail_msg("cell %s: expected %s in %.*s", key, text, (int)(end - cell), cell);
+}
+
+static void test_status_page_route_counters(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct upstreams *ups = upstreams_new(NULL);
+	char *page, *row;
+
+	/* 3 of 4 final responses succeed (a 200, a 304, a 200; a 503) */
+	metrics_request_done(m, "api", 200, 0.1, 1);
+	metrics_request_done(m, "api", 304, 0.1, 1);
+	metrics_request_done(m, "api", 200, 0.1, 2);
+	metrics_request_done(m, "api", 503, 0.1, 3);
+	for (int i = 0; i < 7; i++)
+		metrics_try(m, "api");
+	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
+	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
+	metrics_retry(m, "api", RETRY_CAUSE_RESET);
+	metrics_gave_up(m, "api", RETRY_GIVE_UP_ATTEMPTS);
+	metrics_gave_up(m, "api", RETRY_GIVE_UP_BUDGET);
+	metrics_hedge(m, "api", true);
+	metrics_hedge(m, "api", false);
+	metrics_hedge(m, "api", false);
+	metrics_request_done(m, "other", 502, 0.1, 1);
+
+	page = test_render(m, ups, 4, false);
+	row = test_row(page, "api");
+	test_cell(row, "requests", "4");
+	test_cell(row, "success_rate", "75.0%");
+	test_cell(row, "tries", "7");
+	test_cell(row, "retries.status", "2");
+	test_cell(row, "retries.connect", "0");
+	test_cell(row, "retries.reset", "1");
+	test_cell(row, "retries.timeout", "0");
+	test_cell(row, "gave_up.attempts", "1");
+	test_cell(row, "gave_up.deadline", "0");
+	test_cell(row, "gave_up.budget", "1");
+	test_cell(row, "hedges.won", "1");
+	test_cell(row, "hedges.lost", "2");
+	free(row);
+	row = test_row(page, "other");
+	test_cell(row, "requests", "1");
+	test_cell(row, "success_rate", "0.0%");
+	free(row);
+	/* the tiles sum over routes; gauges come as given */
+	test_cell(page, "requests", "5");
+	test_cell(page, "success_rate", "60.0%");
+	test_cell(page, "retries", "3");
+	test_cell(page, "gave_up", "2");
+	test_cell(page, "backoff_pending", "4");
+	test_cell(page, "held_requests", "0");
+	test_cell(page, "upstreams_down", "0 of 0");
+	test_cell(page, "client_connections", "3");
+	test_cell(page, "upstream_connections", "2");
+	test_cell(page, "serving", "serving");
+	test_cell(page, "updated", "2023-11-14 22:13:20 UTC");
+	assert_non_null(strstr(page, "No upstream contacted yet."));
+	free(page);
+	upstreams_free(ups);
+	metrics_free(m);
+}
+
+static void test_status_page_escapes_names(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct upstreams *ups = upstreams_new(NULL);
+	struct upstream_endpoint endpoint = { false, "x\"><b>y", 8080 };
+	struct upstream *u = upstreams_hold(ups, &endpoint);
+	char *page, *row;
+
+	metrics_request_done(m, "<i>r&d</i>\"'", 200, 0.1, 1);
+	page = test_render(m, ups, 0, true);
+	assert_null(strstr(page, "<i>"));
+	assert_null(strstr(page, "<b>"));
+	row = test_row(page, "&lt;i&gt;r&amp;d&lt;/i&gt;&quot;&#39;");
+	assert_non_null(
+		strstr(row, "<th scope=\"row\">&lt;i&gt;r&amp;d&lt;/i&gt;&quot;&#39;</th>"));
+	free(row);
+	assert_non_null(strstr(page, "<tr data-upstream=\"http://x&quot;&gt;&lt;b&gt;y:8080\">"));
+	assert_non_null(strstr(page, "<td data-key=\"state\" data-label=\"State\"><span "
+				     "class=\"badge up\">up</span></td>"));
+	test_cell(page, "serving", "draining");
+	free(page);
+	upstream_release(u);
+	upstreams_free(ups);
+	metrics_free(m);
+}
+
+static void test_status_page_empty_and_self_contained(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct upstreams *ups = upstreams_new(NULL);
+	char *page = test_render(m, ups, 0, false);
+
+	assert_true(strncmp(page, "<!DOCTYPE html>", 15) == 0);
+	assert_non_null(strstr(page, "<meta http-equiv=\"refresh\" content=\"2\">"));
+	assert_non_null(strstr(page, "No requests yet."));
+	test_cell(page, "success_rate", "\xe2\x80\x93");
+	/* nothing that would fetch from elsewhere or run */
+	assert_null(strstr(page, "<script"));
+	assert_null(strstr(page, "<link"));
+	assert_null(strstr(page, "<img"));
+	assert_null(strstr(page, "src="));
+	assert_null(strstr(page, "url("));
+	assert_null(strstr(page, "@import"));
+	assert_null(strstr(page, "http://"));
+	assert_null(strstr(page, "https://"));
+	assert_true(strlen(page) > 0 && page[strlen(page) - 1] == '\n');
+	assert_non_null(strstr(page, "</html>\n"));
+	free(page);
+	upstreams_free(ups);
+	metrics_free(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_status_page_escape),
+		cmocka_unit_test(test_status_page_route_counters),
+		cmocka_unit_test(test_status_page_escapes_names),
+		cmocka_unit_test(test_status_page_empty_and_self_contained),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
