@@ -200,6 +200,21 @@ static void conn_pass_add(struct conn *c)
 	}
 }
 
+/* A TLS connection closed without conn_shutdown_write() (a pooled upstream
+ * connection, one whose exchange is over, any at exit) still tells the peer
+ * it ends on purpose: one close_notify if the socket takes it at once, never
+ * a wait for room or for the peer's. Not before a reset, whose point is that
+ * the peer sees the end as an error. */
+static void conn_close_notify_once(struct conn *c)
+{
+	if (c->reset_on_free || c->failed || c->fd < 0 || !SSL_is_init_finished(c->ssl) ||
+	    (SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
+		return;
+	ERR_clear_error();
+	(void)SSL_shutdown(c->ssl);
+	ERR_clear_error();
+}
+
 /* Really free, once no callback of the conn is on the stack. */
 static void conn_destroy(struct conn *c)
 {
@@ -211,8 +226,10 @@ static void conn_destroy(struct conn *c)
 	event_free(c->io);
 	if (c->timer != NULL)
 		event_free(c->timer);
-	if (c->ssl != NULL)
+	if (c->ssl != NULL) {
+		conn_close_notify_once(c);
 		SSL_free(c->ssl);
+	}
 	if (c->fd >= 0) {
 		if (c->reset_on_free) {
 			struct linger hard = { .l_onoff = 1, .l_linger = 0 };
