@@ -323,6 +323,9 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = "max_pending_retries",
 	  .type = &config_walk_count,
 	  .offset = offsetof(struct limits, max_pending_retries) },
+	{ .name = "max_upstream_connections",
+	  .type = &config_walk_count_positive,
+	  .offset = offsetof(struct limits, max_upstream_connections) },
 	{ .name = NULL },
 };
 
@@ -458,6 +461,7 @@ static void config_set_defaults(struct config *config)
 	limits->pool_idle_timeout_ms = 60 * 1000;
 	limits->tunnel_idle_timeout_ms = 300 * 1000;
 	limits->max_pending_retries = 10000;
+	limits->max_upstream_connections = 256;
 
 	config->health.down_after = 3;
 	config->health.probe_interval_ms = 500;

@@ -126,6 +126,8 @@ struct limits {
 	uint64_t pool_idle_timeout_ms; /* an idle pooled connection older than this is closed */
 	uint64_t tunnel_idle_timeout_ms; /* a CONNECT tunnel with no traffic this long is closed */
 	unsigned max_pending_retries; /* exchanges waiting in backoff at once, with their buffers */
+	unsigned max_upstream_connections; /* open (and opening) connections per upstream; beyond,
+					    * requests wait for one in arrival order */
 };
 
 /* health: per upstream, shared by every route (SPEC "Upstream health"). */

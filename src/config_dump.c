@@ -404,6 +404,7 @@ static void config_dump_limits(struct config_dump *d, const struct limits *limit
 	config_dump_pair_ms(d, "pool_idle_timeout", limits->pool_idle_timeout_ms);
 	config_dump_pair_ms(d, "tunnel_idle_timeout", limits->tunnel_idle_timeout_ms);
 	config_dump_pair_unsigned(d, "max_pending_retries", limits->max_pending_retries);
+	config_dump_pair_unsigned(d, "max_upstream_connections", limits->max_upstream_connections);
 	config_dump_mapping_end(d);
 }
 

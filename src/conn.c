@@ -94,6 +94,8 @@ struct conn {
 	bool reset_on_free;
 	bool in_pass;
 	LIST_ENTRY(conn) pass_link;
+	void (*on_closed)(void *arg); /* conn_on_closed(): told when the socket is closed */
+	void *on_closed_arg;
 };
 
 static void conn_io_cb(evutil_socket_t fd, short what, void *arg);
@@ -243,6 +245,8 @@ static void conn_destroy(struct conn *c)
 	if (c->output != NULL)
 		evbuffer_free(c->output);
 	loop->open[c->side]--;
+	if (c->on_closed != NULL)
+		c->on_closed(c->on_closed_arg);
 	free(c);
 	/* told at the end of this event's handling, never inside a conn_* call */
 	if (accepted)
@@ -280,6 +284,12 @@ void conn_free(struct conn *c)
 		return;
 	}
 	conn_destroy(c);
+}
+
+void conn_on_closed(struct conn *c, void (*closed)(void *arg), void *arg)
+{
+	c->on_closed = closed;
+	c->on_closed_arg = arg;
 }
 
 void conn_free_reset(struct conn *c)
