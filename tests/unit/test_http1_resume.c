@@ -122,9 +122,9 @@ static const struct {
 	{ S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") },
 };
 
-/* Dripped a byte a read, or in two reads at every split, each head ends as
- * the one-shot parser says, never DONE before it would be; a read may even
- * bring a copy of the buffer at another address. */
+/* Dripped a byte a read, or in two reads at every split, each head gets at
+ * every read what the one-shot parser says of the same bytes; a read may
+ * even bring a copy of the buffer at another address. */
 static void test_resume_same_outcome(void **state)
 {
 	(void)state;
@@ -150,6 +150,25 @@ static void test_resume_same_outcome(void **state)
 				memcpy(copy, req, len);
 				r = test_feed(&resume, copy, n, &error);
 				free(copy);
+				/* at every read, what the one-shot parse of the same
+				 * bytes says */
+				{
+					struct http1_head *mine = malloc(sizeof(*mine));
+					enum http1_error e;
+
+					assert_non_null(mine);
+					*mine = test_head;
+					if (http1_parse_request_head(req, n, &test_limits,
+								     &test_head, &e) != r ||
+					    e != error ||
+					    (r == HTTP1_PARSE_DONE &&
+					     test_head.head_len != mine->head_len))
+						fail_msg("head %zu split %zu: differs after %zu "
+							 "bytes",
+							 i, split, n);
+					test_head = *mine;
+					free(mine);
+				}
 				if (r != HTTP1_PARSE_MORE || n == len)
 					break;
 			}
@@ -165,9 +184,9 @@ static void test_resume_same_outcome(void **state)
 	}
 }
 
-/* Errors that need no more than the bad byte are still found when it is in:
- * a control byte, a bare CR or LF, obs-fold, and anything wrong with the
- * request line once it ends. */
+/* Errors are found as soon as the bad byte is in, as by the one-shot
+ * parser: in the request line, in a field name or value, a bare CR or LF,
+ * obs-fold, one field too many, bytes that are not HTTP at all. */
 static void test_resume_errors_early(void **state)
 {
 	static const struct {
@@ -184,6 +203,14 @@ static void test_resume_errors_early(void **state)
 		{ S("GET /a\\b HTTP/1.1\r\n"), HTTP1_ERR_BAD_TARGET },
 		{ S("GET / HTTP/1.2\r\n"), HTTP1_ERR_BAD_VERSION },
 		{ S("\x16\x03"), HTTP1_ERR_BAD_METHOD },
+		{ S("G@"), HTTP1_ERR_BAD_METHOD },
+		{ S("GET /a\\"), HTTP1_ERR_BAD_TARGET },
+		{ S("GET / HTTP/2"), HTTP1_ERR_BAD_VERSION },
+		{ S("GET http://a$b/ HTTP/1.1"), HTTP1_ERR_BAD_TARGET },
+		{ S("GET / HTTP/1.1\r\nHost: a\r\nX@"), HTTP1_ERR_BAD_FIELD_NAME },
+		{ S("GET / HTTP/1.1\r\nHost: a\r\nX "), HTTP1_ERR_SPACE_BEFORE_COLON },
+		{ S("GET / HTTP/1.1\r\nHost: a\r\nX: a\x7f"), HTTP1_ERR_BAD_FIELD_VALUE },
+		{ S("\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r"), HTTP1_ERR_BAD_REQUEST_LINE },
 	};
 
 	(void)state;
@@ -192,11 +219,40 @@ static void test_resume_errors_early(void **state)
 		enum http1_error error = HTTP1_ERR_NONE;
 		enum http1_parse r = HTTP1_PARSE_MORE;
 
-		for (size_t n = 1; n <= cases[i].len && r == HTTP1_PARSE_MORE; n++)
+		size_t n, first = 0;
+
+		/* the shortest prefix the one-shot parser refuses */
+		for (n = 1; n <= cases[i].len && first == 0; n++)
+			if (http1_parse_request_head(cases[i].req, n, &test_limits, &test_head,
+						     &error) == HTTP1_PARSE_ERROR)
+				first = n;
+		for (n = 1; n <= cases[i].len && r == HTTP1_PARSE_MORE; n++)
 			r = test_feed(&resume, cases[i].req, n, &error);
-		if (r != HTTP1_PARSE_ERROR || error != cases[i].error)
-			fail_msg("case %zu: got %d (%s)", i, r, http1_error_text(error));
+		if (r != HTTP1_PARSE_ERROR || error != cases[i].error || n - 1 != first)
+			fail_msg("case %zu: got %d (%s) after %zu bytes, one-shot after %zu", i, r,
+				 http1_error_text(error), n - 1, first);
 	}
+}
+
+/* The field after HTTP1_MAX_FIELDS is refused as its first byte comes in. */
+static void test_resume_too_many_fields(void **state)
+{
+	char buf[8192];
+	size_t len = (size_t)snprintf(buf, sizeof(buf), "GET / HTTP/1.1\r\n");
+	struct http1_resume resume = { 0 };
+	enum http1_error error = HTTP1_ERR_NONE;
+	enum http1_parse r = HTTP1_PARSE_MORE;
+	size_t n;
+
+	(void)state;
+	for (int i = 0; i < HTTP1_MAX_FIELDS; i++)
+		len += (size_t)snprintf(buf + len, sizeof(buf) - len, "X%d: v\r\n", i);
+	buf[len++] = 'Y';
+	for (n = 1; n <= len && r == HTTP1_PARSE_MORE; n++)
+		r = test_feed(&resume, buf, n, &error);
+	assert_int_equal(r, HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_TOO_MANY_FIELDS);
+	assert_int_equal(n - 1, len);
 }
 
 /* A dripped target over the limit is a 414 once it passes the limit, before
@@ -238,6 +294,7 @@ int main(void)
 		cmocka_unit_test(test_resume_whole_head_parsed_once),
 		cmocka_unit_test(test_resume_same_outcome),
 		cmocka_unit_test(test_resume_errors_early),
+		cmocka_unit_test(test_resume_too_many_fields),
 		cmocka_unit_test(test_resume_limits),
 	};
 
