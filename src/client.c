@@ -19,6 +19,7 @@
 #include "conn.h"
 #include "exchange.h"
 #include "http1.h"
+#include "http1_resume.h"
 #include "intercept.h"
 #include "log.h"
 #include "metrics.h"
@@ -56,6 +57,7 @@ struct client {
 	struct exchange *exchange;	      /* the request being proxied, if any */
 	struct intercept *intercept;	      /* an intercepted CONNECT's tunnel, or NULL */
 	enum client_state state;
+	struct http1_resume head_resume; /* how far the next head's bytes were looked at */
 	bool listener_gone; /* a reload removed its listener: close after this request */
 	union {		    /* checked against allow_clients again after a reload */
 		struct sockaddr sa;
@@ -376,7 +378,8 @@ static void client_read_head(struct client *client)
 	/* one byte over the limit is enough for the parser to say 431 */
 	want = len < limits->max_header_bytes + 1 ? len : limits->max_header_bytes + 1;
 	data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
-	switch (http1_parse_request_head(data, want, &parse_limits, head, &error)) {
+	switch (http1_resume_request_head(&client->head_resume, data, want, &parse_limits, head,
+					  &error)) {
 	case HTTP1_PARSE_MORE:
 		return;
 	case HTTP1_PARSE_ERROR:

@@ -332,6 +332,9 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = "spool_dir",
 	  .type = &config_walk_directory,
 	  .offset = offsetof(struct limits, spool_dir) },
+	{ .name = "max_upstream_connections",
+	  .type = &config_walk_count_positive,
+	  .offset = offsetof(struct limits, max_upstream_connections) },
 	{ .name = NULL },
 };
 
@@ -511,6 +514,7 @@ static void config_set_defaults(struct config *config)
 	limits->max_pending_retries = 10000;
 	limits->spool_max = 0;
 	limits->spool_dir = xstrdup("/var/tmp");
+	limits->max_upstream_connections = 256;
 
 	config->health.down_after = 3;
 	config->health.probe_interval_ms = 500;

@@ -94,6 +94,8 @@ struct conn {
 	bool reset_on_free;
 	bool in_pass;
 	LIST_ENTRY(conn) pass_link;
+	void (*on_closed)(void *arg); /* conn_on_closed(): told when the socket is closed */
+	void *on_closed_arg;
 };
 
 static void conn_io_cb(evutil_socket_t fd, short what, void *arg);
@@ -200,6 +202,21 @@ static void conn_pass_add(struct conn *c)
 	}
 }
 
+/* A TLS connection closed without conn_shutdown_write() (a pooled upstream
+ * connection, one whose exchange is over, any at exit) still tells the peer
+ * it ends on purpose: one close_notify if the socket takes it at once, never
+ * a wait for room or for the peer's. Not before a reset, whose point is that
+ * the peer sees the end as an error. */
+static void conn_close_notify_once(struct conn *c)
+{
+	if (c->reset_on_free || c->failed || c->fd < 0 || !SSL_is_init_finished(c->ssl) ||
+	    (SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
+		return;
+	ERR_clear_error();
+	(void)SSL_shutdown(c->ssl);
+	ERR_clear_error();
+}
+
 /* Really free, once no callback of the conn is on the stack. */
 static void conn_destroy(struct conn *c)
 {
@@ -211,8 +228,10 @@ static void conn_destroy(struct conn *c)
 	event_free(c->io);
 	if (c->timer != NULL)
 		event_free(c->timer);
-	if (c->ssl != NULL)
+	if (c->ssl != NULL) {
+		conn_close_notify_once(c);
 		SSL_free(c->ssl);
+	}
 	if (c->fd >= 0) {
 		if (c->reset_on_free) {
 			struct linger hard = { .l_onoff = 1, .l_linger = 0 };
@@ -226,6 +245,8 @@ static void conn_destroy(struct conn *c)
 	if (c->output != NULL)
 		evbuffer_free(c->output);
 	loop->open[c->side]--;
+	if (c->on_closed != NULL)
+		c->on_closed(c->on_closed_arg);
 	free(c);
 	/* told at the end of this event's handling, never inside a conn_* call */
 	if (accepted)
@@ -263,6 +284,12 @@ void conn_free(struct conn *c)
 		return;
 	}
 	conn_destroy(c);
+}
+
+void conn_on_closed(struct conn *c, void (*closed)(void *arg), void *arg)
+{
+	c->on_closed = closed;
+	c->on_closed_arg = arg;
 }
 
 void conn_free_reset(struct conn *c)

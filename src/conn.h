@@ -102,6 +102,11 @@ int conn_start_tls_server(struct conn *conn, SSL *ssl);
 /* Close the socket and free everything; safe inside the conn's own callbacks. */
 void conn_free(struct conn *conn);
 
+/* Call closed(arg) once the socket is closed for good, wherever the conn is
+ * then (an exchange, the pool): the upstreams count their open connections
+ * by it. Called from conn_free() or the end of a callback, never later. */
+void conn_on_closed(struct conn *conn, void (*closed)(void *arg), void *arg);
+
 /* Close with a TCP reset instead of a FIN, so that a peer reading a body
  * whose end is its close sees an error, not a complete body. */
 void conn_free_reset(struct conn *conn);

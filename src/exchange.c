@@ -33,6 +33,7 @@ static const char *const exchange_state_names[] = {
 	[EXCHANGE_RELAYING] = "relaying",
 	[EXCHANGE_BACKOFF] = "backoff",
 	[EXCHANGE_HELD] = "held",
+	[EXCHANGE_QUEUED] = "queued",
 	[EXCHANGE_DONE] = "done",
 };
 
@@ -259,6 +260,10 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 		upstream_connect_cancel(t->connecting);
 		t->connecting = NULL;
 	}
+	if (t->placed) {
+		t->placed = false;
+		upstream_slot_put(ex->upstream);
+	}
 	if (t->admitted) {
 		/* given up before it ended: it says nothing of the upstream */
 		t->admitted = false;
@@ -270,11 +275,12 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 	}
 	t->verdict_pending = false;
 	if (t->up != NULL) {
-		if (reusable)
+		if (reusable) {
 			pool_put(ex->proxy->pool, ex->pool_key, t->up,
 				 ex->config->limits.pool_max_idle,
 				 ex->config->limits.pool_idle_timeout_ms);
-		else
+			upstream_slot_pooled(ex->upstream);
+		} else
 			conn_free(t->up);
 		t->up = NULL;
 	}
@@ -325,13 +331,13 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 			keeping = keeping || ex->slots[i].state == EXCHANGE_TRY_KEEPING;
 		/* a retry was underway: the client left before it could finish */
 		if (ex->state == EXCHANGE_BACKOFF || ex->state == EXCHANGE_HELD || keeping ||
-		    ex->kept != NULL)
+		    ex->kept != NULL || (ex->state == EXCHANGE_QUEUED && ex->attempts > 0))
 			ex->gave_up = RETRY_GIVE_UP_CLIENT_GONE;
 	}
 	/* the request's unread rest would be taken for the next request */
 	if (end == EXCHANGE_END_KEEP_ALIVE && !ex->request_body.done)
 		end = EXCHANGE_END_CLOSE;
-	if (ex->state == EXCHANGE_HELD)
+	if (ex->state == EXCHANGE_HELD || ex->state == EXCHANGE_QUEUED)
 		upstream_unwait(&ex->waiter);
 	exchange_set_state(ex, EXCHANGE_DONE);
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
@@ -767,6 +773,14 @@ static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, c
 
 	exchange_enter(ex);
 	t->connecting = NULL;
+	if (t->placed) {
+		/* the connection holds the place from now on, pooled or not */
+		t->placed = false;
+		if (conn != NULL)
+			conn_on_closed(conn, upstream_slot_closed, ex->upstream);
+		else
+			upstream_slot_put(ex->upstream);
+	}
 	if (t->admitted) {
 		/* a certificate that fails verification came from a live upstream */
 		t->admitted = false;
@@ -817,6 +831,7 @@ static void exchange_begin_try(struct exchange *ex, struct exchange_try *t)
  * health; address_shift picks the resolved address to start at. */
 static void exchange_connect(struct exchange *ex, struct exchange_try *t, unsigned address_shift)
 {
+	t->placed = !ex->is_connect;
 	t->admitted = !ex->is_connect;
 	t->connecting = upstream_connect_start(ex->proxy, &ex->endpoint, ex->tls, ex->pool_key,
 					       ex->config->limits.connect_timeout_ms, address_shift,
@@ -869,8 +884,13 @@ void exchange_start_try(struct exchange *ex)
 	if (!ex->is_connect && ex->idempotent && !ex->skip_pool && !(ex->observe && ex->has_body))
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);
 	ex->skip_pool = false;
-	if (pooled == NULL && !exchange_admit(ex))
+	if (pooled == NULL && !ex->is_connect && !exchange_take_connection_place(ex))
 		return;
+	if (pooled == NULL && !exchange_admit(ex)) {
+		if (!ex->is_connect)
+			upstream_slot_put(ex->upstream);
+		return;
+	}
 	t = exchange_free_slot(ex);
 	exchange_begin_try(ex, t);
 	exchange_arm_hedge(ex);
@@ -935,6 +955,18 @@ static bool exchange_hedge_allowed(struct exchange *ex)
 	return ex->state == EXCHANGE_TRYING && retry_hedge_allowed(policy, &policy->hedge, &facts);
 }
 
+/* A hedge's new connection: a free place under max_upstream_connections
+ * (a hedge never waits for one) and the upstream's health say go. */
+static bool exchange_hedge_admit(struct exchange *ex)
+{
+	if (!upstream_slot_take(ex->upstream, ex->config->limits.max_upstream_connections, false))
+		return false;
+	if (upstream_admit(ex->upstream, &ex->config->health) == UPSTREAM_GO)
+		return true;
+	upstream_slot_put(ex->upstream);
+	return false;
+}
+
 /* hedge.after passed with no response head: race another try on a new
  * connection, starting at another of the upstream's addresses. */
 static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
@@ -948,8 +980,7 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 	t = exchange_free_slot(ex);
 	/* a hedge never waits for the upstream: while its health is in doubt
 	 * the try in flight finds out */
-	if (t != NULL && exchange_hedge_allowed(ex) &&
-	    upstream_admit(ex->upstream, &ex->config->health) == UPSTREAM_GO) {
+	if (t != NULL && exchange_hedge_allowed(ex) && exchange_hedge_admit(ex)) {
 		retry_budget_spend(ex->budget, retry_budget_now_ms());
 		exchange_begin_try(ex, t);
 		t->hedge = true;

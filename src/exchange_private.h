@@ -74,6 +74,7 @@ enum exchange_state {
 	EXCHANGE_RELAYING, /* the winning try's response head reached the client; body flowing */
 	EXCHANGE_BACKOFF,  /* between tries, on the backoff timer */
 	EXCHANGE_HELD,	   /* waiting for its upstream to be known good (upstreams.c) */
+	EXCHANGE_QUEUED,   /* waiting for a connection under max_upstream_connections */
 	EXCHANGE_DONE,	   /* ended (exchange_close); freed once no callback of it runs */
 };
 
@@ -97,6 +98,7 @@ struct exchange_try {
 					 * resumed download continues */
 	bool reused;		      /* the connection came from the pool */
 	bool admitted;		      /* its connect counts in the upstream's health */
+	bool placed;		      /* its connect holds a place under max_upstream_connections */
 	bool hedge;		      /* started beside another try (retry.hedge) */
 	bool read_paused;	      /* client output full: upstream not read */
 	bool byte_seen;		      /* a response byte arrived */
@@ -173,6 +175,8 @@ struct exchange {
 	struct upstream *upstream;	   /* its health (upstreams.c); held from the first try */
 	struct upstream_waiter waiter;	   /* EXCHANGE_HELD: its place in the upstream's queue */
 	uint64_t held_since_ms;		   /* EXCHANGE_HELD: since when, on retry_budget_now_ms() */
+	uint64_t queued_since_ms;	   /* EXCHANGE_QUEUED: since when */
+	bool queue_released;		   /* released from the connection queue: first in line */
 	struct event *hedge_timer;	   /* retry.hedge: made on first use, kept with a spare */
 	bool hedged;			   /* a hedged try was started */
 	bool keyed;		 /* conditional, and the request upstream has an Idempotency-Key */
@@ -243,6 +247,11 @@ void exchange_finish(struct exchange *ex);
 void exchange_respond_error(struct exchange *ex, int status, const char *text);
 void exchange_break_response(struct exchange *ex, const char *why);
 void exchange_start_try(struct exchange *ex);
+
+/* exchange_queue.c: take a place for a new connection under
+ * max_upstream_connections; false when the exchange waits for one
+ * (EXCHANGE_QUEUED) instead. */
+bool exchange_take_connection_place(struct exchange *ex);
 void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const char *reason);
 struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
 				     bool connecting, uint64_t retry_after_ms, bool too_large);

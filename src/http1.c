@@ -19,7 +19,7 @@ const unsigned char http1_ctype[256] = {
 	0x26, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x2f,
 	0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 40 */
 	0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f,
-	0x2f, 0x2f, 0x2f, 0x26, 0x06, 0x26, 0x27, 0x2f, /* 50 */
+	0x2f, 0x2f, 0x2f, 0x26, 0x02, 0x26, 0x27, 0x2f, /* 50 */
 	0x27, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x2f,
 	0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 60 */
 	0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f,
@@ -103,7 +103,8 @@ static const char *http1_skip_value(const char *p, const char *end)
 	return p;
 }
 
-/* Skip request-target bytes (0x21..0x7e); returns the first other byte, or end. */
+/* Skip request-target bytes (0x21..0x7e but backslash); returns the first other
+ * byte, or end. */
 static const char *http1_skip_target(const char *p, const char *end)
 {
 	while (p < end) {
@@ -114,7 +115,7 @@ static const char *http1_skip_target(const char *p, const char *end)
 
 			memcpy(&x, p, 8);
 			if ((HTTP1_HAS_LESS(x, 0x21) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f)) |
-			     (x & HTTP1_HIGHS)) == 0) {
+			     HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * '\\')) | (x & HTTP1_HIGHS)) == 0) {
 				p += 8;
 				continue;
 			}
@@ -498,6 +499,8 @@ struct http1_scan {
 	bool keep_alive;		/* Connection: keep-alive */
 	bool expect_continue;		/* Expect: 100-continue */
 	bool expect_other;		/* another expectation */
+	bool length_leading_zero;	/* a Content-Length value like 007 */
+	bool underscore_framing;	/* Content_Length or Transfer_Encoding */
 	uint64_t length;		/* the Content-Length value */
 };
 
@@ -529,6 +532,8 @@ static int http1_scan_content_length(const struct http1_field *f, struct http1_s
 			}
 			v = v * 10 + (uint64_t)(elem[i] - '0');
 		}
+		if (elem_len > 1 && elem[0] == '0')
+			scan->length_leading_zero = true;
 		if (scan->has_length && v != scan->length) {
 			*error = HTTP1_ERR_DIFFERING_CONTENT_LENGTH;
 			return -1;
@@ -571,6 +576,27 @@ static void http1_scan_expect(const struct http1_field *f, struct http1_scan *sc
 	}
 }
 
+/* True when name, with each '_' read as '-', is the lower-case literal lit
+ * though it differs from it: a framing field's name with '_' for '-', which
+ * an origin mapping '_' to '-' (as CGI-style servers do) would read as a second
+ * framing field. Host and Connection have no '-' for a '_' to stand in for. */
+static bool http1_is_underscored(const char *name, size_t len, const char *lit)
+{
+	bool underscore = false;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = http1_lower((unsigned char)name[i]);
+
+		if (c == '_') {
+			underscore = true;
+			c = '-';
+		}
+		if (c != (unsigned char)lit[i])
+			return false;
+	}
+	return underscore;
+}
+
 /* Go through the fields once, checking Content-Length and noting the rest. */
 static int http1_scan_fields(const struct http1_head *head, struct http1_scan *scan,
 			     enum http1_error *error)
@@ -596,13 +622,18 @@ static int http1_scan_fields(const struct http1_head *head, struct http1_scan *s
 				http1_scan_connection(f, scan);
 			break;
 		case 14:
-			if (HTTP1_IS_LIT(f->name, 14, "content-length") &&
-			    http1_scan_content_length(f, scan, error) < 0)
-				return -1;
+			if (HTTP1_IS_LIT(f->name, 14, "content-length")) {
+				if (http1_scan_content_length(f, scan, error) < 0)
+					return -1;
+			} else if (http1_is_underscored(f->name, 14, "content-length")) {
+				scan->underscore_framing = true;
+			}
 			break;
 		case 17:
 			if (HTTP1_IS_LIT(f->name, 17, "transfer-encoding"))
 				scan->has_te = true;
+			else if (http1_is_underscored(f->name, 17, "transfer-encoding"))
+				scan->underscore_framing = true;
 			break;
 		}
 	}
@@ -691,6 +722,16 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 	*error = HTTP1_ERR_NONE;
 	if (http1_scan_fields(head, &scan, error) < 0)
 		return -1;
+	/* Refused in requests only: a request is what an origin behind the
+	 * proxy could read otherwise than the proxy did. */
+	if (scan.underscore_framing) {
+		*error = HTTP1_ERR_UNDERSCORE_FRAMING;
+		return -1;
+	}
+	if (scan.length_leading_zero) {
+		*error = HTTP1_ERR_BAD_CONTENT_LENGTH;
+		return -1;
+	}
 	if (scan.host_count > 1) {
 		*error = HTTP1_ERR_BAD_HOST;
 		return -1;
@@ -871,6 +912,7 @@ const char *http1_error_text(enum http1_error error)
 		[HTTP1_ERR_BAD_CHUNK_EXT] = "invalid chunk extension",
 		[HTTP1_ERR_BAD_CHUNK_END] = "chunk data not followed by crlf",
 		[HTTP1_ERR_BAD_TRAILER] = "invalid trailer section",
+		[HTTP1_ERR_UNDERSCORE_FRAMING] = "framing header name with underscore",
 	};
 
 	if ((size_t)error >= sizeof(texts) / sizeof(texts[0]) || texts[error] == NULL)

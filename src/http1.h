@@ -37,7 +37,7 @@ enum http1_error {
 	HTTP1_ERR_BAD_FIELD_VALUE,	    /* NUL, CR, LF or another control byte in a value */
 	HTTP1_ERR_BAD_STATUS_LINE,	    /* response: not "HTTP/1.x 3DIGIT SP reason CRLF" */
 	HTTP1_ERR_CL_AND_TE,		    /* both Content-Length and Transfer-Encoding */
-	HTTP1_ERR_BAD_CONTENT_LENGTH,	    /* not 1*DIGIT, or too large */
+	HTTP1_ERR_BAD_CONTENT_LENGTH,	    /* not 1*DIGIT, too large, or (request) a leading 0 */
 	HTTP1_ERR_DIFFERING_CONTENT_LENGTH, /* several Content-Length values that differ */
 	HTTP1_ERR_BAD_TRANSFER_ENCODING,    /* a coding list not ending in a single chunked */
 	HTTP1_ERR_TE_IN_HTTP10,		    /* Transfer-Encoding in an HTTP/1.0 message */
@@ -50,6 +50,7 @@ enum http1_error {
 	HTTP1_ERR_BAD_CHUNK_EXT,	    /* chunk extension not token[=token|quoted-string] */
 	HTTP1_ERR_BAD_CHUNK_END,	    /* chunk data not followed by CRLF */
 	HTTP1_ERR_BAD_TRAILER,		    /* trailer field invalid, or trailers too large */
+	HTTP1_ERR_UNDERSCORE_FRAMING,	    /* request: Content_Length or Transfer_Encoding */
 };
 
 /* One field line. Pointers are into the parsed buffer. */

@@ -1,6 +1,7 @@
 #include "listener.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,33 +79,47 @@ static void listener_error_cb(struct evconnlistener *evl, void *arg)
 /* Close one listener. */
 static void listener_free(struct listener *l)
 {
-	evconnlistener_free(l->evl);
+	if (l->evl != NULL)
+		evconnlistener_free(l->evl);
 	event_free(l->resume_timer);
 	config_release(l->config);
 	free(l);
 }
 
-/* Bind one listener. NULL after logging why not. */
+/* Bind l's address and listen on it. -1 with errno set. */
+static int listener_bind(struct listener *l)
+{
+	l->evl = evconnlistener_new_bind(
+		l->proxy->base, listener_accept_cb, l, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
+		1024, (const struct sockaddr *)&l->listen->addr, (int)l->listen->addr_len);
+	if (l->evl == NULL)
+		return -1;
+	evconnlistener_set_error_cb(l->evl, listener_error_cb);
+	if (l->proxy->listeners->paused)
+		evconnlistener_disable(l->evl);
+	return 0;
+}
+
+/* Bind one listener. NULL after logging why not, except for an address in
+ * use when quiet_in_use (errno says EADDRINUSE then). */
 static struct listener *listener_open(struct proxy *proxy, struct config *config,
-				      const struct listener_config *lc)
+				      const struct listener_config *lc, bool quiet_in_use)
 {
 	struct listener *l = xcalloc(1, sizeof(*l));
 
 	l->proxy = proxy;
 	l->listen = lc;
-	l->evl = evconnlistener_new_bind(proxy->base, listener_accept_cb, l,
-					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
-					 (const struct sockaddr *)&lc->addr, (int)lc->addr_len);
-	if (l->evl == NULL) {
-		log_error("cannot listen on %s: %s", lc->address, strerror(errno));
+	if (listener_bind(l) < 0) {
+		int err = errno;
+
+		if (!(quiet_in_use && err == EADDRINUSE))
+			log_error("cannot listen on %s: %s", lc->address, strerror(err));
 		free(l);
+		errno = err;
 		return NULL;
 	}
-	evconnlistener_set_error_cb(l->evl, listener_error_cb);
 	l->resume_timer = evtimer_new(proxy->base, listener_resume_cb, l);
 	l->config = config_hold(config);
-	if (proxy->listeners->paused)
-		evconnlistener_disable(l->evl);
 	log_info("listening on %s (%s)", lc->address,
 		 lc->upstream != NULL ? lc->upstream->text : "forward proxy");
 	return l;
@@ -149,33 +164,103 @@ bool listener_accepting(const struct proxy *proxy)
 	return !proxy->listeners->paused;
 }
 
+/* The port of an AF_INET or AF_INET6 address. */
+static in_port_t listener_port(const struct sockaddr_storage *addr)
+{
+	if (addr->ss_family == AF_INET6)
+		return ((const struct sockaddr_in6 *)addr)->sin6_port;
+	return ((const struct sockaddr_in *)addr)->sin_port;
+}
+
+/* Is listener l dropped by config (no listener there in it)? */
+static bool listener_dropped(const struct listener *l, const struct config *config)
+{
+	for (size_t i = 0; i < config->listener_count; i++)
+		if (listener_same_address(l, &config->listeners[i]))
+			return false;
+	return true;
+}
+
+/* Close the sockets of the listeners config drops on lc's port (they hold
+ * it: 0.0.0.0:P and 127.0.0.1:P cannot both listen), keeping the listeners
+ * to bind again if the move fails. Returns how many were closed. */
+static size_t listener_unbind_port(struct proxy *proxy, struct config *config,
+				   const struct listener_config *lc)
+{
+	size_t closed = 0;
+
+	for (struct listener *l = proxy->listeners->first; l != NULL; l = l->next) {
+		if (l->evl == NULL || listener_port(&l->listen->addr) != listener_port(&lc->addr) ||
+		    !listener_dropped(l, config))
+			continue;
+		log_info("closed listener %s to listen on %s, on the same port", l->listen->address,
+			 lc->address);
+		evconnlistener_free(l->evl);
+		l->evl = NULL;
+		closed++;
+	}
+	return closed;
+}
+
+/* Listen again where listeners closed by listener_unbind_port() were; one
+ * whose address was taken meanwhile is gone. */
+static void listener_rebind(struct proxy *proxy)
+{
+	struct listener **link = &proxy->listeners->first;
+
+	while (*link != NULL) {
+		struct listener *l = *link;
+
+		if (l->evl == NULL) {
+			if (listener_bind(l) < 0) {
+				log_error("cannot listen on %s again: %s", l->listen->address,
+					  strerror(errno));
+				*link = l->next;
+				listener_free(l);
+				continue;
+			}
+			log_info("listening on %s again", l->listen->address);
+		}
+		link = &l->next;
+	}
+}
+
 int listener_apply(struct proxy *proxy, struct config *config)
 {
 	struct listener *opened = NULL;
 	struct listener *next_list = NULL;
 	struct listener *l;
 	size_t i;
+	bool moved = false;
 
-	/* first bind what is new, so a failure leaves everything as it was */
-	for (i = 0; i < config->listener_count; i++) {
-		const struct listener_config *lc = &config->listeners[i];
-		bool exists = false;
+	/* First bind what is new, so a failure leaves everything as it was.
+	 * An address in use only because a dropped listener holds its port
+	 * (0.0.0.0:P in place of 127.0.0.1:P) is bound after that listener is
+	 * closed; it is opened again if the bind still fails. SO_REUSEPORT
+	 * would avoid the short gap but also let another process's socket
+	 * share the port and take connections. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (i = 0; i < config->listener_count; i++) {
+			const struct listener_config *lc = &config->listeners[i];
+			bool exists = false;
 
-		for (l = proxy->listeners->first; l != NULL; l = l->next)
-			exists = exists || listener_same_address(l, lc);
-		if (exists)
-			continue;
-		l = listener_open(proxy, config, lc);
-		if (l == NULL) {
-			while (opened != NULL) {
-				l = opened;
-				opened = l->next;
-				listener_free(l);
+			for (l = proxy->listeners->first; l != NULL; l = l->next)
+				exists = exists || listener_same_address(l, lc);
+			for (l = opened; l != NULL; l = l->next)
+				exists = exists || listener_same_address(l, lc);
+			if (exists)
+				continue;
+			if (pass == 1)
+				moved = listener_unbind_port(proxy, config, lc) > 0 || moved;
+			l = listener_open(proxy, config, lc, pass == 0);
+			if (l == NULL) {
+				if (pass == 0 && errno == EADDRINUSE)
+					continue; /* tried again in the second pass */
+				goto fail;
 			}
-			return -1;
+			l->next = opened;
+			opened = l;
 		}
-		l->next = opened;
-		opened = l;
 	}
 	/* then move addresses that stay under the new config: their sockets
 	 * stay open, so no connection is refused while reloading */
@@ -196,6 +281,15 @@ int listener_apply(struct proxy *proxy, struct config *config)
 	listener_close_all(proxy); /* what is left were dropped */
 	proxy->listeners->first = next_list;
 	return 0;
+fail:
+	while (opened != NULL) {
+		l = opened;
+		opened = l->next;
+		listener_free(l);
+	}
+	if (moved)
+		listener_rebind(proxy);
+	return -1;
 }
 
 void listener_close_all(struct proxy *proxy)

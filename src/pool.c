@@ -23,8 +23,8 @@ struct pool_idle {
 struct pool_upstream {
 	char *key;
 	unsigned idle_count;
-	TAILQ_HEAD(, pool_idle) idle; /* most recently idled first */
-	struct pool_upstream *next;   /* in the bucket */
+	TAILQ_HEAD(pool_idle_list, pool_idle) idle; /* most recently idled first */
+	struct pool_upstream *next;		    /* in the bucket */
 };
 
 struct pool {
@@ -146,6 +146,16 @@ struct conn *pool_take(struct pool *pool, const char *key)
 	if (u == NULL || TAILQ_EMPTY(&u->idle))
 		return NULL;
 	return pool_detach(pool, TAILQ_FIRST(&u->idle));
+}
+
+bool pool_close_one(struct pool *pool, const char *key)
+{
+	struct pool_upstream *u = pool_find(pool, key, 0);
+
+	if (u == NULL || TAILQ_EMPTY(&u->idle))
+		return false;
+	pool_close(pool, TAILQ_LAST(&u->idle, pool_idle_list));
+	return true;
 }
 
 void pool_free(struct pool *pool)

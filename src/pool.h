@@ -7,6 +7,7 @@
  * unexpected bytes, or that stays idle too long is closed here.
  */
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct conn;
@@ -25,5 +26,9 @@ void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
  * Its callbacks are cleared but reading stays on, so that taking it costs
  * no syscall: give it callbacks before returning to the loop. */
 struct conn *pool_take(struct pool *pool, const char *key);
+
+/* Close the least recently used idle connection for key, to make room for a
+ * new one (max_upstream_connections). False when there is none. */
+bool pool_close_one(struct pool *pool, const char *key);
 
 #endif

@@ -40,6 +40,12 @@ struct upstream {
 	struct upstream_connect *probe; /* the probe in flight */
 	uint64_t probes_ok;
 	uint64_t probes_failed;
+	unsigned open;				    /* connections open or opening */
+	unsigned max_open;			    /* the latest limit a request brought */
+	TAILQ_HEAD(, upstream_waiter) slot_waiters; /* waiting for a connection, oldest first */
+	unsigned slot_waiting;
+	unsigned pooled_unclaimed;  /* idle connections pooled while requests waited */
+	struct event *slot_event;   /* releases waiting requests from the loop; made on first use */
 	TAILQ_ENTRY(upstream) link; /* in set->all, most recently used first */
 	struct upstream *next;	    /* in its bucket */
 };
@@ -49,6 +55,7 @@ struct upstreams {
 	TAILQ_HEAD(upstream_list, upstream) all;
 	unsigned count;
 	unsigned waiting;
+	unsigned slot_waiting; /* over all upstreams */
 	struct upstream *buckets[UPSTREAMS_BUCKETS];
 };
 
@@ -95,6 +102,8 @@ static void upstream_destroy(struct upstream *u)
 		upstream_connect_cancel(u->probe);
 	if (u->probe_timer != NULL)
 		event_free(u->probe_timer);
+	if (u->slot_event != NULL)
+		event_free(u->slot_event);
 	free(u->name);
 	free(u->host);
 	free(u);
@@ -113,7 +122,8 @@ void upstreams_free(struct upstreams *set)
 static bool upstream_idle(const struct upstream *u)
 {
 	return u->users == 0 && u->waiting == 0 && u->connecting == 0 && u->probe == NULL &&
-	       u->health.state == HEALTH_UP && u->health.failures == 0;
+	       u->open == 0 && u->slot_waiting == 0 && u->health.state == HEALTH_UP &&
+	       u->health.failures == 0;
 }
 
 /* Keep the set bounded: forget the least recently used idle upstream. */
@@ -168,6 +178,7 @@ struct upstream *upstreams_hold(struct upstreams *set, const struct upstream_end
 	u->endpoint.host = u->host;
 	health_init(&u->health);
 	TAILQ_INIT(&u->waiters);
+	TAILQ_INIT(&u->slot_waiters);
 	u->next = set->buckets[b];
 	set->buckets[b] = u;
 	set->count++;
@@ -252,8 +263,10 @@ static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct upstream *u = arg;
 
-	/* a down upstream nobody asks for any more is not worth probing */
-	if (u->users == 0 && u->waiting == 0 && u->probe == NULL) {
+	/* a down upstream nobody asks for any more is not worth probing; one
+	 * that connections still count on is kept */
+	if (u->users == 0 && u->waiting == 0 && u->probe == NULL && u->open == 0 &&
+	    u->slot_waiting == 0) {
 		log_info("upstream %s: down and unused; forgotten", u->name);
 		upstream_destroy(u);
 		return;
@@ -329,10 +342,100 @@ void upstream_wait(struct upstream *u, struct upstream_waiter *w)
 	u->set->waiting++;
 }
 
+/* Take a waiter off its upstream's connection queue. */
+static void upstream_take_slot_waiter(struct upstream *u, struct upstream_waiter *w)
+{
+	TAILQ_REMOVE(&u->slot_waiters, w, link);
+	u->slot_waiting--;
+	u->set->slot_waiting--;
+	w->upstream = NULL;
+	w->for_connection = false;
+}
+
 void upstream_unwait(struct upstream_waiter *w)
 {
-	if (w->upstream != NULL)
+	if (w->upstream == NULL)
+		return;
+	if (w->for_connection)
+		upstream_take_slot_waiter(w->upstream, w);
+	else
 		upstream_take_waiter(w->upstream, w);
+}
+
+/* Release waiting requests, oldest first, while there is a place for one or
+ * a pooled connection not yet offered. Each released request takes the
+ * place (or the connection) at once, or goes another way (held for health,
+ * refused), or, finding neither after all, waits again at the front. */
+static void upstream_slot_release_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct upstream *u = arg;
+	struct upstream_waiter *w;
+
+	while ((w = TAILQ_FIRST(&u->slot_waiters)) != NULL &&
+	       (u->open < u->max_open || u->pooled_unclaimed > 0)) {
+		if (u->open >= u->max_open)
+			u->pooled_unclaimed--;
+		upstream_take_slot_waiter(u, w);
+		w->release(w);
+	}
+	u->pooled_unclaimed = 0;
+}
+
+/* Run the release from the loop, not inside whatever freed the place. */
+static void upstream_slot_schedule(struct upstream *u)
+{
+	if (u->slot_waiting == 0)
+		return;
+	if (u->slot_event == NULL)
+		u->slot_event = event_new(u->set->proxy->base, -1, 0, upstream_slot_release_cb, u);
+	event_active(u->slot_event, 0, 0);
+}
+
+bool upstream_slot_take(struct upstream *u, unsigned max, bool first_in_line)
+{
+	u->max_open = max;
+	if (u->open >= max || (u->slot_waiting > 0 && !first_in_line))
+		return false;
+	u->open++;
+	return true;
+}
+
+void upstream_slot_put(struct upstream *u)
+{
+	if (u->open > 0)
+		u->open--;
+	upstream_slot_schedule(u);
+}
+
+void upstream_slot_closed(void *arg)
+{
+	upstream_slot_put(arg);
+}
+
+void upstream_slot_wait(struct upstream *u, struct upstream_waiter *w, bool front)
+{
+	w->upstream = u;
+	w->for_connection = true;
+	w->seq = u->next_seq++;
+	if (front)
+		TAILQ_INSERT_HEAD(&u->slot_waiters, w, link);
+	else
+		TAILQ_INSERT_TAIL(&u->slot_waiters, w, link);
+	u->slot_waiting++;
+	u->set->slot_waiting++;
+}
+
+void upstream_slot_pooled(struct upstream *u)
+{
+	if (u->slot_waiting == 0)
+		return;
+	u->pooled_unclaimed++;
+	upstream_slot_schedule(u);
+}
+
+unsigned upstreams_slot_waiting(const struct upstreams *set)
+{
+	return set->slot_waiting;
 }
 
 void upstream_connect_end(struct upstream *u, const struct health_policy *policy,
@@ -414,6 +517,12 @@ void upstreams_render_metrics(const struct upstreams *set, struct evbuffer *out)
 			    "# TYPE retryproxy_held_requests gauge\n"
 			    "retryproxy_held_requests %u\n",
 			    set->waiting);
+	evbuffer_add_printf(out,
+			    "# HELP retryproxy_upstream_waiting Requests waiting for a "
+			    "connection under limits.max_upstream_connections now.\n"
+			    "# TYPE retryproxy_upstream_waiting gauge\n"
+			    "retryproxy_upstream_waiting %u\n",
+			    set->slot_waiting);
 	evbuffer_add_printf(out, "# HELP retryproxy_probes_total Probe connects to down "
 				 "upstreams, by result.\n"
 				 "# TYPE retryproxy_probes_total counter\n");

@@ -35,6 +35,7 @@ struct upstream_waiter {
 	struct upstream *upstream;		    /* NULL when not waiting */
 	uint64_t seq;				    /* arrival order */
 	void (*release)(struct upstream_waiter *w); /* go: start the try now */
+	bool for_connection; /* in the queue for a connection (upstream_slot_wait) */
 };
 
 /* What a request that would open a connection does now. */
@@ -82,14 +83,43 @@ void upstream_connect_end(struct upstream *upstream, const struct health_policy 
 /* A response head arrived from the upstream: it is alive. */
 void upstream_response_seen(struct upstream *upstream, const struct health_policy *policy);
 
+/* limits.max_upstream_connections: the connections open or being opened
+ * to an upstream are counted, and past max a request waits for one, in
+ * arrival order. Take a place for a new connection: true when one is free
+ * and nobody waits for it before the caller (first_in_line: the caller was
+ * just released from the queue, so it is the oldest). */
+bool upstream_slot_take(struct upstream *upstream, unsigned max, bool first_in_line);
+
+/* Give back a place taken that no connection holds (its connect failed or
+ * was given up, or it was not needed). */
+void upstream_slot_put(struct upstream *upstream);
+
+/* conn_on_closed() callback for a connection holding a place: arg is the
+ * upstream. */
+void upstream_slot_closed(void *arg);
+
+/* Wait for a place (or a pooled connection), at the end of the queue or,
+ * for a request released a moment ago that found none after all, at its
+ * front; released from the loop, oldest first, as places free up. Left with
+ * upstream_unwait(). */
+void upstream_slot_wait(struct upstream *upstream, struct upstream_waiter *waiter, bool front);
+
+/* An idle connection to it went into the pool: the oldest waiting request
+ * may take it. */
+void upstream_slot_pooled(struct upstream *upstream);
+
+/* Requests waiting for a connection now, over all upstreams. */
+unsigned upstreams_slot_waiting(const struct upstreams *upstreams);
+
 /* Requests waiting now, over all upstreams. */
 unsigned upstreams_waiting(const struct upstreams *upstreams);
 
 /* /upstreams: one line per upstream, "<name> up|down failures=N held=N". */
 void upstreams_render(const struct upstreams *upstreams, struct evbuffer *out);
 
-/* retryproxy_upstream_up, retryproxy_held_requests and
- * retryproxy_probes_total in the Prometheus text format. */
+/* retryproxy_upstream_up, retryproxy_held_requests,
+ * retryproxy_upstream_waiting and retryproxy_probes_total in the
+ * Prometheus text format. */
 void upstreams_render_metrics(const struct upstreams *upstreams, struct evbuffer *out);
 
 /* One upstream as the status page shows it. */

@@ -137,6 +137,7 @@ class Connection:
         self.closed = threading.Event()
         self.closed_at = None
         self.close_reason = None     # peer-eof, peer-reset, origin, origin-reset, stop, error: ...
+        self.tls_end = None          # TLS: how the peer's side ended, "close_notify" or "unclean"
 
     def __repr__(self):
         return ("Connection(id=%d peer=%s requests=%d closed=%s)"
@@ -230,15 +231,30 @@ class _DropConnection(_Stop):
     """Raised inside a handler to close with a FIN and no response."""
 
 
+def _recv(sock, conn, n):
+    """sock.recv(n), b"" at the peer's end; on TLS it notes in conn.tls_end
+    whether that end came with a close_notify."""
+    try:
+        data = sock.recv(n)
+    except ssl.SSLEOFError:
+        if conn is not None:
+            conn.tls_end = "unclean"
+        return b""
+    if not data and conn is not None and isinstance(sock, ssl.SSLSocket):
+        conn.tls_end = "close_notify"
+    return data
+
+
 class _Reader:
     """Buffered reads on a socket."""
 
-    def __init__(self, sock):
+    def __init__(self, sock, conn=None):
         self.sock = sock
+        self.conn = conn
         self.buf = bytearray()
 
     def _fill(self):
-        data = self.sock.recv(65536)
+        data = _recv(self.sock, self.conn, 65536)
         if not data:
             return False
         self.buf += data
@@ -572,7 +588,7 @@ class Origin:
                 sock = self._handshake(sock, conn)
                 if sock is None:
                     return
-            reader = _Reader(sock)
+            reader = _Reader(sock, conn)
             while not self._stopping.is_set():
                 if not self._serve_one(sock, conn, reader):
                     break
@@ -612,7 +628,9 @@ class Origin:
     def _handshake(self, sock, conn):
         sock.settimeout(10)
         try:
-            tls = self._ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            # an EOF without close_notify raises, so that _recv can tell it
+            tls = self._ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False,
+                                        suppress_ragged_eofs=False)
             tls._origin_conn = conn
             tls.do_handshake()
         except (OSError, ssl.SSLError) as e:
@@ -634,7 +652,7 @@ class Origin:
         sock.settimeout(0.2)
         while not self._stopping.is_set():
             try:
-                if not sock.recv(65536):
+                if not _recv(sock, conn, 65536):
                     sock.close()
                     self._closed(conn, "peer-eof")
                     return

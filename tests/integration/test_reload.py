@@ -19,11 +19,18 @@ idle keep-alive connection accepted on the old listener is closed. (4) with
 access.allow_clients narrowed to exclude loopback, an idle connection is
 closed, a request in flight finishes, the next request on its connection
 and a new connection get 403.
+Then a second proxy whose one listener moves by reload between addresses
+on one port: 127.0.0.1:P to 0.0.0.0:P (which cannot listen while the old
+socket does) and back, serving after each (127.0.0.2:P answers only while
+the wildcard listens); a move whose bind fails (another socket holds
+127.0.0.3:P) is refused with the address and cause logged, and the old
+listener is back and serving.
 """
 
 import os
 import re
 import signal
+import socket
 import time
 
 import harness as h
@@ -157,6 +164,55 @@ def scenario(t):
         h.eq(get("/r/refused", busy).status, 403, "the next request on that connection")
         h.eq(h.fetch(port, "GET", "/r/refused", "app.example").status, 403, "a new connection")
         h.eq(b.requests_for("/r/refused"), [], "refused requests at B")
+
+    # A second proxy, whose one listener moves between addresses on a port.
+    mover = t.proxy(CONFIG.format(port="@PORT0@", default=b.port, upstream=b.port,
+                                  backoff="1500ms", clients=LOOPBACK))
+    mport = mover.port(0)
+
+    def reload_mover(address, outcome=r"reload: now running"):
+        text = CONFIG.format(port=mport, default=b.port, upstream=b.port, backoff="1500ms",
+                             clients=LOOPBACK).replace("127.0.0.1:%d" % mport, address, 1)
+        with open(mover.config_path, "w") as f:
+            f.write(text)
+        n = len([ln for ln in mover.stderr_lines() if re.search(outcome, ln)]) + 1
+        os.kill(mover.pid, signal.SIGHUP)
+        mover.wait_log(outcome, timeout=10 * h.SLOW, count=n)
+
+    def serves(host, tag):
+        with h.RawConn(mport, host=host) as c:
+            c.send(h.request("GET", "/r/" + tag, "app.example"))
+            return c.read_response().status
+
+    @t.check("reload moves a listener 127.0.0.1:P -> 0.0.0.0:P -> 127.0.0.1:P, serving after each")
+    def _():
+        h.ok(not h.port_accepts(mport, host="127.0.0.2"), "127.0.0.2:P accepts before the move")
+        reload_mover("0.0.0.0:%d" % mport)
+        h.eq(serves("127.0.0.1", "wild1"), 200, "status on 127.0.0.1:P with the wildcard listener")
+        h.eq(serves("127.0.0.2", "wild2"), 200, "status on 127.0.0.2:P (only a wildcard takes it)")
+        reload_mover("127.0.0.1:%d" % mport)
+        h.eq(serves("127.0.0.1", "back"), 200, "status on 127.0.0.1:P after moving back")
+        h.ok(not h.port_accepts(mport, host="127.0.0.2"), "127.0.0.2:P still accepts")
+        h.eq([len(b.requests_for("/r/" + tag)) for tag in ("wild1", "wild2", "back")], [1, 1, 1],
+             "requests at the origin")
+
+    @t.check("a move whose bind fails keeps the old listener serving and logs the error")
+    def _():
+        # Another socket on 127.0.0.3:P makes 0.0.0.0:P fail even once the
+        # proxy's own 127.0.0.1:P is closed.
+        blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        t.defer(blocker.close)
+        blocker.bind(("127.0.0.3", mport))
+        blocker.listen(1)
+        reload_mover("0.0.0.0:%d" % mport, outcome=r"reload: cannot apply")
+        h.ok(any(re.search(r"cannot listen on 0\.0\.0\.0:%d: .*in use" % mport, ln)
+                 for ln in mover.stderr_lines()), "an error naming the address and the cause")
+        h.ok(h.listens_on(mover.pid, mport), "the proxy listens on port P")
+        h.eq(serves("127.0.0.1", "kept"), 200, "status on the kept 127.0.0.1:P")
+        blocker.close()
+        h.ok(not h.port_accepts(mport, host="127.0.0.2"), "127.0.0.2:P accepts: not the old listener")
+        reload_mover("0.0.0.0:%d" % mport)
+        h.eq(serves("127.0.0.2", "after"), 200, "the move works once the port is free")
 
 
 h.run(scenario, __doc__)

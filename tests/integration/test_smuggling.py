@@ -6,13 +6,16 @@ HTTPS tunnel.
 Client: for each row of the table CASES, a fresh TCP connection to a
 sidecar listener that sends the row's bytes in one write: Content-Length
 and Transfer-Encoding together (either order), duplicate, comma-joined,
-signed, hex, empty, fractional or overflowing Content-Length, every wrong
+signed, hex, empty, fractional, leading-zero or overflowing Content-Length,
+Content_Length and Transfer_Encoding (an origin mapping '_' to '-' would
+see a second framing field), every wrong
 Transfer-Encoding (identity, xchunked, chunked twice, gzip, a trailing or
 leading comma, an empty second field, in HTTP/1.0, through obs-fold, a
 vertical tab, space before the colon), bad chunk lines (overflow, non-hex, negative, leading space, 0x,
 empty, bad extensions, data longer than the size, bare LF or CR), bare LF
 and bare CR in the request line, fields and the blank line, obs-fold, NUL,
-DEL and control bytes in values, names and targets, bad field names,
+DEL and control bytes in values, names and targets, a backslash in the
+target, bad field names,
 userinfo in an absolute URI, bad Host fields, bad method tokens, bad
 HTTP versions, HTTP/0.9 and the HTTP/2 preface, a target over
 max_uri_bytes (1 KiB), a head over max_header_bytes (4 KiB), too many
@@ -155,6 +158,17 @@ CASES = [
     ("cl-hex", req("cl-hex", b"POST", b"Content-Length: 0x5\r\n", b"hello"), 400, []),
     ("cl-empty", req("cl-empty", b"POST", b"Content-Length: \r\n", b"hello"), 400, []),
     ("cl-fraction", req("cl-fraction", b"POST", b"Content-Length: 5.0\r\n", b"hello"), 400, []),
+    ("cl-leading-zero", req("cl-leading-zero", b"POST", b"Content-Length: 05\r\n", b"hello"), 400, []),
+    ("cl-double-zero", req("cl-double-zero", b"POST", b"Content-Length: 00\r\n", b""), 400, []),
+    ("cl-leading-zero-list", req("cl-leading-zero-list", b"POST", b"Content-Length: 12, 012\r\n",
+                                 b"hello world!"), 400, []),
+    ("cl-zero-valid", req("cl-zero-valid", b"POST", b"Content-Length: 0\r\n", b""), 200, [("cl-zero-valid", b"")]),
+    ("cl-underscore", req("cl-underscore", b"POST", b"Content-Length: 5\r\nContent_Length: 0\r\n", b"hello"),
+     400, []),
+    ("te-underscore", req("te-underscore", b"POST", b"Content-Length: 5\r\nTransfer_Encoding: chunked\r\n",
+                          b"0\r\n\r\n"), 400, []),
+    ("te-underscore-lower", req("te-underscore-lower", b"PUT", b"transfer_encoding: chunked\r\n", GOOD_CHUNKS),
+     400, []),
     ("cl-overflow", req("cl-overflow", b"POST", b"Content-Length: 99999999999999999999999\r\n", b"hello"),
      (400, 413), []),
     ("te-chunked-identity", req("te-chunked-identity", b"PUT", b"Transfer-Encoding: chunked, identity\r\n",
@@ -231,6 +245,11 @@ CASES = [
     ("del-in-value", req("del-in-value", fields=b"X-A: a\x7fb\r\n"), 400, []),
     ("control-in-value", req("control-in-value", fields=b"X-A: a\x01b\r\n"), 400, []),
     ("control-in-target", b"GET /echo?c=control-in-target\x01 HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("backslash-in-target", b"GET /echo?c=backslash-in-target\\..\\x HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("backslash-path", b"GET /\\echo?c=backslash-path HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("tab-in-target", b"GET /echo?c=tab-in-target\tx HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("del-in-target", b"GET /echo?c=del-in-target\x7f HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
+    ("escape-in-target", b"GET /echo?c=escape-in-target\x1b[0m HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
     ("space-in-target", b"GET /echo?c=space-in-target x HTTP/1.1\r\n" + HOST + b"\r\n", 400, []),
     ("space-before-colon", req("space-before-colon", fields=b"X-A : a\r\n"), 400, []),
     ("tab-before-colon", req("tab-before-colon", fields=b"X-A\t: a\r\n"), 400, []),

@@ -17,7 +17,11 @@ session; a wrong-host certificate and an unknown CA each give a 502 at once
 reason, and nothing reaches the origin; a route with verify: false works
 and is warned about by name at start; a route's own ca_file is used;
 TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
-trust (and without it the same upstream fails verification).
+trust (and without it the same upstream fails verification). The proxy
+ends its upstream TLS connections with a close_notify (the origin reads a
+clean TLS end, not an EOF in violation of the protocol): a pooled one closed
+by pool_idle_timeout (300ms here), and one still pooled when the proxy exits
+on SIGTERM.
 """
 
 import json
@@ -69,6 +73,21 @@ listen:
     upstream: https://localhost:@GOOD@
 limits:
   drain_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+# Upstream connections left idle close soon, so the test sees how they end.
+CONFIG_SHORT_IDLE = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://localhost:@GOOD@
+tls:
+  ca_file: @CA@
+limits:
+  drain_timeout: 2s
+  pool_idle_timeout: 300ms
 defaults:
   retry:
     max_attempts: 1
@@ -224,6 +243,38 @@ def scenario(t):
     def _():
         r = h.curl(notrust.listener_url(0, "/echo?t=nocertfile"))
         h.eq(r.status, 502, "status (%r)" % r)
+
+
+    idle = t.proxy(CONFIG_SHORT_IDLE, GOOD=good.port, CA=certs.ca)
+
+    def pooled_conn(tag):
+        """The origin's connection a request through the short-idle proxy
+        went on, left pooled."""
+        r = h.curl(idle.listener_url(0, "/echo?t=" + tag))
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        cid = json.loads(r.body)["conn_id"]
+        return [c for c in good.connections if c.id == cid][0]
+
+    @t.check("a pooled TLS connection closed by pool_idle_timeout ends with close_notify")
+    def _():
+        conn = pooled_conn("idle-close")
+        h.ok(conn.closed.wait(10 * h.SLOW), "the idle connection closed (%r)" % conn)
+        h.eq(conn.tls_end, "close_notify", "how the proxy ended TLS (%s)" % conn.close_reason)
+
+    @t.check("pooled TLS connections still open at shutdown end with close_notify")
+    def _():
+        CONFIG_SHORT_IDLE_LONG = CONFIG_SHORT_IDLE.replace("pool_idle_timeout: 300ms",
+                                                           "pool_idle_timeout: 60s")
+        exiting = t.proxy(CONFIG_SHORT_IDLE_LONG, GOOD=good.port, CA=certs.ca)
+        r = h.curl(exiting.listener_url(0, "/echo?t=exit-close"))
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        cid = json.loads(r.body)["conn_id"]
+        conn = [c for c in good.connections if c.id == cid][0]
+        time.sleep(0.2)
+        h.eq(conn.closed.is_set(), False, "pooled connection open before SIGTERM")
+        h.eq(exiting.stop(), None, "clean exit")
+        h.ok(conn.closed.wait(5 * h.SLOW), "the pooled connection closed at exit")
+        h.eq(conn.tls_end, "close_notify", "how the proxy ended TLS (%s)" % conn.close_reason)
 
 
 h.run(scenario, __doc__)

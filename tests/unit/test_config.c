@@ -471,6 +471,7 @@ static void test_defaults(void **state)
 	assert_int_equal(l->tunnel_idle_timeout_ms, 300000);
 	assert_int_equal(l->spool_max, 0);
 	assert_string_equal(l->spool_dir, "/var/tmp");
+	assert_int_equal(l->max_upstream_connections, 256);
 
 	assert_int_equal(config->health.down_after, 3);
 	assert_int_equal(config->health.probe_interval_ms, 500);

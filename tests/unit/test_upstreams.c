@@ -806,6 +806,87 @@ static void test_upstreams_unwait(void **state)
 	harness_free(&h);
 }
 
+/* A released request that opens a connection: it takes the place. */
+static struct upstream *test_cap_upstream;
+
+static void test_take_release_cb(struct upstream_waiter *w)
+{
+	test_release_cb(w);
+	assert_true(upstream_slot_take(test_cap_upstream, 2, true));
+}
+
+/* arg (an unsigned) is the waiting count in retryproxy_upstream_waiting. */
+static bool slot_waiting_is(struct harness *h, const void *arg)
+{
+	return upstreams_slot_waiting(h->proxy.upstreams) == *(const unsigned *)arg;
+}
+
+/* max_upstream_connections: places up to the cap, then a FIFO queue that
+ * places given back and pooled connections release from the loop, oldest
+ * first; nobody jumps it; one that leaves is gone from it. */
+static void test_upstreams_connection_cap(void **state)
+{
+	static const int first[] = { 1 };
+	static const int then[] = { 1, 3 };
+	static const int pooled[] = { 1, 3, 4 };
+	struct harness h;
+	struct test_waiter w1, w2, w3, w4;
+	unsigned zero = 0, one = 1;
+	struct upstream *u;
+
+	harness_init(&h, 3, true);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	test_cap_upstream = u;
+	test_waiter_init(&w1, &h, 1);
+	test_waiter_init(&w2, &h, 2);
+	test_waiter_init(&w3, &h, 3);
+	test_waiter_init(&w4, &h, 4);
+	w1.waiter.release = w2.waiter.release = w3.waiter.release = test_take_release_cb;
+	assert_true(upstream_slot_take(u, 2, false));
+	assert_true(upstream_slot_take(u, 2, false));
+	assert_false(upstream_slot_take(u, 2, false));
+	upstream_slot_wait(u, &w1.waiter, false);
+	upstream_slot_wait(u, &w2.waiter, false);
+	upstream_slot_wait(u, &w3.waiter, false);
+	upstream_slot_wait(u, &w4.waiter, false);
+	assert_true(metrics_contain(&h, "retryproxy_upstream_waiting 4\n"));
+	/* the health queue is another */
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
+
+	/* a place given back goes to the oldest, from the loop */
+	upstream_slot_put(u);
+	assert_int_equal(h.released_count, 0);
+	/* meanwhile a newcomer does not jump the queue */
+	assert_false(upstream_slot_take(u, 2, false));
+	run_until(&h, released_at_least, &one, 1000);
+	run_until(&h, NULL, NULL, 20);
+	assert_released(&h, first, 1);
+
+	/* one that leaves is gone; the next place goes to the one after it */
+	upstream_unwait(&w2.waiter);
+	assert_null(w2.waiter.upstream);
+	upstream_slot_closed(u);
+	run_until(&h, NULL, NULL, 20);
+	assert_released(&h, then, 2);
+
+	/* at the cap, a pooled connection releases one waiter (which takes the
+	 * connection, not a place), no more */
+	upstream_slot_pooled(u);
+	run_until(&h, NULL, NULL, 20);
+	assert_released(&h, pooled, 3);
+	assert_true(run_until(&h, slot_waiting_is, &zero, 100));
+	assert_true(metrics_contain(&h, "retryproxy_upstream_waiting 0\n"));
+
+	/* with nobody waiting, places free up for anyone */
+	upstream_slot_put(u);
+	assert_true(upstream_slot_take(u, 2, false));
+	assert_false(upstream_slot_take(u, 2, false));
+	upstream_slot_put(u);
+	upstream_slot_put(u);
+	upstream_release(u);
+	harness_free(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -822,6 +903,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_off_by_reload),
 		cmocka_unit_test(test_upstreams_rewait),
 		cmocka_unit_test(test_upstreams_unwait),
+		cmocka_unit_test(test_upstreams_connection_cap),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

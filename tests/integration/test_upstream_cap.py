@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Scenario: limits.max_upstream_connections caps the connections to one
+upstream.
+
+Client: raw connections to sidecar listeners. (1) Six GETs of a slow path
+(0.6 s before the head), sent 50 ms apart on six connections, to an
+upstream capped at 2. (2) With both connections busy again, a seventh GET
+whose client hangs up while it waits. (3) On a second listener and
+upstream: two slow GETs (2 s) hold both places and a third GET, on a route
+with try_timeout 500ms, waits past it. (4) With both connections idle in
+the pool, a POST (not safe to repeat on a pooled connection).
+Origin: the recording test origin, which counts its connections; a second
+origin for (3) and (4).
+Must hold: (1) the origin never has more than 2 connections open at once
+and sees exactly 2 in all (the waiting requests reuse them); all six get
+200, and reach the origin in the order they were sent; while requests wait,
+retryproxy_upstream_waiting counts them. (2) the origin never sees the
+request whose client left. (3) the waiting GET gets 504 naming the busy
+upstream after about try_timeout (Retry-Attempts: 0, no retry), and never
+reaches the origin; the slow ones get their 200. (4) the POST gets 200 on a
+new connection, and the proxy closed one idle connection to make room. The limit is written by /config.
+"""
+
+import re
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+  - address: 127.0.0.1:@PORT1@
+    upstream: http://127.0.0.1:@ORIGIN2@
+admin: 127.0.0.1:@PORT2@
+limits:
+  drain_timeout: 2s
+  max_upstream_connections: 2
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 100ms
+    jitter: 0s
+routes:
+  - name: tight
+    match: { path_prefix: /t/ }
+    retry: { try_timeout: 500ms, max_attempts: 3, initial_backoff: 100ms, jitter: 0s }
+"""
+
+
+def max_open_at_once(origin):
+    """The most connections the origin had open at one time, from when it
+    accepted and saw the end of each."""
+    events = []
+    for c in origin.connections:
+        events.append((c.accepted_at, 1))
+        if c.closed_at is not None:
+            events.append((c.closed_at, -1))
+    most = now = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        now += step
+        most = max(most, now)
+    return most
+
+
+def scenario(t):
+    origin = t.origin(name="capped-2")
+    origin2 = t.origin(name="capped-1")
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, ORIGIN2=origin2.port)
+
+    def metric(name):
+        r = h.fetch(proxy.port(2), "GET", "/metrics", "admin")
+        m = re.search(r"^%s (\d+)$" % name, r.body.decode(), re.M)
+        return int(m.group(1)) if m else None
+
+    @t.check("cap 2: six slow GETs at once use 2 connections, all 200, in the order sent")
+    def _():
+        origin.clear()
+        conns = [h.RawConn(proxy.port(0), timeout=20 * h.SLOW) for _ in range(6)]
+        for c in conns:
+            t.defer(c.close)
+        for i, c in enumerate(conns):
+            c.send(h.request("GET", "/echo?c=cap%d&delay=0.6" % i, "app.example"))
+            time.sleep(0.05)
+        waiting = h.wait_until(lambda: metric("retryproxy_upstream_waiting"), 2 * h.SLOW,
+                               "retryproxy_upstream_waiting to count the waiting requests")
+        h.ok(1 <= waiting <= 4, "retryproxy_upstream_waiting %r while 4 wait" % waiting)
+        statuses = [c.read_response(timeout=20 * h.SLOW).status for c in conns]
+        h.eq(statuses, [200] * 6, "statuses")
+        h.eq([q.query.get("c") for q in origin.requests], ["cap%d" % i for i in range(6)],
+             "order the origin received them in")
+        h.eq(len(origin.connections), 2, "connections the origin accepted")
+        h.ok(max_open_at_once(origin) <= 2, "the origin had %d connections open at once"
+             % max_open_at_once(origin))
+        h.eq(metric("retryproxy_upstream_waiting"), 0, "retryproxy_upstream_waiting afterwards")
+
+    @t.check("cap 2: a waiting request whose client leaves never reaches the origin")
+    def _():
+        origin.clear()
+        busy = [h.RawConn(proxy.port(0), timeout=20 * h.SLOW) for _ in range(2)]
+        for i, c in enumerate(busy):
+            t.defer(c.close)
+            c.send(h.request("GET", "/echo?c=busy%d&delay=0.8" % i, "app.example"))
+        origin.wait_for(lambda o: len(o.requests) == 2, 5 * h.SLOW, "both busy requests")
+        leaver = h.RawConn(proxy.port(0))
+        leaver.send(h.request("GET", "/echo?c=leaver", "app.example"))
+        h.wait_until(lambda: metric("retryproxy_upstream_waiting") == 1, 2 * h.SLOW,
+                     "the leaver to wait")
+        leaver.close()
+        h.wait_until(lambda: metric("retryproxy_upstream_waiting") == 0, 2 * h.SLOW,
+                     "the leaver to be dropped from the queue")
+        for c in busy:
+            h.eq(c.read_response(timeout=10 * h.SLOW).status, 200, "busy request")
+        time.sleep(0.3)
+        h.eq(sorted(q.query.get("c") for q in origin.requests), ["busy0", "busy1"],
+             "requests at the origin")
+        h.eq(h.fetch(proxy.port(0), "GET", "/echo?c=after", "app.example").status, 200,
+             "a request afterwards")
+
+    @t.check("both places busy, try_timeout 500ms: a request waiting past it gets 504, not retried")
+    def _():
+        origin2.clear()
+        holds = [h.RawConn(proxy.port(1), timeout=20 * h.SLOW) for _ in range(2)]
+        for i, c in enumerate(holds):
+            t.defer(c.close)
+            c.send(h.request("GET", "/echo?c=hold%d&delay=2" % i, "app.example"))
+        origin2.wait_for(lambda o: len(o.requests) == 2, 5 * h.SLOW, "the two slow requests")
+        start = time.monotonic()
+        r = h.fetch(proxy.port(1), "GET", "/t/waiter", "app.example", timeout=10 * h.SLOW)
+        elapsed = time.monotonic() - start
+        h.check_error_response(r, 504, ["busy", "max_upstream_connections"])
+        h.eq(r.header("Retry-Attempts"), "0", "Retry-Attempts")
+        h.ok(0.4 <= elapsed <= 1.5 * h.SLOW, "504 after %.2fs (try_timeout 500ms)" % elapsed)
+        for c in holds:
+            h.eq(c.read_response(timeout=10 * h.SLOW).status, 200, "a slow request")
+        h.eq(origin2.requests_for("/t/waiter"), [], "the waiter at the origin")
+        h.eq(len(origin2.connections), 2, "connections at the origin")
+
+    @t.check("both places idle in the pool: a POST closes one and opens its own")
+    def _():
+        old = list(origin2.connections)
+        h.eq(len([c for c in old if not c.closed.is_set()]), 2, "idle pooled connections open")
+        r = h.fetch(proxy.port(1), "POST", "/echo?c=post", "app.example", body=b"x")
+        h.eq(r.status, 200, "POST status")
+        h.eq(len(origin2.connections), 3, "connections at the origin")
+        h.wait_until(lambda: len([c for c in old if c.closed.is_set()]) == 1, 3 * h.SLOW,
+                     "one idle connection closed by the proxy to make room")
+        post = origin2.requests_for("/echo")[-1]
+        h.ok(post.conn_id not in [c.id for c in old], "the POST went on a new connection")
+
+    @t.check("/config writes max_upstream_connections")
+    def _():
+        r = h.fetch(proxy.port(2), "GET", "/config", "admin")
+        h.ok(re.search(r"^\s+max_upstream_connections: 2$", r.body.decode(), re.M),
+             "max_upstream_connections in /config")
+
+
+h.run(scenario, __doc__)
