@@ -598,8 +598,12 @@ static void exchange_hold(struct exchange *ex)
 		exchange_upstream_unavailable(ex);
 		return;
 	}
-	/* a held request keeps its body and last response like one in backoff */
-	if (!ex->retry_reserved) {
+	/* a request held for a down upstream keeps its body and last response
+	 * like one in backoff, and counts like one; one that only waits for the
+	 * connect in doubt to end (a fresh upstream's first) is a request whose
+	 * try is about to start, and a cold start with many at once must not
+	 * refuse them */
+	if (!ex->retry_reserved && upstream_down(ex->upstream)) {
 		if (ex->proxy->backoff_pending >= ex->config->limits.max_pending_retries) {
 			ex->gave_up = RETRY_GIVE_UP_BUDGET;
 			exchange_upstream_unavailable(ex);

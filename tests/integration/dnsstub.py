@@ -86,6 +86,7 @@ class DnsStub:
         self.default_mode = default_mode
         self._answers = {}
         self._modes = {}
+        self._delays = {}
         for name, addrs in (answers or {}).items():
             self.answer(name, addrs)
         for name, mode in (modes or {}).items():
@@ -107,6 +108,11 @@ class DnsStub:
         if isinstance(addrs, str):
             addrs = [addrs]
         self._answers[self._key(name)] = [ipaddress.ip_address(a) for a in addrs]
+
+    def delay(self, name, seconds):
+        """Answer name only after this many seconds (its queries are answered
+        from a timer, so other names are not held up)."""
+        self._delays[self._key(name)] = seconds
 
     def mode(self, name, mode):
         """nxdomain, servfail, refused or silent for name."""
@@ -181,11 +187,19 @@ class DnsStub:
             except OSError:
                 return
             reply = self._handle(msg, peer)
-            if reply is not None:
-                try:
-                    self._sock.sendto(reply, peer)
-                except OSError:
-                    pass
+            if reply is None:
+                continue
+            delay = self._delays.get(self._key(self._queries[-1].name)) if self._queries else None
+            if delay:
+                threading.Timer(delay, self._send, (reply, peer)).start()
+            else:
+                self._send(reply, peer)
+
+    def _send(self, reply, peer):
+        try:
+            self._sock.sendto(reply, peer)
+        except OSError:
+            pass
 
     def _handle(self, msg, peer):
         if len(msg) < 12:

@@ -29,6 +29,7 @@ sees a query for it.
 """
 
 import os
+import threading
 import time
 
 import harness as h
@@ -75,6 +76,17 @@ limits:
 defaults:
   retry:
     max_attempts: 1
+"""
+
+# A cold start: many requests for a fresh upstream at once, more than
+# max_pending_retries, while its first connect (slow DNS) is in doubt.
+CONFIG_COLD = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+limits:
+  drain_timeout: 2s
+  connect_timeout: 3s
+  max_pending_retries: 2
 """
 
 DNS_WORDS = ("resolve", "dns", "name", "nxdomain", "not known")
@@ -220,6 +232,30 @@ def scenario(t):
         h.check_error_response(r, 502, ("timeout", "timed out", "resolve", "dns"))
         h.ok(0.8 <= took < 3 * h.SLOW, "the error came after %.1fs; connect_timeout is 1s" % took)
         h.ok(a_queries(stub, "mute-slow.test"), "the stub saw no query for mute-slow.test")
+
+    cold = t.proxy(CONFIG_COLD, env=env)
+
+    @t.check("a cold start: 8 requests at once for a fresh upstream whose name takes 0.5 s to "
+             "resolve wait for its first connect, and all get 200 in one try, although "
+             "max_pending_retries is 2 (waiting for a connect in doubt is not a retry)")
+    def _():
+        stub.answer("cold.test", "127.0.0.1")
+        stub.delay("cold.test", 0.5)
+        results = [None] * 8
+
+        def get(i):
+            results[i] = h.curl(url("cold.test", "/echo?t=cold%d" % i), proxy=cold.url)
+        threads = [threading.Thread(target=get, args=(i,)) for i in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30 * h.SLOW)
+        got = [(r.status, r.header("Retry-Attempts")) if r else None for r in results]
+        h.eq(got, [(200, "1")] * 8, "status and Retry-Attempts of each")
+        h.wait_until(lambda: len(cold.access_for("t=cold")) == 8, 10 * h.SLOW,
+                     "8 access-log lines")
+        lines = cold.access_for("t=cold")
+        h.ok(not any("gave_up" in line for line in lines), "no request gave up: %r" % lines)
 
     allow = t.proxy(CONFIG_ALLOW, env=env)
 
