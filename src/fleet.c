@@ -31,6 +31,9 @@ enum fleet_state {
 	FLEET_WAITING,	  /* the reconnect backoff runs */
 	FLEET_RESOLVING,  /* the Redis host name is being resolved */
 	FLEET_CONNECTING, /* connecting, then loading the script */
+	FLEET_TRYING,	  /* the script loaded, the first sync round out: a Redis
+			   * may load scripts yet refuse to run them (a read-only
+			   * replica), so the local budget decides until it answers */
 	FLEET_CONNECTED,  /* leases in use: the fleet decides */
 };
 
@@ -75,6 +78,7 @@ struct fleet {
 
 static void fleet_connect(struct fleet *fleet);
 static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
+static void fleet_up(struct fleet *fleet);
 
 /* Arm the deadline for what was just sent. */
 static void fleet_arm_deadline(struct fleet *fleet)
@@ -189,7 +193,8 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	redisReply *reply = r;
 
 	/* NULL: the connection is going away, and whoever drops it says why */
-	if (reply == NULL || ac != fleet->ac || fleet->state != FLEET_CONNECTED)
+	if (reply == NULL || ac != fleet->ac ||
+	    (fleet->state != FLEET_CONNECTED && fleet->state != FLEET_TRYING))
 		return;
 	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
 		fleet_route_send(fr, true);
@@ -207,8 +212,11 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	log_debug("fleet %s: route %s: reported %llu requests, granted %lld of %llu tokens",
 		  fleet->name, fr->route, (unsigned long long)fr->sent_requests,
 		  reply->element[0]->integer, (unsigned long long)fr->sent_want);
-	if (fleet->pending > 0 && --fleet->pending == 0)
+	if (fleet->pending > 0 && --fleet->pending == 0) {
 		evtimer_del(fleet->deadline);
+		if (fleet->state == FLEET_TRYING)
+			fleet_up(fleet);
+	}
 }
 
 /* Every sync_interval: a new round, unless the last is still out (its
@@ -221,24 +229,35 @@ static void fleet_sync_cb(evutil_socket_t fd, short what, void *arg)
 		fleet_sync_round(fleet);
 }
 
-/* The script is loaded: the fleet decides from now on. Counts from before
- * are dropped (they were the local budget's), and so are old leases. */
+/* A whole sync round answered: the fleet decides from now on. Only now is
+ * Redis known to work, so only now is the backoff reset and a later
+ * failure worth a new warning. */
 static void fleet_up(struct fleet *fleet)
 {
-	evtimer_del(fleet->deadline);
 	fleet->state = FLEET_CONNECTED;
 	fleet->backoff_ms = FLEET_RECONNECT_FIRST_MS;
-	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
-		fr->tokens = 0;
-		fr->unreported = 0;
-	}
 	if (fleet->down_logged)
 		log_info("fleet %s: redis %s answers again; retry budgets are the fleet's",
 			 fleet->name, fleet->redis);
 	else
 		log_info("fleet %s: connected to redis %s", fleet->name, fleet->redis);
 	fleet->down_logged = false;
+}
+
+/* The script is loaded: try a first sync round. Counts from before are
+ * dropped (they were the local budget's), and so are old leases. A round
+ * that fails counts as a failed connect. */
+static void fleet_try(struct fleet *fleet)
+{
+	evtimer_del(fleet->deadline);
+	fleet->state = FLEET_TRYING;
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
+		fr->tokens = 0;
+		fr->unreported = 0;
+	}
 	fleet_sync_round(fleet);
+	if (fleet->pending == 0)
+		fleet_up(fleet);
 }
 
 /* SCRIPT LOAD answered with the script's SHA1. */
@@ -258,7 +277,7 @@ static void fleet_script_cb(redisAsyncContext *ac, void *r, void *privdata)
 	}
 	memcpy(fleet->sha, reply->str, 40);
 	fleet->sha[40] = '\0';
-	fleet_up(fleet);
+	fleet_try(fleet);
 }
 
 /* The connection is made, or failed (then hiredis frees it). */
