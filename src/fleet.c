@@ -45,10 +45,13 @@ struct fleet_route {
 	double min_per_second;
 	char *key;		/* the route's Redis hash */
 	bool live;		/* the running config has the route: it is synced */
-	uint64_t tokens;	/* leased and not yet spent */
+	uint64_t tokens;	/* leased at the last sync and not yet spent */
+	long long grant_epoch;	/* the Redis bucket they were granted in */
 	uint64_t unreported;	/* requests since the last sync */
 	uint64_t sent_requests; /* what the sync in flight carries, to send again */
 	uint64_t sent_want;	/* after a NOSCRIPT (Redis restarted, or flushed) */
+	uint64_t sent_back;	/* tokens held when it was sent, handed back */
+	long long sent_epoch;
 	struct fleet_route *next;
 };
 
@@ -148,7 +151,7 @@ static void fleet_deadline_cb(evutil_socket_t fd, short what, void *arg)
 static void fleet_route_send(struct fleet_route *fr, bool with_text)
 {
 	struct fleet *fleet = fr->fleet;
-	char requests[24], want[24], ratio[32], floor[32], window[24];
+	char requests[24], want[24], ratio[32], floor[32], window[24], back[24], epoch[24];
 	const char *argv[] = { with_text ? "EVAL" : "EVALSHA",
 			       with_text ? fleet_lease_script : fleet->sha,
 			       "1",
@@ -157,13 +160,17 @@ static void fleet_route_send(struct fleet_route *fr, bool with_text)
 			       want,
 			       ratio,
 			       floor,
-			       window };
+			       window,
+			       back,
+			       epoch };
 
 	snprintf(requests, sizeof(requests), "%llu", (unsigned long long)fr->sent_requests);
 	snprintf(want, sizeof(want), "%llu", (unsigned long long)fr->sent_want);
 	snprintf(ratio, sizeof(ratio), "%.17g", fr->ratio);
 	snprintf(floor, sizeof(floor), "%.17g", fr->min_per_second);
 	snprintf(window, sizeof(window), "%llu", (unsigned long long)fr->window_ms);
+	snprintf(back, sizeof(back), "%llu", (unsigned long long)fr->sent_back);
+	snprintf(epoch, sizeof(epoch), "%lld", fr->sent_epoch);
 	redisAsyncCommandArgv(fleet->ac, fleet_reply_cb, fr, (int)(sizeof(argv) / sizeof(argv[0])),
 			      argv, NULL);
 }
@@ -175,7 +182,9 @@ static void fleet_sync_round(struct fleet *fleet)
 		if (!fr->live)
 			continue;
 		fr->sent_requests = fr->unreported;
-		fr->sent_want = fleet_lease_want(fr->ratio, fr->unreported, fr->tokens);
+		fr->sent_want = fleet_lease_target(fr->ratio, fr->unreported);
+		fr->sent_back = fr->tokens;
+		fr->sent_epoch = fr->grant_epoch;
 		fr->unreported = 0;
 		fleet_route_send(fr, false);
 		fleet->pending++;
@@ -185,12 +194,15 @@ static void fleet_sync_round(struct fleet *fleet)
 }
 
 /* A route's sync answered: {granted, requests in the window, retries
- * granted in the window}. */
+ * granted in the window, the bucket}. The grant replaces the lease handed
+ * back; tokens of it spent while the round was out are taken off the new
+ * one, since Redis took them back. */
 static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct fleet_route *fr = privdata;
 	struct fleet *fleet = fr->fleet;
 	redisReply *reply = r;
+	uint64_t granted, spent;
 
 	/* NULL: the connection is going away, and whoever drops it says why */
 	if (reply == NULL || ac != fleet->ac ||
@@ -200,15 +212,18 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		fleet_route_send(fr, true);
 		return;
 	}
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
-	    reply->element[0]->type != REDIS_REPLY_INTEGER) {
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 4 ||
+	    reply->element[0]->type != REDIS_REPLY_INTEGER ||
+	    reply->element[3]->type != REDIS_REPLY_INTEGER) {
 		fleet_lost(fleet,
 			   reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply",
 			   true);
 		return;
 	}
-	if (reply->element[0]->integer > 0)
-		fr->tokens += (uint64_t)reply->element[0]->integer;
+	granted = reply->element[0]->integer > 0 ? (uint64_t)reply->element[0]->integer : 0;
+	spent = fr->sent_back > fr->tokens ? fr->sent_back - fr->tokens : 0;
+	fr->tokens = granted > spent ? granted - spent : 0;
+	fr->grant_epoch = reply->element[3]->integer;
 	log_debug("fleet %s: route %s: reported %llu requests, granted %lld of %llu tokens",
 		  fleet->name, fr->route, (unsigned long long)fr->sent_requests,
 		  reply->element[0]->integer, (unsigned long long)fr->sent_want);
