@@ -10,6 +10,11 @@
  * older than that are deleted as they are met, and the key expires a little
  * after a window with no sync, so nothing accumulates in Redis. */
 const char fleet_lease_script[] =
+	/* Redis 3.2 and 4.0 refuse writes after TIME unless the script's
+	 * effects, not the script, are replicated; from 5 on that is how
+	 * scripts always replicate and the call is a no-op (a later Redis may
+	 * drop it) */
+	"if redis.replicate_commands then redis.replicate_commands() end\n"
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 	"local requests = tonumber(ARGV[1])\n"

@@ -48,7 +48,14 @@ static void test_target_table(void **state)
  * gives every key an expiry. */
 static void test_script_shape(void **state)
 {
-	assert_non_null(strstr(fleet_lease_script, "redis.call('TIME')"));
+	const char *time_call = strstr(fleet_lease_script, "redis.call('TIME')");
+	const char *replicate = strstr(fleet_lease_script, "if redis.replicate_commands then "
+							   "redis.replicate_commands() end");
+
+	assert_non_null(time_call);
+	/* before TIME, or Redis 3.2/4.0 refuse the writes after it */
+	assert_non_null(replicate);
+	assert_true(replicate < time_call);
 	assert_non_null(strstr(fleet_lease_script, "PEXPIRE', KEYS[1]"));
 	assert_null(strstr(fleet_lease_script, "KEYS[2]"));
 	assert_non_null(strstr(fleet_lease_script, "return {grant, q, r + grant, epoch}"));
