@@ -45,6 +45,7 @@ struct fleet_route {
 	double min_per_second;
 	char *key;		/* the route's Redis hash */
 	bool live;		/* the running config has the route: it is synced */
+	bool in_flight;		/* a sync of it awaits its reply, which names it */
 	uint64_t tokens;	/* leased at the last sync and not yet spent */
 	long long grant_epoch;	/* the Redis bucket they were granted in */
 	uint64_t unreported;	/* requests since the last sync */
@@ -171,8 +172,39 @@ static void fleet_route_send(struct fleet_route *fr, bool with_text)
 	snprintf(window, sizeof(window), "%llu", (unsigned long long)fr->window_ms);
 	snprintf(back, sizeof(back), "%llu", (unsigned long long)fr->sent_back);
 	snprintf(epoch, sizeof(epoch), "%lld", fr->sent_epoch);
+	fr->in_flight = true;
 	redisAsyncCommandArgv(fleet->ac, fleet_reply_cb, fr, (int)(sizeof(argv) / sizeof(argv[0])),
 			      argv, NULL);
+}
+
+static void fleet_route_free(struct fleet_route *fr)
+{
+	free(fr->route);
+	free(fr->key);
+	free(fr);
+}
+
+/* Unlink and free a lease a reload dropped. */
+static void fleet_route_drop(struct fleet *fleet, struct fleet_route *fr)
+{
+	for (struct fleet_route **p = &fleet->routes; *p != NULL; p = &(*p)->next) {
+		if (*p == fr) {
+			*p = fr->next;
+			break;
+		}
+	}
+	fleet_route_free(fr);
+}
+
+/* One reply of the round in flight is in; the last ends the round, and the
+ * first round to end makes the fleet connected. */
+static void fleet_round_answered(struct fleet *fleet)
+{
+	if (fleet->pending > 0 && --fleet->pending == 0) {
+		evtimer_del(fleet->deadline);
+		if (fleet->state == FLEET_TRYING)
+			fleet_up(fleet);
+	}
 }
 
 /* Every live route's sync, sent together; one deadline covers them. */
@@ -203,10 +235,20 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	struct fleet *fleet = fr->fleet;
 	redisReply *reply = r;
 	uint64_t granted, spent;
-
 	/* NULL: the connection is going away, and whoever drops it says why */
-	if (reply == NULL || ac != fleet->ac ||
-	    (fleet->state != FLEET_CONNECTED && fleet->state != FLEET_TRYING))
+	bool current = reply != NULL && ac == fleet->ac &&
+		       (fleet->state == FLEET_CONNECTED || fleet->state == FLEET_TRYING);
+
+	fr->in_flight = false;
+	if (!fr->live) {
+		/* a reload dropped the route while this was out: whatever it
+		 * says is ignored, and the lease goes now */
+		fleet_route_drop(fleet, fr);
+		if (current)
+			fleet_round_answered(fleet);
+		return;
+	}
+	if (!current)
 		return;
 	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
 		fleet_route_send(fr, true);
@@ -227,11 +269,7 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	log_debug("fleet %s: route %s: reported %llu requests, granted %lld of %llu tokens",
 		  fleet->name, fr->route, (unsigned long long)fr->sent_requests,
 		  reply->element[0]->integer, (unsigned long long)fr->sent_want);
-	if (fleet->pending > 0 && --fleet->pending == 0) {
-		evtimer_del(fleet->deadline);
-		if (fleet->state == FLEET_TRYING)
-			fleet_up(fleet);
-	}
+	fleet_round_answered(fleet);
 }
 
 /* Every sync_interval: a new round, unless the last is still out (its
@@ -450,7 +488,7 @@ void fleet_free(struct fleet *fleet)
 	if (fleet->resolving != NULL)
 		evdns_getaddrinfo_cancel(fleet->resolving);
 	/* pending replies are called back with NULL while the routes still
-	 * exist, and ignored */
+	 * exist: dropped routes go then, the others below */
 	ac = fleet->ac;
 	fleet->ac = NULL;
 	if (ac != NULL)
@@ -459,9 +497,7 @@ void fleet_free(struct fleet *fleet)
 		struct fleet_route *fr = fleet->routes;
 
 		fleet->routes = fr->next;
-		free(fr->route);
-		free(fr->key);
-		free(fr);
+		fleet_route_free(fr);
 	}
 	free(fleet->redis);
 	free(fleet->host);
@@ -493,9 +529,7 @@ static struct fleet_route *fleet_route_lookup(struct fleet *fleet, const char *r
 	return NULL;
 }
 
-/* Make a route's lease live with the budget it has now. Leases of routes a
- * reload dropped stay (not synced, holding nothing) until the fleet goes:
- * a reply in flight may still name them. */
+/* Make a route's lease live with the budget it has now. */
 static void fleet_route_take(struct fleet *fleet, const struct route *route)
 {
 	const struct retry_budget *budget = &route->retry.budget;
@@ -533,9 +567,29 @@ void fleet_set_routes(struct fleet *fleet, const struct config *config)
 	fleet_route_take(fleet, &config->default_route);
 	for (size_t i = 0; i < config->route_count; i++)
 		fleet_route_take(fleet, &config->routes[i]);
-	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
-		if (!fr->live)
-			fr->tokens = 0;
+	/* leases of routes dropped go now; one a reply in flight still names
+	 * holds nothing and goes when the reply comes (or the connection) */
+	for (struct fleet_route **p = &fleet->routes; *p != NULL;) {
+		struct fleet_route *fr = *p;
+
+		if (fr->live || fr->in_flight) {
+			if (!fr->live)
+				fr->tokens = 0;
+			p = &fr->next;
+			continue;
+		}
+		*p = fr->next;
+		fleet_route_free(fr);
+	}
+}
+
+size_t fleet_routes_kept(const struct fleet *fleet)
+{
+	size_t n = 0;
+
+	for (const struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
+		n++;
+	return n;
 }
 
 bool fleet_connected(const struct fleet *fleet)
