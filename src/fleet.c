@@ -31,6 +31,9 @@ enum fleet_state {
 	FLEET_WAITING,	  /* the reconnect backoff runs */
 	FLEET_RESOLVING,  /* the Redis host name is being resolved */
 	FLEET_CONNECTING, /* connecting, then loading the script */
+	FLEET_TRYING,	  /* the script loaded, the first sync round out: a Redis
+			   * may load scripts yet refuse to run them (a read-only
+			   * replica), so the local budget decides until it answers */
 	FLEET_CONNECTED,  /* leases in use: the fleet decides */
 };
 
@@ -42,10 +45,14 @@ struct fleet_route {
 	double min_per_second;
 	char *key;		/* the route's Redis hash */
 	bool live;		/* the running config has the route: it is synced */
-	uint64_t tokens;	/* leased and not yet spent */
+	bool in_flight;		/* a sync of it awaits its reply, which names it */
+	uint64_t tokens;	/* leased at the last sync and not yet spent */
+	long long grant_epoch;	/* the Redis bucket they were granted in */
 	uint64_t unreported;	/* requests since the last sync */
 	uint64_t sent_requests; /* what the sync in flight carries, to send again */
 	uint64_t sent_want;	/* after a NOSCRIPT (Redis restarted, or flushed) */
+	uint64_t sent_back;	/* tokens held when it was sent, handed back */
+	long long sent_epoch;
 	struct fleet_route *next;
 };
 
@@ -75,6 +82,7 @@ struct fleet {
 
 static void fleet_connect(struct fleet *fleet);
 static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
+static void fleet_up(struct fleet *fleet);
 
 /* Arm the deadline for what was just sent. */
 static void fleet_arm_deadline(struct fleet *fleet)
@@ -144,7 +152,7 @@ static void fleet_deadline_cb(evutil_socket_t fd, short what, void *arg)
 static void fleet_route_send(struct fleet_route *fr, bool with_text)
 {
 	struct fleet *fleet = fr->fleet;
-	char requests[24], want[24], ratio[32], floor[32], window[24];
+	char requests[24], want[24], ratio[32], floor[32], window[24], back[24], epoch[24];
 	const char *argv[] = { with_text ? "EVAL" : "EVALSHA",
 			       with_text ? fleet_lease_script : fleet->sha,
 			       "1",
@@ -153,15 +161,50 @@ static void fleet_route_send(struct fleet_route *fr, bool with_text)
 			       want,
 			       ratio,
 			       floor,
-			       window };
+			       window,
+			       back,
+			       epoch };
 
 	snprintf(requests, sizeof(requests), "%llu", (unsigned long long)fr->sent_requests);
 	snprintf(want, sizeof(want), "%llu", (unsigned long long)fr->sent_want);
 	snprintf(ratio, sizeof(ratio), "%.17g", fr->ratio);
 	snprintf(floor, sizeof(floor), "%.17g", fr->min_per_second);
 	snprintf(window, sizeof(window), "%llu", (unsigned long long)fr->window_ms);
+	snprintf(back, sizeof(back), "%llu", (unsigned long long)fr->sent_back);
+	snprintf(epoch, sizeof(epoch), "%lld", fr->sent_epoch);
+	fr->in_flight = true;
 	redisAsyncCommandArgv(fleet->ac, fleet_reply_cb, fr, (int)(sizeof(argv) / sizeof(argv[0])),
 			      argv, NULL);
+}
+
+static void fleet_route_free(struct fleet_route *fr)
+{
+	free(fr->route);
+	free(fr->key);
+	free(fr);
+}
+
+/* Unlink and free a lease a reload dropped. */
+static void fleet_route_drop(struct fleet *fleet, struct fleet_route *fr)
+{
+	for (struct fleet_route **p = &fleet->routes; *p != NULL; p = &(*p)->next) {
+		if (*p == fr) {
+			*p = fr->next;
+			break;
+		}
+	}
+	fleet_route_free(fr);
+}
+
+/* One reply of the round in flight is in; the last ends the round, and the
+ * first round to end makes the fleet connected. */
+static void fleet_round_answered(struct fleet *fleet)
+{
+	if (fleet->pending > 0 && --fleet->pending == 0) {
+		evtimer_del(fleet->deadline);
+		if (fleet->state == FLEET_TRYING)
+			fleet_up(fleet);
+	}
 }
 
 /* Every live route's sync, sent together; one deadline covers them. */
@@ -171,7 +214,9 @@ static void fleet_sync_round(struct fleet *fleet)
 		if (!fr->live)
 			continue;
 		fr->sent_requests = fr->unreported;
-		fr->sent_want = fleet_lease_want(fr->ratio, fr->unreported, fr->tokens);
+		fr->sent_want = fleet_lease_target(fr->ratio, fr->unreported);
+		fr->sent_back = fr->tokens;
+		fr->sent_epoch = fr->grant_epoch;
 		fr->unreported = 0;
 		fleet_route_send(fr, false);
 		fleet->pending++;
@@ -181,34 +226,50 @@ static void fleet_sync_round(struct fleet *fleet)
 }
 
 /* A route's sync answered: {granted, requests in the window, retries
- * granted in the window}. */
+ * granted in the window, the bucket}. The grant replaces the lease handed
+ * back; tokens of it spent while the round was out are taken off the new
+ * one, since Redis took them back. */
 static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct fleet_route *fr = privdata;
 	struct fleet *fleet = fr->fleet;
 	redisReply *reply = r;
-
+	uint64_t granted, spent;
 	/* NULL: the connection is going away, and whoever drops it says why */
-	if (reply == NULL || ac != fleet->ac || fleet->state != FLEET_CONNECTED)
+	bool current = reply != NULL && ac == fleet->ac &&
+		       (fleet->state == FLEET_CONNECTED || fleet->state == FLEET_TRYING);
+
+	fr->in_flight = false;
+	if (!fr->live) {
+		/* a reload dropped the route while this was out: whatever it
+		 * says is ignored, and the lease goes now */
+		fleet_route_drop(fleet, fr);
+		if (current)
+			fleet_round_answered(fleet);
+		return;
+	}
+	if (!current)
 		return;
 	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
 		fleet_route_send(fr, true);
 		return;
 	}
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
-	    reply->element[0]->type != REDIS_REPLY_INTEGER) {
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 4 ||
+	    reply->element[0]->type != REDIS_REPLY_INTEGER ||
+	    reply->element[3]->type != REDIS_REPLY_INTEGER) {
 		fleet_lost(fleet,
 			   reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply",
 			   true);
 		return;
 	}
-	if (reply->element[0]->integer > 0)
-		fr->tokens += (uint64_t)reply->element[0]->integer;
+	granted = reply->element[0]->integer > 0 ? (uint64_t)reply->element[0]->integer : 0;
+	spent = fr->sent_back > fr->tokens ? fr->sent_back - fr->tokens : 0;
+	fr->tokens = granted > spent ? granted - spent : 0;
+	fr->grant_epoch = reply->element[3]->integer;
 	log_debug("fleet %s: route %s: reported %llu requests, granted %lld of %llu tokens",
 		  fleet->name, fr->route, (unsigned long long)fr->sent_requests,
 		  reply->element[0]->integer, (unsigned long long)fr->sent_want);
-	if (fleet->pending > 0 && --fleet->pending == 0)
-		evtimer_del(fleet->deadline);
+	fleet_round_answered(fleet);
 }
 
 /* Every sync_interval: a new round, unless the last is still out (its
@@ -221,24 +282,35 @@ static void fleet_sync_cb(evutil_socket_t fd, short what, void *arg)
 		fleet_sync_round(fleet);
 }
 
-/* The script is loaded: the fleet decides from now on. Counts from before
- * are dropped (they were the local budget's), and so are old leases. */
+/* A whole sync round answered: the fleet decides from now on. Only now is
+ * Redis known to work, so only now is the backoff reset and a later
+ * failure worth a new warning. */
 static void fleet_up(struct fleet *fleet)
 {
-	evtimer_del(fleet->deadline);
 	fleet->state = FLEET_CONNECTED;
 	fleet->backoff_ms = FLEET_RECONNECT_FIRST_MS;
-	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
-		fr->tokens = 0;
-		fr->unreported = 0;
-	}
 	if (fleet->down_logged)
 		log_info("fleet %s: redis %s answers again; retry budgets are the fleet's",
 			 fleet->name, fleet->redis);
 	else
 		log_info("fleet %s: connected to redis %s", fleet->name, fleet->redis);
 	fleet->down_logged = false;
+}
+
+/* The script is loaded: try a first sync round. Counts from before are
+ * dropped (they were the local budget's), and so are old leases. A round
+ * that fails counts as a failed connect. */
+static void fleet_try(struct fleet *fleet)
+{
+	evtimer_del(fleet->deadline);
+	fleet->state = FLEET_TRYING;
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
+		fr->tokens = 0;
+		fr->unreported = 0;
+	}
 	fleet_sync_round(fleet);
+	if (fleet->pending == 0)
+		fleet_up(fleet);
 }
 
 /* SCRIPT LOAD answered with the script's SHA1. */
@@ -258,7 +330,7 @@ static void fleet_script_cb(redisAsyncContext *ac, void *r, void *privdata)
 	}
 	memcpy(fleet->sha, reply->str, 40);
 	fleet->sha[40] = '\0';
-	fleet_up(fleet);
+	fleet_try(fleet);
 }
 
 /* The connection is made, or failed (then hiredis frees it). */
@@ -416,7 +488,7 @@ void fleet_free(struct fleet *fleet)
 	if (fleet->resolving != NULL)
 		evdns_getaddrinfo_cancel(fleet->resolving);
 	/* pending replies are called back with NULL while the routes still
-	 * exist, and ignored */
+	 * exist: dropped routes go then, the others below */
 	ac = fleet->ac;
 	fleet->ac = NULL;
 	if (ac != NULL)
@@ -425,9 +497,7 @@ void fleet_free(struct fleet *fleet)
 		struct fleet_route *fr = fleet->routes;
 
 		fleet->routes = fr->next;
-		free(fr->route);
-		free(fr->key);
-		free(fr);
+		fleet_route_free(fr);
 	}
 	free(fleet->redis);
 	free(fleet->host);
@@ -459,9 +529,7 @@ static struct fleet_route *fleet_route_lookup(struct fleet *fleet, const char *r
 	return NULL;
 }
 
-/* Make a route's lease live with the budget it has now. Leases of routes a
- * reload dropped stay (not synced, holding nothing) until the fleet goes:
- * a reply in flight may still name them. */
+/* Make a route's lease live with the budget it has now. */
 static void fleet_route_take(struct fleet *fleet, const struct route *route)
 {
 	const struct retry_budget *budget = &route->retry.budget;
@@ -499,9 +567,29 @@ void fleet_set_routes(struct fleet *fleet, const struct config *config)
 	fleet_route_take(fleet, &config->default_route);
 	for (size_t i = 0; i < config->route_count; i++)
 		fleet_route_take(fleet, &config->routes[i]);
-	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
-		if (!fr->live)
-			fr->tokens = 0;
+	/* leases of routes dropped go now; one a reply in flight still names
+	 * holds nothing and goes when the reply comes (or the connection) */
+	for (struct fleet_route **p = &fleet->routes; *p != NULL;) {
+		struct fleet_route *fr = *p;
+
+		if (fr->live || fr->in_flight) {
+			if (!fr->live)
+				fr->tokens = 0;
+			p = &fr->next;
+			continue;
+		}
+		*p = fr->next;
+		fleet_route_free(fr);
+	}
+}
+
+size_t fleet_routes_kept(const struct fleet *fleet)
+{
+	size_t n = 0;
+
+	for (const struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
+		n++;
+	return n;
 }
 
 bool fleet_connected(const struct fleet *fleet)

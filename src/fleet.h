@@ -12,6 +12,7 @@
  */
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -36,6 +37,10 @@ bool fleet_same(const struct fleet *fleet, const struct fleet_config *config);
 /* Take the routes and their budgets from config: a route is synced only
  * while the config running has it. Leases of routes kept are kept. */
 void fleet_set_routes(struct fleet *fleet, const struct config *config);
+
+/* The leases kept: the running config's routes, and dropped ones whose
+ * sync reply is still out. For tests. */
+size_t fleet_routes_kept(const struct fleet *fleet);
 
 /* 1 while Redis answers and leases are in use. */
 bool fleet_connected(const struct fleet *fleet);

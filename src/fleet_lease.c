@@ -3,10 +3,18 @@
 #include <math.h>
 
 /* The buckets mirror retry_budget.c: 20 to a window and one more kept, so
- * the counted span covers at least a whole window (the strict side). Fields
+ * the counted span covers at least a whole window (the strict side).
+ * Tokens handed back go to the bucket that granted them, so they leave the
+ * count when the grant would have: a bucket of the future would keep a
+ * negative count after the grant's bucket left the window. Fields
  * older than that are deleted as they are met, and the key expires a little
  * after a window with no sync, so nothing accumulates in Redis. */
 const char fleet_lease_script[] =
+	/* Redis 3.2 and 4.0 refuse writes after TIME unless the script's
+	 * effects, not the script, are replicated; from 5 on that is how
+	 * scripts always replicate and the call is a no-op (a later Redis may
+	 * drop it) */
+	"if redis.replicate_commands then redis.replicate_commands() end\n"
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 	"local requests = tonumber(ARGV[1])\n"
@@ -14,8 +22,16 @@ const char fleet_lease_script[] =
 	"local ratio = tonumber(ARGV[3])\n"
 	"local floor = tonumber(ARGV[4])\n"
 	"local window = tonumber(ARGV[5])\n"
+	"local back = tonumber(ARGV[6])\n"
 	"local bucket = math.max(1, math.floor(window / 20))\n"
 	"local epoch = math.floor(now / bucket)\n"
+	"if back > 0 then\n"
+	"  local granted = 'r' .. tonumber(ARGV[7])\n"
+	"  back = math.min(back, tonumber(redis.call('HGET', KEYS[1], granted) or 0))\n"
+	"  if back > 0 then\n"
+	"    redis.call('HINCRBY', KEYS[1], granted, -back)\n"
+	"  end\n"
+	"end\n"
 	"if requests > 0 then\n"
 	"  redis.call('HINCRBY', KEYS[1], 'q' .. epoch, requests)\n"
 	"end\n"
@@ -37,13 +53,11 @@ const char fleet_lease_script[] =
 	"  redis.call('HINCRBY', KEYS[1], 'r' .. epoch, grant)\n"
 	"end\n"
 	"redis.call('PEXPIRE', KEYS[1], window + 2 * bucket)\n"
-	"return {grant, q, r + grant}\n";
+	"return {grant, q, r + grant, epoch}\n";
 
-uint64_t fleet_lease_want(double ratio, uint64_t requests, uint64_t held)
+uint64_t fleet_lease_target(double ratio, uint64_t requests)
 {
 	uint64_t target = (uint64_t)ceil(2.0 * ratio * (double)requests);
 
-	if (target < 1)
-		target = 1;
-	return target > held ? target - held : 0;
+	return target < 1 ? 1 : target;
 }

@@ -13,20 +13,24 @@
 /* The Lua script each sync runs with EVALSHA, once per route:
  *   KEYS[1] the route's hash, "retryproxy:{<fleet>}:<route>:<window ms>"
  *   ARGV    requests since the last sync, tokens wanted, ratio,
- *           min_per_second, window in ms
- * It adds the requests to the current time bucket (Redis's own clock, so
- * every proxy counts in the same buckets), grants at most what the window
- * has left under ratio x requests + min_per_second x seconds, counts the
- * grant as retries in the bucket, and returns {granted, requests in the
- * window, retries granted in the window}. */
+ *           min_per_second, window in ms, tokens handed back, the bucket
+ *           they were granted in
+ * It takes the tokens handed back off the bucket that granted them (never
+ * below 0), adds the requests to the current time bucket (Redis's own
+ * clock, so every proxy counts in the same buckets), grants at most what
+ * the window has left under ratio x requests + min_per_second x seconds,
+ * counts the grant as retries in the bucket, and returns {granted,
+ * requests in the window, retries granted in the window, the bucket}. */
 extern const char fleet_lease_script[];
 
-/* The tokens to ask for at a sync, given the route's ratio, the requests
- * the proxy saw since the previous sync and the tokens it still holds. It
- * aims to hold what it may spend before the next sync: twice its share
- * (ratio x requests), so that the lease also covers a busier next interval,
- * and at least one token, so that a quiet proxy's first failure can be
- * retried. What it holds unspent is all the fleet can overspend. */
-uint64_t fleet_lease_want(double ratio, uint64_t requests, uint64_t held);
+/* The lease to ask for at a sync, given the route's ratio and the requests
+ * the proxy saw since the previous sync. Each sync hands back the tokens
+ * still held and asks for a new lease, so a token lives one sync interval
+ * and a lease follows the traffic of now, never of a past peak. It aims to
+ * hold what it may spend before the next sync: twice its share (ratio x
+ * requests), so that the lease also covers a busier next interval, and at
+ * least one token, so that a quiet proxy's first failure can be retried.
+ * What it holds unspent is all the fleet can overspend. */
+uint64_t fleet_lease_target(double ratio, uint64_t requests);
 
 #endif

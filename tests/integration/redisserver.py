@@ -25,9 +25,10 @@ def _free_port():
 class RedisServer:
     """One redis-server process on 127.0.0.1:port."""
 
-    def __init__(self, directory, port=None):
+    def __init__(self, directory, port=None, extra_args=()):
         self.directory = directory
         self.port = port or _free_port()
+        self.extra_args = list(extra_args)  # more redis-server options, as given
         self.proc = None
         self.log_path = os.path.join(directory, "redis-%d.log" % self.port)
 
@@ -37,7 +38,7 @@ class RedisServer:
                                  "scripts/install-deps.sh installs it)")
         args = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.directory,
-                "--daemonize", "no", "--logfile", self.log_path]
+                "--daemonize", "no", "--logfile", self.log_path] + self.extra_args
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

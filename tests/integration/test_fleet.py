@@ -242,10 +242,36 @@ def scenario(t):
         time.sleep(0.5)
         h.ok(all(fleet_gauge(p) == 1 for p in proxies), "a proxy fell back after NOSCRIPT")
 
+    q = proxies[1]
+
+    @t.check("a reload drops a route's lease while its sync is out: the late reply is "
+             "ignored and syncing goes on")
+    def _():
+        redis.freeze()
+        try:
+            time.sleep(0.15)  # a round goes out and waits (its deadline is 500 ms)
+            with open(q.config_path, "w") as f:
+                f.write(q.config_text.replace("window: 10s", "window: 11s"))
+            q.proc.send_signal(1)
+            q.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        finally:
+            redis.thaw()
+        h.wait_until(lambda: "retryproxy:{checkout}:default:11000" in
+                     redis.command("KEYS", "retryproxy:*"), 10 * h.SLOW,
+                     "the new window's key")
+        wait_gauge([q], 1, 10 * h.SLOW)
+        h.eq(h.fetch(q.port(), "GET", "/ok", "fleet.example").status, 200, "/ok status")
+
     p = proxies[0]
 
-    @t.check("reload without fleet: no connection, no gauge, no fleet: in /config")
+    def redis_clients():
+        """Connections to Redis but the one asking."""
+        lines = redis.command("CLIENT", "LIST").splitlines()
+        return [ln for ln in lines if " cmd=client" not in ln]
+
+    @t.check("reload without fleet: connection closed, no gauge, no fleet: in /config")
     def _():
+        h.eq(len(redis_clients()), PROXIES, "connections to Redis before")
         text = re.sub(r"fleet:\n(  .*\n)+", "", p.config_text)
         with open(p.config_path, "w") as f:
             f.write(text)
@@ -253,6 +279,8 @@ def scenario(t):
         p.wait_log(r"reload: now running", timeout=10 * h.SLOW)
         h.eq(fleet_gauge(p), None, "fleet gauge")
         h.ok("fleet:" not in admin_get(p, "/config"), "/config still has fleet:")
+        h.wait_until(lambda: len(redis_clients()) == PROXIES - 1, 5 * h.SLOW,
+                     "the proxy's connection to Redis to close (%r)" % redis_clients())
 
     @t.check("reload with another fleet name: /config shows it, the proxy connects")
     def _():

@@ -29,6 +29,13 @@ static const char config_text[] = "fleet:\n"
 				  "  - name: b\n"
 				  "    retry: { budget: { window: 5s } }\n";
 
+static const char rewindowed_text[] = "fleet:\n"
+				      "  redis: 127.0.0.1:1\n"
+				      "  name: checkout\n"
+				      "routes:\n"
+				      "  - name: b\n"
+				      "    retry: { budget: { window: 7s } }\n";
+
 static const char reloaded_text[] = "fleet:\n"
 				    "  redis: 127.0.0.1:1\n"
 				    "  name: checkout\n"
@@ -58,6 +65,7 @@ static void test_routes_synced(void **state)
 	struct event_base *base = event_base_new();
 	struct config *config = load(config_text);
 	struct config *reloaded = load(reloaded_text);
+	struct config *rewindowed = load(rewindowed_text);
 	struct fleet *fleet = fleet_new(base, NULL, &config->fleet);
 
 	fleet_set_routes(fleet, config);
@@ -68,12 +76,23 @@ static void test_routes_synced(void **state)
 	assert_null(fleet_route_find(fleet, "b", 10000));
 	assert_null(fleet_route_find(fleet, "nope", 10000));
 	assert_true(fleet_same(fleet, &reloaded->fleet));
+	assert_int_equal(fleet_routes_kept(fleet), 3);
 	fleet_set_routes(fleet, reloaded);
 	assert_null(fleet_route_find(fleet, "a", 10000));
 	assert_non_null(fleet_route_find(fleet, "b", 5000));
+	/* a dropped route's lease goes at once when no sync of it is out */
+	assert_int_equal(fleet_routes_kept(fleet), 2);
+	/* and so does one whose window changed, reload after reload */
+	for (int i = 0; i < 10; i++) {
+		fleet_set_routes(fleet, i % 2 == 0 ? rewindowed : reloaded);
+		assert_int_equal(fleet_routes_kept(fleet), 2);
+	}
+	assert_non_null(fleet_route_find(fleet, "b", 5000));
+	assert_null(fleet_route_find(fleet, "b", 7000));
 	fleet_free(fleet);
 	config_release(config);
 	config_release(reloaded);
+	config_release(rewindowed);
 	event_base_free(base);
 }
 
