@@ -834,11 +834,17 @@ static bool exchange_admit(struct exchange *ex)
 		return true;
 	case UPSTREAM_WAIT:
 		/* observe holds nothing: a down upstream answers 502 at once, as
-		 * with health.hold: false (a connect in doubt is still waited for) */
+		 * with health.hold: false, and while its health is in doubt the
+		 * request connects on its own rather than wait for another's
+		 * connect (which could end in a hold until the deadline) */
 		if (ex->observe && upstream_down(ex->upstream)) {
 			exchange_release_retry(ex);
 			exchange_upstream_unavailable(ex);
 			return false;
+		}
+		if (ex->observe) {
+			upstream_admit_anyway(ex->upstream);
+			return true;
 		}
 		exchange_hold(ex);
 		return false;
