@@ -72,6 +72,7 @@ struct conn {
 	uint64_t deadline_at;
 	uint64_t read_active_at;  /* last read, or when reading started */
 	uint64_t write_active_at; /* last write, or when writing blocked */
+	uint64_t written;	  /* bytes handed to the kernel (to OpenSSL for TLS), in all */
 	int error;
 	unsigned long tls_error;
 	unsigned busy;	   /* callbacks on the stack: freeing waits for them */
@@ -693,6 +694,7 @@ static ssize_t conn_write_plain(struct conn *c)
 		}
 		evbuffer_drain(c->output, (size_t)n);
 		written += n;
+		c->written += (uint64_t)n;
 		if ((size_t)n < attempted) {
 			/* a short write: the kernel's buffer is full */
 			c->write_blocked = true;
@@ -727,6 +729,7 @@ static ssize_t conn_write_tls(struct conn *c)
 			c->tls_write_len = 0;
 			evbuffer_drain(c->output, done);
 			written += (ssize_t)done;
+			c->written += done;
 			continue;
 		}
 		switch (SSL_get_error(c->ssl, r)) {
@@ -1084,6 +1087,11 @@ size_t conn_input_length(const struct conn *c)
 size_t conn_output_length(const struct conn *c)
 {
 	return conn_length(c->output);
+}
+
+uint64_t conn_bytes_written(const struct conn *c)
+{
+	return c->written;
 }
 
 void conn_read_enable(struct conn *c, bool on)

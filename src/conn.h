@@ -124,6 +124,11 @@ struct evbuffer *conn_output(struct conn *conn);
 size_t conn_input_length(const struct conn *conn);
 size_t conn_output_length(const struct conn *conn);
 
+/* Bytes of the output written so far, over the connection's life: handed to
+ * the kernel (for TLS, taken by a successful SSL_write, which writes them to
+ * the socket). A peer may have read them; bytes still queued it cannot. */
+uint64_t conn_bytes_written(const struct conn *conn);
+
 /* Reading on or off (backpressure). Turning it on does not call the read
  * callback for bytes already in the input; conn_read_again() does. */
 void conn_read_enable(struct conn *conn, bool on);

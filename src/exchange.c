@@ -634,13 +634,18 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	struct retry_verdict verdict;
 
 	/* SPEC "Ambiguous outcome": the request went out and nothing came
-	 * back, so the upstream may have done it. A pooled connection found
-	 * closed counts too: it may have been closed after reading the
-	 * request, which the proxy cannot tell from closed before. */
-	if (ex->conditional && t->state == EXCHANGE_TRY_WAITING &&
+	 * back, so the upstream may have done it. Out means some byte of it
+	 * reached the kernel: a try whose connection failed before anything
+	 * was written cannot have been acted on. A pooled connection found
+	 * closed counts too when its write went through: it may have been
+	 * closed after reading the request, which the proxy cannot tell from
+	 * closed before. */
+	if (ex->conditional && t->state == EXCHANGE_TRY_WAITING && t->up != NULL &&
+	    conn_bytes_written(t->up) > t->written_before &&
 	    (outcome == TRY_RESET || outcome == TRY_STALE || outcome == TRY_TIMEOUT ||
-	     outcome == TRY_MALFORMED))
-		ex->lost_after_send = true;
+	     outcome == TRY_MALFORMED) &&
+	    (ex->lost_after_send == 0 || t->number < ex->lost_after_send))
+		ex->lost_after_send = t->number;
 
 	/* a kept response that broke off replaces its own try's record */
 	if (t->state == EXCHANGE_TRY_KEEPING && ex->try_count > 0)
@@ -747,6 +752,7 @@ static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, b
 	t->up = conn;
 	t->reused = reused;
 	t->byte_seen = false;
+	t->written_before = conn_bytes_written(conn);
 	conn_setcb(conn, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, t);
 	conn_set_input_limit(conn, EXCHANGE_UPSTREAM_READ_HIGH);
 	conn_set_output_low(conn, EXCHANGE_OUTPUT_LOW);
@@ -853,11 +859,17 @@ static bool exchange_admit(struct exchange *ex)
 		return true;
 	case UPSTREAM_WAIT:
 		/* observe holds nothing: a down upstream answers 502 at once, as
-		 * with health.hold: false (a connect in doubt is still waited for) */
+		 * with health.hold: false, and while its health is in doubt the
+		 * request connects on its own rather than wait for another's
+		 * connect (which could end in a hold until the deadline) */
 		if (ex->observe && upstream_down(ex->upstream)) {
 			exchange_release_retry(ex);
 			exchange_upstream_unavailable(ex);
 			return false;
+		}
+		if (ex->observe) {
+			upstream_admit_anyway(ex->upstream);
+			return true;
 		}
 		exchange_hold(ex);
 		return false;

@@ -111,6 +111,7 @@ struct exchange_try {
 	uint64_t keeping_retry_after_ms;
 	enum retry_should keeping_should; /* ... and x-should-retry */
 	unsigned number;		  /* which try of the exchange it is, from 1 */
+	uint64_t written_before;	  /* conn_bytes_written() of up before its request */
 };
 
 /* Try slots per exchange: one, and the three hedges SPEC allows at most. */
@@ -181,15 +182,17 @@ struct exchange {
 	bool hedged;			   /* a hedged try was started */
 	bool keyed;		 /* conditional, and the request upstream has an Idempotency-Key */
 	bool key_injected;	 /* retry.idempotency_key: inject gave it idempotency_key */
-	bool lost_after_send;	 /* conditional, and a try ended with no response after its
-			       * request was sent: a later 412 (409 keyed) is ambiguous */
 	bool ambiguous;		 /* the client got Retry-Ambiguous: true */
 	bool observe;		 /* retry.mode: observe: nothing is retried */
 	bool observe_replayable; /* observe: the body would have been kept for a retry */
-	const char *would_retry; /* observe: the cause of the retry not made, for the log */
+	uint64_t observe_streamed; /* observe: a chunked body's bytes streamed, framing included */
+	const char *would_retry;   /* observe: the cause of the retry not made, for the log */
 
 	/* the tries */
-	unsigned attempts; /* started, the first included */
+	unsigned attempts;	  /* started, the first included */
+	unsigned lost_after_send; /* conditional: the number of the first try that ended with no
+				   * response after bytes of its request were written, 0 for
+				   * none: a later try's 412 (409 keyed) is ambiguous */
 	struct exchange_try slots[EXCHANGE_TRY_SLOTS];
 	struct exchange_try *current; /* the latest started: it gets a streamed body */
 	struct exchange_try *winner;  /* the try whose response the client gets */
@@ -205,6 +208,7 @@ struct exchange {
 	 * gets a better one */
 	struct evbuffer *kept; /* head and body as received */
 	size_t kept_head_len;
+	unsigned kept_number; /* the try it came from */
 
 	struct access_try *tries; /* one per try, for the log: tries_inline, or grown */
 	size_t try_count;

@@ -156,10 +156,13 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 	if (!has_body || ex->route->retry.max_attempts < 2 || !(ex->idempotent || ex->json_pending))
 		return;
 	if (framing->body == HTTP1_BODY_LENGTH && framing->content_length > limit) {
-		/* too large for memory, not for the spool: kept on disk */
+		/* too large for memory, not for the spool: kept on disk; observe
+		 * keeps nothing, and counts what the spool would have kept */
 		if (framing->content_length <= ex->config->limits.spool_max &&
-		    exchange_spool_start(ex))
+		    (ex->observe ? ex->idempotent : exchange_spool_start(ex))) {
+			ex->observe_replayable = ex->observe;
 			return;
+		}
 		ex->body_too_large = true;
 		log_info("%.*s %.*s: body of %llu bytes is over replay_buffer (%zu): sent once, "
 			 "not retried",
@@ -261,6 +264,26 @@ void exchange_read_request_body(struct exchange *ex)
 	exchange_start_try(ex);
 }
 
+/* retry.mode: observe streams every body, so a chunked body's size shows
+ * only as it passes: once it is over what enforce would have kept
+ * (replay_buffer, or spool_max when the spool would have taken it), a retry
+ * would have been refused as body_too_large. Counted as enforce counts:
+ * replay_buffer against the bytes with their chunk framing, spool_max
+ * against the data. */
+static void exchange_observe_streamed(struct exchange *ex, size_t moved)
+{
+	const struct limits *limits = &ex->config->limits;
+
+	ex->observe_streamed += moved;
+	if (ex->observe_streamed <= limits->replay_buffer)
+		return;
+	if (limits->spool_max > 0 && ex->idempotent &&
+	    ex->request_body.payload_bytes <= limits->spool_max)
+		return;
+	ex->observe_replayable = false;
+	ex->body_too_large = true;
+}
+
 void exchange_pump_request_body(struct exchange *ex)
 {
 	struct conn *cconn = ex->owner.conn;
@@ -268,6 +291,7 @@ void exchange_pump_request_body(struct exchange *ex)
 	struct evbuffer *in;
 	struct evbuffer *out;
 	enum http1_error error = HTTP1_ERR_NONE;
+	size_t before = 0;
 
 	if (ex->request_body.done || t == NULL || t->up == NULL || conn_input_length(cconn) == 0)
 		return;
@@ -277,6 +301,8 @@ void exchange_pump_request_body(struct exchange *ex)
 	in = conn_input(cconn);
 	out = conn_output(t->up);
 	ex->request_body_started = true;
+	if (ex->observe_replayable)
+		before = evbuffer_get_length(in);
 	if (body_relay_move(&ex->request_body, in, out, &error) < 0) {
 		if (ex->state == EXCHANGE_RELAYING)
 			exchange_break_response(ex, "malformed chunked request body");
@@ -284,6 +310,8 @@ void exchange_pump_request_body(struct exchange *ex)
 			exchange_respond_error(ex, 400, http1_error_text(error));
 		return;
 	}
+	if (ex->observe_replayable && ex->request_body.mode == BODY_MODE_CHUNKED)
+		exchange_observe_streamed(ex, before - evbuffer_get_length(in));
 	if (exchange_body_over_limit(ex))
 		return;
 	if (ex->request_body.done)

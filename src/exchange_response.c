@@ -24,11 +24,11 @@
  * scratch head serves every exchange without an allocation per response. */
 static struct http1_head exchange_response_head;
 
-/* Write the response head to the client: our HTTP version, the upstream's
- * fields minus hop-by-hop ones, Via and Retry-Attempts, and our own
- * Connection; set up the body's relay toward the client. */
+/* Write the response head of try number to the client: our HTTP version,
+ * the upstream's fields minus hop-by-hop ones, Via and Retry-Attempts, and
+ * our own Connection; set up the body's relay toward the client. */
 static void exchange_send_response_head(struct exchange *ex, const struct http1_head *head,
-					const struct http1_framing *rf)
+					const struct http1_framing *rf, unsigned number)
 {
 	static const char via_attempts[] = "Via: 1.1 retryproxy\r\nRetry-Attempts: ";
 	static const char close[] = "Connection: close\r\n";
@@ -49,8 +49,10 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 
 	ex->client_keep_after = ex->client_keep_alive && !ex->owner.closing(ex->owner.arg);
 	/* SPEC "Ambiguous outcome": the precondition or key may have failed
-	 * because an earlier try that got no answer did succeed */
-	if (ex->lost_after_send) {
+	 * because an earlier try that got no answer did succeed; a response
+	 * from before the first such try (kept, then delivered) cannot be the
+	 * effect of any of them */
+	if (ex->lost_after_send != 0 && number > ex->lost_after_send) {
 		ex->ambiguous = head->status == 412 || (head->status == 409 && ex->keyed);
 		size += sizeof(ambiguous) - 1; /* room enough either way */
 	}
@@ -81,7 +83,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
 	p = exchange_put_uint(p, ex->attempts);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
-	if (ex->lost_after_send && ex->ambiguous)
+	if (ex->ambiguous)
 		p = EXCHANGE_PUT_LITERAL(p, ambiguous);
 	if (!ex->client_keep_after)
 		p = EXCHANGE_PUT_LITERAL(p, close);
@@ -135,9 +137,11 @@ void exchange_relay_response(struct exchange *ex)
 	}
 }
 
-/* Send a response held in buf (head of head_len bytes, then as much body as
- * buf has) to the client. Returns -1 if the head no longer parses. */
-static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, size_t head_len)
+/* Send a response of try number held in buf (head of head_len bytes, then as
+ * much body as buf has) to the client. Returns -1 if the head no longer
+ * parses. */
+static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, size_t head_len,
+				  unsigned number)
 {
 	struct http1_head *head = &exchange_response_head;
 	struct http1_framing rf;
@@ -148,7 +152,7 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
 	if (http1_parse_response_head(data, head_len, head_len, head, &error) != HTTP1_PARSE_DONE ||
 	    http1_response_framing(head, ex->head_request, &rf, &error) < 0)
 		return -1;
-	exchange_send_response_head(ex, head, &rf);
+	exchange_send_response_head(ex, head, &rf, number);
 	evbuffer_drain(buf, head_len);
 	body_relay_move(&ex->response_body, buf, conn_output(ex->owner.conn), &error);
 	return 0;
@@ -160,7 +164,7 @@ void exchange_deliver_kept(struct exchange *ex)
 		exchange_resume_give_up(ex, "resume given up");
 		return;
 	}
-	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len) < 0) {
+	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len, ex->kept_number) < 0) {
 		exchange_respond_error(ex, 502, "502 kept upstream response could not be re-read");
 		return;
 	}
@@ -183,7 +187,7 @@ static void exchange_keep_overflow(struct exchange_try *t)
 	ex->winner = t;
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
-	if (exchange_send_buffered(ex, t->keeping, t->keeping_head_len) < 0) {
+	if (exchange_send_buffered(ex, t->keeping, t->keeping_head_len, t->number) < 0) {
 		exchange_break_response(ex, "kept response could not be re-read");
 		return;
 	}
@@ -230,6 +234,7 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	exchange_compact_kept(t->keeping);
 	ex->kept = t->keeping;
 	ex->kept_head_len = t->keeping_head_len;
+	ex->kept_number = t->number;
 	t->keeping = NULL;
 	exchange_end_try(t, reusable);
 	if (!verdict_pending) {
@@ -325,7 +330,7 @@ static void exchange_relay_from(struct exchange_try *t, const struct http1_head 
 	}
 	exchange_cancel_racing(ex, t, true);
 	ex->winner = t;
-	exchange_send_response_head(ex, head, &t->framing);
+	exchange_send_response_head(ex, head, &t->framing, t->number);
 	evbuffer_drain(conn_input(t->up), head->head_len);
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);

@@ -354,30 +354,119 @@ static void explain_note_view(const struct config *config, const struct explain_
 			     "sent in absolute form\n");
 }
 
-/* The idempotency decision the exchange makes, body and
- * retry.idempotency_key included; returns true when safe to repeat. */
-static bool explain_idempotency(const struct route *route, const struct explain_head *h,
-				const struct explain_body *body, struct idempotency_why *why)
+/* The body's size as the proxy holds it against limits.replay_buffer: a
+ * Content-Length as it says; a chunked body with its framing, taken as one
+ * chunk and the last one (the proxy keeps the framing it received). */
+static uint64_t explain_framed_size(const struct explain_head *h, const struct explain_body *body)
 {
+	char digits[32];
+
+	if (h->framing.body == HTTP1_BODY_LENGTH)
+		return h->framing.content_length;
+	if (h->framing.body != HTTP1_BODY_CHUNKED)
+		return 0;
+	if (body->size == 0)
+		return 5; /* "0\r\n\r\n" */
+	return (uint64_t)snprintf(digits, sizeof(digits), "%llx", (unsigned long long)body->size) +
+	       2 + body->size + 2 + 5;
+}
+
+/* What the exchange decides (exchange_decide_replay(),
+ * exchange_read_request_body()): whether the request may be repeated, and
+ * whether it is, after it was sent. */
+struct explain_decision {
+	bool idempotent;
+	bool retried;
+};
+
+/* The idempotency decision the exchange makes, body and
+ * retry.idempotency_key included, and whether the body is kept for a retry;
+ * what the proxy does differently from a first guess is said on err. */
+static struct explain_decision explain_decide(const struct config *config,
+					      const struct route *route,
+					      const struct explain_head *h,
+					      const struct explain_body *body,
+					      struct idempotency_why *why, FILE *err)
+{
+	const struct limits *limits = &config->limits;
+	const struct retry_policy *retry = &route->retry;
 	const struct http1_target *t = &h->head.parsed_target;
 	const char *query = memchr(t->path, '?', t->path_len);
 	size_t query_len = 0;
+	bool has_body = h->framing.body != HTTP1_BODY_NONE;
+	bool observe = retry->mode == RETRY_MODE_OBSERVE;
+	/* the data against spool_max, as the spool counts it */
+	uint64_t payload =
+		h->framing.body == HTTP1_BODY_LENGTH ? h->framing.content_length : body->size;
+	bool in_memory = explain_framed_size(h, body) <= limits->replay_buffer;
+	bool spooled;
 	enum idempotency_verdict verdict;
+	struct explain_decision d;
 
 	if (query != NULL) {
 		query++;
 		query_len = t->path_len - (size_t)(query - t->path);
 	}
-	verdict = idempotency_decide_head(&route->idempotent, route->retry.idempotency_key,
+	verdict = idempotency_decide_head(&route->idempotent, retry->idempotency_key,
 					  h->head.method, h->head.method_len, query, query_len,
-					  &h->head, h->framing.body != HTTP1_BODY_NONE, why);
+					  &h->head, has_body, why);
 	if (verdict == IDEMPOTENCY_NEEDS_BODY) {
-		why->name = idempotency_json_body_field(&route->idempotent, body->data, body->kept);
+		/* the proxy reads a JSON body only when it keeps it whole in
+		 * memory for a retry: never under observe, with max_attempts 1, or
+		 * for a body over replay_buffer (the spool takes only requests
+		 * already idempotent by their head) */
+		if (observe)
+			fprintf(err,
+				"retryproxy: --explain: note: retry.mode observe keeps no "
+				"body, so json_field conditions are not read: not idempotent\n");
+		else if (retry->max_attempts < 2)
+			fprintf(err,
+				"retryproxy: --explain: note: with max_attempts 1 no body is "
+				"kept, so json_field conditions are not read: not idempotent\n");
+		else if (!in_memory)
+			fprintf(err,
+				"retryproxy: --explain: note: json_field conditions are read only "
+				"in a body within limits.replay_buffer (%zu): not idempotent\n",
+				limits->replay_buffer);
+		else
+			why->name = idempotency_json_body_field(&route->idempotent, body->data,
+								body->kept);
 		why->reason =
 			why->name != NULL ? IDEMPOTENCY_REASON_JSON_FIELD : IDEMPOTENCY_REASON_NONE;
 		verdict = why->name != NULL ? IDEMPOTENCY_YES : IDEMPOTENCY_NO;
 	}
-	return verdict == IDEMPOTENCY_YES;
+	d.idempotent = verdict == IDEMPOTENCY_YES;
+	/* a body over replay_buffer is kept only by the spool, and only for a
+	 * request idempotent by its head (one by its JSON fits in memory) */
+	spooled = !in_memory && limits->spool_max > 0 && payload <= limits->spool_max;
+	if (has_body && !in_memory && !spooled && retry->max_attempts > 1)
+		fprintf(err,
+			"retryproxy: --explain: the body (%llu bytes) is over limits.replay_buffer "
+			"(%zu)%s: it is sent once, not retried\n",
+			(unsigned long long)payload, limits->replay_buffer,
+			limits->spool_max > 0 ? " and limits.spool_max" : "");
+	if (observe)
+		fprintf(err, "retryproxy: --explain: note: the route's retry.mode is observe: "
+			     "nothing is retried, failures that would be are counted and logged\n");
+	d.retried = d.idempotent && !observe && (!has_body || in_memory || spooled);
+	return d;
+}
+
+/* A body over limits.max_body_bytes is refused with 413 (said on err). */
+static bool explain_body_refused(const struct config *config, const struct explain_head *h,
+				 const struct explain_body *body, FILE *err)
+{
+	uint64_t max = config->limits.max_body_bytes;
+	uint64_t payload =
+		h->framing.body == HTTP1_BODY_LENGTH ? h->framing.content_length : body->size;
+
+	if (max == 0 || h->framing.body == HTTP1_BODY_NONE || payload <= max)
+		return false;
+	fprintf(err,
+		"retryproxy: --explain: the proxy would refuse this request with 413: request "
+		"body of %llu bytes is over limits.max_body_bytes (%llu)\n",
+		(unsigned long long)payload, (unsigned long long)max);
+	return true;
 }
 
 /* Check the request description; on a bad one say why on err. */
@@ -434,8 +523,7 @@ int explain_run(const struct config *config, const struct explain_request *reque
 	struct route_destination dest;
 	struct explain_view view;
 	struct idempotency_why why = { IDEMPOTENCY_REASON_NONE, NULL };
-	bool idempotent;
-	size_t replay_max;
+	struct explain_decision decision;
 	const struct retry_policy *retry;
 	bool v6;
 	char reason[512];
@@ -466,6 +554,10 @@ int explain_run(const struct config *config, const struct explain_request *reque
 			goto done;
 	}
 	explain_note_view(config, &view, h, err);
+	/* a Content-Length over the limit is refused before routing, a chunked
+	 * body once that many bytes came */
+	if (h->framing.body == HTTP1_BODY_LENGTH && explain_body_refused(config, h, &body, err))
+		goto done;
 	status = route_destination(
 		config, view.sidecar && view.listener != NULL ? view.listener->upstream : NULL,
 		&h->head.parsed_target, h->framing.host_name, h->framing.host_name_len,
@@ -476,27 +568,10 @@ int explain_run(const struct config *config, const struct explain_request *reque
 			status, reason);
 		goto done;
 	}
+	if (h->framing.body == HTTP1_BODY_CHUNKED && explain_body_refused(config, h, &body, err))
+		goto done;
 	retry = &dest.route->retry;
-	idempotent = explain_idempotency(dest.route, h, &body, &why);
-	/* a body over replay_buffer is retried only when the spool keeps it */
-	replay_max = config->limits.replay_buffer;
-	if (config->limits.spool_max > replay_max)
-		replay_max = config->limits.spool_max;
-	if (config->limits.max_body_bytes > 0 && body.size > config->limits.max_body_bytes)
-		fprintf(err,
-			"retryproxy: --explain: note: the body (%llu bytes) is over "
-			"limits.max_body_bytes: the proxy answers 413\n",
-			(unsigned long long)body.size);
-	if (body.size > replay_max && retry->max_attempts > 1)
-		fprintf(err,
-			"retryproxy: --explain: the body (%llu bytes) is over limits.replay_buffer "
-			"(%zu)%s: it is sent once, not retried\n",
-			(unsigned long long)body.size, config->limits.replay_buffer,
-			config->limits.spool_max > 0 ? " and limits.spool_max" : "");
-	if (retry->mode == RETRY_MODE_OBSERVE)
-		fprintf(err, "retryproxy: --explain: note: the route's retry.mode is observe: "
-			     "nothing is retried, failures that would be are counted and logged\n");
-
+	decision = explain_decide(config, dest.route, h, &body, &why, err);
 	v6 = memchr(dest.host, ':', dest.host_len) != NULL;
 	fprintf(out, "route: %s\n", dest.route->name);
 	fprintf(out, "upstream: %s://%s%.*s%s:%u\n", dest.tls ? "https" : "http", v6 ? "[" : "",
@@ -512,9 +587,7 @@ int explain_run(const struct config *config, const struct explain_request *reque
 	fputs("deadline: ", out);
 	explain_print_ms(out, retry->deadline_ms);
 	fputc('\n', out);
-	explain_print_waits(
-		retry, idempotent && body.size <= replay_max && retry->mode != RETRY_MODE_OBSERVE,
-		out);
+	explain_print_waits(retry, decision.retried, out);
 	rc = 0;
 done:
 	free(body.data);

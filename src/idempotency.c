@@ -71,6 +71,28 @@ static bool idempotency_query_has(const char *query, size_t query_len, const cha
 	return false;
 }
 
+/* Does the request carry this header as it goes upstream? A hop-by-hop
+ * field, such as one the client named in Connection, is removed on the way
+ * (exchange_build_request_head): the upstream never sees it, so it makes
+ * nothing safe. The marks are made only when the name is there at all. */
+static bool idempotency_header_forwarded(const struct http1_head *head, const char *name)
+{
+	bool hop[HTTP1_MAX_FIELDS];
+	bool marked = false;
+
+	for (size_t i = 0; i < head->field_count; i++) {
+		if (!http1_name_equals(head->fields[i].name, head->fields[i].name_len, name))
+			continue;
+		if (!marked) {
+			http1_hop_by_hop_marks(head, hop);
+			marked = true;
+		}
+		if (!hop[i])
+			return true;
+	}
+	return false;
+}
+
 bool idempotency_method_listed(const struct idempotency *idem, const char *method,
 			       size_t method_len)
 {
@@ -113,7 +135,7 @@ enum idempotency_verdict idempotency_decide_head(const struct idempotency *idem,
 			}
 			break;
 		case WHEN_PRESENT_HEADER:
-			if (head != NULL && http1_find_field(head, cond->name) != NULL) {
+			if (head != NULL && idempotency_header_forwarded(head, cond->name)) {
 				why->reason = IDEMPOTENCY_REASON_HEADER;
 				why->name = cond->name;
 				return IDEMPOTENCY_YES;

@@ -60,8 +60,10 @@ bool idempotency_method_listed(const struct idempotency *idem, const char *metho
  * value; its name compares after percent-decoding, with exact case, and a
  * name with a '+' or a malformed %-escape matches nothing (form decoding
  * would read '+' as a space, plain RFC 3986 as a plus). Header names compare
- * case-insensitively; a header is present even with an empty value; head
- * may be NULL for no headers. NEEDS_BODY only when no condition matched, a
+ * case-insensitively; a header is present even with an empty value, but not
+ * when it is hop-by-hop (named in the request's Connection field, say): the
+ * proxy removes it, so the upstream never sees it; head may be NULL for no
+ * headers. NEEDS_BODY only when no condition matched, a
  * json_field condition exists and has_body is true. Never allocates. */
 enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, const char *method,
 						size_t method_len, const char *query,

@@ -333,6 +333,11 @@ enum upstream_admit upstream_admit(struct upstream *u, const struct health_polic
 	return UPSTREAM_GO;
 }
 
+void upstream_admit_anyway(struct upstream *u)
+{
+	u->connecting++;
+}
+
 void upstream_wait(struct upstream *u, struct upstream_waiter *w)
 {
 	w->upstream = u;

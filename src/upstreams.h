@@ -65,6 +65,13 @@ bool upstream_down(const struct upstream *upstream);
  * with upstream_connect_end(). */
 enum upstream_admit upstream_admit(struct upstream *upstream, const struct health_policy *policy);
 
+/* After UPSTREAM_WAIT for an upstream that is not down: connect anyway,
+ * counted like an admitted connect (report its end with
+ * upstream_connect_end()). For a request that never waits (retry.mode:
+ * observe): it finds out for itself instead of waiting for a connect in
+ * doubt. */
+void upstream_admit_anyway(struct upstream *upstream);
+
 /* Wait, in arrival order, until released or upstream_unwait(). */
 void upstream_wait(struct upstream *upstream, struct upstream_waiter *waiter);
 void upstream_unwait(struct upstream_waiter *waiter);

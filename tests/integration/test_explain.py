@@ -18,11 +18,17 @@ at most max_attempts - 1 of them, listed while the sum of the lower bounds
 keeps the next try within the deadline; `waits: none` for a request that is
 not idempotent or whose body is over replay_buffer (with a note on stderr,
 as for an https:// URL a forward proxy client would tunnel); a bad method, URL, header line or body file, a config error
-and a request the proxy would refuse (allow_hosts) exit 1 with a message
-and nothing on stdout; nothing is listened on or connected to (the
+and a request the proxy would refuse (allow_hosts: 403, a body over
+max_body_bytes: 413) exit 1 with a message and nothing on stdout; nothing is listened on or connected to (the
 config's listener port is held by the test, and a URL pointing at a socket
 of the test gets no connection); the proxy run with the explained policy
-makes exactly the explained number of tries, each wait inside its range.
+makes exactly the explained number of tries, each wait inside its range;
+with bodies (replay_buffer 1KiB, spool_max 4KiB, json_field etag), the
+explained idempotency and waits are the proxy's: a JSON body within
+replay_buffer is idempotent by its etag (a chunked one counted with its
+framing), one between replay_buffer and spool_max or under mode: observe
+is not, a PUT in the spool is retried and one over spool_max is not, and
+the proxy makes exactly 1 + the explained waits tries for each.
 """
 
 import os
@@ -164,6 +170,31 @@ defaults:
     jitter: 50ms
     deadline: 10s
     budget: { ratio: 1, min_per_second: 100000, window: 1s }
+"""
+
+TRIES_BODY = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s, replay_buffer: 1KiB, spool_max: 4KiB, spool_dir: @SPOOL@ }
+defaults:
+  idempotent:
+    methods: [GET, PUT]
+    when_present:
+      - json_field: etag
+  retry:
+    on: [503]
+    max_attempts: 3
+    initial_backoff: 50ms
+    multiplier: 1
+    max_backoff: 50ms
+    jitter: 0s
+    deadline: 10s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: trial
+    match: { path_prefix: /trial/ }
+    retry: { mode: observe }
 """
 
 
@@ -331,7 +362,7 @@ def scenario(t):
         h.ok("CONNECT" not in p.stderr, "no CONNECT note for http://: %r" % p.stderr)
 
     @t.check("a body over limits.replay_buffer is sent once: waits none, with a note; one over "
-             "max_body_bytes gets a 413 note")
+             "max_body_bytes is refused with 413, exit 1")
     def _():
         conf = write(os.path.join(tmp, "small-replay.yaml"),
                      "listen:\n  - address: 127.0.0.1:%d\nlimits:\n  replay_buffer: 1KiB\n"
@@ -350,8 +381,12 @@ def scenario(t):
         h.ok("replay_buffer" in p.stderr and "1025" in p.stderr,
              "stderr should name replay_buffer and the size: %r" % p.stderr)
         p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", huge])
-        h.ok("413" in p.stderr and "max_body_bytes" in p.stderr,
-             "stderr should say 413 for max_body_bytes: %r" % p.stderr)
+        expect_refused(p, ["refuse this request with 413", "max_body_bytes", "3072"],
+                       "body over max_body_bytes")
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "-H", "Transfer-Encoding: chunked",
+                     "--body", huge])
+        expect_refused(p, ["refuse this request with 413", "max_body_bytes"],
+                       "chunked body over max_body_bytes")
 
     @t.check("retry.idempotency_key: inject makes a POST idempotent by the key; a body over "
              "replay_buffer within spool_max is still retried; mode: observe retries nothing")
@@ -484,6 +519,55 @@ def scenario(t):
         for i, (gap, (lo, hi)) in enumerate(zip(gaps, [(0.1, 0.15), (0.2, 0.25), (0.3, 0.3)])):
             h.ok(lo - 0.02 <= gap <= hi + 0.25 * h.SLOW,
                  "wait %d: %.0f ms, explained %d-%d ms" % (i + 1, gap * 1000, lo * 1000, hi * 1000))
+
+    @t.check("the proxy with the explained policy, requests with bodies: exactly the explained "
+             "tries and idempotency (json_field only in a body within replay_buffer, never under "
+             "observe; the spool only for a request idempotent by its head)")
+    def _():
+        origin = t.origin()
+        spool_dir = os.path.join(tmp, "spool")
+        os.makedirs(spool_dir, exist_ok=True)
+        proxy = t.proxy(TRIES_BODY, SPOOL=spool_dir)
+        small = '{"etag": "e1", "pad": "%s"}' % ("x" * 200)
+        near = '{"etag": "e1", "pad": "%s"}' % ("x" * (1015 - 25))
+        middle = '{"etag": "e1", "pad": "%s"}' % ("x" * 2000)
+        h.eq(len(near), 1015, "near body size")
+        chunked = [("Transfer-Encoding", "chunked")]
+        # method, path, body, headers, explained idempotent, explained waits
+        cases = [
+            ("POST", "/small", small, [], "yes (json_field etag)", "50ms-50ms 50ms-50ms"),
+            ("POST", "/middle", middle, [], "no", "none"),
+            ("PUT", "/spooled", middle, [], "yes (method)", "50ms-50ms 50ms-50ms"),
+            ("PUT", "/over-spool", "y" * 5000, [], "yes (method)", "none"),
+            ("POST", "/trial/small", small, [], "no", "none"),
+            ("POST", "/chunked-small", small, chunked, "yes (json_field etag)",
+             "50ms-50ms 50ms-50ms"),
+            # 1015 data bytes in one chunk are 1027 with the framing: over 1 KiB
+            ("POST", "/chunked-near", near, chunked, "no", "none"),
+            ("POST", "/length-near", near, [], "yes (json_field etag)", "50ms-50ms 50ms-50ms"),
+        ]
+        for method, path, body, headers, idem, waits in cases:
+            body_file = write(os.path.join(tmp, "tries-body%s.json" % path.replace("/", "-")),
+                              body)
+            args = ["-c", proxy.config_path, method, origin.url(path), "--body", body_file]
+            for name, value in headers:
+                args += ["-H", "%s: %s" % (name, value)]
+            p = explain(args)
+            h.eq(p.returncode, 0, "%s: explain exit code (stderr %r)" % (path, p.stderr))
+            got = dict(l.split(": ", 1) for l in p.stdout.splitlines())
+            h.eq((got.get("idempotent"), got.get("waits")), (idem, waits),
+                 "%s: explained idempotent, waits (stderr %r)" % (path, p.stderr))
+            data = body.encode()
+            if headers:
+                data = b"%x\r\n" % len(data) + data + b"\r\n0\r\n\r\n"
+            origin.script(path, [503])
+            r = h.fetch(proxy.port(), method, origin.url(path), origin.authority,
+                        headers=headers, body=data)
+            h.eq(r.status, 503, "%s: status" % path)
+            explained = 1 + (0 if waits == "none" else len(waits.split()))
+            h.eq((len(origin.requests_for(path)), r.header("Retry-Attempts")),
+                 (explained, str(explained)), "%s: tries the origin saw, Retry-Attempts "
+                 "(explained: %d)" % (path, explained))
 
 
 h.run(scenario, __doc__, timeout=120)

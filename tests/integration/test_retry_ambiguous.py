@@ -5,7 +5,8 @@ whose request went out and got no answer.
 Client: POSTs (with If-Match, or none) and a GET through a forward proxy
 (raw sockets).
 Origin: scripted per path: a reset after reading the whole request, or no
-answer at all (/hang), then 412 or 409; or 503 then 412.
+answer at all (/hang), then 412 or 409; or 503 then 412; or a 412 with
+x-should-retry: true before or after tries with no answer.
 Proxy: retry.on [503, reset, timeout], max_attempts 3, 50ms waits,
 try_timeout 400ms. Route /cond/ lists header If-Match under when_present;
 route /inject/ has idempotency_key: inject. A second proxy with the same
@@ -19,7 +20,11 @@ Must hold:
 - the same with a 409 only when the request had a key (/inject/): a 409 for
   the If-Match POST carries no Retry-Ambiguous;
 - no Retry-Ambiguous when the earlier try got an answer (503), when the 412
-  comes on the first try, or for a GET (idempotent by its method).
+  comes on the first try, or for a GET (idempotent by its method);
+- only a response from a try after the lost one is ambiguous: a 412 with
+  x-should-retry: true kept from try 1, delivered after tries 2 and 3 time
+  out, has no Retry-Ambiguous; one kept from try 2 after try 1 timed out
+  has it.
 """
 
 import json
@@ -106,6 +111,25 @@ def scenario(t):
         h.eq(access("/inject/reset409").get("ambiguous"), "true", "access ambiguous")
         r = send("POST", "/inject/reset412", ["/reset/request", 412], headers=())
         h.eq((r.status, r.header("Retry-Ambiguous")), (412, "true"), "412 with a key")
+
+    @t.check("If-Match POST: a 412 kept from try 1 (x-should-retry: true), then tries that time "
+             "out: the 412 came before the lost tries, nothing ambiguous")
+    def _():
+        r = send("POST", "/cond/412-first", ["/status/412?should_retry=true", "/hang"])
+        h.eq((r.status, r.header("Retry-Attempts"), r.header("Retry-Ambiguous")),
+             (412, "3", None), "status, Retry-Attempts, Retry-Ambiguous")
+        f = access("/cond/412-first")
+        h.eq((f.get("ambiguous"), f["tries"].split(" -> ")[0::2]),
+             (None, ["412", "timeout", "timeout"]), "access ambiguous, tries")
+
+    @t.check("If-Match POST: a timeout, then a 412 kept (x-should-retry: true), then a timeout: "
+             "the 412 came after a lost try: Retry-Ambiguous")
+    def _():
+        r = send("POST", "/cond/412-second",
+                 ["/hang", "/status/412?should_retry=true", "/hang"])
+        h.eq((r.status, r.header("Retry-Attempts"), r.header("Retry-Ambiguous")),
+             (412, "3", "true"), "status, Retry-Attempts, Retry-Ambiguous")
+        h.eq(access("/cond/412-second").get("ambiguous"), "true", "access ambiguous")
 
     @t.check("GET (idempotent by method): reset, then 412: not ambiguous")
     def _():

@@ -21,7 +21,11 @@ Must hold:
 - with none (the default route) a POST with its own key is not retried
   (503 at once, gave_up=not_idempotent) and the key still reaches the
   origin unchanged; on /named/ the same POST is retried, and one without a
-  key is not.
+  key is not;
+- on /named/ a POST whose key the client names in Connection is not
+  retried (the key is removed on the way, so nothing makes it safe: 503 at
+  once, gave_up=not_idempotent, no key at the origin), and --explain with
+  the same headers says idempotent: no and waits: none.
 """
 
 import re
@@ -142,6 +146,27 @@ def scenario(t):
         r, reqs = send("POST", "/named/none", b"x")
         h.eq((r.status, len(reqs)), (503, 1), "without a key: status, requests")
         h.eq(key_lines(reqs[0]), [], "no key added under none")
+
+    @t.check("when_present Idempotency-Key, but the client names the key in Connection: it is "
+             "removed on the way, so the POST is not retried, and --explain says idempotent: no")
+    def _():
+        hop = [("Connection", "Idempotency-Key"), ("Idempotency-Key", "k-3")]
+        r, reqs = send("POST", "/named/hop", b"x", headers=hop)
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (503, "1", 1),
+             "status, Retry-Attempts, requests the origin saw")
+        h.eq(key_lines(reqs[0]), [], "key lines at the origin")
+        f = h.access_fields(proxy.access_one("/named/hop"))
+        h.eq(f.get("gave_up"), "not_idempotent", "gave_up")
+        args = ["-c", proxy.config_path, "--explain", "POST", origin.url("/named/hop")]
+        for name, value in hop:
+            args += ["-H", "%s: %s" % (name, value)]
+        p = h.run_bin(args)
+        h.eq(p.returncode, 0, "--explain exit code (stderr %r)" % p.stderr)
+        h.ok("idempotent: no\n" in p.stdout and "waits: none\n" in p.stdout,
+             "--explain says idempotent: no, waits: none: %r" % p.stdout)
+        p = h.run_bin(args[:-4] + ["-H", "Idempotency-Key: k-3"])
+        h.ok("idempotent: yes (header Idempotency-Key)\n" in p.stdout,
+             "--explain without Connection: yes (header Idempotency-Key): %r" % p.stdout)
 
 
 h.run(scenario, __doc__)

@@ -2,14 +2,15 @@
 """Scenario: retry.mode: observe counts and logs what would be retried and
 retries nothing.
 
-Client: GETs, a POST and a PUT with a large body through a forward proxy
-(raw sockets); curl to the admin listener for /metrics.
+Client: GETs, a POST, a PUT with a large body and chunked PUTs through a
+forward proxy (raw sockets); curl to the admin listener for /metrics.
 Origin: scripted per path: 503 then 200, a reset after reading the request
 then 200; for the PUT a plain 200 after reading the body. A refused port
 stands for an upstream that is down.
 Proxy: defaults retry.on [503, reset, connect-failure, timeout],
 max_attempts 3, 200ms waits, mode: observe; route /enforce/ sets mode:
-enforce. health: down_after 1, hold: true, deadline 10s.
+enforce. health: down_after 1, hold: true, deadline 10s. replay_buffer
+64KiB, spool_max 256KiB.
 Must hold:
 - a GET answered 503 gets the 503 at once (Retry-Attempts: 1, one request
   at the origin); the access line says would_retry=status and no gave_up;
@@ -18,17 +19,30 @@ Must hold:
 - a reset after the request: 502 at once, would_retry=reset;
 - a POST (not idempotent) answered 503: no would_retry, gave_up=not_idempotent;
 - the same 503 GET on /enforce/ is retried (the control);
-- a PUT's body streams: the origin has the request head before the client
-  sent the rest of the body (on /enforce/ it is kept whole first, so the
-  origin sees nothing until the body is complete);
+- a PUT's body streams, even one over replay_buffer that enforce would keep
+  in a spool file (limits.spool_max): the origin has the request head
+  before the client sent the rest of the body, and no spool file is open
+  (on /enforce/ it is kept whole first, in a spool file, so the origin sees
+  nothing until the body is complete);
+- a chunked PUT answered 503 is judged by the size enforce would have kept:
+  over replay_buffer and spool_max, gave_up=body_too_large and no
+  would_retry, as on /enforce/; within spool_max, would_retry=status
+  (/enforce/ retries it);
 - an upstream that refuses connections: 502 at once with
   would_retry=connect; once it is marked down the next request is not held
   (502 at once, well within the 10s deadline);
+- connects that hang (a full listen queue, connect_timeout 1s): a request
+  that comes while another's connect is under way (the upstream's health
+  in doubt) makes its own connect and gets 502 after it, not a hold until
+  the deadline (gave_up=deadline);
 - backoff_pending stays 0 throughout.
 """
 
+import os
 import re
+import select
 import socket
+import threading
 import time
 
 import harness as h
@@ -38,7 +52,7 @@ listen:
   - address: 127.0.0.1:@PORT0@
 admin: 127.0.0.1:@PORT1@
 log: { level: info, format: text }
-limits: { drain_timeout: 2s }
+limits: { drain_timeout: 2s, connect_timeout: 1s, replay_buffer: 64KiB, spool_max: 256KiB, spool_dir: @SPOOL@ }
 health: { down_after: 1, probe_interval: 5s, hold: true }
 defaults:
   retry:
@@ -57,6 +71,26 @@ routes:
 """
 
 
+def blackhole_port(t):
+    """A port whose listen queue is full and never accepted from: a connect
+    there neither succeeds nor is refused, so it runs into connect_timeout."""
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(0)
+    port = lst.getsockname()[1]
+    held = [lst]
+    t.defer(lambda: [s.close() for s in held])
+    for _ in range(64):
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.setblocking(False)
+        held.append(c)
+        c.connect_ex(("127.0.0.1", port))
+        _, writable, _ = select.select([], [c], [], 0.3)
+        if not writable:
+            return port
+    raise AssertionError("could not fill the listen queue of port %d" % port)
+
+
 def metric(text, name, labels=""):
     m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
     return float(m.group(1)) if m else None
@@ -64,7 +98,9 @@ def metric(text, name, labels=""):
 
 def scenario(t):
     origin = t.origin()
-    proxy = t.proxy(CONFIG)
+    spool_dir = os.path.realpath(os.path.join(t.tmp, "spool"))
+    os.makedirs(spool_dir, exist_ok=True)
+    proxy = t.proxy(CONFIG, SPOOL=spool_dir)
     host = origin.authority
 
     def metrics():
@@ -119,33 +155,82 @@ def scenario(t):
         h.eq(h.access_fields(proxy.access_one("/enforce/a")).get("would_retry"), None,
              "no would_retry under enforce")
 
+    def spool_fds():
+        """The proxy's open files in the spool directory (unlinked ones too)."""
+        out = []
+        fd_dir = "/proc/%d/fd" % proxy.pid
+        for fd in os.listdir(fd_dir):
+            try:
+                link = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if link.startswith(spool_dir + "/"):
+                out.append(link)
+        return out
+
     def partial_put(path, wait):
-        """Send a PUT head and the first 1000 of 200000 body bytes; return
-        whether the origin had the request within wait seconds, before the
-        rest was sent, and the final status."""
+        """Send a PUT head and the first 100000 of 200000 body bytes (over
+        replay_buffer, within spool_max); return whether the origin had the
+        request within wait seconds, before the rest was sent, whether a
+        spool file was open then, and the final status."""
         body = b"b" * 200000
         origin.script(path, [200])
         with h.RawConn(proxy.port()) as c:
-            c.send(h.request("PUT", origin.url(path), host, body=body)[:-len(body) + 1000])
+            c.send(h.request("PUT", origin.url(path), host, body=body)[:-len(body) + 100000])
             try:
                 origin.wait_for(lambda o: o.requests_for(path), timeout=wait)
                 early = True
             except AssertionError:
                 early = False
-            c.send(body[1000:])
+            spooled = bool(spool_fds())
+            c.send(body[100000:])
             r = c.read_response("PUT")
-        return early, r.status
+        return early, spooled, r.status
 
-    @t.check("observe streams a PUT body: the origin has the head before the body is complete")
+    @t.check("observe streams a PUT body the spool would keep: the origin has the head before "
+             "the body is complete, and no spool file is made")
     def _():
-        early, status = partial_put("/o/stream", 5 * h.SLOW)
-        h.eq((early, status), (True, 200), "origin had the request early, final status")
+        early, spooled, status = partial_put("/o/stream", 5 * h.SLOW)
+        h.eq((early, spooled, status), (True, False, 200),
+             "origin had the request early, spool file open, final status")
         h.eq(origin.requests_for("/o/stream")[0].body_len, 200000, "body length at the origin")
 
-    @t.check("... while enforce keeps it whole first (the control)")
+    @t.check("... while enforce keeps it whole first, in a spool file (the control)")
     def _():
-        early, status = partial_put("/enforce/stream", 1)
-        h.eq((early, status), (False, 200), "origin had the request early, final status")
+        early, spooled, status = partial_put("/enforce/stream", 1)
+        h.eq((early, spooled, status), (False, True, 200),
+             "origin had the request early, spool file open, final status")
+
+    def chunked_put(path, size):
+        """A chunked PUT of size data bytes (10,000-byte chunks) that the
+        origin answers 503, then 200: the final status, the requests the
+        origin saw, and the access fields."""
+        data = b"c" * size
+        framed = b"".join(b"%x\r\n" % len(data[i:i + 10000]) + data[i:i + 10000] + b"\r\n"
+                          for i in range(0, size, 10000)) + b"0\r\n\r\n"
+        origin.script(path, [503, 200])
+        r = h.fetch(proxy.port(), "PUT", origin.url(path), host,
+                    headers=[("Transfer-Encoding", "chunked")], body=framed)
+        reqs = origin.requests_for(path)
+        h.eq(reqs[0].body_len, size, "%s: body length at the origin" % path)
+        f = h.access_fields(proxy.access_one(path))
+        return r.status, len(reqs), f.get("would_retry"), f.get("gave_up")
+
+    @t.check("a chunked PUT over replay_buffer and spool_max answered 503: gave_up=body_too_large "
+             "as under enforce, not would_retry")
+    def _():
+        h.eq(chunked_put("/o/chunked-large", 300000), (503, 1, None, "body_too_large"),
+             "observe: status, requests, would_retry, gave_up")
+        h.eq(chunked_put("/enforce/chunked-large", 300000), (503, 1, None, "body_too_large"),
+             "enforce (the control): status, requests, would_retry, gave_up")
+
+    @t.check("a chunked PUT over replay_buffer within spool_max answered 503: would_retry=status, "
+             "as enforce keeps it in the spool and retries it")
+    def _():
+        h.eq(chunked_put("/o/chunked-spooled", 200000), (503, 1, "status", None),
+             "observe: status, requests, would_retry, gave_up")
+        h.eq(chunked_put("/enforce/chunked-spooled", 200000), (200, 2, None, None),
+             "enforce (the control): status, requests, would_retry, gave_up")
 
     @t.check("a refused upstream: 502 at once, would_retry=connect; down, the next is not held")
     def _():
@@ -165,6 +250,31 @@ def scenario(t):
         h.eq(metric(text, "retryproxy_backoff_pending"), 0.0, "backoff_pending")
         h.eq(metric(text, "retryproxy_retries_total", '{route="default",cause="connect"}'), 0.0,
              "retries_total connect")
+
+    @t.check("connects that hang: a second request is not held behind the first one's connect "
+             "in doubt (502 after its own connect_timeout, not the 10s deadline)")
+    def _():
+        port = blackhole_port(t)
+        url = "http://127.0.0.1:%d/hang/" % port
+        results = {}
+
+        def get(name):
+            results[name] = h.fetch(proxy.port(), "GET", url + name, "127.0.0.1:%d" % port,
+                                    timeout=30)
+
+        a = threading.Thread(target=get, args=("a",))
+        a.start()
+        time.sleep(0.3)  # A's connect is under way: the upstream's health is in doubt
+        start = time.monotonic()
+        get("b")
+        took = time.monotonic() - start
+        a.join()
+        h.eq((results["a"].status, results["b"].status), (502, 502), "statuses of A and B")
+        h.ok(took < 2.5 * h.SLOW, "B answered in %.2fs, not held toward the 10s deadline" % took)
+        f = h.access_fields(proxy.access_one("/hang/b"))
+        h.eq((f.get("gave_up"), f.get("would_retry")), (None, "connect"),
+             "B: access gave_up, would_retry")
+        h.eq(metric(metrics(), "retryproxy_backoff_pending"), 0.0, "backoff_pending")
 
 
 h.run(scenario, __doc__)

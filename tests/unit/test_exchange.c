@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,6 +82,7 @@ struct upstream {
 	const struct up_step *script;
 	size_t steps;
 	unsigned close_on_accept; /* the first connections are closed at once, unread */
+	bool reset_on_accept;	  /* ... with a reset (RST) instead of a FIN */
 	unsigned connections;	  /* accepted */
 	unsigned requests;	  /* read whole (head and body) */
 	char last_request[2048];  /* the last request's head as received */
@@ -254,7 +256,7 @@ static void up_accept(struct upstream *up, struct event_base *base)
 	c->read_ev = event_new(base, fd, EV_READ | EV_PERSIST, up_read_cb, c);
 	event_add(c->read_ev, NULL);
 	if (up->connections <= up->close_on_accept)
-		up_conn_close(c, false);
+		up_conn_close(c, up->reset_on_accept);
 }
 
 static void up_accept_cb(evutil_socket_t fd, short what, void *arg)
@@ -459,9 +461,11 @@ static void run_until_ended(struct harness *h)
 	assert_int_equal(h->ended_count, 1);
 }
 
-/* The client writes a request for http://127.0.0.1:<target_port>path, with
- * a Content-Length body when body is not NULL. */
-static void client_send(struct harness *h, const char *method, const char *path, const char *body)
+/* The client writes a request for http://127.0.0.1:<target_port>path with
+ * the field lines fields (each ending in CRLF), and a Content-Length body
+ * when body is not NULL. */
+static void client_send_fields(struct harness *h, const char *method, const char *path,
+			       const char *fields, const char *body)
 {
 	char req[1024];
 	char length[64] = "";
@@ -470,10 +474,16 @@ static void client_send(struct harness *h, const char *method, const char *path,
 	if (body != NULL)
 		snprintf(length, sizeof(length), "Content-Length: %zu\r\n", strlen(body));
 	n = snprintf(req, sizeof(req),
-		     "%s http://127.0.0.1:%u%s HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n%s\r\n%s", method,
-		     h->target_port, path, h->target_port, length, body != NULL ? body : "");
+		     "%s http://127.0.0.1:%u%s HTTP/1.1\r\nHost: 127.0.0.1:%u\r\n%s%s\r\n%s",
+		     method, h->target_port, path, h->target_port, fields, length,
+		     body != NULL ? body : "");
 	assert_true(n > 0 && (size_t)n < sizeof(req));
 	assert_int_equal(write(h->client_fd, req, (size_t)n), n);
+}
+
+static void client_send(struct harness *h, const char *method, const char *path, const char *body)
+{
+	client_send_fields(h, method, path, "", body);
 }
 
 /* Wait for the request head in the owner's input and start its exchange, as
@@ -837,6 +847,80 @@ static void test_stale_pooled_connection(void **state)
 	harness_free(&h);
 }
 
+/* Put a connection to the upstream into the pool that the upstream closes
+ * at once, with a reset or a FIN, as client.c's pooling would have left it;
+ * no loop pass runs, so the pool cannot notice before the next take. */
+static void pool_closed_connection(struct harness *h, bool reset)
+{
+	struct upstream_endpoint endpoint = { .tls = false, .host = "127.0.0.1" };
+	struct sockaddr_in addr = { .sin_family = AF_INET };
+	struct pollfd pfd = { .events = POLLIN };
+	char key[128];
+	int fd;
+
+	h->up.close_on_accept = h->up.connections + 1;
+	h->up.reset_on_accept = reset;
+	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	addr.sin_port = htons(h->up.port);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	up_accept(&h->up, h->proxy.base);
+	pfd.fd = fd;
+	/* the close has reached this end (a reset shows as POLLERR) */
+	assert_int_equal(poll(&pfd, 1, 2000), 1);
+	if (reset)
+		assert_true(pfd.revents & (POLLERR | POLLHUP));
+	endpoint.port = h->up.port;
+	upstream_pool_key(&endpoint, &h->config->default_route.tls, key, sizeof(key));
+	pool_put(h->proxy.pool, key, conn_new(h->proxy.loop, fd), h->config->limits.pool_max_idle,
+		 h->config->limits.pool_idle_timeout_ms);
+}
+
+/* 9. Retry-Ambiguous needs a try whose request was written (SPEC: "no
+ * response after the request was sent"). A conditional POST (If-Match)
+ * takes a pooled connection the upstream has closed; the next try gets 412.
+ * Reset while idle, the connection fails the write itself: nothing of the
+ * request left, so the 412 is not ambiguous. Closed with a FIN, the write
+ * goes through and the upstream might have read it before closing: the
+ * 412 carries Retry-Ambiguous: true. */
+static void test_ambiguous_needs_written_request(void **state)
+{
+	static const struct up_step script[] = {
+		{ UP_ANSWER, "HTTP/1.1 412 Precondition Failed\r\nContent-Length: 4\r\n\r\nstop" },
+	};
+	static const char config[] = TEST_RETRY_BASE "    initial_backoff: 500ms\n"
+						     "    max_backoff: 500ms\n"
+						     "    deadline: 10s\n"
+						     "  idempotent:\n"
+						     "    methods: [GET]\n"
+						     "    when_present: [ { header: If-Match } ]\n";
+	for (int reset = 1; reset >= 0; reset--) {
+		struct harness h;
+		char got[4096];
+
+		harness_init(&h, config);
+		upstream_start(&h, script, 1);
+		client_send_fields(&h, "POST", "/doc", "If-Match: \"v1\"\r\n", "hello");
+		run_until(&h, head_arrived, 2000);
+		pool_closed_connection(&h, reset);
+		exchange_start(&h);
+		/* as after the client's read event in the proxy: the request is
+		 * written before the loop looks at the connection again */
+		conn_loop_pass_end(h.proxy.loop);
+		run_until_ended(&h);
+		client_read(&h, got, sizeof(got));
+		if (strncmp(got, "HTTP/1.1 412 ", 13) != 0 ||
+		    strstr(got, "\r\nRetry-Attempts: 2\r\n") == NULL)
+			fail_msg("%s: got %s", reset ? "reset" : "fin", got);
+		if ((strstr(got, "\r\nRetry-Ambiguous: true\r\n") != NULL) == (reset == 1))
+			fail_msg("%s: Retry-Ambiguous should be %s: %s", reset ? "reset" : "fin",
+				 reset ? "absent" : "there", got);
+		assert_int_equal(h.up.connections, 2);
+		assert_int_equal(h.up.requests, 1);
+		harness_free(&h);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -849,6 +933,7 @@ int main(void)
 		cmocka_unit_test(test_reset_close_delimited_body),
 		cmocka_unit_test(test_retry_after_past_deadline),
 		cmocka_unit_test(test_stale_pooled_connection),
+		cmocka_unit_test(test_ambiguous_needs_written_request),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

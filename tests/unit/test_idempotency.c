@@ -179,6 +179,24 @@ static void test_why_table(void **state)
 		  true, IDEMPOTENCY_YES, "yes (header Idempotency-Key)" },
 		{ &test_key_named, IDEMPOTENCY_KEY_NONE, "POST", "/", "", true, IDEMPOTENCY_NO,
 		  "no" },
+		/* a header the client names in Connection is removed on the way:
+		 * the upstream never sees it, so it makes nothing safe */
+		{ &test_key_named, IDEMPOTENCY_KEY_NONE, "POST", "/",
+		  "Connection: Idempotency-Key\r\nIdempotency-Key: abc\r\n", true, IDEMPOTENCY_NO,
+		  "no" },
+		{ &test_key_named, IDEMPOTENCY_KEY_NONE, "POST", "/",
+		  "Idempotency-Key: abc\r\nConnection: keep-alive, idempotency-key\r\n", true,
+		  IDEMPOTENCY_NO, "no" },
+		{ &test_gcs, IDEMPOTENCY_KEY_NONE, "POST", "/o",
+		  "Connection: If-Match\r\nIf-Match: \"x\"\r\n", true, IDEMPOTENCY_NEEDS_BODY,
+		  "no" },
+		/* ... while another field of the condition is kept */
+		{ &test_key_named, IDEMPOTENCY_KEY_NONE, "POST", "/",
+		  "Connection: close\r\nIdempotency-Key: abc\r\n", true, IDEMPOTENCY_YES,
+		  "yes (header Idempotency-Key)" },
+		{ &test_gcs, IDEMPOTENCY_KEY_NONE, "POST", "/o",
+		  "Connection: If-Match\r\nIf-Match: \"x\"\r\nx-goog-if-generation-match: 1\r\n",
+		  true, IDEMPOTENCY_YES, "yes (header x-goog-if-generation-match)" },
 	};
 
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
