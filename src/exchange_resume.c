@@ -30,6 +30,10 @@ void exchange_resume_offer(struct exchange_try *t, const struct http1_head *head
 	    ex->route->retry.max_attempts < 2 || ex->method_len != 3 ||
 	    memcmp(ex->method, "GET", 3) != 0)
 		return;
+	/* a body that arrived whole with its head cannot break off: most small
+	 * responses stop here, before their fields are read */
+	if (evbuffer_get_length(conn_input(t->up)) - head->head_len >= t->framing.content_length)
+		return;
 	/* whether the request had a Range of its own is asked only if the body
 	 * breaks: the head stays in request_head */
 	ex->resumable = resume_read_offer(&ex->resume, head, t->framing.content_length);
