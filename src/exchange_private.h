@@ -299,6 +299,11 @@ void exchange_keep_response(struct exchange_try *t);
 void exchange_deliver_kept(struct exchange *ex);
 void exchange_upstream_closed(struct exchange_try *t, short what);
 uint64_t exchange_retry_after(const struct http1_head *head);
+/* Is this response head retryable by the route's retry.on and its
+ * x-should-retry? *should is what x-should-retry said (read only on an error
+ * status or one retry.on names), for exchange_decide_response(). */
+bool exchange_response_retryable(const struct exchange *ex, const struct http1_head *head,
+				 enum retry_should *should);
 
 /* exchange_resume.c: a download that broke off is continued with a Range
  * request (retry.resume); only an exact 206 is spliced onto the body. */

@@ -18,6 +18,9 @@ Must hold:
   shows the break and resumed_at=K; resumes_total{result="ok"} counts it;
 - a resume that itself breaks (by RST) is resumed again from the new K;
 - a retryable 503 to the resume is retried, then the 206 is spliced;
+  x-should-retry counts as on any response: a 503 with false is not
+  retried (the body ends short, resumes_total{result="failed"}), a 409
+  with true is;
 - a body that stalls for the route's try_timeout is resumed too;
 - without an ETag the Last-Modified is the If-Range validator;
 - a changed object never yields a mixed body: a 200 with the new ETag
@@ -234,6 +237,35 @@ def scenario(t):
         r = download(n, ["?break_at=%d" % MiB, "?cr_shift=1"])
         short_prefix(r, n)
         h.eq(len(requests_for(n)), 2, "requests the origin saw")
+
+    @t.check("a 503 with x-should-retry: false to the resume is not retried")
+    def _():
+        n = 3 * MiB + 13
+        before = metric(admin_metrics(proxy), "retryproxy_resumes_total",
+                        '{route="default",result="failed"}')
+        r = download(n, ["?break_at=%d" % MiB, "/status/503?should_retry=false", ""])
+        short_prefix(r, n)
+        quiet_origin(n, 2)
+        k = int(requests_for(n)[1].header("Range")[6:-1])
+        fields = h.access_fields(proxy.access_one("/object/%d" % n))
+        h.eq(fields.get("tries"), "200 broken=reset -> wait 50ms -> 503 resumed_at=%d" % k,
+             "logged trail")
+        h.ok("not resumed" in urllib.parse.unquote(fields.get("note", "")), "note: %r" % fields)
+        h.eq(metric(admin_metrics(proxy), "retryproxy_resumes_total",
+                    '{route="default",result="failed"}'), before + 1, "resumes failed")
+
+    @t.check("a 409 with x-should-retry: true to the resume is retried, then spliced")
+    def _():
+        n = 3 * MiB + 14
+        r = download(n, ["?break_at=%d" % MiB, "/status/409?should_retry=true", ""])
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 3, "requests the origin saw")
+        k = int(reqs[2].header("Range")[6:-1])
+        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
+             "200 broken=reset -> wait 50ms -> 409 resumed_at=%d -> wait 50ms -> "
+             "206 resumed_at=%d" % (k, k), "logged trail")
 
     @t.check("a weak ETag gets no resume")
     def _():
