@@ -260,6 +260,9 @@ struct retry_verdict exchange_decide_response(struct exchange *ex, int status,
 					      uint64_t retry_after_ms, bool too_large,
 					      enum retry_should should);
 void exchange_schedule_retry(struct exchange *ex);
+/* Wait in the upstream's queue until it is back (EXCHANGE_HELD), within the
+ * deadline and max_pending_retries: what a HOLD verdict does. */
+void exchange_hold(struct exchange *ex);
 /* Tries under way (not idle), and those of them still waiting for a
  * response head. */
 unsigned exchange_tries_left(const struct exchange *ex);

@@ -82,8 +82,9 @@ void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, co
 		exchange_schedule_retry(ex);
 		return;
 	case RETRY_VERDICT_HOLD:
-		/* the upstream is down: the try waits for it like any other */
-		exchange_start_try(ex);
+		/* the upstream is down: wait for it like any other try, not on a
+		 * pooled connection to it (exchange_start_try() would take one) */
+		exchange_hold(ex);
 		return;
 	case RETRY_VERDICT_GIVE_UP:
 	case RETRY_VERDICT_FINAL:
