@@ -78,6 +78,7 @@ static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
 	metrics_render(proxy->metrics, &gauges, body);
 	if (proxy->fleet != NULL)
 		metrics_render_fleet(fleet_connected(proxy->fleet), body);
+	metrics_render_spool(proxy->spool_usage.bytes, body);
 	upstreams_render_metrics(proxy->upstreams, body);
 	return 200;
 }

@@ -332,11 +332,44 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = "spool_dir",
 	  .type = &config_walk_directory,
 	  .offset = offsetof(struct limits, spool_dir) },
+	{ .name = "spool_total",
+	  .type = &config_walk_size64,
+	  .offset = offsetof(struct limits, spool_total) },
 	{ .name = "max_upstream_connections",
 	  .type = &config_walk_count_positive,
 	  .offset = offsetof(struct limits, max_upstream_connections) },
 	{ .name = NULL },
 };
+
+/* limits.spool_total by default: the disk all spool files may take at once. */
+#define CONFIG_SPOOL_TOTAL_DEFAULT (1024ull * 1024 * 1024)
+
+/* A body of spool_max must fit in the spool on its own: spool_total (when
+ * it caps) at least spool_max. Blamed on spool_total when the file says it,
+ * else on spool_max, which passed the default. */
+static void config_check_spool_total(struct config_walk *walk, const struct yaml_tree_node *node,
+				     const struct limits *limits)
+{
+	const struct yaml_tree_entry *blamed = yaml_tree_find(node, "spool_total");
+	size_t mark;
+
+	if (limits->spool_total == 0 || limits->spool_max <= limits->spool_total)
+		return;
+	if (blamed != NULL) {
+		mark = config_walk_push(walk, "spool_total");
+		config_walk_error(walk, blamed->value,
+				  "must be 0 (no cap) or at least spool_max (%llu bytes)",
+				  (unsigned long long)limits->spool_max);
+	} else {
+		blamed = yaml_tree_find(node, "spool_max");
+		mark = config_walk_push(walk, "spool_max");
+		config_walk_error(walk, blamed != NULL ? blamed->value : node,
+				  "is over spool_total (%llu bytes by default): raise "
+				  "limits.spool_total, or set it to 0 for no cap",
+				  (unsigned long long)limits->spool_total);
+	}
+	config_walk_pop(walk, mark);
+}
 
 /* limits: the keys, then what the spool's keys need of each other: a
  * spool_max above replay_buffer (a smaller body is kept in memory), and a
@@ -348,6 +381,7 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 	struct limits *limits = field;
 	const struct yaml_tree_entry *blamed;
 	size_t errors = config_walk_error_count(walk);
+	size_t key_errors;
 	size_t mark;
 
 	config_walk_mapping(walk, node, config_limits_keys, limits);
@@ -362,8 +396,12 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 		config_walk_pop(walk, mark);
 		return;
 	}
+	/* a refused key has left its default: compared, it would say nothing */
+	key_errors = config_walk_error_count(walk);
+	if (key_errors == errors)
+		config_check_spool_total(walk, node, limits);
 	/* a spool_dir that was refused has left the default in its place */
-	if (config_walk_error_count(walk) > errors || spool_check_dir(limits->spool_dir) == 0)
+	if (key_errors > errors || spool_check_dir(limits->spool_dir) == 0)
 		return;
 	/* the default directory is blamed on spool_max, which turned it on */
 	blamed = yaml_tree_find(node, "spool_dir");
@@ -514,6 +552,7 @@ static void config_set_defaults(struct config *config)
 	limits->max_pending_retries = 10000;
 	limits->spool_max = 0;
 	limits->spool_dir = xstrdup("/var/tmp");
+	limits->spool_total = CONFIG_SPOOL_TOTAL_DEFAULT;
 	limits->max_upstream_connections = 256;
 
 	config->health.down_after = 3;

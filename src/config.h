@@ -144,6 +144,7 @@ struct limits {
 	unsigned max_pending_retries; /* exchanges waiting in backoff at once, with their buffers */
 	uint64_t spool_max; /* request bodies over replay_buffer up to this go to a file; 0: off */
 	char *spool_dir;    /* where those files are made, absolute */
+	uint64_t spool_total;		   /* bytes all spool files may hold at once; 0: no cap */
 	unsigned max_upstream_connections; /* open (and opening) connections per upstream; beyond,
 					    * requests wait for one in arrival order */
 };

@@ -422,6 +422,7 @@ static void config_dump_limits(struct config_dump *d, const struct limits *limit
 	config_dump_pair_unsigned(d, "max_pending_retries", limits->max_pending_retries);
 	config_dump_pair_size(d, "spool_max", limits->spool_max);
 	config_dump_pair_text(d, "spool_dir", limits->spool_dir);
+	config_dump_pair_size(d, "spool_total", limits->spool_total);
 	config_dump_pair_unsigned(d, "max_upstream_connections", limits->max_upstream_connections);
 	config_dump_mapping_end(d);
 }

@@ -586,7 +586,7 @@ static void exchange_released(struct upstream_waiter *waiter)
 	exchange_leave(ex);
 }
 
-static void exchange_hold(struct exchange *ex)
+void exchange_hold(struct exchange *ex)
 {
 	uint64_t elapsed = exchange_ms_since(ex->first_try_ms);
 	const struct retry_policy *policy = &ex->route->retry;

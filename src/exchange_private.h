@@ -264,6 +264,9 @@ struct retry_verdict exchange_decide_response(struct exchange *ex, int status,
 					      uint64_t retry_after_ms, bool too_large,
 					      enum retry_should should);
 void exchange_schedule_retry(struct exchange *ex);
+/* Wait in the upstream's queue until it is back (EXCHANGE_HELD), within the
+ * deadline and max_pending_retries: what a HOLD verdict does. */
+void exchange_hold(struct exchange *ex);
 /* Tries under way (not idle), and those of them still waiting for a
  * response head. */
 unsigned exchange_tries_left(const struct exchange *ex);
@@ -303,6 +306,11 @@ void exchange_keep_response(struct exchange_try *t);
 void exchange_deliver_kept(struct exchange *ex);
 void exchange_upstream_closed(struct exchange_try *t, short what);
 uint64_t exchange_retry_after(const struct http1_head *head);
+/* Is this response head retryable by the route's retry.on and its
+ * x-should-retry? *should is what x-should-retry said (read only on an error
+ * status or one retry.on names), for exchange_decide_response(). */
+bool exchange_response_retryable(const struct exchange *ex, const struct http1_head *head,
+				 enum retry_should *should);
 
 /* exchange_resume.c: a download that broke off is continued with a Range
  * request (retry.resume); only an exact 206 is spliced onto the body. */

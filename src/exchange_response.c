@@ -311,6 +311,28 @@ static enum retry_should exchange_should_retry(const struct http1_head *head)
 	return f != NULL ? retry_should_parse(f->value, f->value_len) : RETRY_SHOULD_UNSET;
 }
 
+/* exchange_response_retryable(), inlined where every response head passes. */
+static inline bool exchange_head_retryable(const struct exchange *ex, const struct http1_head *head,
+					   enum retry_should *should)
+{
+	bool retryable = retry_on_status(&ex->route->retry, head->status);
+
+	/* most responses are not retryable: x-should-retry is looked for only
+	 * on an error status or one retry.on names */
+	*should = RETRY_SHOULD_UNSET;
+	if (retryable || head->status >= 400) {
+		*should = exchange_should_retry(head);
+		retryable = retry_response_retryable(&ex->route->retry, head->status, *should);
+	}
+	return retryable;
+}
+
+bool exchange_response_retryable(const struct exchange *ex, const struct http1_head *head,
+				 enum retry_should *should)
+{
+	return exchange_head_retryable(ex, head, should);
+}
+
 /* This try's response goes to the client: head now, body as it comes. */
 static void exchange_relay_from(struct exchange_try *t, const struct http1_head *head)
 {
@@ -342,7 +364,7 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 {
 	struct exchange *ex = t->ex;
 	const struct http1_framing *rf = &t->framing;
-	enum retry_should should = RETRY_SHOULD_UNSET;
+	enum retry_should should;
 	bool retryable;
 
 	evtimer_del(t->timer);
@@ -355,13 +377,8 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 		exchange_resume_answer(t, head);
 		return;
 	}
-	/* most responses are not retryable: no clock or budget is read for
-	 * them, and x-should-retry is looked for only on an error status */
-	retryable = retry_on_status(&ex->route->retry, head->status);
-	if (retryable || head->status >= 400) {
-		should = exchange_should_retry(head);
-		retryable = retry_response_retryable(&ex->route->retry, head->status, should);
-	}
+	/* most responses are not retryable: no clock or budget is read for them */
+	retryable = exchange_head_retryable(ex, head, &should);
 	if (retryable) {
 		bool too_large = rf->body == HTTP1_BODY_LENGTH &&
 				 rf->content_length > ex->config->limits.retry_response_buffer;

@@ -86,8 +86,9 @@ void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, co
 		exchange_schedule_retry(ex);
 		return;
 	case RETRY_VERDICT_HOLD:
-		/* the upstream is down: the try waits for it like any other */
-		exchange_start_try(ex);
+		/* the upstream is down: wait for it like any other try, not on a
+		 * pooled connection to it (exchange_start_try() would take one) */
+		exchange_hold(ex);
 		return;
 	case RETRY_VERDICT_GIVE_UP:
 	case RETRY_VERDICT_FINAL:
@@ -101,6 +102,7 @@ void exchange_resume_answer(struct exchange_try *t, const struct http1_head *hea
 	struct exchange *ex = t->ex;
 	struct resume *resume = ex->resume;
 	enum resume_answer answer = resume_check_answer(resume, head, &t->framing);
+	enum retry_should should;
 	struct retry_verdict verdict;
 	char note[160];
 
@@ -120,11 +122,12 @@ void exchange_resume_answer(struct exchange_try *t, const struct http1_head *hea
 		exchange_relay_response(ex);
 		return;
 	}
-	/* a retryable status is retried as it would be before any byte went
-	 * out; its body is not kept, the client can never get it */
-	if (retry_on_status(&ex->route->retry, head->status)) {
-		verdict = exchange_decide(ex, TRY_RESPONSE, head->status, false,
-					  exchange_retry_after(head), false);
+	/* a retryable answer is retried as it would be before any byte went
+	 * out, x-should-retry included; its body is not kept, the client can
+	 * never get it */
+	if (exchange_response_retryable(ex, head, &should)) {
+		verdict = exchange_decide_response(ex, head->status, exchange_retry_after(head),
+						   false, should);
 		if (verdict.kind == RETRY_VERDICT_RETRY) {
 			exchange_end_try(t, false);
 			exchange_schedule_retry(ex);

@@ -7,6 +7,7 @@
 #include "conn.h"
 #include "exchange_private.h"
 #include "log.h"
+#include "proxy.h"
 #include "spool.h"
 
 /*
@@ -60,12 +61,21 @@ static void exchange_spool_give_up(struct exchange *ex, const char *why)
 int exchange_spool_body(struct exchange *ex)
 {
 	uint64_t spool_max = ex->config->limits.spool_max;
+	struct spool_usage *usage = &ex->proxy->spool_usage;
 
 	if (ex->body_once)
 		return -1;
 	/* a chunked body can turn out larger than it was allowed to be kept */
 	if (ex->request_body.payload_bytes > spool_max) {
 		exchange_spool_give_up(ex, "the body is over spool_max");
+		return -1;
+	}
+	/* every file counts toward spool_total from its first byte to its close;
+	 * a body that would pass it is one the disk could not take */
+	spool_count_in(ex->spool, usage);
+	if (!spool_usage_allows(usage, ex->config->limits.spool_total,
+				evbuffer_get_length(ex->replay))) {
+		exchange_spool_give_up(ex, "the spool files together would pass spool_total");
 		return -1;
 	}
 	if (spool_write(ex->spool, ex->replay) < 0) {

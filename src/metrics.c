@@ -388,6 +388,14 @@ void metrics_render_fleet(bool connected, struct evbuffer *out)
 	evbuffer_add_printf(out, "retryproxy_fleet_connected %d\n", connected ? 1 : 0);
 }
 
+void metrics_render_spool(uint64_t bytes, struct evbuffer *out)
+{
+	metrics_header(out, "retryproxy_spool_bytes", "gauge",
+		       "Bytes in request body spool files now (limits.spool_max), against "
+		       "limits.spool_total.");
+	evbuffer_add_printf(out, "retryproxy_spool_bytes %llu\n", (unsigned long long)bytes);
+}
+
 /* The status page's view has a slot for each cause this file counts. */
 _Static_assert(RETRY_CAUSE_TIMEOUT + 1 == METRICS_CAUSES, "one retries slot per cause");
 

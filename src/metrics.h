@@ -65,6 +65,10 @@ void metrics_intercept_failure(struct metrics *metrics);
  * Only a proxy with a fleet: section has the series. */
 void metrics_render_fleet(bool connected, struct evbuffer *out);
 
+/* Append retryproxy_spool_bytes: what the spool files (limits.spool_max)
+ * hold now, against limits.spool_total. */
+void metrics_render_spool(uint64_t bytes, struct evbuffer *out);
+
 /* Write a label value with backslash, " and newline escaped, as the format
  * requires. */
 void metrics_label_value(struct evbuffer *out, const char *s);

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "registry.h"
 #include "retry.h"
+#include "spool.h"
 
 struct conn_loop;
 struct event_base;
@@ -52,6 +53,7 @@ struct proxy {
 	unsigned backoff_pending;	   /* exchanges waiting on a backoff timer */
 	struct exchange *spare_exchanges;  /* freed exchanges kept for reuse */
 	unsigned spare_exchange_count;
+	struct spool_usage spool_usage; /* bytes in every request body spool file now */
 };
 
 /* Build the runtime for a validated config (the proxy takes the reference)

@@ -18,8 +18,9 @@
 
 struct spool {
 	int fd;
-	uint64_t length; /* bytes written; the next write goes here */
-	bool failed;	 /* a write failed: the file holds a prefix of the body */
+	uint64_t length;	   /* bytes written; the next write goes here */
+	bool failed;		   /* a write failed: the file holds a prefix of the body */
+	struct spool_usage *usage; /* where its bytes are counted, or NULL */
 };
 
 int spool_create_named(const char *dir)
@@ -101,6 +102,8 @@ int spool_write(struct spool *spool, struct evbuffer *buf)
 		}
 		evbuffer_drain(buf, (size_t)n);
 		spool->length += (uint64_t)n;
+		if (spool->usage != NULL)
+			spool->usage->bytes += (uint64_t)n;
 	}
 	return 0;
 }
@@ -141,8 +144,27 @@ void spool_close(struct spool *spool)
 {
 	if (spool == NULL)
 		return;
+	if (spool->usage != NULL)
+		spool->usage->bytes -= spool->length;
 	close(spool->fd);
 	free(spool);
+}
+
+void spool_count_in(struct spool *spool, struct spool_usage *usage)
+{
+	if (spool->usage == usage)
+		return;
+	if (spool->usage != NULL)
+		spool->usage->bytes -= spool->length;
+	spool->usage = usage;
+	if (usage != NULL)
+		usage->bytes += spool->length;
+}
+
+bool spool_usage_allows(const struct spool_usage *usage, uint64_t cap, uint64_t more)
+{
+	/* written so that no sum can wrap */
+	return cap == 0 || (usage->bytes <= cap && more <= cap - usage->bytes);
 }
 
 int spool_check_dir(const char *dir)

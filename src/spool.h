@@ -17,6 +17,13 @@
 struct evbuffer;
 struct spool;
 
+/* What all the spool files of a process hold now, for limits.spool_total:
+ * a file counted in it adds what it writes, and gives all of it back when
+ * it is closed. One, in struct proxy, whatever the config. */
+struct spool_usage {
+	uint64_t bytes; /* in spool files now */
+};
+
 /* A new empty spool file in dir: O_TMPFILE where the file system has it,
  * else a named file unlinked at once. NULL with errno set when neither can
  * be made. */
@@ -39,8 +46,17 @@ uint64_t spool_length(const struct spool *spool);
  * added, or -1 with errno set. */
 ssize_t spool_read(struct spool *spool, struct evbuffer *out, uint64_t offset, size_t max);
 
-/* Close the file, which removes it. NULL is allowed. */
+/* Close the file, which removes it (and its bytes from its usage). NULL is
+ * allowed. */
 void spool_close(struct spool *spool);
+
+/* Count the file's bytes in usage (NULL: nowhere) from now on, those
+ * written already included. Counting it again in the same usage changes
+ * nothing. */
+void spool_count_in(struct spool *spool, struct spool_usage *usage);
+
+/* May more bytes go to spool files without passing cap (0: no cap)? */
+bool spool_usage_allows(const struct spool_usage *usage, uint64_t cap, uint64_t more);
 
 /* Can a spool file be made in dir now? 0, or -1 with errno set. */
 int spool_check_dir(const char *dir);

@@ -434,6 +434,21 @@ class Origin:
         for t in list(self._threads):
             t.join(max(0, deadline - time.monotonic()))
 
+    def stop_listening(self):
+        """Close the listening socket only: new connections are refused,
+        open ones are still served (an upstream going away under its pooled
+        connections)."""
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+
+    def listen_again(self):
+        """Listen on the same port again after stop_listening()."""
+        self._requested_port = self.port
+        return self.start()
+
     def __enter__(self):
         return self.start()
 
@@ -952,6 +967,9 @@ class Origin:
                                     (break_mode=reset)
           stall_at=N                after N body bytes, send nothing more
                                     (the connection stays open)
+          gate=NAME                 with break_at: before the break, set
+                                    gate(NAME).reached and wait for its
+                                    release()
         Range: bytes=K- and bytes=K-M are answered 206 with Content-Range
         when If-Range (if any) matches the current ETag or Last-Modified,
         else 200 with the whole object; K at or past n gets 416."""
@@ -1011,6 +1029,12 @@ class Origin:
             if ex.param("stall_at") is not None:
                 self._hang(ex.sock, ex.conn)
                 raise _Stop()
+            if ex.param("gate") is not None:
+                g = self.gate(ex.param("gate"))
+                g.reached.set()
+                while not g.released.wait(0.2):
+                    if self._stopping.is_set():
+                        raise _Stop()
             time.sleep(0.05)  # let the bytes go out before the close
             if ex.param("break_mode") == "reset":
                 ex.reset()

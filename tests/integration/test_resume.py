@@ -18,6 +18,9 @@ Must hold:
   shows the break and resumed_at=K; resumes_total{result="ok"} counts it;
 - a resume that itself breaks (by RST) is resumed again from the new K;
 - a retryable 503 to the resume is retried, then the 206 is spliced;
+  x-should-retry counts as on any response: a 503 with false is not
+  retried (the body ends short, resumes_total{result="failed"}), a 409
+  with true is;
 - a body that stalls for the route's try_timeout is resumed too;
 - without an ETag the Last-Modified is the If-Range validator;
 - a changed object never yields a mixed body: a 200 with the new ETag
@@ -28,6 +31,9 @@ Must hold:
 - a weak ETag, a chunked response, a request with its own Range (answered
   206, or 200 by an origin that ignores it), and a route with resume:
   false get no resume: the origin sees one request;
+- a break while the upstream is down (health, hold: true) is held until a
+  probe connects, even with a pooled connection to it idle: the resume
+  reaches the origin only after it listens again, then is spliced on;
 - resumes count against attempts (max_attempts 2: the second break ends
   the body short, gave_up=attempts) and the deadline (gave_up=deadline);
 - the JSON access log carries "broken" and "resumed_at" in the tries.
@@ -35,6 +41,7 @@ Must hold:
 
 import hashlib
 import re
+import threading
 import time
 import urllib.parse
 
@@ -68,6 +75,30 @@ routes:
   - name: stall
     match: { host: stall.test }
     retry: { try_timeout: 500ms }
+"""
+
+# An upstream that goes down under its pooled connections: one connect
+# failure marks it down, and requests for it are held until a probe connects.
+CONFIG_HOLD = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s }
+health: { down_after: 1, probe_interval: 100ms, hold: true }
+defaults:
+  retry:
+    max_attempts: 5
+    initial_backoff: 50ms
+    max_backoff: 50ms
+    jitter: 0s
+    deadline: 60s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: once
+    match: { path_prefix: /once/ }
+    retry: { max_attempts: 1 }
 """
 
 MiB = 1 << 20
@@ -235,6 +266,35 @@ def scenario(t):
         short_prefix(r, n)
         h.eq(len(requests_for(n)), 2, "requests the origin saw")
 
+    @t.check("a 503 with x-should-retry: false to the resume is not retried")
+    def _():
+        n = 3 * MiB + 13
+        before = metric(admin_metrics(proxy), "retryproxy_resumes_total",
+                        '{route="default",result="failed"}')
+        r = download(n, ["?break_at=%d" % MiB, "/status/503?should_retry=false", ""])
+        short_prefix(r, n)
+        quiet_origin(n, 2)
+        k = int(requests_for(n)[1].header("Range")[6:-1])
+        fields = h.access_fields(proxy.access_one("/object/%d" % n))
+        h.eq(fields.get("tries"), "200 broken=reset -> wait 50ms -> 503 resumed_at=%d" % k,
+             "logged trail")
+        h.ok("not resumed" in urllib.parse.unquote(fields.get("note", "")), "note: %r" % fields)
+        h.eq(metric(admin_metrics(proxy), "retryproxy_resumes_total",
+                    '{route="default",result="failed"}'), before + 1, "resumes failed")
+
+    @t.check("a 409 with x-should-retry: true to the resume is retried, then spliced")
+    def _():
+        n = 3 * MiB + 14
+        r = download(n, ["?break_at=%d" % MiB, "/status/409?should_retry=true", ""])
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 3, "requests the origin saw")
+        k = int(reqs[2].header("Range")[6:-1])
+        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
+             "200 broken=reset -> wait 50ms -> 409 resumed_at=%d -> wait 50ms -> "
+             "206 resumed_at=%d" % (k, k), "logged trail")
+
     @t.check("a weak ETag gets no resume")
     def _():
         n = 2 * MiB + 4
@@ -300,6 +360,55 @@ def scenario(t):
         text = admin_metrics(proxy)
         h.eq(metric(text, "retryproxy_resumes_total",
                     '{route="short-deadline",result="failed"}'), 1.0, "resumes failed")
+
+    @t.check("a break while the upstream is down holds the resume, not on a pooled connection")
+    def _():
+        held_origin = t.origin(name="held")
+        hproxy = t.proxy(CONFIG_HOLD, ORIGIN=held_origin.port)
+        n = 2 * MiB + 15
+        path = "/object/%d" % n
+        held_origin.script(path, [path + "?break_at=%d&break_mode=reset&gate=held" % MiB, path])
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(r=get(hproxy, path)))
+        thread.start()
+        try:
+            gate = held_origin.gate("held")
+            gate.wait_reached(10 * h.SLOW)
+            # a second connection, idle in the proxy's pool once answered
+            h.eq(get(hproxy, "/bytes/10").status, 200, "GET on a second connection")
+            h.eq(len(held_origin.connections), 2, "connections the origin accepted")
+            # the upstream goes away under both; a POST (never pooled) finds
+            # it gone and marks it down
+            held_origin.stop_listening()
+            h.eq(h.curl("-X", "POST", "http://127.0.0.1:%d/once/x" % hproxy.port(0)).status,
+                 502, "POST while the port is closed")
+            h.wait_until(lambda: " down " in h.curl("http://127.0.0.1:%d/upstreams"
+                                                    % hproxy.port(1)).body.decode(),
+                         5 * h.SLOW, "the upstream marked down")
+            gate.release()
+            # held: no resume reaches the origin, not even on the pooled connection
+            h.wait_until(lambda: len(held_origin.requests_for(path)) > 1 or
+                         metric(admin_metrics(hproxy), "retryproxy_held_requests", "") == 1.0,
+                         5 * h.SLOW, "the broken download held, or resumed")
+            time.sleep(0.5 * h.SLOW)
+            h.eq(len(held_origin.requests_for(path)), 1, "requests for the object while down")
+            h.eq(metric(admin_metrics(hproxy), "retryproxy_held_requests", ""), 1.0,
+                 "held requests")
+            h.ok(thread.is_alive(), "the download waits while the upstream is down")
+        finally:
+            held_origin.listen_again()
+            thread.join(30 * h.SLOW)
+        r = result["r"]
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = held_origin.requests_for(path)
+        h.eq(len(reqs), 2, "requests the origin saw")
+        k = int(reqs[1].header("Range")[6:-1])
+        tries = h.access_fields(hproxy.access_one(path)).get("tries", "")
+        m = re.fullmatch(r"200 broken=reset -> wait ([\d.]+)(ms|s) -> 206 resumed_at=%d" % k,
+                         tries)
+        held_ms = m and float(m.group(1)) * (1 if m.group(2) == "ms" else 1000)
+        h.ok(m is not None and held_ms >= 500, "trail with the time held: %r" % tries)
 
     @t.check("the JSON access log carries broken and resumed_at in the tries")
     def _():

@@ -471,6 +471,7 @@ static void test_defaults(void **state)
 	assert_int_equal(l->tunnel_idle_timeout_ms, 300000);
 	assert_int_equal(l->spool_max, 0);
 	assert_string_equal(l->spool_dir, "/var/tmp");
+	assert_int_equal(l->spool_total, 1ULL << 30);
 	assert_int_equal(l->max_upstream_connections, 256);
 
 	assert_int_equal(config->health.down_after, 3);
@@ -952,9 +953,34 @@ static void test_spool(void **state)
 	config = test_load_ok("limits: {spool_max: 0, spool_dir: /tmp}\n");
 	assert_int_equal(config->limits.spool_max, 0);
 	config_release(config);
-	test_load_fails("limits: {spool_max: 8GiB, spool_dir: /proc}\n",
+	test_load_fails("limits: {spool_max: 1GiB, spool_dir: /proc}\n",
 			"test.yaml:1:38: limits.spool_dir: cannot make a spool file in \"/proc\": "
 			"No such file or directory\n");
+
+	/* spool_total: 1GiB by default, 0 for no cap, never below spool_max */
+	config = test_load_ok("limits: {spool_max: 16MiB, spool_dir: /tmp}\n");
+	assert_int_equal(config->limits.spool_total, 1ULL << 30);
+	config_release(config);
+	config = test_load_ok("limits: {spool_max: 2GiB, spool_total: 0, spool_dir: /tmp}\n");
+	assert_int_equal(config->limits.spool_total, 0);
+	config_release(config);
+	config = test_load_ok("limits: {spool_max: 16MiB, spool_total: 16MiB, spool_dir: /tmp}\n");
+	assert_int_equal(config->limits.spool_total, 16 * 1024 * 1024);
+	config_release(config);
+	test_load_fails("limits: {spool_max: 16MiB, spool_total: 8MiB, spool_dir: /tmp}\n",
+			"test.yaml:1:41: limits.spool_total: must be 0 (no cap) or at least "
+			"spool_max (16777216 bytes)\n");
+	test_load_fails(
+		"limits: {spool_max: 2GiB, spool_dir: /tmp}\n",
+		"test.yaml:1:21: limits.spool_max: is over spool_total (1073741824 bytes by "
+		"default): raise limits.spool_total, or set it to 0 for no cap\n");
+	/* a spool_total that is not a size is refused once, not compared too */
+	test_load_fails("limits: {spool_max: 2GiB, spool_total: lots, spool_dir: /tmp}\n",
+			"test.yaml:1:40: limits.spool_total: expected a size like 64KiB (units: "
+			"KiB, MiB, GiB), got \"lots\"\n");
+	/* the spool off: spool_total says nothing */
+	config = test_load_ok("limits: {spool_max: 0, spool_total: 1KiB}\n");
+	config_release(config);
 }
 
 static void test_intercept(void **state)

@@ -97,6 +97,7 @@ static void test_embedded_default(void **state)
 	assert_non_null(strstr(dump, "  max_body_bytes: 0\n"));
 	assert_non_null(strstr(dump, "  spool_max: 0\n"));
 	assert_non_null(strstr(dump, "  spool_dir: /var/tmp\n"));
+	assert_non_null(strstr(dump, "  spool_total: 1GiB\n"));
 	assert_non_null(strstr(dump, "  drain_timeout: 30s\n"));
 	assert_non_null(strstr(dump, "  ca_file: ~\n"));
 	assert_non_null(strstr(dump, "on: [5xx, 408, 429, connect-failure, reset, timeout]"));
@@ -166,6 +167,7 @@ static void test_routes_resolved(void **state)
 		"  drain_timeout: 0s\n"
 		"  spool_max: 3GiB\n"
 		"  spool_dir: /tmp\n"
+		"  spool_total: 12GiB\n"
 		"defaults:\n"
 		"  retry:\n"
 		"    initial_backoff: 250ms\n"
@@ -201,6 +203,8 @@ static void test_routes_resolved(void **state)
 	assert_non_null(strstr(dump, "  spool_max: 3GiB\n"));
 	assert_non_null(strstr(dump, "  spool_dir: /tmp\n"));
 	assert_int_equal(again->limits.spool_max, 3ULL << 30);
+	assert_non_null(strstr(dump, "  spool_total: 12GiB\n"));
+	assert_int_equal(again->limits.spool_total, 12ULL << 30);
 	assert_string_equal(again->limits.spool_dir, "/tmp");
 	assert_non_null(strstr(dump, "max_backoff: 90m\n"));
 	assert_int_equal(again->route_count, 3);

@@ -187,6 +187,77 @@ static void test_write_failure(void **state)
 	evbuffer_free(out);
 }
 
+/* spool_usage: what counted files hold, added as they are written (a
+ * write that stops part way counts what it wrote), taken back whole when
+ * each is closed; files not counted in it change nothing. */
+static void test_usage(void **state)
+{
+	struct spool_usage usage = { 0 };
+	struct spool *a = spool_open(test_dir);
+	struct spool *b = spool_open(test_dir);
+	struct spool *loose = spool_open(test_dir);
+	struct evbuffer *in = evbuffer_new();
+	static unsigned char data[5000];
+	struct rlimit before, small;
+	void (*old)(int);
+
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_non_null(loose);
+	test_pattern(data, sizeof(data), 0);
+
+	/* bytes written before the file is counted come in with it */
+	evbuffer_add(in, data, 300);
+	assert_int_equal(spool_write(a, in), 0);
+	spool_count_in(a, &usage);
+	assert_int_equal(usage.bytes, 300);
+	spool_count_in(a, &usage); /* again: nothing more */
+	assert_int_equal(usage.bytes, 300);
+	evbuffer_add(in, data, 1200);
+	assert_int_equal(spool_write(a, in), 0);
+	assert_int_equal(usage.bytes, 1500);
+
+	spool_count_in(b, &usage);
+	evbuffer_add(in, data, 2000);
+	assert_int_equal(spool_write(b, in), 0);
+	assert_int_equal(usage.bytes, 3500);
+	evbuffer_add(in, data, 700);
+	assert_int_equal(spool_write(loose, in), 0);
+	assert_int_equal(usage.bytes, 3500);
+
+	/* a write cut short by a file size limit counts what reached the file */
+	old = signal(SIGXFSZ, SIG_IGN);
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &before), 0);
+	small = before;
+	small.rlim_cur = 2500;
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+	evbuffer_add(in, data, 1000);
+	assert_int_equal(spool_write(b, in), -1);
+	assert_int_equal(setrlimit(RLIMIT_FSIZE, &before), 0);
+	signal(SIGXFSZ, old);
+	assert_int_equal(spool_length(b), 2500);
+	assert_int_equal(usage.bytes, 4000);
+	evbuffer_drain(in, evbuffer_get_length(in));
+
+	/* the cap: 0 is none; more fits while the sum stays within it */
+	assert_true(spool_usage_allows(&usage, 0, UINT64_MAX));
+	assert_true(spool_usage_allows(&usage, 5000, 1000));
+	assert_false(spool_usage_allows(&usage, 5000, 1001));
+	assert_true(spool_usage_allows(&usage, 4000, 0));
+	assert_false(spool_usage_allows(&usage, 3999, 0));
+	assert_false(spool_usage_allows(&usage, 5000, UINT64_MAX)); /* no wrap */
+
+	/* closing gives a file's bytes back, all of them */
+	spool_close(a);
+	assert_int_equal(usage.bytes, 2500);
+	spool_close(loose);
+	assert_int_equal(usage.bytes, 2500);
+	spool_close(b);
+	assert_int_equal(usage.bytes, 0);
+	assert_true(spool_usage_allows(&usage, 1, 1));
+	evbuffer_free(in);
+}
+
 static void test_check_dir(void **state)
 {
 	char missing[PATH_MAX + 16];
@@ -204,9 +275,8 @@ static void test_check_dir(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_write_and_read_back),
-		cmocka_unit_test(test_named_fallback),
-		cmocka_unit_test(test_write_failure),
+		cmocka_unit_test(test_write_and_read_back), cmocka_unit_test(test_named_fallback),
+		cmocka_unit_test(test_write_failure),	    cmocka_unit_test(test_usage),
 		cmocka_unit_test(test_check_dir),
 	};
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Scenario: limits.spool_total caps what all spool files hold at once.
+
+Client: curl PUTs random 5 MiB bodies through a forward proxy with
+replay_buffer 64KiB, spool_max 8MiB and spool_total 8MiB (one body fits,
+two do not); curl to the admin listener for /metrics.
+Origin: for A, 503 then a response held half-sent on a gate (A's second try
+stays in flight, its file open); for B and C, 503 then /echo. Every body's
+length and sha256 is recorded.
+Must hold:
+- retryproxy_spool_bytes is 0 at the start, A's 5 MiB while A is in flight;
+- B, sent while A holds its file, passes spool_total part way: it goes to
+  the origin once, whole and byte-exact, the client gets the origin's 503
+  with Retry-Attempts: 1, the access line says gave_up=body_too_large, the
+  give-up is counted, and the log names spool_total after a part of B
+  (more than 0, at most the 3 MiB left) went to its file; once B ends the
+  gauge is back to A's bytes;
+- A, released, gets its 200 with Retry-Attempts: 2, and the origin got it
+  twice, byte-exact;
+- after both ended the gauge is 0 and no spool file is open; then C (same
+  size as B) is spooled and retried again: 200, Retry-Attempts: 2, twice
+  byte-exact, and the gauge goes back to 0.
+"""
+
+import hashlib
+import os
+import re
+import threading
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+  replay_buffer: 64KiB
+  spool_max: 8MiB
+  spool_total: 8MiB
+  spool_dir: spool
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 100ms
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+"""
+
+MiB = 1 << 20
+SIZE = 5 * MiB
+
+
+def scenario(t):
+    origin = t.origin()
+    spool_dir = os.path.realpath(os.path.join(t.tmp, "spool"))
+    os.makedirs(spool_dir, exist_ok=True)
+    proxy = t.proxy(CONFIG)
+
+    def metrics():
+        return h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
+
+    def spool_bytes():
+        m = re.search(r"^retryproxy_spool_bytes (\d+)$", metrics(), re.M)
+        h.ok(m is not None, "retryproxy_spool_bytes is in /metrics")
+        return int(m.group(1))
+
+    def gave_up_body_too_large():
+        m = re.search(r'^retryproxy_retries_given_up_total\{route="default",'
+                      r'reason="body_too_large"\} (\d+)$', metrics(), re.M)
+        return int(m.group(1)) if m else 0
+
+    def body_file(name):
+        data = os.urandom(SIZE)
+        path = os.path.join(t.tmp, name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path, hashlib.sha256(data).hexdigest()
+
+    def put(path, file):
+        return h.curl("-X", "PUT", "--data-binary", "@" + file, "-H", "Expect:",
+                      origin.url(path), proxy=proxy.url, timeout=60 * h.SLOW)
+
+    def bodies(path):
+        return [(q.body_len, q.body_sha256) for q in origin.requests_for(path)]
+
+    def open_spool_files():
+        out = []
+        for fd in os.listdir("/proc/%d/fd" % proxy.pid):
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (proxy.pid, fd))
+            except OSError:
+                continue
+            if link.startswith(spool_dir + "/"):
+                out.append(link)
+        return out
+
+    file_a, sha_a = body_file("a")
+    file_b, sha_b = body_file("b")
+    file_c, sha_c = body_file("c")
+    gate = origin.gate("total-a")
+    origin.script("/total/a", [503, "/gate/total-a?first=10&rest=10"])
+    origin.script("/total/b", [503, "/echo"])
+    origin.script("/total/c", [503, "/echo"])
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(a=put("/total/a", file_a)),
+                              daemon=True)
+
+    @t.check("the gauge is 0 at the start, A's bytes while A is in flight")
+    def _():
+        h.eq(spool_bytes(), 0, "retryproxy_spool_bytes at the start")
+        thread.start()
+        gate.wait_reached(30 * h.SLOW)
+        h.eq(spool_bytes(), SIZE, "retryproxy_spool_bytes with A's file open")
+
+    @t.check("B passes spool_total: once, whole, 503 with Retry-Attempts 1, body_too_large")
+    def _():
+        before = gave_up_body_too_large()
+        r = put("/total/b", file_b)
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "1"),
+             "status, Retry-Attempts (%r)" % r)
+        h.eq(bodies("/total/b"), [(SIZE, sha_b)], "B's bodies at the origin")
+        fields = h.access_fields(proxy.access_one("/total/b"))
+        h.eq((fields.get("attempts"), fields.get("gave_up")), ("1", "body_too_large"),
+             "access attempts, gave_up")
+        h.eq(gave_up_body_too_large(), before + 1, "body_too_large give-ups counted")
+        line = proxy.wait_log(r"PUT \S*/total/b: request body not spooled after \d+ bytes: "
+                              r"the spool files together would pass spool_total")[0]
+        spooled = int(re.search(r"after (\d+) bytes", line).group(1))
+        h.ok(0 < spooled <= 8 * MiB - SIZE,
+             "B's file took %d bytes, at most the %d left" % (spooled, 8 * MiB - SIZE))
+        h.wait_until(lambda: spool_bytes() == SIZE, 5 * h.SLOW,
+                     "the gauge back to A's bytes once B ended")
+
+    @t.check("A, released, gets 200 after two tries, both byte-exact")
+    def _():
+        gate.release()
+        thread.join(60 * h.SLOW)
+        r = result.get("a")
+        h.ok(r is not None, "A's curl ended")
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"),
+             "status, Retry-Attempts (%r)" % r)
+        h.eq(bodies("/total/a"), [(SIZE, sha_a)] * 2, "A's bodies at the origin")
+
+    @t.check("after both: the gauge is 0, no spool file open")
+    def _():
+        h.wait_until(lambda: spool_bytes() == 0, 5 * h.SLOW, "retryproxy_spool_bytes 0")
+        h.wait_until(lambda: not open_spool_files(), 5 * h.SLOW, "no spool file open")
+        h.eq(os.listdir(spool_dir), [], "names in the spool directory")
+
+    @t.check("room again: C is spooled and retried, byte-exact, and the gauge goes to 0")
+    def _():
+        r = put("/total/c", file_c)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"),
+             "status, Retry-Attempts (%r)" % r)
+        h.eq(bodies("/total/c"), [(SIZE, sha_c)] * 2, "C's bodies at the origin")
+        h.wait_until(lambda: spool_bytes() == 0, 5 * h.SLOW, "retryproxy_spool_bytes 0")
+
+
+h.run(scenario, __doc__)
