@@ -348,26 +348,22 @@ static const struct config_walk_key config_limits_keys[] = {
  * it caps) at least spool_max. Blamed on spool_total when the file says it,
  * else on spool_max, which passed the default. */
 static void config_check_spool_total(struct config_walk *walk, const struct yaml_tree_node *node,
-				     const struct limits *limits)
+				     struct limits *limits)
 {
 	const struct yaml_tree_entry *blamed = yaml_tree_find(node, "spool_total");
 	size_t mark;
 
 	if (limits->spool_total == 0 || limits->spool_max <= limits->spool_total)
 		return;
-	if (blamed != NULL) {
-		mark = config_walk_push(walk, "spool_total");
-		config_walk_error(walk, blamed->value,
-				  "must be 0 (no cap) or at least spool_max (%llu bytes)",
-				  (unsigned long long)limits->spool_max);
-	} else {
-		blamed = yaml_tree_find(node, "spool_max");
-		mark = config_walk_push(walk, "spool_max");
-		config_walk_error(walk, blamed != NULL ? blamed->value : node,
-				  "is over spool_total (%llu bytes by default): raise "
-				  "limits.spool_total, or set it to 0 for no cap",
-				  (unsigned long long)limits->spool_total);
+	/* left at its default, the cap makes room for one body of spool_max */
+	if (blamed == NULL) {
+		limits->spool_total = limits->spool_max;
+		return;
 	}
+	mark = config_walk_push(walk, "spool_total");
+	config_walk_error(walk, blamed->value,
+			  "must be 0 (no cap) or at least spool_max (%llu bytes)",
+			  (unsigned long long)limits->spool_max);
 	config_walk_pop(walk, mark);
 }
 
