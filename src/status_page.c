@@ -277,10 +277,24 @@ static void status_page_route_row(const struct metrics_route_view *view, void *a
 	evbuffer_add_printf(out, "</tr>\n");
 }
 
+/* Rows left to show, and which upstreams this pass shows. */
+struct status_page_upstream_pass {
+	struct evbuffer *out;
+	bool attention; /* this pass: down or holding requests; else the others */
+	unsigned left;	/* rows still allowed */
+	unsigned shown;
+};
+
 static void status_page_upstream_row(const struct upstream_view *view, void *arg)
 {
-	struct evbuffer *out = arg;
+	struct status_page_upstream_pass *pass = arg;
+	struct evbuffer *out = pass->out;
 	const char *state = view->down ? "down" : "up";
+
+	if ((view->down || view->held > 0) != pass->attention || pass->left == 0)
+		return;
+	pass->left--;
+	pass->shown++;
 
 	evbuffer_add_printf(out, "<tr data-upstream=\"");
 	status_page_escape(out, view->name);
@@ -300,6 +314,8 @@ static void status_page_upstream_row(const struct upstream_view *view, void *arg
 void status_page_render(const struct status_page_state *state, struct evbuffer *out)
 {
 	struct status_page_totals totals = { 0 };
+	struct status_page_upstream_pass upstream_pass = { .out = out,
+							   .left = STATUS_PAGE_UPSTREAM_ROWS };
 	struct tm tm;
 	char when[32];
 
@@ -339,9 +355,19 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 				 "<thead><tr><th class=\"name\">Upstream</th><th>State</th>"
 				 "<th>Failures</th><th>Held</th><th class=\"g\">Probes ok</th>"
 				 "<th>Probes failed</th></tr></thead>\n<tbody>\n");
-	upstreams_each(state->upstreams, status_page_upstream_row, out);
+	/* the ones that need a look first, then the most recently used */
+	upstream_pass.attention = true;
+	upstreams_each(state->upstreams, status_page_upstream_row, &upstream_pass);
+	upstream_pass.attention = false;
+	upstreams_each(state->upstreams, status_page_upstream_row, &upstream_pass);
 	if (totals.upstreams == 0)
 		evbuffer_add_printf(out, "<tr><td class=\"empty\" colspan=\"6\">No upstream "
 					 "contacted yet.</td></tr>\n");
+	else if (upstream_pass.shown < totals.upstreams)
+		evbuffer_add_printf(
+			out,
+			"<tr><td class=\"empty\" colspan=\"6\" data-key=\"upstreams_more\">"
+			"and %u more: see <a href=\"/upstreams\">/upstreams</a></td></tr>\n",
+			totals.upstreams - upstream_pass.shown);
 	evbuffer_add_printf(out, "</tbody></table></div>\n</body>\n</html>\n");
 }

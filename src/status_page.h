@@ -24,6 +24,11 @@ struct upstreams;
 
 #define STATUS_PAGE_REFRESH_S 2
 
+/* Upstream rows at most (down ones and those holding requests first, then
+ * the most recently used); /upstreams lists them all. A forward proxy's
+ * clients choose the hosts, and the page is made on the event loop. */
+#define STATUS_PAGE_UPSTREAM_ROWS 100
+
 /* What the page shows besides the counters. */
 struct status_page_state {
 	const struct metrics *metrics;

@@ -19,9 +19,11 @@
 #include "xmalloc.h"
 
 #define UPSTREAMS_BUCKETS 256 /* hash buckets for upstream names */
-#define UPSTREAMS_KEEP \
-	1024 /* upstreams remembered that nobody holds; beyond, the least
-			       * recently used healthy one is forgotten */
+/* Upstreams remembered with nothing attached; beyond, the least recently
+ * used of those is forgotten, even one with a failure or two on record (a
+ * forward proxy's clients choose the hosts, so the set must stay bounded).
+ * What a record in use has attached is never freed. */
+#define UPSTREAMS_KEEP 1024
 
 struct upstream {
 	struct upstreams *set;
@@ -118,26 +120,40 @@ void upstreams_free(struct upstreams *set)
 	free(set);
 }
 
-/* Nothing refers to it and there is nothing to know about it. */
-static bool upstream_idle(const struct upstream *u)
+/* Nothing is attached to it: no holder, no waiting request, no connection
+ * open, pooled or being opened, no probe in flight. */
+static bool upstream_unattached(const struct upstream *u)
 {
 	return u->users == 0 && u->waiting == 0 && u->connecting == 0 && u->probe == NULL &&
-	       u->open == 0 && u->slot_waiting == 0 && u->health.state == HEALTH_UP &&
-	       u->health.failures == 0;
+	       u->open == 0 && u->slot_waiting == 0;
 }
 
-/* Keep the set bounded: forget the least recently used idle upstream. */
-static void upstreams_trim(struct upstreams *set)
+/* The least recently used unattached upstream, down or not as asked. */
+static struct upstream *upstreams_oldest_unattached(struct upstreams *set, bool down)
 {
 	struct upstream *u;
 
-	if (set->count <= UPSTREAMS_KEEP)
-		return;
-	TAILQ_FOREACH_REVERSE(u, &set->all, upstream_list, link) {
-		if (upstream_idle(u)) {
-			upstream_destroy(u);
+	TAILQ_FOREACH_REVERSE(u, &set->all, upstream_list, link)
+		if (upstream_unattached(u) && (u->health.state == HEALTH_DOWN) == down)
+			return u;
+	return NULL;
+}
+
+/* Keep the set bounded: forget the least recently used unattached
+ * upstreams, up ones first (a partial failure count is little to lose);
+ * a down one only when no up one is left to forget, since it tells
+ * requests to wait or fail fast (unused, it is forgotten at its next
+ * probe anyway). */
+static void upstreams_trim(struct upstreams *set)
+{
+	while (set->count > UPSTREAMS_KEEP) {
+		struct upstream *u = upstreams_oldest_unattached(set, false);
+
+		if (u == NULL)
+			u = upstreams_oldest_unattached(set, true);
+		if (u == NULL)
 			return;
-		}
+		upstream_destroy(u);
 	}
 }
 
@@ -265,8 +281,7 @@ static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 
 	/* a down upstream nobody asks for any more is not worth probing; one
 	 * that connections still count on is kept */
-	if (u->users == 0 && u->waiting == 0 && u->probe == NULL && u->open == 0 &&
-	    u->slot_waiting == 0) {
+	if (upstream_unattached(u)) {
 		log_info("upstream %s: down and unused; forgotten", u->name);
 		upstream_destroy(u);
 		return;
