@@ -39,6 +39,11 @@ struct admin {
 };
 
 /* The pages: a path and what writes its body. */
+/* What the status page may load or run: its inline <style>, nothing more. */
+#define ADMIN_PAGE_CSP                                                                         \
+	"default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; " \
+	"frame-ancestors 'none'"
+
 struct admin_page {
 	const char *path;
 	const char *content_type;
@@ -146,6 +151,11 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
 
 	evhttp_add_header(headers, "Content-Type", content_type);
 	evhttp_add_header(headers, "Cache-Control", "no-store");
+	evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
+	/* the status page needs its inline CSS and nothing else: no script,
+	 * nothing fetched, never framed */
+	if (strncmp(content_type, "text/html", 9) == 0)
+		evhttp_add_header(headers, "Content-Security-Policy", ADMIN_PAGE_CSP);
 	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
 		char length[32];
 

@@ -14,8 +14,10 @@ STATUS_PAGE_SCREENSHOTS=<dir> in the environment the screenshots are
 copied there (that is how doc/status-page.png is made).
 Origin: the test origin with scripted paths.
 Must hold:
-- GET / is 200 text/html; charset=utf-8 with Cache-Control: no-store and
-  a meta refresh of 2 s, loads nothing from elsewhere (no script, no
+- GET / is 200 text/html; charset=utf-8 with Cache-Control: no-store,
+  X-Content-Type-Options: nosniff, a Content-Security-Policy that allows
+  the inline CSS and nothing else (the layout checks below see that CSS
+  applied in Chromium), and a meta refresh of 2 s, loads nothing from elsewhere (no script, no
   stylesheet link, no image, no url()), and HEAD / has the GET's fields
   and no body;
 - the DOM has one row per route /metrics counts, and in it requests,
@@ -208,12 +210,17 @@ def scenario(t):
 
     traffic(t, origin, proxy, admin)
 
-    @t.check("GET / is self-contained HTML, not cached, refreshing every 2 s; HEAD has no body")
+    @t.check("GET / is self-contained HTML with a strict CSP and nosniff, not cached, "
+             "refreshing every 2 s; HEAD has no body")
     def _():
         r = h.curl(admin + "/", check=True)
         h.eq(r.status, 200, "status")
         h.eq(r.header("Content-Type"), "text/html; charset=utf-8", "Content-Type")
         h.eq(r.header("Cache-Control"), "no-store", "Cache-Control")
+        h.eq(r.header("X-Content-Type-Options"), "nosniff", "X-Content-Type-Options")
+        h.eq(r.header("Content-Security-Policy"),
+             "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; "
+             "form-action 'none'; frame-ancestors 'none'", "Content-Security-Policy")
         body = r.body.decode("utf-8")
         h.ok(body.startswith("<!DOCTYPE html>"), "no doctype: %r" % body[:80])
         h.ok(re.search(r'<meta http-equiv="refresh" content="2">', body), "no 2 s meta refresh")
