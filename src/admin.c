@@ -65,8 +65,10 @@ static int admin_render_healthz(struct admin *admin, struct evbuffer *body)
 static struct metrics_gauges admin_gauges(const struct proxy *proxy)
 {
 	struct metrics_gauges gauges = {
-		/* held requests take a place among the pending retries too */
-		.backoff_pending = proxy->backoff_pending - upstreams_waiting(proxy->upstreams),
+		/* counted per route: a held request's place among the pending
+		 * retries is not a backoff, and one waiting only for a connect in
+		 * doubt has no place at all */
+		.backoff_pending = metrics_backoff_pending(proxy->metrics),
 		.client_connections = conn_loop_open(proxy->loop, CONN_ACCEPTED),
 		.upstream_connections = conn_loop_open(proxy->loop, CONN_OUTGOING),
 	};

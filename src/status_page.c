@@ -36,7 +36,8 @@ static const char status_page_css[] =
 	"th,td{padding:6px 8px;text-align:right;border-bottom:1px solid #edf0f4;white-space:nowrap;"
 	"font-variant-numeric:tabular-nums}"
 	"tbody tr:last-child th,tbody tr:last-child td{border-bottom:0}"
-	"thead th{background:#eef1f6;font-size:12px;font-weight:600;color:#3c4657}"
+	"thead th{background:#eef1f6;font-size:12px;font-weight:600;color:#3c4657;"
+	"white-space:normal;vertical-align:bottom}"
 	"thead th[colspan]{text-align:center}"
 	"th.g,td.g{border-left:1px solid #dde2ea}"
 	"th[scope=row],th.name{text-align:left}"
@@ -223,7 +224,8 @@ static void status_page_route_head(struct evbuffer *out)
 	evbuffer_add_printf(out,
 			    "<th class=\"g\" colspan=\"%d\">Retries by cause</th>"
 			    "<th class=\"g\" colspan=\"%d\">Given up by reason</th>"
-			    "<th class=\"g\" colspan=\"2\">Hedges</th></tr>\n<tr>",
+			    "<th class=\"g\" colspan=\"2\">Hedges</th>"
+			    "<th class=\"g\" colspan=\"2\">Now</th></tr>\n<tr>",
 			    STATUS_PAGE_CAUSES, RETRY_GIVE_UP_COUNT - 1);
 	for (i = 0; i < STATUS_PAGE_CAUSES; i++)
 		evbuffer_add_printf(out, "<th%s>%s</th>", i == 0 ? " class=\"g\"" : "",
@@ -233,7 +235,9 @@ static void status_page_route_head(struct evbuffer *out)
 		evbuffer_add_printf(out, "<th%s>%s</th>",
 				    i == RETRY_GIVE_UP_NONE + 1 ? " class=\"g\"" : "", words);
 	}
-	evbuffer_add_printf(out, "<th class=\"g\">won</th><th>lost</th></tr></thead>\n<tbody>\n");
+	evbuffer_add_printf(out,
+			    "<th class=\"g\">won</th><th>lost</th>"
+			    "<th class=\"g\">backoff</th><th>held</th></tr></thead>\n<tbody>\n");
 }
 
 static void status_page_route_row(const struct metrics_route_view *view, void *arg)
@@ -274,6 +278,9 @@ static void status_page_route_row(const struct metrics_route_view *view, void *a
 	}
 	status_page_count(out, "hedges.won", "Hedges won", view->hedges_won, "", true);
 	status_page_count(out, "hedges.lost", "Hedges lost", view->hedges_lost, "", false);
+	status_page_count(out, "backoff_pending", "Backoffs pending", view->backoff_pending, "warn",
+			  true);
+	status_page_count(out, "held", "Held requests", view->held, "warn", false);
 	evbuffer_add_printf(out, "</tr>\n");
 }
 
@@ -348,7 +355,7 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 		evbuffer_add_printf(out,
 				    "<tr><td class=\"empty\" colspan=\"%d\">No requests "
 				    "yet.</td></tr>\n",
-				    4 + STATUS_PAGE_CAUSES + RETRY_GIVE_UP_COUNT - 1 + 2);
+				    4 + STATUS_PAGE_CAUSES + RETRY_GIVE_UP_COUNT - 1 + 2 + 2);
 	evbuffer_add_printf(out, "</tbody></table></div>\n");
 
 	evbuffer_add_printf(out, "<h2>Upstreams</h2>\n<div class=\"box\"><table id=\"upstreams\">\n"

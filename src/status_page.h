@@ -4,11 +4,12 @@
 /*
  * The admin listener's `/`: one self-contained HTML page for a person (SPEC
  * "Admin additions"). Per route: requests, success rate, tries, retries by
- * cause, give-ups by reason, hedges; per upstream: up or down, failures,
- * held requests, probes; and the gauges (backoffs pending, held requests,
- * connections). It reads the very counters /metrics renders. Inline CSS, no
- * script, nothing loaded from elsewhere; it asks the browser to load it
- * again every STATUS_PAGE_REFRESH_S seconds.
+ * cause, give-ups by reason, hedges, requests in backoff and held now; per
+ * upstream: up or down, failures, held requests, probes; and the gauges
+ * (backoffs pending, held requests, connections). It reads the very
+ * counters /metrics renders. Inline CSS, no script, nothing loaded from
+ * elsewhere; it asks the browser to load it again every
+ * STATUS_PAGE_REFRESH_S seconds.
  *
  * Success rate: 2xx and 3xx final responses over all final responses to
  * clients, the proxy's own 502 and 504 included.

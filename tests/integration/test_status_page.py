@@ -120,7 +120,10 @@ def route_numbers(samples, route):
            "tries": "%d" % value(samples, "retryproxy_tries_total", route=route),
            "hedges.won": "%d" % value(samples, "retryproxy_hedges_total", route=route, result="won"),
            "hedges.lost": "%d" % value(samples, "retryproxy_hedges_total", route=route,
-                                       result="lost")}
+                                       result="lost"),
+           "backoff_pending": "%d" % value(samples, "retryproxy_route_backoff_pending",
+                                           route=route),
+           "held": "%d" % value(samples, "retryproxy_route_held_requests", route=route)}
     for cause in CAUSES:
         row["retries." + cause] = "%d" % value(samples, "retryproxy_retries_total", route=route,
                                                 cause=cause)

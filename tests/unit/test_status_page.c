@@ -148,6 +148,8 @@ static void test_status_page_route_counters(void **state)
 	metrics_hedge(m, "api", false);
 	metrics_hedge(m, "api", false);
 	metrics_request_done(m, "other", 502, 0.1, 1);
+	metrics_route_gauges(m, "api", 2, 0);
+	metrics_route_gauges(m, "other", 0, 3);
 
 	page = test_render(m, ups, 4, false);
 	row = test_row(page, "api");
@@ -163,10 +165,14 @@ static void test_status_page_route_counters(void **state)
 	test_cell(row, "gave_up.budget", "1");
 	test_cell(row, "hedges.won", "1");
 	test_cell(row, "hedges.lost", "2");
+	test_cell(row, "backoff_pending", "2");
+	test_cell(row, "held", "0");
 	free(row);
 	row = test_row(page, "other");
 	test_cell(row, "requests", "1");
 	test_cell(row, "success_rate", "0.0%");
+	test_cell(row, "backoff_pending", "0");
+	test_cell(row, "held", "3");
 	free(row);
 	/* the tiles sum over routes; gauges come as given */
 	test_cell(page, "requests", "5");
