@@ -36,6 +36,7 @@ struct admin {
 	char *address;		      /* as written in the config, for logs */
 	struct sockaddr_storage addr; /* what the socket is bound to */
 	socklen_t addr_len;
+	const char *query; /* the request being answered's query, or NULL */
 };
 
 /* The pages: a path and what writes its body. */
@@ -89,7 +90,25 @@ static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
 	return 200;
 }
 
-/* /: the status page, from the same counters and gauges as /metrics. */
+/* The query (a=1&b) has the parameter name, with or without a value. */
+static bool admin_query_has(const char *query, const char *name)
+{
+	size_t len = strlen(name);
+	const char *p = query;
+
+	while (p != NULL && *p != '\0') {
+		if (strncmp(p, name, len) == 0 &&
+		    (p[len] == '\0' || p[len] == '&' || p[len] == '='))
+			return true;
+		p = strchr(p, '&');
+		if (p != NULL)
+			p++;
+	}
+	return false;
+}
+
+/* /: the status page, from the same counters and gauges as /metrics;
+ * /?norefresh: the same without reloading itself (a snapshot). */
 static int admin_render_status(struct admin *admin, struct evbuffer *body)
 {
 	const struct proxy *proxy = admin->proxy;
@@ -100,6 +119,7 @@ static int admin_render_status(struct admin *admin, struct evbuffer *body)
 		.upstreams = proxy->upstreams,
 		.draining = proxy->draining,
 		.now = time(NULL),
+		.no_refresh = admin_query_has(admin->query, "norefresh"),
 	};
 
 	status_page_render(&state, body);
@@ -194,7 +214,9 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
 		evbuffer_add_printf(body, "method not allowed; use GET\n");
 	} else {
+		admin->query = uri != NULL ? evhttp_uri_get_query(uri) : NULL;
 		status = page->render(admin, body);
+		admin->query = NULL;
 		content_type = page->content_type;
 	}
 	/* before replying: evhttp may free the request while sending */

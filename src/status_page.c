@@ -332,21 +332,28 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
 
 	evbuffer_add_printf(
-		out,
-		"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-		"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-		"<meta http-equiv=\"refresh\" content=\"%d\">\n"
-		"<title>retryproxy status</title>\n<style>%s</style>\n</head>\n<body>\n",
-		STATUS_PAGE_REFRESH_S, status_page_css);
+		out, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+		     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+	if (!state->no_refresh)
+		evbuffer_add_printf(out, "<meta http-equiv=\"refresh\" content=\"%d\">\n",
+				    STATUS_PAGE_REFRESH_S);
+	evbuffer_add_printf(
+		out, "<title>retryproxy status</title>\n<style>%s</style>\n</head>\n<body>\n",
+		status_page_css);
 	evbuffer_add_printf(out,
 			    "<header><h1>retryproxy</h1><p class=\"sub\">version %s &middot; "
 			    "<span data-key=\"serving\" class=\"%s\">%s</span> &middot; "
-			    "updated <span data-key=\"updated\">%s</span> &middot; refreshes every "
-			    "%d&nbsp;s</p><p class=\"sub\"><a href=\"/metrics\">/metrics</a>"
-			    "<a href=\"/upstreams\">/upstreams</a><a href=\"/config\">/config</a>"
-			    "<a href=\"/healthz\">/healthz</a></p></header>\n",
+			    "updated <span data-key=\"updated\">%s</span> &middot; ",
 			    RETRYPROXY_VERSION, state->draining ? "bad" : "good",
-			    state->draining ? "draining" : "serving", when, STATUS_PAGE_REFRESH_S);
+			    state->draining ? "draining" : "serving", when);
+	if (state->no_refresh)
+		evbuffer_add_printf(out, "a snapshot (<a href=\"/\">live</a>)");
+	else
+		evbuffer_add_printf(out, "refreshes every %d&nbsp;s", STATUS_PAGE_REFRESH_S);
+	evbuffer_add_printf(out,
+			    "</p><p class=\"sub\"><a href=\"/metrics\">/metrics</a>"
+			    "<a href=\"/upstreams\">/upstreams</a><a href=\"/config\">/config</a>"
+			    "<a href=\"/healthz\">/healthz</a></p></header>\n");
 	status_page_tiles(out, state, &totals);
 
 	status_page_route_head(out);

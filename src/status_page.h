@@ -35,8 +35,9 @@ struct status_page_state {
 	const struct metrics *metrics;
 	const struct metrics_gauges *gauges;
 	const struct upstreams *upstreams;
-	bool draining; /* SIGTERM came: the proxy takes no new requests */
-	time_t now;    /* wall clock, shown as when the page was made */
+	bool draining;	 /* SIGTERM came: the proxy takes no new requests */
+	time_t now;	 /* wall clock, shown as when the page was made */
+	bool no_refresh; /* a snapshot: no meta refresh */
 };
 
 /* Append the whole page to out. */

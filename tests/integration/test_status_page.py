@@ -33,7 +33,10 @@ Must hold:
 - both screenshots are PNGs of the window's size with many colours (the
   page drew, not a blank); at 1200x800 the route table fits without
   scrolling sideways, at 390 px the page does not scroll sideways and
-  each route is a stacked card.
+  each route is a stacked card. The screenshots and layouts load
+  /?norefresh (the same page without its meta refresh, so a reload cannot
+  pull the document away mid-step); the DOM dump loads / itself and must
+  have the refresh.
 """
 
 import html.parser
@@ -263,6 +266,22 @@ def scenario(t):
                                                                     value(after, name, **labels)))
         h.eq(ups_after.get(dead, ("missing",))[0], "down", "%s on /upstreams" % dead)
 
+    @t.check("the DOM Chromium built is the live page: it has the 2 s meta refresh")
+    def _():
+        h.ok(re.search(r'<meta http-equiv="refresh" content="2">', dom),
+             "no meta refresh in the DOM: %r" % dom[:600])
+
+    @t.check("/?norefresh is the same page without the refresh")
+    def _():
+        r = h.curl(admin + "/?norefresh", check=True)
+        body = r.body.decode()
+        h.eq((r.status, r.header("Content-Type")), (200, "text/html; charset=utf-8"),
+             "status, Content-Type")
+        h.ok('http-equiv="refresh"' not in body, "a refresh in /?norefresh")
+        snap = PageParser()
+        snap.feed(body)
+        h.eq(sorted(snap.routes), sorted(page.routes), "route rows")
+
     @t.check("the DOM Chromium built has a row per route with the numbers /metrics has")
     def _():
         routes = sorted({dict(labels)["route"] for labels in
@@ -321,7 +340,7 @@ def scenario(t):
                  % (width, height))
         def _():
             path = os.path.join(t.tmp, "status-%d.png" % width)
-            browser.screenshot(admin + "/", path, width, height)
+            browser.screenshot(admin + "/?norefresh", path, width, height)
             got_width, got_height, colours = browser.png_summary(path)
             h.eq((got_width, got_height), (width, height), "PNG size")
             h.ok(colours >= 16, "only %d colours: a blank page?" % colours)
@@ -340,7 +359,7 @@ def scenario(t):
 
     @t.check("at 1200x800 the route table fits without scrolling sideways")
     def _():
-        facts = json.loads(browser.evaluate(admin + "/", 1200, 800, layout))
+        facts = json.loads(browser.evaluate(admin + "/?norefresh", 1200, 800, layout))
         h.ok(facts["page"] <= 1200, "the page scrolls sideways: %r" % facts)
         h.ok(facts["routes"][0] <= facts["routes"][1], "the route table scrolls: %r" % facts)
         h.eq(facts["row"], "table-row", "a route row's display")
@@ -348,7 +367,7 @@ def scenario(t):
 
     @t.check("at 390x844 (a phone) nothing scrolls sideways and each route is a stacked card")
     def _():
-        facts = json.loads(browser.evaluate(admin + "/", 390, 844, layout))
+        facts = json.loads(browser.evaluate(admin + "/?norefresh", 390, 844, layout))
         # against the phone's width, not innerWidth: a mobile browser widens
         # its layout viewport to a page too wide for it
         h.ok(facts["page"] <= 390 and facts["view"] == 390,
@@ -358,3 +377,4 @@ def scenario(t):
 
 
 h.run(scenario, __doc__, timeout=300)
+

@@ -92,6 +92,26 @@ static char *test_render(const struct metrics *metrics, const struct upstreams *
 	return text;
 }
 
+/* The page as /?norefresh serves it. */
+static char *test_render_snapshot(const struct metrics *metrics, const struct upstreams *upstreams)
+{
+	struct metrics_gauges gauges = { 0, 0, 0 };
+	struct status_page_state state = {
+		.metrics = metrics,
+		.gauges = &gauges,
+		.upstreams = upstreams,
+		.now = 1700000000,
+		.no_refresh = true,
+	};
+	struct evbuffer *buf = evbuffer_new();
+	char *text;
+
+	status_page_render(&state, buf);
+	text = test_text(buf);
+	evbuffer_free(buf);
+	return text;
+}
+
 /* The row of route (its escaped name) up to its end. */
 static char *test_row(const char *page, const char *attr)
 {
@@ -239,6 +259,13 @@ static void test_status_page_empty_and_self_contained(void **state)
 	assert_null(strstr(page, "https://"));
 	assert_true(strlen(page) > 0 && page[strlen(page) - 1] == '\n');
 	assert_non_null(strstr(page, "</html>\n"));
+	free(page);
+	/* a snapshot: the same page without the refresh */
+	page = test_render_snapshot(m, ups);
+	assert_null(strstr(page, "http-equiv=\"refresh\""));
+	assert_null(strstr(page, "refreshes every"));
+	assert_non_null(strstr(page, "a snapshot (<a href=\"/\">live</a>)"));
+	assert_non_null(strstr(page, "No requests yet."));
 	free(page);
 	upstreams_free(ups);
 	metrics_free(m);
