@@ -36,7 +36,13 @@ Must hold:
   each route is a stacked card. The screenshots and layouts load
   /?norefresh (the same page without its meta refresh, so a reload cannot
   pull the document away mid-step); the DOM dump loads / itself and must
-  have the refresh.
+  have the refresh;
+- with requests in flight, on a second proxy (health.hold: true): one GET
+  held for a down upstream (route "held", a closed port) and one waiting
+  in a 60 s backoff after a 503 (route "backoff"). The DOM's tiles, the
+  two routes' "now" cells and the down upstream's held cell equal /metrics
+  and /upstreams, and are 1, not 0; once the clients leave, all go back
+  to 0.
 """
 
 import html.parser
@@ -374,6 +380,99 @@ def scenario(t):
              "the page is wider than the phone: %r" % facts)
         h.ok(facts["routes"][0] <= facts["routes"][1], "the route table scrolls: %r" % facts)
         h.eq(facts["row"], "block", "a route row's display")
+
+    in_flight(t)
+
+
+IN_FLIGHT_CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits: { drain_timeout: 1s }
+health: { down_after: 1, probe_interval: 10m, hold: true }
+defaults:
+  retry:
+    max_attempts: 3
+    jitter: 0s
+    deadline: 300s
+routes:
+  - name: held
+    match: { path_prefix: /held/ }
+    upstream: http://127.0.0.1:@CLOSED@
+  - name: backoff
+    match: { path_prefix: /backoff/ }
+    retry: { initial_backoff: 60s, max_backoff: 60s }
+"""
+
+
+def in_flight(t):
+    """A request held for a down upstream and one in a long backoff while
+    the page is loaded: the gauges on the page must be theirs."""
+    origin = t.origin()
+    closed = h.closed_port()
+    proxy = t.proxy(IN_FLIGHT_CONFIG, ORIGIN=origin.port, CLOSED=closed)
+    admin = "http://127.0.0.1:%d" % proxy.port(1)
+    dead = "http://127.0.0.1:%d" % closed
+    origin.script("/backoff/x", [503, 200])
+    clients = [h.RawConn(proxy.port(0)), h.RawConn(proxy.port(0))]
+    gauges = ("retryproxy_held_requests", "retryproxy_backoff_pending",
+              "retryproxy_route_held_requests", "retryproxy_route_backoff_pending")
+    try:
+        clients[0].send(h.request("GET", "/held/x", "app.example"))
+        clients[1].send(h.request("GET", "/backoff/x", "app.example"))
+
+        def both_waiting():
+            samples = scrape(admin)
+            return (value(samples, "retryproxy_held_requests") == 1
+                    and value(samples, "retryproxy_backoff_pending") == 1)
+        h.wait_until(both_waiting, 10 * h.SLOW, "one request held and one in backoff")
+        before = scrape(admin)
+        ups_before = upstream_lines(admin)
+        dom = browser.dump_dom(admin + "/")
+        after = scrape(admin)
+        ups_after = upstream_lines(admin)
+        page = PageParser()
+        page.feed(dom)
+
+        @t.check("in flight: /metrics did not move while the page loaded")
+        def _():
+            for name in gauges:
+                h.eq(series(after, name), series(before, name), name)
+            h.eq(ups_after, ups_before, "/upstreams")
+
+        @t.check("in flight: the tiles show 1 held request and 1 backoff pending, as /metrics")
+        def _():
+            want = {"backoff_pending": "%d" % value(after, "retryproxy_backoff_pending"),
+                    "held_requests": "%d" % value(after, "retryproxy_held_requests")}
+            h.eq(want, {"backoff_pending": "1", "held_requests": "1"}, "/metrics gauges")
+            h.eq({k: page.tiles.get(k) for k in want}, want, "tiles: DOM against /metrics")
+
+        @t.check("in flight: each route's now cells equal /metrics: held 1 on held, "
+                 "backoff 1 on backoff")
+        def _():
+            for route, backoff, held in (("held", "0", "1"), ("backoff", "1", "0")):
+                want = route_numbers(after, route)
+                h.eq((want["backoff_pending"], want["held"]), (backoff, held),
+                     "/metrics gauges of route %s" % route)
+                h.eq(page.routes.get(route), want, "row %s: DOM against /metrics" % route)
+
+        @t.check("in flight: the down upstream's row holds 1 request, as /upstreams says")
+        def _():
+            h.eq(ups_after.get(dead), ("down", 1, 1), "%s on /upstreams" % dead)
+            row = page.upstreams.get(dead, {})
+            h.eq((row.get("state"), row.get("held")), ("down", "1"), "%s row" % dead)
+    finally:
+        for c in clients:
+            c.close()
+
+    @t.check("in flight: once the clients leave, the gauges go back to 0")
+    def _():
+        def zero():
+            samples = scrape(admin)
+            return all(v == 0 for n in gauges for v in series(samples, n).values())
+        h.wait_until(zero, 10 * h.SLOW, "every held and backoff gauge at 0")
 
 
 h.run(scenario, __doc__, timeout=300)
