@@ -31,10 +31,11 @@ struct upstream {
 	char *host; /* behind endpoint.host */
 	struct upstream_endpoint endpoint;
 	struct health health;
-	struct health_policy policy;	       /* the latest a request brought: probes go by it */
-	unsigned users;			       /* holders: exchanges that go there */
-	unsigned connecting;		       /* admitted connects under way */
-	bool proven;			       /* a connection was made since the last failure */
+	struct health_policy policy; /* the latest a request brought: probes go by it */
+	unsigned users;		     /* holders: exchanges that go there */
+	unsigned connecting;	     /* admitted connects under way */
+	bool proven;		     /* a connection was made since the last failure */
+	bool asked;		     /* a request held it since the probe timer last fired */
 	TAILQ_HEAD(, upstream_waiter) waiters; /* oldest first */
 	unsigned waiting;
 	uint64_t next_seq;		/* the next waiter's arrival number */
@@ -184,6 +185,7 @@ struct upstream *upstreams_hold(struct upstreams *set, const struct upstream_end
 			TAILQ_INSERT_HEAD(&set->all, u, link);
 		}
 		u->users++;
+		u->asked = true;
 		return u;
 	}
 	u = xcalloc(1, sizeof(*u));
@@ -200,6 +202,7 @@ struct upstream *upstreams_hold(struct upstreams *set, const struct upstream_end
 	set->count++;
 	TAILQ_INSERT_HEAD(&set->all, u, link);
 	u->users++;
+	u->asked = true;
 	upstreams_trim(set);
 	return u;
 }
@@ -279,13 +282,16 @@ static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct upstream *u = arg;
 
-	/* a down upstream nobody asks for any more is not worth probing; one
-	 * that connections still count on is kept */
-	if (upstream_unattached(u)) {
+	/* a down upstream nobody asked for in a whole probe interval is not
+	 * worth probing; one still asked for stays known down (its requests
+	 * refused or held at once, not each finding out again), and one that
+	 * connections still count on is kept */
+	if (upstream_unattached(u) && !u->asked) {
 		log_info("upstream %s: down and unused; forgotten", u->name);
 		upstream_destroy(u);
 		return;
 	}
+	u->asked = false;
 	upstream_apply(
 		u, health_step(&u->health, &u->policy, HEALTH_PROBE_DUE, retry_budget_now_ms()));
 }

@@ -434,6 +434,59 @@ static void test_upstreams_forget_down_unused(void **state)
 	harness_free(&h);
 }
 
+/* Conditions for run_until(): arg (an unsigned) probes failed, by the
+ * metrics. */
+static bool probes_failed_at_least(struct harness *h, const void *arg)
+{
+	char line[256];
+	unsigned n = *(const unsigned *)arg;
+	char *text = render(h, true);
+	const char *p;
+	bool found;
+
+	snprintf(line, sizeof(line),
+		 "retryproxy_probes_total{upstream=\"http://127.0.0.1:%u\",result=\"fail\"} ",
+		 h->port);
+	p = strstr(text, line);
+	found = p != NULL && (unsigned)strtoul(p + strlen(line), NULL, 10) >= n;
+	free(text);
+	return found;
+}
+
+/* A down upstream that requests keep asking for, each holding it only a
+ * moment (refused at once: hold false), stays known down and probed; once
+ * nobody asks for a whole probe interval it is forgotten. */
+static void test_upstreams_down_kept_while_asked(void **state)
+{
+	struct harness h;
+	struct upstream *u;
+	unsigned probes = 3;
+	uint64_t end;
+
+	harness_init(&h, 1, false);
+	/* long enough that a loaded machine still asks in every interval */
+	h.policy.probe_interval_ms = 200;
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_true(upstream_down(u));
+	upstream_release(u);
+	/* a request every 5 ms, over several probe intervals */
+	end = now_ms() + 5000;
+	while (!probes_failed_at_least(&h, &probes) && now_ms() < end) {
+		u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+		assert_true(upstream_down(u));
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_REFUSE);
+		upstream_release(u);
+		run_until(&h, NULL, NULL, 5);
+	}
+	assert_true(probes_failed_at_least(&h, &probes));
+	assert_upstream_line(&h, "down", 1, 0);
+	/* nobody asks any more: forgotten */
+	assert_true(run_until(&h, nothing_rendered, NULL, 3000));
+	harness_free(&h);
+}
+
 /* In doubt, one connect finds out and the others wait for it; once one is
  * made, every request connects on its own. */
 static void test_upstreams_doubt_then_made(void **state)
@@ -913,6 +966,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_hold_many),
 		cmocka_unit_test(test_upstreams_forget_idle),
 		cmocka_unit_test(test_upstreams_forget_down_unused),
+		cmocka_unit_test(test_upstreams_down_kept_while_asked),
 		cmocka_unit_test(test_upstreams_doubt_then_made),
 		cmocka_unit_test(test_upstreams_failed_releases_one),
 		cmocka_unit_test(test_upstreams_down_hold_probe),
