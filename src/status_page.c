@@ -347,7 +347,7 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 			    RETRYPROXY_VERSION, state->draining ? "bad" : "good",
 			    state->draining ? "draining" : "serving", when);
 	if (state->no_refresh)
-		evbuffer_add_printf(out, "a snapshot (<a href=\"/\">live</a>)");
+		evbuffer_add_printf(out, "a snapshot: <a href=\"/\">the live page</a>");
 	else
 		evbuffer_add_printf(out, "refreshes every %d&nbsp;s", STATUS_PAGE_REFRESH_S);
 	evbuffer_add_printf(out,

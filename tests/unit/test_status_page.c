@@ -264,7 +264,7 @@ static void test_status_page_empty_and_self_contained(void **state)
 	page = test_render_snapshot(m, ups);
 	assert_null(strstr(page, "http-equiv=\"refresh\""));
 	assert_null(strstr(page, "refreshes every"));
-	assert_non_null(strstr(page, "a snapshot (<a href=\"/\">live</a>)"));
+	assert_non_null(strstr(page, "a snapshot: <a href=\"/\">the live page</a>"));
 	assert_non_null(strstr(page, "No requests yet."));
 	free(page);
 	upstreams_free(ups);
