@@ -143,8 +143,8 @@ static struct upstream *upstreams_oldest_unattached(struct upstreams *set, bool 
 /* Keep the set bounded: forget the least recently used unattached
  * upstreams, up ones first (a partial failure count is little to lose);
  * a down one only when no up one is left to forget, since it tells
- * requests to wait or fail fast (unused, it is forgotten at its next
- * probe anyway). */
+ * requests to wait or fail fast (one nobody asks for goes at a probe
+ * anyway). */
 static void upstreams_trim(struct upstreams *set)
 {
 	while (set->count > UPSTREAMS_KEEP) {
