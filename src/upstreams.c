@@ -31,11 +31,11 @@ struct upstream {
 	char *host; /* behind endpoint.host */
 	struct upstream_endpoint endpoint;
 	struct health health;
-	struct health_policy policy; /* the latest a request brought: probes go by it */
-	unsigned users;		     /* holders: exchanges that go there */
-	unsigned connecting;	     /* admitted connects under way */
-	bool proven;		     /* a connection was made since the last failure */
-	bool asked;		     /* a request held it since the probe timer last fired */
+	struct health_policy policy;	       /* the latest a request brought: probes go by it */
+	unsigned users;			       /* holders: exchanges that go there */
+	unsigned connecting;		       /* admitted connects under way */
+	bool proven;			       /* a connection was made since the last failure */
+	bool asked;			       /* a request held it since the last probe started */
 	TAILQ_HEAD(, upstream_waiter) waiters; /* oldest first */
 	unsigned waiting;
 	uint64_t next_seq;		/* the next waiter's arrival number */
@@ -281,6 +281,7 @@ static void upstream_probe_cb(struct conn *conn, enum try_outcome failure, const
 static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct upstream *u = arg;
+	struct health_actions act;
 
 	/* a down upstream nobody asked for in a whole probe interval is not
 	 * worth probing; one still asked for stays known down (its requests
@@ -291,9 +292,13 @@ static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 		upstream_destroy(u);
 		return;
 	}
-	u->asked = false;
-	upstream_apply(
-		u, health_step(&u->health, &u->policy, HEALTH_PROBE_DUE, retry_budget_now_ms()));
+	act = health_step(&u->health, &u->policy, HEALTH_PROBE_DUE, retry_budget_now_ms());
+	/* an interval is from one probe to the next: a timer that woke a
+	 * little early (libevent's coarse clock) and is only set again does
+	 * not start a new one */
+	if (act.start_probe)
+		u->asked = false;
+	upstream_apply(u, act);
 }
 
 /* One connect to see whether the upstream listens again: TCP only, so that

@@ -475,7 +475,9 @@ static void test_upstreams_down_kept_while_asked(void **state)
 	end = now_ms() + 5000;
 	while (!probes_failed_at_least(&h, &probes) && now_ms() < end) {
 		u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
-		assert_true(upstream_down(u));
+		if (!upstream_down(u))
+			fail_msg("forgotten while asked for, %llu ms in:\n%s",
+				 (unsigned long long)(now_ms() + 5000 - end), render(&h, true));
 		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_REFUSE);
 		upstream_release(u);
 		run_until(&h, NULL, NULL, 5);
