@@ -36,9 +36,15 @@ struct admin {
 	char *address;		      /* as written in the config, for logs */
 	struct sockaddr_storage addr; /* what the socket is bound to */
 	socklen_t addr_len;
+	const char *query; /* the request being answered's query, or NULL */
 };
 
 /* The pages: a path and what writes its body. */
+/* What the status page may load or run: its inline <style>, nothing more. */
+#define ADMIN_PAGE_CSP                                                                         \
+	"default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; " \
+	"frame-ancestors 'none'"
+
 struct admin_page {
 	const char *path;
 	const char *content_type;
@@ -60,8 +66,10 @@ static int admin_render_healthz(struct admin *admin, struct evbuffer *body)
 static struct metrics_gauges admin_gauges(const struct proxy *proxy)
 {
 	struct metrics_gauges gauges = {
-		/* held requests take a place among the pending retries too */
-		.backoff_pending = proxy->backoff_pending - upstreams_waiting(proxy->upstreams),
+		/* counted per route: a held request's place among the pending
+		 * retries is not a backoff, and one waiting only for a connect in
+		 * doubt has no place at all */
+		.backoff_pending = metrics_backoff_pending(proxy->metrics),
 		.client_connections = conn_loop_open(proxy->loop, CONN_ACCEPTED),
 		.upstream_connections = conn_loop_open(proxy->loop, CONN_OUTGOING),
 	};
@@ -83,7 +91,25 @@ static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
 	return 200;
 }
 
-/* /: the status page, from the same counters and gauges as /metrics. */
+/* The query (a=1&b) has the parameter name, with or without a value. */
+static bool admin_query_has(const char *query, const char *name)
+{
+	size_t len = strlen(name);
+	const char *p = query;
+
+	while (p != NULL && *p != '\0') {
+		if (strncmp(p, name, len) == 0 &&
+		    (p[len] == '\0' || p[len] == '&' || p[len] == '='))
+			return true;
+		p = strchr(p, '&');
+		if (p != NULL)
+			p++;
+	}
+	return false;
+}
+
+/* /: the status page, from the same counters and gauges as /metrics;
+ * /?norefresh: the same without reloading itself (a snapshot). */
 static int admin_render_status(struct admin *admin, struct evbuffer *body)
 {
 	const struct proxy *proxy = admin->proxy;
@@ -94,6 +120,7 @@ static int admin_render_status(struct admin *admin, struct evbuffer *body)
 		.upstreams = proxy->upstreams,
 		.draining = proxy->draining,
 		.now = time(NULL),
+		.no_refresh = admin_query_has(admin->query, "norefresh"),
 	};
 
 	status_page_render(&state, body);
@@ -147,6 +174,11 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
 
 	evhttp_add_header(headers, "Content-Type", content_type);
 	evhttp_add_header(headers, "Cache-Control", "no-store");
+	evhttp_add_header(headers, "X-Content-Type-Options", "nosniff");
+	/* the status page needs its inline CSS and nothing else: no script,
+	 * nothing fetched, never framed */
+	if (strncmp(content_type, "text/html", 9) == 0)
+		evhttp_add_header(headers, "Content-Security-Policy", ADMIN_PAGE_CSP);
 	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
 		char length[32];
 
@@ -183,7 +215,9 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
 		evbuffer_add_printf(body, "method not allowed; use GET\n");
 	} else {
+		admin->query = uri != NULL ? evhttp_uri_get_query(uri) : NULL;
 		status = page->render(admin, body);
+		admin->query = NULL;
 		content_type = page->content_type;
 	}
 	/* before replying: evhttp may free the request while sending */

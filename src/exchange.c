@@ -307,6 +307,7 @@ static void exchange_release_retry(struct exchange *ex)
 	if (ex->retry_reserved) {
 		ex->retry_reserved = false;
 		ex->proxy->backoff_pending--;
+		exchange_gauges_update(ex);
 	}
 }
 
@@ -344,6 +345,8 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		if (ex->slots[i].state != EXCHANGE_TRY_IDLE)
 			exchange_end_try(&ex->slots[i], false);
 	exchange_release_retry(ex);
+	if (ex->gauged_backoff || ex->gauged_held)
+		exchange_gauges_update(ex);
 	if (ex->timer != NULL)
 		evtimer_del(ex->timer);
 	if (ex->hedge_timer != NULL)
@@ -459,6 +462,7 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		 * retryable response is kept in memory until then */
 		ex->retry_reserved = true;
 		ex->proxy->backoff_pending++;
+		exchange_gauges_update(ex);
 		break;
 	case RETRY_VERDICT_GIVE_UP:
 		ex->gave_up = verdict.reason;
@@ -563,6 +567,7 @@ static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 
 	exchange_enter(ex);
 	upstream_unwait(&ex->waiter);
+	exchange_gauges_update(ex);
 	ex->gave_up = RETRY_GIVE_UP_DEADLINE;
 	exchange_release_retry(ex);
 	exchange_upstream_unavailable(ex);
@@ -577,6 +582,7 @@ static void exchange_released(struct upstream_waiter *waiter)
 	uint64_t now = retry_budget_now_ms();
 
 	exchange_enter(ex);
+	exchange_gauges_update(ex);
 	evtimer_del(ex->timer);
 	/* the trail shows the time held as the wait before the next try */
 	if (ex->try_count > 0)
@@ -617,6 +623,7 @@ void exchange_hold(struct exchange *ex)
 	exchange_set_state(ex, EXCHANGE_HELD);
 	ex->waiter.release = exchange_released;
 	upstream_wait(ex->upstream, &ex->waiter);
+	exchange_gauges_update(ex);
 	tv = timeval_from_ms(policy->deadline_ms - elapsed);
 	evtimer_del(ex->timer);
 	evtimer_assign(ex->timer, ex->proxy->base, exchange_held_deadline_cb, ex);

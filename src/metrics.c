@@ -45,6 +45,8 @@ struct metrics_route {
 	uint64_t hedges[2];		       /* lost, won */
 	uint64_t resumes[2];		       /* failed, ok */
 	uint64_t would_retry[METRICS_CAUSES];  /* retry.mode: observe, by enum retry_cause */
+	unsigned backoff_pending;	       /* gauge: requests in backoff now */
+	unsigned held;			       /* gauge: requests waiting for their upstream now */
 	struct metrics_route *next;
 };
 
@@ -175,6 +177,24 @@ void metrics_hedge(struct metrics *metrics, const char *route, bool won)
 void metrics_resume(struct metrics *metrics, const char *route, bool ok)
 {
 	metrics_route(metrics, route)->resumes[ok]++;
+}
+
+void metrics_route_gauges(struct metrics *metrics, const char *route, int backoff_pending, int held)
+{
+	struct metrics_route *r = metrics_route(metrics, route);
+
+	r->backoff_pending += (unsigned)backoff_pending;
+	r->held += (unsigned)held;
+}
+
+unsigned metrics_backoff_pending(const struct metrics *metrics)
+{
+	const struct metrics_route *r;
+	unsigned n = 0;
+
+	for (r = metrics->routes; r != NULL; r = r->next)
+		n += r->backoff_pending;
+	return n;
 }
 
 void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome)
@@ -345,6 +365,18 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 	metrics_header(out, "retryproxy_backoff_pending", "gauge",
 		       "Requests waiting on a backoff timer now.");
 	evbuffer_add_printf(out, "retryproxy_backoff_pending %u\n", gauges->backoff_pending);
+	metrics_header(out, "retryproxy_route_backoff_pending", "gauge",
+		       "Requests waiting on a backoff timer now, by route.");
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		metrics_route_series(out, "retryproxy_route_backoff_pending", r->name);
+		evbuffer_add_printf(out, "} %u\n", r->backoff_pending);
+	}
+	metrics_header(out, "retryproxy_route_held_requests", "gauge",
+		       "Requests waiting for their upstream now, by route.");
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		metrics_route_series(out, "retryproxy_route_held_requests", r->name);
+		evbuffer_add_printf(out, "} %u\n", r->held);
+	}
 
 	metrics_render_histogram(out, "retryproxy_request_duration_seconds",
 				 "Whole request duration, retries and backoff included.",
@@ -411,6 +443,8 @@ void metrics_each_route(const struct metrics *metrics,
 			.tries = r->tries,
 			.hedges_won = r->hedges[1],
 			.hedges_lost = r->hedges[0],
+			.backoff_pending = r->backoff_pending,
+			.held = r->held,
 		};
 
 		for (i = 0; i < r->code_count; i++) {

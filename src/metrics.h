@@ -50,6 +50,15 @@ void metrics_hedge(struct metrics *metrics, const char *route, bool won);
  * response ended short without one. */
 void metrics_resume(struct metrics *metrics, const char *route, bool ok);
 
+/* A route's requests now in backoff (a place among the pending retries,
+ * not waiting for their upstream) and held (waiting for their upstream)
+ * changed by these amounts. */
+void metrics_route_gauges(struct metrics *metrics, const char *route, int backoff_pending,
+			  int held);
+
+/* Requests in backoff now, over all routes. */
+unsigned metrics_backoff_pending(const struct metrics *metrics);
+
 /* An upstream try (or a response body being relayed) failed this way,
  * counted under its try_outcome_error_kind(); TRY_RESPONSE counts nothing. */
 void metrics_upstream_error(struct metrics *metrics, enum try_outcome outcome);
@@ -88,6 +97,8 @@ struct metrics_route_view {
 	uint64_t gave_up[RETRY_GIVE_UP_COUNT];	   /* by enum retry_give_up; NONE unused */
 	uint64_t hedges_won;
 	uint64_t hedges_lost;
+	unsigned backoff_pending; /* requests in backoff now */
+	unsigned held;		  /* requests waiting for their upstream now */
 };
 
 /* Call fn with each route's counters, in order of first use. */

@@ -36,7 +36,8 @@ static const char status_page_css[] =
 	"th,td{padding:6px 8px;text-align:right;border-bottom:1px solid #edf0f4;white-space:nowrap;"
 	"font-variant-numeric:tabular-nums}"
 	"tbody tr:last-child th,tbody tr:last-child td{border-bottom:0}"
-	"thead th{background:#eef1f6;font-size:12px;font-weight:600;color:#3c4657}"
+	"thead th{background:#eef1f6;font-size:12px;font-weight:600;color:#3c4657;"
+	"white-space:normal;vertical-align:bottom}"
 	"thead th[colspan]{text-align:center}"
 	"th.g,td.g{border-left:1px solid #dde2ea}"
 	"th[scope=row],th.name{text-align:left}"
@@ -223,7 +224,8 @@ static void status_page_route_head(struct evbuffer *out)
 	evbuffer_add_printf(out,
 			    "<th class=\"g\" colspan=\"%d\">Retries by cause</th>"
 			    "<th class=\"g\" colspan=\"%d\">Given up by reason</th>"
-			    "<th class=\"g\" colspan=\"2\">Hedges</th></tr>\n<tr>",
+			    "<th class=\"g\" colspan=\"2\">Hedges</th>"
+			    "<th class=\"g\" colspan=\"2\">Now</th></tr>\n<tr>",
 			    STATUS_PAGE_CAUSES, RETRY_GIVE_UP_COUNT - 1);
 	for (i = 0; i < STATUS_PAGE_CAUSES; i++)
 		evbuffer_add_printf(out, "<th%s>%s</th>", i == 0 ? " class=\"g\"" : "",
@@ -233,7 +235,9 @@ static void status_page_route_head(struct evbuffer *out)
 		evbuffer_add_printf(out, "<th%s>%s</th>",
 				    i == RETRY_GIVE_UP_NONE + 1 ? " class=\"g\"" : "", words);
 	}
-	evbuffer_add_printf(out, "<th class=\"g\">won</th><th>lost</th></tr></thead>\n<tbody>\n");
+	evbuffer_add_printf(out,
+			    "<th class=\"g\">won</th><th>lost</th>"
+			    "<th class=\"g\">backoff</th><th>held</th></tr></thead>\n<tbody>\n");
 }
 
 static void status_page_route_row(const struct metrics_route_view *view, void *arg)
@@ -274,13 +278,30 @@ static void status_page_route_row(const struct metrics_route_view *view, void *a
 	}
 	status_page_count(out, "hedges.won", "Hedges won", view->hedges_won, "", true);
 	status_page_count(out, "hedges.lost", "Hedges lost", view->hedges_lost, "", false);
+	status_page_count(out, "backoff_pending", "Backoffs pending", view->backoff_pending, "warn",
+			  true);
+	status_page_count(out, "held", "Held requests", view->held, "warn", false);
 	evbuffer_add_printf(out, "</tr>\n");
 }
 
+/* Rows left to show, and which upstreams this pass shows. */
+struct status_page_upstream_pass {
+	struct evbuffer *out;
+	bool attention; /* this pass: down or holding requests; else the others */
+	unsigned left;	/* rows still allowed */
+	unsigned shown;
+};
+
 static void status_page_upstream_row(const struct upstream_view *view, void *arg)
 {
-	struct evbuffer *out = arg;
+	struct status_page_upstream_pass *pass = arg;
+	struct evbuffer *out = pass->out;
 	const char *state = view->down ? "down" : "up";
+
+	if ((view->down || view->held > 0) != pass->attention || pass->left == 0)
+		return;
+	pass->left--;
+	pass->shown++;
 
 	evbuffer_add_printf(out, "<tr data-upstream=\"");
 	status_page_escape(out, view->name);
@@ -300,6 +321,8 @@ static void status_page_upstream_row(const struct upstream_view *view, void *arg
 void status_page_render(const struct status_page_state *state, struct evbuffer *out)
 {
 	struct status_page_totals totals = { 0 };
+	struct status_page_upstream_pass upstream_pass = { .out = out,
+							   .left = STATUS_PAGE_UPSTREAM_ROWS };
 	struct tm tm;
 	char when[32];
 
@@ -309,21 +332,28 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
 
 	evbuffer_add_printf(
-		out,
-		"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-		"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-		"<meta http-equiv=\"refresh\" content=\"%d\">\n"
-		"<title>retryproxy status</title>\n<style>%s</style>\n</head>\n<body>\n",
-		STATUS_PAGE_REFRESH_S, status_page_css);
+		out, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+		     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+	if (!state->no_refresh)
+		evbuffer_add_printf(out, "<meta http-equiv=\"refresh\" content=\"%d\">\n",
+				    STATUS_PAGE_REFRESH_S);
+	evbuffer_add_printf(
+		out, "<title>retryproxy status</title>\n<style>%s</style>\n</head>\n<body>\n",
+		status_page_css);
 	evbuffer_add_printf(out,
 			    "<header><h1>retryproxy</h1><p class=\"sub\">version %s &middot; "
 			    "<span data-key=\"serving\" class=\"%s\">%s</span> &middot; "
-			    "updated <span data-key=\"updated\">%s</span> &middot; refreshes every "
-			    "%d&nbsp;s</p><p class=\"sub\"><a href=\"/metrics\">/metrics</a>"
-			    "<a href=\"/upstreams\">/upstreams</a><a href=\"/config\">/config</a>"
-			    "<a href=\"/healthz\">/healthz</a></p></header>\n",
+			    "updated <span data-key=\"updated\">%s</span> &middot; ",
 			    RETRYPROXY_VERSION, state->draining ? "bad" : "good",
-			    state->draining ? "draining" : "serving", when, STATUS_PAGE_REFRESH_S);
+			    state->draining ? "draining" : "serving", when);
+	if (state->no_refresh)
+		evbuffer_add_printf(out, "a snapshot: <a href=\"/\">the live page</a>");
+	else
+		evbuffer_add_printf(out, "refreshes every %d&nbsp;s", STATUS_PAGE_REFRESH_S);
+	evbuffer_add_printf(out,
+			    "</p><p class=\"sub\"><a href=\"/metrics\">/metrics</a>"
+			    "<a href=\"/upstreams\">/upstreams</a><a href=\"/config\">/config</a>"
+			    "<a href=\"/healthz\">/healthz</a></p></header>\n");
 	status_page_tiles(out, state, &totals);
 
 	status_page_route_head(out);
@@ -332,16 +362,26 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 		evbuffer_add_printf(out,
 				    "<tr><td class=\"empty\" colspan=\"%d\">No requests "
 				    "yet.</td></tr>\n",
-				    4 + STATUS_PAGE_CAUSES + RETRY_GIVE_UP_COUNT - 1 + 2);
+				    4 + STATUS_PAGE_CAUSES + RETRY_GIVE_UP_COUNT - 1 + 2 + 2);
 	evbuffer_add_printf(out, "</tbody></table></div>\n");
 
 	evbuffer_add_printf(out, "<h2>Upstreams</h2>\n<div class=\"box\"><table id=\"upstreams\">\n"
 				 "<thead><tr><th class=\"name\">Upstream</th><th>State</th>"
 				 "<th>Failures</th><th>Held</th><th class=\"g\">Probes ok</th>"
 				 "<th>Probes failed</th></tr></thead>\n<tbody>\n");
-	upstreams_each(state->upstreams, status_page_upstream_row, out);
+	/* the ones that need a look first, then the most recently used */
+	upstream_pass.attention = true;
+	upstreams_each(state->upstreams, status_page_upstream_row, &upstream_pass);
+	upstream_pass.attention = false;
+	upstreams_each(state->upstreams, status_page_upstream_row, &upstream_pass);
 	if (totals.upstreams == 0)
 		evbuffer_add_printf(out, "<tr><td class=\"empty\" colspan=\"6\">No upstream "
 					 "contacted yet.</td></tr>\n");
+	else if (upstream_pass.shown < totals.upstreams)
+		evbuffer_add_printf(
+			out,
+			"<tr><td class=\"empty\" colspan=\"6\" data-key=\"upstreams_more\">"
+			"and %u more: see <a href=\"/upstreams\">/upstreams</a></td></tr>\n",
+			totals.upstreams - upstream_pass.shown);
 	evbuffer_add_printf(out, "</tbody></table></div>\n</body>\n</html>\n");
 }

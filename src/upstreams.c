@@ -19,9 +19,11 @@
 #include "xmalloc.h"
 
 #define UPSTREAMS_BUCKETS 256 /* hash buckets for upstream names */
-#define UPSTREAMS_KEEP \
-	1024 /* upstreams remembered that nobody holds; beyond, the least
-			       * recently used healthy one is forgotten */
+/* Upstreams remembered with nothing attached; beyond, the least recently
+ * used of those is forgotten, even one with a failure or two on record (a
+ * forward proxy's clients choose the hosts, so the set must stay bounded).
+ * What a record in use has attached is never freed. */
+#define UPSTREAMS_KEEP 1024
 
 struct upstream {
 	struct upstreams *set;
@@ -33,6 +35,7 @@ struct upstream {
 	unsigned users;			       /* holders: exchanges that go there */
 	unsigned connecting;		       /* admitted connects under way */
 	bool proven;			       /* a connection was made since the last failure */
+	bool asked;			       /* a request held it since the last probe started */
 	TAILQ_HEAD(, upstream_waiter) waiters; /* oldest first */
 	unsigned waiting;
 	uint64_t next_seq;		/* the next waiter's arrival number */
@@ -118,26 +121,40 @@ void upstreams_free(struct upstreams *set)
 	free(set);
 }
 
-/* Nothing refers to it and there is nothing to know about it. */
-static bool upstream_idle(const struct upstream *u)
+/* Nothing is attached to it: no holder, no waiting request, no connection
+ * open, pooled or being opened, no probe in flight. */
+static bool upstream_unattached(const struct upstream *u)
 {
 	return u->users == 0 && u->waiting == 0 && u->connecting == 0 && u->probe == NULL &&
-	       u->open == 0 && u->slot_waiting == 0 && u->health.state == HEALTH_UP &&
-	       u->health.failures == 0;
+	       u->open == 0 && u->slot_waiting == 0;
 }
 
-/* Keep the set bounded: forget the least recently used idle upstream. */
-static void upstreams_trim(struct upstreams *set)
+/* The least recently used unattached upstream, down or not as asked. */
+static struct upstream *upstreams_oldest_unattached(struct upstreams *set, bool down)
 {
 	struct upstream *u;
 
-	if (set->count <= UPSTREAMS_KEEP)
-		return;
-	TAILQ_FOREACH_REVERSE(u, &set->all, upstream_list, link) {
-		if (upstream_idle(u)) {
-			upstream_destroy(u);
+	TAILQ_FOREACH_REVERSE(u, &set->all, upstream_list, link)
+		if (upstream_unattached(u) && (u->health.state == HEALTH_DOWN) == down)
+			return u;
+	return NULL;
+}
+
+/* Keep the set bounded: forget the least recently used unattached
+ * upstreams, up ones first (a partial failure count is little to lose);
+ * a down one only when no up one is left to forget, since it tells
+ * requests to wait or fail fast (one nobody asks for goes at a probe
+ * anyway). */
+static void upstreams_trim(struct upstreams *set)
+{
+	while (set->count > UPSTREAMS_KEEP) {
+		struct upstream *u = upstreams_oldest_unattached(set, false);
+
+		if (u == NULL)
+			u = upstreams_oldest_unattached(set, true);
+		if (u == NULL)
 			return;
-		}
+		upstream_destroy(u);
 	}
 }
 
@@ -168,6 +185,7 @@ struct upstream *upstreams_hold(struct upstreams *set, const struct upstream_end
 			TAILQ_INSERT_HEAD(&set->all, u, link);
 		}
 		u->users++;
+		u->asked = true;
 		return u;
 	}
 	u = xcalloc(1, sizeof(*u));
@@ -184,6 +202,7 @@ struct upstream *upstreams_hold(struct upstreams *set, const struct upstream_end
 	set->count++;
 	TAILQ_INSERT_HEAD(&set->all, u, link);
 	u->users++;
+	u->asked = true;
 	upstreams_trim(set);
 	return u;
 }
@@ -262,17 +281,24 @@ static void upstream_probe_cb(struct conn *conn, enum try_outcome failure, const
 static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct upstream *u = arg;
+	struct health_actions act;
 
-	/* a down upstream nobody asks for any more is not worth probing; one
-	 * that connections still count on is kept */
-	if (u->users == 0 && u->waiting == 0 && u->probe == NULL && u->open == 0 &&
-	    u->slot_waiting == 0) {
+	/* a down upstream nobody asked for in a whole probe interval is not
+	 * worth probing; one still asked for stays known down (its requests
+	 * refused or held at once, not each finding out again), and one that
+	 * connections still count on is kept */
+	if (upstream_unattached(u) && !u->asked) {
 		log_info("upstream %s: down and unused; forgotten", u->name);
 		upstream_destroy(u);
 		return;
 	}
-	upstream_apply(
-		u, health_step(&u->health, &u->policy, HEALTH_PROBE_DUE, retry_budget_now_ms()));
+	act = health_step(&u->health, &u->policy, HEALTH_PROBE_DUE, retry_budget_now_ms());
+	/* an interval is from one probe to the next: a timer that woke a
+	 * little early (libevent's coarse clock) and is only set again does
+	 * not start a new one */
+	if (act.start_probe)
+		u->asked = false;
+	upstream_apply(u, act);
 }
 
 /* One connect to see whether the upstream listens again: TCP only, so that

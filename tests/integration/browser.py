@@ -1,6 +1,7 @@
 """Headless Chromium for the integration tests (standard library only).
 
     dom = browser.dump_dom(url)                       # the DOM after load, as HTML
+                                                      # (fails if the page did not load)
     browser.screenshot(url, path, 1200, 800)          # a PNG of the viewport
     facts = browser.evaluate(url, 390, 844, "JS")     # a JS expression's JSON value,
                                                       # the page laid out at that size
@@ -74,8 +75,16 @@ def _run(args):
 
 
 def dump_dom(url):
-    """The page's DOM once loaded, serialized as HTML (--dump-dom)."""
-    return _run(["--dump-dom", url]).stdout.decode("utf-8")
+    """The page's DOM once loaded, serialized as HTML (--dump-dom). A page
+    that did not load fails here: Chromium then prints an empty document,
+    or none, and still exits 0."""
+    p = _run(["--dump-dom", url])
+    dom = p.stdout.decode("utf-8")
+    if "</html>" not in dom or "<body></body>" in dom.replace("\n", ""):
+        raise AssertionError("chromium --dump-dom %s gave no page (navigation failed?); "
+                             "stdout %r, stderr:\n%s"
+                             % (url, dom[:500], p.stderr.decode("utf-8", "replace")[-3000:]))
+    return dom
 
 
 def screenshot(url, path, width, height):

@@ -43,6 +43,15 @@ MAN_PAGES = {"usr/share/man/man1/retryproxy.1.gz": os.path.join(h.REPO, "man", "
              "usr/share/man/man5/retryproxy.yaml.5.gz": os.path.join(h.REPO, "man", "retryproxy.yaml.5")}
 UNIT = "lib/systemd/system/retryproxy.service"
 
+# Time limits, seconds: the scenario's covers its steps' together, and
+# tests/integration/meson.build's timeout covers the scenario's plus the
+# harness's cleanup (60 s).
+BUILD_S = 480     # dpkg-buildpackage, niced, beside the rest of the suite
+CLEAN_S = 60      # debian/rules clean
+LINTIAN_S = 180
+OTHER_S = 120     # every other step (dpkg-deb, --check, copying the tree), each 30 s at most
+SCENARIO_S = BUILD_S + CLEAN_S + LINTIAN_S + OTHER_S
+
 
 def skip_file(reason):
     """Skip the whole file: meson counts exit 77 as skipped."""
@@ -77,7 +86,28 @@ def copy_tree(dest):
         shutil.copy2(src, os.path.join(dest, rel), follow_symlinks=False)
 
 
-def run(cmd, timeout=120, **kw):
+def tree_files(top):
+    """Every file and symlink under top, relative to it."""
+    out = set()
+    for root, dirs, names in os.walk(top):
+        out.update(os.path.relpath(os.path.join(root, n), top) for n in names)
+        out.update(os.path.relpath(os.path.join(root, d), top) for d in dirs
+                   if os.path.islink(os.path.join(root, d)))
+    return out
+
+
+def not_ignored(paths):
+    """Those of paths (relative to the repository) that the repository's
+    ignore rules do not ignore; None outside a git checkout."""
+    p = subprocess.run(["git", "-C", h.REPO, "check-ignore", "--no-index", "--stdin", "-z"],
+                       input="\0".join(sorted(paths)).encode(), capture_output=True, timeout=60)
+    if p.returncode not in (0, 1):
+        return None
+    ignored = set(f for f in p.stdout.decode().split("\0") if f)
+    return sorted(set(paths) - ignored)
+
+
+def run(cmd, timeout=30, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
@@ -85,6 +115,7 @@ def scenario(t):
     top = os.path.join(t.tmp, "pkg")
     src = os.path.join(top, "retryproxy")
     copy_tree(src)
+    copied = tree_files(src)
 
     changelog_version = run(["dpkg-parsechangelog", "-l", os.path.join(src, "debian", "changelog"),
                              "-S", "Version"]).stdout.strip()
@@ -118,7 +149,7 @@ def scenario(t):
         env = h.clean_env({"LC_ALL": "C.UTF-8"})
         env.pop("MAKEFLAGS", None)
         # Niced: the other tests of the suite run beside this build.
-        p = run(["nice", "-n", "10", "dpkg-buildpackage", "-us", "-uc", "-b", "-jauto"], timeout=480,
+        p = run(["nice", "-n", "10", "dpkg-buildpackage", "-us", "-uc", "-b", "-jauto"], timeout=BUILD_S,
                 cwd=src, env=env)
         build["log"] = p.stdout + p.stderr
         h.eq(p.returncode, 0, "dpkg-buildpackage exit code; its output ends:\n%s" % build["log"][-4000:])
@@ -127,6 +158,25 @@ def scenario(t):
 
     if not os.path.isfile(deb):
         return
+
+    left = sorted(tree_files(src) - copied)
+
+    @t.check("what the build leaves in the tree is all ignored by git (.gitignore)")
+    def _():
+        h.ok(left, "the build left nothing in the tree: the check would see nothing")
+        loose = not_ignored(left)
+        if loose is None:
+            print("     not a git checkout: the ignore rules are not checked", flush=True)
+            return
+        h.eq(loose, [], "build outputs git would show as untracked (add them to .gitignore)")
+
+    @t.check("debian/rules clean (as README says) removes what the build left")
+    def _():
+        p = run(["debian/rules", "clean"], timeout=CLEAN_S, cwd=src,
+                env=h.clean_env({"LC_ALL": "C.UTF-8"}))
+        h.eq(p.returncode, 0, "debian/rules clean exit code; output:\n%s"
+             % (p.stdout + p.stderr)[-2000:])
+        h.eq(sorted(tree_files(src) - copied), [], "files left after the clean")
 
     if "nocheck" in os.environ.get("DEB_BUILD_OPTIONS", ""):
         t.skip("the build runs the unit tests", "DEB_BUILD_OPTIONS has nocheck")
@@ -262,7 +312,7 @@ def scenario(t):
 
     @t.check("lintian reports no error")
     def _():
-        p = run(["lintian", "--tag-display-limit", "0", deb], timeout=300, env=h.clean_env())
+        p = run(["lintian", "--tag-display-limit", "0", deb], timeout=LINTIAN_S, env=h.clean_env())
         out = p.stdout + p.stderr
         for line in out.splitlines():
             if re.match(r"[WI]: ", line):
@@ -278,4 +328,4 @@ for tool, package in (("dpkg-buildpackage", "dpkg-dev"), ("dh", "debhelper"), ("
     if shutil.which(tool) is None:
         skip_file("%s is not installed (Debian package %s; scripts/install-deps.sh installs it)"
                   % (tool, package))
-h.run(scenario, __doc__, timeout=560)
+h.run(scenario, __doc__, timeout=SCENARIO_S)

@@ -14,8 +14,10 @@ STATUS_PAGE_SCREENSHOTS=<dir> in the environment the screenshots are
 copied there (that is how doc/status-page.png is made).
 Origin: the test origin with scripted paths.
 Must hold:
-- GET / is 200 text/html; charset=utf-8 with Cache-Control: no-store and
-  a meta refresh of 2 s, loads nothing from elsewhere (no script, no
+- GET / is 200 text/html; charset=utf-8 with Cache-Control: no-store,
+  X-Content-Type-Options: nosniff, a Content-Security-Policy that allows
+  the inline CSS and nothing else (the layout checks below see that CSS
+  applied in Chromium), and a meta refresh of 2 s, loads nothing from elsewhere (no script, no
   stylesheet link, no image, no url()), and HEAD / has the GET's fields
   and no body;
 - the DOM has one row per route /metrics counts, and in it requests,
@@ -31,7 +33,16 @@ Must hold:
 - both screenshots are PNGs of the window's size with many colours (the
   page drew, not a blank); at 1200x800 the route table fits without
   scrolling sideways, at 390 px the page does not scroll sideways and
-  each route is a stacked card.
+  each route is a stacked card. The screenshots and layouts load
+  /?norefresh (the same page without its meta refresh, so a reload cannot
+  pull the document away mid-step); the DOM dump loads / itself and must
+  have the refresh;
+- with requests in flight, on a second proxy (health.hold: true): one GET
+  held for a down upstream (route "held", a closed port) and one waiting
+  in a 60 s backoff after a 503 (route "backoff"). The DOM's tiles, the
+  two routes' "now" cells and the down upstream's held cell equal /metrics
+  and /upstreams, and are 1, not 0; once the clients leave, all go back
+  to 0.
 """
 
 import html.parser
@@ -118,7 +129,10 @@ def route_numbers(samples, route):
            "tries": "%d" % value(samples, "retryproxy_tries_total", route=route),
            "hedges.won": "%d" % value(samples, "retryproxy_hedges_total", route=route, result="won"),
            "hedges.lost": "%d" % value(samples, "retryproxy_hedges_total", route=route,
-                                       result="lost")}
+                                       result="lost"),
+           "backoff_pending": "%d" % value(samples, "retryproxy_route_backoff_pending",
+                                           route=route),
+           "held": "%d" % value(samples, "retryproxy_route_held_requests", route=route)}
     for cause in CAUSES:
         row["retries." + cause] = "%d" % value(samples, "retryproxy_retries_total", route=route,
                                                 cause=cause)
@@ -208,12 +222,17 @@ def scenario(t):
 
     traffic(t, origin, proxy, admin)
 
-    @t.check("GET / is self-contained HTML, not cached, refreshing every 2 s; HEAD has no body")
+    @t.check("GET / is self-contained HTML with a strict CSP and nosniff, not cached, "
+             "refreshing every 2 s; HEAD has no body")
     def _():
         r = h.curl(admin + "/", check=True)
         h.eq(r.status, 200, "status")
         h.eq(r.header("Content-Type"), "text/html; charset=utf-8", "Content-Type")
         h.eq(r.header("Cache-Control"), "no-store", "Cache-Control")
+        h.eq(r.header("X-Content-Type-Options"), "nosniff", "X-Content-Type-Options")
+        h.eq(r.header("Content-Security-Policy"),
+             "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; "
+             "form-action 'none'; frame-ancestors 'none'", "Content-Security-Policy")
         body = r.body.decode("utf-8")
         h.ok(body.startswith("<!DOCTYPE html>"), "no doctype: %r" % body[:80])
         h.ok(re.search(r'<meta http-equiv="refresh" content="2">', body), "no 2 s meta refresh")
@@ -252,6 +271,22 @@ def scenario(t):
             h.ok(value(after, name, **labels) >= 1, "%s%r is %s" % (name, labels,
                                                                     value(after, name, **labels)))
         h.eq(ups_after.get(dead, ("missing",))[0], "down", "%s on /upstreams" % dead)
+
+    @t.check("the DOM Chromium built is the live page: it has the 2 s meta refresh")
+    def _():
+        h.ok(re.search(r'<meta http-equiv="refresh" content="2">', dom),
+             "no meta refresh in the DOM: %r" % dom[:600])
+
+    @t.check("/?norefresh is the same page without the refresh")
+    def _():
+        r = h.curl(admin + "/?norefresh", check=True)
+        body = r.body.decode()
+        h.eq((r.status, r.header("Content-Type")), (200, "text/html; charset=utf-8"),
+             "status, Content-Type")
+        h.ok('http-equiv="refresh"' not in body, "a refresh in /?norefresh")
+        snap = PageParser()
+        snap.feed(body)
+        h.eq(sorted(snap.routes), sorted(page.routes), "route rows")
 
     @t.check("the DOM Chromium built has a row per route with the numbers /metrics has")
     def _():
@@ -311,7 +346,7 @@ def scenario(t):
                  % (width, height))
         def _():
             path = os.path.join(t.tmp, "status-%d.png" % width)
-            browser.screenshot(admin + "/", path, width, height)
+            browser.screenshot(admin + "/?norefresh", path, width, height)
             got_width, got_height, colours = browser.png_summary(path)
             h.eq((got_width, got_height), (width, height), "PNG size")
             h.ok(colours >= 16, "only %d colours: a blank page?" % colours)
@@ -330,7 +365,7 @@ def scenario(t):
 
     @t.check("at 1200x800 the route table fits without scrolling sideways")
     def _():
-        facts = json.loads(browser.evaluate(admin + "/", 1200, 800, layout))
+        facts = json.loads(browser.evaluate(admin + "/?norefresh", 1200, 800, layout))
         h.ok(facts["page"] <= 1200, "the page scrolls sideways: %r" % facts)
         h.ok(facts["routes"][0] <= facts["routes"][1], "the route table scrolls: %r" % facts)
         h.eq(facts["row"], "table-row", "a route row's display")
@@ -338,7 +373,7 @@ def scenario(t):
 
     @t.check("at 390x844 (a phone) nothing scrolls sideways and each route is a stacked card")
     def _():
-        facts = json.loads(browser.evaluate(admin + "/", 390, 844, layout))
+        facts = json.loads(browser.evaluate(admin + "/?norefresh", 390, 844, layout))
         # against the phone's width, not innerWidth: a mobile browser widens
         # its layout viewport to a page too wide for it
         h.ok(facts["page"] <= 390 and facts["view"] == 390,
@@ -346,5 +381,99 @@ def scenario(t):
         h.ok(facts["routes"][0] <= facts["routes"][1], "the route table scrolls: %r" % facts)
         h.eq(facts["row"], "block", "a route row's display")
 
+    in_flight(t)
+
+
+IN_FLIGHT_CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits: { drain_timeout: 1s }
+health: { down_after: 1, probe_interval: 10m, hold: true }
+defaults:
+  retry:
+    max_attempts: 3
+    jitter: 0s
+    deadline: 300s
+routes:
+  - name: held
+    match: { path_prefix: /held/ }
+    upstream: http://127.0.0.1:@CLOSED@
+  - name: backoff
+    match: { path_prefix: /backoff/ }
+    retry: { initial_backoff: 60s, max_backoff: 60s }
+"""
+
+
+def in_flight(t):
+    """A request held for a down upstream and one in a long backoff while
+    the page is loaded: the gauges on the page must be theirs."""
+    origin = t.origin()
+    closed = h.closed_port()
+    proxy = t.proxy(IN_FLIGHT_CONFIG, ORIGIN=origin.port, CLOSED=closed)
+    admin = "http://127.0.0.1:%d" % proxy.port(1)
+    dead = "http://127.0.0.1:%d" % closed
+    origin.script("/backoff/x", [503, 200])
+    clients = [h.RawConn(proxy.port(0)), h.RawConn(proxy.port(0))]
+    gauges = ("retryproxy_held_requests", "retryproxy_backoff_pending",
+              "retryproxy_route_held_requests", "retryproxy_route_backoff_pending")
+    try:
+        clients[0].send(h.request("GET", "/held/x", "app.example"))
+        clients[1].send(h.request("GET", "/backoff/x", "app.example"))
+
+        def both_waiting():
+            samples = scrape(admin)
+            return (value(samples, "retryproxy_held_requests") == 1
+                    and value(samples, "retryproxy_backoff_pending") == 1)
+        h.wait_until(both_waiting, 10 * h.SLOW, "one request held and one in backoff")
+        before = scrape(admin)
+        ups_before = upstream_lines(admin)
+        dom = browser.dump_dom(admin + "/")
+        after = scrape(admin)
+        ups_after = upstream_lines(admin)
+        page = PageParser()
+        page.feed(dom)
+
+        @t.check("in flight: /metrics did not move while the page loaded")
+        def _():
+            for name in gauges:
+                h.eq(series(after, name), series(before, name), name)
+            h.eq(ups_after, ups_before, "/upstreams")
+
+        @t.check("in flight: the tiles show 1 held request and 1 backoff pending, as /metrics")
+        def _():
+            want = {"backoff_pending": "%d" % value(after, "retryproxy_backoff_pending"),
+                    "held_requests": "%d" % value(after, "retryproxy_held_requests")}
+            h.eq(want, {"backoff_pending": "1", "held_requests": "1"}, "/metrics gauges")
+            h.eq({k: page.tiles.get(k) for k in want}, want, "tiles: DOM against /metrics")
+
+        @t.check("in flight: each route's now cells equal /metrics: held 1 on held, "
+                 "backoff 1 on backoff")
+        def _():
+            for route, backoff, held in (("held", "0", "1"), ("backoff", "1", "0")):
+                want = route_numbers(after, route)
+                h.eq((want["backoff_pending"], want["held"]), (backoff, held),
+                     "/metrics gauges of route %s" % route)
+                h.eq(page.routes.get(route), want, "row %s: DOM against /metrics" % route)
+
+        @t.check("in flight: the down upstream's row holds 1 request, as /upstreams says")
+        def _():
+            h.eq(ups_after.get(dead), ("down", 1, 1), "%s on /upstreams" % dead)
+            row = page.upstreams.get(dead, {})
+            h.eq((row.get("state"), row.get("held")), ("down", "1"), "%s row" % dead)
+    finally:
+        for c in clients:
+            c.close()
+
+    @t.check("in flight: once the clients leave, the gauges go back to 0")
+    def _():
+        def zero():
+            samples = scrape(admin)
+            return all(v == 0 for n in gauges for v in series(samples, n).values())
+        h.wait_until(zero, 10 * h.SLOW, "every held and backoff gauge at 0")
+
 
 h.run(scenario, __doc__, timeout=300)
+

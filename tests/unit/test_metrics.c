@@ -95,6 +95,15 @@ static const char *const test_golden[] = {
 	"# HELP retryproxy_backoff_pending Requests waiting on a backoff timer now.",
 	"# TYPE retryproxy_backoff_pending gauge",
 	"retryproxy_backoff_pending 3",
+	"# HELP retryproxy_route_backoff_pending Requests waiting on a backoff timer now, by "
+	"route.",
+	"# TYPE retryproxy_route_backoff_pending gauge",
+	"retryproxy_route_backoff_pending{route=\"api\"} 0",
+	"retryproxy_route_backoff_pending{route=\"we\\\"ird\\\\route\\n\"} 0",
+	"# HELP retryproxy_route_held_requests Requests waiting for their upstream now, by route.",
+	"# TYPE retryproxy_route_held_requests gauge",
+	"retryproxy_route_held_requests{route=\"api\"} 0",
+	"retryproxy_route_held_requests{route=\"we\\\"ird\\\\route\\n\"} 0",
 	"# HELP retryproxy_request_duration_seconds Whole request duration, retries and backoff "
 	"included.",
 	"# TYPE retryproxy_request_duration_seconds histogram",
@@ -394,6 +403,59 @@ static void test_metrics_error_kinds_add_up(void **state)
 	metrics_free(m);
 }
 
+/* Each route's view of the gauges. */
+static void test_gauges_view(const struct metrics_route_view *view, void *arg)
+{
+	unsigned *got = arg;
+
+	if (strcmp(view->name, "a") == 0) {
+		got[0] = view->backoff_pending;
+		got[1] = view->held;
+	} else {
+		got[2] = view->backoff_pending;
+		got[3] = view->held;
+	}
+}
+
+/* The per-route gauges move both ways, by route, and add up. */
+static void test_metrics_route_gauges(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct metrics_gauges gauges = { 0, 0, 0 };
+	unsigned got[4];
+	char *text;
+
+	metrics_route_gauges(m, "a", 1, 0);
+	metrics_route_gauges(m, "a", 1, 0);
+	metrics_route_gauges(m, "b", 0, 1);
+	metrics_route_gauges(m, "a", -1, 1); /* from backoff to held */
+	metrics_route_gauges(m, "b", 1, 0);
+	assert_int_equal(metrics_backoff_pending(m), 2);
+	metrics_each_route(m, test_gauges_view, got);
+	assert_int_equal(got[0], 1);
+	assert_int_equal(got[1], 1);
+	assert_int_equal(got[2], 1);
+	assert_int_equal(got[3], 1);
+	text = test_render(m, &gauges);
+	test_line(text, "# TYPE retryproxy_route_backoff_pending gauge");
+	test_line(text, "retryproxy_route_backoff_pending{route=\"a\"} 1");
+	test_line(text, "retryproxy_route_backoff_pending{route=\"b\"} 1");
+	test_line(text, "# TYPE retryproxy_route_held_requests gauge");
+	test_line(text, "retryproxy_route_held_requests{route=\"a\"} 1");
+	test_line(text, "retryproxy_route_held_requests{route=\"b\"} 1");
+	free(text);
+	metrics_route_gauges(m, "a", 0, -1);
+	metrics_route_gauges(m, "b", -1, -1);
+	assert_int_equal(metrics_backoff_pending(m), 1);
+	text = test_render(m, &gauges);
+	test_line(text, "retryproxy_route_backoff_pending{route=\"a\"} 1");
+	test_line(text, "retryproxy_route_backoff_pending{route=\"b\"} 0");
+	test_line(text, "retryproxy_route_held_requests{route=\"a\"} 0");
+	test_line(text, "retryproxy_route_held_requests{route=\"b\"} 0");
+	free(text);
+	metrics_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -403,6 +465,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_gave_up_none_makes_no_route),
 		cmocka_unit_test(test_metrics_error_kinds),
 		cmocka_unit_test(test_metrics_error_kinds_add_up),
+		cmocka_unit_test(test_metrics_route_gauges),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

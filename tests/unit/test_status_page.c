@@ -92,6 +92,26 @@ static char *test_render(const struct metrics *metrics, const struct upstreams *
 	return text;
 }
 
+/* The page as /?norefresh serves it. */
+static char *test_render_snapshot(const struct metrics *metrics, const struct upstreams *upstreams)
+{
+	struct metrics_gauges gauges = { 0, 0, 0 };
+	struct status_page_state state = {
+		.metrics = metrics,
+		.gauges = &gauges,
+		.upstreams = upstreams,
+		.now = 1700000000,
+		.no_refresh = true,
+	};
+	struct evbuffer *buf = evbuffer_new();
+	char *text;
+
+	status_page_render(&state, buf);
+	text = test_text(buf);
+	evbuffer_free(buf);
+	return text;
+}
+
 /* The row of route (its escaped name) up to its end. */
 static char *test_row(const char *page, const char *attr)
 {
@@ -148,6 +168,8 @@ static void test_status_page_route_counters(void **state)
 	metrics_hedge(m, "api", false);
 	metrics_hedge(m, "api", false);
 	metrics_request_done(m, "other", 502, 0.1, 1);
+	metrics_route_gauges(m, "api", 2, 0);
+	metrics_route_gauges(m, "other", 0, 3);
 
 	page = test_render(m, ups, 4, false);
 	row = test_row(page, "api");
@@ -163,10 +185,14 @@ static void test_status_page_route_counters(void **state)
 	test_cell(row, "gave_up.budget", "1");
 	test_cell(row, "hedges.won", "1");
 	test_cell(row, "hedges.lost", "2");
+	test_cell(row, "backoff_pending", "2");
+	test_cell(row, "held", "0");
 	free(row);
 	row = test_row(page, "other");
 	test_cell(row, "requests", "1");
 	test_cell(row, "success_rate", "0.0%");
+	test_cell(row, "backoff_pending", "0");
+	test_cell(row, "held", "3");
 	free(row);
 	/* the tiles sum over routes; gauges come as given */
 	test_cell(page, "requests", "5");
@@ -233,6 +259,13 @@ static void test_status_page_empty_and_self_contained(void **state)
 	assert_null(strstr(page, "https://"));
 	assert_true(strlen(page) > 0 && page[strlen(page) - 1] == '\n');
 	assert_non_null(strstr(page, "</html>\n"));
+	free(page);
+	/* a snapshot: the same page without the refresh */
+	page = test_render_snapshot(m, ups);
+	assert_null(strstr(page, "http-equiv=\"refresh\""));
+	assert_null(strstr(page, "refreshes every"));
+	assert_non_null(strstr(page, "a snapshot: <a href=\"/\">the live page</a>"));
+	assert_non_null(strstr(page, "No requests yet."));
 	free(page);
 	upstreams_free(ups);
 	metrics_free(m);

@@ -355,22 +355,34 @@ static bool nothing_rendered(struct harness *h, const void *arg)
 	return rendered_lines(h) == 0;
 }
 
-/* Past 1024 upstreams, the least recently used one that nobody holds and
- * that has nothing to tell is forgotten; one with failures is kept. */
+/* Past 1024 upstreams, the least recently used one with nothing attached
+ * is forgotten, even with failures on record (a forward proxy's clients
+ * choose the hosts); one a request holds is kept, and a down one is kept
+ * while an up one can go instead. */
 static void test_upstreams_forget_idle(void **state)
 {
 	enum { N = 1030 };
 	struct harness h;
-	struct upstream *u;
+	struct upstream *u, *held, *down;
+	struct upstream_endpoint held_at = { .host = "127.0.0.1", .port = 30001 };
+	struct upstream_endpoint down_at = { .host = "127.0.0.1", .port = 30002 };
 	char line[128];
 	unsigned i;
 
 	harness_init(&h, 3, true);
-	/* the oldest, but with a failure to remember */
+	/* the oldest, with a failure on record and nothing attached */
 	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
 	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
 	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
 	upstream_release(u);
+	held = upstreams_hold(h.proxy.upstreams, &held_at);
+	down = upstreams_hold(h.proxy.upstreams, &down_at);
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(upstream_admit(down, &h.policy), UPSTREAM_GO);
+		upstream_connect_end(down, &h.policy, UPSTREAM_CONNECT_FAILED);
+	}
+	assert_true(upstream_down(down));
+	upstream_release(down);
 	for (i = 0; i < N; i++) {
 		struct upstream_endpoint e = { .tls = true,
 					       .host = "127.0.0.1",
@@ -379,16 +391,23 @@ static void test_upstreams_forget_idle(void **state)
 		upstream_release(upstreams_hold(h.proxy.upstreams, &e));
 	}
 	assert_int_equal(rendered_lines(&h), 1024);
-	assert_upstream_line(&h, "up", 1, 0);
 	assert_rendered_line(&h, "https://127.0.0.1:21029 up failures=0 held=0");
-	/* the oldest idle ones went */
-	for (i = 0; i < N - 1023; i++) {
+	assert_rendered_line(&h, "http://127.0.0.1:30001 up failures=0 held=0");
+	assert_rendered_line(&h, "http://127.0.0.1:30002 down failures=3 held=0");
+	/* the one with a failure went, and the oldest idle ones after it */
+	for (i = 0; i <= N - 1024 + 2; i++) {
 		char *text = render(&h, false);
 
-		snprintf(line, sizeof(line), "https://127.0.0.1:%u ", 20000 + i);
-		assert_null(strstr(text, line));
+		if (i == 0)
+			snprintf(line, sizeof(line), "http://127.0.0.1:%u ", h.port);
+		else
+			snprintf(line, sizeof(line), "https://127.0.0.1:%u ", 20000 + i - 1);
+		if (strstr(text, line) != NULL)
+			fail_msg("%s is still on /upstreams", line);
 		free(text);
 	}
+	assert_rendered_line(&h, "https://127.0.0.1:20008 up failures=0 held=0");
+	upstream_release(held);
 	harness_free(&h);
 }
 
@@ -412,6 +431,61 @@ static void test_upstreams_forget_down_unused(void **state)
 	assert_false(upstream_down(u));
 	assert_upstream_line(&h, "up", 0, 0);
 	upstream_release(u);
+	harness_free(&h);
+}
+
+/* Conditions for run_until(): arg (an unsigned) probes failed, by the
+ * metrics. */
+static bool probes_failed_at_least(struct harness *h, const void *arg)
+{
+	char line[256];
+	unsigned n = *(const unsigned *)arg;
+	char *text = render(h, true);
+	const char *p;
+	bool found;
+
+	snprintf(line, sizeof(line),
+		 "retryproxy_probes_total{upstream=\"http://127.0.0.1:%u\",result=\"fail\"} ",
+		 h->port);
+	p = strstr(text, line);
+	found = p != NULL && (unsigned)strtoul(p + strlen(line), NULL, 10) >= n;
+	free(text);
+	return found;
+}
+
+/* A down upstream that requests keep asking for, each holding it only a
+ * moment (refused at once: hold false), stays known down and probed; once
+ * nobody asks for a whole probe interval it is forgotten. */
+static void test_upstreams_down_kept_while_asked(void **state)
+{
+	struct harness h;
+	struct upstream *u;
+	unsigned probes = 3;
+	uint64_t end;
+
+	harness_init(&h, 1, false);
+	/* long enough that a loaded machine still asks in every interval */
+	h.policy.probe_interval_ms = 200;
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_true(upstream_down(u));
+	upstream_release(u);
+	/* a request every 5 ms, over several probe intervals */
+	end = now_ms() + 5000;
+	while (!probes_failed_at_least(&h, &probes) && now_ms() < end) {
+		u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+		if (!upstream_down(u))
+			fail_msg("forgotten while asked for, %llu ms in:\n%s",
+				 (unsigned long long)(now_ms() + 5000 - end), render(&h, true));
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_REFUSE);
+		upstream_release(u);
+		run_until(&h, NULL, NULL, 5);
+	}
+	assert_true(probes_failed_at_least(&h, &probes));
+	assert_upstream_line(&h, "down", 1, 0);
+	/* nobody asks any more: forgotten */
+	assert_true(run_until(&h, nothing_rendered, NULL, 3000));
 	harness_free(&h);
 }
 
@@ -894,6 +968,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_hold_many),
 		cmocka_unit_test(test_upstreams_forget_idle),
 		cmocka_unit_test(test_upstreams_forget_down_unused),
+		cmocka_unit_test(test_upstreams_down_kept_while_asked),
 		cmocka_unit_test(test_upstreams_doubt_then_made),
 		cmocka_unit_test(test_upstreams_failed_releases_one),
 		cmocka_unit_test(test_upstreams_down_hold_probe),
