@@ -975,7 +975,9 @@ static bool exchange_hedge_allowed(struct exchange *ex)
  * (a hedge never waits for one) and the upstream's health say go. */
 static bool exchange_hedge_admit(struct exchange *ex)
 {
-	if (!upstream_slot_take(ex->upstream, ex->config->limits.max_upstream_connections, false))
+	/* the live config's limit: a request may carry the one before a reload */
+	if (!upstream_slot_take(ex->upstream, ex->proxy->config->limits.max_upstream_connections,
+				false))
 		return false;
 	if (upstream_admit(ex->upstream, &ex->config->health) == UPSTREAM_GO)
 		return true;

@@ -52,7 +52,7 @@ static void exchange_queue_deadline(struct exchange *ex)
 	log_info("%.*s %.*s: no connection to %s before the retry deadline: "
 		 "max_upstream_connections (%u) busy",
 		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
-		 upstream_name(ex->upstream), ex->config->limits.max_upstream_connections);
+		 upstream_name(ex->upstream), ex->proxy->config->limits.max_upstream_connections);
 	ex->gave_up = RETRY_GIVE_UP_DEADLINE;
 	if (ex->kept != NULL) {
 		exchange_deliver_kept(ex);
@@ -62,7 +62,7 @@ static void exchange_queue_deadline(struct exchange *ex)
 	snprintf(text, sizeof(text),
 		 "504 upstream busy: no connection to %s before the retry deadline, "
 		 "max_upstream_connections (%u) in use (%u attempt%s)",
-		 upstream_name(ex->upstream), ex->config->limits.max_upstream_connections,
+		 upstream_name(ex->upstream), ex->proxy->config->limits.max_upstream_connections,
 		 ex->attempts, ex->attempts == 1 ? "" : "s");
 	exchange_respond_error(ex, 504, text);
 }
@@ -84,7 +84,7 @@ static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	log_info("%.*s %.*s: no connection to %s within try_timeout: "
 		 "max_upstream_connections (%u) busy",
 		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
-		 upstream_name(ex->upstream), ex->config->limits.max_upstream_connections);
+		 upstream_name(ex->upstream), ex->proxy->config->limits.max_upstream_connections);
 	if (ex->kept != NULL) {
 		exchange_deliver_kept(ex);
 	} else {
@@ -92,8 +92,9 @@ static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		snprintf(text, sizeof(text),
 			 "504 upstream busy: no connection to %s within try_timeout, "
 			 "max_upstream_connections (%u) in use (%u attempt%s)",
-			 upstream_name(ex->upstream), ex->config->limits.max_upstream_connections,
-			 ex->attempts, ex->attempts == 1 ? "" : "s");
+			 upstream_name(ex->upstream),
+			 ex->proxy->config->limits.max_upstream_connections, ex->attempts,
+			 ex->attempts == 1 ? "" : "s");
 		exchange_respond_error(ex, 504, text);
 	}
 	exchange_leave(ex);
@@ -152,7 +153,9 @@ static void exchange_queue(struct exchange *ex, bool front)
 
 bool exchange_take_connection_place(struct exchange *ex)
 {
-	unsigned max = ex->config->limits.max_upstream_connections;
+	/* the live config's limit: this request may carry the one before a
+	 * reload */
+	unsigned max = ex->proxy->config->limits.max_upstream_connections;
 	bool first = ex->queue_released;
 
 	if (upstream_slot_take(ex->upstream, max, first))

@@ -23,7 +23,9 @@ new connection, and the proxy closed one idle connection to make room. The limit
 for the connection a 5 s request holds gives up at its route's 2 s
 deadline with the kept 503 (gave_up=deadline; the retry never reaches the
 origin); a retry that waits about 1 s for the connection shows that time in
-the trail's wait before the next try.
+the trail's wait before the next try. (6) There, with a request waiting
+for the connection, a reload raises the cap to 10: the waiting request and
+a new one are answered at once, while the first still holds its connection.
 """
 
 import os
@@ -240,6 +242,33 @@ def scenario(t):
         waited = float(m.group(1)) * (1 if m.group(2) == "s" else 0.001)
         h.ok(waited >= 1.2, "the trail's wait %.2fs covers the backoff and the queue (~1.5s)"
              % waited)
+
+
+    @t.check("cap 1 raised to 10 by a reload: requests waiting, and new ones, go at once")
+    def _():
+        a = hold_connection(4, "holder-r")
+        b = h.RawConn(one.port(), timeout=20 * h.SLOW)
+        t.defer(b.close)
+        b.send(h.request("GET", "/echo?c=queued-r", "app.example"))
+        h.wait_until(lambda: one_metric("retryproxy_upstream_waiting") == 1, 2 * h.SLOW,
+                     "the request to wait")
+        with open(one.config_path, "w") as f:
+            f.write(one.config_text.replace("max_upstream_connections: 1",
+                                            "max_upstream_connections: 10"))
+        start = time.monotonic()
+        os.kill(one.pid, signal.SIGHUP)
+        one.wait_log("reload: now running")
+        h.eq(b.read_response().status, 200, "the request waiting at the reload")
+        r = h.fetch(one.port(), "GET", "/echo?c=after-r", "app.example", timeout=20 * h.SLOW)
+        elapsed = time.monotonic() - start
+        h.eq(r.status, 200, "a request after the reload")
+        h.ok(elapsed < 2.5, "both answered %.2fs after the reload, while the holder (4s) "
+             "still holds its connection" % elapsed)
+        h.eq(a.read_response().status, 200, "the holder")
+        with open(one.config_path, "w") as f:
+            f.write(one.config_text)
+        os.kill(one.pid, signal.SIGHUP)
+        one.wait_log("reload: now running", count=2)
 
 
 h.run(scenario, __doc__)
