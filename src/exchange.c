@@ -897,7 +897,9 @@ void exchange_start_try(struct exchange *ex)
 	/* Pooled connections may have been closed by the upstream a moment ago;
 	 * only a request that is safe to repeat takes that chance (and in
 	 * observe mode only one without a body: its body is not kept). */
-	if (!ex->is_connect && ex->idempotent && !ex->skip_pool && !(ex->observe && ex->has_body))
+	if (!ex->is_connect && ex->idempotent && !ex->skip_pool && !(ex->observe && ex->has_body) &&
+	    /* a pooled connection goes to the oldest waiting request first */
+	    (ex->queue_released || !upstream_slot_waiters(ex->upstream)))
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);
 	ex->skip_pool = false;
 	if (pooled == NULL && !ex->is_connect && !exchange_take_connection_place(ex))

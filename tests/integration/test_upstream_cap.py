@@ -26,6 +26,12 @@ origin); a retry that waits about 1 s for the connection shows that time in
 the trail's wait before the next try. (6) There, with a request waiting
 for the connection, a reload raises the cap to 10: the waiting request and
 a new one are answered at once, while the first still holds its connection.
+(7) There, a client pipelines 30 GETs (50 ms each at the origin) and a POST,
+which cannot reuse a pooled connection, waits for the connection: it
+reaches the origin next, not after the flow. (8) A third proxy, capped at 1,
+to a TLS upstream with a route that does not verify: an idle connection
+pooled by the verifying route is closed to make room for a request of the
+other route, which gets 200 at once, not a 504 after try_timeout.
 """
 
 import os
@@ -79,6 +85,23 @@ routes:
   - name: waits
     match: { path_prefix: /w/ }
     retry: { try_timeout: 10s, initial_backoff: 500ms, jitter: 0s, max_attempts: 3 }
+"""
+
+CONFIG_KEYS = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://localhost:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+tls:
+  ca_file: @CA@
+limits:
+  max_upstream_connections: 1
+defaults:
+  retry: { try_timeout: 2s, max_attempts: 1 }
+routes:
+  - name: unverified
+    match: { path_prefix: /u/ }
+    tls: { verify: false }
 """
 
 
@@ -270,5 +293,47 @@ def scenario(t):
         os.kill(one.pid, signal.SIGHUP)
         one.wait_log("reload: now running", count=2)
 
+
+    @t.check("cap 1 with a steady flow of pipelined GETs: a POST waiting for the connection "
+             "gets its turn in order, not after the flow")
+    def _():
+        origin1.clear()
+        flow = h.RawConn(one.port(), timeout=20 * h.SLOW)
+        t.defer(flow.close)
+        n = 30
+        flow.send(b"".join(h.request("GET", "/echo?c=flow%d&delay=0.05" % i, "app.example")
+                           for i in range(n)))
+        origin1.wait_for(lambda o: len(o.requests) >= 3, 5 * h.SLOW, "the flow to start")
+        post = h.RawConn(one.port(), timeout=20 * h.SLOW)
+        t.defer(post.close)
+        post.send(h.request("POST", "/echo?c=post-flow", "app.example", body=b"x"))
+        h.wait_until(lambda: one_metric("retryproxy_upstream_waiting") == 1, 2 * h.SLOW,
+                     "the POST to wait")
+        ahead = len(origin1.requests)
+        h.eq(post.read_response().status, 200, "the POST")
+        statuses = [flow.read_response().status for _ in range(n)]
+        h.eq(statuses, [200] * n, "the flow's statuses")
+        order = [q.query.get("c") for q in origin1.requests]
+        h.ok(order.index("post-flow") <= ahead + 1,
+             "the POST reached the origin after %d GETs of the flow that came after it: %r"
+             % (order.index("post-flow") - ahead, order))
+
+    certs = t.certs()
+    origin_tls = t.origin(tls=(certs.server, certs.server_key), name="capped-tls")
+    keys = t.proxy(CONFIG_KEYS, ORIGIN=origin_tls.port, CA=certs.ca)
+
+    @t.check("cap 1: an idle connection pooled by a route with other TLS settings gives up its "
+             "place to a request that cannot reuse it")
+    def _():
+        h.eq(h.fetch(keys.port(), "GET", "/echo?c=verified", "localhost").status, 200,
+             "a GET on the verifying route")
+        first = list(origin_tls.connections)
+        h.eq(len(first), 1, "connections at the origin")
+        origin_tls.script("/u/x", [200])
+        r = h.fetch(keys.port(), "GET", "/u/x", "localhost", timeout=20 * h.SLOW)
+        h.eq(r.status, 200, "a GET on the route with verify: false")
+        h.ok(r.elapsed < 1.5 * h.SLOW, "answered after %.2fs (try_timeout 2s)" % r.elapsed)
+        h.wait_until(lambda: first[0].closed.is_set(), 3 * h.SLOW,
+                     "the idle connection closed by the proxy to make room")
 
 h.run(scenario, __doc__)
