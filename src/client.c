@@ -606,10 +606,21 @@ static void client_config_changed(void *self)
 	}
 }
 
-/* Close, for the registry (shutdown, drain timeout). */
+/* Close, for the registry (shutdown, drain timeout). A request cut short
+ * is reset, as exchange_break_response() does, so that the client sees an
+ * error and never takes a cut close-delimited body for a whole one. */
 static void client_close_cb(void *self, const char *reason)
 {
-	client_close(self, reason);
+	struct client *client = self;
+	struct conn *conn = client->conn;
+
+	if (client->exchange == NULL || conn == NULL) {
+		client_close(client, reason);
+		return;
+	}
+	client->conn = NULL;
+	client_close(client, reason);
+	conn_free_reset(conn);
 }
 
 static const struct registry_ops client_registry_ops = {

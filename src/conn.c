@@ -203,15 +203,18 @@ static void conn_pass_add(struct conn *c)
 	}
 }
 
-/* A TLS connection closed without conn_shutdown_write() (a pooled upstream
- * connection, one whose exchange is over, any at exit) still tells the peer
- * it ends on purpose: one close_notify if the socket takes it at once, never
- * a wait for room or for the peer's. Not before a reset, whose point is that
- * the peer sees the end as an error. */
+/* A TLS upstream connection closed without conn_shutdown_write() (pooled,
+ * or its exchange is over, any at exit) still tells the upstream it ends on
+ * purpose: one close_notify if the socket takes it at once, never a wait for
+ * room or for the peer's. Not before a reset, whose point is that the peer
+ * sees the end as an error; never on a client's connection, which the client
+ * module ends cleanly itself (conn_shutdown_write): a client's freed without
+ * it was cut off, and a close_notify would make a cut close-delimited body
+ * look whole. */
 static void conn_close_notify_once(struct conn *c)
 {
-	if (c->reset_on_free || c->failed || c->fd < 0 || !SSL_is_init_finished(c->ssl) ||
-	    (SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
+	if (c->side != CONN_OUTGOING || c->reset_on_free || c->failed || c->fd < 0 ||
+	    !SSL_is_init_finished(c->ssl) || (SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
 		return;
 	ERR_clear_error();
 	(void)SSL_shutdown(c->ssl);

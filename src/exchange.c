@@ -904,7 +904,9 @@ void exchange_start_try(struct exchange *ex)
 	/* Pooled connections may have been closed by the upstream a moment ago;
 	 * only a request that is safe to repeat takes that chance (and in
 	 * observe mode only one without a body: its body is not kept). */
-	if (!ex->is_connect && ex->idempotent && !ex->skip_pool && !(ex->observe && ex->has_body))
+	if (!ex->is_connect && ex->idempotent && !ex->skip_pool && !(ex->observe && ex->has_body) &&
+	    /* a pooled connection goes to the oldest waiting request first */
+	    (ex->queue_released || !upstream_slot_waiters(ex->upstream)))
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);
 	ex->skip_pool = false;
 	if (pooled == NULL && !ex->is_connect && !exchange_take_connection_place(ex))
@@ -982,7 +984,9 @@ static bool exchange_hedge_allowed(struct exchange *ex)
  * (a hedge never waits for one) and the upstream's health say go. */
 static bool exchange_hedge_admit(struct exchange *ex)
 {
-	if (!upstream_slot_take(ex->upstream, ex->config->limits.max_upstream_connections, false))
+	/* the live config's limit: a request may carry the one before a reload */
+	if (!upstream_slot_take(ex->upstream, ex->proxy->config->limits.max_upstream_connections,
+				false))
 		return false;
 	if (upstream_admit(ex->upstream, &ex->config->health) == UPSTREAM_GO)
 		return true;

@@ -180,8 +180,10 @@ struct exchange {
 	uint64_t held_since_ms;		   /* EXCHANGE_HELD: since when, on retry_budget_now_ms() */
 	uint64_t queued_since_ms;	   /* EXCHANGE_QUEUED: since when */
 	bool queue_released;		   /* released from the connection queue: first in line */
-	struct event *hedge_timer;	   /* retry.hedge: made on first use, kept with a spare */
-	bool hedged;			   /* a hedged try was started */
+	uint64_t queue_counted_ms; /* EXCHANGE_QUEUED: the time up to here is in the trail */
+	bool queue_deadline_first; /* EXCHANGE_QUEUED: the deadline comes before try_timeout */
+	struct event *hedge_timer; /* retry.hedge: made on first use, kept with a spare */
+	bool hedged;		   /* a hedged try was started */
 	bool keyed;		 /* conditional, and the request upstream has an Idempotency-Key */
 	bool key_injected;	 /* retry.idempotency_key: inject gave it idempotency_key */
 	bool ambiguous;		 /* the client got Retry-Ambiguous: true */

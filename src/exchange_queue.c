@@ -8,6 +8,7 @@
 #include "log.h"
 #include "pool.h"
 #include "proxy.h"
+#include "retry.h"
 #include "retry_budget.h"
 #include "timeval.h"
 #include "upstreams.h"
@@ -17,12 +18,56 @@
  * new connection takes a place under the upstream's cap first; at the cap
  * the exchange waits (EXCHANGE_QUEUED) in the upstream's queue, in arrival
  * order, until a place or a pooled connection is free for it. The wait is
- * not a try: the route's try_timeout bounds it, and then the client gets the
- * last response kept, else 504, without a retry (it would only queue again
- * behind the same connections).
+ * not a try: the route's try_timeout bounds it, and so does the retry
+ * deadline (no try starts after it); then the client gets the last response
+ * kept, else 504, without a retry (it would only queue again behind the
+ * same connections). The trail shows the time queued as a wait before the
+ * next try, as it does the time held for a down upstream.
  */
 
-/* try_timeout passed while waiting for a connection. */
+/* Milliseconds since the first try (or the first wait for it). */
+static uint64_t exchange_queue_elapsed(const struct exchange *ex)
+{
+	uint64_t now = retry_budget_now_ms();
+
+	return now > ex->first_try_ms ? now - ex->first_try_ms : 0;
+}
+
+/* Put the time queued since last counted into the trail's wait. */
+static void exchange_queue_count_wait(struct exchange *ex)
+{
+	uint64_t now = retry_budget_now_ms();
+
+	if (ex->try_count > 0 && now > ex->queue_counted_ms)
+		ex->tries[ex->try_count - 1].wait_ms += now - ex->queue_counted_ms;
+	ex->queue_counted_ms = now;
+}
+
+/* The retry deadline passed while waiting for a connection: the last
+ * response kept, else 504. */
+static void exchange_queue_deadline(struct exchange *ex)
+{
+	char text[512];
+
+	log_info("%.*s %.*s: no connection to %s before the retry deadline: "
+		 "max_upstream_connections (%u) busy",
+		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
+		 upstream_name(ex->upstream), ex->proxy->config->limits.max_upstream_connections);
+	ex->gave_up = RETRY_GIVE_UP_DEADLINE;
+	if (ex->kept != NULL) {
+		exchange_deliver_kept(ex);
+		return;
+	}
+	ex->note = "upstream busy";
+	snprintf(text, sizeof(text),
+		 "504 upstream busy: no connection to %s before the retry deadline, "
+		 "max_upstream_connections (%u) in use (%u attempt%s)",
+		 upstream_name(ex->upstream), ex->proxy->config->limits.max_upstream_connections,
+		 ex->attempts, ex->attempts == 1 ? "" : "s");
+	exchange_respond_error(ex, 504, text);
+}
+
+/* try_timeout (or the deadline) passed while waiting for a connection. */
 static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
@@ -30,10 +75,16 @@ static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 	exchange_enter(ex);
 	upstream_unwait(&ex->waiter);
+	exchange_queue_count_wait(ex);
+	if (ex->queue_deadline_first) {
+		exchange_queue_deadline(ex);
+		exchange_leave(ex);
+		return;
+	}
 	log_info("%.*s %.*s: no connection to %s within try_timeout: "
 		 "max_upstream_connections (%u) busy",
 		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
-		 upstream_name(ex->upstream), ex->config->limits.max_upstream_connections);
+		 upstream_name(ex->upstream), ex->proxy->config->limits.max_upstream_connections);
 	if (ex->kept != NULL) {
 		exchange_deliver_kept(ex);
 	} else {
@@ -41,8 +92,9 @@ static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		snprintf(text, sizeof(text),
 			 "504 upstream busy: no connection to %s within try_timeout, "
 			 "max_upstream_connections (%u) in use (%u attempt%s)",
-			 upstream_name(ex->upstream), ex->config->limits.max_upstream_connections,
-			 ex->attempts, ex->attempts == 1 ? "" : "s");
+			 upstream_name(ex->upstream),
+			 ex->proxy->config->limits.max_upstream_connections, ex->attempts,
+			 ex->attempts == 1 ? "" : "s");
 		exchange_respond_error(ex, 504, text);
 	}
 	exchange_leave(ex);
@@ -57,27 +109,43 @@ static void exchange_queue_released(struct upstream_waiter *waiter)
 
 	exchange_enter(ex);
 	evtimer_del(ex->timer);
+	exchange_queue_count_wait(ex);
+	if (!retry_within_deadline(&ex->route->retry, exchange_queue_elapsed(ex), 0)) {
+		exchange_queue_deadline(ex);
+		exchange_leave(ex);
+		return;
+	}
 	ex->queue_released = true;
 	exchange_start_try(ex);
 	ex->queue_released = false;
 	exchange_leave(ex);
 }
 
-/* Wait for a place, at the front when just released (it stays the oldest). */
+/* Wait for a place, at the front when just released (it stays the oldest),
+ * until try_timeout or the deadline, whichever comes first. */
 static void exchange_queue(struct exchange *ex, bool front)
 {
-	uint64_t timeout_ms = ex->route->retry.try_timeout_ms;
+	const struct retry_policy *policy = &ex->route->retry;
+	uint64_t elapsed = exchange_queue_elapsed(ex);
+	uint64_t deadline_left = policy->deadline_ms > elapsed ? policy->deadline_ms - elapsed : 0;
 	uint64_t waited = 0;
+	uint64_t left;
 	struct timeval tv;
 
-	if (ex->state == EXCHANGE_QUEUED)
+	if (ex->state == EXCHANGE_QUEUED) {
 		waited = retry_budget_now_ms() - ex->queued_since_ms;
-	else
+	} else {
 		ex->queued_since_ms = retry_budget_now_ms();
+		ex->queue_counted_ms = ex->queued_since_ms;
+	}
 	exchange_set_state(ex, EXCHANGE_QUEUED);
 	ex->waiter.release = exchange_queue_released;
 	upstream_slot_wait(ex->upstream, &ex->waiter, front);
-	tv = timeval_from_ms(timeout_ms > waited ? timeout_ms - waited : 0);
+	left = policy->try_timeout_ms > waited ? policy->try_timeout_ms - waited : 0;
+	ex->queue_deadline_first = deadline_left < left;
+	if (ex->queue_deadline_first)
+		left = deadline_left;
+	tv = timeval_from_ms(left);
 	evtimer_del(ex->timer);
 	evtimer_assign(ex->timer, ex->proxy->base, exchange_queue_timeout_cb, ex);
 	evtimer_add(ex->timer, &tv);
@@ -85,7 +153,9 @@ static void exchange_queue(struct exchange *ex, bool front)
 
 bool exchange_take_connection_place(struct exchange *ex)
 {
-	unsigned max = ex->config->limits.max_upstream_connections;
+	/* the live config's limit: this request may carry the one before a
+	 * reload */
+	unsigned max = ex->proxy->config->limits.max_upstream_connections;
 	bool first = ex->queue_released;
 
 	if (upstream_slot_take(ex->upstream, max, first))

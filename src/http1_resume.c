@@ -174,6 +174,8 @@ static enum http1_parse http1_resume_parsed(struct http1_resume *resume, enum ht
 	}
 	resume->examined += window;
 	resume->scanned = window;
+	resume->max_head_bytes = limits->max_head_bytes;
+	resume->max_target_bytes = limits->max_target_bytes;
 	http1_resume_follow(resume, buf, window, head);
 	return r;
 }
@@ -186,8 +188,10 @@ static enum http1_parse http1_resume_more(struct http1_resume *resume, const cha
 {
 	size_t window = http1_resume_window(len, limits);
 
-	if (resume->scanned > window) {
-		/* not the buffer the last call saw: start over */
+	if (resume->scanned > window || resume->max_head_bytes != limits->max_head_bytes ||
+	    resume->max_target_bytes != limits->max_target_bytes) {
+		/* not the buffer the last call saw, or other limits (a reload):
+		 * start over */
 		memset(resume, 0, offsetof(struct http1_resume, examined));
 	} else if (len <= limits->max_head_bytes) {
 		/* (a head over the limit goes to the parser, which says 431) */

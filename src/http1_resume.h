@@ -20,15 +20,17 @@
  * of a connection; a parse that ends (DONE or ERROR) makes it ready for the
  * next head itself. */
 struct http1_resume {
-	size_t scanned;	     /* bytes from the buffer's start looked at, valid so far; 0: none,
+	size_t scanned;		 /* bytes from the buffer's start looked at, valid so far; 0: none,
 			      * and then the fields up to examined are 0 too */
-	size_t target_start; /* offset of the request-target once known, else 0 */
-	size_t part_start;   /* offset where the scan's part of its line began (private) */
-	unsigned fields;     /* field lines begun (private) */
-	unsigned char at;    /* where the last scanned byte left the line scan (private) */
-	unsigned char part;  /* ... and which part of the line it is in (private) */
-	bool line_ended;     /* the request line ended in the scanned bytes */
-	size_t examined;     /* bytes looked at in all, over every call (for the tests) */
+	size_t target_start;	 /* offset of the request-target once known, else 0 */
+	size_t part_start;	 /* offset where the scan's part of its line began (private) */
+	unsigned fields;	 /* field lines begun (private) */
+	unsigned char at;	 /* where the last scanned byte left the line scan (private) */
+	unsigned char part;	 /* ... and which part of the line it is in (private) */
+	bool line_ended;	 /* the request line ended in the scanned bytes */
+	size_t max_head_bytes;	 /* the limits of the call that scanned (private) */
+	size_t max_target_bytes; /* ... a call with others starts over */
+	size_t examined;	 /* bytes looked at in all, over every call (for the tests) */
 };
 
 /* http1_parse_request_head() over buf, which holds what an earlier call saw

@@ -151,11 +151,24 @@ struct conn *pool_take(struct pool *pool, const char *key)
 bool pool_close_one(struct pool *pool, const char *key)
 {
 	struct pool_upstream *u = pool_find(pool, key, 0);
+	/* a key is "scheme://host:port", then "|ca_file|verify" for TLS */
+	size_t n = strcspn(key, "|");
+	unsigned b;
 
-	if (u == NULL || TAILQ_EMPTY(&u->idle))
+	if (u != NULL && !TAILQ_EMPTY(&u->idle)) {
+		pool_close(pool, TAILQ_LAST(&u->idle, pool_idle_list));
+		return true;
+	}
+	if (pool->idle_count == 0)
 		return false;
-	pool_close(pool, TAILQ_LAST(&u->idle, pool_idle_list));
-	return true;
+	for (b = 0; b < POOL_BUCKETS; b++)
+		for (u = pool->buckets[b]; u != NULL; u = u->next)
+			if (!TAILQ_EMPTY(&u->idle) && strncmp(u->key, key, n) == 0 &&
+			    (u->key[n] == '\0' || u->key[n] == '|')) {
+				pool_close(pool, TAILQ_LAST(&u->idle, pool_idle_list));
+				return true;
+			}
+	return false;
 }
 
 void pool_free(struct pool *pool)

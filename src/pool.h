@@ -28,7 +28,10 @@ void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 struct conn *pool_take(struct pool *pool, const char *key);
 
 /* Close the least recently used idle connection for key, to make room for a
- * new one (max_upstream_connections). False when there is none. */
+ * new one (max_upstream_connections); when key has none, one to the same
+ * upstream (scheme, host and port) under another key (another route's
+ * tls.ca_file or tls.verify), which holds a place under the same cap.
+ * False when there is none. */
 bool pool_close_one(struct pool *pool, const char *key);
 
 #endif

@@ -241,6 +241,7 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	proxy->config = config;
 	log_configure(config->log_level, config->log_format);
 	proxy_apply_fleet(proxy, config);
+	upstreams_slot_limit(proxy->upstreams, config->limits.max_upstream_connections);
 	registry_config_changed(&proxy->registry);
 	log_info("reload: now running %s", config->source);
 	proxy_notify_ready(proxy, "reloaded");

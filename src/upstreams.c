@@ -44,7 +44,7 @@ struct upstream {
 	uint64_t probes_ok;
 	uint64_t probes_failed;
 	unsigned open;				    /* connections open or opening */
-	unsigned max_open;			    /* the latest limit a request brought */
+	unsigned max_open;			    /* the live config's limit */
 	TAILQ_HEAD(, upstream_waiter) slot_waiters; /* waiting for a connection, oldest first */
 	unsigned slot_waiting;
 	unsigned pooled_unclaimed;  /* idle connections pooled while requests waited */
@@ -373,6 +373,8 @@ void upstream_wait(struct upstream *u, struct upstream_waiter *w)
 	u->set->waiting++;
 }
 
+static void upstream_slot_schedule(struct upstream *u);
+
 /* Take a waiter off its upstream's connection queue. */
 static void upstream_take_slot_waiter(struct upstream *u, struct upstream_waiter *w)
 {
@@ -385,11 +387,19 @@ static void upstream_take_slot_waiter(struct upstream *u, struct upstream_waiter
 
 void upstream_unwait(struct upstream_waiter *w)
 {
-	if (w->upstream == NULL)
+	struct upstream *u = w->upstream;
+
+	if (u == NULL)
 		return;
-	if (w->for_connection)
-		upstream_take_slot_waiter(w->upstream, w);
-	else
+	if (w->for_connection) {
+		bool head = TAILQ_FIRST(&u->slot_waiters) == w;
+
+		upstream_take_slot_waiter(u, w);
+		/* the next in line may go where the head could not (a limit
+		 * raised since, or a connection only the head may not reuse) */
+		if (head)
+			upstream_slot_schedule(u);
+	} else
 		upstream_take_waiter(w->upstream, w);
 }
 
@@ -462,6 +472,21 @@ void upstream_slot_pooled(struct upstream *u)
 		return;
 	u->pooled_unclaimed++;
 	upstream_slot_schedule(u);
+}
+
+void upstreams_slot_limit(struct upstreams *set, unsigned max)
+{
+	struct upstream *u;
+
+	TAILQ_FOREACH(u, &set->all, link) {
+		u->max_open = max;
+		upstream_slot_schedule(u);
+	}
+}
+
+bool upstream_slot_waiters(const struct upstream *u)
+{
+	return u->slot_waiting > 0;
 }
 
 unsigned upstreams_slot_waiting(const struct upstreams *set)

@@ -118,6 +118,13 @@ void upstream_slot_pooled(struct upstream *upstream);
 /* Requests waiting for a connection now, over all upstreams. */
 unsigned upstreams_slot_waiting(const struct upstreams *upstreams);
 
+/* A new max_upstream_connections is in force (a reload): requests waiting
+ * under the old one go now if the new one leaves room. */
+void upstreams_slot_limit(struct upstreams *upstreams, unsigned max);
+
+/* Do requests wait for a connection to this upstream? */
+bool upstream_slot_waiters(const struct upstream *upstream);
+
 /* Requests waiting now, over all upstreams. */
 unsigned upstreams_waiting(const struct upstreams *upstreams);
 

@@ -26,6 +26,7 @@ full list; query parameters tune it):
     /chunked/<n>        n pattern bytes chunked (?chunk=K bytes per chunk,
                         ?trailer=1 adds a trailer field)
     /close/<n>          n pattern bytes with no length: the end is the close
+                        (?stall=1: after them, send nothing more, never close)
     /echo               JSON describing the request as received (headers in
                         order, body length and sha256, connection id)
     /gate/<name>        ?first=N&rest=M: sends the head and N bytes, sets
@@ -881,6 +882,10 @@ class Origin:
             ex.head(int(ex.param("status", 200)), [("Content-Type", "application/octet-stream")])
             if not head_only:
                 ex.send_pattern(n)
+                if ex.param("stall"):
+                    # the body never ends: only a close would end it
+                    self._hang(ex.sock, ex.conn)
+                    raise _Stop()
         elif kind == "echo":
             body = json.dumps(ex.req.describe()).encode()
             ex.simple(int(ex.param("status", 200)), body, content_type="application/json")

@@ -36,7 +36,9 @@ inside the tunnel; a reload picks up a new host list and a new CA; a reload
 that takes a host out of access.allow_hosts or out of interception (its
 pattern, or intercept: altogether) answers the next request in a tunnel to
 it opened before with 403 and closes that tunnel, and nothing of it reaches
-the origin.
+the origin; a shutdown whose drain_timeout cuts a close-delimited response
+(the origin sends 1000 bytes and stalls) ends the client's connection
+without close_notify, so a strict client sees the truncation.
 """
 
 import os
@@ -78,9 +80,10 @@ def make_ca(directory):
     return directory
 
 
-def connect_tls(proxy_port, host, port, cafile, server_hostname=None):
+def connect_tls(proxy_port, host, port, cafile, server_hostname=None, strict=False):
     """A TLS connection to host:port through a CONNECT to the proxy, the
-    client trusting cafile. Returns the SSL socket."""
+    client trusting cafile (strict: an EOF without close_notify raises).
+    Returns the SSL socket."""
     s = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
     s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port)).encode())
     head = b""
@@ -91,7 +94,8 @@ def connect_tls(proxy_port, host, port, cafile, server_hostname=None):
         head += chunk
     h.ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
     ctx = ssl.create_default_context(cafile=cafile)
-    return ctx.wrap_socket(s, server_hostname=server_hostname or host)
+    return ctx.wrap_socket(s, server_hostname=server_hostname or host,
+                           suppress_ragged_eofs=not strict)
 
 
 def handshake_by_hand(proxy_port, host, port, cafile, tls13=True):
@@ -521,6 +525,35 @@ def scenario(t):
             h.ok(conn.closed_within(5), "the tunnel should close after the 403")
         h.eq([q for q in good.requests_for("/echo") if q.query.get("t") in ("ri-after", "rn-after")],
              [], "requests at the origin after the reloads")
+
+    p4 = t.proxy(CONFIG.replace("drain_timeout: 2s", "drain_timeout: 1s"), TESTCA=certs.ca,
+                 LOCALCA=local, HOSTS='"localhost", "127.0.0.1"')
+
+    @t.check("a shutdown that cuts a close-delimited response inside the tunnel: the client "
+             "sees no close_notify (a truncation, not a whole body)")
+    def _():
+        tls = connect_tls(p4.port(), "localhost", good.port, local_ca, strict=True)
+        t.defer(tls.close)
+        tls.sendall(b"GET /close/1000?stall=1 HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                    % good.port)
+        got = b""
+        while b"\r\n\r\n" not in got or len(got) - got.index(b"\r\n\r\n") - 4 < 1000:
+            data = tls.recv(65536)
+            h.ok(data, "the proxy closed before the first 1000 bytes: %r" % got[:100])
+            got += data
+        p4.terminate()
+        tls.settimeout(10 * h.SLOW)
+        try:
+            while tls.recv(65536):
+                pass
+            ending = "close_notify"
+        except ssl.SSLEOFError:
+            ending = "EOF without close_notify"
+        except ConnectionResetError:
+            ending = "reset"
+        h.ok(ending != "close_notify",
+             "the cut body ended with %s after %d bytes: it looks complete" % (ending, len(got)))
+        t.stop_proxy(p4)
 
 
 h.run(scenario, __doc__)

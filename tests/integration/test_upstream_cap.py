@@ -19,9 +19,25 @@ request whose client left. (3) the waiting GET gets 504 naming the busy
 upstream after about try_timeout (Retry-Attempts: 0, no retry), and never
 reaches the origin; the slow ones get their 200. (4) the POST gets 200 on a
 new connection, and the proxy closed one idle connection to make room. The limit is written by /config.
+(5) A second proxy, capped at 1: a GET that got 503 and whose retry waits
+for the connection a 5 s request holds gives up at its route's 2 s
+deadline with the kept 503 (gave_up=deadline; the retry never reaches the
+origin); a retry that waits about 1 s for the connection shows that time in
+the trail's wait before the next try. (6) There, with a request waiting
+for the connection, a reload raises the cap to 10: the waiting request and
+a new one are answered at once, while the first still holds its connection.
+(7) There, a client pipelines 30 GETs (50 ms each at the origin) and a POST,
+which cannot reuse a pooled connection, waits for the connection: it
+reaches the origin next, not after the flow. (8) A third proxy, capped at 1,
+to a TLS upstream with a route that does not verify: an idle connection
+pooled by the verifying route is closed to make room for a request of the
+other route, which gets 200 at once, not a 504 after try_timeout.
 """
 
+import os
 import re
+import signal
+import threading
 import time
 
 import harness as h
@@ -45,6 +61,47 @@ routes:
   - name: tight
     match: { path_prefix: /t/ }
     retry: { try_timeout: 500ms, max_attempts: 3, initial_backoff: 100ms, jitter: 0s }
+"""
+
+CONFIG_ONE = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+  max_upstream_connections: @CAP@
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 100ms
+    jitter: 0s
+    try_timeout: 10s
+routes:
+  - name: deadline
+    match: { path_prefix: /d/ }
+    retry: { deadline: 2s, try_timeout: 10s, initial_backoff: 500ms, jitter: 0s, max_attempts: 5 }
+  - name: waits
+    match: { path_prefix: /w/ }
+    retry: { try_timeout: 10s, initial_backoff: 500ms, jitter: 0s, max_attempts: 3 }
+"""
+
+CONFIG_KEYS = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://localhost:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+tls:
+  ca_file: @CA@
+limits:
+  max_upstream_connections: 1
+defaults:
+  retry: { try_timeout: 2s, max_attempts: 1 }
+routes:
+  - name: unverified
+    match: { path_prefix: /u/ }
+    tls: { verify: false }
 """
 
 
@@ -154,5 +211,129 @@ def scenario(t):
         h.ok(re.search(r"^\s+max_upstream_connections: 2$", r.body.decode(), re.M),
              "max_upstream_connections in /config")
 
+    origin1 = t.origin(name="capped-one")
+    one = t.proxy(CONFIG_ONE, ORIGIN=origin1.port, CAP=1)
+
+    def one_metric(name):
+        r = h.fetch(one.port(1), "GET", "/metrics", "admin")
+        m = re.search(r"^%s (\d+)$" % name, r.body.decode(), re.M)
+        return int(m.group(1)) if m else None
+
+    def hold_connection(delay, tag):
+        """A GET that holds the one connection for delay seconds."""
+        c = h.RawConn(one.port(), timeout=20 * h.SLOW)
+        t.defer(c.close)
+        c.send(h.request("GET", "/echo?c=%s&delay=%s" % (tag, delay), "app.example"))
+        origin1.wait_for(lambda o: any(q.query.get("c") == tag for q in o.requests), 5 * h.SLOW,
+                         "the request %s at the origin" % tag)
+        return c
+
+    @t.check("cap 1, deadline 2s: a retry waiting for the connection gives up at the deadline "
+             "with the last response kept (gave_up=deadline), never reaching the origin after it")
+    def _():
+        origin1.script("/d/late", [503])
+        b = h.RawConn(one.port(), timeout=20 * h.SLOW)
+        t.defer(b.close)
+        start = time.monotonic()
+        b.send(h.request("GET", "/d/late", "app.example"))
+        origin1.wait_for(lambda o: len(o.requests_for("/d/late")) == 1, 5 * h.SLOW,
+                         "the first try of /d/late")
+        a = hold_connection(5, "holder-d")
+        r = b.read_response()
+        elapsed = time.monotonic() - start
+        h.eq(r.status, 503, "the kept 503 at the deadline")
+        h.ok(elapsed <= 3.5 * h.SLOW, "answered after %.2fs (deadline 2s)" % elapsed)
+        f = h.access_fields(one.access_one("/d/late"))
+        h.eq(f.get("gave_up"), "deadline", "gave_up")
+        h.eq(a.read_response().status, 200, "the holder")
+        h.eq(len(origin1.requests_for("/d/late")), 1, "tries of /d/late at the origin")
+
+    @t.check("cap 1: the time a retry waits for the connection is in the trail's wait")
+    def _():
+        origin1.script("/w/trail", [503, 200])
+        b = h.RawConn(one.port(), timeout=20 * h.SLOW)
+        t.defer(b.close)
+        b.send(h.request("GET", "/w/trail", "app.example"))
+        origin1.wait_for(lambda o: len(o.requests_for("/w/trail")) == 1, 5 * h.SLOW,
+                         "the first try of /w/trail")
+        a = hold_connection(1.5, "holder-w")
+        h.eq(b.read_response().status, 200, "the retry's 200")
+        h.eq(a.read_response().status, 200, "the holder")
+        f = h.access_fields(one.access_one("/w/trail"))
+        m = re.match(r"503 -> wait ([\d.]+)(ms|s) -> 200$", f["tries"])
+        h.ok(m, "tries %r" % f["tries"])
+        waited = float(m.group(1)) * (1 if m.group(2) == "s" else 0.001)
+        h.ok(waited >= 1.2, "the trail's wait %.2fs covers the backoff and the queue (~1.5s)"
+             % waited)
+
+
+    @t.check("cap 1 raised to 10 by a reload: requests waiting, and new ones, go at once")
+    def _():
+        a = hold_connection(4, "holder-r")
+        b = h.RawConn(one.port(), timeout=20 * h.SLOW)
+        t.defer(b.close)
+        b.send(h.request("GET", "/echo?c=queued-r", "app.example"))
+        h.wait_until(lambda: one_metric("retryproxy_upstream_waiting") == 1, 2 * h.SLOW,
+                     "the request to wait")
+        with open(one.config_path, "w") as f:
+            f.write(one.config_text.replace("max_upstream_connections: 1",
+                                            "max_upstream_connections: 10"))
+        start = time.monotonic()
+        os.kill(one.pid, signal.SIGHUP)
+        one.wait_log("reload: now running")
+        h.eq(b.read_response().status, 200, "the request waiting at the reload")
+        r = h.fetch(one.port(), "GET", "/echo?c=after-r", "app.example", timeout=20 * h.SLOW)
+        elapsed = time.monotonic() - start
+        h.eq(r.status, 200, "a request after the reload")
+        h.ok(elapsed < 2.5, "both answered %.2fs after the reload, while the holder (4s) "
+             "still holds its connection" % elapsed)
+        h.eq(a.read_response().status, 200, "the holder")
+        with open(one.config_path, "w") as f:
+            f.write(one.config_text)
+        os.kill(one.pid, signal.SIGHUP)
+        one.wait_log("reload: now running", count=2)
+
+
+    @t.check("cap 1 with a steady flow of pipelined GETs: a POST waiting for the connection "
+             "gets its turn in order, not after the flow")
+    def _():
+        origin1.clear()
+        flow = h.RawConn(one.port(), timeout=20 * h.SLOW)
+        t.defer(flow.close)
+        n = 30
+        flow.send(b"".join(h.request("GET", "/echo?c=flow%d&delay=0.05" % i, "app.example")
+                           for i in range(n)))
+        origin1.wait_for(lambda o: len(o.requests) >= 3, 5 * h.SLOW, "the flow to start")
+        post = h.RawConn(one.port(), timeout=20 * h.SLOW)
+        t.defer(post.close)
+        post.send(h.request("POST", "/echo?c=post-flow", "app.example", body=b"x"))
+        h.wait_until(lambda: one_metric("retryproxy_upstream_waiting") == 1, 2 * h.SLOW,
+                     "the POST to wait")
+        ahead = len(origin1.requests)
+        h.eq(post.read_response().status, 200, "the POST")
+        statuses = [flow.read_response().status for _ in range(n)]
+        h.eq(statuses, [200] * n, "the flow's statuses")
+        order = [q.query.get("c") for q in origin1.requests]
+        h.ok(order.index("post-flow") <= ahead + 1,
+             "the POST reached the origin after %d GETs of the flow that came after it: %r"
+             % (order.index("post-flow") - ahead, order))
+
+    certs = t.certs()
+    origin_tls = t.origin(tls=(certs.server, certs.server_key), name="capped-tls")
+    keys = t.proxy(CONFIG_KEYS, ORIGIN=origin_tls.port, CA=certs.ca)
+
+    @t.check("cap 1: an idle connection pooled by a route with other TLS settings gives up its "
+             "place to a request that cannot reuse it")
+    def _():
+        h.eq(h.fetch(keys.port(), "GET", "/echo?c=verified", "localhost").status, 200,
+             "a GET on the verifying route")
+        first = list(origin_tls.connections)
+        h.eq(len(first), 1, "connections at the origin")
+        origin_tls.script("/u/x", [200])
+        r = h.fetch(keys.port(), "GET", "/u/x", "localhost", timeout=20 * h.SLOW)
+        h.eq(r.status, 200, "a GET on the route with verify: false")
+        h.ok(r.elapsed < 1.5 * h.SLOW, "answered after %.2fs (try_timeout 2s)" % r.elapsed)
+        h.wait_until(lambda: first[0].closed.is_set(), 3 * h.SLOW,
+                     "the idle connection closed by the proxy to make room")
 
 h.run(scenario, __doc__)

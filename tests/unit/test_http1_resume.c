@@ -287,6 +287,45 @@ static void test_resume_limits(void **state)
 	free(buf);
 }
 
+/* Limits that change between reads (a reload while a head arrives): each
+ * read says what the one-shot parse with that read's limits says. */
+static void test_resume_limits_change(void **state)
+{
+	struct http1_limits wide = { .max_head_bytes = 4096, .max_target_bytes = 1024 };
+	struct http1_limits narrow = { .max_head_bytes = 4096, .max_target_bytes = 100 };
+	struct http1_limits small_head = { .max_head_bytes = 150, .max_target_bytes = 100 };
+	char buf[400];
+	struct http1_resume resume = { 0 };
+	enum http1_error error = HTTP1_ERR_NONE;
+	enum http1_error want_error;
+
+	(void)state;
+	memcpy(buf, "GET /", 5);
+	memset(buf + 5, 'a', sizeof(buf) - 5);
+	/* 200 target bytes in under the wide limit, then it is lowered to 100 */
+	assert_int_equal(http1_resume_request_head(&resume, buf, 205, &wide, &test_head, &error),
+			 HTTP1_PARSE_MORE);
+	assert_int_equal(http1_parse_request_head(buf, 210, &narrow, &test_head, &want_error),
+			 HTTP1_PARSE_ERROR);
+	assert_int_equal(want_error, HTTP1_ERR_URI_TOO_LONG);
+	assert_int_equal(http1_resume_request_head(&resume, buf, 210, &narrow, &test_head, &error),
+			 HTTP1_PARSE_ERROR);
+	assert_int_equal(error, HTTP1_ERR_URI_TOO_LONG);
+
+	/* a field line under the limit, then max_head_bytes lowered under what
+	 * is in */
+	memset(&resume, 0, sizeof(resume));
+	memcpy(buf, "GET / HTTP/1.1\r\nX: ", 19);
+	assert_int_equal(http1_resume_request_head(&resume, buf, 140, &narrow, &test_head, &error),
+			 HTTP1_PARSE_MORE);
+	assert_int_equal(http1_parse_request_head(buf, 160, &small_head, &test_head, &want_error),
+			 HTTP1_PARSE_ERROR);
+	assert_int_equal(
+		http1_resume_request_head(&resume, buf, 160, &small_head, &test_head, &error),
+		HTTP1_PARSE_ERROR);
+	assert_int_equal(error, want_error);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -296,6 +335,7 @@ int main(void)
 		cmocka_unit_test(test_resume_errors_early),
 		cmocka_unit_test(test_resume_too_many_fields),
 		cmocka_unit_test(test_resume_limits),
+		cmocka_unit_test(test_resume_limits_change),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
