@@ -301,8 +301,7 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 		ex->winner = NULL;
 }
 
-/* Give back this exchange's place among the pending retries. */
-static void exchange_release_retry(struct exchange *ex)
+void exchange_release_retry(struct exchange *ex)
 {
 	if (ex->retry_reserved) {
 		ex->retry_reserved = false;
@@ -345,7 +344,7 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		if (ex->slots[i].state != EXCHANGE_TRY_IDLE)
 			exchange_end_try(&ex->slots[i], false);
 	exchange_release_retry(ex);
-	if (ex->gauged_backoff || ex->gauged_held)
+	if (ex->gauged_backoff || ex->gauged_held || ex->gauged_queued)
 		exchange_gauges_update(ex);
 	if (ex->timer != NULL)
 		evtimer_del(ex->timer);
@@ -568,6 +567,10 @@ static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	exchange_enter(ex);
 	upstream_unwait(&ex->waiter);
 	exchange_gauges_update(ex);
+	/* the trail shows the time held before the answer went out, as the
+	 * connection queue's does */
+	if (ex->try_count > 0)
+		ex->tries[ex->try_count - 1].wait_ms += retry_budget_now_ms() - ex->held_since_ms;
 	ex->gave_up = RETRY_GIVE_UP_DEADLINE;
 	exchange_release_retry(ex);
 	exchange_upstream_unavailable(ex);

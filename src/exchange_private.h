@@ -174,6 +174,7 @@ struct exchange {
 	bool retry_reserved;		   /* counted in proxy->backoff_pending */
 	bool gauged_backoff;		   /* counted in its route's backoff gauge */
 	bool gauged_held;		   /* counted in its route's held gauge */
+	bool gauged_queued;		   /* counted in its route's queued gauge */
 	bool skip_pool;			   /* the next try takes a new connection */
 	struct upstream *upstream;	   /* its health (upstreams.c); held from the first try */
 	struct upstream_waiter waiter;	   /* EXCHANGE_HELD: its place in the upstream's queue */
@@ -256,9 +257,13 @@ void exchange_respond_error(struct exchange *ex, int status, const char *text);
 void exchange_break_response(struct exchange *ex, const char *why);
 void exchange_start_try(struct exchange *ex);
 
-/* exchange_gauges.c: bring the route's backoff and held gauges in line with
- * the exchange, after retry_reserved or its wait for the upstream changed. */
+/* exchange_gauges.c: bring the route's backoff, held and queued gauges in
+ * line with the exchange, after retry_reserved or its wait for the upstream
+ * or a connection changed. */
 void exchange_gauges_update(struct exchange *ex);
+
+/* exchange.c: give back this exchange's place among the pending retries. */
+void exchange_release_retry(struct exchange *ex);
 
 /* exchange_queue.c: take a place for a new connection under
  * max_upstream_connections; false when the exchange waits for one

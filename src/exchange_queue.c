@@ -22,7 +22,11 @@
  * deadline (no try starts after it); then the client gets the last response
  * kept, else 504, without a retry (it would only queue again behind the
  * same connections). The trail shows the time queued as a wait before the
- * next try, as it does the time held for a down upstream.
+ * next try, as it does the time held for a down upstream; when no try
+ * follows, as the wait before the answer went out (the held path does the
+ * same), so the trail's waits add up to the time the request took. A retry
+ * that runs out of waiting has given up: gave_up=deadline, or upstream_busy
+ * when try_timeout was the bound.
  */
 
 /* Milliseconds since the first try (or the first wait for it). */
@@ -75,6 +79,7 @@ static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 	exchange_enter(ex);
 	upstream_unwait(&ex->waiter);
+	exchange_gauges_update(ex);
 	exchange_queue_count_wait(ex);
 	if (ex->queue_deadline_first) {
 		exchange_queue_deadline(ex);
@@ -85,6 +90,9 @@ static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		 "max_upstream_connections (%u) busy",
 		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 		 upstream_name(ex->upstream), ex->proxy->config->limits.max_upstream_connections);
+	/* a first try that never started gave nothing up; a retry did */
+	if (ex->attempts > 0)
+		ex->gave_up = RETRY_GIVE_UP_UPSTREAM_BUSY;
 	if (ex->kept != NULL) {
 		exchange_deliver_kept(ex);
 	} else {
@@ -108,6 +116,7 @@ static void exchange_queue_released(struct upstream_waiter *waiter)
 		(struct exchange *)((char *)waiter - offsetof(struct exchange, waiter));
 
 	exchange_enter(ex);
+	exchange_gauges_update(ex);
 	evtimer_del(ex->timer);
 	exchange_queue_count_wait(ex);
 	if (!retry_within_deadline(&ex->route->retry, exchange_queue_elapsed(ex), 0)) {
@@ -141,6 +150,7 @@ static void exchange_queue(struct exchange *ex, bool front)
 	exchange_set_state(ex, EXCHANGE_QUEUED);
 	ex->waiter.release = exchange_queue_released;
 	upstream_slot_wait(ex->upstream, &ex->waiter, front);
+	exchange_gauges_update(ex);
 	left = policy->try_timeout_ms > waited ? policy->try_timeout_ms - waited : 0;
 	ex->queue_deadline_first = deadline_left < left;
 	if (ex->queue_deadline_first)

@@ -181,8 +181,9 @@ static void exchange_keep_overflow(struct exchange_try *t)
 	log_info("%.*s %.*s: retryable response is over retry_response_buffer: passed on as final",
 		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target);
 	ex->note = "retryable response over retry_response_buffer";
-	/* the retry it was kept for will not happen */
+	/* the retry it was kept for will not happen: its place goes back */
 	ex->gave_up = RETRY_GIVE_UP_NONE;
+	exchange_release_retry(ex);
 	exchange_cancel_racing(ex, t, false);
 	ex->winner = t;
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);

@@ -47,6 +47,7 @@ struct metrics_route {
 	uint64_t would_retry[METRICS_CAUSES];  /* retry.mode: observe, by enum retry_cause */
 	unsigned backoff_pending;	       /* gauge: requests in backoff now */
 	unsigned held;			       /* gauge: requests waiting for their upstream now */
+	unsigned queued;		       /* gauge: requests waiting for a connection now */
 	struct metrics_route *next;
 };
 
@@ -185,6 +186,11 @@ void metrics_route_gauges(struct metrics *metrics, const char *route, int backof
 
 	r->backoff_pending += (unsigned)backoff_pending;
 	r->held += (unsigned)held;
+}
+
+void metrics_route_queued(struct metrics *metrics, const char *route, int queued)
+{
+	metrics_route(metrics, route)->queued += (unsigned)queued;
 }
 
 unsigned metrics_backoff_pending(const struct metrics *metrics)
@@ -377,6 +383,13 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 		metrics_route_series(out, "retryproxy_route_held_requests", r->name);
 		evbuffer_add_printf(out, "} %u\n", r->held);
 	}
+	metrics_header(out, "retryproxy_route_queued", "gauge",
+		       "Requests waiting for a connection under max_upstream_connections now, "
+		       "by route.");
+	for (r = metrics->routes; r != NULL; r = r->next) {
+		metrics_route_series(out, "retryproxy_route_queued", r->name);
+		evbuffer_add_printf(out, "} %u\n", r->queued);
+	}
 
 	metrics_render_histogram(out, "retryproxy_request_duration_seconds",
 				 "Whole request duration, retries and backoff included.",
@@ -445,6 +458,7 @@ void metrics_each_route(const struct metrics *metrics,
 			.hedges_lost = r->hedges[0],
 			.backoff_pending = r->backoff_pending,
 			.held = r->held,
+			.queued = r->queued,
 		};
 
 		for (i = 0; i < r->code_count; i++) {

@@ -56,6 +56,10 @@ void metrics_resume(struct metrics *metrics, const char *route, bool ok);
 void metrics_route_gauges(struct metrics *metrics, const char *route, int backoff_pending,
 			  int held);
 
+/* A route's requests now waiting for a connection under
+ * max_upstream_connections changed by this amount. */
+void metrics_route_queued(struct metrics *metrics, const char *route, int queued);
+
 /* Requests in backoff now, over all routes. */
 unsigned metrics_backoff_pending(const struct metrics *metrics);
 
@@ -99,6 +103,7 @@ struct metrics_route_view {
 	uint64_t hedges_lost;
 	unsigned backoff_pending; /* requests in backoff now */
 	unsigned held;		  /* requests waiting for their upstream now */
+	unsigned queued;	  /* requests waiting for a connection now */
 };
 
 /* Call fn with each route's counters, in order of first use. */

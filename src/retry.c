@@ -321,6 +321,8 @@ const char *retry_give_up_name(enum retry_give_up reason)
 		return "client_gone";
 	case RETRY_GIVE_UP_BUDGET:
 		return "budget";
+	case RETRY_GIVE_UP_UPSTREAM_BUSY:
+		return "upstream_busy";
 	}
 	return NULL;
 }

@@ -33,7 +33,7 @@ static const char status_page_css[] =
 	".tile .v{display:block;font-size:22px;font-weight:600;font-variant-numeric:tabular-nums}"
 	".box{overflow-x:auto;background:#fff;border:1px solid #dde2ea;border-radius:8px}"
 	"table{border-collapse:collapse;width:100%}"
-	"th,td{padding:6px 8px;text-align:right;border-bottom:1px solid #edf0f4;white-space:nowrap;"
+	"th,td{padding:6px 4px;text-align:right;border-bottom:1px solid #edf0f4;white-space:nowrap;"
 	"font-variant-numeric:tabular-nums}"
 	"tbody tr:last-child th,tbody tr:last-child td{border-bottom:0}"
 	"thead th{background:#eef1f6;font-size:12px;font-weight:600;color:#3c4657;"
@@ -202,6 +202,9 @@ static void status_page_tiles(struct evbuffer *out, const struct status_page_sta
 	snprintf(value, sizeof(value), "%u", upstreams_waiting(state->upstreams));
 	status_page_tile(out, "held_requests", "Held requests",
 			 upstreams_waiting(state->upstreams) != 0 ? "warn" : "z", value);
+	snprintf(value, sizeof(value), "%u", upstreams_slot_waiting(state->upstreams));
+	status_page_tile(out, "queued", "Queued",
+			 upstreams_slot_waiting(state->upstreams) != 0 ? "warn" : "z", value);
 	snprintf(value, sizeof(value), "%u of %u", totals->upstreams_down, totals->upstreams);
 	status_page_tile(out, "upstreams_down", "Upstreams down",
 			 totals->upstreams_down != 0 ? "bad" : "good", value);
@@ -225,7 +228,7 @@ static void status_page_route_head(struct evbuffer *out)
 			    "<th class=\"g\" colspan=\"%d\">Retries by cause</th>"
 			    "<th class=\"g\" colspan=\"%d\">Given up by reason</th>"
 			    "<th class=\"g\" colspan=\"2\">Hedges</th>"
-			    "<th class=\"g\" colspan=\"2\">Now</th></tr>\n<tr>",
+			    "<th class=\"g\" colspan=\"3\">Now</th></tr>\n<tr>",
 			    STATUS_PAGE_CAUSES, RETRY_GIVE_UP_COUNT - 1);
 	for (i = 0; i < STATUS_PAGE_CAUSES; i++)
 		evbuffer_add_printf(out, "<th%s>%s</th>", i == 0 ? " class=\"g\"" : "",
@@ -235,9 +238,10 @@ static void status_page_route_head(struct evbuffer *out)
 		evbuffer_add_printf(out, "<th%s>%s</th>",
 				    i == RETRY_GIVE_UP_NONE + 1 ? " class=\"g\"" : "", words);
 	}
-	evbuffer_add_printf(out,
-			    "<th class=\"g\">won</th><th>lost</th>"
-			    "<th class=\"g\">backoff</th><th>held</th></tr></thead>\n<tbody>\n");
+	evbuffer_add_printf(
+		out, "<th class=\"g\">won</th><th>lost</th>"
+		     "<th class=\"g\">backoff</th><th>held</th><th>queued</th></tr></thead>\n"
+		     "<tbody>\n");
 }
 
 static void status_page_route_row(const struct metrics_route_view *view, void *arg)
@@ -281,6 +285,7 @@ static void status_page_route_row(const struct metrics_route_view *view, void *a
 	status_page_count(out, "backoff_pending", "Backoffs pending", view->backoff_pending, "warn",
 			  true);
 	status_page_count(out, "held", "Held requests", view->held, "warn", false);
+	status_page_count(out, "queued", "Queued requests", view->queued, "warn", false);
 	evbuffer_add_printf(out, "</tr>\n");
 }
 
@@ -298,7 +303,8 @@ static void status_page_upstream_row(const struct upstream_view *view, void *arg
 	struct evbuffer *out = pass->out;
 	const char *state = view->down ? "down" : "up";
 
-	if ((view->down || view->held > 0) != pass->attention || pass->left == 0)
+	if ((view->down || view->held > 0 || view->waiting > 0) != pass->attention ||
+	    pass->left == 0)
 		return;
 	pass->left--;
 	pass->shown++;
@@ -313,6 +319,7 @@ static void status_page_upstream_row(const struct upstream_view *view, void *arg
 			    state, state);
 	status_page_count(out, "failures", "Failures", view->failures, "bad", false);
 	status_page_count(out, "held", "Held requests", view->held, "warn", false);
+	status_page_count(out, "waiting", "Waiting for a connection", view->waiting, "warn", false);
 	status_page_count(out, "probes.ok", "Probes ok", view->probes_ok, "", true);
 	status_page_count(out, "probes.fail", "Probes failed", view->probes_failed, "", false);
 	evbuffer_add_printf(out, "</tr>\n");
@@ -362,12 +369,13 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 		evbuffer_add_printf(out,
 				    "<tr><td class=\"empty\" colspan=\"%d\">No requests "
 				    "yet.</td></tr>\n",
-				    4 + STATUS_PAGE_CAUSES + RETRY_GIVE_UP_COUNT - 1 + 2 + 2);
+				    4 + STATUS_PAGE_CAUSES + RETRY_GIVE_UP_COUNT - 1 + 2 + 3);
 	evbuffer_add_printf(out, "</tbody></table></div>\n");
 
 	evbuffer_add_printf(out, "<h2>Upstreams</h2>\n<div class=\"box\"><table id=\"upstreams\">\n"
 				 "<thead><tr><th class=\"name\">Upstream</th><th>State</th>"
-				 "<th>Failures</th><th>Held</th><th class=\"g\">Probes ok</th>"
+				 "<th>Failures</th><th>Held</th><th>Waiting for a connection</th>"
+				 "<th class=\"g\">Probes ok</th>"
 				 "<th>Probes failed</th></tr></thead>\n<tbody>\n");
 	/* the ones that need a look first, then the most recently used */
 	upstream_pass.attention = true;
@@ -375,12 +383,12 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 	upstream_pass.attention = false;
 	upstreams_each(state->upstreams, status_page_upstream_row, &upstream_pass);
 	if (totals.upstreams == 0)
-		evbuffer_add_printf(out, "<tr><td class=\"empty\" colspan=\"6\">No upstream "
+		evbuffer_add_printf(out, "<tr><td class=\"empty\" colspan=\"7\">No upstream "
 					 "contacted yet.</td></tr>\n");
 	else if (upstream_pass.shown < totals.upstreams)
 		evbuffer_add_printf(
 			out,
-			"<tr><td class=\"empty\" colspan=\"6\" data-key=\"upstreams_more\">"
+			"<tr><td class=\"empty\" colspan=\"7\" data-key=\"upstreams_more\">"
 			"and %u more: see <a href=\"/upstreams\">/upstreams</a></td></tr>\n",
 			totals.upstreams - upstream_pass.shown);
 	evbuffer_add_printf(out, "</tbody></table></div>\n</body>\n</html>\n");

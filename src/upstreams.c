@@ -603,6 +603,7 @@ void upstreams_each(const struct upstreams *set,
 			.down = u->health.state == HEALTH_DOWN,
 			.failures = u->health.failures,
 			.held = u->waiting,
+			.waiting = u->slot_waiting,
 			.probes_ok = u->probes_ok,
 			.probes_failed = u->probes_failed,
 		};

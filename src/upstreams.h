@@ -142,6 +142,7 @@ struct upstream_view {
 	bool down;
 	unsigned failures; /* consecutive connect failures */
 	unsigned held;	   /* requests waiting for it now */
+	unsigned waiting;  /* requests waiting for a connection to it (max_upstream_connections) */
 	uint64_t probes_ok;
 	uint64_t probes_failed;
 };

@@ -83,7 +83,8 @@ routes:
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 CAUSES = ("status", "connect", "reset", "timeout")
-REASONS = ("attempts", "deadline", "not_idempotent", "body_too_large", "client_gone", "budget")
+REASONS = ("attempts", "deadline", "not_idempotent", "body_too_large", "client_gone", "budget",
+           "upstream_busy")
 
 
 def scrape(admin):
@@ -132,7 +133,8 @@ def route_numbers(samples, route):
                                        result="lost"),
            "backoff_pending": "%d" % value(samples, "retryproxy_route_backoff_pending",
                                            route=route),
-           "held": "%d" % value(samples, "retryproxy_route_held_requests", route=route)}
+           "held": "%d" % value(samples, "retryproxy_route_held_requests", route=route),
+           "queued": "%d" % value(samples, "retryproxy_route_queued", route=route)}
     for cause in CAUSES:
         row["retries." + cause] = "%d" % value(samples, "retryproxy_retries_total", route=route,
                                                 cause=cause)

@@ -58,6 +58,7 @@ static const char *const test_golden[] = {
 	"retryproxy_retries_given_up_total{route=\"api\",reason=\"body_too_large\"} 1",
 	"retryproxy_retries_given_up_total{route=\"api\",reason=\"client_gone\"} 1",
 	"retryproxy_retries_given_up_total{route=\"api\",reason=\"budget\"} 0",
+	"retryproxy_retries_given_up_total{route=\"api\",reason=\"upstream_busy\"} 0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"attempts\"} 0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"deadline\"} 0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"not_"
@@ -67,6 +68,8 @@ static const char *const test_golden[] = {
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"client_gone\"} "
 	"0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"budget\"} 1",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"upstream_"
+	"busy\"} 0",
 	"# HELP retryproxy_hedges_total Hedged tries, by route and whether their response won.",
 	"# TYPE retryproxy_hedges_total counter",
 	"retryproxy_hedges_total{route=\"api\",result=\"won\"} 1",
@@ -104,6 +107,11 @@ static const char *const test_golden[] = {
 	"# TYPE retryproxy_route_held_requests gauge",
 	"retryproxy_route_held_requests{route=\"api\"} 0",
 	"retryproxy_route_held_requests{route=\"we\\\"ird\\\\route\\n\"} 0",
+	"# HELP retryproxy_route_queued Requests waiting for a connection under "
+	"max_upstream_connections now, by route.",
+	"# TYPE retryproxy_route_queued gauge",
+	"retryproxy_route_queued{route=\"api\"} 0",
+	"retryproxy_route_queued{route=\"we\\\"ird\\\\route\\n\"} 0",
 	"# HELP retryproxy_request_duration_seconds Whole request duration, retries and backoff "
 	"included.",
 	"# TYPE retryproxy_request_duration_seconds histogram",
@@ -308,6 +316,7 @@ static void test_metrics_gave_up_by_reason(void **state)
 		"retryproxy_retries_given_up_total{route=\"r\",reason=\"body_too_large\"} %d",
 		"retryproxy_retries_given_up_total{route=\"r\",reason=\"client_gone\"} %d",
 		"retryproxy_retries_given_up_total{route=\"r\",reason=\"budget\"} %d",
+		"retryproxy_retries_given_up_total{route=\"r\",reason=\"upstream_busy\"} %d",
 	};
 	struct metrics_gauges gauges = { 0, 0, 0 };
 
@@ -411,9 +420,11 @@ static void test_gauges_view(const struct metrics_route_view *view, void *arg)
 	if (strcmp(view->name, "a") == 0) {
 		got[0] = view->backoff_pending;
 		got[1] = view->held;
+		got[4] = view->queued;
 	} else {
 		got[2] = view->backoff_pending;
 		got[3] = view->held;
+		got[5] = view->queued;
 	}
 }
 
@@ -422,7 +433,7 @@ static void test_metrics_route_gauges(void **state)
 {
 	struct metrics *m = metrics_new();
 	struct metrics_gauges gauges = { 0, 0, 0 };
-	unsigned got[4];
+	unsigned got[6];
 	char *text;
 
 	metrics_route_gauges(m, "a", 1, 0);
@@ -430,12 +441,18 @@ static void test_metrics_route_gauges(void **state)
 	metrics_route_gauges(m, "b", 0, 1);
 	metrics_route_gauges(m, "a", -1, 1); /* from backoff to held */
 	metrics_route_gauges(m, "b", 1, 0);
+	metrics_route_queued(m, "b", 1);
+	metrics_route_queued(m, "b", 1);
+	metrics_route_queued(m, "b", -1);
+	/* queued requests are not in backoff */
 	assert_int_equal(metrics_backoff_pending(m), 2);
 	metrics_each_route(m, test_gauges_view, got);
 	assert_int_equal(got[0], 1);
 	assert_int_equal(got[1], 1);
 	assert_int_equal(got[2], 1);
 	assert_int_equal(got[3], 1);
+	assert_int_equal(got[4], 0);
+	assert_int_equal(got[5], 1);
 	text = test_render(m, &gauges);
 	test_line(text, "# TYPE retryproxy_route_backoff_pending gauge");
 	test_line(text, "retryproxy_route_backoff_pending{route=\"a\"} 1");
@@ -443,6 +460,9 @@ static void test_metrics_route_gauges(void **state)
 	test_line(text, "# TYPE retryproxy_route_held_requests gauge");
 	test_line(text, "retryproxy_route_held_requests{route=\"a\"} 1");
 	test_line(text, "retryproxy_route_held_requests{route=\"b\"} 1");
+	test_line(text, "# TYPE retryproxy_route_queued gauge");
+	test_line(text, "retryproxy_route_queued{route=\"a\"} 0");
+	test_line(text, "retryproxy_route_queued{route=\"b\"} 1");
 	free(text);
 	metrics_route_gauges(m, "a", 0, -1);
 	metrics_route_gauges(m, "b", -1, -1);

@@ -170,6 +170,7 @@ static void test_status_page_route_counters(void **state)
 	metrics_request_done(m, "other", 502, 0.1, 1);
 	metrics_route_gauges(m, "api", 2, 0);
 	metrics_route_gauges(m, "other", 0, 3);
+	metrics_route_queued(m, "other", 2);
 
 	page = test_render(m, ups, 4, false);
 	row = test_row(page, "api");
@@ -187,12 +188,14 @@ static void test_status_page_route_counters(void **state)
 	test_cell(row, "hedges.lost", "2");
 	test_cell(row, "backoff_pending", "2");
 	test_cell(row, "held", "0");
+	test_cell(row, "queued", "0");
 	free(row);
 	row = test_row(page, "other");
 	test_cell(row, "requests", "1");
 	test_cell(row, "success_rate", "0.0%");
 	test_cell(row, "backoff_pending", "0");
 	test_cell(row, "held", "3");
+	test_cell(row, "queued", "2");
 	free(row);
 	/* the tiles sum over routes; gauges come as given */
 	test_cell(page, "requests", "5");
@@ -201,6 +204,8 @@ static void test_status_page_route_counters(void **state)
 	test_cell(page, "gave_up", "2");
 	test_cell(page, "backoff_pending", "4");
 	test_cell(page, "held_requests", "0");
+	/* the Queued tile counts the upstreams' connection queues: none here */
+	test_cell(page, "queued", "0");
 	test_cell(page, "upstreams_down", "0 of 0");
 	test_cell(page, "client_connections", "3");
 	test_cell(page, "upstream_connections", "2");
