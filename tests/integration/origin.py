@@ -31,7 +31,8 @@ full list; query parameters tune it):
                         order, body length and sha256, connection id)
     /gate/<name>        ?first=N&rest=M: sends the head and N bytes, sets
                         gate(name).reached, waits for gate(name).release(),
-                        then sends M more (?chunked=1 for chunked framing)
+                        then sends M more (?chunked=1 for chunked framing,
+                        ?status=N for a status other than 200)
     /slow/<n>           n bytes written one at a time (?delay=S between bytes,
                         ?head=1 drips the head too)
     /delay/<s>          waits s seconds, then 200 "delayed\\n"
@@ -934,11 +935,13 @@ class Origin:
         first = int(ex.param("first", 1000))
         rest = int(ex.param("rest", 1000))
         chunked = bool(ex.param("chunked"))
+        status = int(ex.param("status", 200))
         if chunked:
-            ex.head(200, [("Content-Type", "application/octet-stream"), ("Transfer-Encoding", "chunked")])
+            ex.head(status, [("Content-Type", "application/octet-stream"),
+                             ("Transfer-Encoding", "chunked")])
             ex.send(b"%x\r\n" % first + pattern_bytes(first) + b"\r\n")
         else:
-            ex.head(200, [("Content-Type", "application/octet-stream"),
+            ex.head(status, [("Content-Type", "application/octet-stream"),
                           ("Content-Length", str(first + rest))])
             ex.send_pattern(first)
         g.reached.set()

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Scenario: the gauges and give-ups around the connection-cap queue
+(limits.max_upstream_connections: 1).
+
+Client: raw connections to one listener; the admin listener's /metrics and
+status page.
+Origin: the recording test origin, scripted per path; a gate holds a
+response half-sent.
+Must hold:
+(1) A 503 whose retry waits for the one connection (held by a slow GET)
+    and a first try waiting behind it are queued, not in backoff:
+    retryproxy_backoff_pending 0, retryproxy_route_backoff_pending 0,
+    retryproxy_route_queued 1 on each of the two routes,
+    retryproxy_upstream_waiting 2; the status page's Queued tile says 2,
+    each route's queued cell 1 and backoff 0, and the upstream's "waiting
+    for a connection" cell 2. All three get 200; then every gauge is 0.
+(2) A retry whose wait for the connection passes its route's try_timeout
+    (1 s) gives up: the kept 503 goes out with gave_up=upstream_busy,
+    retryproxy_retries_given_up_total{reason="upstream_busy"} counts it,
+    the retry never reaches the origin, and the JSON trail's last wait_ms
+    is the backoff plus the queue (about 1.5 s, not more than 2.5 s).
+(3) A chunked 503 of 8 KiB over retry_response_buffer (1 KiB), stalled
+    mid-body: while it is relayed as the final response, its route's
+    backoff gauge and retryproxy_backoff_pending are 0; then the client
+    gets all 8 KiB.
+"""
+
+import re
+import time
+
+import harness as h
+import origin as o
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: json }
+limits:
+  drain_timeout: 2s
+  max_upstream_connections: 1
+  retry_response_buffer: 1KiB
+defaults:
+  retry: { try_timeout: 10s, max_attempts: 3, initial_backoff: 500ms, jitter: 0s }
+routes:
+  - name: waits
+    match: { path_prefix: /w/ }
+    retry: { try_timeout: 10s, initial_backoff: 500ms, jitter: 0s, max_attempts: 3 }
+  - name: busy
+    match: { path_prefix: /b/ }
+    retry: { try_timeout: 1s, initial_backoff: 500ms, jitter: 0s, max_attempts: 3 }
+  - name: keep
+    match: { path_prefix: /k/ }
+    retry: { try_timeout: 10s, initial_backoff: 500ms, jitter: 0s, max_attempts: 3 }
+"""
+
+
+def scenario(t):
+    origin = t.origin(name="queued")
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+    admin = "http://127.0.0.1:%d" % proxy.port(1)
+    upstream = "http://127.0.0.1:%d" % origin.port
+
+    def metrics():
+        body = h.curl(admin + "/metrics", check=True).body.decode()
+        return {m.group(1): int(m.group(2)) for m in
+                re.finditer(r"^(retryproxy_\S+) (\d+)$", body, re.M)}
+
+    def route(name, route_name):
+        return metrics().get('%s{route="%s"}' % (name, route_name))
+
+    def cell(html, key):
+        m = re.search(r'data-key="%s"[^>]*>([^<]*)<' % re.escape(key), html)
+        return m.group(1) if m else None
+
+    def row(html, attr, name):
+        m = re.search(r'<tr %s="%s">(.*?)</tr>' % (attr, re.escape(name)), html, re.S)
+        return m.group(1) if m else ""
+
+    def hold_connection(delay, tag):
+        c = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
+        t.defer(c.close)
+        c.send(h.request("GET", "/echo?c=%s&delay=%s" % (tag, delay), "app.example"))
+        origin.wait_for(lambda x: any(q.query.get("c") == tag for q in x.requests), 5 * h.SLOW,
+                        "the request %s at the origin" % tag)
+        return c
+
+    @t.check("cap 1: a retry and a first try waiting for the connection are queued, "
+             "not in backoff, on /metrics and on the status page")
+    def _():
+        origin.script("/w/q", [503, 200])
+        b = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
+        t.defer(b.close)
+        b.send(h.request("GET", "/w/q", "app.example"))
+        origin.wait_for(lambda x: len(x.requests_for("/w/q")) == 1, 5 * h.SLOW,
+                        "the first try of /w/q")
+        holder = hold_connection(3, "holder-q")
+        c = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
+        t.defer(c.close)
+        c.send(h.request("GET", "/echo?c=first-q", "app.example"))
+        h.wait_until(lambda: metrics().get("retryproxy_upstream_waiting") == 2, 5 * h.SLOW,
+                     "the retry and the first try waiting for the connection")
+        now = metrics()
+        page = h.curl(admin + "/?norefresh", check=True).body.decode()
+        h.eq(now.get("retryproxy_backoff_pending"), 0, "retryproxy_backoff_pending")
+        for name in ("waits", "default"):
+            h.eq((now.get('retryproxy_route_backoff_pending{route="%s"}' % name),
+                  now.get('retryproxy_route_queued{route="%s"}' % name),
+                  now.get('retryproxy_route_held_requests{route="%s"}' % name)),
+                 (0, 1, 0), "route %s: backoff, queued, held" % name)
+        h.eq((cell(page, "queued"), cell(page, "backoff_pending")), ("2", "0"),
+             "the Queued and Backoffs pending tiles")
+        for name in ("waits", "default"):
+            r = row(page, "data-route", name)
+            h.eq((cell(r, "backoff_pending"), cell(r, "queued")), ("0", "1"),
+                 "route %s's backoff and queued cells" % name)
+        h.eq(cell(row(page, "data-upstream", upstream), "waiting"), "2",
+             "the upstream's waiting-for-a-connection cell")
+        h.eq([x.read_response().status for x in (holder, b, c)], [200, 200, 200],
+             "the holder, the retry, the first try")
+        h.wait_until(lambda: all(v == 0 for k, v in metrics().items()
+                                 if re.match(r"retryproxy_(route_)?(backoff_pending|queued|"
+                                             r"held_requests|upstream_waiting)\b", k)),
+                     5 * h.SLOW, "every backoff, queued, held and waiting gauge at 0")
+
+    @t.check("cap 1: a retry whose wait for the connection passes try_timeout gives up "
+             "(gave_up=upstream_busy) with the kept 503")
+    def _():
+        origin.script("/b/x", [503])
+        b = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
+        t.defer(b.close)
+        start = time.monotonic()
+        b.send(h.request("GET", "/b/x", "app.example"))
+        origin.wait_for(lambda x: len(x.requests_for("/b/x")) == 1, 5 * h.SLOW,
+                        "the first try of /b/x")
+        holder = hold_connection(4, "holder-b")
+        r = b.read_response()
+        elapsed = time.monotonic() - start
+        h.eq(r.status, 503, "the kept 503")
+        h.ok(elapsed < 3.5 * h.SLOW, "answered after %.2fs (backoff 0.5s, try_timeout 1s)"
+             % elapsed)
+        f = proxy.access_one("/b/x")
+        h.eq((f.get("gave_up"), f.get("attempts")), ("upstream_busy", 1), "gave_up, attempts")
+        tries = f.get("tries", [])
+        h.eq([x.get("status") for x in tries], [503], "the trail's tries")
+        waited = tries[0].get("wait_ms", 0) / 1000.0
+        h.ok(1.2 <= waited <= 2.5, "the trail's last wait %.2fs is the backoff and the queue "
+             "(~1.5s), counted once" % waited)
+        h.eq(route("retryproxy_retries_given_up_total", 'busy",reason="upstream_busy'), 1,
+             "retries_given_up_total upstream_busy")
+        h.eq(holder.read_response().status, 200, "the holder")
+        h.eq(len(origin.requests_for("/b/x")), 1, "tries of /b/x at the origin")
+
+    @t.check("a 503 over retry_response_buffer relayed as final holds no backoff place")
+    def _():
+        gate = origin.gate("keep-big")
+        origin.script("/k/big", ["/gate/keep-big?first=4096&rest=4096&chunked=1&status=503"])
+        c = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
+        t.defer(c.close)
+        c.send(h.request("GET", "/k/big", "app.example"))
+        gate.wait_reached(5 * h.SLOW)
+        try:
+            proxy.wait_log("retryable response is over retry_response_buffer",
+                           timeout=5 * h.SLOW)
+            now = metrics()
+            h.eq((now.get('retryproxy_route_backoff_pending{route="keep"}'),
+                  now.get("retryproxy_backoff_pending")), (0, 0),
+                 "route keep's backoff gauge and retryproxy_backoff_pending while relaying")
+        finally:
+            gate.release()
+        r = c.read_response()
+        h.eq(r.status, 503, "status")
+        h.eq(r.body, o.pattern_bytes(8192), "body (8192 pattern bytes)")
+
+
+h.run(scenario, __doc__)
