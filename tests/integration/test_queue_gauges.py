@@ -23,6 +23,10 @@ Must hold:
     mid-body: while it is relayed as the final response, its route's
     backoff gauge and retryproxy_backoff_pending are 0; then the client
     gets all 8 KiB.
+(4) The held path reads the same as (2): a request held for a down
+    upstream (a closed port, down after one failed connect) until its
+    1.5 s deadline gets 502 with gave_up=deadline, and its JSON trail's
+    last wait_ms counts the backoff and the time held (about 1.5 s).
 """
 
 import re
@@ -41,6 +45,7 @@ limits:
   drain_timeout: 2s
   max_upstream_connections: 1
   retry_response_buffer: 1KiB
+health: { down_after: 1, probe_interval: 10m, hold: true }
 defaults:
   retry: { try_timeout: 10s, max_attempts: 3, initial_backoff: 500ms, jitter: 0s }
 routes:
@@ -53,12 +58,16 @@ routes:
   - name: keep
     match: { path_prefix: /k/ }
     retry: { try_timeout: 10s, initial_backoff: 500ms, jitter: 0s, max_attempts: 3 }
+  - name: down
+    match: { path_prefix: /h/ }
+    upstream: http://127.0.0.1:@CLOSED@
+    retry: { deadline: 1500ms, initial_backoff: 100ms, jitter: 0s, max_attempts: 10 }
 """
 
 
 def scenario(t):
     origin = t.origin(name="queued")
-    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, CLOSED=h.closed_port())
     admin = "http://127.0.0.1:%d" % proxy.port(1)
     upstream = "http://127.0.0.1:%d" % origin.port
 
@@ -172,6 +181,19 @@ def scenario(t):
         r = c.read_response()
         h.eq(r.status, 503, "status")
         h.eq(r.body, o.pattern_bytes(8192), "body (8192 pattern bytes)")
+
+    @t.check("held for a down upstream until the deadline: the JSON trail's last wait_ms "
+             "counts the time held, as the connection queue's does")
+    def _():
+        r = h.fetch(proxy.port(0), "GET", "/h/x", "app.example", timeout=20 * h.SLOW)
+        h.eq(r.status, 502, "status")
+        f = proxy.access_one("/h/x")
+        h.eq(f.get("gave_up"), "deadline", "gave_up")
+        tries = f.get("tries", [])
+        h.eq(len(tries), 1, "tries %r" % tries)
+        waited = tries[-1].get("wait_ms", 0) / 1000.0
+        h.ok(1.2 <= waited <= 2.5, "the trail's last wait %.2fs is the backoff and the time "
+             "held (~1.5s)" % waited)
 
 
 h.run(scenario, __doc__)
