@@ -36,7 +36,9 @@ other route, which gets 200 at once, not a 504 after try_timeout.
 a GET and a POST to http://localhost:port/ and a GET to
 http://localhost.:port/ get 200 at once (the GETs on the pooled
 connection), not a 504 after try_timeout: a host's spellings are one
-upstream, with one cap and one pool. (10) A fourth proxy, capped at 2:
+upstream, with one cap and one pool; an upstream configured as
+https://LocalHost:port, and a forward request for https://LOCALHOST.:port/,
+are verified as, and send SNI, localhost. (10) A fourth proxy, capped at 2:
 a GET whose pooled connection turns out stale while the other connection
 is busy and another request waits goes again at once, but waits behind
 that request; released when that request's connection goes back to the
@@ -101,6 +103,8 @@ CONFIG_FORWARD = """\
 listen:
   - address: 127.0.0.1:@PORT0@
 admin: 127.0.0.1:@PORT1@
+tls:
+  ca_file: @CA@
 limits:
   max_upstream_connections: 1
 defaults:
@@ -356,8 +360,18 @@ def scenario(t):
         h.wait_until(lambda: first[0].closed.is_set(), 3 * h.SLOW,
                      "the idle connection closed by the proxy to make room")
 
+    spelled = t.proxy(CONFIG_KEYS.replace("https://localhost:", "https://LocalHost:"),
+                      ORIGIN=origin_tls.port, CA=certs.ca)
+
+    @t.check("upstream https://LocalHost: SNI and the certificate check use localhost")
+    def _():
+        before = len(origin_tls.connections)
+        r = h.fetch(spelled.port(), "GET", "/echo?c=spelled", "app.example")
+        h.eq(r.status, 200, "GET through the verifying route (body %r)" % r.body)
+        h.eq([c.sni for c in origin_tls.connections[before:]], ["localhost"], "SNI sent")
+
     origin_fw = t.origin(name="capped-spellings")
-    forward = t.proxy(CONFIG_FORWARD)
+    forward = t.proxy(CONFIG_FORWARD, CA=certs.ca)
 
     @t.check("forward, cap 1: LOCALHOST, localhost and localhost. are one upstream, "
              "one cap, one pool")
@@ -385,6 +399,14 @@ def scenario(t):
         r = h.fetch(forward.port(1), "GET", "/upstreams", "admin")
         names = [line.split()[0] for line in r.body.decode().splitlines() if line]
         h.eq(names, ["http://localhost:%d" % origin_fw.port], "/upstreams")
+
+    @t.check("forward: https://LOCALHOST.:port/ is verified as, and sends SNI, localhost")
+    def _():
+        before = len(origin_tls.connections)
+        url = "https://LOCALHOST.:%d/echo?c=spelled-fw" % origin_tls.port
+        r = h.fetch(forward.port(), "GET", url, "LOCALHOST.:%d" % origin_tls.port)
+        h.eq(r.status, 200, "GET %s (body %r)" % (url, r.body))
+        h.eq([c.sni for c in origin_tls.connections[before:]], ["localhost"], "SNI sent")
 
     origin_st = t.origin(name="capped-stale")
     two = t.proxy(CONFIG_ONE, ORIGIN=origin_st.port, CAP=2)
