@@ -835,6 +835,9 @@ static void exchange_begin_try(struct exchange *ex, struct exchange_try *t)
 	struct timeval tv = timeval_from_ms(ex->route->retry.try_timeout_ms);
 
 	exchange_release_retry(ex);
+	/* only now: a try that waited for a place or for the upstream's
+	 * health still must not take a pooled connection when released */
+	ex->skip_pool = false;
 	ex->attempts++;
 	metrics_try(ex->proxy->metrics, ex->route->name);
 	exchange_set_state(ex, EXCHANGE_TRYING);
@@ -911,7 +914,6 @@ void exchange_start_try(struct exchange *ex)
 	    /* a pooled connection goes to the oldest waiting request first */
 	    (ex->queue_released || !upstream_slot_waiters(ex->upstream)))
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);
-	ex->skip_pool = false;
 	if (pooled == NULL && !ex->is_connect && !exchange_take_connection_place(ex))
 		return;
 	if (pooled == NULL && !exchange_admit(ex)) {

@@ -171,8 +171,10 @@ bool exchange_take_connection_place(struct exchange *ex)
 	if (upstream_slot_take(ex->upstream, max, first))
 		return true;
 	/* an idle connection this request may not reuse (it is not safe to
-	 * repeat, or the last try failed on one) gives up its place */
-	if (pool_close_one(ex->proxy->pool, ex->pool_key) &&
+	 * repeat, or the last try failed on one) gives up its place; not when
+	 * others wait first: they would get the place, or that connection */
+	if (upstream_slot_at_cap(ex->upstream, first) &&
+	    pool_close_one(ex->proxy->pool, ex->pool_key) &&
 	    upstream_slot_take(ex->upstream, max, first))
 		return true;
 	exchange_queue(ex, first);

@@ -407,6 +407,8 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	*p++ = '\0';
 	ex->endpoint_host = p;
 	p = exchange_put(p, dest->host, dest->host_len);
+	/* one spelling per upstream: its pool key, its record and its cap */
+	p = ex->endpoint_host + upstream_host_normalise(ex->endpoint_host, dest->host_len);
 	*p++ = '\0';
 	ex->endpoint.host = ex->endpoint_host;
 	ex->pool_key = p;

@@ -54,6 +54,41 @@ static size_t upstream_key_append(char *buf, size_t len, size_t at, const char *
 	return at + n;
 }
 
+/* Is any of the 8 bytes in w an upper-case ASCII letter? Per byte, with its
+ * top bit cleared (so no carry crosses bytes), adding 0x80 - 'A' sets the
+ * top bit from 'A' on and adding 0x80 - 'Z' - 1 from past 'Z'. */
+static bool upstream_word_has_upper(uint64_t w)
+{
+	const uint64_t ones = 0x0101010101010101u;
+	const uint64_t tops = ones * 0x80;
+	uint64_t low = w & ~tops;
+	uint64_t from_a = low + ones * (0x80 - 'A');
+	uint64_t past_z = low + ones * (0x80 - 'Z' - 1);
+
+	return (from_a & ~past_z & ~w & tops) != 0;
+}
+
+size_t upstream_host_normalise(char *host, size_t len)
+{
+	size_t i = 0;
+
+	if (len > 1 && host[len - 1] == '.')
+		len--;
+	/* every request's host comes here, nearly always in lower case
+	 * already: look 8 bytes at a time for a letter to change */
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w;
+
+		memcpy(&w, host + i, 8);
+		if (upstream_word_has_upper(w))
+			break;
+	}
+	for (; i < len; i++)
+		if (host[i] >= 'A' && host[i] <= 'Z')
+			host[i] = (char)(host[i] - 'A' + 'a');
+	return len;
+}
+
 void upstream_pool_key(const struct upstream_endpoint *endpoint, const struct tls_policy *tls,
 		       char *buf, size_t len)
 {

@@ -441,6 +441,11 @@ bool upstream_slot_take(struct upstream *u, unsigned max, bool first_in_line)
 	return true;
 }
 
+bool upstream_slot_at_cap(const struct upstream *u, bool first_in_line)
+{
+	return u->open >= u->max_open && (u->slot_waiting == 0 || first_in_line);
+}
+
 void upstream_slot_put(struct upstream *u)
 {
 	if (u->open > 0)

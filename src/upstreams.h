@@ -97,6 +97,11 @@ void upstream_response_seen(struct upstream *upstream, const struct health_polic
  * just released from the queue, so it is the oldest). */
 bool upstream_slot_take(struct upstream *upstream, unsigned max, bool first_in_line);
 
+/* After upstream_slot_take() refused: was it only for the cap, so that a
+ * place freed now would go to this caller (and not to those waiting before
+ * it)? */
+bool upstream_slot_at_cap(const struct upstream *upstream, bool first_in_line);
+
 /* Give back a place taken that no connection holds (its connect failed or
  * was given up, or it was not needed). */
 void upstream_slot_put(struct upstream *upstream);

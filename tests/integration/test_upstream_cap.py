@@ -32,6 +32,18 @@ reaches the origin next, not after the flow. (8) A third proxy, capped at 1,
 to a TLS upstream with a route that does not verify: an idle connection
 pooled by the verifying route is closed to make room for a request of the
 other route, which gets 200 at once, not a 504 after try_timeout.
+(9) A forward proxy, capped at 1: after a GET to http://LOCALHOST:port/,
+a GET and a POST to http://localhost:port/ and a GET to
+http://localhost.:port/ get 200 at once (the GETs on the pooled
+connection), not a 504 after try_timeout: a host's spellings are one
+upstream, with one cap and one pool; an upstream configured as
+https://LocalHost:port, and a forward request for https://LOCALHOST.:port/,
+are verified as, and send SNI, localhost. (10) A fourth proxy, capped at 2:
+a GET whose pooled connection turns out stale while the other connection
+is busy and another request waits goes again at once, but waits behind
+that request; released when that request's connection goes back to the
+pool, it still takes a new connection (the proxy closing the idle one to
+make room), not a pooled one.
 """
 
 import os
@@ -85,6 +97,18 @@ routes:
   - name: waits
     match: { path_prefix: /w/ }
     retry: { try_timeout: 10s, initial_backoff: 500ms, jitter: 0s, max_attempts: 3 }
+"""
+
+CONFIG_FORWARD = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+admin: 127.0.0.1:@PORT1@
+tls:
+  ca_file: @CA@
+limits:
+  max_upstream_connections: 1
+defaults:
+  retry: { try_timeout: 2s, max_attempts: 1 }
 """
 
 CONFIG_KEYS = """\
@@ -337,5 +361,103 @@ def scenario(t):
         h.ok(r.elapsed < 1.5 * h.SLOW, "answered after %.2fs (try_timeout 2s)" % r.elapsed)
         h.wait_until(lambda: first[0].closed.is_set(), 3 * h.SLOW,
                      "the idle connection closed by the proxy to make room")
+
+    spelled = t.proxy(CONFIG_KEYS.replace("https://localhost:", "https://LocalHost:"),
+                      ORIGIN=origin_tls.port, CA=certs.ca)
+
+    @t.check("upstream https://LocalHost: SNI and the certificate check use localhost")
+    def _():
+        before = len(origin_tls.connections)
+        r = h.fetch(spelled.port(), "GET", "/echo?c=spelled", "app.example")
+        h.eq(r.status, 200, "GET through the verifying route (body %r)" % r.body)
+        h.eq([c.sni for c in origin_tls.connections[before:]], ["localhost"], "SNI sent")
+
+    origin_fw = t.origin(name="capped-spellings")
+    forward = t.proxy(CONFIG_FORWARD, CA=certs.ca)
+
+    @t.check("forward, cap 1: LOCALHOST, localhost and localhost. are one upstream, "
+             "one cap, one pool")
+    def _():
+        def get(host, path, method="GET", body=b""):
+            url = "http://%s:%d%s" % (host, origin_fw.port, path)
+            r = h.fetch(forward.port(), method, url, "%s:%d" % (host, origin_fw.port),
+                        body=body, timeout=20 * h.SLOW)
+            h.eq(r.status, 200, "%s %s (body %r)" % (method, url, r.body))
+            h.ok(r.elapsed < 1.5 * h.SLOW, "%s %s answered after %.2fs (try_timeout 2s)"
+                 % (method, url, r.elapsed))
+            h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts of %s %s" % (method, url))
+            return r
+
+        get("LOCALHOST", "/echo?c=upper")
+        get("localhost", "/echo?c=lower")
+        h.eq(len(origin_fw.connections), 1, "connections at the origin: the GET reused it")
+        get("localhost", "/echo?c=post", "POST", b"x")
+        get("localhost.", "/echo?c=dot")
+        h.eq(len(origin_fw.connections), 2, "connections at the origin")
+        hosts = [q.header("Host") for q in origin_fw.requests]
+        h.eq(hosts, ["LOCALHOST:%d" % origin_fw.port, "localhost:%d" % origin_fw.port,
+                     "localhost:%d" % origin_fw.port, "localhost.:%d" % origin_fw.port],
+             "Host headers as the client wrote them")
+        r = h.fetch(forward.port(1), "GET", "/upstreams", "admin")
+        names = [line.split()[0] for line in r.body.decode().splitlines() if line]
+        h.eq(names, ["http://localhost:%d" % origin_fw.port], "/upstreams")
+
+    @t.check("forward: https://LOCALHOST.:port/ is verified as, and sends SNI, localhost")
+    def _():
+        before = len(origin_tls.connections)
+        url = "https://LOCALHOST.:%d/echo?c=spelled-fw" % origin_tls.port
+        r = h.fetch(forward.port(), "GET", url, "LOCALHOST.:%d" % origin_tls.port)
+        h.eq(r.status, 200, "GET %s (body %r)" % (url, r.body))
+        h.eq([c.sni for c in origin_tls.connections[before:]], ["localhost"], "SNI sent")
+
+    origin_st = t.origin(name="capped-stale")
+    two = t.proxy(CONFIG_ONE, ORIGIN=origin_st.port, CAP=2)
+
+    def two_metric(name):
+        r = h.fetch(two.port(1), "GET", "/metrics", "admin")
+        m = re.search(r"^%s (\d+)$" % name, r.body.decode(), re.M)
+        return int(m.group(1)) if m else None
+
+    @t.check("cap 2: the retry of a stale pooled connection, released from the queue when a "
+             "connection is pooled, still takes a new connection")
+    def _():
+        warm = [h.RawConn(two.port(), timeout=20 * h.SLOW) for _ in range(2)]
+        for i, c in enumerate(warm):
+            t.defer(c.close)
+            c.send(h.request("GET", "/echo?c=warm%d&delay=0.3" % i, "app.example"))
+        for c in warm:
+            h.eq(c.read_response().status, 200, "a warming GET")
+        h.eq(len(origin_st.connections), 2, "connections pooled")
+        holder = h.RawConn(two.port(), timeout=20 * h.SLOW)
+        t.defer(holder.close)
+        holder.send(h.request("GET", "/echo?c=holder&delay=5", "app.example"))
+        origin_st.wait_for(lambda o: any(q.query.get("c") == "holder" for q in o.requests),
+                           5 * h.SLOW, "the holder at the origin")
+        # the pooled connection the GET takes is reset a second after its request
+        origin_st.script("/w/stale", ["/reset/request?delay=1", 200])
+        stale = h.RawConn(two.port(), timeout=20 * h.SLOW)
+        t.defer(stale.close)
+        stale.send(h.request("GET", "/w/stale", "app.example"))
+        origin_st.wait_for(lambda o: len(o.requests_for("/w/stale")) == 1, 5 * h.SLOW,
+                           "the first try of /w/stale")
+        waiter = h.RawConn(two.port(), timeout=20 * h.SLOW)
+        t.defer(waiter.close)
+        waiter.send(h.request("GET", "/echo?c=waiter&delay=0.5", "app.example"))
+        h.wait_until(lambda: two_metric("retryproxy_upstream_waiting") == 1, 2 * h.SLOW,
+                     "the waiter to wait")
+        h.eq(waiter.read_response().status, 200, "the waiter")
+        r = stale.read_response()
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "the stale GET's retry")
+        tries = origin_st.requests_for("/w/stale")
+        h.eq(len(tries), 2, "tries of /w/stale at the origin")
+        waited = [q for q in origin_st.requests if q.query.get("c") == "waiter"][0]
+        h.ok(tries[1].conn_id != waited.conn_id,
+             "the retry after the stale connection went on the waiter's pooled connection")
+        h.ok(tries[1].conn_id not in [c.id for c in origin_st.connections[:2]],
+             "the retry went on a connection pooled before")
+        h.wait_until(lambda: any(c.id == waited.conn_id and c.closed.is_set()
+                                 for c in origin_st.connections), 3 * h.SLOW,
+                     "the waiter's idle connection closed by the proxy to make room")
+        h.eq(holder.read_response().status, 200, "the holder")
 
 h.run(scenario, __doc__)

@@ -919,10 +919,17 @@ static void test_upstreams_connection_cap(void **state)
 	assert_true(upstream_slot_take(u, 2, false));
 	assert_true(upstream_slot_take(u, 2, false));
 	assert_false(upstream_slot_take(u, 2, false));
+	/* refused for the cap alone: closing an idle connection makes room */
+	assert_true(upstream_slot_at_cap(u, false));
 	upstream_slot_wait(u, &w1.waiter, false);
 	upstream_slot_wait(u, &w2.waiter, false);
 	upstream_slot_wait(u, &w3.waiter, false);
 	upstream_slot_wait(u, &w4.waiter, false);
+	/* with others waiting first, room made would not be the newcomer's;
+	 * the head of the queue may make it */
+	assert_false(upstream_slot_take(u, 2, false));
+	assert_false(upstream_slot_at_cap(u, false));
+	assert_true(upstream_slot_at_cap(u, true));
 	assert_true(metrics_contain(&h, "retryproxy_upstream_waiting 4\n"));
 	/* the health queue is another */
 	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
@@ -930,8 +937,10 @@ static void test_upstreams_connection_cap(void **state)
 	/* a place given back goes to the oldest, from the loop */
 	upstream_slot_put(u);
 	assert_int_equal(h.released_count, 0);
-	/* meanwhile a newcomer does not jump the queue */
+	/* meanwhile a newcomer does not jump the queue, nor closes an idle
+	 * connection for nothing: below the cap */
 	assert_false(upstream_slot_take(u, 2, false));
+	assert_false(upstream_slot_at_cap(u, false));
 	run_until(&h, released_at_least, &one, 1000);
 	run_until(&h, NULL, NULL, 20);
 	assert_released(&h, first, 1);
@@ -961,6 +970,40 @@ static void test_upstreams_connection_cap(void **state)
 	harness_free(&h);
 }
 
+/* A host's spellings become one: lower case, one trailing dot gone; what is
+ * not an upper-case letter stays, whichever of the 8-byte words it is in. */
+static void test_upstream_host_normalise(void **state)
+{
+	static const struct {
+		const char *in;
+		const char *out;
+	} cases[] = {
+		{ "localhost", "localhost" },
+		{ "LOCALHOST", "localhost" },
+		{ "localhost.", "localhost" },
+		{ "Api.Example.COM.", "api.example.com" },
+		{ "127.0.0.1", "127.0.0.1" },
+		{ "a", "a" },
+		{ "A.", "a" },
+		{ ".", "." },
+		{ "x..", "x." },
+		{ "@[`{AZaz09-_", "@[`{azaz09-_" },
+		{ "abcdefghijklmnopqrstuvwxyZ", "abcdefghijklmnopqrstuvwxyz" },
+		{ "\xc3\x89t\xc3\xa9.example", "\xc3\x89t\xc3\xa9.example" },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char buf[64];
+		size_t n = strlen(cases[i].in);
+
+		memcpy(buf, cases[i].in, n);
+		n = upstream_host_normalise(buf, n);
+		buf[n] = '\0';
+		assert_string_equal(buf, cases[i].out);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -979,6 +1022,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_rewait),
 		cmocka_unit_test(test_upstreams_unwait),
 		cmocka_unit_test(test_upstreams_connection_cap),
+		cmocka_unit_test(test_upstream_host_normalise),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
