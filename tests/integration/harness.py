@@ -115,12 +115,22 @@ def wait_until(predicate, timeout, what, interval=0.05):
 
 # -- ports ------------------------------------------------------------------
 
+_GIVEN_PORTS = set()
+
+
 def free_port(host="127.0.0.1"):
-    """A port nothing listens on right now (the kernel's pick)."""
+    """A port nothing listens on right now (the kernel's pick), never one
+    this run was given before: the kernel may hand the same free port to
+    two calls in a row, and a config's @PORT0@ and @PORT1@ must differ."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    for _ in range(100):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
+    raise RuntimeError("no port this run has not used yet")
 
 
 _RESERVED = []
