@@ -115,6 +115,13 @@ def wait_until(predicate, timeout, what, interval=0.05):
 
 # -- ports ------------------------------------------------------------------
 
+def metric(text, name, labels=""):
+    """The value of one series in a /metrics page (labels as written there,
+    e.g. '{route="a"}'), or None when it is not there."""
+    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
+    return float(m.group(1)) if m else None
+
+
 _GIVEN_PORTS = set()
 
 

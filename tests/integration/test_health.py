@@ -127,11 +127,6 @@ def admin_get(proxy, path):
     return h.curl("http://127.0.0.1:%d%s" % (proxy.port(1), path), check=True).body.decode()
 
 
-def metric(text, name, labels=""):
-    """The value of one series in a /metrics page, or None."""
-    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
-    return float(m.group(1)) if m else None
-
 
 def upstream_line(proxy, port):
     for line in admin_get(proxy, "/upstreams").splitlines():
@@ -224,19 +219,19 @@ def scenario(t):
         m = re.search(r"held=(\d+)$", during_upstreams or "")
         h.ok(m is not None and int(m.group(1)) >= GETS + POSTS - 3,
              "held during the outage: %r" % during_upstreams)
-        h.eq(metric(during_metrics, "retryproxy_upstream_up", '{upstream="%s"}' % name), 0.0,
+        h.eq(h.metric(during_metrics, "retryproxy_upstream_up", '{upstream="%s"}' % name), 0.0,
              "retryproxy_upstream_up during the outage")
-        h.ok((metric(during_metrics, "retryproxy_held_requests") or 0) >= GETS + POSTS - 3,
+        h.ok((h.metric(during_metrics, "retryproxy_held_requests") or 0) >= GETS + POSTS - 3,
              "retryproxy_held_requests during the outage: %s"
-             % metric(during_metrics, "retryproxy_held_requests"))
+             % h.metric(during_metrics, "retryproxy_held_requests"))
 
     @t.check("compose start-up: connection attempts during the outage stay near "
              "down_after + outage / probe_interval")
     def _():
-        refused = metric(after_metrics, "retryproxy_upstream_errors_total", '{kind="connect"}')
-        probes_failed = metric(after_metrics, "retryproxy_probes_total",
+        refused = h.metric(after_metrics, "retryproxy_upstream_errors_total", '{kind="connect"}')
+        probes_failed = h.metric(after_metrics, "retryproxy_probes_total",
                                '{upstream="%s",result="fail"}' % name)
-        probes_ok = metric(after_metrics, "retryproxy_probes_total",
+        probes_ok = h.metric(after_metrics, "retryproxy_probes_total",
                            '{upstream="%s",result="ok"}' % name)
         bound = DOWN_AFTER + OUTAGE / PROBE_INTERVAL + 2
         print("outage: %d request connects refused, %d probes failed, %d connected; bound %.0f"
@@ -253,9 +248,9 @@ def scenario(t):
         proxy.wait_log(r"info.*upstream %s is up" % re.escape(name))
         h.eq(upstream_line(proxy, api_port), name + " up failures=0 held=0", "/upstreams after")
         after = admin_get(proxy, "/metrics")
-        h.eq(metric(after, "retryproxy_upstream_up", '{upstream="%s"}' % name), 1.0,
+        h.eq(h.metric(after, "retryproxy_upstream_up", '{upstream="%s"}' % name), 1.0,
              "retryproxy_upstream_up after")
-        h.eq(metric(after, "retryproxy_held_requests"), 0.0, "retryproxy_held_requests after")
+        h.eq(h.metric(after, "retryproxy_held_requests"), 0.0, "retryproxy_held_requests after")
 
     @t.check("a held request whose deadline passes: 502 naming the upstream as down, "
              "gave_up=deadline")

@@ -31,7 +31,6 @@ Must hold:
 """
 
 import os
-import re
 import time
 
 import harness as h
@@ -72,10 +71,6 @@ def admin_metrics(proxy):
     return h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
 
 
-def metric(text, name, labels=""):
-    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
-    return float(m.group(1)) if m else None
-
 
 def tries_of(proxy, tag):
     return h.access_fields(proxy.access_one(tag))["tries"]
@@ -107,7 +102,7 @@ def scenario(t):
 
     @t.check("the losing connection is closed at once, never pooled; the winner's is reused")
     def _():
-        h.wait_until(lambda: metric(admin_metrics(proxy), "retryproxy_connections",
+        h.wait_until(lambda: h.metric(admin_metrics(proxy), "retryproxy_connections",
                                     '{side="upstream"}') == 1.0, 1.0 * h.SLOW,
                      "one upstream connection open (the winner's, pooled)")
         loser, winner = origin.requests_for("/h/slow-first")
@@ -125,9 +120,9 @@ def scenario(t):
     def _():
         h.eq(tries_of(proxy, "/h/slow-first"), "cancelled -> wait 0ms -> hedge:200", "tries")
         text = admin_metrics(proxy)
-        h.eq(metric(text, "retryproxy_hedges_total", '{route="hedged",result="won"}'), 1.0,
+        h.eq(h.metric(text, "retryproxy_hedges_total", '{route="hedged",result="won"}'), 1.0,
              "hedges won")
-        h.eq(metric(text, "retryproxy_hedges_total", '{route="hedged",result="lost"}'), 0.0,
+        h.eq(h.metric(text, "retryproxy_hedges_total", '{route="hedged",result="lost"}'), 0.0,
              "hedges lost")
 
     @t.check("a HEAD is hedged like a GET: the slow first is beaten, no body either way")
@@ -152,7 +147,7 @@ def scenario(t):
         time.sleep(0.6 * h.SLOW)
         h.eq(len(origin.requests_for("/h2/all-slow")), 3, "origin requests (max: 2)")
         h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
-        h.eq(metric(admin_metrics(proxy), "retryproxy_hedges_total",
+        h.eq(h.metric(admin_metrics(proxy), "retryproxy_hedges_total",
                     '{route="hedged2",result="lost"}'), 2.0, "hedges lost")
 
     @t.check("every hedge is a try: never more than max_attempts")

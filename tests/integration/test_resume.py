@@ -112,10 +112,6 @@ def admin_metrics(proxy):
     return h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
 
 
-def metric(text, name, labels):
-    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
-    return float(m.group(1)) if m else None
-
 
 def get(proxy, path, *args):
     return h.curl("http://127.0.0.1:%d%s" % (proxy.port(0), path), *args, timeout=30)
@@ -174,11 +170,11 @@ def scenario(t):
         h.eq(fields.get("tries"), "200 broken=reset -> wait 50ms -> 206 resumed_at=%d" % k,
              "logged trail")
         text = admin_metrics(proxy)
-        h.eq(metric(text, "retryproxy_resumes_total", '{route="default",result="ok"}'), 1.0,
+        h.eq(h.metric(text, "retryproxy_resumes_total", '{route="default",result="ok"}'), 1.0,
              "resumes ok")
-        h.eq(metric(text, "retryproxy_resumes_total", '{route="default",result="failed"}'),
+        h.eq(h.metric(text, "retryproxy_resumes_total", '{route="default",result="failed"}'),
              0.0, "resumes failed")
-        h.eq(metric(text, "retryproxy_retries_total", '{route="default",cause="reset"}'), 1.0,
+        h.eq(h.metric(text, "retryproxy_retries_total", '{route="default",cause="reset"}'), 1.0,
              "the resume counts as a retry after a reset")
 
     @t.check("a resume that breaks (RST) is resumed again from the new K")
@@ -246,7 +242,7 @@ def scenario(t):
         h.ok(fields.get("tries", "").endswith("-> 200 resumed_at=%s" % reqs[1].header("Range")[6:-1]),
              "trail: %r" % fields.get("tries"))
         text = admin_metrics(proxy)
-        h.eq(metric(text, "retryproxy_resumes_total", '{route="default",result="failed"}'),
+        h.eq(h.metric(text, "retryproxy_resumes_total", '{route="default",result="failed"}'),
              1.0, "resumes failed")
 
     @t.check("a 206 with another ETag (origin ignores If-Range) is not spliced")
@@ -269,7 +265,7 @@ def scenario(t):
     @t.check("a 503 with x-should-retry: false to the resume is not retried")
     def _():
         n = 3 * MiB + 13
-        before = metric(admin_metrics(proxy), "retryproxy_resumes_total",
+        before = h.metric(admin_metrics(proxy), "retryproxy_resumes_total",
                         '{route="default",result="failed"}')
         r = download(n, ["?break_at=%d" % MiB, "/status/503?should_retry=false", ""])
         short_prefix(r, n)
@@ -279,7 +275,7 @@ def scenario(t):
         h.eq(fields.get("tries"), "200 broken=reset -> wait 50ms -> 503 resumed_at=%d" % k,
              "logged trail")
         h.ok("not resumed" in urllib.parse.unquote(fields.get("note", "")), "note: %r" % fields)
-        h.eq(metric(admin_metrics(proxy), "retryproxy_resumes_total",
+        h.eq(h.metric(admin_metrics(proxy), "retryproxy_resumes_total",
                     '{route="default",result="failed"}'), before + 1, "resumes failed")
 
     @t.check("a 409 with x-should-retry: true to the resume is retried, then spliced")
@@ -358,7 +354,7 @@ def scenario(t):
         h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("gave_up"), "deadline",
              "gave_up")
         text = admin_metrics(proxy)
-        h.eq(metric(text, "retryproxy_resumes_total",
+        h.eq(h.metric(text, "retryproxy_resumes_total",
                     '{route="short-deadline",result="failed"}'), 1.0, "resumes failed")
 
     @t.check("a break while the upstream is down holds the resume, not on a pooled connection")
@@ -388,11 +384,11 @@ def scenario(t):
             gate.release()
             # held: no resume reaches the origin, not even on the pooled connection
             h.wait_until(lambda: len(held_origin.requests_for(path)) > 1 or
-                         metric(admin_metrics(hproxy), "retryproxy_held_requests", "") == 1.0,
+                         h.metric(admin_metrics(hproxy), "retryproxy_held_requests", "") == 1.0,
                          5 * h.SLOW, "the broken download held, or resumed")
             time.sleep(0.5 * h.SLOW)
             h.eq(len(held_origin.requests_for(path)), 1, "requests for the object while down")
-            h.eq(metric(admin_metrics(hproxy), "retryproxy_held_requests", ""), 1.0,
+            h.eq(h.metric(admin_metrics(hproxy), "retryproxy_held_requests", ""), 1.0,
                  "held requests")
             h.ok(thread.is_alive(), "the download waits while the upstream is down")
         finally:

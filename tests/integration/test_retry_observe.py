@@ -39,7 +39,6 @@ Must hold:
 """
 
 import os
-import re
 import select
 import socket
 import threading
@@ -91,10 +90,6 @@ def blackhole_port(t):
     raise AssertionError("could not fill the listen queue of port %d" % port)
 
 
-def metric(text, name, labels=""):
-    m = re.search(r"^%s%s (\S+)$" % (re.escape(name), re.escape(labels)), text, re.M)
-    return float(m.group(1)) if m else None
-
 
 def scenario(t):
     origin = t.origin()
@@ -124,9 +119,9 @@ def scenario(t):
         h.eq((f.get("would_retry"), f.get("gave_up"), f["attempts"]), ("status", None, "1"),
              "access would_retry, gave_up, attempts")
         text = metrics()
-        h.eq(metric(text, "retryproxy_would_retry_total", '{route="default",cause="status"}'),
+        h.eq(h.metric(text, "retryproxy_would_retry_total", '{route="default",cause="status"}'),
              1.0, "would_retry_total status")
-        h.eq(metric(text, "retryproxy_retries_total", '{route="default",cause="status"}'), 0.0,
+        h.eq(h.metric(text, "retryproxy_retries_total", '{route="default",cause="status"}'), 0.0,
              "retries_total status")
 
     @t.check("reset after the request: 502 at once, would_retry=reset")
@@ -136,7 +131,7 @@ def scenario(t):
              "status, Retry-Attempts, requests")
         h.eq(h.access_fields(proxy.access_one("/o/reset")).get("would_retry"), "reset",
              "access would_retry")
-        h.eq(metric(metrics(), "retryproxy_would_retry_total",
+        h.eq(h.metric(metrics(), "retryproxy_would_retry_total",
                     '{route="default",cause="reset"}'), 1.0, "would_retry_total reset")
 
     @t.check("POST answered 503: no would_retry, gave_up=not_idempotent")
@@ -247,8 +242,8 @@ def scenario(t):
         h.ok(took < 2 * h.SLOW, "second answered in %.2fs, not held toward the 10s deadline"
              % took)
         text = metrics()
-        h.eq(metric(text, "retryproxy_backoff_pending"), 0.0, "backoff_pending")
-        h.eq(metric(text, "retryproxy_retries_total", '{route="default",cause="connect"}'), 0.0,
+        h.eq(h.metric(text, "retryproxy_backoff_pending"), 0.0, "backoff_pending")
+        h.eq(h.metric(text, "retryproxy_retries_total", '{route="default",cause="connect"}'), 0.0,
              "retries_total connect")
 
     @t.check("connects that hang: a second request is not held behind the first one's connect "
@@ -274,7 +269,7 @@ def scenario(t):
         f = h.access_fields(proxy.access_one("/hang/b"))
         h.eq((f.get("gave_up"), f.get("would_retry")), (None, "connect"),
              "B: access gave_up, would_retry")
-        h.eq(metric(metrics(), "retryproxy_backoff_pending"), 0.0, "backoff_pending")
+        h.eq(h.metric(metrics(), "retryproxy_backoff_pending"), 0.0, "backoff_pending")
 
 
 h.run(scenario, __doc__)
