@@ -56,32 +56,47 @@ static struct when_present test_json_only_when[] = { { WHEN_PRESENT_JSON_FIELD, 
 /* Only a body can make a request retryable. */
 static const struct idempotency test_json_only = { NULL, 0, test_json_only_when, 1 };
 
-/* Parse "METHOD target HTTP/1.1" with extra header lines and decide. */
-static enum idempotency_verdict test_decide(const struct idempotency *idem, const char *method,
-					    const char *target, const char *headers, bool has_body)
+/* A parsed request head; head points into text. */
+struct test_request {
+	char text[1024];
+	struct http1_head head;
+	const char *query; /* after the '?', NULL without one */
+	size_t query_len;
+};
+
+/* Parse "METHOD target HTTP/1.1" with extra header lines. */
+static void test_parse(struct test_request *r, const char *method, const char *target,
+		       const char *headers)
 {
 	static const struct http1_limits limits = { 65536, 8192 };
-	struct http1_head head;
 	enum http1_error error;
-	char request[1024];
-	const char *query = NULL;
-	size_t query_len = 0;
 	const char *mark;
 	int len;
 
-	len = snprintf(request, sizeof(request), "%s %s HTTP/1.1\r\nHost: example.com\r\n%s\r\n",
+	len = snprintf(r->text, sizeof(r->text), "%s %s HTTP/1.1\r\nHost: example.com\r\n%s\r\n",
 		       method, target, headers);
-	assert_true(len > 0 && (size_t)len < sizeof(request));
-	if (http1_parse_request_head(request, (size_t)len, &limits, &head, &error) !=
+	assert_true(len > 0 && (size_t)len < sizeof(r->text));
+	if (http1_parse_request_head(r->text, (size_t)len, &limits, &r->head, &error) !=
 	    HTTP1_PARSE_DONE)
-		fail_msg("request does not parse: %s", request);
-	mark = memchr(head.target, '?', head.target_len);
+		fail_msg("request does not parse: %s", r->text);
+	r->query = NULL;
+	r->query_len = 0;
+	mark = memchr(r->head.target, '?', r->head.target_len);
 	if (mark != NULL) {
-		query = mark + 1;
-		query_len = head.target_len - (size_t)(query - head.target);
+		r->query = mark + 1;
+		r->query_len = r->head.target_len - (size_t)(r->query - r->head.target);
 	}
-	return idempotency_check_head(idem, head.method, head.method_len, query, query_len, &head,
-				      has_body);
+}
+
+/* Decide from a request made of these parts. */
+static enum idempotency_verdict test_decide(const struct idempotency *idem, const char *method,
+					    const char *target, const char *headers, bool has_body)
+{
+	struct test_request r;
+
+	test_parse(&r, method, target, headers);
+	return idempotency_check_head(idem, r.head.method, r.head.method_len, r.query, r.query_len,
+				      &r.head, has_body);
 }
 
 /* The same with retry.idempotency_key, the reason put into words. */
@@ -91,30 +106,13 @@ static enum idempotency_verdict test_decide_why(const struct idempotency *idem,
 						const char *headers, bool has_body, char *why_text,
 						size_t why_len)
 {
-	static const struct http1_limits limits = { 65536, 8192 };
-	struct http1_head head;
+	struct test_request r;
 	struct idempotency_why why;
 	enum idempotency_verdict verdict;
-	enum http1_error error;
-	char request[1024];
-	const char *query = NULL;
-	size_t query_len = 0;
-	const char *mark;
-	int len;
 
-	len = snprintf(request, sizeof(request), "%s %s HTTP/1.1\r\nHost: example.com\r\n%s\r\n",
-		       method, target, headers);
-	assert_true(len > 0 && (size_t)len < sizeof(request));
-	if (http1_parse_request_head(request, (size_t)len, &limits, &head, &error) !=
-	    HTTP1_PARSE_DONE)
-		fail_msg("request does not parse: %s", request);
-	mark = memchr(head.target, '?', head.target_len);
-	if (mark != NULL) {
-		query = mark + 1;
-		query_len = head.target_len - (size_t)(query - head.target);
-	}
-	verdict = idempotency_decide_head(idem, key_mode, head.method, head.method_len, query,
-					  query_len, &head, has_body, &why);
+	test_parse(&r, method, target, headers);
+	verdict = idempotency_decide_head(idem, key_mode, r.head.method, r.head.method_len, r.query,
+					  r.query_len, &r.head, has_body, &why);
 	idempotency_why_text(&why, why_text, why_len);
 	return verdict;
 }
