@@ -204,6 +204,11 @@ void log_flush(void)
 	log_out_send(log_out.data, len, NULL, 0);
 }
 
+size_t log_pending(void)
+{
+	return log_out.len;
+}
+
 /* The atexit handler: write what is left and write at once from then on,
  * since nothing would flush lines logged by later exit handlers. */
 static void log_exit(void)

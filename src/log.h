@@ -41,4 +41,7 @@ void log_set_buffered(bool on);
  * cheap when nothing is buffered, so the event loop can call it every pass. */
 void log_flush(void);
 
+/* Bytes waiting for log_flush(). */
+size_t log_pending(void);
+
 #endif

@@ -46,7 +46,8 @@ struct proxy {
 	struct registry registry;	/* every open client connection and tunnel */
 	bool draining;			/* shutting down: no new requests */
 	struct event *drain_timer;
-	struct retry_rng rng; /* jitter for every backoff */
+	struct event *log_timer; /* writes the log lines a busy loop batched */
+	struct retry_rng rng;	 /* jitter for every backoff */
 	struct metrics *metrics;
 	struct retry_budget_book *budgets; /* retry.budget state per route */
 	struct fleet *fleet;		   /* the budgets shared through Redis, or NULL */
