@@ -90,6 +90,16 @@ def scenario(t):
         h.ok(took < 6 * h.SLOW, "exit took %.1fs after SIGTERM" % took)
         h.ok(proxy.wait_log(r"draining"), "no 'draining' log line")
 
+    @t.check("every request's access line is on stderr once the proxy has exited")
+    def _():
+        # read once, without waiting: the process is gone, so what is not
+        # in the file now was lost
+        lines = [h.access_fields(ln) for ln in proxy.stderr_lines()]
+        lines = [f for f in lines if f and f.get("target")]
+        targets = sorted((f["target"], f.get("status"), f.get("attempts")) for f in lines)
+        h.eq(targets, [("/delay/2", "200", "1"), ("/drain/retry", "200", "2"),
+                       ("/status/200", "200", "1")], "access lines (target, status, attempts)")
+
     t.stop_proxy(proxy)
 
     slow = t.proxy(CONFIG, ORIGIN=origin.port, DRAIN="1s")
