@@ -243,6 +243,25 @@ def cpu_ns(pid):
     return total
 
 
+def cpu_split(pid):
+    """User and kernel clock ticks and voluntary context switches (sleeps)
+    of every thread of pid."""
+    user = kernel = sleeps = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            user += int(fields[11])
+            kernel += int(fields[12])
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        sleeps += int(line.split()[1])
+        except OSError:
+            pass
+    return user, kernel, sleeps
+
+
 def rss_bytes(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -406,11 +425,16 @@ def run_wrk(proxy, point, origins, duration, workdir):
         argv += ["-s", script_path]
     scheme = "https" if mode == "intercept" else "http"
     argv.append(f"{scheme}://127.0.0.1:{port}{path if mode != 'forward' else '/'}")
-    before = cpu_ns(proxy.proc.pid)
+    before, split_before = cpu_ns(proxy.proc.pid), cpu_split(proxy.proc.pid)
     out = subprocess.run(pinned(LOAD_CPU, argv), capture_output=True, text=True, check=True).stdout
     used = cpu_ns(proxy.proc.pid) - before
+    user, kernel, sleeps = (b - a for a, b in zip(split_before, cpu_split(proxy.proc.pid)))
     result = parse_wrk(out)
-    result["cpu_us"] = used / 1000.0 / result["requests"] if result["requests"] else float("nan")
+    requests = result["requests"] or float("nan")
+    result["cpu_us"] = used / 1000.0 / requests
+    # the user/kernel split of that time, by the kernel's tick sampling
+    result["user_share"] = user / (user + kernel) if user + kernel else float("nan")
+    result["sleeps"] = sleeps / requests
     return result
 
 
@@ -607,6 +631,19 @@ def report(rows, idle, backoff, args):
         print(f"| {what}{flag} | {hr:,.0f} | {rr:,.0f} | {rr / hr:.2f}x | {hc:.1f} | {rc:.1f} "
               f"| {rc / hc:.2f}x | {hp:.2f} | {rpp:.2f} | ±{noise:.0f} % |")
         plain_cpu[what] = rc
+    print("\nWhere the CPU goes (medians): user and kernel us/req, and how often the proxy "
+          "slept in epoll_wait per request (each sleep is a wake-up the other core pays for)\n")
+    print("| point | HAProxy user | HAProxy kernel | HAProxy sleeps/req "
+          "| retryproxy user | retryproxy kernel | retryproxy sleeps/req |")
+    print("|---|---|---|---|---|---|---|")
+    for what, runs in rows:
+        cells = []
+        for name in ("haproxy", "retryproxy"):
+            cpu = median([x["cpu_us"] for x in runs[name]])
+            share = median([x["user_share"] for x in runs[name]])
+            cells += [f"{cpu * share:.1f}", f"{cpu * (1 - share):.1f}",
+                      f"{median([x['sleeps'] for x in runs[name]]):.3f}"]
+        print(f"| {what} | " + " | ".join(cells) + " |")
     print()
     side = plain_cpu.get(POINTS["sidecar-100b-16"]["what"])
     for fwd, sc in (("forward-100b-16", "sidecar-100b-16"), ("forward-64k-16", "sidecar-64k-16")):
