@@ -13,6 +13,7 @@
 #include "fleet.h"
 #include "listener.h"
 #include "log.h"
+#include "log_batch.h"
 #include "metrics.h"
 #include "notify.h"
 #include "retry_budget.h"
@@ -163,8 +164,7 @@ void proxy_free(struct proxy *proxy)
 	tls_store_free(proxy->tls);
 	if (proxy->drain_timer != NULL)
 		event_free(proxy->drain_timer);
-	if (proxy->log_timer != NULL)
-		event_free(proxy->log_timer);
+	log_batch_free(proxy->log_batch);
 	evdns_base_free(proxy->dns, 1);
 	metrics_free(proxy->metrics);
 	retry_budget_book_free(proxy->budgets);
@@ -184,38 +184,18 @@ static void proxy_notify_ready(const struct proxy *proxy, const char *what)
 	notify_ready(status);
 }
 
-/* How long a log line may wait for others to share its write. A busy loop
- * runs a pass every few microseconds, and one write(2) per pass was about a
- * tenth of its syscalls; batched, it writes at most this often, and a line
- * still reaches stderr a millisecond after its request ended. */
-#define PROXY_LOG_BATCH_US 1000
-
-static void proxy_log_timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-	(void)fd;
-	(void)what;
-	(void)arg;
-	log_flush();
-}
-
-/* The end of each loop pass, after connections wrote their output: the
- * first lines logged since the last write start the batch's timer. */
+/* The end of each loop pass, after connections wrote their output. */
 static void proxy_pass_end(void *arg)
 {
 	struct proxy *proxy = arg;
-	const struct timeval batch = { .tv_sec = 0, .tv_usec = PROXY_LOG_BATCH_US };
 
-	if (log_pending() == 0 ||
-	    (proxy->log_timer != NULL && evtimer_pending(proxy->log_timer, NULL)))
-		return;
-	if (proxy->log_timer == NULL || evtimer_add(proxy->log_timer, &batch) < 0)
-		log_flush();
+	log_batch_pass_end(proxy->log_batch);
 }
 
 void proxy_run(struct proxy *proxy)
 {
 	proxy_notify_ready(proxy, "serving");
-	proxy->log_timer = evtimer_new(proxy->base, proxy_log_timer_cb, proxy);
+	proxy->log_batch = log_batch_new(proxy->base);
 	log_set_buffered(true);
 	conn_loop_run(proxy->loop, proxy_pass_end, proxy);
 	/* flushes what is left: nothing is lost at exit */

@@ -23,6 +23,7 @@ struct conn_loop;
 struct event_base;
 struct evdns_base;
 struct event;
+struct log_batch;
 struct tls_store;
 struct pool;
 struct upstreams;
@@ -46,8 +47,8 @@ struct proxy {
 	struct registry registry;	/* every open client connection and tunnel */
 	bool draining;			/* shutting down: no new requests */
 	struct event *drain_timer;
-	struct event *log_timer; /* writes the log lines a busy loop batched */
-	struct retry_rng rng;	 /* jitter for every backoff */
+	struct log_batch *log_batch; /* when the buffered log lines are written */
+	struct retry_rng rng;	     /* jitter for every backoff */
 	struct metrics *metrics;
 	struct retry_budget_book *budgets; /* retry.budget state per route */
 	struct fleet *fleet;		   /* the budgets shared through Redis, or NULL */
