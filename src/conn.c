@@ -652,29 +652,35 @@ static void conn_read(struct conn *c)
  * -1 error. Sets write_blocked when the kernel's buffer is full. */
 static ssize_t conn_write_plain(struct conn *c)
 {
+	size_t left = conn_length(c->output);
 	ssize_t written = 0;
 
-	/* a small output in pieces (a head, then a short body) is made one
-	 * piece: copying a few hundred bytes costs less than a sendmsg */
-	if (c->output != NULL && evbuffer_get_length(c->output) <= CONN_WRITE_GATHER)
-		evbuffer_pullup(c->output, -1);
-	while (c->output != NULL) {
+	while (left > 0) {
 		struct evbuffer_iovec vec[CONN_WRITE_IOVECS];
 		struct iovec iov[CONN_WRITE_IOVECS];
 		struct msghdr msg;
 		size_t attempted = 0;
-		int count = evbuffer_peek(c->output, -1, NULL, vec, CONN_WRITE_IOVECS);
+		int count;
 		int i;
 		ssize_t n;
 
-		if (count <= 0)
-			break;
-		if (count > CONN_WRITE_IOVECS)
-			count = CONN_WRITE_IOVECS;
-		for (i = 0; i < count; i++) {
-			iov[i].iov_base = vec[i].iov_base;
-			iov[i].iov_len = vec[i].iov_len;
-			attempted += vec[i].iov_len;
+		if (left <= CONN_WRITE_GATHER) {
+			/* a small output in pieces (a head, then a short body) is
+			 * made one piece: copying a few hundred bytes costs less
+			 * than a sendmsg */
+			iov[0].iov_base = evbuffer_pullup(c->output, -1);
+			iov[0].iov_len = left;
+			attempted = left;
+			count = 1;
+		} else {
+			count = evbuffer_peek(c->output, -1, NULL, vec, CONN_WRITE_IOVECS);
+			if (count > CONN_WRITE_IOVECS)
+				count = CONN_WRITE_IOVECS;
+			for (i = 0; i < count; i++) {
+				iov[i].iov_base = vec[i].iov_base;
+				iov[i].iov_len = vec[i].iov_len;
+				attempted += vec[i].iov_len;
+			}
 		}
 		if (count == 1) {
 			/* most responses are one piece: send skips the iovec import */
@@ -696,6 +702,7 @@ static ssize_t conn_write_plain(struct conn *c)
 			return -1;
 		}
 		evbuffer_drain(c->output, (size_t)n);
+		left -= (size_t)n;
 		written += n;
 		c->written += (uint64_t)n;
 		if ((size_t)n < attempted) {
