@@ -908,11 +908,13 @@ static void conn_pass_one(struct conn *c)
 	if (c->connecting || c->handshaking || c->failed)
 		return;
 	if (conn_length(c->output) > 0 && !c->write_blocked) {
+		/* conn_write registers the interest that follows from it */
 		conn_write(c);
 		if (c->freed || c->failed)
 			return;
+	} else {
+		conn_update_interest(c);
 	}
-	conn_update_interest(c);
 	if (c->pending_error != 0) {
 		int error = c->pending_error;
 
@@ -1139,7 +1141,11 @@ void conn_set_output_low(struct conn *c, size_t bytes)
 
 void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 {
-	uint64_t now = (read_ms != 0 || write_ms != 0) ? conn_now_ms() : 0;
+	/* a timeout taken away or left as it was never needs the timer sooner:
+	 * a timer set for it fires, finds nothing due, and is set again */
+	bool sooner = (read_ms != 0 && read_ms != c->read_timeout_ms) ||
+		      (write_ms != 0 && write_ms != c->write_timeout_ms);
+	uint64_t now = sooner ? conn_now_ms() : 0;
 
 	if (read_ms != c->read_timeout_ms)
 		c->read_active_at = now;
@@ -1147,13 +1153,16 @@ void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 		c->write_active_at = now;
 	c->read_timeout_ms = read_ms;
 	c->write_timeout_ms = write_ms;
-	conn_timer_schedule(c);
+	if (sooner)
+		conn_timer_schedule(c);
 }
 
 void conn_set_deadline(struct conn *c, uint64_t ms)
 {
+	/* likewise a deadline taken away */
 	c->deadline_at = ms != 0 ? conn_now_ms() + ms : 0;
-	conn_timer_schedule(c);
+	if (ms != 0)
+		conn_timer_schedule(c);
 }
 
 void conn_shutdown_write(struct conn *c)
