@@ -44,6 +44,7 @@ struct conn_loop {
 	void *accepted_closed_arg;
 	unsigned spare_count;
 	struct evbuffer *spare[CONN_SPARE_BUFFERS]; /* empty buffers */
+	char scratch[CONN_READ_START];		    /* small reads land here first */
 };
 
 struct conn {
@@ -477,12 +478,20 @@ static ssize_t conn_read_plain(struct conn *c, size_t room)
 	while (total < budget) {
 		struct evbuffer_iovec vec;
 		size_t want = budget - total < c->read_size ? budget - total : c->read_size;
+		/* a small read is copied in from the loop's scratch area: that
+		 * costs less than reserving buffer space and committing it */
+		bool small = want <= sizeof(c->loop->scratch);
 		ssize_t n;
 
-		evbuffer_reserve_space(c->input, (ev_ssize_t)want, &vec, 1);
-		if (vec.iov_len > budget - total)
-			vec.iov_len = budget - total;
-		want = vec.iov_len;
+		if (small) {
+			vec.iov_base = c->loop->scratch;
+			vec.iov_len = want;
+		} else {
+			evbuffer_reserve_space(c->input, (ev_ssize_t)want, &vec, 1);
+			if (vec.iov_len > budget - total)
+				vec.iov_len = budget - total;
+			want = vec.iov_len;
+		}
 		do {
 			n = recv(c->fd, vec.iov_base, want, 0);
 		} while (n < 0 && errno == EINTR);
@@ -504,7 +513,10 @@ static ssize_t conn_read_plain(struct conn *c, size_t room)
 			return again ? 0 : -2;
 		}
 		vec.iov_len = (size_t)n;
-		evbuffer_commit_space(c->input, &vec, 1);
+		if (small)
+			evbuffer_add(c->input, vec.iov_base, vec.iov_len);
+		else
+			evbuffer_commit_space(c->input, &vec, 1);
 		total += (size_t)n;
 		if ((size_t)n < want) {
 			/* shrink only after several small reads in a row: a head
