@@ -44,6 +44,7 @@ struct conn_loop {
 	void *accepted_closed_arg;
 	unsigned spare_count;
 	struct evbuffer *spare[CONN_SPARE_BUFFERS]; /* empty buffers */
+	char scratch[CONN_READ_START];		    /* small reads land here first */
 };
 
 struct conn {
@@ -477,12 +478,20 @@ static ssize_t conn_read_plain(struct conn *c, size_t room)
 	while (total < budget) {
 		struct evbuffer_iovec vec;
 		size_t want = budget - total < c->read_size ? budget - total : c->read_size;
+		/* a small read is copied in from the loop's scratch area: that
+		 * costs less than reserving buffer space and committing it */
+		bool small = want <= sizeof(c->loop->scratch);
 		ssize_t n;
 
-		evbuffer_reserve_space(c->input, (ev_ssize_t)want, &vec, 1);
-		if (vec.iov_len > budget - total)
-			vec.iov_len = budget - total;
-		want = vec.iov_len;
+		if (small) {
+			vec.iov_base = c->loop->scratch;
+			vec.iov_len = want;
+		} else {
+			evbuffer_reserve_space(c->input, (ev_ssize_t)want, &vec, 1);
+			if (vec.iov_len > budget - total)
+				vec.iov_len = budget - total;
+			want = vec.iov_len;
+		}
 		do {
 			n = recv(c->fd, vec.iov_base, want, 0);
 		} while (n < 0 && errno == EINTR);
@@ -504,7 +513,10 @@ static ssize_t conn_read_plain(struct conn *c, size_t room)
 			return again ? 0 : -2;
 		}
 		vec.iov_len = (size_t)n;
-		evbuffer_commit_space(c->input, &vec, 1);
+		if (small)
+			evbuffer_add(c->input, vec.iov_base, vec.iov_len);
+		else
+			evbuffer_commit_space(c->input, &vec, 1);
 		total += (size_t)n;
 		if ((size_t)n < want) {
 			/* shrink only after several small reads in a row: a head
@@ -652,29 +664,35 @@ static void conn_read(struct conn *c)
  * -1 error. Sets write_blocked when the kernel's buffer is full. */
 static ssize_t conn_write_plain(struct conn *c)
 {
+	size_t left = conn_length(c->output);
 	ssize_t written = 0;
 
-	/* a small output in pieces (a head, then a short body) is made one
-	 * piece: copying a few hundred bytes costs less than a sendmsg */
-	if (c->output != NULL && evbuffer_get_length(c->output) <= CONN_WRITE_GATHER)
-		evbuffer_pullup(c->output, -1);
-	while (c->output != NULL) {
+	while (left > 0) {
 		struct evbuffer_iovec vec[CONN_WRITE_IOVECS];
 		struct iovec iov[CONN_WRITE_IOVECS];
 		struct msghdr msg;
 		size_t attempted = 0;
-		int count = evbuffer_peek(c->output, -1, NULL, vec, CONN_WRITE_IOVECS);
+		int count;
 		int i;
 		ssize_t n;
 
-		if (count <= 0)
-			break;
-		if (count > CONN_WRITE_IOVECS)
-			count = CONN_WRITE_IOVECS;
-		for (i = 0; i < count; i++) {
-			iov[i].iov_base = vec[i].iov_base;
-			iov[i].iov_len = vec[i].iov_len;
-			attempted += vec[i].iov_len;
+		if (left <= CONN_WRITE_GATHER) {
+			/* a small output in pieces (a head, then a short body) is
+			 * made one piece: copying a few hundred bytes costs less
+			 * than a sendmsg */
+			iov[0].iov_base = evbuffer_pullup(c->output, -1);
+			iov[0].iov_len = left;
+			attempted = left;
+			count = 1;
+		} else {
+			count = evbuffer_peek(c->output, -1, NULL, vec, CONN_WRITE_IOVECS);
+			if (count > CONN_WRITE_IOVECS)
+				count = CONN_WRITE_IOVECS;
+			for (i = 0; i < count; i++) {
+				iov[i].iov_base = vec[i].iov_base;
+				iov[i].iov_len = vec[i].iov_len;
+				attempted += vec[i].iov_len;
+			}
 		}
 		if (count == 1) {
 			/* most responses are one piece: send skips the iovec import */
@@ -696,6 +714,7 @@ static ssize_t conn_write_plain(struct conn *c)
 			return -1;
 		}
 		evbuffer_drain(c->output, (size_t)n);
+		left -= (size_t)n;
 		written += n;
 		c->written += (uint64_t)n;
 		if ((size_t)n < attempted) {
@@ -901,11 +920,13 @@ static void conn_pass_one(struct conn *c)
 	if (c->connecting || c->handshaking || c->failed)
 		return;
 	if (conn_length(c->output) > 0 && !c->write_blocked) {
+		/* conn_write registers the interest that follows from it */
 		conn_write(c);
 		if (c->freed || c->failed)
 			return;
+	} else {
+		conn_update_interest(c);
 	}
-	conn_update_interest(c);
 	if (c->pending_error != 0) {
 		int error = c->pending_error;
 
@@ -1132,7 +1153,11 @@ void conn_set_output_low(struct conn *c, size_t bytes)
 
 void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 {
-	uint64_t now = (read_ms != 0 || write_ms != 0) ? conn_now_ms() : 0;
+	/* a timeout taken away or left as it was never needs the timer sooner:
+	 * a timer set for it fires, finds nothing due, and is set again */
+	bool sooner = (read_ms != 0 && read_ms != c->read_timeout_ms) ||
+		      (write_ms != 0 && write_ms != c->write_timeout_ms);
+	uint64_t now = sooner ? conn_now_ms() : 0;
 
 	if (read_ms != c->read_timeout_ms)
 		c->read_active_at = now;
@@ -1140,13 +1165,16 @@ void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 		c->write_active_at = now;
 	c->read_timeout_ms = read_ms;
 	c->write_timeout_ms = write_ms;
-	conn_timer_schedule(c);
+	if (sooner)
+		conn_timer_schedule(c);
 }
 
 void conn_set_deadline(struct conn *c, uint64_t ms)
 {
+	/* likewise a deadline taken away */
 	c->deadline_at = ms != 0 ? conn_now_ms() + ms : 0;
-	conn_timer_schedule(c);
+	if (ms != 0)
+		conn_timer_schedule(c);
 }
 
 void conn_shutdown_write(struct conn *c)

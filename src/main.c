@@ -328,8 +328,9 @@ int main(int argc, char **argv)
 	mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
 	mallopt(M_TRIM_THRESHOLD, 16 * 1024 * 1024);
 	/* libevent's allocations fail the way the proxy's own do: they abort,
-	 * so buffer space it returns never needs a check */
-	event_set_mem_functions(xmalloc, xrealloc, free);
+	 * so buffer space it returns never needs a check; and the blocks of
+	 * its buffers are reused rather than freed and allocated per request */
+	event_set_mem_functions(xmalloc_event, xrealloc, xmalloc_event_free);
 	proxy = proxy_new(config, &bind_failed);
 	if (proxy == NULL)
 		return bind_failed ? MAIN_EXIT_RUNTIME : MAIN_EXIT_CONFIG;
@@ -343,6 +344,7 @@ int main(int argc, char **argv)
 	for (i = 0; i < 3; i++)
 		event_free(sig_events[i]);
 	proxy_free(proxy);
+	xmalloc_event_trim();
 	log_info("stopped");
 	return MAIN_EXIT_OK;
 }

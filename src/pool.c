@@ -1,5 +1,7 @@
 #include "pool.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/queue.h>
@@ -7,8 +9,9 @@
 #include "conn.h"
 #include "xmalloc.h"
 
-#define POOL_BUCKETS 256 /* hash buckets for upstream keys */
-#define POOL_SPARES 64	 /* idle entries kept for reuse: a put per request needs no malloc */
+#define POOL_BUCKET_BITS 8
+#define POOL_BUCKETS (1u << POOL_BUCKET_BITS) /* hash buckets for upstream keys */
+#define POOL_SPARES 64 /* idle entries kept for reuse: a put per request needs no malloc */
 
 struct pool_upstream;
 
@@ -39,14 +42,29 @@ struct pool *pool_new(void)
 	return xcalloc(1, sizeof(struct pool));
 }
 
-/* FNV-1a: keys are short and few, any spread will do. */
+/* FNV-1a over 8-byte words rather than bytes: a key of some 40 bytes is
+ * hashed twice per request (put and take), and the spread of any hash will
+ * do. The bucket comes from the top bits, which the multiplications fill
+ * from every byte of the key. */
 static unsigned pool_hash(const char *key)
 {
-	uint32_t h = 2166136261u;
+	size_t len = strlen(key);
+	const char *end = key + len;
+	uint64_t h = 14695981039346656037u;
+	uint64_t word = 0;
 
-	for (; *key != '\0'; key++)
-		h = (h ^ (unsigned char)*key) * 16777619u;
-	return h % POOL_BUCKETS;
+	for (; end - key > (ptrdiff_t)sizeof(word); key += sizeof(word)) {
+		memcpy(&word, key, sizeof(word));
+		h = (h ^ word) * 1099511628211u;
+	}
+	/* the last word ends with the key, overlapping the one before: a load
+	 * of fixed size, not a copy of the 1 to 8 bytes left */
+	if (len >= sizeof(word))
+		memcpy(&word, end - sizeof(word), sizeof(word));
+	else
+		memcpy(&word, key, len);
+	h = (h ^ word) * 1099511628211u;
+	return (unsigned)(h >> (64 - POOL_BUCKET_BITS));
 }
 
 static struct pool_upstream *pool_find(struct pool *pool, const char *key, int create)

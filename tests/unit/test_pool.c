@@ -1,0 +1,97 @@
+/* Unit tests for pool.c: idle connections are found again under their own
+ * key, among many keys that share long prefixes or differ in one byte
+ * anywhere (the hash reads keys a word at a time), most recently idled
+ * first, and max_idle and pool_close_one hold. */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cmocka.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "pool.h"
+
+#define KEYS 48
+
+/* A conn on one end of a socketpair; the other end is closed. */
+static struct conn *idle_conn(struct conn_loop *loop)
+{
+	int fds[2];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+	close(fds[1]);
+	return conn_new(loop, fds[0]);
+}
+
+/* Keys from 1 to 47 bytes, each a prefix of the next or one byte away. */
+static void make_key(char *key, size_t size, unsigned i)
+{
+	static const char base[] = "http://upstream-host.example:8080|/ca/file.pem|1";
+
+	snprintf(key, size, "%.*s", (int)(i % (sizeof(base) - 1)) + 1, base);
+	if (i >= sizeof(base) - 1)
+		key[i % (sizeof(base) - 1)] = 'X';
+}
+
+static void test_keys_found_again(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct pool *pool = pool_new();
+	struct conn *conns[KEYS * 2];
+	char key[64];
+	unsigned i;
+
+	(void)state;
+	for (i = 0; i < KEYS * 2; i++) {
+		make_key(key, sizeof(key), i);
+		conns[i] = idle_conn(loop);
+		pool_put(pool, key, conns[i], 4, 0);
+	}
+	for (i = KEYS * 2; i-- > 0;) {
+		make_key(key, sizeof(key), i);
+		assert_ptr_equal(pool_take(pool, key), conns[i]);
+		assert_null(pool_take(pool, key));
+		conn_free(conns[i]);
+	}
+	pool_free(pool);
+	conn_loop_free(loop);
+}
+
+static void test_most_recent_first_and_max_idle(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct pool *pool = pool_new();
+	struct conn *a = idle_conn(loop);
+	struct conn *b = idle_conn(loop);
+	struct conn *c = idle_conn(loop);
+
+	(void)state;
+	pool_put(pool, "http://h:1", a, 2, 0);
+	pool_put(pool, "http://h:1", b, 2, 0);
+	/* over max_idle: closed at once */
+	pool_put(pool, "http://h:1", c, 2, 0);
+	assert_int_equal(conn_loop_open(loop, CONN_ACCEPTED), 2);
+	assert_ptr_equal(pool_take(pool, "http://h:1"), b);
+	conn_free(b);
+	/* another trust policy for the same upstream makes room */
+	assert_true(pool_close_one(pool, "http://h:1|/ca.pem|0"));
+	assert_int_equal(conn_loop_open(loop, CONN_ACCEPTED), 0);
+	assert_false(pool_close_one(pool, "http://h:1"));
+	pool_free(pool);
+	conn_loop_free(loop);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_keys_found_again),
+		cmocka_unit_test(test_most_recent_first_and_max_idle),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
