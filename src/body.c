@@ -34,13 +34,27 @@ void body_relay_init_framing(struct body_relay *relay, const struct http1_framin
 	}
 }
 
+/* Up to this many bytes that lie in one piece of src are copied rather than
+ * moved: a moved piece stays a piece of its own behind the head already in
+ * dst, and the write then gathers the two into a new block. */
+#define BODY_COPY_MAX 1024
+
 /* Move n bytes from src to dst, or drop them when dst is NULL. */
 static void body_relay_take(struct evbuffer *src, struct evbuffer *dst, size_t n)
 {
-	if (dst != NULL)
-		evbuffer_remove_buffer(src, dst, n);
-	else
+	struct evbuffer_iovec first;
+
+	if (dst == NULL) {
 		evbuffer_drain(src, n);
+		return;
+	}
+	if (n <= BODY_COPY_MAX && evbuffer_peek(src, -1, NULL, &first, 1) >= 1 &&
+	    first.iov_len >= n) {
+		evbuffer_add(dst, first.iov_base, n);
+		evbuffer_drain(src, n);
+		return;
+	}
+	evbuffer_remove_buffer(src, dst, n);
 }
 
 /* Walk chunked framing extent by extent: data moves, framing moves or drops. */
