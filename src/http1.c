@@ -58,8 +58,7 @@ const unsigned char http1_ctype[256] = {
 
 static const char http1_version_prefix[] = "HTTP/1.";
 
-/* Case-insensitive equality of two counted strings. */
-static bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen)
+bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen)
 {
 	if (alen != blen)
 		return false;
@@ -67,11 +66,6 @@ static bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t
 		if (http1_lower((unsigned char)a[i]) != http1_lower((unsigned char)b[i]))
 			return false;
 	return true;
-}
-
-bool http1_name_equals(const char *s, size_t len, const char *lit)
-{
-	return http1_equal_nocase(s, len, lit, strlen(lit));
 }
 
 /* Skip bytes allowed in a field value or reason phrase; returns the first byte
@@ -300,6 +294,101 @@ static enum http1_parse http1_parse_status_line(const char **pp, const char *end
 	return HTTP1_PARSE_DONE;
 }
 
+/* Equality of a field name, which is a token, with a literal of lower-case
+ * letters and '-' as long as it: setting bit 0x20 lower-cases a letter and
+ * turns no other token byte into a letter or '-', so a word compares eight
+ * bytes at once. */
+static bool http1_token_is(const char *name, const char *lit, size_t len)
+{
+	if (len >= 8) {
+		uint64_t x, y;
+
+		for (size_t i = 0; i + 8 < len; i += 8) {
+			memcpy(&x, name + i, 8);
+			memcpy(&y, lit + i, 8);
+			if ((x | (HTTP1_ONES * 0x20)) != y)
+				return false;
+		}
+		/* the last eight bytes, overlapping the words before */
+		memcpy(&x, name + len - 8, 8);
+		memcpy(&y, lit + len - 8, 8);
+		return (x | (HTTP1_ONES * 0x20)) == y;
+	}
+	if (len >= 4) {
+		uint32_t x, y, u, v;
+
+		memcpy(&x, name, 4);
+		memcpy(&y, lit, 4);
+		memcpy(&u, name + len - 4, 4);
+		memcpy(&v, lit + len - 4, 4);
+		return ((x | 0x20202020u) == y) & ((u | 0x20202020u) == v);
+	}
+	for (size_t i = 0; i < len; i++)
+		if ((name[i] | 0x20) != lit[i])
+			return false;
+	return true;
+}
+
+#define HTTP1_TOKEN_IS(name, lit) http1_token_is(name, lit, sizeof(lit) - 1)
+
+/* True when name, with each '_' read as '-', is the lower-case literal lit
+ * though it differs from it: a framing field's name with '_' for '-', which
+ * an origin mapping '_' to '-' (as CGI-style servers do) would read as a second
+ * framing field. Host and Connection have no '-' for a '_' to stand in for. */
+static bool http1_is_underscored(const char *name, size_t len, const char *lit)
+{
+	bool underscore = false;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = http1_lower((unsigned char)name[i]);
+
+		if (c == '_') {
+			underscore = true;
+			c = '-';
+		}
+		if (c != (unsigned char)lit[i])
+			return false;
+	}
+	return underscore;
+}
+
+/* Which of the names that matter to framing and forwarding a field name is;
+ * its length rules out most names before any byte is compared. */
+static uint32_t http1_field_name_of(const char *name, size_t len)
+{
+	switch (len) {
+	case 2:
+		return HTTP1_TOKEN_IS(name, "te") ? HTTP1_FIELD_TE : HTTP1_FIELD_OTHER;
+	case 4:
+		return HTTP1_TOKEN_IS(name, "host") ? HTTP1_FIELD_HOST : HTTP1_FIELD_OTHER;
+	case 6:
+		return HTTP1_TOKEN_IS(name, "expect") ? HTTP1_FIELD_EXPECT : HTTP1_FIELD_OTHER;
+	case 7:
+		return HTTP1_TOKEN_IS(name, "upgrade") ? HTTP1_FIELD_UPGRADE : HTTP1_FIELD_OTHER;
+	case 10:
+		if (HTTP1_TOKEN_IS(name, "connection"))
+			return HTTP1_FIELD_CONNECTION;
+		return HTTP1_TOKEN_IS(name, "keep-alive") ? HTTP1_FIELD_KEEP_ALIVE
+							  : HTTP1_FIELD_OTHER;
+	case 14:
+		if (HTTP1_TOKEN_IS(name, "content-length"))
+			return HTTP1_FIELD_CONTENT_LENGTH;
+		return http1_is_underscored(name, len, "content-length")
+			       ? HTTP1_FIELD_UNDERSCORED_FRAMING
+			       : HTTP1_FIELD_OTHER;
+	case 16:
+		return HTTP1_TOKEN_IS(name, "proxy-connection") ? HTTP1_FIELD_PROXY_CONNECTION
+								: HTTP1_FIELD_OTHER;
+	case 17:
+		if (HTTP1_TOKEN_IS(name, "transfer-encoding"))
+			return HTTP1_FIELD_TRANSFER_ENCODING;
+		return http1_is_underscored(name, len, "transfer-encoding")
+			       ? HTTP1_FIELD_UNDERSCORED_FRAMING
+			       : HTTP1_FIELD_OTHER;
+	}
+	return HTTP1_FIELD_OTHER;
+}
+
 /* Parse one field line at *pp into f. */
 static enum http1_parse http1_parse_field(const char **pp, const char *end, struct http1_field *f,
 					  enum http1_error *error)
@@ -319,6 +408,7 @@ static enum http1_parse http1_parse_field(const char **pp, const char *end, stru
 	}
 	f->name = line;
 	f->name_len = (uint32_t)(p - line);
+	f->known = http1_field_name_of(line, f->name_len);
 	p++;
 	while (p < end && HTTP1_IS_WS(*p))
 		p++;
@@ -576,27 +666,6 @@ static void http1_scan_expect(const struct http1_field *f, struct http1_scan *sc
 	}
 }
 
-/* True when name, with each '_' read as '-', is the lower-case literal lit
- * though it differs from it: a framing field's name with '_' for '-', which
- * an origin mapping '_' to '-' (as CGI-style servers do) would read as a second
- * framing field. Host and Connection have no '-' for a '_' to stand in for. */
-static bool http1_is_underscored(const char *name, size_t len, const char *lit)
-{
-	bool underscore = false;
-
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = http1_lower((unsigned char)name[i]);
-
-		if (c == '_') {
-			underscore = true;
-			c = '-';
-		}
-		if (c != (unsigned char)lit[i])
-			return false;
-	}
-	return underscore;
-}
-
 /* Go through the fields once, checking Content-Length and noting the rest. */
 static int http1_scan_fields(const struct http1_head *head, struct http1_scan *scan,
 			     enum http1_error *error)
@@ -605,35 +674,26 @@ static int http1_scan_fields(const struct http1_head *head, struct http1_scan *s
 	for (size_t i = 0; i < head->field_count; i++) {
 		const struct http1_field *f = &head->fields[i];
 
-		/* The length and first letter rule out most fields cheaply. */
-		switch (f->name_len) {
-		case 4:
-			if (HTTP1_IS_LIT(f->name, 4, "host")) {
-				scan->host = f;
-				scan->host_count++;
-			}
+		switch (f->known) {
+		case HTTP1_FIELD_HOST:
+			scan->host = f;
+			scan->host_count++;
 			break;
-		case 6:
-			if (HTTP1_IS_LIT(f->name, 6, "expect"))
-				http1_scan_expect(f, scan);
+		case HTTP1_FIELD_EXPECT:
+			http1_scan_expect(f, scan);
 			break;
-		case 10:
-			if (HTTP1_IS_LIT(f->name, 10, "connection"))
-				http1_scan_connection(f, scan);
+		case HTTP1_FIELD_CONNECTION:
+			http1_scan_connection(f, scan);
 			break;
-		case 14:
-			if (HTTP1_IS_LIT(f->name, 14, "content-length")) {
-				if (http1_scan_content_length(f, scan, error) < 0)
-					return -1;
-			} else if (http1_is_underscored(f->name, 14, "content-length")) {
-				scan->underscore_framing = true;
-			}
+		case HTTP1_FIELD_CONTENT_LENGTH:
+			if (http1_scan_content_length(f, scan, error) < 0)
+				return -1;
 			break;
-		case 17:
-			if (HTTP1_IS_LIT(f->name, 17, "transfer-encoding"))
-				scan->has_te = true;
-			else if (http1_is_underscored(f->name, 17, "transfer-encoding"))
-				scan->underscore_framing = true;
+		case HTTP1_FIELD_TRANSFER_ENCODING:
+			scan->has_te = true;
+			break;
+		case HTTP1_FIELD_UNDERSCORED_FRAMING:
+			scan->underscore_framing = true;
 			break;
 		}
 	}
@@ -655,7 +715,7 @@ static int http1_check_transfer_encoding(const struct http1_head *head, enum htt
 		const char *elem;
 		size_t elem_len;
 
-		if (!HTTP1_IS_LIT(f->name, f->name_len, "transfer-encoding"))
+		if (f->known != HTTP1_FIELD_TRANSFER_ENCODING)
 			continue;
 		while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
 			/* RFC 9110 section 5.6.1 lets a recipient skip empty elements,
@@ -798,44 +858,31 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
 	return 0;
 }
 
-/* 1 for a name that is always hop-by-hop, -1 for Content-Length, which never
- * is, 0 for a name only the Connection field can make hop-by-hop. */
-static int http1_fixed_hop(const char *name, size_t len)
-{
-	switch (len) {
-	case 2:
-		return HTTP1_IS_LIT(name, len, "te") ? 1 : 0;
-	case 7:
-		return HTTP1_IS_LIT(name, len, "upgrade") ? 1 : 0;
-	case 10:
-		return HTTP1_IS_LIT(name, len, "connection") ||
-				       HTTP1_IS_LIT(name, len, "keep-alive")
-			       ? 1
-			       : 0;
-	case 14:
-		/* Never dropped because Connection names it: the body is
-		 * forwarded, and without its length the next hop would read
-		 * it as the start of another message. */
-		return HTTP1_IS_LIT(name, len, "content-length") ? -1 : 0;
-	case 16:
-		return HTTP1_IS_LIT(name, len, "proxy-connection") ? 1 : 0;
-	case 17:
-		return HTTP1_IS_LIT(name, len, "transfer-encoding") ? 1 : 0;
-	}
-	return 0;
-}
+/* By field name: 1 for a name that is always hop-by-hop, -1 for
+ * Content-Length, which never is, 0 for a name only the Connection field can
+ * make hop-by-hop. Content-Length is never dropped because Connection names
+ * it: the body is forwarded, and without its length the next hop would read
+ * it as the start of another message. */
+static const signed char http1_fixed_hop[] = {
+	[HTTP1_FIELD_CONNECTION] = 1,	     [HTTP1_FIELD_CONTENT_LENGTH] = -1,
+	[HTTP1_FIELD_TRANSFER_ENCODING] = 1, [HTTP1_FIELD_TE] = 1,
+	[HTTP1_FIELD_UPGRADE] = 1,	     [HTTP1_FIELD_KEEP_ALIVE] = 1,
+	[HTTP1_FIELD_PROXY_CONNECTION] = 1,  [HTTP1_FIELD_UNDERSCORED_FRAMING] = 0,
+};
 
 void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)
 {
-	int fixed[HTTP1_MAX_FIELDS];
+	bool connection = false;
 	size_t i, j;
 
 	for (i = 0; i < head->field_count; i++) {
-		const struct http1_field *f = &head->fields[i];
+		uint32_t known = head->fields[i].known;
 
-		fixed[i] = http1_fixed_hop(f->name, f->name_len);
-		hop[i] = fixed[i] > 0;
+		hop[i] = http1_fixed_hop[known] > 0;
+		connection |= known == HTTP1_FIELD_CONNECTION;
 	}
+	if (!connection)
+		return;
 	/* one walk over each Connection element, not one per field */
 	for (i = 0; i < head->field_count; i++) {
 		const struct http1_field *c = &head->fields[i];
@@ -843,13 +890,14 @@ void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)
 		const char *elem;
 		size_t elem_len;
 
-		if (c->name_len != 10 || !HTTP1_IS_LIT(c->name, c->name_len, "connection"))
+		if (c->known != HTTP1_FIELD_CONNECTION)
 			continue;
 		while (http1_list_next(&p, c->value + c->value_len, &elem, &elem_len)) {
 			for (j = 0; j < head->field_count; j++) {
 				const struct http1_field *f = &head->fields[j];
 
-				if (fixed[j] == 0 && !hop[j] && f->name_len == elem_len &&
+				if (http1_fixed_hop[f->known] == 0 && !hop[j] &&
+				    f->name_len == elem_len &&
 				    http1_equal_nocase(elem, elem_len, f->name, f->name_len))
 					hop[j] = true;
 			}
