@@ -68,32 +68,51 @@ bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen)
 	return true;
 }
 
+/* The offset of the first byte flagged in a word from HTTP1_HAS_LESS or
+ * HTTP1_HAS_ZERO (not 0). Their false flags only ever sit above a true one, so
+ * on a little-endian machine the lowest flag is exact; elsewhere the bytes are
+ * looked at again one by one, less than eight. */
+static size_t http1_first_flagged(const char *p, uint64_t flags, unsigned char below,
+				  unsigned char also)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	(void)p;
+	(void)below;
+	(void)also;
+	return (size_t)__builtin_ctzll(flags) >> 3;
+#else
+	size_t i = 0;
+
+	(void)flags;
+	while ((unsigned char)p[i] >= below && (unsigned char)p[i] != also)
+		i++;
+	return i;
+#endif
+}
+
 /* Skip bytes allowed in a field value or reason phrase; returns the first byte
  * that is not one, or end. */
 static const char *http1_skip_value(const char *p, const char *end)
 {
-	while (p < end) {
-		const char *stop;
+	while (end - p >= 8) {
+		uint64_t x, stops;
 
-		if (end - p >= 8) {
-			uint64_t x;
-
-			memcpy(&x, p, 8);
-			/* No control byte and no DEL: all eight are value bytes. HTAB
-			 * is a control byte too, but rare enough for the slow path. */
-			if ((HTTP1_HAS_LESS(x, 0x20) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f))) ==
-			    0) {
-				p += 8;
-				continue;
-			}
-			stop = p + 8;
-		} else {
-			stop = end;
+		memcpy(&x, p, 8);
+		/* Control bytes and DEL stop the scan; of them only HTAB is a
+		 * value byte, and rare enough to be stepped over one at a time. */
+		stops = HTTP1_HAS_LESS(x, 0x20) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f));
+		if (stops == 0) {
+			p += 8;
+			continue;
 		}
-		for (; p < stop; p++)
-			if (!HTTP1_IS(*p, HTTP1_C_VALUE))
-				return p;
+		p += http1_first_flagged(p, stops, 0x20, 0x7f);
+		if (*p != '\t')
+			return p;
+		p++;
 	}
+	for (; p < end; p++)
+		if (!HTTP1_IS(*p, HTTP1_C_VALUE))
+			return p;
 	return p;
 }
 
