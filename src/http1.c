@@ -324,11 +324,12 @@ static enum http1_parse http1_parse_status_line(const char **pp, const char *end
 	return HTTP1_PARSE_DONE;
 }
 
-/* Equality of a field name, which is a token, with a literal of lower-case
- * letters and '-' as long as it: setting bit 0x20 lower-cases a letter and
- * turns no other token byte into a letter or '-', so a word compares eight
- * bytes at once. */
-static bool http1_token_is(const char *name, const char *lit, size_t len)
+/* Case-insensitive equality of a field name or part of a field value with a
+ * literal of lower-case letters, digits and '-' as long as it. Setting bit
+ * 0x20 lower-cases a letter and turns no other byte allowed there into one
+ * of the literal's (only control bytes but HTAB would), so a word compares
+ * eight bytes at once. */
+static bool http1_fold_equal(const char *name, const char *lit, size_t len)
 {
 	if (len >= 8) {
 		uint64_t x, y;
@@ -359,7 +360,11 @@ static bool http1_token_is(const char *name, const char *lit, size_t len)
 	return true;
 }
 
-#define HTTP1_TOKEN_IS(name, lit) http1_token_is(name, lit, sizeof(lit) - 1)
+/* The same for a string known to be as long as the literal. */
+#define HTTP1_TOKEN_IS(name, lit) http1_fold_equal(name, lit, sizeof(lit) - 1)
+
+/* http1_fold_equal for a counted string of any length. */
+#define HTTP1_FOLD_IS(s, len, lit) ((len) == sizeof(lit) - 1 && HTTP1_TOKEN_IS(s, lit))
 
 /* True when name, with each '_' read as '-', is the lower-case literal lit
  * though it differs from it: a framing field's name with '_' for '-', which
@@ -672,9 +677,9 @@ static void http1_scan_connection(const struct http1_field *f, struct http1_scan
 	size_t elem_len;
 
 	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
-		if (HTTP1_IS_LIT(elem, elem_len, "close"))
+		if (HTTP1_FOLD_IS(elem, elem_len, "close"))
 			scan->close = true;
-		else if (HTTP1_IS_LIT(elem, elem_len, "keep-alive"))
+		else if (HTTP1_FOLD_IS(elem, elem_len, "keep-alive"))
 			scan->keep_alive = true;
 	}
 }
@@ -689,7 +694,7 @@ static void http1_scan_expect(const struct http1_field *f, struct http1_scan *sc
 	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
 		if (elem_len == 0)
 			continue;
-		if (HTTP1_IS_LIT(elem, elem_len, "100-continue"))
+		if (HTTP1_FOLD_IS(elem, elem_len, "100-continue"))
 			scan->expect_continue = true;
 		else
 			scan->expect_other = true;
@@ -754,7 +759,7 @@ static int http1_check_transfer_encoding(const struct http1_head *head, enum htt
 			 * differently: refuse them here. */
 			if (!http1_is_token(elem, elem_len))
 				goto bad;
-			chunked_last = HTTP1_IS_LIT(elem, elem_len, "chunked");
+			chunked_last = HTTP1_FOLD_IS(elem, elem_len, "chunked");
 			if (chunked_last) {
 				if (chunked_seen)
 					goto bad;
