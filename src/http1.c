@@ -907,19 +907,18 @@ static const signed char http1_fixed_hop[] = {
 
 void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)
 {
-	bool connection = false;
+	size_t first = head->field_count; /* the first Connection field */
 	size_t i, j;
 
 	for (i = 0; i < head->field_count; i++) {
 		uint32_t known = head->fields[i].known;
 
 		hop[i] = http1_fixed_hop[known] > 0;
-		connection |= known == HTTP1_FIELD_CONNECTION;
+		if (known == HTTP1_FIELD_CONNECTION && first == head->field_count)
+			first = i;
 	}
-	if (!connection)
-		return;
 	/* one walk over each Connection element, not one per field */
-	for (i = 0; i < head->field_count; i++) {
+	for (i = first; i < head->field_count; i++) {
 		const struct http1_field *c = &head->fields[i];
 		const char *p = c->value;
 		const char *elem;
@@ -928,6 +927,9 @@ void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)
 		if (c->known != HTTP1_FIELD_CONNECTION)
 			continue;
 		while (http1_list_next(&p, c->value + c->value_len, &elem, &elem_len)) {
+			/* "keep-alive" and the like name fields marked already */
+			if (http1_fixed_hop[http1_field_name_of(elem, elem_len)] != 0)
+				continue;
 			for (j = 0; j < head->field_count; j++) {
 				const struct http1_field *f = &head->fields[j];
 
