@@ -13,17 +13,17 @@ const unsigned char http1_ctype[256] = {
 	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
 	0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* 10 */
 	0x22, 0x2f, 0x06, 0x27, 0x2f, 0x2f, 0x2f, 0x2f,
-	0x2e, 0x2e, 0x2f, 0x2f, 0x2e, 0x2f, 0x2f, 0x26, /* 20 */
-	0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f,
-	0x3f, 0x3f, 0x26, 0x2e, 0x26, 0x2e, 0x26, 0x26, /* 30 */
-	0x26, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x2f,
-	0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 40 */
-	0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f,
-	0x2f, 0x2f, 0x2f, 0x26, 0x02, 0x26, 0x27, 0x2f, /* 50 */
-	0x27, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x3f, 0x2f,
-	0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, /* 60 */
-	0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f, 0x2f,
-	0x2f, 0x2f, 0x2f, 0x26, 0x27, 0x26, 0x2f, 0x00, /* 70 */
+	0x2e, 0x2e, 0x2f, 0x2f, 0x2e, 0x6f, 0x6f, 0x26, /* 20 */
+	0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f,
+	0x7f, 0x7f, 0x26, 0x2e, 0x26, 0x2e, 0x26, 0x26, /* 30 */
+	0x26, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x6f,
+	0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, /* 40 */
+	0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f,
+	0x6f, 0x6f, 0x6f, 0x26, 0x02, 0x26, 0x27, 0x6f, /* 50 */
+	0x27, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x7f, 0x6f,
+	0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, /* 60 */
+	0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f, 0x6f,
+	0x6f, 0x6f, 0x6f, 0x26, 0x27, 0x26, 0x6f, 0x00, /* 70 */
 	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22,
 	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* 80 */
 	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22,
@@ -58,8 +58,7 @@ const unsigned char http1_ctype[256] = {
 
 static const char http1_version_prefix[] = "HTTP/1.";
 
-/* Case-insensitive equality of two counted strings. */
-static bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen)
+bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen)
 {
 	if (alen != blen)
 		return false;
@@ -69,37 +68,51 @@ static bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t
 	return true;
 }
 
-bool http1_name_equals(const char *s, size_t len, const char *lit)
+/* The offset of the first byte flagged in a word from HTTP1_HAS_LESS or
+ * HTTP1_HAS_ZERO (not 0). Their false flags only ever sit above a true one, so
+ * on a little-endian machine the lowest flag is exact; elsewhere the bytes are
+ * looked at again one by one, less than eight. */
+static size_t http1_first_flagged(const char *p, uint64_t flags, unsigned char below,
+				  unsigned char also)
 {
-	return http1_equal_nocase(s, len, lit, strlen(lit));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	(void)p;
+	(void)below;
+	(void)also;
+	return (size_t)__builtin_ctzll(flags) >> 3;
+#else
+	size_t i = 0;
+
+	(void)flags;
+	while ((unsigned char)p[i] >= below && (unsigned char)p[i] != also)
+		i++;
+	return i;
+#endif
 }
 
 /* Skip bytes allowed in a field value or reason phrase; returns the first byte
  * that is not one, or end. */
 static const char *http1_skip_value(const char *p, const char *end)
 {
-	while (p < end) {
-		const char *stop;
+	while (end - p >= 8) {
+		uint64_t x, stops;
 
-		if (end - p >= 8) {
-			uint64_t x;
-
-			memcpy(&x, p, 8);
-			/* No control byte and no DEL: all eight are value bytes. HTAB
-			 * is a control byte too, but rare enough for the slow path. */
-			if ((HTTP1_HAS_LESS(x, 0x20) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f))) ==
-			    0) {
-				p += 8;
-				continue;
-			}
-			stop = p + 8;
-		} else {
-			stop = end;
+		memcpy(&x, p, 8);
+		/* Control bytes and DEL stop the scan; of them only HTAB is a
+		 * value byte, and rare enough to be stepped over one at a time. */
+		stops = HTTP1_HAS_LESS(x, 0x20) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f));
+		if (stops == 0) {
+			p += 8;
+			continue;
 		}
-		for (; p < stop; p++)
-			if (!HTTP1_IS(*p, HTTP1_C_VALUE))
-				return p;
+		p += http1_first_flagged(p, stops, 0x20, 0x7f);
+		if (*p != '\t')
+			return p;
+		p++;
 	}
+	for (; p < end; p++)
+		if (!HTTP1_IS(*p, HTTP1_C_VALUE))
+			return p;
 	return p;
 }
 
@@ -133,6 +146,17 @@ static const char *http1_skip_target(const char *p, const char *end)
 /* Skip token characters; returns the first other byte, or end. */
 static const char *http1_skip_token(const char *p, const char *end)
 {
+	/* Four bytes a step while four remain: one end test for four bytes. */
+	for (; end - p >= 4; p += 4) {
+		if (!HTTP1_IS(p[0], HTTP1_C_TCHAR))
+			return p;
+		if (!HTTP1_IS(p[1], HTTP1_C_TCHAR))
+			return p + 1;
+		if (!HTTP1_IS(p[2], HTTP1_C_TCHAR))
+			return p + 2;
+		if (!HTTP1_IS(p[3], HTTP1_C_TCHAR))
+			return p + 3;
+	}
 	while (p < end && HTTP1_IS(*p, HTTP1_C_TCHAR))
 		p++;
 	return p;
@@ -300,6 +324,106 @@ static enum http1_parse http1_parse_status_line(const char **pp, const char *end
 	return HTTP1_PARSE_DONE;
 }
 
+/* Case-insensitive equality of a field name or part of a field value with a
+ * literal of lower-case letters, digits and '-' as long as it. Setting bit
+ * 0x20 lower-cases a letter and turns no other byte allowed there into one
+ * of the literal's (only control bytes but HTAB would), so a word compares
+ * eight bytes at once. */
+static bool http1_fold_equal(const char *name, const char *lit, size_t len)
+{
+	if (len >= 8) {
+		uint64_t x, y;
+
+		for (size_t i = 0; i + 8 < len; i += 8) {
+			memcpy(&x, name + i, 8);
+			memcpy(&y, lit + i, 8);
+			if ((x | (HTTP1_ONES * 0x20)) != y)
+				return false;
+		}
+		/* the last eight bytes, overlapping the words before */
+		memcpy(&x, name + len - 8, 8);
+		memcpy(&y, lit + len - 8, 8);
+		return (x | (HTTP1_ONES * 0x20)) == y;
+	}
+	if (len >= 4) {
+		uint32_t x, y, u, v;
+
+		memcpy(&x, name, 4);
+		memcpy(&y, lit, 4);
+		memcpy(&u, name + len - 4, 4);
+		memcpy(&v, lit + len - 4, 4);
+		return ((x | 0x20202020u) == y) & ((u | 0x20202020u) == v);
+	}
+	for (size_t i = 0; i < len; i++)
+		if ((name[i] | 0x20) != lit[i])
+			return false;
+	return true;
+}
+
+/* The same for a string known to be as long as the literal. */
+#define HTTP1_TOKEN_IS(name, lit) http1_fold_equal(name, lit, sizeof(lit) - 1)
+
+/* http1_fold_equal for a counted string of any length. */
+#define HTTP1_FOLD_IS(s, len, lit) ((len) == sizeof(lit) - 1 && HTTP1_TOKEN_IS(s, lit))
+
+/* True when name, with each '_' read as '-', is the lower-case literal lit
+ * though it differs from it: a framing field's name with '_' for '-', which
+ * an origin mapping '_' to '-' (as CGI-style servers do) would read as a second
+ * framing field. Host and Connection have no '-' for a '_' to stand in for. */
+static bool http1_is_underscored(const char *name, size_t len, const char *lit)
+{
+	bool underscore = false;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = http1_lower((unsigned char)name[i]);
+
+		if (c == '_') {
+			underscore = true;
+			c = '-';
+		}
+		if (c != (unsigned char)lit[i])
+			return false;
+	}
+	return underscore;
+}
+
+/* Which of the names that matter to framing and forwarding a field name is;
+ * its length rules out most names before any byte is compared. */
+static uint32_t http1_field_name_of(const char *name, size_t len)
+{
+	switch (len) {
+	case 2:
+		return HTTP1_TOKEN_IS(name, "te") ? HTTP1_FIELD_TE : HTTP1_FIELD_OTHER;
+	case 4:
+		return HTTP1_TOKEN_IS(name, "host") ? HTTP1_FIELD_HOST : HTTP1_FIELD_OTHER;
+	case 6:
+		return HTTP1_TOKEN_IS(name, "expect") ? HTTP1_FIELD_EXPECT : HTTP1_FIELD_OTHER;
+	case 7:
+		return HTTP1_TOKEN_IS(name, "upgrade") ? HTTP1_FIELD_UPGRADE : HTTP1_FIELD_OTHER;
+	case 10:
+		if (HTTP1_TOKEN_IS(name, "connection"))
+			return HTTP1_FIELD_CONNECTION;
+		return HTTP1_TOKEN_IS(name, "keep-alive") ? HTTP1_FIELD_KEEP_ALIVE
+							  : HTTP1_FIELD_OTHER;
+	case 14:
+		if (HTTP1_TOKEN_IS(name, "content-length"))
+			return HTTP1_FIELD_CONTENT_LENGTH;
+		return http1_is_underscored(name, len, "content-length")
+			       ? HTTP1_FIELD_UNDERSCORED_FRAMING
+			       : HTTP1_FIELD_OTHER;
+	case 16:
+		return HTTP1_TOKEN_IS(name, "proxy-connection") ? HTTP1_FIELD_PROXY_CONNECTION
+								: HTTP1_FIELD_OTHER;
+	case 17:
+		if (HTTP1_TOKEN_IS(name, "transfer-encoding"))
+			return HTTP1_FIELD_TRANSFER_ENCODING;
+		return http1_is_underscored(name, len, "transfer-encoding")
+			       ? HTTP1_FIELD_UNDERSCORED_FRAMING
+			       : HTTP1_FIELD_OTHER;
+	}
+	return HTTP1_FIELD_OTHER;
+}
+
 /* Parse one field line at *pp into f. */
 static enum http1_parse http1_parse_field(const char **pp, const char *end, struct http1_field *f,
 					  enum http1_error *error)
@@ -319,6 +443,7 @@ static enum http1_parse http1_parse_field(const char **pp, const char *end, stru
 	}
 	f->name = line;
 	f->name_len = (uint32_t)(p - line);
+	f->known = http1_field_name_of(line, f->name_len);
 	p++;
 	while (p < end && HTTP1_IS_WS(*p))
 		p++;
@@ -552,9 +677,9 @@ static void http1_scan_connection(const struct http1_field *f, struct http1_scan
 	size_t elem_len;
 
 	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
-		if (HTTP1_IS_LIT(elem, elem_len, "close"))
+		if (HTTP1_FOLD_IS(elem, elem_len, "close"))
 			scan->close = true;
-		else if (HTTP1_IS_LIT(elem, elem_len, "keep-alive"))
+		else if (HTTP1_FOLD_IS(elem, elem_len, "keep-alive"))
 			scan->keep_alive = true;
 	}
 }
@@ -569,32 +694,11 @@ static void http1_scan_expect(const struct http1_field *f, struct http1_scan *sc
 	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
 		if (elem_len == 0)
 			continue;
-		if (HTTP1_IS_LIT(elem, elem_len, "100-continue"))
+		if (HTTP1_FOLD_IS(elem, elem_len, "100-continue"))
 			scan->expect_continue = true;
 		else
 			scan->expect_other = true;
 	}
-}
-
-/* True when name, with each '_' read as '-', is the lower-case literal lit
- * though it differs from it: a framing field's name with '_' for '-', which
- * an origin mapping '_' to '-' (as CGI-style servers do) would read as a second
- * framing field. Host and Connection have no '-' for a '_' to stand in for. */
-static bool http1_is_underscored(const char *name, size_t len, const char *lit)
-{
-	bool underscore = false;
-
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = http1_lower((unsigned char)name[i]);
-
-		if (c == '_') {
-			underscore = true;
-			c = '-';
-		}
-		if (c != (unsigned char)lit[i])
-			return false;
-	}
-	return underscore;
 }
 
 /* Go through the fields once, checking Content-Length and noting the rest. */
@@ -605,35 +709,26 @@ static int http1_scan_fields(const struct http1_head *head, struct http1_scan *s
 	for (size_t i = 0; i < head->field_count; i++) {
 		const struct http1_field *f = &head->fields[i];
 
-		/* The length and first letter rule out most fields cheaply. */
-		switch (f->name_len) {
-		case 4:
-			if (HTTP1_IS_LIT(f->name, 4, "host")) {
-				scan->host = f;
-				scan->host_count++;
-			}
+		switch (f->known) {
+		case HTTP1_FIELD_HOST:
+			scan->host = f;
+			scan->host_count++;
 			break;
-		case 6:
-			if (HTTP1_IS_LIT(f->name, 6, "expect"))
-				http1_scan_expect(f, scan);
+		case HTTP1_FIELD_EXPECT:
+			http1_scan_expect(f, scan);
 			break;
-		case 10:
-			if (HTTP1_IS_LIT(f->name, 10, "connection"))
-				http1_scan_connection(f, scan);
+		case HTTP1_FIELD_CONNECTION:
+			http1_scan_connection(f, scan);
 			break;
-		case 14:
-			if (HTTP1_IS_LIT(f->name, 14, "content-length")) {
-				if (http1_scan_content_length(f, scan, error) < 0)
-					return -1;
-			} else if (http1_is_underscored(f->name, 14, "content-length")) {
-				scan->underscore_framing = true;
-			}
+		case HTTP1_FIELD_CONTENT_LENGTH:
+			if (http1_scan_content_length(f, scan, error) < 0)
+				return -1;
 			break;
-		case 17:
-			if (HTTP1_IS_LIT(f->name, 17, "transfer-encoding"))
-				scan->has_te = true;
-			else if (http1_is_underscored(f->name, 17, "transfer-encoding"))
-				scan->underscore_framing = true;
+		case HTTP1_FIELD_TRANSFER_ENCODING:
+			scan->has_te = true;
+			break;
+		case HTTP1_FIELD_UNDERSCORED_FRAMING:
+			scan->underscore_framing = true;
 			break;
 		}
 	}
@@ -655,7 +750,7 @@ static int http1_check_transfer_encoding(const struct http1_head *head, enum htt
 		const char *elem;
 		size_t elem_len;
 
-		if (!HTTP1_IS_LIT(f->name, f->name_len, "transfer-encoding"))
+		if (f->known != HTTP1_FIELD_TRANSFER_ENCODING)
 			continue;
 		while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
 			/* RFC 9110 section 5.6.1 lets a recipient skip empty elements,
@@ -664,7 +759,7 @@ static int http1_check_transfer_encoding(const struct http1_head *head, enum htt
 			 * differently: refuse them here. */
 			if (!http1_is_token(elem, elem_len))
 				goto bad;
-			chunked_last = HTTP1_IS_LIT(elem, elem_len, "chunked");
+			chunked_last = HTTP1_FOLD_IS(elem, elem_len, "chunked");
 			if (chunked_last) {
 				if (chunked_seen)
 					goto bad;
@@ -798,58 +893,48 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
 	return 0;
 }
 
-/* 1 for a name that is always hop-by-hop, -1 for Content-Length, which never
- * is, 0 for a name only the Connection field can make hop-by-hop. */
-static int http1_fixed_hop(const char *name, size_t len)
-{
-	switch (len) {
-	case 2:
-		return HTTP1_IS_LIT(name, len, "te") ? 1 : 0;
-	case 7:
-		return HTTP1_IS_LIT(name, len, "upgrade") ? 1 : 0;
-	case 10:
-		return HTTP1_IS_LIT(name, len, "connection") ||
-				       HTTP1_IS_LIT(name, len, "keep-alive")
-			       ? 1
-			       : 0;
-	case 14:
-		/* Never dropped because Connection names it: the body is
-		 * forwarded, and without its length the next hop would read
-		 * it as the start of another message. */
-		return HTTP1_IS_LIT(name, len, "content-length") ? -1 : 0;
-	case 16:
-		return HTTP1_IS_LIT(name, len, "proxy-connection") ? 1 : 0;
-	case 17:
-		return HTTP1_IS_LIT(name, len, "transfer-encoding") ? 1 : 0;
-	}
-	return 0;
-}
+/* By field name: 1 for a name that is always hop-by-hop, -1 for
+ * Content-Length, which never is, 0 for a name only the Connection field can
+ * make hop-by-hop. Content-Length is never dropped because Connection names
+ * it: the body is forwarded, and without its length the next hop would read
+ * it as the start of another message. */
+static const signed char http1_fixed_hop[] = {
+	[HTTP1_FIELD_CONNECTION] = 1,	     [HTTP1_FIELD_CONTENT_LENGTH] = -1,
+	[HTTP1_FIELD_TRANSFER_ENCODING] = 1, [HTTP1_FIELD_TE] = 1,
+	[HTTP1_FIELD_UPGRADE] = 1,	     [HTTP1_FIELD_KEEP_ALIVE] = 1,
+	[HTTP1_FIELD_PROXY_CONNECTION] = 1,  [HTTP1_FIELD_UNDERSCORED_FRAMING] = 0,
+};
 
 void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)
 {
-	int fixed[HTTP1_MAX_FIELDS];
+	size_t first = head->field_count; /* the first Connection field */
 	size_t i, j;
 
 	for (i = 0; i < head->field_count; i++) {
-		const struct http1_field *f = &head->fields[i];
+		uint32_t known = head->fields[i].known;
 
-		fixed[i] = http1_fixed_hop(f->name, f->name_len);
-		hop[i] = fixed[i] > 0;
+		hop[i] = http1_fixed_hop[known] > 0;
+		if (known == HTTP1_FIELD_CONNECTION && first == head->field_count)
+			first = i;
 	}
 	/* one walk over each Connection element, not one per field */
-	for (i = 0; i < head->field_count; i++) {
+	for (i = first; i < head->field_count; i++) {
 		const struct http1_field *c = &head->fields[i];
 		const char *p = c->value;
 		const char *elem;
 		size_t elem_len;
 
-		if (c->name_len != 10 || !HTTP1_IS_LIT(c->name, c->name_len, "connection"))
+		if (c->known != HTTP1_FIELD_CONNECTION)
 			continue;
 		while (http1_list_next(&p, c->value + c->value_len, &elem, &elem_len)) {
+			/* "keep-alive" and the like name fields marked already */
+			if (http1_fixed_hop[http1_field_name_of(elem, elem_len)] != 0)
+				continue;
 			for (j = 0; j < head->field_count; j++) {
 				const struct http1_field *f = &head->fields[j];
 
-				if (fixed[j] == 0 && !hop[j] && f->name_len == elem_len &&
+				if (http1_fixed_hop[f->known] == 0 && !hop[j] &&
+				    f->name_len == elem_len &&
 				    http1_equal_nocase(elem, elem_len, f->name, f->name_len))
 					hop[j] = true;
 			}

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define HTTP1_MAX_FIELDS 128 /* more header fields than this is a 431 */
 
@@ -53,6 +54,22 @@ enum http1_error {
 	HTTP1_ERR_UNDERSCORE_FRAMING,	    /* request: Content_Length or Transfer_Encoding */
 };
 
+/* The field names framing and forwarding decisions depend on, recognised
+ * once while parsing so that later passes over the fields compare no names. */
+enum http1_field_name {
+	HTTP1_FIELD_OTHER,		 /* any name not listed below */
+	HTTP1_FIELD_HOST,		 /* Host */
+	HTTP1_FIELD_EXPECT,		 /* Expect */
+	HTTP1_FIELD_CONNECTION,		 /* Connection */
+	HTTP1_FIELD_CONTENT_LENGTH,	 /* Content-Length */
+	HTTP1_FIELD_TRANSFER_ENCODING,	 /* Transfer-Encoding */
+	HTTP1_FIELD_TE,			 /* TE */
+	HTTP1_FIELD_UPGRADE,		 /* Upgrade */
+	HTTP1_FIELD_KEEP_ALIVE,		 /* Keep-Alive */
+	HTTP1_FIELD_PROXY_CONNECTION,	 /* Proxy-Connection */
+	HTTP1_FIELD_UNDERSCORED_FRAMING, /* Content_Length or Transfer_Encoding, any '-' as '_' */
+};
+
 /* One field line. Pointers are into the parsed buffer. */
 struct http1_field {
 	const char *name;  /* field name as sent (case kept) */
@@ -61,6 +78,7 @@ struct http1_field {
 	uint32_t name_len;
 	uint32_t value_len;
 	uint32_t line_len;
+	uint32_t known; /* enum http1_field_name: which of the names that matter it is */
 };
 
 /* The four forms of request-target (RFC 9112 section 3.2). The parser
@@ -165,8 +183,17 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
  * HTTP1_MAX_FIELDS. */
 void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop);
 
-/* Case-insensitive comparison of a counted string with a C string. */
-bool http1_name_equals(const char *s, size_t len, const char *lit);
+/* Case-insensitive equality of two counted strings. */
+bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen);
+
+/* Case-insensitive comparison of a counted string with a C string. Inline so
+ * that strlen of a literal is folded and most names fail on length alone. */
+static inline bool http1_name_equals(const char *s, size_t len, const char *lit)
+{
+	size_t lit_len = strlen(lit);
+
+	return len == lit_len && http1_equal_nocase(s, len, lit, lit_len);
+}
 
 /* Find the first field with this name, or NULL. */
 const struct http1_field *http1_find_field(const struct http1_head *head, const char *name);

@@ -10,12 +10,13 @@
  * comparisons; and case folding for names. */
 
 /* Byte classes, one bit each, looked up in http1_ctype. */
-#define HTTP1_C_TCHAR 0x01   /* token character (RFC 9110 section 5.6.2) */
-#define HTTP1_C_VALUE 0x02   /* field-vchar, obs-text, SP or HTAB: allowed in a field value */
-#define HTTP1_C_TARGET 0x04  /* 0x21..0x7e but backslash: allowed in a request-target */
-#define HTTP1_C_REGNAME 0x08 /* unreserved, sub-delims or '%': allowed in a reg-name */
-#define HTTP1_C_HEX 0x10     /* hexadecimal digit */
-#define HTTP1_C_QDTEXT 0x20  /* allowed unescaped inside a quoted-string */
+#define HTTP1_C_TCHAR 0x01	/* token character (RFC 9110 section 5.6.2) */
+#define HTTP1_C_VALUE 0x02	/* field-vchar, obs-text, SP or HTAB: allowed in a field value */
+#define HTTP1_C_TARGET 0x04	/* 0x21..0x7e but backslash: allowed in a request-target */
+#define HTTP1_C_REGNAME 0x08	/* unreserved, sub-delims or '%': allowed in a reg-name */
+#define HTTP1_C_HEX 0x10	/* hexadecimal digit */
+#define HTTP1_C_QDTEXT 0x20	/* allowed unescaped inside a quoted-string */
+#define HTTP1_C_UNRESERVED 0x40 /* unreserved (RFC 3986 section 2.3): plain host names */
 
 extern const unsigned char http1_ctype[256];
 

@@ -1113,6 +1113,73 @@ static void test_hop_by_hop(void **state)
 	assert_true(hop[2]);
 }
 
+/* The parser recognises the names that matter in any case, and nothing
+ * else: one byte off, a byte whose bit 0x20 differs, or a different length
+ * is another name. */
+static void test_field_names(void **state)
+{
+	static const struct {
+		const char *name;
+		uint32_t known;
+	} cases[] = {
+		{ "Host", HTTP1_FIELD_HOST },
+		{ "hOST", HTTP1_FIELD_HOST },
+		{ "Hosts", HTTP1_FIELD_OTHER },
+		{ "Hos", HTTP1_FIELD_OTHER },
+		{ "H0st", HTTP1_FIELD_OTHER },
+		{ "Expect", HTTP1_FIELD_EXPECT },
+		{ "Connection", HTTP1_FIELD_CONNECTION },
+		{ "CONNECTION", HTTP1_FIELD_CONNECTION },
+		{ "Connectio~", HTTP1_FIELD_OTHER },
+		{ "Content-Length", HTTP1_FIELD_CONTENT_LENGTH },
+		{ "content-LENGTH", HTTP1_FIELD_CONTENT_LENGTH },
+		{ "Content_Length", HTTP1_FIELD_UNDERSCORED_FRAMING },
+		{ "content_length", HTTP1_FIELD_UNDERSCORED_FRAMING },
+		{ "Content-Lengt^", HTTP1_FIELD_OTHER },
+		{ "Content-Lengtx", HTTP1_FIELD_OTHER },
+		{ "Content.Length", HTTP1_FIELD_OTHER },
+		{ "Transfer-Encoding", HTTP1_FIELD_TRANSFER_ENCODING },
+		{ "TRANSFER-encoding", HTTP1_FIELD_TRANSFER_ENCODING },
+		{ "Transfer_Encoding", HTTP1_FIELD_UNDERSCORED_FRAMING },
+		{ "Transfer-Encodin_", HTTP1_FIELD_OTHER },
+		{ "TE", HTTP1_FIELD_TE },
+		{ "t", HTTP1_FIELD_OTHER },
+		{ "TF", HTTP1_FIELD_OTHER },
+		{ "Upgrade", HTTP1_FIELD_UPGRADE },
+		{ "Upgrad`", HTTP1_FIELD_OTHER },
+		{ "Keep-Alive", HTTP1_FIELD_KEEP_ALIVE },
+		{ "Keep_Alive", HTTP1_FIELD_OTHER },
+		{ "Proxy-Connection", HTTP1_FIELD_PROXY_CONNECTION },
+		{ "Proxy-Connectioo", HTTP1_FIELD_OTHER },
+		{ "Content-Type", HTTP1_FIELD_OTHER },
+	};
+	bool hop[HTTP1_MAX_FIELDS];
+	enum http1_error error;
+	char req[128];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int n = snprintf(req, sizeof(req), "GET / HTTP/1.1\r\n%s: 1\r\n\r\n",
+				 cases[i].name);
+
+		assert_int_equal(test_parse_request(req, (size_t)n, &error), HTTP1_PARSE_DONE);
+		if (test_head.fields[0].known != cases[i].known)
+			fail_msg("%s: %u", cases[i].name, (unsigned)test_head.fields[0].known);
+	}
+
+	/* "close" and "KEEP-ALIVE" in Connection: the first names a field
+	 * that goes, the second one marked already. */
+	assert_int_equal(test_parse_request(S("GET / HTTP/1.1\r\nHost: a\r\nConnection: "
+					      "KEEP-ALIVE,close\r\nclose: 1\r\nkeep-alive: "
+					      "2\r\n\r\n"),
+					    &error),
+			 HTTP1_PARSE_DONE);
+	http1_hop_by_hop_marks(&test_head, hop);
+	assert_false(hop[0]);
+	assert_true(hop[1]);
+	assert_true(hop[2]);
+	assert_true(hop[3]);
+}
+
 /* Status codes and texts for every error code. */
 static void test_error_status_and_text(void **state)
 {
@@ -1462,6 +1529,7 @@ int main(void)
 		cmocka_unit_test(test_response_limits),
 		cmocka_unit_test(test_response_framing),
 		cmocka_unit_test(test_hop_by_hop),
+		cmocka_unit_test(test_field_names),
 		cmocka_unit_test(test_error_status_and_text),
 		cmocka_unit_test(test_chunked_valid),
 		cmocka_unit_test(test_chunked_steps),
