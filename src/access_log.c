@@ -51,8 +51,9 @@ static inline void access_line_str(struct access_line *line, const char *s)
 	access_line_bytes(line, s, strlen(s));
 }
 
-/* Append v in decimal; digits are made back to front with no printf, two
- * at a time from a table (half the divisions). */
+/* Append v in decimal with no printf: count the digits, then make them back
+ * to front in place, two at a time from a table (half the divisions, no
+ * copy). */
 static void access_line_uint(struct access_line *line, uint64_t v)
 {
 	static const char pairs[] = "00010203040506070809"
@@ -65,9 +66,13 @@ static void access_line_uint(struct access_line *line, uint64_t v)
 				    "70717273747576777879"
 				    "80818283848586878889"
 				    "90919293949596979899";
-	char digits[20];
-	char *p = digits + sizeof(digits);
+	size_t n = 1;
+	char *p;
 
+	for (uint64_t rest = v; rest >= 10; rest /= 10)
+		n++;
+	p = access_line_room(line, n) + n;
+	line->len += n;
 	while (v >= 100) {
 		unsigned pair = (unsigned)(v % 100) * 2;
 
@@ -81,9 +86,8 @@ static void access_line_uint(struct access_line *line, uint64_t v)
 		p[0] = pairs[v * 2];
 		p[1] = pairs[v * 2 + 1];
 	} else {
-		*--p = (char)('0' + v);
+		p[-1] = (char)('0' + v);
 	}
-	access_line_bytes(line, p, (size_t)(digits + sizeof(digits) - p));
 }
 
 /* Append v in decimal with its sign, as %d would. */
