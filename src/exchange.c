@@ -1,5 +1,6 @@
 #include "exchange.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +63,29 @@ void exchange_try_set_state(struct exchange_try *t, enum exchange_try_state stat
 	t->state = state;
 }
 
+/* Zero a spare's try slot that a try used; its timer stays. A slot no try
+ * used since it was last zeroed is still zero (every try starts in
+ * exchange_begin_try, which numbers it from 1), so it is left alone: most
+ * requests use one slot of four. */
+static void exchange_slot_reset(struct exchange *ex, struct exchange_try *t)
+{
+	struct event *timer = t->timer;
+
+	if (t->number == 0)
+		return;
+	memset(t, 0, sizeof(*t));
+	t->ex = ex;
+	t->timer = timer;
+}
+
+_Static_assert(offsetof(struct exchange, current) ==
+		       offsetof(struct exchange, slots) +
+			       EXCHANGE_TRY_SLOTS * sizeof(struct exchange_try),
+	       "exchange_alloc zeroes around the slots: current must follow them");
+
 struct exchange *exchange_alloc(struct proxy *proxy)
 {
 	struct exchange *ex = proxy->spare_exchanges;
-	struct event *try_timers[EXCHANGE_TRY_SLOTS];
 	struct event *timer, *hedge_timer;
 	struct resume *resume;
 	char *text, *request_head;
@@ -88,9 +108,12 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 	request_head = ex->request_head;
 	request_head_room = ex->request_head_room;
 	resume = ex->resume;
+	memset(ex, 0, offsetof(struct exchange, slots));
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
-		try_timers[i] = ex->slots[i].timer;
-	memset(ex, 0, sizeof(*ex));
+		exchange_slot_reset(ex, &ex->slots[i]);
+	/* current is the member after the slots */
+	memset((char *)ex + offsetof(struct exchange, current), 0,
+	       sizeof(*ex) - offsetof(struct exchange, current));
 	/* the timers' argument is this same exchange or slot: they need no new
 	 * setup */
 	ex->timer = timer;
@@ -100,10 +123,6 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 	ex->request_head = request_head;
 	ex->request_head_room = request_head_room;
 	ex->resume = resume;
-	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
-		ex->slots[i].ex = ex;
-		ex->slots[i].timer = try_timers[i];
-	}
 	return ex;
 }
 

@@ -7,6 +7,7 @@
 
 #include "conn.h"
 #include "exchange_private.h"
+#include "http1_chars.h"
 #include "idempotency.h"
 #include "idempotency_key.h"
 #include "log.h"
@@ -23,18 +24,20 @@
  */
 
 /* Does this field line go upstream as it is? hop says whether it is
- * hop-by-hop; *seen_length keeps only the first of identical Content-Lengths. */
+ * hop-by-hop; *seen_length keeps only the first of identical Content-Lengths.
+ * Names are matched inline against lower-case literals (HTTP1_IS_LIT): no
+ * call and no strlen per field. */
 static bool exchange_forward_request_field(const struct http1_field *f, bool hop, bool *seen_length)
 {
-	if (http1_name_equals(f->name, f->name_len, "Transfer-Encoding"))
+	if (HTTP1_IS_LIT(f->name, f->name_len, "transfer-encoding"))
 		return true; /* the body is forwarded in the coding it came in */
 	if (hop)
 		return false;
-	if (http1_name_equals(f->name, f->name_len, "Host"))
+	if (HTTP1_IS_LIT(f->name, f->name_len, "host"))
 		return false; /* replaced by the upstream's authority */
-	if (http1_name_equals(f->name, f->name_len, "Expect"))
+	if (HTTP1_IS_LIT(f->name, f->name_len, "expect"))
 		return false; /* the proxy answered 100-continue itself and sends the body at once */
-	if (http1_name_equals(f->name, f->name_len, "Content-Length")) {
+	if (HTTP1_IS_LIT(f->name, f->name_len, "content-length")) {
 		if (*seen_length)
 			return false; /* identical repeats were checked; one is enough */
 		*seen_length = true;

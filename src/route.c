@@ -21,12 +21,13 @@ static void route_host_normalize(const char **host, size_t *len)
 /* Match a host against "*", "*.suffix" or an exact name, ignoring case. */
 bool route_host_pattern_matches(const char *pattern, const char *host, size_t host_len)
 {
-	size_t pattern_len = strlen(pattern);
+	size_t pattern_len;
 
-	if (strcmp(pattern, "*") == 0)
+	if (pattern[0] == '*' && pattern[1] == '\0')
 		return true;
 	if (host == NULL)
 		return false;
+	pattern_len = strlen(pattern);
 	route_host_normalize(&host, &host_len);
 	if (pattern_len >= 2 && pattern[0] == '*' && pattern[1] == '.') {
 		/* ".example.com" at the end, with at least one byte of label
@@ -39,13 +40,12 @@ bool route_host_pattern_matches(const char *pattern, const char *host, size_t ho
 	return host_len == pattern_len && strncasecmp(host, pattern, host_len) == 0;
 }
 
-/* Whether the route's match: accepts the request; absent fields accept all. */
+/* Whether the route's match: accepts the request; absent fields accept all.
+ * The path prefix is checked first: a memcmp that fails at once, where the
+ * host needs normalising and a case-insensitive compare. */
 static bool route_accepts(const struct route *route, const char *host, size_t host_len,
 			  const char *path, size_t path_len, const char *method, size_t method_len)
 {
-	if (route->match_host != NULL &&
-	    !route_host_pattern_matches(route->match_host, host, host_len))
-		return false;
 	if (route->match_path_prefix != NULL) {
 		size_t prefix_len = strlen(route->match_path_prefix);
 
@@ -53,6 +53,9 @@ static bool route_accepts(const struct route *route, const char *host, size_t ho
 		    memcmp(path, route->match_path_prefix, prefix_len) != 0)
 			return false;
 	}
+	if (route->match_host != NULL &&
+	    !route_host_pattern_matches(route->match_host, host, host_len))
+		return false;
 	if (route->match_method_count > 0) {
 		/* Methods are case-sensitive (RFC 9110 section 9.1). */
 		for (size_t i = 0; i < route->match_method_count; i++) {
