@@ -69,6 +69,7 @@ char *xstrndup(const char *s, size_t n)
 
 struct xmalloc_kept {
 	struct xmalloc_kept *next;
+	size_t usable; /* what the block really holds, counted against the bound */
 };
 
 static struct xmalloc_kept *xmalloc_event_kept[XMALLOC_EVENT_CLASSES];
@@ -94,7 +95,7 @@ void *xmalloc_event(size_t size)
 		if (kept != NULL) {
 			XMALLOC_UNPOISON(kept, size);
 			xmalloc_event_kept[shift - XMALLOC_EVENT_MIN_SHIFT] = kept->next;
-			xmalloc_event_kept_bytes -= size;
+			xmalloc_event_kept_bytes -= kept->usable;
 			return kept;
 		}
 	}
@@ -109,23 +110,23 @@ void xmalloc_event_free(void *ptr)
 
 	if (ptr == NULL)
 		return;
-	/* malloc knows the size, libevent does not say it: any block can
-	 * serve the largest power of two it holds */
+	/* malloc knows the size, libevent does not say it: a block serves the
+	 * largest power of two it holds. One larger than twice the largest
+	 * size kept would be held for less than it is (a pulled-up body of
+	 * megabytes), so it goes back to malloc, and the bound counts what
+	 * each block really holds. */
 	usable = malloc_usable_size(ptr);
-	if (usable < ((size_t)1 << XMALLOC_EVENT_MIN_SHIFT)) {
+	if (usable < ((size_t)1 << XMALLOC_EVENT_MIN_SHIFT) ||
+	    usable >= ((size_t)1 << (XMALLOC_EVENT_MAX_SHIFT + 1)) ||
+	    xmalloc_event_kept_bytes + usable > XMALLOC_EVENT_KEEP_BYTES) {
 		free(ptr);
 		return;
 	}
 	shift = 63u - (unsigned)__builtin_clzll(usable);
-	if (shift > XMALLOC_EVENT_MAX_SHIFT)
-		shift = XMALLOC_EVENT_MAX_SHIFT;
-	if (xmalloc_event_kept_bytes + ((size_t)1 << shift) > XMALLOC_EVENT_KEEP_BYTES) {
-		free(ptr);
-		return;
-	}
 	kept->next = xmalloc_event_kept[shift - XMALLOC_EVENT_MIN_SHIFT];
+	kept->usable = usable;
 	xmalloc_event_kept[shift - XMALLOC_EVENT_MIN_SHIFT] = kept;
-	xmalloc_event_kept_bytes += (size_t)1 << shift;
+	xmalloc_event_kept_bytes += usable;
 	XMALLOC_POISON(ptr, usable);
 }
 

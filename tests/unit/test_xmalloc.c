@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <malloc.h>
 
 #include "xmalloc.h"
 
@@ -72,12 +73,59 @@ static void test_kept_bytes_bounded(void **state)
 	xmalloc_event_trim();
 }
 
+/* A block far larger than the largest size kept goes back to malloc: kept,
+ * it would be handed out for 256 KiB and hold megabytes for nothing. */
+static void test_large_blocks_not_kept(void **state)
+{
+	void *big = xmalloc_event(4 * 1024 * 1024);
+	void *again;
+
+	(void)state;
+	xmalloc_event_free(big);
+	again = xmalloc_event(256 * 1024);
+	assert_true(malloc_usable_size(again) < 512 * 1024);
+	xmalloc_event_free(again);
+	xmalloc_event_trim();
+}
+
+/* The bound counts what blocks really hold, not the size they serve:
+ * blocks of 384 KiB serve 256 KiB, and only five fit in 2 MiB. */
+static void test_kept_bytes_count_real_size(void **state)
+{
+	enum { COUNT = 8 };
+	void *blocks[COUNT];
+	unsigned reused = 0;
+	unsigned i, j;
+
+	(void)state;
+	xmalloc_event_trim(); /* whatever an earlier test kept */
+	for (i = 0; i < COUNT; i++)
+		blocks[i] = xmalloc_event(384 * 1024);
+	for (i = 0; i < COUNT; i++)
+		xmalloc_event_free(blocks[i]);
+	for (i = 0; i < COUNT; i++) {
+		void *again = xmalloc_event(256 * 1024);
+
+		for (j = 0; j < COUNT; j++)
+			if (again == blocks[j])
+				reused++;
+		blocks[i] = again;
+	}
+	assert_true(reused >= 1);
+	assert_true(reused <= 5);
+	for (i = 0; i < COUNT; i++)
+		xmalloc_event_free(blocks[i]);
+	xmalloc_event_trim();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_buffer_block_reused),
 		cmocka_unit_test(test_small_blocks_not_kept),
 		cmocka_unit_test(test_kept_bytes_bounded),
+		cmocka_unit_test(test_kept_bytes_count_real_size),
+		cmocka_unit_test(test_large_blocks_not_kept),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
