@@ -45,32 +45,42 @@ static void test_small_blocks_not_kept(void **state)
 	xmalloc_event_trim();
 }
 
-static void test_kept_bytes_bounded(void **state)
+/* Allocate count blocks of size, free them all, then allocate count blocks
+ * of again_size: how many of those are blocks from the first round. */
+static unsigned reused_after_free(size_t size, size_t again_size, unsigned count)
 {
-	enum { COUNT = 40 };
-	void *blocks[COUNT];
+	void *blocks[40];
 	unsigned reused = 0;
 	unsigned i, j;
 
-	(void)state;
-	/* 40 blocks of 256 KiB: more than the 2 MiB kept */
-	for (i = 0; i < COUNT; i++)
-		blocks[i] = xmalloc_event(256 * 1024);
-	for (i = 0; i < COUNT; i++)
+	assert_true(count <= 40);
+	xmalloc_event_trim(); /* whatever an earlier test kept */
+	for (i = 0; i < count; i++)
+		blocks[i] = xmalloc_event(size);
+	for (i = 0; i < count; i++)
 		xmalloc_event_free(blocks[i]);
-	for (i = 0; i < COUNT; i++) {
-		void *again = xmalloc_event(256 * 1024);
+	for (i = 0; i < count; i++) {
+		void *again = xmalloc_event(again_size);
 
-		for (j = 0; j < COUNT; j++)
+		for (j = 0; j < count; j++)
 			if (again == blocks[j])
 				reused++;
 		blocks[i] = again;
 	}
-	assert_true(reused >= 1);
-	assert_true(reused <= 8);
-	for (i = 0; i < COUNT; i++)
+	for (i = 0; i < count; i++)
 		xmalloc_event_free(blocks[i]);
 	xmalloc_event_trim();
+	return reused;
+}
+
+static void test_kept_bytes_bounded(void **state)
+{
+	/* 40 blocks of 256 KiB: more than the 2 MiB kept */
+	unsigned reused = reused_after_free(256 * 1024, 256 * 1024, 40);
+
+	(void)state;
+	assert_true(reused >= 1);
+	assert_true(reused <= 8);
 }
 
 /* A block far larger than the largest size kept goes back to malloc: kept,
@@ -92,30 +102,11 @@ static void test_large_blocks_not_kept(void **state)
  * blocks of 384 KiB serve 256 KiB, and only five fit in 2 MiB. */
 static void test_kept_bytes_count_real_size(void **state)
 {
-	enum { COUNT = 8 };
-	void *blocks[COUNT];
-	unsigned reused = 0;
-	unsigned i, j;
+	unsigned reused = reused_after_free(384 * 1024, 256 * 1024, 8);
 
 	(void)state;
-	xmalloc_event_trim(); /* whatever an earlier test kept */
-	for (i = 0; i < COUNT; i++)
-		blocks[i] = xmalloc_event(384 * 1024);
-	for (i = 0; i < COUNT; i++)
-		xmalloc_event_free(blocks[i]);
-	for (i = 0; i < COUNT; i++) {
-		void *again = xmalloc_event(256 * 1024);
-
-		for (j = 0; j < COUNT; j++)
-			if (again == blocks[j])
-				reused++;
-		blocks[i] = again;
-	}
 	assert_true(reused >= 1);
 	assert_true(reused <= 5);
-	for (i = 0; i < COUNT; i++)
-		xmalloc_event_free(blocks[i]);
-	xmalloc_event_trim();
 }
 
 int main(void)
