@@ -7,7 +7,6 @@
 
 #include "conn.h"
 #include "exchange_private.h"
-#include "http1_chars.h"
 #include "idempotency.h"
 #include "idempotency_key.h"
 #include "log.h"
@@ -25,24 +24,26 @@
 
 /* Does this field line go upstream as it is? hop says whether it is
  * hop-by-hop; *seen_length keeps only the first of identical Content-Lengths.
- * Names are matched inline against lower-case literals (HTTP1_IS_LIT): no
- * call and no strlen per field. */
+ * The parser recognised the names that matter (http1_field.known). */
 static bool exchange_forward_request_field(const struct http1_field *f, bool hop, bool *seen_length)
 {
-	if (HTTP1_IS_LIT(f->name, f->name_len, "transfer-encoding"))
+	if (f->known == HTTP1_FIELD_TRANSFER_ENCODING)
 		return true; /* the body is forwarded in the coding it came in */
 	if (hop)
 		return false;
-	if (HTTP1_IS_LIT(f->name, f->name_len, "host"))
+	switch (f->known) {
+	case HTTP1_FIELD_HOST:
 		return false; /* replaced by the upstream's authority */
-	if (HTTP1_IS_LIT(f->name, f->name_len, "expect"))
+	case HTTP1_FIELD_EXPECT:
 		return false; /* the proxy answered 100-continue itself and sends the body at once */
-	if (HTTP1_IS_LIT(f->name, f->name_len, "content-length")) {
+	case HTTP1_FIELD_CONTENT_LENGTH:
 		if (*seen_length)
 			return false; /* identical repeats were checked; one is enough */
 		*seen_length = true;
+		return true;
+	default:
+		return true;
 	}
-	return true;
 }
 
 /* The request head as it goes upstream: origin-form target, Host of the

@@ -64,8 +64,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	for (i = 0; i < head->field_count; i++) {
 		const struct http1_field *f = &head->fields[i];
 
-		forward[i] = !hop[i] || (pass_chunked && http1_name_equals(f->name, f->name_len,
-									   "Transfer-Encoding"));
+		forward[i] = !hop[i] || (pass_chunked && f->known == HTTP1_FIELD_TRANSFER_ENCODING);
 		if (forward[i])
 			size += f->line_len;
 	}
