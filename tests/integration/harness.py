@@ -536,6 +536,18 @@ def try_gaps(requests):
     return [b.received_at - a.finished_at for a, b in zip(requests, requests[1:])]
 
 
+def hold_request(t, port, origin, delay, tag):
+    """A GET /echo?c=tag&delay=delay on a new RawConn to port (closed when
+    the test ends), which the origin holds for delay seconds: returns the
+    connection once the origin has the request."""
+    c = RawConn(port, timeout=20 * SLOW)
+    t.defer(c.close)
+    c.send(request("GET", "/echo?c=%s&delay=%s" % (tag, delay), "app.example"))
+    origin.wait_for(lambda o: any(q.query.get("c") == tag for q in o.requests), 5 * SLOW,
+                    "the request %s at the origin" % tag)
+    return c
+
+
 def fetch(port, method, target, host, headers=(), body=b"", timeout=20):
     """One request on a new RawConn to port, its whole response back (a
     Response, with .elapsed: seconds from sending to the end of the body)."""

@@ -88,12 +88,7 @@ def scenario(t):
         return m.group(1) if m else ""
 
     def hold_connection(delay, tag):
-        c = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
-        t.defer(c.close)
-        c.send(h.request("GET", "/echo?c=%s&delay=%s" % (tag, delay), "app.example"))
-        origin.wait_for(lambda x: any(q.query.get("c") == tag for q in x.requests), 5 * h.SLOW,
-                        "the request %s at the origin" % tag)
-        return c
+        return h.hold_request(t, proxy.port(0), origin, delay, tag)
 
     @t.check("cap 1: a retry and a first try waiting for the connection are queued, "
              "not in backoff, on /metrics and on the status page")

@@ -245,12 +245,7 @@ def scenario(t):
 
     def hold_connection(delay, tag):
         """A GET that holds the one connection for delay seconds."""
-        c = h.RawConn(one.port(), timeout=20 * h.SLOW)
-        t.defer(c.close)
-        c.send(h.request("GET", "/echo?c=%s&delay=%s" % (tag, delay), "app.example"))
-        origin1.wait_for(lambda o: any(q.query.get("c") == tag for q in o.requests), 5 * h.SLOW,
-                         "the request %s at the origin" % tag)
-        return c
+        return h.hold_request(t, one.port(), origin1, delay, tag)
 
     @t.check("cap 1, deadline 2s: a retry waiting for the connection gives up at the deadline "
              "with the last response kept (gave_up=deadline), never reaching the origin after it")
