@@ -126,6 +126,23 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 	return ex;
 }
 
+void exchange_timer_start(struct exchange *ex, event_callback_fn cb, const struct timeval *tv)
+{
+	if (ex->timer == NULL) {
+		ex->timer = evtimer_new(ex->proxy->base, cb, ex);
+	} else {
+		evtimer_del(ex->timer);
+		evtimer_assign(ex->timer, ex->proxy->base, cb, ex);
+	}
+	evtimer_add(ex->timer, tv);
+}
+
+void exchange_timer_stop(struct exchange *ex)
+{
+	if (ex->timer != NULL)
+		evtimer_del(ex->timer);
+}
+
 char *exchange_block(char **block, size_t *room, size_t need)
 {
 	if (need > *room) {
@@ -307,8 +324,7 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 		evbuffer_free(t->keeping);
 		t->keeping = NULL;
 	}
-	if (t->timer != NULL)
-		evtimer_del(t->timer);
+	exchange_try_timeout_stop(t);
 	t->read_paused = false;
 	if (t->state != EXCHANGE_TRY_IDLE)
 		exchange_try_set_state(t, EXCHANGE_TRY_IDLE);
@@ -365,8 +381,7 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 	exchange_release_retry(ex);
 	if (ex->gauged_backoff || ex->gauged_held || ex->gauged_queued)
 		exchange_gauges_update(ex);
-	if (ex->timer != NULL)
-		evtimer_del(ex->timer);
+	exchange_timer_stop(ex);
 	if (ex->hedge_timer != NULL)
 		evtimer_del(ex->hedge_timer);
 	exchange_log(ex);
@@ -539,11 +554,9 @@ void exchange_schedule_retry(struct exchange *ex)
 		  (unsigned long long)ex->next_wait_ms);
 	exchange_set_state(ex, EXCHANGE_BACKOFF);
 	metrics_retry(ex->proxy->metrics, ex->route->name, ex->retry_cause);
-	evtimer_del(ex->timer);
-	evtimer_assign(ex->timer, ex->proxy->base, exchange_backoff_cb, ex);
 	/* the wait counts from now, not from when this loop pass began */
 	event_base_update_cache_time(ex->proxy->base);
-	evtimer_add(ex->timer, &tv);
+	exchange_timer_start(ex, exchange_backoff_cb, &tv);
 }
 
 unsigned exchange_tries_left(const struct exchange *ex)
@@ -605,7 +618,7 @@ static void exchange_released(struct upstream_waiter *waiter)
 
 	exchange_enter(ex);
 	exchange_gauges_update(ex);
-	evtimer_del(ex->timer);
+	exchange_timer_stop(ex);
 	/* the trail shows the time held as the wait before the next try */
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].wait_ms += now - ex->held_since_ms;
@@ -647,9 +660,7 @@ void exchange_hold(struct exchange *ex)
 	upstream_wait(ex->upstream, &ex->waiter);
 	exchange_gauges_update(ex);
 	tv = timeval_from_ms(policy->deadline_ms - elapsed);
-	evtimer_del(ex->timer);
-	evtimer_assign(ex->timer, ex->proxy->base, exchange_held_deadline_cb, ex);
-	evtimer_add(ex->timer, &tv);
+	exchange_timer_start(ex, exchange_held_deadline_cb, &tv);
 }
 
 void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const char *reason)
@@ -770,9 +781,20 @@ static void exchange_try_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	struct exchange *ex = t->ex;
 
 	exchange_enter(ex);
+	t->timer_armed = false;
 	if (t->state == EXCHANGE_TRY_CONNECTING || t->state == EXCHANGE_TRY_WAITING)
-		exchange_try_failed(t, TRY_TIMEOUT, "no response head within try_timeout");
+		exchange_try_failed(t, TRY_TIMEOUT, EXCHANGE_TRY_TIMEOUT_TEXT);
 	exchange_leave(ex);
+}
+
+void exchange_try_timeout_stop(struct exchange_try *t)
+{
+	if (t->timer_armed) {
+		evtimer_del(t->timer);
+		t->timer_armed = false;
+	}
+	if (t->up != NULL)
+		conn_set_deadline(t->up, 0);
 }
 
 /* A connection for this try is ready: send the request. */
@@ -786,6 +808,11 @@ static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, b
 	conn_set_input_limit(conn, EXCHANGE_UPSTREAM_READ_HIGH);
 	conn_set_output_low(conn, EXCHANGE_OUTPUT_LOW);
 	conn_set_timeouts(conn, 0, 0);
+	/* a try on a pooled connection started just now: the conn's own lazy
+	 * timer keeps its try_timeout, and the try's timer stays out of the
+	 * loop's timer heap */
+	if (!t->timer_armed)
+		conn_set_deadline(conn, t->ex->route->retry.try_timeout_ms);
 	exchange_try_set_state(t, EXCHANGE_TRY_WAITING);
 	conn_read_enable(conn, true);
 	exchange_send_request(t);
@@ -848,11 +875,11 @@ static struct exchange_try *exchange_free_slot(struct exchange *ex)
 	return NULL;
 }
 
-/* Count a try as started in slot t and give it try_timeout to get a head. */
-static void exchange_begin_try(struct exchange *ex, struct exchange_try *t)
+/* Count a try as started in slot t and give it try_timeout to get a head:
+ * on its own timer while it connects (a pooled connection's try has it as
+ * the conn's deadline, set in exchange_upstream_ready). */
+static void exchange_begin_try(struct exchange *ex, struct exchange_try *t, bool pooled)
 {
-	struct timeval tv = timeval_from_ms(ex->route->retry.try_timeout_ms);
-
 	exchange_release_retry(ex);
 	/* only now: a try that waited for a place or for the upstream's
 	 * health still must not take a pooled connection when released */
@@ -863,9 +890,14 @@ static void exchange_begin_try(struct exchange *ex, struct exchange_try *t)
 	t->number = ex->attempts;
 	t->offset = 0;
 	ex->current = t;
-	if (t->timer == NULL)
-		t->timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, t);
-	evtimer_add(t->timer, &tv);
+	if (!pooled) {
+		struct timeval tv = timeval_from_ms(ex->route->retry.try_timeout_ms);
+
+		if (t->timer == NULL)
+			t->timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, t);
+		evtimer_add(t->timer, &tv);
+		t->timer_armed = true;
+	}
 	exchange_try_set_state(t, EXCHANGE_TRY_CONNECTING);
 }
 
@@ -941,7 +973,7 @@ void exchange_start_try(struct exchange *ex)
 		return;
 	}
 	t = exchange_free_slot(ex);
-	exchange_begin_try(ex, t);
+	exchange_begin_try(ex, t, pooled != NULL);
 	exchange_arm_hedge(ex);
 	if (pooled != NULL) {
 		metrics_pool_reuse(ex->proxy->metrics);
@@ -1033,7 +1065,7 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 	 * the try in flight finds out */
 	if (t != NULL && exchange_hedge_allowed(ex) && exchange_hedge_admit(ex)) {
 		retry_budget_spend(ex->budget, retry_budget_now_ms());
-		exchange_begin_try(ex, t);
+		exchange_begin_try(ex, t, false);
 		t->hedge = true;
 		ex->hedged = true;
 		log_debug("%.*s %.*s: no response head after %llu ms: hedge, try %u",
@@ -1086,8 +1118,6 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bo
 void exchange_run(struct exchange *ex)
 {
 	exchange_enter(ex);
-	if (ex->timer == NULL)
-		ex->timer = evtimer_new(ex->proxy->base, exchange_backoff_cb, ex);
 	if (!ex->request_body.done)
 		ex->owner.watch_body(ex->owner.arg, true);
 	if (ex->expect_continue && !ex->request_body.done && ex->client_minor >= 1)

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include <event2/event.h>
+
 #include "access_log.h"
 #include "body.h"
 #include "config.h"
@@ -93,7 +95,10 @@ struct exchange_try {
 	enum exchange_try_state state;
 	struct upstream_connect *connecting;
 	struct conn *up;
-	struct event *timer;	      /* try_timeout until the response head; kept with a spare */
+	struct event *timer;	      /* try_timeout until the response head on a new
+					 * connection; kept with a spare */
+	bool timer_armed;	      /* timer is pending: a pooled connection's try has
+					 * its try_timeout as the conn's deadline instead */
 	uint64_t offset;	      /* the response body byte it starts at: 0, or where a
 					 * resumed download continues */
 	bool reused;		      /* the connection came from the pool */
@@ -159,17 +164,17 @@ struct exchange {
 	bool client_read_paused;   /* upstream output full: client not read */
 
 	/* may it be tried again */
-	bool idempotent;	      /* by the route's idempotency map */
-	bool conditional;	      /* ... by a when_present condition, not its method */
-	bool json_pending;	      /* only a json_field condition could make it idempotent */
-	bool body_too_large;	      /* the body was streamed because it is over replay_buffer */
-	bool body_once;		      /* in the replay buffer, but over replay_buffer: once
+	bool idempotent;	    /* by the route's idempotency map */
+	bool conditional;	    /* ... by a when_present condition, not its method */
+	bool json_pending;	    /* only a json_field condition could make it idempotent */
+	bool body_too_large;	    /* the body was streamed because it is over replay_buffer */
+	bool body_once;		    /* in the replay buffer, but over replay_buffer: once
 					 * a try sends it, it is not sent again */
-	enum retry_give_up gave_up;   /* why retrying stopped, for the log and metrics */
-	uint64_t first_try_ms;	      /* the deadline counts from here; 0: no try yet */
-	struct event *timer;	      /* the backoff; kept with a spare */
-	uint64_t next_wait_ms;	      /* decided with the retry, used by the timer */
-	enum retry_cause retry_cause; /* why the scheduled retry happens */
+	enum retry_give_up gave_up; /* why retrying stopped, for the log and metrics */
+	uint64_t first_try_ms;	    /* the deadline counts from here; 0: no try yet */
+	struct event *timer;   /* backoff, held or queued: made on first use, kept with a spare */
+	uint64_t next_wait_ms; /* decided with the retry, used by the timer */
+	enum retry_cause retry_cause;	   /* why the scheduled retry happens */
 	struct retry_budget_state *budget; /* the route's retry budget; NULL for CONNECT */
 	bool retry_reserved;		   /* counted in proxy->backoff_pending */
 	bool gauged_backoff;		   /* counted in its route's backoff gauge */
@@ -242,12 +247,18 @@ struct exchange {
 /* exchange.c */
 struct exchange *exchange_alloc(struct proxy *proxy);
 char *exchange_block(char **block, size_t *room, size_t need);
+/* The exchange's one timer (backoff, held or queued), made on first use. */
+void exchange_timer_start(struct exchange *ex, event_callback_fn cb, const struct timeval *tv);
+void exchange_timer_stop(struct exchange *ex);
 void exchange_set_state(struct exchange *ex, enum exchange_state state);
 void exchange_try_set_state(struct exchange_try *t, enum exchange_try_state state);
 void exchange_enter(struct exchange *ex);
 void exchange_leave(struct exchange *ex);
 void exchange_record_try(struct exchange *ex, int status, const char *error, bool hedge);
 void exchange_end_try(struct exchange_try *t, bool reusable);
+#define EXCHANGE_TRY_TIMEOUT_TEXT "no response head within try_timeout"
+/* The response head arrived or the try ended: its try_timeout is over. */
+void exchange_try_timeout_stop(struct exchange_try *t);
 /* The ways to end, all through exchange_close(): the response is queued
  * whole (the client connection lives on when the framing allows); answer
  * with an error of our own; a response broke off after some of it reached

@@ -117,7 +117,7 @@ static void exchange_queue_released(struct upstream_waiter *waiter)
 
 	exchange_enter(ex);
 	exchange_gauges_update(ex);
-	evtimer_del(ex->timer);
+	exchange_timer_stop(ex);
 	exchange_queue_count_wait(ex);
 	if (!retry_within_deadline(&ex->route->retry, exchange_queue_elapsed(ex), 0)) {
 		exchange_queue_deadline(ex);
@@ -156,9 +156,7 @@ static void exchange_queue(struct exchange *ex, bool front)
 	if (ex->queue_deadline_first)
 		left = deadline_left;
 	tv = timeval_from_ms(left);
-	evtimer_del(ex->timer);
-	evtimer_assign(ex->timer, ex->proxy->base, exchange_queue_timeout_cb, ex);
-	evtimer_add(ex->timer, &tv);
+	exchange_timer_start(ex, exchange_queue_timeout_cb, &tv);
 }
 
 bool exchange_take_connection_place(struct exchange *ex)

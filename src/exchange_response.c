@@ -367,7 +367,7 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 	enum retry_should should;
 	bool retryable;
 
-	evtimer_del(t->timer);
+	exchange_try_timeout_stop(t);
 	/* a body that stops arriving for a whole try_timeout is dead */
 	conn_set_timeouts(t->up, ex->route->retry.try_timeout_ms, 0);
 	upstream_response_seen(ex->upstream, &ex->config->health);
@@ -522,6 +522,11 @@ void exchange_upstream_closed(struct exchange_try *t, short what)
 {
 	/* the exchange is entered by the caller: reading its state after a
 	 * step that may have ended it is safe, it is freed only on leaving */
+	if (t->state == EXCHANGE_TRY_WAITING && what == CONN_TIMEOUT) {
+		/* the deadline alone: try_timeout on a pooled connection */
+		exchange_try_failed(t, TRY_TIMEOUT, EXCHANGE_TRY_TIMEOUT_TEXT);
+		return;
+	}
 	if (t->state == EXCHANGE_TRY_WAITING) {
 		/* bytes that came with the close may hold a whole response */
 		if (conn_input_length(t->up) > 0)

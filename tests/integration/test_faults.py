@@ -248,15 +248,23 @@ def scenario(t):
         h.eq(r.body, o.pattern_bytes(len(r.body)), "the bytes that did arrive")
         still_serving()
 
-    @t.check("origin never answers: 504 after 3 try_timeouts of 1s, origin sees 3 requests")
+    @t.check("origin never answers: 504 after 3 try_timeouts of 1s, origin sees 3 requests; "
+             "the first try, on a pooled connection, times out like the rest")
     def _():
+        # leaves a kept-alive connection in the pool for the first try
+        still_serving()
         start = time.monotonic()
         r = h.curl(origin.url("/hang?t=hang"), proxy=proxy.url)
         took = time.monotonic() - start
         h.check_error_response(r, 504, ("timeout", "timed out"))
         h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
         h.ok(3.0 <= took <= 8 * h.SLOW, "504 after %.1fs; 3 tries of 1s" % took)
-        h.eq(len(at_origin("hang")), 3, "requests at the origin")
+        hung = at_origin("hang")
+        h.eq(len(hung), 3, "requests at the origin")
+        h.ok(hung[0].index > 0, "the first try was not on a pooled connection (request %d on "
+             "its connection)" % hung[0].index)
+        h.eq(access("t=hang").get("tries", "").count("timeout"), 3,
+             "timeouts in the trail (%r)" % access("t=hang"))
         still_serving()
 
     @t.check("origin answers with bytes that are not HTTP: 502, retried (3 connections)")
