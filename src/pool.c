@@ -12,6 +12,11 @@
 #define POOL_BUCKET_BITS 8
 #define POOL_BUCKETS (1u << POOL_BUCKET_BITS) /* hash buckets for upstream keys */
 #define POOL_SPARES 64 /* idle entries kept for reuse: a put per request needs no malloc */
+/* Keys with no idle connection left keep their entry (the next put of a
+ * busy upstream needs no malloc) until there are this many entries more
+ * than twice those the last sweep kept: a forward proxy that meets a new
+ * host with every request stays bounded, at a sweep per so many new keys. */
+#define POOL_EMPTY_SLACK 256
 
 struct pool_upstream;
 
@@ -32,6 +37,8 @@ struct pool_upstream {
 
 struct pool {
 	unsigned idle_count;
+	unsigned key_count; /* entries in the buckets */
+	unsigned sweep_at;  /* key_count at which entries without idle connections go */
 	unsigned spare_count;
 	struct pool_idle *spares;
 	struct pool_upstream *buckets[POOL_BUCKETS];
@@ -39,7 +46,40 @@ struct pool {
 
 struct pool *pool_new(void)
 {
-	return xcalloc(1, sizeof(struct pool));
+	struct pool *pool = xcalloc(1, sizeof(struct pool));
+
+	pool->sweep_at = POOL_EMPTY_SLACK;
+	return pool;
+}
+
+unsigned pool_key_count(const struct pool *pool)
+{
+	return pool->key_count;
+}
+
+/* Forget every key that has no idle connection: nothing points at its
+ * entry (an idle connection's bookkeeping does only while it is listed). */
+static void pool_forget_empty(struct pool *pool)
+{
+	unsigned b;
+
+	for (b = 0; b < POOL_BUCKETS; b++) {
+		struct pool_upstream **link = &pool->buckets[b];
+
+		while (*link != NULL) {
+			struct pool_upstream *u = *link;
+
+			if (u->idle_count > 0) {
+				link = &u->next;
+				continue;
+			}
+			*link = u->next;
+			free(u->key);
+			free(u);
+			pool->key_count--;
+		}
+	}
+	pool->sweep_at = 2 * pool->key_count + POOL_EMPTY_SLACK;
 }
 
 /* FNV-1a over 8-byte words rather than bytes: a key of some 40 bytes is
@@ -77,11 +117,14 @@ static struct pool_upstream *pool_find(struct pool *pool, const char *key, int c
 			return u;
 	if (!create)
 		return NULL;
+	if (pool->key_count >= pool->sweep_at)
+		pool_forget_empty(pool);
 	u = xcalloc(1, sizeof(*u));
 	u->key = xstrdup(key);
 	TAILQ_INIT(&u->idle);
 	u->next = pool->buckets[b];
 	pool->buckets[b] = u;
+	pool->key_count++;
 	return u;
 }
 

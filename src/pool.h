@@ -27,6 +27,10 @@ void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
  * no syscall: give it callbacks before returning to the loop. */
 struct conn *pool_take(struct pool *pool, const char *key);
 
+/* How many keys the pool has an entry for: those with idle connections, and
+ * a bounded number of others (see POOL_EMPTY_SLACK in pool.c). */
+unsigned pool_key_count(const struct pool *pool);
+
 /* Close the least recently used idle connection for key, to make room for a
  * new one (max_upstream_connections); when key has none, one to the same
  * upstream (scheme, host and port) under another key (another route's

@@ -1,7 +1,8 @@
 /* Unit tests for pool.c: idle connections are found again under their own
  * key, among many keys that share long prefixes or differ in one byte
  * anywhere (the hash reads keys a word at a time), most recently idled
- * first, and max_idle and pool_close_one hold. */
+ * first, and max_idle and pool_close_one hold; keys left without idle
+ * connections are forgotten in bounded time. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,11 +87,51 @@ static void test_most_recent_first_and_max_idle(void **state)
 	conn_loop_free(loop);
 }
 
+/* A forward proxy meets a new host with nearly every request: the keys
+ * whose connections were taken and not given back are forgotten in time,
+ * while keys with idle connections keep them. */
+static void test_keys_without_idle_forgotten(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct pool *pool = pool_new();
+	struct conn *kept[3];
+	char key[64];
+	unsigned i, most = 0;
+
+	(void)state;
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof(key), "http://kept-%u:80", i);
+		kept[i] = idle_conn(loop);
+		pool_put(pool, key, kept[i], 4, 0);
+	}
+	for (i = 0; i < 20000; i++) {
+		struct conn *conn = idle_conn(loop);
+
+		snprintf(key, sizeof(key), "http://host-%u.example:80", i);
+		pool_put(pool, key, conn, 4, 0);
+		assert_ptr_equal(pool_take(pool, key), conn);
+		conn_free(conn);
+		if (pool_key_count(pool) > most)
+			most = pool_key_count(pool);
+	}
+	/* a sweep comes when the entries reach twice those the last one kept
+	 * (the 3 kept keys) and 256 more */
+	assert_in_range(most, 4, 2 * 3 + 256);
+	for (i = 0; i < 3; i++) {
+		snprintf(key, sizeof(key), "http://kept-%u:80", i);
+		assert_ptr_equal(pool_take(pool, key), kept[i]);
+		conn_free(kept[i]);
+	}
+	pool_free(pool);
+	conn_loop_free(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_keys_found_again),
 		cmocka_unit_test(test_most_recent_first_and_max_idle),
+		cmocka_unit_test(test_keys_without_idle_forgotten),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
