@@ -274,29 +274,43 @@ def pinned(cpu, argv):
     return ["taskset", "-c", cpu] + argv
 
 
+def start_group(argv, **kwargs):
+    """Start argv as the leader of a process group of its own, so that
+    stop_group() also ends what it starts: nginx's worker, socat's forks."""
+    return subprocess.Popen(argv, start_new_session=True, **kwargs)
+
+
+def stop_group(proc):
+    """Kill a process started by start_group() and all of its group. Killing
+    the leader alone left nginx's worker behind after every run."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 class Proxy:
     def __init__(self, name, argv, ports, workdir, env=None):
         self.name = name
         self.ports = ports
         out = open(os.path.join(workdir, f"{name}.log"), "w")
-        self.proc = subprocess.Popen(pinned(PROXY_CPU, argv), stdout=out, stderr=out,
-                                     env=env)
+        self.proc = start_group(pinned(PROXY_CPU, argv), stdout=out, stderr=out, env=env)
         for port in ports.values():
             if port is not None:
                 wait_port(port, self.proc)
 
     def stop(self):
         shim = getattr(self, "shim", None)
-        if shim is not None and shim.poll() is None:
-            shim.kill()
-            shim.wait()
+        if shim is not None:
+            stop_group(shim)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        stop_group(self.proc)
 
 
 def make_pki(directory):
@@ -336,14 +350,14 @@ def start_origins(workdir):
     conf = os.path.join(workdir, "nginx.conf")
     with open(conf, "w") as f:
         f.write(NGINX_CONF.format(dir=workdir, port=ports["origin"], tls_port=ports["origin_tls"]))
-    nginx = subprocess.Popen(pinned(LOAD_CPU, ["nginx", "-c", conf, "-p", workdir]),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    nginx = start_group(pinned(LOAD_CPU, ["nginx", "-c", conf, "-p", workdir]),
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(ports["origin"], nginx)
     conf = os.path.join(workdir, "retry-origin.cfg")
     with open(conf, "w") as f:
         f.write(RETRY_ORIGIN_CONF.format(port=ports["retry_origin"], body="y" * 100))
-    retry = subprocess.Popen(pinned(LOAD_CPU, ["haproxy", "-f", conf, "-db"]),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    retry = start_group(pinned(LOAD_CPU, ["haproxy", "-f", conf, "-db"]),
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(ports["retry_origin"], retry)
     return ports, [nginx, retry]
 
@@ -373,7 +387,7 @@ def start_retryproxy(workdir, origins, binary):
     # wrk speaks no CONNECT: socat opens one per wrk connection to the
     # forward listener, and wrk does TLS with the proxy through it
     ports["intercept"] = free_port()
-    proxy.shim = subprocess.Popen(
+    proxy.shim = start_group(
         pinned(LOAD_CPU, ["socat", f"TCP-LISTEN:{ports['intercept']},bind=127.0.0.1,fork,reuseaddr",
                           f"PROXY:127.0.0.1:127.0.0.1:{origins['origin_tls']},"
                           f"proxyport={ports['forward']}"]),
@@ -605,9 +619,7 @@ def main():
         report(rows, idle, backoff, args)
     finally:
         for proc in children:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_group(proc)
         shutil.rmtree(workdir, ignore_errors=True)
 
 

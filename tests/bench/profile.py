@@ -153,9 +153,7 @@ def main():
             run(tool, binary, origins, workdir, args, children)
     finally:
         for proc in children:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            bench.stop_group(proc)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -175,7 +173,7 @@ def run(tool, binary, origins, workdir, args, children):
     with open(conf, "w") as f:
         f.write(bench.RETRYPROXY_CONF.format(**ports, **origins, localca=localca))
     log = open(os.path.join(workdir, f"profile-{tool}.log"), "w")
-    proc = subprocess.Popen(argv + ["-c", conf], stdout=log, stderr=log)
+    proc = bench.start_group(argv + ["-c", conf], stdout=log, stderr=log)
     children.append(proc)
     for p in ports.values():
         bench.wait_port(p, proc, timeout=60)
