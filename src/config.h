@@ -175,6 +175,9 @@ struct fleet_config {
 	char *redis_socket; /* unix socket path, or NULL */
 	char *name;	    /* proxies with the same name share a budget per route */
 	uint64_t sync_interval_ms;
+	char *username;	     /* Redis 6 ACL user for AUTH; NULL: the default user */
+	char *password_file; /* absolute; NULL: no AUTH */
+	char *password;	     /* read from password_file when the config loads */
 };
 
 struct config {

@@ -390,7 +390,8 @@ static void config_dump_intercept(struct config_dump *d, const struct intercept_
 	config_dump_mapping_end(d);
 }
 
-/* fleet: where the shared Redis is, the name and the interval. */
+/* fleet: where the shared Redis is, the name and the interval, and who logs
+ * in: the password's file, never the password. */
 static void config_dump_fleet(struct config_dump *d, const struct fleet_config *fleet)
 {
 	config_dump_word(d, "fleet");
@@ -398,6 +399,10 @@ static void config_dump_fleet(struct config_dump *d, const struct fleet_config *
 	config_dump_pair_text(d, "redis", fleet->redis);
 	config_dump_pair_text(d, "name", fleet->name);
 	config_dump_pair_ms(d, "sync_interval", fleet->sync_interval_ms);
+	if (fleet->username != NULL)
+		config_dump_pair_text(d, "username", fleet->username);
+	if (fleet->password_file != NULL)
+		config_dump_pair_text(d, "password_file", fleet->password_file);
 	config_dump_mapping_end(d);
 }
 

@@ -1,6 +1,9 @@
 #include "config_fleet.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,6 +174,74 @@ static const struct config_walk_type config_fleet_sync_interval = {
 	YAML_TREE_SCALAR, "a duration like 100ms", config_fleet_set_sync_interval
 };
 
+/* fleet.username: an ACL user name goes into AUTH as one argument; kept to
+ * visible characters so that log lines and /config show it as it is. */
+static void config_fleet_set_username(struct config_walk *walk, const struct yaml_tree_node *node,
+				      void *field)
+{
+	size_t i;
+
+	for (i = 0; i < node->text_len; i++)
+		if ((unsigned char)node->text[i] <= ' ' || (unsigned char)node->text[i] >= 0x7f)
+			break;
+	if (node->text_len == 0 || node->text_len > 256 || i < node->text_len) {
+		config_walk_bad_value(walk, node, "a user name of 1 to 256 visible characters");
+		return;
+	}
+	*(char **)field = xstrdup(node->text);
+}
+
+static const struct config_walk_type config_fleet_username = { YAML_TREE_SCALAR,
+							       "a user name like retryproxy",
+							       config_fleet_set_username };
+
+/* fleet.password_file: a file whose first line is the password, read now,
+ * so that a missing or empty secret fails the load (or the reload) rather
+ * than every connect. The password itself never goes into the config's
+ * text, /config or a log line. */
+static void config_fleet_set_password_file(struct config_walk *walk,
+					   const struct yaml_tree_node *node, void *field)
+{
+	struct fleet_config *fleet =
+		(struct fleet_config *)((char *)field -
+					offsetof(struct fleet_config, password_file));
+	char buf[CONFIG_FLEET_PASSWORD_MAX + 2];
+	const char *newline;
+	size_t n, len;
+	FILE *f;
+
+	config_walk_file_required.handler(walk, node, field);
+	if (fleet->password_file == NULL)
+		return;
+	f = fopen(fleet->password_file, "r");
+	if (f == NULL) {
+		config_walk_error(walk, node, "cannot read \"%s\": %s", fleet->password_file,
+				  strerror(errno));
+		return;
+	}
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	/* the first line, without its LF or CRLF; a NUL in it is refused, not
+	 * taken for its end */
+	newline = memchr(buf, '\n', n);
+	len = newline != NULL ? (size_t)(newline - buf) : n;
+	if (len > 0 && buf[len - 1] == '\r')
+		len--;
+	buf[len] = '\0';
+	if (len == 0 || len > CONFIG_FLEET_PASSWORD_MAX || memchr(buf, '\0', len) != NULL) {
+		config_walk_error(walk, node,
+				  "\"%s\" must hold a password of 1 to %d bytes on its first line",
+				  fleet->password_file, CONFIG_FLEET_PASSWORD_MAX);
+	} else {
+		fleet->password = xstrdup(buf);
+	}
+	explicit_bzero(buf, sizeof(buf));
+}
+
+static const struct config_walk_type config_fleet_password_file = {
+	YAML_TREE_SCALAR, "a file path", config_fleet_set_password_file
+};
+
 static const struct config_walk_key config_fleet_keys[] = {
 	{ .name = "redis", .type = &config_fleet_redis, .required = true },
 	{ .name = "name",
@@ -180,6 +251,12 @@ static const struct config_walk_key config_fleet_keys[] = {
 	{ .name = "sync_interval",
 	  .type = &config_fleet_sync_interval,
 	  .offset = offsetof(struct fleet_config, sync_interval_ms) },
+	{ .name = "username",
+	  .type = &config_fleet_username,
+	  .offset = offsetof(struct fleet_config, username) },
+	{ .name = "password_file",
+	  .type = &config_fleet_password_file,
+	  .offset = offsetof(struct fleet_config, password_file) },
 	{ .name = NULL },
 };
 
@@ -194,6 +271,8 @@ static void config_fleet_set(struct config_walk *walk, const struct yaml_tree_no
 		return;
 	fleet->sync_interval_ms = CONFIG_FLEET_SYNC_DEFAULT_MS;
 	config_walk_mapping(walk, node, config_fleet_keys, fleet);
+	if (fleet->username != NULL && fleet->password_file == NULL)
+		config_walk_error(walk, node, "username needs password_file: AUTH sends both");
 	if (fleet->redis == NULL || fleet->name == NULL)
 		config_fleet_free(fleet);
 }
@@ -207,5 +286,11 @@ void config_fleet_free(struct fleet_config *fleet)
 	free(fleet->redis_host);
 	free(fleet->redis_socket);
 	free(fleet->name);
+	free(fleet->username);
+	free(fleet->password_file);
+	if (fleet->password != NULL) {
+		explicit_bzero(fleet->password, strlen(fleet->password));
+		free(fleet->password);
+	}
 	memset(fleet, 0, sizeof(*fleet));
 }

@@ -16,6 +16,10 @@
 #define CONFIG_FLEET_SYNC_MIN_MS 10
 #define CONFIG_FLEET_SYNC_MAX_MS 10000
 
+/* The longest password password_file may hold (Redis takes any length;
+ * a longer first line is more likely the wrong file). */
+#define CONFIG_FLEET_PASSWORD_MAX 4096
+
 /* The default sync_interval. */
 #define CONFIG_FLEET_SYNC_DEFAULT_MS 100
 

@@ -64,6 +64,8 @@ struct fleet {
 	uint16_t port;
 	char *socket;
 	char *name;
+	char *username; /* AUTH username password, or AUTH password; NULL: no AUTH */
+	char *password;
 	uint64_t sync_interval_ms;
 	uint64_t reply_timeout_ms;
 	enum fleet_state state;
@@ -333,10 +335,37 @@ static void fleet_script_cb(redisAsyncContext *ac, void *r, void *privdata)
 	fleet_try(fleet);
 }
 
+/* Load the script: the first command once logged in. */
+static void fleet_load_script(struct fleet *fleet)
+{
+	redisAsyncCommand(fleet->ac, fleet_script_cb, fleet, "SCRIPT LOAD %s", fleet_lease_script);
+}
+
+/* AUTH answered: OK, or why not (WRONGPASS, or a Redis with no password
+ * set). The reply names no password, so it may be logged. */
+static void fleet_auth_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct fleet *fleet = privdata;
+	redisReply *reply = r;
+	char why[160];
+
+	if (reply == NULL || ac != fleet->ac)
+		return;
+	if (reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "OK") == 0) {
+		fleet_load_script(fleet);
+		return;
+	}
+	snprintf(why, sizeof(why), "AUTH refused: %s",
+		 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+	fleet_lost(fleet, why, true);
+}
+
 /* The connection is made, or failed (then hiredis frees it). */
 static void fleet_connect_cb(const redisAsyncContext *c, int status)
 {
 	struct fleet *fleet = c->data;
+	const char *argv[3] = { "AUTH" };
+	size_t argc = 1;
 
 	if (c != fleet->ac)
 		return;
@@ -345,7 +374,15 @@ static void fleet_connect_cb(const redisAsyncContext *c, int status)
 		fleet_lost(fleet, c->errstr[0] != '\0' ? c->errstr : "cannot connect", false);
 		return;
 	}
-	redisAsyncCommand(fleet->ac, fleet_script_cb, fleet, "SCRIPT LOAD %s", fleet_lease_script);
+	if (fleet->password == NULL) {
+		fleet_load_script(fleet);
+		return;
+	}
+	/* as arguments, not a format: a password may hold any byte but NUL */
+	if (fleet->username != NULL)
+		argv[argc++] = fleet->username;
+	argv[argc++] = fleet->password;
+	redisAsyncCommandArgv(fleet->ac, fleet_auth_cb, fleet, (int)argc, argv, NULL);
 }
 
 /* Redis closed the connection, or it broke; hiredis frees it. One we
@@ -462,6 +499,8 @@ struct fleet *fleet_new(struct event_base *base, struct evdns_base *dns,
 	fleet->port = config->redis_port;
 	fleet->socket = config->redis_socket != NULL ? xstrdup(config->redis_socket) : NULL;
 	fleet->name = xstrdup(config->name);
+	fleet->username = config->username != NULL ? xstrdup(config->username) : NULL;
+	fleet->password = config->password != NULL ? xstrdup(config->password) : NULL;
 	fleet->sync_interval_ms = config->sync_interval_ms;
 	fleet->reply_timeout_ms = 2 * config->sync_interval_ms;
 	if (fleet->reply_timeout_ms < FLEET_REPLY_TIMEOUT_MIN_MS)
@@ -502,6 +541,11 @@ void fleet_free(struct fleet *fleet)
 	free(fleet->redis);
 	free(fleet->host);
 	free(fleet->socket);
+	free(fleet->username);
+	if (fleet->password != NULL) {
+		explicit_bzero(fleet->password, strlen(fleet->password));
+		free(fleet->password);
+	}
 	free(fleet->name);
 	free(fleet);
 }
@@ -514,9 +558,12 @@ static bool fleet_same_text(const char *a, const char *b)
 
 bool fleet_same(const struct fleet *fleet, const struct fleet_config *config)
 {
+	/* a new password (the file rewritten, then SIGHUP) logs in again */
 	return fleet_same_text(fleet->redis, config->redis) &&
 	       fleet_same_text(fleet->name, config->name) &&
-	       fleet->sync_interval_ms == config->sync_interval_ms;
+	       fleet->sync_interval_ms == config->sync_interval_ms &&
+	       fleet_same_text(fleet->username, config->username) &&
+	       fleet_same_text(fleet->password, config->password);
 }
 
 /* The lease of a route and window, live or not. */

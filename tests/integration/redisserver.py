@@ -1,7 +1,8 @@
 """A real redis-server for the fleet tests and the fleet simulation
 (standard library only): started on a free loopback port with nothing
 written to disk, frozen (SIGSTOP), thawed, stopped and restarted on the
-same port; plus a minimal RESP client to look at what the proxies keep.
+same port, with a password when asked; plus a minimal RESP client to look
+at what the proxies keep.
 """
 
 import os
@@ -25,10 +26,11 @@ def _free_port():
 class RedisServer:
     """One redis-server process on 127.0.0.1:port."""
 
-    def __init__(self, directory, port=None, extra_args=()):
+    def __init__(self, directory, port=None, extra_args=(), auth=()):
         self.directory = directory
         self.port = port or _free_port()
         self.extra_args = list(extra_args)  # more redis-server options, as given
+        self.auth = list(auth)  # AUTH's arguments for command(), when Redis asks for them
         self.proc = None
         self.log_path = os.path.join(directory, "redis-%d.log" % self.port)
 
@@ -77,12 +79,20 @@ class RedisServer:
         """Send one command, return its reply (str, int, list, None), or
         raise RuntimeError for an error reply."""
         with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
-            out = b"*%d\r\n" % len(args)
-            for a in args:
-                a = a if isinstance(a, bytes) else str(a).encode()
-                out += b"$%d\r\n%s\r\n" % (len(a), a)
-            s.sendall(out)
-            return _read_reply(s.makefile("rb"))
+            f = s.makefile("rb")
+            if self.auth:
+                s.sendall(_encode(["AUTH"] + self.auth))
+                _read_reply(f)
+            s.sendall(_encode(args))
+            return _read_reply(f)
+
+
+def _encode(args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
 
 
 def _read_reply(f):

@@ -1,5 +1,6 @@
 /* Unit tests for config_fleet.c: the Redis addresses fleet.redis takes and
- * refuses, by table (the bad fixtures hold one fleet: each). */
+ * refuses, by table (the bad fixtures hold one fleet: each); the password
+ * read from password_file, and the secrets refused with file:line:column. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,7 +10,9 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "config_fleet.h"
@@ -102,12 +105,143 @@ static void test_absent(void **state)
 	config_release(config);
 }
 
+/* A file in a fresh directory holding len bytes of text; its path goes in
+ * path. */
+static void write_secret(char *path, size_t size, const char *text, size_t len)
+{
+	char dir[] = "/tmp/retryproxy-fleet-XXXXXX";
+	FILE *f;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, size, "%s/password", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fwrite(text, 1, len, f), len);
+	fclose(f);
+}
+
+static void remove_secret(const char *path)
+{
+	char dir[256];
+
+	unlink(path);
+	snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(path, '/') - path), path);
+	rmdir(dir);
+}
+
+/* Load text; the config (NULL on errors) and what was printed. */
+static struct config *load(const char *text, char **errors)
+{
+	size_t len;
+	FILE *out = open_memstream(errors, &len);
+	struct config *config = config_load_text(text, strlen(text), "t.yaml", out);
+
+	fclose(out);
+	return config;
+}
+
+/* username and password_file: the file's first line is the password,
+ * without its line ending; /config-style dumps never see it. */
+static void test_password_file(void **state)
+{
+	static const char *const contents[] = { "s3cret pass\n", "s3cret pass\r\n", "s3cret pass",
+						"s3cret pass\nsecond line\n" };
+	char path[256], text[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(contents) / sizeof(contents[0]); i++) {
+		struct config *config;
+		char *errors = NULL;
+
+		write_secret(path, sizeof(path), contents[i], strlen(contents[i]));
+		snprintf(text, sizeof(text),
+			 "fleet:\n  redis: 127.0.0.1:6379\n  name: checkout\n"
+			 "  username: retryproxy\n  password_file: %s\n",
+			 path);
+		config = load(text, &errors);
+		assert_non_null(config);
+		assert_string_equal(errors, "");
+		assert_string_equal(config->fleet.username, "retryproxy");
+		assert_string_equal(config->fleet.password_file, path);
+		assert_string_equal(config->fleet.password, "s3cret pass");
+		config_release(config);
+		free(errors);
+		remove_secret(path);
+	}
+}
+
+/* A secret that cannot be used fails the load where password_file is
+ * written; so does a username with nothing to log in with. */
+static void test_password_file_refused(void **state)
+{
+	static const struct {
+		const char *content; /* NULL: no such file */
+		size_t len;
+		const char *expected;
+	} cases[] = {
+		{ "", 0, "t.yaml:4:18: fleet.password_file: " },
+		{ "\nsecret on the second line\n", 27, "must hold a password of 1 to 4096 bytes" },
+		{ "secret\0on one line\n", 19, "must hold a password of 1 to 4096 bytes" },
+		{ NULL, 0, "t.yaml:4:18: fleet.password_file: cannot read" },
+	};
+	char path[256], text[512];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *errors = NULL;
+
+		write_secret(path, sizeof(path), cases[i].content != NULL ? cases[i].content : "x",
+			     cases[i].content != NULL ? cases[i].len : 1);
+		if (cases[i].content == NULL)
+			unlink(path);
+		snprintf(text, sizeof(text),
+			 "fleet:\n  redis: 127.0.0.1:6379\n  name: checkout\n"
+			 "  password_file: %s\n",
+			 path);
+		assert_null(load(text, &errors));
+		if (strstr(errors, cases[i].expected) == NULL)
+			fail_msg("case %zu: expected %s in: %s", i, cases[i].expected, errors);
+		assert_null(strstr(errors, "secret on"));
+		free(errors);
+		remove_secret(path);
+	}
+	{
+		/* one byte over the longest password */
+		static char longest[CONFIG_FLEET_PASSWORD_MAX + 2];
+		char *errors = NULL;
+
+		memset(longest, 'a', CONFIG_FLEET_PASSWORD_MAX + 1);
+		write_secret(path, sizeof(path), longest, CONFIG_FLEET_PASSWORD_MAX + 1);
+		snprintf(text, sizeof(text),
+			 "fleet:\n  redis: 127.0.0.1:6379\n  name: checkout\n"
+			 "  password_file: %s\n",
+			 path);
+		assert_null(load(text, &errors));
+		if (strstr(errors, "must hold a password of 1 to 4096 bytes") == NULL)
+			fail_msg("expected the length error in: %s", errors);
+		free(errors);
+		remove_secret(path);
+	}
+	{
+		char *errors = NULL;
+
+		assert_null(load("fleet:\n  redis: 127.0.0.1:6379\n  name: checkout\n"
+				 "  username: retryproxy\n",
+				 &errors));
+		if (strstr(errors, "t.yaml:2:3: fleet: username needs password_file") == NULL)
+			fail_msg("expected the username error in: %s", errors);
+		free(errors);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_addresses),
 		cmocka_unit_test(test_loaded),
 		cmocka_unit_test(test_absent),
+		cmocka_unit_test(test_password_file),
+		cmocka_unit_test(test_password_file_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Scenario: the fleet's Redis asks for a password, as managed Redis
+services do. A proxy logs in with fleet.password_file (and fleet.username
+for an ACL user); a wrong or missing password leaves it on its local
+budgets, saying why, until a reload brings the right one.
+
+Redis: a redis-server with requirepass (the default user's password) and an
+ACL user "retryproxy" with a password of its own.
+Origin: answers every /fail request with 503.
+Proxies (admin listener each; max_attempts 3, short backoffs; budget ratio
+0.2, min_per_second 5; fleet: sync_interval 100ms): one with the default
+user's password file; one with username retryproxy and its password file;
+one whose file holds a wrong password; one with no password at all.
+Must hold:
+- the first two report retryproxy_fleet_connected 1, and Redis lists two
+  connections logged in as their users;
+- /config shows username and password_file but no password, and no
+  password appears in any proxy's log;
+- the wrong password: one warning naming AUTH and WRONGPASS, gauge 0, and a
+  failing idempotent request still gets its retries (Retry-Attempts 3);
+- no password: one warning naming NOAUTH, gauge 0;
+- the wrong password's file rewritten with the right one, then SIGHUP: the
+  proxy logs in (gauge 1).
+"""
+
+import os
+import re
+
+import harness as h
+from redisserver import RedisServer
+
+DEFAULT_PASSWORD = "default pass: 7 words & symbols!"
+USER_PASSWORD = "user-secret-4f2a"
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 10ms
+    multiplier: 2
+    max_backoff: 20ms
+    jitter: 0s
+    budget: { ratio: 0.2, min_per_second: 5, window: 10s }
+fleet:
+  redis: 127.0.0.1:@REDIS@
+  name: checkout
+  sync_interval: 100ms
+@LOGIN@"""
+
+
+def admin_get(proxy, path):
+    return h.curl("http://127.0.0.1:%d%s" % (proxy.port(1), path), check=True).body.decode()
+
+
+def fleet_gauge(proxy):
+    m = re.search(r"^retryproxy_fleet_connected (\S+)$", admin_get(proxy, "/metrics"), re.M)
+    return None if m is None else int(m.group(1))
+
+
+def wait_gauge(proxy, value, what):
+    h.wait_until(lambda: fleet_gauge(proxy) == value, 10 * h.SLOW,
+                 "retryproxy_fleet_connected %d for %s (now %s)"
+                 % (value, what, fleet_gauge(proxy)))
+
+
+def scenario(t):
+    redis = RedisServer(t.tmp, extra_args=["--requirepass", DEFAULT_PASSWORD,
+                                           "--user", "retryproxy", "on", ">" + USER_PASSWORD,
+                                           "~*", "&*", "+@all"],
+                        auth=[DEFAULT_PASSWORD]).start()
+    t.defer(redis.stop)
+    origin = t.origin()
+    origin.script("/fail", [503])
+
+    def secret(name, text):
+        path = os.path.join(t.tmp, name)
+        with open(path, "w") as f:
+            f.write(text + "\n")
+        return path
+
+    default_file = secret("default-password", DEFAULT_PASSWORD)
+    user_file = secret("user-password", USER_PASSWORD)
+    wrong_file = secret("wrong-password", "not-the-password")
+
+    def proxy(login):
+        return t.proxy(CONFIG, ORIGIN=origin.port, REDIS=redis.port, LOGIN=login)
+
+    by_default = proxy("  password_file: %s\n" % default_file)
+    by_user = proxy("  username: retryproxy\n  password_file: %s\n" % user_file)
+    wrong = proxy("  password_file: %s\n" % wrong_file)
+    anonymous = proxy("")
+    proxies = [by_default, by_user, wrong, anonymous]
+
+    @t.check("the right password, as the default user or as an ACL user: connected")
+    def _():
+        wait_gauge(by_default, 1, "the default user")
+        wait_gauge(by_user, 1, "the ACL user")
+        users = re.findall(r" user=(\S+)", redis.command("CLIENT", "LIST"))
+        h.eq(sorted(u for u in users if u == "retryproxy"), ["retryproxy"],
+             "connections as retryproxy (%r)" % users)
+
+    @t.check("/config names username and password_file, never the password; no log line does")
+    def _():
+        config = admin_get(by_user, "/config")
+        h.ok(re.search(r"^  username: retryproxy\n  password_file: %s$" % re.escape(user_file),
+                       config, re.M), "/config:\n" + config)
+        for p in proxies:
+            text = admin_get(p, "/config") + p.stderr()
+            for pw in (DEFAULT_PASSWORD, USER_PASSWORD, "not-the-password"):
+                h.ok(pw not in text, "a password in /config or the log of port %d" % p.port())
+
+    @t.check("a wrong password: one warning naming AUTH and WRONGPASS, gauge 0, local retries")
+    def _():
+        lines = wrong.wait_log(r"retry budgets are local", timeout=10 * h.SLOW)
+        h.ok("AUTH refused" in lines[0] and "WRONGPASS" in lines[0], "warning: %s" % lines[0])
+        h.eq(fleet_gauge(wrong), 0, "fleet gauge")
+        r = h.fetch(wrong.port(), "GET", "/fail?n=1", "fleet.example", timeout=10 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "3"), "status and Retry-Attempts")
+        h.eq(len([ln for ln in wrong.stderr_lines() if "retry budgets are local" in ln]), 1,
+             "warnings however many reconnects failed")
+
+    @t.check("no password for a Redis that asks for one: a warning naming NOAUTH, gauge 0")
+    def _():
+        lines = anonymous.wait_log(r"retry budgets are local", timeout=10 * h.SLOW)
+        h.ok("NOAUTH" in lines[0], "warning: %s" % lines[0])
+        h.eq(fleet_gauge(anonymous), 0, "fleet gauge")
+
+    @t.check("the password file rewritten, then SIGHUP: the proxy logs in")
+    def _():
+        with open(wrong_file, "w") as f:
+            f.write(DEFAULT_PASSWORD + "\n")
+        wrong.proc.send_signal(1)
+        wrong.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        wait_gauge(wrong, 1, "the proxy after the reload")
+        wrong.wait_log(r"connected to redis|answers again", timeout=10 * h.SLOW)
+
+
+h.run(scenario, __doc__, timeout=90)
