@@ -34,6 +34,7 @@ import threading
 import time
 
 import harness as h
+from fleet_gauge import admin_get, fleet_gauge, wait_gauge
 from redisserver import RedisServer
 
 CONFIG = """\
@@ -68,21 +69,6 @@ PER_THREAD = 30
 # Each proxy holds at most max(1, ceil(2 x ratio x its requests per sync))
 # unspent tokens; at this load that is 1, doubled for safety.
 SLACK = 2 * PROXIES
-
-
-def admin_get(proxy, path):
-    return h.curl("http://127.0.0.1:%d%s" % (proxy.port(1), path), check=True).body.decode()
-
-
-def fleet_gauge(proxy):
-    m = re.search(r"^retryproxy_fleet_connected (\S+)$", admin_get(proxy, "/metrics"), re.M)
-    return None if m is None else int(m.group(1))
-
-
-def wait_gauge(proxies, value, timeout):
-    h.wait_until(lambda: all(fleet_gauge(p) == value for p in proxies), timeout,
-                 "retryproxy_fleet_connected %d on every proxy (now %s)"
-                 % (value, [fleet_gauge(p) for p in proxies]))
 
 
 def storm(proxies, tag):

@@ -27,6 +27,7 @@ import os
 import re
 
 import harness as h
+from fleet_gauge import admin_get, fleet_gauge, wait_gauge
 from redisserver import RedisServer
 
 DEFAULT_PASSWORD = "default pass: 7 words & symbols!"
@@ -51,21 +52,6 @@ fleet:
   name: checkout
   sync_interval: 100ms
 @LOGIN@"""
-
-
-def admin_get(proxy, path):
-    return h.curl("http://127.0.0.1:%d%s" % (proxy.port(1), path), check=True).body.decode()
-
-
-def fleet_gauge(proxy):
-    m = re.search(r"^retryproxy_fleet_connected (\S+)$", admin_get(proxy, "/metrics"), re.M)
-    return None if m is None else int(m.group(1))
-
-
-def wait_gauge(proxy, value, what):
-    h.wait_until(lambda: fleet_gauge(proxy) == value, 10 * h.SLOW,
-                 "retryproxy_fleet_connected %d for %s (now %s)"
-                 % (value, what, fleet_gauge(proxy)))
 
 
 def scenario(t):
@@ -98,8 +84,8 @@ def scenario(t):
 
     @t.check("the right password, as the default user or as an ACL user: connected")
     def _():
-        wait_gauge(by_default, 1, "the default user")
-        wait_gauge(by_user, 1, "the ACL user")
+        wait_gauge([by_default], 1, 10 * h.SLOW)
+        wait_gauge([by_user], 1, 10 * h.SLOW)
         users = re.findall(r" user=(\S+)", redis.command("CLIENT", "LIST"))
         h.eq(sorted(u for u in users if u == "retryproxy"), ["retryproxy"],
              "connections as retryproxy (%r)" % users)
@@ -136,7 +122,7 @@ def scenario(t):
             f.write(DEFAULT_PASSWORD + "\n")
         wrong.proc.send_signal(1)
         wrong.wait_log(r"reload: now running", timeout=10 * h.SLOW)
-        wait_gauge(wrong, 1, "the proxy after the reload")
+        wait_gauge([wrong], 1, 10 * h.SLOW)
         wrong.wait_log(r"connected to redis|answers again", timeout=10 * h.SLOW)
 
 
