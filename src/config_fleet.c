@@ -2,10 +2,12 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config_values.h"
 #include "xmalloc.h"
@@ -195,6 +197,36 @@ static const struct config_walk_type config_fleet_username = { YAML_TREE_SCALAR,
 							       "a user name like retryproxy",
 							       config_fleet_set_username };
 
+/* Up to size bytes of the file at path: the count, or -1 with errno set.
+ * read(2), not stdio: no buffer of the library's keeps a copy of the secret,
+ * and a read error is told as one. */
+static ssize_t config_fleet_read_secret(const char *path, char *buf, size_t size)
+{
+	size_t n = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	while (n < size) {
+		ssize_t got = read(fd, buf + n, size - n);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			int error = errno;
+
+			close(fd);
+			errno = error;
+			return -1;
+		}
+		if (got == 0)
+			break;
+		n += (size_t)got;
+	}
+	close(fd);
+	return (ssize_t)n;
+}
+
 /* fleet.password_file: a file whose first line is the password, read now,
  * so that a missing or empty secret fails the load (or the reload) rather
  * than every connect. The password itself never goes into the config's
@@ -208,19 +240,19 @@ static void config_fleet_set_password_file(struct config_walk *walk,
 	char buf[CONFIG_FLEET_PASSWORD_MAX + 2];
 	const char *newline;
 	size_t n, len;
-	FILE *f;
+	ssize_t got;
 
 	config_walk_file_required.handler(walk, node, field);
 	if (fleet->password_file == NULL)
 		return;
-	f = fopen(fleet->password_file, "r");
-	if (f == NULL) {
+	got = config_fleet_read_secret(fleet->password_file, buf, sizeof(buf) - 1);
+	if (got < 0) {
 		config_walk_error(walk, node, "cannot read \"%s\": %s", fleet->password_file,
 				  strerror(errno));
+		explicit_bzero(buf, sizeof(buf));
 		return;
 	}
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
+	n = (size_t)got;
 	/* the first line, without its LF or CRLF; a NUL in it is refused, not
 	 * taken for its end */
 	newline = memchr(buf, '\n', n);
@@ -271,7 +303,8 @@ static void config_fleet_set(struct config_walk *walk, const struct yaml_tree_no
 		return;
 	fleet->sync_interval_ms = CONFIG_FLEET_SYNC_DEFAULT_MS;
 	config_walk_mapping(walk, node, config_fleet_keys, fleet);
-	if (fleet->username != NULL && fleet->password_file == NULL)
+	/* a password_file that failed has said so already */
+	if (fleet->username != NULL && yaml_tree_find(node, "password_file") == NULL)
 		config_walk_error(walk, node, "username needs password_file: AUTH sends both");
 	if (fleet->redis == NULL || fleet->name == NULL)
 		config_fleet_free(fleet);

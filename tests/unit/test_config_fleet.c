@@ -223,6 +223,26 @@ static void test_password_file_refused(void **state)
 		remove_secret(path);
 	}
 	{
+		/* a password_file refused says why, and a username beside it
+		 * adds no second error */
+		char dir[] = "/tmp/retryproxy-fleet-XXXXXX";
+		char *errors = NULL;
+
+		assert_non_null(mkdtemp(dir));
+		snprintf(text, sizeof(text),
+			 "fleet:\n  redis: 127.0.0.1:6379\n  name: checkout\n"
+			 "  username: retryproxy\n  password_file: %s\n",
+			 dir);
+		assert_null(load(text, &errors));
+		if (strstr(errors, "t.yaml:5:18: fleet.password_file: ") == NULL ||
+		    strstr(errors, "is not a regular file") == NULL)
+			fail_msg("expected the file error in: %s", errors);
+		if (strstr(errors, "username needs password_file") != NULL)
+			fail_msg("a second error for the username in: %s", errors);
+		free(errors);
+		rmdir(dir);
+	}
+	{
 		char *errors = NULL;
 
 		assert_null(load("fleet:\n  redis: 127.0.0.1:6379\n  name: checkout\n"
