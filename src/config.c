@@ -590,8 +590,17 @@ struct config *config_hold(struct config *config)
 /* Let go of a config; the last holder frees it. */
 void config_release(struct config *config)
 {
-	if (config != NULL && --config->refs == 0)
-		config_free(config);
+	if (config == NULL || --config->refs > 0)
+		return;
+	if (config->on_free != NULL)
+		config->on_free(config, config->on_free_arg);
+	config_free(config);
+}
+
+void config_on_free(struct config *config, void (*freed)(struct config *, void *arg), void *arg)
+{
+	config->on_free = freed;
+	config->on_free_arg = arg;
 }
 
 /* Walk a parsed tree into a config, or print the errors and return NULL. */

@@ -102,6 +102,8 @@ struct idempotency {
 	size_t when_present_count;
 };
 
+struct retry_budget_state;
+
 struct route {
 	char *name;
 	char *match_host;	 /* exact or *.suffix, lower case; NULL matches any */
@@ -113,6 +115,7 @@ struct route {
 	bool tls_overridden;	       /* the route has its own tls: section */
 	struct retry_policy retry;     /* defaults with the route's keys over them */
 	struct idempotency idempotent;
+	struct retry_budget_state *budget; /* the proxy's, while the config is in use */
 };
 
 struct listener_config {
@@ -181,8 +184,10 @@ struct fleet_config {
 };
 
 struct config {
-	unsigned refs; /* config_hold / config_release */
-	char *source;  /* file path, or "<embedded>" */
+	unsigned refs;				     /* config_hold / config_release */
+	void (*on_free)(struct config *, void *arg); /* config_on_free() */
+	void *on_free_arg;
+	char *source; /* file path, or "<embedded>" */
 	struct listener_config *listeners;
 	size_t listener_count;
 	char *admin_address; /* NULL: no admin listener */
@@ -230,5 +235,9 @@ struct config *config_load_text(const char *text, size_t len, const char *name, 
 
 struct config *config_hold(struct config *config);
 void config_release(struct config *config);
+
+/* Have freed(config, arg) told once, as the last release frees config:
+ * the proxy lets go of what it keeps for the config's routes. */
+void config_on_free(struct config *config, void (*freed)(struct config *, void *arg), void *arg);
 
 #endif

@@ -494,8 +494,7 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 		exchange_decide_replay(ex, head, framing, target->path, target->path_len);
 		exchange_build_request_head(ex, head, target->path, target->path_len,
 					    dest.authority, dest.authority_len);
-		ex->budget = retry_budget_for(ex->proxy->budgets, ex->route->name,
-					      &ex->route->retry.budget);
+		ex->budget = ex->route->budget;
 		retry_budget_note_request(ex->budget, retry_budget_now_ms());
 	}
 	return ex;

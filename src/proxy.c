@@ -79,6 +79,21 @@ static void proxy_apply_fleet(struct proxy *proxy, const struct config *config)
 	retry_budget_book_set_fleet(proxy->budgets, proxy->fleet);
 }
 
+static void proxy_config_freed(struct config *config, void *arg)
+{
+	struct proxy *proxy = arg;
+
+	retry_budget_book_detach(proxy->budgets, config);
+}
+
+/* A config goes live: its routes get their budget states, which it lets go
+ * of when it is freed, after the last request that used it. */
+static void proxy_adopt_budgets(struct proxy *proxy, struct config *config)
+{
+	retry_budget_book_attach(proxy->budgets, config);
+	config_on_free(config, proxy_config_freed, proxy);
+}
+
 /* Client connections and tunnels open now: what max_connections counts. */
 static unsigned proxy_connection_count(const struct proxy *proxy)
 {
@@ -124,6 +139,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	retry_rng_seed(&proxy->rng);
 	proxy->metrics = metrics_new();
 	proxy->budgets = retry_budget_book_new();
+	proxy_adopt_budgets(proxy, config);
 	proxy->dns = proxy_new_resolver(proxy->base);
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new();
@@ -167,8 +183,9 @@ void proxy_free(struct proxy *proxy)
 	log_batch_free(proxy->log_batch);
 	evdns_base_free(proxy->dns, 1);
 	metrics_free(proxy->metrics);
-	retry_budget_book_free(proxy->budgets);
+	/* the config's last release lets go of its budget states */
 	config_release(proxy->config);
+	retry_budget_book_free(proxy->budgets);
 	conn_loop_free(proxy->loop);
 	free(proxy);
 }
@@ -231,6 +248,8 @@ int proxy_reload(struct proxy *proxy, const char *path)
 		log_error("reload: %s has errors; keeping the running config", name);
 		goto fail;
 	}
+	/* before any listener or client can see it */
+	proxy_adopt_budgets(proxy, config);
 	/* admin first: if the listeners then fail, putting the one admin
 	 * socket back is simpler than putting back every listener */
 	if (proxy_prepare_tls(proxy, config) < 0 || admin_apply(proxy, config) < 0)

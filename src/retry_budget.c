@@ -23,6 +23,7 @@ struct retry_budget_state {
 	uint32_t requests[RETRY_BUDGET_SLOTS];
 	uint32_t retries[RETRY_BUDGET_SLOTS];
 	struct fleet_route *fleet; /* the route's lease when a fleet shares it, else NULL */
+	unsigned holds;		   /* routes of configs not freed yet that use it */
 	struct retry_budget_state *next;
 };
 
@@ -68,6 +69,46 @@ struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, cons
 	s->next = book->states;
 	book->states = s;
 	return s;
+}
+
+/* The routes of a config: its default route and its listed ones. */
+static size_t retry_budget_route_count(const struct config *config)
+{
+	return config->route_count + 1;
+}
+
+static struct route *retry_budget_route(struct config *config, size_t i)
+{
+	return i == 0 ? &config->default_route : &config->routes[i - 1];
+}
+
+void retry_budget_book_attach(struct retry_budget_book *book, struct config *config)
+{
+	for (size_t i = 0; i < retry_budget_route_count(config); i++) {
+		struct route *route = retry_budget_route(config, i);
+
+		route->budget = retry_budget_for(book, route->name, &route->retry.budget);
+		route->budget->holds++;
+	}
+}
+
+void retry_budget_book_detach(struct retry_budget_book *book, struct config *config)
+{
+	for (size_t i = 0; i < retry_budget_route_count(config); i++) {
+		struct route *route = retry_budget_route(config, i);
+		struct retry_budget_state **link;
+
+		if (route->budget == NULL)
+			continue;
+		for (link = &book->states; *link != route->budget; link = &(*link)->next)
+			;
+		if (--route->budget->holds == 0) {
+			*link = route->budget->next;
+			free(route->budget->route);
+			free(route->budget);
+		}
+		route->budget = NULL;
+	}
 }
 
 void retry_budget_book_set_fleet(struct retry_budget_book *book, struct fleet *fleet)

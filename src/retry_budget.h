@@ -26,6 +26,17 @@ void retry_budget_book_free(struct retry_budget_book *book);
 struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, const char *route,
 					    const struct retry_budget *budget);
 
+/* Give each route of config (the default one too) its state in
+ * route->budget, so that a request finds it without a lookup. A reload that
+ * keeps a route's name and window keeps its counts. The states stay while
+ * config does: retry_budget_book_detach() when it is freed. */
+void retry_budget_book_attach(struct retry_budget_book *book, struct config *config);
+
+/* config is going: its routes let go of their states, and a state no
+ * config holds any more is freed, so that reloads that rename routes do not
+ * pile up states. */
+void retry_budget_book_detach(struct retry_budget_book *book, struct config *config);
+
 /* Share the budgets through fleet (NULL: every budget local again): each
  * route the fleet syncs consults its lease while the fleet's Redis answers
  * (SPEC "Fleet budget"). The fleet must outlive the book's use of it. */

@@ -377,6 +377,8 @@ static void harness_init(struct harness *h, const char *yaml)
 	h->proxy.upstreams = upstreams_new(&h->proxy);
 	h->proxy.metrics = metrics_new();
 	h->proxy.budgets = retry_budget_book_new();
+	/* as the proxy does when a config goes live */
+	retry_budget_book_attach(h->proxy.budgets, h->config);
 	retry_rng_seed_with(&h->proxy.rng, 42);
 	registry_init(&h->proxy.registry);
 
@@ -408,6 +410,7 @@ static void harness_free(struct harness *h)
 	exchange_free_spares(&h->proxy);
 	pool_free(h->proxy.pool);
 	upstreams_free(h->proxy.upstreams);
+	retry_budget_book_detach(h->proxy.budgets, h->config);
 	retry_budget_book_free(h->proxy.budgets);
 	metrics_free(h->proxy.metrics);
 	tls_store_free(h->proxy.tls);

@@ -5,9 +5,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
+#include "config.h"
 #include "retry_budget.h"
 
 static const struct retry_budget ten_percent = {
@@ -158,6 +160,94 @@ static void test_allows_leaves_old_buckets(void **state)
 	retry_budget_book_free(book);
 }
 
+/* A config with the routes named in names (comma-separated), each with a
+ * budget of window seconds. */
+static struct config *config_with_routes(const char *names, unsigned window)
+{
+	char text[1024];
+	size_t len = (size_t)snprintf(
+		text, sizeof(text),
+		"defaults:\n  retry:\n    budget: { ratio: 0.1, min_per_second: 1, window: %us }\n"
+		"routes:\n",
+		window);
+	char copy[256];
+
+	snprintf(copy, sizeof(copy), "%s", names);
+	for (char *name = strtok(copy, ","); name != NULL; name = strtok(NULL, ","))
+		len += (size_t)snprintf(text + len, sizeof(text) - len,
+					"  - name: %s\n    match: { path_prefix: /%s }\n", name,
+					name);
+	return config_load_text(text, len, "t.yaml", stderr);
+}
+
+/* Every route of a config that goes live gets its state; a reload keeps
+ * the counts of a route it keeps, and the state of a route no config holds
+ * any more is freed: a route of that name later starts from nothing. */
+static void test_attach_detach(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct config *old = config_with_routes("kept,renamed", 10);
+	struct config *reloaded = config_with_routes("kept,other", 10);
+	struct config *later;
+	unsigned i;
+
+	(void)state;
+	assert_non_null(old);
+	assert_non_null(reloaded);
+	retry_budget_book_attach(book, old);
+	assert_non_null(old->default_route.budget);
+	assert_ptr_equal(old->routes[0].budget,
+			 retry_budget_for(book, "kept", &old->routes[0].retry.budget));
+	/* spend all the floor allows (10 x 1/s) on both routes */
+	assert_int_equal(take_all(old->routes[0].budget, &old->routes[0].retry.budget, 100000), 10);
+	assert_int_equal(take_all(old->routes[1].budget, &old->routes[1].retry.budget, 100000), 10);
+
+	retry_budget_book_attach(book, reloaded);
+	assert_ptr_equal(reloaded->routes[0].budget, old->routes[0].budget);
+	assert_ptr_equal(reloaded->default_route.budget, old->default_route.budget);
+	retry_budget_book_detach(book, old);
+	assert_null(old->routes[0].budget);
+	/* the kept route's spent budget carries over the reload */
+	assert_false(retry_budget_allows(reloaded->routes[0].budget,
+					 &reloaded->routes[0].retry.budget, 100000));
+
+	/* "renamed" went with the old config: back, it has its whole floor */
+	later = config_with_routes("renamed", 10);
+	assert_non_null(later);
+	retry_budget_book_attach(book, later);
+	assert_int_equal(take_all(later->routes[0].budget, &later->routes[0].retry.budget, 100000),
+			 10);
+	for (i = 0; i < 3; i++)
+		retry_budget_note_request(reloaded->routes[1].budget, 100000);
+
+	retry_budget_book_detach(book, later);
+	retry_budget_book_detach(book, reloaded);
+	config_release(old);
+	config_release(reloaded);
+	config_release(later);
+	retry_budget_book_free(book);
+}
+
+/* A route whose window changes is a new state; the old one goes with the
+ * config that had it. */
+static void test_window_change_is_new_state(void **state)
+{
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct config *a = config_with_routes("r", 10);
+	struct config *b = config_with_routes("r", 20);
+
+	(void)state;
+	retry_budget_book_attach(book, a);
+	retry_budget_book_attach(book, b);
+	assert_ptr_not_equal(a->routes[0].budget, b->routes[0].budget);
+	retry_budget_book_detach(book, a);
+	retry_budget_note_request(b->routes[0].budget, 100000);
+	retry_budget_book_detach(book, b);
+	config_release(a);
+	config_release(b);
+	retry_budget_book_free(book);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -170,6 +260,8 @@ int main(void)
 		cmocka_unit_test(test_allows_counts_nothing),
 		cmocka_unit_test(test_spend_counts_one),
 		cmocka_unit_test(test_allows_leaves_old_buckets),
+		cmocka_unit_test(test_attach_detach),
+		cmocka_unit_test(test_window_change_is_new_state),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
