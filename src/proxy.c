@@ -183,7 +183,9 @@ void proxy_free(struct proxy *proxy)
 	log_batch_free(proxy->log_batch);
 	evdns_base_free(proxy->dns, 1);
 	metrics_free(proxy->metrics);
-	/* the config's last release lets go of its budget states */
+	/* the config's last release lets go of its budget states: the other
+	 * holders of configs (clients, exchanges, listeners) are gone by now,
+	 * so none is left to detach into the freed book */
 	config_release(proxy->config);
 	retry_budget_book_free(proxy->budgets);
 	conn_loop_free(proxy->loop);

@@ -100,8 +100,13 @@ void retry_budget_book_detach(struct retry_budget_book *book, struct config *con
 
 		if (route->budget == NULL)
 			continue;
-		for (link = &book->states; *link != route->budget; link = &(*link)->next)
+		for (link = &book->states; *link != NULL && *link != route->budget;
+		     link = &(*link)->next)
 			;
+		if (*link == NULL) {
+			/* attached to another book: not this one's to let go */
+			continue;
+		}
 		if (--route->budget->holds == 0) {
 			*link = route->budget->next;
 			free(route->budget->route);

@@ -22,7 +22,9 @@ struct retry_budget_book *retry_budget_book_new(void);
 void retry_budget_book_free(struct retry_budget_book *book);
 
 /* The state of a route's budget, made on first use. A route whose window
- * changed (reload) starts a new state. */
+ * changed (reload) starts a new state. A state made here is held by no
+ * config: a detach of a config that shares it may free it, so the proxy
+ * only ever uses route->budget (tests of a lone book call this). */
 struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, const char *route,
 					    const struct retry_budget *budget);
 
