@@ -100,25 +100,37 @@ static unsigned proxy_connection_count(const struct proxy *proxy)
 	return conn_loop_open(proxy->loop, CONN_ACCEPTED);
 }
 
-/* A non-blocking resolver that reads the hosts file and resolv.conf. */
-static struct evdns_base *proxy_new_resolver(struct event_base *base)
+/* A non-blocking resolver that reads the hosts file and resolv.conf; with
+ * search false, resolv.conf's search list and domain are left out. */
+static struct evdns_base *proxy_new_resolver(struct event_base *base, bool search)
 {
 	struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
 	const char *resolv = getenv(PROXY_RESOLV_CONF_ENV);
+	int options = DNS_OPTIONS_ALL & ~DNS_OPTION_HOSTSFILE;
 	int r;
 
 	if (resolv == NULL || resolv[0] == '\0')
 		resolv = "/etc/resolv.conf";
+	if (!search)
+		options &= ~DNS_OPTION_SEARCH;
 	/* every option but the hosts file, which is loaded below from the
 	 * file that was asked for */
-	r = evdns_base_resolv_conf_parse(dns, DNS_OPTIONS_ALL & ~DNS_OPTION_HOSTSFILE, resolv);
-	if (r != 0)
+	r = evdns_base_resolv_conf_parse(dns, options, resolv);
+	/* the second resolver reads the same files: the first one warned */
+	if (r != 0 && search)
 		log_warn("resolver: cannot use %s (error %d); names other than hosts-file ones may "
 			 "not resolve",
 			 resolv, r);
-	if (evdns_base_load_hosts(dns, getenv(PROXY_HOSTS_ENV)) != 0)
+	if (evdns_base_load_hosts(dns, getenv(PROXY_HOSTS_ENV)) != 0 && search)
 		log_warn("resolver: cannot read the hosts file");
 	return dns;
+}
+
+struct evdns_base *proxy_absolute_resolver(struct proxy *proxy)
+{
+	if (proxy->dns_absolute == NULL)
+		proxy->dns_absolute = proxy_new_resolver(proxy->base, false);
+	return proxy->dns_absolute;
 }
 
 struct proxy *proxy_new(struct config *config, bool *bind_failed)
@@ -140,7 +152,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->metrics = metrics_new();
 	proxy->budgets = retry_budget_book_new();
 	proxy_adopt_budgets(proxy, config);
-	proxy->dns = proxy_new_resolver(proxy->base);
+	proxy->dns = proxy_new_resolver(proxy->base, true);
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new();
 	proxy->upstreams = upstreams_new(proxy);
@@ -182,6 +194,8 @@ void proxy_free(struct proxy *proxy)
 		event_free(proxy->drain_timer);
 	log_batch_free(proxy->log_batch);
 	evdns_base_free(proxy->dns, 1);
+	if (proxy->dns_absolute != NULL)
+		evdns_base_free(proxy->dns_absolute, 1);
 	metrics_free(proxy->metrics);
 	/* the config's last release lets go of its budget states: the other
 	 * holders of configs (clients, exchanges, listeners) are gone by now,

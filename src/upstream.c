@@ -107,6 +107,8 @@ void upstream_pool_key(const struct upstream_endpoint *endpoint, const struct tl
 	} while (v != 0);
 	n = upstream_key_append(buf, len, n, scheme, strlen(scheme));
 	n = upstream_key_append(buf, len, n, endpoint->host, strlen(endpoint->host));
+	if (endpoint->absolute)
+		n = upstream_key_append(buf, len, n, ".", 1);
 	n = upstream_key_append(buf, len, n, ":", 1);
 	n = upstream_key_append(buf, len, n, p, (size_t)(port + sizeof(port) - p));
 	if (endpoint->tls) {
@@ -322,7 +324,8 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	hints.ai_protocol = IPPROTO_TCP;
 	snprintf(port, sizeof(port), "%u", endpoint->port);
 	uc->resolving_inline = true;
-	req = evdns_getaddrinfo(proxy->dns, uc->host, port, &hints, upstream_dns_cb, uc);
+	req = evdns_getaddrinfo(endpoint->absolute ? proxy_absolute_resolver(proxy) : proxy->dns,
+				uc->host, port, &hints, upstream_dns_cb, uc);
 	uc->resolving_inline = false;
 	if (!uc->resolved)
 		uc->dns_request = req;

@@ -20,6 +20,7 @@ struct upstream_connect;
 /* Where to connect. */
 struct upstream_endpoint {
 	bool tls;
+	bool absolute; /* the host was written with a trailing dot (dropped from host) */
 	const char *host;
 	uint16_t port;
 };

@@ -82,12 +82,14 @@ static unsigned upstreams_hash(const struct upstream_endpoint *e)
 		h = (h ^ http1_lower((unsigned char)*p)) * 16777619u;
 	h = (h ^ e->port) * 16777619u;
 	h = (h ^ (unsigned)e->tls) * 16777619u;
+	h = (h ^ (unsigned)e->absolute) * 16777619u;
 	return h % UPSTREAMS_BUCKETS;
 }
 
 static bool upstreams_same(const struct upstream_endpoint *a, const struct upstream_endpoint *b)
 {
-	return a->port == b->port && a->tls == b->tls && strcasecmp(a->host, b->host) == 0;
+	return a->port == b->port && a->tls == b->tls && a->absolute == b->absolute &&
+	       strcasecmp(a->host, b->host) == 0;
 }
 
 /* Forget an upstream: nothing may refer to it any more. */
@@ -158,15 +160,16 @@ static void upstreams_trim(struct upstreams *set)
 	}
 }
 
-/* "http://host:port", with brackets around an IPv6 literal. */
+/* "http://host:port", with brackets around an IPv6 literal and the trailing
+ * dot of an absolute name. */
 static char *upstreams_name(const struct upstream_endpoint *e)
 {
 	bool v6 = strchr(e->host, ':') != NULL;
 	size_t len = strlen(e->host) + 32;
 	char *name = xmalloc(len);
 
-	snprintf(name, len, "%s://%s%s%s:%u", e->tls ? "https" : "http", v6 ? "[" : "", e->host,
-		 v6 ? "]" : "", e->port);
+	snprintf(name, len, "%s://%s%s%s%s:%u", e->tls ? "https" : "http", v6 ? "[" : "", e->host,
+		 v6 ? "]" : "", e->absolute ? "." : "", e->port);
 	return name;
 }
 

@@ -33,10 +33,12 @@ to a TLS upstream with a route that does not verify: an idle connection
 pooled by the verifying route is closed to make room for a request of the
 other route, which gets 200 at once, not a 504 after try_timeout.
 (9) A forward proxy, capped at 1: after a GET to http://LOCALHOST:port/,
-a GET and a POST to http://localhost:port/ and a GET to
-http://localhost.:port/ get 200 at once (the GETs on the pooled
-connection), not a 504 after try_timeout: a host's spellings are one
-upstream, with one cap and one pool; an upstream configured as
+a GET and a POST to http://localhost:port/ get 200 at once (the GET on the
+pooled connection), not a 504 after try_timeout: a host's spellings in any
+case are one upstream, with one cap and one pool; a GET to
+http://localhost.:port/ (an absolute name, resolved without the search
+list) is an upstream of its own, with its own cap and pool, and gets 200
+at once too; an upstream configured as
 https://LocalHost:port, and a forward request for https://LOCALHOST.:port/,
 are verified as, and send SNI, localhost. (10) A fourth proxy, capped at 2:
 a GET whose pooled connection turns out stale while the other connection
@@ -370,8 +372,8 @@ def scenario(t):
     origin_fw = t.origin(name="capped-spellings")
     forward = t.proxy(CONFIG_FORWARD, CA=certs.ca)
 
-    @t.check("forward, cap 1: LOCALHOST, localhost and localhost. are one upstream, "
-             "one cap, one pool")
+    @t.check("forward, cap 1: LOCALHOST and localhost are one upstream, one cap, one pool; "
+             "localhost. is another")
     def _():
         def get(host, path, method="GET", body=b""):
             url = "http://%s:%d%s" % (host, origin_fw.port, path)
@@ -387,15 +389,17 @@ def scenario(t):
         get("localhost", "/echo?c=lower")
         h.eq(len(origin_fw.connections), 1, "connections at the origin: the GET reused it")
         get("localhost", "/echo?c=post", "POST", b"x")
-        get("localhost.", "/echo?c=dot")
         h.eq(len(origin_fw.connections), 2, "connections at the origin")
+        get("localhost.", "/echo?c=dot")
+        h.eq(len(origin_fw.connections), 3, "connections at the origin: localhost. has its own")
         hosts = [q.header("Host") for q in origin_fw.requests]
         h.eq(hosts, ["LOCALHOST:%d" % origin_fw.port, "localhost:%d" % origin_fw.port,
                      "localhost:%d" % origin_fw.port, "localhost.:%d" % origin_fw.port],
              "Host headers as the client wrote them")
         r = h.fetch(forward.port(1), "GET", "/upstreams", "admin")
         names = [line.split()[0] for line in r.body.decode().splitlines() if line]
-        h.eq(names, ["http://localhost:%d" % origin_fw.port], "/upstreams")
+        h.eq(sorted(names), ["http://localhost.:%d" % origin_fw.port,
+                             "http://localhost:%d" % origin_fw.port], "/upstreams")
 
     @t.check("forward: https://LOCALHOST.:port/ is verified as, and sends SNI, localhost")
     def _():

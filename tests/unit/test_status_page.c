@@ -221,7 +221,7 @@ static void test_status_page_escapes_names(void **state)
 {
 	struct metrics *m = metrics_new();
 	struct upstreams *ups = upstreams_new(NULL);
-	struct upstream_endpoint endpoint = { false, "x\"><b>y", 8080 };
+	struct upstream_endpoint endpoint = { .tls = false, .host = "x\"><b>y", .port = 8080 };
 	struct upstream *u = upstreams_hold(ups, &endpoint);
 	char *page, *row;
 
