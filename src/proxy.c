@@ -126,13 +126,6 @@ static struct evdns_base *proxy_new_resolver(struct event_base *base, bool searc
 	return dns;
 }
 
-struct evdns_base *proxy_absolute_resolver(struct proxy *proxy)
-{
-	if (proxy->dns_absolute == NULL)
-		proxy->dns_absolute = proxy_new_resolver(proxy->base, false);
-	return proxy->dns_absolute;
-}
-
 struct proxy *proxy_new(struct config *config, bool *bind_failed)
 {
 	struct proxy *proxy = xcalloc(1, sizeof(*proxy));
@@ -153,6 +146,8 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->budgets = retry_budget_book_new();
 	proxy_adopt_budgets(proxy, config);
 	proxy->dns = proxy_new_resolver(proxy->base, true);
+	/* made now, not on first use, so that both read the same files */
+	proxy->dns_absolute = proxy_new_resolver(proxy->base, false);
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new();
 	proxy->upstreams = upstreams_new(proxy);
@@ -194,8 +189,7 @@ void proxy_free(struct proxy *proxy)
 		event_free(proxy->drain_timer);
 	log_batch_free(proxy->log_batch);
 	evdns_base_free(proxy->dns, 1);
-	if (proxy->dns_absolute != NULL)
-		evdns_base_free(proxy->dns_absolute, 1);
+	evdns_base_free(proxy->dns_absolute, 1);
 	metrics_free(proxy->metrics);
 	/* the config's last release lets go of its budget states: the other
 	 * holders of configs (clients, exchanges, listeners) are gone by now,

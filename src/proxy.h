@@ -38,7 +38,10 @@ struct proxy {
 	struct conn_loop *loop;	 /* the event loop; its passes end with output written */
 	struct event_base *base; /* the loop's event base */
 	struct evdns_base *dns;
-	struct evdns_base *dns_absolute; /* proxy_absolute_resolver(): made on first use */
+	/* for a name written with a trailing dot: the same servers and hosts
+	 * file, but no search list, so that "api.internal." is asked as it is
+	 * and never as "api.internal.<search domain>", whatever ndots says */
+	struct evdns_base *dns_absolute;
 	struct config *config; /* live config; connections hold the one they started under */
 	struct tls_store *tls;
 	struct pool *pool;
@@ -62,11 +65,6 @@ struct proxy {
 /* Build the runtime for a validated config (the proxy takes the reference)
  * and bind its listeners and the admin listener. NULL after logging why not;
  * *bind_failed tells a runtime failure (exit 2) from a config one (exit 1). */
-/* The resolver for a name written with a trailing dot: the same servers and
- * hosts file, but no search list, so that "api.internal." is asked as it is
- * and never as "api.internal.<search domain>", whatever ndots says. */
-struct evdns_base *proxy_absolute_resolver(struct proxy *proxy);
-
 struct proxy *proxy_new(struct config *config, bool *bind_failed);
 
 /* Tell the service manager the proxy is ready, then run the event loop

@@ -324,8 +324,8 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	hints.ai_protocol = IPPROTO_TCP;
 	snprintf(port, sizeof(port), "%u", endpoint->port);
 	uc->resolving_inline = true;
-	req = evdns_getaddrinfo(endpoint->absolute ? proxy_absolute_resolver(proxy) : proxy->dns,
-				uc->host, port, &hints, upstream_dns_cb, uc);
+	req = evdns_getaddrinfo(endpoint->absolute ? proxy->dns_absolute : proxy->dns, uc->host,
+				port, &hints, upstream_dns_cb, uc);
 	uc->resolving_inline = false;
 	if (!uc->resolved)
 		uc->dns_request = req;
