@@ -389,11 +389,13 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	const char *ca = dest->tls && tls->ca_file != NULL ? tls->ca_file : "";
 	const char *prefix = ex->owner.target_prefix != NULL ? ex->owner.target_prefix : "";
 	size_t prefix_len = strlen(prefix);
-	/* "https://" host "." ":" port "|" ca "|1" */
-	size_t key_room = 8 + dest->host_len + 1 + 6 + 1 + strlen(ca) + 2 + 1;
+	/* "https://" host ":" port "|" ca "|1" (an absolute host's dot is in
+	 * host_len) */
+	size_t key_room = 8 + dest->host_len + 6 + 1 + strlen(ca) + 2 + 1;
 	size_t size = head->method_len + 1 + prefix_len + head->target_len + 1 + dest->host_len +
 		      1 + key_room;
 	char *p = exchange_block(&ex->text, &ex->text_room, size);
+	size_t host_len;
 
 	ex->tls = tls;
 	ex->endpoint.tls = dest->tls;
@@ -411,11 +413,12 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	*p++ = '\0';
 	ex->endpoint_host = p;
 	p = exchange_put(p, dest->host, dest->host_len);
-	/* one spelling per upstream: its pool key, its record and its cap; a
-	 * trailing dot leaves the name but marks it absolute, for the resolver
-	 * (and so another upstream than the name without it) */
-	ex->endpoint.absolute = dest->host_len > 1 && dest->host[dest->host_len - 1] == '.';
-	p = ex->endpoint_host + upstream_host_normalise(ex->endpoint_host, dest->host_len);
+	/* one spelling per upstream: its pool key, its record and its cap; the
+	 * trailing dot normalising drops marks the name absolute, for the
+	 * resolver (and so another upstream than the name without it) */
+	host_len = upstream_host_normalise(ex->endpoint_host, dest->host_len);
+	ex->endpoint.absolute = host_len < dest->host_len;
+	p = ex->endpoint_host + host_len;
 	*p++ = '\0';
 	ex->endpoint.host = ex->endpoint_host;
 	ex->pool_key = p;

@@ -46,9 +46,10 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 /* Stop a connect in progress; its callback will not run. */
 void upstream_connect_cancel(struct upstream_connect *uc);
 
-/* Write a host name in the one form that names its upstream: lower case,
- * without a trailing dot (the client may write either; SNI takes no dot).
- * Returns its new length; the name is not NUL-terminated here. */
+/* Write a host name in the one form the upstream uses: lower case, without
+ * a trailing dot (SNI takes none). Returns its new length, one less when a
+ * dot was dropped: the caller keeps that as upstream_endpoint.absolute. The
+ * name is not NUL-terminated here. */
 size_t upstream_host_normalise(char *host, size_t len);
 
 /* The pool key of an endpoint under a trust policy, written to buf. */
