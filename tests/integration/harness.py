@@ -25,6 +25,7 @@ The proxy binary comes from $RETRYPROXY_BIN (meson test sets it);
 $RETRYPROXY_SANITIZED=1 says it was built with sanitizers.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -190,6 +191,30 @@ def listens_on(pid, port, stderr_text=None):
         return False
     text = stderr_text() if stderr_text else ""
     return bool(re.search(r"listening on \S*:%d\b" % port, text)) and port_accepts(port)
+
+
+def open_files_under(pid, directory):
+    """Process pid's open files inside directory, unlinked ones too, as
+    (fd number, link) pairs."""
+    out = []
+    fd_dir = "/proc/%d/fd" % pid
+    for fd in os.listdir(fd_dir):
+        try:
+            link = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue
+        if link.startswith(directory + "/"):
+            out.append((fd, link))
+    return out
+
+
+def random_body_file(directory, n, name):
+    """n random bytes written to directory/name: (its path, their sha256)."""
+    data = os.urandom(n)
+    path = os.path.join(directory, name)
+    with open(path, "wb") as f:
+        f.write(data)
+    return path, hashlib.sha256(data).hexdigest()
 
 
 def port_accepts(port, host="127.0.0.1", timeout=0.5):

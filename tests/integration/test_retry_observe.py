@@ -152,16 +152,7 @@ def scenario(t):
 
     def spool_fds():
         """The proxy's open files in the spool directory (unlinked ones too)."""
-        out = []
-        fd_dir = "/proc/%d/fd" % proxy.pid
-        for fd in os.listdir(fd_dir):
-            try:
-                link = os.readlink(os.path.join(fd_dir, fd))
-            except OSError:
-                continue
-            if link.startswith(spool_dir + "/"):
-                out.append(link)
-        return out
+        return h.open_files_under(proxy.pid, spool_dir)
 
     def partial_put(path, wait):
         """Send a PUT head and the first 100000 of 200000 body bytes (over

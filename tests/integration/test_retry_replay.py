@@ -17,7 +17,6 @@ the 503 with Retry-Attempts: 1 and the access line says
 gave_up=body_too_large.
 """
 
-import hashlib
 import os
 import time
 
@@ -45,13 +44,6 @@ def scenario(t):
     big = t.proxy(CONFIG, REPLAY="8MiB")
     small = t.proxy(CONFIG, REPLAY="64KiB")
 
-    def body_file(n, name):
-        data = os.urandom(n)
-        path = os.path.join(t.tmp, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path, hashlib.sha256(data).hexdigest()
-
     def put(proxy, path, file, steps, chunked=False, expect=""):
         origin.script(path, steps)
         args = ["-X", "PUT", "--data-binary", "@" + file, "-H", "Content-Type: application/octet-stream",
@@ -66,7 +58,7 @@ def scenario(t):
         """PUT n random bytes to path, scripted with steps; check the
         status, Retry-Attempts and the number of requests at the origin.
         Returns (the origin's requests, the body's sha256)."""
-        f, sha = body_file(n, path.strip("/").replace("/", "-"))
+        f, sha = h.random_body_file(t.tmp, n, path.strip("/").replace("/", "-"))
         r, reqs = put(proxy, path, f, steps, **kw)
         h.eq((r.status, r.header("Retry-Attempts")), (status, str(attempts)),
              "status, Retry-Attempts (%r)" % r)

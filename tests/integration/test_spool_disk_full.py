@@ -19,7 +19,6 @@ a request whose only answer is 200 still gets it; no spool file stays open;
 with the limit lifted the next spooled PUT is retried again, byte-exact.
 """
 
-import hashlib
 import os
 import re
 import resource
@@ -66,15 +65,8 @@ def scenario(t):
         hard = resource.prlimit(proxy.pid, resource.RLIMIT_FSIZE)[1]
         resource.prlimit(proxy.pid, resource.RLIMIT_FSIZE, (nbytes, hard))
 
-    def body_file(n, name):
-        data = os.urandom(n)
-        path = os.path.join(t.tmp, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path, hashlib.sha256(data).hexdigest()
-
     def put(path, n, steps, chunked=False):
-        f, sha = body_file(n, path.strip("/").replace("/", "-"))
+        f, sha = h.random_body_file(t.tmp, n, path.strip("/").replace("/", "-"))
         origin.script(path, steps)
         args = ["-X", "PUT", "--data-binary", "@" + f, "-H", "Expect:"]
         if chunked:
@@ -100,8 +92,7 @@ def scenario(t):
         if status == 503:
             h.eq((fl["attempts"], fl.get("gave_up")), ("1", "body_too_large"), "access attempts, gave_up")
             h.eq(gave_up_body_too_large(proxy.port(1)), before + 1, "body_too_large give-ups counted")
-        h.wait_until(lambda: not [fd for fd in os.listdir("/proc/%d/fd" % proxy.pid)
-                                  if os.readlink("/proc/%d/fd/%s" % (proxy.pid, fd)).startswith(spool_dir)],
+        h.wait_until(lambda: not h.open_files_under(proxy.pid, spool_dir),
                      5 * h.SLOW, "no spool file open after %s" % path)
 
     limit(MiB)

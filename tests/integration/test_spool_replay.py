@@ -20,7 +20,6 @@ RSS during the spooled, retried 20 MiB PUT grew no more than during the
 streamed one (plus 4 MiB of slack), and both well under the body's size.
 """
 
-import hashlib
 import os
 import stat
 import threading
@@ -56,16 +55,7 @@ SLACK = 4 * MiB
 
 def spool_fds(proxy, directory):
     """The proxy's open file descriptors on files in directory: (fd, link)."""
-    out = []
-    fd_dir = "/proc/%d/fd" % proxy.pid
-    for fd in os.listdir(fd_dir):
-        try:
-            link = os.readlink(os.path.join(fd_dir, fd))
-        except OSError:
-            continue
-        if link.startswith(directory + "/"):
-            out.append((fd, link))
-    return out
+    return h.open_files_under(proxy.pid, directory)
 
 
 def scenario(t):
@@ -77,13 +67,6 @@ def scenario(t):
     env = {"ASAN_OPTIONS": "quarantine_size_mb=8"} if h.SANITIZED else None
     proxy = t.proxy(CONFIG, env=env, SPOOL_MAX="32MiB", TLS=tls_origin.port, CA=certs.ca)
     streamed = t.proxy(CONFIG, env=env, SPOOL_MAX="0", TLS=tls_origin.port, CA=certs.ca)
-
-    def body_file(n, name):
-        data = os.urandom(n)
-        path = os.path.join(t.tmp, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path, hashlib.sha256(data).hexdigest()
 
     def put(via, url, file, chunked=False, expect=""):
         args = ["-X", "PUT", "--data-binary", "@" + file, "-H", "Expect: " + expect]
@@ -104,7 +87,7 @@ def scenario(t):
         h.eq(os.listdir(spool_dir), [], "names in the spool directory after %s" % what)
 
     def warm_up(p):
-        f, _ = body_file(4096, "warm")
+        f, _ = h.random_body_file(t.tmp, 4096, "warm")
         origin.script("/warm", ["/echo"])
         r = put(p, origin.url("/warm"), f)
         h.eq(r.status, 200, "warm-up PUT (%r)" % r)
@@ -117,7 +100,7 @@ def scenario(t):
         run()
         return (p.proc_status()["VmHWM"] - baseline) * 1024
 
-    big_file, big_sha = body_file(20 * MiB, "big")
+    big_file, big_sha = h.random_body_file(t.tmp, 20 * MiB, "big")
     growth = {}
 
     @t.check("20 MiB PUT, spool off: streamed once, byte-exact (the memory yardstick)")
@@ -186,7 +169,7 @@ def scenario(t):
     def _():
         path = "/spool/chunked"
         n = 3 * MiB + 7
-        f, sha = body_file(n, "chunked")
+        f, sha = h.random_body_file(t.tmp, n, "chunked")
         origin.script(path, [503, "/echo"])
         r = put(proxy, origin.url(path), f, chunked=True)
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts (%r)" % r)
@@ -199,7 +182,7 @@ def scenario(t):
     def _():
         path = "/spool/expect"
         n = 2 * MiB
-        f, sha = body_file(n, "expect")
+        f, sha = h.random_body_file(t.tmp, n, "expect")
         origin.script(path, [503, "/echo"])
         r = put(proxy, origin.url(path), f, expect="100-continue")
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts (%r)" % r)
@@ -210,7 +193,7 @@ def scenario(t):
     def _():
         path = "/spool/tls"
         n = 4 * MiB + 3
-        f, sha = body_file(n, "tls")
+        f, sha = h.random_body_file(t.tmp, n, "tls")
         tls_origin.script(path, [503, "/echo"])
         r = put(None, proxy.listener_url(1, path), f)
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts (%r)" % r)
@@ -223,7 +206,7 @@ def scenario(t):
     def _():
         path = "/spool/over"
         n = 33 * MiB
-        f, sha = body_file(n, "over")
+        f, sha = h.random_body_file(t.tmp, n, "over")
         origin.script(path, [503, "/echo"])
         r = put(proxy, origin.url(path), f)
         h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts (%r)" % r)
@@ -238,7 +221,7 @@ def scenario(t):
     def _():
         path = "/spool/over-chunked"
         n = 33 * MiB + 5
-        f, sha = body_file(n, "over-chunked")
+        f, sha = h.random_body_file(t.tmp, n, "over-chunked")
         origin.script(path, [503, "/echo"])
         r = put(proxy, origin.url(path), f, chunked=True)
         h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts (%r)" % r)

@@ -17,7 +17,6 @@ the spool file is closed; the proxy keeps serving: the second PUT is
 retried byte-exact and gets the 200.
 """
 
-import hashlib
 import os
 import threading
 
@@ -50,22 +49,9 @@ def scenario(t):
     proxy = t.proxy(CONFIG)
 
     def spool_fds():
-        fd_dir = "/proc/%d/fd" % proxy.pid
-        found = []
-        for fd in os.listdir(fd_dir):
-            try:
-                if os.readlink(os.path.join(fd_dir, fd)).startswith(spool_dir):
-                    found.append(os.path.join(fd_dir, fd))
-            except FileNotFoundError:
-                pass
-        return found
-
-    def body_file(n, name):
-        data = os.urandom(n)
-        path = os.path.join(t.tmp, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path, hashlib.sha256(data).hexdigest()
+        """The proxy's spool files, as /proc/PID/fd/N paths."""
+        return ["/proc/%d/fd/%s" % (proxy.pid, fd)
+                for fd, _ in h.open_files_under(proxy.pid, spool_dir)]
 
     def put(path, f):
         args = ["-X", "PUT", "--data-binary", "@" + f, "-H", "Expect:"]
@@ -75,7 +61,7 @@ def scenario(t):
              "nothing wrong reaches the origin")
     def _():
         n = 4 * MiB
-        f, sha = body_file(n, "truncated")
+        f, sha = h.random_body_file(t.tmp, n, "truncated")
         origin.script("/lost", [503, "/echo"])
         result = {}
         client = threading.Thread(target=lambda: result.setdefault("r", put("/lost", f)))
@@ -102,7 +88,7 @@ def scenario(t):
     @t.check("the proxy keeps serving: a 4 MiB PUT, 503 then 200, retried byte-exact")
     def _():
         n = 4 * MiB
-        f, sha = body_file(n, "kept")
+        f, sha = h.random_body_file(t.tmp, n, "kept")
         origin.script("/kept", [503, "/echo"])
         r = put("/kept", f)
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts (%r)" % r)
