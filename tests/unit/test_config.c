@@ -908,6 +908,21 @@ static void test_did_you_mean(void **state)
 			"test.yaml:3:3: limits.frobnicate: unknown key\n");
 }
 
+/* A path or key with a newline in it stays on its error's line: every line
+ * starts with file:line:column, as tools reading the errors expect. */
+static void test_control_bytes_in_messages(void **state)
+{
+	test_load_fails(
+		"limits:\n  spool_dir: \"/no/such\\ndir\"\n"
+		"routes:\n  - name: a\n    tls: {ca_file: \"/no\\tca\"}\n"
+		"\"bad\\rkey\": 1\n",
+		"test.yaml:2:14: limits.spool_dir: cannot use \"/no/such\\x0adir\": No "
+		"such file or directory\n"
+		"test.yaml:5:20: routes[0].tls.ca_file: cannot read \"/no\\x09ca\": No such "
+		"file or directory\n"
+		"test.yaml:6:1: bad\\x0dkey: unknown key\n");
+}
+
 static void test_hold_release(void **state)
 {
 	struct config *config = test_load_ok("admin: 127.0.0.1:9901\n");
@@ -1246,6 +1261,7 @@ int main(void)
 		cmocka_unit_test(test_hold_release),
 		cmocka_unit_test(test_intercept),
 		cmocka_unit_test(test_spool),
+		cmocka_unit_test(test_control_bytes_in_messages),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_upstream_url),
