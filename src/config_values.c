@@ -155,7 +155,7 @@ void config_values_url_free(struct upstream_url *url)
 int config_values_url(const char *text, struct upstream_url *url, const char **why)
 {
 	const char *p, *end, *host, *port_text = NULL;
-	size_t host_len;
+	size_t host_len, name_len;
 	char *port_buf;
 	uint16_t port;
 	bool tls;
@@ -192,6 +192,7 @@ int config_values_url(const char *text, struct upstream_url *url, const char **w
 		}
 		host = p + 1;
 		host_len = (size_t)(close - host);
+		name_len = host_len;
 		if (close + 1 < end && close[1] != ':') {
 			*why = "invalid host";
 			return -1;
@@ -213,7 +214,10 @@ int config_values_url(const char *text, struct upstream_url *url, const char **w
 			*why = "the host is missing";
 			return -1;
 		}
-		if (!config_values_is_hostname(host, host_len)) {
+		/* a trailing dot makes the name absolute (resolved without the
+		 * search list); it is checked, and sent in Host, without it */
+		name_len = host_len > 1 && host[host_len - 1] == '.' ? host_len - 1 : host_len;
+		if (!config_values_is_hostname(host, name_len)) {
 			*why = "invalid host";
 			return -1;
 		}
@@ -240,7 +244,7 @@ int config_values_url(const char *text, struct upstream_url *url, const char **w
 		size_t size = host_len + 16;
 
 		url->authority = xmalloc(size);
-		snprintf(url->authority, size, v6 ? "[%s]" : "%s", url->host);
+		snprintf(url->authority, size, v6 ? "[%.*s]" : "%.*s", (int)name_len, url->host);
 		if (!default_port) {
 			size_t len = strlen(url->authority);
 

@@ -59,8 +59,9 @@ struct fleet_route {
 struct fleet {
 	struct event_base *base;
 	struct evdns_base *dns;
-	char *redis; /* as written, for log lines */
-	char *host;  /* NULL for a unix socket */
+	char *redis;  /* as written, for log lines */
+	char *host;   /* NULL for a unix socket */
+	char *lookup; /* host as the resolver is asked it: without a trailing dot */
 	uint16_t port;
 	char *socket;
 	char *name;
@@ -481,13 +482,13 @@ static void fleet_connect(struct fleet *fleet)
 	fleet->state = FLEET_RESOLVING;
 	fleet_arm_deadline(fleet);
 	/* NULL when answered at once (the callback ran already) */
-	req = evdns_getaddrinfo(fleet->dns, fleet->host, NULL, &hints, fleet_resolved_cb, fleet);
+	req = evdns_getaddrinfo(fleet->dns, fleet->lookup, NULL, &hints, fleet_resolved_cb, fleet);
 	if (req != NULL && fleet->state == FLEET_RESOLVING)
 		fleet->resolving = req;
 }
 
 struct fleet *fleet_new(struct event_base *base, struct evdns_base *dns,
-			const struct fleet_config *config)
+			struct evdns_base *dns_absolute, const struct fleet_config *config)
 {
 	struct fleet *fleet = xcalloc(1, sizeof(*fleet));
 	struct timeval tv = timeval_from_ms(config->sync_interval_ms);
@@ -495,7 +496,17 @@ struct fleet *fleet_new(struct event_base *base, struct evdns_base *dns,
 	fleet->base = base;
 	fleet->dns = dns;
 	fleet->redis = xstrdup(config->redis);
-	fleet->host = config->redis_host != NULL ? xstrdup(config->redis_host) : NULL;
+	if (config->redis_host != NULL) {
+		size_t len = strlen(config->redis_host);
+
+		fleet->host = xstrdup(config->redis_host);
+		/* a name with a trailing dot is absolute: never the search list */
+		if (len > 1 && fleet->host[len - 1] == '.') {
+			fleet->dns = dns_absolute;
+			len--;
+		}
+		fleet->lookup = xstrndup(fleet->host, len);
+	}
 	fleet->port = config->redis_port;
 	fleet->socket = config->redis_socket != NULL ? xstrdup(config->redis_socket) : NULL;
 	fleet->name = xstrdup(config->name);
@@ -540,6 +551,7 @@ void fleet_free(struct fleet *fleet)
 	}
 	free(fleet->redis);
 	free(fleet->host);
+	free(fleet->lookup);
 	free(fleet->socket);
 	free(fleet->username);
 	if (fleet->password != NULL) {

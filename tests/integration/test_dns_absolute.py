@@ -10,6 +10,9 @@ loopback UDP port, named by a resolv.conf (RETRYPROXY_RESOLV_CONF) with
 Kubernetes pod has; it answers svc.ns.corp.test and public.test with
 127.0.0.1 and everything else NXDOMAIN, and records every query. An empty
 RETRYPROXY_HOSTS keeps /etc/hosts out.
+A second proxy: a sidecar listener whose upstream: is
+http://public.test.:PORT and a fleet: whose Redis (a real redis-server on
+loopback) is public.test.:PORT.
 Must hold: svc.ns (fewer dots than ndots) is found through the search list
 (the stub is asked svc.ns.corp.test): 200. svc.ns. is asked only as svc.ns:
 502 naming the DNS failure, and no query for svc.ns.corp.test. public.test.
@@ -17,13 +20,19 @@ gives 200 with queries for public.test only, none with the search domain;
 public.test without the dot is asked with the search domain first (the
 resolver's usual order), then as it is: 200. Each spelling is an upstream
 of its own: the admin /upstreams list shows public.test. and
-public.test apart.
+public.test apart. The config's absolute names are asked the same way:
+the sidecar's upstream public.test. answers 200 and the origin sees
+"Host: public.test:PORT" (the dot is left out of Host); the fleet connects
+to public.test. (retryproxy_fleet_connected 1); neither is asked with the
+search domain.
 """
 
 import os
 
 import harness as h
 import dnsstub
+from fleet_gauge import wait_gauge
+from redisserver import RedisServer
 
 CONFIG = """\
 listen:
@@ -35,6 +44,23 @@ limits:
 defaults:
   retry:
     max_attempts: 1
+"""
+
+CONFIG_ABSOLUTE = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://public.test.:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+limits:
+  drain_timeout: 2s
+  connect_timeout: 3s
+defaults:
+  retry:
+    max_attempts: 1
+fleet:
+  redis: public.test.:@REDIS@
+  name: absolute
+  sync_interval: 100ms
 """
 
 DNS_WORDS = ("resolve", "dns", "name", "nxdomain", "not known")
@@ -93,6 +119,23 @@ def scenario(t):
         body = r.body.decode()
         for name in ("http://public.test.:%d" % origin.port, "http://public.test:%d" % origin.port):
             h.ok(name in body, "%s missing from /upstreams: %s" % (name, body[:2000]))
+
+    @t.check("upstream: and fleet.redis written public.test.: asked only as public.test")
+    def _():
+        redis = RedisServer(t.tmp).start()
+        t.defer(redis.stop)
+        stub.clear()
+        sidecar = t.proxy(CONFIG_ABSOLUTE, env={"RETRYPROXY_RESOLV_CONF": resolv,
+                                                "RETRYPROXY_HOSTS": hosts},
+                          ORIGIN=str(origin.port), REDIS=str(redis.port))
+        wait_gauge([sidecar], 1, 10)
+        r = h.curl("http://127.0.0.1:%d/echo?t=configured" % sidecar.port(0))
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        seen = [q for q in origin.requests if q.query.get("t") == "configured"]
+        h.eq([q.header("host") for q in seen], ["public.test:%d" % origin.port],
+             "Host at the origin")
+        asked = [q.name for q in stub.queries]
+        h.ok(asked and set(asked) == {"public.test"}, "queries: %r" % asked)
 
 
 h.run(scenario, __doc__, timeout=60)

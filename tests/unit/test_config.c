@@ -1180,6 +1180,11 @@ static void test_parse_upstream_url(void **state)
 		{ "https://[2001:db8::1]:9443", true, "2001:db8::1", 9443, "[2001:db8::1]:9443" },
 		{ "http://my_host-1.internal", false, "my_host-1.internal", 80,
 		  "my_host-1.internal" },
+		/* absolute: the dot stays in the host, for the resolver, and is
+		 * left out of the Host field */
+		{ "https://API.example.com.:8443/", true, "api.example.com.", 8443,
+		  "api.example.com:8443" },
+		{ "http://localhost.", false, "localhost.", 80, "localhost" },
 	};
 	static const char *const bad[] = {
 		"ftp://example.com",
@@ -1206,7 +1211,10 @@ static void test_parse_upstream_url(void **state)
 		"http://exa mple.com",
 		"http://example..com",
 		"http://.example.com",
-		"http://example.com.",
+		"http://example.com..",
+		"http://.",
+		"http://.:80",
+		"http://[::1].",
 	};
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
