@@ -84,26 +84,6 @@ size_t config_walk_finish(struct config_walk *walk, FILE *errors)
 	return count;
 }
 
-/* A copy of a message with control bytes written as \xNN: a path or key
- * from the file ("a\nb" in YAML) must not split an error into lines that
- * no longer start with file:line:column. */
-static char *config_walk_one_line(const char *msg)
-{
-	size_t len = 0;
-	char *out = xmalloc(strlen(msg) * 4 + 1);
-
-	for (const char *p = msg; *p != '\0'; p++) {
-		unsigned char c = (unsigned char)*p;
-
-		if (c < 0x20 || c == 0x7f)
-			len += (size_t)sprintf(out + len, "\\x%02x", c);
-		else
-			out[len++] = (char)c;
-	}
-	out[len] = '\0';
-	return out;
-}
-
 /* Record an error at a node, prefixed with the current key path. */
 void config_walk_error(struct config_walk *walk, const struct yaml_tree_node *node, const char *fmt,
 		       ...)
@@ -123,7 +103,7 @@ void config_walk_error(struct config_walk *walk, const struct yaml_tree_node *no
 	e->line = node->line;
 	e->column = node->column;
 	e->seq = walk->error_count++;
-	e->text = config_walk_one_line(msg);
+	e->text = yaml_tree_one_line(msg);
 }
 
 /* Append to the path, cutting rather than overflowing on absurd nesting. */

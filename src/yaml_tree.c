@@ -107,6 +107,23 @@ static void yaml_tree_path(const struct yaml_tree_builder *b, char *buf, size_t 
 	}
 }
 
+char *yaml_tree_one_line(const char *message)
+{
+	size_t len = 0;
+	char *out = xmalloc(strlen(message) * 4 + 1);
+
+	for (const char *p = message; *p != '\0'; p++) {
+		unsigned char c = (unsigned char)*p;
+
+		if (c < 0x20 || c == 0x7f)
+			len += (size_t)sprintf(out + len, "\\x%02x", c);
+		else
+			out[len++] = (char)c;
+	}
+	out[len] = '\0';
+	return out;
+}
+
 /* Print one error; extra is appended to the path, for a key not yet open. */
 static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const char *extra,
 			    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -114,22 +131,26 @@ static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const
 static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const char *extra,
 			    const char *fmt, ...)
 {
-	char path[512];
+	char text[1024], *line;
+	size_t len;
 	va_list ap;
 
-	yaml_tree_path(b, path, sizeof(path));
-	if (extra != NULL) {
-		size_t len = strlen(path);
-
-		snprintf(path + len, sizeof(path) - len, "%s%s", len ? "." : "", extra);
+	/* the path takes at most half, so the message is never cut away */
+	yaml_tree_path(b, text, sizeof(text) / 2);
+	len = strlen(text);
+	if (extra != NULL)
+		snprintf(text + len, sizeof(text) / 2 - len, "%s%s", len ? "." : "", extra);
+	len = strlen(text);
+	if (len > 0) {
+		memcpy(text + len, ": ", 3);
+		len += 2;
 	}
-	fprintf(b->errors, "%s:%zu:%zu: ", b->name, mark.line + 1, mark.column + 1);
-	if (path[0] != '\0')
-		fprintf(b->errors, "%s: ", path);
 	va_start(ap, fmt);
-	vfprintf(b->errors, fmt, ap);
+	vsnprintf(text + len, sizeof(text) - len, fmt, ap);
 	va_end(ap);
-	fputc('\n', b->errors);
+	line = yaml_tree_one_line(text);
+	fprintf(b->errors, "%s:%zu:%zu: %s\n", b->name, mark.line + 1, mark.column + 1, line);
+	free(line);
 	b->error_count++;
 }
 

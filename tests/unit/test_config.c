@@ -921,6 +921,12 @@ static void test_control_bytes_in_messages(void **state)
 		"test.yaml:5:20: routes[0].tls.ca_file: cannot read \"/no\\x09ca\": No such "
 		"file or directory\n"
 		"test.yaml:6:1: bad\\x0dkey: unknown key\n");
+	/* the same for what the YAML reader itself refuses: a duplicate key,
+	 * a tag (libyaml decodes %0A in it) and a key path around another */
+	test_load_fails("\"a\\nb\": 1\n\"a\\nb\": 2\nx: !<%0Afoo> 1\n\"k\\ny\": {a: 1, a: 2}\n",
+			"test.yaml:2:1: a\\x0ab: duplicate key, first at line 1\n"
+			"test.yaml:3:4: x: tags are not supported (found \"\\x0afoo\")\n"
+			"test.yaml:4:16: k\\x0ay.a: duplicate key, first at line 4\n");
 }
 
 static void test_hold_release(void **state)
