@@ -102,6 +102,7 @@ struct idempotency {
 	size_t when_present_count;
 };
 
+struct metrics_route;
 struct retry_budget_state;
 
 struct route {
@@ -116,6 +117,7 @@ struct route {
 	struct retry_policy retry;     /* defaults with the route's keys over them */
 	struct idempotency idempotent;
 	struct retry_budget_state *budget; /* the proxy's, while the config is in use */
+	struct metrics_route *series;	   /* the proxy's counters for this route name */
 };
 
 struct listener_config {

@@ -251,9 +251,9 @@ static void exchange_log(struct exchange *ex)
 	record.would_retry = ex->would_retry;
 	access_log_write(&record);
 	if (ex->status != 0)
-		metrics_request_done(ex->proxy->metrics, ex->route->name, ex->status,
+		metrics_request_done(ex->proxy->metrics, ex->route->series, ex->status,
 				     (double)record.duration_ms / 1000.0, ex->attempts);
-	metrics_gave_up(ex->proxy->metrics, ex->route->name, ex->gave_up);
+	metrics_gave_up(ex->route->series, ex->gave_up);
 }
 
 void exchange_record_try(struct exchange *ex, int status, const char *error, bool hedge)
@@ -307,7 +307,7 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 	}
 	if (t->hedge) {
 		t->hedge = false;
-		metrics_hedge(ex->proxy->metrics, ex->route->name, ex->winner == t);
+		metrics_hedge(ex->route->series, ex->winner == t);
 	}
 	t->verdict_pending = false;
 	if (t->up != NULL) {
@@ -438,7 +438,7 @@ static struct retry_verdict exchange_observe(struct exchange *ex, struct retry_f
 	verdict = retry_decide(&ex->route->retry, facts, &ex->proxy->rng);
 	if (verdict.kind == RETRY_VERDICT_RETRY && !verdict.immediate) {
 		ex->would_retry = retry_cause_name(verdict.cause);
-		metrics_would_retry(ex->proxy->metrics, ex->route->name, verdict.cause);
+		metrics_would_retry(ex->route->series, verdict.cause);
 		verdict.kind = RETRY_VERDICT_FINAL;
 		verdict.wait_ms = 0;
 	} else if (verdict.kind == RETRY_VERDICT_GIVE_UP) {
@@ -553,7 +553,7 @@ void exchange_schedule_retry(struct exchange *ex)
 		  (int)ex->target_len, ex->target, ex->attempts,
 		  (unsigned long long)ex->next_wait_ms);
 	exchange_set_state(ex, EXCHANGE_BACKOFF);
-	metrics_retry(ex->proxy->metrics, ex->route->name, ex->retry_cause);
+	metrics_retry(ex->route->series, ex->retry_cause);
 	/* the wait counts from now, not from when this loop pass began */
 	event_base_update_cache_time(ex->proxy->base);
 	exchange_timer_start(ex, exchange_backoff_cb, &tv);
@@ -885,7 +885,7 @@ static void exchange_begin_try(struct exchange *ex, struct exchange_try *t, bool
 	 * health still must not take a pooled connection when released */
 	ex->skip_pool = false;
 	ex->attempts++;
-	metrics_try(ex->proxy->metrics, ex->route->name);
+	metrics_try(ex->route->series);
 	exchange_set_state(ex, EXCHANGE_TRYING);
 	t->number = ex->attempts;
 	t->offset = 0;

@@ -23,12 +23,10 @@ void exchange_gauges_update(struct exchange *ex)
 	if (held == ex->gauged_held && backoff == ex->gauged_backoff && queued == ex->gauged_queued)
 		return;
 	if (held != ex->gauged_held || backoff != ex->gauged_backoff)
-		metrics_route_gauges(ex->proxy->metrics, ex->route->name,
-				     (int)backoff - (int)ex->gauged_backoff,
+		metrics_route_gauges(ex->route->series, (int)backoff - (int)ex->gauged_backoff,
 				     (int)held - (int)ex->gauged_held);
 	if (queued != ex->gauged_queued)
-		metrics_route_queued(ex->proxy->metrics, ex->route->name,
-				     (int)queued - (int)ex->gauged_queued);
+		metrics_route_queued(ex->route->series, (int)queued - (int)ex->gauged_queued);
 	ex->gauged_backoff = backoff;
 	ex->gauged_held = held;
 	ex->gauged_queued = queued;

@@ -43,7 +43,7 @@ void exchange_resume_give_up(struct exchange *ex, const char *why)
 {
 	struct resume *resume = ex->resume;
 
-	metrics_resume(ex->proxy->metrics, ex->route->name, false);
+	metrics_resume(ex->route->series, false);
 	resume->pending = false;
 	/* kept with the resume: why may be the caller's own buffer */
 	snprintf(resume->note, sizeof(resume->note), "not resumed at %llu: %s",
@@ -113,7 +113,7 @@ void exchange_resume_answer(struct exchange_try *t, const struct http1_head *hea
 	if (answer == RESUME_ANSWER_SPLICE) {
 		log_debug("%.*s %.*s: resumed at %llu", (int)ex->method_len, ex->method,
 			  (int)ex->target_len, ex->target, (unsigned long long)resume->at);
-		metrics_resume(ex->proxy->metrics, ex->route->name, true);
+		metrics_resume(ex->route->series, true);
 		resume->pending = false;
 		ex->winner = t;
 		evbuffer_drain(conn_input(t->up), head->head_len);

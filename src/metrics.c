@@ -1,5 +1,7 @@
 #include "metrics.h"
 
+#include "config.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +50,7 @@ struct metrics_route {
 	unsigned backoff_pending;	       /* gauge: requests in backoff now */
 	unsigned held;			       /* gauge: requests waiting for their upstream now */
 	unsigned queued;		       /* gauge: requests waiting for a connection now */
+	bool used;			       /* counted something: shown from then on */
 	struct metrics_route *next;
 };
 
@@ -61,7 +64,7 @@ struct metrics_histogram {
 };
 
 struct metrics {
-	struct metrics_route *routes;		     /* in order of first use */
+	struct metrics_route *routes;		     /* in the order they were made */
 	uint64_t upstream_errors[TRY_OUTCOME_COUNT]; /* by enum try_outcome, summed by kind */
 	uint64_t pool_reuse;
 	uint64_t intercept_failures;
@@ -114,8 +117,17 @@ void metrics_free(struct metrics *metrics)
 	free(metrics);
 }
 
-/* The series of a route, made on first use; a few routes, so a list. */
-static struct metrics_route *metrics_route(struct metrics *metrics, const char *name)
+/* The first series from r on that counted something: a route made when a
+ * config went live shows once it is used, as if it had been made then. */
+static const struct metrics_route *metrics_shown(const struct metrics_route *r)
+{
+	while (r != NULL && !r->used)
+		r = r->next;
+	return r;
+}
+
+/* A list: looked up when a config goes live, never per request. */
+struct metrics_route *metrics_series(struct metrics *metrics, const char *name)
 {
 	struct metrics_route **link;
 
@@ -127,12 +139,19 @@ static struct metrics_route *metrics_route(struct metrics *metrics, const char *
 	return *link;
 }
 
-void metrics_request_done(struct metrics *metrics, const char *route, int code,
+void metrics_attach(struct metrics *metrics, struct config *config)
+{
+	for (size_t i = 0; i < config->route_count; i++)
+		config->routes[i].series = metrics_series(metrics, config->routes[i].name);
+	config->default_route.series = metrics_series(metrics, config->default_route.name);
+}
+
+void metrics_request_done(struct metrics *metrics, struct metrics_route *r, int code,
 			  double duration_seconds, unsigned tries)
 {
-	struct metrics_route *r = metrics_route(metrics, route);
 	size_t i;
 
+	r->used = true;
 	for (i = 0; i < r->code_count && r->codes[i].code < code; i++)
 		;
 	if (i == r->code_count || r->codes[i].code != code) {
@@ -147,50 +166,59 @@ void metrics_request_done(struct metrics *metrics, const char *route, int code,
 	metrics_observe(&metrics->tries, (double)tries);
 }
 
-void metrics_try(struct metrics *metrics, const char *route)
+void metrics_try(struct metrics_route *series)
 {
-	metrics_route(metrics, route)->tries++;
+	series->tries++;
+	series->used = true;
 }
 
-void metrics_retry(struct metrics *metrics, const char *route, enum retry_cause cause)
+void metrics_retry(struct metrics_route *series, enum retry_cause cause)
 {
-	if ((unsigned)cause < METRICS_CAUSES)
-		metrics_route(metrics, route)->retries[cause]++;
+	if ((unsigned)cause < METRICS_CAUSES) {
+		series->retries[cause]++;
+		series->used = true;
+	}
 }
 
-void metrics_would_retry(struct metrics *metrics, const char *route, enum retry_cause cause)
+void metrics_would_retry(struct metrics_route *series, enum retry_cause cause)
 {
-	if ((unsigned)cause < METRICS_CAUSES)
-		metrics_route(metrics, route)->would_retry[cause]++;
+	if ((unsigned)cause < METRICS_CAUSES) {
+		series->would_retry[cause]++;
+		series->used = true;
+	}
 }
 
-void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give_up reason)
+void metrics_gave_up(struct metrics_route *series, enum retry_give_up reason)
 {
-	if (reason > RETRY_GIVE_UP_NONE && (unsigned)reason < RETRY_GIVE_UP_COUNT)
-		metrics_route(metrics, route)->gave_up[reason]++;
+	if (reason > RETRY_GIVE_UP_NONE && (unsigned)reason < RETRY_GIVE_UP_COUNT) {
+		series->gave_up[reason]++;
+		series->used = true;
+	}
 }
 
-void metrics_hedge(struct metrics *metrics, const char *route, bool won)
+void metrics_hedge(struct metrics_route *series, bool won)
 {
-	metrics_route(metrics, route)->hedges[won]++;
+	series->hedges[won]++;
+	series->used = true;
 }
 
-void metrics_resume(struct metrics *metrics, const char *route, bool ok)
+void metrics_resume(struct metrics_route *series, bool ok)
 {
-	metrics_route(metrics, route)->resumes[ok]++;
+	series->resumes[ok]++;
+	series->used = true;
 }
 
-void metrics_route_gauges(struct metrics *metrics, const char *route, int backoff_pending, int held)
+void metrics_route_gauges(struct metrics_route *series, int backoff_pending, int held)
 {
-	struct metrics_route *r = metrics_route(metrics, route);
-
-	r->backoff_pending += (unsigned)backoff_pending;
-	r->held += (unsigned)held;
+	series->backoff_pending += (unsigned)backoff_pending;
+	series->held += (unsigned)held;
+	series->used = true;
 }
 
-void metrics_route_queued(struct metrics *metrics, const char *route, int queued)
+void metrics_route_queued(struct metrics_route *series, int queued)
 {
-	metrics_route(metrics, route)->queued += (unsigned)queued;
+	series->queued += (unsigned)queued;
+	series->used = true;
 }
 
 unsigned metrics_backoff_pending(const struct metrics *metrics)
@@ -198,7 +226,7 @@ unsigned metrics_backoff_pending(const struct metrics *metrics)
 	const struct metrics_route *r;
 	unsigned n = 0;
 
-	for (r = metrics->routes; r != NULL; r = r->next)
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next))
 		n += r->backoff_pending;
 	return n;
 }
@@ -253,7 +281,7 @@ static void metrics_route_counter(struct evbuffer *out, const struct metrics *me
 	const struct metrics_route *r;
 
 	metrics_header(out, name, "counter", help);
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		metrics_route_series(out, name, r->name);
 		evbuffer_add_printf(out, "} %llu\n", (unsigned long long)value(r));
 	}
@@ -306,7 +334,7 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 
 	metrics_header(out, "retryproxy_requests_total", "counter",
 		       "Final responses sent to clients, by route and status code.");
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		for (i = 0; i < r->code_count; i++) {
 			metrics_route_series(out, "retryproxy_requests_total", r->name);
 			evbuffer_add_printf(out, ",code=\"%d\"} %llu\n", r->codes[i].code,
@@ -317,7 +345,7 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 			      "Upstream tries, first tries included.", metrics_route_tries);
 	metrics_header(out, "retryproxy_retries_total", "counter",
 		       "Retries scheduled, by route and the cause of the failed try.");
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		for (i = 0; i < METRICS_CAUSES; i++) {
 			metrics_route_series(out, "retryproxy_retries_total", r->name);
 			evbuffer_add_printf(out, ",cause=\"%s\"} %llu\n",
@@ -327,7 +355,7 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 	}
 	metrics_header(out, "retryproxy_retries_given_up_total", "counter",
 		       "Requests whose retrying stopped short, by route and reason.");
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		for (i = RETRY_GIVE_UP_NONE + 1; i < RETRY_GIVE_UP_COUNT; i++) {
 			metrics_route_series(out, "retryproxy_retries_given_up_total", r->name);
 			evbuffer_add_printf(out, ",reason=\"%s\"} %llu\n",
@@ -337,7 +365,7 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 	}
 	metrics_header(out, "retryproxy_hedges_total", "counter",
 		       "Hedged tries, by route and whether their response won.");
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		metrics_route_series(out, "retryproxy_hedges_total", r->name);
 		evbuffer_add_printf(out, ",result=\"won\"} %llu\n",
 				    (unsigned long long)r->hedges[1]);
@@ -349,7 +377,7 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 		       "Broken downloads continued with a Range request (retry.resume), by route "
 		       "and whether the rest was spliced on (ok) or the response ended short "
 		       "(failed).");
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		metrics_route_series(out, "retryproxy_resumes_total", r->name);
 		evbuffer_add_printf(out, ",result=\"ok\"} %llu\n",
 				    (unsigned long long)r->resumes[1]);
@@ -360,7 +388,7 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 	metrics_header(out, "retryproxy_would_retry_total", "counter",
 		       "Failures retry.mode: observe let through that would have been retried, "
 		       "by route and cause.");
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		for (i = 0; i < METRICS_CAUSES; i++) {
 			metrics_route_series(out, "retryproxy_would_retry_total", r->name);
 			evbuffer_add_printf(out, ",cause=\"%s\"} %llu\n",
@@ -373,20 +401,20 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 	evbuffer_add_printf(out, "retryproxy_backoff_pending %u\n", gauges->backoff_pending);
 	metrics_header(out, "retryproxy_route_backoff_pending", "gauge",
 		       "Requests waiting on a backoff timer now, by route.");
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		metrics_route_series(out, "retryproxy_route_backoff_pending", r->name);
 		evbuffer_add_printf(out, "} %u\n", r->backoff_pending);
 	}
 	metrics_header(out, "retryproxy_route_held_requests", "gauge",
 		       "Requests waiting for their upstream now, by route.");
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		metrics_route_series(out, "retryproxy_route_held_requests", r->name);
 		evbuffer_add_printf(out, "} %u\n", r->held);
 	}
 	metrics_header(out, "retryproxy_route_queued", "gauge",
 		       "Requests waiting for a connection under max_upstream_connections now, "
 		       "by route.");
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		metrics_route_series(out, "retryproxy_route_queued", r->name);
 		evbuffer_add_printf(out, "} %u\n", r->queued);
 	}
@@ -450,7 +478,7 @@ void metrics_each_route(const struct metrics *metrics,
 	const struct metrics_route *r;
 	size_t i;
 
-	for (r = metrics->routes; r != NULL; r = r->next) {
+	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		struct metrics_route_view view = {
 			.name = r->name,
 			.tries = r->tries,

@@ -4,7 +4,9 @@
 /*
  * Counters and histograms for /metrics (SPEC "Admin endpoint"), rendered in
  * the Prometheus text exposition format. Per-route series are keyed by route
- * name and outlive reloads, so a counter never goes backwards.
+ * name and outlive reloads, so a counter never goes backwards; a live
+ * config's routes point at theirs (route->series), so counting a request
+ * looks nothing up.
  */
 
 #include <stdbool.h>
@@ -12,8 +14,10 @@
 
 #include "retry.h"
 
+struct config;
 struct evbuffer;
 struct metrics;
+struct metrics_route; /* one route name's series */
 
 /* Gauges the proxy owns and passes in when rendering. */
 struct metrics_gauges {
@@ -25,40 +29,49 @@ struct metrics_gauges {
 struct metrics *metrics_new(void);
 void metrics_free(struct metrics *metrics);
 
-/* A final response went to the client: requests_total, the duration
- * histogram (whole request, retries included) and the tries histogram. */
-void metrics_request_done(struct metrics *metrics, const char *route, int code,
+/* The series of a route name, made (every counter at 0) when first asked
+ * for, shown from the first time it counts something; it lives as long as
+ * metrics. */
+struct metrics_route *metrics_series(struct metrics *metrics, const char *route);
+
+/* A config goes live: point each of its routes (default included) at its
+ * series, made now for routes not seen before, in the config's order. */
+void metrics_attach(struct metrics *metrics, struct config *config);
+
+/* A final response went to the client: requests_total on the route's
+ * series, the duration histogram (whole request, retries included) and
+ * the tries histogram. */
+void metrics_request_done(struct metrics *metrics, struct metrics_route *series, int code,
 			  double duration_seconds, unsigned tries);
 
 /* An upstream try started (first ones included). */
-void metrics_try(struct metrics *metrics, const char *route);
+void metrics_try(struct metrics_route *series);
 
 /* A retry was scheduled after a failure of this cause. */
-void metrics_retry(struct metrics *metrics, const char *route, enum retry_cause cause);
+void metrics_retry(struct metrics_route *series, enum retry_cause cause);
 
 /* retry.mode: observe: a failure of this cause would have been retried. */
-void metrics_would_retry(struct metrics *metrics, const char *route, enum retry_cause cause);
+void metrics_would_retry(struct metrics_route *series, enum retry_cause cause);
 
 /* Retrying stopped short for reason; RETRY_GIVE_UP_NONE counts nothing. */
-void metrics_gave_up(struct metrics *metrics, const char *route, enum retry_give_up reason);
+void metrics_gave_up(struct metrics_route *series, enum retry_give_up reason);
 
 /* A hedged try ended: its response won, or it lost (another try answered
  * first, or it failed). */
-void metrics_hedge(struct metrics *metrics, const char *route, bool won);
+void metrics_hedge(struct metrics_route *series, bool won);
 
 /* A broken download's resume (retry.resume) was spliced on (ok), or the
  * response ended short without one. */
-void metrics_resume(struct metrics *metrics, const char *route, bool ok);
+void metrics_resume(struct metrics_route *series, bool ok);
 
 /* A route's requests now in backoff (a place among the pending retries,
  * not waiting for their upstream) and held (waiting for their upstream)
  * changed by these amounts. */
-void metrics_route_gauges(struct metrics *metrics, const char *route, int backoff_pending,
-			  int held);
+void metrics_route_gauges(struct metrics_route *series, int backoff_pending, int held);
 
 /* A route's requests now waiting for a connection under
  * max_upstream_connections changed by this amount. */
-void metrics_route_queued(struct metrics *metrics, const char *route, int queued);
+void metrics_route_queued(struct metrics_route *series, int queued);
 
 /* Requests in backoff now, over all routes. */
 unsigned metrics_backoff_pending(const struct metrics *metrics);
@@ -106,7 +119,8 @@ struct metrics_route_view {
 	unsigned queued;	  /* requests waiting for a connection now */
 };
 
-/* Call fn with each route's counters, in order of first use. */
+/* Call fn with the counters of each route that counted something, in the
+ * order the series were made. */
 void metrics_each_route(const struct metrics *metrics,
 			void (*fn)(const struct metrics_route_view *view, void *arg), void *arg);
 

@@ -87,10 +87,12 @@ static void proxy_config_freed(struct config *config, void *arg)
 	retry_budget_book_detach(proxy->budgets, config);
 }
 
-/* A config goes live: its routes get their budget states, which it lets go
- * of when it is freed, after the last request that used it. */
-static void proxy_adopt_budgets(struct proxy *proxy, struct config *config)
+/* A config goes live: its routes get their counters and their budget
+ * states, which it lets go of when it is freed, after the last request
+ * that used it. */
+static void proxy_adopt_config(struct proxy *proxy, struct config *config)
 {
+	metrics_attach(proxy->metrics, config);
 	retry_budget_book_attach(proxy->budgets, config);
 	config_on_free(config, proxy_config_freed, proxy);
 }
@@ -145,7 +147,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	retry_rng_seed(&proxy->rng);
 	proxy->metrics = metrics_new();
 	proxy->budgets = retry_budget_book_new();
-	proxy_adopt_budgets(proxy, config);
+	proxy_adopt_config(proxy, config);
 	proxy->dns = proxy_new_resolver(proxy->base, true);
 	/* made now, not on first use, so that both read the same files */
 	proxy->dns_absolute = proxy_new_resolver(proxy->base, false);
@@ -260,7 +262,7 @@ int proxy_reload(struct proxy *proxy, const char *path)
 		goto fail;
 	}
 	/* before any listener or client can see it */
-	proxy_adopt_budgets(proxy, config);
+	proxy_adopt_config(proxy, config);
 	/* admin first: if the listeners then fail, putting the one admin
 	 * socket back is simpler than putting back every listener */
 	if (proxy_prepare_tls(proxy, config) < 0 || admin_apply(proxy, config) < 0)

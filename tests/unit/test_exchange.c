@@ -378,6 +378,7 @@ static void harness_init(struct harness *h, const char *yaml)
 	h->proxy.metrics = metrics_new();
 	h->proxy.budgets = retry_budget_book_new();
 	/* as the proxy does when a config goes live */
+	metrics_attach(h->proxy.metrics, h->config);
 	retry_budget_book_attach(h->proxy.budgets, h->config);
 	retry_rng_seed_with(&h->proxy.rng, 42);
 	registry_init(&h->proxy.registry);

@@ -19,6 +19,7 @@
 
 #include <event2/buffer.h>
 
+#include "config.h"
 #include "metrics.h"
 
 /* A route name that needs every escape of the text format. */
@@ -211,25 +212,25 @@ static void test_line(const char *text, const char *line)
 /* Counts of every kind, through the enum API. */
 static void test_metrics_scenario(struct metrics *m)
 {
-	metrics_try(m, "api");
-	metrics_try(m, "api");
-	metrics_try(m, "api");
-	metrics_try(m, TEST_ODD_ROUTE);
-	metrics_retry(m, "api", RETRY_CAUSE_CONNECT);
-	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
-	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
-	metrics_retry(m, TEST_ODD_ROUTE, RETRY_CAUSE_TIMEOUT);
-	metrics_would_retry(m, "api", RETRY_CAUSE_RESET);
-	metrics_would_retry(m, "api", RETRY_CAUSE_RESET);
-	metrics_would_retry(m, TEST_ODD_ROUTE, RETRY_CAUSE_STATUS);
-	metrics_gave_up(m, "api", RETRY_GIVE_UP_DEADLINE);
-	metrics_gave_up(m, TEST_ODD_ROUTE, RETRY_GIVE_UP_BUDGET);
-	metrics_gave_up(m, "api", RETRY_GIVE_UP_CLIENT_GONE);
-	metrics_gave_up(m, "api", RETRY_GIVE_UP_NOT_IDEMPOTENT);
-	metrics_gave_up(m, "api", RETRY_GIVE_UP_BODY_TOO_LARGE);
-	metrics_gave_up(m, "api", RETRY_GIVE_UP_ATTEMPTS);
-	metrics_gave_up(m, "api", RETRY_GIVE_UP_ATTEMPTS);
-	metrics_gave_up(m, "api", RETRY_GIVE_UP_NONE);
+	metrics_try(metrics_series(m, "api"));
+	metrics_try(metrics_series(m, "api"));
+	metrics_try(metrics_series(m, "api"));
+	metrics_try(metrics_series(m, TEST_ODD_ROUTE));
+	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_CONNECT);
+	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_STATUS);
+	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_STATUS);
+	metrics_retry(metrics_series(m, TEST_ODD_ROUTE), RETRY_CAUSE_TIMEOUT);
+	metrics_would_retry(metrics_series(m, "api"), RETRY_CAUSE_RESET);
+	metrics_would_retry(metrics_series(m, "api"), RETRY_CAUSE_RESET);
+	metrics_would_retry(metrics_series(m, TEST_ODD_ROUTE), RETRY_CAUSE_STATUS);
+	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_DEADLINE);
+	metrics_gave_up(metrics_series(m, TEST_ODD_ROUTE), RETRY_GIVE_UP_BUDGET);
+	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_CLIENT_GONE);
+	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_NOT_IDEMPOTENT);
+	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_BODY_TOO_LARGE);
+	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_ATTEMPTS);
+	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_ATTEMPTS);
+	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_NONE);
 	metrics_upstream_error(m, TRY_DNS);
 	metrics_upstream_error(m, TRY_REFUSED);
 	metrics_upstream_error(m, TRY_CONNECT_TIMEOUT);
@@ -240,20 +241,20 @@ static void test_metrics_scenario(struct metrics *m)
 	metrics_upstream_error(m, TRY_TIMEOUT);
 	metrics_upstream_error(m, TRY_MALFORMED);
 	metrics_upstream_error(m, TRY_RESPONSE);
-	metrics_request_done(m, "api", 200, 0.003, 1);
-	metrics_request_done(m, "api", 503, 1.5, 3);
-	metrics_request_done(m, "api", 200, 700, 2);
-	metrics_request_done(m, TEST_ODD_ROUTE, 502, 0.05, 4);
-	metrics_request_done(m, "api", 404, 0.25, 21);
+	metrics_request_done(m, metrics_series(m, "api"), 200, 0.003, 1);
+	metrics_request_done(m, metrics_series(m, "api"), 503, 1.5, 3);
+	metrics_request_done(m, metrics_series(m, "api"), 200, 700, 2);
+	metrics_request_done(m, metrics_series(m, TEST_ODD_ROUTE), 502, 0.05, 4);
+	metrics_request_done(m, metrics_series(m, "api"), 404, 0.25, 21);
 	metrics_pool_reuse(m);
 	metrics_pool_reuse(m);
 	metrics_intercept_failure(m);
-	metrics_hedge(m, "api", true);
-	metrics_hedge(m, "api", false);
-	metrics_hedge(m, "api", false);
-	metrics_resume(m, "api", true);
-	metrics_resume(m, "api", true);
-	metrics_resume(m, "api", false);
+	metrics_hedge(metrics_series(m, "api"), true);
+	metrics_hedge(metrics_series(m, "api"), false);
+	metrics_hedge(metrics_series(m, "api"), false);
+	metrics_resume(metrics_series(m, "api"), true);
+	metrics_resume(metrics_series(m, "api"), true);
+	metrics_resume(metrics_series(m, "api"), false);
 }
 
 static void test_metrics_golden(void **state)
@@ -324,11 +325,11 @@ static void test_metrics_gave_up_by_reason(void **state)
 		struct metrics *m = metrics_new();
 		char *text;
 
-		metrics_try(m, "r");
+		metrics_try(metrics_series(m, "r"));
 		/* reason n counted n times, so a count in the wrong series shows */
 		for (int n = 0; n < reason; n++)
-			metrics_gave_up(m, "r", (enum retry_give_up)reason);
-		metrics_gave_up(m, "r", RETRY_GIVE_UP_NONE);
+			metrics_gave_up(metrics_series(m, "r"), (enum retry_give_up)reason);
+		metrics_gave_up(metrics_series(m, "r"), RETRY_GIVE_UP_NONE);
 		text = test_render(m, &gauges);
 		for (int other = RETRY_GIVE_UP_ATTEMPTS; other < RETRY_GIVE_UP_COUNT; other++) {
 			char line[128];
@@ -342,16 +343,54 @@ static void test_metrics_gave_up_by_reason(void **state)
 	}
 }
 
-static void test_metrics_gave_up_none_makes_no_route(void **state)
+static struct config *test_config(const char *yaml)
+{
+	struct config *config = config_load_text(yaml, strlen(yaml), "test.yaml", stderr);
+
+	assert_non_null(config);
+	return config;
+}
+
+/* A live config's routes point at their series, made in the config's
+ * order and shown once they count something (RETRY_GIVE_UP_NONE counts
+ * nothing); a reloaded config with the same route names counts into the
+ * same series. */
+static void test_metrics_attach(void **state)
 {
 	struct metrics *m = metrics_new();
 	struct metrics_gauges gauges = { 0, 0, 0 };
+	struct config *first = test_config("routes:\n  - name: b\n    match: {host: b.test}\n"
+					   "  - name: a\n    match: {host: a.test}\n");
+	struct config *reloaded = test_config("routes:\n  - name: a\n    match: {host: a.test}\n"
+					      "  - name: c\n    match: {host: c.test}\n");
 	char *text;
 
-	metrics_gave_up(m, "r", RETRY_GIVE_UP_NONE);
+	metrics_attach(m, first);
+	assert_ptr_equal(first->routes[0].series, metrics_series(m, "b"));
+	assert_ptr_equal(first->default_route.series, metrics_series(m, "default"));
+	metrics_gave_up(first->routes[0].series, RETRY_GIVE_UP_NONE);
 	text = test_render(m, &gauges);
-	assert_null(strstr(text, "route=\"r\""));
+	assert_null(strstr(text, "route=\""));
 	free(text);
+	metrics_request_done(m, first->default_route.series, 200, 0.01, 1);
+	metrics_try(first->routes[1].series);
+
+	metrics_attach(m, reloaded);
+	assert_ptr_equal(reloaded->routes[0].series, first->routes[1].series);
+	assert_ptr_equal(reloaded->default_route.series, first->default_route.series);
+	assert_ptr_equal(reloaded->routes[1].series, metrics_series(m, "c"));
+	metrics_try(reloaded->routes[0].series);
+	metrics_try(reloaded->routes[1].series);
+	/* a before default: the order the series were made, not first use */
+	text = test_render(m, &gauges);
+	assert_non_null(strstr(text, "retryproxy_tries_total{route=\"a\"} 2\n"
+				     "retryproxy_tries_total{route=\"default\"} 0\n"
+				     "retryproxy_tries_total{route=\"c\"} 1\n"));
+	test_line(text, "retryproxy_requests_total{route=\"default\",code=\"200\"} 1");
+	assert_null(strstr(text, "route=\"b\""));
+	free(text);
+	config_release(first);
+	config_release(reloaded);
 	metrics_free(m);
 }
 
@@ -436,14 +475,14 @@ static void test_metrics_route_gauges(void **state)
 	unsigned got[6];
 	char *text;
 
-	metrics_route_gauges(m, "a", 1, 0);
-	metrics_route_gauges(m, "a", 1, 0);
-	metrics_route_gauges(m, "b", 0, 1);
-	metrics_route_gauges(m, "a", -1, 1); /* from backoff to held */
-	metrics_route_gauges(m, "b", 1, 0);
-	metrics_route_queued(m, "b", 1);
-	metrics_route_queued(m, "b", 1);
-	metrics_route_queued(m, "b", -1);
+	metrics_route_gauges(metrics_series(m, "a"), 1, 0);
+	metrics_route_gauges(metrics_series(m, "a"), 1, 0);
+	metrics_route_gauges(metrics_series(m, "b"), 0, 1);
+	metrics_route_gauges(metrics_series(m, "a"), -1, 1); /* from backoff to held */
+	metrics_route_gauges(metrics_series(m, "b"), 1, 0);
+	metrics_route_queued(metrics_series(m, "b"), 1);
+	metrics_route_queued(metrics_series(m, "b"), 1);
+	metrics_route_queued(metrics_series(m, "b"), -1);
 	/* queued requests are not in backoff */
 	assert_int_equal(metrics_backoff_pending(m), 2);
 	metrics_each_route(m, test_gauges_view, got);
@@ -464,8 +503,8 @@ static void test_metrics_route_gauges(void **state)
 	test_line(text, "retryproxy_route_queued{route=\"a\"} 0");
 	test_line(text, "retryproxy_route_queued{route=\"b\"} 1");
 	free(text);
-	metrics_route_gauges(m, "a", 0, -1);
-	metrics_route_gauges(m, "b", -1, -1);
+	metrics_route_gauges(metrics_series(m, "a"), 0, -1);
+	metrics_route_gauges(metrics_series(m, "b"), -1, -1);
 	assert_int_equal(metrics_backoff_pending(m), 1);
 	text = test_render(m, &gauges);
 	test_line(text, "retryproxy_route_backoff_pending{route=\"a\"} 1");
@@ -482,7 +521,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_golden),
 		cmocka_unit_test(test_metrics_empty),
 		cmocka_unit_test(test_metrics_gave_up_by_reason),
-		cmocka_unit_test(test_metrics_gave_up_none_makes_no_route),
+		cmocka_unit_test(test_metrics_attach),
 		cmocka_unit_test(test_metrics_error_kinds),
 		cmocka_unit_test(test_metrics_error_kinds_add_up),
 		cmocka_unit_test(test_metrics_route_gauges),

@@ -153,24 +153,24 @@ static void test_status_page_route_counters(void **state)
 	char *page, *row;
 
 	/* 3 of 4 final responses succeed (a 200, a 304, a 200; a 503) */
-	metrics_request_done(m, "api", 200, 0.1, 1);
-	metrics_request_done(m, "api", 304, 0.1, 1);
-	metrics_request_done(m, "api", 200, 0.1, 2);
-	metrics_request_done(m, "api", 503, 0.1, 3);
+	metrics_request_done(m, metrics_series(m, "api"), 200, 0.1, 1);
+	metrics_request_done(m, metrics_series(m, "api"), 304, 0.1, 1);
+	metrics_request_done(m, metrics_series(m, "api"), 200, 0.1, 2);
+	metrics_request_done(m, metrics_series(m, "api"), 503, 0.1, 3);
 	for (int i = 0; i < 7; i++)
-		metrics_try(m, "api");
-	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
-	metrics_retry(m, "api", RETRY_CAUSE_STATUS);
-	metrics_retry(m, "api", RETRY_CAUSE_RESET);
-	metrics_gave_up(m, "api", RETRY_GIVE_UP_ATTEMPTS);
-	metrics_gave_up(m, "api", RETRY_GIVE_UP_BUDGET);
-	metrics_hedge(m, "api", true);
-	metrics_hedge(m, "api", false);
-	metrics_hedge(m, "api", false);
-	metrics_request_done(m, "other", 502, 0.1, 1);
-	metrics_route_gauges(m, "api", 2, 0);
-	metrics_route_gauges(m, "other", 0, 3);
-	metrics_route_queued(m, "other", 2);
+		metrics_try(metrics_series(m, "api"));
+	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_STATUS);
+	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_STATUS);
+	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_RESET);
+	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_ATTEMPTS);
+	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_BUDGET);
+	metrics_hedge(metrics_series(m, "api"), true);
+	metrics_hedge(metrics_series(m, "api"), false);
+	metrics_hedge(metrics_series(m, "api"), false);
+	metrics_request_done(m, metrics_series(m, "other"), 502, 0.1, 1);
+	metrics_route_gauges(metrics_series(m, "api"), 2, 0);
+	metrics_route_gauges(metrics_series(m, "other"), 0, 3);
+	metrics_route_queued(metrics_series(m, "other"), 2);
 
 	page = test_render(m, ups, 4, false);
 	row = test_row(page, "api");
@@ -225,7 +225,7 @@ static void test_status_page_escapes_names(void **state)
 	struct upstream *u = upstreams_hold(ups, &endpoint);
 	char *page, *row;
 
-	metrics_request_done(m, "<i>r&d</i>\"'", 200, 0.1, 1);
+	metrics_request_done(m, metrics_series(m, "<i>r&d</i>\"'"), 200, 0.1, 1);
 	page = test_render(m, ups, 0, true);
 	assert_null(strstr(page, "<i>"));
 	assert_null(strstr(page, "<b>"));
