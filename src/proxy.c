@@ -193,12 +193,13 @@ void proxy_free(struct proxy *proxy)
 	log_batch_free(proxy->log_batch);
 	evdns_base_free(proxy->dns, 1);
 	evdns_base_free(proxy->dns_absolute, 1);
-	metrics_free(proxy->metrics);
 	/* the config's last release lets go of its budget states: the other
 	 * holders of configs (clients, exchanges, listeners) are gone by now,
-	 * so none is left to detach into the freed book */
+	 * so none is left to detach into the freed book; its routes' metrics
+	 * series go after it */
 	config_release(proxy->config);
 	retry_budget_book_free(proxy->budgets);
+	metrics_free(proxy->metrics);
 	conn_loop_free(proxy->loop);
 	free(proxy);
 }

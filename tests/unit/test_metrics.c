@@ -394,6 +394,54 @@ static void test_metrics_attach(void **state)
 	metrics_free(m);
 }
 
+/* Each per-route counter shows its route on its own, with nothing else
+ * counted first. */
+static void test_metrics_each_counter_shows_its_route(void **state)
+{
+	struct metrics_gauges gauges = { 0, 0, 0 };
+
+	for (int c = 0; c < 9; c++) {
+		struct metrics *m = metrics_new();
+		struct metrics_route *r = metrics_series(m, "r");
+		char *text;
+
+		switch (c) {
+		case 0:
+			metrics_request_done(m, r, 200, 0.01, 1);
+			break;
+		case 1:
+			metrics_try(r);
+			break;
+		case 2:
+			metrics_retry(r, RETRY_CAUSE_RESET);
+			break;
+		case 3:
+			metrics_would_retry(r, RETRY_CAUSE_STATUS);
+			break;
+		case 4:
+			metrics_gave_up(r, RETRY_GIVE_UP_ATTEMPTS);
+			break;
+		case 5:
+			metrics_hedge(r, false);
+			break;
+		case 6:
+			metrics_resume(r, true);
+			break;
+		case 7:
+			metrics_route_gauges(r, 0, 1);
+			break;
+		default:
+			metrics_route_queued(r, 1);
+			break;
+		}
+		text = test_render(m, &gauges);
+		if (strstr(text, "retryproxy_tries_total{route=\"r\"}") == NULL)
+			fail_msg("counter %d did not show route r", c);
+		free(text);
+		metrics_free(m);
+	}
+}
+
 static void test_metrics_error_kinds(void **state)
 {
 	static const char *const kinds[] = { "dns",   "connect", "tls",
@@ -522,6 +570,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_empty),
 		cmocka_unit_test(test_metrics_gave_up_by_reason),
 		cmocka_unit_test(test_metrics_attach),
+		cmocka_unit_test(test_metrics_each_counter_shows_its_route),
 		cmocka_unit_test(test_metrics_error_kinds),
 		cmocka_unit_test(test_metrics_error_kinds_add_up),
 		cmocka_unit_test(test_metrics_route_gauges),
