@@ -603,6 +603,16 @@ void config_on_free(struct config *config, void (*freed)(struct config *, void *
 	config->on_free_arg = arg;
 }
 
+size_t config_route_total(const struct config *config)
+{
+	return config->route_count + 1;
+}
+
+struct route *config_route_at(struct config *config, size_t i)
+{
+	return i < config->route_count ? &config->routes[i] : &config->default_route;
+}
+
 /* Walk a parsed tree into a config, or print the errors and return NULL. */
 static struct config *config_build(const struct yaml_tree_node *root, const char *source,
 				   const char *base_dir, FILE *errors)

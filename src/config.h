@@ -242,4 +242,10 @@ void config_release(struct config *config);
  * the proxy lets go of what it keeps for the config's routes. */
 void config_on_free(struct config *config, void (*freed)(struct config *, void *arg), void *arg);
 
+/* A config's routes in order, then its default route, for i from 0 to
+ * config_route_total() - 1: what the proxy keeps per route (metrics series,
+ * budget states) is attached to each of them. */
+size_t config_route_total(const struct config *config);
+struct route *config_route_at(struct config *config, size_t i);
+
 #endif

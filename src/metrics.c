@@ -141,9 +141,11 @@ struct metrics_route *metrics_series(struct metrics *metrics, const char *name)
 
 void metrics_attach(struct metrics *metrics, struct config *config)
 {
-	for (size_t i = 0; i < config->route_count; i++)
-		config->routes[i].series = metrics_series(metrics, config->routes[i].name);
-	config->default_route.series = metrics_series(metrics, config->default_route.name);
+	for (size_t i = 0; i < config_route_total(config); i++) {
+		struct route *route = config_route_at(config, i);
+
+		route->series = metrics_series(metrics, route->name);
+	}
 }
 
 void metrics_request_done(struct metrics *metrics, struct metrics_route *r, int code,

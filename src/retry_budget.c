@@ -71,21 +71,10 @@ struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, cons
 	return s;
 }
 
-/* The routes of a config: its default route and its listed ones. */
-static size_t retry_budget_route_count(const struct config *config)
-{
-	return config->route_count + 1;
-}
-
-static struct route *retry_budget_route(struct config *config, size_t i)
-{
-	return i == 0 ? &config->default_route : &config->routes[i - 1];
-}
-
 void retry_budget_book_attach(struct retry_budget_book *book, struct config *config)
 {
-	for (size_t i = 0; i < retry_budget_route_count(config); i++) {
-		struct route *route = retry_budget_route(config, i);
+	for (size_t i = 0; i < config_route_total(config); i++) {
+		struct route *route = config_route_at(config, i);
 
 		route->budget = retry_budget_for(book, route->name, &route->retry.budget);
 		route->budget->holds++;
@@ -94,8 +83,8 @@ void retry_budget_book_attach(struct retry_budget_book *book, struct config *con
 
 void retry_budget_book_detach(struct retry_budget_book *book, struct config *config)
 {
-	for (size_t i = 0; i < retry_budget_route_count(config); i++) {
-		struct route *route = retry_budget_route(config, i);
+	for (size_t i = 0; i < config_route_total(config); i++) {
+		struct route *route = config_route_at(config, i);
 		struct retry_budget_state **link;
 
 		if (route->budget == NULL)
