@@ -15,6 +15,7 @@
 #include "log.h"
 #include "retry.h"
 #include "timeval.h"
+#include "upstream.h"
 #include "xmalloc.h"
 
 /* A connect, or a sync round, that Redis has not answered within twice the
@@ -61,7 +62,7 @@ struct fleet {
 	struct evdns_base *dns;
 	char *redis;  /* as written, for log lines */
 	char *host;   /* NULL for a unix socket */
-	char *lookup; /* host as the resolver is asked it: without a trailing dot */
+	char *lookup; /* host as the resolver is asked it: normalised, no trailing dot */
 	uint16_t port;
 	char *socket;
 	char *name;
@@ -497,15 +498,16 @@ struct fleet *fleet_new(struct event_base *base, struct evdns_base *dns,
 	fleet->dns = dns;
 	fleet->redis = xstrdup(config->redis);
 	if (config->redis_host != NULL) {
-		size_t len = strlen(config->redis_host);
+		size_t written = strlen(config->redis_host), len;
 
 		fleet->host = xstrdup(config->redis_host);
-		/* a name with a trailing dot is absolute: never the search list */
-		if (len > 1 && fleet->host[len - 1] == '.') {
+		/* as an upstream's host: what normalising leaves is asked, and a
+		 * trailing dot it drops makes the name absolute (no search list) */
+		fleet->lookup = xstrdup(config->redis_host);
+		len = upstream_host_normalise(fleet->lookup, written);
+		fleet->lookup[len] = '\0';
+		if (len < written)
 			fleet->dns = dns_absolute;
-			len--;
-		}
-		fleet->lookup = xstrndup(fleet->host, len);
 	}
 	fleet->port = config->redis_port;
 	fleet->socket = config->redis_socket != NULL ? xstrdup(config->redis_socket) : NULL;
