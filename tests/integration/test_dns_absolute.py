@@ -46,17 +46,10 @@ defaults:
     max_attempts: 1
 """
 
-CONFIG_ABSOLUTE = """\
-listen:
-  - address: 127.0.0.1:@PORT0@
-    upstream: http://public.test.:@ORIGIN@
-admin: 127.0.0.1:@PORT1@
-limits:
-  drain_timeout: 2s
-  connect_timeout: 3s
-defaults:
-  retry:
-    max_attempts: 1
+# the same with a sidecar listener and a fleet, both naming public.test.
+CONFIG_ABSOLUTE = CONFIG.replace(
+    "  - address: 127.0.0.1:@PORT0@\n",
+    "  - address: 127.0.0.1:@PORT0@\n    upstream: http://public.test.:@ORIGIN@\n") + """\
 fleet:
   redis: public.test.:@REDIS@
   name: absolute

@@ -212,25 +212,29 @@ static void test_line(const char *text, const char *line)
 /* Counts of every kind, through the enum API. */
 static void test_metrics_scenario(struct metrics *m)
 {
-	metrics_try(metrics_series(m, "api"));
-	metrics_try(metrics_series(m, "api"));
-	metrics_try(metrics_series(m, "api"));
-	metrics_try(metrics_series(m, TEST_ODD_ROUTE));
-	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_CONNECT);
-	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_STATUS);
-	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_STATUS);
-	metrics_retry(metrics_series(m, TEST_ODD_ROUTE), RETRY_CAUSE_TIMEOUT);
-	metrics_would_retry(metrics_series(m, "api"), RETRY_CAUSE_RESET);
-	metrics_would_retry(metrics_series(m, "api"), RETRY_CAUSE_RESET);
-	metrics_would_retry(metrics_series(m, TEST_ODD_ROUTE), RETRY_CAUSE_STATUS);
-	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_DEADLINE);
-	metrics_gave_up(metrics_series(m, TEST_ODD_ROUTE), RETRY_GIVE_UP_BUDGET);
-	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_CLIENT_GONE);
-	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_NOT_IDEMPOTENT);
-	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_BODY_TOO_LARGE);
-	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_ATTEMPTS);
-	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_ATTEMPTS);
-	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_NONE);
+	/* made in the order the golden page lists them */
+	struct metrics_route *api = metrics_series(m, "api");
+	struct metrics_route *odd = metrics_series(m, TEST_ODD_ROUTE);
+
+	metrics_try(api);
+	metrics_try(api);
+	metrics_try(api);
+	metrics_try(odd);
+	metrics_retry(api, RETRY_CAUSE_CONNECT);
+	metrics_retry(api, RETRY_CAUSE_STATUS);
+	metrics_retry(api, RETRY_CAUSE_STATUS);
+	metrics_retry(odd, RETRY_CAUSE_TIMEOUT);
+	metrics_would_retry(api, RETRY_CAUSE_RESET);
+	metrics_would_retry(api, RETRY_CAUSE_RESET);
+	metrics_would_retry(odd, RETRY_CAUSE_STATUS);
+	metrics_gave_up(api, RETRY_GIVE_UP_DEADLINE);
+	metrics_gave_up(odd, RETRY_GIVE_UP_BUDGET);
+	metrics_gave_up(api, RETRY_GIVE_UP_CLIENT_GONE);
+	metrics_gave_up(api, RETRY_GIVE_UP_NOT_IDEMPOTENT);
+	metrics_gave_up(api, RETRY_GIVE_UP_BODY_TOO_LARGE);
+	metrics_gave_up(api, RETRY_GIVE_UP_ATTEMPTS);
+	metrics_gave_up(api, RETRY_GIVE_UP_ATTEMPTS);
+	metrics_gave_up(api, RETRY_GIVE_UP_NONE);
 	metrics_upstream_error(m, TRY_DNS);
 	metrics_upstream_error(m, TRY_REFUSED);
 	metrics_upstream_error(m, TRY_CONNECT_TIMEOUT);
@@ -241,20 +245,20 @@ static void test_metrics_scenario(struct metrics *m)
 	metrics_upstream_error(m, TRY_TIMEOUT);
 	metrics_upstream_error(m, TRY_MALFORMED);
 	metrics_upstream_error(m, TRY_RESPONSE);
-	metrics_request_done(m, metrics_series(m, "api"), 200, 0.003, 1);
-	metrics_request_done(m, metrics_series(m, "api"), 503, 1.5, 3);
-	metrics_request_done(m, metrics_series(m, "api"), 200, 700, 2);
-	metrics_request_done(m, metrics_series(m, TEST_ODD_ROUTE), 502, 0.05, 4);
-	metrics_request_done(m, metrics_series(m, "api"), 404, 0.25, 21);
+	metrics_request_done(m, api, 200, 0.003, 1);
+	metrics_request_done(m, api, 503, 1.5, 3);
+	metrics_request_done(m, api, 200, 700, 2);
+	metrics_request_done(m, odd, 502, 0.05, 4);
+	metrics_request_done(m, api, 404, 0.25, 21);
 	metrics_pool_reuse(m);
 	metrics_pool_reuse(m);
 	metrics_intercept_failure(m);
-	metrics_hedge(metrics_series(m, "api"), true);
-	metrics_hedge(metrics_series(m, "api"), false);
-	metrics_hedge(metrics_series(m, "api"), false);
-	metrics_resume(metrics_series(m, "api"), true);
-	metrics_resume(metrics_series(m, "api"), true);
-	metrics_resume(metrics_series(m, "api"), false);
+	metrics_hedge(api, true);
+	metrics_hedge(api, false);
+	metrics_hedge(api, false);
+	metrics_resume(api, true);
+	metrics_resume(api, true);
+	metrics_resume(api, false);
 }
 
 static void test_metrics_golden(void **state)
@@ -323,13 +327,14 @@ static void test_metrics_gave_up_by_reason(void **state)
 
 	for (int reason = RETRY_GIVE_UP_ATTEMPTS; reason < RETRY_GIVE_UP_COUNT; reason++) {
 		struct metrics *m = metrics_new();
+		struct metrics_route *r = metrics_series(m, "r");
 		char *text;
 
-		metrics_try(metrics_series(m, "r"));
+		metrics_try(r);
 		/* reason n counted n times, so a count in the wrong series shows */
 		for (int n = 0; n < reason; n++)
-			metrics_gave_up(metrics_series(m, "r"), (enum retry_give_up)reason);
-		metrics_gave_up(metrics_series(m, "r"), RETRY_GIVE_UP_NONE);
+			metrics_gave_up(r, (enum retry_give_up)reason);
+		metrics_gave_up(r, RETRY_GIVE_UP_NONE);
 		text = test_render(m, &gauges);
 		for (int other = RETRY_GIVE_UP_ATTEMPTS; other < RETRY_GIVE_UP_COUNT; other++) {
 			char line[128];
@@ -519,18 +524,20 @@ static void test_gauges_view(const struct metrics_route_view *view, void *arg)
 static void test_metrics_route_gauges(void **state)
 {
 	struct metrics *m = metrics_new();
+	struct metrics_route *a = metrics_series(m, "a");
+	struct metrics_route *b = metrics_series(m, "b");
 	struct metrics_gauges gauges = { 0, 0, 0 };
 	unsigned got[6];
 	char *text;
 
-	metrics_route_gauges(metrics_series(m, "a"), 1, 0);
-	metrics_route_gauges(metrics_series(m, "a"), 1, 0);
-	metrics_route_gauges(metrics_series(m, "b"), 0, 1);
-	metrics_route_gauges(metrics_series(m, "a"), -1, 1); /* from backoff to held */
-	metrics_route_gauges(metrics_series(m, "b"), 1, 0);
-	metrics_route_queued(metrics_series(m, "b"), 1);
-	metrics_route_queued(metrics_series(m, "b"), 1);
-	metrics_route_queued(metrics_series(m, "b"), -1);
+	metrics_route_gauges(a, 1, 0);
+	metrics_route_gauges(a, 1, 0);
+	metrics_route_gauges(b, 0, 1);
+	metrics_route_gauges(a, -1, 1); /* from backoff to held */
+	metrics_route_gauges(b, 1, 0);
+	metrics_route_queued(b, 1);
+	metrics_route_queued(b, 1);
+	metrics_route_queued(b, -1);
 	/* queued requests are not in backoff */
 	assert_int_equal(metrics_backoff_pending(m), 2);
 	metrics_each_route(m, test_gauges_view, got);
@@ -551,8 +558,8 @@ static void test_metrics_route_gauges(void **state)
 	test_line(text, "retryproxy_route_queued{route=\"a\"} 0");
 	test_line(text, "retryproxy_route_queued{route=\"b\"} 1");
 	free(text);
-	metrics_route_gauges(metrics_series(m, "a"), 0, -1);
-	metrics_route_gauges(metrics_series(m, "b"), -1, -1);
+	metrics_route_gauges(a, 0, -1);
+	metrics_route_gauges(b, -1, -1);
 	assert_int_equal(metrics_backoff_pending(m), 1);
 	text = test_render(m, &gauges);
 	test_line(text, "retryproxy_route_backoff_pending{route=\"a\"} 1");

@@ -149,28 +149,30 @@ static void test_cell(const char *row, const char *key, const char *text)
 static void test_status_page_route_counters(void **state)
 {
 	struct metrics *m = metrics_new();
+	struct metrics_route *api = metrics_series(m, "api");
+	struct metrics_route *other = metrics_series(m, "other");
 	struct upstreams *ups = upstreams_new(NULL);
 	char *page, *row;
 
 	/* 3 of 4 final responses succeed (a 200, a 304, a 200; a 503) */
-	metrics_request_done(m, metrics_series(m, "api"), 200, 0.1, 1);
-	metrics_request_done(m, metrics_series(m, "api"), 304, 0.1, 1);
-	metrics_request_done(m, metrics_series(m, "api"), 200, 0.1, 2);
-	metrics_request_done(m, metrics_series(m, "api"), 503, 0.1, 3);
+	metrics_request_done(m, api, 200, 0.1, 1);
+	metrics_request_done(m, api, 304, 0.1, 1);
+	metrics_request_done(m, api, 200, 0.1, 2);
+	metrics_request_done(m, api, 503, 0.1, 3);
 	for (int i = 0; i < 7; i++)
-		metrics_try(metrics_series(m, "api"));
-	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_STATUS);
-	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_STATUS);
-	metrics_retry(metrics_series(m, "api"), RETRY_CAUSE_RESET);
-	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_ATTEMPTS);
-	metrics_gave_up(metrics_series(m, "api"), RETRY_GIVE_UP_BUDGET);
-	metrics_hedge(metrics_series(m, "api"), true);
-	metrics_hedge(metrics_series(m, "api"), false);
-	metrics_hedge(metrics_series(m, "api"), false);
-	metrics_request_done(m, metrics_series(m, "other"), 502, 0.1, 1);
-	metrics_route_gauges(metrics_series(m, "api"), 2, 0);
-	metrics_route_gauges(metrics_series(m, "other"), 0, 3);
-	metrics_route_queued(metrics_series(m, "other"), 2);
+		metrics_try(api);
+	metrics_retry(api, RETRY_CAUSE_STATUS);
+	metrics_retry(api, RETRY_CAUSE_STATUS);
+	metrics_retry(api, RETRY_CAUSE_RESET);
+	metrics_gave_up(api, RETRY_GIVE_UP_ATTEMPTS);
+	metrics_gave_up(api, RETRY_GIVE_UP_BUDGET);
+	metrics_hedge(api, true);
+	metrics_hedge(api, false);
+	metrics_hedge(api, false);
+	metrics_request_done(m, other, 502, 0.1, 1);
+	metrics_route_gauges(api, 2, 0);
+	metrics_route_gauges(other, 0, 3);
+	metrics_route_queued(other, 2);
 
 	page = test_render(m, ups, 4, false);
 	row = test_row(page, "api");
