@@ -927,6 +927,12 @@ static void test_control_bytes_in_messages(void **state)
 			"test.yaml:2:1: a\\x0ab: duplicate key, first at line 1\n"
 			"test.yaml:3:4: x: tags are not supported (found \"\\x0afoo\")\n"
 			"test.yaml:4:16: k\\x0ay.a: duplicate key, first at line 4\n");
+	/* a backslash the file holds is doubled, so that it cannot pass for
+	 * one of those escapes */
+	test_load_fails("limits:\n  spool_dir: '/no/such\\x0adir'\n\"a\\\\b\": 1\n",
+			"test.yaml:2:14: limits.spool_dir: cannot use \"/no/such\\\\x0adir\": No "
+			"such file or directory\n"
+			"test.yaml:3:1: a\\\\b: unknown key\n");
 }
 
 static void test_hold_release(void **state)
