@@ -15,6 +15,11 @@ Installs what it needs from Debian (wrk, haproxy, nginx; scripts/install-deps.sh
 - CPU us/req is the proxy's own CPU time (/proc/PID/schedstat, user and
   kernel) over the requests wrk completed: with load generator and origin
   sharing the other core, it is the figure that separates proxies;
+- load core us/req: all the time CPU 0 was busy (wrk, the origin, the
+  kernel's work there) over the requests wrk completed, and how much of the
+  run CPU 0 sat idle: when it never idles, it sets req/s, and what it pays
+  per request depends on the proxy too (every time the proxy sleeps, the
+  next sender pays for its wake-up);
 - RSS per idle keep-alive client: fresh proxies, --idle-clients connections
   that each made one request and stay open, (RSS after - RSS before) / N;
 - backoff: 10,000 requests waiting in a long backoff: RSS growth and the CPU
@@ -262,6 +267,17 @@ def cpu_split(pid):
     return user, kernel, sleeps
 
 
+def cpu_busy(cpu):
+    """Busy and total clock ticks of one CPU since boot (/proc/stat); idle
+    and iowait are the idle part."""
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith(f"cpu{cpu} "):
+                ticks = [int(x) for x in line.split()[1:]]
+                return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+    raise SystemExit(f"bench: no cpu{cpu} in /proc/stat")
+
+
 def rss_bytes(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -440,8 +456,10 @@ def run_wrk(proxy, point, origins, duration, workdir):
     scheme = "https" if mode == "intercept" else "http"
     argv.append(f"{scheme}://127.0.0.1:{port}{path if mode != 'forward' else '/'}")
     before, split_before = cpu_ns(proxy.proc.pid), cpu_split(proxy.proc.pid)
+    load_before = cpu_busy(LOAD_CPU)
     out = subprocess.run(pinned(LOAD_CPU, argv), capture_output=True, text=True, check=True).stdout
     used = cpu_ns(proxy.proc.pid) - before
+    load_busy, load_total = (b - a for a, b in zip(load_before, cpu_busy(LOAD_CPU)))
     user, kernel, sleeps = (b - a for a, b in zip(split_before, cpu_split(proxy.proc.pid)))
     result = parse_wrk(out)
     requests = result["requests"] or float("nan")
@@ -449,6 +467,8 @@ def run_wrk(proxy, point, origins, duration, workdir):
     # the user/kernel split of that time, by the kernel's tick sampling
     result["user_share"] = user / (user + kernel) if user + kernel else float("nan")
     result["sleeps"] = sleeps / requests
+    result["load_us"] = load_busy * 1e6 / os.sysconf("SC_CLK_TCK") / requests
+    result["load_idle"] = 1 - load_busy / load_total if load_total else float("nan")
     return result
 
 
@@ -598,7 +618,8 @@ def main():
                     res = run_wrk(proxy, point, origins, args.duration, workdir)
                     runs[proxy.name].append(res)
                     log(f"{name} round {r + 1} {proxy.name}: {res['rps']:.0f} req/s, "
-                        f"{res['cpu_us']:.1f} us/req, p99 {res['p99']:.2f} ms, errors {res['errors']}")
+                        f"{res['cpu_us']:.1f} us/req, p99 {res['p99']:.2f} ms, errors {res['errors']}, "
+                        f"load core {res['load_us']:.1f} us/req")
             rows.append((point["what"], runs))
         if proxies:
             for p in proxies:
@@ -643,18 +664,22 @@ def report(rows, idle, backoff, args):
         print(f"| {what}{flag} | {hr:,.0f} | {rr:,.0f} | {rr / hr:.2f}x | {hc:.1f} | {rc:.1f} "
               f"| {rc / hc:.2f}x | {hp:.2f} | {rpp:.2f} | ±{noise:.0f} % |")
         plain_cpu[what] = rc
-    print("\nWhere the CPU goes (medians): user and kernel us/req, and how often the proxy "
-          "slept in epoll_wait per request (each sleep is a wake-up the other core pays for)\n")
-    print("| point | HAProxy user | HAProxy kernel | HAProxy sleeps/req "
-          "| retryproxy user | retryproxy kernel | retryproxy sleeps/req |")
-    print("|---|---|---|---|---|---|---|")
+    print("\nWhere the CPU goes (medians): user and kernel us/req, how often the proxy "
+          "slept in epoll_wait per request (each sleep is a wake-up the other core pays for), "
+          f"and the load core (CPU {LOAD_CPU}: wrk and the origin): busy us/req and idle share\n")
+    print("| point | HAProxy user | HAProxy kernel | HAProxy sleeps/req | HAProxy load core "
+          "| retryproxy user | retryproxy kernel | retryproxy sleeps/req | retryproxy load core |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for what, runs in rows:
         cells = []
         for name in ("haproxy", "retryproxy"):
             cpu = median([x["cpu_us"] for x in runs[name]])
             share = median([x["user_share"] for x in runs[name]])
+            load = median([x["load_us"] for x in runs[name]])
+            load_idle = median([x["load_idle"] for x in runs[name]])
             cells += [f"{cpu * share:.1f}", f"{cpu * (1 - share):.1f}",
-                      f"{median([x['sleeps'] for x in runs[name]]):.3f}"]
+                      f"{median([x['sleeps'] for x in runs[name]]):.3f}",
+                      f"{load:.1f} ({load_idle * 100:.1f} % idle)"]
         print(f"| {what} | " + " | ".join(cells) + " |")
     print()
     side = plain_cpu.get(POINTS["sidecar-100b-16"]["what"])
