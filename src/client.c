@@ -353,8 +353,8 @@ static void client_read_head(struct client *client)
 	struct http1_framing framing;
 	enum http1_error error = HTTP1_ERR_NONE;
 	size_t len = evbuffer_get_length(in);
-	size_t want;
-	const char *data;
+	size_t want, seen;
+	enum http1_parse parsed;
 	struct exchange_owner owner;
 	struct exchange *ex;
 	int status = 0;
@@ -377,9 +377,19 @@ static void client_read_head(struct client *client)
 	parse_limits.max_target_bytes = limits->max_uri_bytes;
 	/* one byte over the limit is enough for the parser to say 431 */
 	want = len < limits->max_header_bytes + 1 ? len : limits->max_header_bytes + 1;
-	data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
-	switch (http1_resume_request_head(&client->head_resume, data, want, &parse_limits, head,
-					  &error)) {
+	/* as for a response head: the input's first block first, the whole
+	 * window (a copy) only for a head that runs past it */
+	seen = evbuffer_get_contiguous_space(in);
+	if (seen > want)
+		seen = want;
+	parsed = http1_resume_request_head(&client->head_resume,
+					   (const char *)evbuffer_pullup(in, (ev_ssize_t)seen),
+					   seen, &parse_limits, head, &error);
+	if (parsed == HTTP1_PARSE_MORE && seen < want)
+		parsed = http1_resume_request_head(
+			&client->head_resume, (const char *)evbuffer_pullup(in, (ev_ssize_t)want),
+			want, &parse_limits, head, &error);
+	switch (parsed) {
 	case HTTP1_PARSE_MORE:
 		return;
 	case HTTP1_PARSE_ERROR:

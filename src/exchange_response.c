@@ -421,13 +421,24 @@ void exchange_read_response_head(struct exchange_try *t)
 		enum http1_error error = HTTP1_ERR_NONE;
 		size_t len = evbuffer_get_length(in);
 		size_t want = len < max_head + 1 ? len : max_head + 1;
-		const char *data;
+		/* the head is looked for in the input's first block, where it
+		 * nearly always is whole; only one that runs past it costs a
+		 * copy of the window (with a body behind, up to max_head) */
+		size_t seen = evbuffer_get_contiguous_space(in);
+		enum http1_parse r;
 
 		if (len == 0)
 			return;
 		t->byte_seen = true;
-		data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
-		switch (http1_parse_response_head(data, want, max_head, head, &error)) {
+		if (seen > want)
+			seen = want;
+		r = http1_parse_response_head((const char *)evbuffer_pullup(in, (ev_ssize_t)seen),
+					      seen, max_head, head, &error);
+		if (r == HTTP1_PARSE_MORE && seen < want)
+			r = http1_parse_response_head(
+				(const char *)evbuffer_pullup(in, (ev_ssize_t)want), want, max_head,
+				head, &error);
+		switch (r) {
 		case HTTP1_PARSE_MORE:
 			return;
 		case HTTP1_PARSE_ERROR:
