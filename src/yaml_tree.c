@@ -115,14 +115,10 @@ char *yaml_tree_one_line(const char *message)
 	for (const char *p = message; *p != '\0'; p++) {
 		unsigned char c = (unsigned char)*p;
 
-		if (c < 0x20 || c == 0x7f) {
+		if (c < 0x20 || c == 0x7f)
 			len += (size_t)sprintf(out + len, "\\x%02x", c);
-		} else if (c == '\\') {
-			out[len++] = '\\';
-			out[len++] = '\\';
-		} else {
+		else
 			out[len++] = (char)c;
-		}
 	}
 	out[len] = '\0';
 	return out;

@@ -54,11 +54,9 @@ bool yaml_tree_is_null(const struct yaml_tree_node *node);
 /* The entry of a mapping with this key, or NULL. */
 const struct yaml_tree_entry *yaml_tree_find(const struct yaml_tree_node *mapping, const char *key);
 
-/* A malloc'd copy of an error message with control bytes written as \xNN
- * and a backslash as two, as YAML writes them between double quotes: a key,
- * tag or path from the file ("a\nb" in YAML) must not split an error into
- * lines that no longer start with file:line:column, and a backslash in the
- * file must not read as such an escape. */
+/* A malloc'd copy of an error message with control bytes written as \xNN:
+ * a key, tag or path from the file ("a\nb" in YAML) must not split an
+ * error into lines that no longer start with file:line:column. */
 char *yaml_tree_one_line(const char *message);
 
 /* "a scalar", "a list", "a mapping": for messages. */

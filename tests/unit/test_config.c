@@ -927,12 +927,16 @@ static void test_control_bytes_in_messages(void **state)
 			"test.yaml:2:1: a\\x0ab: duplicate key, first at line 1\n"
 			"test.yaml:3:4: x: tags are not supported (found \"\\x0afoo\")\n"
 			"test.yaml:4:16: k\\x0ay.a: duplicate key, first at line 4\n");
-	/* a backslash the file holds is doubled, so that it cannot pass for
-	 * one of those escapes */
-	test_load_fails("limits:\n  spool_dir: '/no/such\\x0adir'\n\"a\\\\b\": 1\n",
-			"test.yaml:2:14: limits.spool_dir: cannot use \"/no/such\\\\x0adir\": No "
-			"such file or directory\n"
-			"test.yaml:3:1: a\\\\b: unknown key\n");
+	/* a value quoted in a message is escaped once, where it is quoted:
+	 * the message's own escaping leaves its backslashes alone */
+	test_load_fails("limits:\n  max_header_bytes: \"a\\nb\"\n  max_uri_bytes: \"c\\\\d\"\n"
+			"  max_connections: \"q\\\"x\"\n",
+			"test.yaml:2:21: limits.max_header_bytes: expected a size like 64KiB "
+			"(units: KiB, MiB, GiB), got \"a\\x0ab\"\n"
+			"test.yaml:3:18: limits.max_uri_bytes: expected a size like 64KiB "
+			"(units: KiB, MiB, GiB), got \"c\\\\d\"\n"
+			"test.yaml:4:20: limits.max_connections: expected a whole number of at "
+			"least 1, got \"q\\\"x\"\n");
 }
 
 static void test_hold_release(void **state)
