@@ -322,8 +322,9 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	/* a file size limit reached makes a spool write fail with EFBIG */
 	signal(SIGXFSZ, SIG_IGN);
-	/* Read buffers of up to 256 KiB come and go with every response: keep
-	 * them on the heap instead of mapping each one, and keep freed memory
+	/* Buffer blocks of up to 256 KiB (reads of up to 32 KiB, and what
+	 * collects in an output) come and go with every response: keep them
+	 * on the heap instead of mapping each one, and keep freed memory
 	 * instead of handing it back and faulting it in again a moment later. */
 	mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
 	mallopt(M_TRIM_THRESHOLD, 16 * 1024 * 1024);
