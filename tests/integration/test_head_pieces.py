@@ -23,7 +23,7 @@ import hashlib
 import time
 
 import harness as h
-from rawserver import RawServer
+from rawserver import RawServer, read_head
 
 CONFIG = """\
 listen:
@@ -71,12 +71,9 @@ class Origin(RawServer):
         super().__init__(conn_timeout=10)
 
     def serve(self, conn, cid):
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            data = conn.recv(65536)
-            if not data:
-                return
-            buf += data
+        buf = read_head(conn)
+        if b"\r\n\r\n" not in buf:
+            return
         head, _, body = buf.partition(b"\r\n\r\n")
         lines = head.split(b"\r\n")
         target = lines[0].split(b" ")[1].decode("latin-1")
