@@ -379,6 +379,8 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 	size_t errors = config_walk_error_count(walk);
 	size_t key_errors;
 	size_t mark;
+	char *quoted;
+	int err;
 
 	config_walk_mapping(walk, node, config_limits_keys, limits);
 	if (limits->spool_max == 0)
@@ -404,9 +406,11 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 	mark = config_walk_push(walk, blamed != NULL ? "spool_dir" : "spool_max");
 	if (blamed == NULL)
 		blamed = yaml_tree_find(node, "spool_max");
+	err = errno;
+	quoted = config_walk_quote_path(limits->spool_dir);
 	config_walk_error(walk, blamed != NULL ? blamed->value : node,
-			  "cannot make a spool file in \"%s\": %s", limits->spool_dir,
-			  strerror(errno));
+			  "cannot make a spool file in %s: %s", quoted, strerror(err));
+	free(quoted);
 	config_walk_pop(walk, mark);
 }
 

@@ -165,8 +165,10 @@ static void config_fleet_set_sync_interval(struct config_walk *walk,
 		return;
 	}
 	if (ms < CONFIG_FLEET_SYNC_MIN_MS || ms > CONFIG_FLEET_SYNC_MAX_MS) {
-		config_walk_error(walk, node, "expected a duration from 10ms to 10s, got \"%s\"",
-				  node->text);
+		char quoted[128];
+
+		config_walk_error(walk, node, "expected a duration from 10ms to 10s, got %s",
+				  config_walk_quote(node, quoted, sizeof(quoted)));
 		return;
 	}
 	*(uint64_t *)field = ms;
@@ -247,8 +249,11 @@ static void config_fleet_set_password_file(struct config_walk *walk,
 		return;
 	got = config_fleet_read_secret(fleet->password_file, buf, sizeof(buf) - 1);
 	if (got < 0) {
-		config_walk_error(walk, node, "cannot read \"%s\": %s", fleet->password_file,
-				  strerror(errno));
+		int err = errno;
+		char *quoted = config_walk_quote_path(fleet->password_file);
+
+		config_walk_error(walk, node, "cannot read %s: %s", quoted, strerror(err));
+		free(quoted);
 		explicit_bzero(buf, sizeof(buf));
 		return;
 	}
@@ -261,9 +266,12 @@ static void config_fleet_set_password_file(struct config_walk *walk,
 		len--;
 	buf[len] = '\0';
 	if (len == 0 || len > CONFIG_FLEET_PASSWORD_MAX || memchr(buf, '\0', len) != NULL) {
+		char *quoted = config_walk_quote_path(fleet->password_file);
+
 		config_walk_error(walk, node,
-				  "\"%s\" must hold a password of 1 to %d bytes on its first line",
-				  fleet->password_file, CONFIG_FLEET_PASSWORD_MAX);
+				  "%s must hold a password of 1 to %d bytes on its first line",
+				  quoted, CONFIG_FLEET_PASSWORD_MAX);
+		free(quoted);
 	} else {
 		fleet->password = xstrdup(buf);
 	}

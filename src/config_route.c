@@ -321,9 +321,10 @@ static void config_route_set_name(struct config_walk *walk, const struct yaml_tr
 	for (size_t i = 0; i < config->route_count; i++) {
 		if (config->routes[i].name != NULL &&
 		    strcmp(config->routes[i].name, node->text) == 0) {
-			config_walk_error(walk, node,
-					  "the name \"%s\" is already used by routes[%zu]",
-					  node->text, i);
+			char quoted[128];
+
+			config_walk_error(walk, node, "the name %s is already used by routes[%zu]",
+					  config_walk_quote(node, quoted, sizeof(quoted)), i);
 			return;
 		}
 	}

@@ -122,10 +122,11 @@ static void config_walk_append(struct config_walk *walk, const char *piece)
 size_t config_walk_push(struct config_walk *walk, const char *name)
 {
 	size_t mark = walk->path_len;
+	char escaped[256];
 
 	if (mark > 0)
 		config_walk_append(walk, ".");
-	config_walk_append(walk, name);
+	config_walk_append(walk, yaml_tree_escape(name, 120, escaped, sizeof(escaped)));
 	return mark;
 }
 
@@ -149,26 +150,14 @@ void config_walk_pop(struct config_walk *walk, size_t mark)
 
 const char *config_walk_quote(const struct yaml_tree_node *node, char *buf, size_t size)
 {
-	size_t len = 0;
+	return yaml_tree_quote(node->text, 60, buf, size);
+}
 
-	buf[len++] = '"';
-	for (const char *p = node->text; *p != '\0' && len + 8 < size; p++) {
-		unsigned char c = (unsigned char)*p;
+char *config_walk_quote_path(const char *path)
+{
+	size_t size = strlen(path) * 4 + 8;
 
-		if (p - node->text >= 60) {
-			len += (size_t)snprintf(buf + len, size - len, "...");
-			break;
-		}
-		if (c == '"' || c == '\\')
-			len += (size_t)snprintf(buf + len, size - len, "\\%c", c);
-		else if (c < 0x20 || c == 0x7f)
-			len += (size_t)snprintf(buf + len, size - len, "\\x%02x", c);
-		else
-			buf[len++] = (char)c;
-	}
-	buf[len++] = '"';
-	buf[len] = '\0';
-	return buf;
+	return (char *)yaml_tree_quote(path, SIZE_MAX, xmalloc(size), size);
 }
 
 /* Record "expected <what>, got "<text>"" at a scalar. */
@@ -452,13 +441,41 @@ static void config_walk_set_rate(struct config_walk *walk, const struct yaml_tre
 		*(double *)field = value;
 }
 
+/* A path from the config as found from the working directory, which is
+ * what the user can check with ls: malloc'd. */
+static char *config_walk_shown_path(const struct config_walk *walk,
+				    const struct yaml_tree_node *node)
+{
+	size_t size;
+	char *shown;
+
+	if (node->text[0] == '/' || walk->base_dir == NULL)
+		return xstrdup(node->text);
+	size = strlen(walk->base_dir) + node->text_len + 2;
+	shown = xmalloc(size);
+	snprintf(shown, size, "%s/%s", walk->base_dir, node->text);
+	return shown;
+}
+
+/* Record "<doing> "<path>": <why>", or ""<path>" <why>" without doing. */
+static void config_walk_path_error(struct config_walk *walk, const struct yaml_tree_node *node,
+				   const char *doing, const char *path, const char *why)
+{
+	char *quoted = config_walk_quote_path(path);
+
+	if (doing != NULL)
+		config_walk_error(walk, node, "%s %s: %s", doing, quoted, why);
+	else
+		config_walk_error(walk, node, "%s %s", quoted, why);
+	free(quoted);
+}
+
 /* A file the proxy will read later (ca_file): relative to the config file,
  * stored absolute, checked readable now rather than at first use. A null
  * clears an inherited one. */
 static void config_walk_set_file(struct config_walk *walk, const struct yaml_tree_node *node,
 				 void *field)
 {
-	const char *base_dir = walk->base_dir;
 	char **ca_file = field, *shown, *resolved;
 	struct stat st;
 
@@ -471,22 +488,15 @@ static void config_walk_set_file(struct config_walk *walk, const struct yaml_tre
 		config_walk_bad_value(walk, node, "a file path");
 		return;
 	}
-	/* Name it in messages as found from the working directory, which is
-	 * what the user can check with ls. */
-	if (node->text[0] == '/' || base_dir == NULL) {
-		shown = xstrdup(node->text);
-	} else {
-		size_t size = strlen(base_dir) + node->text_len + 2;
-
-		shown = xmalloc(size);
-		snprintf(shown, size, "%s/%s", base_dir, node->text);
-	}
+	shown = config_walk_shown_path(walk, node);
 	resolved = realpath(shown, NULL);
 	if (resolved == NULL || stat(resolved, &st) < 0 || access(resolved, R_OK) < 0) {
-		config_walk_error(walk, node, "cannot read \"%s\": %s", shown, strerror(errno));
+		int err = errno;
+
+		config_walk_path_error(walk, node, "cannot read", shown, strerror(err));
 		free(resolved);
 	} else if (!S_ISREG(st.st_mode)) {
-		config_walk_error(walk, node, "\"%s\" is not a regular file", shown);
+		config_walk_path_error(walk, node, NULL, shown, "is not a regular file");
 		free(resolved);
 	} else {
 		free(*ca_file);
@@ -517,20 +527,15 @@ static void config_walk_set_directory(struct config_walk *walk, const struct yam
 		config_walk_bad_value(walk, node, "a directory path");
 		return;
 	}
-	if (node->text[0] == '/' || walk->base_dir == NULL) {
-		shown = xstrdup(node->text);
-	} else {
-		size_t size = strlen(walk->base_dir) + node->text_len + 2;
-
-		shown = xmalloc(size);
-		snprintf(shown, size, "%s/%s", walk->base_dir, node->text);
-	}
+	shown = config_walk_shown_path(walk, node);
 	resolved = realpath(shown, NULL);
 	if (resolved == NULL || stat(resolved, &st) < 0) {
-		config_walk_error(walk, node, "cannot use \"%s\": %s", shown, strerror(errno));
+		int err = errno;
+
+		config_walk_path_error(walk, node, "cannot use", shown, strerror(err));
 		free(resolved);
 	} else if (!S_ISDIR(st.st_mode)) {
-		config_walk_error(walk, node, "\"%s\" is not a directory", shown);
+		config_walk_path_error(walk, node, NULL, shown, "is not a directory");
 		free(resolved);
 	} else {
 		free(*dir);

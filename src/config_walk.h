@@ -70,6 +70,9 @@ void config_walk_unknown_key(struct config_walk *walk, const struct yaml_tree_no
 /* A scalar quoted for a message: one line, escaped, cut when long. */
 const char *config_walk_quote(const struct yaml_tree_node *node, char *buf, size_t size);
 
+/* A path quoted for a message, whole and escaped: malloc'd. */
+char *config_walk_quote_path(const char *path);
+
 /* Descend into a key or a list index; give the result to config_walk_pop. */
 size_t config_walk_push(struct config_walk *walk, const char *name);
 size_t config_walk_push_index(struct config_walk *walk, size_t index);

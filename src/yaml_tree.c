@@ -97,10 +97,12 @@ static void yaml_tree_path(const struct yaml_tree_builder *b, char *buf, size_t 
 		} else {
 			const struct yaml_tree_node *key =
 				innermost ? f->key : f->node->entries[f->node->count - 1].key;
+			char escaped[256];
 
 			if (key != NULL)
-				n = snprintf(buf + len, size - len, "%s%s", len ? "." : "",
-					     key->text);
+				n = snprintf(
+					buf + len, size - len, "%s%s", len ? "." : "",
+					yaml_tree_escape(key->text, 120, escaped, sizeof(escaped)));
 		}
 		if (n > 0)
 			len += (size_t)n;
@@ -124,6 +126,46 @@ char *yaml_tree_one_line(const char *message)
 	return out;
 }
 
+const char *yaml_tree_escape(const char *text, size_t limit, char *buf, size_t size)
+{
+	size_t len = 0;
+
+	for (size_t i = 0; text[i] != '\0'; i++) {
+		unsigned char c = (unsigned char)text[i];
+		char piece[8];
+		int n;
+
+		if (c == '\\' || c == '"')
+			n = snprintf(piece, sizeof(piece), "\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			n = snprintf(piece, sizeof(piece), "\\x%02x", c);
+		else
+			n = snprintf(piece, sizeof(piece), "%c", c);
+		/* keep room for "..." and the NUL */
+		if (i == limit || len + (size_t)n + 4 > size) {
+			memcpy(buf + len, "...", 3);
+			len += 3;
+			break;
+		}
+		memcpy(buf + len, piece, (size_t)n);
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	return buf;
+}
+
+const char *yaml_tree_quote(const char *text, size_t limit, char *buf, size_t size)
+{
+	size_t len;
+
+	buf[0] = '"';
+	yaml_tree_escape(text, limit, buf + 1, size - 2);
+	len = strlen(buf);
+	buf[len] = '"';
+	buf[len + 1] = '\0';
+	return buf;
+}
+
 /* Print one error; extra is appended to the path, for a key not yet open. */
 static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const char *extra,
 			    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -131,7 +173,7 @@ static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const
 static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const char *extra,
 			    const char *fmt, ...)
 {
-	char text[1024], *line;
+	char text[1024], escaped[256], *line;
 	size_t len;
 	va_list ap;
 
@@ -139,7 +181,8 @@ static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const
 	yaml_tree_path(b, text, sizeof(text) / 2);
 	len = strlen(text);
 	if (extra != NULL)
-		snprintf(text + len, sizeof(text) / 2 - len, "%s%s", len ? "." : "", extra);
+		snprintf(text + len, sizeof(text) / 2 - len, "%s%s", len ? "." : "",
+			 yaml_tree_escape(extra, 120, escaped, sizeof(escaped)));
 	len = strlen(text);
 	if (len > 0) {
 		memcpy(text + len, ": ", 3);
@@ -219,9 +262,11 @@ static int yaml_tree_attach(struct yaml_tree_builder *b, struct yaml_tree_node *
 static void yaml_tree_check_tag(struct yaml_tree_builder *b, const yaml_char_t *tag,
 				yaml_mark_t mark)
 {
+	char quoted[128];
+
 	if (tag != NULL)
-		yaml_tree_error(b, mark, NULL, "tags are not supported (found \"%s\")",
-				(const char *)tag);
+		yaml_tree_error(b, mark, NULL, "tags are not supported (found %s)",
+				yaml_tree_quote((const char *)tag, 60, quoted, sizeof(quoted)));
 }
 
 /* Add a scalar, refusing tags and NUL bytes. */

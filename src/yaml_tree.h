@@ -59,6 +59,16 @@ const struct yaml_tree_entry *yaml_tree_find(const struct yaml_tree_node *mappin
  * error into lines that no longer start with file:line:column. */
 char *yaml_tree_one_line(const char *message);
 
+/* Write text from the file into buf for an error message, escaped as C
+ * writes a string: \\ for a backslash, \" for a quote, \xNN for a control
+ * byte, so that what the file holds can be told from an escape. At most
+ * limit bytes of text are shown, then "...". Never writes past size (at
+ * least 8); returns buf. */
+const char *yaml_tree_escape(const char *text, size_t limit, char *buf, size_t size);
+
+/* The same between double quotes: a value named in a message. */
+const char *yaml_tree_quote(const char *text, size_t limit, char *buf, size_t size);
+
 /* "a scalar", "a list", "a mapping": for messages. */
 const char *yaml_tree_kind_name(enum yaml_tree_kind kind);
 

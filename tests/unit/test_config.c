@@ -939,6 +939,23 @@ static void test_control_bytes_in_messages(void **state)
 			"least 1, got \"q\\\"x\"\n");
 }
 
+/* A backslash the file holds is written doubled wherever the file's text
+ * is named (a key, a path, a value, a key the YAML reader refuses), so it
+ * cannot be read as one of the escapes above. */
+static void test_backslashes_in_messages(void **state)
+{
+	test_load_fails("limits:\n  spool_dir: '/no\\x0a'\n"
+			"routes:\n  - name: a\n    tls: {ca_file: '/no\\tca'}\n"
+			"'bad\\x0dkey': 1\n",
+			"test.yaml:2:14: limits.spool_dir: cannot use \"/no\\\\x0a\": No such "
+			"file or directory\n"
+			"test.yaml:5:20: routes[0].tls.ca_file: cannot read \"/no\\\\tca\": No "
+			"such file or directory\n"
+			"test.yaml:6:1: bad\\\\x0dkey: unknown key\n");
+	test_load_fails("'k\\y': {a: 1, a: 2}\n",
+			"test.yaml:1:15: k\\\\y.a: duplicate key, first at line 1\n");
+}
+
 static void test_hold_release(void **state)
 {
 	struct config *config = test_load_ok("admin: 127.0.0.1:9901\n");
@@ -1286,6 +1303,7 @@ int main(void)
 		cmocka_unit_test(test_intercept),
 		cmocka_unit_test(test_spool),
 		cmocka_unit_test(test_control_bytes_in_messages),
+		cmocka_unit_test(test_backslashes_in_messages),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_upstream_url),
