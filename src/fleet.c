@@ -54,6 +54,11 @@ struct fleet_route {
 	uint64_t sent_want;	/* after a NOSCRIPT (Redis restarted, or flushed) */
 	uint64_t sent_back;	/* tokens held when it was sent, handed back */
 	long long sent_epoch;
+	/* Retries made with tokens handed back while the sync was out, that
+	 * the reply's grant did not cover, or whose sync went unanswered:
+	 * Redis has not counted them, the next sync reports them. */
+	uint64_t owed;
+	uint64_t sent_owed;
 	struct fleet_route *next;
 };
 
@@ -156,7 +161,8 @@ static void fleet_deadline_cb(evutil_socket_t fd, short what, void *arg)
 static void fleet_route_send(struct fleet_route *fr, bool with_text)
 {
 	struct fleet *fleet = fr->fleet;
-	char requests[24], want[24], ratio[32], floor[32], window[24], back[24], epoch[24];
+	char requests[24], want[24], ratio[32], floor[32], window[24], back[24], epoch[24],
+		owed[24];
 	const char *argv[] = { with_text ? "EVAL" : "EVALSHA",
 			       with_text ? fleet_lease_script : fleet->sha,
 			       "1",
@@ -167,7 +173,8 @@ static void fleet_route_send(struct fleet_route *fr, bool with_text)
 			       floor,
 			       window,
 			       back,
-			       epoch };
+			       epoch,
+			       owed };
 
 	snprintf(requests, sizeof(requests), "%llu", (unsigned long long)fr->sent_requests);
 	snprintf(want, sizeof(want), "%llu", (unsigned long long)fr->sent_want);
@@ -176,6 +183,7 @@ static void fleet_route_send(struct fleet_route *fr, bool with_text)
 	snprintf(window, sizeof(window), "%llu", (unsigned long long)fr->window_ms);
 	snprintf(back, sizeof(back), "%llu", (unsigned long long)fr->sent_back);
 	snprintf(epoch, sizeof(epoch), "%lld", fr->sent_epoch);
+	snprintf(owed, sizeof(owed), "%llu", (unsigned long long)fr->sent_owed);
 	fr->in_flight = true;
 	redisAsyncCommandArgv(fleet->ac, fleet_reply_cb, fr, (int)(sizeof(argv) / sizeof(argv[0])),
 			      argv, NULL);
@@ -221,12 +229,30 @@ static void fleet_sync_round(struct fleet *fleet)
 		fr->sent_want = fleet_lease_target(fr->ratio, fr->unreported);
 		fr->sent_back = fr->tokens;
 		fr->sent_epoch = fr->grant_epoch;
+		fr->sent_owed = fr->owed;
+		fr->owed = 0;
 		fr->unreported = 0;
 		fleet_route_send(fr, false);
 		fleet->pending++;
 	}
 	if (fleet->pending > 0)
 		fleet_arm_deadline(fleet);
+}
+
+/* Tokens of the lease handed back that were spent while the sync was out. */
+static uint64_t fleet_route_spent_in_flight(const struct fleet_route *fr)
+{
+	return fr->sent_back > fr->tokens ? fr->sent_back - fr->tokens : 0;
+}
+
+/* A sync that got no usable answer: Redis may or may not have run it, so
+ * what it reported as owed, and the tokens it handed back that were spent
+ * since, are owed again. Counting them twice errs on the strict side;
+ * missing them would let the fleet overspend. */
+static void fleet_route_unanswered(struct fleet_route *fr)
+{
+	fr->owed += fr->sent_owed + fleet_route_spent_in_flight(fr);
+	fr->sent_owed = 0;
 }
 
 /* A route's sync answered: {granted, requests in the window, retries
@@ -252,8 +278,10 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 			fleet_round_answered(fleet);
 		return;
 	}
-	if (!current)
+	if (!current) {
+		fleet_route_unanswered(fr);
 		return;
+	}
 	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
 		fleet_route_send(fr, true);
 		return;
@@ -261,14 +289,20 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 4 ||
 	    reply->element[0]->type != REDIS_REPLY_INTEGER ||
 	    reply->element[3]->type != REDIS_REPLY_INTEGER) {
+		fleet_route_unanswered(fr);
 		fleet_lost(fleet,
 			   reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply",
 			   true);
 		return;
 	}
 	granted = reply->element[0]->integer > 0 ? (uint64_t)reply->element[0]->integer : 0;
-	spent = fr->sent_back > fr->tokens ? fr->sent_back - fr->tokens : 0;
-	fr->tokens = granted > spent ? granted - spent : 0;
+	spent = fleet_route_spent_in_flight(fr);
+	if (granted >= spent) {
+		fr->tokens = granted - spent;
+	} else {
+		fr->tokens = 0;
+		fr->owed += spent - granted;
+	}
 	fr->grant_epoch = reply->element[3]->integer;
 	log_debug("fleet %s: route %s: reported %llu requests, granted %lld of %llu tokens",
 		  fleet->name, fr->route, (unsigned long long)fr->sent_requests,
@@ -302,8 +336,9 @@ static void fleet_up(struct fleet *fleet)
 }
 
 /* The script is loaded: try a first sync round. Counts from before are
- * dropped (they were the local budget's), and so are old leases. A round
- * that fails counts as a failed connect. */
+ * dropped (they were the local budget's), and so are old leases; retries
+ * owed stay, since they were spent from leases Redis may not count. A
+ * round that fails counts as a failed connect. */
 static void fleet_try(struct fleet *fleet)
 {
 	evtimer_del(fleet->deadline);
@@ -480,8 +515,11 @@ static void fleet_connect(struct fleet *fleet)
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_protocol = IPPROTO_TCP;
+	/* No deadline here: a resolver's own timeouts end a lookup, and one
+	 * that takes seconds (a server that drops AAAA queries makes evdns wait
+	 * for the answer it has not had) would be cut off at every attempt,
+	 * and the fleet never connect. */
 	fleet->state = FLEET_RESOLVING;
-	fleet_arm_deadline(fleet);
 	/* NULL when answered at once (the callback ran already) */
 	req = evdns_getaddrinfo(fleet->dns, fleet->lookup, NULL, &hints, fleet_resolved_cb, fleet);
 	if (req != NULL && fleet->state == FLEET_RESOLVING)

@@ -35,6 +35,13 @@ const char fleet_lease_script[] =
 	"if requests > 0 then\n"
 	"  redis.call('HINCRBY', KEYS[1], 'q' .. epoch, requests)\n"
 	"end\n"
+	/* retries made with tokens an earlier sync had handed back: counted
+	 * now, so that they are not missing from the window (a proxy running
+	 * an older script sends no ARGV[8]) */
+	"local owed = tonumber(ARGV[8] or 0)\n"
+	"if owed > 0 then\n"
+	"  redis.call('HINCRBY', KEYS[1], 'r' .. epoch, owed)\n"
+	"end\n"
 	"local fields = redis.call('HGETALL', KEYS[1])\n"
 	"local q, r = 0, 0\n"
 	"for i = 1, #fields, 2 do\n"

@@ -14,10 +14,12 @@
  *   KEYS[1] the route's hash, "retryproxy:{<fleet>}:<route>:<window ms>"
  *   ARGV    requests since the last sync, tokens wanted, ratio,
  *           min_per_second, window in ms, tokens handed back, the bucket
- *           they were granted in
+ *           they were granted in, retries owed
  * It takes the tokens handed back off the bucket that granted them (never
  * below 0), adds the requests to the current time bucket (Redis's own
- * clock, so every proxy counts in the same buckets), grants at most what
+ * clock, so every proxy counts in the same buckets), and the retries owed
+ * to it as spent (tokens a proxy spent after handing them back, while its
+ * sync was out, beyond what the reply granted), grants at most what
  * the window has left under ratio x requests + min_per_second x seconds,
  * counts the grant as retries in the bucket, and returns {granted,
  * requests in the window, retries granted in the window, the bucket}. */

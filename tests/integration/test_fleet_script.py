@@ -3,14 +3,17 @@
 source tree) run directly against a real redis-server, checking its grant
 arithmetic. Window 2000 ms, so a bucket is 100 ms and 21 buckets are summed.
 ARGV: requests, want, ratio, min_per_second, window ms, tokens handed back,
-the bucket they were granted in; it returns {grant, requests counted,
-tokens granted counted, bucket}.
+the bucket they were granted in, retries owed (optional); it returns
+{grant, requests counted, tokens granted counted, bucket}.
 Must hold:
 - grant = min(want, floor(ratio x requests + min_per_second x window s)
   - granted), and 0 once that is used up;
 - tokens handed back to the bucket that granted them can be granted again;
   a bucket never goes below 0, and handing back to a bucket that is gone
   creates nothing;
+- retries owed (spent after their tokens were handed back) are counted
+  as granted, in the current bucket, before the grant is worked out; a
+  call without them (an older proxy's) counts none;
 - requests stay counted 20 buckets later (a window and part of a
   twentieth: 21 buckets), and are gone at 21 buckets, when the old fields
   are deleted and the grant is refilled (the floor);
@@ -45,9 +48,11 @@ def scenario(t):
     t.defer(redis.stop)
     script = read_script()
 
-    def run(key, requests, want, ratio, floor, back=0, epoch=0):
-        return redis.command("EVAL", script, 1, key, requests, want, ratio, floor, WINDOW,
-                             back, epoch)
+    def run(key, requests, want, ratio, floor, back=0, epoch=0, owed=None):
+        args = [requests, want, ratio, floor, WINDOW, back, epoch]
+        if owed is not None:
+            args.append(owed)
+        return redis.command("EVAL", script, 1, key, *args)
 
     def fields(key):
         got = redis.command("HGETALL", key) or []
@@ -85,6 +90,15 @@ def scenario(t):
         run("e", 0, 0, 0.2, 0, back=3, epoch=g[3] - 1000)
         h.ok("r%d" % (g[3] - 1000) not in fields("e"), "fields %r" % fields("e"))
         h.eq(run("e", 0, 100, 0.2, 0)[:3], [2, 10, 2], "what was handed back, granted again")
+
+    @t.check("retries owed count as granted, in the current bucket, before the grant")
+    def _():
+        g = run("h", 50, 4, 0.2, 0, owed=3)
+        h.eq(g[:3], [4, 50, 7], "50 requests, 3 owed: 4 granted of the 7 left")
+        h.eq(fields("h")["r%d" % g[3]], 7, "the current bucket")
+        h.eq(run("h", 0, 100, 0.2, 0, owed=0)[:3], [3, 50, 10], "the rest")
+        h.eq(run("i", 50, 100, 0.2, 0, owed=12)[:3], [0, 50, 12], "owed beyond the window's share")
+        h.eq(run("j", 50, 100, 0.2, 0)[:3], [10, 50, 10], "no owed argument: none")
 
     @t.check("requests count for 21 buckets, then go, old fields deleted, floor refilled")
     def _():
