@@ -212,10 +212,29 @@ void exchange_enter(struct exchange *ex)
 	ex->busy++;
 }
 
+/* A request body that stops arriving times out only while a try takes it
+ * in (or the replay buffer does): held, in backoff, queued or connecting,
+ * it waits in the client's input through no fault of the client's. */
+static void exchange_watch_body(struct exchange *ex)
+{
+	bool want = !ex->request_body.done &&
+		    (ex->state == EXCHANGE_READING_BODY || ex->state == EXCHANGE_RELAYING ||
+		     (ex->current != NULL && ex->current->state == EXCHANGE_TRY_WAITING));
+
+	if (want != ex->body_watched) {
+		ex->body_watched = want;
+		ex->owner.watch_body(ex->owner.arg, want);
+	}
+}
+
 void exchange_leave(struct exchange *ex)
 {
-	if (--ex->busy == 0 && ex->state == EXCHANGE_DONE)
+	if (--ex->busy > 0)
+		return;
+	if (ex->state == EXCHANGE_DONE)
 		exchange_free(ex);
+	else
+		exchange_watch_body(ex);
 }
 
 /* Milliseconds since then, on the monotonic clock: a wall clock set back or
@@ -385,8 +404,11 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 	if (ex->hedge_timer != NULL)
 		evtimer_del(ex->hedge_timer);
 	exchange_log(ex);
-	if (end != EXCHANGE_END_CLIENT_GONE)
+	if (end != EXCHANGE_END_CLIENT_GONE) {
+		if (ex->body_watched)
+			ex->owner.watch_body(ex->owner.arg, false);
 		ex->owner.ended(ex->owner.arg, end, ex->tunnel);
+	}
 	ex->tunnel = NULL;
 	if (ex->busy == 0)
 		exchange_free(ex);
@@ -687,10 +709,14 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	    (ex->lost_after_send == 0 || t->number < ex->lost_after_send))
 		ex->lost_after_send = t->number;
 
-	/* a kept response that broke off replaces its own try's record */
-	if (t->state == EXCHANGE_TRY_KEEPING && ex->try_count > 0)
-		ex->try_count--;
-	exchange_record_try(ex, 0, try_outcome_name(outcome), t->hedge);
+	/* a kept response that broke off replaces its own try's record, which
+	 * a hedge's may follow by now */
+	if (t->state == EXCHANGE_TRY_KEEPING && t->record < ex->try_count) {
+		ex->tries[t->record].status = 0;
+		ex->tries[t->record].error = try_outcome_name(outcome);
+	} else {
+		exchange_record_try(ex, 0, try_outcome_name(outcome), t->hedge);
+	}
 	metrics_upstream_error(ex->proxy->metrics, outcome);
 	exchange_end_try(t, false);
 	log_debug("%.*s %.*s: try %u failed: %s: %s", (int)ex->method_len, ex->method,
@@ -1118,8 +1144,6 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bo
 void exchange_run(struct exchange *ex)
 {
 	exchange_enter(ex);
-	if (!ex->request_body.done)
-		ex->owner.watch_body(ex->owner.arg, true);
 	if (ex->expect_continue && !ex->request_body.done && ex->client_minor >= 1)
 		EXCHANGE_ADD_LITERAL(conn_output(ex->owner.conn), "HTTP/1.1 100 Continue\r\n\r\n");
 	if (ex->replay != NULL && !ex->request_body.done) {

@@ -116,6 +116,7 @@ struct exchange_try {
 	uint64_t keeping_retry_after_ms;
 	enum retry_should keeping_should; /* ... and x-should-retry */
 	unsigned number;		  /* which try of the exchange it is, from 1 */
+	size_t record;			  /* its response head's place in the tries trail */
 	uint64_t written_before;	  /* conn_bytes_written() of up before its request */
 };
 
@@ -162,6 +163,7 @@ struct exchange {
 	bool spool_queued;   /* ... all of them, and what follows them */
 	bool request_body_started; /* streamed body bytes left the client's input */
 	bool client_read_paused;   /* upstream output full: client not read */
+	bool body_watched;	   /* the owner times out a stalled request body */
 
 	/* may it be tried again */
 	bool idempotent;	    /* by the route's idempotency map */

@@ -241,8 +241,6 @@ void exchange_read_request_body(struct exchange *ex)
 	}
 	if (exchange_body_over_limit(ex))
 		return;
-	if (ex->request_body.done)
-		ex->owner.watch_body(ex->owner.arg, false);
 	if (ex->spool != NULL ||
 	    (evbuffer_get_length(ex->replay) > ex->config->limits.replay_buffer &&
 	     exchange_spool_start(ex))) {
@@ -318,8 +316,6 @@ void exchange_pump_request_body(struct exchange *ex)
 		exchange_observe_streamed(ex, before - evbuffer_get_length(in));
 	if (exchange_body_over_limit(ex))
 		return;
-	if (ex->request_body.done)
-		ex->owner.watch_body(ex->owner.arg, false);
 	if (!ex->request_body.done && evbuffer_get_length(out) > EXCHANGE_OUTPUT_HIGH) {
 		ex->client_read_paused = true;
 		conn_read_enable(cconn, false);

@@ -371,6 +371,7 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 	/* a body that stops arriving for a whole try_timeout is dead */
 	conn_set_timeouts(t->up, ex->route->retry.try_timeout_ms, 0);
 	upstream_response_seen(ex->upstream, &ex->config->health);
+	t->record = ex->try_count;
 	exchange_record_try(ex, head->status, NULL, t->hedge);
 	if (ex->resumable && ex->resume->pending) {
 		/* the client has a head and part of a body: only their rest fits */

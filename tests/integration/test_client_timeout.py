@@ -15,7 +15,15 @@ timeout counts from the end of the previous response, so requests 0.7 s
 apart keep one connection alive; a slow response is not cut by it; a
 request body that stops arriving for client_timeout closes the connection
 and the origin never gets a whole request.
+A second proxy (client_timeout 1s, health hold, max_attempts 3) in front
+of origins that refuse connections for a while: a POST whose whole small
+body was sent, held 2.5 s for its down upstream, or waiting out a 2.5 s
+backoff after a refused connect, is not cut by client_timeout (the body
+waits on the proxy, not on the client): 200, and the origin gets the
+POST once, body and all.
 """
+
+import threading
 
 import time
 
@@ -34,6 +42,27 @@ defaults:
 """
 
 BOUND = 1 + 5  # client_timeout plus a generous margin
+
+# the first listener's upstream is held while down; the second's backs off
+CONFIG_WAITS = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@HELD@
+  - address: 127.0.0.1:@PORT1@
+    upstream: http://127.0.0.1:@BACKOFF@
+limits:
+  drain_timeout: 2s
+  connect_timeout: 1s
+  client_timeout: 1s
+health: { down_after: 1, probe_interval: 200ms, hold: true }
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 2500ms
+    max_backoff: 5s
+    jitter: 0s
+    deadline: 20s
+"""
 
 
 def scenario(t):
@@ -102,6 +131,28 @@ def scenario(t):
             h.ok(c.closed_within(BOUND), "stalled body: connection still open after %ss" % BOUND)
         done = [q for q in origin.requests if "stalled-body" in q.target and q.body_len == 100]
         h.eq(done, [], "whole stalled requests at the origin")
+
+    held = t.origin()
+    held.stop_listening()
+    backoff = t.origin()
+    backoff.stop_listening()
+    waits = t.proxy(CONFIG_WAITS, HELD=held.port, BACKOFF=backoff.port)
+
+    for listener, origin_down, what in ((0, held, "held for its down upstream"),
+                                        (1, backoff, "waiting out a backoff")):
+        @t.check("a POST %s longer than client_timeout: not cut, sent once" % what)
+        def _():
+            up = threading.Timer(2.5, origin_down.listen_again)
+            up.start()
+            t.defer(up.cancel)
+            start = time.monotonic()
+            r = h.fetch(waits.port(listener), "POST", "/echo?waited", "a.example",
+                        body=b"hello", timeout=15 * h.SLOW)
+            took = time.monotonic() - start
+            h.eq(r.status, 200, "status after %.1fs (%r)" % (took, r))
+            h.ok(took >= 2.0, "answered after %.1fs, before the origin listened" % took)
+            got = [q for q in origin_down.requests if q.method == "POST"]
+            h.eq([bytes(q.body) for q in got], [b"hello"], "POSTs at the origin")
 
 
 h.run(scenario, __doc__)

@@ -27,7 +27,11 @@ Must hold:
   200 the client gets, with no retry after the 503;
 - a hedge starts at another resolved address than the try it races;
 - retry.try_timeout on a route overrides limits.try_timeout: 504 after two
-  300 ms tries there, while the default route waits the 1 s answer out.
+  300 ms tries there, while the default route waits the 1 s answer out;
+- a 503 kept while its hedge raced, whose body then breaks off after the
+  hedge was reset: 502, and the trail gives each try its own record
+  (tries="reset -> wait 0ms -> hedge:reset"), not the 503 that never
+  reached the client.
 """
 
 import os
@@ -64,6 +68,24 @@ routes:
   - name: quick
     match: { path_prefix: /quick/ }
     retry: { try_timeout: 300ms, max_attempts: 2 }
+"""
+
+# one hedge, no retry after it: a kept answer decides alone once it fails
+CONFIG_TRAIL = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s, try_timeout: 5s }
+defaults:
+  retry:
+    max_attempts: 2
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: hedged
+    match: { path_prefix: /h/ }
+    retry: { hedge: { after: 200ms, max: 1 } }
 """
 
 
@@ -199,6 +221,24 @@ def scenario(t):
         origin.script("/plain/slow", ["/delay/1"])
         r = h.fetch(port, "GET", "/plain/slow", "api.example")
         h.eq((r.status, r.body), (200, b"delayed\n"), "the default route waits 1 s out")
+
+    @t.check("a kept 503 that breaks off after its hedge failed: each try keeps its record")
+    def _():
+        # an origin of its own, stopped to break the kept response off
+        breaking = t.origin(name="breaking")
+        trail = t.proxy(CONFIG_TRAIL, ORIGIN=breaking.port)
+        breaking.script("/h/trail", ["/gate/trail?status=503&first=10&rest=100&delay=0.4",
+                                     "/reset/request?delay=0.6"])
+        with h.RawConn(trail.port(), timeout=15 * h.SLOW) as c:
+            c.send(h.request("GET", "/h/trail", "api.example"))
+            breaking.gate("trail").wait_reached(5 * h.SLOW)
+            h.wait_until(lambda: len(breaking.requests_for("/h/trail")) == 2, 5 * h.SLOW,
+                         "the hedge to reach the origin")
+            time.sleep(1.0 * h.SLOW)  # the hedge's reset has come by now
+            breaking.stop()  # a FIN in the kept 503's body
+            r = c.read_response()
+        h.eq(r.status, 502, "status")
+        h.eq(tries_of(trail, "/h/trail"), "reset -> wait 0ms -> hedge:reset", "tries")
 
 
 h.run(scenario, __doc__, timeout=120)
