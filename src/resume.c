@@ -3,7 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "http_date.h"
 #include "xmalloc.h"
 
 /*
@@ -104,10 +106,28 @@ static bool resume_strong_etag(const char *value, size_t len)
 	       memchr(value + 1, '"', len - 2) == NULL;
 }
 
+/* Whether a Last-Modified may stand in If-Range: only a strong validator
+ * may (RFC 9110 section 13.1.5), and a date is strong only when the
+ * response's Date is at least a second after it (section 8.8.2.2): within
+ * the same second the content may have changed again under the same date,
+ * and a resume would splice two versions together. */
+static bool resume_strong_date(const struct http1_field *modified, const struct http1_field *date)
+{
+	int64_t modified_at, date_at;
+	time_t now;
+
+	if (modified == NULL || date == NULL)
+		return false;
+	now = time(NULL);
+	return http_date_parse(modified->value, modified->value_len, now, &modified_at) == 0 &&
+	       http_date_parse(date->value, date->value_len, now, &date_at) == 0 &&
+	       date_at >= modified_at + 1;
+}
+
 bool resume_read_offer(struct resume **block, const struct http1_head *head,
 		       uint64_t content_length)
 {
-	const struct http1_field *etag = NULL, *modified = NULL, *validator;
+	const struct http1_field *etag = NULL, *modified = NULL, *date = NULL, *validator;
 	bool ranges = false;
 	struct resume *resume;
 
@@ -121,6 +141,9 @@ bool resume_read_offer(struct resume **block, const struct http1_head *head,
 			if (etag != NULL)
 				return false; /* two: which one would If-Range name? */
 			etag = f;
+		} else if (f->name_len == 4 &&
+			   (resume_load4(f->name) | 0x20202020u) == resume_load4("date")) {
+			date = f;
 		} else if (f->name_len == 13) {
 			if (resume_name13(f->name, "accept-ranges"))
 				ranges = ranges || resume_lists_bytes(f->value, f->value_len);
@@ -132,6 +155,8 @@ bool resume_read_offer(struct resume **block, const struct http1_head *head,
 		return false;
 	if (etag != NULL && !resume_strong_etag(etag->value, etag->value_len))
 		return false; /* a weak ETag: equal content is not promised byte for byte */
+	if (etag == NULL && !resume_strong_date(modified, date))
+		return false;
 	validator = etag != NULL ? etag : modified;
 	if (validator == NULL || validator->value_len == 0 ||
 	    validator->value_len > RESUME_VALIDATOR_MAX)

@@ -963,6 +963,9 @@ class Origin:
         later per version. Parameters:
           etag=strong|weak|none     the ETag (weak: W/"..."; none: no ETag)
           lm=0                      no Last-Modified
+          date=now|lm|none          the Date: now (the default, as servers
+                                    send it), the Last-Modified's own
+                                    second, or no Date
           ranges=0                  no Accept-Ranges; Range ignored
           ranges=ignore             Accept-Ranges: bytes, but Range ignored
           if_range=ignore           Range honoured even when If-Range no
@@ -999,6 +1002,11 @@ class Origin:
             hdrs.append(("ETag", etag))
         if modified is not None:
             hdrs.append(("Last-Modified", modified))
+        date = ex.param("date", "now")
+        if date == "now":
+            hdrs.append(("Date", time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())))
+        elif date == "lm" and modified is not None:
+            hdrs.append(("Date", modified))
         wanted = ex.req.header("Range")
         if wanted is not None and ranges == "1" and not chunked:
             if_range = ex.req.header("If-Range")

@@ -22,7 +22,10 @@ Must hold:
   retried (the body ends short, resumes_total{result="failed"}), a 409
   with true is;
 - a body that stalls for the route's try_timeout is resumed too;
-- without an ETag the Last-Modified is the If-Range validator;
+- without an ETag the Last-Modified is the If-Range validator, when the
+  response's Date is at least a second after it (a strong validator,
+  RFC 9110 section 8.8.2.2); with a Date in its own second, or no Date,
+  there is no resume (one request at the origin, the body ends short);
 - a changed object never yields a mixed body: a 200 with the new ETag
   (If-Range no longer matches), or a 206 with another ETag from an origin
   that ignores If-Range, ends the client's body short, a prefix of the
@@ -229,6 +232,15 @@ def scenario(t):
         h.eq(len(reqs), 2, "requests the origin saw")
         h.ok((reqs[1].header("If-Range") or "").endswith(" GMT"),
              "If-Range should be the Last-Modified date, got %r" % reqs[1].header("If-Range"))
+
+    @t.check("a Last-Modified not a second before the Date, or with no Date, is no validator")
+    def _():
+        for i, date in enumerate(("lm", "none")):
+            n = 2 * MiB + 20 + i
+            r = download(n, ["?etag=none&date=%s&break_at=%d" % (date, MiB),
+                             "?etag=none&date=%s" % date])
+            short_prefix(r, n)
+            quiet_origin(n, 1)
 
     @t.check("a changed ETag on the resume (a 200) never yields a mixed body")
     def _():

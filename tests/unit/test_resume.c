@@ -53,8 +53,27 @@ static void test_resume_offered(void **state)
 		{ "Accept-Ranges: bytes\r\nETag: abc\r\n", NULL, false },      /* unquoted */
 		{ "Accept-Ranges: bytes\r\nETag: \"a\"b\"\r\n", NULL, false }, /* quote inside */
 		{ "Accept-Ranges: bytes\r\nETag: \"a\"\r\nETag: \"b\"\r\n", NULL, false },
-		{ "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n",
+		/* a date is strong only with a Date a second or more after it */
+		{ "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
+		  "Date: Tue, 15 Nov 1994 12:45:27 GMT\r\n",
 		  "Tue, 15 Nov 1994 12:45:26 GMT", false },
+		{ "Accept-Ranges: bytes\r\nDate: Sunday, 20-Nov-94 08:00:00 GMT\r\n"
+		  "Last-Modified: Tue Nov 15 12:45:26 1994\r\n",
+		  "Tue Nov 15 12:45:26 1994", false },
+		{ "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n", NULL,
+		  false }, /* no Date */
+		{ "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
+		  "Date: Tue, 15 Nov 1994 12:45:26 GMT\r\n",
+		  NULL, false }, /* the same second */
+		{ "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
+		  "Date: Tue, 15 Nov 1994 12:45:25 GMT\r\n",
+		  NULL, false }, /* before it */
+		{ "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
+		  "Date: soon\r\n",
+		  NULL, false },
+		{ "Accept-Ranges: bytes\r\nLast-Modified: yesterday\r\n"
+		  "Date: Tue, 15 Nov 1994 12:45:27 GMT\r\n",
+		  NULL, false },
 		{ "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
 		  "ETag: \"e\"\r\n",
 		  "\"e\"", true },
@@ -216,7 +235,8 @@ static void test_resume_check_answer_last_modified(void **state)
 	assert_true(resume_read_offer(
 		&r,
 		parse(200,
-		      "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"),
+		      "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
+		      "Date: Wed, 16 Nov 1994 08:00:00 GMT\r\n"),
 		10));
 	resume_prepare(r, 3);
 	assert_int_equal(resume_check_answer(r,
