@@ -702,6 +702,7 @@ static int ca_host_parse(const char *host, size_t len, struct ca_host *out, char
 			 size_t err_len)
 {
 	char buf[CA_HOST_MAX + 2];
+	const char *last;
 
 	if (len >= 2 && host[0] == '[' && host[len - 1] == ']') {
 		host++;
@@ -749,6 +750,16 @@ static int ca_host_parse(const char *host, size_t len, struct ca_host *out, char
 		}
 		buf[i] = (char)tolower(c);
 		label++;
+	}
+	/* A last label of digits is no DNS name (a top-level domain is never
+	 * all-numeric): "127.0.0.1." or "127.1" would get a name where an
+	 * address is meant, and the first would share 127.0.0.1's cache key,
+	 * handing every later client a leaf without its address in it. */
+	last = strrchr(buf, '.');
+	last = last != NULL ? last + 1 : buf;
+	if (strspn(last, "0123456789") == strlen(last)) {
+		ca_error(err, err_len, "invalid host name for a certificate");
+		return -1;
 	}
 	out->family = 0;
 	memcpy(out->text, buf, len + 1);

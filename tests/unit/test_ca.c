@@ -591,6 +591,11 @@ static void test_leaf_names_and_addresses(void **state)
 		"a,DNS:evil.com",
 		"fe80::1%eth0",
 		"[]",
+		/* an address spelled as a name: no DNS name ends in digits */
+		"127.0.0.1.",
+		"127.1",
+		"10",
+		"a.b.123",
 		"toolonglabel-toolonglabel-toolonglabel-toolonglabel-toolonglabel-1.com",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -600,6 +605,10 @@ static void test_leaf_names_and_addresses(void **state)
 	}
 	assert_int_equal(ca_leaf(ca, "a\0b", 3, now, &leaf, &key, err, sizeof(err)), -1);
 	assert_non_null(strstr(err, "invalid host"));
+	/* digits inside a name are fine, and the address keeps its own leaf */
+	assert_int_equal(ca_leaf(ca, "1.2.3.4.nip.io", 14, now, &leaf, &key, err, sizeof(err)), 0);
+	assert_int_equal(ca_leaf(ca, "127.0.0.1", 9, now, &leaf, &key, err, sizeof(err)), 0);
+	assert_int_equal(X509_check_ip_asc(leaf, "127.0.0.1", 0), 1);
 
 	/* a name longer than a CN may be: the SAN alone, critical */
 	char longname[260];
