@@ -232,6 +232,16 @@ bool pool_close_one(struct pool *pool, const char *key)
 	return false;
 }
 
+void pool_close_https(struct pool *pool)
+{
+	unsigned b;
+
+	for (b = 0; b < POOL_BUCKETS; b++)
+		for (struct pool_upstream *u = pool->buckets[b]; u != NULL; u = u->next)
+			while (strncmp(u->key, "https://", 8) == 0 && !TAILQ_EMPTY(&u->idle))
+				pool_close(pool, TAILQ_FIRST(&u->idle));
+}
+
 void pool_free(struct pool *pool)
 {
 	unsigned b;

@@ -38,4 +38,8 @@ unsigned pool_key_count(const struct pool *pool);
  * False when there is none. */
 bool pool_close_one(struct pool *pool, const char *key);
 
+/* Close every idle connection to an https:// upstream: a reload read the
+ * trust again, and a connection verified under the old one is not reused. */
+void pool_close_https(struct pool *pool);
+
 #endif

@@ -264,6 +264,8 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	}
 	/* before any listener or client can see it */
 	proxy_adopt_config(proxy, config);
+	/* the trust is read again: a CA taken out of a file is out now */
+	tls_store_reload_begin(proxy->tls);
 	/* admin first: if the listeners then fail, putting the one admin
 	 * socket back is simpler than putting back every listener */
 	if (proxy_prepare_tls(proxy, config) < 0 || admin_apply(proxy, config) < 0)
@@ -273,6 +275,8 @@ int proxy_reload(struct proxy *proxy, const char *path)
 			log_error("reload: the admin listener could not be put back as it was");
 		goto fail_apply;
 	}
+	tls_store_reload_end(proxy->tls, true);
+	pool_close_https(proxy->pool);
 	config_release(proxy->config);
 	proxy->config = config;
 	log_configure(config->log_level, config->log_format);
@@ -283,6 +287,7 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	proxy_notify_ready(proxy, "reloaded");
 	return 0;
 fail_apply:
+	tls_store_reload_end(proxy->tls, false);
 	log_error("reload: cannot apply %s; keeping the running config", name);
 	config_release(config);
 fail:

@@ -26,6 +26,8 @@ struct tls_session {
 
 struct tls_store {
 	struct tls_context *contexts;
+	struct tls_context *running; /* during a reload: the contexts before it */
+	bool reloading;
 	SSL_CTX *server;	      /* intercepted tunnels; made on first use */
 	struct tls_session *sessions; /* most recently saved first */
 	size_t session_count;
@@ -51,18 +53,20 @@ struct tls_store *tls_store_new(void)
 	return xcalloc(1, sizeof(struct tls_store));
 }
 
-void tls_store_free(struct tls_store *store)
+static void tls_contexts_free(struct tls_context *c)
 {
-	if (store == NULL)
-		return;
-	while (store->contexts != NULL) {
-		struct tls_context *c = store->contexts;
+	while (c != NULL) {
+		struct tls_context *next = c->next;
 
-		store->contexts = c->next;
 		SSL_CTX_free(c->ctx);
 		free(c->ca_file);
 		free(c);
+		c = next;
 	}
+}
+
+static void tls_sessions_free(struct tls_store *store)
+{
 	while (store->sessions != NULL) {
 		struct tls_session *s = store->sessions;
 
@@ -71,9 +75,52 @@ void tls_store_free(struct tls_store *store)
 		free(s->key);
 		free(s);
 	}
+	store->session_count = 0;
+}
+
+void tls_store_reload_begin(struct tls_store *store)
+{
+	store->running = store->contexts;
+	store->contexts = NULL;
+	store->reloading = true;
+}
+
+void tls_store_reload_end(struct tls_store *store, bool applied)
+{
+	if (!store->reloading)
+		return;
+	store->reloading = false;
+	if (applied) {
+		tls_contexts_free(store->running);
+		tls_sessions_free(store);
+	} else {
+		tls_contexts_free(store->contexts);
+		store->contexts = store->running;
+	}
+	store->running = NULL;
+}
+
+void tls_store_free(struct tls_store *store)
+{
+	if (store == NULL)
+		return;
+	tls_contexts_free(store->contexts);
+	tls_contexts_free(store->running);
+	tls_sessions_free(store);
 	if (store->server != NULL)
 		SSL_CTX_free(store->server);
 	free(store);
+}
+
+/* Is ctx one of the store's contexts now? A connection made before a
+ * reload may get its ticket after it: verified under the old trust, it is
+ * not kept. */
+static bool tls_context_current(const struct tls_store *store, const SSL_CTX *ctx)
+{
+	for (const struct tls_context *c = store->contexts; c != NULL; c = c->next)
+		if (c->ctx == ctx)
+			return true;
+	return false;
 }
 
 /* Keep the newest session for this SSL's upstream; OpenSSL calls this when a
@@ -88,7 +135,7 @@ static int tls_new_session_cb(SSL *ssl, SSL_SESSION *ticket)
 	struct tls_session *s;
 	SSL_SESSION *session;
 
-	if (store == NULL || key == NULL)
+	if (store == NULL || key == NULL || !tls_context_current(store, SSL_get_SSL_CTX(ssl)))
 		return 0;
 	session = SSL_SESSION_dup(ticket);
 	if (session == NULL)

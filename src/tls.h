@@ -19,6 +19,15 @@ struct tls_store;
 struct tls_store *tls_store_new(void);
 void tls_store_free(struct tls_store *store);
 
+/* A reload: contexts are built again from their CA files as the new
+ * config prepares them (a file's content may have changed), while the
+ * running ones stay until the reload ends. Applied, the old contexts go
+ * (connections made with them keep them: OpenSSL counts references) and
+ * so do the saved sessions, verified under the old trust; not applied,
+ * the new ones go and nothing changed. */
+void tls_store_reload_begin(struct tls_store *store);
+void tls_store_reload_end(struct tls_store *store, bool applied);
+
 /* Make sure a policy's context can be built (CA file loads). Returns 0, or -1
  * with a reason in err. */
 int tls_store_prepare(struct tls_store *store, const struct tls_policy *policy, char *err,

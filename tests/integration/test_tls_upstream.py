@@ -21,10 +21,16 @@ trust (and without it the same upstream fails verification). The proxy
 ends its upstream TLS connections with a close_notify (the origin reads a
 clean TLS end, not an EOF in violation of the protocol): a pooled one closed
 by pool_idle_timeout (300ms here), and one still pooled when the proxy exits
-on SIGTERM.
+on SIGTERM. A reload (SIGHUP) reads tls.ca_file again: with the test CA
+taken out of the file, the good origin gets 502 (neither the pooled
+connection nor the saved session of before is used); put back, 200; a
+file that does not load is refused and the running trust stays: 200.
 """
 
 import json
+import os
+import shutil
+import signal
 import socket
 import ssl
 import time
@@ -275,6 +281,40 @@ def scenario(t):
         h.eq(exiting.stop(), None, "clean exit")
         h.ok(conn.closed.wait(5 * h.SLOW), "the pooled connection closed at exit")
         h.eq(conn.tls_end, "close_notify", "how the proxy ended TLS (%s)" % conn.close_reason)
+
+    @t.check("a reload reads tls.ca_file again: a CA taken out is distrusted, put back trusted")
+    def _():
+        trust = os.path.join(t.tmp, "trust.pem")
+        shutil.copyfile(certs.ca, trust)
+        CONFIG_LONG_IDLE = CONFIG_SHORT_IDLE.replace("pool_idle_timeout: 300ms",
+                                                     "pool_idle_timeout: 60s")
+        reloading = t.proxy(CONFIG_LONG_IDLE, GOOD=good.port, CA=trust)
+
+        def reload_with(ca):
+            shutil.copyfile(ca, trust)
+            n = len([ln for ln in reloading.stderr_lines() if "reload: now running" in ln])
+            os.kill(reloading.pid, signal.SIGHUP)
+            reloading.wait_log(r"reload: now running", timeout=10 * h.SLOW, count=n + 1)
+
+        r = h.curl(reloading.listener_url(0, "/echo?t=trust-before"))
+        h.eq((r.exit_code, r.status), (0, 200), "before the reload (%r)" % r)
+        # a pooled connection and a saved session from the old trust are
+        # not used after it
+        reload_with(certs.other_ca)
+        r = h.curl(reloading.listener_url(0, "/echo?t=trust-removed"))
+        h.check_error_response(r, 502, CERT_WORDS)
+        reload_with(certs.ca)
+        r = h.curl(reloading.listener_url(0, "/echo?t=trust-back&conn_close=1"))
+        h.eq((r.exit_code, r.status), (0, 200), "with the CA put back (%r)" % r)
+        # a file that does not load: the reload is refused, the trust
+        # that runs stays (for a new connection: the last one was not
+        # pooled)
+        with open(trust, "w") as f:
+            f.write("not a certificate\n")
+        os.kill(reloading.pid, signal.SIGHUP)
+        reloading.wait_log(r"reload: cannot apply", timeout=10 * h.SLOW)
+        r = h.curl(reloading.listener_url(0, "/echo?t=trust-kept"))
+        h.eq((r.exit_code, r.status), (0, 200), "after a refused reload (%r)" % r)
 
 
 h.run(scenario, __doc__)
