@@ -57,7 +57,7 @@ static void tunnel_maybe_close(struct tunnel *tunnel)
 	struct tunnel_side *c = &tunnel->client;
 	struct tunnel_side *u = &tunnel->upstream;
 
-	if ((c->eof || u->eof) && conn_output_length(c->conn) == 0 &&
+	if (c->eof && u->eof && conn_output_length(c->conn) == 0 &&
 	    conn_output_length(u->conn) == 0)
 		tunnel_close(tunnel);
 }
@@ -81,13 +81,13 @@ static void tunnel_write_cb(struct conn *conn, void *arg)
 	struct tunnel_side *side = arg;
 
 	tunnel_touch(side->tunnel);
-	/* after either side's EOF nothing more is read: what is queued goes
-	 * out, then the tunnel closes */
-	if (side->eof || side->peer->eof) {
+	if (side->eof && side->peer->eof) {
 		tunnel_maybe_close(side->tunnel);
 		return;
 	}
-	conn_read_enable(side->peer->conn, true);
+	/* a peer that sent EOF has nothing more to read */
+	if (!side->peer->eof)
+		conn_read_enable(side->peer->conn, true);
 }
 
 static void tunnel_event_cb(struct conn *conn, short what, void *arg)
@@ -100,12 +100,14 @@ static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 		return;
 	}
 	if (what & CONN_EOF) {
-		/* pass on what is left, then close once it is written: either
-		 * side's close ends the tunnel */
+		/* A half-close, passed on: what is left goes to the peer, then
+		 * a FIN. The other direction goes on (a client may send its
+		 * request, shut its side and read the answer) until the peer
+		 * closes too, or the tunnel is idle for tunnel_idle_timeout. */
 		side->eof = true;
 		evbuffer_add_buffer(conn_output(side->peer->conn), conn_input(conn));
 		conn_read_enable(conn, false);
-		conn_read_enable(side->peer->conn, false);
+		conn_shutdown_write(side->peer->conn);
 		conn_set_output_low(conn, 0);
 		conn_set_output_low(side->peer->conn, 0);
 		tunnel_maybe_close(tunnel);

@@ -10,13 +10,17 @@ fields; bytes pass unchanged both ways (sha256 of a download and of an
 upload; TLS end to end verifies with the test CA and SNI reaches the
 origin as the client sent it); the proxy does not touch tunnelled requests
 (no Via); the tunnel closes when the origin closes, when the client closes,
-and after tunnel_idle_timeout of silence; CONNECT to a closed port gets a
+and after tunnel_idle_timeout of silence; a half-close passes through (a
+client that sends, shuts its side and reads still gets the answer); CONNECT to a closed port gets a
 502 with a one-line body.
 """
 
 import hashlib
 import json
 import os
+import socket
+import threading
+import time
 
 import harness as h
 import origin as o
@@ -109,6 +113,41 @@ def scenario(t):
         c.close()
         plain.wait_for(lambda org: any(x.id == cid and x.closed.is_set() for x in org.connections),
                        5, "the origin side of the tunnel to close")
+
+    @t.check("a half-close passes through: the client shuts its side, the answer still arrives")
+    def _():
+        # a server that reads to EOF, then answers and closes: the shape
+        # of protocols that mark the end of a request with a FIN
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(10)
+        got = {}
+
+        def serve():
+            conn, _ = server.accept()
+            with conn:
+                data = b""
+                while True:
+                    piece = conn.recv(65536)
+                    if not piece:
+                        break
+                    data += piece
+                got["request"] = data
+                time.sleep(0.05)
+                conn.sendall(b"answer to " + data)
+
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+        c, _ = open_tunnel(proxy, server.getsockname()[1])
+        with c:
+            c.send(b"hello")
+            c.sock.shutdown(socket.SHUT_WR)
+            h.ok(c.closed_within(5), "the tunnel did not close after the server's answer")
+            h.eq(bytes(c.buf), b"answer to hello", "what came back")
+        th.join(5)
+        server.close()
+        h.eq(got.get("request"), b"hello", "what the server read before its EOF")
 
     @t.check("an idle tunnel closes after tunnel_idle_timeout (2s), both sides")
     def _():
