@@ -85,6 +85,7 @@ struct conn {
 	bool reading;	   /* conn_read_enable(true) */
 	bool eof;	   /* the peer closed: nothing more to read */
 	bool pending_eof;  /* the close came with data: report it after the data */
+	bool eof_unclean;  /* TLS: the peer closed without a close_notify */
 	int pending_error; /* likewise an error (a reset): the kernel says it once */
 	bool connecting;
 	bool handshaking;
@@ -542,6 +543,18 @@ static ssize_t conn_read_plain(struct conn *c, size_t room)
 	return (ssize_t)total;
 }
 
+/* A close without close_notify: an EOF still (many servers end so), but
+ * one that cannot tell a body that ends with the connection from a cut
+ * one (RFC 9112 section 9.8): conn_eof_clean says which it was. */
+static ssize_t conn_read_tls_unclean_eof(struct conn *c, size_t total)
+{
+	c->eof_unclean = true;
+	if (total == 0)
+		return -1;
+	c->pending_eof = true;
+	return (ssize_t)total;
+}
+
 /* TLS read of up to room bytes; same results as conn_read_plain. */
 static ssize_t conn_read_tls(struct conn *c, size_t room)
 {
@@ -581,26 +594,27 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 			c->tls_read_wants_write = true;
 			return (ssize_t)total;
 		case SSL_ERROR_ZERO_RETURN:
-			/* close_notify, or a close without it, which many servers
-			 * send: each response's framing says whether it is whole */
+			/* close_notify (or, where the peer's closes are all taken
+			 * as EOFs, a close without it) */
 			if (total > 0) {
 				c->pending_eof = true;
 				return (ssize_t)total;
 			}
 			return -1;
 		case SSL_ERROR_SYSCALL:
-			if (ERR_peek_error() == 0 && errno == 0) {
-				if (total == 0)
-					return -1;
-				c->pending_eof = true;
-				return (ssize_t)total;
-			}
+			if (ERR_peek_error() == 0 && errno == 0)
+				return conn_read_tls_unclean_eof(c, total);
 			c->tls_error = ERR_get_error();
 			if (total == 0)
 				return -2;
 			c->pending_error = errno != 0 ? errno : EPROTO;
 			return (ssize_t)total;
 		default:
+			if (ERR_GET_REASON(ERR_peek_error()) ==
+			    SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+				ERR_clear_error();
+				return conn_read_tls_unclean_eof(c, total);
+			}
 			c->tls_error = ERR_get_error();
 			errno = 0;
 			if (total == 0)
@@ -1029,8 +1043,6 @@ struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, s
 		/* records are read as much at a time as the socket has, not
 		 * header and body in two calls each */
 		SSL_set_read_ahead(ssl, 1);
-		/* a close without close_notify is an EOF like any other */
-		SSL_set_options(ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
 	}
 	c->connecting = true;
 	conn_update_interest(c);
@@ -1188,6 +1200,11 @@ void conn_shutdown_write(struct conn *c)
 		conn_end_output(c);
 	else
 		c->shutdown_pending = true;
+}
+
+bool conn_eof_clean(const struct conn *c)
+{
+	return !c->eof_unclean;
 }
 
 int conn_error(const struct conn *c)

@@ -157,6 +157,11 @@ void conn_set_deadline(struct conn *conn, uint64_t ms);
  * close_notify goes first. Reading goes on. */
 void conn_shutdown_write(struct conn *conn);
 
+/* After CONN_EOF: false when a TLS peer closed without a close_notify (an
+ * upstream's; a client's close is taken as an EOF like any other), which
+ * does not say that a body ending with the connection is whole. */
+bool conn_eof_clean(const struct conn *conn);
+
 /* The errno of the last CONN_ERROR (0 for TLS protocol errors). */
 int conn_error(const struct conn *conn);
 

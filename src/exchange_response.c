@@ -469,6 +469,10 @@ void exchange_read_response_head(struct exchange_try *t)
 	}
 }
 
+/* A TLS upstream closed a body that ends with the connection without a
+ * close_notify: whole or cut, nothing tells (RFC 9112 section 9.8). */
+#define EXCHANGE_UNCLEAN_CLOSE_TEXT "upstream closed without TLS close_notify mid-body"
+
 /* The upstream closed (or failed) before the response head was complete. */
 static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 {
@@ -490,12 +494,16 @@ static void exchange_closed_while_keeping(struct exchange_try *t, short what)
 	exchange_keep_response(t);
 	if (t->state != EXCHANGE_TRY_KEEPING)
 		return;
-	if ((what & CONN_EOF) && t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE) {
+	if ((what & CONN_EOF) && t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE &&
+	    conn_eof_clean(t->up)) {
 		t->keeping_body.done = true;
 		exchange_keep_complete(t, false);
 		return;
 	}
-	exchange_try_failed(t, TRY_RESET, "connection closed in the response body");
+	exchange_try_failed(t, TRY_RESET,
+			    (what & CONN_EOF) && t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE
+				    ? EXCHANGE_UNCLEAN_CLOSE_TEXT
+				    : "connection closed in the response body");
 }
 
 /* The upstream closed while the response was being relayed. */
@@ -517,8 +525,14 @@ static void exchange_closed_while_relaying(struct exchange_try *t, short what)
 	if (ex->state != EXCHANGE_RELAYING)
 		return;
 	if (eof && ex->response_body.mode == BODY_MODE_UNTIL_CLOSE) {
-		ex->response_body.done = true;
-		exchange_response_complete(ex);
+		if (conn_eof_clean(t->up)) {
+			ex->response_body.done = true;
+			exchange_response_complete(ex);
+			return;
+		}
+		/* no framing and no close_notify: the end may be a cut */
+		metrics_upstream_error(ex->proxy->metrics, TRY_RESET);
+		exchange_break_response(ex, EXCHANGE_UNCLEAN_CLOSE_TEXT);
 		return;
 	}
 	metrics_upstream_error(ex->proxy->metrics, TRY_RESET);

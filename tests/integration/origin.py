@@ -26,7 +26,9 @@ full list; query parameters tune it):
     /chunked/<n>        n pattern bytes chunked (?chunk=K bytes per chunk,
                         ?trailer=1 adds a trailer field)
     /close/<n>          n pattern bytes with no length: the end is the close
-                        (?stall=1: after them, send nothing more, never close)
+                        (?stall=1: after them, send nothing more, never close;
+                        ?unclean=1 on TLS: close without a close_notify, as a
+                        cut connection would; every other TLS end has one)
     /echo               JSON describing the request as received (headers in
                         order, body length and sha256, connection id)
     /gate/<name>        ?first=N&rest=M: sends the head and N bytes, sets
@@ -140,6 +142,7 @@ class Connection:
         self.closed_at = None
         self.close_reason = None     # peer-eof, peer-reset, origin, origin-reset, stop, error: ...
         self.tls_end = None          # TLS: how the peer's side ended, "close_notify" or "unclean"
+        self.end_unclean = False     # TLS: end this connection without a close_notify
 
     def __repr__(self):
         return ("Connection(id=%d peer=%s requests=%d closed=%s)"
@@ -610,6 +613,14 @@ class Origin:
                 if not self._serve_one(sock, conn, reader):
                     break
             if not conn.closed.is_set():
+                if isinstance(sock, ssl.SSLSocket) and not conn.end_unclean:
+                    # a close_notify first, as servers end TLS; unwrap
+                    # waits a little for the peer's own
+                    try:
+                        sock.settimeout(1)
+                        sock = sock.unwrap()
+                    except (OSError, ValueError):
+                        pass
                 try:
                     sock.shutdown(socket.SHUT_WR)
                 except OSError:
@@ -880,6 +891,7 @@ class Origin:
         elif kind == "close":
             n = int(arg)
             ex.keep_alive = False
+            ex.conn.end_unclean = bool(ex.param("unclean"))
             ex.head(int(ex.param("status", 200)), [("Content-Type", "application/octet-stream")])
             if not head_only:
                 ex.send_pattern(n)

@@ -15,8 +15,11 @@ connections are reused; new connections to the same upstream resume the TLS
 session; a wrong-host certificate and an unknown CA each give a 502 at once
 (no retry although max_attempts allows it) whose one-line body names the
 reason, and nothing reaches the origin; a route with verify: false works
-and is warned about by name at start; a route's own ca_file is used;
-TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
+and is warned about by name at start; a route's own ca_file is used; a
+body that ends with the connection is whole after the origin's
+close_notify, and broken off toward the client (curl fails, the log names
+the missing close_notify) when the connection ends without one (RFC 9112
+section 9.8); TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
 trust (and without it the same upstream fails verification). The proxy
 ends its upstream TLS connections with a close_notify (the origin reads a
 clean TLS end, not an EOF in violation of the protocol): a pooled one closed
@@ -188,6 +191,17 @@ def scenario(t):
         conns = {c.id: c for c in good.connections}
         resumed = [conns[c].session_reused for c in conn_ids[1:]]
         h.eq(resumed, [True, True], "session_reused on the 2nd and 3rd connection")
+
+    @t.check("a body that ends with the connection: whole after a close_notify, broken without")
+    def _():
+        r = get(0, "/close/5000?t=clean-end")
+        h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+        h.eq(r.body, o.pattern_bytes(5000), "body")
+        r = get(0, "/close/5000?t=cut-end&unclean=1")
+        h.ok(r.exit_code != 0, "curl should see a broken response: %r" % r)
+        h.ok(len(r.body) <= 5000, "body of %d bytes" % len(r.body))
+        note = h.access_fields(proxy.access_one("cut-end")).get("note", "")
+        h.ok("close_notify" in note.replace("%20", " "), "the access log says why: %r" % note)
 
     @t.check("wrong-host certificate: 502 at once naming the reason, not retried, nothing sent")
     def _():
