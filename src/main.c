@@ -306,8 +306,13 @@ int main(int argc, char **argv)
 		}
 		return main_make_ca(make_ca_dir);
 	}
-	if (config_path == NULL)
+	if (config_path == NULL) {
 		config_path = config_default_path();
+		/* found, not named: say which, as a start logs it */
+		if (check)
+			fprintf(stderr, "retryproxy: checking config: %s\n",
+				config_path != NULL ? config_path : "<embedded>");
+	}
 	config = main_load(config_path);
 	if (config == NULL)
 		return MAIN_EXIT_CONFIG;

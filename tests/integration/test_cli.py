@@ -7,9 +7,11 @@ whose port is taken, and no -c at all from an empty directory and from one
 holding conf/retryproxy.yaml; it also stops a running proxy with SIGINT.
 Origin: none.
 Must hold: --version prints "retryproxy <version>"; --help exits 0 naming
-the options; --check prints "ok" and exits 0 without binding anything; a bad
-config exits 1 reporting every error as file:line:col (the key for an
-unknown key, the value for a bad value); usage errors exit 1; a port in use
+the options; --check prints "ok" and exits 0 without binding anything (and
+without -c names on stderr the config it checked); a bad config exits 1
+reporting every error as file:line:col (the key for an unknown key, the
+value for a bad value), a tls.ca_file holding no certificate included,
+for --check as for a start; usage errors exit 1; a port in use
 exits 2 naming the cause; without -c the proxy says on stderr which config it
 used (./conf/retryproxy.yaml first, else /etc/retryproxy/retryproxy.yaml,
 else the embedded default); SIGINT and SIGTERM exit 0.
@@ -114,6 +116,25 @@ def scenario(t):
              "stderr should have bad.yaml:4:20: ...connect_timeout... for the bad duration value: %r" % p.stderr)
         h.ok(re.search(r"bad\.yaml:5:1: .*bogus_key", p.stderr),
              "stderr should have bad.yaml:5:1: ...bogus_key... for the unknown key: %r" % p.stderr)
+
+    @t.check("--check refuses a tls.ca_file that holds no certificate, as a start does")
+    def _():
+        notpem = write(os.path.join(tmp, "notpem.pem"), "not a certificate\n")
+        path = write(os.path.join(tmp, "badca.yaml"),
+                     GOOD.replace("@PORT@", str(h.free_port())) + "tls:\n  ca_file: %s\n" % notpem)
+        for args in (["-c", path, "--check"], ["-c", path]):
+            p = h.run_bin(args)
+            h.eq(p.returncode, 1, "exit code of %r (stderr %r)" % (args, p.stderr))
+            h.ok(re.search(r"badca\.yaml:\d+:\d+: tls\.ca_file: holds no certificate", p.stderr),
+                 "stderr should name badca.yaml:line:col and tls.ca_file: %r" % p.stderr)
+
+    @t.check("--check without -c says on stderr which config it checked")
+    def _():
+        cwd = os.path.join(tmp, "check-conf")
+        write(os.path.join(cwd, "conf", "retryproxy.yaml"), GOOD.replace("@PORT@", "1"))
+        p = h.run_bin(["--check"], cwd=cwd)
+        h.eq((p.returncode, p.stdout.strip()), (0, "ok"), "exit code and stdout (%r)" % p.stderr)
+        h.ok("checking config: ./conf/retryproxy.yaml" in p.stderr, "stderr: %r" % p.stderr)
 
     @t.check("starting with a bad config exits 1 without listening")
     def _():
