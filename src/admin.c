@@ -226,6 +226,27 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	evbuffer_free(body);
 }
 
+bool admin_is_address(const struct admin *admin, const struct sockaddr *addr, socklen_t len)
+{
+	struct sockaddr_storage dest;
+
+	if (admin == NULL || len > sizeof(dest))
+		return false;
+	memset(&dest, 0, sizeof(dest));
+	memcpy(&dest, addr, len);
+	if (dest.ss_family == AF_INET6 &&
+	    IN6_IS_ADDR_V4MAPPED(&((const struct sockaddr_in6 *)addr)->sin6_addr)) {
+		const struct sockaddr_in6 *six = (const struct sockaddr_in6 *)addr;
+		struct sockaddr_in *four = (struct sockaddr_in *)&dest;
+
+		memset(&dest, 0, sizeof(dest));
+		four->sin_family = AF_INET;
+		four->sin_port = six->sin6_port;
+		memcpy(&four->sin_addr, &six->sin6_addr.s6_addr[12], 4);
+	}
+	return config_values_same_address(&admin->addr, &dest);
+}
+
 /* Stop serving: evhttp closes the listening socket and open connections. */
 static void admin_free(struct admin *admin)
 {

@@ -9,6 +9,9 @@
  * addresses unless access.admin_remote; config loading enforces that.
  */
 
+#include <stdbool.h>
+#include <sys/socket.h>
+
 struct config;
 struct proxy;
 struct admin;
@@ -21,5 +24,11 @@ int admin_apply(struct proxy *proxy, const struct config *config);
 
 /* Stop the admin listener and its open connections. */
 void admin_close(struct proxy *proxy);
+
+/* Is addr where the admin listener is (an IPv4-mapped IPv6 address
+ * included, which reaches it too)? The proxy connects to it for no
+ * request: forwarded or tunnelled there, a client would read what the
+ * admin's loopback-only address keeps from it. */
+bool admin_is_address(const struct admin *admin, const struct sockaddr *addr, socklen_t len);
 
 #endif

@@ -690,8 +690,8 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	struct exchange *ex = t->ex;
 	char text[512];
 	/* a connect timeout is a connect failure (SPEC: 502); 504 is for a try
-	 * that got no response head in time */
-	int status = outcome == TRY_TIMEOUT ? 504 : 502;
+	 * that got no response head in time; a destination refused is 403 */
+	int status = outcome == TRY_TIMEOUT ? 504 : outcome == TRY_FORBIDDEN ? 403 : 502;
 	bool connecting = t->state == EXCHANGE_TRY_CONNECTING;
 	struct retry_verdict verdict;
 
@@ -877,7 +877,8 @@ static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, c
 		/* a certificate that fails verification came from a live upstream */
 		t->admitted = false;
 		upstream_connect_end(ex->upstream, &ex->config->health,
-				     conn != NULL || failure == TRY_TLS_VERIFY
+				     conn != NULL || failure == TRY_TLS_VERIFY ||
+						     failure == TRY_FORBIDDEN
 					     ? UPSTREAM_CONNECT_MADE
 					     : UPSTREAM_CONNECT_FAILED);
 	}

@@ -256,6 +256,8 @@ const char *try_outcome_name(enum try_outcome outcome)
 		return "timeout";
 	case TRY_MALFORMED:
 		return "malformed";
+	case TRY_FORBIDDEN:
+		return "forbidden";
 	}
 	return "unknown";
 }
@@ -269,6 +271,7 @@ const char *try_outcome_error_kind(enum try_outcome outcome)
 		return "dns";
 	case TRY_REFUSED:
 	case TRY_CONNECT_TIMEOUT:
+	case TRY_FORBIDDEN:
 		return "connect";
 	case TRY_TLS:
 	case TRY_TLS_VERIFY:
@@ -294,6 +297,7 @@ enum retry_cause try_outcome_cause(enum try_outcome outcome)
 	case TRY_CONNECT_TIMEOUT:
 	case TRY_TLS:
 	case TRY_TLS_VERIFY:
+	case TRY_FORBIDDEN:
 		return RETRY_CAUSE_CONNECT;
 	case TRY_TIMEOUT:
 		return RETRY_CAUSE_TIMEOUT;
@@ -345,6 +349,7 @@ static bool retry_never_sent(const struct retry_facts *facts)
 	case TRY_CONNECT_TIMEOUT:
 	case TRY_TLS:
 	case TRY_TLS_VERIFY:
+	case TRY_FORBIDDEN:
 		return true;
 	case TRY_TIMEOUT:
 		return facts->connecting;
@@ -410,8 +415,9 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	}
 	if (facts->outcome != TRY_RESPONSE && !retry_on_failure(policy, verdict.cause))
 		return verdict;
-	/* a certificate that fails verification is not a transient failure */
-	if (facts->outcome == TRY_TLS_VERIFY)
+	/* a certificate that fails verification is not a transient failure,
+	 * nor is a destination the proxy will not connect to */
+	if (facts->outcome == TRY_TLS_VERIFY || facts->outcome == TRY_FORBIDDEN)
 		return verdict;
 	/* a request that may have reached the upstream is repeated only when
 	 * repeating it is safe */

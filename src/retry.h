@@ -114,13 +114,14 @@ enum try_outcome {
 	TRY_RESET,	     /* closed or reset before the whole response head */
 	TRY_TIMEOUT,	     /* no response head within try_timeout */
 	TRY_MALFORMED,	     /* the response broke HTTP/1.1 */
+	TRY_FORBIDDEN,	     /* the address is the proxy's own admin endpoint: not connected to */
 };
 
 /* How many outcomes there are, for tables indexed by enum try_outcome. */
-#define TRY_OUTCOME_COUNT (TRY_MALFORMED + 1)
+#define TRY_OUTCOME_COUNT (TRY_FORBIDDEN + 1)
 
 /* The access-log trail word: "response", "dns", "refused", "connect-timeout",
- * "tls", "tls-verify", "stale", "reset", "timeout", "malformed". */
+ * "tls", "tls-verify", "stale", "reset", "timeout", "malformed", "forbidden". */
 const char *try_outcome_name(enum try_outcome outcome);
 
 /* The retryproxy_upstream_errors_total kind: dns|connect|tls|reset|timeout|

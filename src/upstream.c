@@ -12,6 +12,7 @@
 #include <event2/util.h>
 #include <openssl/err.h>
 
+#include "admin.h"
 #include "conn.h"
 #include "log.h"
 #include "proxy.h"
@@ -210,6 +211,11 @@ static void upstream_try_next_address(struct upstream_connect *uc)
 		return;
 	}
 	uc->next_address = ai->ai_next;
+	if (admin_is_address(uc->proxy->admin, ai->ai_addr, (socklen_t)ai->ai_addrlen)) {
+		upstream_connect_finish(uc, NULL, TRY_FORBIDDEN,
+					"the proxy's own admin endpoint is not reached through it");
+		return;
+	}
 	if (uc->endpoint.tls) {
 		char err[UPSTREAM_REASON_MAX];
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Scenario: the admin endpoint is not reached through the proxy itself.
+
+The admin listens on loopback so that only this host's users read
+/config, /metrics and the status page. A client the forward listener lets
+in (allow_clients may be a whole network) must not read them by asking
+the proxy to fetch them: forwarded, tunnelled, or by a name that resolves
+to the admin's address.
+
+Client: curl through the forward listener; raw CONNECT.
+Origin: the test origin on 127.0.0.1 (echo).
+Proxy: a forward listener and an admin on loopback; RETRYPROXY_HOSTS
+gives admin.test the address 127.0.0.1 (no DNS query leaves the machine:
+the resolver points at a loopback port nobody answers).
+Must hold: GET http://127.0.0.1:ADMIN/config, http://admin.test:ADMIN/metrics
+and http://[::ffff:127.0.0.1]:ADMIN/ through the proxy get 403 with a
+one-line body naming the admin endpoint, after one try (Retry-Attempts: 1,
+tries="forbidden"), and the admin serves none of them; CONNECT
+127.0.0.1:ADMIN gets 403 too; the admin still answers when asked
+directly (200), and the same proxy forwards to the origin (200).
+"""
+
+import os
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+admin: 127.0.0.1:@PORT1@
+log: { level: debug, format: text }
+limits:
+  drain_timeout: 2s
+"""
+
+
+def scenario(t):
+    origin = t.origin()
+    hosts = os.path.join(t.tmp, "hosts")
+    with open(hosts, "w") as f:
+        f.write("127.0.0.1 admin.test\n")
+    resolv = os.path.join(t.tmp, "resolv.conf")
+    with open(resolv, "w") as f:
+        f.write("nameserver 127.0.0.1:%d\noptions timeout:1 attempts:1\n" % h.closed_port())
+    proxy = t.proxy(CONFIG, env={"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv})
+    admin = proxy.port(1)
+
+    def served_by_admin():
+        return [ln for ln in proxy.stderr_lines() if "admin: /" in ln]
+
+    for url in ("http://127.0.0.1:%d/config" % admin,
+                "http://admin.test:%d/metrics" % admin,
+                "http://[::ffff:127.0.0.1]:%d/" % admin):
+        @t.check("through the proxy, %s: 403 after one try, the admin serves nothing" % url)
+        def _():
+            r = h.curl(url, proxy=proxy.url)
+            h.check_error_response(r, 403, ("admin",))
+            h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+            h.eq(h.access_fields(proxy.access_lines()[-1]).get("tries"), "forbidden", "tries")
+            h.eq(served_by_admin(), [], "admin requests served")
+
+    @t.check("CONNECT to the admin's address: 403, no tunnel")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n"
+                    % (admin, admin)).encode())
+            r = c.read_response()
+        h.check_error_response(r, 403, ("admin",))
+        h.eq(served_by_admin(), [], "admin requests served")
+
+    @t.check("asked directly, the admin answers; the proxy still forwards to the origin")
+    def _():
+        r = h.curl("http://127.0.0.1:%d/healthz" % admin)
+        h.eq((r.exit_code, r.status), (0, 200), "admin /healthz (%r)" % r)
+        r = h.curl(origin.url("/echo?t=forward"), proxy=proxy.url)
+        h.eq((r.exit_code, r.status), (0, 200), "forwarded to the origin (%r)" % r)
+
+
+h.run(scenario, __doc__)
