@@ -35,6 +35,10 @@
  * below the low mark it reads again. */
 #define CLIENT_OUTPUT_LOW (64 * 1024)
 #define CLIENT_INPUT_MIN_HIGH (256 * 1024)
+/* Past this much output still queued when a response is done, a pipelined
+ * next request waits until it drains to CLIENT_OUTPUT_LOW: responses never
+ * pile up behind a client that sends requests and does not read. */
+#define CLIENT_OUTPUT_HIGH (256 * 1024)
 
 enum client_state {
 	CLIENT_HANDSHAKE,    /* an intercepted CONNECT: TLS handshake with the client */
@@ -59,6 +63,7 @@ struct client {
 	enum client_state state;
 	struct http1_resume head_resume; /* how far the next head's bytes were looked at */
 	bool listener_gone; /* a reload removed its listener: close after this request */
+	bool output_full;   /* reading the next request waits for the output to drain */
 	union {		    /* checked against allow_clients again after a reload */
 		struct sockaddr sa;
 		struct sockaddr_in sin;
@@ -439,6 +444,15 @@ static void client_read_cb(struct conn *conn, void *arg)
 	}
 }
 
+/* Wait for the next request head: a pipelined one may be in the input. */
+static void client_read_next(struct client *client)
+{
+	conn_read_enable(client->conn, true);
+	client_arm_head_timer(client);
+	if (conn_input_length(client->conn) > 0)
+		conn_read_again(client->conn);
+}
+
 static void client_write_cb(struct conn *conn, void *arg)
 {
 	struct client *client = arg;
@@ -452,15 +466,27 @@ static void client_write_cb(struct conn *conn, void *arg)
 			client_linger(client);
 		break;
 	case CLIENT_READING_HEAD:
+		if (client->output_full) {
+			client->output_full = false;
+			client_read_next(client);
+		}
+		break;
 	case CLIENT_LINGERING:
 	case CLIENT_HANDSHAKE:
 		break;
 	}
 }
 
-/* client_timeout passed without a whole request head. */
+/* client_timeout passed without a whole request head. While the last
+ * response is still being written the wait for the next one has not begun
+ * (it counts from the end of the previous response): start it again; the
+ * write timeout ends a client that stopped reading. */
 static void client_head_timeout(struct client *client)
 {
+	if (conn_output_length(client->conn) > 0) {
+		client_arm_head_timer(client);
+		return;
+	}
 	if (conn_input_length(client->conn) > 0)
 		log_info("client %s: request head not complete within client_timeout; closing",
 			 client->peer);
@@ -485,6 +511,9 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 		client_close(client, "client stopped reading");
 	else if (what & CONN_TIMEOUT)
 		client_head_timeout(client);
+	else if ((what & CONN_EOF) && client->state == CLIENT_READING_HEAD &&
+		 conn_output_length(conn) > 0)
+		client_close_after_flush(client); /* the last response still goes out */
 	else if (what & CONN_EOF)
 		client_close(client, "client closed the connection");
 	else
@@ -501,11 +530,13 @@ static void client_exchange_done(struct client *client, bool keep_alive)
 		return;
 	}
 	client->state = CLIENT_READING_HEAD;
-	conn_read_enable(client->conn, true);
-	client_arm_head_timer(client);
-	/* a pipelined request may already be waiting in the input */
-	if (conn_input_length(client->conn) > 0)
-		conn_read_again(client->conn);
+	if (conn_output_length(client->conn) > CLIENT_OUTPUT_HIGH) {
+		/* client_write_cb goes on once it drains to CLIENT_OUTPUT_LOW */
+		client->output_full = true;
+		conn_read_enable(client->conn, false);
+		return;
+	}
+	client_read_next(client);
 }
 
 /* The exchange turned into a CONNECT tunnel to upstream: the connection goes
@@ -588,13 +619,23 @@ static bool client_idle(const struct client *client)
 	       conn_input_length(client->conn) == 0;
 }
 
+/* Close a connection waiting for its next request: now, or once the last
+ * response, which may still be going out, is written. */
+static void client_close_idle(struct client *client, const char *why)
+{
+	if (conn_output_length(client->conn) > 0)
+		client_close_after_flush(client);
+	else
+		client_close(client, why);
+}
+
 /* A drain begins: an idle connection closes now. */
 static void client_close_if_idle(void *self)
 {
 	struct client *client = self;
 
 	if (client_idle(client))
-		client_close(client, "draining");
+		client_close_idle(client, "draining");
 }
 
 /* The live config changed (reload). The connection takes it at its next
@@ -608,11 +649,11 @@ static void client_config_changed(void *self)
 	if (client_find_listener(live, client->listen) == NULL) {
 		client->listener_gone = true;
 		if (client_idle(client))
-			client_close(client, "its listener was removed by a reload");
+			client_close_idle(client, "its listener was removed by a reload");
 	} else if (client_idle(client) &&
 		   !client_allowed(live, (const struct sockaddr *)&client->peer_addr)) {
 		/* its next request would get a 403 */
-		client_close(client, "no longer in access.allow_clients");
+		client_close_idle(client, "no longer in access.allow_clients");
 	}
 }
 

@@ -24,7 +24,6 @@ POST once, body and all.
 """
 
 import threading
-
 import time
 
 import harness as h

@@ -10,13 +10,17 @@ responses keep four upstream connections busy at once.
 Must hold: curl reuses its one client connection for all 20 requests and
 the origin sees them on exactly one upstream connection, also reused by
 later clients; pipelined responses come back complete and in request order
-even when the first is the slowest; a connection the origin closed is never
+even when the first is the slowest; a client that pipelines 3,000 requests
+for 30 KB each and reads nothing does not make the proxy hold their
+responses (its VmRSS grows less than 32 MiB; the next request is read only
+once the output has drained), and its first responses are whole; a connection the origin closed is never
 used again (the next request, also a POST, succeeds); Connection: close is
 honoured; after the burst at most pool_max_idle (2) idle upstream
 connections stay open, and those close after pool_idle_timeout.
 """
 
 import json
+import socket
 import threading
 import time
 
@@ -95,6 +99,48 @@ def scenario(t):
         h.eq(r5.status, 204, "response 5")
         h.eq((r6.status, r6.header("Content-Length")), (200, "777"), "response 6 (HEAD)")
         h.eq(json.loads(r7.body)["target"], "/echo?pipe=7", "response 7 is the last echo")
+
+    @t.check("a client that pipelines and does not read: the proxy's memory stays bounded")
+    def _():
+        n, size = 3000, 30000
+        body = o.pattern_bytes(size)
+        answer = (b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size) + body
+        # an origin that answers each request head at once (the test
+        # origin's pace would hide a pile-up behind the client)
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        served = [0]
+
+        def serve():
+            conn, _ = server.accept()
+            with conn:
+                pending = b""
+                while True:
+                    data = conn.recv(1 << 16)
+                    if not data:
+                        return
+                    pending += data
+                    heads = pending.count(b"\r\n\r\n")
+                    pending = pending[pending.rfind(b"\r\n\r\n") + 4:] if heads else pending
+                    if heads:
+                        conn.sendall(answer * heads)
+                        served[0] += heads
+
+        threading.Thread(target=serve, daemon=True).start()
+        url = "http://127.0.0.1:%d/flood" % server.getsockname()[1]
+        base = proxy.proc_status()["VmRSS"]
+        with h.RawConn(proxy.port(), timeout=30) as c:
+            c.send(b"".join(h.request("GET", url + "?n=%d" % i, auth) for i in range(n)))
+            # what the proxy would hold if it read on: n x 30 KB = 90 MB
+            time.sleep(2 * h.SLOW)
+            grew = proxy.proc_status()["VmRSS"] - base
+            h.ok(grew < 32 * 1024, "VmRSS grew %d KiB while the client read nothing (%d "
+                 "requests answered)" % (grew, served[0]))
+            for i in (0, 1):
+                r = c.read_response()
+                h.eq((r.status, r.body), (200, body), "response %d" % i)
+        server.close()
 
     @t.check("a pooled connection the origin closed is not reused: GET and POST after it succeed")
     def _():
