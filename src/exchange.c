@@ -826,12 +826,18 @@ void exchange_try_timeout_stop(struct exchange_try *t)
 /* A connection for this try is ready: send the request. */
 static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, bool reused)
 {
+	size_t head_max = t->ex->config->limits.max_header_bytes;
+
 	t->up = conn;
 	t->reused = reused;
 	t->byte_seen = false;
 	t->written_before = conn_bytes_written(conn);
 	conn_setcb(conn, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, t);
-	conn_set_input_limit(conn, EXCHANGE_UPSTREAM_READ_HIGH);
+	/* a response head may be as long as max_header_bytes: the input must
+	 * take it whole, and one byte more to tell it is too long */
+	conn_set_input_limit(conn, head_max < EXCHANGE_UPSTREAM_READ_HIGH
+					   ? EXCHANGE_UPSTREAM_READ_HIGH
+					   : head_max + 1);
 	conn_set_output_low(conn, EXCHANGE_OUTPUT_LOW);
 	conn_set_timeouts(conn, 0, 0);
 	/* a try on a pooled connection started just now: the conn's own lazy

@@ -14,7 +14,9 @@ Cookie of 3, 20 or 60 KiB, is sent the same way and has a 100,000-byte
 body; the origin reports what it received.
 Must hold: every good response reaches the client whole (the X-Big value
 and the body byte for byte); the broken and the oversized response heads
-are a 502, not a hang; every good request reaches the origin whole (the
+are a 502, not a hang; with max_header_bytes 1MiB, over the upstream
+input's usual 256 KiB, a 300 KiB response head reaches the client whole
+(not a stall until try_timeout); every good request reaches the origin whole (the
 Cookie and the body's sha256); a request head broken after the cut is a
 400 and never reaches the origin; the proxy keeps serving.
 """
@@ -127,6 +129,19 @@ def scenario(t):
             h.eq(r.header("X-Big"), big_value(kib).decode(), "the X-Big value")
             h.eq(len(r.body), len(BODY), "body length")
             h.ok(r.body == BODY, "the body differs from what the origin sent")
+
+    # max_header_bytes over the upstream input's usual limit (256 KiB)
+    wide = t.proxy(CONFIG.replace("limits:\n", "limits:\n  max_header_bytes: 1MiB\n"),
+                   ORIGIN=origin.port)
+
+    @t.check("max_header_bytes 1MiB: a response head of 300 KiB reaches the client whole")
+    def _():
+        with h.RawConn(wide.port(), timeout=15) as c:
+            c.send(h.request("GET", "/resp/300", "a.example"))
+            r = c.read_response()
+        h.eq(r.status, 200, "status")
+        h.eq(len(r.header("X-Big") or ""), 300 * 1024, "the X-Big value's length")
+        h.ok(r.body == BODY, "the body differs from what the origin sent")
 
     for kind, what in (("broken", "broken after the cut (a bare LF)"),
                        ("oversized", "of 70 KiB, over max_header_bytes, in three pieces")):
