@@ -262,6 +262,22 @@ static void upstream_release_one(struct upstream *u)
 
 static void upstream_apply(struct upstream *u, struct health_actions act);
 
+/* A probe is due: a down upstream nobody asked for since the last one (a
+ * whole probe interval or more) is not worth probing and is forgotten; one
+ * still asked for stays known down (its requests refused or held at once,
+ * not each finding out again), and one that connections still count on is
+ * kept. False when forgotten. */
+static bool upstream_probe_wanted(struct upstream *u)
+{
+	if (upstream_unattached(u) && !u->asked) {
+		log_info("upstream %s: down and unused; forgotten", u->name);
+		upstream_destroy(u);
+		return false;
+	}
+	u->asked = false;
+	return true;
+}
+
 static void upstream_probe_cb(struct conn *conn, enum try_outcome failure, const char *reason,
 			      void *arg)
 {
@@ -275,9 +291,16 @@ static void upstream_probe_cb(struct conn *conn, enum try_outcome failure, const
 		log_debug("upstream %s: probe connected", u->name);
 		upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_PROBE_CONNECTED, now));
 	} else {
+		struct health_actions act;
+
 		u->probes_failed++;
 		log_debug("upstream %s: probe failed: %s", u->name, reason);
-		upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_PROBE_FAILED, now));
+		act = health_step(&u->health, &u->policy, HEALTH_PROBE_FAILED, now);
+		/* a probe slower than probe_interval is followed at once by the
+		 * next: the same check as when the timer starts one */
+		if (act.start_probe && !upstream_probe_wanted(u))
+			return;
+		upstream_apply(u, act);
 	}
 }
 
@@ -286,21 +309,12 @@ static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct upstream *u = arg;
 	struct health_actions act;
 
-	/* a down upstream nobody asked for in a whole probe interval is not
-	 * worth probing; one still asked for stays known down (its requests
-	 * refused or held at once, not each finding out again), and one that
-	 * connections still count on is kept */
-	if (upstream_unattached(u) && !u->asked) {
-		log_info("upstream %s: down and unused; forgotten", u->name);
-		upstream_destroy(u);
-		return;
-	}
 	act = health_step(&u->health, &u->policy, HEALTH_PROBE_DUE, retry_budget_now_ms());
 	/* an interval is from one probe to the next: a timer that woke a
 	 * little early (libevent's coarse clock) and is only set again does
 	 * not start a new one */
-	if (act.start_probe)
-		u->asked = false;
+	if (act.start_probe && !upstream_probe_wanted(u))
+		return;
 	upstream_apply(u, act);
 }
 
