@@ -1,6 +1,8 @@
 #include "explain.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -210,8 +212,37 @@ static int explain_parse(const struct config *config, struct explain_head *h, si
 	return -1;
 }
 
+/* Does a listener bound to bound take connections to addr: the same
+ * address, or a wildcard (0.0.0.0, or [::], which takes IPv4 too unless
+ * the system says otherwise) with the same port? */
+static bool explain_listener_takes(const struct sockaddr_storage *bound,
+				   const struct sockaddr_storage *addr)
+{
+	in_port_t bound_port, port;
+
+	if (config_values_same_address(bound, addr))
+		return true;
+	if (bound->ss_family == AF_INET) {
+		const struct sockaddr_in *b = (const struct sockaddr_in *)bound;
+
+		bound_port = b->sin_port;
+		if (b->sin_addr.s_addr != htonl(INADDR_ANY) || addr->ss_family != AF_INET)
+			return false;
+	} else {
+		const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)bound;
+
+		bound_port = b->sin6_port;
+		if (!IN6_IS_ADDR_UNSPECIFIED(&b->sin6_addr))
+			return false;
+	}
+	port = addr->ss_family == AF_INET ? ((const struct sockaddr_in *)addr)->sin_port
+					  : ((const struct sockaddr_in6 *)addr)->sin6_port;
+	return port == bound_port;
+}
+
 /* Which listener gets the request, and in which form. A URL that names a
- * sidecar listener itself (http://127.0.0.1:8080/...) is what the app sends
+ * sidecar listener itself (http://127.0.0.1:8080/..., also for a listener
+ * on 0.0.0.0:8080) is what the app sends
  * to it; a URL whose origin is a sidecar's upstream is what an app pointed
  * at that sidecar sends; any other URL goes to a forward proxy listener
  * (else the first listener) in absolute form. */
@@ -232,7 +263,7 @@ static struct explain_view explain_choose_view(const struct config *config,
 		for (i = 0; i < config->listener_count; i++) {
 			view.listener = &config->listeners[i];
 			if (view.listener->upstream != NULL &&
-			    config_values_same_address(&view.listener->addr, &addr))
+			    explain_listener_takes(&view.listener->addr, &addr))
 				return view;
 		}
 	}

@@ -90,7 +90,11 @@ static void test_listener_choice(void **state)
 					    "    upstream: https://api.example.com\n"
 					    "  - address: 127.0.0.1:13128\n"
 					    "  - address: 127.0.0.1:18081\n"
-					    "    upstream: http://127.0.0.1:19000\n");
+					    "    upstream: http://127.0.0.1:19000\n"
+					    "  - address: 0.0.0.0:18082\n"
+					    "    upstream: http://127.0.0.1:19001\n"
+					    "  - address: \"[::]:18083\"\n"
+					    "    upstream: http://127.0.0.1:19002\n");
 	static const struct {
 		const char *url;
 		const char *seen;     /* in the note on the error stream */
@@ -107,6 +111,13 @@ static void test_listener_choice(void **state)
 		  "upstream: http://127.0.0.1:19000\n" },
 		{ "http://127.0.0.1:19000/y", "sidecar listener 127.0.0.1:18081 gets GET /y",
 		  "upstream: http://127.0.0.1:19000\n" },
+		/* a listener on a wildcard address takes the loopback one */
+		{ "http://127.0.0.1:18082/w", "sidecar listener 0.0.0.0:18082 gets GET /w",
+		  "upstream: http://127.0.0.1:19001\n" },
+		{ "http://[::1]:18083/w", "sidecar listener [::]:18083 gets GET /w",
+		  "upstream: http://127.0.0.1:19002\n" },
+		{ "http://127.0.0.1:18083/w", "sidecar listener [::]:18083 gets GET /w",
+		  "upstream: http://127.0.0.1:19002\n" },
 		/* another port or scheme than the upstream's: forward */
 		{ "http://api.example.com/x",
 		  "forward proxy listener 127.0.0.1:13128 gets GET http://api.example.com/x",
