@@ -64,6 +64,43 @@ static inline char *exchange_put_uint(char *p, unsigned v)
 	return p;
 }
 
+/* RFC 9110 section 8.6: a Content-Length of one number repeated ("5, 5"),
+ * which the parser takes, must not be forwarded as it came; it goes as
+ * "Content-Length: 5". The digits of its first element (the parser checked
+ * that all are the same number), or 0 when the value is no such list. */
+static inline size_t exchange_length_list_digits(const struct http1_field *f)
+{
+	size_t n = 0;
+
+	if (f->known != HTTP1_FIELD_CONTENT_LENGTH || memchr(f->value, ',', f->value_len) == NULL)
+		return 0;
+	while (n < f->value_len && f->value[n] >= '0' && f->value[n] <= '9')
+		n++;
+	return n;
+}
+
+#define EXCHANGE_LENGTH_NAME "Content-Length: "
+
+/* The bytes a forwarded field line takes. */
+static inline size_t exchange_field_size(const struct http1_field *f)
+{
+	size_t digits = exchange_length_list_digits(f);
+
+	return digits == 0 ? f->line_len : sizeof(EXCHANGE_LENGTH_NAME) - 1 + digits + 2;
+}
+
+/* A forwarded field line at p; returns the end. */
+static inline char *exchange_put_field(char *p, const struct http1_field *f)
+{
+	size_t digits = exchange_length_list_digits(f);
+
+	if (digits == 0)
+		return exchange_put(p, f->line, f->line_len);
+	p = EXCHANGE_PUT_LITERAL(p, EXCHANGE_LENGTH_NAME);
+	p = exchange_put(p, f->value, digits);
+	return EXCHANGE_PUT_LITERAL(p, "\r\n");
+}
+
 /* Backpressure marks: a side's queued output past HIGH stops reading the
  * other side until it drains below LOW. */
 #define EXCHANGE_OUTPUT_HIGH (256 * 1024)

@@ -49,7 +49,8 @@ static bool exchange_forward_request_field(const struct http1_field *f, bool hop
 /* The request head as it goes upstream: origin-form target, Host of the
  * upstream, the client's fields minus hop-by-hop ones, and Via. */
 static void exchange_build_request_head(struct exchange *ex, const struct http1_head *head,
-					const char *path, size_t path_len, const char *authority,
+					const struct http1_framing *framing, const char *path,
+					size_t path_len, const char *authority,
 					size_t authority_len)
 {
 	static const char version_host[] = " HTTP/1.1\r\nHost: ";
@@ -71,6 +72,12 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 		if (forward[i])
 			size += head->fields[i].line_len;
 	}
+	/* a Content-Length list goes on shorter, as one number */
+	if (framing->length_repeated)
+		for (i = 0; i < head->field_count; i++)
+			if (forward[i])
+				size -= head->fields[i].line_len -
+					exchange_field_size(&head->fields[i]);
 	if (ex->key_injected)
 		size += key_line;
 	p = exchange_block(&ex->request_head, &ex->request_head_room, size);
@@ -83,9 +90,15 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	p = exchange_put(p, authority, authority_len);
 	/* via starts with the Host line's CRLF */
 	p = exchange_put(p, via, 2);
-	for (i = 0; i < head->field_count; i++)
-		if (forward[i])
-			p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
+	if (!framing->length_repeated) {
+		for (i = 0; i < head->field_count; i++)
+			if (forward[i])
+				p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
+	} else {
+		for (i = 0; i < head->field_count; i++)
+			if (forward[i])
+				p = exchange_put_field(p, &head->fields[i]);
+	}
 	if (ex->key_injected) {
 		/* made here, once per request: every try sends this head */
 		p = EXCHANGE_PUT_LITERAL(p, key_name);
@@ -494,7 +507,7 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	if (!ex->is_connect) {
 		/* the decision first: it may give the head an Idempotency-Key */
 		exchange_decide_replay(ex, head, framing, target->path, target->path_len);
-		exchange_build_request_head(ex, head, target->path, target->path_len,
+		exchange_build_request_head(ex, head, framing, target->path, target->path_len,
 					    dest.authority, dest.authority_len);
 		ex->budget = ex->route->budget;
 		retry_budget_note_request(ex->budget, retry_budget_now_ms());

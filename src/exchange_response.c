@@ -39,6 +39,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	bool pass_chunked = rf->body == HTTP1_BODY_CHUNKED && ex->client_minor >= 1;
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
+	bool seen_length = false;
 	/* "HTTP/1.1 200 " reason CRLF, fields, Via, Retry-Attempts (10 digits at
 	 * most) CRLF, Connection, CRLF */
 	size_t size = 13 + head->reason_len + 2 + sizeof(via_attempts) - 1 + 10 + 2 +
@@ -65,6 +66,11 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 		const struct http1_field *f = &head->fields[i];
 
 		forward[i] = !hop[i] || (pass_chunked && f->known == HTTP1_FIELD_TRANSFER_ENCODING);
+		/* identical Content-Lengths were checked: one goes on */
+		if (rf->length_repeated && f->known == HTTP1_FIELD_CONTENT_LENGTH) {
+			forward[i] = forward[i] && !seen_length;
+			seen_length = true;
+		}
 		if (forward[i])
 			size += f->line_len;
 	}
@@ -76,9 +82,15 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	*p++ = ' ';
 	p = exchange_put(p, head->reason, head->reason_len);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
-	for (i = 0; i < head->field_count; i++)
-		if (forward[i])
-			p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
+	if (!rf->length_repeated) {
+		for (i = 0; i < head->field_count; i++)
+			if (forward[i])
+				p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
+	} else {
+		for (i = 0; i < head->field_count; i++)
+			if (forward[i])
+				p = exchange_put_field(p, &head->fields[i]);
+	}
 	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
 	p = exchange_put_uint(p, ex->attempts);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");

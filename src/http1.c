@@ -625,6 +625,7 @@ struct http1_scan {
 	bool expect_continue;		/* Expect: 100-continue */
 	bool expect_other;		/* another expectation */
 	bool length_leading_zero;	/* a Content-Length value like 007 */
+	bool length_repeated;		/* ... listed, or in more than one field */
 	bool underscore_framing;	/* Content_Length or Transfer_Encoding */
 	uint64_t length;		/* the Content-Length value */
 };
@@ -663,6 +664,7 @@ static int http1_scan_content_length(const struct http1_field *f, struct http1_s
 			*error = HTTP1_ERR_DIFFERING_CONTENT_LENGTH;
 			return -1;
 		}
+		scan->length_repeated = scan->length_repeated || scan->has_length;
 		scan->has_length = true;
 		scan->length = v;
 	}
@@ -855,6 +857,7 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 	framing->expect_continue = scan.expect_continue && head->version_minor >= 1 &&
 				   framing->body != HTTP1_BODY_NONE;
 	framing->keep_alive = http1_keep_alive(head, &scan);
+	framing->length_repeated = scan.length_repeated;
 	if (scan.host != NULL) {
 		framing->host = scan.host->value;
 		framing->host_len = scan.host->value_len;
@@ -880,6 +883,7 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
 	if (http1_scan_fields(head, &scan, error) < 0)
 		return -1;
 	framing->keep_alive = http1_keep_alive(head, &scan);
+	framing->length_repeated = scan.length_repeated;
 	/* RFC 9112 section 6.3 rule 1: these never have content, whatever
 	 * their fields say; Content-Length was still checked above. */
 	if (request_was_head || head->status < 200 || head->status == 204 || head->status == 304)

@@ -159,7 +159,9 @@ struct http1_framing {
 	const char *host_name; /* request: Host's host without port or IPv6 brackets, NULL when
 				  * absent; what routes match in origin and asterisk form */
 	size_t host_name_len;
-	uint16_t host_port; /* request: Host's port, 0 when it names none */
+	uint16_t host_port;   /* request: Host's port, 0 when it names none */
+	bool length_repeated; /* Content-Length as a list or in more than one field: one number
+			       * repeated, which goes on as one field (RFC 9110 section 8.6) */
 };
 
 /* Decide a request's framing, checking Content-Length, Transfer-Encoding,

@@ -13,10 +13,15 @@ Must hold: hop-by-hop fields and the fields Connection names are gone in
 both directions; every other field arrives byte-exact (name case and value)
 in the original order, duplicates kept, nothing added except Via
 ("1.1 retryproxy" after any earlier Via) and, on responses, Retry-Attempts;
-in sidecar mode the upstream gets exactly one Host: <upstream authority>.
+in sidecar mode the upstream gets exactly one Host: <upstream authority>;
+a Content-Length of one number repeated ("5, 5", or two identical
+fields) goes on as one "Content-Length: 5", both ways (RFC 9110 section
+8.6: it must not be forwarded as it came).
 """
 
 import json
+import socket
+import threading
 
 import harness as h
 import origin as o
@@ -142,6 +147,41 @@ def scenario(t):
         h.eq(r.status, 200, "status (%r)" % r)
         names = [n.lower() for n, _ in json.loads(r.body)["headers"]]
         h.ok("proxy-connection" not in names, "Proxy-Connection at the origin: %r" % names)
+
+    @t.check("a Content-Length list of one number repeated goes on as one Content-Length")
+    def _():
+        with h.RawConn(proxy.port(1)) as c:
+            c.send(b"POST /echo?t=cl-list HTTP/1.1\r\nHost: a.example\r\n"
+                   b"Content-Length: 5, 5\r\n\r\nhello")
+            r = c.read_response()
+        h.eq(r.status, 200, "status")
+        seen = json.loads(r.body)
+        lengths = [v for n, v in seen["headers"] if n.lower() == "content-length"]
+        h.eq((lengths, seen["body_len"]), (["5"], 5), "Content-Length fields and body at the origin")
+        # and on a response: a raw origin sends a list and a repeat
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+
+        def answer():
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n"
+                             b"Content-Length: 5\r\nConnection: close\r\n\r\nhello")
+
+        th = threading.Thread(target=answer, daemon=True)
+        th.start()
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", "http://127.0.0.1:%d/cl-list" % server.getsockname()[1],
+                             "127.0.0.1:%d" % server.getsockname()[1]))
+            r = c.read_response()
+        th.join(5)
+        server.close()
+        h.eq(r.status, 200, "status")
+        h.eq([v for n, v in r.headers if n.lower() == "content-length"], ["5"],
+             "Content-Length fields at the client")
+        h.eq(r.body, b"hello", "body")
 
 
 h.run(scenario, __doc__)
