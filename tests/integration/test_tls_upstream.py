@@ -320,13 +320,14 @@ def scenario(t):
         reload_with(certs.ca)
         r = h.curl(reloading.listener_url(0, "/echo?t=trust-back&conn_close=1"))
         h.eq((r.exit_code, r.status), (0, 200), "with the CA put back (%r)" % r)
-        # a file that does not load: the reload is refused, the trust
-        # that runs stays (for a new connection: the last one was not
-        # pooled)
+        # a file that does not load: the reload is refused (the config
+        # loader finds it, naming file:line:column), the trust that runs
+        # stays (for a new connection: the last one was not pooled)
         with open(trust, "w") as f:
             f.write("not a certificate\n")
         os.kill(reloading.pid, signal.SIGHUP)
-        reloading.wait_log(r"reload: cannot apply", timeout=10 * h.SLOW)
+        reloading.wait_log(r"tls\.ca_file: holds no certificate", timeout=10 * h.SLOW)
+        reloading.wait_log(r"keeping the running config", timeout=10 * h.SLOW)
         r = h.curl(reloading.listener_url(0, "/echo?t=trust-kept"))
         h.eq((r.exit_code, r.status), (0, 200), "after a refused reload (%r)" % r)
 

@@ -6,11 +6,16 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
@@ -111,12 +116,63 @@ static void test_failure_is_close(void **state)
 	assert_false(tls_failure_is_close(ERR_PACK(ERR_LIB_SSL, 0, SSL_R_WRONG_VERSION_NUMBER)));
 }
 
+/* Write cert as PEM to path, or the text when cert is NULL. */
+static void write_ca_file(const char *path, X509 *cert, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	if (cert != NULL)
+		assert_int_equal(PEM_write_X509(f, cert), 1);
+	else
+		fputs(text, f);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* A reload reads CA files again; one that fails keeps the contexts that
+ * ran, built from the file as it was (not again from the broken one). */
+static void test_reload_contexts(void **state)
+{
+	struct tls_store *store = tls_store_new();
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *cert = self_signed(key);
+	char path[] = "/tmp/test_tls_ca.XXXXXX";
+	struct tls_policy policy = { path, true };
+	char err[256] = "";
+	SSL *ssl;
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	close(fd);
+	write_ca_file(path, cert, NULL);
+	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), 0);
+	/* the file breaks; a reload finds out and is not applied */
+	write_ca_file(path, NULL, "not a certificate\n");
+	tls_store_reload_begin(store);
+	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "cannot load CA file"));
+	tls_store_reload_end(store, false);
+	ssl = tls_client_new(store, &policy, "example.com", "k", err, sizeof(err));
+	assert_non_null(ssl);
+	SSL_free(ssl);
+	/* an applied reload reads the file as it is now */
+	tls_store_reload_begin(store);
+	tls_store_reload_end(store, true);
+	assert_null(tls_client_new(store, &policy, "example.com", "k", err, sizeof(err)));
+	assert_non_null(strstr(err, "cannot load CA file"));
+	unlink(path);
+	X509_free(cert);
+	EVP_PKEY_free(key);
+	tls_store_free(store);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_server_options),
 		cmocka_unit_test(test_failure_is_close),
 		cmocka_unit_test(test_certificate_sent),
+		cmocka_unit_test(test_reload_contexts),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
