@@ -1,5 +1,6 @@
 #include "admin.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -226,6 +227,32 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	evbuffer_free(body);
 }
 
+/* The port of a bound or configured address. */
+static in_port_t admin_port(const struct sockaddr_storage *addr)
+{
+	if (addr->ss_family == AF_INET6)
+		return ((const struct sockaddr_in6 *)addr)->sin6_port;
+	return ((const struct sockaddr_in *)addr)->sin_port;
+}
+
+/* Bound to 0.0.0.0 or ::. */
+static bool admin_wildcard(const struct sockaddr_storage *addr)
+{
+	if (addr->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)addr)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return addr->ss_family == AF_INET6 &&
+	       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr);
+}
+
+/* 127.0.0.0/8 or ::1. */
+static bool admin_loopback(const struct sockaddr_storage *addr)
+{
+	if (addr->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+	return addr->ss_family == AF_INET6 &&
+	       IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)addr)->sin6_addr);
+}
+
 bool admin_is_address(const struct admin *admin, const struct sockaddr *addr, socklen_t len)
 {
 	struct sockaddr_storage dest;
@@ -244,7 +271,18 @@ bool admin_is_address(const struct admin *admin, const struct sockaddr *addr, so
 		four->sin_port = six->sin6_port;
 		memcpy(&four->sin_addr, &six->sin6_addr.s6_addr[12], 4);
 	}
-	return config_values_same_address(&admin->addr, &dest);
+	/* a connect to 0.0.0.0 or :: reaches this host's loopback */
+	if (dest.ss_family == AF_INET &&
+	    ((struct sockaddr_in *)&dest)->sin_addr.s_addr == htonl(INADDR_ANY))
+		((struct sockaddr_in *)&dest)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	else if (dest.ss_family == AF_INET6 &&
+		 IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&dest)->sin6_addr))
+		((struct sockaddr_in6 *)&dest)->sin6_addr = in6addr_loopback;
+	if (config_values_same_address(&admin->addr, &dest))
+		return true;
+	/* an admin on every address (access.admin_remote) is on loopback too */
+	return admin_port(&admin->addr) == admin_port(&dest) && admin_wildcard(&admin->addr) &&
+	       admin_loopback(&dest);
 }
 
 /* Stop serving: evhttp closes the listening socket and open connections. */
@@ -300,14 +338,6 @@ fail:
 	free(admin);
 	errno = err != 0 ? err : ENOMEM;
 	return NULL;
-}
-
-/* The port of a bound or configured address. */
-static in_port_t admin_port(const struct sockaddr_storage *addr)
-{
-	if (addr->ss_family == AF_INET6)
-		return ((const struct sockaddr_in6 *)addr)->sin6_port;
-	return ((const struct sockaddr_in *)addr)->sin_port;
 }
 
 int admin_apply(struct proxy *proxy, const struct config *config)

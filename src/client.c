@@ -478,9 +478,10 @@ static void client_write_cb(struct conn *conn, void *arg)
 }
 
 /* client_timeout passed without a whole request head. While the last
- * response is still being written the wait for the next one has not begun
- * (it counts from the end of the previous response): start it again; the
- * write timeout ends a client that stopped reading. */
+ * response is still being written nothing is cut: the wait is started
+ * again each time it finds the output queued (so the idle time left after
+ * the response is between none and client_timeout, not a whole one), and
+ * the write timeout ends a client that stopped reading. */
 static void client_head_timeout(struct client *client)
 {
 	if (conn_output_length(client->conn) > 0) {

@@ -610,8 +610,9 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 			c->pending_error = errno != 0 ? errno : EPROTO;
 			return (ssize_t)total;
 		default:
-			if (ERR_GET_REASON(ERR_peek_error()) ==
-			    SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+			if (ERR_GET_LIB(ERR_peek_error()) == ERR_LIB_SSL &&
+			    ERR_GET_REASON(ERR_peek_error()) ==
+				    SSL_R_UNEXPECTED_EOF_WHILE_READING) {
 				ERR_clear_error();
 				return conn_read_tls_unclean_eof(c, total);
 			}

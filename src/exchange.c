@@ -20,6 +20,7 @@
 #include "retry_budget.h"
 #include "spool.h"
 #include "timeval.h"
+#include "tls.h"
 #include "xmalloc.h"
 
 /*
@@ -330,6 +331,11 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 	}
 	t->verdict_pending = false;
 	if (t->up != NULL) {
+		/* a connection verified under a trust a reload replaced is not
+		 * kept for another request */
+		if (reusable && conn_ssl(t->up) != NULL &&
+		    !tls_store_current(ex->proxy->tls, conn_ssl(t->up)))
+			reusable = false;
 		if (reusable) {
 			pool_put(ex->proxy->pool, ex->pool_key, t->up,
 				 ex->config->limits.pool_max_idle,

@@ -506,16 +506,15 @@ static void exchange_closed_while_keeping(struct exchange_try *t, short what)
 	exchange_keep_response(t);
 	if (t->state != EXCHANGE_TRY_KEEPING)
 		return;
-	if ((what & CONN_EOF) && t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE &&
-	    conn_eof_clean(t->up)) {
+	/* a retryable answer is kept to decide on its status: one whose
+	 * close came without a TLS close_notify is taken as it is, like a
+	 * plain one (its status, not its body, is what a retry goes by) */
+	if ((what & CONN_EOF) && t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE) {
 		t->keeping_body.done = true;
 		exchange_keep_complete(t, false);
 		return;
 	}
-	exchange_try_failed(t, TRY_RESET,
-			    (what & CONN_EOF) && t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE
-				    ? EXCHANGE_UNCLEAN_CLOSE_TEXT
-				    : "connection closed in the response body");
+	exchange_try_failed(t, TRY_RESET, "connection closed in the response body");
 }
 
 /* The upstream closed while the response was being relayed. */

@@ -101,6 +101,22 @@ static void fleet_arm_deadline(struct fleet *fleet)
 	evtimer_add(fleet->deadline, &tv);
 }
 
+/* Tokens of the lease handed back that were spent while the sync was out. */
+static uint64_t fleet_route_spent_in_flight(const struct fleet_route *fr)
+{
+	return fr->sent_back > fr->tokens ? fr->sent_back - fr->tokens : 0;
+}
+
+/* A sync that got no usable answer: Redis may or may not have run it, so
+ * what it reported as owed, and the tokens it handed back that were spent
+ * since, are owed again. Counting them twice errs on the strict side;
+ * missing them would let the fleet overspend. */
+static void fleet_route_unanswered(struct fleet_route *fr)
+{
+	fr->owed += fr->sent_owed + fleet_route_spent_in_flight(fr);
+	fr->sent_owed = 0;
+}
+
 /* Redis cannot be used: drop the connection (unless hiredis is freeing it
  * already) and the leases, let the local budgets decide, say so once, and
  * try again after a backoff. */
@@ -113,6 +129,15 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 	fleet->ac = NULL;
 	if (ac != NULL && free_connection)
 		redisAsyncFree(ac);
+	/* A free from inside a reply callback is put off until it returns, and
+	 * with it the other routes' callbacks: what their syncs owe is taken
+	 * now, while the tokens they handed back are still known. */
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
+		if (fr->in_flight) {
+			fleet_route_unanswered(fr);
+			fr->sent_back = 0;
+		}
+	}
 	if (fleet->resolving != NULL) {
 		struct evdns_getaddrinfo_request *req = fleet->resolving;
 
@@ -237,22 +262,6 @@ static void fleet_sync_round(struct fleet *fleet)
 	}
 	if (fleet->pending > 0)
 		fleet_arm_deadline(fleet);
-}
-
-/* Tokens of the lease handed back that were spent while the sync was out. */
-static uint64_t fleet_route_spent_in_flight(const struct fleet_route *fr)
-{
-	return fr->sent_back > fr->tokens ? fr->sent_back - fr->tokens : 0;
-}
-
-/* A sync that got no usable answer: Redis may or may not have run it, so
- * what it reported as owed, and the tokens it handed back that were spent
- * since, are owed again. Counting them twice errs on the strict side;
- * missing them would let the fleet overspend. */
-static void fleet_route_unanswered(struct fleet_route *fr)
-{
-	fr->owed += fr->sent_owed + fleet_route_spent_in_flight(fr);
-	fr->sent_owed = 0;
 }
 
 /* A route's sync answered: {granted, requests in the window, retries

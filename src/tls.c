@@ -123,6 +123,11 @@ static bool tls_context_current(const struct tls_store *store, const SSL_CTX *ct
 	return false;
 }
 
+bool tls_store_current(const struct tls_store *store, const SSL *ssl)
+{
+	return tls_context_current(store, SSL_get_SSL_CTX(ssl));
+}
+
 /* Keep the newest session for this SSL's upstream; OpenSSL calls this when a
  * server issues a ticket, which in TLS 1.3 is after the handshake. A copy is
  * kept: OpenSSL marks a connection's own session not resumable when the

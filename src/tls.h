@@ -28,6 +28,10 @@ void tls_store_free(struct tls_store *store);
 void tls_store_reload_begin(struct tls_store *store);
 void tls_store_reload_end(struct tls_store *store, bool applied);
 
+/* Was ssl made with a context of the running trust (not one a reload has
+ * replaced since)? */
+bool tls_store_current(const struct tls_store *store, const SSL *ssl);
+
 /* Make sure a policy's context can be built (CA file loads). Returns 0, or -1
  * with a reason in err. */
 int tls_store_prepare(struct tls_store *store, const struct tls_policy *policy, char *err,

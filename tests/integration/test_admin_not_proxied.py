@@ -12,8 +12,9 @@ Origin: the test origin on 127.0.0.1 (echo).
 Proxy: a forward listener and an admin on loopback; RETRYPROXY_HOSTS
 gives admin.test the address 127.0.0.1 (no DNS query leaves the machine:
 the resolver points at a loopback port nobody answers).
-Must hold: GET http://127.0.0.1:ADMIN/config, http://admin.test:ADMIN/metrics
-and http://[::ffff:127.0.0.1]:ADMIN/ through the proxy get 403 with a
+Must hold: GET http://127.0.0.1:ADMIN/config, http://admin.test:ADMIN/metrics,
+http://[::ffff:127.0.0.1]:ADMIN/ and http://0.0.0.0:ADMIN/config (a
+connect to 0.0.0.0 reaches loopback) through the proxy get 403 with a
 one-line body naming the admin endpoint, after one try (Retry-Attempts: 1,
 tries="forbidden"), and the admin serves none of them; CONNECT
 127.0.0.1:ADMIN gets 403 too; the admin still answers when asked
@@ -50,7 +51,8 @@ def scenario(t):
 
     for url in ("http://127.0.0.1:%d/config" % admin,
                 "http://admin.test:%d/metrics" % admin,
-                "http://[::ffff:127.0.0.1]:%d/" % admin):
+                "http://[::ffff:127.0.0.1]:%d/" % admin,
+                "http://0.0.0.0:%d/config" % admin):
         @t.check("through the proxy, %s: 403 after one try, the admin serves nothing" % url)
         def _():
             r = h.curl(url, proxy=proxy.url)
