@@ -227,32 +227,6 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	evbuffer_free(body);
 }
 
-/* The port of a bound or configured address. */
-static in_port_t admin_port(const struct sockaddr_storage *addr)
-{
-	if (addr->ss_family == AF_INET6)
-		return ((const struct sockaddr_in6 *)addr)->sin6_port;
-	return ((const struct sockaddr_in *)addr)->sin_port;
-}
-
-/* Bound to 0.0.0.0 or ::. */
-static bool admin_wildcard(const struct sockaddr_storage *addr)
-{
-	if (addr->ss_family == AF_INET)
-		return ((const struct sockaddr_in *)addr)->sin_addr.s_addr == htonl(INADDR_ANY);
-	return addr->ss_family == AF_INET6 &&
-	       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr);
-}
-
-/* 127.0.0.0/8 or ::1. */
-static bool admin_loopback(const struct sockaddr_storage *addr)
-{
-	if (addr->ss_family == AF_INET)
-		return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
-	return addr->ss_family == AF_INET6 &&
-	       IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)addr)->sin6_addr);
-}
-
 bool admin_is_address(const struct admin *admin, const struct sockaddr *addr, socklen_t len)
 {
 	struct sockaddr_storage dest;
@@ -272,17 +246,17 @@ bool admin_is_address(const struct admin *admin, const struct sockaddr *addr, so
 		memcpy(&four->sin_addr, &six->sin6_addr.s6_addr[12], 4);
 	}
 	/* a connect to 0.0.0.0 or :: reaches this host's loopback */
-	if (dest.ss_family == AF_INET &&
-	    ((struct sockaddr_in *)&dest)->sin_addr.s_addr == htonl(INADDR_ANY))
-		((struct sockaddr_in *)&dest)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	else if (dest.ss_family == AF_INET6 &&
-		 IN6_IS_ADDR_UNSPECIFIED(&((struct sockaddr_in6 *)&dest)->sin6_addr))
-		((struct sockaddr_in6 *)&dest)->sin6_addr = in6addr_loopback;
+	if (config_values_is_wildcard(&dest)) {
+		if (dest.ss_family == AF_INET)
+			((struct sockaddr_in *)&dest)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		else
+			((struct sockaddr_in6 *)&dest)->sin6_addr = in6addr_loopback;
+	}
 	if (config_values_same_address(&admin->addr, &dest))
 		return true;
 	/* an admin on every address (access.admin_remote) is on loopback too */
-	return admin_port(&admin->addr) == admin_port(&dest) && admin_wildcard(&admin->addr) &&
-	       admin_loopback(&dest);
+	return config_values_addr_port(&admin->addr) == config_values_addr_port(&dest) &&
+	       config_values_is_wildcard(&admin->addr) && config_values_is_loopback(&dest);
 }
 
 /* Stop serving: evhttp closes the listening socket and open connections. */
@@ -363,7 +337,7 @@ int admin_apply(struct proxy *proxy, const struct config *config)
 	fresh = admin_open(proxy, config->admin_address, &config->admin_addr,
 			   config->admin_addr_len);
 	if (fresh == NULL && errno == EADDRINUSE && old != NULL &&
-	    admin_port(&old->addr) == admin_port(&config->admin_addr)) {
+	    config_values_addr_port(&old->addr) == config_values_addr_port(&config->admin_addr)) {
 		/* 127.0.0.1:9901 to 0.0.0.0:9901: the old socket is in the new
 		 * one's way, so it has to go first; put it back on failure */
 		char *old_address = xstrdup(old->address);

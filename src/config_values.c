@@ -497,6 +497,21 @@ int config_values_bool(const char *text, bool *value)
 }
 
 /* Whether an address can only be reached from this host. */
+bool config_values_is_wildcard(const struct sockaddr_storage *addr)
+{
+	if (addr->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)addr)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return addr->ss_family == AF_INET6 &&
+	       IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)addr)->sin6_addr);
+}
+
+uint16_t config_values_addr_port(const struct sockaddr_storage *addr)
+{
+	if (addr->ss_family == AF_INET6)
+		return ((const struct sockaddr_in6 *)addr)->sin6_port;
+	return ((const struct sockaddr_in *)addr)->sin_port;
+}
+
 bool config_values_is_loopback(const struct sockaddr_storage *addr)
 {
 	if (addr->ss_family == AF_INET) {

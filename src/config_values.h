@@ -53,6 +53,13 @@ int config_values_bool(const char *text, bool *value);
 /* Whether an address is a loopback one: 127.0.0.0/8, ::1 or ::ffff:127.x. */
 bool config_values_is_loopback(const struct sockaddr_storage *addr);
 
+/* Whether an address is the unspecified one, 0.0.0.0 or ::: bound, every
+ * address of the host; connected to, its loopback. */
+bool config_values_is_wildcard(const struct sockaddr_storage *addr);
+
+/* An IPv4 or IPv6 address's port, in network order. */
+uint16_t config_values_addr_port(const struct sockaddr_storage *addr);
+
 /* Whether two socket addresses name the same address and port. */
 bool config_values_same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 

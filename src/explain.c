@@ -1,8 +1,6 @@
 #include "explain.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -218,26 +216,10 @@ static int explain_parse(const struct config *config, struct explain_head *h, si
 static bool explain_listener_takes(const struct sockaddr_storage *bound,
 				   const struct sockaddr_storage *addr)
 {
-	in_port_t bound_port, port;
-
-	if (config_values_same_address(bound, addr))
-		return true;
-	if (bound->ss_family == AF_INET) {
-		const struct sockaddr_in *b = (const struct sockaddr_in *)bound;
-
-		bound_port = b->sin_port;
-		if (b->sin_addr.s_addr != htonl(INADDR_ANY) || addr->ss_family != AF_INET)
-			return false;
-	} else {
-		const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)bound;
-
-		bound_port = b->sin6_port;
-		if (!IN6_IS_ADDR_UNSPECIFIED(&b->sin6_addr))
-			return false;
-	}
-	port = addr->ss_family == AF_INET ? ((const struct sockaddr_in *)addr)->sin_port
-					  : ((const struct sockaddr_in6 *)addr)->sin6_port;
-	return port == bound_port;
+	return config_values_same_address(bound, addr) ||
+	       (config_values_is_wildcard(bound) &&
+		config_values_addr_port(bound) == config_values_addr_port(addr) &&
+		(bound->ss_family == AF_INET6 || addr->ss_family == AF_INET));
 }
 
 /* Which listener gets the request, and in which form. A URL that names a
