@@ -101,6 +101,25 @@ static inline char *exchange_put_field(char *p, const struct http1_field *f)
 	return EXCHANGE_PUT_LITERAL(p, "\r\n");
 }
 
+/* The field lines marked forward at p, as they came unless a Content-Length
+ * was listed or repeated (http1_framing.length_repeated); returns the end. */
+static inline char *exchange_put_fields(char *p, const struct http1_head *head, const bool *forward,
+					bool length_repeated)
+{
+	size_t i;
+
+	if (!length_repeated) {
+		for (i = 0; i < head->field_count; i++)
+			if (forward[i])
+				p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
+		return p;
+	}
+	for (i = 0; i < head->field_count; i++)
+		if (forward[i])
+			p = exchange_put_field(p, &head->fields[i]);
+	return p;
+}
+
 /* Backpressure marks: a side's queued output past HIGH stops reading the
  * other side until it drains below LOW. */
 #define EXCHANGE_OUTPUT_HIGH (256 * 1024)

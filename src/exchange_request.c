@@ -90,15 +90,7 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	p = exchange_put(p, authority, authority_len);
 	/* via starts with the Host line's CRLF */
 	p = exchange_put(p, via, 2);
-	if (!framing->length_repeated) {
-		for (i = 0; i < head->field_count; i++)
-			if (forward[i])
-				p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
-	} else {
-		for (i = 0; i < head->field_count; i++)
-			if (forward[i])
-				p = exchange_put_field(p, &head->fields[i]);
-	}
+	p = exchange_put_fields(p, head, forward, framing->length_repeated);
 	if (ex->key_injected) {
 		/* made here, once per request: every try sends this head */
 		p = EXCHANGE_PUT_LITERAL(p, key_name);

@@ -82,15 +82,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	*p++ = ' ';
 	p = exchange_put(p, head->reason, head->reason_len);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
-	if (!rf->length_repeated) {
-		for (i = 0; i < head->field_count; i++)
-			if (forward[i])
-				p = exchange_put(p, head->fields[i].line, head->fields[i].line_len);
-	} else {
-		for (i = 0; i < head->field_count; i++)
-			if (forward[i])
-				p = exchange_put_field(p, &head->fields[i]);
-	}
+	p = exchange_put_fields(p, head, forward, rf->length_repeated);
 	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
 	p = exchange_put_uint(p, ex->attempts);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");

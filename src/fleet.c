@@ -110,11 +110,13 @@ static uint64_t fleet_route_spent_in_flight(const struct fleet_route *fr)
 /* A sync that got no usable answer: Redis may or may not have run it, so
  * what it reported as owed, and the tokens it handed back that were spent
  * since, are owed again. Counting them twice errs on the strict side;
- * missing them would let the fleet overspend. */
+ * missing them would let the fleet overspend. Taken once: a second call
+ * for the same sync (fleet_lost, then its callback) adds nothing. */
 static void fleet_route_unanswered(struct fleet_route *fr)
 {
 	fr->owed += fr->sent_owed + fleet_route_spent_in_flight(fr);
 	fr->sent_owed = 0;
+	fr->sent_back = 0;
 }
 
 /* Redis cannot be used: drop the connection (unless hiredis is freeing it
@@ -132,12 +134,9 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 	/* A free from inside a reply callback is put off until it returns, and
 	 * with it the other routes' callbacks: what their syncs owe is taken
 	 * now, while the tokens they handed back are still known. */
-	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
-		if (fr->in_flight) {
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
+		if (fr->in_flight)
 			fleet_route_unanswered(fr);
-			fr->sent_back = 0;
-		}
-	}
 	if (fleet->resolving != NULL) {
 		struct evdns_getaddrinfo_request *req = fleet->resolving;
 
