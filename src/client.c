@@ -62,9 +62,11 @@ struct client {
 	struct intercept *intercept;	      /* an intercepted CONNECT's tunnel, or NULL */
 	enum client_state state;
 	struct http1_resume head_resume; /* how far the next head's bytes were looked at */
-	bool listener_gone; /* a reload removed its listener: close after this request */
-	bool output_full;   /* reading the next request waits for the output to drain */
-	union {		    /* checked against allow_clients again after a reload */
+	bool listener_gone;	  /* a reload removed its listener: close after this request */
+	bool output_full;	  /* reading the next request waits for the output to drain */
+	bool head_timer_at_flush; /* the next head's client_timeout starts once the
+				     last response is written */
+	union {			  /* checked against allow_clients again after a reload */
 		struct sockaddr sa;
 		struct sockaddr_in sin;
 		struct sockaddr_in6 sin6;
@@ -412,6 +414,7 @@ static void client_read_head(struct client *client)
 		return;
 	}
 	conn_set_deadline(client->conn, 0);
+	client->head_timer_at_flush = false;
 	owner = client_exchange_owner(client);
 	ex = exchange_new(client->proxy, &owner, head, &framing, &status, reason, sizeof(reason));
 	if (ex == NULL) {
@@ -444,11 +447,16 @@ static void client_read_cb(struct conn *conn, void *arg)
 	}
 }
 
-/* Wait for the next request head: a pipelined one may be in the input. */
+/* Wait for the next request head: a pipelined one may be in the input. Its
+ * client_timeout counts from the end of the previous response: once that is
+ * written (client_write_cb), not when it was queued, so that a client slow to
+ * read a large response still has the whole idle time after it. */
 static void client_read_next(struct client *client)
 {
 	conn_read_enable(client->conn, true);
-	client_arm_head_timer(client);
+	client->head_timer_at_flush = conn_output_length(client->conn) > 0;
+	if (!client->head_timer_at_flush)
+		client_arm_head_timer(client);
 	if (conn_input_length(client->conn) > 0)
 		conn_read_again(client->conn);
 }
@@ -469,6 +477,9 @@ static void client_write_cb(struct conn *conn, void *arg)
 		if (client->output_full) {
 			client->output_full = false;
 			client_read_next(client);
+		} else if (client->head_timer_at_flush && conn_output_length(conn) == 0) {
+			client->head_timer_at_flush = false;
+			client_arm_head_timer(client);
 		}
 		break;
 	case CLIENT_LINGERING:
@@ -477,17 +488,9 @@ static void client_write_cb(struct conn *conn, void *arg)
 	}
 }
 
-/* client_timeout passed without a whole request head. While the last
- * response is still being written nothing is cut: the wait is started
- * again each time it finds the output queued (so the idle time left after
- * the response is between none and client_timeout, not a whole one), and
- * the write timeout ends a client that stopped reading. */
+/* client_timeout passed without a whole request head. */
 static void client_head_timeout(struct client *client)
 {
-	if (conn_output_length(client->conn) > 0) {
-		client_arm_head_timer(client);
-		return;
-	}
 	if (conn_input_length(client->conn) > 0)
 		log_info("client %s: request head not complete within client_timeout; closing",
 			 client->peer);

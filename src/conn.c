@@ -2,9 +2,11 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <linux/sockios.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -78,6 +80,7 @@ struct conn {
 	uint64_t deadline_at;
 	uint64_t read_active_at;  /* last read, or when reading started */
 	uint64_t write_active_at; /* last write, or when writing blocked */
+	int unacked_at_block;	  /* the kernel's unacknowledged bytes then, -1 unknown */
 	uint64_t written;	  /* bytes handed to the kernel (to OpenSSL for TLS), in all */
 	int error;
 	unsigned long tls_error;
@@ -353,6 +356,37 @@ static uint64_t conn_timer_due(const struct conn *c)
 	return due;
 }
 
+/* Bytes the kernel holds for the peer, sent or not, that it has not yet
+ * acknowledged; -1 when it cannot say. */
+static int conn_unacked(const struct conn *c)
+{
+	int queued;
+
+	return ioctl(c->fd, SIOCOUTQ, &queued) == 0 ? queued : -1;
+}
+
+/* Start the write timeout's clock. While writing is blocked it also notes
+ * what the kernel holds for the peer, so that the timeout can tell a peer
+ * that reads slowly (its acknowledgements shrink that) from one that
+ * stopped: the kernel reports a full socket writable only once a third of
+ * its buffer drained, which a slow reader may take longer than the timeout
+ * to read. One ioctl per blocked write, never on a write that fits. */
+static void conn_write_clock_start(struct conn *c, uint64_t now)
+{
+	c->write_active_at = now;
+	c->unacked_at_block = c->write_blocked ? conn_unacked(c) : -1;
+}
+
+/* The write timeout fell due: true when the peer took bytes since the
+ * clock started (the clock starts again from now). */
+static bool conn_peer_took_bytes(struct conn *c, uint64_t now)
+{
+	int before = c->unacked_at_block;
+
+	conn_write_clock_start(c, now);
+	return before >= 0 && c->unacked_at_block >= 0 && c->unacked_at_block < before;
+}
+
 static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
 
 /* Make sure the timer fires no later than the earliest due time. It is not
@@ -431,10 +465,12 @@ static void conn_end_output(struct conn *c)
 		 * said over TLS */
 		ERR_clear_error();
 		if (c->close_notify_blocked) {
-			if (!c->write_blocked && c->write_timeout_ms != 0)
-				c->write_active_at = conn_now_ms();
+			bool was_blocked = c->write_blocked;
+
 			c->shutdown_pending = true;
 			c->write_blocked = true;
+			if (!was_blocked && c->write_timeout_ms != 0)
+				conn_write_clock_start(c, conn_now_ms());
 			conn_update_interest(c);
 			return;
 		}
@@ -462,8 +498,7 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 			return;
 	} else if (c->write_timeout_ms != 0 && c->write_blocked &&
 		   now >= c->write_active_at + c->write_timeout_ms) {
-		c->write_active_at = now;
-		if (!conn_report(c, CONN_TIMEOUT | CONN_WRITING))
+		if (!conn_peer_took_bytes(c, now) && !conn_report(c, CONN_TIMEOUT | CONN_WRITING))
 			return;
 	}
 	conn_timer_schedule(c);
@@ -806,7 +841,7 @@ static void conn_write(struct conn *c)
 		return;
 	}
 	if (c->write_timeout_ms != 0 && (n > 0 || (c->write_blocked && !was_blocked)))
-		c->write_active_at = conn_now_ms();
+		conn_write_clock_start(c, conn_now_ms());
 	conn_buffer_release(c->loop, &c->output);
 	conn_update_interest(c);
 	/* before the check for progress: a blocked close_notify is written
@@ -1011,6 +1046,7 @@ static struct conn *conn_alloc(struct conn_loop *loop, int fd, enum conn_side si
 	c->fd = fd;
 	c->io = event_new(loop->base, fd, EV_PERSIST, conn_io_cb, c);
 	c->read_size = CONN_READ_START;
+	c->unacked_at_block = -1;
 	return c;
 }
 
@@ -1179,6 +1215,7 @@ void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 
 	if (read_ms != c->read_timeout_ms)
 		c->read_active_at = now;
+	/* a blocked write keeps the kernel's count it noted when it blocked */
 	if (write_ms != c->write_timeout_ms)
 		c->write_active_at = now;
 	c->read_timeout_ms = read_ms;

@@ -146,7 +146,8 @@ void conn_set_input_limit(struct conn *conn, size_t bytes);
 void conn_set_output_low(struct conn *conn, size_t bytes);
 
 /* Idle timeouts in milliseconds, 0 for none: no byte read for read_ms while
- * reading is on, or no byte written for write_ms while output waits. */
+ * reading is on, or none of the output taken by the peer for write_ms while
+ * output waits (the kernel's unacknowledged bytes not shrinking). */
 void conn_set_timeouts(struct conn *conn, uint64_t read_ms, uint64_t write_ms);
 
 /* A deadline ms from now (0: none), reported as CONN_TIMEOUT alone,

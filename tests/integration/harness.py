@@ -25,6 +25,7 @@ The proxy binary comes from $RETRYPROXY_BIN (meson test sets it);
 $RETRYPROXY_SANITIZED=1 says it was built with sanitizers.
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -32,9 +33,11 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 import traceback
 
@@ -534,6 +537,43 @@ class RawConn:
             return False
         self.buf += data
         return False
+
+
+def send_queue(local_port, remote_port):
+    """Bytes the kernel holds to send on the loopback TCP socket from
+    local_port to remote_port (tx_queue in /proc/net/tcp), or None."""
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if (int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16)) == \
+                    (local_port, remote_port):
+                return int(fields[4].split(":")[0], 16)
+    return None
+
+
+def readable(sock):
+    """Bytes waiting in the socket's receive buffer."""
+    return struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0" * 4))[0]
+
+
+def kernel_capacity(port):
+    """How many bytes of a response the kernel holds between the proxy on
+    port and a client that stopped reading: the proxy socket's send queue
+    plus the client's receive buffer, once they stop growing. The proxy's
+    upstream must be an origin.py (its /bytes/N)."""
+    with RawConn(port) as c:
+        c.send(request("GET", "/bytes/%d?capacity" % (16 << 20), "a.example"))
+        c.read_head()
+        last = None
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = (send_queue(port, c.local_port), readable(c.sock))
+            if now == last:
+                break
+            last = now
+        return len(c.buf) + sum(last)
 
 
 def request(method, target, host, headers=(), body=b"", version="HTTP/1.1"):

@@ -14,7 +14,14 @@ before 0.3 s), and nothing of the dripped request reaches the origin; the
 timeout counts from the end of the previous response, so requests 0.7 s
 apart keep one connection alive; a slow response is not cut by it; a
 request body that stops arriving for client_timeout closes the connection
-and the origin never gets a whole request.
+and the origin never gets a whole request. A client reading a 16 MiB
+response slowly (about 320 KB/s, less than a third of the kernel's send
+buffer per second) is not cut while it reads, and gets the whole body; one that stops
+reading is cut within a few seconds of client_timeout. After a response
+whose tail waits in the proxy (a client that read nothing for 1 s of a
+2 s client_timeout), the next request's client_timeout counts from when
+that tail was written, not from when it was queued: a request sent 1.5 s
+after the client read the rest is served.
 A second proxy (client_timeout 1s, health hold, max_attempts 3) in front
 of origins that refuse connections for a while: a POST whose whole small
 body was sent, held 2.5 s for its down upstream, or waiting out a 2.5 s
@@ -23,10 +30,12 @@ waits on the proxy, not on the client): 200, and the origin gets the
 POST once, body and all.
 """
 
+import hashlib
 import threading
 import time
 
 import harness as h
+import origin as origin_mod
 
 CONFIG = """\
 listen:
@@ -130,6 +139,69 @@ def scenario(t):
             h.ok(c.closed_within(BOUND), "stalled body: connection still open after %ss" % BOUND)
         done = [q for q in origin.requests if "stalled-body" in q.target and q.body_len == 100]
         h.eq(done, [], "whole stalled requests at the origin")
+
+    big = 16 << 20
+
+    @t.check("a client reading a large body slowly but steadily is not cut by client_timeout")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", "/bytes/%d?slow-reader" % big, "a.example"))
+            r = c.read_head()
+            h.eq(r.status, 200, "status")
+            got = len(c.buf)
+            digest = hashlib.sha256(bytes(c.buf))
+            c.buf.clear()
+            # 32 KB every 0.1 s for 3.5 s: less than a third of the proxy's
+            # send buffer per second, so the kernel never reports the
+            # socket writable while the client reads
+            start = time.monotonic()
+            while time.monotonic() - start < 3.5:
+                c.sock.settimeout(5)
+                data = c.sock.recv(32768)
+                h.ok(data, "connection closed after %.1fs of slow reading, %d bytes in"
+                     % (time.monotonic() - start, got))
+                got += len(data)
+                digest.update(data)
+                time.sleep(0.1)
+            while got < big:
+                c.sock.settimeout(10)
+                data = c.sock.recv(1 << 20)
+                h.ok(data, "connection closed at %d of %d bytes" % (got, big))
+                got += len(data)
+                digest.update(data)
+        h.eq(digest.hexdigest(), origin_mod.pattern_sha256(big), "body digest")
+
+    @t.check("a client that stops reading a large body is cut after client_timeout")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", "/bytes/%d?stopped-reader" % big, "a.example"))
+            h.eq(c.read_head().status, 200, "status")
+            f = h.access_fields(proxy.access_one("stopped-reader", timeout=BOUND))
+            h.eq(f.get("note"), "client%20stopped%20reading", "access note")
+            h.ok(int(f["duration_ms"]) >= 1000, "cut after %sms" % f["duration_ms"])
+            got = len(c.buf) + len(c.read_to_close())
+            h.ok(got < big, "the whole body arrived")
+
+    slow = t.proxy(CONFIG.replace("client_timeout: 1s", "client_timeout: 2s"), ORIGIN=origin.port)
+
+    @t.check("the next request's client_timeout counts from when the last response was written")
+    def _():
+        # a response that fills the kernel's buffers and leaves about 128 KiB
+        # waiting in the proxy: it is all read from the origin at once
+        size = h.kernel_capacity(slow.port()) + (128 << 10)
+        with h.RawConn(slow.port()) as c:
+            c.send(h.request("GET", "/bytes/%d?tail-waits" % size, "a.example"))
+            h.eq(c.read_head().status, 200, "status")
+            h.wait_until(lambda: slow.access_for("tail-waits"), 5, "the response queued whole",
+                         interval=0.01)
+            queued = time.monotonic()
+            # the tail waits 1 s (half the client_timeout) before the client reads
+            time.sleep(1.0)
+            h.eq(len(c.read_exact(size)), size, "body bytes")
+            # 2.5 s after it was queued, 1.5 s after it was written
+            time.sleep(max(0.0, queued + 2.5 - time.monotonic()))
+            c.send(h.request("GET", "/echo?after-tail", "a.example"))
+            h.eq(c.read_response().status, 200, "status of the next request")
 
     held = t.origin()
     held.stop_listening()

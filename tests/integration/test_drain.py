@@ -2,15 +2,17 @@
 """Scenario: SIGTERM drains, then exits 0.
 
 Client: raw connections to a sidecar listener. Proxy 1 (drain_timeout 10s):
-one idle keep-alive connection that has finished a request; one GET
-/delay/2 in flight; one GET /drain/retry waiting in a 1 s backoff after a
+one idle keep-alive connection that has finished a request; one whose
+response is queued whole but not read yet, its last 128 KiB still in the
+proxy (more than the kernel's buffers hold); one GET /delay/2 in flight; one GET /drain/retry waiting in a 1 s backoff after a
 503. Then SIGTERM, and meanwhile a new connection to the listener and GET
 /healthz on the admin listener. Proxy 2 (drain_timeout 1s): one GET
 /delay/6 in flight, then SIGTERM.
 Origin: /delay/N answers 200 "delayed" after N seconds; /drain/retry
 answers 503, then 200.
 Must hold: proxy 1 closes the idle connection at once and refuses new
-connections, answers /healthz with 503 "draining\\n" while the requests run,
+connections, writes the unread response whole before closing its
+connection, answers /healthz with 503 "draining\\n" while the requests run,
 lets the slow request finish with its 200 and the waiting one retry and
 finish with its 200 (Retry-Attempts: 2), closes those connections after
 their responses, and exits 0 once they are done (about 2 s after SIGTERM,
@@ -18,9 +20,11 @@ well before drain_timeout). Proxy 2 exits 0 about 1 s after SIGTERM, closing
 the unfinished request's connection.
 """
 
+import hashlib
 import time
 
 import harness as h
+import origin as origin_mod
 
 CONFIG = """\
 listen:
@@ -44,9 +48,16 @@ def scenario(t):
     conns = {}
     t.defer(lambda: [c.close() for c in conns.values()])
     start = {}
+    tail = {}
 
-    @t.check("set-up: an idle keep-alive connection, a slow request and one in backoff")
+    @t.check("set-up: an idle keep-alive connection, an unread response, a slow request and "
+             "one in backoff")
     def _():
+        tail["size"] = h.kernel_capacity(port) + (128 << 10)
+        conns["tail"] = h.RawConn(port)
+        conns["tail"].send(h.request("GET", "/bytes/%d?drain-tail" % tail["size"], "app.example"))
+        h.eq(conns["tail"].read_head().status, 200, "the unread response's status")
+        proxy.access_one("drain-tail")
         conns["idle"] = h.RawConn(port)
         conns["idle"].send(h.request("GET", "/status/200", "app.example"))
         h.eq(conns["idle"].read_response().status, 200, "the idle connection's request")
@@ -63,6 +74,13 @@ def scenario(t):
     def _():
         h.ok(conns["idle"].closed_within(1 * h.SLOW), "the idle keep-alive connection stayed open")
         h.wait_until(lambda: not h.port_accepts(port), 1 * h.SLOW, "the listener to close")
+
+    @t.check("the response queued but not yet read goes out whole, then its connection closes")
+    def _():
+        c = conns["tail"]
+        got = c.read_exact(tail["size"], timeout=10 * h.SLOW)
+        h.eq(hashlib.sha256(got).hexdigest(), origin_mod.pattern_sha256(tail["size"]), "body digest")
+        h.ok(c.closed_within(2 * h.SLOW), "the connection stayed open after the response")
 
     @t.check("during the drain /healthz answers 503 'draining\\n'")
     def _():
@@ -97,7 +115,9 @@ def scenario(t):
         lines = [h.access_fields(ln) for ln in proxy.stderr_lines()]
         lines = [f for f in lines if f and f.get("target")]
         targets = sorted((f["target"], f.get("status"), f.get("attempts")) for f in lines)
-        h.eq(targets, [("/delay/2", "200", "1"), ("/drain/retry", "200", "2"),
+        h.eq(targets, [("/bytes/%d?capacity" % (16 << 20), "200", "1"),
+                       ("/bytes/%d?drain-tail" % tail["size"], "200", "1"),
+                       ("/delay/2", "200", "1"), ("/drain/retry", "200", "2"),
                        ("/status/200", "200", "1")], "access lines (target, status, attempts)")
 
     t.stop_proxy(proxy)
