@@ -181,20 +181,17 @@ static bool listener_dropped(const struct listener *l, const struct config *conf
 	return true;
 }
 
-/* Close the sockets of the listeners config drops on lc's port (they hold
- * it: 0.0.0.0:P and 127.0.0.1:P cannot both listen), keeping the listeners
- * to bind again if the move fails. Returns how many were closed. */
-static size_t listener_unbind_port(struct proxy *proxy, struct config *config,
-				   const struct listener_config *lc)
+size_t listener_unbind_port(struct proxy *proxy, const struct config *config,
+			    const struct sockaddr_storage *addr, const char *address)
 {
 	size_t closed = 0;
 
 	for (struct listener *l = proxy->listeners->first; l != NULL; l = l->next) {
-		if (l->evl == NULL || listener_port(&l->listen->addr) != listener_port(&lc->addr) ||
+		if (l->evl == NULL || listener_port(&l->listen->addr) != listener_port(addr) ||
 		    !listener_dropped(l, config))
 			continue;
 		log_info("closed listener %s to listen on %s, on the same port", l->listen->address,
-			 lc->address);
+			 address);
 		evconnlistener_free(l->evl);
 		l->evl = NULL;
 		closed++;
@@ -202,9 +199,7 @@ static size_t listener_unbind_port(struct proxy *proxy, struct config *config,
 	return closed;
 }
 
-/* Listen again where listeners closed by listener_unbind_port() were; one
- * whose address was taken meanwhile is gone. */
-static void listener_rebind(struct proxy *proxy)
+void listener_rebind(struct proxy *proxy)
 {
 	struct listener **link = &proxy->listeners->first;
 
@@ -231,12 +226,12 @@ int listener_apply(struct proxy *proxy, struct config *config)
 	struct listener *next_list = NULL;
 	struct listener *l;
 	size_t i;
-	bool moved = false;
 
 	/* First bind what is new, so a failure leaves everything as it was.
 	 * An address in use only because a dropped listener holds its port
 	 * (0.0.0.0:P in place of 127.0.0.1:P) is bound after that listener is
-	 * closed; it is opened again if the bind still fails. SO_REUSEPORT
+	 * closed, which the caller binds again if the reload fails
+	 * (listener_rebind). SO_REUSEPORT
 	 * would avoid the short gap but also let another process's socket
 	 * share the port and take connections. */
 	for (int pass = 0; pass < 2; pass++) {
@@ -251,7 +246,7 @@ int listener_apply(struct proxy *proxy, struct config *config)
 			if (exists)
 				continue;
 			if (pass == 1)
-				moved = listener_unbind_port(proxy, config, lc) > 0 || moved;
+				listener_unbind_port(proxy, config, &lc->addr, lc->address);
 			l = listener_open(proxy, config, lc, pass == 0);
 			if (l == NULL) {
 				if (pass == 0 && errno == EADDRINUSE)
@@ -287,8 +282,6 @@ fail:
 		opened = l->next;
 		listener_free(l);
 	}
-	if (moved)
-		listener_rebind(proxy);
 	return -1;
 }
 

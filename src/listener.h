@@ -5,6 +5,8 @@
  * max_connections instead of failing connections. */
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/socket.h>
 
 struct config;
 struct listener_set;
@@ -18,8 +20,21 @@ void listener_set_free(struct listener_set *set);
 /* Make the open listeners those of config: addresses that stay keep their
  * sockets (now under config), new ones are bound, dropped ones closed.
  * Returns 0, or -1 after logging which address could not be bound, with the
- * listeners as they were. */
+ * listeners as they were, except that those it closed to free a port stay
+ * closed until listener_rebind(). */
 int listener_apply(struct proxy *proxy, struct config *config);
+
+/* Close the sockets of the listeners config drops on addr's port (they hold
+ * it: 0.0.0.0:P and 127.0.0.1:P cannot both listen), so that address (a new
+ * listener's, or the admin's) can be bound; the listeners are kept, to bind
+ * again with listener_rebind() if the reload fails. Returns how many were
+ * closed. */
+size_t listener_unbind_port(struct proxy *proxy, const struct config *config,
+			    const struct sockaddr_storage *addr, const char *address);
+
+/* Listen again where listener_unbind_port() closed listeners; one whose
+ * address was taken meanwhile is gone. */
+void listener_rebind(struct proxy *proxy);
 
 /* Close every listener. */
 void listener_close_all(struct proxy *proxy);

@@ -266,14 +266,21 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	proxy_adopt_config(proxy, config);
 	/* the trust is read again: a CA taken out of a file is out now */
 	tls_store_reload_begin(proxy->tls);
-	/* admin first: if the listeners then fail, putting the one admin
-	 * socket back is simpler than putting back every listener */
-	if (proxy_prepare_tls(proxy, config) < 0 || admin_apply(proxy, config) < 0)
+	if (proxy_prepare_tls(proxy, config) < 0)
 		goto fail_apply;
+	/* admin first: if the listeners then fail, putting the one admin
+	 * socket back is simpler than putting back every listener. A listener
+	 * the new config drops may hold the admin's new port (the admin moves
+	 * where a listener was): that one is closed first. */
+	if (config->admin_address != NULL)
+		listener_unbind_port(proxy, config, &config->admin_addr, config->admin_address);
+	if (admin_apply(proxy, config) < 0)
+		goto fail_rebind;
 	if (listener_apply(proxy, config) < 0) {
+		/* before the listeners: the admin may hold a port of theirs */
 		if (admin_apply(proxy, proxy->config) < 0)
 			log_error("reload: the admin listener could not be put back as it was");
-		goto fail_apply;
+		goto fail_rebind;
 	}
 	tls_store_reload_end(proxy->tls, true);
 	pool_close_https(proxy->pool);
@@ -286,6 +293,8 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	log_info("reload: now running %s", config->source);
 	proxy_notify_ready(proxy, "reloaded");
 	return 0;
+fail_rebind:
+	listener_rebind(proxy);
 fail_apply:
 	tls_store_reload_end(proxy->tls, false);
 	log_error("reload: cannot apply %s; keeping the running config", name);

@@ -25,6 +25,10 @@ socket does) and back, serving after each (127.0.0.2:P answers only while
 the wildcard listens); a move whose bind fails (another socket holds
 127.0.0.3:P) is refused with the address and cause logged, and the old
 listener is back and serving.
+A third proxy (listeners P0 and P1, admin P2) has its admin moved by
+reload onto P1 while the listener there is dropped: when a new listener's
+bind then fails, P1 is a listener again and the admin answers on P2; when
+nothing fails, the admin answers on P1, P0 still proxies and P2 is closed.
 """
 
 import os
@@ -53,6 +57,16 @@ routes:
 LOOPBACK = '127.0.0.0/8, "::1/128"'
 
 
+def reload_with(proxy, text, outcome=r"reload: now running"):
+    """Write the proxy's config, SIGHUP, wait for one more log line
+    matching outcome."""
+    with open(proxy.config_path, "w") as f:
+        f.write(text)
+    n = len([ln for ln in proxy.stderr_lines() if re.search(outcome, ln)]) + 1
+    os.kill(proxy.pid, signal.SIGHUP)
+    proxy.wait_log(outcome, timeout=10 * h.SLOW, count=n)
+
+
 def scenario(t):
     a = t.origin(name="origin-A", echo_unknown=True)
     b = t.origin(name="origin-B", echo_unknown=True)
@@ -62,13 +76,7 @@ def scenario(t):
     port = proxy.port(0)
 
     def reload(text, outcome=r"reload: now running"):
-        """Write the config, SIGHUP, wait for one more log line matching
-        outcome."""
-        with open(proxy.config_path, "w") as f:
-            f.write(text)
-        n = len([ln for ln in proxy.stderr_lines() if re.search(outcome, ln)]) + 1
-        os.kill(proxy.pid, signal.SIGHUP)
-        proxy.wait_log(outcome, timeout=10 * h.SLOW, count=n)
+        reload_with(proxy, text, outcome)
 
     def get(path, conn=None):
         if conn is None:
@@ -173,11 +181,7 @@ def scenario(t):
     def reload_mover(address, outcome=r"reload: now running"):
         text = CONFIG.format(port=mport, default=b.port, upstream=b.port, backoff="1500ms",
                              clients=LOOPBACK).replace("127.0.0.1:%d" % mport, address, 1)
-        with open(mover.config_path, "w") as f:
-            f.write(text)
-        n = len([ln for ln in mover.stderr_lines() if re.search(outcome, ln)]) + 1
-        os.kill(mover.pid, signal.SIGHUP)
-        mover.wait_log(outcome, timeout=10 * h.SLOW, count=n)
+        reload_with(mover, text, outcome)
 
     def serves(host, tag):
         with h.RawConn(mport, host=host) as c:
@@ -213,6 +217,50 @@ def scenario(t):
         h.ok(not h.port_accepts(mport, host="127.0.0.2"), "127.0.0.2:P accepts: not the old listener")
         reload_mover("0.0.0.0:%d" % mport)
         h.eq(serves("127.0.0.2", "after"), 200, "the move works once the port is free")
+
+    # A third proxy: the admin moves by reload onto the port of a listener
+    # the same reload drops.
+    ADMIN_CONFIG = """\
+listen:
+  - address: 127.0.0.1:{p0}
+    upstream: http://127.0.0.1:{origin}
+{second}admin: 127.0.0.1:{admin}
+log: {{ level: info }}
+"""
+    SECOND = "  - address: 127.0.0.1:{p}\n    upstream: http://127.0.0.1:{origin}\n"
+    mover2 = t.proxy(ADMIN_CONFIG.format(p0="@PORT0@", origin=b.port, admin="@PORT2@",
+                                         second=SECOND.format(p="@PORT1@", origin=b.port)))
+    p0, p1, p2 = mover2.port(0), mover2.port(1), mover2.port(2)
+
+    def answers(port, tag):
+        """'admin' or 'proxy': who answers GET /metrics?tag on port."""
+        r = h.fetch(port, "GET", "/metrics?" + tag, "app.example")
+        h.eq(r.status, 200, "status of /metrics on port %d" % port)
+        return "admin" if b"retryproxy_" in r.body else "proxy"
+
+    @t.check("a reload moving the admin onto a dropped listener's port that then fails: "
+             "both back as they were")
+    def _():
+        blocker = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        t.defer(blocker.close)
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen(1)
+        taken = blocker.getsockname()[1]
+        reload_with(mover2, ADMIN_CONFIG.format(p0=p0, origin=b.port, admin=p1,
+                                                second=SECOND.format(p=taken, origin=b.port)),
+                    r"reload: cannot apply")
+        h.eq([answers(p0, "a0"), answers(p1, "a1"), answers(p2, "a2")],
+             ["proxy", "proxy", "admin"], "who answers on P0, P1, P2")
+        blocker.close()
+
+    @t.check("a reload moves the admin onto the port of a listener it drops")
+    def _():
+        reload_with(mover2, ADMIN_CONFIG.format(p0=p0, origin=b.port, admin=p1, second=""))
+        h.eq([answers(p0, "b0"), answers(p1, "b1")], ["proxy", "admin"], "who answers on P0, P1")
+        h.ok(not h.port_accepts(p2), "the old admin port still accepts")
+        made_way = [ln for ln in mover2.stderr_lines()
+                    if "closed listener 127.0.0.1:%d to listen on 127.0.0.1:%d" % (p1, p1) in ln]
+        h.eq(len(made_way), 2, "lines saying the listener made way, one per reload")
 
 
 h.run(scenario, __doc__)
