@@ -576,6 +576,37 @@ def kernel_capacity(port):
         return len(c.buf) + sum(last)
 
 
+def response_tail_in_proxy(proxy, tag, port=None):
+    """A RawConn to the proxy whose GET /bytes/N?tag-K was answered whole
+    (its access line is logged) while the client read nothing, with the
+    last 16 to 200 KiB of the response still queued in the proxy: more
+    than the kernel holds between the proxy and the client, and less than
+    the proxy queues for a client before it waits for it to drain (256
+    KiB). How much the kernel holds depends on how the writes were cut into
+    segments, so the size is tried and corrected until the tail fits.
+    Returns the connection, N, and when the access line was seen."""
+    port = proxy.port() if port is None else port
+    size = kernel_capacity(port) + (96 << 10)
+    for attempt in range(8):
+        target = "/bytes/%d?%s-%d" % (size, tag, attempt)
+        c = RawConn(port)
+        c.send(request("GET", target, "a.example"))
+        c.read_head()
+        deadline = time.monotonic() + 0.5
+        while not proxy.access_for(target) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen = time.monotonic()
+        if proxy.access_for(target):
+            waiting = size - (send_queue(port, c.local_port) + readable(c.sock) + len(c.buf))
+            if (16 << 10) <= waiting <= (200 << 10):
+                return c, size, seen
+            size += (96 << 10) - waiting
+        else:
+            size -= 128 << 10  # the proxy stopped reading: too much for it to queue
+        c.close()
+    raise AssertionError("no response size left its tail in the proxy (last tried %d)" % size)
+
+
 def request(method, target, host, headers=(), body=b"", version="HTTP/1.1"):
     """Bytes of a well-formed request."""
     lines = ["%s %s %s" % (method, target, version)]
@@ -597,7 +628,11 @@ def access_fields(line):
 def try_gaps(requests):
     """Seconds from the end of each response the origin sent to the arrival
     of the next request's head: the waits between tries as the origin saw
-    them (origin.Request records, in arrival order)."""
+    them (origin.Request records, in arrival order). The origin's thread
+    notes a response's end after sending it (a reset included), so the
+    proxy may have retried before it does: that is waited for."""
+    wait_until(lambda: all(r.finished_at is not None for r in requests[:-1]), 5 * SLOW,
+               "the origin to note the end of each response but the last")
     return [b.received_at - a.finished_at for a, b in zip(requests, requests[1:])]
 
 

@@ -18,9 +18,9 @@ and the origin never gets a whole request. A client reading a 16 MiB
 response slowly (about 320 KB/s, less than a third of the kernel's send
 buffer per second) is not cut while it reads, and gets the whole body; one that stops
 reading is cut within a few seconds of client_timeout. After a response
-whose tail waits in the proxy (a client that read nothing for 1 s of a
-2 s client_timeout), the next request's client_timeout counts from when
-that tail was written, not from when it was queued: a request sent 1.5 s
+whose tail waits in the proxy (a client that read nothing for 1.5 s of a
+3 s client_timeout), the next request's client_timeout counts from when
+that tail was written, not from when it was queued: a request sent 2.25 s
 after the client read the rest is served.
 A second proxy (client_timeout 1s, health hold, max_attempts 3) in front
 of origins that refuse connections for a while: a POST whose whole small
@@ -182,24 +182,19 @@ def scenario(t):
             got = len(c.buf) + len(c.read_to_close())
             h.ok(got < big, "the whole body arrived")
 
-    slow = t.proxy(CONFIG.replace("client_timeout: 1s", "client_timeout: 2s"), ORIGIN=origin.port)
+    slow = t.proxy(CONFIG.replace("client_timeout: 1s", "client_timeout: 3s"), ORIGIN=origin.port)
 
     @t.check("the next request's client_timeout counts from when the last response was written")
     def _():
-        # a response that fills the kernel's buffers and leaves about 128 KiB
-        # waiting in the proxy: it is all read from the origin at once
-        size = h.kernel_capacity(slow.port()) + (128 << 10)
-        with h.RawConn(slow.port()) as c:
-            c.send(h.request("GET", "/bytes/%d?tail-waits" % size, "a.example"))
-            h.eq(c.read_head().status, 200, "status")
-            h.wait_until(lambda: slow.access_for("tail-waits"), 5, "the response queued whole",
-                         interval=0.01)
-            queued = time.monotonic()
-            # the tail waits 1 s (half the client_timeout) before the client reads
-            time.sleep(1.0)
+        # a response queued whole, its last bytes waiting in the proxy
+        c, size, queued = h.response_tail_in_proxy(slow, "tail-waits")
+        with c:
+            # the tail waits 1.5 s (half the client_timeout) before the
+            # client reads
+            time.sleep(max(0.0, queued + 1.5 - time.monotonic()))
             h.eq(len(c.read_exact(size)), size, "body bytes")
-            # 2.5 s after it was queued, 1.5 s after it was written
-            time.sleep(max(0.0, queued + 2.5 - time.monotonic()))
+            # 3.75 s after it was queued, 2.25 s after it was written
+            time.sleep(max(0.0, queued + 3.75 - time.monotonic()))
             c.send(h.request("GET", "/echo?after-tail", "a.example"))
             h.eq(c.read_response().status, 200, "status of the next request")
 

@@ -28,7 +28,6 @@ Must hold:
   fleet:; with another name: /config shows it and the gauge comes back.
 """
 
-import os
 import re
 import threading
 import time

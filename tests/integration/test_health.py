@@ -39,7 +39,6 @@ Must hold:
 """
 
 import re
-import socket
 import threading
 import time
 

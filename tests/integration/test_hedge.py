@@ -38,7 +38,6 @@ import os
 import time
 
 import harness as h
-import origin as origin_mod
 
 CONFIG = """\
 listen:

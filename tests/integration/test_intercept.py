@@ -51,7 +51,6 @@ import subprocess
 import time
 
 import harness as h
-import origin as o
 
 CONFIG = """\
 listen:

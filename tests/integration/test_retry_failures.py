@@ -101,7 +101,6 @@ def scenario(t):
     good = t.origin(tls=(certs.server, certs.server_key), name="good")
     proxy = t.proxy(CONFIG, WRONG=wrong.port, GOOD=good.port, CA=certs.ca)
     dead = h.closed_port()
-    host = origin.authority
 
     def send(method, path, body=b"", o=None):
         o = o or origin

@@ -22,7 +22,6 @@ body byte-exact during the drain, and the proxy exits 0.
 import hashlib
 import os
 import signal
-import threading
 import time
 
 import harness as h

@@ -27,7 +27,9 @@ by pool_idle_timeout (300ms here), and one still pooled when the proxy exits
 on SIGTERM. A reload (SIGHUP) reads tls.ca_file again: with the test CA
 taken out of the file, the good origin gets 502 (neither the pooled
 connection nor the saved session of before is used); put back, 200; a
-file that does not load is refused and the running trust stays: 200.
+file that does not load is refused and the running trust stays: 200; a
+connection in use while a reload takes the CA out finishes its request
+(200) and is not pooled: the next request gets 502.
 """
 
 import json
@@ -36,6 +38,7 @@ import shutil
 import signal
 import socket
 import ssl
+import threading
 import time
 import warnings
 
@@ -330,6 +333,24 @@ def scenario(t):
         reloading.wait_log(r"keeping the running config", timeout=10 * h.SLOW)
         r = h.curl(reloading.listener_url(0, "/echo?t=trust-kept"))
         h.eq((r.exit_code, r.status), (0, 200), "after a refused reload (%r)" % r)
+        # a connection in use while a reload replaces the trust is closed
+        # when its request ends, not pooled for the next one
+        reload_with(certs.ca)
+        r = h.curl(reloading.listener_url(0, "/echo?t=trust-again"))
+        h.eq((r.exit_code, r.status), (0, 200), "with the CA back (%r)" % r)
+        gate = good.gate("trust-reload")
+        held = {}
+        th = threading.Thread(target=lambda: held.update(
+            r=h.curl(reloading.listener_url(0, "/gate/trust-reload?first=10&rest=10"))))
+        th.start()
+        gate.wait_reached(10 * h.SLOW)
+        reload_with(certs.other_ca)
+        gate.release()
+        th.join(20 * h.SLOW)
+        h.eq((held["r"].exit_code, held["r"].status), (0, 200),
+             "the request in flight during the reload (%r)" % held["r"])
+        r = h.curl(reloading.listener_url(0, "/echo?t=after-reload-in-flight"))
+        h.check_error_response(r, 502, CERT_WORDS)
 
 
 h.run(scenario, __doc__)

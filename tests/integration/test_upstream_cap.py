@@ -51,7 +51,6 @@ make room), not a pooled one.
 import os
 import re
 import signal
-import threading
 import time
 
 import harness as h
