@@ -80,7 +80,8 @@ struct conn {
 	uint64_t deadline_at;
 	uint64_t read_active_at;  /* last read, or when reading started */
 	uint64_t write_active_at; /* last write, or when writing blocked */
-	int unacked_at_block;	  /* the kernel's unacknowledged bytes then, -1 unknown */
+	int unacked_seen;	  /* the kernel's unacknowledged bytes when last looked at */
+	bool unacked_noted;	  /* looked at since writing blocked */
 	uint64_t written;	  /* bytes handed to the kernel (to OpenSSL for TLS), in all */
 	int error;
 	unsigned long tls_error;
@@ -336,6 +337,53 @@ static short conn_wanted_events(const struct conn *c)
 	return events;
 }
 
+/* The write timeout tells a peer that reads slowly from one that stopped by
+ * what the kernel holds for it, not by writability: the kernel reports a
+ * full socket writable only once a third of its buffer drained, which a slow
+ * reader may take longer than the timeout to read. A quarter of the timeout
+ * after writing blocked, the kernel's unacknowledged bytes are noted (the
+ * bytes in flight then have landed by that time); when the timeout falls
+ * due, fewer mean the peer took some, and the clock starts again. An ioctl
+ * at those two times, none on a write. */
+static uint64_t conn_write_due(const struct conn *c)
+{
+	return c->write_active_at +
+	       (c->unacked_noted ? c->write_timeout_ms : c->write_timeout_ms / 4);
+}
+
+/* Start the write timeout's clock: a write went out, or writing blocked. */
+static void conn_write_clock_start(struct conn *c, uint64_t now)
+{
+	c->write_active_at = now;
+	c->unacked_noted = false;
+}
+
+/* Bytes the kernel holds for the peer, sent or not, that it has not yet
+ * acknowledged; -1 when it cannot say. */
+static int conn_unacked(const struct conn *c)
+{
+	int queued;
+
+	return ioctl(c->fd, SIOCOUTQ, &queued) == 0 ? queued : -1;
+}
+
+/* A look at the kernel when the write timeout's clock says so: true when
+ * the peer took none of the output for the whole timeout. */
+static bool conn_write_timed_out(struct conn *c, uint64_t now)
+{
+	int unacked = conn_unacked(c);
+	bool noted = c->unacked_noted;
+	bool took = noted && unacked >= 0 && unacked < c->unacked_seen;
+
+	c->unacked_seen = unacked;
+	c->unacked_noted = true;
+	if (!noted)
+		return false; /* only noted: the timeout runs on from the block */
+	/* taken or not, the next look is a whole timeout from now */
+	c->write_active_at = now;
+	return !took;
+}
+
 /* When the conn's earliest timeout or deadline falls, 0 for none. */
 static uint64_t conn_timer_due(const struct conn *c)
 {
@@ -348,43 +396,12 @@ static uint64_t conn_timer_due(const struct conn *c)
 			due = at;
 	}
 	if (c->write_timeout_ms != 0 && c->write_blocked) {
-		uint64_t at = c->write_active_at + c->write_timeout_ms;
+		uint64_t at = conn_write_due(c);
 
 		if (due == 0 || at < due)
 			due = at;
 	}
 	return due;
-}
-
-/* Bytes the kernel holds for the peer, sent or not, that it has not yet
- * acknowledged; -1 when it cannot say. */
-static int conn_unacked(const struct conn *c)
-{
-	int queued;
-
-	return ioctl(c->fd, SIOCOUTQ, &queued) == 0 ? queued : -1;
-}
-
-/* Start the write timeout's clock. While writing is blocked it also notes
- * what the kernel holds for the peer, so that the timeout can tell a peer
- * that reads slowly (its acknowledgements shrink that) from one that
- * stopped: the kernel reports a full socket writable only once a third of
- * its buffer drained, which a slow reader may take longer than the timeout
- * to read. One ioctl per blocked write, never on a write that fits. */
-static void conn_write_clock_start(struct conn *c, uint64_t now)
-{
-	c->write_active_at = now;
-	c->unacked_at_block = c->write_blocked ? conn_unacked(c) : -1;
-}
-
-/* The write timeout fell due: true when the peer took bytes since the
- * clock started (the clock starts again from now). */
-static bool conn_peer_took_bytes(struct conn *c, uint64_t now)
-{
-	int before = c->unacked_at_block;
-
-	conn_write_clock_start(c, now);
-	return before >= 0 && c->unacked_at_block >= 0 && c->unacked_at_block < before;
 }
 
 static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
@@ -496,9 +513,8 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 		c->read_active_at = now;
 		if (!conn_report(c, CONN_TIMEOUT | CONN_READING))
 			return;
-	} else if (c->write_timeout_ms != 0 && c->write_blocked &&
-		   now >= c->write_active_at + c->write_timeout_ms) {
-		if (!conn_peer_took_bytes(c, now) && !conn_report(c, CONN_TIMEOUT | CONN_WRITING))
+	} else if (c->write_timeout_ms != 0 && c->write_blocked && now >= conn_write_due(c)) {
+		if (conn_write_timed_out(c, now) && !conn_report(c, CONN_TIMEOUT | CONN_WRITING))
 			return;
 	}
 	conn_timer_schedule(c);
@@ -1046,7 +1062,6 @@ static struct conn *conn_alloc(struct conn_loop *loop, int fd, enum conn_side si
 	c->fd = fd;
 	c->io = event_new(loop->base, fd, EV_PERSIST, conn_io_cb, c);
 	c->read_size = CONN_READ_START;
-	c->unacked_at_block = -1;
 	return c;
 }
 
@@ -1215,9 +1230,8 @@ void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 
 	if (read_ms != c->read_timeout_ms)
 		c->read_active_at = now;
-	/* a blocked write keeps the kernel's count it noted when it blocked */
 	if (write_ms != c->write_timeout_ms)
-		c->write_active_at = now;
+		conn_write_clock_start(c, now);
 	c->read_timeout_ms = read_ms;
 	c->write_timeout_ms = write_ms;
 	if (sooner)

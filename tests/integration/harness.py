@@ -393,10 +393,20 @@ class RawConn:
     """A plain socket client for what curl cannot express: malformed
     requests, pipelining, slow reading, timing of partial responses."""
 
-    def __init__(self, port, host="127.0.0.1", timeout=10, source=None):
-        """Connect to host:port, from the address source when given."""
-        sock = socket.create_connection((host, port), timeout=timeout,
-                                        source_address=(source, 0) if source else None)
+    def __init__(self, port, host="127.0.0.1", timeout=10, source=None, rcvbuf=None):
+        """Connect to host:port, from the address source when given; with
+        rcvbuf, a receive buffer of that size that the kernel does not grow
+        (SO_RCVBUF, set before connecting so that the window agrees)."""
+        if rcvbuf is None:
+            sock = socket.create_connection((host, port), timeout=timeout,
+                                            source_address=(source, 0) if source else None)
+        else:
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            sock.settimeout(timeout)
+            if source:
+                sock.bind((source, 0))
+            sock.connect((host, port))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._adopt(sock, timeout)
 
@@ -557,12 +567,18 @@ def readable(sock):
     return struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0" * 4))[0]
 
 
+# The clients of kernel_capacity and response_tail_in_proxy have a receive
+# buffer the kernel does not grow: grown, it would depend on how much one
+# read happened to copy.
+CAPACITY_RCVBUF = 64 << 10
+
+
 def kernel_capacity(port):
     """How many bytes of a response the kernel holds between the proxy on
     port and a client that stopped reading: the proxy socket's send queue
     plus the client's receive buffer, once they stop growing. The proxy's
     upstream must be an origin.py (its /bytes/N)."""
-    with RawConn(port) as c:
+    with RawConn(port, rcvbuf=CAPACITY_RCVBUF) as c:
         c.send(request("GET", "/bytes/%d?capacity" % (16 << 20), "a.example"))
         c.read_head()
         last = None
@@ -587,9 +603,10 @@ def response_tail_in_proxy(proxy, tag, port=None):
     Returns the connection, N, and when the access line was seen."""
     port = proxy.port() if port is None else port
     size = kernel_capacity(port) + (96 << 10)
+    tried = []
     for attempt in range(8):
         target = "/bytes/%d?%s-%d" % (size, tag, attempt)
-        c = RawConn(port)
+        c = RawConn(port, rcvbuf=CAPACITY_RCVBUF)
         c.send(request("GET", target, "a.example"))
         c.read_head()
         deadline = time.monotonic() + 0.5
@@ -600,11 +617,14 @@ def response_tail_in_proxy(proxy, tag, port=None):
             waiting = size - (send_queue(port, c.local_port) + readable(c.sock) + len(c.buf))
             if (16 << 10) <= waiting <= (200 << 10):
                 return c, size, seen
+            tried.append((size, waiting))
             size += (96 << 10) - waiting
         else:
+            tried.append((size, "not queued whole"))
             size -= 128 << 10  # the proxy stopped reading: too much for it to queue
         c.close()
-    raise AssertionError("no response size left its tail in the proxy (last tried %d)" % size)
+    raise AssertionError("no response size left 16-200 KiB in the proxy; (size, bytes left "
+                         "in the proxy) tried: %r" % tried)
 
 
 def request(method, target, host, headers=(), body=b"", version="HTTP/1.1"):
