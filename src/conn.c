@@ -80,8 +80,8 @@ struct conn {
 	uint64_t deadline_at;
 	uint64_t read_active_at;  /* last read, or when reading started */
 	uint64_t write_active_at; /* last write, or when writing blocked */
-	int unacked_seen;	  /* the kernel's unacknowledged bytes when last looked at */
-	bool unacked_noted;	  /* looked at since writing blocked */
+	int64_t acked_seen;	  /* bytes the peer acknowledged, when last looked at */
+	bool acked_noted;	  /* looked at since writing blocked */
 	uint64_t written;	  /* bytes handed to the kernel (to OpenSSL for TLS), in all */
 	int error;
 	unsigned long tls_error;
@@ -338,45 +338,52 @@ static short conn_wanted_events(const struct conn *c)
 }
 
 /* The write timeout tells a peer that reads slowly from one that stopped by
- * what the kernel holds for it, not by writability: the kernel reports a
+ * what its kernel acknowledged, not by writability: the kernel reports a
  * full socket writable only once a third of its buffer drained, which a slow
  * reader may take longer than the timeout to read. A quarter of the timeout
- * after writing blocked, the kernel's unacknowledged bytes are noted (the
- * bytes in flight then have landed by that time); when the timeout falls
- * due, fewer mean the peer took some, and the clock starts again. An ioctl
- * at those two times, none on a write. */
+ * after writing blocked, the bytes acknowledged so far are noted (the bytes
+ * in flight then have landed by that time); when the timeout falls due,
+ * more mean the peer took some, and the clock starts again. An ioctl at
+ * those two times, none on a write. The peer's kernel acknowledges what its
+ * reader freed only in window updates, so a reader must free about a
+ * sixteenth of its receive window per timeout to be seen. */
 static uint64_t conn_write_due(const struct conn *c)
 {
 	return c->write_active_at +
-	       (c->unacked_noted ? c->write_timeout_ms : c->write_timeout_ms / 4);
+	       (c->acked_noted ? c->write_timeout_ms : c->write_timeout_ms / 4);
 }
 
 /* Start the write timeout's clock: a write went out, or writing blocked. */
 static void conn_write_clock_start(struct conn *c, uint64_t now)
 {
 	c->write_active_at = now;
-	c->unacked_noted = false;
+	c->acked_noted = false;
 }
 
-/* Bytes the kernel holds for the peer, sent or not, that it has not yet
- * acknowledged; -1 when it cannot say. */
-static int conn_unacked(const struct conn *c)
+/* Bytes of the connection the peer acknowledged, in all: those handed to the
+ * socket (for TLS, what OpenSSL wrote to it, parts of records included) less
+ * those the kernel still holds for the peer (SIOCOUTQ); -1 when the kernel
+ * cannot say. */
+static int64_t conn_acked(const struct conn *c)
 {
-	int queued;
+	uint64_t sent = c->ssl != NULL ? BIO_number_written(SSL_get_wbio(c->ssl)) : c->written;
+	int unacked;
 
-	return ioctl(c->fd, SIOCOUTQ, &queued) == 0 ? queued : -1;
+	if (ioctl(c->fd, SIOCOUTQ, &unacked) != 0 || unacked < 0)
+		return -1;
+	return (int64_t)(sent - (uint64_t)unacked);
 }
 
 /* A look at the kernel when the write timeout's clock says so: true when
  * the peer took none of the output for the whole timeout. */
 static bool conn_write_timed_out(struct conn *c, uint64_t now)
 {
-	int unacked = conn_unacked(c);
-	bool noted = c->unacked_noted;
-	bool took = noted && unacked >= 0 && unacked < c->unacked_seen;
+	int64_t acked = conn_acked(c);
+	bool noted = c->acked_noted;
+	bool took = noted && acked >= 0 && c->acked_seen >= 0 && acked > c->acked_seen;
 
-	c->unacked_seen = unacked;
-	c->unacked_noted = true;
+	c->acked_seen = acked;
+	c->acked_noted = true;
 	if (!noted)
 		return false; /* only noted: the timeout runs on from the block */
 	/* taken or not, the next look is a whole timeout from now */
@@ -860,6 +867,10 @@ static void conn_write(struct conn *c)
 		conn_write_clock_start(c, conn_now_ms());
 	conn_buffer_release(c->loop, &c->output);
 	conn_update_interest(c);
+	/* blocked again after some bytes: the clock's first look may now fall
+	 * before the timer, which the interest left alone */
+	if (c->write_blocked)
+		conn_timer_schedule(c);
 	/* before the check for progress: a blocked close_notify is written
 	 * with no output left */
 	if (c->shutdown_pending && c->output == NULL)

@@ -38,7 +38,10 @@ pattern, or intercept: altogether) answers the next request in a tunnel to
 it opened before with 403 and closes that tunnel, and nothing of it reaches
 the origin; a shutdown whose drain_timeout cuts a close-delimited response
 (the origin sends 1000 bytes and stalls) ends the client's connection
-without close_notify, so a strict client sees the truncation.
+without close_notify, so a strict client sees the truncation. With
+client_timeout 1s, a TLS client in a tunnel reading a 16 MiB body at about
+640 KB/s is not cut and gets it whole; one that stops reading is cut one
+client_timeout after the proxy's write blocked.
 """
 
 import os
@@ -554,6 +557,44 @@ def scenario(t):
         h.ok(ending != "close_notify",
              "the cut body ended with %s after %d bytes: it looks complete" % (ending, len(got)))
         t.stop_proxy(p4)
+
+    p5 = t.proxy(CONFIG.replace("  drain_timeout: 2s\n", "  drain_timeout: 2s\n  client_timeout: 1s\n"),
+                 TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost"')
+    big = 16 << 20
+
+    def read_at_least(tls, n):
+        """n bytes or more from a TLS socket (one recv gives one record)."""
+        got = bytearray()
+        while len(got) < n:
+            data = tls.recv(n - len(got))
+            h.ok(data, "connection closed after %d of %d bytes" % (len(got), n))
+            got += data
+        return bytes(got)
+
+    @t.check("client_timeout 1s: a TLS client reading a large body slowly is not cut")
+    def _():
+        with connect_tls(p5.port(), "localhost", good.port, local_ca) as tls:
+            conn = h.RawConn.over(tls)
+            conn.send(h.request("GET", "/bytes/%d?tls-slow" % big, "localhost:%d" % good.port))
+            h.eq(conn.read_head().status, 200, "status")
+            got = len(conn.buf)
+            start = time.monotonic()
+            while time.monotonic() - start < 3.5:
+                got += len(read_at_least(tls, 65536))
+                time.sleep(0.1)
+            got += len(read_at_least(tls, big - got))
+        h.eq(got, big, "body bytes")
+
+    @t.check("client_timeout 1s: a TLS client that stops reading is cut after it")
+    def _():
+        with connect_tls(p5.port(), "localhost", good.port, local_ca) as tls:
+            conn = h.RawConn.over(tls)
+            conn.send(h.request("GET", "/bytes/%d?tls-stopped" % big, "localhost:%d" % good.port))
+            h.eq(conn.read_head().status, 200, "status")
+            f = h.access_fields(p5.access_one("tls-stopped", timeout=6))
+            h.eq(f.get("note"), "client%20stopped%20reading", "access note")
+            h.ok(1000 <= int(f["duration_ms"]) < 1000 + 700 * h.SLOW,
+                 "cut after %sms" % f["duration_ms"])
 
 
 h.run(scenario, __doc__)
