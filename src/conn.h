@@ -147,7 +147,7 @@ void conn_set_output_low(struct conn *conn, size_t bytes);
 
 /* Idle timeouts in milliseconds, 0 for none: no byte read for read_ms while
  * reading is on, or none of the output taken by the peer for write_ms while
- * output waits (the kernel's unacknowledged bytes not shrinking). */
+ * output waits (no more of it acknowledged by the peer's kernel). */
 void conn_set_timeouts(struct conn *conn, uint64_t read_ms, uint64_t write_ms);
 
 /* A deadline ms from now (0: none), reported as CONN_TIMEOUT alone,

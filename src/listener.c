@@ -231,9 +231,8 @@ int listener_apply(struct proxy *proxy, struct config *config)
 	 * An address in use only because a dropped listener holds its port
 	 * (0.0.0.0:P in place of 127.0.0.1:P) is bound after that listener is
 	 * closed, which the caller binds again if the reload fails
-	 * (listener_rebind). SO_REUSEPORT
-	 * would avoid the short gap but also let another process's socket
-	 * share the port and take connections. */
+	 * (listener_rebind). SO_REUSEPORT would avoid the short gap but also
+	 * let another process's socket share the port and take connections. */
 	for (int pass = 0; pass < 2; pass++) {
 		for (i = 0; i < config->listener_count; i++) {
 			const struct listener_config *lc = &config->listeners[i];
