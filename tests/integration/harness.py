@@ -567,6 +567,40 @@ def readable(sock):
     return struct.unpack("i", fcntl.ioctl(sock, termios.FIONREAD, b"\0" * 4))[0]
 
 
+def read_slowly(conn, size, step=64 << 10, every=0.1, seconds=3.5):
+    """A body of size bytes from a RawConn (over a plain or a TLS socket)
+    whose head was read, taken as a slow client does: step bytes every
+    `every` seconds for `seconds`, then the rest at once. Fails if the
+    connection closes first; returns the body."""
+    body = bytearray(conn.buf)
+    conn.buf.clear()
+    start = time.monotonic()
+
+    def recv_to(n):
+        while len(body) < n:
+            conn.sock.settimeout(10)
+            data = conn.sock.recv(min(n - len(body), 1 << 20))
+            ok(data, "connection closed after %.1fs, at %d of %d bytes"
+               % (time.monotonic() - start, len(body), size))
+            body.extend(data)
+
+    while time.monotonic() - start < seconds and len(body) < size:
+        recv_to(min(len(body) + step, size))
+        time.sleep(every)
+    recv_to(size)
+    return bytes(body)
+
+
+def check_cut_for_not_reading(proxy, tag, client_timeout_ms):
+    """The request whose target holds tag was cut because its client stopped
+    reading, one client_timeout after the proxy's write blocked: not before
+    it, nor after two (bytes in flight when it blocked land after that)."""
+    f = access_fields(proxy.access_one(tag, timeout=(client_timeout_ms / 1000 + 5) * SLOW))
+    eq(f.get("note"), "client%20stopped%20reading", "access note")
+    ok(client_timeout_ms <= int(f["duration_ms"]) < client_timeout_ms + 700 * SLOW,
+       "cut after %sms (client_timeout %dms)" % (f["duration_ms"], client_timeout_ms))
+
+
 # The clients of kernel_capacity and response_tail_in_proxy have a receive
 # buffer the kernel does not grow: grown, it would depend on how much one
 # read happened to copy.
