@@ -593,11 +593,14 @@ def read_slowly(conn, size, step=64 << 10, every=0.1, seconds=3.5):
 
 def check_cut_for_not_reading(proxy, tag, client_timeout_ms):
     """The request whose target holds tag was cut because its client stopped
-    reading, one client_timeout after the proxy's write blocked: not before
-    it, nor after two (bytes in flight when it blocked land after that)."""
+    reading, one client_timeout after the proxy's write blocked (less a tick
+    of the coarse clock the proxy's timers run on), or, on a loaded machine,
+    two: at the test's 1 s scale the kernel may still move bytes at the
+    quarter mark (a window reopened without the client reading, seen
+    through a zero-window probe), which the proxy takes as reading."""
     f = access_fields(proxy.access_one(tag, timeout=(client_timeout_ms / 1000 + 5) * SLOW))
     eq(f.get("note"), "client%20stopped%20reading", "access note")
-    ok(client_timeout_ms <= int(f["duration_ms"]) < client_timeout_ms + 700 * SLOW,
+    ok(client_timeout_ms - 10 <= int(f["duration_ms"]) < 2 * client_timeout_ms + 700 * SLOW,
        "cut after %sms (client_timeout %dms)" % (f["duration_ms"], client_timeout_ms))
 
 

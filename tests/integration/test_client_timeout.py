@@ -17,8 +17,9 @@ request body that stops arriving for client_timeout closes the connection
 and the origin never gets a whole request. A client reading a 16 MiB
 response slowly (about 640 KB/s, less than a third of the kernel's send
 buffer per second) is not cut while it reads, and gets the whole body; one that stops
-reading is cut one client_timeout after its last write blocked, not two
-(bytes in flight when it blocked land after that). After a response
+reading is cut one client_timeout after its last write blocked (two on a
+loaded machine, where the kernel may still move bytes a quarter of it
+later). After a response
 whose tail waits in the proxy (a client that read nothing for 1.5 s of a
 3 s client_timeout), the next request's client_timeout counts from when
 that tail was written, not from when it was queued: a request sent 2.25 s

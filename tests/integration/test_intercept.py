@@ -41,7 +41,7 @@ the origin; a shutdown whose drain_timeout cuts a close-delimited response
 without close_notify, so a strict client sees the truncation. With
 client_timeout 1s, a TLS client in a tunnel reading a 16 MiB body at about
 640 KB/s is not cut and gets it whole; one that stops reading is cut one
-client_timeout after the proxy's write blocked.
+client_timeout after the proxy's write blocked (two on a loaded machine).
 """
 
 import os
