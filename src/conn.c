@@ -64,6 +64,7 @@ struct conn {
 	struct event *io;	 /* registered for io_events */
 	short io_events;	 /* EV_READ and EV_WRITE as registered now */
 	short handshake_wants;	 /* EV_READ or EV_WRITE for the TLS handshake */
+	unsigned small_reads;	 /* reads in a row that used under 1/8 of read_size */
 	struct event *timer;	 /* made on first use: timeouts and the deadline */
 	uint64_t timer_at;	 /* when the pending timer fires, 0 when none is */
 	conn_data_cb read_cb;
@@ -73,7 +74,6 @@ struct conn {
 	size_t input_limit;
 	size_t output_low;
 	size_t read_size;     /* the next read's buffer */
-	unsigned small_reads; /* reads in a row that used under 1/8 of it */
 	size_t tls_write_len; /* an SSL_write to repeat with this length */
 	uint64_t read_timeout_ms;
 	uint64_t write_timeout_ms;
@@ -81,16 +81,16 @@ struct conn {
 	uint64_t read_active_at;  /* last read, or when reading started */
 	uint64_t write_active_at; /* last write, or when writing blocked */
 	int64_t acked_seen;	  /* bytes the peer acknowledged, when last looked at */
-	bool acked_noted;	  /* looked at since writing blocked */
 	uint64_t written;	  /* bytes handed to the kernel (to OpenSSL for TLS), in all */
-	int error;
 	unsigned long tls_error;
+	int error;
 	unsigned busy;	   /* callbacks on the stack: freeing waits for them */
+	int pending_error; /* an error (a reset) to report after the data: the kernel says it once */
+	bool acked_noted;  /* acked_seen looked at since writing blocked */
 	bool reading;	   /* conn_read_enable(true) */
 	bool eof;	   /* the peer closed: nothing more to read */
 	bool pending_eof;  /* the close came with data: report it after the data */
 	bool eof_unclean;  /* TLS: the peer closed without a close_notify */
-	int pending_error; /* likewise an error (a reset): the kernel says it once */
 	bool connecting;
 	bool handshaking;
 	bool handshake_kick;	   /* run the handshake at the end of the pass */
