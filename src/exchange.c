@@ -503,6 +503,8 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 	};
 	struct retry_verdict verdict;
 
+	/* whatever is decided now supersedes a kept response's pending verdict */
+	ex->kept_undecided = false;
 	if (ex->observe)
 		return exchange_observe(ex, &facts);
 	/* this exchange's own place, if it held one, is not counted against it */
@@ -516,7 +518,9 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		ex->gave_up = RETRY_GIVE_UP_NONE;
 		if (verdict.immediate)
 			break;
-		retry_budget_spend(ex->budget, now);
+		/* the budget is spent when the backoff starts
+		 * (exchange_schedule_retry()): a retryable response's body may
+		 * yet break off or overflow, and the deadline pass meanwhile */
 		ex->next_wait_ms = verdict.wait_ms;
 		ex->retry_cause = verdict.cause;
 		/* the place is taken now, not when the backoff starts: a
@@ -575,6 +579,7 @@ void exchange_schedule_retry(struct exchange *ex)
 			exchange_respond_error(ex, 504, "504 retry deadline passed");
 		return;
 	}
+	retry_budget_spend(ex->budget, retry_budget_now_ms());
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].wait_ms = ex->next_wait_ms;
 	log_debug("%.*s %.*s: try %u failed; next in %llu ms", (int)ex->method_len, ex->method,
@@ -730,7 +735,13 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	/* hedged tries still running may yet answer: the last one decides */
 	if (exchange_tries_left(ex) > 0)
 		return;
-	verdict = exchange_decide(ex, outcome, 0, connecting, 0, false);
+	/* a retryable response that came whole while this try raced it says
+	 * more than this failure: decide as if it had come alone */
+	if (ex->kept_undecided)
+		verdict = exchange_decide_response(ex, ex->kept_status, ex->kept_retry_after_ms,
+						   false, ex->kept_should);
+	else
+		verdict = exchange_decide(ex, outcome, 0, connecting, 0, false);
 	if (verdict.kind == RETRY_VERDICT_HOLD) {
 		/* the failure marked the upstream down: wait for it, not a backoff */
 		exchange_hold(ex);
@@ -987,6 +998,19 @@ static bool exchange_admit(struct exchange *ex)
 static void exchange_arm_hedge(struct exchange *ex);
 static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg);
 
+/* A pooled connection may have been closed by the upstream a moment ago,
+ * and then the request goes again at once on a new one (retry.c,
+ * retry_stale_immediate()). Only a request that can go again takes that
+ * chance: safe to repeat, and its body, if any, kept whole (observe keeps
+ * none; one over replay_buffer and not spooled goes once). */
+static bool exchange_may_use_pool(const struct exchange *ex)
+{
+	if (ex->is_connect || !ex->idempotent || ex->skip_pool)
+		return false;
+	return !ex->has_body ||
+	       (!ex->observe && ex->replay != NULL && !ex->body_once && !ex->body_too_large);
+}
+
 void exchange_start_try(struct exchange *ex)
 {
 	struct exchange_try *t;
@@ -997,10 +1021,7 @@ void exchange_start_try(struct exchange *ex)
 		ex->first_try_ms = retry_budget_now_ms();
 	if (ex->upstream == NULL && !ex->is_connect)
 		ex->upstream = upstreams_hold(ex->proxy->upstreams, &ex->endpoint);
-	/* Pooled connections may have been closed by the upstream a moment ago;
-	 * only a request that is safe to repeat takes that chance (and in
-	 * observe mode only one without a body: its body is not kept). */
-	if (!ex->is_connect && ex->idempotent && !ex->skip_pool && !(ex->observe && ex->has_body) &&
+	if (exchange_may_use_pool(ex) &&
 	    /* a pooled connection goes to the oldest waiting request first */
 	    (ex->queue_released || !upstream_slot_waiters(ex->upstream)))
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);

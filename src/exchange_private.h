@@ -277,6 +277,13 @@ struct exchange {
 	struct evbuffer *kept; /* head and body as received */
 	size_t kept_head_len;
 	unsigned kept_number; /* the try it came from */
+	/* it came whole while other tries raced it, so nothing was decided on
+	 * it yet: if they all fail, it decides (status, Retry-After,
+	 * x-should-retry), not the last failure */
+	bool kept_undecided;
+	int kept_status;
+	uint64_t kept_retry_after_ms;
+	enum retry_should kept_should;
 
 	struct access_try *tries; /* one per try, for the log: tries_inline, or grown */
 	size_t try_count;

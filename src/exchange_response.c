@@ -245,9 +245,16 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 		exchange_schedule_retry(ex);
 		return;
 	}
-	/* it came while other tries raced it: the last of them to end decides */
-	if (exchange_tries_left(ex) > 0)
+	/* it came while other tries raced it: the last of them to end decides
+	 * (exchange_try_failed() on this one's facts, if it ends without a
+	 * response) */
+	if (exchange_tries_left(ex) > 0) {
+		ex->kept_undecided = true;
+		ex->kept_status = status;
+		ex->kept_retry_after_ms = retry_after_ms;
+		ex->kept_should = should;
 		return;
+	}
 	verdict = exchange_decide_response(ex, status, retry_after_ms, false, should);
 	if (verdict.kind == RETRY_VERDICT_RETRY)
 		exchange_schedule_retry(ex);

@@ -31,7 +31,11 @@ Must hold:
 - a 503 kept while its hedge raced, whose body then breaks off after the
   hedge was reset: 502, and the trail gives each try its own record
   (tries="reset -> wait 0ms -> hedge:reset"), not the 503 that never
-  reached the client.
+  reached the client;
+- a 503 kept whole while its hedge raced, the hedge then timing out: the
+  503 decides, not the timeout: with Retry-After past the deadline it goes
+  to the client at once (gave_up=deadline, no third try); on a route whose
+  retry.on has 503 but not timeout it is retried (200, Retry-Attempts 3).
 """
 
 import os
@@ -85,6 +89,31 @@ routes:
   - name: hedged
     match: { path_prefix: /h/ }
     retry: { hedge: { after: 200ms, max: 1 } }
+"""
+
+# a kept 503 whose hedge times out: try_timeout 1s, deadline 3s
+CONFIG_KEPT = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s }
+defaults:
+  retry:
+    max_attempts: 5
+    initial_backoff: 100ms
+    max_backoff: 100ms
+    jitter: 0s
+    deadline: 3s
+    try_timeout: 1s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: hedged
+    match: { path_prefix: /h/ }
+    retry: { hedge: { after: 200ms, max: 1 } }
+  - name: hedged-503-only
+    match: { path_prefix: /o/ }
+    retry: { on: [503], hedge: { after: 200ms, max: 1 } }
 """
 
 
@@ -238,6 +267,22 @@ def scenario(t):
             r = c.read_response()
         h.eq(r.status, 502, "status")
         h.eq(tries_of(trail, "/h/trail"), "reset -> wait 0ms -> hedge:reset", "tries")
+
+    @t.check("a kept 503 whose hedge times out decides: Retry-After past the deadline, retry.on")
+    def _():
+        kept_origin = t.origin(name="kept")
+        kept = t.proxy(CONFIG_KEPT, ORIGIN=kept_origin.port)
+        kept_origin.script("/h/ra", ["/status/503?retry_after=5&delay=0.5", "/hang",
+                                     "/bytes/10"])
+        r = h.fetch(kept.port(), "GET", "/h/ra", "api.example")
+        h.eq(r.status, 503, "status: Retry-After 5 s would pass the 3 s deadline")
+        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        h.eq(len(kept_origin.requests_for("/h/ra")), 2, "requests at the origin")
+        h.eq(h.access_fields(kept.access_one("/h/ra")).get("gave_up"), "deadline", "gave_up")
+        kept_origin.script("/o/x", ["/status/503?delay=0.5", "/hang", "/bytes/10"])
+        r = h.fetch(kept.port(), "GET", "/o/x", "api.example")
+        h.eq((r.status, len(r.body)), (200, 10), "status: the 503 is in retry.on, the timeout not")
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
 
 
 h.run(scenario, __doc__, timeout=120)

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Scenario: the retry budget is spent by retries that happen, once each.
+
+Client: raw-socket GETs to a sidecar listener, one at a time, each through
+a proxy of its own (a fresh budget).
+Origin: a raw server: a 503 whose announced body breaks off with a reset;
+a chunked 503 larger than retry_response_buffer; a plain 503; otherwise
+200.
+Proxy: budget ratio 0, min_per_second 0.1, window 10s: exactly one retry
+per window; retry_response_buffer 1KiB.
+Must hold:
+- a 503 whose body breaks off while it is kept is retried once, and the
+  budget pays for that retry once: the client gets the 200, Retry-Attempts
+  2, and retryproxy_retries_total counts 1;
+- a retryable 503 passed on because it is over retry_response_buffer spends
+  nothing: the next request's 503 is still retried (200, Retry-Attempts 2).
+"""
+
+import socket
+import struct
+
+import harness as h
+import rawserver
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s, retry_response_buffer: 1KiB }
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 50ms
+    max_backoff: 50ms
+    jitter: 0s
+    budget: { ratio: 0, min_per_second: 0.1, window: 10s }
+"""
+
+
+class Origin(rawserver.RawServer):
+    """Each path's first request gets its fault, later ones 200."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = {}
+
+    def serve(self, conn, cid):
+        buf = b""
+        while True:
+            r = rawserver.read_request(conn, buf)
+            if r is None:
+                return
+            _, target, buf = r
+            first = target not in self.seen
+            self.seen[target] = self.seen.get(target, 0) + 1
+            if first and target.startswith("/breaks"):
+                conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
+                # the rest of the body never comes: a reset
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return
+            if target.startswith("/big503"):
+                body = b"y" * 4000
+                conn.sendall(b"HTTP/1.1 503 Busy\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                             b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+                continue
+            if first and target.startswith("/plain503"):
+                conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\nno")
+                continue
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+
+def retries_counted(proxy):
+    """retryproxy_retries_total of the default route, every cause."""
+    text = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
+    return sum(h.metric(text, "retryproxy_retries_total",
+                        '{route="default",cause="%s"}' % cause) or 0
+               for cause in ("status", "connect", "reset", "timeout"))
+
+
+def scenario(t):
+    origin = Origin()
+    t.defer(origin.stop)
+
+    @t.check("a 503 whose kept body breaks off is retried, and spends the budget once")
+    def _():
+        proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+        r = h.fetch(proxy.port(0), "GET", "/breaks", "api.example")
+        h.eq((r.status, r.body), (200, b"ok"), "status and body")
+        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        h.eq(origin.seen.get("/breaks"), 2, "requests at the origin")
+        h.eq(retries_counted(proxy), 1, "retryproxy_retries_total")
+        t.stop_proxy(proxy)
+
+    @t.check("a 503 over retry_response_buffer, passed on, spends nothing")
+    def _():
+        proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+        r = h.fetch(proxy.port(0), "GET", "/big503", "api.example")
+        h.eq((r.status, len(r.body)), (503, 4000), "the large 503, passed on whole")
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        r = h.fetch(proxy.port(0), "GET", "/plain503", "api.example")
+        h.eq((r.status, r.body), (200, b"ok"), "the next 503 is retried")
+        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        h.eq(retries_counted(proxy), 1, "retryproxy_retries_total")
+        t.stop_proxy(proxy)
+
+
+h.run(scenario, __doc__, timeout=60)
