@@ -518,9 +518,9 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		ex->gave_up = RETRY_GIVE_UP_NONE;
 		if (verdict.immediate)
 			break;
-		/* the budget is spent when the backoff starts
-		 * (exchange_schedule_retry()): a retryable response's body may
-		 * yet break off or overflow, and the deadline pass meanwhile */
+		/* the budget is spent when the backoff starts, looked at again
+		 * then (exchange_schedule_retry()): a retryable response's body
+		 * may yet break off or overflow, and the deadline pass meanwhile */
 		ex->next_wait_ms = verdict.wait_ms;
 		ex->retry_cause = verdict.cause;
 		/* the place is taken now, not when the backoff starts: a
@@ -537,6 +537,16 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		break;
 	}
 	return verdict;
+}
+
+uint64_t exchange_wait_left(uint64_t until)
+{
+	uint64_t now;
+
+	if (until == 0)
+		return 0;
+	now = retry_budget_now_ms();
+	return until > now ? until - now : 0;
 }
 
 struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
@@ -577,6 +587,18 @@ void exchange_schedule_retry(struct exchange *ex)
 			exchange_deliver_kept(ex);
 		else
 			exchange_respond_error(ex, 504, "504 retry deadline passed");
+		return;
+	}
+	/* the budget allowed the retry when it was decided; others may have
+	 * spent it while this one's response was read */
+	if (ex->budget == NULL ||
+	    !retry_budget_allows(ex->budget, &ex->route->retry.budget, retry_budget_now_ms())) {
+		ex->gave_up = RETRY_GIVE_UP_BUDGET;
+		exchange_release_retry(ex);
+		if (ex->kept != NULL)
+			exchange_deliver_kept(ex);
+		else
+			exchange_respond_error(ex, 502, "502 retry budget spent");
 		return;
 	}
 	retry_budget_spend(ex->budget, retry_budget_now_ms());
@@ -738,7 +760,8 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	/* a retryable response that came whole while this try raced it says
 	 * more than this failure: decide as if it had come alone */
 	if (ex->kept_undecided)
-		verdict = exchange_decide_response(ex, ex->kept_status, ex->kept_retry_after_ms,
+		verdict = exchange_decide_response(ex, ex->kept_status,
+						   exchange_wait_left(ex->kept_retry_after_until),
 						   false, ex->kept_should);
 	else
 		verdict = exchange_decide(ex, outcome, 0, connecting, 0, false);

@@ -169,11 +169,11 @@ struct exchange_try {
 	struct body_relay keeping_body; /* finds where the response being kept ends */
 	bool verdict_pending;		/* kept while other tries raced: decide when it is whole */
 	int keeping_status;		/* ... with its status and Retry-After */
-	uint64_t keeping_retry_after_ms;
-	enum retry_should keeping_should; /* ... and x-should-retry */
-	unsigned number;		  /* which try of the exchange it is, from 1 */
-	size_t record;			  /* its response head's place in the tries trail */
-	uint64_t written_before;	  /* conn_bytes_written() of up before its request */
+	uint64_t keeping_retry_after_until; /* (as a time: the wait runs from the head) */
+	enum retry_should keeping_should;   /* ... and x-should-retry */
+	unsigned number;		    /* which try of the exchange it is, from 1 */
+	size_t record;			    /* its response head's place in the tries trail */
+	uint64_t written_before;	    /* conn_bytes_written() of up before its request */
 };
 
 /* Try slots per exchange: one, and the three hedges SPEC allows at most. */
@@ -282,7 +282,7 @@ struct exchange {
 	 * x-should-retry), not the last failure */
 	bool kept_undecided;
 	int kept_status;
-	uint64_t kept_retry_after_ms;
+	uint64_t kept_retry_after_until;
 	enum retry_should kept_should;
 
 	struct access_try *tries; /* one per try, for the log: tries_inline, or grown */
@@ -393,6 +393,10 @@ void exchange_read_response_head(struct exchange_try *t);
 void exchange_relay_response(struct exchange *ex);
 void exchange_keep_response(struct exchange_try *t);
 void exchange_deliver_kept(struct exchange *ex);
+/* What is left of a wait that ends at until (a retry_budget_now_ms() time;
+ * 0 for none): a Retry-After counts from its response's head, not from
+ * when a decision on it was put off to. */
+uint64_t exchange_wait_left(uint64_t until);
 void exchange_upstream_closed(struct exchange_try *t, short what);
 uint64_t exchange_retry_after(const struct http1_head *head);
 /* Is this response head retryable by the route's retry.on and its

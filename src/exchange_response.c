@@ -11,6 +11,7 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "resume.h"
+#include "retry_budget.h"
 #include "xmalloc.h"
 
 /*
@@ -229,7 +230,7 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	struct exchange *ex = t->ex;
 	bool verdict_pending = t->verdict_pending;
 	int status = t->keeping_status;
-	uint64_t retry_after_ms = t->keeping_retry_after_ms;
+	uint64_t retry_after_until = t->keeping_retry_after_until;
 	enum retry_should should = t->keeping_should;
 	struct retry_verdict verdict;
 
@@ -251,11 +252,12 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	if (exchange_tries_left(ex) > 0) {
 		ex->kept_undecided = true;
 		ex->kept_status = status;
-		ex->kept_retry_after_ms = retry_after_ms;
+		ex->kept_retry_after_until = retry_after_until;
 		ex->kept_should = should;
 		return;
 	}
-	verdict = exchange_decide_response(ex, status, retry_after_ms, false, should);
+	verdict = exchange_decide_response(ex, status, exchange_wait_left(retry_after_until), false,
+					   should);
 	if (verdict.kind == RETRY_VERDICT_RETRY)
 		exchange_schedule_retry(ex);
 	else
@@ -403,7 +405,8 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 			exchange_stop_hedging(ex);
 			t->verdict_pending = true;
 			t->keeping_status = head->status;
-			t->keeping_retry_after_ms = retry_after_ms;
+			t->keeping_retry_after_until =
+				retry_after_ms > 0 ? retry_budget_now_ms() + retry_after_ms : 0;
 			t->keeping_should = should;
 			exchange_start_keeping(t, head);
 			return;

@@ -35,7 +35,10 @@ Must hold:
 - a 503 kept whole while its hedge raced, the hedge then timing out: the
   503 decides, not the timeout: with Retry-After past the deadline it goes
   to the client at once (gave_up=deadline, no third try); on a route whose
-  retry.on has 503 but not timeout it is retried (200, Retry-Attempts 3).
+  retry.on has 503 but not timeout it is retried (200, Retry-Attempts 3);
+  its Retry-After counts from when it came, not from when the hedge ended
+  (Retry-After 3 at 0.5 s, the hedge ending at 4.2 s: retried at once
+  after the backoff, well inside the 7 s deadline).
 """
 
 import os
@@ -114,6 +117,9 @@ routes:
   - name: hedged-503-only
     match: { path_prefix: /o/ }
     retry: { on: [503], hedge: { after: 200ms, max: 1 } }
+  - name: hedged-long
+    match: { path_prefix: /long/ }
+    retry: { deadline: 7s, try_timeout: 4s, hedge: { after: 200ms, max: 1 } }
 """
 
 
@@ -283,6 +289,13 @@ def scenario(t):
         r = h.fetch(kept.port(), "GET", "/o/x", "api.example")
         h.eq((r.status, len(r.body)), (200, 10), "status: the 503 is in retry.on, the timeout not")
         h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        kept_origin.script("/long/ra", ["/status/503?retry_after=3&delay=0.5", "/hang",
+                                        "/bytes/10"])
+        r = h.fetch(kept.port(), "GET", "/long/ra", "api.example")
+        h.eq((r.status, len(r.body)), (200, 10), "status: Retry-After 3 s from 0.5 s has passed")
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.ok(r.elapsed < 5.5 * h.SLOW, "answered after %.2f s; the hedge ended at 4.2 s, and "
+             "a Retry-After counted from then would end at 7.2 s" % r.elapsed)
 
 
 h.run(scenario, __doc__, timeout=120)

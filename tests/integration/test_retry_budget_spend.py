@@ -13,11 +13,17 @@ Must hold:
   budget pays for that retry once: the client gets the 200, Retry-Attempts
   2, and retryproxy_retries_total counts 1;
 - a retryable 503 passed on because it is over retry_response_buffer spends
-  nothing: the next request's 503 is still retried (200, Retry-Attempts 2).
+  nothing: the next request's 503 is still retried (200, Retry-Attempts 2);
+- two 503s at once whose bodies take half a second to arrive: the budget
+  is looked at again when each retry's backoff starts, so only one is
+  retried (200) and the other gets its 503 (gave_up=budget); retries_total
+  counts 1.
 """
 
 import socket
 import struct
+import threading
+import time
 
 import harness as h
 import rawserver
@@ -65,6 +71,11 @@ class Origin(rawserver.RawServer):
                 conn.sendall(b"HTTP/1.1 503 Busy\r\nTransfer-Encoding: chunked\r\n\r\n" +
                              b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
                 continue
+            if first and target.startswith("/slow503"):
+                conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
+                time.sleep(0.5)
+                conn.sendall(b"x" * 90)
+                continue
             if first and target.startswith("/plain503"):
                 conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\nno")
                 continue
@@ -102,6 +113,25 @@ def scenario(t):
         r = h.fetch(proxy.port(0), "GET", "/plain503", "api.example")
         h.eq((r.status, r.body), (200, b"ok"), "the next 503 is retried")
         h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        h.eq(retries_counted(proxy), 1, "retryproxy_retries_total")
+        t.stop_proxy(proxy)
+
+    @t.check("two 503s with slow bodies at once, a budget of one retry: one retried, one not")
+    def _():
+        proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+        results = {}
+
+        def get(path):
+            results[path] = h.fetch(proxy.port(0), "GET", path, "api.example")
+
+        threads = [threading.Thread(target=get, args=("/slow503-%d" % i,)) for i in (1, 2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        h.eq(sorted(r.status for r in results.values()), [200, 503], "statuses")
+        refused = [p for p, r in results.items() if r.status == 503][0]
+        h.eq(h.access_fields(proxy.access_one(refused)).get("gave_up"), "budget", "gave_up")
         h.eq(retries_counted(proxy), 1, "retryproxy_retries_total")
         t.stop_proxy(proxy)
 
