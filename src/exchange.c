@@ -1063,7 +1063,9 @@ void exchange_start_try(struct exchange *ex)
 		exchange_upstream_ready(t, pooled, true);
 		return;
 	}
-	exchange_connect(ex, t, 0);
+	/* each try starts one address further into the name's list: a retry
+	 * after an address answered badly goes to another first */
+	exchange_connect(ex, t, t->number - 1);
 }
 
 /* retry.hedge: when the try just started has no response head after

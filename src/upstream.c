@@ -14,6 +14,7 @@
 
 #include "admin.h"
 #include "conn.h"
+#include "happy_eyeballs.h"
 #include "log.h"
 #include "proxy.h"
 #include "tls.h"
@@ -21,6 +22,13 @@
 #include "timeval.h"
 
 #define UPSTREAM_REASON_MAX 320 /* longest failure reason passed on */
+
+/* One address's connection attempt. */
+struct upstream_attempt {
+	struct upstream_connect *uc;
+	struct evutil_addrinfo *address;
+	struct conn *conn; /* while it has neither connected nor failed */
+};
 
 struct upstream_connect {
 	struct proxy *proxy;
@@ -31,14 +39,16 @@ struct upstream_connect {
 	upstream_connect_cb cb;
 	void *arg;
 	struct evdns_getaddrinfo_request *dns_request;
-	struct evutil_addrinfo *addresses;     /* from the resolver */
-	struct evutil_addrinfo *first_address; /* where the walk through them starts */
-	struct evutil_addrinfo *next_address;
-	unsigned address_shift; /* start this many addresses into the list */
-	bool wrapped;		/* the walk went past the end, back to the head */
-	struct conn *conn;	/* the connection being made */
-	struct event *timer;	/* connect_timeout for the whole attempt */
-	struct event *step;	/* defers results that arrive synchronously */
+	struct evutil_addrinfo *addresses; /* from the resolver */
+	struct upstream_attempt *attempts; /* one per address, in the order they are tried */
+	size_t count;			   /* addresses */
+	size_t started;			   /* attempts started so far, in order */
+	size_t in_flight;		   /* attempts started that neither connected nor failed */
+	unsigned address_shift;		   /* start this many addresses into the order */
+	uint64_t attempt_delay_ms;	   /* how long one attempt has alone */
+	struct event *timer;		   /* connect_timeout for everything */
+	struct event *stagger;		   /* attempt_delay_ms after the latest attempt started */
+	struct event *step;		   /* defers results that arrive synchronously */
 	enum try_outcome last_failure;
 	char reason[UPSTREAM_REASON_MAX];
 	bool resolving_inline; /* inside evdns_getaddrinfo() */
@@ -120,16 +130,21 @@ void upstream_pool_key(const struct upstream_endpoint *endpoint, const struct tl
 	buf[n] = '\0';
 }
 
-/* Free everything the attempt holds, except what was handed to the caller. */
+/* Free everything the connect holds, except what was handed to the caller. */
 static void upstream_connect_free(struct upstream_connect *uc)
 {
+	size_t i;
+
 	if (uc->dns_request != NULL)
 		evdns_getaddrinfo_cancel(uc->dns_request);
+	for (i = 0; i < uc->started; i++)
+		if (uc->attempts[i].conn != NULL)
+			conn_free(uc->attempts[i].conn);
+	free(uc->attempts);
 	if (uc->addresses != NULL)
 		evutil_freeaddrinfo(uc->addresses);
-	if (uc->conn != NULL)
-		conn_free(uc->conn);
 	event_free(uc->timer);
+	event_free(uc->stagger);
 	event_free(uc->step);
 	free(uc->tls.ca_file);
 	free(uc->session_key);
@@ -137,7 +152,8 @@ static void upstream_connect_free(struct upstream_connect *uc)
 	free(uc);
 }
 
-/* Report the outcome and end the attempt. */
+/* Report the outcome and end the connect: every attempt still in flight is
+ * closed. */
 static void upstream_connect_finish(struct upstream_connect *uc, struct conn *conn,
 				    enum try_outcome failure, const char *reason)
 {
@@ -146,20 +162,22 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 	char copy[sizeof(uc->reason)];
 
 	snprintf(copy, sizeof(copy), "%s", reason);
-	if (conn != NULL)
-		uc->conn = NULL; /* the caller's now */
 	upstream_connect_free(uc);
 	cb(conn, failure, copy, arg);
 }
 
-static void upstream_try_next_address(struct upstream_connect *uc);
+static void upstream_start_next(struct upstream_connect *uc);
 
-/* Connected (for https: handshake done), or failed. */
+/* One attempt connected (for https: handshake done), or failed. */
 static void upstream_event_cb(struct conn *conn, short what, void *arg)
 {
-	struct upstream_connect *uc = arg;
+	struct upstream_attempt *a = arg;
+	struct upstream_connect *uc = a->uc;
 
+	a->conn = NULL;
+	uc->in_flight--;
 	if (what & CONN_CONNECTED) {
+		/* the first to connect wins; the caller's now */
 		conn_setcb(conn, NULL, NULL, NULL, NULL);
 		upstream_connect_finish(uc, conn, TRY_RESPONSE, "connected");
 		return;
@@ -173,6 +191,9 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 		if (!verify_failed && conn_tls_error(conn) == 0 && conn_error(conn) != 0)
 			snprintf(uc->reason, sizeof(uc->reason), "TLS handshake failed: %s",
 				 evutil_socket_error_to_string(conn_error(conn)));
+		conn_free(conn);
+		/* the upstream answered with a certificate it cannot prove: no
+		 * other address of the name will do better */
 		if (verify_failed) {
 			upstream_connect_finish(uc, NULL, TRY_TLS_VERIFY, uc->reason);
 			return;
@@ -186,32 +207,27 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 		snprintf(uc->reason, sizeof(uc->reason), "%s",
 			 sock_error != 0 ? evutil_socket_error_to_string(sock_error)
 					 : "connection closed");
+		conn_free(conn);
 	}
-	conn_free(uc->conn);
-	uc->conn = NULL;
-	upstream_try_next_address(uc);
+	/* a failure hands its turn on at once, without waiting out the delay */
+	upstream_start_next(uc);
 }
 
-/* Start a connection to the next resolved address, or report the last failure. */
-static void upstream_try_next_address(struct upstream_connect *uc)
+/* Start the next address's attempt beside those in flight, or, with none
+ * left to start and none in flight, report the last failure. */
+static void upstream_start_next(struct upstream_connect *uc)
 {
-	struct evutil_addrinfo *ai = uc->next_address;
+	struct upstream_attempt *a;
 	SSL *ssl = NULL;
 
-	/* a walk that started inside the list goes on at its head, up to where
-	 * it started */
-	if (ai == NULL && !uc->wrapped && uc->first_address != uc->addresses) {
-		uc->wrapped = true;
-		ai = uc->addresses;
-	}
-	if (ai != NULL && uc->wrapped && ai == uc->first_address)
-		ai = NULL;
-	if (ai == NULL) {
-		upstream_connect_finish(uc, NULL, uc->last_failure, uc->reason);
+	if (uc->started == uc->count) {
+		if (uc->in_flight == 0)
+			upstream_connect_finish(uc, NULL, uc->last_failure, uc->reason);
 		return;
 	}
-	uc->next_address = ai->ai_next;
-	if (admin_is_address(uc->proxy->admin, ai->ai_addr, (socklen_t)ai->ai_addrlen)) {
+	a = &uc->attempts[uc->started++];
+	if (admin_is_address(uc->proxy->admin, a->address->ai_addr,
+			     (socklen_t)a->address->ai_addrlen)) {
 		upstream_connect_finish(uc, NULL, TRY_FORBIDDEN,
 					"the proxy's own admin endpoint is not reached through it");
 		return;
@@ -226,8 +242,9 @@ static void upstream_try_next_address(struct upstream_connect *uc)
 			return;
 		}
 	}
-	uc->conn = conn_connect(uc->proxy->loop, ai->ai_addr, (socklen_t)ai->ai_addrlen, ssl);
-	if (uc->conn == NULL) {
+	a->conn = conn_connect(uc->proxy->loop, a->address->ai_addr,
+			       (socklen_t)a->address->ai_addrlen, ssl);
+	if (a->conn == NULL) {
 		uc->last_failure = TRY_REFUSED;
 		snprintf(uc->reason, sizeof(uc->reason), "%s",
 			 evutil_socket_error_to_string(errno));
@@ -236,22 +253,47 @@ static void upstream_try_next_address(struct upstream_connect *uc)
 		event_active(uc->step, 0, 0);
 		return;
 	}
-	conn_setcb(uc->conn, NULL, NULL, upstream_event_cb, uc);
+	uc->in_flight++;
+	conn_setcb(a->conn, NULL, NULL, upstream_event_cb, a);
+	/* an address that silently drops SYNs neither connects nor fails: after
+	 * the delay the next starts beside it (RFC 8305 section 5) */
+	if (uc->started < uc->count) {
+		struct timeval tv = timeval_from_ms(uc->attempt_delay_ms);
+
+		evtimer_add(uc->stagger, &tv);
+	} else
+		evtimer_del(uc->stagger);
 }
 
-/* The address n places into the list, counting round; NULL for none. */
-static struct evutil_addrinfo *upstream_nth_address(struct evutil_addrinfo *list, unsigned n)
+/* Lay out one attempt per resolved address, in the order to try them. */
+static void upstream_order_addresses(struct upstream_connect *uc)
 {
 	struct evutil_addrinfo *ai;
-	unsigned count = 0;
+	struct evutil_addrinfo **resolved;
+	int *families;
+	size_t *order;
+	size_t i = 0;
 
-	for (ai = list; ai != NULL; ai = ai->ai_next)
-		count++;
-	if (count == 0)
-		return NULL;
-	for (ai = list, n %= count; n > 0; n--)
-		ai = ai->ai_next;
-	return ai;
+	for (ai = uc->addresses; ai != NULL; ai = ai->ai_next)
+		uc->count++;
+	if (uc->count == 0)
+		return;
+	resolved = xcalloc(uc->count, sizeof(*resolved));
+	families = xcalloc(uc->count, sizeof(*families));
+	order = xcalloc(uc->count, sizeof(*order));
+	for (ai = uc->addresses; ai != NULL; ai = ai->ai_next, i++) {
+		resolved[i] = ai;
+		families[i] = ai->ai_family;
+	}
+	happy_eyeballs_order(families, uc->count, uc->address_shift, order);
+	uc->attempts = xcalloc(uc->count, sizeof(*uc->attempts));
+	for (i = 0; i < uc->count; i++) {
+		uc->attempts[i].uc = uc;
+		uc->attempts[i].address = resolved[order[i]];
+	}
+	free(order);
+	free(families);
+	free(resolved);
 }
 
 static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
@@ -267,24 +309,28 @@ static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 		uc->last_failure = TRY_DNS;
 		snprintf(uc->reason, sizeof(uc->reason), "cannot resolve %s: %s", uc->host,
 			 evutil_gai_strerror(result));
-		uc->addresses = NULL;
 	} else {
 		uc->addresses = res;
 		uc->last_failure = TRY_REFUSED;
 		snprintf(uc->reason, sizeof(uc->reason), "no address for %s", uc->host);
+		upstream_order_addresses(uc);
 	}
-	uc->first_address = upstream_nth_address(uc->addresses, uc->address_shift);
-	uc->next_address = uc->first_address;
 	if (uc->resolving_inline)
 		event_active(uc->step, 0, 0);
 	else
-		upstream_try_next_address(uc);
+		upstream_start_next(uc);
 }
 
 /* Continue from the loop after a synchronous result. */
 static void upstream_step_cb(evutil_socket_t fd, short what, void *arg)
 {
-	upstream_try_next_address(arg);
+	upstream_start_next(arg);
+}
+
+/* The latest attempt had the delay to itself and is still going. */
+static void upstream_stagger_cb(evutil_socket_t fd, short what, void *arg)
+{
+	upstream_start_next(arg);
 }
 
 static void upstream_timeout_cb(evutil_socket_t fd, short what, void *arg)
@@ -292,8 +338,15 @@ static void upstream_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	struct upstream_connect *uc = arg;
 	char reason[UPSTREAM_REASON_MAX];
 
-	snprintf(reason, sizeof(reason), "no connection to %s:%u within the connect timeout",
-		 uc->host, uc->endpoint.port);
+	if (uc->count > 1)
+		snprintf(reason, sizeof(reason),
+			 "no connection to %s:%u within the connect timeout (%zu of its %zu "
+			 "addresses tried)",
+			 uc->host, uc->endpoint.port, uc->started, uc->count);
+	else
+		snprintf(reason, sizeof(reason),
+			 "no connection to %s:%u within the connect timeout", uc->host,
+			 uc->endpoint.port);
 	upstream_connect_finish(uc, NULL, TRY_CONNECT_TIMEOUT, reason);
 }
 
@@ -318,9 +371,11 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	uc->tls.verify = tls->verify;
 	uc->session_key = xstrdup(session_key);
 	uc->address_shift = address_shift;
+	uc->attempt_delay_ms = happy_eyeballs_delay_ms(timeout_ms);
 	uc->cb = cb;
 	uc->arg = arg;
 	uc->timer = evtimer_new(proxy->base, upstream_timeout_cb, uc);
+	uc->stagger = evtimer_new(proxy->base, upstream_stagger_cb, uc);
 	uc->step = event_new(proxy->base, -1, 0, upstream_step_cb, uc);
 	evtimer_add(uc->timer, &tv);
 

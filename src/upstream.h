@@ -3,8 +3,11 @@
 
 /*
  * A new connection to an upstream: resolve the name without blocking (evdns,
- * honouring the hosts file and resolv.conf), connect to each address in turn,
- * and for https complete a verified TLS handshake, all within one timeout.
+ * honouring the hosts file and resolv.conf), connect to its addresses with
+ * staggered attempts (happy_eyeballs.h: an address that neither connects nor
+ * fails within a short delay gets the next started beside it, a failure
+ * starts the next at once), and for https complete a verified TLS
+ * handshake; the first connection made wins, all within one timeout.
  */
 
 #include <stdbool.h>
@@ -33,9 +36,10 @@ typedef void (*upstream_connect_cb)(struct conn *conn, enum try_outcome failure,
 
 /* Start connecting; the callback never runs before this returns. tls is
  * used only for https endpoints; session_key names the upstream for TLS
- * session resumption. The resolved addresses are tried in turn from the
- * address_shift-th on, round to the one before it: a hedge starts at
- * another address than the try it races. */
+ * session resumption. The resolved addresses are tried from the
+ * address_shift-th on (in happy_eyeballs_order), round to the one before
+ * it: a retry, a hedge or the next probe starts at another address than
+ * the connect before it. */
 struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						const struct upstream_endpoint *endpoint,
 						const struct tls_policy *tls,

@@ -41,6 +41,7 @@ struct upstream {
 	uint64_t next_seq;		/* the next waiter's arrival number */
 	struct event *probe_timer;	/* made on first use */
 	struct upstream_connect *probe; /* the probe in flight */
+	unsigned probe_shift;		/* the next probe's first address */
 	uint64_t probes_ok;
 	uint64_t probes_failed;
 	unsigned open;				    /* connections open or opening */
@@ -319,7 +320,8 @@ static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* One connect to see whether the upstream listens again: TCP only, so that
- * no route's TLS settings decide it. */
+ * no route's TLS settings decide it. Each probe starts one address further
+ * than the last, so that no one address decides every probe. */
 static void upstream_probe_start(struct upstream *u)
 {
 	struct proxy *proxy = u->set->proxy;
@@ -327,8 +329,8 @@ static void upstream_probe_start(struct upstream *u)
 
 	plain.tls = false;
 	u->probe = upstream_connect_start(proxy, &plain, &proxy->config->tls, u->name,
-					  proxy->config->limits.connect_timeout_ms, 0,
-					  upstream_probe_cb, u);
+					  proxy->config->limits.connect_timeout_ms,
+					  u->probe_shift++, upstream_probe_cb, u);
 }
 
 /* Do what the health machine says. */
