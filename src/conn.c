@@ -964,6 +964,11 @@ static void conn_connect_done(struct conn *c)
 	conn_handshake(c);
 }
 
+bool conn_connect_pending(const struct conn *c)
+{
+	return c->connecting;
+}
+
 static void conn_io_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;

@@ -91,6 +91,10 @@ struct conn *conn_new(struct conn_loop *loop, int fd);
 struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, socklen_t len,
 			  SSL *ssl);
 
+/* An outgoing connection whose TCP connect has not ended yet (with TLS: the
+ * handshake has not begun). */
+bool conn_connect_pending(const struct conn *c);
+
 /* Make an open plain connection the server side of TLS with ssl (the conn
  * takes it): what is queued goes out in plaintext first (the answer to a
  * CONNECT), and bytes already read (a ClientHello sent right behind it) go to

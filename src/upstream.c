@@ -330,7 +330,17 @@ static void upstream_step_cb(evutil_socket_t fd, short what, void *arg)
 /* The latest attempt had the delay to itself and is still going. */
 static void upstream_stagger_cb(evutil_socket_t fd, short what, void *arg)
 {
-	upstream_start_next(arg);
+	struct upstream_connect *uc = arg;
+	size_t i;
+
+	/* the delay is for an address that does not answer: one that made its
+	 * TCP connection and is in its TLS handshake did, and a slow handshake
+	 * gets no second one beside it (a failure still starts the next at
+	 * once, and connect_timeout bounds the wait) */
+	for (i = 0; i < uc->started; i++)
+		if (uc->attempts[i].conn != NULL && !conn_connect_pending(uc->attempts[i].conn))
+			return;
+	upstream_start_next(uc);
 }
 
 static void upstream_timeout_cb(evutil_socket_t fd, short what, void *arg)

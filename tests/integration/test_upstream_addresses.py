@@ -15,6 +15,10 @@ loopback nobody answers, so no query leaves the machine.
 - wrong.example: the same over https: a blackhole on 127.0.0.2, then a
   TLS origin on 127.0.0.1 whose certificate names wrong.example (signed
   by the test CA the proxy trusts), behind a sidecar listener;
+- wrong.example on a second port: 127.0.0.2 first, a relay to the TLS
+  origin that holds the origin's first bytes (its ServerHello) for 600 ms:
+  the TCP connection is made at once, the handshake is slow; then
+  127.0.0.1, a listener that counts the connections it accepts;
 - rotate.test: 127.0.0.1 first, an origin that answers 503 with
   Connection: close (nothing to pool); then 127.0.0.2, one that answers 200;
 - probe.test: 127.0.0.1 and 127.0.0.2, two origins that stop listening
@@ -32,6 +36,9 @@ Must hold:
 - blackhole.test with the origin not listening: the upstream goes down
   and holds a GET; once the origin listens again a probe gets past the
   blackholed first address, the upstream comes up and the GET gets 200;
+- a slow TLS handshake on a TCP connection made at once is not raced: the
+  GET gets 200 in one try after the 600 ms, and the second address sees
+  no connection (the delay is for an address that does not answer);
 - rotate.test: the retry after the first address's 503 opens its
   connection to the second address first: 200 in two tries, each origin
   saw one request;
@@ -45,6 +52,7 @@ import os
 import select
 import socket
 import threading
+import time
 
 import harness as h
 
@@ -53,6 +61,8 @@ listen:
   - address: 127.0.0.1:@PORT0@
   - address: 127.0.0.1:@PORT2@
     upstream: https://wrong.example:@TLS@
+  - address: 127.0.0.1:@PORT3@
+    upstream: https://wrong.example:@SLOW@
 admin: 127.0.0.1:@PORT1@
 tls: { ca_file: @CA@ }
 log: { level: info, format: text }
@@ -89,6 +99,69 @@ def blackhole(t, host, port):
         if not writable:
             return
     raise AssertionError("could not fill the accept queue of %s:%d" % (host, port))
+
+
+def slow_handshake_relay(t, host, port, target_port, delay):
+    """Listen on host:port and relay each connection to 127.0.0.1:target_port,
+    holding the target's first bytes for delay seconds."""
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.bind((host, port))
+    lst.listen(8)
+    t.defer(lst.close)
+
+    def pump(src, dst, hold):
+        try:
+            first = True
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if first and hold:
+                    time.sleep(hold)
+                first = False
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def serve():
+        while True:
+            try:
+                c, _ = lst.accept()
+            except OSError:
+                return
+            up = socket.create_connection(("127.0.0.1", target_port))
+            threading.Thread(target=pump, args=(c, up, 0), daemon=True).start()
+            threading.Thread(target=pump, args=(up, c, delay), daemon=True).start()
+    threading.Thread(target=serve, daemon=True).start()
+
+
+def accept_counter(t, host, port):
+    """Listen on host:port, accept and close every connection: a list that
+    grows by one per connection."""
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.bind((host, port))
+    lst.listen(8)
+    t.defer(lst.close)
+    accepted = []
+
+    def serve():
+        while True:
+            try:
+                c, _ = lst.accept()
+            except OSError:
+                return
+            accepted.append(c.getpeername())
+            c.close()
+    threading.Thread(target=serve, daemon=True).start()
+    return accepted
 
 
 def admin_get(proxy, path):
@@ -149,6 +222,9 @@ def scenario(t):
     blackhole(t, "127.0.0.2", good.port)
     secure = t.origin(host="127.0.0.1", tls=(certs.wrong, certs.wrong_key), name="tls")
     blackhole(t, "127.0.0.2", secure.port)
+    slow_port = h.free_port()
+    slow_handshake_relay(t, "127.0.0.2", slow_port, secure.port, 0.6)
+    raced = accept_counter(t, "127.0.0.1", slow_port)
     bad = t.origin(host="127.0.0.1", name="answers-503")
     other = t.origin(host="127.0.0.2", port=bad.port, name="answers-200")
     pa = t.origin(host="127.0.0.1", name="probe-a")
@@ -163,7 +239,7 @@ def scenario(t):
     with open(resolv, "w") as f:
         f.write("nameserver 127.0.0.1:%d\noptions timeout:1 attempts:1\n" % h.closed_port())
     proxy = t.proxy(CONFIG, env={"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv},
-                    TLS=secure.port, CA=certs.ca)
+                    TLS=secure.port, SLOW=slow_port, CA=certs.ca)
     blackholed = "http://blackhole.test:%d" % good.port
 
     @t.check("a blackholed first address: each GET gets 200 in one try, well under connect_timeout")
@@ -260,6 +336,15 @@ def scenario(t):
         h.eq((len([q for q in pa.requests if q.query.get("t") == "probed"]),
               len([q for q in pb.requests if q.query.get("t") == "probed"])), (1, 0),
              "the third try's request at 127.0.0.1 and 127.0.0.2")
+
+    @t.check("a slow TLS handshake on a connection made at once is not raced by the next address")
+    def _():
+        r = h.fetch(proxy.port(3), "GET", "/echo?t=slowtls&conn_close=1", "app.example",
+                    timeout=20 * h.SLOW)
+        h.eq(r.status, 200, "status (body %r)" % r.body[:200])
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        h.ok(r.elapsed >= 0.6, "answered after %.2f s, the handshake held 600 ms" % r.elapsed)
+        h.eq(raced, [], "connections at the second address")
 
     @t.check("the proxy is still alive")
     def _():
