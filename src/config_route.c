@@ -282,11 +282,18 @@ static void config_route_set_path_prefix(struct config_walk *walk,
 {
 	char **prefix = field;
 
-	/* A request-target never holds spaces or controls, so such a prefix
-	 * could never match: it is a mistake worth reporting. */
+	/* A request-target never holds spaces, controls, bytes past ASCII, a
+	 * backslash or a fragment, so such a prefix could never match: it is a
+	 * mistake worth reporting. */
 	for (const char *p = node->text; *p != '\0'; p++) {
 		if ((unsigned char)*p <= 0x20 || *p == 0x7f) {
 			config_walk_bad_value(walk, node, "a path like /v1/ with no spaces");
+			return;
+		}
+		if ((unsigned char)*p >= 0x80 || *p == '\\' || *p == '#') {
+			config_walk_bad_value(walk, node,
+					      "a path as requests send it: percent-encoded past "
+					      "ASCII (/files/caf%C3%A9/), no backslash or #");
 			return;
 		}
 	}

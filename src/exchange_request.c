@@ -59,6 +59,10 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
+	/* an empty path goes as "/", or for OPTIONS with no query as "*"
+	 * (RFC 9112 section 3.2.4): the server itself, not its root */
+	bool star =
+		path_len == 0 && head->method_len == 7 && memcmp(head->method, "OPTIONS", 7) == 0;
 	bool slash = path_len == 0 || path[0] == '?';
 	size_t size = head->method_len + 1 + slash + path_len + sizeof(version_host) - 1 +
 		      authority_len + sizeof(via) - 1;
@@ -84,7 +88,7 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	p = exchange_put(p, head->method, head->method_len);
 	*p++ = ' ';
 	if (slash)
-		*p++ = '/';
+		*p++ = star ? '*' : '/';
 	p = exchange_put(p, path, path_len);
 	p = EXCHANGE_PUT_LITERAL(p, version_host);
 	p = exchange_put(p, authority, authority_len);

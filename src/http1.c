@@ -420,6 +420,9 @@ static uint32_t http1_field_name_of(const char *name, size_t len)
 		return http1_is_underscored(name, len, "transfer-encoding")
 			       ? HTTP1_FIELD_UNDERSCORED_FRAMING
 			       : HTTP1_FIELD_OTHER;
+	case 19:
+		return HTTP1_TOKEN_IS(name, "proxy-authorization") ? HTTP1_FIELD_PROXY_AUTHORIZATION
+								   : HTTP1_FIELD_OTHER;
 	}
 	return HTTP1_FIELD_OTHER;
 }
@@ -901,12 +904,19 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
  * Content-Length, which never is, 0 for a name only the Connection field can
  * make hop-by-hop. Content-Length is never dropped because Connection names
  * it: the body is forwarded, and without its length the next hop would read
- * it as the start of another message. */
+ * it as the start of another message. Proxy-Authorization is the client's
+ * credentials for this proxy, which asks for none: they never go on to an
+ * origin (RFC 9110 section 11.7.2). */
 static const signed char http1_fixed_hop[] = {
-	[HTTP1_FIELD_CONNECTION] = 1,	     [HTTP1_FIELD_CONTENT_LENGTH] = -1,
-	[HTTP1_FIELD_TRANSFER_ENCODING] = 1, [HTTP1_FIELD_TE] = 1,
-	[HTTP1_FIELD_UPGRADE] = 1,	     [HTTP1_FIELD_KEEP_ALIVE] = 1,
-	[HTTP1_FIELD_PROXY_CONNECTION] = 1,  [HTTP1_FIELD_UNDERSCORED_FRAMING] = 0,
+	[HTTP1_FIELD_CONNECTION] = 1,
+	[HTTP1_FIELD_CONTENT_LENGTH] = -1,
+	[HTTP1_FIELD_TRANSFER_ENCODING] = 1,
+	[HTTP1_FIELD_TE] = 1,
+	[HTTP1_FIELD_UPGRADE] = 1,
+	[HTTP1_FIELD_KEEP_ALIVE] = 1,
+	[HTTP1_FIELD_PROXY_CONNECTION] = 1,
+	[HTTP1_FIELD_UNDERSCORED_FRAMING] = 0,
+	[HTTP1_FIELD_PROXY_AUTHORIZATION] = 1,
 };
 
 void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)

@@ -67,6 +67,7 @@ enum http1_field_name {
 	HTTP1_FIELD_UPGRADE,		 /* Upgrade */
 	HTTP1_FIELD_KEEP_ALIVE,		 /* Keep-Alive */
 	HTTP1_FIELD_PROXY_CONNECTION,	 /* Proxy-Connection */
+	HTTP1_FIELD_PROXY_AUTHORIZATION, /* Proxy-Authorization */
 	HTTP1_FIELD_UNDERSCORED_FRAMING, /* Content_Length or Transfer_Encoding, any '-' as '_' */
 };
 

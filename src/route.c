@@ -46,6 +46,12 @@ bool route_host_pattern_matches(const char *pattern, const char *host, size_t ho
 static bool route_accepts(const struct route *route, const char *host, size_t host_len,
 			  const char *path, size_t path_len, const char *method, size_t method_len)
 {
+	/* an absolute-form target with no path goes upstream as "/" (RFC 9112
+	 * section 3.2.1), and is matched as that */
+	if (path != NULL && (path_len == 0 || path[0] == '?')) {
+		path = "/";
+		path_len = 1;
+	}
 	if (route->match_path_prefix != NULL) {
 		size_t prefix_len = strlen(route->match_path_prefix);
 

@@ -16,7 +16,10 @@ in the original order, duplicates kept, nothing added except Via
 in sidecar mode the upstream gets exactly one Host: <upstream authority>;
 a Content-Length of one number repeated ("5, 5", or two identical
 fields) goes on as one "Content-Length: 5", both ways (RFC 9110 section
-8.6: it must not be forwarded as it came).
+8.6: it must not be forwarded as it came); Proxy-Authorization (curl -x
+user:secret@...) never reaches the origin; an absolute-form target with
+no path goes as "/" and is routed as "/" (a path_prefix: / route), and an
+OPTIONS to it goes as "OPTIONS *" (RFC 9112 section 3.2.4).
 """
 
 import json
@@ -36,6 +39,9 @@ limits:
 defaults:
   retry:
     max_attempts: 1
+routes:
+  - name: root
+    match: { path_prefix: / }
 """
 
 # (name, value) pairs that must pass through untouched, in this order.
@@ -54,6 +60,7 @@ HOP_BY_HOP = [
     ("X-Drop-Me", "secret"),
     ("Keep-Alive", "timeout=5"),
     ("Proxy-Connection", "keep-alive"),
+    ("Proxy-Authorization", "Basic dXNlcjpzZWNyZXQ="),
     ("TE", "trailers"),
     ("Upgrade", "websocket"),
     ("connection", "x-OTHER-drop"),
@@ -65,7 +72,7 @@ def request_fields():
     """End-to-end and hop-by-hop fields interleaved, plus an earlier Via."""
     e, hb = END_TO_END, HOP_BY_HOP
     return [e[0], hb[0], e[1], hb[1], hb[2], e[2], hb[3], ("Via", "1.0 client-side-proxy"),
-            e[3], hb[4], hb[5], e[4], hb[6], hb[7], e[5], e[6]]
+            e[3], hb[4], hb[5], e[4], hb[6], hb[7], e[5], hb[8], e[6]]
 
 
 def via_list(headers):
@@ -74,8 +81,8 @@ def via_list(headers):
 
 
 def check_upstream_fields(seen_headers):
-    names_gone = {"connection", "keep-alive", "proxy-connection", "te", "upgrade", "x-drop-me",
-                  "x-other-drop"}
+    names_gone = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
+                  "upgrade", "x-drop-me", "x-other-drop"}
     for n, v in seen_headers:
         if n.lower() == "connection":
             # The proxy may manage its own upstream connection, but must not
@@ -147,6 +154,33 @@ def scenario(t):
         h.eq(r.status, 200, "status (%r)" % r)
         names = [n.lower() for n, _ in json.loads(r.body)["headers"]]
         h.ok("proxy-connection" not in names, "Proxy-Connection at the origin: %r" % names)
+
+    @t.check("curl -x user:secret@proxy: Proxy-Authorization does not reach the origin")
+    def _():
+        url = "http://user:secret@127.0.0.1:%d" % proxy.port(0)
+        r = h.curl("-x", url, origin.url("/echo?proxy-auth"))
+        h.eq(r.status, 200, "status (%r)" % r)
+        names = [n.lower() for n, _ in json.loads(r.body)["headers"]]
+        h.ok("proxy-authorization" not in names, "Proxy-Authorization at the origin: %r" % names)
+
+    def exact(target):
+        """Access-log entries whose target is exactly target."""
+        return [e for e in proxy.access_lines() if h.access_fields(e).get("target") == target]
+
+    @t.check("a target with no path goes as / and is routed as /; OPTIONS to it goes as *")
+    def _():
+        target = "http://%s" % auth
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", target, auth))
+            r = c.read_response()
+            h.wait_until(lambda: exact(target), 5 * h.SLOW, "the access-log entry of GET " + target)
+            h.eq(h.access_fields(exact(target)[0]).get("route"), "root", "route of GET " + target)
+            before = len(origin.requests)
+            c.send(h.request("OPTIONS", target, auth))
+            r = c.read_response()
+        h.ok(r.status > 0, "OPTIONS answered")
+        seen = [q for q in origin.requests[before:] if q.method == "OPTIONS"]
+        h.eq([q.target for q in seen], ["*"], "OPTIONS targets at the origin")
 
     @t.check("a Content-Length list of one number repeated goes on as one Content-Length")
     def _():

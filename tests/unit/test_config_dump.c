@@ -189,7 +189,7 @@ static void test_routes_resolved(void **state)
 		"        - json_field: \"a b: c\"\n"
 		"    retry: { on: [503, reset], max_backoff: 90m }\n"
 		"  - name: quiet\n"
-		"    match: { path_prefix: \"/v1/#x\" }\n"
+		"    match: { path_prefix: \"/v1/iamPolicies:\" }\n"
 		"    retry: { on: [], max_attempts: 1 }\n"
 		"  - name: anything\n";
 	struct config *config = test_load(text, "routes.yaml");
@@ -226,7 +226,7 @@ static void test_routes_resolved(void **state)
 	/* "quiet" retries on nothing, and keeps the defaults' when_present */
 	r = &again->routes[1];
 	assert_int_equal(r->retry.on, 0);
-	assert_string_equal(r->match_path_prefix, "/v1/#x");
+	assert_string_equal(r->match_path_prefix, "/v1/iamPolicies:");
 	assert_int_equal(r->idempotent.when_present_count, 1);
 	assert_false(r->tls_overridden);
 	/* a route that names nothing but itself is the defaults */
