@@ -107,6 +107,19 @@ void client_close(struct client *client, const char *reason)
 	client_free(client);
 }
 
+/* Close with a reset: what the client was sent is cut short (a response
+ * not all written, a request aborted), and a clean close after a
+ * close-delimited body would let it take that body for a whole one. */
+static void client_close_reset(struct client *client, const char *reason)
+{
+	struct conn *conn = client->conn;
+
+	client->conn = NULL;
+	client_close(client, reason);
+	if (conn != NULL)
+		conn_free_reset(conn);
+}
+
 /* Start the client_timeout clock for the next request head. */
 static void client_arm_head_timer(struct client *client)
 {
@@ -197,7 +210,7 @@ static void client_refuse(struct client *client, const struct http1_head *head, 
 	}
 	access_log_write(&record);
 	free(target);
-	reply_error(conn_output(client->conn), status, text, 0, true);
+	reply_error(conn_output(client->conn), status, text, 0, REPLY_CLOSE);
 	client_close_after_flush(client);
 }
 
@@ -214,6 +227,17 @@ static const struct listener_config *client_find_listener(const struct config *c
 		if (config_values_same_address(&config->listeners[i].addr, &listen->addr))
 			return &config->listeners[i];
 	return NULL;
+}
+
+/* Bounded input: a client cannot make the proxy buffer more than a head
+ * one byte over max_header_bytes (enough for the parser to say 431). */
+static void client_set_input_limit(struct client *client)
+{
+	size_t input_high = client->config->limits.max_header_bytes + 1;
+
+	if (input_high < CLIENT_INPUT_MIN_HIGH)
+		input_high = CLIENT_INPUT_MIN_HIGH;
+	conn_set_input_limit(client->conn, input_high);
 }
 
 /* Between requests: after a reload, the next request runs under the live
@@ -235,6 +259,7 @@ static void client_adopt_config(struct client *client)
 	client->config = config_hold(live);
 	client->listen = listen;
 	client_set_timeouts(client, false);
+	client_set_input_limit(client);
 }
 
 /* A head is parsed and used before control returns to the event loop, so
@@ -512,7 +537,7 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 	if ((what & CONN_TIMEOUT) && (what & CONN_READING))
 		client_close(client, "request body stalled for client_timeout");
 	else if ((what & CONN_TIMEOUT) && (what & CONN_WRITING))
-		client_close(client, "client stopped reading");
+		client_close_reset(client, "client stopped reading");
 	else if (what & CONN_TIMEOUT)
 		client_head_timeout(client);
 	else if ((what & CONN_EOF) && client->state == CLIENT_READING_HEAD &&
@@ -658,24 +683,27 @@ static void client_config_changed(void *self)
 		   !client_allowed(live, (const struct sockaddr *)&client->peer_addr)) {
 		/* its next request would get a 403 */
 		client_close_idle(client, "no longer in access.allow_clients");
+	} else if (client->state == CLIENT_READING_HEAD && client->conn != NULL &&
+		   conn_input_length(client->conn) > 0) {
+		/* a head under way may have stopped at the old max_header_bytes:
+		 * the new limit lets it be read on */
+		client_adopt_config(client);
 	}
 }
 
-/* Close, for the registry (shutdown, drain timeout). A request cut short
- * is reset, as exchange_break_response() does, so that the client sees an
- * error and never takes a cut close-delimited body for a whole one. */
+/* Close, for the registry (shutdown, drain timeout). A request cut short,
+ * or a response whose tail is still queued, is reset, as
+ * exchange_break_response() does, so that the client sees an error and
+ * never takes a cut close-delimited body for a whole one. */
 static void client_close_cb(void *self, const char *reason)
 {
 	struct client *client = self;
-	struct conn *conn = client->conn;
 
-	if (client->exchange == NULL || conn == NULL) {
+	if (client->conn != NULL &&
+	    (client->exchange != NULL || conn_output_length(client->conn) > 0))
+		client_close_reset(client, reason);
+	else
 		client_close(client, reason);
-		return;
-	}
-	client->conn = NULL;
-	client_close(client, reason);
-	conn_free_reset(conn);
 }
 
 static const struct registry_ops client_registry_ops = {
@@ -756,7 +784,6 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 		evutil_socket_t fd, const struct sockaddr *peer, socklen_t peer_len)
 {
 	struct client *client = xcalloc(1, sizeof(*client));
-	size_t input_high = config->limits.max_header_bytes + 1;
 	int one = 1;
 
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -769,10 +796,7 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 	client->conn = conn_new(proxy->loop, fd);
 	client->state = CLIENT_READING_HEAD;
 	registry_add(&proxy->registry, &client->entry, &client_registry_ops, client);
-	if (input_high < CLIENT_INPUT_MIN_HIGH)
-		input_high = CLIENT_INPUT_MIN_HIGH;
-	/* bounded input: a client cannot make the proxy buffer more than this */
-	conn_set_input_limit(client->conn, input_high);
+	client_set_input_limit(client);
 	conn_set_output_low(client->conn, CLIENT_OUTPUT_LOW);
 	client_set_timeouts(client, false);
 	conn_setcb(client->conn, client_read_cb, client_write_cb, client_event_cb, client);

@@ -437,18 +437,21 @@ void exchange_respond_error(struct exchange *ex, int status, const char *text)
 				!ex->owner.closing(ex->owner.arg);
 	ex->status = status;
 	reply_error(conn_output(ex->owner.conn), status, text, ex->attempts,
-		    !ex->client_keep_after);
+		    !ex->client_keep_after  ? REPLY_CLOSE
+		    : ex->client_minor == 0 ? REPLY_KEEP_HTTP10
+					    : REPLY_KEEP);
 	exchange_finish(ex);
 }
 
 void exchange_break_response(struct exchange *ex, const char *why)
 {
-	/* a close-delimited body cut short looks complete after a clean close:
-	 * reset instead, so the client sees the error */
-	exchange_close(ex,
-		       ex->response_body.mode == BODY_MODE_UNTIL_CLOSE ? EXCHANGE_END_RESET
-								       : EXCHANGE_END_BROKEN,
-		       why);
+	/* a body the client reads until the close (close-delimited, or chunked
+	 * decoded for an HTTP/1.0 client) looks complete after a clean close,
+	 * cut short or not: reset instead, so the client sees the error */
+	bool until_close = ex->response_body.mode == BODY_MODE_UNTIL_CLOSE ||
+			   ex->response_body.mode == BODY_MODE_CHUNKED_DECODE;
+
+	exchange_close(ex, until_close ? EXCHANGE_END_RESET : EXCHANGE_END_BROKEN, why);
 }
 
 /* retry.mode: observe: decide as enforce would, as if the body had been

@@ -37,13 +37,19 @@ static const char *reply_reason_phrase(int status)
 	}
 }
 
-void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts, bool close)
+void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
+		 enum reply_connection connection)
 {
+	static const char *const fields[] = {
+		[REPLY_KEEP] = "",
+		[REPLY_KEEP_HTTP10] = "Connection: keep-alive\r\n",
+		[REPLY_CLOSE] = "Connection: close\r\n",
+	};
 	size_t text_len = strlen(text);
 
 	evbuffer_add_printf(out,
 			    "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
 			    "Retry-Attempts: %u\r\nVia: 1.1 retryproxy\r\n%s\r\n%s\n",
 			    status, reply_reason_phrase(status), text_len + 1, attempts,
-			    close ? "Connection: close\r\n" : "", text);
+			    fields[connection], text);
 }

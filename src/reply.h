@@ -8,8 +8,13 @@
 
 struct evbuffer;
 
+/* How a reply's connection goes on: closed after it, kept (HTTP/1.1's
+ * default), or kept for an HTTP/1.0 client, which must be told so. */
+enum reply_connection { REPLY_KEEP, REPLY_KEEP_HTTP10, REPLY_CLOSE };
+
 /* Queue a response with a one-line text body, Retry-Attempts and Via, and
- * Connection: close when close is set. */
-void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts, bool close);
+ * the Connection field that connection needs. */
+void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
+		 enum reply_connection connection);
 
 #endif

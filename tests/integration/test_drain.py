@@ -17,7 +17,9 @@ lets the slow request finish with its 200 and the waiting one retry and
 finish with its 200 (Retry-Attempts: 2), closes those connections after
 their responses, and exits 0 once they are done (about 2 s after SIGTERM,
 well before drain_timeout). Proxy 2 exits 0 about 1 s after SIGTERM, closing
-the unfinished request's connection.
+the unfinished request's connection, and resetting the connection of a
+response whose tail still waited in the proxy, unread (never a clean close
+after part of a response).
 """
 
 import hashlib
@@ -124,6 +126,8 @@ def scenario(t):
 
     @t.check("drain_timeout 1s: a longer request is cut off and the proxy exits 0 after about 1 s")
     def _():
+        # a response whose tail waits in the proxy, unread, when the time is up
+        unread, unread_size, _ = h.response_tail_in_proxy(slow, "cut-tail")
         c = h.RawConn(slow.port(0))
         conns["cut"] = c
         c.send(h.request("GET", "/delay/6", "app.example"))
@@ -137,6 +141,19 @@ def scenario(t):
         h.ok(c.closed_within(1), "the cut-off request's connection stayed open")
         h.ok(b"delayed" not in bytes(c.buf), "the cut-off request got the origin's answer")
         slow.wait_log(r"drain_timeout")
+        # the cut response ends with a reset, never a clean close after part of it
+        unread.sock.settimeout(5 * h.SLOW)
+        got, end = len(unread.buf), None
+        while end is None:
+            try:
+                chunk = unread.sock.recv(1 << 20)
+                got += len(chunk)
+                end = "FIN" if not chunk else None
+            except ConnectionResetError:
+                end = "RST"
+        h.ok(got < unread_size, "the unread response came whole (%d bytes)" % got)
+        h.eq(end, "RST", "how the unread response's connection ended after %d of %d bytes"
+             % (got, unread_size))
 
 
 h.run(scenario, __doc__)

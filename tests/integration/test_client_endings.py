@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Scenario: how a client connection ends when its response is cut short,
+and an HTTP/1.0 client kept alive after the proxy's own error.
+
+Client: raw sockets; HTTP/1.0 and HTTP/1.1 requests to sidecar listeners;
+a client that reads a response head and then nothing for longer than
+client_timeout; a keep-alive connection that sends a large head after a
+reload raised max_header_bytes.
+Origin: a raw server that starts a chunked 200 ("hello") and closes in its
+middle; the test origin (/close/N: N bytes delimited by the close); a
+closed port.
+Proxy: client_timeout 1s, max_header_bytes 64KiB (1MiB after the reload),
+max_attempts 1.
+Must hold:
+- an HTTP/1.0 client, whose chunked response the proxy decodes and
+  delimits by closing, sees a reset when the upstream breaks off, never a
+  clean close after the cut body (an HTTP/1.1 client gets the chunked
+  framing without its last chunk);
+- an HTTP/1.0 client that asked for keep-alive gets the proxy's own 502
+  with Connection: keep-alive, and its next request on the connection is
+  answered;
+- a client that stops reading a close-delimited body is cut after
+  client_timeout with a reset, not a clean close that would make the cut
+  body look whole;
+- a keep-alive connection accepted before a reload that raised
+  max_header_bytes sends a 300 KB head afterwards and gets 200 (its input
+  limit follows the new config).
+"""
+
+import os
+import signal
+import socket
+import time
+
+import harness as h
+import rawserver
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@RAW@
+  - address: 127.0.0.1:@PORT1@
+    upstream: http://127.0.0.1:@DEAD@
+  - address: 127.0.0.1:@PORT2@
+    upstream: http://127.0.0.1:@ORIGIN@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+  client_timeout: 1s
+  max_header_bytes: 64KiB
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+
+def read_to_end(sock, timeout=5):
+    """Everything the socket gives, and how it ended: "RST", "FIN" or
+    "open" (nothing more within timeout)."""
+    sock.settimeout(timeout * h.SLOW)
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(1 << 20)
+        except ConnectionResetError:
+            return data, "RST"
+        except socket.timeout:
+            return data, "open"
+        if not chunk:
+            return data, "FIN"
+        data += chunk
+
+
+def chunked_cut(conn, server):
+    rawserver.read_head(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+    time.sleep(0.3)
+    conn.shutdown(socket.SHUT_WR)
+    time.sleep(0.3)
+
+
+def scenario(t):
+    raw = rawserver.RawServer(chunked_cut)
+    t.defer(raw.stop)
+    origin = t.origin()
+    proxy = t.proxy(CONFIG, RAW=raw.port, DEAD=h.closed_port(), ORIGIN=origin.port)
+
+    @t.check("HTTP/1.0 client, chunked response cut by the upstream: a reset, not a clean close")
+    def _():
+        with socket.create_connection(("127.0.0.1", proxy.port(0))) as s:
+            s.sendall(b"GET /x HTTP/1.0\r\nHost: a.example\r\n\r\n")
+            data, end = read_to_end(s)
+        h.ok(data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"\r\n\r\nhello"),
+             "the decoded start of the body: %r" % data)
+        h.eq(end, "RST", "how the connection ended")
+        with socket.create_connection(("127.0.0.1", proxy.port(0))) as s:
+            s.sendall(b"GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
+            data, end = read_to_end(s)
+        h.ok(data.endswith(b"5\r\nhello\r\n"), "HTTP/1.1: chunked, no last chunk: %r" % data)
+
+    @t.check("HTTP/1.0 keep-alive client: the proxy's own 502 says keep-alive, the next request works")
+    def _():
+        with socket.create_connection(("127.0.0.1", proxy.port(1))) as s:
+            s.settimeout(5 * h.SLOW)
+            s.sendall(b"GET /x HTTP/1.0\r\nHost: a.example\r\nConnection: keep-alive\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = s.recv(65536)
+                h.ok(chunk, "the connection closed before the 502's head: %r" % head)
+                head += chunk
+            h.ok(head.startswith(b"HTTP/1.1 502 "), "status line: %r" % head[:40])
+            h.ok(b"\r\nConnection: keep-alive\r\n" in head, "502 head: %r" % head)
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            rest = head.split(b"\r\n\r\n", 1)[1]
+            while len(rest) < length:
+                rest += s.recv(65536)
+            s.sendall(b"GET /x HTTP/1.0\r\nHost: a.example\r\nConnection: keep-alive\r\n\r\n")
+            again = s.recv(65536)
+        h.ok(again.startswith(b"HTTP/1.1 502 "), "the second request's answer: %r" % again[:40])
+
+    @t.check("a client that stops reading a close-delimited body is cut with a reset")
+    def _():
+        size = 64 << 20
+        c = h.RawConn(proxy.port(2), rcvbuf=h.CAPACITY_RCVBUF)
+        c.send(h.request("GET", "/close/%d?t=stopped" % size, "a.example"))
+        c.read_head()
+        time.sleep(4.0 * h.SLOW)  # past client_timeout (1 s) twice over
+        data, end = read_to_end(c.sock)
+        got = len(c.buf) + len(data)
+        c.close()
+        h.ok(got < size, "the client got the whole %d bytes while not reading" % size)
+        h.eq(end, "RST", "how the connection ended after %d of %d bytes" % (got, size))
+
+    @t.check("a connection from before a reload that raised max_header_bytes sends a larger head")
+    def _():
+        old = h.RawConn(proxy.port(2), timeout=10 * h.SLOW)
+        old.send(h.request("GET", "/bytes/3?t=before", "a.example"))
+        h.eq(old.read_response().status, 200, "the first request")
+        with open(proxy.config_path) as f:
+            text = f.read()
+        with open(proxy.config_path, "w") as f:
+            f.write(text.replace("max_header_bytes: 64KiB", "max_header_bytes: 1MiB"))
+        os.kill(proxy.pid, signal.SIGHUP)
+        proxy.wait_log("reload: now running")
+        big = [("X-Big-%d" % i, "v" * 10000) for i in range(30)]
+        old.send(h.request("GET", "/bytes/3?t=after", "a.example", big))
+        r = old.read_response()
+        old.close()
+        h.eq(r.status, 200, "the 300 KB head's status")
+
+
+h.run(scenario, __doc__, timeout=90)
