@@ -49,10 +49,11 @@ struct ca_entry {
 struct ca {
 	unsigned refs;
 	X509 *cert;
-	EVP_PKEY *key;	    /* the CA's private key; only ever used to sign */
-	EVP_PKEY *leaf_key; /* the key pair of every leaf, made at load */
-	time_t not_before;  /* no leaf starts before the CA */
-	time_t not_after;   /* no leaf outlives the CA */
+	STACK_OF(X509) * chain; /* sent with each leaf (ca_load_cert()) */
+	EVP_PKEY *key;		/* the CA's private key; only ever used to sign */
+	EVP_PKEY *leaf_key;	/* the key pair of every leaf, made at load */
+	time_t not_before;	/* no leaf starts before the CA */
+	time_t not_after;	/* no leaf outlives the CA */
 	struct ca_entry *buckets[CA_BUCKETS];
 	struct ca_entry *newest;
 	struct ca_entry *oldest;
@@ -430,15 +431,24 @@ static int ca_open(const char *path, struct stat *st, char *err, size_t err_len)
 	return fd;
 }
 
-/* The first certificate in a PEM file. */
-static X509 *ca_load_cert(const char *path, char *err, size_t err_len)
+/* Is x issued by itself (a root: the client's trust anchor, never sent)? */
+static bool ca_self_issued(X509 *x)
+{
+	return X509_check_issued(x, x) == X509_V_OK;
+}
+
+/* The first certificate in a PEM file; in *chain (made, perhaps empty) the
+ * certificates a leaf it signs is sent with so that clients that trust
+ * only a root can build the path: the CA itself unless it is a root, then
+ * the file's further certificates that are not roots. */
+static X509 *ca_load_cert(const char *path, STACK_OF(X509) * *chain, char *err, size_t err_len)
 {
 	struct stat st;
 	int fd = ca_open(path, &st, err, err_len);
 	char *data;
 	size_t len;
 	BIO *bio;
-	X509 *x;
+	X509 *x, *more;
 
 	if (fd < 0)
 		return NULL;
@@ -449,11 +459,23 @@ static X509 *ca_load_cert(const char *path, char *err, size_t err_len)
 	close(fd);
 	bio = BIO_new_mem_buf(data, (int)len);
 	x = bio != NULL ? PEM_read_bio_X509(bio, NULL, ca_no_password, NULL) : NULL;
+	*chain = sk_X509_new_null();
+	if (x != NULL && !ca_self_issued(x) && X509_up_ref(x) == 1)
+		sk_X509_push(*chain, x);
+	while (x != NULL && (more = PEM_read_bio_X509(bio, NULL, ca_no_password, NULL)) != NULL) {
+		if (ca_self_issued(more))
+			X509_free(more);
+		else
+			sk_X509_push(*chain, more);
+	}
 	BIO_free(bio);
 	free(data);
 	ERR_clear_error();
-	if (x == NULL)
+	if (x == NULL) {
 		ca_error(err, err_len, "not a PEM certificate");
+		sk_X509_pop_free(*chain, X509_free);
+		*chain = NULL;
+	}
 	return x;
 }
 
@@ -593,7 +615,8 @@ static int ca_check_cert(X509 *cert, const char *path, time_t now, time_t *not_b
 struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_failure *failure,
 		   char *err, size_t err_len)
 {
-	X509 *cert = ca_load_cert(cert_path, err, err_len);
+	STACK_OF(X509) *chain = NULL;
+	X509 *cert = ca_load_cert(cert_path, &chain, err, err_len);
 	EVP_PKEY *key, *leaf_key;
 	struct ca *ca;
 	time_t not_before, not_after;
@@ -606,23 +629,27 @@ struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_fai
 		return NULL;
 	if (ca_check_cert(cert, cert_path, time(NULL), &not_before, &not_after, err, err_len) < 0) {
 		X509_free(cert);
+		sk_X509_pop_free(chain, X509_free);
 		ERR_clear_error();
 		return NULL;
 	}
 	*failure = CA_LOAD_KEY;
 	if (ca_forbid_dumps(err, err_len) < 0) {
 		X509_free(cert);
+		sk_X509_pop_free(chain, X509_free);
 		return NULL;
 	}
 	key = ca_load_key(key_path, err, err_len);
 	if (key == NULL) {
 		X509_free(cert);
+		sk_X509_pop_free(chain, X509_free);
 		return NULL;
 	}
 	if (EVP_PKEY_eq(X509_get0_pubkey(cert), key) != 1) {
 		ca_error(err, err_len, "does not match the certificate");
 		EVP_PKEY_free(key);
 		X509_free(cert);
+		sk_X509_pop_free(chain, X509_free);
 		ERR_clear_error();
 		return NULL;
 	}
@@ -638,12 +665,14 @@ struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_fai
 			 ca_openssl_reason(reason, sizeof(reason), "unknown error"));
 		EVP_PKEY_free(key);
 		X509_free(cert);
+		sk_X509_pop_free(chain, X509_free);
 		return NULL;
 	}
 	*failure = CA_LOAD_OK;
 	ca = xcalloc(1, sizeof(*ca));
 	ca->refs = 1;
 	ca->cert = cert;
+	ca->chain = chain;
 	ca->key = key;
 	ca->leaf_key = leaf_key;
 	ca->not_before = not_before;
@@ -678,6 +707,7 @@ void ca_release(struct ca *ca)
 		ca_entry_free(e);
 	}
 	X509_free(ca->cert);
+	sk_X509_pop_free(ca->chain, X509_free);
 	EVP_PKEY_free(ca->key);
 	EVP_PKEY_free(ca->leaf_key);
 	free(ca);
@@ -687,6 +717,11 @@ void ca_release(struct ca *ca)
 unsigned long ca_leaves_made(const struct ca *ca)
 {
 	return ca->leaves_made;
+}
+
+STACK_OF(X509) * ca_chain(const struct ca *ca)
+{
+	return ca->chain;
 }
 
 /* What a leaf is for: a name, or an address in network order. */
@@ -836,7 +871,9 @@ static X509 *ca_make_leaf(struct ca *ca, const struct ca_host *host, time_t not_
 	    ca_add_ext(x, ca->cert, NID_ext_key_usage, "serverAuth") < 0 ||
 	    ca_add_san(x, host, !cn) < 0 ||
 	    ca_add_ext(x, ca->cert, NID_subject_key_identifier, "hash") < 0 ||
-	    ca_add_ext(x, ca->cert, NID_authority_key_identifier, "keyid:always") < 0)
+	    /* the CA's key id when it has one, else its name and serial: a CA
+	     * made without subjectKeyIdentifier signs leaves too */
+	    ca_add_ext(x, ca->cert, NID_authority_key_identifier, "keyid,issuer") < 0)
 		goto fail;
 	if (X509_sign(x, ca->key, ca_digest(ca->key)) <= 0)
 		goto fail;

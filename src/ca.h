@@ -72,4 +72,9 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 /* Leaves made so far (a test checks that a host's second request makes none). */
 unsigned long ca_leaves_made(const struct ca *ca);
 
+/* The certificates each leaf is sent with: the CA when it is not a root,
+ * and the ca_cert file's further certificates that are not roots (an
+ * intermediate's issuers); empty for a root CA alone. Borrowed. */
+STACK_OF(X509) * ca_chain(const struct ca *ca);
+
 #endif

@@ -84,7 +84,8 @@ struct intercept *intercept_start(struct proxy *proxy, const struct config *conf
 		snprintf(reason, reason_len, "cannot make a certificate for this host");
 		return NULL;
 	}
-	ssl = tls_server_new(proxy->tls, cert, key, err, sizeof(err));
+	ssl = tls_server_new(proxy->tls, cert, key, ca_chain(config->intercept.ca), err,
+			     sizeof(err));
 	if (ssl == NULL) {
 		log_error("intercept: %s", err);
 		snprintf(reason, reason_len, "cannot set up TLS for this host");

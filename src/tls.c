@@ -303,7 +303,8 @@ static int tls_select_alpn(SSL *ssl, const unsigned char **out, unsigned char *o
 	return SSL_TLSEXT_ERR_OK;
 }
 
-SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *err, size_t err_len)
+SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, STACK_OF(X509) * chain,
+		    char *err, size_t err_len)
 {
 	SSL *ssl;
 
@@ -327,7 +328,8 @@ SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *er
 	}
 	ssl = SSL_new(store->server);
 	if (ssl == NULL || SSL_use_certificate(ssl, cert) != 1 ||
-	    SSL_use_PrivateKey(ssl, key) != 1) {
+	    SSL_use_PrivateKey(ssl, key) != 1 ||
+	    (chain != NULL && sk_X509_num(chain) > 0 && SSL_set1_chain(ssl, chain) != 1)) {
 		tls_error_string(err, err_len, "cannot set up the TLS server side");
 		SSL_free(ssl);
 		return NULL;

@@ -44,10 +44,11 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 		    const char *session_key, char *err, size_t err_len);
 
 /* A server SSL for an intercepted tunnel, presenting cert and key (the
- * leaf made for the CONNECT host): TLS 1.2 or newer, ALPN http/1.1 only,
+ * leaf made for the CONNECT host) with chain behind it (may be NULL): TLS 1.2 or newer, ALPN http/1.1 only,
  * session tickets for resumption, a close without close_notify taken as an
  * EOF. NULL with a reason in err. */
-SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, char *err, size_t err_len);
+SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, STACK_OF(X509) * chain,
+		    char *err, size_t err_len);
 
 /* Did a handshake end only because the peer closed or reset the connection
  * (ssl_error as conn_tls_error gives it: none, or an unexpected EOF), rather

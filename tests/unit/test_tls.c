@@ -48,7 +48,7 @@ static void test_server_options(void **state)
 	EVP_PKEY *key = EVP_EC_gen("P-256");
 	X509 *cert = self_signed(key);
 	char err[256] = "";
-	SSL *ssl = tls_server_new(store, cert, key, err, sizeof(err));
+	SSL *ssl = tls_server_new(store, cert, key, NULL, err, sizeof(err));
 
 	assert_non_null(ssl);
 	assert_true(SSL_get_options(ssl) & SSL_OP_IGNORE_UNEXPECTED_EOF);
@@ -68,7 +68,7 @@ static void test_certificate_sent(void **state)
 	EVP_PKEY *key = EVP_EC_gen("P-256");
 	X509 *cert = self_signed(key);
 	char err[256] = "", hello[4096];
-	SSL *server = tls_server_new(store, cert, key, err, sizeof(err));
+	SSL *server = tls_server_new(store, cert, key, NULL, err, sizeof(err));
 	SSL_CTX *client_ctx = SSL_CTX_new(TLS_client_method());
 	SSL *client = SSL_new(client_ctx);
 	BIO *to_server = BIO_new(BIO_s_mem()), *to_client = BIO_new(BIO_s_mem());
