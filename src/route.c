@@ -37,7 +37,11 @@ bool route_host_pattern_matches(const char *pattern, const char *host, size_t ho
 		return host_len > suffix_len &&
 		       strncasecmp(host + host_len - suffix_len, pattern + 1, suffix_len) == 0;
 	}
-	return host_len == pattern_len && strncasecmp(host, pattern, host_len) == 0;
+	if (host_len == pattern_len && strncasecmp(host, pattern, host_len) == 0)
+		return true;
+	/* an IPv6 literal has many spellings (::1, 0::1): compared as addresses */
+	return memchr(pattern, ':', pattern_len) != NULL && memchr(host, ':', host_len) != NULL &&
+	       route_same_host(pattern, pattern_len, host, host_len);
 }
 
 /* Whether the route's match: accepts the request; absent fields accept all.

@@ -90,6 +90,12 @@ static void test_host_patterns(void **state)
 		{ "::1", "[::1]", true },
 		{ "::1", "::1", true },
 		{ "2001:db8::1", "[2001:DB8::1]", true },
+		/* an IPv6 literal in another spelling is the same address */
+		{ "::1", "[0::1]", true },
+		{ "::1", "[0:0:0:0:0:0:0:1]", true },
+		{ "2001:db8::1", "2001:0db8:0:0::1", true },
+		{ "::1", "[::2]", false },
+		{ "::1", "[::ffff:127.0.0.1]", false },
 		{ "127.0.0.1", "127.0.0.1", true },
 		{ "127.0.0.1", "127.0.0.10", false },
 	};
