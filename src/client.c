@@ -22,6 +22,7 @@
 #include "http1_resume.h"
 #include "intercept.h"
 #include "log.h"
+#include "max_forwards.h"
 #include "metrics.h"
 #include "proxy.h"
 #include "registry.h"
@@ -173,8 +174,10 @@ static void client_watch_body(void *arg, bool on)
  * intercepted tunnel the logged target says which one, as for the requests
  * it proxies: https://host:port before an origin-form target, or alone when
  * the request line could not be read. */
-static void client_refuse(struct client *client, const struct http1_head *head, int status,
-			  const char *text)
+/* The access-log line of a request the proxy answers itself (head NULL:
+ * one it could not parse). */
+static void client_log_own_answer(struct client *client, const struct http1_head *head, int status,
+				  const char *text)
 {
 	struct access_record record = {
 		.client = client->peer,
@@ -210,6 +213,12 @@ static void client_refuse(struct client *client, const struct http1_head *head, 
 	}
 	access_log_write(&record);
 	free(target);
+}
+
+static void client_refuse(struct client *client, const struct http1_head *head, int status,
+			  const char *text)
+{
+	client_log_own_answer(client, head, status, text);
 	reply_error(conn_output(client->conn), status, text, 0, REPLY_CLOSE);
 	client_close_after_flush(client);
 }
@@ -436,6 +445,13 @@ static void client_read_head(struct client *client)
 	}
 	if (client->intercept == NULL && intercept_wanted(client->config, client->listen, head)) {
 		client_intercept(client, head);
+		return;
+	}
+	if (max_forwards_of(head, NULL) == 0) {
+		/* a TRACE or OPTIONS that may go no further: its final recipient */
+		client_log_own_answer(client, head, 200, "Max-Forwards: 0, answered by the proxy");
+		max_forwards_answer(conn_output(client->conn), head);
+		client_close_after_flush(client);
 		return;
 	}
 	conn_set_deadline(client->conn, 0);

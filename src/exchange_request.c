@@ -8,6 +8,7 @@
 #include "conn.h"
 #include "exchange_private.h"
 #include "idempotency.h"
+#include "max_forwards.h"
 #include "idempotency_key.h"
 #include "log.h"
 #include "proxy.h"
@@ -56,9 +57,16 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	static const char version_host[] = " HTTP/1.1\r\nHost: ";
 	static const char via[] = "\r\nVia: 1.1 retryproxy\r\n\r\n";
 	static const char key_name[] = IDEMPOTENCY_KEY_HEADER ": ";
+	static const char max_forwards_name[] = "Max-Forwards: ";
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
+	size_t max_forwards_at = 0;
+	/* a TRACE or OPTIONS goes on with Max-Forwards one less (at 0 the
+	 * client answered it), after the other fields */
+	long max_forwards = max_forwards_of(head, &max_forwards_at);
+	char max_forwards_text[24] = "";
+	int max_forwards_len = 0;
 	/* an empty path goes as "/", or for OPTIONS with no query as "*"
 	 * (RFC 9112 section 3.2.4): the server itself, not its root */
 	bool star =
@@ -84,6 +92,15 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 					exchange_field_size(&head->fields[i]);
 	if (ex->key_injected)
 		size += key_line;
+	if (max_forwards > 0 && !forward[max_forwards_at])
+		max_forwards = -1; /* named in Connection: dropped, as the client asked */
+	if (max_forwards > 0) {
+		forward[max_forwards_at] = false;
+		size -= head->fields[max_forwards_at].line_len;
+		max_forwards_len = snprintf(max_forwards_text, sizeof(max_forwards_text), "%ld\r\n",
+					    max_forwards - 1);
+		size += sizeof(max_forwards_name) - 1 + (size_t)max_forwards_len;
+	}
 	p = exchange_block(&ex->request_head, &ex->request_head_room, size);
 	p = exchange_put(p, head->method, head->method_len);
 	*p++ = ' ';
@@ -95,6 +112,10 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	/* via starts with the Host line's CRLF */
 	p = exchange_put(p, via, 2);
 	p = exchange_put_fields(p, head, forward, framing->length_repeated);
+	if (max_forwards > 0) {
+		p = EXCHANGE_PUT_LITERAL(p, max_forwards_name);
+		p = exchange_put(p, max_forwards_text, (size_t)max_forwards_len);
+	}
 	if (ex->key_injected) {
 		/* made here, once per request: every try sends this head */
 		p = EXCHANGE_PUT_LITERAL(p, key_name);

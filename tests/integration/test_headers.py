@@ -19,7 +19,11 @@ fields) goes on as one "Content-Length: 5", both ways (RFC 9110 section
 8.6: it must not be forwarded as it came); Proxy-Authorization (curl -x
 user:secret@...) never reaches the origin; an absolute-form target with
 no path goes as "/" and is routed as "/" (a path_prefix: / route), and an
-OPTIONS to it goes as "OPTIONS *" (RFC 9112 section 3.2.4).
+OPTIONS to it goes as "OPTIONS *" (RFC 9112 section 3.2.4); a TRACE or
+OPTIONS with Max-Forwards: 0 is answered by the proxy (TRACE: the request
+echoed as message/http, without its Authorization or Cookie; OPTIONS:
+Allow) and never reaches the origin, and with Max-Forwards: 5 it reaches
+the origin with Max-Forwards: 4 (RFC 9110 section 7.6.2).
 """
 
 import json
@@ -181,6 +185,33 @@ def scenario(t):
         h.ok(r.status > 0, "OPTIONS answered")
         seen = [q for q in origin.requests[before:] if q.method == "OPTIONS"]
         h.eq([q.target for q in seen], ["*"], "OPTIONS targets at the origin")
+
+    @t.check("Max-Forwards: 0 on TRACE and OPTIONS is answered here; above 0 it goes on decremented")
+    def _():
+        before = len(origin.requests)
+        fields = [("Max-Forwards", "0"), ("X-Trace-Me", "1"), ("Authorization", "Basic c2VjcmV0"),
+                  ("Cookie", "session=secret")]
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("TRACE", origin.url("/echo?t=mf0"), auth, fields))
+            r = c.read_response()
+        h.eq(r.status, 200, "TRACE status")
+        h.eq(r.header("Content-Type"), "message/http", "TRACE Content-Type")
+        h.ok(r.body.startswith(b"TRACE " + origin.url("/echo?t=mf0").encode() + b" HTTP/1.1\r\n"),
+             "TRACE echo: %r" % r.body)
+        h.ok(b"X-Trace-Me: 1\r\n" in r.body and b"secret" not in r.body.lower()
+             and b"c2vjcmv0" not in r.body.lower(), "TRACE echo fields: %r" % r.body)
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("OPTIONS", origin.url("/echo?t=mf0"), auth, [("Max-Forwards", "0")]))
+            r = c.read_response()
+        h.eq(r.status, 200, "OPTIONS status")
+        h.ok("OPTIONS" in (r.header("Allow") or ""), "OPTIONS Allow: %r" % r.header("Allow"))
+        h.eq([q for q in origin.requests[before:] if q.query.get("t") == "mf0"], [],
+             "requests at the origin")
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("OPTIONS", origin.url("/echo?t=mf5"), auth, [("Max-Forwards", "5")]))
+            r = c.read_response()
+        seen = [q for q in origin.requests[before:] if q.query.get("t") == "mf5"]
+        h.eq([q.header_all("Max-Forwards") for q in seen], [["4"]], "Max-Forwards at the origin")
 
     @t.check("a Content-Length list of one number repeated goes on as one Content-Length")
     def _():

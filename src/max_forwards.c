@@ -1,0 +1,74 @@
+#include "max_forwards.h"
+
+#include <limits.h>
+#include <string.h>
+
+/* Is the method TRACE or OPTIONS, the two Max-Forwards applies to? */
+static bool max_forwards_applies(const struct http1_head *head)
+{
+	return (head->method_len == 5 && memcmp(head->method, "TRACE", 5) == 0) ||
+	       (head->method_len == 7 && memcmp(head->method, "OPTIONS", 7) == 0);
+}
+
+long max_forwards_of(const struct http1_head *head, size_t *index)
+{
+	if (!max_forwards_applies(head))
+		return -1;
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+		long value = 0;
+
+		if (!http1_name_equals(f->name, f->name_len, "max-forwards"))
+			continue;
+		if (f->value_len == 0)
+			return -1;
+		for (size_t j = 0; j < f->value_len; j++) {
+			if (f->value[j] < '0' || f->value[j] > '9')
+				return -1;
+			if (value < LONG_MAX / 10)
+				value = value * 10 + (f->value[j] - '0');
+		}
+		if (index != NULL)
+			*index = i;
+		return value;
+	}
+	return -1;
+}
+
+/* Fields a TRACE's echo leaves out: they carry credentials (RFC 9110
+ * section 9.3.8). */
+static bool max_forwards_sensitive(const struct http1_field *f)
+{
+	return http1_name_equals(f->name, f->name_len, "authorization") ||
+	       http1_name_equals(f->name, f->name_len, "proxy-authorization") ||
+	       http1_name_equals(f->name, f->name_len, "cookie");
+}
+
+void max_forwards_answer(struct evbuffer *out, const struct http1_head *head)
+{
+	static const char allow[] = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE";
+	struct evbuffer *echo;
+
+	if (head->method_len == 7) {
+		evbuffer_add_printf(out,
+				    "HTTP/1.1 200 OK\r\nAllow: %s\r\nContent-Length: 0\r\n"
+				    "Retry-Attempts: 0\r\nVia: 1.1 retryproxy\r\n"
+				    "Connection: close\r\n\r\n",
+				    allow);
+		return;
+	}
+	echo = evbuffer_new();
+	evbuffer_add_printf(echo, "%.*s %.*s HTTP/1.%d\r\n", (int)head->method_len, head->method,
+			    (int)head->target_len, head->target, head->version_minor);
+	for (size_t i = 0; i < head->field_count; i++)
+		if (!max_forwards_sensitive(&head->fields[i]))
+			evbuffer_add(echo, head->fields[i].line, head->fields[i].line_len);
+	evbuffer_add(echo, "\r\n", 2);
+	evbuffer_add_printf(
+		out,
+		"HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: %zu\r\n"
+		"Retry-Attempts: 0\r\nVia: 1.1 retryproxy\r\nConnection: close\r\n\r\n",
+		evbuffer_get_length(echo));
+	evbuffer_add_buffer(out, echo);
+	evbuffer_free(echo);
+}

@@ -1,0 +1,30 @@
+#ifndef RETRYPROXY_MAX_FORWARDS_H
+#define RETRYPROXY_MAX_FORWARDS_H
+
+/*
+ * Max-Forwards (RFC 9110 section 7.6.2): a TRACE or OPTIONS request that
+ * carries it may pass only that many more intermediaries. At 0 the proxy is
+ * its final recipient and answers it; above 0 it forwards the request with
+ * the value decremented. Other methods ignore the field.
+ */
+
+#include <stddef.h>
+
+#include <event2/buffer.h>
+
+#include "http1.h"
+
+/* The field's value for a TRACE or OPTIONS request, with its index in
+ * head->fields in *index (when index is not NULL); -1 for another method,
+ * no field, or a value that is not 1*DIGIT (then it is passed on as it is).
+ * Values past what a long holds are capped there. */
+long max_forwards_of(const struct http1_head *head, size_t *index);
+
+/* Queue the answer of the final recipient to head, a TRACE or OPTIONS with
+ * Max-Forwards: 0, and Connection: close: for TRACE, 200 with the request
+ * as received as a message/http body, less the fields that carry
+ * credentials (Authorization, Proxy-Authorization, Cookie); for OPTIONS,
+ * 200 with the methods the proxy forwards in Allow. */
+void max_forwards_answer(struct evbuffer *out, const struct http1_head *head);
+
+#endif
