@@ -65,7 +65,7 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	/* a TRACE or OPTIONS goes on with Max-Forwards one less (at 0 the
 	 * client answered it), after the other fields */
 	long max_forwards = max_forwards_of(head, &max_forwards_at);
-	char max_forwards_text[24] = "";
+	char max_forwards_text[24];
 	int max_forwards_len = 0;
 	/* an empty path goes as "/", or for OPTIONS with no query as "*"
 	 * (RFC 9112 section 3.2.4): the server itself, not its root */

@@ -10,7 +10,7 @@ static bool max_forwards_applies(const struct http1_head *head)
 	       (head->method_len == 7 && memcmp(head->method, "OPTIONS", 7) == 0);
 }
 
-long max_forwards_of(const struct http1_head *head, size_t *index)
+long max_forwards_find(const struct http1_head *head, size_t *index)
 {
 	if (!max_forwards_applies(head))
 		return -1;

@@ -14,11 +14,20 @@
 
 #include "http1.h"
 
+/* max_forwards_of() past its first test. */
+long max_forwards_find(const struct http1_head *head, size_t *index);
+
 /* The field's value for a TRACE or OPTIONS request, with its index in
  * head->fields in *index (when index is not NULL); -1 for another method,
  * no field, or a value that is not 1*DIGIT (then it is passed on as it is).
- * Values past what a long holds are capped there. */
-long max_forwards_of(const struct http1_head *head, size_t *index);
+ * Values past what a long holds are capped there. Every request asks, so
+ * the method's length decides inline for nearly all of them. */
+static inline long max_forwards_of(const struct http1_head *head, size_t *index)
+{
+	if (head->method_len != 5 && head->method_len != 7)
+		return -1;
+	return max_forwards_find(head, index);
+}
 
 /* Queue the answer of the final recipient to head, a TRACE or OPTIONS with
  * Max-Forwards: 0, and Connection: close: for TRACE, 200 with the request

@@ -50,12 +50,6 @@ bool route_host_pattern_matches(const char *pattern, const char *host, size_t ho
 static bool route_accepts(const struct route *route, const char *host, size_t host_len,
 			  const char *path, size_t path_len, const char *method, size_t method_len)
 {
-	/* an absolute-form target with no path goes upstream as "/" (RFC 9112
-	 * section 3.2.1), and is matched as that */
-	if (path != NULL && (path_len == 0 || path[0] == '?')) {
-		path = "/";
-		path_len = 1;
-	}
 	if (route->match_path_prefix != NULL) {
 		size_t prefix_len = strlen(route->match_path_prefix);
 
@@ -84,6 +78,12 @@ const struct route *route_match(const struct config *config, const char *host, s
 				const char *path, size_t path_len, const char *method,
 				size_t method_len)
 {
+	/* an absolute-form target with no path goes upstream as "/" (RFC 9112
+	 * section 3.2.1), and is matched as that */
+	if (path != NULL && (path_len == 0 || path[0] == '?')) {
+		path = "/";
+		path_len = 1;
+	}
 	for (size_t i = 0; i < config->route_count; i++) {
 		const struct route *route = &config->routes[i];
 
