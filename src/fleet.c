@@ -83,8 +83,9 @@ struct fleet {
 	struct event *deadline;	  /* the connect or the sync round in flight */
 	struct event *reconnect;  /* the backoff before the next connect */
 	uint64_t backoff_ms;
-	unsigned pending; /* replies the sync round in flight still awaits */
-	bool down_logged; /* "local budgets" was said; said again only after an up */
+	unsigned address_turn; /* which of the name's addresses the next connect takes */
+	unsigned pending;      /* replies the sync round in flight still awaits */
+	bool down_logged;      /* "local budgets" was said; said again only after an up */
 	struct retry_rng rng;
 	struct fleet_route *routes;
 };
@@ -154,6 +155,9 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 		log_debug("fleet %s: redis %s: %s", fleet->name, fleet->redis, why);
 	fleet->down_logged = true;
 	fleet->state = FLEET_WAITING;
+	/* the next attempt takes the name's next address: one that refuses or
+	 * never answers is not the only one tried */
+	fleet->address_turn++;
 	wait = fleet->backoff_ms + retry_rng_uniform(&fleet->rng, fleet->backoff_ms / 2);
 	fleet->backoff_ms *= 2;
 	if (fleet->backoff_ms > FLEET_RECONNECT_MAX_MS)
@@ -478,6 +482,8 @@ static void fleet_resolved_cb(int result, struct evutil_addrinfo *res, void *arg
 	char address[INET6_ADDRSTRLEN];
 	char why[160];
 	const void *in;
+	struct evutil_addrinfo *ai;
+	unsigned count = 0, turn;
 
 	if (result == EVUTIL_EAI_CANCEL)
 		return;
@@ -490,11 +496,15 @@ static void fleet_resolved_cb(int result, struct evutil_addrinfo *res, void *arg
 		fleet_lost(fleet, why, false);
 		return;
 	}
-	if (res->ai_family == AF_INET6)
-		in = &((const struct sockaddr_in6 *)res->ai_addr)->sin6_addr;
+	for (ai = res; ai != NULL; ai = ai->ai_next)
+		count++;
+	for (ai = res, turn = fleet->address_turn % count; turn > 0; turn--)
+		ai = ai->ai_next;
+	if (ai->ai_family == AF_INET6)
+		in = &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
 	else
-		in = &((const struct sockaddr_in *)res->ai_addr)->sin_addr;
-	evutil_inet_ntop(res->ai_family, in, address, sizeof(address));
+		in = &((const struct sockaddr_in *)ai->ai_addr)->sin_addr;
+	evutil_inet_ntop(ai->ai_family, in, address, sizeof(address));
 	evutil_freeaddrinfo(res);
 	fleet_open(fleet, address);
 }

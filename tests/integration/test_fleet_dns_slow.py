@@ -17,10 +17,14 @@ slow.test with 127.0.0.1 after 1.5 s and never answers silent.test. An
 empty RETRYPROXY_HOSTS keeps /etc/hosts out.
 Proxy A: fleet.redis slow.test:PORT, sync_interval 100ms (a round's
 deadline: 500 ms). Proxy B: fleet.redis silent.test:PORT.
+Proxy C: fleet.redis two.test:PORT, which its hosts file gives two
+addresses, 127.0.0.2 first (nothing listens there: refused), then
+127.0.0.1.
 Must hold: A reports retryproxy_fleet_connected 1 and logs "connected to
 redis slow.test", with no "no answer within" line. B logs that it cannot
 resolve silent.test (the resolver gave up, not the reply deadline: local
-budgets), keeps retryproxy_fleet_connected 0 and still proxies: 200.
+budgets), keeps retryproxy_fleet_connected 0 and still proxies: 200. C's
+reconnect takes the name's next address and connects (gauge 1).
 """
 
 import os
@@ -58,6 +62,11 @@ def scenario(t):
     env = {"RETRYPROXY_RESOLV_CONF": resolv, "RETRYPROXY_HOSTS": hosts}
     slow = t.proxy(CONFIG, env=env, NAME="slow.test", ORIGIN=origin.port, REDIS=redis.port)
     silent = t.proxy(CONFIG, env=env, NAME="silent.test", ORIGIN=origin.port, REDIS=redis.port)
+    two_hosts = os.path.join(t.tmp, "two-hosts")
+    with open(two_hosts, "w") as f:
+        f.write("127.0.0.2 two.test\n127.0.0.1 two.test\n")
+    two = t.proxy(CONFIG, env=dict(env, RETRYPROXY_HOSTS=two_hosts), NAME="two.test",
+                  ORIGIN=origin.port, REDIS=redis.port)
 
     @t.check("a lookup that takes 1.5 s (over a round's 500 ms deadline): the fleet connects")
     def _():
@@ -75,6 +84,11 @@ def scenario(t):
         h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
         h.eq([ln for ln in silent.stderr_lines() if "no answer within" in ln], [],
              "lookups cut off by the reply deadline")
+
+    @t.check("a name with two addresses, the first refusing: the next attempt takes the second")
+    def _():
+        wait_gauge([two], 1, 10 * h.SLOW)
+        two.wait_log(r"fleet named: redis two\.test:%d answers again" % redis.port)
 
 
 h.run(scenario, __doc__, timeout=60)
