@@ -1159,7 +1159,9 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 		log_debug("%.*s %.*s: no response head after %llu ms: hedge, try %u",
 			  (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 			  (unsigned long long)ex->route->retry.hedge.after_ms, ex->attempts);
-		exchange_connect(ex, t, racing);
+		/* the try's own place in the address list, as every try's
+		 * (exchange_start_try()): tries in flight all start apart */
+		exchange_connect(ex, t, t->number - 1);
 		if (racing + 1 < 1 + ex->route->retry.hedge.max)
 			exchange_arm_hedge(ex);
 	}

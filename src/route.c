@@ -46,15 +46,18 @@ bool route_host_pattern_matches(const char *pattern, const char *host, size_t ho
 
 /* Whether the route's match: accepts the request; absent fields accept all.
  * The path prefix is checked first: a memcmp that fails at once, where the
- * host needs normalising and a case-insensitive compare. */
-static bool route_accepts(const struct route *route, const char *host, size_t host_len,
+ * host needs normalising and a case-insensitive compare. With slash, the
+ * path goes upstream with a "/" before it (an absolute-form target with no
+ * path, RFC 9112 section 3.2.1), and is matched so. */
+static bool route_accepts(const struct route *route, const char *host, size_t host_len, bool slash,
 			  const char *path, size_t path_len, const char *method, size_t method_len)
 {
 	if (route->match_path_prefix != NULL) {
-		size_t prefix_len = strlen(route->match_path_prefix);
+		/* every prefix starts with "/" (config_route.c) */
+		const char *prefix = route->match_path_prefix + slash;
+		size_t prefix_len = strlen(prefix);
 
-		if (path == NULL || path_len < prefix_len ||
-		    memcmp(path, route->match_path_prefix, prefix_len) != 0)
+		if (path == NULL || path_len < prefix_len || memcmp(path, prefix, prefix_len) != 0)
 			return false;
 	}
 	if (route->match_host != NULL &&
@@ -74,23 +77,26 @@ static bool route_accepts(const struct route *route, const char *host, size_t ho
 	return true;
 }
 
+/* route_match(), for a path that goes upstream with a "/" before it when
+ * slash is set. */
+static const struct route *route_match_path(const struct config *config, const char *host,
+					    size_t host_len, bool slash, const char *path,
+					    size_t path_len, const char *method, size_t method_len)
+{
+	for (size_t i = 0; i < config->route_count; i++) {
+		const struct route *route = &config->routes[i];
+
+		if (route_accepts(route, host, host_len, slash, path, path_len, method, method_len))
+			return route;
+	}
+	return &config->default_route;
+}
+
 const struct route *route_match(const struct config *config, const char *host, size_t host_len,
 				const char *path, size_t path_len, const char *method,
 				size_t method_len)
 {
-	/* an absolute-form target with no path goes upstream as "/" (RFC 9112
-	 * section 3.2.1), and is matched as that */
-	if (path != NULL && (path_len == 0 || path[0] == '?')) {
-		path = "/";
-		path_len = 1;
-	}
-	for (size_t i = 0; i < config->route_count; i++) {
-		const struct route *route = &config->routes[i];
-
-		if (route_accepts(route, host, host_len, path, path_len, method, method_len))
-			return route;
-	}
-	return &config->default_route;
+	return route_match_path(config, host, host_len, false, path, path_len, method, method_len);
 }
 
 /* Is host allowed by access.allow_hosts? */
@@ -117,8 +123,12 @@ int route_destination(const struct config *config, const struct upstream_url *li
 		host = target->host;
 		host_len = target->host_len;
 	}
-	dest->route = route_match(config, host, host_len, target->path, target->path_len, method,
-				  method_len);
+	/* an absolute-form target with no path goes upstream as "/" and its
+	 * query (RFC 9112 section 3.2.1), and is routed so; a CONNECT has none */
+	dest->route = route_match_path(config, host, host_len,
+				       target->form == HTTP1_TARGET_ABSOLUTE &&
+					       (target->path_len == 0 || target->path[0] == '?'),
+				       target->path, target->path_len, method, method_len);
 	/* a tunnel goes where the client asked; other requests to the route's
 	 * upstream, else the listener's (sidecar), else the absolute URI's */
 	if (target->form != HTTP1_TARGET_AUTHORITY)

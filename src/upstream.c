@@ -228,8 +228,12 @@ static void upstream_start_next(struct upstream_connect *uc)
 	a = &uc->attempts[uc->started++];
 	if (admin_is_address(uc->proxy->admin, a->address->ai_addr,
 			     (socklen_t)a->address->ai_addrlen)) {
-		upstream_connect_finish(uc, NULL, TRY_FORBIDDEN,
-					"the proxy's own admin endpoint is not reached through it");
+		/* never connected to; an address of the name that is another
+		 * may still be, so this one counts as one that failed */
+		uc->last_failure = TRY_FORBIDDEN;
+		snprintf(uc->reason, sizeof(uc->reason), "%s",
+			 "the proxy's own admin endpoint is not reached through it");
+		event_active(uc->step, 0, 0);
 		return;
 	}
 	if (uc->endpoint.tls) {

@@ -39,6 +39,14 @@ Must hold:
 - a slow TLS handshake on a TCP connection made at once is not raced: the
   GET gets 200 in one try after the 600 ms, and the second address sees
   no connection (the delay is for an address that does not answer);
+- adminfirst.test: 127.0.0.1 first, where the proxy's admin endpoint
+  listens on the port asked for, then an origin on 127.0.0.2 at that port:
+  the admin address is skipped as one that failed, and the GET gets the
+  origin's 200 (the admin endpoint is never reached through the proxy);
+- hedged.test (the same two origins, nothing pooled): after that retry
+  (to the second address) is slow,
+  its hedge starts at the first address again, not beside it: 200 from
+  127.0.0.1 in three tries;
 - rotate.test: the retry after the first address's 503 opens its
   connection to the second address first: 200 in two tries, each origin
   saw one request;
@@ -74,6 +82,10 @@ defaults:
     jitter: 0s
     deadline: 10s
     budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: hedged
+    match: { path_prefix: /hedged-rotate }
+    retry: { hedge: { after: 300ms, max: 1 } }
 health:
   down_after: 2
   probe_interval: 1s
@@ -233,6 +245,8 @@ def scenario(t):
     with open(hosts, "w") as f:
         f.write("127.0.0.2 blackhole.test\n127.0.0.1 blackhole.test\n"
                 "127.0.0.1 rotate.test\n127.0.0.2 rotate.test\n"
+                "127.0.0.1 hedged.test\n127.0.0.2 hedged.test\n"
+                "127.0.0.1 adminfirst.test\n127.0.0.2 adminfirst.test\n"
                 "127.0.0.1 probe.test\n127.0.0.2 probe.test\n"
                 "127.0.0.2 wrong.example\n127.0.0.1 wrong.example\n")
     resolv = os.path.join(t.tmp, "resolv.conf")
@@ -305,6 +319,25 @@ def scenario(t):
              "requests at 127.0.0.1 (503) and 127.0.0.2 (200)")
         f = h.access_fields(proxy.access_one("/rotate"))
         h.eq(f.get("tries"), "503 -> wait 100ms -> 200", "access tries")
+
+    @t.check("a name whose first address is the admin endpoint: skipped, the next one answers")
+    def _():
+        beside = t.origin(host="127.0.0.2", port=proxy.port(1), name="beside-admin")
+        r = get(proxy, "http://adminfirst.test:%d/echo?t=adminfirst" % proxy.port(1))
+        h.eq(r.status, 200, "status (body %r)" % r.body[:200])
+        h.eq(len([q for q in beside.requests if q.query.get("t") == "adminfirst"]), 1,
+             "requests at 127.0.0.2")
+
+    @t.check("a hedge after a retry starts at another address than the try it races")
+    def _():
+        bad.script("/hedged-rotate", ["/status/503?conn_close=1", "/bytes/10"])
+        other.script("/hedged-rotate", ["/delay/2"])
+        # a name of its own: nothing pooled from the check before
+        r = get(proxy, "http://hedged.test:%d/hedged-rotate" % bad.port)
+        h.eq((r.status, len(r.body)), (200, 10), "status and body length (%r)" % r.body[:200])
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.eq((len(bad.requests_for("/hedged-rotate")), len(other.requests_for("/hedged-rotate"))),
+             (2, 1), "requests at 127.0.0.1 (503, then the hedge's 200) and 127.0.0.2 (slow)")
 
     @t.check("each probe starts one address further: the second probe connects to 127.0.0.2")
     def _():

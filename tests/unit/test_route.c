@@ -361,6 +361,41 @@ static void test_destinations(void **state)
 	config_release(config);
 }
 
+/* An absolute-form target with no path goes upstream as "/" and its query,
+ * and is routed so; a CONNECT, which has no path, matches no path_prefix. */
+static void test_destination_implied_slash(void **state)
+{
+	static const char text[] = "routes:\n"
+				   "  - name: query\n"
+				   "    match: { path_prefix: \"/?x\" }\n"
+				   "  - name: root\n"
+				   "    match: { path_prefix: / }\n";
+	static const struct {
+		const char *request;
+		const char *route;
+	} cases[] = {
+		{ "GET http://a.test HTTP/1.1\r\nHost: a.test\r\n", "root" },
+		{ "GET http://a.test?x=1 HTTP/1.1\r\nHost: a.test\r\n", "query" },
+		{ "GET http://a.test?y=1 HTTP/1.1\r\nHost: a.test\r\n", "root" },
+		{ "GET http://a.test/?x=1 HTTP/1.1\r\nHost: a.test\r\n", "query" },
+		{ "CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n", "default" },
+	};
+	struct config *config = test_config(text);
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct route_destination dest;
+		char reason[256];
+
+		if (test_destination(config, FORWARD, cases[i].request, &dest, reason,
+				     sizeof(reason)) != 0)
+			fail_msg("case %zu refused: %s", i, reason);
+		if (strcmp(dest.route->name, cases[i].route) != 0)
+			fail_msg("case %zu (%s): route %s, not %s", i, cases[i].request,
+				 dest.route->name, cases[i].route);
+	}
+	config_release(config);
+}
+
 /* The default allow_hosts is "*"; a long refused host is cut in the reason. */
 static void test_destination_allow_all_and_long_host(void **state)
 {
@@ -531,6 +566,7 @@ int main(void)
 		cmocka_unit_test(test_host_forms),
 		cmocka_unit_test(test_catch_all),
 		cmocka_unit_test(test_destinations),
+		cmocka_unit_test(test_destination_implied_slash),
 		cmocka_unit_test(test_destination_allow_all_and_long_host),
 		cmocka_unit_test(test_check_tunnel),
 		cmocka_unit_test(test_check_tunnel_host),
