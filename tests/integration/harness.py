@@ -637,7 +637,8 @@ def response_tail_in_proxy(proxy, tag, port=None):
     the proxy queues for a client before it waits for it to drain (256
     KiB). How much the kernel holds depends on how the writes were cut into
     segments, so the size is tried and corrected until the tail fits.
-    Returns the connection, N, and when the access line was seen."""
+    Returns the connection (its tail_target is the GET's target: two tries
+    may ask for the same N), N, and when the access line was seen."""
     port = proxy.port() if port is None else port
     size = kernel_capacity(port) + (96 << 10)
     tried = []
@@ -653,6 +654,7 @@ def response_tail_in_proxy(proxy, tag, port=None):
         if proxy.access_for(target):
             waiting = size - (send_queue(port, c.local_port) + readable(c.sock) + len(c.buf))
             if (16 << 10) <= waiting <= (200 << 10):
+                c.tail_target = target  # tries may repeat a size: this one's own
                 return c, size, seen
             tried.append((size, waiting))
             size += (96 << 10) - waiting
