@@ -170,12 +170,11 @@ static void client_watch_body(void *arg, bool on)
 	client_set_timeouts(arg, on);
 }
 
-/* Refuse a request before any exchange exists: answer, log, close. Inside an
+/* The access-log line of a request the proxy answers itself, before any
+ * exchange exists (head NULL: one it could not parse). Inside an
  * intercepted tunnel the logged target says which one, as for the requests
  * it proxies: https://host:port before an origin-form target, or alone when
  * the request line could not be read. */
-/* The access-log line of a request the proxy answers itself (head NULL:
- * one it could not parse). */
 static void client_log_own_answer(struct client *client, const struct http1_head *head, int status,
 				  const char *text)
 {
@@ -215,6 +214,7 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 	free(target);
 }
 
+/* Refuse a request before any exchange exists: log, answer, close. */
 static void client_refuse(struct client *client, const struct http1_head *head, int status,
 			  const char *text)
 {
