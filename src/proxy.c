@@ -191,6 +191,12 @@ void proxy_free(struct proxy *proxy)
 	if (proxy->drain_timer != NULL)
 		event_free(proxy->drain_timer);
 	log_batch_free(proxy->log_batch);
+	/* a lookup cancelled above (a fleet reconnecting, an upstream
+	 * connect) is freed by its deferred callback, which only a pass of the
+	 * loop runs: without it libevent 2.1 leaks the request when the
+	 * resolver goes (libevent issue 942); the callbacks see the cancel and
+	 * touch nothing */
+	event_base_loop(proxy->base, EVLOOP_NONBLOCK);
 	evdns_base_free(proxy->dns, 1);
 	evdns_base_free(proxy->dns_absolute, 1);
 	/* the config's last release lets go of its budget states: the other
