@@ -666,6 +666,23 @@ def response_tail_in_proxy(proxy, tag, port=None):
                          "in the proxy) tried: %r" % tried)
 
 
+def read_to_end(sock, timeout=5):
+    """Everything the socket gives, and how it ended: "RST", "FIN" or
+    "open" (nothing more within timeout)."""
+    sock.settimeout(timeout * SLOW)
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(1 << 20)
+        except ConnectionResetError:
+            return data, "RST"
+        except socket.timeout:
+            return data, "open"
+        if not chunk:
+            return data, "FIN"
+        data += chunk
+
+
 def request(method, target, host, headers=(), body=b"", version="HTTP/1.1"):
     """Bytes of a well-formed request."""
     lines = ["%s %s %s" % (method, target, version)]

@@ -54,23 +54,6 @@ defaults:
 """
 
 
-def read_to_end(sock, timeout=5):
-    """Everything the socket gives, and how it ended: "RST", "FIN" or
-    "open" (nothing more within timeout)."""
-    sock.settimeout(timeout * h.SLOW)
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(1 << 20)
-        except ConnectionResetError:
-            return data, "RST"
-        except socket.timeout:
-            return data, "open"
-        if not chunk:
-            return data, "FIN"
-        data += chunk
-
-
 def chunked_cut(conn, server):
     rawserver.read_head(conn)
     conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
@@ -89,13 +72,13 @@ def scenario(t):
     def _():
         with socket.create_connection(("127.0.0.1", proxy.port(0))) as s:
             s.sendall(b"GET /x HTTP/1.0\r\nHost: a.example\r\n\r\n")
-            data, end = read_to_end(s)
+            data, end = h.read_to_end(s)
         h.ok(data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"\r\n\r\nhello"),
              "the decoded start of the body: %r" % data)
         h.eq(end, "RST", "how the connection ended")
         with socket.create_connection(("127.0.0.1", proxy.port(0))) as s:
             s.sendall(b"GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
-            data, end = read_to_end(s)
+            data, end = h.read_to_end(s)
         h.ok(data.endswith(b"5\r\nhello\r\n"), "HTTP/1.1: chunked, no last chunk: %r" % data)
 
     @t.check("HTTP/1.0 keep-alive client: the proxy's own 502 says keep-alive, the next request works")
@@ -125,7 +108,7 @@ def scenario(t):
         c.send(h.request("GET", "/close/%d?t=stopped" % size, "a.example"))
         c.read_head()
         time.sleep(4.0 * h.SLOW)  # past client_timeout (1 s) twice over
-        data, end = read_to_end(c.sock)
+        data, end = h.read_to_end(c.sock)
         got = len(c.buf) + len(data)
         c.close()
         h.ok(got < size, "the client got the whole %d bytes while not reading" % size)
