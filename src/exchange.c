@@ -576,6 +576,19 @@ static void exchange_backoff_cb(evutil_socket_t fd, short what, void *arg)
 	exchange_leave(ex);
 }
 
+/* The retry decided will not happen after all: its place goes back, and
+ * the client gets the last response kept, else status with text. */
+static void exchange_drop_retry(struct exchange *ex, enum retry_give_up reason, int status,
+				const char *text)
+{
+	ex->gave_up = reason;
+	exchange_release_retry(ex);
+	if (ex->kept != NULL)
+		exchange_deliver_kept(ex);
+	else
+		exchange_respond_error(ex, status, text);
+}
+
 void exchange_schedule_retry(struct exchange *ex)
 {
 	struct timeval tv = timeval_from_ms(ex->next_wait_ms);
@@ -584,24 +597,14 @@ void exchange_schedule_retry(struct exchange *ex)
 	 * still start within the deadline */
 	if (!retry_within_deadline(&ex->route->retry, exchange_ms_since(ex->first_try_ms),
 				   ex->next_wait_ms)) {
-		ex->gave_up = RETRY_GIVE_UP_DEADLINE;
-		exchange_release_retry(ex);
-		if (ex->kept != NULL)
-			exchange_deliver_kept(ex);
-		else
-			exchange_respond_error(ex, 504, "504 retry deadline passed");
+		exchange_drop_retry(ex, RETRY_GIVE_UP_DEADLINE, 504, "504 retry deadline passed");
 		return;
 	}
 	/* the budget allowed the retry when it was decided; others may have
 	 * spent it while this one's response was read */
 	if (ex->budget == NULL ||
 	    !retry_budget_allows(ex->budget, &ex->route->retry.budget, retry_budget_now_ms())) {
-		ex->gave_up = RETRY_GIVE_UP_BUDGET;
-		exchange_release_retry(ex);
-		if (ex->kept != NULL)
-			exchange_deliver_kept(ex);
-		else
-			exchange_respond_error(ex, 502, "502 retry budget spent");
+		exchange_drop_retry(ex, RETRY_GIVE_UP_BUDGET, 502, "502 retry budget spent");
 		return;
 	}
 	retry_budget_spend(ex->budget, retry_budget_now_ms());
