@@ -3,6 +3,7 @@
 
     tests/bench/bench.py [--duration 10] [--rounds 2] [--idle-clients 5000]
                          [--points sidecar-100b-16,...] [--bin build-bench/retryproxy]
+                         [--floor]
 
 Installs what it needs from Debian (wrk, haproxy, nginx; scripts/install-deps.sh
 --bench) and builds retryproxy as users build it, in build-bench/. Then:
@@ -22,6 +23,9 @@ Installs what it needs from Debian (wrk, haproxy, nginx; scripts/install-deps.sh
   next sender pays for its wake-up);
 - RSS per idle keep-alive client: fresh proxies, --idle-clients connections
   that each made one request and stay open, (RSS after - RSS before) / N;
+- with --floor, floor_relay.c (bytes moved unread, built here with cc) runs
+  in the same rounds at the plain sidecar and forward points: the kernel's
+  share of any proxy's cost per request on this machine;
 - backoff: 10,000 requests waiting in a long backoff: RSS growth and the CPU
   the proxy spends while they wait.
 
@@ -412,6 +416,19 @@ def start_retryproxy(workdir, origins, binary):
     return proxy
 
 
+def start_floor(workdir, origins):
+    """The floor relay (floor_relay.c), built here: one origin connection per
+    client, bytes moved unread. It answers the plain sidecar and forward
+    points (nginx takes absolute-form as it comes)."""
+    binary = os.path.join(workdir, "floor_relay")
+    if not os.path.exists(binary):
+        subprocess.run(["cc", "-std=c17", "-O2", "-o", binary,
+                        os.path.join(REPO, "tests/bench/floor_relay.c")], check=True)
+    port = free_port()
+    return Proxy("floor", [binary, str(port), str(origins["origin"])],
+                 {"sidecar": port, "forward": port}, workdir)
+
+
 def parse_wrk(text):
     """requests, seconds, req/s, p99 ms, errors from wrk --latency output."""
     def number(pattern, cast=float, default=None):
@@ -590,6 +607,9 @@ def main():
                         help="comma-separated: " + ", ".join(POINTS) + ", idle, backoff")
     parser.add_argument("--bin", help="retryproxy binary (default: build it in build-bench/)")
     parser.add_argument("--no-install", action="store_true", help="skip install-deps.sh --bench")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run floor_relay.c, bytes moved unread, at the plain "
+                        "sidecar and forward points: what the kernel alone costs")
     args = parser.parse_args()
     wanted = args.points.split(",")
     binary = ensure_tools(args)
@@ -610,11 +630,15 @@ def main():
             if proxies is None:
                 proxies = [start_haproxy(workdir, origins),
                            start_retryproxy(workdir, origins, binary)]
+                if args.floor:
+                    proxies.append(start_floor(workdir, origins))
                 children += [p.proc for p in proxies]
             point = POINTS[name]
-            runs = {p.name: [] for p in proxies}
+            here = [p for p in proxies
+                    if p.name != "floor" or point["mode"] in ("sidecar", "forward")]
+            runs = {p.name: [] for p in here}
             for r in range(args.rounds):
-                for proxy in proxies:
+                for proxy in here:
                     res = run_wrk(proxy, point, origins, args.duration, workdir)
                     runs[proxy.name].append(res)
                     log(f"{name} round {r + 1} {proxy.name}: {res['rps']:.0f} req/s, "
@@ -681,6 +705,20 @@ def report(rows, idle, backoff, args):
                       f"{median([x['sleeps'] for x in runs[name]]):.3f}",
                       f"{load:.1f} ({load_idle * 100:.1f} % idle)"]
         print(f"| {what} | " + " | ".join(cells) + " |")
+    floor_rows = [(what, runs) for what, runs in rows if "floor" in runs]
+    if floor_rows:
+        print("\nThe floor (floor_relay.c: bytes moved unread, one origin connection per "
+              "client, edge-triggered epoll), against HAProxy in the same rounds\n")
+        print("| point | floor req/s | req/s ratio | floor CPU us/req | CPU ratio "
+              "| floor sleeps/req | retryproxy CPU over the floor |")
+        print("|---|---|---|---|---|---|---|")
+        for what, runs in floor_rows:
+            f, h, r = runs["floor"], runs["haproxy"], runs["retryproxy"]
+            fr, hr = median([x["rps"] for x in f]), median([x["rps"] for x in h])
+            fc, hc = median([x["cpu_us"] for x in f]), median([x["cpu_us"] for x in h])
+            rc = median([x["cpu_us"] for x in r])
+            print(f"| {what} | {fr:,.0f} | {fr / hr:.2f}x | {fc:.1f} | {fc / hc:.2f}x "
+                  f"| {median([x['sleeps'] for x in f]):.3f} | +{rc - fc:.1f} us |")
     print()
     side = plain_cpu.get(POINTS["sidecar-100b-16"]["what"])
     for fwd, sc in (("forward-100b-16", "sidecar-100b-16"), ("forward-64k-16", "sidecar-64k-16")):

@@ -1,0 +1,211 @@
+/*
+ * The floor: the least work a proxy between wrk and the origin can do.
+ *
+ *     floor_relay LISTEN_PORT ORIGIN_PORT
+ *
+ * Each client accepted on 127.0.0.1:LISTEN_PORT gets one connection of its
+ * own to 127.0.0.1:ORIGIN_PORT, and bytes are moved both ways unread: no
+ * HTTP, no pool, no timers, no log. Every socket is registered once with
+ * edge-triggered epoll (as HAProxy does), a read takes up to 64 KiB, and
+ * what it read is sent at once, so a keep-alive request costs two recv, two
+ * send and a share of an epoll_wait: the syscalls no HTTP/1.1 proxy can do
+ * without. bench.py --floor runs it beside HAProxy and retryproxy to show
+ * what the kernel alone costs per request on the machine at hand.
+ *
+ * A benchmark instrument, not a proxy: the connect to the origin blocks
+ * (loopback, once per client), and a client whose peer is gone is closed.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define FLOOR_MAX_FDS 65536
+#define FLOOR_READ_SIZE 65536
+
+/* One socket's side of a pair: its peer, and what could not yet be sent
+ * to it (reading from the peer waits until that is gone). */
+struct floor_end {
+	int peer;
+	char *pending;
+	size_t pending_len;
+};
+
+static struct floor_end ends[FLOOR_MAX_FDS];
+static char read_buffer[FLOOR_READ_SIZE];
+
+/* Close both sockets of a pair and forget what they held. */
+static void floor_close(int fd)
+{
+	int peer = ends[fd].peer;
+
+	if (peer < 0)
+		return;
+	for (int i = 0; i < 2; i++) {
+		int end = i == 0 ? fd : peer;
+
+		free(ends[end].pending);
+		ends[end] = (struct floor_end){ .peer = -1 };
+		close(end);
+	}
+}
+
+/* Move what src has to its peer until src has nothing more or the peer's
+ * kernel buffer is full. */
+static void floor_relay(int src)
+{
+	int dst = ends[src].peer;
+
+	while (dst >= 0 && ends[dst].pending == NULL) {
+		ssize_t got = recv(src, read_buffer, sizeof(read_buffer), 0);
+		ssize_t sent;
+
+		if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+			floor_close(src);
+			return;
+		}
+		if (got < 0)
+			return;
+		sent = send(dst, read_buffer, (size_t)got, MSG_NOSIGNAL);
+		if (sent < 0 && errno != EAGAIN) {
+			floor_close(src);
+			return;
+		}
+		if (sent < 0)
+			sent = 0;
+		if (sent < got) {
+			ends[dst].pending_len = (size_t)(got - sent);
+			ends[dst].pending = malloc(ends[dst].pending_len);
+			if (ends[dst].pending == NULL)
+				abort();
+			memcpy(ends[dst].pending, read_buffer + sent, ends[dst].pending_len);
+			return;
+		}
+		/* a short read emptied the socket: the next byte is a new edge */
+		if ((size_t)got < sizeof(read_buffer))
+			return;
+	}
+}
+
+/* The kernel took some of fd's output: send what waits, then read on from
+ * the peer that was held back. */
+static void floor_flush(int fd)
+{
+	struct floor_end *end = &ends[fd];
+	ssize_t sent;
+
+	if (end->pending == NULL)
+		return;
+	sent = send(fd, end->pending, end->pending_len, MSG_NOSIGNAL);
+	if (sent < 0) {
+		if (errno != EAGAIN)
+			floor_close(fd);
+		return;
+	}
+	end->pending_len -= (size_t)sent;
+	if (end->pending_len > 0) {
+		memmove(end->pending, end->pending + sent, end->pending_len);
+		return;
+	}
+	free(end->pending);
+	end->pending = NULL;
+	floor_relay(end->peer);
+}
+
+/* Register fd for both directions, edge-triggered, for good. */
+static int floor_watch(int epoll_fd, int fd)
+{
+	struct epoll_event event = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+				     .data.fd = fd };
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &event);
+}
+
+/* A new client: connect its own origin connection and pair the two. */
+static void floor_accept(int epoll_fd, int listen_fd, const struct sockaddr_in *origin)
+{
+	for (;;) {
+		int client = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK);
+		int upstream;
+
+		if (client < 0)
+			return;
+		upstream = socket(AF_INET, SOCK_STREAM, 0);
+		if (upstream < 0 || client >= FLOOR_MAX_FDS || upstream >= FLOOR_MAX_FDS ||
+		    connect(upstream, (const struct sockaddr *)origin, sizeof(*origin)) != 0 ||
+		    fcntl(upstream, F_SETFL, O_NONBLOCK) != 0) {
+			close(client);
+			if (upstream >= 0)
+				close(upstream);
+			continue;
+		}
+		ends[client] = (struct floor_end){ .peer = upstream };
+		ends[upstream] = (struct floor_end){ .peer = client };
+		if (floor_watch(epoll_fd, client) != 0 || floor_watch(epoll_fd, upstream) != 0)
+			floor_close(client);
+	}
+}
+
+static struct sockaddr_in floor_address(const char *port)
+{
+	struct sockaddr_in address = { .sin_family = AF_INET,
+				       .sin_port = htons((unsigned short)atoi(port)),
+				       .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+	return address;
+}
+
+int main(int argc, char **argv)
+{
+	struct sockaddr_in listen_address, origin;
+	struct epoll_event events[256];
+	int listen_fd, epoll_fd, one = 1;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: floor_relay LISTEN_PORT ORIGIN_PORT\n");
+		return 2;
+	}
+	listen_address = floor_address(argv[1]);
+	origin = floor_address(argv[2]);
+	listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	epoll_fd = epoll_create1(0);
+	if (listen_fd < 0 || epoll_fd < 0 ||
+	    setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+	    bind(listen_fd, (const struct sockaddr *)&listen_address, sizeof(listen_address)) !=
+		    0 ||
+	    listen(listen_fd, 4096) != 0 ||
+	    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd,
+		      &(struct epoll_event){ .events = EPOLLIN, .data.fd = listen_fd }) != 0) {
+		perror("floor_relay");
+		return 1;
+	}
+	for (int i = 0; i < FLOOR_MAX_FDS; i++)
+		ends[i].peer = -1;
+	for (;;) {
+		int ready = epoll_wait(epoll_fd, events, 256, -1);
+
+		for (int i = 0; i < ready; i++) {
+			int fd = events[i].data.fd;
+
+			if (fd == listen_fd) {
+				floor_accept(epoll_fd, listen_fd, &origin);
+				continue;
+			}
+			if (events[i].events & EPOLLOUT)
+				floor_flush(fd);
+			if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+				floor_relay(fd);
+		}
+	}
+}
