@@ -7,6 +7,7 @@
 #include <openssl/x509_vfy.h>
 
 #include "config_values.h"
+#include "uri_path.h"
 #include "xmalloc.h"
 
 /* Free an array of strings and the strings. */
@@ -276,7 +277,8 @@ static const struct config_walk_type config_route_type_match_host = {
 	config_route_set_match_host
 };
 
-/* match.path_prefix: compared byte for byte with the request path. */
+/* match.path_prefix: kept in its normal form (uri_path.h), as request paths
+ * are compared, so that /v1/%63harges/ and /v1/charges/ are one prefix. */
 static void config_route_set_path_prefix(struct config_walk *walk,
 					 const struct yaml_tree_node *node, void *field)
 {
@@ -303,6 +305,7 @@ static void config_route_set_path_prefix(struct config_walk *walk,
 	}
 	free(*prefix);
 	*prefix = xstrdup(node->text);
+	(*prefix)[uri_path_normalize(node->text, strlen(node->text), *prefix)] = '\0';
 }
 
 static const struct config_walk_type config_route_type_path_prefix = {

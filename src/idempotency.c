@@ -5,17 +5,7 @@
 
 #include <jansson.h>
 
-/* The value of one hex digit, or -1. */
-static int idempotency_hex(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
+#include "uri_path.h"
 
 /* Does the raw, still percent-encoded, parameter name equal name once
  * decoded? Decoding goes byte by byte against name, so nothing is copied. */
@@ -35,8 +25,8 @@ static bool idempotency_query_name_equals(const char *raw, size_t raw_len, const
 
 			if (raw_len - i < 3)
 				return false;
-			hi = idempotency_hex(raw[i + 1]);
-			lo = idempotency_hex(raw[i + 2]);
+			hi = uri_path_hex(raw[i + 1]);
+			lo = uri_path_hex(raw[i + 2]);
 			if (hi < 0 || lo < 0)
 				return false; /* servers differ on malformed escapes */
 			c = (char)(hi * 16 + lo);

@@ -2,8 +2,16 @@
 
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "uri_path.h"
+#include "xmalloc.h"
+
+/* A path that needs normalising before it is matched is written here when
+ * it fits, else into an allocation of its own. */
+#define ROUTE_PATH_STACK 2048
 
 /* Drop what does not change which host is meant: the brackets around an
  * IPv6 literal (patterns are stored without them) and the trailing dot of a
@@ -78,18 +86,35 @@ static bool route_accepts(const struct route *route, const char *host, size_t ho
 }
 
 /* route_match(), for a path that goes upstream with a "/" before it when
- * slash is set. */
+ * slash is set. Prefixes are matched against the path's normal form
+ * (uri_path.h), the resource the origin will see, so that /v1/%63harges or
+ * /v1/x/../charges cannot slip past a route for /v1/charges; the path goes
+ * upstream as the client wrote it. */
 static const struct route *route_match_path(const struct config *config, const char *host,
 					    size_t host_len, bool slash, const char *path,
 					    size_t path_len, const char *method, size_t method_len)
 {
+	const struct route *found = &config->default_route;
+	char stack[ROUTE_PATH_STACK];
+	char *normal = NULL;
+
+	if (path != NULL && config->route_count > 0 && !uri_path_is_normal(path, path_len)) {
+		normal = path_len <= sizeof(stack) ? stack : xmalloc(path_len);
+		path_len = uri_path_normalize(path, path_len, normal);
+		path = normal;
+	}
 	for (size_t i = 0; i < config->route_count; i++) {
 		const struct route *route = &config->routes[i];
 
-		if (route_accepts(route, host, host_len, slash, path, path_len, method, method_len))
-			return route;
+		if (route_accepts(route, host, host_len, slash, path, path_len, method,
+				  method_len)) {
+			found = route;
+			break;
+		}
 	}
-	return &config->default_route;
+	if (normal != stack)
+		free(normal);
+	return found;
 }
 
 const struct route *route_match(const struct config *config, const char *host, size_t host_len,

@@ -24,7 +24,8 @@ struct route_destination {
 	size_t authority_len;
 };
 
-/* host is without the port; compared case-insensitively. */
+/* host is without the port; compared case-insensitively. Path prefixes match
+ * the path's normal form (uri_path.h). */
 const struct route *route_match(const struct config *config, const char *host, size_t host_len,
 				const char *path, size_t path_len, const char *method,
 				size_t method_len);
@@ -39,8 +40,9 @@ bool route_host_pattern_matches(const char *pattern, const char *host, size_t ho
  * host is the Host field's host without port (NULL when absent), which routes
  * match in origin and asterisk form. Where the client's host decides the
  * destination, it must be in access.allow_hosts. Returns 0 with *dest filled
- * in, or the status to refuse with (400, 403) and the reason in reason. Pure:
- * no I/O, no allocation. */
+ * in, or the status to refuse with (400, 403) and the reason in reason. Route
+ * prefixes match the path's normal form (uri_path.h). Pure: no I/O, and no
+ * allocation but for a path over 2 KiB that needs normalising. */
 int route_destination(const struct config *config, const struct upstream_url *listener_upstream,
 		      const struct http1_target *target, const char *host, size_t host_len,
 		      const char *method, size_t method_len, struct route_destination *dest,

@@ -155,6 +155,57 @@ static void test_path_prefix(void **state)
 	config_release(config);
 }
 
+/* Prefixes match the path's normal form (RFC 3986 section 6.2.2), the
+ * resource the origin sees: escapes and dot segments cannot reach a
+ * payment path past its route, or keep a request out of one. */
+static void test_path_prefix_normal_form(void **state)
+{
+	static const char text[] = "routes:\n"
+				   "  - name: charges\n"
+				   "    match: { path_prefix: /v1/charges }\n"
+				   "  - name: cards\n"
+				   "    match: { path_prefix: /v1/%63ards/ }\n"
+				   "  - name: files\n"
+				   "    match: { path_prefix: /files/caf%c3%a9/ }\n"
+				   "  - name: static\n"
+				   "    match: { path_prefix: /static/ }\n";
+	struct config *config = test_config(text);
+	size_t long_len = 3000;
+	char *long_path = malloc(long_len + 1);
+
+	(void)state;
+	assert_string_equal(test_match(config, "a", "/v1/charges", "POST"), "charges");
+	assert_string_equal(test_match(config, "a", "/v1/%63harges", "POST"), "charges");
+	assert_string_equal(test_match(config, "a", "/v1/%63%68arges/1?x=%2e%2e", "POST"),
+			    "charges");
+	assert_string_equal(test_match(config, "a", "/v1/x/../charges", "POST"), "charges");
+	assert_string_equal(test_match(config, "a", "/./v1/./charges", "POST"), "charges");
+	assert_string_equal(test_match(config, "a", "/v1/x/%2E%2e/charges", "POST"), "charges");
+	assert_string_equal(test_match(config, "a", "/static/../v1/charges", "POST"), "charges");
+	assert_string_equal(test_match(config, "a", "/static/%2e%2e/v1/charges", "POST"),
+			    "charges");
+	/* not the same resource: an escaped '%', an escaped '/', a query */
+	assert_string_equal(test_match(config, "a", "/v1/%2563harges", "POST"), "default");
+	assert_string_equal(test_match(config, "a", "/v1%2Fcharges", "POST"), "default");
+	assert_string_equal(test_match(config, "a", "/v1/x?/../charges", "POST"), "default");
+	/* the prefixes are normalised too */
+	assert_string_equal(test_match(config, "a", "/v1/cards/1", "GET"), "cards");
+	assert_string_equal(test_match(config, "a", "/v1/%63ards/1", "GET"), "cards");
+	assert_string_equal(test_match(config, "a", "/files/caf%C3%A9/menu", "GET"), "files");
+	assert_string_equal(test_match(config, "a", "/files/caf%c3%a9/menu", "GET"), "files");
+	/* a path too long for the stack is normalised all the same */
+	assert_non_null(long_path);
+	memset(long_path, 'x', long_len);
+	memcpy(long_path, "/static/", 8);
+	memcpy(long_path + long_len - 18, "/../v1/charges/%2e", 18);
+	long_path[long_len] = '\0';
+	assert_string_equal(test_match(config, "a", long_path, "POST"), "static");
+	memcpy(long_path + long_len - 21, "/../../v1/charges/%2e", 21);
+	assert_string_equal(test_match(config, "a", long_path, "POST"), "charges");
+	free(long_path);
+	config_release(config);
+}
+
 /* Methods are case-sensitive tokens. */
 static void test_methods(void **state)
 {
@@ -561,6 +612,7 @@ int main(void)
 		cmocka_unit_test(test_host_length_is_respected),
 		cmocka_unit_test(test_first_match_wins),
 		cmocka_unit_test(test_path_prefix),
+		cmocka_unit_test(test_path_prefix_normal_form),
 		cmocka_unit_test(test_methods),
 		cmocka_unit_test(test_default_fallback),
 		cmocka_unit_test(test_host_forms),

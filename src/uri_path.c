@@ -1,0 +1,136 @@
+#include "uri_path.h"
+
+#include <string.h>
+
+/* The end of the path: the first '?', or len. */
+static size_t uri_path_end(const char *path, size_t len)
+{
+	const char *query = memchr(path, '?', len);
+
+	return query != NULL ? (size_t)(query - path) : len;
+}
+
+/* Does the segment at path[at] (just past a '/') read "." or ".."? It ends
+ * at a '/', a '?' or end. Returns the dots, or 0. */
+static size_t uri_path_dot_segment(const char *path, size_t at, size_t end)
+{
+	size_t dots = 0;
+
+	while (at + dots < end && dots < 3 && path[at + dots] == '.')
+		dots++;
+	if (dots == 0 || dots == 3 ||
+	    (at + dots < end && path[at + dots] != '/' && path[at + dots] != '?'))
+		return 0;
+	return dots;
+}
+
+bool uri_path_is_normal(const char *path, size_t len)
+{
+	/* the query is looked at too, so that the common path costs two
+	 * scans: a '%' or a dot segment there only sends it the slow way */
+	if (len == 0 || path[0] != '/')
+		return true;
+	if (memchr(path, '%', len) != NULL)
+		return false;
+	for (const char *dot = memchr(path, '.', len); dot != NULL;
+	     dot = memchr(dot + 1, '.', len - (size_t)(dot + 1 - path))) {
+		size_t at = (size_t)(dot - path);
+
+		if (path[at - 1] == '/' && uri_path_dot_segment(path, at, len) != 0)
+			return false;
+	}
+	return true;
+}
+
+int uri_path_hex(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* RFC 3986 section 2.3: ALPHA / DIGIT / "-" / "." / "_" / "~" */
+static bool uri_path_unreserved(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* Copy path[0..end) into out with the unreserved escapes decoded and the
+ * others in upper case; returns the length written. */
+static size_t uri_path_decode(const char *path, size_t end, char *out)
+{
+	static const char upper[] = "0123456789ABCDEF";
+	size_t w = 0;
+
+	for (size_t r = 0; r < end; r++) {
+		int high, low;
+
+		if (path[r] != '%' || r + 2 >= end || (high = uri_path_hex(path[r + 1])) < 0 ||
+		    (low = uri_path_hex(path[r + 2])) < 0) {
+			out[w++] = path[r];
+			continue;
+		}
+		if (uri_path_unreserved((unsigned char)(high * 16 + low))) {
+			out[w++] = (char)(high * 16 + low);
+		} else {
+			out[w++] = '%';
+			out[w++] = upper[high];
+			out[w++] = upper[low];
+		}
+		r += 2;
+	}
+	return w;
+}
+
+/* Remove the "." and ".." segments of out[0..len), which starts with '/',
+ * in place (RFC 3986 section 5.2.4); returns the new length. A dot segment
+ * at the end leaves the '/' before it: /a/. is /a/, /a/.. is /. */
+static size_t uri_path_remove_dots(char *out, size_t len)
+{
+	size_t r = 0;
+	size_t w = 0;
+
+	while (r < len) {
+		/* out[r] is a '/': the segment runs to the next one */
+		size_t start = r + 1;
+		const char *slash = memchr(out + start, '/', len - start);
+		size_t next = slash != NULL ? (size_t)(slash - out) : len;
+		size_t dots = uri_path_dot_segment(out, start, next);
+
+		if (dots == 2) {
+			/* drop the last segment written and the '/' before it */
+			while (w > 0 && out[w - 1] != '/')
+				w--;
+			if (w > 0)
+				w--;
+		}
+		if (dots != 0) {
+			if (next == len)
+				out[w++] = '/';
+		} else {
+			memmove(out + w, out + r, next - r);
+			w += next - r;
+		}
+		r = next;
+	}
+	return w;
+}
+
+size_t uri_path_normalize(const char *path, size_t len, char *out)
+{
+	size_t end = uri_path_end(path, len);
+	size_t w;
+
+	if (end == 0 || path[0] != '/') {
+		memcpy(out, path, len);
+		return len;
+	}
+	w = uri_path_remove_dots(out, uri_path_decode(path, end, out));
+	memcpy(out + w, path + end, len - end);
+	return w + len - end;
+}
