@@ -283,6 +283,8 @@ static void config_route_set_path_prefix(struct config_walk *walk,
 					 const struct yaml_tree_node *node, void *field)
 {
 	char **prefix = field;
+	char *normal;
+	ssize_t normal_len;
 
 	/* A request-target never holds spaces, controls, bytes past ASCII, a
 	 * backslash or a fragment, so such a prefix could never match: it is a
@@ -303,9 +305,18 @@ static void config_route_set_path_prefix(struct config_walk *walk,
 		config_walk_bad_value(walk, node, "a path starting with /");
 		return;
 	}
+	normal = xstrdup(node->text);
+	normal_len = uri_path_normalize_prefix(node->text, strlen(node->text), normal);
+	if (normal_len < 0) {
+		free(normal);
+		config_walk_bad_value(walk, node,
+				      "a path as it is meant: every % followed by two hex digits, "
+				      "no . or .. segment before its end");
+		return;
+	}
+	normal[normal_len] = '\0';
 	free(*prefix);
-	*prefix = xstrdup(node->text);
-	(*prefix)[uri_path_normalize(node->text, strlen(node->text), *prefix)] = '\0';
+	*prefix = normal;
 }
 
 static const struct config_walk_type config_route_type_path_prefix = {

@@ -26,17 +26,36 @@ static size_t uri_path_dot_segment(const char *path, size_t at, size_t end)
 
 bool uri_path_is_normal(const char *path, size_t len)
 {
-	/* the query is looked at too, so that the common path costs two
-	 * scans: a '%' or a dot segment there only sends it the slow way */
+	const char *percent;
+	/* where the query starts, looked for only when something before it
+	 * might matter: most targets have neither */
+	size_t end = len;
+	bool end_known = false;
+
 	if (len == 0 || path[0] != '/')
 		return true;
-	if (memchr(path, '%', len) != NULL)
-		return false;
-	for (const char *dot = memchr(path, '.', len); dot != NULL;
-	     dot = memchr(dot + 1, '.', len - (size_t)(dot + 1 - path))) {
-		size_t at = (size_t)(dot - path);
+	percent = memchr(path, '%', len);
+	if (percent != NULL) {
+		end = uri_path_end(path, len);
+		end_known = true;
+		if ((size_t)(percent - path) < end)
+			return false;
+	}
+	for (const char *slash = path; slash != NULL;
+	     slash = memchr(slash + 1, '/', len - (size_t)(slash + 1 - path))) {
+		size_t at = (size_t)(slash - path) + 1;
 
-		if (path[at - 1] == '/' && uri_path_dot_segment(path, at, len) != 0)
+		if (at >= end)
+			break;
+		if (path[at] != '/' && path[at] != '.')
+			continue;
+		if (!end_known) {
+			end = uri_path_end(path, len);
+			end_known = true;
+			if (at >= end)
+				break;
+		}
+		if (path[at] == '/' || uri_path_dot_segment(path, at, end) != 0)
 			return false;
 	}
 	return true;
@@ -87,10 +106,12 @@ static size_t uri_path_decode(const char *path, size_t end, char *out)
 	return w;
 }
 
-/* Remove the "." and ".." segments of out[0..len), which starts with '/',
- * in place (RFC 3986 section 5.2.4); returns the new length. A dot segment
- * at the end leaves the '/' before it: /a/. is /a/, /a/.. is /. */
-static size_t uri_path_remove_dots(char *out, size_t len)
+/* Merge the empty segments of out[0..len), which starts with '/', and
+ * remove its "." and ".." segments, in place (RFC 3986 section 5.2.4, on
+ * the merged path, as nginx does); returns the new length. A dot segment
+ * at the end leaves the '/' before it (/a/. is /a/, /a/.. is /), unless
+ * keep_last: then it is kept as a segment. */
+static size_t uri_path_remove_dots(char *out, size_t len, bool keep_last)
 {
 	size_t r = 0;
 	size_t w = 0;
@@ -100,8 +121,12 @@ static size_t uri_path_remove_dots(char *out, size_t len)
 		size_t start = r + 1;
 		const char *slash = memchr(out + start, '/', len - start);
 		size_t next = slash != NULL ? (size_t)(slash - out) : len;
-		size_t dots = uri_path_dot_segment(out, start, next);
+		size_t dots = next == len && keep_last ? 0 : uri_path_dot_segment(out, start, next);
 
+		if (next == start && next < len) {
+			r = next; /* an empty segment with more to come */
+			continue;
+		}
 		if (dots == 2) {
 			/* drop the last segment written and the '/' before it */
 			while (w > 0 && out[w - 1] != '/')
@@ -121,7 +146,8 @@ static size_t uri_path_remove_dots(char *out, size_t len)
 	return w;
 }
 
-size_t uri_path_normalize(const char *path, size_t len, char *out)
+/* uri_path_normalize, keeping a last dot segment when keep_last. */
+static size_t uri_path_normal_form(const char *path, size_t len, char *out, bool keep_last)
 {
 	size_t end = uri_path_end(path, len);
 	size_t w;
@@ -130,7 +156,34 @@ size_t uri_path_normalize(const char *path, size_t len, char *out)
 		memcpy(out, path, len);
 		return len;
 	}
-	w = uri_path_remove_dots(out, uri_path_decode(path, end, out));
+	w = uri_path_remove_dots(out, uri_path_decode(path, end, out), keep_last);
 	memcpy(out + w, path + end, len - end);
 	return w + len - end;
+}
+
+size_t uri_path_normalize(const char *path, size_t len, char *out)
+{
+	return uri_path_normal_form(path, len, out, false);
+}
+
+ssize_t uri_path_normalize_prefix(const char *prefix, size_t len, char *out)
+{
+	size_t end = uri_path_end(prefix, len);
+	size_t n;
+
+	for (size_t i = 0; i < end; i++)
+		if (prefix[i] == '%' && (i + 2 >= end || uri_path_hex(prefix[i + 1]) < 0 ||
+					 uri_path_hex(prefix[i + 2]) < 0))
+			return -1;
+	n = uri_path_decode(prefix, end, out);
+	/* a dot segment the prefix goes on past: refused, not quietly
+	 * removed (/v1/charges/../ would be a route for all of /v1/) */
+	for (size_t i = 0; i + 1 < n; i++)
+		if (out[i] == '/') {
+			size_t dots = uri_path_dot_segment(out, i + 1, n);
+
+			if (dots != 0 && i + 1 + dots < n)
+				return -1;
+		}
+	return (ssize_t)uri_path_normal_form(prefix, len, out, true);
 }

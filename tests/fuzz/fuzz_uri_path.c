@@ -1,10 +1,11 @@
 /* The path normal form against a second, literal reading of RFC 3986: the
- * escapes decoded by a byte loop of its own, then the dot segments removed
- * with section 5.2.4's five rules as the RFC writes them, on an input and an
- * output buffer. Both must agree; the normal form must never be longer than
+ * escapes decoded by a byte loop of its own, runs of '/' made one, then the
+ * dot segments removed with section 5.2.4's five rules as the RFC writes
+ * them, on an input and an output buffer. Both must agree; the normal form must never be longer than
  * the path, keep the query as it was, be its own normal form where every
  * escape is well formed, and a path uri_path_is_normal() lets through must
- * come out unchanged. */
+ * come out unchanged. A route prefix is refused or comes out as its own
+ * normal form. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Does s[0..len) start with prefix? */
 static bool fuzz_starts(const char *s, size_t len, const char *prefix)
 {
 	size_t n = strlen(prefix);
@@ -22,6 +24,7 @@ static bool fuzz_starts(const char *s, size_t len, const char *prefix)
 	return len >= n && memcmp(s, prefix, n) == 0;
 }
 
+/* Is s[0..len) exactly whole? */
 static bool fuzz_is(const char *s, size_t len, const char *whole)
 {
 	return len == strlen(whole) && memcmp(s, whole, len) == 0;
@@ -64,6 +67,7 @@ static size_t fuzz_remove_dots(char *in, size_t len, char *out)
 	return o;
 }
 
+/* The value of a hex digit, or -1 (written apart from uri_path_hex). */
 static int fuzz_hex(char c)
 {
 	if (c >= '0' && c <= '9')
@@ -123,6 +127,15 @@ static size_t fuzz_reference(const char *path, size_t len, char *out)
 		free(decoded);
 		return len;
 	}
+	/* doubled slashes merged first, as nginx does */
+	for (size_t i = 0, w = 0;; i++) {
+		if (i == d) {
+			d = w;
+			break;
+		}
+		if (!(decoded[i] == '/' && w > 0 && decoded[w - 1] == '/'))
+			decoded[w++] = decoded[i];
+	}
 	o = fuzz_remove_dots(decoded, d, out);
 	free(decoded);
 	memcpy(out + o, path + end, len - end);
@@ -157,6 +170,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (n < query_len || memcmp(normal + n - query_len, q, query_len) != 0)
 			abort();
+	}
+	/* as a route prefix: refused, or no longer and its own normal form */
+	{
+		ssize_t p = uri_path_normalize_prefix(path, size, normal);
+
+		if (p > (ssize_t)size)
+			abort();
+		if (p >= 0) {
+			ssize_t p2 = uri_path_normalize_prefix(normal, (size_t)p, again);
+
+			if (p2 != p || memcmp(again, normal, (size_t)p) != 0)
+				abort();
+		}
 	}
 	free(normal);
 	free(again);

@@ -4,8 +4,9 @@
 Client: PUT requests (idempotent by the default map) through a forward
 proxy (raw sockets), to paths under /v1/charges/ written as the origin
 reads them but not byte for byte: an escaped unreserved letter (%63 for c),
-escaped dots (%2e%2e), dot segments (x/../); and to paths that are another
-resource (%2563, an escaped '%'; %2F, an escaped '/').
+escaped dots (%2e%2e), dot segments (x/../), a doubled slash (merged by
+nginx and Apache); and to paths that are another resource (%2563, an
+escaped '%'; %2F, an escaped '/', data in one segment for many APIs).
 Origin: answers the first try of each path 503, then 200.
 Config: defaults retry 503 up to 3 tries with no wait; the route payments
 (path_prefix /v1/charges/) has max_attempts: 1; the route cards is
@@ -75,13 +76,14 @@ def scenario(t):
     def _():
         on_route("/v1/charges/a", "payments")
 
-    @t.check("%63 for c, %2e%2e and x/../ segments: still route payments, sent as written")
+    @t.check("%63 for c, %2e%2e, x/../ segments, //: still route payments, sent as written")
     def _():
         on_route("/v1/%63harges/b", "payments")
         on_route("/v1/%63%68arges/c?x=1", "payments")
         on_route("/v1/x/../charges/d", "payments")
         on_route("/v1/x/%2e%2E/charges/e", "payments")
         on_route("/v1/./charges/f", "payments")
+        on_route("/v1//charges/j", "payments")
 
     @t.check("an escaped '%' or '/' is another resource: default route, retried")
     def _():

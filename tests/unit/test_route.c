@@ -168,7 +168,9 @@ static void test_path_prefix_normal_form(void **state)
 				   "  - name: files\n"
 				   "    match: { path_prefix: /files/caf%c3%a9/ }\n"
 				   "  - name: static\n"
-				   "    match: { path_prefix: /static/ }\n";
+				   "    match: { path_prefix: /static/ }\n"
+				   "  - name: dotfiles\n"
+				   "    match: { path_prefix: /. }\n";
 	struct config *config = test_config(text);
 	size_t long_len = 3000;
 	char *long_path = malloc(long_len + 1);
@@ -180,6 +182,8 @@ static void test_path_prefix_normal_form(void **state)
 			    "charges");
 	assert_string_equal(test_match(config, "a", "/v1/x/../charges", "POST"), "charges");
 	assert_string_equal(test_match(config, "a", "/./v1/./charges", "POST"), "charges");
+	assert_string_equal(test_match(config, "a", "/v1//charges/1", "POST"), "charges");
+	assert_string_equal(test_match(config, "a", "//v1/charges/", "POST"), "charges");
 	assert_string_equal(test_match(config, "a", "/v1/x/%2E%2e/charges", "POST"), "charges");
 	assert_string_equal(test_match(config, "a", "/static/../v1/charges", "POST"), "charges");
 	assert_string_equal(test_match(config, "a", "/static/%2e%2e/v1/charges", "POST"),
@@ -188,6 +192,12 @@ static void test_path_prefix_normal_form(void **state)
 	assert_string_equal(test_match(config, "a", "/v1/%2563harges", "POST"), "default");
 	assert_string_equal(test_match(config, "a", "/v1%2Fcharges", "POST"), "default");
 	assert_string_equal(test_match(config, "a", "/v1/x?/../charges", "POST"), "default");
+	/* a prefix's last segment may be cut short: "/." is the start of
+	 * /.env, not a dot segment; /./x and / are not under it */
+	assert_string_equal(test_match(config, "a", "/.env", "GET"), "dotfiles");
+	assert_string_equal(test_match(config, "a", "/%2egit/config", "GET"), "dotfiles");
+	assert_string_equal(test_match(config, "a", "/./index.html", "GET"), "default");
+	assert_string_equal(test_match(config, "a", "/", "GET"), "default");
 	/* the prefixes are normalised too */
 	assert_string_equal(test_match(config, "a", "/v1/cards/1", "GET"), "cards");
 	assert_string_equal(test_match(config, "a", "/v1/%63ards/1", "GET"), "cards");

@@ -1,8 +1,9 @@
 /*
  * Unit tests for uri_path.c: the normal form routes match a path by, by
  * table (RFC 3986 section 6.2.2: unreserved escapes decoded, other escapes
- * in upper case, dot segments removed as section 5.2.4 does, the query
- * untouched), and the check that says a path is normal already.
+ * in upper case, empty segments merged, dot segments removed as section
+ * 5.2.4 does, the query untouched), the check that says a path is normal
+ * already, and route prefixes.
  */
 
 #include <setjmp.h>
@@ -10,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/types.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -29,16 +31,20 @@ static const struct test_uri_path_case test_uri_path_cases[] = {
 	{ "/a/.b/c.", "/a/.b/c." },
 	{ "/a/.../b", "/a/.../b" },
 	{ "/a/..b/b..", "/a/..b/b.." },
-	{ "//a//b/", "//a//b/" },
 	{ "", "" },
 	{ "*", "*" },
 	{ "?x=/../%61", "?x=/../%61" },
+	{ "/a?b=%2e%2e&c=/./", "/a?b=%2e%2e&c=/./" },
 	/* unreserved escapes decoded, in either case */
 	{ "/v1/%63harges", "/v1/charges" },
 	{ "/v1/%43harges", "/v1/Charges" },
 	{ "/%7e%7E%2d%5f%2E%30", "/~~-_.0" },
-	/* other escapes kept, their hex digits in upper case */
+	/* other escapes kept, their hex digits in upper case; an escaped '/'
+	 * is data, not a segment's end */
 	{ "/a%2fb", "/a%2Fb" },
+	{ "/a%2F..%2Fb", "/a%2F..%2Fb" },
+	{ "/v1/x;y/../charges", "/v1/charges" },
+	{ "/v1/x/..;/charges", "/v1/x/..;/charges" },
 	{ "/caf%c3%a9/", "/caf%C3%A9/" },
 	{ "/%20%25%3f", "/%20%25%3F" },
 	/* not an escape: left alone */
@@ -59,7 +65,17 @@ static const struct test_uri_path_case test_uri_path_cases[] = {
 	{ "/a/b/..", "/a/" },
 	{ "/.", "/" },
 	{ "/..", "/" },
-	{ "/a//../b", "/a/b" },
+	/* empty segments merged first, as nginx does: /a//../b is /b */
+	{ "//a//b/", "/a/b/" },
+	{ "/v1//charges", "/v1/charges" },
+	{ "/a//", "/a/" },
+	{ "//", "/" },
+	{ "/a//../b", "/b" },
+	{ "/a/..//b", "/b" },
+	{ "/a/.//", "/a/" },
+	{ "/..//", "/" },
+	{ "/a?//b", "/a?//b" },
+	{ "/a/?x=//y/../z", "/a/?x=//y/../z" },
 	{ "/a/./", "/a/" },
 	/* escaped dots are dots */
 	{ "/v1/x/%2e%2E/charges", "/v1/charges" },
@@ -112,11 +128,63 @@ static void test_idempotent(void **state)
 	}
 }
 
+/* A route prefix: normalised as a path, but its last segment may be cut
+ * short; refused when it cannot be meant as written. */
+static void test_prefix(void **state)
+{
+	static const struct {
+		const char *prefix;
+		const char *normal; /* NULL: refused */
+	} cases[] = {
+		{ "/v1/charges/", "/v1/charges/" },
+		{ "/v1/%63harges", "/v1/charges" },
+		{ "/files/caf%c3%a9/", "/files/caf%C3%A9/" },
+		{ "/v1//charges", "/v1/charges" },
+		/* the start of /.env, /.git/, /..data */
+		{ "/.", "/." },
+		{ "/..", "/.." },
+		{ "/files/.", "/files/." },
+		{ "/files/%2e", "/files/." },
+		{ "/files//.", "/files/." },
+		/* a dot segment it goes on past */
+		{ "/v1/charges/../", NULL },
+		{ "/v1/./charges", NULL },
+		{ "/../x", NULL },
+		{ "/v1/%2e%2E/x", NULL },
+		{ "/./", NULL },
+		/* a '%' that is no escape */
+		{ "/x/%%36%31/", NULL },
+		{ "/a%6", NULL },
+		{ "/a%", NULL },
+		{ "/a%zz", NULL },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = strlen(cases[i].prefix);
+		char out[64];
+		ssize_t n = uri_path_normalize_prefix(cases[i].prefix, len, out);
+
+		assert_true(len < sizeof(out));
+		if (cases[i].normal == NULL) {
+			if (n != -1)
+				fail_msg("%s: taken as %.*s, want refused", cases[i].prefix,
+					 (int)(n > 0 ? n : 0), out);
+			continue;
+		}
+		if (n < 0 || (size_t)n != strlen(cases[i].normal) ||
+		    memcmp(out, cases[i].normal, (size_t)n) != 0)
+			fail_msg("%s: got %.*s (%zd), want %s", cases[i].prefix,
+				 (int)(n > 0 ? n : 0), out, n, cases[i].normal);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_normalize),
 		cmocka_unit_test(test_idempotent),
+		cmocka_unit_test(test_prefix),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
