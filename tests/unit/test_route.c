@@ -212,6 +212,14 @@ static void test_path_prefix_normal_form(void **state)
 	assert_string_equal(test_match(config, "a", long_path, "POST"), "static");
 	memcpy(long_path + long_len - 21, "/../../v1/charges/%2e", 21);
 	assert_string_equal(test_match(config, "a", long_path, "POST"), "charges");
+	/* either side of the stack buffer's 2,048 bytes */
+	for (size_t len = 2047; len <= 2050; len++) {
+		memset(long_path, 'x', len);
+		memcpy(long_path, "/static/", 8);
+		memcpy(long_path + len - 16, "/../v1/charges/.", 16);
+		long_path[len] = '\0';
+		assert_string_equal(test_match(config, "a", long_path, "POST"), "static");
+	}
 	free(long_path);
 	config_release(config);
 }
