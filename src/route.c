@@ -89,18 +89,22 @@ static bool route_accepts(const struct route *route, const char *host, size_t ho
  * slash is set. Prefixes are matched against the path's normal form
  * (uri_path.h), the resource the origin will see, so that /v1/%63harges or
  * /v1/x/../charges cannot slip past a route for /v1/charges; the path goes
- * upstream as the client wrote it. */
+ * upstream as the client wrote it. *trouble (may be NULL) says when the
+ * path has no one normal form to route on. */
 static const struct route *route_match_path(const struct config *config, const char *host,
 					    size_t host_len, bool slash, const char *path,
-					    size_t path_len, const char *method, size_t method_len)
+					    size_t path_len, const char *method, size_t method_len,
+					    enum uri_path_trouble *trouble)
 {
 	const struct route *found = &config->default_route;
 	char stack[ROUTE_PATH_STACK];
 	char *normal = NULL;
 
-	if (path != NULL && config->route_count > 0 && !uri_path_is_normal(path, path_len)) {
+	if (trouble != NULL)
+		*trouble = URI_PATH_FINE;
+	if (path != NULL && !uri_path_is_normal(path, path_len)) {
 		normal = path_len <= sizeof(stack) ? stack : xmalloc(path_len);
-		path_len = uri_path_normalize(path, path_len, normal);
+		path_len = uri_path_normalize(path, path_len, normal, trouble);
 		path = normal;
 	}
 	for (size_t i = 0; i < config->route_count; i++) {
@@ -121,7 +125,8 @@ const struct route *route_match(const struct config *config, const char *host, s
 				const char *path, size_t path_len, const char *method,
 				size_t method_len)
 {
-	return route_match_path(config, host, host_len, false, path, path_len, method, method_len);
+	return route_match_path(config, host, host_len, false, path, path_len, method, method_len,
+				NULL);
 }
 
 /* Is host allowed by access.allow_hosts? */
@@ -140,6 +145,7 @@ int route_destination(const struct config *config, const struct upstream_url *li
 {
 	bool origin = target->form == HTTP1_TARGET_ORIGIN || target->form == HTTP1_TARGET_ASTERISK;
 	const struct upstream_url *upstream = NULL;
+	enum uri_path_trouble trouble;
 
 	memset(dest, 0, sizeof(*dest));
 	/* match.host is the host the client asked for: the target's when it
@@ -150,10 +156,23 @@ int route_destination(const struct config *config, const struct upstream_url *li
 	}
 	/* an absolute-form target with no path goes upstream as "/" and its
 	 * query (RFC 9112 section 3.2.1), and is routed so; a CONNECT has none */
-	dest->route = route_match_path(config, host, host_len,
-				       target->form == HTTP1_TARGET_ABSOLUTE &&
-					       (target->path_len == 0 || target->path[0] == '?'),
-				       target->path, target->path_len, method, method_len);
+	dest->route =
+		route_match_path(config, host, host_len,
+				 target->form == HTTP1_TARGET_ABSOLUTE &&
+					 (target->path_len == 0 || target->path[0] == '?'),
+				 target->path, target->path_len, method, method_len, &trouble);
+	/* a path origins read each their own way cannot be routed as the
+	 * origin will read it: refused, like a backslash in the target */
+	if (trouble == URI_PATH_BAD_ESCAPE) {
+		snprintf(reason, reason_len, "a %% in the path not followed by two hex digits");
+		return 400;
+	}
+	if (trouble == URI_PATH_AMBIGUOUS) {
+		snprintf(reason, reason_len,
+			 "a .. segment after an empty one in the path (origins that merge "
+			 "slashes and those that do not read it as different paths)");
+		return 400;
+	}
 	/* a tunnel goes where the client asked; other requests to the route's
 	 * upstream, else the listener's (sidecar), else the absolute URI's */
 	if (target->form != HTTP1_TARGET_AUTHORITY)

@@ -41,8 +41,9 @@ bool route_host_pattern_matches(const char *pattern, const char *host, size_t ho
  * match in origin and asterisk form. Where the client's host decides the
  * destination, it must be in access.allow_hosts. Returns 0 with *dest filled
  * in, or the status to refuse with (400, 403) and the reason in reason. Route
- * prefixes match the path's normal form (uri_path.h). Pure: no I/O, and no
- * allocation but for a path over 2 KiB that needs normalising. */
+ * prefixes match the path's normal form (uri_path.h); a path without one
+ * (a stray '%', a ".." after an empty segment) is a 400. Pure: no I/O, and
+ * no allocation but for a path over 2 KiB that needs normalising. */
 int route_destination(const struct config *config, const struct upstream_url *listener_upstream,
 		      const struct http1_target *target, const char *host, size_t host_len,
 		      const char *method, size_t method_len, struct route_destination *dest,

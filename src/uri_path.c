@@ -80,8 +80,9 @@ static bool uri_path_unreserved(unsigned char c)
 }
 
 /* Copy path[0..end) into out with the unreserved escapes decoded and the
- * others in upper case; returns the length written. */
-static size_t uri_path_decode(const char *path, size_t end, char *out)
+ * others in upper case; returns the length written. A '%' that is not an
+ * escape is copied, and *bad_escape set. */
+static size_t uri_path_decode(const char *path, size_t end, char *out, bool *bad_escape)
 {
 	static const char upper[] = "0123456789ABCDEF";
 	size_t w = 0;
@@ -89,8 +90,13 @@ static size_t uri_path_decode(const char *path, size_t end, char *out)
 	for (size_t r = 0; r < end; r++) {
 		int high, low;
 
-		if (path[r] != '%' || r + 2 >= end || (high = uri_path_hex(path[r + 1])) < 0 ||
+		if (path[r] != '%') {
+			out[w++] = path[r];
+			continue;
+		}
+		if (r + 2 >= end || (high = uri_path_hex(path[r + 1])) < 0 ||
 		    (low = uri_path_hex(path[r + 2])) < 0) {
+			*bad_escape = true;
 			out[w++] = path[r];
 			continue;
 		}
@@ -106,15 +112,19 @@ static size_t uri_path_decode(const char *path, size_t end, char *out)
 	return w;
 }
 
-/* Merge the empty segments of out[0..len), which starts with '/', and
- * remove its "." and ".." segments, in place (RFC 3986 section 5.2.4, on
- * the merged path, as nginx does); returns the new length. A dot segment
- * at the end leaves the '/' before it (/a/. is /a/, /a/.. is /), unless
- * keep_last: then it is kept as a segment. */
-static size_t uri_path_remove_dots(char *out, size_t len, bool keep_last)
+/* Remove the "." and ".." segments of out[0..len), which starts with '/',
+ * in place (RFC 3986 section 5.2.4), then merge its empty segments (as
+ * nginx and Apache do); returns the new length. A dot segment at the end
+ * leaves the '/' before it (/a/. is /a/, /a/.. is /), unless keep_last:
+ * then it is kept as a segment. *ambiguous is set when a ".." removes an
+ * empty segment (/a//..): whether the empty segments are merged first
+ * (nginx) or not (RFC 3986, Node, Envoy), the path names another
+ * resource. */
+static size_t uri_path_remove_dots(char *out, size_t len, bool keep_last, bool *ambiguous)
 {
 	size_t r = 0;
 	size_t w = 0;
+	size_t merged = 0;
 
 	while (r < len) {
 		/* out[r] is a '/': the segment runs to the next one */
@@ -123,12 +133,10 @@ static size_t uri_path_remove_dots(char *out, size_t len, bool keep_last)
 		size_t next = slash != NULL ? (size_t)(slash - out) : len;
 		size_t dots = next == len && keep_last ? 0 : uri_path_dot_segment(out, start, next);
 
-		if (next == start && next < len) {
-			r = next; /* an empty segment with more to come */
-			continue;
-		}
 		if (dots == 2) {
 			/* drop the last segment written and the '/' before it */
+			if (w > 0 && out[w - 1] == '/')
+				*ambiguous = true;
 			while (w > 0 && out[w - 1] != '/')
 				w--;
 			if (w > 0)
@@ -143,39 +151,52 @@ static size_t uri_path_remove_dots(char *out, size_t len, bool keep_last)
 		}
 		r = next;
 	}
-	return w;
+	for (size_t i = 0; i < w; i++)
+		if (out[i] != '/' || merged == 0 || out[merged - 1] != '/')
+			out[merged++] = out[i];
+	return merged;
 }
 
 /* uri_path_normalize, keeping a last dot segment when keep_last. */
-static size_t uri_path_normal_form(const char *path, size_t len, char *out, bool keep_last)
+static size_t uri_path_normal_form(const char *path, size_t len, char *out, bool keep_last,
+				   enum uri_path_trouble *trouble)
 {
 	size_t end = uri_path_end(path, len);
+	bool bad_escape = false;
+	bool ambiguous = false;
 	size_t w;
 
+	*trouble = URI_PATH_FINE;
 	if (end == 0 || path[0] != '/') {
 		memcpy(out, path, len);
 		return len;
 	}
-	w = uri_path_remove_dots(out, uri_path_decode(path, end, out), keep_last);
+	w = uri_path_decode(path, end, out, &bad_escape);
+	w = uri_path_remove_dots(out, w, keep_last, &ambiguous);
 	memcpy(out + w, path + end, len - end);
+	if (bad_escape)
+		*trouble = URI_PATH_BAD_ESCAPE;
+	else if (ambiguous)
+		*trouble = URI_PATH_AMBIGUOUS;
 	return w + len - end;
 }
 
-size_t uri_path_normalize(const char *path, size_t len, char *out)
+size_t uri_path_normalize(const char *path, size_t len, char *out, enum uri_path_trouble *trouble)
 {
-	return uri_path_normal_form(path, len, out, false);
+	enum uri_path_trouble ignored;
+
+	return uri_path_normal_form(path, len, out, false, trouble != NULL ? trouble : &ignored);
 }
 
 ssize_t uri_path_normalize_prefix(const char *prefix, size_t len, char *out)
 {
 	size_t end = uri_path_end(prefix, len);
-	size_t n;
+	bool bad_escape = false;
+	enum uri_path_trouble trouble;
+	size_t n = uri_path_decode(prefix, end, out, &bad_escape);
 
-	for (size_t i = 0; i < end; i++)
-		if (prefix[i] == '%' && (i + 2 >= end || uri_path_hex(prefix[i + 1]) < 0 ||
-					 uri_path_hex(prefix[i + 2]) < 0))
-			return -1;
-	n = uri_path_decode(prefix, end, out);
+	if (bad_escape)
+		return -1;
 	/* a dot segment the prefix goes on past: refused, not quietly
 	 * removed (/v1/charges/../ would be a route for all of /v1/) */
 	for (size_t i = 0; i + 1 < n; i++)
@@ -185,5 +206,5 @@ ssize_t uri_path_normalize_prefix(const char *prefix, size_t len, char *out)
 			if (dots != 0 && i + 1 + dots < n)
 				return -1;
 		}
-	return (ssize_t)uri_path_normal_form(prefix, len, out, true);
+	return (ssize_t)uri_path_normal_form(prefix, len, out, true, &trouble);
 }

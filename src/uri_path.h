@@ -10,8 +10,8 @@
  * escapes are put in upper case (%2f is %2F), empty segments are merged
  * (/v1//charges is /v1/charges), and "." and ".." segments are removed
  * (section 5.2.4: /v1/x/../charges is /v1/charges). Left as they are: the
- * query, from the first '?'; a path that does not start with "/"; a '%'
- * not followed by two hex digits; an escaped '/' (%2F), which is data in
+ * query, from the first '?'; a path that does not start with "/"; an
+ * escaped '/' (%2F), which is data in
  * APIs that put names with slashes in one segment (Cloud Storage objects);
  * and ';' parameters, which only some servers strip. Pure: no I/O, no
  * allocation.
@@ -22,14 +22,24 @@
 #include <sys/types.h>
 
 /* Is path (with its query) already normal? Most are; the check is a scan
- * for '%' and one for each '/'. It may say no to a normal path with a
- * '%' not followed by two hex digits. */
+ * for '%' and one for each '/'. Any '%' before the query sends a path to
+ * uri_path_normalize. */
 bool uri_path_is_normal(const char *path, size_t len);
 
+/* What makes a path's normal form unfit to route on. */
+enum uri_path_trouble {
+	URI_PATH_FINE,
+	URI_PATH_BAD_ESCAPE, /* a '%' not followed by two hex digits: origins
+			      * refuse it (nginx, Go) or read it each their own way */
+	URI_PATH_AMBIGUOUS,  /* a ".." that removes an empty segment (/a//..):
+			      * another resource whether empty segments are merged
+			      * first (nginx) or not (RFC 3986, Node, Envoy) */
+};
+
 /* Write the normal form of path (with its query) into out, which has room
- * for len bytes (it never grows), and return its length. out may not
- * overlap path. */
-size_t uri_path_normalize(const char *path, size_t len, char *out);
+ * for len bytes (it never grows), and return its length; *trouble (may be
+ * NULL) says whether it is fit to route on. out may not overlap path. */
+size_t uri_path_normalize(const char *path, size_t len, char *out, enum uri_path_trouble *trouble);
 
 /* A route's path prefix in the form request paths are matched in, into out
  * (room for len bytes): as uri_path_normalize, except that its last

@@ -1,11 +1,13 @@
 /* The path normal form against a second, literal reading of RFC 3986: the
- * escapes decoded by a byte loop of its own, runs of '/' made one, then the
- * dot segments removed with section 5.2.4's five rules as the RFC writes
- * them, on an input and an output buffer. Both must agree; the normal form must never be longer than
- * the path, keep the query as it was, be its own normal form where every
- * escape is well formed, and a path uri_path_is_normal() lets through must
- * come out unchanged. A route prefix is refused or comes out as its own
- * normal form. */
+ * escapes decoded by a byte loop of its own, the dot segments removed with
+ * section 5.2.4's five rules as the RFC writes them, on an input and an
+ * output buffer, then runs of '/' made one. Both must agree, and where the
+ * proxy sees no trouble, merging the slashes first (as nginx does) must give
+ * the same path; a stray '%' must be the trouble exactly when there is one.
+ * The normal form is never longer than the path, keeps the query as it was
+ * and, without trouble, is its own normal form; a path uri_path_is_normal()
+ * lets through comes out unchanged. A route prefix is refused or comes out
+ * as its own normal form. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -92,7 +94,18 @@ static bool fuzz_escapes_valid(const char *path, size_t end)
 }
 
 /* The reference normal form: decode, remove dots, query as it was. */
-static size_t fuzz_reference(const char *path, size_t len, char *out)
+/* Make each run of '/' in s[0..len) one; returns the new length. */
+static size_t fuzz_merge_slashes(char *s, size_t len)
+{
+	size_t w = 0;
+
+	for (size_t i = 0; i < len; i++)
+		if (!(s[i] == '/' && w > 0 && s[w - 1] == '/'))
+			s[w++] = s[i];
+	return w;
+}
+
+static size_t fuzz_reference(const char *path, size_t len, char *out, bool merge_first)
 {
 	const char *q = memchr(path, '?', len);
 	size_t end = q != NULL ? (size_t)(q - path) : len;
@@ -127,16 +140,13 @@ static size_t fuzz_reference(const char *path, size_t len, char *out)
 		free(decoded);
 		return len;
 	}
-	/* doubled slashes merged first, as nginx does */
-	for (size_t i = 0, w = 0;; i++) {
-		if (i == d) {
-			d = w;
-			break;
-		}
-		if (!(decoded[i] == '/' && w > 0 && decoded[w - 1] == '/'))
-			decoded[w++] = decoded[i];
-	}
+	/* runs of '/' made one before the dots are removed (nginx), or after
+	 * (the proxy's normal form) */
+	if (merge_first)
+		d = fuzz_merge_slashes(decoded, d);
 	o = fuzz_remove_dots(decoded, d, out);
+	if (!merge_first)
+		o = fuzz_merge_slashes(out, o);
 	free(decoded);
 	memcpy(out + o, path + end, len - end);
 	return o + len - end;
@@ -149,19 +159,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *again = malloc(size + 1);
 	char *reference = malloc(size + 1);
 	size_t n, m, r;
+	enum uri_path_trouble trouble;
 	const char *q = memchr(path, '?', size);
 
 	if (normal == NULL || again == NULL || reference == NULL)
 		abort();
-	n = uri_path_normalize(path, size, normal);
+	n = uri_path_normalize(path, size, normal, &trouble);
 	if (n > size)
 		abort();
-	r = fuzz_reference(path, size, reference);
+	r = fuzz_reference(path, size, reference, false);
 	if (r != n || memcmp(reference, normal, n) != 0)
 		abort();
-	m = uri_path_normalize(normal, n, again);
-	if (fuzz_escapes_valid(path, q != NULL ? (size_t)(q - path) : size) &&
-	    (m != n || memcmp(again, normal, n) != 0))
+	/* without trouble, merging first (as nginx) reads the same path */
+	if (trouble == URI_PATH_FINE) {
+		r = fuzz_reference(path, size, reference, true);
+		if (r != n || memcmp(reference, normal, n) != 0)
+			abort();
+	}
+	/* a path that does not start with '/' is left as it is */
+	if (size > 0 && path[0] == '/' &&
+	    (trouble == URI_PATH_BAD_ESCAPE) !=
+		    !fuzz_escapes_valid(path, q != NULL ? (size_t)(q - path) : size))
+		abort();
+	m = uri_path_normalize(normal, n, again, NULL);
+	if (trouble == URI_PATH_FINE && (m != n || memcmp(again, normal, n) != 0))
 		abort();
 	if (uri_path_is_normal(path, size) && (n != size || memcmp(normal, path, size) != 0))
 		abort();

@@ -14,7 +14,10 @@ written /v1/%63ards/ in the config.
 Must hold: every spelling of /v1/charges/... gets the 503 at once (one try,
 route=payments in the access log), and the origin sees the target exactly
 as the client wrote it; the other resources take the default route and are
-retried to 200; /v1/cards/ matches the route written /v1/%63ards/.
+retried to 200; /v1/cards/ matches the route written /v1/%63ards/; a
+path with a ".." after an empty segment (nginx, which merges slashes
+first, and RFC 3986 readers resolve it differently) or a '%' that is not
+an escape gets 400 and reaches no origin.
 """
 
 import time
@@ -89,6 +92,15 @@ def scenario(t):
     def _():
         off_route("/v1/%2563harges/g")
         off_route("/v1%2Fcharges/h")
+
+    @t.check("a path origins read two ways, or with a stray %: 400, never sent upstream")
+    def _():
+        for path in ("/v1/charges//../x", "/v1/charges/y%", "/v1/charges/%zz"):
+            origin.clear()
+            r = h.fetch(proxy.port(), "PUT", origin.url(path), host, body=b"amount=10")
+            h.check_error_response(r, 400)
+            time.sleep(0.2 * h.SLOW)
+            h.eq(origin.requests, [], "%s: requests the origin saw" % path)
 
     @t.check("a prefix written /v1/%63ards/ matches /v1/cards/")
     def _():
