@@ -7,9 +7,14 @@ are open. Then A closes.
 Origin: echoes.
 Must hold: C is neither refused nor reset while the proxy is at its limit:
 its request simply waits (no answer for 1.5 s, nothing at the origin); once
-A closes, C is served; the proxy keeps running.
+A closes, C is served; the proxy keeps running. Then D waits at the limit
+and a reload (SIGHUP) raising max_connections to 10 serves it at once, not
+when some client leaves; a reload lowering it to 1, with three open, stops
+accepting again (E waits).
 """
 
+import os
+import signal
 import time
 
 import harness as h
@@ -70,6 +75,33 @@ def scenario(t):
         for name in ("B", "C"):
             conns[name].send(h.request("GET", "/echo?again=" + name, "a.example"))
             h.eq(conns[name].read_response().status, 200, "status for client %s again" % name)
+
+    def reload(limit):
+        text = proxy.config_text.replace("max_connections: %d" % limit[0],
+                                         "max_connections: %d" % limit[1])
+        with open(proxy.config_path, "w") as f:
+            f.write(text)
+        proxy.config_text = text
+        n = len([ln for ln in proxy.stderr_lines() if "reload: now running" in ln]) + 1
+        os.kill(proxy.pid, signal.SIGHUP)
+        proxy.wait_log(r"reload: now running", timeout=10 * h.SLOW, count=n)
+
+    @t.check("a reload that raises max_connections serves a waiting client at once")
+    def _():
+        c = h.RawConn(proxy.port(), timeout=10)
+        conns["D"] = c
+        c.send(h.request("GET", "/echo?client=D", "a.example"))
+        h.ok(c.silent_for(1.0), "D was served at the limit")
+        reload((2, 10))
+        h.eq(c.read_response(timeout=3 * h.SLOW).status, 200, "status for client D")
+
+    @t.check("a reload that lowers max_connections below the open ones stops accepting")
+    def _():
+        reload((10, 1))
+        c = h.RawConn(proxy.port(), timeout=10)
+        conns["E"] = c
+        c.send(h.request("GET", "/echo?client=E", "a.example"))
+        h.ok(c.silent_for(1.5), "E was served with 3 connections open and max_connections 1")
 
 
 h.run(scenario, __doc__)
