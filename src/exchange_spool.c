@@ -65,8 +65,11 @@ int exchange_spool_body(struct exchange *ex)
 
 	if (ex->body_once)
 		return -1;
-	/* a chunked body can turn out larger than it was allowed to be kept */
-	if (ex->request_body.payload_bytes > spool_max) {
+	/* a chunked body can turn out larger than it was allowed to be kept;
+	 * the file holds its framing too, and a chunk line may be up to 4 KiB
+	 * for a byte of data, so the file is what spool_max bounds */
+	if (ex->request_body.payload_bytes > spool_max ||
+	    spool_length(ex->spool) + evbuffer_get_length(ex->replay) > spool_max) {
 		exchange_spool_give_up(ex, "the body is over spool_max");
 		return -1;
 	}
