@@ -132,13 +132,47 @@ static bool upstream_unattached(const struct upstream *u)
 	       u->open == 0 && u->slot_waiting == 0;
 }
 
+/* Is u the upstream url names (its host compared without case, a trailing
+ * dot making another upstream, as requests make it)? */
+static bool upstream_is_url(const struct upstream *u, const struct upstream_url *url)
+{
+	size_t len = strlen(url->host);
+	bool absolute = len > 1 && url->host[len - 1] == '.';
+
+	len -= absolute;
+	return url->port == u->endpoint.port && url->tls == u->endpoint.tls &&
+	       absolute == u->endpoint.absolute && strlen(u->host) == len &&
+	       strncasecmp(url->host, u->host, len) == 0;
+}
+
+/* Does the running config name u as a listener's or a route's upstream:?
+ * Such an upstream is never forgotten, down or not: its line on
+ * /upstreams and its retryproxy_upstream_up are what an operator watches,
+ * and its next request is held or refused at once, not sent to find out. */
+static bool upstream_configured(const struct upstream *u)
+{
+	const struct config *config = u->set->proxy->config;
+
+	for (size_t i = 0; i < config->listener_count; i++)
+		if (config->listeners[i].upstream != NULL &&
+		    upstream_is_url(u, config->listeners[i].upstream))
+			return true;
+	for (size_t i = 0; i < config->route_count; i++)
+		if (config->routes[i].upstream != NULL &&
+		    upstream_is_url(u, config->routes[i].upstream))
+			return true;
+	return config->default_route.upstream != NULL &&
+	       upstream_is_url(u, config->default_route.upstream);
+}
+
 /* The least recently used unattached upstream, down or not as asked. */
 static struct upstream *upstreams_oldest_unattached(struct upstreams *set, bool down)
 {
 	struct upstream *u;
 
 	TAILQ_FOREACH_REVERSE(u, &set->all, upstream_list, link)
-		if (upstream_unattached(u) && (u->health.state == HEALTH_DOWN) == down)
+		if (upstream_unattached(u) && (u->health.state == HEALTH_DOWN) == down &&
+		    !upstream_configured(u))
 			return u;
 	return NULL;
 }
@@ -263,19 +297,22 @@ static void upstream_release_one(struct upstream *u)
 
 static void upstream_apply(struct upstream *u, struct health_actions act);
 
-/* A probe is due: a down upstream nobody asked for since the last one (a
- * whole probe interval or more) is not worth probing and is forgotten; one
- * still asked for stays known down (its requests refused or held at once,
- * not each finding out again), and one that connections still count on is
- * kept. False when forgotten. */
+/* A probe is due: a down upstream nobody asked for nor used since the last
+ * one (a whole probe interval or more) is not worth probing and is
+ * forgotten, unless the config names it; one still asked for stays known
+ * down (its requests refused or held at once, not each finding out again),
+ * and one that connections still count on is kept. False when forgotten. */
 static bool upstream_probe_wanted(struct upstream *u)
 {
-	if (upstream_unattached(u) && !u->asked) {
+	bool attached = !upstream_unattached(u);
+
+	if (!attached && !u->asked && !upstream_configured(u)) {
 		log_info("upstream %s: down and unused; forgotten", u->name);
 		upstream_destroy(u);
 		return false;
 	}
-	u->asked = false;
+	/* a request held until now counts as asking for this interval */
+	u->asked = attached;
 	return true;
 }
 

@@ -18,8 +18,11 @@ connect_timeout: 502, and the upstream is down) and one to a closed
 loopback port (refused at once: down too, the control); then nothing.
 Must hold: within a few seconds both are gone from /upstreams (each
 "forgotten" in the log), and no DNS query for mute.test comes after that.
+A sidecar listener's configured upstream (a closed port), down after one
+GET, is never forgotten: still listed down, retryproxy_upstream_up 0.
 """
 
+import re
 import time
 
 import harness as h
@@ -28,6 +31,8 @@ import dnsstub
 CONFIG = """\
 listen:
   - address: 127.0.0.1:@PORT0@
+  - address: 127.0.0.1:@PORT2@
+    upstream: http://127.0.0.1:@CLOSED@
 admin: 127.0.0.1:@PORT1@
 log: { level: info, format: text }
 limits: { drain_timeout: 2s, connect_timeout: 300ms }
@@ -43,7 +48,9 @@ def scenario(t):
                            default_mode="nxdomain").start()
     t.defer(stub.stop)
     resolv = stub.write_resolv_conf(t.tmp, "resolv.conf", "timeout:5 attempts:2")
-    proxy = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": resolv})
+    configured = "http://127.0.0.1:%d" % h.closed_port()
+    proxy = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": resolv},
+                    CLOSED=configured.rsplit(":", 1)[1])
     closed = h.closed_port()
     names = ("http://mute.test:80", "http://127.0.0.1:%d" % closed)
 
@@ -55,6 +62,10 @@ def scenario(t):
         with h.RawConn(proxy.port(0), timeout=10) as c:
             c.send(h.request("GET", name + "/", authority, headers=[("Connection", "close")]))
             h.eq(c.read_response().status, 502, "through the proxy to %s" % name)
+
+    with h.RawConn(proxy.port(2), timeout=10) as c:
+        c.send(h.request("GET", "/", "a.example", headers=[("Connection", "close")]))
+        h.eq(c.read_response().status, 502, "through the sidecar listener to %s" % configured)
 
     @t.check("the slow-probe upstream and the refused one both went down")
     def _():
@@ -74,6 +85,17 @@ def scenario(t):
         before = len(stub.queries_for("mute.test"))
         time.sleep(1.0)
         h.eq(len(stub.queries_for("mute.test")), before, "DNS queries for mute.test after")
+
+    @t.check("the upstream the config names stays listed down, and its metric 0")
+    def _():
+        text = upstreams()
+        h.ok(re.search(r"^%s down" % re.escape(configured), text, re.M),
+             "%s not listed down: %r" % (configured, text))
+        metrics = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
+        h.ok('retryproxy_upstream_up{upstream="%s"} 0' % configured in metrics,
+             "retryproxy_upstream_up for %s" % configured)
+        h.ok(not any("%s: down and unused; forgotten" % configured in ln
+                     for ln in proxy.stderr_lines()), "%s forgotten" % configured)
 
 
 h.run(scenario, __doc__)
