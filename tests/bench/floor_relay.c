@@ -13,7 +13,9 @@
  * what the kernel alone costs per request on the machine at hand.
  *
  * A benchmark instrument, not a proxy: the connect to the origin blocks
- * (loopback, once per client), and a client whose peer is gone is closed.
+ * (loopback, once per client), an error on either side closes both, and
+ * accept failing for want of descriptors is retried at the next wait. A
+ * half-close is passed on once what was read before it is sent.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -32,50 +34,74 @@
 #define FLOOR_MAX_FDS 65536
 #define FLOOR_READ_SIZE 65536
 
-/* One socket's side of a pair: its peer, and what could not yet be sent
- * to it (reading from the peer waits until that is gone). */
+/* One socket's side of a pair: its peer, what could not yet be sent to it
+ * (reading from the peer waits until that is gone), and how far its
+ * closing went: no more to read from it, its output to be shut once
+ * pending is sent. */
 struct floor_end {
 	int peer;
 	char *pending;
 	size_t pending_len;
+	bool read_done;
+	bool shut_after;
 };
 
-static struct floor_end ends[FLOOR_MAX_FDS];
-static char read_buffer[FLOOR_READ_SIZE];
+static struct floor_end floor_ends[FLOOR_MAX_FDS];
+static char floor_read_buffer[FLOOR_READ_SIZE];
 
 /* Close both sockets of a pair and forget what they held. */
 static void floor_close(int fd)
 {
-	int peer = ends[fd].peer;
+	int peer = floor_ends[fd].peer;
 
 	if (peer < 0)
 		return;
 	for (int i = 0; i < 2; i++) {
 		int end = i == 0 ? fd : peer;
 
-		free(ends[end].pending);
-		ends[end] = (struct floor_end){ .peer = -1 };
+		free(floor_ends[end].pending);
+		floor_ends[end] = (struct floor_end){ .peer = -1 };
 		close(end);
 	}
 }
 
-/* Move what src has to its peer until src has nothing more or the peer's
- * kernel buffer is full. */
-static void floor_relay(int src)
+/* src said all it will: pass the half-close on once what waits for its
+ * peer is sent, and close the pair when both directions are done. */
+static void floor_end_of_input(int src)
 {
-	int dst = ends[src].peer;
+	int dst = floor_ends[src].peer;
 
-	while (dst >= 0 && ends[dst].pending == NULL) {
-		ssize_t got = recv(src, read_buffer, sizeof(read_buffer), 0);
+	floor_ends[src].read_done = true;
+	if (floor_ends[dst].pending != NULL) {
+		floor_ends[dst].shut_after = true;
+		return;
+	}
+	shutdown(dst, SHUT_WR);
+	if (floor_ends[dst].read_done && floor_ends[src].pending == NULL)
+		floor_close(src);
+}
+
+/* Move what src has to its peer until src has nothing more or the peer's
+ * kernel buffer is full. A short read ends it unless drain (the peer
+ * half-closed: its FIN may sit behind the data, with no edge of its own). */
+static void floor_relay(int src, bool drain)
+{
+	int dst = floor_ends[src].peer;
+
+	while (dst >= 0 && !floor_ends[src].read_done && floor_ends[dst].pending == NULL) {
+		ssize_t got = recv(src, floor_read_buffer, sizeof(floor_read_buffer), 0);
 		ssize_t sent;
 
-		if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-			floor_close(src);
+		if (got == 0) {
+			floor_end_of_input(src);
 			return;
 		}
-		if (got < 0)
+		if (got < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				floor_close(src);
 			return;
-		sent = send(dst, read_buffer, (size_t)got, MSG_NOSIGNAL);
+		}
+		sent = send(dst, floor_read_buffer, (size_t)got, MSG_NOSIGNAL);
 		if (sent < 0 && errno != EAGAIN) {
 			floor_close(src);
 			return;
@@ -83,24 +109,26 @@ static void floor_relay(int src)
 		if (sent < 0)
 			sent = 0;
 		if (sent < got) {
-			ends[dst].pending_len = (size_t)(got - sent);
-			ends[dst].pending = malloc(ends[dst].pending_len);
-			if (ends[dst].pending == NULL)
+			floor_ends[dst].pending_len = (size_t)(got - sent);
+			floor_ends[dst].pending = malloc(floor_ends[dst].pending_len);
+			if (floor_ends[dst].pending == NULL)
 				abort();
-			memcpy(ends[dst].pending, read_buffer + sent, ends[dst].pending_len);
+			memcpy(floor_ends[dst].pending, floor_read_buffer + sent,
+			       floor_ends[dst].pending_len);
 			return;
 		}
 		/* a short read emptied the socket: the next byte is a new edge */
-		if ((size_t)got < sizeof(read_buffer))
+		if ((size_t)got < sizeof(floor_read_buffer) && !drain)
 			return;
 	}
 }
 
-/* The kernel took some of fd's output: send what waits, then read on from
- * the peer that was held back. */
+/* The kernel took some of fd's output: send what waits, then pass on a
+ * half-close that waited for it and read on from the peer held back. */
 static void floor_flush(int fd)
 {
-	struct floor_end *end = &ends[fd];
+	struct floor_end *end = &floor_ends[fd];
+	int peer = end->peer;
 	ssize_t sent;
 
 	if (end->pending == NULL)
@@ -118,7 +146,15 @@ static void floor_flush(int fd)
 	}
 	free(end->pending);
 	end->pending = NULL;
-	floor_relay(end->peer);
+	if (end->shut_after) {
+		end->shut_after = false;
+		shutdown(fd, SHUT_WR);
+		if (end->read_done && floor_ends[peer].pending == NULL) {
+			floor_close(fd);
+			return;
+		}
+	}
+	floor_relay(peer, false);
 }
 
 /* Register fd for both directions, edge-triggered, for good. */
@@ -150,13 +186,14 @@ static void floor_accept(int epoll_fd, int listen_fd, const struct sockaddr_in *
 				close(upstream);
 			continue;
 		}
-		ends[client] = (struct floor_end){ .peer = upstream };
-		ends[upstream] = (struct floor_end){ .peer = client };
+		floor_ends[client] = (struct floor_end){ .peer = upstream };
+		floor_ends[upstream] = (struct floor_end){ .peer = client };
 		if (floor_watch(epoll_fd, client) != 0 || floor_watch(epoll_fd, upstream) != 0)
 			floor_close(client);
 	}
 }
 
+/* 127.0.0.1:port */
 static struct sockaddr_in floor_address(const char *port)
 {
 	struct sockaddr_in address = { .sin_family = AF_INET,
@@ -191,7 +228,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (int i = 0; i < FLOOR_MAX_FDS; i++)
-		ends[i].peer = -1;
+		floor_ends[i].peer = -1;
 	for (;;) {
 		int ready = epoll_wait(epoll_fd, events, 256, -1);
 
@@ -205,7 +242,8 @@ int main(int argc, char **argv)
 			if (events[i].events & EPOLLOUT)
 				floor_flush(fd);
 			if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-				floor_relay(fd);
+				floor_relay(fd, (events[i].events &
+						 (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0);
 		}
 	}
 }

@@ -56,7 +56,6 @@ def scenario(t):
         origin's requests for it and the request's access-log fields."""
         origin.script(path.split("?", 1)[0], [503, 200])
         r = h.fetch(proxy.port(), "PUT", origin.url(path), host, body=b"amount=10")
-        time.sleep(0.3 * h.SLOW)
         fields = h.access_fields(proxy.access_one(path.split("?", 1)[0]))
         return r, origin.requests_for(path.split("?", 1)[0]), fields
 
