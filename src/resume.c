@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "http_date.h"
@@ -28,6 +29,8 @@ const char *resume_answer_text(enum resume_answer answer)
 		return "resume answered with another validator";
 	case RESUME_ANSWER_BAD_LENGTH:
 		return "resume answered 206 whose length is not the rest";
+	case RESUME_ANSWER_OTHER_CODING:
+		return "resume answered in another Content-Encoding";
 	}
 	return "resume failed";
 }
@@ -128,6 +131,7 @@ bool resume_read_offer(struct resume **block, const struct http1_head *head,
 		       uint64_t content_length)
 {
 	const struct http1_field *etag = NULL, *modified = NULL, *date = NULL, *validator;
+	const struct http1_field *coding = NULL;
 	bool ranges = false;
 	struct resume *resume;
 
@@ -149,6 +153,11 @@ bool resume_read_offer(struct resume **block, const struct http1_head *head,
 				ranges = ranges || resume_lists_bytes(f->value, f->value_len);
 			else if (modified == NULL && resume_name13(f->name, "last-modified"))
 				modified = f;
+		} else if (f->name_len == 16 &&
+			   http1_name_equals(f->name, 16, "content-encoding")) {
+			if (coding != NULL)
+				return false; /* codings in two fields: not worth comparing */
+			coding = f;
 		}
 	}
 	if (!ranges)
@@ -161,6 +170,8 @@ bool resume_read_offer(struct resume **block, const struct http1_head *head,
 	if (validator == NULL || validator->value_len == 0 ||
 	    validator->value_len > RESUME_VALIDATOR_MAX)
 		return false;
+	if (coding != NULL && coding->value_len > RESUME_CODING_MAX)
+		return false;
 	if (*block == NULL)
 		*block = xmalloc(sizeof(**block));
 	resume = *block;
@@ -170,6 +181,9 @@ bool resume_read_offer(struct resume **block, const struct http1_head *head,
 	resume->etag = etag != NULL;
 	resume->validator_len = validator->value_len;
 	memcpy(resume->validator, validator->value, validator->value_len);
+	resume->coding_len = coding != NULL ? coding->value_len : 0;
+	if (coding != NULL)
+		memcpy(resume->coding, coding->value, coding->value_len);
 	resume->lines_len = 0;
 	resume->note[0] = '\0';
 	return true;
@@ -267,7 +281,7 @@ static const struct http1_field *resume_only_field(const struct http1_head *head
 enum resume_answer resume_check_answer(const struct resume *resume, const struct http1_head *head,
 				       const struct http1_framing *framing)
 {
-	const struct http1_field *range, *validator;
+	const struct http1_field *range, *validator, *coding;
 	bool repeated;
 
 	if (head->status != 206)
@@ -287,5 +301,15 @@ enum resume_answer resume_check_answer(const struct resume *resume, const struct
 	if (framing->body != HTTP1_BODY_LENGTH ||
 	    framing->content_length != resume->length - resume->at)
 		return RESUME_ANSWER_BAD_LENGTH;
+	/* a 206 of another coding would splice gzip onto identity bytes: a
+	 * strong ETag should differ between codings (RFC 9110 section
+	 * 8.8.3), but a Last-Modified cannot, and some origins get it wrong;
+	 * codings are tokens, compared without case */
+	coding = resume_only_field(head, "Content-Encoding", &repeated);
+	if (repeated || (coding == NULL ? resume->coding_len != 0
+					: coding->value_len != resume->coding_len ||
+						  strncasecmp(coding->value, resume->coding,
+							      resume->coding_len) != 0))
+		return RESUME_ANSWER_OTHER_CODING;
 	return RESUME_ANSWER_SPLICE;
 }

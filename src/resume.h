@@ -19,6 +19,8 @@
 
 /* Longer validators are not kept: such a response is not resumed. */
 #define RESUME_VALIDATOR_MAX 512
+/* A Content-Encoding longer than this offers no resume. */
+#define RESUME_CODING_MAX 64
 
 /* What a resumable 200 response offered, and the resume under way. Shared
  * by resume.c and exchange_resume.c. Made once and reused (an exchange
@@ -31,6 +33,8 @@ struct resume {
 	bool etag;	 /* the validator is the ETag, else the Last-Modified */
 	size_t validator_len;
 	char validator[RESUME_VALIDATOR_MAX]; /* as the 200 gave it, not NUL-terminated */
+	size_t coding_len;		      /* 0: the 200 had no Content-Encoding */
+	char coding[RESUME_CODING_MAX];	      /* its Content-Encoding, not NUL-terminated */
 	size_t lines_len;
 	/* "Range: bytes=" K "-" CRLF "If-Range: " validator CRLF CRLF */
 	char lines[13 + 20 + 1 + 2 + 10 + RESUME_VALIDATOR_MAX + 4];
@@ -39,11 +43,12 @@ struct resume {
 
 /* How the answer to a resume request fits the body the client has. */
 enum resume_answer {
-	RESUME_ANSWER_SPLICE,	   /* a 206 that continues the body exactly */
-	RESUME_ANSWER_NOT_PARTIAL, /* not a 206 (a 200 means the validator changed) */
-	RESUME_ANSWER_OTHER_RANGE, /* Content-Range absent, malformed, or not bytes K-(L-1)/L */
-	RESUME_ANSWER_CHANGED,	   /* a 206 whose validator differs from the 200's */
-	RESUME_ANSWER_BAD_LENGTH,  /* a 206 whose body is not Content-Length L-K */
+	RESUME_ANSWER_SPLICE,	    /* a 206 that continues the body exactly */
+	RESUME_ANSWER_NOT_PARTIAL,  /* not a 206 (a 200 means the validator changed) */
+	RESUME_ANSWER_OTHER_RANGE,  /* Content-Range absent, malformed, or not bytes K-(L-1)/L */
+	RESUME_ANSWER_CHANGED,	    /* a 206 whose validator differs from the 200's */
+	RESUME_ANSWER_BAD_LENGTH,   /* a 206 whose body is not Content-Length L-K */
+	RESUME_ANSWER_OTHER_CODING, /* a 206 in another Content-Encoding than the 200 */
 };
 
 /* The access-log note for an answer that is not spliced. */

@@ -985,6 +985,8 @@ class Origin:
           cr_shift=S                a 206 starts S bytes later than asked and
                                     says so in Content-Range
           chunked=1                 the whole object, chunked, never a 206
+          ce=CODING                 Content-Encoding: CODING (the bytes are
+                                    the pattern all the same)
           break_at=N                after N body bytes of this response,
                                     close (break_mode=fin, default) or reset
                                     (break_mode=reset)
@@ -1014,6 +1016,8 @@ class Origin:
             hdrs.append(("ETag", etag))
         if modified is not None:
             hdrs.append(("Last-Modified", modified))
+        if ex.param("ce") is not None:
+            hdrs.append(("Content-Encoding", ex.param("ce")))
         date = ex.param("date", "now")
         if date == "now":
             hdrs.append(("Date", time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())))

@@ -30,7 +30,8 @@ Must hold:
   (If-Range no longer matches), or a 206 with another ETag from an origin
   that ignores If-Range, ends the client's body short, a prefix of the
   first version; resumes_total{result="failed"} counts it;
-- a 206 for another range than asked is not spliced;
+- a 206 for another range than asked is not spliced, nor one in another
+  Content-Encoding than the 200's (gzip, then br); gzip then gzip is;
 - a weak ETag, a chunked response, a request with its own Range (answered
   206, or 200 by an origin that ignores it), and a route with resume:
   false get no resume: the origin sees one request;
@@ -267,6 +268,20 @@ def scenario(t):
         note = h.access_fields(proxy.access_one("/object/%d" % n)).get("note", "")
         h.ok("validator" in urllib.parse.unquote(note), "the note names the validator: %r" % note)
 
+    @t.check("a 206 in another Content-Encoding than the 200's is not spliced")
+    def _():
+        n = 2 * MiB + 4
+        r = download(n, ["?break_at=%d&ce=gzip" % MiB, "?ce=br"])
+        short_prefix(r, n)
+        h.eq(len(requests_for(n)), 2, "requests the origin saw")
+        note = h.access_fields(proxy.access_one("/object/%d" % n)).get("note", "")
+        h.ok("Content-Encoding" in urllib.parse.unquote(note),
+             "the note names the coding: %r" % note)
+        n = 2 * MiB + 5
+        r = download(n, ["?break_at=%d&ce=gzip" % MiB, "?ce=gzip"])
+        h.eq((r.exit_code, len(r.body)), (0, n), "gzip then gzip: curl exit code, body length")
+        h.ok(r.body == o.pattern_bytes(n, o.object_offset(1)), "gzip then gzip: body spliced whole")
+
     @t.check("a 206 for another range than asked is not spliced")
     def _():
         n = 2 * MiB + 3
@@ -305,14 +320,14 @@ def scenario(t):
 
     @t.check("a weak ETag gets no resume")
     def _():
-        n = 2 * MiB + 4
+        n = 2 * MiB + 40
         r = download(n, ["?etag=weak&break_at=%d" % MiB, "?etag=weak"])
         short_prefix(r, n)
         quiet_origin(n, 1)
 
     @t.check("a chunked response gets no resume")
     def _():
-        n = 2 * MiB + 5
+        n = 2 * MiB + 41
         r = download(n, ["?chunked=1&break_at=%d" % MiB, "?chunked=1"])
         h.ok(r.exit_code != 0, "curl should fail on a cut chunked body: %r" % r)
         h.ok(len(r.body) < n, "the body is short")

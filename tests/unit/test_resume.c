@@ -208,6 +208,11 @@ static void test_resume_check_answer(void **state)
 		  RESUME_ANSWER_BAD_LENGTH },
 		{ 206, "Content-Range: bytes 40-99/100\r\nTransfer-Encoding: chunked\r\n",
 		  RESUME_ANSWER_BAD_LENGTH },
+		/* the 200 had no Content-Encoding */
+		{ 206,
+		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Encoding: "
+		  "gzip\r\n",
+		  RESUME_ANSWER_OTHER_CODING },
 	};
 	struct resume *r = NULL;
 
@@ -223,6 +228,54 @@ static void test_resume_check_answer(void **state)
 				 cases[i].fields);
 		assert_non_null(resume_answer_text(got));
 	}
+	resume_free(r);
+}
+
+/* A 200 in a Content-Encoding is resumed only by a 206 in the same one
+ * (compared without case); an offer with two or an overlong one is none. */
+static void test_resume_check_answer_coding(void **state)
+{
+	static const char range[] = "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\n";
+	static const struct {
+		const char *coding;
+		enum resume_answer want;
+	} cases[] = {
+		{ "Content-Encoding: gzip\r\n", RESUME_ANSWER_SPLICE },
+		{ "Content-Encoding: GZip\r\n", RESUME_ANSWER_SPLICE },
+		{ "", RESUME_ANSWER_OTHER_CODING },
+		{ "Content-Encoding: br\r\n", RESUME_ANSWER_OTHER_CODING },
+		{ "Content-Encoding: gzip2\r\n", RESUME_ANSWER_OTHER_CODING },
+		{ "Content-Encoding: gzip\r\nContent-Encoding: gzip\r\n",
+		  RESUME_ANSWER_OTHER_CODING },
+	};
+	struct resume *r = NULL;
+	char fields[256];
+	char longer[128];
+
+	(void)state;
+	assert_true(resume_read_offer(
+		&r,
+		parse(200, "Accept-Ranges: bytes\r\nETag: \"v1\"\r\nContent-Encoding: gzip\r\n"),
+		100));
+	resume_prepare(r, 40);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		enum resume_answer got;
+
+		snprintf(fields, sizeof(fields), "%s%s", range, cases[i].coding);
+		got = resume_check_answer(r, parse(206, fields), &test_framing);
+		if (got != cases[i].want)
+			fail_msg("case %zu: got %d, want %d: %s", i, got, cases[i].want, fields);
+	}
+	assert_false(
+		resume_read_offer(&r,
+				  parse(200, "Accept-Ranges: bytes\r\nETag: \"v1\"\r\n"
+					     "Content-Encoding: gzip\r\nContent-Encoding: br\r\n"),
+				  100));
+	memset(longer, 'x', 65);
+	longer[65] = '\0';
+	snprintf(fields, sizeof(fields),
+		 "Accept-Ranges: bytes\r\nETag: \"v1\"\r\nContent-Encoding: %s\r\n", longer);
+	assert_false(resume_read_offer(&r, parse(200, fields), 100));
 	resume_free(r);
 }
 
@@ -265,6 +318,7 @@ int main(void)
 		cmocka_unit_test(test_resume_request_has_range),
 		cmocka_unit_test(test_resume_check_answer),
 		cmocka_unit_test(test_resume_check_answer_last_modified),
+		cmocka_unit_test(test_resume_check_answer_coding),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
