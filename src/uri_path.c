@@ -157,42 +157,34 @@ static size_t uri_path_remove_dots(char *out, size_t len, bool keep_last, bool *
 	return merged;
 }
 
-/* uri_path_normalize, keeping a last dot segment when keep_last. */
-static size_t uri_path_normal_form(const char *path, size_t len, char *out, bool keep_last,
-				   enum uri_path_trouble *trouble)
+size_t uri_path_normalize(const char *path, size_t len, char *out, enum uri_path_trouble *trouble)
 {
 	size_t end = uri_path_end(path, len);
 	bool bad_escape = false;
 	bool ambiguous = false;
 	size_t w;
 
-	*trouble = URI_PATH_FINE;
+	if (trouble != NULL)
+		*trouble = URI_PATH_FINE;
 	if (end == 0 || path[0] != '/') {
 		memcpy(out, path, len);
 		return len;
 	}
 	w = uri_path_decode(path, end, out, &bad_escape);
-	w = uri_path_remove_dots(out, w, keep_last, &ambiguous);
+	w = uri_path_remove_dots(out, w, false, &ambiguous);
 	memcpy(out + w, path + end, len - end);
-	if (bad_escape)
+	if (trouble != NULL && bad_escape)
 		*trouble = URI_PATH_BAD_ESCAPE;
-	else if (ambiguous)
+	else if (trouble != NULL && ambiguous)
 		*trouble = URI_PATH_AMBIGUOUS;
 	return w + len - end;
-}
-
-size_t uri_path_normalize(const char *path, size_t len, char *out, enum uri_path_trouble *trouble)
-{
-	enum uri_path_trouble ignored;
-
-	return uri_path_normal_form(path, len, out, false, trouble != NULL ? trouble : &ignored);
 }
 
 ssize_t uri_path_normalize_prefix(const char *prefix, size_t len, char *out)
 {
 	size_t end = uri_path_end(prefix, len);
 	bool bad_escape = false;
-	enum uri_path_trouble trouble;
+	bool ambiguous = false;
 	size_t n = uri_path_decode(prefix, end, out, &bad_escape);
 
 	if (bad_escape)
@@ -206,5 +198,13 @@ ssize_t uri_path_normalize_prefix(const char *prefix, size_t len, char *out)
 			if (dots != 0 && i + 1 + dots < n)
 				return -1;
 		}
-	return (ssize_t)uri_path_normal_form(prefix, len, out, true, &trouble);
+	if (end == 0 || prefix[0] != '/') {
+		memcpy(out, prefix, len);
+		return (ssize_t)len;
+	}
+	/* what is left to do is merge empty segments; a last one of dots is
+	 * the start of a name */
+	n = uri_path_remove_dots(out, n, true, &ambiguous);
+	memcpy(out + n, prefix + end, len - end);
+	return (ssize_t)(n + len - end);
 }
