@@ -46,12 +46,7 @@ static void listener_accept_cb(struct evconnlistener *evl, evutil_socket_t fd,
 		return;
 	}
 	client_new(proxy, l->config, l->listen, fd, peer, (socklen_t)peer_len);
-	if (conn_loop_open(proxy->loop, CONN_ACCEPTED) >= proxy->config->limits.max_connections &&
-	    !proxy->listeners->paused) {
-		log_warn("max_connections (%u) reached: not accepting until a connection closes",
-			 proxy->config->limits.max_connections);
-		listener_set_accepting(proxy, false);
-	}
+	listener_check_accepting(proxy);
 }
 
 static void listener_resume_cb(evutil_socket_t fd, short what, void *arg)
@@ -159,9 +154,27 @@ void listener_set_free(struct listener_set *set)
 	free(set);
 }
 
-bool listener_accepting(const struct proxy *proxy)
+static void listener_set_accepting(struct proxy *proxy, bool accepting);
+
+/* False while accepting is paused (max_connections). */
+static bool listener_accepting(const struct proxy *proxy)
 {
 	return !proxy->listeners->paused;
+}
+
+void listener_check_accepting(struct proxy *proxy)
+{
+	unsigned max = proxy->config->limits.max_connections;
+	bool below = conn_loop_open(proxy->loop, CONN_ACCEPTED) < max;
+
+	if (proxy->draining || listener_accepting(proxy) == below)
+		return;
+	if (below)
+		log_info("below max_connections (%u) again: accepting", max);
+	else
+		log_warn("max_connections (%u) reached: not accepting until a connection closes",
+			 max);
+	listener_set_accepting(proxy, below);
 }
 
 /* The port of an AF_INET or AF_INET6 address. */
@@ -295,7 +308,8 @@ void listener_close_all(struct proxy *proxy)
 	}
 }
 
-void listener_set_accepting(struct proxy *proxy, bool accepting)
+/* Stop or resume accepting on every listener. */
+static void listener_set_accepting(struct proxy *proxy, bool accepting)
 {
 	struct listener *l;
 

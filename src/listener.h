@@ -39,10 +39,9 @@ void listener_rebind(struct proxy *proxy);
 /* Close every listener. */
 void listener_close_all(struct proxy *proxy);
 
-/* Stop or resume accepting on every listener. */
-void listener_set_accepting(struct proxy *proxy, bool accepting);
-
-/* False while accepting is paused (max_connections). */
-bool listener_accepting(const struct proxy *proxy);
+/* Accept below limits.max_connections and not at it, as the open client
+ * connections and tunnels say now: after an accept, a close, and a reload
+ * that changed the limit. Nothing while draining. */
+void listener_check_accepting(struct proxy *proxy);
 
 #endif

@@ -59,7 +59,6 @@ static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
 }
 
 static void proxy_connection_closed(void *arg);
-static void proxy_check_accepting(struct proxy *proxy);
 
 /* Share the route budgets through the fleet: section's Redis, keeping the
  * connection when a reload leaves Redis, name and interval as they were;
@@ -298,7 +297,7 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	upstreams_slot_limit(proxy->upstreams, config->limits.max_upstream_connections);
 	registry_config_changed(&proxy->registry);
 	/* a raised limit takes effect now, not when some client leaves */
-	proxy_check_accepting(proxy);
+	listener_check_accepting(proxy);
 	log_info("reload: now running %s", config->source);
 	proxy_notify_ready(proxy, "reloaded");
 	return 0;
@@ -346,30 +345,13 @@ void proxy_drain(struct proxy *proxy)
 	evtimer_add(proxy->drain_timer, &tv);
 }
 
-/* Accept below max_connections, and not at it: after a connection closed,
- * and after a reload that changed the limit. */
-static void proxy_check_accepting(struct proxy *proxy)
-{
-	bool below = proxy_connection_count(proxy) < proxy->config->limits.max_connections;
-
-	if (proxy->draining || listener_accepting(proxy) == below)
-		return;
-	if (below)
-		log_info("below max_connections (%u) again: accepting",
-			 proxy->config->limits.max_connections);
-	else
-		log_warn("max_connections (%u) reached: not accepting until a connection closes",
-			 proxy->config->limits.max_connections);
-	listener_set_accepting(proxy, below);
-}
-
 /* A client connection or tunnel closed: resume accepting below
  * max_connections, finish a drain when the last one is gone. */
 static void proxy_connection_closed(void *arg)
 {
 	struct proxy *proxy = arg;
 
-	proxy_check_accepting(proxy);
+	listener_check_accepting(proxy);
 	if (proxy->draining && proxy_connection_count(proxy) == 0)
 		event_base_loopexit(proxy->base, NULL);
 }
