@@ -674,13 +674,16 @@ static void client_close_idle(struct client *client, const char *why)
 		client_close(client, why);
 }
 
-/* A drain begins: an idle connection closes now. */
-static void client_close_if_idle(void *self)
+/* A drain begins: an idle connection closes now; a request whose next try
+ * would start after the drain gets its answer now. */
+static void client_drain_begins(void *self)
 {
 	struct client *client = self;
 
 	if (client_idle(client))
 		client_close_idle(client, "draining");
+	else if (client->exchange != NULL)
+		exchange_drain_begins(client->exchange);
 }
 
 /* The live config changed (reload). The connection takes it at its next
@@ -722,9 +725,23 @@ static void client_close_cb(void *self, const char *reason)
 		client_close(client, reason);
 }
 
+/* The drain's answer time: a request waiting for its next try is answered
+ * and the connection closes once the answer is written (a drain keeps no
+ * connection alive); anything else closes now. */
+static void client_drain_ends(void *self, const char *reason)
+{
+	struct client *client = self;
+
+	/* answered: the client may be gone already, as the response ended it */
+	if (client->exchange != NULL && exchange_drain_ends(client->exchange))
+		return;
+	client_close_cb(client, reason);
+}
+
 static const struct registry_ops client_registry_ops = {
 	.close = client_close_cb,
-	.close_if_idle = client_close_if_idle,
+	.drain_begins = client_drain_begins,
+	.drain_ends = client_drain_ends,
 	.config_changed = client_config_changed,
 };
 

@@ -589,6 +589,29 @@ static void exchange_drop_retry(struct exchange *ex, enum retry_give_up reason, 
 		exchange_respond_error(ex, status, text);
 }
 
+/* Would a try after wait_ms start after a drain's answer time? */
+static bool exchange_past_drain(const struct exchange *ex, uint64_t wait_ms)
+{
+	return ex->proxy->draining && retry_budget_now_ms() + wait_ms >= ex->proxy->drain_answer_ms;
+}
+
+/* No further try: the proxy is draining and will be gone before it could
+ * run. The answer the deadline would give, with a 503 of our own as the
+ * fallback: it is the proxy, not the upstream, that stops here. */
+static void exchange_drop_retry_draining(struct exchange *ex)
+{
+	char text[160];
+
+	ex->note = "draining";
+	if (ex->attempts == 0)
+		snprintf(text, sizeof(text),
+			 "503 the proxy is shutting down: the request was not sent");
+	else
+		snprintf(text, sizeof(text),
+			 "503 the proxy is shutting down: no try after attempt %u", ex->attempts);
+	exchange_drop_retry(ex, RETRY_GIVE_UP_DEADLINE, 503, text);
+}
+
 void exchange_schedule_retry(struct exchange *ex)
 {
 	struct timeval tv = timeval_from_ms(ex->next_wait_ms);
@@ -598,6 +621,10 @@ void exchange_schedule_retry(struct exchange *ex)
 	if (!retry_within_deadline(&ex->route->retry, exchange_ms_since(ex->first_try_ms),
 				   ex->next_wait_ms)) {
 		exchange_drop_retry(ex, RETRY_GIVE_UP_DEADLINE, 504, "504 retry deadline passed");
+		return;
+	}
+	if (exchange_past_drain(ex, ex->next_wait_ms)) {
+		exchange_drop_retry_draining(ex);
 		return;
 	}
 	/* the budget allowed the retry when it was decided; others may have
@@ -617,7 +644,50 @@ void exchange_schedule_retry(struct exchange *ex)
 	metrics_retry(ex->route->series, ex->retry_cause);
 	/* the wait counts from now, not from when this loop pass began */
 	event_base_update_cache_time(ex->proxy->base);
+	ex->backoff_until_ms = retry_budget_now_ms() + ex->next_wait_ms;
 	exchange_timer_start(ex, exchange_backoff_cb, &tv);
+}
+
+void exchange_drain_begins(struct exchange *ex)
+{
+	if (ex->state != EXCHANGE_BACKOFF || ex->backoff_until_ms < ex->proxy->drain_answer_ms)
+		return;
+	exchange_enter(ex);
+	exchange_timer_stop(ex);
+	/* the wait before a try that never came */
+	if (ex->try_count > 0)
+		ex->tries[ex->try_count - 1].wait_ms = 0;
+	exchange_drop_retry_draining(ex);
+	exchange_leave(ex);
+}
+
+bool exchange_drain_ends(struct exchange *ex)
+{
+	uint64_t now = retry_budget_now_ms();
+	uint64_t *trail = ex->try_count > 0 ? &ex->tries[ex->try_count - 1].wait_ms : NULL;
+
+	switch (ex->state) {
+	case EXCHANGE_BACKOFF:
+		if (trail != NULL)
+			*trail = 0;
+		break;
+	case EXCHANGE_HELD:
+		/* the trail shows the time held, as a held deadline's answer does */
+		if (trail != NULL)
+			*trail += now - ex->held_since_ms;
+		break;
+	case EXCHANGE_QUEUED:
+		if (trail != NULL)
+			*trail += now - ex->queue_counted_ms;
+		break;
+	default:
+		return false;
+	}
+	exchange_enter(ex);
+	exchange_timer_stop(ex);
+	exchange_drop_retry_draining(ex);
+	exchange_leave(ex);
+	return true;
 }
 
 unsigned exchange_tries_left(const struct exchange *ex)

@@ -74,6 +74,18 @@ void exchange_client_drained(struct exchange *exchange);
  * hears nothing more. */
 void exchange_abort(struct exchange *exchange, const char *reason);
 
+/* A drain is under way: a request in backoff whose next try would start
+ * after proxy->drain_answer_ms gives up now, with the last response kept,
+ * else 503 (gave_up=deadline, note=draining); a retry decided from now on is
+ * held to the same time. */
+void exchange_drain_begins(struct exchange *exchange);
+
+/* The drain's answer time came: a request waiting for its next try (in
+ * backoff, held for a down upstream or queued for a connection) gets its
+ * answer now, as above. False, and nothing done, for one that waits for
+ * none of these (a try in flight, a response under way). */
+bool exchange_drain_ends(struct exchange *exchange);
+
 /* Free the spare exchanges (shutdown). */
 void exchange_free_spares(struct proxy *proxy);
 

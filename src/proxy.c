@@ -313,6 +313,15 @@ fail:
 	return -1;
 }
 
+/* The end of a drain kept for writing the answers of requests that waited
+ * for a try: a tenth of drain_timeout, at most a second. */
+static uint64_t proxy_drain_write_ms(const struct config *config)
+{
+	uint64_t ms = config->limits.drain_timeout_ms / 10;
+
+	return ms < 1000 ? ms : 1000;
+}
+
 /* drain_timeout passed: close what is still open. */
 static void proxy_drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -324,24 +333,46 @@ static void proxy_drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	event_base_loopexit(proxy->base, NULL);
 }
 
-void proxy_drain(struct proxy *proxy)
+/* The drain's answer time, a little before drain_timeout: requests waiting
+ * for a try get their answer while there is time left to write it;
+ * everything else still open closes now. */
+static void proxy_drain_answer_cb(evutil_socket_t fd, short what, void *arg)
 {
-	uint64_t ms = proxy->config->limits.drain_timeout_ms;
-	struct timeval tv = timeval_from_ms(ms);
+	struct proxy *proxy = arg;
+	struct timeval tv = timeval_from_ms(proxy_drain_write_ms(proxy->config));
 
-	if (proxy->draining)
-		return;
-	proxy->draining = true;
-	notify_stopping();
-	log_info("draining: %u connections open, waiting up to %llu ms",
-		 proxy_connection_count(proxy), (unsigned long long)ms);
-	listener_close_all(proxy);
-	registry_close_idle(&proxy->registry);
+	log_warn("drain_timeout nearly passed with %u connections open; answering the requests "
+		 "waiting for a try and closing the rest",
+		 proxy_connection_count(proxy));
+	registry_drain_ends(&proxy->registry, "drain_timeout");
 	if (proxy_connection_count(proxy) == 0) {
 		event_base_loopexit(proxy->base, NULL);
 		return;
 	}
-	proxy->drain_timer = evtimer_new(proxy->base, proxy_drain_timeout_cb, proxy);
+	evtimer_assign(proxy->drain_timer, proxy->base, proxy_drain_timeout_cb, proxy);
+	evtimer_add(proxy->drain_timer, &tv);
+}
+
+void proxy_drain(struct proxy *proxy)
+{
+	uint64_t ms = proxy->config->limits.drain_timeout_ms;
+	uint64_t write_ms = proxy_drain_write_ms(proxy->config);
+	struct timeval tv = timeval_from_ms(ms - write_ms);
+
+	if (proxy->draining)
+		return;
+	proxy->draining = true;
+	proxy->drain_answer_ms = retry_budget_now_ms() + (ms - write_ms);
+	notify_stopping();
+	log_info("draining: %u connections open, waiting up to %llu ms",
+		 proxy_connection_count(proxy), (unsigned long long)ms);
+	listener_close_all(proxy);
+	registry_drain_begins(&proxy->registry);
+	if (proxy_connection_count(proxy) == 0) {
+		event_base_loopexit(proxy->base, NULL);
+		return;
+	}
+	proxy->drain_timer = evtimer_new(proxy->base, proxy_drain_answer_cb, proxy);
 	evtimer_add(proxy->drain_timer, &tv);
 }
 

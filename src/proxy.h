@@ -51,6 +51,7 @@ struct proxy {
 	struct registry registry;	/* every open client connection and tunnel */
 	bool draining;			/* shutting down: no new requests */
 	struct event *drain_timer;
+	uint64_t drain_answer_ms;    /* draining: no try starts after this (retry_budget_now_ms) */
 	struct log_batch *log_batch; /* when the buffered log lines are written */
 	struct retry_rng rng;	     /* jitter for every backoff */
 	struct metrics *metrics;

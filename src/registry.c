@@ -30,7 +30,7 @@ void registry_close_all(struct registry *registry, const char *reason)
 	}
 }
 
-void registry_close_idle(struct registry *registry)
+void registry_drain_begins(struct registry *registry)
 {
 	struct registry_entry *entry = LIST_FIRST(&registry->entries);
 
@@ -38,8 +38,23 @@ void registry_close_idle(struct registry *registry)
 		/* taken first: closing removes the entry from the list */
 		struct registry_entry *next = LIST_NEXT(entry, link);
 
-		if (entry->ops->close_if_idle != NULL)
-			entry->ops->close_if_idle(entry->self);
+		if (entry->ops->drain_begins != NULL)
+			entry->ops->drain_begins(entry->self);
+		entry = next;
+	}
+}
+
+void registry_drain_ends(struct registry *registry, const char *reason)
+{
+	struct registry_entry *entry = LIST_FIRST(&registry->entries);
+
+	while (entry != NULL) {
+		struct registry_entry *next = LIST_NEXT(entry, link);
+
+		if (entry->ops->drain_ends != NULL)
+			entry->ops->drain_ends(entry->self, reason);
+		else
+			entry->ops->close(entry->self, reason);
 		entry = next;
 	}
 }

@@ -13,8 +13,13 @@
 /* What a registered connection does when everything is acted on. */
 struct registry_ops {
 	void (*close)(void *self, const char *reason); /* now, in any state */
-	void (*close_if_idle)(void *self);	       /* drain; NULL: never idle */
-	void (*config_changed)(void *self);	       /* reload; NULL: nothing to do */
+	/* a drain begins: close if idle, answer what cannot finish in time;
+	 * NULL: nothing to do */
+	void (*drain_begins)(void *self);
+	/* the drain's answer time: answer what waits for a try, close the
+	 * rest for reason; NULL: close */
+	void (*drain_ends)(void *self, const char *reason);
+	void (*config_changed)(void *self); /* reload; NULL: nothing to do */
 };
 
 /* Embedded in each registered connection. */
@@ -39,8 +44,13 @@ void registry_remove(struct registry_entry *entry);
 /* Close every connection now (shutdown, drain timeout). */
 void registry_close_all(struct registry *registry, const char *reason);
 
-/* Close every connection waiting for a request (a drain begins). */
-void registry_close_idle(struct registry *registry);
+/* A drain begins: each connection closes if it waits for a request, and
+ * answers a request that cannot finish before the drain ends. */
+void registry_drain_begins(struct registry *registry);
+
+/* The drain's answer time: requests waiting for a try are answered, every
+ * other connection closes for reason. */
+void registry_drain_ends(struct registry *registry, const char *reason);
 
 /* The live config changed: each connection takes it as it can. */
 void registry_config_changed(struct registry *registry);

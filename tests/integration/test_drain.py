@@ -16,10 +16,15 @@ connection, answers /healthz with 503 "draining\\n" while the requests run,
 lets the slow request finish with its 200 and the waiting one retry and
 finish with its 200 (Retry-Attempts: 2), closes those connections after
 their responses, and exits 0 once they are done (about 2 s after SIGTERM,
-well before drain_timeout). Proxy 2 exits 0 about 1 s after SIGTERM, closing
-the unfinished request's connection, and resetting the connection of a
-response whose tail still waited in the proxy, unread (never a clean close
-after part of a response).
+well before drain_timeout). Proxy 2 (drain_timeout 1s: no try starts after
+0.9 s) answers at SIGTERM a request in a 5 s backoff with the 503 it kept
+and one in backoff after a reset with a 503 of its own naming the shutdown;
+one whose 503 arrives 0.4 s into the drain gets it then; one held for a
+down upstream (health down_after 1) gets 503 at 0.9 s; each is logged
+gave_up=deadline note=draining and none is tried again. It exits 0 about
+1 s after SIGTERM, closing the unfinished request's connection, and
+resetting the connection of a response whose tail still waited in the
+proxy, unread (never a clean close after part of a response).
 """
 
 import hashlib
@@ -32,20 +37,30 @@ CONFIG = """\
 listen:
   - address: 127.0.0.1:@PORT0@
     upstream: http://127.0.0.1:@ORIGIN@
+  - address: 127.0.0.1:@PORT2@
+    upstream: http://127.0.0.1:@GONE@
 admin: 127.0.0.1:@PORT1@
 limits:
   drain_timeout: @DRAIN@
+health: { down_after: 1, probe_interval: 200ms, hold: true }
 routes:
   - name: drain-retry
     match: { path_prefix: /drain/ }
     retry: { max_attempts: 2, initial_backoff: 1s, jitter: 0s }
+  - name: long-backoff
+    match: { path_prefix: /long/ }
+    retry: { max_attempts: 3, initial_backoff: 5s, jitter: 0s }
+  - name: long-backoff-reset
+    match: { path_prefix: /reset/ }
+    retry: { max_attempts: 3, initial_backoff: 5s, jitter: 0s }
 """
 
 
 def scenario(t):
     origin = t.origin()
     origin.script("/drain/retry", [503, 200])
-    proxy = t.proxy(CONFIG, ORIGIN=origin.port, DRAIN="10s")
+    gone = h.closed_port()
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, GONE=gone, DRAIN="10s")
     port, admin = proxy.port(0), proxy.port(1)
     conns = {}
     t.defer(lambda: [c.close() for c in conns.values()])
@@ -122,31 +137,92 @@ def scenario(t):
 
     t.stop_proxy(proxy)
 
-    slow = t.proxy(CONFIG, ORIGIN=origin.port, DRAIN="1s")
+    slow = t.proxy(CONFIG, ORIGIN=origin.port, GONE=gone, DRAIN="1s")
+
+    waiting = {}
+
+    @t.check("drain_timeout 1s, set-up: a slow request, an unread response, two requests in a "
+             "5 s backoff, one whose retryable answer comes during the drain, one held")
+    def _():
+        # a response whose tail waits in the proxy, unread, when the time is up
+        waiting["unread"], waiting["unread_size"], _ = h.response_tail_in_proxy(slow, "cut-tail")
+        origin.script("/long/kept", ["/status/503?body=kept+503%0A"])
+        origin.script("/long/late", ["/status/503?delay=0.4&body=late+503%0A"])
+        for name, port, target in (("cut", 0, "/delay/6"), ("kept", 0, "/long/kept"),
+                                   ("reset", 0, "/reset/head"), ("late", 0, "/long/late"),
+                                   ("held", 2, "/held")):
+            conns[name] = h.RawConn(slow.port(port))
+            conns[name].send(h.request("GET", target, "app.example"))
+        origin.wait_for(lambda o: all(o.requests_for(p) for p in
+                                      ("/delay/6", "/long/kept", "/reset/head", "/long/late")),
+                        5 * h.SLOW, "the first tries at the origin")
+
+        def gauges():
+            m = h.curl("http://127.0.0.1:%d/metrics" % slow.port(1), check=True).body.decode()
+            return (h.metric(m, "retryproxy_backoff_pending"),
+                    h.metric(m, "retryproxy_held_requests"))
+        h.wait_until(lambda: gauges() == (2.0, 1.0), 5 * h.SLOW,
+                     "two requests in backoff and one held")
+        waiting["sigterm"] = time.monotonic()
+        slow.terminate()
+
+    @t.check("a retry that would start after the drain gives up at SIGTERM: the kept 503, else "
+             "503 naming the shutdown")
+    def _():
+        r = conns["kept"].read_response(timeout=5 * h.SLOW)
+        took = time.monotonic() - waiting["sigterm"]
+        h.eq((r.status, r.body, r.header("Retry-Attempts")), (503, b"kept 503\n", "1"),
+             "status, body, Retry-Attempts")
+        h.ok(took < 0.6, "answered %.2fs after SIGTERM, not at the drain's end" % took)
+        r = conns["reset"].read_response(timeout=5 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts")
+        h.ok(b"shutting down" in r.body, "the 503's body names the shutdown: %r" % r.body)
+
+    @t.check("a retry decided during the drain that would start after it gives up at once")
+    def _():
+        r = conns["late"].read_response(timeout=5 * h.SLOW)
+        took = time.monotonic() - waiting["sigterm"]
+        h.eq((r.status, r.body), (503, b"late 503\n"), "status, body")
+        h.ok(took < 0.8, "answered %.2fs after SIGTERM, not at the drain's end" % took)
+
+    @t.check("a held request is answered 503 before drain_timeout, not cut")
+    def _():
+        r = conns["held"].read_response(timeout=5 * h.SLOW)
+        took = time.monotonic() - waiting["sigterm"]
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts")
+        h.ok(b"shutting down" in r.body, "the 503's body names the shutdown: %r" % r.body)
+        h.ok(0.7 <= took <= 1.0 * h.SLOW, "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
+        h.ok(conns["held"].closed_within(1 * h.SLOW), "the connection stayed open after it")
 
     @t.check("drain_timeout 1s: a longer request is cut off and the proxy exits 0 after about 1 s")
     def _():
-        # a response whose tail waits in the proxy, unread, when the time is up
-        unread, unread_size, _ = h.response_tail_in_proxy(slow, "cut-tail")
-        c = h.RawConn(slow.port(0))
-        conns["cut"] = c
-        c.send(h.request("GET", "/delay/6", "app.example"))
-        origin.wait_for(lambda o: o.requests_for("/delay/6"), 5 * h.SLOW, "the request at the origin")
-        sent = time.monotonic()
-        slow.terminate()
+        c = conns["cut"]
         code = slow.proc.wait(timeout=10 * h.SLOW)
-        took = time.monotonic() - sent
+        took = time.monotonic() - waiting["sigterm"]
         h.eq(code, 0, "exit code")
         h.ok(0.8 <= took <= 3 * h.SLOW, "exit took %.2fs after SIGTERM (drain_timeout 1s)" % took)
         h.ok(c.closed_within(1), "the cut-off request's connection stayed open")
         h.ok(b"delayed" not in bytes(c.buf), "the cut-off request got the origin's answer")
         slow.wait_log(r"drain_timeout")
         # the cut response ends with a reset, never a clean close after part of it
+        unread, unread_size = waiting["unread"], waiting["unread_size"]
         data, end = h.read_to_end(unread.sock)
         got = len(unread.buf) + len(data)
         h.ok(got < unread_size, "the unread response came whole (%d bytes)" % got)
         h.eq(end, "RST", "how the unread response's connection ended after %d of %d bytes"
              % (got, unread_size))
+
+    @t.check("the answers given for the drain are logged gave_up=deadline note=draining, and "
+             "the retries never reached the origin")
+    def _():
+        lines = {f["target"]: f for f in (h.access_fields(ln) for ln in slow.stderr_lines())
+                 if f and f.get("target")}
+        for target in ("/long/kept", "/reset/head", "/long/late", "/held"):
+            f = lines.get(target, {})
+            h.eq((f.get("status"), f.get("gave_up"), f.get("note")), ("503", "deadline", "draining"),
+                 "access line of %s" % target)
+        for target in ("/long/kept", "/reset/head", "/long/late"):
+            h.eq(len(origin.requests_for(target)), 1, "tries of %s at the origin" % target)
 
 
 h.run(scenario, __doc__)

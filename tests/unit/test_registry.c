@@ -18,6 +18,8 @@ struct fake {
 	struct registry_entry entry;
 	bool open;
 	bool idle;
+	bool waiting; /* a request waits for its next try */
+	bool answered;
 	int config_changes;
 	const char *closed_for;
 };
@@ -31,12 +33,24 @@ static void fake_close(void *self, const char *reason)
 	registry_remove(&f->entry);
 }
 
-static void fake_close_if_idle(void *self)
+static void fake_drain_begins(void *self)
 {
 	struct fake *f = self;
 
 	if (f->idle)
 		fake_close(f, "draining");
+}
+
+/* A waiting request is answered and its connection stays to write it; any
+ * other closes. */
+static void fake_drain_ends(void *self, const char *reason)
+{
+	struct fake *f = self;
+
+	if (f->waiting)
+		f->answered = true;
+	else
+		fake_close(f, reason);
 }
 
 static void fake_config_changed(void *self)
@@ -48,7 +62,8 @@ static void fake_config_changed(void *self)
 
 static const struct registry_ops client_like = {
 	.close = fake_close,
-	.close_if_idle = fake_close_if_idle,
+	.drain_begins = fake_drain_begins,
+	.drain_ends = fake_drain_ends,
 	.config_changed = fake_config_changed,
 };
 
@@ -85,7 +100,7 @@ static void test_close_all(void **state)
 
 /* A drain closes the idle client connections only; the walk survives each
  * close removing the entry it is on, first, middle or last. */
-static void test_close_idle(void **state)
+static void test_drain_begins(void **state)
 {
 	struct registry r;
 	struct fake f[5];
@@ -94,12 +109,37 @@ static void test_close_idle(void **state)
 	registry_init(&r);
 	for (int i = 0; i < 5; i++)
 		add(&r, &f[i], i == 3 ? &tunnel_like : &client_like, idle[i]);
-	registry_close_idle(&r);
+	registry_drain_begins(&r);
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(f[i].open, !idle[i]);
 	registry_close_all(&r, "drain_timeout");
 	assert_string_equal(f[1].closed_for, "drain_timeout");
 	assert_string_equal(f[3].closed_for, "drain_timeout");
+}
+
+/* At the drain's end a connection whose request waits for a try answers
+ * it and stays; every other one, a tunnel included, closes for the reason
+ * given, first, middle or last in the list. */
+static void test_drain_ends(void **state)
+{
+	struct registry r;
+	struct fake f[5];
+	bool waiting[5] = { false, true, false, false, true };
+
+	registry_init(&r);
+	for (int i = 0; i < 5; i++) {
+		add(&r, &f[i], i == 2 ? &tunnel_like : &client_like, false);
+		f[i].waiting = waiting[i];
+	}
+	registry_drain_ends(&r, "drain_timeout");
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(f[i].open, waiting[i]);
+		assert_int_equal(f[i].answered, waiting[i]);
+		if (!waiting[i])
+			assert_string_equal(f[i].closed_for, "drain_timeout");
+	}
+	registry_close_all(&r, "shutdown");
+	assert_true(LIST_EMPTY(&r.entries));
 }
 
 /* A reload reaches every connection that takes a config, once. */
@@ -123,7 +163,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_close_all),
-		cmocka_unit_test(test_close_idle),
+		cmocka_unit_test(test_drain_begins),
+		cmocka_unit_test(test_drain_ends),
 		cmocka_unit_test(test_config_changed),
 	};
 
