@@ -725,23 +725,21 @@ static void client_close_cb(void *self, const char *reason)
 		client_close(client, reason);
 }
 
-/* The drain's answer time: a request waiting for its next try is answered
- * and the connection closes once the answer is written (a drain keeps no
- * connection alive); anything else closes now. */
-static void client_drain_ends(void *self, const char *reason)
+/* The drain's answer time: a request waiting for its next try is answered;
+ * the connection closes once the answer is written (a drain keeps no
+ * connection alive). The client may be gone when this returns. */
+static void client_drain_answer(void *self)
 {
 	struct client *client = self;
 
-	/* answered: the client may be gone already, as the response ended it */
-	if (client->exchange != NULL && exchange_drain_ends(client->exchange))
-		return;
-	client_close_cb(client, reason);
+	if (client->exchange != NULL)
+		exchange_drain_answer(client->exchange);
 }
 
 static const struct registry_ops client_registry_ops = {
 	.close = client_close_cb,
 	.drain_begins = client_drain_begins,
-	.drain_ends = client_drain_ends,
+	.drain_answer = client_drain_answer,
 	.config_changed = client_config_changed,
 };
 

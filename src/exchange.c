@@ -601,6 +601,11 @@ static bool exchange_past_drain(const struct exchange *ex, uint64_t wait_ms)
 static void exchange_drop_retry_draining(struct exchange *ex)
 {
 	char text[160];
+	/* a first try that never left the connection queue gave nothing up; a
+	 * held request did, as its deadline's answer says */
+	enum retry_give_up reason = ex->state == EXCHANGE_QUEUED && ex->attempts == 0
+					    ? RETRY_GIVE_UP_NONE
+					    : RETRY_GIVE_UP_DEADLINE;
 
 	ex->note = "draining";
 	if (ex->attempts == 0)
@@ -609,7 +614,7 @@ static void exchange_drop_retry_draining(struct exchange *ex)
 	else
 		snprintf(text, sizeof(text),
 			 "503 the proxy is shutting down: no try after attempt %u", ex->attempts);
-	exchange_drop_retry(ex, RETRY_GIVE_UP_DEADLINE, 503, text);
+	exchange_drop_retry(ex, reason, 503, text);
 }
 
 void exchange_schedule_retry(struct exchange *ex)
@@ -661,7 +666,7 @@ void exchange_drain_begins(struct exchange *ex)
 	exchange_leave(ex);
 }
 
-bool exchange_drain_ends(struct exchange *ex)
+bool exchange_drain_answer(struct exchange *ex)
 {
 	uint64_t now = retry_budget_now_ms();
 	uint64_t *trail = ex->try_count > 0 ? &ex->tries[ex->try_count - 1].wait_ms : NULL;
@@ -1115,6 +1120,10 @@ void exchange_start_try(struct exchange *ex)
 	struct exchange_try *t;
 	struct conn *pooled = NULL;
 
+	/* a request released from its wait after a drain's answer time (a
+	 * connect in doubt ended, a place came free) is answered instead */
+	if (exchange_past_drain(ex, 0) && exchange_drain_answer(ex))
+		return;
 	/* the deadline counts from the first try, or from when it was first held */
 	if (ex->first_try_ms == 0)
 		ex->first_try_ms = retry_budget_now_ms();
@@ -1224,7 +1233,8 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 	t = exchange_free_slot(ex);
 	/* a hedge never waits for the upstream: while its health is in doubt
 	 * the try in flight finds out */
-	if (t != NULL && exchange_hedge_allowed(ex) && exchange_hedge_admit(ex)) {
+	if (t != NULL && !exchange_past_drain(ex, 0) && exchange_hedge_allowed(ex) &&
+	    exchange_hedge_admit(ex)) {
 		retry_budget_spend(ex->budget, retry_budget_now_ms());
 		exchange_begin_try(ex, t, false);
 		t->hedge = true;

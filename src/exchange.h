@@ -82,9 +82,10 @@ void exchange_drain_begins(struct exchange *exchange);
 
 /* The drain's answer time came: a request waiting for its next try (in
  * backoff, held for a down upstream or queued for a connection) gets its
- * answer now, as above. False, and nothing done, for one that waits for
- * none of these (a try in flight, a response under way). */
-bool exchange_drain_ends(struct exchange *exchange);
+ * answer now, as above; no try of any request starts from now on (a hedge
+ * neither). False, and nothing done, for one that waits for none of these:
+ * a try in flight or a response under way goes on until drain_timeout. */
+bool exchange_drain_answer(struct exchange *exchange);
 
 /* Free the spare exchanges (shutdown). */
 void exchange_free_spares(struct proxy *proxy);

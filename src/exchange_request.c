@@ -130,19 +130,19 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 /* A request not safe by its method, but perhaps by a precondition or a key:
  * give it an Idempotency-Key when retry.idempotency_key: inject says so and
  * it has none, and note whether one goes upstream (a 409 may then be
- * ambiguous). Runs before the request head is built, which carries the key. */
+ * ambiguous). Runs before the request head is built, which carries the key.
+ * A key the client named in Connection is removed on the way: it does not
+ * count, and inject gives the request one of its own. An empty one of the
+ * client's is no key, but it is passed on as sent, and a second beside it
+ * would make the pair mean nothing. Observe mode retries nothing, so it
+ * adds nothing either. */
 static void exchange_decide_key(struct exchange *ex, const struct http1_head *head)
 {
-	bool hop[HTTP1_MAX_FIELDS];
+	enum idempotency_field key = idempotency_forwarded_field(head, IDEMPOTENCY_KEY_HEADER);
 
-	/* a key the client named in Connection is removed on the way: it
-	 * does not count, and inject gives the request one of its own */
-	http1_hop_by_hop_marks(head, hop);
-	for (size_t i = 0; i < head->field_count && !ex->keyed; i++)
-		ex->keyed =
-			!hop[i] && http1_name_equals(head->fields[i].name, head->fields[i].name_len,
-						     IDEMPOTENCY_KEY_HEADER);
-	if (ex->keyed || ex->route->retry.idempotency_key != IDEMPOTENCY_KEY_INJECT)
+	ex->keyed = key == IDEMPOTENCY_FIELD_VALUE;
+	if (key != IDEMPOTENCY_FIELD_ABSENT ||
+	    ex->route->retry.idempotency_key != IDEMPOTENCY_KEY_INJECT || ex->observe)
 		return;
 	ex->key_injected = true;
 	ex->keyed = true;
@@ -178,9 +178,9 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 	case IDEMPOTENCY_NO:
 		break;
 	}
+	ex->observe = policy->mode == RETRY_MODE_OBSERVE;
 	if (ex->conditional || ex->json_pending)
 		exchange_decide_key(ex, head);
-	ex->observe = policy->mode == RETRY_MODE_OBSERVE;
 	/* observe keeps no body, and a json_field condition needs it whole */
 	if (ex->observe)
 		ex->json_pending = false;

@@ -5,6 +5,7 @@
 
 #include <jansson.h>
 
+#include "http1_chars.h"
 #include "uri_path.h"
 
 /* Does the raw, still percent-encoded, parameter name equal name once
@@ -42,7 +43,9 @@ static bool idempotency_query_name_equals(const char *raw, size_t raw_len, const
 	return name[j] == '\0';
 }
 
-/* Is a parameter with this name in the query? */
+/* Is a parameter with this name and a value in the query? A bare name or
+ * an empty value is no precondition to many servers (they cannot tell it
+ * from an absent one), so it makes nothing safe. */
 static bool idempotency_query_has(const char *query, size_t query_len, const char *name)
 {
 	const char *p = query;
@@ -54,33 +57,81 @@ static bool idempotency_query_has(const char *query, size_t query_len, const cha
 		const char *eq = memchr(p, '=', (size_t)(param_end - p));
 		const char *name_end = eq != NULL ? eq : param_end;
 
-		if (name_end > p && idempotency_query_name_equals(p, (size_t)(name_end - p), name))
+		if (name_end > p && eq != NULL && eq + 1 < param_end &&
+		    idempotency_query_name_equals(p, (size_t)(name_end - p), name))
 			return true;
 		p = param_end + (amp != NULL);
 	}
 	return false;
 }
 
-/* Does the request carry this header as it goes upstream? A hop-by-hop
- * field, such as one the client named in Connection, is removed on the way
- * (exchange_build_request_head): the upstream never sees it, so it makes
- * nothing safe. The marks are made only when the name is there at all. */
-static bool idempotency_header_forwarded(const struct http1_head *head, const char *name)
+/* Is a field value empty as a list: nothing but commas and whitespace?
+ * "If-Match:" or "If-Match: ," holds no entity-tag, and a server may read
+ * it as no condition at all. */
+static bool idempotency_value_empty(const char *value, size_t len)
 {
+	for (size_t i = 0; i < len; i++)
+		if (value[i] != ',' && !HTTP1_IS_WS(value[i]))
+			return false;
+	return true;
+}
+
+enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name)
+{
+	enum idempotency_field found = IDEMPOTENCY_FIELD_ABSENT;
 	bool hop[HTTP1_MAX_FIELDS];
 	bool marked = false;
 
-	for (size_t i = 0; i < head->field_count; i++) {
-		if (!http1_name_equals(head->fields[i].name, head->fields[i].name_len, name))
+	for (size_t i = 0; head != NULL && i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		if (!http1_name_equals(f->name, f->name_len, name))
 			continue;
+		/* the marks are made only when the name is there at all */
 		if (!marked) {
 			http1_hop_by_hop_marks(head, hop);
 			marked = true;
 		}
-		if (!hop[i])
-			return true;
+		if (hop[i])
+			continue;
+		if (idempotency_value_empty(f->value, f->value_len))
+			found = IDEMPOTENCY_FIELD_EMPTY;
+		else
+			return IDEMPOTENCY_FIELD_VALUE;
 	}
-	return false;
+	return found;
+}
+
+/* Could the body be JSON by its Content-Type? None at all is taken as
+ * maybe (many clients send JSON without one); one naming another media
+ * type (text/plain, a form) is not read as JSON, and neither are two. */
+static bool idempotency_body_may_be_json(const struct http1_head *head)
+{
+	const struct http1_field *type = NULL;
+	const char *v;
+	size_t len;
+
+	for (size_t i = 0; head != NULL && i < head->field_count; i++) {
+		if (!http1_name_equals(head->fields[i].name, head->fields[i].name_len,
+				       "content-type"))
+			continue;
+		if (type != NULL)
+			return false;
+		type = &head->fields[i];
+	}
+	if (type == NULL)
+		return true;
+	v = type->value;
+	len = type->value_len;
+	for (size_t i = 0; i < len; i++)
+		if (v[i] == ';' || HTTP1_IS_WS(v[i])) {
+			len = i;
+			break;
+		}
+	/* application/json, or a structured syntax suffix (RFC 6839):
+	 * application/merge-patch+json, application/problem+json */
+	return http1_equal_nocase(v, len, "application/json", 16) ||
+	       (len > 5 && http1_equal_nocase(v + len - 5, 5, "+json", 5));
 }
 
 bool idempotency_method_listed(const struct idempotency *idem, const char *method,
@@ -125,7 +176,8 @@ enum idempotency_verdict idempotency_decide_head(const struct idempotency *idem,
 			}
 			break;
 		case WHEN_PRESENT_HEADER:
-			if (head != NULL && idempotency_header_forwarded(head, cond->name)) {
+			if (idempotency_forwarded_field(head, cond->name) ==
+			    IDEMPOTENCY_FIELD_VALUE) {
 				why->reason = IDEMPOTENCY_REASON_HEADER;
 				why->name = cond->name;
 				return IDEMPOTENCY_YES;
@@ -137,12 +189,15 @@ enum idempotency_verdict idempotency_decide_head(const struct idempotency *idem,
 		}
 	}
 	/* the key the request carries, or the one it will get, makes any
-	 * repeat of it one the upstream can recognise */
-	if (key_mode == IDEMPOTENCY_KEY_INJECT) {
+	 * repeat of it one the upstream can recognise; an empty one it carries
+	 * lets the upstream recognise nothing, and the proxy adds no second */
+	if (key_mode == IDEMPOTENCY_KEY_INJECT &&
+	    idempotency_forwarded_field(head, IDEMPOTENCY_KEY_HEADER) != IDEMPOTENCY_FIELD_EMPTY) {
 		why->reason = IDEMPOTENCY_REASON_KEY;
 		return IDEMPOTENCY_YES;
 	}
-	return json_field && has_body ? IDEMPOTENCY_NEEDS_BODY : IDEMPOTENCY_NO;
+	return json_field && has_body && idempotency_body_may_be_json(head) ? IDEMPOTENCY_NEEDS_BODY
+									    : IDEMPOTENCY_NO;
 }
 
 enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, const char *method,
@@ -240,7 +295,9 @@ const char *idempotency_json_body_field(const struct idempotency *idem, const ch
 			if (cond->kind != WHEN_PRESENT_JSON_FIELD)
 				continue;
 			member = json_object_get(root, cond->name);
-			if (member != NULL && !json_is_null(member))
+			/* null and "" are "not given" to many APIs */
+			if (member != NULL && !json_is_null(member) &&
+			    !(json_is_string(member) && json_string_length(member) == 0))
 				found = cond->name;
 		}
 	}

@@ -49,6 +49,20 @@ struct idempotency_why {
 /* The request header that carries an idempotency key. */
 #define IDEMPOTENCY_KEY_HEADER "Idempotency-Key"
 
+/* A request field as it goes upstream: absent (or hop-by-hop: named in
+ * the request's Connection field, say, the proxy removes it, so the
+ * upstream never sees it), there with an empty value (nothing but commas
+ * and whitespace), or there with a value. */
+enum idempotency_field {
+	IDEMPOTENCY_FIELD_ABSENT,
+	IDEMPOTENCY_FIELD_EMPTY,
+	IDEMPOTENCY_FIELD_VALUE,
+};
+
+/* The first forwarded field named name with a value, else whether one with
+ * an empty value is there; head may be NULL for no fields. */
+enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name);
+
 /* Is the method one of those the map lists (exact, case-sensitive)? */
 bool idempotency_method_listed(const struct idempotency *idem, const char *method,
 			       size_t method_len);
@@ -56,15 +70,16 @@ bool idempotency_method_listed(const struct idempotency *idem, const char *metho
 /* Decide from the request head: the method is in idem->methods (exact,
  * case-sensitive), or a query or header when_present condition is present.
  * query/query_len is the request target's query, after the '?' and without
- * it (may be empty). A query parameter is present with or without '=' and a
- * value; its name compares after percent-decoding, with exact case, and a
- * name with a '+' or a malformed %-escape matches nothing (form decoding
- * would read '+' as a space, plain RFC 3986 as a plus). Header names compare
- * case-insensitively; a header is present even with an empty value, but not
- * when it is hop-by-hop (named in the request's Connection field, say): the
- * proxy removes it, so the upstream never sees it; head may be NULL for no
- * headers. NEEDS_BODY only when no condition matched, a
- * json_field condition exists and has_body is true. Never allocates. */
+ * it (may be empty). A query parameter is present only with '=' and a
+ * non-empty value (servers read "?ifGenerationMatch=" as no condition); its
+ * name compares after percent-decoding, with exact case, and a name with a
+ * '+' or a malformed %-escape matches nothing (form decoding would read '+'
+ * as a space, plain RFC 3986 as a plus). Header names compare
+ * case-insensitively; a header is present only with a value
+ * (IDEMPOTENCY_FIELD_VALUE); head may be NULL for no headers. NEEDS_BODY
+ * only when no condition matched, a json_field condition exists, has_body
+ * is true and the Content-Type, if any, is application/json or +json.
+ * Never allocates. */
 enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, const char *method,
 						size_t method_len, const char *query,
 						size_t query_len, const struct http1_head *head,
@@ -75,7 +90,8 @@ enum idempotency_verdict idempotency_check_head(const struct idempotency *idem, 
  * then, with IDEMPOTENCY_KEY_INJECT, the key: a request no earlier check
  * made safe is safe by the Idempotency-Key it carries or the one the proxy
  * adds to it (SPEC "More retry controls"), so NEEDS_BODY never comes with
- * inject. Never allocates. */
+ * inject; but not by an empty Idempotency-Key of its own, which no upstream
+ * can recognise a repeat by. Never allocates. */
 enum idempotency_verdict idempotency_decide_head(const struct idempotency *idem,
 						 enum idempotency_key_mode key_mode,
 						 const char *method, size_t method_len,
@@ -95,7 +111,7 @@ const char *idempotency_json_body_field(const struct idempotency *idem, const ch
 
 /* With the decoded request body: true when it is a JSON object with a
  * top-level member named by a json_field condition whose value is not null
- * (many APIs read null as "not given"). Parsed with jansson, rejecting
+ * or "" (many APIs read those as "not given"). Parsed with jansson, rejecting
  * duplicate keys (parsers disagree on which one wins) and bodies over
  * IDEMPOTENCY_JSON_MAX_BYTES or nested deeper than
  * IDEMPOTENCY_JSON_MAX_DEPTH; any failure gives false. */

@@ -334,17 +334,17 @@ static void proxy_drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The drain's answer time, a little before drain_timeout: requests waiting
- * for a try get their answer while there is time left to write it;
- * everything else still open closes now. */
+ * for a try get their answer while there is time left to write it; tries
+ * in flight and responses under way go on until drain_timeout. */
 static void proxy_drain_answer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct proxy *proxy = arg;
 	struct timeval tv = timeval_from_ms(proxy_drain_write_ms(proxy->config));
 
-	log_warn("drain_timeout nearly passed with %u connections open; answering the requests "
-		 "waiting for a try and closing the rest",
+	log_info("draining: %u connections open near drain_timeout; answering the requests "
+		 "waiting for a try",
 		 proxy_connection_count(proxy));
-	registry_drain_ends(&proxy->registry, "drain_timeout");
+	registry_drain_answer(&proxy->registry);
 	if (proxy_connection_count(proxy) == 0) {
 		event_base_loopexit(proxy->base, NULL);
 		return;

@@ -44,17 +44,16 @@ void registry_drain_begins(struct registry *registry)
 	}
 }
 
-void registry_drain_ends(struct registry *registry, const char *reason)
+void registry_drain_answer(struct registry *registry)
 {
 	struct registry_entry *entry = LIST_FIRST(&registry->entries);
 
 	while (entry != NULL) {
+		/* taken first: an answer may close the connection it is on */
 		struct registry_entry *next = LIST_NEXT(entry, link);
 
-		if (entry->ops->drain_ends != NULL)
-			entry->ops->drain_ends(entry->self, reason);
-		else
-			entry->ops->close(entry->self, reason);
+		if (entry->ops->drain_answer != NULL)
+			entry->ops->drain_answer(entry->self);
 		entry = next;
 	}
 }

@@ -16,9 +16,9 @@ struct registry_ops {
 	/* a drain begins: close if idle, answer what cannot finish in time;
 	 * NULL: nothing to do */
 	void (*drain_begins)(void *self);
-	/* the drain's answer time: answer what waits for a try, close the
-	 * rest for reason; NULL: close */
-	void (*drain_ends)(void *self, const char *reason);
+	/* the drain's answer time: answer a request waiting for a try; NULL:
+	 * nothing to do */
+	void (*drain_answer)(void *self);
 	void (*config_changed)(void *self); /* reload; NULL: nothing to do */
 };
 
@@ -48,9 +48,9 @@ void registry_close_all(struct registry *registry, const char *reason);
  * answers a request that cannot finish before the drain ends. */
 void registry_drain_begins(struct registry *registry);
 
-/* The drain's answer time: requests waiting for a try are answered, every
- * other connection closes for reason. */
-void registry_drain_ends(struct registry *registry, const char *reason);
+/* The drain's answer time: requests waiting for a try are answered; every
+ * connection stays open (until drain_timeout's registry_close_all). */
+void registry_drain_answer(struct registry *registry);
 
 /* The live config changed: each connection takes it as it can. */
 void registry_config_changed(struct registry *registry);

@@ -14,9 +14,12 @@ has idempotent.methods [GET]; /partial/ sets only retry.max_attempts: 2.
 Must hold: a POST or PATCH without a condition gets the 503 at once, the
 origin saw 1, gave_up=not_idempotent; on /cond/ a POST with
 ?ifGenerationMatch=1 (also after a reset), with If-Match (any case), with a
-JSON body having a top-level "etag" (also chunked) is repeated and every try
-carries the same body; a POST with {"other": 1}, a nested or array "etag", a
-look-alike query name, or the condition on a route without it is not; PUT
+JSON body having a top-level "etag" (also chunked; application/json, a +json
+type or no Content-Type) is repeated and every try carries the same body; a
+POST with {"other": 1}, a nested or array "etag", {"etag": ""}, an "etag" in
+a text/plain or form body, an empty ?ifGenerationMatch= (or a bare name), an
+empty If-Match, a look-alike query name, or the condition on a route without
+it is not; PUT
 and DELETE are repeated on the default route; on /getonly/ a PUT is not
 repeated but a GET is; /partial/ gives up after 2 tries, waits the defaults'
 150ms (not the built-in 1s) and, inheriting on:, passes a 500 at once.
@@ -139,6 +142,25 @@ def scenario(t):
         not_repeated("POST", "/cond/jo", b'{"other": 1}', JSON)
         not_repeated("POST", "/cond/jn", b'{"meta": {"etag": "x"}}', JSON)
         not_repeated("POST", "/cond/ja", b'[{"etag": "x"}]', JSON)
+
+    @t.check("an empty precondition is none: ?ifGenerationMatch= or bare, an empty If-Match, "
+             '{"etag": ""}: not repeated')
+    def _():
+        not_repeated("POST", "/cond/qe?ifGenerationMatch=", b"d")
+        not_repeated("POST", "/cond/qb?a=1&ifGenerationMatch", b"d")
+        not_repeated("POST", "/cond/he", b"d", [("If-Match", "")])
+        not_repeated("POST", "/cond/hc", b"d", [("If-Match", " , ")])
+        not_repeated("POST", "/cond/je", b'{"etag": ""}', JSON)
+
+    @t.check('a body whose Content-Type is not JSON is not read for "etag": not repeated; '
+             "without a Content-Type it is")
+    def _():
+        body = b'{"etag": "x"}'
+        not_repeated("POST", "/cond/jt", body, [("Content-Type", "text/plain")])
+        not_repeated("POST", "/cond/jf", body,
+                     [("Content-Type", "application/x-www-form-urlencoded")])
+        repeated("POST", "/cond/jm", body, [("Content-Type", "application/merge-patch+json")])
+        repeated("POST", "/cond/jz", body)
 
     @t.check("POST with a look-alike query name, or with ifGenerationMatch off /cond/: not repeated")
     def _():

@@ -17,6 +17,10 @@ Must hold:
 - on /inject/ a POST that has its own key keeps it byte-exact (name case,
   value), no second key is added, and it is retried; a key the client
   names in Connection (hop-by-hop, so removed) is replaced by an injected one;
+- on /inject/ a POST with an empty key of its own passes it on as sent,
+  gets no second key and is not retried (gave_up=not_idempotent);
+- on /observe/ (inject, mode: observe) a POST gets no key and is not
+  retried; its access line says would_retry=status;
 - on /inject/ PUT and GET (idempotent by method) get no key;
 - with none (the default route) a POST with its own key is not retried
   (503 at once, gave_up=not_idempotent) and the key still reaches the
@@ -50,6 +54,9 @@ routes:
   - name: inject
     match: { path_prefix: /inject/ }
     retry: { idempotency_key: inject }
+  - name: observe-inject
+    match: { path_prefix: /observe/ }
+    retry: { idempotency_key: inject, mode: observe }
   - name: named
     match: { path_prefix: /named/ }
     idempotent:
@@ -121,6 +128,26 @@ def scenario(t):
         keys = [q.header_all("Idempotency-Key") for q in reqs]
         h.ok(all(len(k) == 1 and UUID4.match(k[0]) for k in keys) and keys[0] == keys[1],
              "one injected key, the same on both tries (%r)" % keys)
+
+    @t.check("an empty key of the client's on /inject/: passed on as sent, no second key, "
+             "not retried")
+    def _():
+        r, reqs = send("POST", "/inject/empty", b"x", headers=[("Idempotency-Key", "")])
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (503, "1", 1),
+             "status, Retry-Attempts, requests the origin saw")
+        h.eq(key_lines(reqs[0]), [b"Idempotency-Key: "], "the key field lines at the origin")
+        f = h.access_fields(proxy.access_one("/inject/empty"))
+        h.eq(f.get("gave_up"), "not_idempotent", "gave_up")
+
+    @t.check("observe mode with inject: nothing retried and no key added, the retry it would "
+             "have made counted")
+    def _():
+        r, reqs = send("POST", "/observe/a", b"x")
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (503, "1", 1),
+             "status, Retry-Attempts, requests the origin saw")
+        h.eq(key_lines(reqs[0]), [], "key lines at the origin")
+        f = h.access_fields(proxy.access_one("/observe/a"))
+        h.eq(f.get("would_retry"), "status", "would_retry")
 
     @t.check("PUT and GET on /inject/ (idempotent by method) get no key")
     def _():

@@ -170,6 +170,18 @@ static void test_why_table(void **state)
 		  true, IDEMPOTENCY_YES, "yes (idempotency_key)" },
 		{ &test_json_only, IDEMPOTENCY_KEY_INJECT, "POST", "/", "", true, IDEMPOTENCY_YES,
 		  "yes (idempotency_key)" },
+		/* an empty key of the client's lets no upstream tell a repeat: not
+		 * safe by it (and no second one is added beside it) */
+		{ &test_nothing, IDEMPOTENCY_KEY_INJECT, "POST", "/", "Idempotency-Key:\r\n", true,
+		  IDEMPOTENCY_NO, "no" },
+		{ &test_gcs, IDEMPOTENCY_KEY_INJECT, "POST", "/", "Idempotency-Key:  \r\n", true,
+		  IDEMPOTENCY_NEEDS_BODY, "no" },
+		{ &test_gcs, IDEMPOTENCY_KEY_INJECT, "POST", "/o?ifGenerationMatch=3",
+		  "Idempotency-Key:\r\n", true, IDEMPOTENCY_YES, "yes (query ifGenerationMatch)" },
+		/* ... one named in Connection is removed: inject adds its own */
+		{ &test_nothing, IDEMPOTENCY_KEY_INJECT, "POST", "/",
+		  "Connection: Idempotency-Key\r\nIdempotency-Key:\r\n", true, IDEMPOTENCY_YES,
+		  "yes (idempotency_key)" },
 		/* none: an incoming key counts only if when_present names it */
 		{ &test_nothing, IDEMPOTENCY_KEY_NONE, "POST", "/", "Idempotency-Key: abc\r\n",
 		  true, IDEMPOTENCY_NO, "no" },
@@ -253,10 +265,15 @@ static void test_head_table(void **state)
 
 		/* query parameters */
 		{ &test_gcs, "POST", "/o?ifGenerationMatch=1", "", false, IDEMPOTENCY_YES },
-		{ &test_gcs, "POST", "/o?a=1&ifGenerationMatch", "", false, IDEMPOTENCY_YES },
-		{ &test_gcs, "POST", "/o?ifGenerationMatch=", "", false, IDEMPOTENCY_YES },
+		/* a bare name or an empty value is no precondition */
+		{ &test_gcs, "POST", "/o?a=1&ifGenerationMatch", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch=", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch=&a=1", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch=&ifGenerationMatch=2", "", false,
+		  IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o?ifGenerationMatch=1&a=2", "", true, IDEMPOTENCY_YES },
-		{ &test_gcs, "POST", "/o?&&ifMetagenerationMatch&&", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?&&ifMetagenerationMatch&&", "", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?&&ifMetagenerationMatch=0&&", "", false, IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o?ifGenerationMatch=a=b", "", false, IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o?ifGenerationMatchX=1", "", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o?xifGenerationMatch=1", "", false, IDEMPOTENCY_NO },
@@ -270,7 +287,7 @@ static void test_head_table(void **state)
 
 		/* percent-decoding of names */
 		{ &test_gcs, "POST", "/o?if%47enerationMatch=1", "", false, IDEMPOTENCY_YES },
-		{ &test_gcs, "POST", "/o?%69%66GenerationMatch", "", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o?%69%66GenerationMatch=7", "", false, IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o?ifGenerationMatc%68=1", "", false, IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o?if%67enerationMatch=1", "", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o?ifGenerationMatch%3D=1", "", false, IDEMPOTENCY_NO },
@@ -284,10 +301,14 @@ static void test_head_table(void **state)
 		{ &test_gcs, "POST", "/o?x%2by=1", "", false, IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o?x+y=1", "", false, IDEMPOTENCY_NO },
 
-		/* headers: case-insensitive names, present even when empty */
+		/* headers: case-insensitive names, present only with a value */
 		{ &test_gcs, "POST", "/o", "If-Match: \"abc\"\r\n", false, IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o", "if-match: x\r\n", false, IDEMPOTENCY_YES },
-		{ &test_gcs, "POST", "/o", "IF-MATCH:\r\n", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o", "IF-MATCH:\r\n", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "If-Match:   \r\n", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "If-Match: , ,\r\n", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "If-Match:\r\nIf-Match: \"a\"\r\n", false,
+		  IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o", "X-Goog-If-Generation-Match: 5\r\n", true,
 		  IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o", "A: 1\r\nB: 2\r\nIf-Match: *\r\n", false,
@@ -298,8 +319,24 @@ static void test_head_table(void **state)
 		{ &test_gcs, "POST", "/o", "ifGenerationMatch: 1\r\n", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o?If-Match=1", "", false, IDEMPOTENCY_NO },
 
-		/* a json_field condition: ask for the body, but only if there is one */
+		/* a json_field condition: ask for the body, but only if there is one
+		 * and its Content-Type, if any, says JSON */
 		{ &test_gcs, "POST", "/o", "", true, IDEMPOTENCY_NEEDS_BODY },
+		{ &test_gcs, "POST", "/o", "Content-Type: application/json\r\n", true,
+		  IDEMPOTENCY_NEEDS_BODY },
+		{ &test_gcs, "POST", "/o", "content-type: Application/JSON; charset=utf-8\r\n",
+		  true, IDEMPOTENCY_NEEDS_BODY },
+		{ &test_gcs, "POST", "/o", "Content-Type: application/merge-patch+json\r\n", true,
+		  IDEMPOTENCY_NEEDS_BODY },
+		{ &test_gcs, "POST", "/o", "Content-Type: text/plain\r\n", true, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "Content-Type: application/x-www-form-urlencoded\r\n",
+		  true, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "Content-Type: application/jsonx\r\n", true,
+		  IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "Content-Type: +json\r\n", true, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o",
+		  "Content-Type: application/json\r\nContent-Type: application/json\r\n", true,
+		  IDEMPOTENCY_NO },
 		{ &test_gcs, "PATCH", "/o?ifGenerationMatchX=1", "If-None-Match: x\r\n", true,
 		  IDEMPOTENCY_NEEDS_BODY },
 		{ &test_json_only, "POST", "/o", "", true, IDEMPOTENCY_NEEDS_BODY },
@@ -345,12 +382,12 @@ static void test_head_without_parts(void **state)
 	/* counted strings: only method_len and query_len bytes count */
 	assert_int_equal(idempotency_check_head(&test_gcs, "GETX", 3, NULL, 0, NULL, false),
 			 IDEMPOTENCY_YES);
-	assert_int_equal(
-		idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatchX", 17, NULL, false),
-		IDEMPOTENCY_YES);
-	assert_int_equal(
-		idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatch", 16, NULL, false),
-		IDEMPOTENCY_NO);
+	assert_int_equal(idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatch=1X", 19,
+						NULL, false),
+			 IDEMPOTENCY_YES);
+	assert_int_equal(idempotency_check_head(&test_gcs, "POST", 4, "ifGenerationMatch=1", 18,
+						NULL, false),
+			 IDEMPOTENCY_NO);
 }
 
 static void test_has_json_field(void **state)
@@ -373,7 +410,7 @@ static void test_json_table(void **state)
 		{ &test_gcs, " \n{ \"etag\" : 1 }\r\n\t", true },
 		{ &test_gcs, "{\"etag\":0}", true },
 		{ &test_gcs, "{\"etag\":false}", true },
-		{ &test_gcs, "{\"etag\":\"\"}", true },
+		{ &test_gcs, "{\"etag\":\"\"}", false },
 		{ &test_gcs, "{\"etag\":{}}", true },
 		{ &test_gcs, "{\"etag\":[]}", true },
 		{ &test_gcs, "{\"et\\u0061g\":\"x\"}", true },

@@ -41,16 +41,13 @@ static void fake_drain_begins(void *self)
 		fake_close(f, "draining");
 }
 
-/* A waiting request is answered and its connection stays to write it; any
- * other closes. */
-static void fake_drain_ends(void *self, const char *reason)
+/* A waiting request is answered; the connection stays to write it. */
+static void fake_drain_answer(void *self)
 {
 	struct fake *f = self;
 
 	if (f->waiting)
 		f->answered = true;
-	else
-		fake_close(f, reason);
 }
 
 static void fake_config_changed(void *self)
@@ -63,7 +60,7 @@ static void fake_config_changed(void *self)
 static const struct registry_ops client_like = {
 	.close = fake_close,
 	.drain_begins = fake_drain_begins,
-	.drain_ends = fake_drain_ends,
+	.drain_answer = fake_drain_answer,
 	.config_changed = fake_config_changed,
 };
 
@@ -117,28 +114,26 @@ static void test_drain_begins(void **state)
 	assert_string_equal(f[3].closed_for, "drain_timeout");
 }
 
-/* At the drain's end a connection whose request waits for a try answers
- * it and stays; every other one, a tunnel included, closes for the reason
- * given, first, middle or last in the list. */
-static void test_drain_ends(void **state)
+/* At the drain's answer time a connection whose request waits for a try
+ * answers it, first, middle or last in the list; nothing closes, a tunnel
+ * neither: what is in flight has until drain_timeout. */
+static void test_drain_answer(void **state)
 {
 	struct registry r;
 	struct fake f[5];
-	bool waiting[5] = { false, true, false, false, true };
+	bool waiting[5] = { true, false, false, false, true };
 
 	registry_init(&r);
 	for (int i = 0; i < 5; i++) {
 		add(&r, &f[i], i == 2 ? &tunnel_like : &client_like, false);
 		f[i].waiting = waiting[i];
 	}
-	registry_drain_ends(&r, "drain_timeout");
+	registry_drain_answer(&r);
 	for (int i = 0; i < 5; i++) {
-		assert_int_equal(f[i].open, waiting[i]);
+		assert_true(f[i].open);
 		assert_int_equal(f[i].answered, waiting[i]);
-		if (!waiting[i])
-			assert_string_equal(f[i].closed_for, "drain_timeout");
 	}
-	registry_close_all(&r, "shutdown");
+	registry_close_all(&r, "drain_timeout");
 	assert_true(LIST_EMPTY(&r.entries));
 }
 
@@ -164,7 +159,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_close_all),
 		cmocka_unit_test(test_drain_begins),
-		cmocka_unit_test(test_drain_ends),
+		cmocka_unit_test(test_drain_answer),
 		cmocka_unit_test(test_config_changed),
 	};
 
