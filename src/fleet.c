@@ -48,6 +48,9 @@ struct fleet_route {
 	bool live;		/* the running config has the route: it is synced */
 	bool in_flight;		/* a sync of it awaits its reply, which names it */
 	uint64_t tokens;	/* leased at the last sync and not yet spent */
+	bool leased;		/* a sync granted it a lease since it went live or Redis came
+				 * back: until then the local budget decides for it */
+	uint64_t asked;		/* retries made or refused since the last sync */
 	long long grant_epoch;	/* the Redis bucket they were granted in */
 	uint64_t unreported;	/* requests since the last sync */
 	uint64_t sent_requests; /* what the sync in flight carries, to send again */
@@ -146,8 +149,10 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 	}
 	evtimer_del(fleet->deadline);
 	fleet->pending = 0;
-	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
+	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
 		fr->tokens = 0;
+		fr->leased = false;
+	}
 	if (!fleet->down_logged)
 		log_warn("fleet %s: redis %s: %s; retry budgets are local until it answers",
 			 fleet->name, fleet->redis, why);
@@ -254,7 +259,8 @@ static void fleet_sync_round(struct fleet *fleet)
 		if (!fr->live)
 			continue;
 		fr->sent_requests = fr->unreported;
-		fr->sent_want = fleet_lease_target(fr->ratio, fr->unreported);
+		fr->sent_want = fleet_lease_target(fr->ratio, fr->unreported, fr->asked);
+		fr->asked = 0;
 		fr->sent_back = fr->tokens;
 		fr->sent_epoch = fr->grant_epoch;
 		fr->sent_owed = fr->owed;
@@ -316,6 +322,7 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		fr->owed += spent - granted;
 	}
 	fr->grant_epoch = reply->element[3]->integer;
+	fr->leased = true;
 	log_debug("fleet %s: route %s: reported %llu requests, granted %lld of %llu tokens",
 		  fleet->name, fr->route, (unsigned long long)fr->sent_requests,
 		  reply->element[0]->integer, (unsigned long long)fr->sent_want);
@@ -357,7 +364,9 @@ static void fleet_try(struct fleet *fleet)
 	fleet->state = FLEET_TRYING;
 	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
 		fr->tokens = 0;
+		fr->leased = false;
 		fr->unreported = 0;
+		fr->asked = 0;
 	}
 	fleet_sync_round(fleet);
 	if (fleet->pending == 0)
@@ -723,12 +732,16 @@ struct fleet_route *fleet_route_find(struct fleet *fleet, const char *route, uin
 
 bool fleet_route_active(const struct fleet_route *fr)
 {
-	return fr->fleet->state == FLEET_CONNECTED;
+	return fr->fleet->state == FLEET_CONNECTED && fr->leased;
 }
 
-bool fleet_route_allows(const struct fleet_route *fr)
+bool fleet_route_allows(struct fleet_route *fr)
 {
-	return fr->tokens > 0;
+	if (fr->tokens > 0)
+		return true;
+	/* the next lease asks for the demand the last one did not meet */
+	fr->asked++;
+	return false;
 }
 
 void fleet_route_note_request(struct fleet_route *fr)
@@ -738,6 +751,13 @@ void fleet_route_note_request(struct fleet_route *fr)
 
 void fleet_route_spend(struct fleet_route *fr)
 {
+	if (fr->fleet->state != FLEET_CONNECTED)
+		return;
+	fr->asked++;
+	/* a retry the local budget allowed before the route's first lease
+	 * came (a reload added it) is reported to Redis as spent */
 	if (fr->tokens > 0)
 		fr->tokens--;
+	else
+		fr->owed++;
 }

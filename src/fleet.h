@@ -50,16 +50,20 @@ bool fleet_connected(const struct fleet *fleet);
  * otherwise (the local budget alone decides). */
 struct fleet_route *fleet_route_find(struct fleet *fleet, const char *route, uint64_t window_ms);
 
-/* Whether the fleet decides this route's retries now: Redis is reachable. */
+/* Whether the fleet decides this route's retries now: Redis is reachable
+ * and has granted the route a lease (a route a reload added has the local
+ * budget until its first sync answers, at most a sync interval). */
 bool fleet_route_active(const struct fleet_route *fr);
 
-/* Whether a token is held for one more retry. */
-bool fleet_route_allows(const struct fleet_route *fr);
+/* Whether a token is held for one more retry; a refusal is counted as
+ * demand for the next lease. */
+bool fleet_route_allows(struct fleet_route *fr);
 
 /* A request arrived on the route: reported at the next sync. */
 void fleet_route_note_request(struct fleet_route *fr);
 
-/* A retry happened: spend a held token. */
+/* A retry happened: while Redis answers, spend a held token, or, with
+ * none (a route not leased yet), owe it to Redis's count. */
 void fleet_route_spend(struct fleet_route *fr);
 
 #endif

@@ -62,9 +62,13 @@ const char fleet_lease_script[] =
 	"redis.call('PEXPIRE', KEYS[1], window + 2 * bucket)\n"
 	"return {grant, q, r + grant, epoch}\n";
 
-uint64_t fleet_lease_target(double ratio, uint64_t requests)
+uint64_t fleet_lease_target(double ratio, uint64_t requests, uint64_t asked)
 {
 	uint64_t target = (uint64_t)ceil(2.0 * ratio * (double)requests);
 
+	if (asked > UINT64_MAX / 2)
+		asked = UINT64_MAX / 2;
+	if (target < 2 * asked)
+		target = 2 * asked;
 	return target < 1 ? 1 : target;
 }

@@ -25,14 +25,18 @@
  * requests in the window, retries granted in the window, the bucket}. */
 extern const char fleet_lease_script[];
 
-/* The lease to ask for at a sync, given the route's ratio and the requests
- * the proxy saw since the previous sync. Each sync hands back the tokens
- * still held and asks for a new lease, so a token lives one sync interval
- * and a lease follows the traffic of now, never of a past peak. It aims to
- * hold what it may spend before the next sync: twice its share (ratio x
- * requests), so that the lease also covers a busier next interval, and at
- * least one token, so that a quiet proxy's first failure can be retried.
- * What it holds unspent is all the fleet can overspend. */
-uint64_t fleet_lease_target(double ratio, uint64_t requests);
+/* The lease to ask for at a sync, given the route's ratio, the requests
+ * the proxy saw since the previous sync and the retries it made or was
+ * refused in that time. Each sync hands back the tokens still held and
+ * asks for a new lease, so a token lives one sync interval and a lease
+ * follows the traffic of now, never of a past peak. It aims to hold what it
+ * may spend before the next sync: twice its share (ratio x requests) or
+ * twice the retries it was asked for, whichever is more, so that the lease
+ * also covers a busier next interval and a storm of failures is not held to
+ * the share of its requests while the fleet's floor (min_per_second) is
+ * unspent; and at least one token, so that a quiet proxy's first failure
+ * can be retried. Redis grants no more than the fleet's window has left;
+ * what a proxy holds unspent is all the fleet can overspend. */
+uint64_t fleet_lease_target(double ratio, uint64_t requests, uint64_t asked);
 
 #endif

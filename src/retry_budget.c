@@ -164,7 +164,7 @@ bool retry_budget_allows(const struct retry_budget_state *state, const struct re
 void retry_budget_spend(struct retry_budget_state *state, uint64_t now_ms)
 {
 	state->retries[retry_budget_bucket(state, now_ms)]++;
-	if (state->fleet != NULL && fleet_route_active(state->fleet))
+	if (state->fleet != NULL)
 		fleet_route_spend(state->fleet);
 }
 

@@ -65,9 +65,10 @@ WINDOW = 10.0
 THREADS = 6
 PERIOD = 0.15
 PER_THREAD = 30
-# Each proxy holds at most max(1, ceil(2 x ratio x its requests per sync))
-# unspent tokens; at this load that is 1, doubled for safety.
-SLACK = 2 * PROXIES
+# Each proxy holds at most max(1, ceil(2 x ratio x its requests per sync),
+# 2 x the retries it made or was refused per sync) unspent tokens; at this
+# load (one request per proxy per 150 ms, a retry or two each) that is 4.
+SLACK = 4 * PROXIES
 
 
 def storm(proxies, tag):

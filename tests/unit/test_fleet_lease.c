@@ -15,6 +15,7 @@
 struct target_case {
 	double ratio;
 	uint64_t requests; /* since the last sync */
+	uint64_t asked;	   /* retries made or refused since the last sync */
 	uint64_t target;
 };
 
@@ -22,20 +23,25 @@ static void test_target_table(void **state)
 {
 	static const struct target_case cases[] = {
 		/* a quiet proxy holds one token, so its first failure can retry */
-		{ 0.2, 0, 1 },
+		{ 0.2, 0, 0, 1 },
 		/* twice its share: 2 x 0.2 x 10 */
-		{ 0.2, 10, 4 },
+		{ 0.2, 10, 0, 4 },
 		/* a share below one token rounds up to one */
-		{ 0.2, 1, 1 },
-		{ 0.2, 3, 2 },
+		{ 0.2, 1, 0, 1 },
+		{ 0.2, 3, 0, 2 },
 		/* ratio 0: only the one token of the floor */
-		{ 0.0, 1000, 1 },
-		{ 1.0, 50, 100 },
+		{ 0.0, 1000, 0, 1 },
+		{ 1.0, 50, 0, 100 },
+		/* a storm: twice the retries asked for, when more than the share */
+		{ 0.2, 20, 19, 38 },
+		{ 0.0, 1000, 5, 10 },
+		{ 1.0, 50, 10, 100 },
+		{ 0.2, 0, UINT64_MAX, UINT64_MAX - 1 },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const struct target_case *c = &cases[i];
-		uint64_t got = fleet_lease_target(c->ratio, c->requests);
+		uint64_t got = fleet_lease_target(c->ratio, c->requests, c->asked);
 
 		if (got != c->target)
 			fail_msg("case %zu: ratio %g, %llu requests: target %llu, got %llu", i,

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Scenario: a storm of failures at one proxy of a fleet, and a route a
+reload adds, are held to the fleet's budget, not to one token.
+
+Redis: a redis-server on a free loopback port.
+Origin: answers every /storm and /fresh request with 503.
+Proxy: one sidecar with its admin listener (a second one syncs every 2 s); max_attempts 3,
+initial_backoff 250ms (longer than a sync), no jitter; budget ratio 0.2,
+min_per_second 3, window 10s (the fleet allows 0.2 x requests + 30
+retries); fleet sync_interval 100ms.
+Client: ten waves of 5 concurrent GET /storm, 100 ms apart (N = 50).
+Must hold:
+- the first wave meets the lease of a quiet proxy (one token, plus its
+  share of the requests) and some of it is given up with gave_up=budget;
+  then each lease is sized by the retries asked for, so the storm spends
+  the fleet's floor: at least 30 retries reach the origin of the 40 the
+  fleet allows (0.2 x 50 + 30; a lease of twice the proxy's share of its
+  requests, as before, let 21 through), and the origin's tries stay
+  within N x (1 + 0.2) + 30 + the lease slack (what the proxy held unspent);
+- Redis's hash for the route counts the retries granted;
+- SIGHUP adding a route /fresh: a GET /fresh sent at once (before the
+  route's first sync could answer) is retried on the local budget, not
+  refused, and the retry reaches Redis's count for that route.
+"""
+
+import threading
+import time
+
+import harness as h
+from fleet_gauge import admin_get, wait_gauge
+from redisserver import RedisServer
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 250ms
+    multiplier: 1
+    jitter: 0s
+    budget: { ratio: 0.2, min_per_second: 3, window: 10s }
+fleet:
+  redis: 127.0.0.1:@REDIS@
+  name: burst
+  sync_interval: 100ms
+"""
+
+FRESH_ROUTE = """\
+routes:
+  - name: fresh
+    match: { path_prefix: /fresh }
+"""
+
+WAVES = 10
+WAVE = 5
+
+
+def wave(proxy, k):
+    """WAVE concurrent GET /storm; returns their responses."""
+    out = [None] * WAVE
+
+    def one(i):
+        try:
+            out[i] = h.fetch(proxy.port(), "GET", "/storm?w=%d&i=%d" % (k, i), "fleet.example",
+                             timeout=10 * h.SLOW)
+        except Exception as e:  # recorded and reported
+            out[i] = "%s: %s" % (type(e).__name__, e)
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(WAVE)]
+    for th in threads:
+        th.start()
+    return threads, out
+
+
+def retried(responses):
+    return sum(1 for r in responses
+               if isinstance(r, h.Response) and int(r.header("Retry-Attempts") or 0) >= 2)
+
+
+def route_counts(redis, route):
+    fields = redis.command("HGETALL", "retryproxy:{burst}:%s:10000" % route)
+    counts = dict(zip(fields[0::2], fields[1::2]))
+    return (sum(int(v) for k, v in counts.items() if k.startswith("q")),
+            sum(int(v) for k, v in counts.items() if k.startswith("r")))
+
+
+def scenario(t):
+    redis = RedisServer(t.tmp).start()
+    t.defer(redis.stop)
+    origin = t.origin()
+    origin.script("/storm", [503])
+    origin.script("/fresh", [503])
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, REDIS=redis.port)
+    waves = []
+
+    @t.check("the proxy connects to the fleet's Redis")
+    def _():
+        wait_gauge([proxy], 1, 10 * h.SLOW)
+
+    @t.check("five waves of 10 failing requests: every one gets the origin's 503")
+    def _():
+        running = []
+        for k in range(WAVES):
+            threads, out = wave(proxy, k)
+            running.append(threads)
+            waves.append(out)
+            time.sleep(0.1)
+        for threads in running:
+            for th in threads:
+                th.join(20 * h.SLOW)
+        bad = [r for out in waves for r in out
+               if not isinstance(r, h.Response) or r.status != 503]
+        h.eq(bad, [], "answers other than the origin's 503")
+
+    @t.check("the first wave meets a quiet proxy's lease; the storm then spends the fleet's "
+             "floor: at least 30 retries of the 40 it allows")
+    def _():
+        counts = [retried(out) for out in waves]
+        retries = len(origin.requests_for("/storm")) - WAVES * WAVE
+        print("requests retried per wave: %s; %d retries at the origin" % (counts, retries),
+              flush=True)
+        h.ok(counts[0] < WAVE, "the whole first wave was retried: %s" % counts)
+        h.ok(retries >= 30, "only %d retries reached the origin: %s" % (retries, counts))
+        lines = [h.access_fields(ln) for ln in proxy.stderr_lines()]
+        budget = [f for f in lines if f.get("target", "").startswith("/storm")
+                  and f.get("gave_up") == "budget"]
+        h.ok(budget, "no access line says gave_up=budget")
+
+    @t.check("the origin's tries stay within the fleet's bound, and Redis counts the grants")
+    def _():
+        n = WAVES * WAVE
+        tries = len(origin.requests_for("/storm"))
+        # the lease slack: what the proxy held unspent, at most twice the
+        # retries asked for in one interval (a wave's two tries each)
+        bound = 1.2 * n + 30 + 2 * 2 * WAVE
+        h.ok(tries <= bound, "origin saw %d tries for %d requests; the bound is %.0f"
+             % (tries, n, bound))
+        h.wait_until(lambda: route_counts(redis, "default")[0] >= n, 5 * h.SLOW,
+                     "the requests counted in Redis")
+        q, r = route_counts(redis, "default")
+        h.ok(r >= tries - n, "Redis counts %d retries granted; the origin saw %d retries"
+             % (r, tries - n))
+
+    # syncing every 2 s, so that the new route's first sync is far off
+    slow = t.proxy(CONFIG.replace("sync_interval: 100ms", "sync_interval: 2s"),
+                   ORIGIN=origin.port, REDIS=redis.port)
+
+    @t.check("a route added by SIGHUP retries at once on the local budget; Redis counts it")
+    def _():
+        wait_gauge([slow], 1, 10 * h.SLOW)
+        with open(slow.config_path, "w") as f:
+            f.write(slow.config_text + FRESH_ROUTE)
+        slow.proc.send_signal(1)
+        slow.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        r = h.fetch(slow.port(), "GET", "/fresh", "fleet.example", timeout=10 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "3"), "status, Retry-Attempts")
+        h.wait_until(lambda: route_counts(redis, "fresh")[1] >= 2, 6 * h.SLOW,
+                     "the route's retries counted in Redis")
+        h.ok("retryproxy_fleet_connected 1" in admin_get(slow, "/metrics"),
+             "the fleet gauge fell to 0")
+
+
+h.run(scenario, __doc__)
