@@ -85,9 +85,9 @@ static void config_set_admin(struct config_walk *walk, const struct yaml_tree_no
 		return;
 	}
 	for (size_t i = 0; i < config->listener_count; i++) {
-		if (config_values_same_address(&addr, &config->listeners[i].addr)) {
-			config_walk_error(walk, node, "%s is already used by listen[%zu]",
-					  node->text, i);
+		if (config_values_addresses_clash(&addr, &config->listeners[i].addr)) {
+			config_walk_error(walk, node, "%s is already used by listen[%zu] (%s)",
+					  node->text, i, config->listeners[i].address);
 			return;
 		}
 	}
@@ -203,9 +203,9 @@ static void config_set_listen_address(struct config_walk *walk, const struct yam
 	if (!config_address(walk, node, &listener->addr, &listener->addr_len))
 		return;
 	for (size_t i = 0; i < config->listener_count; i++) {
-		if (config_values_same_address(&listener->addr, &config->listeners[i].addr)) {
-			config_walk_error(walk, node, "%s is already used by listen[%zu]",
-					  node->text, i);
+		if (config_values_addresses_clash(&listener->addr, &config->listeners[i].addr)) {
+			config_walk_error(walk, node, "%s is already used by listen[%zu] (%s)",
+					  node->text, i, config->listeners[i].address);
 			return;
 		}
 	}
@@ -383,7 +383,8 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 	int err;
 
 	config_walk_mapping(walk, node, config_limits_keys, limits);
-	if (limits->spool_max == 0)
+	if (limits->spool_max == 0 || config_walk_refused(walk, node, "replay_buffer") ||
+	    config_walk_refused(walk, node, "spool_max"))
 		return;
 	if (limits->spool_max <= limits->replay_buffer) {
 		blamed = yaml_tree_find(node, "spool_max");
@@ -617,9 +618,10 @@ struct route *config_route_at(struct config *config, size_t i)
 	return i < config->route_count ? &config->routes[i] : &config->default_route;
 }
 
-/* Walk a parsed tree into a config, or print the errors and return NULL. */
+/* Walk a parsed tree into a config, or print the errors and return NULL;
+ * rule_errors, already printed by the tree's reader, fail it too. */
 static struct config *config_build(const struct yaml_tree_node *root, const char *source,
-				   const char *base_dir, FILE *errors)
+				   const char *base_dir, unsigned rule_errors, FILE *errors)
 {
 	struct config *config = xcalloc(1, sizeof(*config));
 	struct config_walk *walk = config_walk_new(source, base_dir, config);
@@ -633,7 +635,7 @@ static struct config *config_build(const struct yaml_tree_node *root, const char
 		config->default_route.tls.ca_file = xstrdup(config->tls.ca_file);
 	config->default_route.tls.verify = config->tls.verify;
 	config_route_resolve(config);
-	if (config_walk_finish(walk, errors) > 0) {
+	if (config_walk_finish(walk, errors) > 0 || rule_errors > 0) {
 		config_free(config);
 		return NULL;
 	}
@@ -643,12 +645,13 @@ static struct config *config_build(const struct yaml_tree_node *root, const char
 /* Load a config held in memory (the embedded default, tests). */
 struct config *config_load_text(const char *text, size_t len, const char *name, FILE *errors)
 {
-	struct yaml_tree_node *root = yaml_tree_parse_text(text, len, name, errors);
+	unsigned rule_errors;
+	struct yaml_tree_node *root = yaml_tree_parse_text(text, len, name, errors, &rule_errors);
 	struct config *config;
 
 	if (root == NULL)
 		return NULL;
-	config = config_build(root, name, NULL, errors);
+	config = config_build(root, name, NULL, rule_errors, errors);
 	yaml_tree_free(root);
 	return config;
 }
@@ -656,7 +659,8 @@ struct config *config_load_text(const char *text, size_t len, const char *name, 
 /* Load a config file; relative paths in it are relative to its directory. */
 struct config *config_load_file(const char *path, FILE *errors)
 {
-	struct yaml_tree_node *root = yaml_tree_parse_file(path, errors);
+	unsigned rule_errors;
+	struct yaml_tree_node *root = yaml_tree_parse_file(path, errors, &rule_errors);
 	const char *slash = strrchr(path, '/');
 	struct config *config;
 	char *dir;
@@ -670,7 +674,7 @@ struct config *config_load_file(const char *path, FILE *errors)
 		dir = xstrdup("");
 	else
 		dir = xstrndup(path, (size_t)(slash - path));
-	config = config_build(root, path, dir, errors);
+	config = config_build(root, path, dir, rule_errors, errors);
 	free(dir);
 	yaml_tree_free(root);
 	return config;

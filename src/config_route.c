@@ -572,7 +572,10 @@ static void config_route_set_retry(struct config_walk *walk, const struct yaml_t
 	config_walk_mapping(walk, node, config_route_retry_keys, retry);
 	if (node->kind == YAML_TREE_MAPPING)
 		config_route_check_hedge(walk, node, retry);
-	if (retry->max_backoff_ms >= retry->initial_backoff_ms)
+	/* a refused key has left the value before it in place */
+	if (retry->max_backoff_ms >= retry->initial_backoff_ms ||
+	    config_walk_refused(walk, node, "initial_backoff") ||
+	    config_walk_refused(walk, node, "max_backoff"))
 		return;
 	config_values_format_ms(retry->max_backoff_ms, max, sizeof(max));
 	config_values_format_ms(retry->initial_backoff_ms, initial, sizeof(initial));

@@ -551,6 +551,51 @@ bool config_values_same_address(const struct sockaddr_storage *a, const struct s
 	return false;
 }
 
+/* Is addr a wildcard (0.0.0.0 or [::])? An IPv4-mapped [::ffff:a.b.c.d]
+ * gives its IPv4 address in *v4 for the comparison across families. */
+static bool config_values_wildcard(const struct sockaddr_storage *addr, bool *mapped, uint32_t *v4)
+{
+	*mapped = false;
+	if (addr->ss_family == AF_INET) {
+		*v4 = ((const struct sockaddr_in *)addr)->sin_addr.s_addr;
+		return *v4 == htonl(INADDR_ANY);
+	}
+	if (addr->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+
+		if (IN6_IS_ADDR_V4MAPPED(a)) {
+			*mapped = true;
+			memcpy(v4, &a->s6_addr[12], 4);
+		}
+		return IN6_IS_ADDR_UNSPECIFIED(a);
+	}
+	return false;
+}
+
+bool config_values_addresses_clash(const struct sockaddr_storage *a,
+				   const struct sockaddr_storage *b)
+{
+	bool a_mapped, b_mapped;
+	uint32_t a_v4 = 0, b_v4 = 0;
+	bool a_any = config_values_wildcard(a, &a_mapped, &a_v4);
+	bool b_any = config_values_wildcard(b, &b_mapped, &b_v4);
+	bool a_ipv4 = a->ss_family == AF_INET || a_mapped;
+	bool b_ipv4 = b->ss_family == AF_INET || b_mapped;
+
+	if (config_values_addr_port(a) != config_values_addr_port(b))
+		return false;
+	if (config_values_same_address(a, b))
+		return true;
+	if (a->ss_family == b->ss_family && (a_any || b_any))
+		return true;
+	/* [::] listens on IPv4 too; an IPv4-mapped address is its IPv4 one */
+	if ((a->ss_family == AF_INET6 && a_any && b_ipv4) ||
+	    (b->ss_family == AF_INET6 && b_any && a_ipv4))
+		return true;
+	return a_ipv4 && b_ipv4 &&
+	       (a_v4 == b_v4 || a_v4 == htonl(INADDR_ANY) || b_v4 == htonl(INADDR_ANY));
+}
+
 /* The largest unit that divides the duration exactly. */
 void config_values_format_ms(uint64_t ms, char *buf, size_t size)
 {

@@ -63,6 +63,13 @@ uint16_t config_values_addr_port(const struct sockaddr_storage *addr);
 /* Whether two socket addresses name the same address and port. */
 bool config_values_same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 
+/* Whether two listening sockets could not both be bound: the same port and
+ * the same address, or a wildcard of one covering the other (0.0.0.0 takes
+ * every IPv4 address; [::] every IPv6 one and, dual-stack as the proxy
+ * binds it, every IPv4 one too). */
+bool config_values_addresses_clash(const struct sockaddr_storage *a,
+				   const struct sockaddr_storage *b);
+
 /* Write a duration the way a config would: "32s", "250ms", "5m". */
 void config_values_format_ms(uint64_t ms, char *buf, size_t size);
 

@@ -53,6 +53,18 @@ size_t config_walk_error_count(const struct config_walk *walk)
 	return walk->error_count;
 }
 
+bool config_walk_refused(const struct config_walk *walk, const struct yaml_tree_node *mapping,
+			 const char *key)
+{
+	const struct yaml_tree_entry *e = yaml_tree_find(mapping, key);
+
+	for (size_t i = 0; e != NULL && i < walk->error_count; i++)
+		if (walk->errors[i].line == e->value->line &&
+		    walk->errors[i].column == e->value->column)
+			return true;
+	return false;
+}
+
 /* Order errors by line, column, then discovery. */
 static int config_walk_error_cmp(const void *a, const void *b)
 {
@@ -272,6 +284,8 @@ void config_walk_mapping(struct config_walk *walk, const struct yaml_tree_node *
 		const struct yaml_tree_node *key = node->entries[i].key;
 		const struct config_walk_key *k = keys;
 
+		if (key->duplicate)
+			continue;
 		while (k->name != NULL && strcmp(k->name, key->text) != 0)
 			k++;
 		if (k->name == NULL)

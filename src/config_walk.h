@@ -51,6 +51,12 @@ size_t config_walk_finish(struct config_walk *walk, FILE *errors);
 
 size_t config_walk_error_count(const struct config_walk *walk);
 
+/* Was key's value in mapping refused (an error at its node)? A refused key
+ * keeps its default, and a check that compares it with another key would
+ * blame a value nobody wrote. False when mapping does not set key. */
+bool config_walk_refused(const struct config_walk *walk, const struct yaml_tree_node *mapping,
+			 const char *key);
+
 /* Read a mapping with a table of keys (ended by a NULL name) into base. */
 void config_walk_mapping(struct config_walk *walk, const struct yaml_tree_node *node,
 			 const struct config_walk_key *keys, void *base);

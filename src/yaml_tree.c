@@ -250,6 +250,7 @@ static int yaml_tree_attach(struct yaml_tree_builder *b, struct yaml_tree_node *
 		if (strcmp(other->text, node->text) == 0) {
 			yaml_tree_error(b, mark, node->text, "duplicate key, first at line %u",
 					other->line);
+			node->duplicate = true;
 			break;
 		}
 	}
@@ -349,6 +350,25 @@ static int yaml_tree_event(struct yaml_tree_builder *b, const yaml_event_t *ev)
 	}
 }
 
+/* The mark of a byte offset into text: libyaml's reader names only the
+ * offset of a bad byte, decoding ahead of where the parser stands. Columns
+ * count characters, as libyaml's marks do: the bytes before the bad one
+ * decoded, so only UTF-8 continuation bytes are skipped. */
+static yaml_mark_t yaml_tree_mark_at(const char *text, size_t len, size_t offset)
+{
+	yaml_mark_t mark = { .index = offset };
+
+	for (size_t i = 0; i < offset && i < len; i++) {
+		if (text[i] == '\n') {
+			mark.line++;
+			mark.column = 0;
+		} else if (((unsigned char)text[i] & 0xc0) != 0x80) {
+			mark.column++;
+		}
+	}
+	return mark;
+}
+
 /* libyaml's own words for a syntax error, at the place it names. */
 static void yaml_tree_syntax_error(struct yaml_tree_builder *b, const yaml_parser_t *parser,
 				   const char *text, size_t len)
@@ -359,10 +379,11 @@ static void yaml_tree_syntax_error(struct yaml_tree_builder *b, const yaml_parse
 	switch (parser->error) {
 	case YAML_MEMORY_ERROR:
 		problem = "out of memory";
-		/* fall through */
+		mark = parser->mark;
+		break;
 	case YAML_READER_ERROR:
 		/* The reader leaves no mark of its own, only the offset. */
-		mark = parser->mark;
+		mark = yaml_tree_mark_at(text, len, parser->problem_offset);
 		break;
 	default:
 		break;
@@ -383,12 +404,13 @@ static void yaml_tree_syntax_error(struct yaml_tree_builder *b, const yaml_parse
 
 /* Parse one document from memory; NULL after printing the errors. */
 struct yaml_tree_node *yaml_tree_parse_text(const char *text, size_t len, const char *name,
-					    FILE *errors)
+					    FILE *errors, unsigned *rule_errors)
 {
 	struct yaml_tree_builder b = { .name = name, .errors = errors };
 	yaml_parser_t parser;
 	bool done = false;
 
+	*rule_errors = 0;
 	if (!yaml_parser_initialize(&parser)) {
 		fprintf(errors, "%s: out of memory\n", name);
 		return NULL;
@@ -408,13 +430,13 @@ struct yaml_tree_node *yaml_tree_parse_text(const char *text, size_t len, const 
 		if (rc < 0)
 			goto fail;
 	}
-	if (b.error_count > 0)
-		goto fail;
 	if (b.root == NULL || yaml_tree_is_null(b.root)) {
-		fprintf(errors, "%s:1:1: the configuration is empty\n", name);
+		if (b.error_count == 0)
+			fprintf(errors, "%s:1:1: the configuration is empty\n", name);
 		goto fail;
 	}
 	yaml_parser_delete(&parser);
+	*rule_errors = b.error_count;
 	return b.root;
 fail:
 	/* Every node hangs under the root as soon as it is made, except keys
@@ -427,13 +449,14 @@ fail:
 }
 
 /* Read a whole file and parse it; NULL after printing the errors. */
-struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors)
+struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors, unsigned *rule_errors)
 {
 	struct yaml_tree_node *root;
 	FILE *f = fopen(path, "rb");
 	char *text = NULL;
 	size_t len = 0, cap = 0;
 
+	*rule_errors = 0;
 	if (f == NULL) {
 		fprintf(errors, "%s: cannot open: %s\n", path, strerror(errno));
 		return NULL;
@@ -457,7 +480,7 @@ struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors)
 		return NULL;
 	}
 	fclose(f);
-	root = yaml_tree_parse_text(text, len, path, errors);
+	root = yaml_tree_parse_text(text, len, path, errors, rule_errors);
 	free(text);
 	return root;
 }

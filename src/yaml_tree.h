@@ -33,18 +33,24 @@ struct yaml_tree_node {
 	char *text;	 /* scalar: NUL-terminated, no NUL inside */
 	size_t text_len;
 	bool plain;			 /* scalar written without quotes */
+	bool duplicate;			 /* a mapping key met before in its mapping: reported, and
+			 * its entry is not read (the first one is) */
 	struct yaml_tree_node **items;	 /* sequence */
 	struct yaml_tree_entry *entries; /* mapping */
 	size_t count;			 /* items or entries */
 };
 
-/* Parse a file into a tree; on error print every error found to errors as
- * "file:line:col: [path: ]message" and return NULL. */
-struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors);
+/* Parse a file into a tree, printing every error found to errors as
+ * "file:line:col: [path: ]message". NULL when the document could not be
+ * read through (a syntax error, a second document). A document read
+ * through that breaks a rule of the tree (a duplicate key, an alias, a
+ * tag, a NUL byte) is still returned, with *rule_errors counting those
+ * errors, so that the rest of it can be checked too; it must not be used. */
+struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors, unsigned *rule_errors);
 
 /* The same from memory; name stands for the file in messages. */
 struct yaml_tree_node *yaml_tree_parse_text(const char *text, size_t len, const char *name,
-					    FILE *errors);
+					    FILE *errors, unsigned *rule_errors);
 
 void yaml_tree_free(struct yaml_tree_node *node);
 
