@@ -102,6 +102,8 @@ struct conn {
 	bool shutdown_pending;	   /* FIN once the output is written */
 	bool close_notify_blocked; /* the TLS close_notify waits for the socket */
 	bool failed;		   /* an error was reported: no more I/O */
+	bool write_reset;	   /* a send was reset: nothing more is written, the
+				    * peer's last bytes are read, then the reset told */
 	bool freed;		   /* conn_free during a callback: free when it returns */
 	bool reset_on_free;
 	bool in_pass;
@@ -852,6 +854,24 @@ static ssize_t conn_write_tls(struct conn *c)
 }
 
 /* Write what the output holds; report progress to the write callback. */
+/* A send was reset. A peer that answers early and closes without reading
+ * the rest of the request (a 413 for a body too large, a 503 with
+ * Connection: close) makes its kernel reset the connection, and what it
+ * sent before is still readable here: while the conn reads, the output
+ * stays unsent and the reading goes on, so the answer goes up first and the
+ * reset after it (the read reports it, as the kernel says it again there).
+ * TLS cannot read on after a failed write. False: fail now. */
+static bool conn_write_reset(struct conn *c, int error)
+{
+	if (c->ssl != NULL || (error != ECONNRESET && error != EPIPE) || !c->reading || c->eof ||
+	    conn_input_full(c))
+		return false;
+	c->write_reset = true;
+	c->write_blocked = false;
+	conn_update_interest(c);
+	return true;
+}
+
 static void conn_write(struct conn *c)
 {
 	bool was_blocked = c->write_blocked;
@@ -860,7 +880,8 @@ static void conn_write(struct conn *c)
 	c->write_blocked = false;
 	n = c->ssl != NULL ? conn_write_tls(c) : conn_write_plain(c);
 	if (n < 0) {
-		conn_fail(c, CONN_WRITING, errno);
+		if (!conn_write_reset(c, errno))
+			conn_fail(c, CONN_WRITING, errno);
 		return;
 	}
 	if (c->write_timeout_ms != 0 && (n > 0 || (c->write_blocked && !was_blocked)))
@@ -1006,7 +1027,7 @@ static void conn_pass_one(struct conn *c)
 	}
 	if (c->connecting || c->handshaking || c->failed)
 		return;
-	if (conn_length(c->output) > 0 && !c->write_blocked) {
+	if (conn_length(c->output) > 0 && !c->write_blocked && !c->write_reset) {
 		/* conn_write registers the interest that follows from it */
 		conn_write(c);
 		if (c->freed || c->failed)

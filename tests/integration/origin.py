@@ -40,6 +40,8 @@ full list; query parameters tune it):
     /delay/<s>          waits s seconds, then 200 "delayed\\n"
     /reset/head         RST after the request head, before reading the body
     /reset/request      RST after reading the whole request
+    /early/N            answer N (Connection: close) before reading the body, then close:
+                        the unread body turns the close into a reset
     /reset/body         ?n=N: announces N bytes, sends N/2, then RST
     /reset/status       sends half a status line, then RST
     /drop               reads the request, closes (FIN) without answering
@@ -761,6 +763,13 @@ class Origin:
             ex.keep_alive = False
         if url.path == "/reset/head":
             ex.reset()
+        if url.path.startswith("/early/"):
+            # answer before reading the body, then close: the body left
+            # unread makes the kernel reset the connection, as servers that
+            # refuse an upload do
+            code = int(url.path.split("/")[2])
+            ex.simple(code, b"early %d\n" % code, [("Connection", "close")])
+            raise _DropConnection()
         if not self._expect(ex):
             return False
         try:

@@ -10,7 +10,10 @@ Must hold: a 1 MiB Content-Length PUT and a chunked PUT of 1,000,003 bytes
 each end in 200 with Retry-Attempts: 3, and the origin received the body 3
 times, each with the client's sha256 (and the chunked one as chunked each
 time), also when the client sent Expect: 100-continue, and also when the
-origin reset the first two tries before reading any of the body; with
+origin reset the first two tries before reading any of the body; an 8 MiB
+PUT the origin answers 413 (or 503) before reading its body, closing with
+the body unread (a reset), gets that 413 after one try (the 503 is retried
+and the trail starts with it), not a 502 for the reset; with
 replay_buffer 64KiB, a 60 KiB PUT is still repeated, while a 256 KiB PUT, by
 Content-Length or chunked, reaches the origin once, whole, the client gets
 the 503 with Retry-Attempts: 1 and the access line says
@@ -88,6 +91,23 @@ def scenario(t):
         n = 1 << 20
         reqs, sha = replayed(big, "/replay/resethead", n, ["/reset/head", "/reset/head", "/echo"], 200, 3)
         same_body(reqs[2:], n, sha, "after two cut-off sends")
+
+    @t.check("8 MiB PUT answered 413 before its body was read, the connection then reset: the "
+             "client gets the 413, once")
+    def _():
+        replayed(big, "/replay/early413", 8 << 20, ["/early/413"], 413, 1)
+        fl = h.access_fields(big.access_one("/replay/early413"))
+        h.eq((fl["status"], fl.get("tries")), ("413", "413"), "access status, tries")
+
+    @t.check("8 MiB PUT answered 503 before its body was read, the connection then reset: "
+             "retried after the 503, whole body on try 2")
+    def _():
+        n = 8 << 20
+        reqs, sha = replayed(big, "/replay/early503", n, ["/early/503", "/echo"], 200, 2)
+        same_body(reqs[1:], n, sha, "after the early 503")
+        fl = h.access_fields(big.access_one("/replay/early503"))
+        h.ok(fl.get("tries", "").startswith("503 "), "the trail starts with the 503: %r"
+             % fl.get("tries"))
 
     @t.check("chunked PUT of 1,000,003 bytes, 503, 503, 200: the origin got it 3 times, byte-exact")
     def _():
