@@ -929,6 +929,15 @@ static void exchange_try_timeout_cb(evutil_socket_t fd, short what, void *arg)
 
 	exchange_enter(ex);
 	t->timer_armed = false;
+	if (t->state == EXCHANGE_TRY_CONNECTING && t->admitted) {
+		/* try_timeout ended a new connection's connect (or its lookup)
+		 * before connect_timeout could: to the upstream's health that is
+		 * a connect that timed out, not one given up for another reason;
+		 * else a try_timeout below connect_timeout would never let an
+		 * upstream that drops SYNs be found down */
+		t->admitted = false;
+		upstream_connect_end(ex->upstream, &ex->config->health, UPSTREAM_CONNECT_FAILED);
+	}
 	if (t->state == EXCHANGE_TRY_CONNECTING || t->state == EXCHANGE_TRY_WAITING)
 		exchange_try_failed(t, TRY_TIMEOUT, EXCHANGE_TRY_TIMEOUT_TEXT);
 	exchange_leave(ex);

@@ -352,6 +352,13 @@ static void upstream_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	struct upstream_connect *uc = arg;
 	char reason[UPSTREAM_REASON_MAX];
 
+	if (!uc->resolved) {
+		/* the name never resolved: the failure is DNS's, not a connect's */
+		snprintf(reason, sizeof(reason),
+			 "no answer for %s from DNS within the connect timeout", uc->host);
+		upstream_connect_finish(uc, NULL, TRY_DNS, reason);
+		return;
+	}
 	if (uc->count > 1)
 		snprintf(reason, sizeof(reason),
 			 "no connection to %s:%u within the connect timeout (%zu of its %zu "
