@@ -337,10 +337,12 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 		    !tls_store_current(ex->proxy->tls, conn_ssl(t->up)))
 			reusable = false;
 		if (reusable) {
-			pool_put(ex->proxy->pool, ex->pool_key, t->up,
-				 ex->config->limits.pool_max_idle,
-				 ex->config->limits.pool_idle_timeout_ms);
-			upstream_slot_pooled(ex->upstream);
+			/* a pool already full closes it, and its place goes back
+			 * as it closes: no pooled connection to offer then */
+			if (pool_put(ex->proxy->pool, ex->pool_key, t->up,
+				     ex->config->limits.pool_max_idle,
+				     ex->config->limits.pool_idle_timeout_ms))
+				upstream_slot_pooled(ex->upstream);
 		} else
 			conn_free(t->up);
 		t->up = NULL;

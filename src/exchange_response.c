@@ -67,6 +67,10 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 		const struct http1_field *f = &head->fields[i];
 
 		forward[i] = !hop[i] || (pass_chunked && f->known == HTTP1_FIELD_TRANSFER_ENCODING);
+		/* the count the client gets is this proxy's: one an upstream (a
+		 * proxy of its own) sent would stand first and say another */
+		if (f->known == HTTP1_FIELD_RETRY_ATTEMPTS)
+			forward[i] = false;
 		/* identical Content-Lengths were checked: one goes on */
 		if (rf->length_repeated && f->known == HTTP1_FIELD_CONTENT_LENGTH) {
 			forward[i] = forward[i] && !seen_length;

@@ -408,6 +408,8 @@ static uint32_t http1_field_name_of(const char *name, size_t len)
 	case 14:
 		if (HTTP1_TOKEN_IS(name, "content-length"))
 			return HTTP1_FIELD_CONTENT_LENGTH;
+		if (HTTP1_TOKEN_IS(name, "retry-attempts"))
+			return HTTP1_FIELD_RETRY_ATTEMPTS;
 		return http1_is_underscored(name, len, "content-length")
 			       ? HTTP1_FIELD_UNDERSCORED_FRAMING
 			       : HTTP1_FIELD_OTHER;
@@ -917,6 +919,7 @@ static const signed char http1_fixed_hop[] = {
 	[HTTP1_FIELD_PROXY_CONNECTION] = 1,
 	[HTTP1_FIELD_UNDERSCORED_FRAMING] = 0,
 	[HTTP1_FIELD_PROXY_AUTHORIZATION] = 1,
+	[HTTP1_FIELD_RETRY_ATTEMPTS] = 0,
 };
 
 void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)

@@ -69,6 +69,7 @@ enum http1_field_name {
 	HTTP1_FIELD_PROXY_CONNECTION,	 /* Proxy-Connection */
 	HTTP1_FIELD_PROXY_AUTHORIZATION, /* Proxy-Authorization */
 	HTTP1_FIELD_UNDERSCORED_FRAMING, /* Content_Length or Transfer_Encoding, any '-' as '_' */
+	HTTP1_FIELD_RETRY_ATTEMPTS,	 /* Retry-Attempts: the proxy sets its own */
 };
 
 /* One field line. Pointers are into the parsed buffer. */

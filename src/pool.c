@@ -171,7 +171,7 @@ static void pool_idle_event_cb(struct conn *conn, short what, void *arg)
 	pool_close(idle->pool, idle);
 }
 
-void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned max_idle,
+bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned max_idle,
 	      uint64_t idle_timeout_ms)
 {
 	struct pool_upstream *u = pool_find(pool, key, 1);
@@ -179,7 +179,7 @@ void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 
 	if (u->idle_count >= max_idle) {
 		conn_free(conn);
-		return;
+		return false;
 	}
 	idle = pool->spares;
 	if (idle != NULL) {
@@ -198,6 +198,7 @@ void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 	conn_set_timeouts(conn, 0, 0);
 	conn_set_deadline(conn, idle_timeout_ms);
 	conn_read_enable(conn, true);
+	return true;
 }
 
 struct conn *pool_take(struct pool *pool, const char *key)

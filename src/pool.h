@@ -18,8 +18,9 @@ struct pool *pool_new(void);
 /* Close every idle connection and free the pool. */
 void pool_free(struct pool *pool);
 
-/* Keep conn idle under key; closed at once if key already holds max_idle. */
-void pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned max_idle,
+/* Keep conn idle under key; closed at once if key already holds max_idle.
+ * True when it was kept. */
+bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned max_idle,
 	      uint64_t idle_timeout_ms);
 
 /* The most recently idled connection for key, or NULL; the caller owns it.

@@ -12,7 +12,8 @@ field named by Connection).
 Must hold: hop-by-hop fields and the fields Connection names are gone in
 both directions; every other field arrives byte-exact (name case and value)
 in the original order, duplicates kept, nothing added except Via
-("1.1 retryproxy" after any earlier Via) and, on responses, Retry-Attempts;
+("1.1 retryproxy" after any earlier Via) and, on responses, Retry-Attempts
+(replacing one the upstream sent);
 in sidecar mode the upstream gets exactly one Host: <upstream authority>;
 a Content-Length of one number repeated ("5, 5", or two identical
 fields) goes on as one "Content-Length: 5", both ways (RFC 9110 section
@@ -144,6 +145,13 @@ def scenario(t):
         h.eq(rest, expected, "end-to-end response fields at the client (order, case, values)")
         h.eq(via_list(r.headers), ["1.1 origin-via", "1.1 retryproxy"], "Via at the client")
         h.eq(r.header_all("Retry-Attempts"), ["1"], "Retry-Attempts")
+
+    @t.check("an upstream's own Retry-Attempts (a proxy of its own) is replaced by this proxy's")
+    def _():
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", origin.url("/status/200?hdr=Retry-Attempts:9"), auth))
+            r = c.read_response()
+        h.eq((r.status, r.header_all("Retry-Attempts")), (200, ["1"]), "status, Retry-Attempts")
 
     @t.check("response raw bytes: an obs-text byte in a value arrives unchanged")
     def _():

@@ -72,10 +72,10 @@ static void test_most_recent_first_and_max_idle(void **state)
 	struct conn *c = idle_conn(loop);
 
 	(void)state;
-	pool_put(pool, "http://h:1", a, 2, 0);
-	pool_put(pool, "http://h:1", b, 2, 0);
-	/* over max_idle: closed at once */
-	pool_put(pool, "http://h:1", c, 2, 0);
+	assert_true(pool_put(pool, "http://h:1", a, 2, 0));
+	assert_true(pool_put(pool, "http://h:1", b, 2, 0));
+	/* over max_idle: closed at once, and said so */
+	assert_false(pool_put(pool, "http://h:1", c, 2, 0));
 	assert_int_equal(conn_loop_open(loop, CONN_ACCEPTED), 2);
 	assert_ptr_equal(pool_take(pool, "http://h:1"), b);
 	conn_free(b);
