@@ -28,6 +28,7 @@ enum main_exit {
 struct main_signals {
 	struct proxy *proxy;
 	const char *config_path; /* NULL: embedded */
+	bool named;		 /* -c named it: a reload reads it; else it looks again */
 };
 
 static void main_usage(FILE *out)
@@ -175,6 +176,10 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
 	struct main_signals *s = arg;
 
 	if (sig == SIGHUP) {
+		/* a config found, not named, is looked for again: one written
+		 * to /etc/retryproxy since the start is the one to run */
+		if (!s->named)
+			s->config_path = config_default_path();
 		log_info("SIGHUP: reloading %s",
 			 s->config_path != NULL ? s->config_path : "<embedded>");
 		proxy_reload(s->proxy, s->config_path);
@@ -306,6 +311,7 @@ int main(int argc, char **argv)
 		}
 		return main_make_ca(make_ca_dir);
 	}
+	signals.named = config_path != NULL;
 	if (config_path == NULL) {
 		config_path = config_default_path();
 		/* found, not named: say which, as a start logs it */

@@ -14,7 +14,8 @@ value for a bad value), a tls.ca_file holding no certificate included,
 for --check as for a start; usage errors exit 1; a port in use
 exits 2 naming the cause; without -c the proxy says on stderr which config it
 used (./conf/retryproxy.yaml first, else /etc/retryproxy/retryproxy.yaml,
-else the embedded default); SIGINT and SIGTERM exit 0.
+else the embedded default), and a reload looks again (a ./conf/retryproxy.yaml
+written after a start on another config is loaded); SIGINT and SIGTERM exit 0.
 """
 
 import os
@@ -205,6 +206,29 @@ def scenario(t):
                  "stderr should say 'config: ...conf/retryproxy.yaml': %r" % text)
             h.ok(re.search(r"listening on \S*127\.0\.0\.1:%d" % port, text),
                  "stderr should say 'listening on 127.0.0.1:%d': %r" % (port, text))
+        finally:
+            code = finish(proc)
+        h.eq(code, 0, "exit code after SIGTERM")
+
+    @t.check("no -c: a reload looks for the config again, and loads ./conf/retryproxy.yaml "
+             "written since the start")
+    def _():
+        cwd = os.path.join(tmp, "later-conf")
+        os.makedirs(cwd)
+        proc, err = start([], cwd)
+        try:
+            h.wait_until(lambda: "config:" in read(err) or proc.poll() is not None, 10 * h.SLOW,
+                         "a 'config:' line on stderr")
+            h.ok(proc.poll() is None, "the proxy on its default config exited with %s: %r"
+                 % (proc.returncode, read(err)))
+            port = h.free_port()
+            write(os.path.join(cwd, "conf", "retryproxy.yaml"), GOOD.replace("@PORT@", str(port)))
+            proc.send_signal(signal.SIGHUP)
+            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None,
+                         15 * h.SLOW, "the proxy to listen on %d" % port)
+            h.ok(h.listens_on(proc.pid, port), "not listening on %d: %r" % (port, read(err)))
+            h.ok(re.search(r"reloading \S*conf/retryproxy\.yaml", read(err)),
+                 "stderr should say 'reloading ...conf/retryproxy.yaml': %r" % read(err))
         finally:
             code = finish(proc)
         h.eq(code, 0, "exit code after SIGTERM")
