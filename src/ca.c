@@ -520,6 +520,14 @@ static EVP_PKEY *ca_load_key(const char *path, char *err, size_t err_len)
 		close(fd);
 		return NULL;
 	}
+	/* owner-only, as the README says: any other bit on a key is a slip */
+	if (st.st_mode & (S_IXGRP | S_IXOTH)) {
+		ca_error(err, err_len,
+			 "has group or other permission bits (mode %04o): chmod 600 it",
+			 (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return NULL;
+	}
 	if (ca_read_fd(fd, &st, &data, &len, err, err_len) < 0) {
 		close(fd);
 		return NULL;

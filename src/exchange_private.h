@@ -171,9 +171,10 @@ struct exchange_try {
 	int keeping_status;		/* ... with its status and Retry-After */
 	uint64_t keeping_retry_after_until; /* (as a time: the wait runs from the head) */
 	enum retry_should keeping_should;   /* ... and x-should-retry */
-	unsigned number;		    /* which try of the exchange it is, from 1 */
-	size_t record;			    /* its response head's place in the tries trail */
-	uint64_t written_before;	    /* conn_bytes_written() of up before its request */
+	bool keeping_unclean;	 /* its close-delimited body ended with no TLS close_notify */
+	unsigned number;	 /* which try of the exchange it is, from 1 */
+	size_t record;		 /* its response head's place in the tries trail */
+	uint64_t written_before; /* conn_bytes_written() of up before its request */
 };
 
 /* Try slots per exchange: one, and the three hedges SPEC allows at most. */
@@ -285,6 +286,7 @@ struct exchange {
 	int kept_status;
 	uint64_t kept_retry_after_until;
 	enum retry_should kept_should;
+	bool kept_unclean; /* the kept body may be cut: delivered, it is broken off */
 
 	struct access_try *tries; /* one per try, for the log: tries_inline, or grown */
 	size_t try_count;

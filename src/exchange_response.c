@@ -166,6 +166,10 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
 	return 0;
 }
 
+/* A TLS upstream closed a body that ends with the connection without a
+ * close_notify: whole or cut, nothing tells (RFC 9112 section 9.8). */
+#define EXCHANGE_UNCLEAN_CLOSE_TEXT "upstream closed without TLS close_notify mid-body"
+
 void exchange_deliver_kept(struct exchange *ex)
 {
 	if (ex->resumable && ex->resume->pending) {
@@ -174,6 +178,13 @@ void exchange_deliver_kept(struct exchange *ex)
 	}
 	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len, ex->kept_number) < 0) {
 		exchange_respond_error(ex, 502, "502 kept upstream response could not be re-read");
+		return;
+	}
+	/* an https upstream's close-delimited body that ended without its
+	 * close_notify may have been cut: never passed on as whole */
+	if (ex->kept_unclean) {
+		metrics_upstream_error(ex->proxy->metrics, TRY_RESET);
+		exchange_break_response(ex, EXCHANGE_UNCLEAN_CLOSE_TEXT);
 		return;
 	}
 	/* a close-delimited body ends here; the client connection closes after it */
@@ -243,6 +254,7 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	exchange_compact_kept(t->keeping);
 	ex->kept = t->keeping;
 	ex->kept_head_len = t->keeping_head_len;
+	ex->kept_unclean = t->keeping_unclean;
 	ex->kept_number = t->number;
 	t->keeping = NULL;
 	exchange_end_try(t, reusable);
@@ -295,6 +307,7 @@ static void exchange_start_keeping(struct exchange_try *t, const struct http1_he
 
 	t->keeping = evbuffer_new();
 	t->keeping_head_len = head->head_len;
+	t->keeping_unclean = false;
 	evbuffer_remove_buffer(in, t->keeping, head->head_len);
 	/* kept as received: a chunked body keeps its framing */
 	body_relay_init_framing(&t->keeping_body, &t->framing, false,
@@ -487,10 +500,6 @@ void exchange_read_response_head(struct exchange_try *t)
 	}
 }
 
-/* A TLS upstream closed a body that ends with the connection without a
- * close_notify: whole or cut, nothing tells (RFC 9112 section 9.8). */
-#define EXCHANGE_UNCLEAN_CLOSE_TEXT "upstream closed without TLS close_notify mid-body"
-
 /* The upstream closed (or failed) before the response head was complete. */
 static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 {
@@ -517,6 +526,9 @@ static void exchange_closed_while_keeping(struct exchange_try *t, short what)
 	 * plain one (its status, not its body, is what a retry goes by) */
 	if ((what & CONN_EOF) && t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE) {
 		t->keeping_body.done = true;
+		/* ... but if it is what the client gets in the end, its body may
+		 * be a cut one, and is broken off as a relayed one would be */
+		t->keeping_unclean = !conn_eof_clean(t->up);
 		exchange_keep_complete(t, false);
 		return;
 	}

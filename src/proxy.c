@@ -34,9 +34,19 @@ static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
 	char err[512];
 	size_t i;
 
-	if (!config->tls.verify)
+	if (!config->tls.verify) {
+		/* SPEC: warned about naming the route, each that inherits it */
 		log_warn("tls.verify is false: upstream certificates are not checked for any route "
 			 "without its own tls section");
+		log_warn("route %s: tls.verify is false: its upstream certificates are not checked",
+			 config->default_route.name);
+		for (i = 0; i < config->route_count; i++)
+			if (!config->routes[i].tls_overridden)
+				log_warn("route %s: tls.verify is false: its upstream certificates "
+					 "are "
+					 "not checked",
+					 config->routes[i].name);
+	}
 	if (tls_store_prepare(proxy->tls, &config->tls, err, sizeof(err)) < 0) {
 		log_error("%s: tls: %s", config->source, err);
 		return -1;

@@ -15,11 +15,13 @@ connections are reused; new connections to the same upstream resume the TLS
 session; a wrong-host certificate and an unknown CA each give a 502 at once
 (no retry although max_attempts allows it) whose one-line body names the
 reason, and nothing reaches the origin; a route with verify: false works
-and is warned about by name at start; a route's own ca_file is used; a
+and is warned about by name at start, as is each route (default included)
+that inherits a global tls.verify: false; a route's own ca_file is used; a
 body that ends with the connection is whole after the origin's
 close_notify, and broken off toward the client (curl fails, the log names
 the missing close_notify) when the connection ends without one (RFC 9112
-section 9.8); TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
+section 9.8), also when such a body was a retryable answer kept and then
+given to the client because every later try failed; TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
 trust (and without it the same upstream fails verification). The proxy
 ends its upstream TLS connections with a close_notify (the origin reads a
 clean TLS end, not an EOF in violation of the protocol): a pooled one closed
@@ -88,6 +90,22 @@ limits:
 defaults:
   retry:
     max_attempts: 1
+"""
+
+# Certificates not checked for any route without its own tls: section.
+CONFIG_GLOBAL_NO_VERIFY = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://127.0.0.1:@UNKNOWN@
+tls: { verify: false }
+limits:
+  drain_timeout: 2s
+routes:
+  - name: inherits
+    match: { host: inherits.example }
+  - name: own-tls
+    match: { host: own.example }
+    tls: { ca_file: @CA@, verify: true }
 """
 
 # Upstream connections left idle close soon, so the test sees how they end.
@@ -205,6 +223,17 @@ def scenario(t):
         h.ok(len(r.body) <= 5000, "body of %d bytes" % len(r.body))
         note = h.access_fields(proxy.access_one("cut-end")).get("note", "")
         h.ok("close_notify" in note.replace("%20", " "), "the access log says why: %r" % note)
+
+    @t.check("a retryable answer whose body ended without a close_notify, kept, then given to "
+             "the client when every later try failed: broken off too, never passed as whole")
+    def _():
+        good.script("/unclean-kept", ["/close/3000?status=503&unclean=1", "/reset/request"])
+        r = get(0, "/unclean-kept?t=unclean-kept")
+        h.ok(r.exit_code != 0, "curl should see a broken response: %r" % r)
+        f = h.access_fields(proxy.access_one("unclean-kept"))
+        h.eq(f.get("attempts"), "3", "attempts")
+        h.ok("close_notify" in f.get("note", "").replace("%20", " "),
+             "the access log says why: %r" % f)
 
     @t.check("wrong-host certificate: 502 at once naming the reason, not retried, nothing sent")
     def _():
@@ -351,6 +380,17 @@ def scenario(t):
              "the request in flight during the reload (%r)" % held["r"])
         r = h.curl(reloading.listener_url(0, "/echo?t=after-reload-in-flight"))
         h.check_error_response(r, 502, CERT_WORDS)
+
+    unchecked = t.proxy(CONFIG_GLOBAL_NO_VERIFY, UNKNOWN=unknown.port, CA=certs.ca)
+
+    @t.check("tls.verify: false for all: the start warns naming each route that inherits it")
+    def _():
+        unchecked.wait_log(r"route default: tls\.verify is false", timeout=10 * h.SLOW)
+        unchecked.wait_log(r"route inherits: tls\.verify is false", timeout=10 * h.SLOW)
+        h.ok(not [ln for ln in unchecked.stderr_lines() if "route own-tls: tls.verify" in ln],
+             "a route with its own tls: section was named: %s" % unchecked.stderr_tail())
+        r = h.curl(unchecked.listener_url(0, "/echo?t=unchecked"))
+        h.eq((r.exit_code, r.status), (0, 200), "the unknown CA's origin, unchecked (%r)" % r)
 
 
 h.run(scenario, __doc__)

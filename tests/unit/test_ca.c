@@ -426,6 +426,10 @@ static void test_load_refusals(void **state)
 	assert_int_equal(chmod(key, 0620), 0);
 	test_load_fails(cert, key, CA_LOAD_KEY,
 			"writable by group or others (mode 0620): chmod 600 it");
+	/* owner-only: an execute bit for others is refused too */
+	assert_int_equal(chmod(key, 0611), 0);
+	test_load_fails(cert, key, CA_LOAD_KEY,
+			"has group or other permission bits (mode 0611): chmod 600 it");
 	assert_int_equal(chmod(key, 0400), 0);
 	ca_release(test_load(a));
 	assert_int_equal(chmod(key, 0600), 0);
