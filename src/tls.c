@@ -303,6 +303,22 @@ static int tls_select_alpn(SSL *ssl, const unsigned char **out, unsigned char *o
 	return SSL_TLSEXT_ERR_OK;
 }
 
+/* A ticket resumes only a session made under the same leaf: one context
+ * serves every intercepted host, and without this a ticket from a tunnel
+ * to one host would resume in a tunnel to another, whose certificate the
+ * client was never shown, or, after a reload swapped the CA, skip the new
+ * CA's leaf. The leaf's fingerprint (cached by OpenSSL) is the session id
+ * context OpenSSL compares on resumption. */
+static int tls_server_bind_sessions(SSL *ssl, X509 *cert)
+{
+	unsigned char id[EVP_MAX_MD_SIZE];
+	unsigned int len = 0;
+
+	if (X509_digest(cert, EVP_sha1(), id, &len) != 1 || len > SSL_MAX_SID_CTX_LENGTH)
+		return -1;
+	return SSL_set_session_id_context(ssl, id, len) == 1 ? 0 : -1;
+}
+
 SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, STACK_OF(X509) * chain,
 		    char *err, size_t err_len)
 {
@@ -329,7 +345,8 @@ SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, STACK_OF
 	ssl = SSL_new(store->server);
 	if (ssl == NULL || SSL_use_certificate(ssl, cert) != 1 ||
 	    SSL_use_PrivateKey(ssl, key) != 1 ||
-	    (chain != NULL && sk_X509_num(chain) > 0 && SSL_set1_chain(ssl, chain) != 1)) {
+	    (chain != NULL && sk_X509_num(chain) > 0 && SSL_set1_chain(ssl, chain) != 1) ||
+	    tls_server_bind_sessions(ssl, cert) < 0) {
 		tls_error_string(err, err_len, "cannot set up the TLS server side");
 		SSL_free(ssl);
 		return NULL;

@@ -42,6 +42,8 @@ without close_notify, so a strict client sees the truncation. With
 client_timeout 1s, a TLS client in a tunnel reading a 16 MiB body at about
 640 KB/s is not cut and gets it whole; one that stops reading is cut one
 client_timeout after the proxy's write blocked (two on a loaded machine).
+A TLS session resumes in a second tunnel to the same host, never in a
+tunnel to another host.
 """
 
 import os
@@ -209,6 +211,37 @@ def scenario(t):
         with connect_tls(proxy.port(), "127.0.0.1", good.port, local_ca) as tls:
             ip_text = cert_text(tls.getpeercert(binary_form=True))
         h.ok("IP Address:127.0.0.1" in ip_text, "SAN IP:127.0.0.1 in\n%s" % ip_text)
+
+    @t.check("a session resumes in a tunnel to the same host, and never in one to another "
+             "(the client would skip that host's certificate)")
+    def _():
+        ctx = ssl.create_default_context(cafile=local_ca)
+
+        def tunnel(host, session=None):
+            s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
+            s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s\r\n\r\n"
+                       % (host, good.port, host)).encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(4096)
+            tls = ctx.wrap_socket(s, server_hostname=host, session=session)
+            # a request and its answer: the TLS 1.3 tickets come after
+            tls.sendall(b"GET /echo?t=resume HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                        % (host.encode(), good.port))
+            read_response(tls)
+            return tls
+
+        first = tunnel("localhost")
+        session = first.session
+        first.close()
+        again = tunnel("localhost", session)
+        h.ok(again.session_reused, "a second tunnel to localhost did not resume the session")
+        again.close()
+        other = tunnel("127.0.0.1", session)
+        h.ok(not other.session_reused, "localhost's session resumed in a tunnel to 127.0.0.1")
+        h.ok("IP Address:127.0.0.1" in cert_text(other.getpeercert(binary_form=True)),
+             "the tunnel to 127.0.0.1 showed no certificate of its own")
+        other.close()
 
     @t.check("ALPN: a client offering h2 and http/1.1 gets http/1.1")
     def _():
