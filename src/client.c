@@ -219,7 +219,8 @@ static void client_refuse(struct client *client, const struct http1_head *head, 
 			  const char *text)
 {
 	client_log_own_answer(client, head, status, text);
-	reply_error(conn_output(client->conn), status, text, 0, REPLY_CLOSE);
+	reply_error(conn_output(client->conn), status, text, 0, REPLY_CLOSE,
+		    head != NULL && head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0);
 	client_close_after_flush(client);
 }
 

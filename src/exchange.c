@@ -372,6 +372,18 @@ void exchange_release_retry(struct exchange *ex)
 	}
 }
 
+/* A backoff cut short (the client left, the drain came): the trail's last
+ * wait is the time waited, as for a held or queued request no try
+ * followed, not the wait planned. */
+static void exchange_trail_backoff_cut(struct exchange *ex)
+{
+	uint64_t now = retry_budget_now_ms();
+	uint64_t began = ex->backoff_until_ms - ex->next_wait_ms;
+
+	if (ex->state == EXCHANGE_BACKOFF && ex->try_count > 0)
+		ex->tries[ex->try_count - 1].wait_ms = now > began ? now - began : 0;
+}
+
 /* The one end of an exchange: stop its tries and timers, write its
  * access-log line, tell its owner how it ended. It is freed when the
  * outermost entry into it leaves (at once when none runs). */
@@ -401,10 +413,19 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		end = EXCHANGE_END_CLOSE;
 	if (ex->state == EXCHANGE_HELD || ex->state == EXCHANGE_QUEUED)
 		upstream_unwait(&ex->waiter);
+	exchange_trail_backoff_cut(ex);
 	exchange_set_state(ex, EXCHANGE_DONE);
-	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
-		if (ex->slots[i].state != EXCHANGE_TRY_IDLE)
-			exchange_end_try(&ex->slots[i], false);
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
+		struct exchange_try *t = &ex->slots[i];
+
+		/* a try that ends here with no response head, the client gone
+		 * or answered by the proxy, is in the trail too: Retry-Attempts
+		 * and the log's attempts count it */
+		if (t->state == EXCHANGE_TRY_CONNECTING || t->state == EXCHANGE_TRY_WAITING)
+			exchange_record_try(ex, 0, "cancelled", t->hedge);
+		if (t->state != EXCHANGE_TRY_IDLE)
+			exchange_end_try(t, false);
+	}
 	exchange_release_retry(ex);
 	if (ex->gauged_backoff || ex->gauged_held || ex->gauged_queued)
 		exchange_gauges_update(ex);
@@ -441,7 +462,8 @@ void exchange_respond_error(struct exchange *ex, int status, const char *text)
 	reply_error(conn_output(ex->owner.conn), status, text, ex->attempts,
 		    !ex->client_keep_after  ? REPLY_CLOSE
 		    : ex->client_minor == 0 ? REPLY_KEEP_HTTP10
-					    : REPLY_KEEP);
+					    : REPLY_KEEP,
+		    ex->head_request);
 	exchange_finish(ex);
 }
 
@@ -661,9 +683,7 @@ void exchange_drain_begins(struct exchange *ex)
 		return;
 	exchange_enter(ex);
 	exchange_timer_stop(ex);
-	/* the wait before a try that never came */
-	if (ex->try_count > 0)
-		ex->tries[ex->try_count - 1].wait_ms = 0;
+	exchange_trail_backoff_cut(ex);
 	exchange_drop_retry_draining(ex);
 	exchange_leave(ex);
 }
@@ -675,8 +695,7 @@ bool exchange_drain_answer(struct exchange *ex)
 
 	switch (ex->state) {
 	case EXCHANGE_BACKOFF:
-		if (trail != NULL)
-			*trail = 0;
+		exchange_trail_backoff_cut(ex);
 		break;
 	case EXCHANGE_HELD:
 		/* the trail shows the time held, as a held deadline's answer does */

@@ -38,7 +38,7 @@ static const char *reply_reason_phrase(int status)
 }
 
 void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
-		 enum reply_connection connection)
+		 enum reply_connection connection, bool head_request)
 {
 	static const char *const fields[] = {
 		[REPLY_KEEP] = "",
@@ -49,7 +49,9 @@ void reply_error(struct evbuffer *out, int status, const char *text, unsigned at
 
 	evbuffer_add_printf(out,
 			    "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-			    "Retry-Attempts: %u\r\nVia: 1.1 retryproxy\r\n%s\r\n%s\n",
+			    "Retry-Attempts: %u\r\nVia: 1.1 retryproxy\r\n%s\r\n",
 			    status, reply_reason_phrase(status), text_len + 1, attempts,
-			    fields[connection], text);
+			    fields[connection]);
+	if (!head_request)
+		evbuffer_add_printf(out, "%s\n", text);
 }

@@ -10,11 +10,15 @@ struct evbuffer;
 
 /* How a reply's connection goes on: closed after it, kept (HTTP/1.1's
  * default), or kept for an HTTP/1.0 client, which must be told so. */
+#include <stdbool.h>
+
 enum reply_connection { REPLY_KEEP, REPLY_KEEP_HTTP10, REPLY_CLOSE };
 
 /* Queue a response with a one-line text body, Retry-Attempts and Via, and
- * the Connection field that connection needs. */
+ * the Connection field that connection needs. To a HEAD request the same
+ * head goes without the body (RFC 9110 section 9.3.2): on a kept
+ * connection a body there would be read as the next response. */
 void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
-		 enum reply_connection connection);
+		 enum reply_connection connection, bool head_request);
 
 #endif

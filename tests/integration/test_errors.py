@@ -17,7 +17,8 @@ Must hold: each refused request gets its status (400, 414, 431, 413) with a
 one-line text/plain body, Content-Length and Retry-Attempts, and nothing of
 it reaches the origin; framing errors close the connection; the twins under
 the limits pass; a closed port gives 502 naming the refusal; a silent
-origin gives 504 after about try_timeout; a reset, a close before the
+origin gives 504 after about try_timeout (a HEAD's 502 comes without a
+body, so a request pipelined behind it is read right); a reset, a close before the
 response or a malformed response head gives 502; a reset in the middle of
 a body cuts the client connection short instead of padding or hanging.
 """
@@ -141,6 +142,19 @@ def scenario(t):
         r = h.curl("http://127.0.0.1:%d/x" % port, proxy=proxy.url)
         h.check_error_response(r, 502, ("refused",))
         h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+
+    @t.check("HEAD to a closed port: the 502 comes without a body, and the request pipelined "
+             "behind it on the same connection gets its own response")
+    def _():
+        port = h.closed_port()
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("HEAD", "http://127.0.0.1:%d/x" % port, "127.0.0.1:%d" % port) +
+                   h.request("GET", origin.url("/status/201"), origin.authority))
+            first = c.read_response(method="HEAD")
+            second = c.read_response()
+        h.eq((first.status, first.body), (502, b""), "the HEAD's status and body")
+        h.ok(int(first.header("Content-Length") or 0) > 0, "the HEAD's Content-Length")
+        h.eq(second.status, 201, "the pipelined GET's status")
 
     @t.check("504 after try_timeout (1s) when the origin accepts and never answers")
     def _():

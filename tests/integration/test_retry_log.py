@@ -16,7 +16,9 @@ trail ending in 503 and gave_up=attempts; a wait over a second prints as
 0}], gave_up absent on success and "attempts" when exhausted (also for three
 refused connects, logged as {"error": "refused"}); with jitter each wait_ms
 is within [backoff, backoff + jitter] and matches the gap the origin saw
-(within generous slack).
+(within generous slack); a client that leaves during a backoff leaves the
+time it waited as the last wait_ms (gave_up client_gone), and a try the
+client's leaving cut short is in the trail as cancelled.
 """
 
 import time
@@ -156,6 +158,30 @@ def scenario(t):
         for i, (w, g) in enumerate(zip(waits, gaps)):
             h.ok(w / 1000 - 0.02 <= g <= w / 1000 + SLACK,
                  "wait %d: logged %d ms, the origin saw a gap of %d ms" % (i + 1, w, g * 1000))
+
+    @t.check("json: the client leaves 300 ms into a 1.1 s backoff: the trail's last wait_ms is "
+             "the time waited, gave_up client_gone")
+    def _():
+        origin.script("/long/j-gone", [503])
+        with h.RawConn(jsonp.port()) as c:
+            c.send(h.request("GET", origin.url("/long/j-gone"), host))
+            origin.wait_for(lambda o: o.requests_for("/long/j-gone"), 5 * h.SLOW, "the first try")
+            time.sleep(0.3)
+        o = jsonp.access_one("/long/j-gone")
+        h.eq((o["attempts"], o.get("gave_up"), len(o["tries"])), (1, "client_gone", 1),
+             "attempts, gave_up, tries in %r" % o)
+        w = o["tries"][0]["wait_ms"]
+        h.ok(250 <= w < 1000, "the last wait_ms %r is not the time waited (300 ms)" % w)
+
+    @t.check("json: a try cut short by the client leaving is in the trail, as attempts counts it")
+    def _():
+        with h.RawConn(jsonp.port()) as c:
+            c.send(h.request("GET", origin.url("/delay/2?t=cut"), host))
+            origin.wait_for(lambda o: [q for q in o.requests_for("/delay/2")
+                                       if q.query.get("t") == "cut"], 5 * h.SLOW, "the try")
+        o = jsonp.access_one("t=cut")
+        h.eq((o["attempts"], [x.get("error") for x in o["tries"]]), (1, ["cancelled"]),
+             "attempts and the trail in %r" % o)
 
     @t.check("text: with jitter, waits under a second print like \"wait 180ms\"")
     def _():
