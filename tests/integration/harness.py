@@ -157,6 +157,19 @@ def closed_port():
     return s.getsockname()[1]
 
 
+def reserved_port():
+    """A port for a server a test starts later (one that stays closed for a
+    while first): bound now with SO_REUSEADDR, never listening, and kept
+    for the rest of the run, so that the kernel hands it to no other test's
+    socket meanwhile, while a server binding it with SO_REUSEADDR (Python's
+    HTTPServer does) still can. Connects to it are refused until then."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    _RESERVED.append(s)
+    return s.getsockname()[1]
+
+
 def _listening_inodes(port):
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):

@@ -692,7 +692,8 @@ def scenario(t):
     @t.check("start-up scenario on loopback: the app starts %d s before slow-api and never sees an error; "
              "each POST arrives once; slow-api went down and up" % START_DELAY)
     def _():
-        slow_port = h.free_port()
+        # closed for START_DELAY, and no other test's socket may take it then
+        slow_port = h.reserved_port()
         conf = load(DEMO_CONFIG)
         text, env = loopback_config(t, conf)
         proxy = t.proxy(text, env=env, **{upstream_token("upstream"): h.closed_port(),

@@ -162,9 +162,9 @@ def send_all(port, requests):
 
 
 def scenario(t):
-    api_port = h.free_port()
+    api_port = h.reserved_port()
     gone_port = h.closed_port()
-    leave_port = h.free_port()
+    leave_port = h.reserved_port()
     flaky = t.origin(name="flaky")
     flaky.script("/kept/x", [503])
     proxy = t.proxy(CONFIG, API=api_port, GONE=gone_port, FLAKY=flaky.port, LEAVE=leave_port)
@@ -295,7 +295,7 @@ def scenario(t):
     @t.check("any response head resets the failure count")
     def _():
         # two refused connects, then an answer: failures back to 0, still up
-        port = h.free_port()
+        port = h.reserved_port()
         p = t.proxy(CONFIG_PENDING.replace("max_pending_retries: 2", "max_pending_retries: 100")
                     .replace("max_attempts: 5", "max_attempts: 2"), GONE=port)
         r = h.fetch(p.port(0), "GET", "/twice", "api.example", timeout=10 * h.SLOW)
