@@ -377,11 +377,14 @@ void exchange_release_retry(struct exchange *ex)
  * followed, not the wait planned. */
 static void exchange_trail_backoff_cut(struct exchange *ex)
 {
-	uint64_t now = retry_budget_now_ms();
-	uint64_t began = ex->backoff_until_ms - ex->next_wait_ms;
+	uint64_t now, began;
 
-	if (ex->state == EXCHANGE_BACKOFF && ex->try_count > 0)
-		ex->tries[ex->try_count - 1].wait_ms = now > began ? now - began : 0;
+	/* every exchange ends through here: the clock only for a backoff */
+	if (ex->state != EXCHANGE_BACKOFF || ex->try_count == 0)
+		return;
+	now = retry_budget_now_ms();
+	began = ex->backoff_until_ms - ex->next_wait_ms;
+	ex->tries[ex->try_count - 1].wait_ms = now > began ? now - began : 0;
 }
 
 /* The one end of an exchange: stop its tries and timers, write its

@@ -65,18 +65,18 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	http1_hop_by_hop_marks(head, hop);
 	for (i = 0; i < head->field_count; i++) {
 		const struct http1_field *f = &head->fields[i];
-
-		forward[i] = !hop[i] || (pass_chunked && f->known == HTTP1_FIELD_TRANSFER_ENCODING);
 		/* the count the client gets is this proxy's: one an upstream (a
 		 * proxy of its own) sent would stand first and say another */
-		if (f->known == HTTP1_FIELD_RETRY_ATTEMPTS)
-			forward[i] = false;
+		bool fwd = f->known != HTTP1_FIELD_RETRY_ATTEMPTS &&
+			   (!hop[i] || (pass_chunked && f->known == HTTP1_FIELD_TRANSFER_ENCODING));
+
 		/* identical Content-Lengths were checked: one goes on */
 		if (rf->length_repeated && f->known == HTTP1_FIELD_CONTENT_LENGTH) {
-			forward[i] = forward[i] && !seen_length;
+			fwd = fwd && !seen_length;
 			seen_length = true;
 		}
-		if (forward[i])
+		forward[i] = fwd;
+		if (fwd)
 			size += f->line_len;
 	}
 	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
