@@ -85,6 +85,9 @@ static void config_set_admin(struct config_walk *walk, const struct yaml_tree_no
 		return;
 	}
 	for (size_t i = 0; i < config->listener_count; i++) {
+		/* a refused listener's address was reported already */
+		if (config->listeners[i].address == NULL)
+			continue;
 		if (config_values_addresses_clash(&addr, &config->listeners[i].addr)) {
 			config_walk_error(walk, node, "%s is already used by listen[%zu] (%s)",
 					  node->text, i, config->listeners[i].address);
@@ -203,6 +206,8 @@ static void config_set_listen_address(struct config_walk *walk, const struct yam
 	if (!config_address(walk, node, &listener->addr, &listener->addr_len))
 		return;
 	for (size_t i = 0; i < config->listener_count; i++) {
+		if (config->listeners[i].address == NULL)
+			continue;
 		if (config_values_addresses_clash(&listener->addr, &config->listeners[i].addr)) {
 			config_walk_error(walk, node, "%s is already used by listen[%zu] (%s)",
 					  node->text, i, config->listeners[i].address);

@@ -102,8 +102,8 @@ struct conn {
 	bool shutdown_pending;	   /* FIN once the output is written */
 	bool close_notify_blocked; /* the TLS close_notify waits for the socket */
 	bool failed;		   /* an error was reported: no more I/O */
-	bool write_reset;	   /* a send was reset: nothing more is written, the
-				    * peer's last bytes are read, then the reset told */
+	int write_reset;	   /* a send was reset (its errno): nothing more is written,
+			  * the peer's last bytes are read, then the reset told */
 	bool freed;		   /* conn_free during a callback: free when it returns */
 	bool reset_on_free;
 	bool in_pass;
@@ -731,6 +731,10 @@ static void conn_read(struct conn *c)
 		return;
 	}
 	conn_buffer_release(c->loop, &c->input);
+	if (n == -1 && c->write_reset != 0) {
+		conn_fail(c, CONN_READING, c->write_reset);
+		return;
+	}
 	if (n == -1) {
 		c->eof = true;
 		conn_update_interest(c);
@@ -854,19 +858,22 @@ static ssize_t conn_write_tls(struct conn *c)
 }
 
 /* Write what the output holds; report progress to the write callback. */
-/* A send was reset. A peer that answers early and closes without reading
- * the rest of the request (a 413 for a body too large, a 503 with
- * Connection: close) makes its kernel reset the connection, and what it
- * sent before is still readable here: while the conn reads, the output
- * stays unsent and the reading goes on, so the answer goes up first and the
- * reset after it (the read reports it, as the kernel says it again there).
+/* A send to an upstream was reset. A peer that answers early and closes
+ * without reading the rest of the request (a 413 for a body too large, a
+ * 503 with Connection: close) makes its kernel reset the connection, and
+ * what it sent before is still readable here: while the conn reads, the
+ * output stays unsent and the reading goes on, so the answer goes up first
+ * and the reset after it. The send took the kernel's one report of the
+ * reset, so the read then sees an EOF: it is reported as the reset it is
+ * (a body that ends with the connection must not look whole). A client's
+ * connection fails at once: nobody reads what a client says after that.
  * TLS cannot read on after a failed write. False: fail now. */
 static bool conn_write_reset(struct conn *c, int error)
 {
-	if (c->ssl != NULL || (error != ECONNRESET && error != EPIPE) || !c->reading || c->eof ||
-	    conn_input_full(c))
+	if (c->side != CONN_OUTGOING || c->ssl != NULL || (error != ECONNRESET && error != EPIPE) ||
+	    !c->reading || c->eof || conn_input_full(c))
 		return false;
-	c->write_reset = true;
+	c->write_reset = error;
 	c->write_blocked = false;
 	conn_update_interest(c);
 	return true;
@@ -1041,6 +1048,11 @@ static void conn_pass_one(struct conn *c)
 		c->pending_error = 0;
 		c->pending_eof = false;
 		conn_fail(c, CONN_READING, error);
+		return;
+	}
+	if (c->pending_eof && c->write_reset != 0) {
+		c->pending_eof = false;
+		conn_fail(c, CONN_READING, c->write_reset);
 		return;
 	}
 	if (c->pending_eof) {

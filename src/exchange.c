@@ -424,7 +424,8 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		/* a try that ends here with no response head, the client gone
 		 * or answered by the proxy, is in the trail too: Retry-Attempts
 		 * and the log's attempts count it */
-		if (t->state == EXCHANGE_TRY_CONNECTING || t->state == EXCHANGE_TRY_WAITING)
+		if ((t->state == EXCHANGE_TRY_CONNECTING || t->state == EXCHANGE_TRY_WAITING) &&
+		    end != EXCHANGE_END_TUNNEL)
 			exchange_record_try(ex, 0, "cancelled", t->hedge);
 		if (t->state != EXCHANGE_TRY_IDLE)
 			exchange_end_try(t, false);
@@ -561,6 +562,8 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		break;
 	case RETRY_VERDICT_GIVE_UP:
 		ex->gave_up = verdict.reason;
+		if (verdict.reason == RETRY_GIVE_UP_BUDGET && ex->budget != NULL)
+			retry_budget_note_refused(ex->budget);
 		break;
 	case RETRY_VERDICT_FINAL:
 	case RETRY_VERDICT_HOLD:
@@ -663,6 +666,8 @@ void exchange_schedule_retry(struct exchange *ex)
 	 * spent it while this one's response was read */
 	if (ex->budget == NULL ||
 	    !retry_budget_allows(ex->budget, &ex->route->retry.budget, retry_budget_now_ms())) {
+		if (ex->budget != NULL)
+			retry_budget_note_refused(ex->budget);
 		exchange_drop_retry(ex, RETRY_GIVE_UP_BUDGET, 502, "502 retry budget spent");
 		return;
 	}

@@ -735,13 +735,16 @@ bool fleet_route_active(const struct fleet_route *fr)
 	return fr->fleet->state == FLEET_CONNECTED && fr->leased;
 }
 
-bool fleet_route_allows(struct fleet_route *fr)
+bool fleet_route_allows(const struct fleet_route *fr)
 {
-	if (fr->tokens > 0)
-		return true;
+	return fr->tokens > 0;
+}
+
+void fleet_route_note_refused(struct fleet_route *fr)
+{
 	/* the next lease asks for the demand the last one did not meet */
-	fr->asked++;
-	return false;
+	if (fr->fleet->state == FLEET_CONNECTED)
+		fr->asked++;
 }
 
 void fleet_route_note_request(struct fleet_route *fr)

@@ -55,9 +55,13 @@ struct fleet_route *fleet_route_find(struct fleet *fleet, const char *route, uin
  * budget until its first sync answers, at most a sync interval). */
 bool fleet_route_active(const struct fleet_route *fr);
 
-/* Whether a token is held for one more retry; a refusal is counted as
- * demand for the next lease. */
-bool fleet_route_allows(struct fleet_route *fr);
+/* Whether a token is held for one more retry. */
+bool fleet_route_allows(const struct fleet_route *fr);
+
+/* A retry was given up for want of a token: demand the next lease asks
+ * for (counted only for a retry that would otherwise have been made, not
+ * for every look at the budget). */
+void fleet_route_note_refused(struct fleet_route *fr);
 
 /* A request arrived on the route: reported at the next sync. */
 void fleet_route_note_request(struct fleet_route *fr);

@@ -177,9 +177,20 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
 
 	if (sig == SIGHUP) {
 		/* a config found, not named, is looked for again: one written
-		 * to /etc/retryproxy since the start is the one to run */
-		if (!s->named)
-			s->config_path = config_default_path();
+		 * to /etc/retryproxy since the start is the one to run; but
+		 * one that was there and is gone (a deploy renaming files into
+		 * place) must not bring the embedded default in its stead */
+		if (!s->named) {
+			const char *found = config_default_path();
+
+			if (found == NULL && s->config_path != NULL) {
+				log_error("reload: %s is gone and no other config file was found; "
+					  "keeping the running config",
+					  s->config_path);
+				return;
+			}
+			s->config_path = found;
+		}
 		log_info("SIGHUP: reloading %s",
 			 s->config_path != NULL ? s->config_path : "<embedded>");
 		proxy_reload(s->proxy, s->config_path);
@@ -331,6 +342,10 @@ int main(int argc, char **argv)
 	log_info("retryproxy %s starting; config: %s", RETRYPROXY_VERSION,
 		 config_path != NULL ? config_path : "<embedded>");
 	signal(SIGPIPE, SIG_IGN);
+	/* a reload asked for while the proxy starts (a service manager's, a
+	 * test's) must not kill it by the default action before the handler
+	 * below is in place: it is ignored until then */
+	signal(SIGHUP, SIG_IGN);
 	/* a file size limit reached makes a spool write fail with EFBIG */
 	signal(SIGXFSZ, SIG_IGN);
 	/* Buffer blocks of up to 256 KiB (reads of up to 32 KiB, and what

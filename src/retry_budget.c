@@ -161,6 +161,12 @@ bool retry_budget_allows(const struct retry_budget_state *state, const struct re
 	return (double)(retries + 1) <= allowed;
 }
 
+void retry_budget_note_refused(struct retry_budget_state *state)
+{
+	if (state->fleet != NULL)
+		fleet_route_note_refused(state->fleet);
+}
+
 void retry_budget_spend(struct retry_budget_state *state, uint64_t now_ms)
 {
 	state->retries[retry_budget_bucket(state, now_ms)]++;

@@ -55,6 +55,10 @@ bool retry_budget_allows(const struct retry_budget_state *state, const struct re
 /* A retry happened at now_ms: count it against the budget. */
 void retry_budget_spend(struct retry_budget_state *state, uint64_t now_ms);
 
+/* A retry that would have been made was given up for the budget: with a
+ * fleet, demand the route's next lease asks for. */
+void retry_budget_note_refused(struct retry_budget_state *state);
+
 /* Milliseconds of a monotonic clock, for the calls above. */
 uint64_t retry_budget_now_ms(void);
 

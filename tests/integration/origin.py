@@ -41,7 +41,8 @@ full list; query parameters tune it):
     /reset/head         RST after the request head, before reading the body
     /reset/request      RST after reading the whole request
     /early/N            answer N (Connection: close) before reading the body, then close:
-                        the unread body turns the close into a reset
+                        the unread body turns the close into a reset (?size=S: S
+                        pattern bytes with no length, the end being the close)
     /reset/body         ?n=N: announces N bytes, sends N/2, then RST
     /reset/status       sends half a status line, then RST
     /drop               reads the request, closes (FIN) without answering
@@ -768,7 +769,13 @@ class Origin:
             # unread makes the kernel reset the connection, as servers that
             # refuse an upload do
             code = int(url.path.split("/")[2])
-            ex.simple(code, b"early %d\n" % code, [("Connection", "close")])
+            if ex.param("size") is not None:
+                # a body that ends with the connection: the reset may cut it
+                ex.head(code, [("Content-Type", "application/octet-stream"),
+                               ("Connection", "close")])
+                ex.send_pattern(int(ex.param("size")))
+            else:
+                ex.simple(code, b"early %d\n" % code, [("Connection", "close")])
             raise _DropConnection()
         if not self._expect(ex):
             return False

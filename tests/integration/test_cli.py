@@ -15,7 +15,9 @@ for --check as for a start; usage errors exit 1; a port in use
 exits 2 naming the cause; without -c the proxy says on stderr which config it
 used (./conf/retryproxy.yaml first, else /etc/retryproxy/retryproxy.yaml,
 else the embedded default), and a reload looks again (a ./conf/retryproxy.yaml
-written after a start on another config is loaded); SIGINT and SIGTERM exit 0.
+written after a start on another config is loaded; one gone since is not
+replaced by the embedded default: the running config stays); SIGINT and
+SIGTERM exit 0.
 """
 
 import os
@@ -217,8 +219,9 @@ def scenario(t):
         os.makedirs(cwd)
         proc, err = start([], cwd)
         try:
-            h.wait_until(lambda: "config:" in read(err) or proc.poll() is not None, 10 * h.SLOW,
-                         "a 'config:' line on stderr")
+            # listening: its signal handlers are in place by then
+            h.wait_until(lambda: "listening on" in read(err) or proc.poll() is not None,
+                         10 * h.SLOW, "a 'listening on' line on stderr")
             h.ok(proc.poll() is None, "the proxy on its default config exited with %s: %r"
                  % (proc.returncode, read(err)))
             port = h.free_port()
@@ -229,6 +232,14 @@ def scenario(t):
             h.ok(h.listens_on(proc.pid, port), "not listening on %d: %r" % (port, read(err)))
             h.ok(re.search(r"reloading \S*conf/retryproxy\.yaml", read(err)),
                  "stderr should say 'reloading ...conf/retryproxy.yaml': %r" % read(err))
+            # the file gone at the next reload (a deploy renaming files into
+            # place): the running config stays, not the embedded default
+            os.rename(os.path.join(cwd, "conf", "retryproxy.yaml"),
+                      os.path.join(cwd, "conf", "retryproxy.yaml.old"))
+            proc.send_signal(signal.SIGHUP)
+            h.wait_until(lambda: "keeping the running config" in read(err) or
+                         proc.poll() is not None, 10 * h.SLOW, "the reload to be refused")
+            h.ok(h.listens_on(proc.pid, port), "no longer listening on %d: %r" % (port, read(err)))
         finally:
             code = finish(proc)
         h.eq(code, 0, "exit code after SIGTERM")

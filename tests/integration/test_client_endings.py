@@ -22,6 +22,8 @@ Must hold:
 - a client that stops reading a close-delimited body is cut after
   client_timeout with a reset, not a clean close that would make the cut
   body look whole;
+- a client that resets while its response's tail waits in the proxy has
+  its connection closed at once (not kept until drain_timeout);
 - a keep-alive connection accepted before a reload that raised
   max_header_bytes sends a 300 KB head afterwards and gets 200 (its input
   limit follows the new config).
@@ -30,6 +32,7 @@ Must hold:
 import os
 import signal
 import socket
+import struct
 import time
 
 import harness as h
@@ -113,6 +116,19 @@ def scenario(t):
         c.close()
         h.ok(got < size, "the client got the whole %d bytes while not reading" % size)
         h.eq(end, "RST", "how the connection ended after %d of %d bytes" % (got, size))
+
+    @t.check("a client that resets while the tail of its response is still queued in the "
+             "proxy: its connection closes at once")
+    def _():
+        def open_fds():
+            return len(os.listdir("/proc/%d/fd" % proxy.pid))
+
+        c, _, _ = h.response_tail_in_proxy(proxy, "reset-tail", port=proxy.port(2))
+        before = open_fds()
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+        h.wait_until(lambda: open_fds() < before, 3 * h.SLOW,
+                     "the proxy to close the reset client's connection (%d fds open)" % before)
 
     @t.check("a connection from before a reload that raised max_header_bytes sends a larger head")
     def _():

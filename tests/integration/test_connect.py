@@ -12,7 +12,7 @@ origin as the client sent it); the proxy does not touch tunnelled requests
 (no Via); the tunnel closes when the origin closes, when the client closes,
 and after tunnel_idle_timeout of silence; a half-close passes through (a
 client that sends, shuts its side and reads still gets the answer); CONNECT to a closed port gets a
-502 with a one-line body.
+502 with a one-line body; a tunnel's access line has one try, 200.
 """
 
 import hashlib
@@ -93,6 +93,16 @@ def scenario(t):
         c.close()
         h.eq(r.header("Content-Length"), None, "Content-Length on the CONNECT response")
         h.eq(r.header("Transfer-Encoding"), None, "Transfer-Encoding on the CONNECT response")
+
+    @t.check("a tunnel's access line: one try, 200, nothing cancelled")
+    def _():
+        r = h.curl("-p", "-x", proxy.url, plain.url("/bytes/10?t=tunnel-line"))
+        h.eq(r.status, 200, "status through the tunnel (%r)" % r)
+        lines = [h.access_fields(ln) for ln in proxy.stderr_lines()]
+        tunnels = [f for f in lines if f.get("method") == "CONNECT"]
+        h.ok(tunnels, "no CONNECT access line")
+        h.eq((tunnels[-1].get("attempts"), tunnels[-1].get("tries")), ("1", "200"),
+             "the last CONNECT line's attempts and trail: %r" % tunnels[-1])
 
     @t.check("the tunnel closes toward the client when the origin closes")
     def _():

@@ -13,7 +13,8 @@ time), also when the client sent Expect: 100-continue, and also when the
 origin reset the first two tries before reading any of the body; an 8 MiB
 PUT the origin answers 413 (or 503) before reading its body, closing with
 the body unread (a reset), gets that 413 after one try (the 503 is retried
-and the trail starts with it), not a 502 for the reset; with
+and the trail starts with it), not a 502 for the reset; a 200 whose body
+ends with the connection, sent that way, is never passed on as whole; with
 replay_buffer 64KiB, a 60 KiB PUT is still repeated, while a 256 KiB PUT, by
 Content-Length or chunked, reaches the origin once, whole, the client gets
 the 503 with Retry-Attempts: 1 and the access line says
@@ -108,6 +109,18 @@ def scenario(t):
         fl = h.access_fields(big.access_one("/replay/early503"))
         h.ok(fl.get("tries", "").startswith("503 "), "the trail starts with the 503: %r"
              % fl.get("tries"))
+
+    @t.check("8 MiB PUT answered 200 with a body that ends with the connection, before the "
+             "request body was read, the connection then reset: never passed on as whole")
+    def _():
+        path = "/replay/early-close"
+        f, _ = h.random_body_file(t.tmp, 8 << 20, "early-close")
+        r, _ = put(big, path, f, ["/early/200?size=131034"])
+        h.ok(not (r.exit_code == 0 and r.status == 200),
+             "a 200 whose end the reset may have cut came as whole: %r" % r)
+        fl = h.access_fields(big.access_one(path))
+        h.ok(fl.get("status") != "200" or "reset" in fl.get("note", ""),
+             "the access line says the body broke off: %r" % fl)
 
     @t.check("chunked PUT of 1,000,003 bytes, 503, 503, 200: the origin got it 3 times, byte-exact")
     def _():
