@@ -102,9 +102,10 @@ struct conn {
 	bool shutdown_pending;	   /* FIN once the output is written */
 	bool close_notify_blocked; /* the TLS close_notify waits for the socket */
 	bool failed;		   /* an error was reported: no more I/O */
-	int write_reset;	   /* a send was reset (its errno): nothing more is written,
-			  * the peer's last bytes are read, then the reset told */
-	bool freed;		   /* conn_free during a callback: free when it returns */
+	/* a send was reset (errno in error): nothing more is written, the
+	 * peer's last bytes are read, then the reset is told (conn_write_reset) */
+	bool write_reset;
+	bool freed; /* conn_free during a callback: free when it returns */
 	bool reset_on_free;
 	bool in_pass;
 	LIST_ENTRY(conn) pass_link;
@@ -731,8 +732,8 @@ static void conn_read(struct conn *c)
 		return;
 	}
 	conn_buffer_release(c->loop, &c->input);
-	if (n == -1 && c->write_reset != 0) {
-		conn_fail(c, CONN_READING, c->write_reset);
+	if (n == -1 && c->write_reset) {
+		conn_fail(c, CONN_READING, c->error);
 		return;
 	}
 	if (n == -1) {
@@ -857,7 +858,6 @@ static ssize_t conn_write_tls(struct conn *c)
 	return written;
 }
 
-/* Write what the output holds; report progress to the write callback. */
 /* A send to an upstream was reset. A peer that answers early and closes
  * without reading the rest of the request (a 413 for a body too large, a
  * 503 with Connection: close) makes its kernel reset the connection, and
@@ -873,12 +873,14 @@ static bool conn_write_reset(struct conn *c, int error)
 	if (c->side != CONN_OUTGOING || c->ssl != NULL || (error != ECONNRESET && error != EPIPE) ||
 	    !c->reading || c->eof || conn_input_full(c))
 		return false;
-	c->write_reset = error;
+	c->write_reset = true;
+	c->error = error;
 	c->write_blocked = false;
 	conn_update_interest(c);
 	return true;
 }
 
+/* Write what the output holds; report progress to the write callback. */
 static void conn_write(struct conn *c)
 {
 	bool was_blocked = c->write_blocked;
@@ -1050,9 +1052,9 @@ static void conn_pass_one(struct conn *c)
 		conn_fail(c, CONN_READING, error);
 		return;
 	}
-	if (c->pending_eof && c->write_reset != 0) {
+	if (c->pending_eof && c->write_reset) {
 		c->pending_eof = false;
-		conn_fail(c, CONN_READING, c->write_reset);
+		conn_fail(c, CONN_READING, c->error);
 		return;
 	}
 	if (c->pending_eof) {
