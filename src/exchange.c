@@ -387,6 +387,18 @@ static void exchange_trail_backoff_cut(struct exchange *ex)
 	ex->tries[ex->try_count - 1].wait_ms = now > began ? now - began : 0;
 }
 
+/* Put the time held since last counted into the trail's wait: the wait
+ * before the next try, or the last one's when none follows, as
+ * exchange_queue_count_wait() does for the connection queue. */
+static void exchange_held_count_wait(struct exchange *ex)
+{
+	uint64_t now = retry_budget_now_ms();
+
+	if (ex->try_count > 0)
+		ex->tries[ex->try_count - 1].wait_ms += now - ex->held_since_ms;
+	ex->held_since_ms = now;
+}
+
 /* The one end of an exchange: stop its tries and timers, write its
  * access-log line, tell its owner how it ended. It is freed when the
  * outermost entry into it leaves (at once when none runs). */
@@ -687,32 +699,22 @@ void exchange_schedule_retry(struct exchange *ex)
 
 void exchange_drain_begins(struct exchange *ex)
 {
-	if (ex->state != EXCHANGE_BACKOFF || ex->backoff_until_ms < ex->proxy->drain_answer_ms)
-		return;
-	exchange_enter(ex);
-	exchange_timer_stop(ex);
-	exchange_trail_backoff_cut(ex);
-	exchange_drop_retry_draining(ex);
-	exchange_leave(ex);
+	if (ex->state == EXCHANGE_BACKOFF && ex->backoff_until_ms >= ex->proxy->drain_answer_ms)
+		exchange_drain_answer(ex);
 }
 
 bool exchange_drain_answer(struct exchange *ex)
 {
-	uint64_t now = retry_budget_now_ms();
-	uint64_t *trail = ex->try_count > 0 ? &ex->tries[ex->try_count - 1].wait_ms : NULL;
-
+	/* the trail shows the time waited, as a deadline's answer does */
 	switch (ex->state) {
 	case EXCHANGE_BACKOFF:
 		exchange_trail_backoff_cut(ex);
 		break;
 	case EXCHANGE_HELD:
-		/* the trail shows the time held, as a held deadline's answer does */
-		if (trail != NULL)
-			*trail += now - ex->held_since_ms;
+		exchange_held_count_wait(ex);
 		break;
 	case EXCHANGE_QUEUED:
-		if (trail != NULL)
-			*trail += now - ex->queue_counted_ms;
+		exchange_queue_count_wait(ex);
 		break;
 	default:
 		return false;
@@ -764,10 +766,8 @@ static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	exchange_enter(ex);
 	upstream_unwait(&ex->waiter);
 	exchange_gauges_update(ex);
-	/* the trail shows the time held before the answer went out, as the
-	 * connection queue's does */
-	if (ex->try_count > 0)
-		ex->tries[ex->try_count - 1].wait_ms += retry_budget_now_ms() - ex->held_since_ms;
+	/* the trail shows the time held before the answer went out */
+	exchange_held_count_wait(ex);
 	ex->gave_up = RETRY_GIVE_UP_DEADLINE;
 	exchange_release_retry(ex);
 	exchange_upstream_unavailable(ex);
@@ -779,15 +779,12 @@ static void exchange_released(struct upstream_waiter *waiter)
 {
 	struct exchange *ex =
 		(struct exchange *)((char *)waiter - offsetof(struct exchange, waiter));
-	uint64_t now = retry_budget_now_ms();
 
 	exchange_enter(ex);
 	exchange_gauges_update(ex);
 	exchange_timer_stop(ex);
 	/* the trail shows the time held as the wait before the next try */
-	if (ex->try_count > 0)
-		ex->tries[ex->try_count - 1].wait_ms += now - ex->held_since_ms;
-	ex->held_since_ms = now;
+	exchange_held_count_wait(ex);
 	exchange_start_try(ex);
 	exchange_leave(ex);
 }

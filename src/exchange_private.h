@@ -344,6 +344,10 @@ void exchange_gauges_update(struct exchange *ex);
 /* exchange.c: give back this exchange's place among the pending retries. */
 void exchange_release_retry(struct exchange *ex);
 
+/* exchange_queue.c: put the time queued since last counted into the
+ * trail's wait. */
+void exchange_queue_count_wait(struct exchange *ex);
+
 /* exchange_queue.c: take a place for a new connection under
  * max_upstream_connections; false when the exchange waits for one
  * (EXCHANGE_QUEUED) instead. */

@@ -37,8 +37,7 @@ static uint64_t exchange_queue_elapsed(const struct exchange *ex)
 	return now > ex->first_try_ms ? now - ex->first_try_ms : 0;
 }
 
-/* Put the time queued since last counted into the trail's wait. */
-static void exchange_queue_count_wait(struct exchange *ex)
+void exchange_queue_count_wait(struct exchange *ex)
 {
 	uint64_t now = retry_budget_now_ms();
 

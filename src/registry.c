@@ -30,43 +30,37 @@ void registry_close_all(struct registry *registry, const char *reason)
 	}
 }
 
-void registry_drain_begins(struct registry *registry)
+/* The optional ops, all of this type. */
+typedef void (*registry_fn)(void *self);
+
+/* Call an optional op (its offset in struct registry_ops) on every entry
+ * that has it; the next entry is taken first, as an op may close the entry
+ * it is on. */
+static void registry_each(struct registry *registry, size_t op)
 {
 	struct registry_entry *entry = LIST_FIRST(&registry->entries);
 
 	while (entry != NULL) {
-		/* taken first: closing removes the entry from the list */
 		struct registry_entry *next = LIST_NEXT(entry, link);
+		registry_fn call = *(const registry_fn *)((const char *)entry->ops + op);
 
-		if (entry->ops->drain_begins != NULL)
-			entry->ops->drain_begins(entry->self);
+		if (call != NULL)
+			call(entry->self);
 		entry = next;
 	}
+}
+
+void registry_drain_begins(struct registry *registry)
+{
+	registry_each(registry, offsetof(struct registry_ops, drain_begins));
 }
 
 void registry_drain_answer(struct registry *registry)
 {
-	struct registry_entry *entry = LIST_FIRST(&registry->entries);
-
-	while (entry != NULL) {
-		/* taken first: an answer may close the connection it is on */
-		struct registry_entry *next = LIST_NEXT(entry, link);
-
-		if (entry->ops->drain_answer != NULL)
-			entry->ops->drain_answer(entry->self);
-		entry = next;
-	}
+	registry_each(registry, offsetof(struct registry_ops, drain_answer));
 }
 
 void registry_config_changed(struct registry *registry)
 {
-	struct registry_entry *entry = LIST_FIRST(&registry->entries);
-
-	while (entry != NULL) {
-		struct registry_entry *next = LIST_NEXT(entry, link);
-
-		if (entry->ops->config_changed != NULL)
-			entry->ops->config_changed(entry->self);
-		entry = next;
-	}
+	registry_each(registry, offsetof(struct registry_ops, config_changed));
 }
