@@ -958,6 +958,18 @@ class Origin:
         else:
             ex.simple(404, b"not found\n")
 
+    def _wait_gate(self, g):
+        """Holds the response at the gate until release(). stop() releases
+        every gate too, to free the thread; the stopping check comes after
+        the wait so that release never sends the rest of a response the
+        test meant to break off."""
+        g.reached.set()
+        while not g.released.wait(0.2):
+            if self._stopping.is_set():
+                raise _Stop()
+        if self._stopping.is_set():
+            raise _Stop()
+
     def _gate(self, ex, name):
         g = self.gate(name)
         first = int(ex.param("first", 1000))
@@ -972,10 +984,7 @@ class Origin:
             ex.head(status, [("Content-Type", "application/octet-stream"),
                           ("Content-Length", str(first + rest))])
             ex.send_pattern(first)
-        g.reached.set()
-        while not g.released.wait(0.2):
-            if self._stopping.is_set():
-                raise _Stop()
+        self._wait_gate(g)
         if chunked:
             if rest:
                 ex.send(b"%x\r\n" % rest + pattern_bytes(rest, first) + b"\r\n")
@@ -1078,11 +1087,7 @@ class Origin:
                 self._hang(ex.sock, ex.conn)
                 raise _Stop()
             if ex.param("gate") is not None:
-                g = self.gate(ex.param("gate"))
-                g.reached.set()
-                while not g.released.wait(0.2):
-                    if self._stopping.is_set():
-                        raise _Stop()
+                self._wait_gate(self.gate(ex.param("gate")))
             time.sleep(0.05)  # let the bytes go out before the close
             if ex.param("break_mode") == "reset":
                 ex.reset()
