@@ -300,8 +300,8 @@ void exchange_read_request_body(struct exchange *ex)
  * only as it passes: once it is over what enforce would have kept
  * (replay_buffer, or spool_max when the spool would have taken it), a retry
  * would have been refused as body_too_large. Counted as enforce counts:
- * replay_buffer against the bytes with their chunk framing, spool_max
- * against the data. */
+ * both limits against the bytes with their chunk framing, which the replay
+ * buffer and the spool file keep (exchange_spool_body()). */
 static void exchange_observe_streamed(struct exchange *ex, size_t moved)
 {
 	const struct limits *limits = &ex->config->limits;
@@ -309,8 +309,7 @@ static void exchange_observe_streamed(struct exchange *ex, size_t moved)
 	ex->observe_streamed += moved;
 	if (ex->observe_streamed <= limits->replay_buffer)
 		return;
-	if (limits->spool_max > 0 && ex->idempotent &&
-	    ex->request_body.payload_bytes <= limits->spool_max)
+	if (limits->spool_max > 0 && ex->idempotent && ex->observe_streamed <= limits->spool_max)
 		return;
 	ex->observe_replayable = false;
 	ex->body_too_large = true;

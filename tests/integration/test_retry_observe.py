@@ -27,7 +27,9 @@ Must hold:
 - a chunked PUT answered 503 is judged by the size enforce would have kept:
   over replay_buffer and spool_max, gave_up=body_too_large and no
   would_retry, as on /enforce/; within spool_max, would_retry=status
-  (/enforce/ retries it);
+  (/enforce/ retries it); one whose data is within spool_max but whose
+  chunk lines (long extensions) take it past spool_max is over it, since
+  the spool file keeps the framing: gave_up=body_too_large, as on /enforce/;
 - an upstream that refuses connections: 502 at once with
   would_retry=connect; once it is marked down the next request is not held
   (502 at once, well within the 10s deadline);
@@ -187,13 +189,13 @@ def scenario(t):
         h.eq((early, spooled, status), (False, True, 200),
              "origin had the request early, spool file open, final status")
 
-    def chunked_put(path, size):
-        """A chunked PUT of size data bytes (10,000-byte chunks) that the
-        origin answers 503, then 200: the final status, the requests the
-        origin saw, and the access fields."""
+    def chunked_put(path, size, chunk=10000, ext=b""):
+        """A chunked PUT of size data bytes (chunk-byte chunks, each chunk
+        line carrying ext) that the origin answers 503, then 200: the final
+        status, the requests the origin saw, and the access fields."""
         data = b"c" * size
-        framed = b"".join(b"%x\r\n" % len(data[i:i + 10000]) + data[i:i + 10000] + b"\r\n"
-                          for i in range(0, size, 10000)) + b"0\r\n\r\n"
+        framed = b"".join(b"%x" % len(data[i:i + chunk]) + ext + b"\r\n" + data[i:i + chunk]
+                          + b"\r\n" for i in range(0, size, chunk)) + b"0\r\n\r\n"
         origin.script(path, [503, 200])
         r = h.fetch(proxy.port(), "PUT", origin.url(path), host,
                     headers=[("Transfer-Encoding", "chunked")], body=framed)
@@ -216,6 +218,16 @@ def scenario(t):
         h.eq(chunked_put("/o/chunked-spooled", 200000), (503, 1, "status", None),
              "observe: status, requests, would_retry, gave_up")
         h.eq(chunked_put("/enforce/chunked-spooled", 200000), (200, 2, None, None),
+             "enforce (the control): status, requests, would_retry, gave_up")
+
+    @t.check("a chunked PUT whose data is within spool_max but whose framing is not, answered "
+             "503: gave_up=body_too_large as under enforce, whose file keeps the framing")
+    def _():
+        ext = b";x=" + b"e" * 900
+        h.eq(chunked_put("/o/chunked-framed", 200000, 1000, ext), (503, 1, None, "body_too_large"),
+             "observe: status, requests, would_retry, gave_up")
+        h.eq(chunked_put("/enforce/chunked-framed", 200000, 1000, ext),
+             (503, 1, None, "body_too_large"),
              "enforce (the control): status, requests, would_retry, gave_up")
 
     @t.check("a refused upstream: 502 at once, would_retry=connect; down, the next is not held")
