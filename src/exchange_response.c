@@ -495,6 +495,14 @@ void exchange_read_response_head(struct exchange_try *t)
 			exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 			return;
 		}
+		/* an HTTP/1.0 client gets a chunked body decoded, without
+		 * Transfer-Encoding; a coding before chunked (gzip) the proxy
+		 * cannot undo, and its bytes would be taken for the content */
+		if (t->framing.coded_before_chunked && ex->client_minor == 0) {
+			exchange_try_failed(t, TRY_MALFORMED,
+					    "transfer coding an HTTP/1.0 client cannot read");
+			return;
+		}
 		exchange_on_response_head(t, head);
 		return;
 	}

@@ -743,13 +743,15 @@ static int http1_scan_fields(const struct http1_head *head, struct http1_scan *s
 }
 
 /* Check that all Transfer-Encoding fields together list codings ending in a
- * single chunked (RFC 9112 section 6.1). Parameters are refused: nothing
- * here needs them and they only widen what must be understood alike by
- * every hop. */
-static int http1_check_transfer_encoding(const struct http1_head *head, enum http1_error *error)
+ * single chunked (RFC 9112 section 6.1), and note whether any other coding
+ * comes before it. Parameters are refused: nothing here needs them and they
+ * only widen what must be understood alike by every hop. */
+static int http1_check_transfer_encoding(const struct http1_head *head,
+					 struct http1_framing *framing, enum http1_error *error)
 {
 	bool chunked_seen = false;
 	bool chunked_last = false;
+	size_t codings = 0;
 
 	for (size_t i = 0; i < head->field_count; i++) {
 		const struct http1_field *f = &head->fields[i];
@@ -766,6 +768,7 @@ static int http1_check_transfer_encoding(const struct http1_head *head, enum htt
 			 * differently: refuse them here. */
 			if (!http1_is_token(elem, elem_len))
 				goto bad;
+			codings++;
 			chunked_last = HTTP1_FOLD_IS(elem, elem_len, "chunked");
 			if (chunked_last) {
 				if (chunked_seen)
@@ -774,8 +777,10 @@ static int http1_check_transfer_encoding(const struct http1_head *head, enum htt
 			}
 		}
 	}
-	if (chunked_last)
+	if (chunked_last) {
+		framing->coded_before_chunked = codings > 1;
 		return 0;
+	}
 bad:
 	*error = HTTP1_ERR_BAD_TRANSFER_ENCODING;
 	return -1;
@@ -795,7 +800,7 @@ static int http1_body_framing(const struct http1_head *head, const struct http1_
 			*error = HTTP1_ERR_CL_AND_TE;
 			return -1;
 		}
-		if (http1_check_transfer_encoding(head, error) < 0)
+		if (http1_check_transfer_encoding(head, framing, error) < 0)
 			return -1;
 		framing->body = HTTP1_BODY_CHUNKED;
 	} else if (scan->has_length && scan->length > 0) {

@@ -161,9 +161,12 @@ struct http1_framing {
 	const char *host_name; /* request: Host's host without port or IPv6 brackets, NULL when
 				  * absent; what routes match in origin and asterisk form */
 	size_t host_name_len;
-	uint16_t host_port;   /* request: Host's port, 0 when it names none */
-	bool length_repeated; /* Content-Length as a list or in more than one field: one number
+	uint16_t host_port;	   /* request: Host's port, 0 when it names none */
+	bool length_repeated;	   /* Content-Length as a list or in more than one field: one number
 			       * repeated, which goes on as one field (RFC 9110 section 8.6) */
+	bool coded_before_chunked; /* Transfer-Encoding lists a coding before the final chunked
+				    * (gzip, chunked): undoing chunked alone does not give the
+				    * content */
 };
 
 /* Decide a request's framing, checking Content-Length, Transfer-Encoding,

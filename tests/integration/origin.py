@@ -54,7 +54,9 @@ full list; query parameters tune it):
                         other content, ?break_at=N to close or reset after
                         N body bytes)
     /bad/<kind>         a malformed response: cl-dup, te-cl, obs-fold,
-                        status, bare-lf, space-colon, bad-chunk
+                        status, bare-lf, space-colon, bad-chunk; or
+                        gzip-chunked: "hello" in Transfer-Encoding: gzip,
+                        chunked, valid, but not for an HTTP/1.0 client
     anything else       404 "not found\\n" (or /echo with echo_unknown=True)
 
 Any path also takes ?delay=S (wait before the head), ?close=1 (close the
@@ -74,6 +76,7 @@ unless the request or the behaviour says otherwise.
 """
 
 import argparse
+import gzip
 import hashlib
 import http
 import json
@@ -93,6 +96,9 @@ PATTERN_PERIOD = 65521
 PATTERN = random.Random(20240607).randbytes(PATTERN_PERIOD)
 _SEND_CHUNK = 1 << 20
 _PATTERN_WIDE = PATTERN * (2 + _SEND_CHUNK // PATTERN_PERIOD)
+
+# "hello" in the gzip coding, the same bytes every run (/bad/gzip-chunked).
+GZIP_HELLO = gzip.compress(b"hello", mtime=0)
 
 # Bodies above this are hashed and counted but not kept in memory.
 BODY_KEEP_LIMIT = 16 << 20
@@ -1122,6 +1128,8 @@ class Origin:
             "bare-lf": b"HTTP/1.1 200 OK\r\nX-A: a\nX-B: b\r\nContent-Length: 5\r\n\r\nhello",
             "space-colon": b"HTTP/1.1 200 OK\r\nX-A : a\r\nContent-Length: 5\r\n\r\nhello",
             "bad-chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+            "gzip-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n%x\r\n%s\r\n"
+                            b"0\r\n\r\n" % (len(GZIP_HELLO), GZIP_HELLO),
         }
         ex.send(heads.get(kind, b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"))
 

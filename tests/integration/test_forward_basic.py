@@ -10,7 +10,8 @@ Must hold: every body arrives byte-exact (sha256 and length) in both
 directions; the origin gets origin-form targets with the query intact and
 Host set from the absolute URI; responses carry Via and Retry-Attempts: 1;
 bodiless responses (HEAD, 204, 304) do not stall or desynchronise the
-client connection; an HTTP/1.0 client never gets chunked framing.
+client connection; an HTTP/1.0 client never gets chunked framing, nor a
+body in a transfer coding besides chunked (gzip, chunked): that is a 502.
 """
 
 import hashlib
@@ -204,6 +205,19 @@ def scenario(t):
                  "Transfer-Encoding to an HTTP/1.0 client: %r" % r.headers)
             h.eq((r.status, r.body), (200, o.pattern_bytes(5000)), "status and body (framing %s)" % r.framing)
             h.ok(c.closed_within(5), "proxy should close an HTTP/1.0 connection without keep-alive")
+
+    @t.check("a response in gzip, chunked: an HTTP/1.1 client gets it as it came; an HTTP/1.0 "
+             "client, who cannot be given the gzip coding, gets 502, not gzip bytes as content")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", origin.url("/bad/gzip-chunked"), auth))
+            r = c.read_response()
+        h.eq((r.status, r.header_all("Transfer-Encoding"), r.body),
+             (200, ["gzip, chunked"], o.GZIP_HELLO), "HTTP/1.1: status, Transfer-Encoding, body")
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", origin.url("/bad/gzip-chunked?v10"), None, version="HTTP/1.0"))
+            r = c.read_response()
+        h.check_error_response(r, 502, ["transfer coding"])
 
     @t.check("HTTP/1.0 client with a Content-Length body and no Host works")
     def _():
