@@ -90,8 +90,14 @@ void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, co
 		 * pooled connection to it (exchange_start_try() would take one) */
 		exchange_hold(ex);
 		return;
-	case RETRY_VERDICT_GIVE_UP:
 	case RETRY_VERDICT_FINAL:
+		/* retry.on does not name this break: no resume was ever due, and
+		 * none is counted or logged as failed; the body ends short as
+		 * without resume */
+		resume->pending = false;
+		exchange_break_response(ex, why);
+		return;
+	case RETRY_VERDICT_GIVE_UP:
 		break;
 	}
 	exchange_resume_give_up(ex, why);

@@ -10,7 +10,8 @@ object (?version=2, a new ETag and content), serve a weak ETag, no ETag,
 chunked framing, another range, a 503, or ignore If-Range.
 Proxy: defaults with resume on, 5 attempts, 50 ms backoff without jitter;
 routes (by Host) with max_attempts 2, with a deadline shorter than the
-backoff, with resume: false, and with try_timeout 500ms.
+backoff, with resume: false, with try_timeout 500ms, and with retry.on
+[5xx] (no reset).
 Must hold:
 - a 4 MiB download broken at 1 MiB arrives whole, byte-exact (sha256), as
   one 200 response: the origin got Range: bytes=K- (K at most 1 MiB, the
@@ -35,6 +36,9 @@ Must hold:
 - a weak ETag, a chunked response, a request with its own Range (answered
   206, or 200 by an origin that ignores it), and a route with resume:
   false get no resume: the origin sees one request;
+- a route whose retry.on does not name reset gets no resume either, and
+  none is counted or logged as failed: the break is logged as without
+  resume, resumes_total{result="failed"} stays 0;
 - a break while the upstream is down (health, hold: true) is held until a
   probe connects, even with a pooled connection to it idle: the resume
   reaches the origin only after it listens again, then is spliced on;
@@ -79,6 +83,9 @@ routes:
   - name: stall
     match: { host: stall.test }
     retry: { try_timeout: 500ms }
+  - name: no-reset
+    match: { host: noreset.test }
+    retry: { on: [5xx] }
 """
 
 # An upstream that goes down under its pooled connections: one connect
@@ -359,6 +366,19 @@ def scenario(t):
         r = download(n, ["?break_at=%d" % MiB, ""], host="off.test")
         short_prefix(r, n)
         quiet_origin(n, 1)
+
+    @t.check("a break that retry.on does not name is no failed resume")
+    def _():
+        n = 2 * MiB + 16
+        r = download(n, ["?break_at=%d" % MiB, ""], host="noreset.test")
+        short_prefix(r, n)
+        quiet_origin(n, 1)
+        fields = h.access_fields(proxy.access_one("/object/%d" % n))
+        h.eq(fields.get("tries"), "200 broken=reset", "logged trail")
+        h.eq(urllib.parse.unquote(fields.get("note", "")), "upstream closed mid-body",
+             "the note says the break, not a resume that never was")
+        h.eq(h.metric(admin_metrics(proxy), "retryproxy_resumes_total",
+                      '{route="no-reset",result="failed"}'), 0.0, "resumes failed")
 
     @t.check("resumes count against max_attempts")
     def _():
