@@ -10,29 +10,44 @@ static bool max_forwards_applies(const struct http1_head *head)
 	       (head->method_len == 7 && memcmp(head->method, "OPTIONS", 7) == 0);
 }
 
+/* The index of the first Max-Forwards field at or after from, or count. */
+static size_t max_forwards_next(const struct http1_head *head, size_t from)
+{
+	while (from < head->field_count &&
+	       !http1_name_equals(head->fields[from].name, head->fields[from].name_len,
+				  "max-forwards"))
+		from++;
+	return from;
+}
+
 long max_forwards_find(const struct http1_head *head, size_t *index)
 {
+	size_t i;
+	const struct http1_field *f;
+	long value = 0;
+
 	if (!max_forwards_applies(head))
 		return -1;
-	for (size_t i = 0; i < head->field_count; i++) {
-		const struct http1_field *f = &head->fields[i];
-		long value = 0;
-
-		if (!http1_name_equals(f->name, f->name_len, "max-forwards"))
-			continue;
-		if (f->value_len == 0)
+	i = max_forwards_next(head, 0);
+	if (i == head->field_count)
+		return -1;
+	/* Two field lines are one list (RFC 9110 section 5.3), "5, 0", which
+	 * is no 1*DIGIT either: acting on the first alone would answer or
+	 * decrement a value the next hop reads otherwise. */
+	if (max_forwards_next(head, i + 1) != head->field_count)
+		return -1;
+	f = &head->fields[i];
+	if (f->value_len == 0)
+		return -1;
+	for (size_t j = 0; j < f->value_len; j++) {
+		if (f->value[j] < '0' || f->value[j] > '9')
 			return -1;
-		for (size_t j = 0; j < f->value_len; j++) {
-			if (f->value[j] < '0' || f->value[j] > '9')
-				return -1;
-			if (value < LONG_MAX / 10)
-				value = value * 10 + (f->value[j] - '0');
-		}
-		if (index != NULL)
-			*index = i;
-		return value;
+		if (value < LONG_MAX / 10)
+			value = value * 10 + (f->value[j] - '0');
 	}
-	return -1;
+	if (index != NULL)
+		*index = i;
+	return value;
 }
 
 /* Fields a TRACE's echo leaves out: they carry credentials (RFC 9110

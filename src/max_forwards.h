@@ -19,7 +19,8 @@ long max_forwards_find(const struct http1_head *head, size_t *index);
 
 /* The field's value for a TRACE or OPTIONS request, with its index in
  * head->fields in *index (when index is not NULL); -1 for another method,
- * no field, or a value that is not 1*DIGIT (then it is passed on as it is).
+ * no field, or a value that is not 1*DIGIT, such as the list that two
+ * Max-Forwards fields make (then it is passed on as it is).
  * Values past what a long holds are capped there. Every request asks, so
  * the method's length decides inline for nearly all of them. */
 static inline long max_forwards_of(const struct http1_head *head, size_t *index)

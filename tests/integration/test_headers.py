@@ -24,7 +24,9 @@ OPTIONS to it goes as "OPTIONS *" (RFC 9112 section 3.2.4); a TRACE or
 OPTIONS with Max-Forwards: 0 is answered by the proxy (TRACE: the request
 echoed as message/http, without its Authorization or Cookie; OPTIONS:
 Allow) and never reaches the origin, and with Max-Forwards: 5 it reaches
-the origin with Max-Forwards: 4 (RFC 9110 section 7.6.2).
+the origin with Max-Forwards: 4 (RFC 9110 section 7.6.2); two Max-Forwards
+lines (0 and 5, or 5 and 0) are a list, not a number: the request reaches
+the origin with both as sent.
 """
 
 import json
@@ -220,6 +222,20 @@ def scenario(t):
             r = c.read_response()
         seen = [q for q in origin.requests[before:] if q.query.get("t") == "mf5"]
         h.eq([q.header_all("Max-Forwards") for q in seen], [["4"]], "Max-Forwards at the origin")
+
+    @t.check("two Max-Forwards fields are a list, not a number: neither answered here nor "
+             "decremented, they go on as sent")
+    def _():
+        before = len(origin.requests)
+        for tag, values in (("mf-0-5", ("0", "5")), ("mf-5-0", ("5", "0"))):
+            fields = [("Max-Forwards", v) for v in values]
+            with h.RawConn(proxy.port(0)) as c:
+                c.send(h.request("TRACE", origin.url("/echo?t=" + tag), auth, fields))
+                r = c.read_response()
+            h.ok(r.header("Content-Type") != "message/http", "%s answered by the proxy" % tag)
+            seen = [q for q in origin.requests[before:] if q.query.get("t") == tag]
+            h.eq([q.header_all("Max-Forwards") for q in seen], [list(values)],
+                 "%s: Max-Forwards at the origin" % tag)
 
     @t.check("a Content-Length list of one number repeated goes on as one Content-Length")
     def _():
