@@ -858,6 +858,14 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 	}
 	if (http1_body_framing(head, &scan, framing, error) < 0)
 		return -1;
+	/* A CONNECT has no content (RFC 9110 section 9.3.6): what follows its
+	 * head is the tunnel's, where a hop that read a body first would start
+	 * the tunnel at another byte. "Content-Length: 0" frames nothing. */
+	if (framing->body != HTTP1_BODY_NONE &&
+	    head->parsed_target.form == HTTP1_TARGET_AUTHORITY) {
+		*error = HTTP1_ERR_CONNECT_CONTENT;
+		return -1;
+	}
 	if (scan.expect_other) {
 		*error = HTTP1_ERR_BAD_EXPECT;
 		return -1;
@@ -1020,6 +1028,7 @@ const char *http1_error_text(enum http1_error error)
 		[HTTP1_ERR_BAD_CHUNK_END] = "chunk data not followed by crlf",
 		[HTTP1_ERR_BAD_TRAILER] = "invalid trailer section",
 		[HTTP1_ERR_UNDERSCORE_FRAMING] = "framing header name with underscore",
+		[HTTP1_ERR_CONNECT_CONTENT] = "connect request with content",
 	};
 
 	if ((size_t)error >= sizeof(texts) / sizeof(texts[0]) || texts[error] == NULL)

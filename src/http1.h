@@ -52,6 +52,7 @@ enum http1_error {
 	HTTP1_ERR_BAD_CHUNK_END,	    /* chunk data not followed by CRLF */
 	HTTP1_ERR_BAD_TRAILER,		    /* trailer field invalid, or trailers too large */
 	HTTP1_ERR_UNDERSCORE_FRAMING,	    /* request: Content_Length or Transfer_Encoding */
+	HTTP1_ERR_CONNECT_CONTENT,	    /* a CONNECT framed with content to read */
 };
 
 /* The field names framing and forwarding decisions depend on, recognised
@@ -169,10 +170,11 @@ struct http1_framing {
 				    * content */
 };
 
-/* Decide a request's framing, checking Content-Length, Transfer-Encoding,
- * Connection, Host (required for HTTP/1.1, at most one; with an origin-form or
- * asterisk-form target, a plain name or IP literal and a port other than 0) and
- * Expect. Returns 0, or -1 with *error set. */
+/* Decide a request's framing, checking Content-Length, Transfer-Encoding
+ * (neither may frame content for a CONNECT), Connection, Host (required for
+ * HTTP/1.1, at most one; with an origin-form or asterisk-form target, a plain
+ * name or IP literal and a port other than 0) and Expect. Returns 0, or -1
+ * with *error set. */
 int http1_request_framing(const struct http1_head *head, struct http1_framing *framing,
 			  enum http1_error *error);
 

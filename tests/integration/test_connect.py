@@ -12,7 +12,10 @@ origin as the client sent it); the proxy does not touch tunnelled requests
 (no Via); the tunnel closes when the origin closes, when the client closes,
 and after tunnel_idle_timeout of silence; a half-close passes through (a
 client that sends, shuts its side and reads still gets the answer); CONNECT to a closed port gets a
-502 with a one-line body; a tunnel's access line has one try, 200.
+502 with a one-line body; a tunnel's access line has one try, 200; a
+CONNECT framed with content (Content-Length: 5, or chunked) is a 400 and
+opens no connection, since a CONNECT has none (RFC 9110 section 9.3.6) and
+what follows its head is the tunnel's (Content-Length: 0 still tunnels).
 """
 
 import hashlib
@@ -177,6 +180,27 @@ def scenario(t):
             c.send(("CONNECT 127.0.0.1:%d HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % (port, port)).encode())
             r = c.read_response()
         h.check_error_response(r, 502, ("refused", "connect", "unreachable"))
+
+    @t.check("CONNECT with content (Content-Length: 5, or chunked): 400, no tunnel opened; "
+             "Content-Length: 0 tunnels")
+    def _():
+        authority = "127.0.0.1:%d" % plain.port
+        for framing, body in (("Content-Length: 5", b"hello"),
+                              ("Transfer-Encoding: chunked", b"5\r\nhello\r\n0\r\n\r\n")):
+            before = len(plain.connections)
+            with h.RawConn(proxy.port()) as c:
+                c.send(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n\r\n"
+                        % (authority, authority, framing)).encode() + body)
+                r = c.read_response()
+                h.check_error_response(r, 400, ("connect",))
+                h.ok(c.closed_within(5), "connection still open after the 400")
+            time.sleep(0.2)
+            h.eq(len(plain.connections), before, "origin connections opened for " + framing)
+        with h.RawConn(proxy.port()) as c:
+            c.send(("CONNECT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 0\r\n\r\n"
+                    % (authority, authority)).encode())
+            r = c.read_head()
+        h.eq(r.status, 200, "CONNECT with Content-Length: 0")
 
 
 h.run(scenario, __doc__)

@@ -732,6 +732,13 @@ static const struct {
 	  false },
 	{ "GET http://a/ HTTP/1.1\r\nHost: a:0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
 	{ "CONNECT a:1 HTTP/1.1\r\nHost: a!:0\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	/* a CONNECT has no content: the bytes after its head are the tunnel's */
+	{ "CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\nContent-Length: 5\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_CONNECT_CONTENT) },
+	{ "CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\nTransfer-Encoding: chunked\r\n\r\n",
+	  REQ_BAD(HTTP1_ERR_CONNECT_CONTENT) },
+	{ "CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\nContent-Length: 0\r\n\r\n", 0, HTTP1_BODY_NONE, 0,
+	  true, false },
 	/* without authority in the target, routes match on Host: a plain name */
 	{ "GET / HTTP/1.1\r\nHost: a%41-b.c_d~\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
 	{ "GET / HTTP/1.1\r\nHost: a:0\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
@@ -1183,7 +1190,7 @@ static void test_field_names(void **state)
 /* Status codes and texts for every error code. */
 static void test_error_status_and_text(void **state)
 {
-	for (int e = HTTP1_ERR_NONE; e <= HTTP1_ERR_UNDERSCORE_FRAMING; e++) {
+	for (int e = HTTP1_ERR_NONE; e <= HTTP1_ERR_CONNECT_CONTENT; e++) {
 		const char *text = http1_error_text((enum http1_error)e);
 		int status = http1_error_status((enum http1_error)e);
 
