@@ -31,6 +31,8 @@ const char *resume_answer_text(enum resume_answer answer)
 		return "resume answered 206 whose length is not the rest";
 	case RESUME_ANSWER_OTHER_CODING:
 		return "resume answered in another Content-Encoding";
+	case RESUME_ANSWER_MULTIPART:
+		return "resume answered with multipart/byteranges";
 	}
 	return "resume failed";
 }
@@ -278,10 +280,21 @@ static const struct http1_field *resume_only_field(const struct http1_head *head
 	return found;
 }
 
+/* Is a Content-Type value the media type multipart/byteranges (any case,
+ * whatever its parameters)? */
+static bool resume_is_multipart_byteranges(const char *value, size_t len)
+{
+	static const char type[] = "multipart/byteranges";
+	size_t n = sizeof(type) - 1;
+
+	return len >= n && strncasecmp(value, type, n) == 0 &&
+	       (len == n || value[n] == ';' || value[n] == ' ' || value[n] == '\t');
+}
+
 enum resume_answer resume_check_answer(const struct resume *resume, const struct http1_head *head,
 				       const struct http1_framing *framing)
 {
-	const struct http1_field *range, *validator, *coding;
+	const struct http1_field *range, *validator, *coding, *type;
 	bool repeated;
 
 	if (head->status != 206)
@@ -291,6 +304,12 @@ enum resume_answer resume_check_answer(const struct resume *resume, const struct
 	    !resume_content_range_is(range->value, range->value_len, resume->at, resume->length - 1,
 				     resume->length))
 		return RESUME_ANSWER_OTHER_RANGE;
+	/* a multipart 206 has no top-level Content-Range (RFC 9110 section
+	 * 14.6); one that says it has sent parts and boundaries, which spliced
+	 * would become bytes of the download */
+	type = resume_only_field(head, "Content-Type", &repeated);
+	if (type != NULL && resume_is_multipart_byteranges(type->value, type->value_len))
+		return RESUME_ANSWER_MULTIPART;
 	/* the 206 names its representation with the same kind of validator
 	 * the 200 had; when it does, it must be the same one */
 	validator = resume_only_field(head, resume->etag ? "ETag" : "Last-Modified", &repeated);

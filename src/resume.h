@@ -49,6 +49,7 @@ enum resume_answer {
 	RESUME_ANSWER_CHANGED,	    /* a 206 whose validator differs from the 200's */
 	RESUME_ANSWER_BAD_LENGTH,   /* a 206 whose body is not Content-Length L-K */
 	RESUME_ANSWER_OTHER_CODING, /* a 206 in another Content-Encoding than the 200 */
+	RESUME_ANSWER_MULTIPART,    /* a 206 of multipart/byteranges: parts, not the bytes */
 };
 
 /* The access-log note for an answer that is not spliced. */

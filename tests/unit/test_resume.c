@@ -213,6 +213,23 @@ static void test_resume_check_answer(void **state)
 		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Encoding: "
 		  "gzip\r\n",
 		  RESUME_ANSWER_OTHER_CODING },
+		/* a server that sends parts and a top-level Content-Range both */
+		{ 206,
+		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
+		  "multipart/byteranges; boundary=b\r\n",
+		  RESUME_ANSWER_MULTIPART },
+		{ 206,
+		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
+		  "Multipart/ByteRanges\r\n",
+		  RESUME_ANSWER_MULTIPART },
+		{ 206,
+		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
+		  "multipart/byterangesx\r\n",
+		  RESUME_ANSWER_SPLICE },
+		{ 206,
+		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
+		  "application/octet-stream\r\n",
+		  RESUME_ANSWER_SPLICE },
 	};
 	struct resume *r = NULL;
 
