@@ -14,6 +14,9 @@
 /* Longer digit runs overflow or are typos; either way no config needs them. */
 #define CONFIG_VALUES_MAX_DIGITS 15
 
+/* A number with that many whole digits stays below this. */
+#define CONFIG_VALUES_NUMBER_LIMIT 1e15
+
 /* Read a run of decimal digits; returns how many, 0 when none or too many. */
 static size_t config_values_digits(const char *s, uint64_t *value)
 {
@@ -478,7 +481,9 @@ int config_values_number(const char *text, double *value)
 		return -1;
 	}
 	*value = strtod(text, NULL);
-	return isfinite(*value) ? 0 : -1;
+	/* 999999999999999.99 rounds to 1e15, which /config could only write
+	 * with 16 whole digits, a number this parser refuses on reload */
+	return isfinite(*value) && *value < CONFIG_VALUES_NUMBER_LIMIT ? 0 : -1;
 }
 
 /* YAML 1.2's booleans only: yes, no, on and off are typos here. */

@@ -15,7 +15,9 @@ retryproxy_retries_total{route="flaky",cause="status"} one more and
 retryproxy_tries_per_request_count one more than before it, the connection
 gauges for both sides and retryproxy_pool_reuse_total are there; an unknown
 path is 404, a POST to a page 405 with Allow, a HEAD the GET's fields
-without a body.
+without a body. A config whose number /config could not write back in a
+form the parser takes (999999999999999.99, which is 1e15) is refused by
+--check, naming the line, column and key.
 """
 
 import os
@@ -92,6 +94,20 @@ def scenario(t):
         p = h.run_bin(["--check", "-c", path])
         h.eq((p.returncode, p.stdout.strip()), (0, "ok"),
              "--check on the dump (stderr %r)\n%s" % (p.stderr, text))
+
+    @t.check("a number /config could not write back (999999999999999.99 is 1e15) is refused at load")
+    def _():
+        # /config writes the double the parser made, and 1e15 has 16 whole
+        # digits, one more than the parser takes: a config it accepted
+        # would print a /config it refuses
+        path = os.path.join(t.tmp, "huge-number.yaml")
+        with open(path, "w") as f:
+            f.write("defaults:\n  retry:\n    multiplier: 999999999999999.99\n"
+                    "    budget: { ratio: 999999999999999.99 }\n")
+        p = h.run_bin(["--check", "-c", path])
+        h.eq(p.returncode, 1, "--check exit status (stdout %r)" % p.stdout)
+        for where in (":3:17: defaults.retry.multiplier: ", ":4:22: defaults.retry.budget.ratio: "):
+            h.ok(where in p.stderr, "%r missing from the errors:\n%s" % (where, p.stderr))
 
     @t.check("a request retried once (503 then 200) moves the counters by exactly its tries")
     def _():
