@@ -47,12 +47,17 @@ enum client_state {
 	CLIENT_IN_EXCHANGE,  /* a request is being proxied */
 	CLIENT_CLOSING,	     /* flushing the last response, then lingering */
 	CLIENT_LINGERING,    /* output shut down; discarding input until EOF or a short timeout */
+	CLIENT_RESETTING, /* a response was cut: the client takes what came before, then a reset */
 };
 
 /* How long a closing connection keeps discarding what the client still sends,
  * so that its unread request does not make the kernel reset the connection
  * before the client has read our response. */
 #define CLIENT_LINGER_MS 2000
+
+/* How often a connection to be reset looks whether the client has taken
+ * what was sent before: the kernel tells no event when its queue empties. */
+#define CLIENT_RESET_LOOK_MS 20
 
 struct client {
 	struct proxy *proxy;
@@ -67,6 +72,8 @@ struct client {
 	bool output_full;	  /* reading the next request waits for the output to drain */
 	bool head_timer_at_flush; /* the next head's client_timeout starts once the
 				     last response is written */
+	size_t reset_unacked;	  /* CLIENT_RESETTING: the least output seen unacknowledged */
+	uint64_t reset_still_ms;  /* CLIENT_RESETTING: how long the client took none of it */
 	union {			  /* checked against allow_clients again after a reload */
 		struct sockaddr sa;
 		struct sockaddr_in sin;
@@ -119,6 +126,40 @@ static void client_close_reset(struct client *client, const char *reason)
 	client_close(client, reason);
 	if (conn != NULL)
 		conn_free_reset(conn);
+}
+
+/* One look of a connection in CLIENT_RESETTING: reset once the client has
+ * everything sent before the cut, or took none of it for client_timeout. */
+static void client_reset_look(struct client *client)
+{
+	size_t unacked = conn_output_unacked(client->conn);
+
+	if (unacked < client->reset_unacked) {
+		client->reset_unacked = unacked;
+		client->reset_still_ms = 0;
+	} else {
+		client->reset_still_ms += CLIENT_RESET_LOOK_MS;
+	}
+	if (unacked == 0 || client->reset_still_ms >= client->config->limits.client_timeout_ms) {
+		client_close_reset(client, "response cut short");
+		return;
+	}
+	conn_set_deadline(client->conn, CLIENT_RESET_LOOK_MS);
+}
+
+/* A close-delimited body was cut short: the connection ends with a reset,
+ * so the client sees an error and not a complete response. A reset throws
+ * away what is still queued for the client, here and in the kernel, and
+ * with it the pipelined responses before this one, whole as they are: so
+ * it waits until the client has taken them (the cut body's bytes too). */
+static void client_reset_after_flush(struct client *client)
+{
+	client->state = CLIENT_RESETTING;
+	conn_read_enable(client->conn, false);
+	conn_set_timeouts(client->conn, 0, 0);
+	client->reset_unacked = SIZE_MAX;
+	client->reset_still_ms = 0;
+	client_reset_look(client);
 }
 
 /* Start the client_timeout clock for the next request head. */
@@ -485,6 +526,7 @@ static void client_read_cb(struct conn *conn, void *arg)
 		evbuffer_drain(conn_input(conn), conn_input_length(conn));
 		break;
 	case CLIENT_HANDSHAKE:
+	case CLIENT_RESETTING:
 		break;
 	}
 }
@@ -526,6 +568,7 @@ static void client_write_cb(struct conn *conn, void *arg)
 		break;
 	case CLIENT_LINGERING:
 	case CLIENT_HANDSHAKE:
+	case CLIENT_RESETTING:
 		break;
 	}
 }
@@ -549,6 +592,13 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 	}
 	if (client->state == CLIENT_LINGERING) {
 		client_free(client);
+		return;
+	}
+	if (client->state == CLIENT_RESETTING) {
+		if (what == CONN_TIMEOUT)
+			client_reset_look(client);
+		else
+			client_close_reset(client, "client connection error");
 		return;
 	}
 	if ((what & CONN_TIMEOUT) && (what & CONN_READING))
@@ -619,11 +669,7 @@ static void client_exchange_ended(void *arg, enum exchange_end end, struct conn 
 		client_exchange_done(client, false);
 		break;
 	case EXCHANGE_END_RESET:
-		/* a close-delimited body cut short: a reset, so the client sees an
-		 * error and not a complete response */
-		conn_free_reset(client->conn);
-		client->conn = NULL;
-		client_free(client);
+		client_reset_after_flush(client);
 		break;
 	case EXCHANGE_END_TUNNEL:
 		client_exchange_tunnel(client, tunnel);
@@ -720,7 +766,8 @@ static void client_close_cb(void *self, const char *reason)
 	struct client *client = self;
 
 	if (client->conn != NULL &&
-	    (client->exchange != NULL || conn_output_length(client->conn) > 0))
+	    (client->exchange != NULL || client->state == CLIENT_RESETTING ||
+	     conn_output_length(client->conn) > 0))
 		client_close_reset(client, reason);
 	else
 		client_close(client, reason);

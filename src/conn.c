@@ -1233,6 +1233,15 @@ size_t conn_output_length(const struct conn *c)
 	return conn_length(c->output);
 }
 
+size_t conn_output_unacked(const struct conn *c)
+{
+	int in_kernel = 0;
+
+	if (c->fd >= 0 && (ioctl(c->fd, SIOCOUTQ, &in_kernel) != 0 || in_kernel < 0))
+		in_kernel = 0; /* the kernel cannot say: nothing known to wait for */
+	return conn_output_length(c) + (size_t)in_kernel;
+}
+
 uint64_t conn_bytes_written(const struct conn *c)
 {
 	return c->written;

@@ -133,6 +133,12 @@ size_t conn_output_length(const struct conn *conn);
  * the socket). A peer may have read them; bytes still queued it cannot. */
 uint64_t conn_bytes_written(const struct conn *conn);
 
+/* Bytes of the output the peer has not acknowledged yet: those still
+ * queued here and those the kernel holds for it (SIOCOUTQ, for TLS whole
+ * records). 0 means the peer has everything: a reset now loses nothing
+ * sent before. */
+size_t conn_output_unacked(const struct conn *conn);
+
 /* Reading on or off (backpressure). Turning it on does not call the read
  * callback for bytes already in the input; conn_read_again() does. */
 void conn_read_enable(struct conn *conn, bool on);

@@ -21,7 +21,8 @@ body that ends with the connection is whole after the origin's
 close_notify, and broken off toward the client (curl fails, the log names
 the missing close_notify) when the connection ends without one (RFC 9112
 section 9.8), also when such a body was a retryable answer kept and then
-given to the client because every later try failed; TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
+given to the client because every later try failed, and a response
+pipelined before such a body reaches a client slow to read it whole; TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
 trust (and without it the same upstream fails verification). The proxy
 ends its upstream TLS connections with a close_notify (the origin reads a
 clean TLS end, not an EOF in violation of the protocol): a pooled one closed
@@ -234,6 +235,21 @@ def scenario(t):
         h.eq(f.get("attempts"), "3", "attempts")
         h.ok("close_notify" in f.get("note", "").replace("%20", " "),
              "the access log says why: %r" % f)
+
+    @t.check("a pipelined response before one broken off without a close_notify reaches a "
+             "client slow to read it whole; then the connection is reset")
+    def _():
+        n = 200000
+        c = h.RawConn(proxy.port(0), rcvbuf=16 << 10)
+        c.send(b"GET /bytes/%d?t=before-cut HTTP/1.1\r\nHost: a\r\n\r\n"
+               b"GET /close/100?t=cut-after&unclean=1 HTTP/1.1\r\nHost: a\r\n\r\n" % n)
+        proxy.access_one("cut-after")
+        time.sleep(0.2)  # a reset now would lose what the client has not read
+        r = c.read_response()
+        h.eq(len(r.body), n, "first body's length")
+        h.ok(r.body == o.pattern_bytes(n), "first body intact")
+        h.ok(c.closed_within(5), "the connection ends after the broken response")
+        c.close()
 
     @t.check("wrong-host certificate: 502 at once naming the reason, not retried, nothing sent")
     def _():
