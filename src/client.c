@@ -573,6 +573,17 @@ static void client_write_cb(struct conn *conn, void *arg)
 	}
 }
 
+/* The client closed its side. Between requests in an intercepted tunnel,
+ * nothing is cut: its close_notify is answered with ours (RFC 8446 section
+ * 6.1), so that a client waiting for it sees a clean end, not a truncation.
+ * Under a request, none: a body cut by the close must not look whole. */
+static void client_closed(struct client *client)
+{
+	if (client->intercept != NULL && client->state == CLIENT_READING_HEAD)
+		conn_shutdown_write(client->conn);
+	client_close(client, "client closed the connection");
+}
+
 /* client_timeout passed without a whole request head. */
 static void client_head_timeout(struct client *client)
 {
@@ -611,7 +622,7 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 		 conn_output_length(conn) > 0)
 		client_close_after_flush(client); /* the last response still goes out */
 	else if (what & CONN_EOF)
-		client_close(client, "client closed the connection");
+		client_closed(client);
 	else
 		client_close(client, "client connection error");
 }

@@ -15,7 +15,8 @@ local CA for the CONNECT host (SAN DNS or IP, EC P-256, at most 30 days,
 issued by the local CA, the same certificate for a second connection), the
 requests inside are proxied like a sidecar's to https://host:port (Host of
 the upstream, Via, Retry-Attempts, a 503 retried, the access log's target
-https://host:port/path, keep-alive inside the tunnel; a TLS 1.3 request
+https://host:port/path, keep-alive inside the tunnel; a client's close_notify between requests
+answered with the proxy's; a TLS 1.3 request
 sent in one segment with the client's Finished, or arriving with it while
 the proxy is stopped, is answered at once, not after client_timeout; a
 body that ends with the connection, and a refusal, end with the proxy's
@@ -327,6 +328,16 @@ def scenario(t):
             h.ok(got.startswith(b"HTTP/1.1 %d" % status), "response %r" % got[:100])
             if size is not None:
                 h.eq(len(got) - got.index(b"\r\n\r\n") - 4, size, "body bytes")
+
+    @t.check("a client that ends the tunnel with close_notify between requests gets the "
+             "proxy's close_notify back (unwrap succeeds)")
+    def _():
+        with connect_tls(proxy.port(), "localhost", good.port, local_ca, strict=True) as tls:
+            tls.sendall(b"GET /echo?t=unwrap HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % good.port)
+            h.eq(read_response(tls).status, 200, "status")
+            tls.settimeout(5)
+            # a FIN without the proxy's close_notify raises SSLEOFError here
+            tls.unwrap().close()
 
     @t.check("a Host naming another host inside the tunnel: 400, nothing sent upstream")
     def _():
