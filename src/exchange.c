@@ -1077,7 +1077,6 @@ static void exchange_begin_try(struct exchange *ex, struct exchange_try *t, bool
 	metrics_try(ex->route->series);
 	exchange_set_state(ex, EXCHANGE_TRYING);
 	t->number = ex->attempts;
-	t->offset = 0;
 	ex->current = t;
 	if (!pooled) {
 		struct timeval tv = timeval_from_ms(ex->route->retry.try_timeout_ms);

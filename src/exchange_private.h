@@ -155,8 +155,6 @@ struct exchange_try {
 					 * connection; kept with a spare */
 	bool timer_armed;	      /* timer is pending: a pooled connection's try has
 					 * its try_timeout as the conn's deadline instead */
-	uint64_t offset;	      /* the response body byte it starts at: 0, or where a
-					 * resumed download continues */
 	bool reused;		      /* the connection came from the pool */
 	bool admitted;		      /* its connect counts in the upstream's health */
 	bool placed;		      /* its connect holds a place under max_upstream_connections */
