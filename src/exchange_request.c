@@ -414,11 +414,16 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	const char *ca = dest->tls && tls->ca_file != NULL ? tls->ca_file : "";
 	const char *prefix = ex->owner.target_prefix != NULL ? ex->owner.target_prefix : "";
 	size_t prefix_len = strlen(prefix);
+	/* an IPv6 literal may come out of its one spelling longer */
+	size_t host_room = dest->host_len < UPSTREAM_IPV6_TEXT_MAX &&
+					   memchr(dest->host, ':', dest->host_len) != NULL
+				   ? UPSTREAM_IPV6_TEXT_MAX
+				   : dest->host_len;
 	/* "https://" host ":" port "|" ca "|1" (an absolute host's dot is in
 	 * host_len) */
-	size_t key_room = 8 + dest->host_len + 6 + 1 + strlen(ca) + 2 + 1;
-	size_t size = head->method_len + 1 + prefix_len + head->target_len + 1 + dest->host_len +
-		      1 + key_room;
+	size_t key_room = 8 + host_room + 6 + 1 + strlen(ca) + 2 + 1;
+	size_t size =
+		head->method_len + 1 + prefix_len + head->target_len + 1 + host_room + 1 + key_room;
 	char *p = exchange_block(&ex->text, &ex->text_room, size);
 	size_t host_len;
 
@@ -443,6 +448,8 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	 * resolver (and so another upstream than the name without it) */
 	host_len = upstream_host_normalise(ex->endpoint_host, dest->host_len);
 	ex->endpoint.absolute = host_len < dest->host_len;
+	if (host_room > dest->host_len)
+		host_len = upstream_host_canonical_ipv6(ex->endpoint_host, host_len);
 	p = ex->endpoint_host + host_len;
 	*p++ = '\0';
 	ex->endpoint.host = ex->endpoint_host;

@@ -1,5 +1,6 @@
 #include "upstream.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -98,6 +99,24 @@ size_t upstream_host_normalise(char *host, size_t len)
 		if (host[i] >= 'A' && host[i] <= 'Z')
 			host[i] = (char)(host[i] - 'A' + 'a');
 	return len;
+}
+
+size_t upstream_host_canonical_ipv6(char *host, size_t len)
+{
+	char text[UPSTREAM_IPV6_TEXT_MAX + 1];
+	struct in6_addr addr;
+	size_t n;
+
+	if (len > UPSTREAM_IPV6_TEXT_MAX || memchr(host, ':', len) == NULL)
+		return len;
+	memcpy(text, host, len);
+	text[len] = '\0';
+	if (inet_pton(AF_INET6, text, &addr) != 1 ||
+	    inet_ntop(AF_INET6, &addr, text, sizeof(text)) == NULL)
+		return len;
+	n = strlen(text);
+	memcpy(host, text, n);
+	return n;
 }
 
 void upstream_pool_key(const struct upstream_endpoint *endpoint, const struct tls_policy *tls,

@@ -56,6 +56,18 @@ void upstream_connect_cancel(struct upstream_connect *uc);
  * name is not NUL-terminated here. */
 size_t upstream_host_normalise(char *host, size_t len);
 
+/* The longest IPv6 address inet_ntop writes, without its NUL. */
+#define UPSTREAM_IPV6_TEXT_MAX 45
+
+/* Write an IPv6 address literal (any text with a ':') in the one spelling
+ * inet_ntop gives it (RFC 5952: "0:0::1" and "::0001" are "::1"), so that
+ * each address is one upstream, one pool and one cap. The result can be
+ * longer than the text ("::ffff:7f00:1" is "::ffff:127.0.0.1"): host has
+ * room for UPSTREAM_IPV6_TEXT_MAX bytes. Returns the new length; other
+ * hosts, and text that is no address, are left as they are. Not
+ * NUL-terminated here. */
+size_t upstream_host_canonical_ipv6(char *host, size_t len);
+
 /* The pool key of an endpoint under a trust policy, written to buf. */
 void upstream_pool_key(const struct upstream_endpoint *endpoint, const struct tls_policy *tls,
 		       char *buf, size_t len);

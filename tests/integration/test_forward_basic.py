@@ -12,6 +12,9 @@ Host set from the absolute URI; responses carry Via and Retry-Attempts: 1;
 bodiless responses (HEAD, 204, 304) do not stall or desynchronise the
 client connection; an HTTP/1.0 client never gets chunked framing, nor a
 body in a transfer coding besides chunked (gzip, chunked): that is a 502.
+An IPv6 address written three ways ([::1], [0:0::1], [::0001]) is one
+upstream: the second and third requests reuse the first one's pooled
+connection, and /upstreams lists it once, as [::1].
 """
 
 import hashlib
@@ -29,6 +32,15 @@ limits:
 defaults:
   retry:
     max_attempts: 1
+"""
+
+# retries on, so that idempotent requests use pooled connections
+CONFIG_POOLED = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+admin: 127.0.0.1:@PORT1@
+limits:
+  drain_timeout: 2s
 """
 
 
@@ -232,6 +244,28 @@ def scenario(t):
         r = h.curl("-X", "PROPFIND", origin.url("/echo?m"), proxy=proxy.url)
         h.eq(r.status, 200, "status (%r)" % r)
         h.eq(json.loads(r.body)["method"], "PROPFIND", "method at the origin")
+
+    @t.check("an IPv6 address in three spellings is one upstream: one pooled connection, one "
+             "entry in /upstreams, as [::1]")
+    def _():
+        try:
+            origin6 = t.origin(host="::1")
+        except OSError as e:
+            t.skip("IPv6 spellings", "::1 is not usable here: %s" % e)
+            return
+        pooled = t.proxy(CONFIG_POOLED)
+        admin = "http://127.0.0.1:%d" % pooled.port(1)
+        for spelling in ("[::1]", "[0:0::1]", "[::0001]"):
+            with h.RawConn(pooled.port()) as c:
+                url = "http://%s:%d/echo?spelling" % (spelling, origin6.port)
+                c.send(h.request("GET", url, "%s:%d" % (spelling, origin6.port)))
+                h.eq(c.read_response().status, 200, "status for %s" % spelling)
+        seen = [r for r in origin6.requests if r.target == "/echo?spelling"]
+        h.eq(len({r.conn_id for r in seen}), 1,
+             "connections the origin saw for the three spellings: %r" % seen)
+        listed = h.curl(admin + "/upstreams").body.decode()
+        h.eq(listed.count(":%d" % origin6.port), 1, "upstreams listed for the address: %s" % listed)
+        h.ok("[::1]:%d" % origin6.port in listed, "listed as [::1]: %s" % listed)
 
 
 h.run(scenario, __doc__)
