@@ -12,31 +12,6 @@
 #include "config_values.h"
 #include "xmalloc.h"
 
-/* A DNS name: dot-separated labels of letters, digits and inner hyphens. */
-static bool config_fleet_is_host_name(const char *host, size_t len)
-{
-	size_t label = 0;
-
-	if (len == 0 || len > 253)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = host[i];
-
-		if (c == '.') {
-			if (label == 0 || host[i - 1] == '-')
-				return false;
-			label = 0;
-			continue;
-		}
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      (c == '-' && label > 0)))
-			return false;
-		if (++label > 63)
-			return false;
-	}
-	return host[len - 1] != '-';
-}
-
 int config_fleet_redis_address(const char *text, struct fleet_config *fleet, const char **why)
 {
 	const char *colon, *host = text;
@@ -89,7 +64,7 @@ int config_fleet_redis_address(const char *text, struct fleet_config *fleet, con
 			*why = "the host is missing";
 			return -1;
 		}
-		if (!config_fleet_is_host_name(host, host_len)) {
+		if (!config_values_is_host_name(host, host_len)) {
 			*why = "expected a host name or an address before the port";
 			return -1;
 		}

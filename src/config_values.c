@@ -114,20 +114,27 @@ static int config_values_port(const char *text, uint16_t *port)
 	return 0;
 }
 
-/* Letters, digits, '-', '_' and dots between non-empty labels. */
-static bool config_values_is_hostname(const char *s, size_t len)
+bool config_values_is_host_name(const char *s, size_t len)
 {
-	if (len == 0 || len > 253 || s[0] == '.' || s[len - 1] == '.')
+	size_t label = 0;
+
+	if (len == 0 || len > 253)
 		return false;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)s[i];
 
-		if (c == '.' && s[i + 1] == '.')
+		if (c == '.') {
+			if (label == 0 || s[i - 1] == '-')
+				return false;
+			label = 0;
+			continue;
+		}
+		if (!isalnum(c) && c != '_' && (c != '-' || label == 0))
 			return false;
-		if (!isalnum(c) && c != '-' && c != '_' && c != '.')
+		if (++label > 63)
 			return false;
 	}
-	return true;
+	return label > 0 && s[len - 1] != '-';
 }
 
 /* Whether len bytes of s are an IPv6 address. */
@@ -220,7 +227,7 @@ int config_values_url(const char *text, struct upstream_url *url, const char **w
 		/* a trailing dot makes the name absolute (resolved without the
 		 * search list); it is checked, and sent in Host, without it */
 		name_len = host_len > 1 && host[host_len - 1] == '.' ? host_len - 1 : host_len;
-		if (!config_values_is_hostname(host, name_len)) {
+		if (!config_values_is_host_name(host, name_len)) {
 			*why = "invalid host";
 			return -1;
 		}
@@ -429,7 +436,7 @@ int config_values_host_pattern(const char *text, char **pattern, const char **wh
 			*why = "a wildcard is allowed only as a leading \"*.\"";
 			return -1;
 		}
-		if (!config_values_is_hostname(text + check_from, len - check_from)) {
+		if (!config_values_is_host_name(text + check_from, len - check_from)) {
 			*why = "expected a host name, \"*.\" and a domain, or \"*\"";
 			return -1;
 		}

@@ -34,6 +34,11 @@ int config_values_address(const char *text, struct sockaddr_storage *addr, sockl
 /* Parse "a.b.c.d/n", "v6/n" or a bare address; host bits are cleared. */
 int config_values_cidr(const char *text, struct cidr *cidr, const char **why);
 
+/* A DNS host name: dot-separated labels of 1 to 63 letters, digits, '-'
+ * and '_' (container and service names use it), none starting or ending
+ * with '-'; 253 bytes at most, no trailing dot. */
+bool config_values_is_host_name(const char *s, size_t len);
+
 /* Check a host pattern ("*", "*.example.com", a name or an address) and
  * return it lower case, without brackets or a trailing dot. */
 int config_values_host_pattern(const char *text, char **pattern, const char **why);

@@ -1218,6 +1218,10 @@ static void test_parse_upstream_url(void **state)
 		{ "https://[2001:db8::1]:9443", true, "2001:db8::1", 9443, "[2001:db8::1]:9443" },
 		{ "http://my_host-1.internal", false, "my_host-1.internal", 80,
 		  "my_host-1.internal" },
+		{ "http://a-b.c-d.example:81", false, "a-b.c-d.example", 81, "a-b.c-d.example:81" },
+		{ "http://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com",
+		  false, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com", 80,
+		  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com" },
 		/* absolute: the dot stays in the host, for the resolver, and is
 		 * left out of the Host field */
 		{ "https://API.example.com.:8443/", true, "api.example.com.", 8443,
@@ -1253,6 +1257,12 @@ static void test_parse_upstream_url(void **state)
 		"http://.",
 		"http://.:80",
 		"http://[::1].",
+		/* labels as DNS has them */
+		"http://-example.com",
+		"http://example-.com",
+		"http://api.-x.example",
+		"http://a-.example.com",
+		"http://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com",
 	};
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
