@@ -802,50 +802,61 @@ static const struct registry_ops client_registry_ops = {
 	.config_changed = client_config_changed,
 };
 
+/* Are the address bytes a (of c's family) inside network c? */
+static bool client_in_cidr(const struct cidr *c, const unsigned char *a)
+{
+	const unsigned char *n;
+	unsigned bits = c->prefix_len;
+	unsigned bytes = bits / 8;
+
+	if (c->addr.ss_family == AF_INET)
+		n = (const unsigned char *)&((const struct sockaddr_in *)&c->addr)->sin_addr;
+	else
+		n = (const unsigned char *)&((const struct sockaddr_in6 *)&c->addr)->sin6_addr;
+	if (memcmp(a, n, bytes) != 0)
+		return false;
+	if (bits % 8 != 0) {
+		unsigned char mask = (unsigned char)(0xff << (8 - bits % 8));
+
+		if ((a[bytes] & mask) != (n[bytes] & mask))
+			return false;
+	}
+	return true;
+}
+
 /* Is the peer inside access.allow_clients? */
 static bool client_allowed(const struct config *config, const struct sockaddr *peer)
 {
-	const unsigned char *a;
-	int family = peer->sa_family;
+	struct in6_addr as_v6; /* an IPv4 peer, as ::ffff:a.b.c.d */
+	const unsigned char *v4;
 	size_t i;
 
-	if (family == AF_INET) {
-		a = (const unsigned char *)&((const struct sockaddr_in *)peer)->sin_addr;
+	if (peer->sa_family == AF_INET) {
+		memset(&as_v6, 0, sizeof(as_v6));
+		as_v6.s6_addr[10] = 0xff;
+		as_v6.s6_addr[11] = 0xff;
+		memcpy(&as_v6.s6_addr[12], &((const struct sockaddr_in *)peer)->sin_addr, 4);
 	} else {
-		const struct in6_addr *v6 = &((const struct sockaddr_in6 *)peer)->sin6_addr;
-
-		a = (const unsigned char *)v6;
-		/* an IPv4 client of a dual-stack listener is ::ffff:a.b.c.d: the
-		 * IPv4 entries are the ones that must decide */
-		if (IN6_IS_ADDR_V4MAPPED(v6)) {
-			family = AF_INET;
-			a += 12;
-		}
+		as_v6 = ((const struct sockaddr_in6 *)peer)->sin6_addr;
 	}
+	/* an IPv4 client of a dual-stack listener is ::ffff:a.b.c.d: the
+	 * IPv4 entries decide, and of the IPv6 ones only those inside
+	 * ::ffff:0:0/96, IPv4 networks spelt as the log shows such a client
+	 * (::/0 does not let in every IPv4 client) */
+	v4 = IN6_IS_ADDR_V4MAPPED(&as_v6) ? &as_v6.s6_addr[12] : NULL;
 	for (i = 0; i < config->allow_client_count; i++) {
 		const struct cidr *c = &config->allow_clients[i];
-		const unsigned char *n;
-		unsigned bits = c->prefix_len;
-		unsigned bytes;
+		const struct in6_addr *net = &((const struct sockaddr_in6 *)&c->addr)->sin6_addr;
 
-		if (c->addr.ss_family != family)
+		if (c->addr.ss_family == AF_INET) {
+			if (v4 != NULL && client_in_cidr(c, v4))
+				return true;
 			continue;
-		if (family == AF_INET)
-			n = (const unsigned char *)&((const struct sockaddr_in *)&c->addr)
-				    ->sin_addr;
-		else
-			n = (const unsigned char *)&((const struct sockaddr_in6 *)&c->addr)
-				    ->sin6_addr;
-		bytes = bits / 8;
-		if (memcmp(a, n, bytes) != 0)
-			continue;
-		if (bits % 8 != 0) {
-			unsigned char mask = (unsigned char)(0xff << (8 - bits % 8));
-
-			if ((a[bytes] & mask) != (n[bytes] & mask))
-				continue;
 		}
-		return true;
+		if (v4 != NULL && !(c->prefix_len >= 96 && IN6_IS_ADDR_V4MAPPED(net)))
+			continue;
+		if (client_in_cidr(c, as_v6.s6_addr))
+			return true;
 	}
 	return false;
 }
