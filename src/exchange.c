@@ -336,6 +336,10 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 		if (reusable && conn_ssl(t->up) != NULL &&
 		    !tls_store_current(ex->proxy->tls, conn_ssl(t->up)))
 			reusable = false;
+		/* nor one over a limit a reload lowered: closing it brings the
+		 * upstream back under */
+		if (reusable && ex->upstream != NULL && upstream_slot_over_cap(ex->upstream))
+			reusable = false;
 		if (reusable) {
 			/* a pool already full closes it, and its place goes back
 			 * as it closes: no pooled connection to offer then */
@@ -1165,8 +1169,10 @@ void exchange_start_try(struct exchange *ex)
 		ex->upstream = upstreams_hold(ex->proxy->upstreams, &ex->endpoint);
 	if (exchange_may_use_pool(ex) &&
 	    /* a pooled connection goes to the oldest waiting request first */
-	    (ex->queue_released || !upstream_slot_waiters(ex->upstream)))
+	    (ex->queue_released || !upstream_slot_waiters(ex->upstream))) {
+		exchange_close_over_cap(ex);
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);
+	}
 	if (pooled == NULL && !ex->is_connect && !exchange_take_connection_place(ex))
 		return;
 	if (pooled == NULL && !exchange_admit(ex)) {

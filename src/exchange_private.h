@@ -350,6 +350,11 @@ void exchange_queue_count_wait(struct exchange *ex);
  * max_upstream_connections; false when the exchange waits for one
  * (EXCHANGE_QUEUED) instead. */
 bool exchange_take_connection_place(struct exchange *ex);
+
+/* exchange_queue.c: while a lowered max_upstream_connections leaves the
+ * upstream over it, close its idle pooled connections, so that none serves
+ * beside those in use. */
+void exchange_close_over_cap(struct exchange *ex);
 void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const char *reason);
 struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
 				     bool connecting, uint64_t retry_after_ms, bool too_large);

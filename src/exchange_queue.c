@@ -158,6 +158,13 @@ static void exchange_queue(struct exchange *ex, bool front)
 	exchange_timer_start(ex, exchange_queue_timeout_cb, &tv);
 }
 
+void exchange_close_over_cap(struct exchange *ex)
+{
+	while (upstream_slot_over_cap(ex->upstream) &&
+	       pool_close_one(ex->proxy->pool, ex->pool_key))
+		;
+}
+
 bool exchange_take_connection_place(struct exchange *ex)
 {
 	/* the live config's limit: this request may carry the one before a

@@ -502,6 +502,11 @@ bool upstream_slot_at_cap(const struct upstream *u, bool first_in_line)
 	return u->open >= u->max_open && (u->slot_waiting == 0 || first_in_line);
 }
 
+bool upstream_slot_over_cap(const struct upstream *u)
+{
+	return u->open > u->max_open;
+}
+
 void upstream_slot_put(struct upstream *u)
 {
 	if (u->open > 0)

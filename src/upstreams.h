@@ -102,6 +102,10 @@ bool upstream_slot_take(struct upstream *upstream, unsigned max, bool first_in_l
  * it)? */
 bool upstream_slot_at_cap(const struct upstream *upstream, bool first_in_line);
 
+/* More connections open than the live limit allows (a reload lowered it):
+ * an idle one should close rather than serve or be pooled again. */
+bool upstream_slot_over_cap(const struct upstream *upstream);
+
 /* Give back a place taken that no connection holds (its connect failed or
  * was given up, or it was not needed). */
 void upstream_slot_put(struct upstream *upstream);

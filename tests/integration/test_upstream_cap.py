@@ -45,7 +45,10 @@ a GET whose pooled connection turns out stale while the other connection
 is busy and another request waits goes again at once, but waits behind
 that request; released when that request's connection goes back to the
 pool, it still takes a new connection (the proxy closing the idle one to
-make room), not a pooled one.
+make room), not a pooled one. (11) A fifth proxy, capped at 2, with both
+connections idle in the pool, lowered to 1 by a reload: while one request
+holds a connection, another waits for it rather than taking the second
+idle one; the origin never serves two at once.
 """
 
 import os
@@ -457,5 +460,30 @@ def scenario(t):
                                  for c in origin_st.connections), 3 * h.SLOW,
                      "the waiter's idle connection closed by the proxy to make room")
         h.eq(holder.read_response().status, 200, "the holder")
+
+    origin_low = t.origin(name="capped-lowered")
+    low = t.proxy(CONFIG_ONE, ORIGIN=origin_low.port, CAP=2)
+
+    @t.check("cap 2 lowered to 1 by a reload, two connections idle in the pool: a second "
+             "request waits for the one in use, not on the other idle connection")
+    def _():
+        first = [h.hold_request(t, low.port(), origin_low, 0.5, "fill-%d" % i) for i in range(2)]
+        for c in first:
+            h.eq(c.read_response().status, 200, "a request filling the pool")
+        h.eq(len(origin_low.connections), 2, "connections the origin saw")
+        with open(low.config_path, "w") as f:
+            f.write(low.config_text.replace("max_upstream_connections: 2",
+                                            "max_upstream_connections: 1"))
+        os.kill(low.pid, signal.SIGHUP)
+        low.wait_log("reload: now running")
+        holder = h.hold_request(t, low.port(), origin_low, 1, "low-holder")
+        r = h.fetch(low.port(), "GET", "/echo?c=low-next", "app.example", timeout=20 * h.SLOW)
+        h.eq(r.status, 200, "the second request")
+        h.eq(holder.read_response().status, 200, "the holder")
+        held = [q for q in origin_low.requests if q.query.get("c") == "low-holder"][0]
+        nxt = [q for q in origin_low.requests if q.query.get("c") == "low-next"][0]
+        h.ok(held.finished_at is not None and nxt.received_at >= held.finished_at - 0.05,
+             "the second request reached the origin %.2fs after the holder's response "
+             "(not while it was held)" % (nxt.received_at - (held.finished_at or 0)))
 
 h.run(scenario, __doc__)
