@@ -1236,8 +1236,17 @@ size_t conn_output_length(const struct conn *c)
 size_t conn_output_unacked(const struct conn *c)
 {
 	int in_kernel = 0;
+	struct tcp_info info;
+	socklen_t len = sizeof(info);
 
-	if (c->fd >= 0 && (ioctl(c->fd, SIOCOUTQ, &in_kernel) != 0 || in_kernel < 0))
+	if (c->fd < 0)
+		return conn_output_length(c);
+	/* a peer that reset the connection takes nothing more; SIOCOUTQ
+	 * still counts what it never acknowledged */
+	if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
+	    info.tcpi_state == TCP_CLOSE)
+		return 0;
+	if (ioctl(c->fd, SIOCOUTQ, &in_kernel) != 0 || in_kernel < 0)
 		in_kernel = 0; /* the kernel cannot say: nothing known to wait for */
 	return conn_output_length(c) + (size_t)in_kernel;
 }

@@ -135,8 +135,8 @@ uint64_t conn_bytes_written(const struct conn *conn);
 
 /* Bytes of the output the peer has not acknowledged yet: those still
  * queued here and those the kernel holds for it (SIOCOUTQ, for TLS whole
- * records). 0 means the peer has everything: a reset now loses nothing
- * sent before. */
+ * records). 0 means the peer has everything, or reset the connection and
+ * can take nothing more: a reset now loses nothing sent before. */
 size_t conn_output_unacked(const struct conn *conn);
 
 /* Reading on or off (backpressure). Turning it on does not call the read

@@ -23,7 +23,9 @@ Must hold:
   client_timeout with a reset, not a clean close that would make the cut
   body look whole;
 - a client that resets while its response's tail waits in the proxy has
-  its connection closed at once (not kept until drain_timeout);
+  its connection closed at once (not kept until drain_timeout), also when
+  the proxy waits to reset it after a broken-off body (not kept until
+  client_timeout);
 - a keep-alive connection accepted before a reload that raised
   max_header_bytes sends a 300 KB head afterwards and gets 200 (its input
   limit follows the new config).
@@ -51,6 +53,20 @@ limits:
   drain_timeout: 2s
   client_timeout: 1s
   max_header_bytes: 64KiB
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+# client_timeout far longer than any wait here
+CONFIG_LONG_TIMEOUT = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+  client_timeout: 60s
 defaults:
   retry:
     max_attempts: 1
@@ -128,6 +144,27 @@ def scenario(t):
         c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         c.close()
         h.wait_until(lambda: open_fds() < before, 3 * h.SLOW,
+                     "the proxy to close the reset client's connection (%d fds open)" % before)
+
+    @t.check("a client that resets while the proxy waits to reset it after a broken-off body: "
+             "its connection closes at once, not after client_timeout")
+    def _():
+        waiting = t.proxy(CONFIG_LONG_TIMEOUT, ORIGIN=origin.port)
+
+        def open_fds():
+            return len(os.listdir("/proc/%d/fd" % waiting.pid))
+
+        before = open_fds()
+        # an HTTP/1.0 client gets the chunked body decoded, delimited by the
+        # close: the break ends it with a reset, once the client has taken
+        # what it was sent, which this one, not reading, never does
+        c = h.RawConn(waiting.port(), rcvbuf=16 << 10)
+        c.send(h.request("GET", "/object/400000?chunked=1&break_at=300000&t=rst-waiting",
+                         "a.example", version="HTTP/1.0"))
+        waiting.access_one("rst-waiting")
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+        h.wait_until(lambda: open_fds() <= before, 3 * h.SLOW,
                      "the proxy to close the reset client's connection (%d fds open)" % before)
 
     @t.check("a connection from before a reload that raised max_header_bytes sends a larger head")
