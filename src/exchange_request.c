@@ -415,10 +415,9 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	const char *prefix = ex->owner.target_prefix != NULL ? ex->owner.target_prefix : "";
 	size_t prefix_len = strlen(prefix);
 	/* an IPv6 literal may come out of its one spelling longer */
-	size_t host_room = dest->host_len < UPSTREAM_IPV6_TEXT_MAX &&
-					   memchr(dest->host, ':', dest->host_len) != NULL
-				   ? UPSTREAM_IPV6_TEXT_MAX
-				   : dest->host_len;
+	bool ipv6 = dest->host_len <= UPSTREAM_IPV6_TEXT_MAX &&
+		    memchr(dest->host, ':', dest->host_len) != NULL;
+	size_t host_room = ipv6 ? UPSTREAM_IPV6_TEXT_MAX : dest->host_len;
 	/* "https://" host ":" port "|" ca "|1" (an absolute host's dot is in
 	 * host_len) */
 	size_t key_room = 8 + host_room + 6 + 1 + strlen(ca) + 2 + 1;
@@ -448,7 +447,7 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	 * resolver (and so another upstream than the name without it) */
 	host_len = upstream_host_normalise(ex->endpoint_host, dest->host_len);
 	ex->endpoint.absolute = host_len < dest->host_len;
-	if (host_room > dest->host_len)
+	if (ipv6)
 		host_len = upstream_host_canonical_ipv6(ex->endpoint_host, host_len);
 	p = ex->endpoint_host + host_len;
 	*p++ = '\0';

@@ -14,12 +14,14 @@ client connection; an HTTP/1.0 client never gets chunked framing, nor a
 body in a transfer coding besides chunked (gzip, chunked): that is a 502.
 An IPv6 address written three ways ([::1], [0:0::1], [::0001]) is one
 upstream: the second and third requests reuse the first one's pooled
-connection, and /upstreams lists it once, as [::1].
+connection, and /upstreams lists it once, as [::1]; so is one in its
+longest spelling (45 characters, ::ffff:127.100.100.100 written out).
 """
 
 import hashlib
 import json
 import os
+import socket
 
 import harness as h
 import origin as o
@@ -266,6 +268,26 @@ def scenario(t):
         listed = h.curl(admin + "/upstreams").body.decode()
         h.eq(listed.count(":%d" % origin6.port), 1, "upstreams listed for the address: %s" % listed)
         h.ok("[::1]:%d" % origin6.port in listed, "listed as [::1]: %s" % listed)
+
+    @t.check("an IPv6 address in its longest spelling (45 characters) is the same upstream as "
+             "in its shortest")
+    def _():
+        origin4 = t.origin(host="127.100.100.100")
+        try:
+            socket.create_connection(("::ffff:127.100.100.100", origin4.port), 2).close()
+        except OSError as e:
+            t.skip("IPv6 longest spelling", "::ffff:127.100.100.100 is not usable here: %s" % e)
+            return
+        pooled = t.proxy(CONFIG_POOLED)
+        longest = "[0000:0000:0000:0000:0000:ffff:127.100.100.100]"
+        for spelling in ("[::ffff:127.100.100.100]", longest):
+            with h.RawConn(pooled.port()) as c:
+                url = "http://%s:%d/echo?longest" % (spelling, origin4.port)
+                c.send(h.request("GET", url, "%s:%d" % (spelling, origin4.port)))
+                h.eq(c.read_response().status, 200, "status for %s" % spelling)
+        seen = [r for r in origin4.requests if r.target == "/echo?longest"]
+        h.eq(len({r.conn_id for r in seen}), 1,
+             "connections the origin saw for the two spellings: %r" % seen)
 
 
 h.run(scenario, __doc__)
