@@ -251,6 +251,9 @@ int main(int argc, char **argv)
 	bool bind_failed;
 	int i;
 
+	/* a file size limit reached makes a spool write fail with EFBIG, the
+	 * check of spool_dir when a config loads (--check, --explain) included */
+	signal(SIGXFSZ, SIG_IGN);
 	for (i = 1; i < argc; i++) {
 		if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) &&
 		    i + 1 < argc) {
@@ -346,8 +349,6 @@ int main(int argc, char **argv)
 	 * test's) must not kill it by the default action before the handler
 	 * below is in place: it is ignored until then */
 	signal(SIGHUP, SIG_IGN);
-	/* a file size limit reached makes a spool write fail with EFBIG */
-	signal(SIGXFSZ, SIG_IGN);
 	/* Buffer blocks of up to 256 KiB (reads of up to 32 KiB, and what
 	 * collects in an output) come and go with every response: keep them
 	 * on the heap instead of mapping each one, and keep freed memory

@@ -170,9 +170,20 @@ bool spool_usage_allows(const struct spool_usage *usage, uint64_t cap, uint64_t 
 int spool_check_dir(const char *dir)
 {
 	struct spool *spool = spool_open(dir);
+	ssize_t n;
+	int saved;
 
 	if (spool == NULL)
 		return -1;
+	/* a byte too: a full disk (or a file size limit of 0) lets a file be
+	 * made, an empty one, and fails only at its first write */
+	do
+		n = pwrite(spool->fd, "", 1, 0);
+	while (n < 0 && errno == EINTR);
+	saved = n == 0 ? ENOSPC : errno;
 	spool_close(spool);
-	return 0;
+	if (n == 1)
+		return 0;
+	errno = saved;
+	return -1;
 }

@@ -58,7 +58,8 @@ void spool_count_in(struct spool *spool, struct spool_usage *usage);
 /* May more bytes go to spool files without passing cap (0: no cap)? */
 bool spool_usage_allows(const struct spool_usage *usage, uint64_t cap, uint64_t more);
 
-/* Can a spool file be made in dir now? 0, or -1 with errno set. */
+/* Can a spool file be made in dir now, and a byte written to it? 0, or -1
+ * with errno set. */
 int spool_check_dir(const char *dir);
 
 #endif

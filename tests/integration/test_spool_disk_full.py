@@ -17,11 +17,14 @@ Retry-Attempts: 1, the access line says attempts=1 gave_up=body_too_large,
 retryproxy_retries_given_up_total{reason="body_too_large"} counts each;
 a request whose only answer is 200 still gets it; no spool file stays open;
 with the limit lifted the next spooled PUT is retried again, byte-exact.
+--check under a file size limit of 0 (a file can be made, not written, as on
+a full disk) refuses spool_dir with "File too large"; without it, ok.
 """
 
 import os
 import re
 import resource
+import subprocess
 
 import harness as h
 
@@ -94,6 +97,25 @@ def scenario(t):
             h.eq(gave_up_body_too_large(proxy.port(1)), before + 1, "body_too_large give-ups counted")
         h.wait_until(lambda: not h.open_files_under(proxy.pid, spool_dir),
                      5 * h.SLOW, "no spool file open after %s" % path)
+
+    @t.check("--check under a file size limit of 0 (as a full disk, where an empty file can "
+             "still be made): refused, naming spool_dir")
+    def _():
+        config = os.path.join(t.tmp, "check.yaml")
+        with open(config, "w") as f:
+            f.write("listen:\n  - address: 127.0.0.1:1\nlimits:\n  replay_buffer: 64KiB\n"
+                    "  spool_max: 32MiB\n  spool_dir: spool\n")
+
+        def no_file_room():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+
+        r = subprocess.run([h.BIN, "--check", "-c", config], env=h.clean_env(), capture_output=True,
+                           text=True, timeout=20 * h.SLOW, preexec_fn=no_file_room)
+        h.eq(r.returncode, 1, "exit code of --check (stdout %r, stderr %r)" % (r.stdout, r.stderr))
+        h.ok(re.search(r"limits\.spool_dir: cannot make a spool file in .*: File too large", r.stderr),
+             "--check names spool_dir and the error: %r" % r.stderr)
+        r = h.run_bin(["--check", "-c", config])
+        h.eq((r.returncode, r.stdout.strip()), (0, "ok"), "--check without the limit (%r)" % r.stderr)
 
     limit(MiB)
 
