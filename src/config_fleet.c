@@ -64,7 +64,11 @@ int config_fleet_redis_address(const char *text, struct fleet_config *fleet, con
 			*why = "the host is missing";
 			return -1;
 		}
-		if (!config_values_is_host_name(host, host_len)) {
+		/* a trailing dot makes the name absolute (asked without the
+		 * search list), as for an upstream */
+		if (!config_values_is_host_name(host, host_len > 1 && host[host_len - 1] == '.'
+							      ? host_len - 1
+							      : host_len)) {
 			*why = "expected a host name or an address before the port";
 			return -1;
 		}
