@@ -50,6 +50,17 @@ def sha(b):
     return hashlib.sha256(b).hexdigest()
 
 
+def get_each_spelling(proxy, origin, spellings, tag):
+    """One absolute-form GET /echo?TAG per spelling of the origin's address,
+    each on a client connection of its own; the requests the origin saw."""
+    for spelling in spellings:
+        with h.RawConn(proxy.port()) as c:
+            url = "http://%s:%d/echo?%s" % (spelling, origin.port, tag)
+            c.send(h.request("GET", url, "%s:%d" % (spelling, origin.port)))
+            h.eq(c.read_response().status, 200, "status for %s" % spelling)
+    return [r for r in origin.requests if r.target == "/echo?" + tag]
+
+
 def scenario(t):
     origin = t.origin()
     proxy = t.proxy(CONFIG)
@@ -257,12 +268,7 @@ def scenario(t):
             return
         pooled = t.proxy(CONFIG_POOLED)
         admin = "http://127.0.0.1:%d" % pooled.port(1)
-        for spelling in ("[::1]", "[0:0::1]", "[::0001]"):
-            with h.RawConn(pooled.port()) as c:
-                url = "http://%s:%d/echo?spelling" % (spelling, origin6.port)
-                c.send(h.request("GET", url, "%s:%d" % (spelling, origin6.port)))
-                h.eq(c.read_response().status, 200, "status for %s" % spelling)
-        seen = [r for r in origin6.requests if r.target == "/echo?spelling"]
+        seen = get_each_spelling(pooled, origin6, ("[::1]", "[0:0::1]", "[::0001]"), "spelling")
         h.eq(len({r.conn_id for r in seen}), 1,
              "connections the origin saw for the three spellings: %r" % seen)
         listed = h.curl(admin + "/upstreams").body.decode()
@@ -280,12 +286,7 @@ def scenario(t):
             return
         pooled = t.proxy(CONFIG_POOLED)
         longest = "[0000:0000:0000:0000:0000:ffff:127.100.100.100]"
-        for spelling in ("[::ffff:127.100.100.100]", longest):
-            with h.RawConn(pooled.port()) as c:
-                url = "http://%s:%d/echo?longest" % (spelling, origin4.port)
-                c.send(h.request("GET", url, "%s:%d" % (spelling, origin4.port)))
-                h.eq(c.read_response().status, 200, "status for %s" % spelling)
-        seen = [r for r in origin4.requests if r.target == "/echo?longest"]
+        seen = get_each_spelling(pooled, origin4, ("[::ffff:127.100.100.100]", longest), "longest")
         h.eq(len({r.conn_id for r in seen}), 1,
              "connections the origin saw for the two spellings: %r" % seen)
 
