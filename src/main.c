@@ -237,6 +237,17 @@ static int main_explain(const char *config_path, const struct explain_request *r
 	return rc == 0 ? MAIN_EXIT_OK : MAIN_EXIT_CONFIG;
 }
 
+/* Options that name one thing may appear once: a second -c would otherwise
+ * replace the first without a word, and the proxy would run on a config
+ * its user did not mean. */
+static bool main_given_once(const void *already, const char *option)
+{
+	if (already == NULL)
+		return true;
+	fprintf(stderr, "retryproxy: %s given twice\n", option);
+	return false;
+}
+
 int main(int argc, char **argv)
 {
 	const char *config_path = NULL, *make_ca_dir = NULL;
@@ -255,20 +266,26 @@ int main(int argc, char **argv)
 	 * check of spool_dir when a config loads (--check, --explain) included */
 	signal(SIGXFSZ, SIG_IGN);
 	for (i = 1; i < argc; i++) {
+		bool once = true;
+
 		if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) &&
 		    i + 1 < argc) {
+			once = main_given_once(config_path, argv[i]);
 			config_path = argv[++i];
 		} else if (strcmp(argv[i], "--check") == 0) {
 			check = true;
 		} else if (strcmp(argv[i], "--make-ca") == 0 && i + 1 < argc) {
+			once = main_given_once(make_ca_dir, argv[i]);
 			make_ca_dir = argv[++i];
 		} else if (strcmp(argv[i], "--explain") == 0 && i + 2 < argc) {
+			once = main_given_once(explain.method, argv[i]);
 			explain.method = argv[++i];
 			explain.url = argv[++i];
 		} else if ((strcmp(argv[i], "-H") == 0 || strcmp(argv[i], "--header") == 0) &&
 			   i + 1 < argc) {
 			headers[explain.header_count++] = argv[++i];
 		} else if (strcmp(argv[i], "--body") == 0 && i + 1 < argc) {
+			once = main_given_once(explain.body_path, argv[i]);
 			explain.body_path = argv[++i];
 		} else if (strcmp(argv[i], "--version") == 0) {
 			printf("retryproxy %s\n", RETRYPROXY_VERSION);
@@ -290,6 +307,11 @@ int main(int argc, char **argv)
 					? "unknown option"
 					: "missing or unexpected argument",
 				argv[i]);
+			main_usage(stderr);
+			free(headers);
+			return MAIN_EXIT_CONFIG;
+		}
+		if (!once) {
 			main_usage(stderr);
 			free(headers);
 			return MAIN_EXIT_CONFIG;

@@ -2,7 +2,8 @@
 """Scenario: the command line.
 
 Client: none; the test runs the binary with --version, --help, --check on a
-good and on a bad config, an unknown option, a missing -c file, a config
+good and on a bad config, an unknown option, an option that names one
+thing given twice, a missing -c file, a config
 whose port is taken, and no -c at all from an empty directory and from one
 holding conf/retryproxy.yaml; it also stops a running proxy with SIGINT.
 Origin: none.
@@ -11,7 +12,8 @@ the options; --check prints "ok" and exits 0 without binding anything (and
 without -c names on stderr the config it checked); a bad config exits 1
 reporting every error as file:line:col (the key for an unknown key, the
 value for a bad value), a tls.ca_file holding no certificate included,
-for --check as for a start; usage errors exit 1; a port in use
+for --check as for a start; usage errors exit 1 (-c, --explain, --body
+and --make-ca given twice among them, naming the option); a port in use
 exits 2 naming the cause; without -c the proxy says on stderr which config it
 used (./conf/retryproxy.yaml first, else /etc/retryproxy/retryproxy.yaml,
 else the embedded default), and a reload looks again (a ./conf/retryproxy.yaml
@@ -151,6 +153,23 @@ def scenario(t):
         p = h.run_bin(["--no-such-option"])
         h.eq(p.returncode, 1, "exit code")
         h.ok(p.stderr.strip(), "stderr should explain the usage error")
+
+    @t.check("-c, --config, --explain, --body and --make-ca given twice exit 1 naming the option, "
+             "whatever the second names")
+    def _():
+        good = write(os.path.join(tmp, "twice.yaml"), GOOD.replace("@PORT@", "1"))
+        for args, option in ((["-c", good, "-c", good, "--check"], "-c"),
+                             (["-c", good, "--config", good, "--check"], "--config"),
+                             (["--explain", "GET", "http://127.0.0.1/", "--explain", "GET",
+                               "http://127.0.0.1/"], "--explain"),
+                             (["--explain", "GET", "http://127.0.0.1/", "--body", good, "--body", good],
+                              "--body"),
+                             (["--make-ca", tmp, "--make-ca", tmp], "--make-ca")):
+            p = h.run_bin(args)
+            h.eq(p.returncode, 1, "exit code of %r (stderr %r)" % (args, p.stderr))
+            h.ok("%s given twice" % option in p.stderr, "stderr for %r should say %s was given twice: %r"
+                 % (args, option, p.stderr))
+            h.ok("ok" not in p.stdout, "nothing checked or explained for %r: %r" % (args, p.stdout))
 
     @t.check("-c with a missing file exits 1 naming the file")
     def _():
