@@ -779,18 +779,20 @@ static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* The upstream is back (or a connect in doubt ended): try now. */
-static void exchange_released(struct upstream_waiter *waiter)
+static bool exchange_released(struct upstream_waiter *waiter)
 {
 	struct exchange *ex =
 		(struct exchange *)((char *)waiter - offsetof(struct exchange, waiter));
+	bool tried;
 
 	exchange_enter(ex);
 	exchange_gauges_update(ex);
 	exchange_timer_stop(ex);
 	/* the trail shows the time held as the wait before the next try */
 	exchange_held_count_wait(ex);
-	exchange_start_try(ex);
+	tried = exchange_start_try(ex);
 	exchange_leave(ex);
+	return tried;
 }
 
 void exchange_hold(struct exchange *ex)
@@ -1153,7 +1155,7 @@ static bool exchange_may_use_pool(const struct exchange *ex)
 	       (!ex->observe && ex->replay != NULL && !ex->body_once && !ex->body_too_large);
 }
 
-void exchange_start_try(struct exchange *ex)
+bool exchange_start_try(struct exchange *ex)
 {
 	struct exchange_try *t;
 	struct conn *pooled = NULL;
@@ -1161,7 +1163,7 @@ void exchange_start_try(struct exchange *ex)
 	/* a request released from its wait after a drain's answer time (a
 	 * connect in doubt ended, a place came free) is answered instead */
 	if (exchange_past_drain(ex, 0) && exchange_drain_answer(ex))
-		return;
+		return false;
 	/* the deadline counts from the first try, or from when it was first held */
 	if (ex->first_try_ms == 0)
 		ex->first_try_ms = retry_budget_now_ms();
@@ -1174,11 +1176,11 @@ void exchange_start_try(struct exchange *ex)
 		pooled = pool_take(ex->proxy->pool, ex->pool_key);
 	}
 	if (pooled == NULL && !ex->is_connect && !exchange_take_connection_place(ex))
-		return;
+		return true;
 	if (pooled == NULL && !exchange_admit(ex)) {
 		if (!ex->is_connect)
 			upstream_slot_put(ex->upstream);
-		return;
+		return true;
 	}
 	t = exchange_free_slot(ex);
 	exchange_begin_try(ex, t, pooled != NULL);
@@ -1186,11 +1188,12 @@ void exchange_start_try(struct exchange *ex)
 	if (pooled != NULL) {
 		metrics_pool_reuse(ex->proxy->metrics);
 		exchange_upstream_ready(t, pooled, true);
-		return;
+		return true;
 	}
 	/* each try starts one address further into the name's list: a retry
 	 * after an address answered badly goes to another first */
 	exchange_connect(ex, t, t->number - 1);
+	return true;
 }
 
 /* retry.hedge: when the try just started has no response head after

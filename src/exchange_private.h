@@ -332,7 +332,10 @@ void exchange_try_timeout_stop(struct exchange_try *t);
 void exchange_finish(struct exchange *ex);
 void exchange_respond_error(struct exchange *ex, int status, const char *text);
 void exchange_break_response(struct exchange *ex, const char *why);
-void exchange_start_try(struct exchange *ex);
+/* Start a try, or wait for a place or the upstream. False only when the
+ * request was answered instead (a drain's answer time passed), before it
+ * took a connection or a place. */
+bool exchange_start_try(struct exchange *ex);
 
 /* exchange_gauges.c: bring the route's backoff, held and queued gauges in
  * line with the exchange, after retry_reserved or its wait for the upstream

@@ -108,11 +108,14 @@ static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* A place or a pooled connection may be free: start the try now, ahead of
- * anyone who came later. */
-static void exchange_queue_released(struct upstream_waiter *waiter)
+ * anyone who came later. The deadline may have passed in the loop pass that
+ * freed it, before the timer could say so: then the answer goes out, and
+ * what was offered goes to the next in line (false). */
+static bool exchange_queue_released(struct upstream_waiter *waiter)
 {
 	struct exchange *ex =
 		(struct exchange *)((char *)waiter - offsetof(struct exchange, waiter));
+	bool tried;
 
 	exchange_enter(ex);
 	exchange_gauges_update(ex);
@@ -121,12 +124,13 @@ static void exchange_queue_released(struct upstream_waiter *waiter)
 	if (!retry_within_deadline(&ex->route->retry, exchange_queue_elapsed(ex), 0)) {
 		exchange_queue_deadline(ex);
 		exchange_leave(ex);
-		return;
+		return false;
 	}
 	ex->queue_released = true;
-	exchange_start_try(ex);
+	tried = exchange_start_try(ex);
 	ex->queue_released = false;
 	exchange_leave(ex);
+	return tried;
 }
 
 /* Wait for a place, at the front when just released (it stays the oldest),

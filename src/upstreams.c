@@ -462,7 +462,8 @@ void upstream_unwait(struct upstream_waiter *w)
 /* Release waiting requests, oldest first, while there is a place for one or
  * a pooled connection not yet offered. Each released request takes the
  * place (or the connection) at once, or goes another way (held for health,
- * refused), or, finding neither after all, waits again at the front. */
+ * refused), or, finding neither after all, waits again at the front, or
+ * ends there (its deadline, a drain) taking nothing. */
 static void upstream_slot_release_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct upstream *u = arg;
@@ -470,10 +471,15 @@ static void upstream_slot_release_cb(evutil_socket_t fd, short what, void *arg)
 
 	while ((w = TAILQ_FIRST(&u->slot_waiters)) != NULL &&
 	       (u->open < u->max_open || u->pooled_unclaimed > 0)) {
-		if (u->open >= u->max_open)
+		bool pooled = u->open >= u->max_open;
+
+		if (pooled)
 			u->pooled_unclaimed--;
 		upstream_take_slot_waiter(u, w);
-		w->release(w);
+		/* a place not taken is still free; a pooled connection not
+		 * taken is still idle: the next in line is offered it */
+		if (!w->release(w) && pooled)
+			u->pooled_unclaimed++;
 	}
 	u->pooled_unclaimed = 0;
 }

@@ -32,9 +32,11 @@ struct upstreams;
 /* A request waiting for an upstream. */
 struct upstream_waiter {
 	TAILQ_ENTRY(upstream_waiter) link;
-	struct upstream *upstream;		    /* NULL when not waiting */
-	uint64_t seq;				    /* arrival order */
-	void (*release)(struct upstream_waiter *w); /* go: start the try now */
+	struct upstream *upstream; /* NULL when not waiting */
+	uint64_t seq;		   /* arrival order */
+	/* go: start the try now; false when the request ended instead,
+	 * taking nothing (the connection queue offers it to the next) */
+	bool (*release)(struct upstream_waiter *w);
 	bool for_connection; /* in the queue for a connection (upstream_slot_wait) */
 };
 

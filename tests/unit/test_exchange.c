@@ -7,7 +7,8 @@
  * saw: a retry after a 503, the last 503 passed on unchanged, a reset POST
  * never sent twice, connect failures retried for any method, a client gone
  * during the backoff, broken and reset response bodies, Retry-After past the
- * deadline, and a stale pooled connection. */
+ * deadline, a stale pooled connection, and a pooled connection offered to
+ * a waiting request whose deadline passed first. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,6 +52,7 @@ enum up_action {
 	UP_ANSWER_CLOSE, /* send the reply, then close (FIN) */
 	UP_ANSWER_RESET, /* send the reply, then reset (RST) a moment later */
 	UP_RESET,	 /* reset at once, without a reply */
+	UP_HOLD,	 /* send nothing: the test answers (up_send) when it chooses */
 };
 
 /* One step of the upstream's script: the nth request gets the nth step, and
@@ -103,6 +105,9 @@ struct harness {
 	unsigned ended_count;
 	enum exchange_end end;
 	char trace[256]; /* the owner's callbacks in order: "watch:on ended:close" */
+	/* owner_ended keeps the loop pass busy until then, as a pass with much
+	 * to do would: timers due meanwhile wait for the next pass */
+	uint64_t ended_busy_until_ms;
 };
 
 static uint64_t now_ms(void)
@@ -182,6 +187,8 @@ static bool up_answer(struct up_conn *c)
 	case UP_RESET:
 		up_conn_close(c, true);
 		return false;
+	case UP_HOLD:
+		return true;
 	}
 	return false;
 }
@@ -334,6 +341,11 @@ static void owner_ended(void *arg, enum exchange_end end, struct conn *tunnel)
 	h->ended_count++;
 	h->end = end;
 	trace_add(h, names[end]);
+	while (now_ms() < h->ended_busy_until_ms) {
+		struct timespec ms = { .tv_sec = 0, .tv_nsec = 1000 * 1000 };
+
+		nanosleep(&ms, NULL);
+	}
 }
 
 static void owner_read_cb(struct conn *conn, void *arg)
@@ -445,12 +457,16 @@ static bool ended(struct harness *h)
 	return h->ended_count > 0;
 }
 
+/* Has conn's input a whole request head? */
+static bool conn_head_arrived(struct conn *conn)
+{
+	return evbuffer_search(conn_input(conn), "\r\n\r\n", 4, NULL).pos >= 0;
+}
+
 /* Has the owner's input a whole request head? */
 static bool head_arrived(struct harness *h)
 {
-	struct evbuffer *in = conn_input(h->owner.conn);
-
-	return evbuffer_search(in, "\r\n\r\n", 4, NULL).pos >= 0;
+	return conn_head_arrived(h->owner.conn);
 }
 
 static bool in_backoff(struct harness *h)
@@ -468,8 +484,8 @@ static void run_until_ended(struct harness *h)
 /* The client writes a request for http://127.0.0.1:<target_port>path with
  * the field lines fields (each ending in CRLF), and a Content-Length body
  * when body is not NULL. */
-static void client_send_fields(struct harness *h, const char *method, const char *path,
-			       const char *fields, const char *body)
+static void client_send_fields_on(struct harness *h, int fd, const char *method, const char *path,
+				  const char *fields, const char *body)
 {
 	char req[1024];
 	char length[64] = "";
@@ -482,7 +498,13 @@ static void client_send_fields(struct harness *h, const char *method, const char
 		     method, h->target_port, path, h->target_port, fields, length,
 		     body != NULL ? body : "");
 	assert_true(n > 0 && (size_t)n < sizeof(req));
-	assert_int_equal(write(h->client_fd, req, (size_t)n), n);
+	assert_int_equal(write(fd, req, (size_t)n), n);
+}
+
+static void client_send_fields(struct harness *h, const char *method, const char *path,
+			       const char *fields, const char *body)
+{
+	client_send_fields_on(h, h->client_fd, method, path, fields, body);
 }
 
 static void client_send(struct harness *h, const char *method, const char *path, const char *body)
@@ -490,12 +512,13 @@ static void client_send(struct harness *h, const char *method, const char *path,
 	client_send_fields(h, method, path, "", body);
 }
 
-/* Wait for the request head in the owner's input and start its exchange, as
- * client.c's client_read_head does. */
-static void exchange_start(struct harness *h)
+/* Wait for the request head in owner's input and start its exchange (*ex),
+ * as client.c's client_read_head does. */
+static void exchange_start_for(struct harness *h, struct exchange_owner *owner,
+			       struct exchange **ex)
 {
 	static struct http1_head head;
-	struct evbuffer *in = conn_input(h->owner.conn);
+	struct evbuffer *in = conn_input(owner->conn);
 	const struct limits *limits = &h->config->limits;
 	struct http1_limits parse_limits = { .max_head_bytes = limits->max_header_bytes,
 					     .max_target_bytes = limits->max_uri_bytes };
@@ -507,29 +530,103 @@ static void exchange_start(struct harness *h)
 	int status = 0;
 	char reason[256] = "";
 
-	run_until(h, head_arrived, 2000);
+	for (uint64_t end = now_ms() + 2000; !conn_head_arrived(owner->conn) && now_ms() < end;)
+		run_until(h, NULL, 5);
 	len = evbuffer_get_length(in);
 	want = len < limits->max_header_bytes + 1 ? len : limits->max_header_bytes + 1;
 	data = (const char *)evbuffer_pullup(in, (ev_ssize_t)want);
 	assert_int_equal(http1_parse_request_head(data, want, &parse_limits, &head, &error),
 			 HTTP1_PARSE_DONE);
 	assert_int_equal(http1_request_framing(&head, &framing, &error), 0);
-	h->ex = exchange_new(&h->proxy, &h->owner, &head, &framing, &status, reason,
-			     sizeof(reason));
-	assert_non_null(h->ex);
+	*ex = exchange_new(&h->proxy, owner, &head, &framing, &status, reason, sizeof(reason));
+	assert_non_null(*ex);
 	evbuffer_drain(in, head.head_len);
-	exchange_run(h->ex);
+	exchange_run(*ex);
+}
+
+static void exchange_start(struct harness *h)
+{
+	exchange_start_for(h, &h->owner, &h->ex);
+}
+
+/* Another client of the harness's proxy, for cases with requests from
+ * several clients at once; its owner records only how it ended. */
+struct other_client {
+	struct exchange_owner owner;
+	int fd;		     /* the test plays this client here */
+	struct exchange *ex; /* NULL before it starts and after it ended */
+	unsigned ended_count;
+};
+
+static void other_watch_body(void *arg, bool on)
+{
+}
+
+static void other_ended(void *arg, enum exchange_end end, struct conn *tunnel)
+{
+	struct other_client *c = arg;
+
+	c->ex = NULL;
+	c->ended_count++;
+}
+
+static void other_read_cb(struct conn *conn, void *arg)
+{
+	struct other_client *c = arg;
+
+	if (c->ex != NULL)
+		exchange_client_readable(c->ex);
+}
+
+static void other_write_cb(struct conn *conn, void *arg)
+{
+	struct other_client *c = arg;
+
+	if (c->ex != NULL)
+		exchange_client_drained(c->ex);
+}
+
+static void other_event_cb(struct conn *conn, short what, void *arg)
+{
+}
+
+static void other_client_init(struct harness *h, struct other_client *c)
+{
+	int fds[2];
+
+	memset(c, 0, sizeof(*c));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+	c->fd = fds[1];
+	evutil_make_socket_nonblocking(c->fd);
+	c->owner.conn = conn_new(h->proxy.loop, fds[0]);
+	c->owner.config = h->config;
+	c->owner.peer = "test-client";
+	c->owner.watch_body = other_watch_body;
+	c->owner.closing = owner_closing;
+	c->owner.ended = other_ended;
+	c->owner.arg = c;
+	conn_setcb(c->owner.conn, other_read_cb, other_write_cb, other_event_cb, c);
+	conn_read_enable(c->owner.conn, true);
+}
+
+/* Before harness_free(). */
+static void other_client_free(struct other_client *c)
+{
+	if (c->ex != NULL)
+		exchange_abort(c->ex, "test over");
+	conn_free(c->owner.conn);
+	close(c->fd);
 }
 
 /* What the client has received so far (NUL-terminated); waits a little
  * while bytes keep coming. */
-static size_t client_read(struct harness *h, char *buf, size_t size)
+static size_t client_read_on(struct harness *h, int fd, char *buf, size_t size)
 {
 	size_t got = 0;
 	uint64_t quiet_until = now_ms() + 50;
 
 	while (got < size - 1 && now_ms() < quiet_until) {
-		ssize_t n = read(h->client_fd, buf + got, size - 1 - got);
+		ssize_t n = read(fd, buf + got, size - 1 - got);
 
 		if (n > 0) {
 			got += (size_t)n;
@@ -542,6 +639,11 @@ static size_t client_read(struct harness *h, char *buf, size_t size)
 	}
 	buf[got] = '\0';
 	return got;
+}
+
+static size_t client_read(struct harness *h, char *buf, size_t size)
+{
+	return client_read_on(h, h->client_fd, buf, size);
 }
 
 /* Configs: every case runs under these defaults with small backoffs. */
@@ -928,6 +1030,80 @@ static void test_ambiguous_needs_written_request(void **state)
 	}
 }
 
+/* 10. limits.max_upstream_connections 1: X holds the connection, A then B
+ * wait for it. X's response ends and its connection goes to the pool, to be
+ * offered to A, the oldest; but the loop pass runs on past A's deadline
+ * before the offer reaches it (a busy pass: A's timer waits for the next
+ * one), so A, released, gets its 504 and takes nothing. The idle
+ * connection goes to B at once, not after B's own try_timeout (2s). */
+static void test_queue_offer_passes_on(void **state)
+{
+	static const struct up_step script[] = {
+		{ UP_HOLD, NULL },
+		{ UP_ANSWER, REPLY_200 },
+	};
+	static const char config[] = "log: {level: error}\n"
+				     "limits:\n"
+				     "  max_upstream_connections: 1\n"
+				     "  connect_timeout: 2s\n"
+				     "  try_timeout: 2s\n"
+				     "defaults:\n"
+				     "  retry: { max_attempts: 1, deadline: 10s }\n"
+				     "routes:\n"
+				     "  - name: short\n"
+				     "    match: { path_prefix: /short }\n"
+				     "    retry: { deadline: 500ms }\n";
+	struct other_client a;
+	struct other_client b;
+	struct harness h;
+	char got[4096];
+	uint64_t x_ended;
+	uint64_t end;
+
+	harness_init(&h, config);
+	other_client_init(&h, &a);
+	other_client_init(&h, &b);
+	upstream_start(&h, script, 2);
+	client_send(&h, "GET", "/x", NULL);
+	exchange_start(&h);
+	for (end = now_ms() + 2000; h.up.requests < 1 && now_ms() < end;)
+		run_until(&h, NULL, 5);
+	assert_int_equal(h.up.requests, 1);
+	client_send_fields_on(&h, a.fd, "GET", "/short/a", "", NULL);
+	exchange_start_for(&h, &a.owner, &a.ex);
+	client_send_fields_on(&h, b.fd, "GET", "/b", "", NULL);
+	exchange_start_for(&h, &b.owner, &b.ex);
+	assert_int_equal(upstreams_slot_waiting(h.proxy.upstreams), 2);
+	assert_non_null(a.ex);
+	/* the pass that ends X starts well before A's deadline (500ms), and
+	 * runs on until it is past */
+	assert_true(now_ms() < a.ex->first_try_ms + 300);
+	h.ended_busy_until_ms = a.ex->first_try_ms + 500 + 5;
+	up_send(h.up.conns[0], REPLY_200);
+	run_until(&h, ended, 2000);
+	assert_int_equal(h.ended_count, 1);
+	x_ended = now_ms();
+	while ((a.ended_count == 0 || b.ended_count == 0) && now_ms() < x_ended + 3000)
+		run_until(&h, NULL, 5);
+	assert_int_equal(a.ended_count, 1);
+	assert_int_equal(b.ended_count, 1);
+	client_read_on(&h, a.fd, got, sizeof(got));
+	if (strncmp(got, "HTTP/1.1 504 ", 13) != 0 ||
+	    strstr(got, "before the retry deadline") == NULL)
+		fail_msg("A: %s", got);
+	client_read_on(&h, b.fd, got, sizeof(got));
+	if (strncmp(got, "HTTP/1.1 200 OK\r\n", 17) != 0)
+		fail_msg("B, %llu ms after X ended: %s", (unsigned long long)(now_ms() - x_ended),
+			 got);
+	/* on X's connection, from the pool */
+	assert_int_equal(h.up.connections, 1);
+	assert_int_equal(h.up.requests, 2);
+	assert_true(now_ms() - x_ended < 1000);
+	other_client_free(&a);
+	other_client_free(&b);
+	harness_free(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -941,6 +1117,7 @@ int main(void)
 		cmocka_unit_test(test_retry_after_past_deadline),
 		cmocka_unit_test(test_stale_pooled_connection),
 		cmocka_unit_test(test_ambiguous_needs_written_request),
+		cmocka_unit_test(test_queue_offer_passes_on),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

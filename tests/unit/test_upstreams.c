@@ -70,7 +70,7 @@ static uint64_t now_ms(void)
 }
 
 /* Record the release, in order. */
-static void test_release_cb(struct upstream_waiter *w)
+static bool test_release_cb(struct upstream_waiter *w)
 {
 	struct test_waiter *tw = (struct test_waiter *)w;
 	struct harness *h = tw->h;
@@ -78,6 +78,7 @@ static void test_release_cb(struct upstream_waiter *w)
 	assert_null(w->upstream);
 	assert_true(h->released_count < TEST_MAX_RELEASED);
 	h->released[h->released_count++] = tw->id;
+	return true;
 }
 
 static void test_waiter_init(struct test_waiter *tw, struct harness *h, int id)
@@ -780,7 +781,7 @@ static void test_upstreams_off_by_reload(void **state)
 }
 
 /* Record the release, then wait again on h->rewait_on, once. */
-static void test_rewait_cb(struct upstream_waiter *w)
+static bool test_rewait_cb(struct upstream_waiter *w)
 {
 	struct test_waiter *tw = (struct test_waiter *)w;
 	struct upstream *u = tw->h->rewait_on;
@@ -789,6 +790,7 @@ static void test_rewait_cb(struct upstream_waiter *w)
 	tw->h->rewait_on = NULL;
 	if (u != NULL)
 		upstream_wait(u, w);
+	return true;
 }
 
 /* A request that a release makes wait again joins the queue behind the
@@ -883,10 +885,11 @@ static void test_upstreams_unwait(void **state)
 /* A released request that opens a connection: it takes the place. */
 static struct upstream *test_cap_upstream;
 
-static void test_take_release_cb(struct upstream_waiter *w)
+static bool test_take_release_cb(struct upstream_waiter *w)
 {
 	test_release_cb(w);
 	assert_true(upstream_slot_take(test_cap_upstream, 2, true));
+	return true;
 }
 
 /* arg (an unsigned) is the waiting count in retryproxy_upstream_waiting. */
@@ -970,6 +973,45 @@ static void test_upstreams_connection_cap(void **state)
 	harness_free(&h);
 }
 
+/* A released request that ends there (its deadline, a drain), taking
+ * nothing. */
+static bool test_decline_release_cb(struct upstream_waiter *w)
+{
+	test_release_cb(w);
+	return false;
+}
+
+/* At the cap, a pooled connection offered to the oldest waiting request
+ * that ends without taking it is offered to the next one, in the same
+ * release: it is still idle. */
+static void test_upstreams_cap_offer_declined(void **state)
+{
+	static const int both[] = { 1, 2 };
+	struct harness h;
+	struct test_waiter w1, w2, w3;
+	struct upstream *u;
+
+	harness_init(&h, 3, true);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	test_waiter_init(&w1, &h, 1);
+	test_waiter_init(&w2, &h, 2);
+	test_waiter_init(&w3, &h, 3);
+	w1.waiter.release = test_decline_release_cb;
+	assert_true(upstream_slot_take(u, 1, false));
+	upstream_slot_wait(u, &w1.waiter, false);
+	upstream_slot_wait(u, &w2.waiter, false);
+	upstream_slot_wait(u, &w3.waiter, false);
+	upstream_slot_pooled(u);
+	run_until(&h, NULL, NULL, 20);
+	/* w2 is offered it (w2 goes on: this test takes nothing); w3 waits */
+	assert_released(&h, both, 2);
+	assert_int_equal(upstreams_slot_waiting(h.proxy.upstreams), 1);
+	upstream_unwait(&w3.waiter);
+	upstream_slot_put(u);
+	upstream_release(u);
+	harness_free(&h);
+}
+
 /* A host's spellings become one: lower case, one trailing dot gone; what is
  * not an upper-case letter stays, whichever of the 8-byte words it is in. */
 static void test_upstream_host_normalise(void **state)
@@ -1022,6 +1064,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_rewait),
 		cmocka_unit_test(test_upstreams_unwait),
 		cmocka_unit_test(test_upstreams_connection_cap),
+		cmocka_unit_test(test_upstreams_cap_offer_declined),
 		cmocka_unit_test(test_upstream_host_normalise),
 	};
 
