@@ -59,7 +59,8 @@ struct upstreams {
 	TAILQ_HEAD(upstream_list, upstream) all;
 	unsigned count;
 	unsigned waiting;
-	unsigned slot_waiting; /* over all upstreams */
+	unsigned slot_waiting;	  /* over all upstreams */
+	struct event *trim_event; /* trims from the loop; made on first use */
 	struct upstream *buckets[UPSTREAMS_BUCKETS];
 };
 
@@ -121,6 +122,8 @@ void upstreams_free(struct upstreams *set)
 		return;
 	while (!TAILQ_EMPTY(&set->all))
 		upstream_destroy(TAILQ_FIRST(&set->all));
+	if (set->trim_event != NULL)
+		event_free(set->trim_event);
 	free(set);
 }
 
@@ -208,6 +211,27 @@ static char *upstreams_name(const struct upstream_endpoint *e)
 	return name;
 }
 
+static void upstreams_trim_cb(evutil_socket_t fd, short what, void *arg)
+{
+	upstreams_trim(arg);
+}
+
+/* u may just have let go of its last request or connection. Past
+ * UPSTREAMS_KEEP, records kept only because something was attached (a
+ * forward proxy's pooled connections to many hosts) are trimmed now, not
+ * at the next new upstream, which a quiet proxy may never see. From the
+ * loop: the caller may still be using u. */
+static void upstream_maybe_trim(struct upstream *u)
+{
+	struct upstreams *set = u->set;
+
+	if (set->count <= UPSTREAMS_KEEP || !upstream_unattached(u))
+		return;
+	if (set->trim_event == NULL)
+		set->trim_event = event_new(set->proxy->base, -1, 0, upstreams_trim_cb, set);
+	event_active(set->trim_event, 0, 0);
+}
+
 struct upstream *upstreams_hold(struct upstreams *set, const struct upstream_endpoint *endpoint)
 {
 	unsigned b = upstreams_hash(endpoint);
@@ -247,8 +271,10 @@ struct upstream *upstreams_hold(struct upstreams *set, const struct upstream_end
 
 void upstream_release(struct upstream *u)
 {
-	if (u != NULL && u->users > 0)
+	if (u != NULL && u->users > 0) {
 		u->users--;
+		upstream_maybe_trim(u);
+	}
 }
 
 const char *upstream_name(const struct upstream *u)
@@ -518,6 +544,7 @@ void upstream_slot_put(struct upstream *u)
 	if (u->open > 0)
 		u->open--;
 	upstream_slot_schedule(u);
+	upstream_maybe_trim(u);
 }
 
 void upstream_slot_closed(void *arg)

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Scenario: a forward proxy's clients reach 1200 upstreams that answer, each
+left with a pooled connection, and then go quiet.
+
+Client: 1200 absolute-form GETs, sixteen at a time on raw sockets, each to
+another upstream: http://127.0.0.1:<port>/ with one listening port per
+upstream (a selectors loop in this file answers 200 and keeps the
+connection open). Each upstream is left with an idle pooled connection, so
+while they last every record is attached and /upstreams may pass 1024.
+Then nothing: no request, no new upstream, until pool_idle_timeout (5s,
+longer under sanitizers; the 1200 GETs take about 1s) has closed every
+pooled connection.
+Origin: the loop above; nothing else.
+Must hold:
+- every request gets 200;
+- right after them, /upstreams lists all 1200 (each has a connection);
+- with every connection gone, /upstreams keeps at most 1024 upstreams
+  (UPSTREAMS_KEEP in src/upstreams.c: past it, the least recently used
+  records with nothing attached are forgotten), the most recently used
+  among them, and /metrics has no more retryproxy_upstream_up series than
+  that: a quiet proxy does not keep the peak of its busy minute.
+"""
+
+import concurrent.futures
+import re
+import selectors
+import socket
+import threading
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+admin: 127.0.0.1:@PORT1@
+limits: { drain_timeout: 2s, pool_idle_timeout: @IDLE@ }
+"""
+
+COUNT = 1200
+KEEP = 1024
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+
+
+class ManyPorts:
+    """COUNT listening sockets on 127.0.0.1 served by one selectors loop:
+    each request head gets RESPONSE, the connection stays open."""
+
+    def __init__(self, count):
+        self.sel = selectors.DefaultSelector()
+        self.ports = []
+        self.socks = []
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            s.listen(16)
+            s.setblocking(False)
+            self.sel.register(s, selectors.EVENT_READ, None)
+            self.socks.append(s)
+            self.ports.append(s.getsockname()[1])
+        self.stopping = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.stopping:
+            for key, _ in self.sel.select(0.2):
+                if key.data is None:
+                    try:
+                        c, _ = key.fileobj.accept()
+                    except OSError:
+                        continue
+                    c.setblocking(False)
+                    self.sel.register(c, selectors.EVENT_READ, [b""])
+                    self.socks.append(c)
+                    continue
+                try:
+                    data = key.fileobj.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    self.sel.unregister(key.fileobj)
+                    key.fileobj.close()
+                    continue
+                key.data[0] += data
+                while b"\r\n\r\n" in key.data[0]:
+                    key.data[0] = key.data[0].split(b"\r\n\r\n", 1)[1]
+                    key.fileobj.sendall(RESPONSE)
+
+    def stop(self):
+        self.stopping = True
+        self.thread.join(5)
+        for s in self.socks:
+            s.close()
+
+
+def get(proxy_port, authority):
+    """One absolute-form GET on its own connection; the status code."""
+    with h.RawConn(proxy_port, timeout=20 * h.SLOW) as c:
+        c.send(h.request("GET", "http://%s/" % authority, authority,
+                         headers=[("Connection", "close")]))
+        return c.read_response().status
+
+
+def scenario(t):
+    server = ManyPorts(COUNT)
+    t.defer(server.stop)
+    proxy = t.proxy(CONFIG, IDLE="%ds" % (5 * h.SLOW))
+    admin = "http://127.0.0.1:%d" % proxy.port(1)
+    names = ["127.0.0.1:%d" % p for p in server.ports]
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        codes = list(pool.map(lambda n: get(proxy.port(0), n), names))
+    busy = len(h.curl(admin + "/upstreams", check=True).body.splitlines())
+
+    @t.check("every request got 200")
+    def _():
+        h.eq({c: codes.count(c) for c in set(codes)}, {200: COUNT}, "status codes")
+
+    @t.check("busy: every upstream is kept while its pooled connection is")
+    def _():
+        h.eq(busy, COUNT, "/upstreams lines with %d pooled connections" % COUNT)
+
+    def upstream_connections():
+        body = h.curl(admin + "/metrics", check=True).body.decode()
+        return h.metric(body, "retryproxy_connections", '{side="upstream"}')
+
+    # pool_idle_timeout closes the pooled connections; nothing else happens
+    h.wait_until(lambda: upstream_connections() == 0, 15 * h.SLOW,
+                 "the pooled connections closed")
+
+    @t.check("quiet: /upstreams keeps at most %d upstreams, the most recently used" % KEEP)
+    def _():
+        def trimmed():
+            lines = h.curl(admin + "/upstreams", check=True).body.decode().splitlines()
+            return len(lines) <= KEEP
+        h.wait_until(trimmed, 3 * h.SLOW, "/upstreams at most %d lines" % KEEP)
+        lines = h.curl(admin + "/upstreams", check=True).body.decode().splitlines()
+        listed = {line.split()[0] for line in lines}
+        newest = ["http://%s" % n for n in names[-100:]]
+        h.ok(len(lines) <= KEEP, "/upstreams has %d lines" % len(lines))
+        h.eq([n for n in newest if n not in listed], [], "recent upstreams missing")
+
+    @t.check("quiet: /metrics has no more upstream series than %d" % KEEP)
+    def _():
+        body = h.curl(admin + "/metrics", check=True).body.decode()
+        up = re.findall(r"^retryproxy_upstream_up\{", body, re.M)
+        h.ok(len(up) <= KEEP, "%d retryproxy_upstream_up series" % len(up))
+
+
+h.run(scenario, __doc__, timeout=60)
