@@ -49,6 +49,8 @@ struct conn_loop {
 	unsigned accepted_closed_pending; /* closes not told to accepted_closed yet */
 	void (*accepted_closed)(void *);
 	void *accepted_closed_arg;
+	bool (*fd_shortage)(void *); /* gives descriptors back; true when it did */
+	void *fd_shortage_arg;
 	unsigned spare_count;
 	struct evbuffer *spare[CONN_SPARE_BUFFERS]; /* empty buffers */
 	char scratch[CONN_READ_START];		    /* small reads land here first */
@@ -166,6 +168,28 @@ void conn_loop_on_accepted_closed(struct conn_loop *loop, void (*closed)(void *)
 {
 	loop->accepted_closed = closed;
 	loop->accepted_closed_arg = arg;
+}
+
+void conn_loop_on_fd_shortage(struct conn_loop *loop, bool (*shortage)(void *), void *arg)
+{
+	loop->fd_shortage = shortage;
+	loop->fd_shortage_arg = arg;
+}
+
+bool conn_loop_fd_shortage(struct conn_loop *loop)
+{
+	return loop->fd_shortage != NULL && loop->fd_shortage(loop->fd_shortage_arg);
+}
+
+/* A socket for a connect; out of descriptors, the loop's owner is asked to
+ * give some back (idle pooled connections) and the socket tried once more. */
+static int conn_socket(struct conn_loop *loop, int family)
+{
+	int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && conn_loop_fd_shortage(loop))
+		fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	return fd;
 }
 
 void conn_loop_run(struct conn_loop *loop, void (*pass_end)(void *), void *arg)
@@ -1125,7 +1149,7 @@ struct conn *conn_new(struct conn_loop *loop, int fd)
 struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, socklen_t len,
 			  SSL *ssl)
 {
-	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = conn_socket(loop, addr->sa_family);
 	struct conn *c;
 
 	if (fd < 0 || (connect(fd, addr, len) < 0 && errno != EINPROGRESS)) {

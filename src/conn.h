@@ -71,6 +71,13 @@ unsigned conn_loop_open(const struct conn_loop *loop, enum conn_side side);
  * end of the handling in which it closed. */
 void conn_loop_on_accepted_closed(struct conn_loop *loop, void (*closed)(void *), void *arg);
 
+/* Call shortage(arg) when the process is out of file descriptors (a
+ * connect's socket, or an accept, failed with EMFILE or ENFILE); it gives
+ * some back if it can and says whether it did. conn_loop_fd_shortage() is
+ * that call, for an accept's failure seen elsewhere. */
+void conn_loop_on_fd_shortage(struct conn_loop *loop, bool (*shortage)(void *), void *arg);
+bool conn_loop_fd_shortage(struct conn_loop *loop);
+
 /* Run until event_base_loopexit(): each pass runs the ready callbacks, then
  * writes queued output, then calls pass_end (NULL: none). */
 void conn_loop_run(struct conn_loop *loop, void (*pass_end)(void *), void *arg);

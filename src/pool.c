@@ -24,7 +24,8 @@ struct pool_idle {
 	struct pool *pool;
 	struct pool_upstream *upstream;
 	struct conn *conn;
-	TAILQ_ENTRY(pool_idle) link;
+	TAILQ_ENTRY(pool_idle) link;	 /* in its upstream's list */
+	TAILQ_ENTRY(pool_idle) all_link; /* in the pool's list */
 	struct pool_idle *next_spare;
 };
 
@@ -37,6 +38,8 @@ struct pool_upstream {
 
 struct pool {
 	unsigned idle_count;
+	TAILQ_HEAD(pool_all_list, pool_idle)
+	all;		    /* every idle connection, most recently idled first */
 	unsigned key_count; /* entries in the buckets */
 	unsigned sweep_at;  /* key_count at which entries without idle connections go */
 	unsigned spare_count;
@@ -48,6 +51,7 @@ struct pool *pool_new(void)
 {
 	struct pool *pool = xcalloc(1, sizeof(struct pool));
 
+	TAILQ_INIT(&pool->all);
 	pool->sweep_at = POOL_EMPTY_SLACK;
 	return pool;
 }
@@ -134,6 +138,7 @@ static struct conn *pool_detach(struct pool *pool, struct pool_idle *idle)
 	struct conn *conn = idle->conn;
 
 	TAILQ_REMOVE(&idle->upstream->idle, idle, link);
+	TAILQ_REMOVE(&pool->all, idle, all_link);
 	idle->upstream->idle_count--;
 	pool->idle_count--;
 	if (pool->spare_count < POOL_SPARES) {
@@ -192,6 +197,7 @@ bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 	idle->upstream = u;
 	idle->conn = conn;
 	TAILQ_INSERT_HEAD(&u->idle, idle, link);
+	TAILQ_INSERT_HEAD(&pool->all, idle, all_link);
 	u->idle_count++;
 	pool->idle_count++;
 	conn_setcb(conn, pool_idle_read_cb, NULL, pool_idle_event_cb, idle);
@@ -231,6 +237,17 @@ bool pool_close_one(struct pool *pool, const char *key)
 				return true;
 			}
 	return false;
+}
+
+unsigned pool_close_oldest(struct pool *pool, unsigned n)
+{
+	unsigned closed = 0;
+
+	while (closed < n && !TAILQ_EMPTY(&pool->all)) {
+		pool_close(pool, TAILQ_LAST(&pool->all, pool_all_list));
+		closed++;
+	}
+	return closed;
 }
 
 void pool_close_https(struct pool *pool)

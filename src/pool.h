@@ -39,6 +39,12 @@ unsigned pool_key_count(const struct pool *pool);
  * False when there is none. */
 bool pool_close_one(struct pool *pool, const char *key);
 
+/* Close up to n idle connections, those idle longest first, whatever their
+ * upstream: the process is out of file descriptors, and an idle connection
+ * is the one descriptor it can give back without failing anyone. Returns
+ * how many it closed. */
+unsigned pool_close_oldest(struct pool *pool, unsigned n);
+
 /* Close every idle connection to an https:// upstream: a reload read the
  * trust again, and a connection verified under the old one is not reused. */
 void pool_close_https(struct pool *pool);

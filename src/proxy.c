@@ -68,6 +68,26 @@ static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
 
 static void proxy_connection_closed(void *arg);
 
+/* Idle pooled connections given back at once when descriptors run out: a
+ * few, so that one shortage does not empty the pool, enough that the next
+ * accepts and connects find room. */
+#define PROXY_SHORTAGE_CLOSE 16
+
+/* Out of file descriptors (an accept or a connect's socket failed): idle
+ * pooled connections, oldest first, are the descriptors that can go
+ * without failing anyone; a forward proxy meeting many hosts keeps one per
+ * host for pool_idle_timeout. */
+static bool proxy_fd_shortage(void *arg)
+{
+	struct proxy *proxy = arg;
+	unsigned closed = pool_close_oldest(proxy->pool, PROXY_SHORTAGE_CLOSE);
+
+	if (closed > 0)
+		log_warn("out of file descriptors: closed %u idle upstream connection%s", closed,
+			 closed == 1 ? "" : "s");
+	return closed > 0;
+}
+
 /* Share the route budgets through the fleet: section's Redis, keeping the
  * connection when a reload leaves Redis, name and interval as they were;
  * no fleet: section, no connection. */
@@ -163,6 +183,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->pool = pool_new();
 	proxy->upstreams = upstreams_new(proxy);
 	conn_loop_on_accepted_closed(proxy->loop, proxy_connection_closed, proxy);
+	conn_loop_on_fd_shortage(proxy->loop, proxy_fd_shortage, proxy);
 	registry_init(&proxy->registry);
 	proxy->listeners = listener_set_new();
 	if (proxy_prepare_tls(proxy, config) < 0) {

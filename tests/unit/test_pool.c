@@ -2,7 +2,8 @@
  * key, among many keys that share long prefixes or differ in one byte
  * anywhere (the hash reads keys a word at a time), most recently idled
  * first, and max_idle and pool_close_one hold; keys left without idle
- * connections are forgotten in bounded time. */
+ * connections are forgotten in bounded time; pool_close_oldest closes those
+ * idle longest, whatever their key. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -126,12 +127,50 @@ static void test_keys_without_idle_forgotten(void **state)
 	conn_loop_free(loop);
 }
 
+/* Out of descriptors, the connections idle longest go first, across keys;
+ * one taken and given back is idle anew. */
+static void test_close_oldest_across_keys(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct pool *pool = pool_new();
+	struct conn *a = idle_conn(loop);
+	struct conn *b = idle_conn(loop);
+	struct conn *c = idle_conn(loop);
+	struct conn *d = idle_conn(loop);
+
+	(void)state;
+	assert_int_equal(pool_close_oldest(pool, 4), 0);
+	assert_true(pool_put(pool, "http://h:1", a, 4, 0));
+	assert_true(pool_put(pool, "http://h:2", b, 4, 0));
+	assert_true(pool_put(pool, "http://h:1", c, 4, 0));
+	assert_true(pool_put(pool, "http://h:3", d, 4, 0));
+	/* a, the oldest, taken and put back: now the most recent */
+	assert_ptr_equal(pool_take(pool, "http://h:1"), c);
+	assert_ptr_equal(pool_take(pool, "http://h:1"), a);
+	assert_true(pool_put(pool, "http://h:1", a, 4, 0));
+	assert_true(pool_put(pool, "http://h:1", c, 4, 0));
+	/* idle order now, oldest first: b, d, a, c */
+	assert_int_equal(pool_close_oldest(pool, 2), 2);
+	assert_int_equal(conn_loop_open(loop, CONN_ACCEPTED), 2);
+	assert_null(pool_take(pool, "http://h:2"));
+	assert_null(pool_take(pool, "http://h:3"));
+	assert_ptr_equal(pool_take(pool, "http://h:1"), c);
+	assert_true(pool_put(pool, "http://h:1", c, 4, 0));
+	/* more asked for than there are: every one, and says how many */
+	assert_int_equal(pool_close_oldest(pool, 16), 2);
+	assert_int_equal(conn_loop_open(loop, CONN_ACCEPTED), 0);
+	assert_null(pool_take(pool, "http://h:1"));
+	pool_free(pool);
+	conn_loop_free(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_keys_found_again),
 		cmocka_unit_test(test_most_recent_first_and_max_idle),
 		cmocka_unit_test(test_keys_without_idle_forgotten),
+		cmocka_unit_test(test_close_oldest_across_keys),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
