@@ -25,12 +25,21 @@ class ManyPorts:
             self.socks.append(s)
             self.ports.append(s.getsockname()[1])
         self.stopping = False
+        self.hang_up = threading.Event()     # set: close every accepted connection
+        self.hung_up = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
 
     def _loop(self):
         while not self.stopping:
-            for key, _ in self.sel.select(0.2):
+            if self.hang_up.is_set():
+                for key in list(self.sel.get_map().values()):
+                    if key.data is not None:
+                        self.sel.unregister(key.fileobj)
+                        key.fileobj.close()
+                self.hang_up.clear()
+                self.hung_up.set()
+            for key, _ in self.sel.select(0.05):
                 if key.data is None:
                     try:
                         c, _ = key.fileobj.accept()
@@ -52,6 +61,14 @@ class ManyPorts:
                 while b"\r\n\r\n" in key.data[0]:
                     key.data[0] = key.data[0].split(b"\r\n\r\n", 1)[1]
                     key.fileobj.sendall(RESPONSE)
+
+    def close_connections(self, timeout=10):
+        """Close every connection accepted so far (from the loop's thread);
+        the listening sockets stay."""
+        self.hung_up.clear()
+        self.hang_up.set()
+        if not self.hung_up.wait(timeout):
+            raise AssertionError("the upstreams did not close their connections")
 
     def stop(self):
         self.stopping = True
