@@ -4,7 +4,7 @@ left with a pooled connection, and then go quiet.
 
 Client: 1200 absolute-form GETs, sixteen at a time on raw sockets, each to
 another upstream: http://127.0.0.1:<port>/ with one listening port per
-upstream (a selectors loop in this file answers 200 and keeps the
+upstream (a selectors loop, many_ports.py, answers 200 and keeps the
 connection open). Each upstream is left with an idle pooled connection, so
 while they last every record is attached and /upstreams may pass 1024.
 Then nothing: no request, no new upstream; the upstreams close every
