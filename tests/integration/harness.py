@@ -129,16 +129,38 @@ def metric(text, name, labels=""):
 _GIVEN_PORTS = set()
 
 
+def _ephemeral_range():
+    """The kernel's range for ports picked by bind(0) and connect()."""
+    try:
+        low, high = (int(x) for x in read_file("/proc/sys/net/ipv4/ip_local_port_range").split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return low, high
+
+
+# free_port hands out ports of the upper half of the ephemeral range,
+# reserved_port holds ports of the lower half. A port free_port gave is
+# bound later, by another process and with SO_REUSEADDR (the proxy's
+# listeners, redis-server), and a port reserved_port holds lets exactly
+# such a bind through; with one pool for both, another test's proxy could
+# start listening on a port a test holds closed (seen: test_health's
+# origin failing to bind its reserved port with EADDRINUSE, with the suite
+# run six tests at a time). The halves keep the two apart across
+# processes.
+_SPLIT = (sum(_ephemeral_range()) + 1) // 2
+
+
 def free_port(host="127.0.0.1"):
-    """A port nothing listens on right now (the kernel's pick), never one
-    this run was given before: the kernel may hand the same free port to
-    two calls in a row, and a config's @PORT0@ and @PORT1@ must differ."""
+    """A port nothing listens on right now (the kernel's pick, in the upper
+    half of the ephemeral range: see _SPLIT), never one this run was given
+    before: the kernel may hand the same free port to two calls in a row,
+    and a config's @PORT0@ and @PORT1@ must differ."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    for _ in range(100):
+    for _ in range(200):
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.bind((host, 0))
             port = s.getsockname()[1]
-        if port not in _GIVEN_PORTS:
+        if port >= _SPLIT and port not in _GIVEN_PORTS:
             _GIVEN_PORTS.add(port)
             return port
     raise RuntimeError("no port this run has not used yet")
@@ -162,12 +184,23 @@ def reserved_port():
     while first): bound now with SO_REUSEADDR, never listening, and kept
     for the rest of the run, so that the kernel hands it to no other test's
     socket meanwhile, while a server binding it with SO_REUSEADDR (Python's
-    HTTPServer does) still can. Connects to it are refused until then."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", 0))
-    _RESERVED.append(s)
-    return s.getsockname()[1]
+    HTTPServer does) still can. Connects to it are refused until then. It
+    is below _SPLIT, so no test was given it by free_port to bind later
+    (the kernel picks there first for a socket with SO_REUSEADDR)."""
+    rejected = []
+    try:
+        for _ in range(200):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", 0))
+            if s.getsockname()[1] < _SPLIT:
+                _RESERVED.append(s)
+                return s.getsockname()[1]
+            rejected.append(s)  # held until the end, so the kernel picks another
+    finally:
+        for s in rejected:
+            s.close()
+    raise RuntimeError("no port below %d to reserve" % _SPLIT)
 
 
 def _listening_inodes(port):
