@@ -409,19 +409,27 @@ class Origin:
         self._threads = []
         self._stopping = threading.Event()
         self._listener = None
+        self._hold = None                  # the port's socket between stop_listening and listen_again
         self._id_counter = 0
         self.port = None
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self):
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
+    def _socket(self):
+        s = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET,
+                          socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        return s
+
+    def start(self):
+        s = self._socket()
         s.bind((self.host, self._requested_port))
         s.listen(self.backlog)
         self._listener = s
         self.port = s.getsockname()[1]
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
         t = threading.Thread(target=self._accept_loop, name="%s-accept" % self.name, daemon=True)
         t.start()
         self._threads.append(t)
@@ -435,6 +443,9 @@ class Origin:
             except OSError:
                 pass
             self._listener.close()
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
         with self._cond:
             for g in self._gates.values():
                 g.released.set()
@@ -451,12 +462,19 @@ class Origin:
     def stop_listening(self):
         """Close the listening socket only: new connections are refused,
         open ones are still served (an upstream going away under its pooled
-        connections)."""
+        connections). The port stays bound, not listening, until
+        listen_again() or stop(), so that the kernel hands it to no other
+        socket meanwhile: one listening there would make listen_again
+        fail, and a port harness.reserved_port holds for another test's
+        server must not get our listener."""
         try:
             self._listener.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
         self._listener.close()
+        hold = self._socket()
+        hold.bind((self.host, self.port))
+        self._hold = hold
 
     def listen_again(self):
         """Listen on the same port again after stop_listening()."""
