@@ -2,11 +2,11 @@
 """Scenario: SIGHUP reloads the config.
 
 Client: raw GETs through a sidecar listener. Route "r" (path /r/) sends to
-origin A, with a 1.5 s backoff before its second try. Then the config file
-is rewritten and the proxy gets SIGHUP, three times: (1) route r now sends
-to origin B; (2) an invalid file (a bad duration at a known line and
-column); (3) the listener moves to another port; (4) allow_clients no
-longer lets loopback in.
+origin A, with a 1.5 s backoff (4.5 s under sanitizers) before its second
+try. Then the config file is rewritten and the proxy gets SIGHUP, three
+times: (1) route r now sends to origin B; (2) an invalid file (a bad
+duration at a known line and column); (3) the listener moves to another
+port; (4) allow_clients no longer lets loopback in.
 Origin: A answers the first try of /r/slow with 503, then 200; B echoes.
 Must hold: (1) a request already waiting in backoff when the reload comes
 finishes under the old config: its second try goes to A too, and the client
@@ -56,6 +56,11 @@ routes:
 
 LOOPBACK = '127.0.0.0/8, "::1/128"'
 
+# Route r's backoff: the reload and a new request must fit in it, so it
+# scales with the sanitizers' slowness.
+BACKOFF_S = 1.5 * h.SLOW
+BACKOFF = "%dms" % (BACKOFF_S * 1000)
+
 
 def reload_with(proxy, text, outcome=r"reload: now running"):
     """Write the proxy's config, SIGHUP, wait for one more log line
@@ -72,7 +77,7 @@ def scenario(t):
     b = t.origin(name="origin-B", echo_unknown=True)
     a.script("/r/slow", [503, 200])
     proxy = t.proxy(CONFIG.format(port="@PORT0@", default=a.port, upstream=a.port,
-                                  backoff="1500ms", clients=LOOPBACK))
+                                  backoff=BACKOFF, clients=LOOPBACK))
     port = proxy.port(0)
 
     def reload(text, outcome=r"reload: now running"):
@@ -101,14 +106,15 @@ def scenario(t):
         slow.send(h.request("GET", "/r/slow", "app.example"))
         a.wait_for(lambda o: len(o.requests_for("/r/slow")) == 1, 5 * h.SLOW, "the first try at A")
         sent = time.monotonic()
-        reload(CONFIG.format(port=port, default=a.port, upstream=b.port, backoff="1500ms",
+        reload(CONFIG.format(port=port, default=a.port, upstream=b.port, backoff=BACKOFF,
                              clients=LOOPBACK))
         r = get("/r/new")
         h.eq(r.status, 200, "status of a new request after the reload")
         h.eq((len(a.requests_for("/r/new")), len(b.requests_for("/r/new"))), (0, 1),
              "requests for /r/new at A, B")
-        h.ok(time.monotonic() - sent < 1.4, "the reload and the new request took longer than the "
-             "backoff; the test cannot tell the configs apart")
+        took = time.monotonic() - sent
+        h.ok(took < BACKOFF_S - 0.1, "the reload and the new request took %.2f s, longer than "
+             "the %.1f s backoff; the test cannot tell the configs apart" % (took, BACKOFF_S))
         r = slow.read_response(timeout=10 * h.SLOW)
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "the waiting request's status, attempts")
         h.eq((len(a.requests_for("/r/slow")), len(b.requests_for("/r/slow"))), (2, 0),
@@ -143,7 +149,7 @@ def scenario(t):
         t.defer(idle.close)
         h.eq(get("/r/idle", idle).status, 200, "request on the old listener")
         new_port = h.free_port()
-        reload(CONFIG.format(port=new_port, default=a.port, upstream=b.port, backoff="1500ms",
+        reload(CONFIG.format(port=new_port, default=a.port, upstream=b.port, backoff=BACKOFF,
                              clients=LOOPBACK))
         h.wait_until(lambda: h.listens_on(proxy.pid, new_port), 5 * h.SLOW,
                      "the proxy to listen on the new port %d" % new_port)
@@ -165,7 +171,7 @@ def scenario(t):
         h.eq(get("/r/idle2", idle).status, 200, "a request before the reload")
         busy.send(h.request("GET", "/r/busy?delay=1", "app.example"))
         b.wait_for(lambda o: o.requests_for("/r/busy"), 5 * h.SLOW, "the slow request at B")
-        reload(CONFIG.format(port=port, default=b.port, upstream=b.port, backoff="1500ms",
+        reload(CONFIG.format(port=port, default=b.port, upstream=b.port, backoff=BACKOFF,
                              clients="192.0.2.0/24"))
         h.ok(idle.closed_within(3 * h.SLOW), "the idle connection of a now refused client stayed open")
         h.eq(busy.read_response(timeout=10 * h.SLOW).status, 200, "the request in flight")
@@ -175,11 +181,11 @@ def scenario(t):
 
     # A second proxy, whose one listener moves between addresses on a port.
     mover = t.proxy(CONFIG.format(port="@PORT0@", default=b.port, upstream=b.port,
-                                  backoff="1500ms", clients=LOOPBACK))
+                                  backoff=BACKOFF, clients=LOOPBACK))
     mport = mover.port(0)
 
     def reload_mover(address, outcome=r"reload: now running"):
-        text = CONFIG.format(port=mport, default=b.port, upstream=b.port, backoff="1500ms",
+        text = CONFIG.format(port=mport, default=b.port, upstream=b.port, backoff=BACKOFF,
                              clients=LOOPBACK).replace("127.0.0.1:%d" % mport, address, 1)
         reload_with(mover, text, outcome)
 
