@@ -9,8 +9,10 @@ reload raised max_header_bytes.
 Origin: a raw server that starts a chunked 200 ("hello") and closes in its
 middle; the test origin (/close/N: N bytes delimited by the close); a
 closed port.
-Proxy: client_timeout 1s, max_header_bytes 64KiB (1MiB after the reload),
-max_attempts 1.
+Proxy: client_timeout 1s, max_header_bytes 64KiB, max_attempts 1; for the
+reload, one with client_timeout 60s (the keep-alive connection waits
+through the reload, which may take longer than 1 s), max_header_bytes
+64KiB, 1MiB after the reload.
 Must hold:
 - an HTTP/1.0 client, whose chunked response the proxy decodes and
   delimits by closing, sees a reset when the upstream breaks off, never a
@@ -67,6 +69,7 @@ log: { level: info, format: text }
 limits:
   drain_timeout: 2s
   client_timeout: 60s
+  max_header_bytes: 64KiB
 defaults:
   retry:
     max_attempts: 1
@@ -169,15 +172,18 @@ def scenario(t):
 
     @t.check("a connection from before a reload that raised max_header_bytes sends a larger head")
     def _():
-        old = h.RawConn(proxy.port(2), timeout=10 * h.SLOW)
+        # client_timeout 60s: with 1 s, a reload slower than that (under
+        # load) had the proxy close the idle connection before its next head
+        reloaded = t.proxy(CONFIG_LONG_TIMEOUT, ORIGIN=origin.port)
+        old = h.RawConn(reloaded.port(), timeout=10 * h.SLOW)
         old.send(h.request("GET", "/bytes/3?t=before", "a.example"))
         h.eq(old.read_response().status, 200, "the first request")
-        with open(proxy.config_path) as f:
+        with open(reloaded.config_path) as f:
             text = f.read()
-        with open(proxy.config_path, "w") as f:
+        with open(reloaded.config_path, "w") as f:
             f.write(text.replace("max_header_bytes: 64KiB", "max_header_bytes: 1MiB"))
-        os.kill(proxy.pid, signal.SIGHUP)
-        proxy.wait_log("reload: now running")
+        os.kill(reloaded.pid, signal.SIGHUP)
+        reloaded.wait_log("reload: now running", timeout=10 * h.SLOW)
         big = [("X-Big-%d" % i, "v" * 10000) for i in range(30)]
         old.send(h.request("GET", "/bytes/3?t=after", "a.example", big))
         r = old.read_response()
