@@ -59,9 +59,11 @@ full list; query parameters tune it):
                         chunked, valid, but not for an HTTP/1.0 client
     anything else       404 "not found\\n" (or /echo with echo_unknown=True)
 
-Any path also takes ?delay=S (wait before the head), ?close=1 (close the
-connection after the response without saying so, which makes a pooled
-connection stale), ?conn_close=1 (say Connection: close and close),
+Any path also takes ?delay=S (wait before the head), ?hold=NAME (then,
+before the head, set gate(NAME).reached and wait for its release()),
+?close=1 (close the connection after the response without saying so,
+which makes a pooled connection stale), ?conn_close=1 (say Connection:
+close and close),
 ?retry_after=V, ?retry_after_ms=V (retry-after-ms), ?should_retry=V
 (x-should-retry), ?status=N (for /echo, /bytes, /chunked, /close and
 /slow), ?expect=ignore (do not answer Expect: 100-continue) and
@@ -812,6 +814,8 @@ class Origin:
         delay = ex.param("delay")
         if delay is not None and not url.path.startswith("/slow/"):
             time.sleep(float(delay))
+        if ex.param("hold") is not None:
+            self._wait_gate(self.gate(ex.param("hold")))
         try:
             self._dispatch(ex, url.path)
         finally:

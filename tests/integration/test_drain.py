@@ -28,6 +28,7 @@ proxy, unread (never a clean close after part of a response).
 """
 
 import hashlib
+import threading
 import time
 
 import harness as h
@@ -147,7 +148,11 @@ def scenario(t):
         # a response whose tail waits in the proxy, unread, when the time is up
         waiting["unread"], waiting["unread_size"], _ = h.response_tail_in_proxy(slow, "cut-tail")
         origin.script("/long/kept", ["/status/503?body=kept+503%0A"])
-        origin.script("/long/late", ["/status/503?delay=0.4&body=late+503%0A"])
+        # held at the origin until 0.4 s after SIGTERM (a fixed delay from
+        # the first try let the 503 come before SIGTERM when the set-up was
+        # slow: it then waited in backoff too, and the gauges below never
+        # read two until a retry had started)
+        origin.script("/long/late", ["/status/503?hold=late&body=late+503%0A"])
         for name, port, target in (("cut", 0, "/delay/6"), ("kept", 0, "/long/kept"),
                                    ("reset", 0, "/reset/head"), ("late", 0, "/long/late"),
                                    ("held", 2, "/held")):
@@ -165,6 +170,9 @@ def scenario(t):
                      "two requests in backoff and one held")
         waiting["sigterm"] = time.monotonic()
         slow.terminate()
+        release = threading.Timer(0.4, origin.gate("late").release)
+        release.start()
+        t.defer(release.cancel)
 
     @t.check("a retry that would start after the drain gives up at SIGTERM: the kept 503, else "
              "503 naming the shutdown")
