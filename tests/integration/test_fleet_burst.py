@@ -4,10 +4,11 @@ reload adds, are held to the fleet's budget, not to one token.
 
 Redis: a redis-server on a free loopback port.
 Origin: answers every /storm and /fresh request with 503.
-Proxy: one sidecar with its admin listener (a second one syncs every 2 s); max_attempts 3,
+Proxy: one sidecar with its admin listener; max_attempts 3,
 initial_backoff 250ms (longer than a sync), no jitter; budget ratio 0.2,
 min_per_second 3, window 10s (the fleet allows 0.2 x requests + 30
-retries); fleet sync_interval 100ms.
+retries); fleet sync_interval 100ms. Once it has stopped, a second one
+that syncs every 2 s with a 10 s window (6 s and 30 s under sanitizers).
 Client: ten waves of 5 concurrent GET /storm, 100 ms apart (N = 50).
 Must hold:
 - the first wave meets the lease of a quiet proxy (one token, plus its
@@ -18,11 +19,13 @@ Must hold:
   requests, as before, let 21 through), and the origin's tries stay
   within N x (1 + 0.2) + 30 + the lease slack (what the proxy held unspent);
 - Redis's hash for the route counts the retries granted;
-- SIGHUP adding a route /fresh: a GET /fresh sent at once (before the
-  route's first sync could answer) is retried on the local budget, not
-  refused, and the retry reaches Redis's count for that route.
+- SIGHUP adding a route /fresh just after one of the second proxy's syncs
+  (Redis's count of script calls just went up): a GET /fresh sent at once
+  (before the route's first sync could answer) is retried on the local
+  budget, not refused, and the retry reaches Redis's count for that route.
 """
 
+import re
 import threading
 import time
 
@@ -60,6 +63,12 @@ routes:
 WAVES = 10
 WAVE = 5
 
+# The second proxy's sync interval: the reload and a request with two
+# backoffs must fit in one, so it scales with the sanitizers' slowness; the
+# window stays at least four intervals, or the config is warned about.
+SLOW_SYNC_S = 2 * h.SLOW
+SLOW_WINDOW_S = 10 * h.SLOW
+
 
 def wave(proxy, k):
     """WAVE concurrent GET /storm; returns their responses."""
@@ -83,8 +92,8 @@ def retried(responses):
                if isinstance(r, h.Response) and int(r.header("Retry-Attempts") or 0) >= 2)
 
 
-def route_counts(redis, route):
-    fields = redis.command("HGETALL", "retryproxy:{burst}:%s:10000" % route)
+def route_counts(redis, route, window_s=10):
+    fields = redis.command("HGETALL", "retryproxy:{burst}:%s:%d" % (route, window_s * 1000))
     counts = dict(zip(fields[0::2], fields[1::2]))
     return (sum(int(v) for k, v in counts.items() if k.startswith("q")),
             sum(int(v) for k, v in counts.items() if k.startswith("r")))
@@ -147,20 +156,32 @@ def scenario(t):
         h.ok(r >= tries - n, "Redis counts %d retries granted; the origin saw %d retries"
              % (r, tries - n))
 
-    # syncing every 2 s, so that the new route's first sync is far off
-    slow = t.proxy(CONFIG.replace("sync_interval: 100ms", "sync_interval: 2s"),
+    # stopped, so that the scripts Redis runs are the second proxy's syncs
+    t.stop_proxy(proxy)
+    # syncing every 2 s (6 s), so that the new route's first sync is far off
+    slow = t.proxy(CONFIG.replace("sync_interval: 100ms", "sync_interval: %ds" % SLOW_SYNC_S)
+                   .replace("window: 10s", "window: %ds" % SLOW_WINDOW_S),
                    ORIGIN=origin.port, REDIS=redis.port)
+
+    def script_calls():
+        info = redis.command("INFO", "commandstats")
+        return sum(int(n) for n in re.findall(r"^cmdstat_eval(?:sha)?:calls=(\d+)", info, re.M))
 
     @t.check("a route added by SIGHUP retries at once on the local budget; Redis counts it")
     def _():
         wait_gauge([slow], 1, 10 * h.SLOW)
+        # a sync just answered, so the next is a whole interval away (the
+        # sync timer runs from the proxy's start: right after the gauge
+        # went 1 the next sync could be close, under load)
+        before = script_calls()
+        h.wait_until(lambda: script_calls() > before, 3 * SLOW_SYNC_S, "a sync of the proxy's")
         with open(slow.config_path, "w") as f:
             f.write(slow.config_text + FRESH_ROUTE)
         slow.proc.send_signal(1)
         slow.wait_log(r"reload: now running", timeout=10 * h.SLOW)
         r = h.fetch(slow.port(), "GET", "/fresh", "fleet.example", timeout=10 * h.SLOW)
         h.eq((r.status, r.header("Retry-Attempts")), (503, "3"), "status, Retry-Attempts")
-        h.wait_until(lambda: route_counts(redis, "fresh")[1] >= 2, 6 * h.SLOW,
+        h.wait_until(lambda: route_counts(redis, "fresh", SLOW_WINDOW_S)[1] >= 2, 6 * h.SLOW,
                      "the route's retries counted in Redis")
         h.ok("retryproxy_fleet_connected 1" in admin_get(slow, "/metrics"),
              "the fleet gauge fell to 0")
