@@ -7,9 +7,11 @@ outage: Redis no longer counts them, so the fleet would overspend.
 Redis: a redis-server on a free loopback port.
 Origin: /ok answers 200, /fail answers 503.
 Proxy: one; max_attempts 5, short backoffs; budget ratio 0.2,
-min_per_second 0, window 3s; fleet: sync_interval 500ms.
-Sequence: 100 GET /ok (about 20 tokens granted), 7 s idle (over two
-windows), then 5 GET /fail, one after the other.
+min_per_second 0, window 3s (9s under sanitizers, where the peak below
+takes longer); fleet: sync_interval 500ms.
+Sequence: 100 GET /ok from 10 clients at once, a peak shorter than a
+window (about 20 tokens granted), 7 s idle (21 s; over two windows), then
+5 GET /fail, one after the other.
 Must hold: the 5 failing requests get at most 1 retry in all.
   Why 1: every retry in the last window spends a token granted in it (a
   lease is renewed at every sync, so no token is older than one sync
@@ -23,6 +25,7 @@ Must hold: the 5 failing requests get at most 1 retry in all.
 """
 
 import re
+import threading
 import time
 
 import harness as h
@@ -41,14 +44,19 @@ defaults:
     multiplier: 2
     max_backoff: 20ms
     jitter: 0s
-    budget: { ratio: 0.2, min_per_second: 0, window: 3s }
+    budget: { ratio: 0.2, min_per_second: 0, window: @WINDOW@ }
 fleet:
   redis: 127.0.0.1:@REDIS@
   name: checkout
   sync_interval: 500ms
 """
 
-KEY = "retryproxy:{checkout}:default:3000"
+# Redis counts a route's requests of the last window only, and the peak
+# must fit in it: the window scales with the sanitizers' slowness.
+WINDOW_S = 3 * h.SLOW
+KEY = "retryproxy:{checkout}:default:%d" % (WINDOW_S * 1000)
+PEAK = 100
+CLIENTS = 10
 
 
 def reported(redis):
@@ -63,19 +71,38 @@ def scenario(t):
     origin = t.origin()
     origin.script("/ok", [200])
     origin.script("/fail", [503])
-    p = t.proxy(CONFIG, ORIGIN=origin.port, REDIS=redis.port)
+    p = t.proxy(CONFIG, ORIGIN=origin.port, REDIS=redis.port, WINDOW="%ds" % WINDOW_S)
     h.wait_until(lambda: re.search(r"^retryproxy_fleet_connected 1$", h.curl(
         "http://127.0.0.1:%d/metrics" % p.port(1), check=True).body.decode(), re.M),
         10 * h.SLOW, "the fleet to connect")
 
-    for i in range(100):
-        h.eq(h.fetch(p.port(), "GET", "/ok?n=%d" % i, "fleet.example").status, 200, "/ok")
+    # at once: Redis counts the requests of the last window only, and 100
+    # one after the other took longer than that under load
+    statuses = []
+
+    def client(k):
+        for i in range(k, PEAK, CLIENTS):
+            try:
+                statuses.append(h.fetch(p.port(), "GET", "/ok?n=%d" % i, "fleet.example").status)
+            except Exception as e:  # recorded and reported
+                statuses.append("%s: %s" % (type(e).__name__, e))
+
+    peak_start = time.monotonic()
+    clients = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(CLIENTS)]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(30 * h.SLOW)
+    peak = time.monotonic() - peak_start
+    h.eq([s for s in statuses if s != 200], [], "answers to /ok other than 200")
 
     @t.check("the peak was reported to Redis (the scenario is what it claims)")
     def _():
-        h.wait_until(lambda: reported(redis) >= 100, 5 * h.SLOW, "the peak's requests counted")
+        h.wait_until(lambda: reported(redis) >= PEAK, 5 * h.SLOW,
+                     "the peak's requests counted (the peak took %.1f s; the window is %d s)"
+                     % (peak, WINDOW_S))
 
-    time.sleep(7.0)
+    time.sleep(7.0 * h.SLOW)
     tries = []
     for i in range(5):
         r = h.fetch(p.port(), "GET", "/fail?n=%d" % i, "fleet.example", timeout=10 * h.SLOW)
