@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "status_page.h"
+#include "timeval.h"
 #include "upstreams.h"
 #include "xmalloc.h"
 
@@ -30,6 +31,9 @@
 /* Admin requests are a line and a few fields; nothing needs more. */
 #define ADMIN_MAX_HEADERS 8192
 #define ADMIN_MAX_BODY 4096
+/* After accept() fails (out of file descriptors, none to give back), pause
+ * accepting this long, as a listener does. */
+#define ADMIN_ACCEPT_PAUSE_MS 100
 
 struct admin {
 	struct proxy *proxy;
@@ -37,7 +41,10 @@ struct admin {
 	char *address;		      /* as written in the config, for logs */
 	struct sockaddr_storage addr; /* what the socket is bound to */
 	socklen_t addr_len;
-	const char *query; /* the request being answered's query, or NULL */
+	const char *query;	    /* the request being answered's query, or NULL */
+	struct evconnlistener *evl; /* owned by http */
+	struct event *resume_timer; /* ends the pause after an accept error */
+	struct admin *next_open;    /* in admin_open_list */
 };
 
 /* The pages: a path and what writes its body. */
@@ -259,12 +266,61 @@ bool admin_is_address(const struct admin *admin, const struct sockaddr *addr, so
 	       config_values_is_wildcard(&admin->addr) && config_values_is_loopback(&dest);
 }
 
+/* The open admins (two at most, during a reload that moves the address):
+ * a listener's callbacks get the evhttp as their argument. */
+static struct admin *admin_open_list;
+
 /* Stop serving: evhttp closes the listening socket and open connections. */
 static void admin_free(struct admin *admin)
 {
+	struct admin **link = &admin_open_list;
+
+	while (*link != NULL && *link != admin)
+		link = &(*link)->next_open;
+	if (*link != NULL)
+		*link = admin->next_open;
+	if (admin->resume_timer != NULL)
+		event_free(admin->resume_timer);
 	evhttp_free(admin->http);
 	free(admin->address);
 	free(admin);
+}
+
+static struct admin *admin_by_http(const struct evhttp *http)
+{
+	struct admin *admin;
+
+	for (admin = admin_open_list; admin != NULL && admin->http != http;
+	     admin = admin->next_open)
+		;
+	return admin;
+}
+
+static void admin_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct admin *admin = arg;
+
+	evconnlistener_enable(admin->evl);
+}
+
+/* accept() failed: out of file descriptors, idle pooled connections are
+ * given back and accepting goes on; else log it and pause, rather than
+ * retry the accept in a busy loop (evhttp sets no error callback, and
+ * libevent's default leaves the listener readable and enabled). */
+static void admin_accept_error_cb(struct evconnlistener *evl, void *arg)
+{
+	struct admin *admin = admin_by_http(arg);
+	struct timeval tv = timeval_from_ms(ADMIN_ACCEPT_PAUSE_MS);
+	int err = EVUTIL_SOCKET_ERROR();
+
+	if (admin == NULL)
+		return;
+	if ((err == EMFILE || err == ENFILE) && conn_loop_fd_shortage(admin->proxy->loop))
+		return;
+	log_error("accept on admin %s failed: %s; pausing accepts for %d ms", admin->address,
+		  evutil_socket_error_to_string(err), ADMIN_ACCEPT_PAUSE_MS);
+	evconnlistener_disable(evl);
+	evtimer_add(admin->resume_timer, &tv);
 }
 
 /* Bind address and serve the pages there. NULL with errno set when the
@@ -291,6 +347,13 @@ static struct admin *admin_open(struct proxy *proxy, const char *address,
 	admin->http = evhttp_new(proxy->base);
 	if (admin->http == NULL || evhttp_bind_listener(admin->http, evl) == NULL)
 		goto fail;
+	admin->evl = evl;
+	admin->resume_timer = evtimer_new(proxy->base, admin_resume_cb, admin);
+	/* evhttp_bind_listener set no error callback (its argument is the
+	 * evhttp, which admin_by_http() turns back into the admin) */
+	evconnlistener_set_error_cb(evl, admin_accept_error_cb);
+	admin->next_open = admin_open_list;
+	admin_open_list = admin;
 	/* every method reaches the callback, so that the answer is a 405
 	 * naming what is allowed rather than evhttp's 501 */
 	evhttp_set_allowed_methods(admin->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
