@@ -740,6 +740,14 @@ def request(method, target, host, headers=(), body=b"", version="HTTP/1.1"):
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+def forward_get(proxy_port, authority, timeout=None):
+    """One absolute-form GET http://AUTHORITY/ on its own connection to a
+    forward listener (Connection: close); the status code."""
+    with RawConn(proxy_port, timeout=timeout or 20 * SLOW) as c:
+        c.send(request("GET", "http://%s/" % authority, authority, headers=[("Connection", "close")]))
+        return c.read_response().status
+
+
 def access_fields(line):
     """The key=value fields of a text access-log line as a dict; a quoted
     value (tries="503 -> wait 1.0s -> 200") is taken whole, without quotes."""

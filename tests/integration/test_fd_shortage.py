@@ -42,10 +42,7 @@ def get(proxy_port, authority):
     """One absolute-form GET on its own connection: the status, or the
     error that ended it."""
     try:
-        with h.RawConn(proxy_port, timeout=5 * h.SLOW) as c:
-            c.send(h.request("GET", "http://%s/" % authority, authority,
-                             headers=[("Connection", "close")]))
-            return c.read_response().status
+        return h.forward_get(proxy_port, authority, timeout=5 * h.SLOW)
     except (h.ReadTimeout, AssertionError, OSError) as e:
         return "%s: %s" % (type(e).__name__, e)
 

@@ -53,14 +53,6 @@ def host(i):
     return "127.0.%d.%d" % (1 + i // 250, 1 + i % 250)
 
 
-def get(proxy_port, authority):
-    """One absolute-form GET on its own connection; the status code."""
-    with h.RawConn(proxy_port, timeout=20 * h.SLOW) as c:
-        c.send(h.request("GET", "http://%s/" % authority, authority,
-                         headers=[("Connection", "close")]))
-        return c.read_response().status
-
-
 def scenario(t):
     port = refused_port()
     proxy = t.proxy(CONFIG)
@@ -68,11 +60,11 @@ def scenario(t):
 
     # the first one: down (three refused connects) before the flood
     for _ in range(3):
-        h.eq(get(proxy.port(0), "127.0.0.1:%d" % port), 502, "a request to the first")
+        h.eq(h.forward_get(proxy.port(0), "127.0.0.1:%d" % port), 502, "a request to the first")
     down = "http://127.0.0.1:%d" % port
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        codes = list(pool.map(lambda i: get(proxy.port(0), "%s:%d" % (host(i), port)),
+        codes = list(pool.map(lambda i: h.forward_get(proxy.port(0), "%s:%d" % (host(i), port)),
                               range(COUNT)))
 
     @t.check("every request got 502")

@@ -39,14 +39,6 @@ COUNT = 1200
 KEEP = 1024
 
 
-def get(proxy_port, authority):
-    """One absolute-form GET on its own connection; the status code."""
-    with h.RawConn(proxy_port, timeout=20 * h.SLOW) as c:
-        c.send(h.request("GET", "http://%s/" % authority, authority,
-                         headers=[("Connection", "close")]))
-        return c.read_response().status
-
-
 def scenario(t):
     server = ManyPorts(COUNT)
     t.defer(server.stop)
@@ -55,7 +47,7 @@ def scenario(t):
     names = ["127.0.0.1:%d" % p for p in server.ports]
 
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        codes = list(pool.map(lambda n: get(proxy.port(0), n), names))
+        codes = list(pool.map(lambda n: h.forward_get(proxy.port(0), n), names))
     busy = len(h.curl(admin + "/upstreams", check=True).body.splitlines())
 
     @t.check("every request got 200")
