@@ -310,14 +310,18 @@ static void upstream_release_all(struct upstream *u)
 	}
 }
 
-/* Let the oldest waiting request make the next connect. */
+/* Let the oldest waiting request make the next connect. One that ends
+ * instead (answered by a drain) leaves the turn to the next in line, or
+ * the rest would wait for a connect nobody makes. */
 static void upstream_release_one(struct upstream *u)
 {
-	struct upstream_waiter *w = TAILQ_FIRST(&u->waiters);
+	uint64_t end = u->next_seq;
+	struct upstream_waiter *w;
 
-	if (w != NULL) {
+	while ((w = TAILQ_FIRST(&u->waiters)) != NULL && w->seq < end) {
 		upstream_take_waiter(u, w);
-		w->release(w);
+		if (w->release(w))
+			return;
 	}
 }
 

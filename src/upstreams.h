@@ -35,7 +35,7 @@ struct upstream_waiter {
 	struct upstream *upstream; /* NULL when not waiting */
 	uint64_t seq;		   /* arrival order */
 	/* go: start the try now; false when the request ended instead,
-	 * taking nothing (the connection queue offers it to the next) */
+	 * taking nothing (the queue offers its turn to the next) */
 	bool (*release)(struct upstream_waiter *w);
 	bool for_connection; /* in the queue for a connection (upstream_slot_wait) */
 };

@@ -1012,6 +1012,40 @@ static void test_upstreams_cap_offer_declined(void **state)
 	harness_free(&h);
 }
 
+/* A held request let go to make the next connect that ends instead (a
+ * drain answered it) passes that turn to the next in line: one connect is
+ * made, not none. */
+static void test_upstreams_turn_declined(void **state)
+{
+	static const int order[] = { 1, 2 };
+	struct harness h;
+	struct test_waiter w1, w2, w3;
+	struct upstream *u;
+
+	harness_init(&h, 3, true);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	test_waiter_init(&w1, &h, 1);
+	test_waiter_init(&w2, &h, 2);
+	test_waiter_init(&w3, &h, 3);
+	w1.waiter.release = test_decline_release_cb;
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
+	upstream_wait(u, &w1.waiter);
+	upstream_wait(u, &w2.waiter);
+	upstream_wait(u, &w3.waiter);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+	/* w2 makes the connect; w3 waits behind it */
+	assert_released(&h, order, 2);
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 1);
+	assert_null(w2.waiter.upstream);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE);
+	assert_int_equal(h.released_count, 3);
+	assert_int_equal(h.released[2], 3);
+	upstream_release(u);
+	harness_free(&h);
+}
+
 /* A host's spellings become one: lower case, one trailing dot gone; what is
  * not an upper-case letter stays, whichever of the 8-byte words it is in. */
 static void test_upstream_host_normalise(void **state)
@@ -1065,6 +1099,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_unwait),
 		cmocka_unit_test(test_upstreams_connection_cap),
 		cmocka_unit_test(test_upstreams_cap_offer_declined),
+		cmocka_unit_test(test_upstreams_turn_declined),
 		cmocka_unit_test(test_upstream_host_normalise),
 	};
 
