@@ -18,11 +18,11 @@
 #include "config_dump.h"
 #include "config_values.h"
 #include "fleet.h"
+#include "listener.h"
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
 #include "status_page.h"
-#include "timeval.h"
 #include "upstreams.h"
 #include "xmalloc.h"
 
@@ -31,9 +31,6 @@
 /* Admin requests are a line and a few fields; nothing needs more. */
 #define ADMIN_MAX_HEADERS 8192
 #define ADMIN_MAX_BODY 4096
-/* After accept() fails (out of file descriptors, none to give back), pause
- * accepting this long, as a listener does. */
-#define ADMIN_ACCEPT_PAUSE_MS 100
 
 struct admin {
 	struct proxy *proxy;
@@ -303,24 +300,16 @@ static void admin_resume_cb(evutil_socket_t fd, short what, void *arg)
 	evconnlistener_enable(admin->evl);
 }
 
-/* accept() failed: out of file descriptors, idle pooled connections are
- * given back and accepting goes on; else log it and pause, rather than
- * retry the accept in a busy loop (evhttp sets no error callback, and
- * libevent's default leaves the listener readable and enabled). */
+/* accept() failed: handled as on the proxy's listeners (evhttp sets no
+ * error callback, and libevent's default would retry the accept in a busy
+ * loop while out of file descriptors). */
 static void admin_accept_error_cb(struct evconnlistener *evl, void *arg)
 {
 	struct admin *admin = admin_by_http(arg);
-	struct timeval tv = timeval_from_ms(ADMIN_ACCEPT_PAUSE_MS);
-	int err = EVUTIL_SOCKET_ERROR();
 
-	if (admin == NULL)
-		return;
-	if ((err == EMFILE || err == ENFILE) && conn_loop_fd_shortage(admin->proxy->loop))
-		return;
-	log_error("accept on admin %s failed: %s; pausing accepts for %d ms", admin->address,
-		  evutil_socket_error_to_string(err), ADMIN_ACCEPT_PAUSE_MS);
-	evconnlistener_disable(evl);
-	evtimer_add(admin->resume_timer, &tv);
+	if (admin != NULL)
+		listener_accept_failed(admin->proxy, evl, "admin", admin->address,
+				       admin->resume_timer);
 }
 
 /* Bind address and serve the pages there. NULL with errno set when the

@@ -57,22 +57,25 @@ static void listener_resume_cb(evutil_socket_t fd, short what, void *arg)
 		evconnlistener_enable(l->evl);
 }
 
-/* accept() failed: out of file descriptors is survivable. When idle pooled
- * connections could be closed to make room, accepting goes on (the
- * listener is still readable); else log it, stop accepting for a moment
- * and go on. */
-static void listener_error_cb(struct evconnlistener *evl, void *arg)
+void listener_accept_failed(struct proxy *proxy, struct evconnlistener *evl, const char *kind,
+			    const char *address, struct event *resume_timer)
 {
-	struct listener *l = arg;
 	struct timeval tv = timeval_from_ms(LISTENER_ERROR_PAUSE_MS);
 	int err = EVUTIL_SOCKET_ERROR();
 
-	if ((err == EMFILE || err == ENFILE) && conn_loop_fd_shortage(l->proxy->loop))
+	if ((err == EMFILE || err == ENFILE) && conn_loop_fd_shortage(proxy->loop))
 		return;
-	log_error("accept on %s failed: %s; pausing accepts for %d ms", l->listen->address,
+	log_error("accept on %s %s failed: %s; pausing accepts for %d ms", kind, address,
 		  evutil_socket_error_to_string(err), LISTENER_ERROR_PAUSE_MS);
 	evconnlistener_disable(evl);
-	evtimer_add(l->resume_timer, &tv);
+	evtimer_add(resume_timer, &tv);
+}
+
+static void listener_error_cb(struct evconnlistener *evl, void *arg)
+{
+	struct listener *l = arg;
+
+	listener_accept_failed(l->proxy, evl, "listener", l->listen->address, l->resume_timer);
 }
 
 /* Close one listener. */

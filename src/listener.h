@@ -9,6 +9,8 @@
 #include <sys/socket.h>
 
 struct config;
+struct event;
+struct evconnlistener;
 struct listener_set;
 struct proxy;
 
@@ -35,6 +37,14 @@ size_t listener_unbind_port(struct proxy *proxy, const struct config *config,
 /* Listen again where listener_unbind_port() closed listeners; one whose
  * address was taken meanwhile is gone. */
 void listener_rebind(struct proxy *proxy);
+
+/* accept() on evl (in logs: kind, "listener" or "admin", and address) failed. Out of file
+ * descriptors is survivable: when idle pooled connections can be closed to
+ * make room, accepting goes on (evl is still readable); else the error is
+ * logged and evl disabled until resume_timer, armed here, enables it again,
+ * rather than the accept being retried in a busy loop. */
+void listener_accept_failed(struct proxy *proxy, struct evconnlistener *evl, const char *kind,
+			    const char *address, struct event *resume_timer);
 
 /* Close every listener. */
 void listener_close_all(struct proxy *proxy);
