@@ -427,6 +427,13 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		    ex->kept != NULL || (ex->state == EXCHANGE_QUEUED && ex->attempts > 0))
 			ex->gave_up = RETRY_GIVE_UP_CLIENT_GONE;
 	}
+	/* a resume begun (in its backoff, held, or asked for) that the client
+	 * did not wait for ended its body short: a failed one, as SPEC counts
+	 * every resume */
+	if (end == EXCHANGE_END_CLIENT_GONE && ex->resumable && ex->resume->pending) {
+		metrics_resume(ex->route->series, false);
+		ex->resume->pending = false;
+	}
 	/* the request's unread rest would be taken for the next request */
 	if (end == EXCHANGE_END_KEEP_ALIVE && !ex->request_body.done)
 		end = EXCHANGE_END_CLOSE;
