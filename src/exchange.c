@@ -330,6 +330,7 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 		metrics_hedge(ex->route->series, ex->winner == t);
 	}
 	t->verdict_pending = false;
+	t->parked = false;
 	if (t->up != NULL) {
 		/* a connection verified under a trust a reload replaced is not
 		 * kept for another request */
@@ -874,7 +875,10 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	exchange_end_try(t, false);
 	log_debug("%.*s %.*s: try %u failed: %s: %s", (int)ex->method_len, ex->method,
 		  (int)ex->target_len, ex->target, ex->attempts, try_outcome_name(outcome), reason);
-	/* hedged tries still running may yet answer: the last one decides */
+	/* hedged tries still running may yet answer: the last one decides; an
+	 * answer too large to keep is all that is left: it ends retrying */
+	if (exchange_pass_on_parked(ex))
+		return;
 	if (exchange_tries_left(ex) > 0)
 		return;
 	/* a retryable response that came whole while this try raced it says

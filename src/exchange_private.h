@@ -166,7 +166,8 @@ struct exchange_try {
 	size_t keeping_head_len;
 	struct body_relay keeping_body; /* finds where the response being kept ends */
 	bool verdict_pending;		/* kept while other tries raced: decide when it is whole */
-	int keeping_status;		/* ... with its status and Retry-After */
+	bool parked;	    /* ... but over retry_response_buffer: not read while another may win */
+	int keeping_status; /* ... with its status and Retry-After */
 	uint64_t keeping_retry_after_until; /* (as a time: the wait runs from the head) */
 	enum retry_should keeping_should;   /* ... and x-should-retry */
 	bool keeping_unclean;	 /* its close-delimited body ended with no TLS close_notify */
@@ -405,6 +406,7 @@ static inline bool exchange_spool_pending(const struct exchange_try *t)
 void exchange_read_response_head(struct exchange_try *t);
 void exchange_relay_response(struct exchange *ex);
 void exchange_keep_response(struct exchange_try *t);
+bool exchange_pass_on_parked(struct exchange *ex);
 void exchange_deliver_kept(struct exchange *ex);
 /* What is left of a wait that ends at until (a retry_budget_now_ms() time;
  * 0 for none): a Retry-After counts from its response's head, not from

@@ -193,10 +193,14 @@ void exchange_deliver_kept(struct exchange *ex)
 
 /* The response being kept turned out too large to keep: it becomes the
  * final response after all, what was read of it first. */
-static void exchange_keep_overflow(struct exchange_try *t)
+static void exchange_pass_on_overflow(struct exchange_try *t)
 {
 	struct exchange *ex = t->ex;
 
+	if (t->parked) {
+		t->parked = false;
+		conn_read_enable(t->up, true);
+	}
 	log_info("%.*s %.*s: retryable response is over retry_response_buffer: passed on as final",
 		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target);
 	ex->note = "retryable response over retry_response_buffer";
@@ -214,6 +218,49 @@ static void exchange_keep_overflow(struct exchange_try *t)
 	evbuffer_free(t->keeping);
 	t->keeping = NULL;
 	exchange_relay_response(ex);
+}
+
+/* Tries in flight other than t that have no answer too large to keep. */
+static unsigned exchange_tries_unparked(const struct exchange *ex, const struct exchange_try *t)
+{
+	unsigned n = 0;
+	size_t i;
+
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		n += &ex->slots[i] != t && ex->slots[i].state != EXCHANGE_TRY_IDLE &&
+		     !ex->slots[i].parked;
+	return n;
+}
+
+/* A retryable response too large to keep can be neither retried on nor
+ * returned once retries end, so it ends retrying. But while another try
+ * is in flight, that one may still bring an answer that is not retryable
+ * (SPEC: a retryable answer waits for the others): until then this one
+ * waits unread, its head and what came of its body held, its connection
+ * open. */
+static void exchange_keep_overflow(struct exchange_try *t)
+{
+	if (exchange_tries_unparked(t->ex, t) > 0) {
+		t->parked = true;
+		conn_read_enable(t->up, false);
+		return;
+	}
+	exchange_pass_on_overflow(t);
+}
+
+bool exchange_pass_on_parked(struct exchange *ex)
+{
+	size_t i;
+
+	if (exchange_tries_unparked(ex, NULL) > 0)
+		return false;
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
+		if (ex->slots[i].parked) {
+			exchange_pass_on_overflow(&ex->slots[i]);
+			return true;
+		}
+	}
+	return false;
 }
 
 /* A kept response waits through a whole backoff, thousands of them at once:
@@ -264,7 +311,10 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	}
 	/* it came while other tries raced it: the last of them to end decides
 	 * (exchange_try_failed() on this one's facts, if it ends without a
-	 * response) */
+	 * response), unless those left are too large to keep: one of them ends
+	 * retrying */
+	if (exchange_pass_on_parked(ex))
+		return;
 	if (exchange_tries_left(ex) > 0) {
 		ex->kept_undecided = true;
 		ex->kept_status = status;
@@ -285,13 +335,18 @@ void exchange_keep_response(struct exchange_try *t)
 	struct exchange *ex = t->ex;
 	enum http1_error error = HTTP1_ERR_NONE;
 
+	if (t->parked)
+		return;
 	if (body_relay_move(&t->keeping_body, conn_input(t->up), t->keeping, &error) < 0) {
 		exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 		return;
 	}
-	/* the size first: a large body may arrive whole in one read */
+	/* the size first: a large body may arrive whole in one read, or be
+	 * announced */
 	if (evbuffer_get_length(t->keeping) - t->keeping_head_len >
-	    ex->config->limits.retry_response_buffer) {
+		    ex->config->limits.retry_response_buffer ||
+	    (t->framing.body == HTTP1_BODY_LENGTH &&
+	     t->framing.content_length > ex->config->limits.retry_response_buffer)) {
 		exchange_keep_overflow(t);
 		return;
 	}
@@ -417,8 +472,9 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 		struct retry_verdict verdict;
 
 		/* SPEC: a retryable answer while another try is in flight waits
-		 * for the other; it is kept meanwhile, and no more hedges start */
-		if (!too_large && exchange_tries_left(ex) > 1) {
+		 * for the other; it is kept meanwhile (or, too large to keep,
+		 * waits unread), and no more hedges start */
+		if (exchange_tries_left(ex) > 1) {
 			exchange_stop_hedging(ex);
 			t->verdict_pending = true;
 			t->keeping_status = head->status;
@@ -522,6 +578,11 @@ static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 /* The upstream closed while a retryable response was being kept. */
 static void exchange_closed_while_keeping(struct exchange_try *t, short what)
 {
+	/* what it held is lost with its connection: a cut answer */
+	if (t->parked) {
+		exchange_try_failed(t, TRY_RESET, "connection closed in the response body");
+		return;
+	}
 	if (what & CONN_TIMEOUT) {
 		exchange_try_failed(t, TRY_RESET, "upstream stopped sending the response body");
 		return;

@@ -24,7 +24,10 @@ Must hold:
   never more than max_attempts;
 - POST, PUT with If-Match, and a GET with a body are never hedged;
 - a retryable answer (503) on the hedge waits for the first try, whose
-  200 the client gets, with no retry after the 503;
+  200 the client gets, with no retry after the 503; so does one too large
+  to keep (2 MiB, by Content-Length or chunked), unread; when the first
+  try then fails, or answers a small 503, that large 503 goes to the
+  client whole, with no third try;
 - a hedge starts at another resolved address than the try it races;
 - retry.try_timeout on a route overrides limits.try_timeout: 504 after two
   300 ms tries there, while the default route waits the 1 s answer out;
@@ -43,8 +46,10 @@ Must hold:
 
 import os
 import time
+import urllib.parse
 
 import harness as h
+import origin as origin_mod
 
 CONFIG = """\
 listen:
@@ -235,6 +240,44 @@ def scenario(t):
         time.sleep(0.3 * h.SLOW)
         h.eq(len(origin.requests_for("/h/retryable")), 2, "origin requests (no retry after 503)")
         h.eq(tries_of(proxy, "/h/retryable"), "hedge:503 -> wait 0ms -> 200", "tries")
+
+    @t.check("a 503 too large to keep on the hedge waits unread for the first try too")
+    def _():
+        big = 2 << 20  # over the default retry_response_buffer, 1 MiB
+        for name, step in (("length", "/bytes/%d?status=503" % big),
+                           ("chunked", "/chunked/%d?status=503" % big)):
+            path = "/h/large-" + name
+            origin.script(path, ["/delay/1", step])
+            r = h.fetch(port, "GET", path, "api.example")
+            h.eq((r.status, r.body), (200, b"delayed\n"), "%s: response" % name)
+            h.eq(r.header("Retry-Attempts"), "2", "%s: Retry-Attempts" % name)
+            h.eq(tries_of(proxy, path), "hedge:503 -> wait 0ms -> 200", "%s: tries" % name)
+        # the first try fails instead: nothing can beat the 503 now, and it
+        # ends retrying, whole, as one too large to keep does alone
+        path = "/h/large-last"
+        origin.script(path, ["/reset/request?delay=1", "/bytes/%d?status=503" % big])
+        r = h.fetch(port, "GET", path, "api.example")
+        h.eq((r.status, len(r.body)), (503, big), "status and body length")
+        h.ok(r.body == b"".join(bytes(c) for c in origin_mod.pattern_chunks(big)),
+             "the 503's body as the origin sent it")
+        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        time.sleep(0.3 * h.SLOW)
+        h.eq(len(origin.requests_for(path)), 2, "origin requests (no retry after the 503)")
+        fields = h.access_fields(proxy.access_one(path))
+        # the first try may go on a pooled connection: its reset is "stale"
+        h.ok(fields["tries"] in ("hedge:503 -> wait 0ms -> reset",
+                                 "hedge:503 -> wait 0ms -> stale"), "tries: %r" % fields)
+        h.ok("over retry_response_buffer" in urllib.parse.unquote(fields.get("note", "")),
+             "note: %r" % fields)
+        # the first try's answer is a retryable one, small enough to keep:
+        # the large one still ends retrying, no third try
+        path = "/h/large-both"
+        origin.script(path, ["/status/503?delay=1", "/bytes/%d?status=503" % big, "/bytes/10"])
+        r = h.fetch(port, "GET", path, "api.example")
+        h.eq((r.status, len(r.body), r.header("Retry-Attempts")), (503, big, "2"),
+             "status, body length, Retry-Attempts")
+        time.sleep(0.3 * h.SLOW)
+        h.eq(len(origin.requests_for(path)), 2, "origin requests (no retry)")
 
     @t.check("a hedge starts at another resolved address than the try it races")
     def _():
