@@ -1280,6 +1280,11 @@ uint64_t conn_bytes_written(const struct conn *c)
 	return c->written;
 }
 
+int64_t conn_bytes_acked(const struct conn *c)
+{
+	return c->fd >= 0 ? conn_acked(c) : -1;
+}
+
 void conn_read_enable(struct conn *c, bool on)
 {
 	if (c->reading == on)

@@ -146,6 +146,12 @@ uint64_t conn_bytes_written(const struct conn *conn);
  * can take nothing more: a reset now loses nothing sent before. */
 size_t conn_output_unacked(const struct conn *conn);
 
+/* Bytes the peer has acknowledged, over the connection's life: those handed
+ * to the socket (for TLS, the records OpenSSL wrote) less those the kernel
+ * still holds for it; -1 when the kernel cannot say. It grows while a peer
+ * reads, however slowly, even when nothing is written here. */
+int64_t conn_bytes_acked(const struct conn *conn);
+
 /* Reading on or off (backpressure). Turning it on does not call the read
  * callback for bytes already in the input; conn_read_again() does. */
 void conn_read_enable(struct conn *conn, bool on);

@@ -31,14 +31,25 @@ struct tunnel {
 	struct tunnel_side upstream;
 	struct event *idle_timer;
 	uint64_t idle_ms;
+	bool looked;   /* the idle timer looked at the peers since the last read or write */
+	int64_t taken; /* what the peers had acknowledged then (tunnel_taken) */
 	struct registry_entry entry; /* in proxy->registry */
 };
 
+/* Traffic: the idle timeout starts again. A quarter of it later the timer
+ * notes what the peers have taken (tunnel_idle_cb). */
 static void tunnel_touch(struct tunnel *tunnel)
 {
-	struct timeval tv = timeval_from_ms(tunnel->idle_ms);
+	struct timeval tv = timeval_from_ms(tunnel->idle_ms / 4);
 
+	tunnel->looked = false;
 	evtimer_add(tunnel->idle_timer, &tv);
+}
+
+/* The bytes both peers acknowledged, in all. */
+static int64_t tunnel_taken(const struct tunnel *tunnel)
+{
+	return conn_bytes_acked(tunnel->client.conn) + conn_bytes_acked(tunnel->upstream.conn);
 }
 
 void tunnel_close(struct tunnel *tunnel)
@@ -114,10 +125,27 @@ static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 	}
 }
 
+/* A peer that reads slowly takes what the kernel holds for it (megabytes)
+ * and what is queued here while neither callback runs: the write callback
+ * waits for the output to drain to TUNNEL_LOW, and the other side is not
+ * read meanwhile. That is traffic all the same, seen in what the peers
+ * acknowledge: noted a quarter of the timeout after the last read or write
+ * (no look at the kernel on every event), and the tunnel closes once the
+ * timeout has passed with nothing more taken since the last look. */
 static void tunnel_idle_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct tunnel *tunnel = arg;
+	int64_t taken = tunnel_taken(tunnel);
 
+	if (!tunnel->looked || taken != tunnel->taken) {
+		struct timeval tv = timeval_from_ms(
+			tunnel->looked ? tunnel->idle_ms : tunnel->idle_ms - tunnel->idle_ms / 4);
+
+		tunnel->looked = true;
+		tunnel->taken = taken;
+		evtimer_add(tunnel->idle_timer, &tv);
+		return;
+	}
 	log_debug("tunnel idle for tunnel_idle_timeout; closing");
 	tunnel_close(tunnel);
 }
