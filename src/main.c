@@ -184,9 +184,12 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
 			const char *found = config_default_path();
 
 			if (found == NULL && s->config_path != NULL) {
-				log_error("reload: %s is gone and no other config file was found; "
-					  "keeping the running config",
-					  s->config_path);
+				char why[512];
+
+				snprintf(why, sizeof(why),
+					 "%s is gone and no other config file was found",
+					 s->config_path);
+				proxy_reload_refused(s->proxy, why);
 				return;
 			}
 			s->config_path = found;

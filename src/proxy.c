@@ -342,6 +342,15 @@ fail:
 	return -1;
 }
 
+void proxy_reload_refused(struct proxy *proxy, const char *why)
+{
+	/* Type=notify-reload waits for RELOADING=1, then READY=1, after its
+	 * SIGHUP, whether a config was read or not */
+	notify_reloading();
+	log_error("reload: %s; keeping the running config", why);
+	proxy_notify_ready(proxy, "reload failed, still serving");
+}
+
 /* The end of a drain kept for writing the answers of requests that waited
  * for a try: a tenth of drain_timeout, at most a second. */
 static uint64_t proxy_drain_write_ms(const struct config *config)

@@ -81,6 +81,11 @@ void proxy_free(struct proxy *proxy);
  * manager. Returns 0 or -1. */
 int proxy_reload(struct proxy *proxy, const char *path);
 
+/* A reload refused before any config is read (why: the config file found
+ * at the start is gone, and no other is): the running config stays. Logged,
+ * and announced to the service manager as a failed reload is. */
+void proxy_reload_refused(struct proxy *proxy, const char *why);
+
 /* Stop accepting, let in-flight requests finish up to drain_timeout, then
  * leave the loop. The admin listener stays up meanwhile. */
 void proxy_drain(struct proxy *proxy);

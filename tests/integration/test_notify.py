@@ -10,11 +10,17 @@ Must hold: READY=1 (with a STATUS=) arrives once the listener accepts; each
 SIGHUP gives RELOADING=1 with MONOTONIC_USEC=<this host's CLOCK_MONOTONIC in
 microseconds, taken between the signal and the message>, then READY=1, the
 failed reload too; SIGTERM gives STOPPING=1; nothing else arrives.
+A third proxy runs without -c on the ./conf/retryproxy.yaml of its working
+directory; the file is renamed away and the proxy gets SIGHUP: that reload
+is refused before any config is read, and still gives RELOADING=1, then
+READY=1 (before the fix it sent neither, so a Type=notify-reload manager
+waited for its timeout).
 """
 
 import os
 import signal
 import socket
+import subprocess
 import time
 
 import harness as h
@@ -104,11 +110,66 @@ def run_one(t, label, bind_name, env_value):
     t.stop_proxy(proxy)
 
 
+def run_found_config_gone(t):
+    """A proxy on ./conf/retryproxy.yaml (no -c) whose file is gone at a
+    reload."""
+    etc = "/etc/retryproxy/retryproxy.yaml"
+    label = "no -c, the config found at the start gone"
+    if os.path.exists(etc):
+        t.skip(label, "%s exists: a reload would load it" % etc)
+        return
+    cwd = os.path.join(t.tmp, "found")
+    os.makedirs(os.path.join(cwd, "conf"))
+    found = os.path.join(cwd, "conf", "retryproxy.yaml")
+    port = h.free_port()
+    with open(found, "w") as f:
+        f.write(CONFIG.replace("@PORT0@", str(port)))
+    path = os.path.join(t.tmp, "notify-found.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    t.defer(sock.close)
+    sock.bind(path)
+    err_path = os.path.join(t.tmp, "found.stderr")
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([h.BIN], cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                env=h.clean_env({"NOTIFY_SOCKET": path}))
+
+    def stop():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    t.defer(stop)
+
+    @t.check("%s: RELOADING=1, then READY=1" % label)
+    def _():
+        (m,) = messages(sock, 1)
+        h.eq(m.get("READY"), "1", "READY in %r" % m)
+        os.rename(found, found + ".old")
+        before = monotonic_usec()
+        proc.send_signal(signal.SIGHUP)
+        try:
+            reloading, ready = messages(sock, 2)
+        except AssertionError as e:
+            raise AssertionError("%s; stderr:\n%s" % (e, h.read_file(err_path)[-2000:]))
+        h.eq(reloading.get("RELOADING"), "1", "RELOADING in the first message %r" % reloading)
+        usec = int(reloading.get("MONOTONIC_USEC", "-1"))
+        h.ok(before <= usec <= monotonic_usec(), "MONOTONIC_USEC %d is not after the signal" % usec)
+        h.eq(ready.get("READY"), "1", "READY in the second message %r" % ready)
+        h.wait_until(lambda: "keeping the running config" in h.read_file(err_path),
+                     10 * h.SLOW, "a line saying the running config is kept")
+        h.ok(h.port_accepts(port), "the proxy no longer accepts on %d" % port)
+        proc.send_signal(signal.SIGTERM)
+        h.eq(proc.wait(timeout=20 * h.SLOW), 0, "exit code after SIGTERM")
+        h.ok(not any(mark in h.read_file(err_path) for mark in h._SANITIZER_MARKERS),
+             "sanitizer report: %r" % h.read_file(err_path)[-2000:])
+
+
 def scenario(t):
     path = os.path.join(t.tmp, "notify.sock")
     run_one(t, "socket path", path, path)
     name = "retryproxy-test-notify-%d-%d" % (os.getpid(), time.monotonic_ns())
     run_one(t, "abstract @name", "\0" + name, "@" + name)
+    run_found_config_gone(t)
 
 
 h.run(scenario, __doc__)
