@@ -139,13 +139,22 @@ static bool upstream_unattached(const struct upstream *u)
  * dot making another upstream, as requests make it)? */
 static bool upstream_is_url(const struct upstream *u, const struct upstream_url *url)
 {
-	size_t len = strlen(url->host);
-	bool absolute = len > 1 && url->host[len - 1] == '.';
+	char v6[UPSTREAM_IPV6_TEXT_MAX + 1];
+	const char *host = url->host;
+	size_t len = strlen(host);
+	bool absolute = len > 1 && host[len - 1] == '.';
 
 	len -= absolute;
+	/* a request's record names an IPv6 address the short way ([::1] for
+	 * [0:0::1]): the config's spelling is compared the same way */
+	if (len <= UPSTREAM_IPV6_TEXT_MAX && memchr(host, ':', len) != NULL) {
+		memcpy(v6, host, len);
+		len = upstream_host_canonical_ipv6(v6, len);
+		host = v6;
+	}
 	return url->port == u->endpoint.port && url->tls == u->endpoint.tls &&
 	       absolute == u->endpoint.absolute && strlen(u->host) == len &&
-	       strncasecmp(url->host, u->host, len) == 0;
+	       strncasecmp(host, u->host, len) == 0;
 }
 
 /* Does the running config name u as a listener's or a route's upstream:?

@@ -19,10 +19,14 @@ loopback port (refused at once: down too, the control); then nothing.
 Must hold: within a few seconds both are gone from /upstreams (each
 "forgotten" in the log), and no DNS query for mute.test comes after that.
 A sidecar listener's configured upstream (a closed port), down after one
-GET, is never forgotten: still listed down, retryproxy_upstream_up 0.
+GET, is never forgotten: still listed down, retryproxy_upstream_up 0. So is
+one written as an IPv6 address in a long form, http://[0:0::1]:P, whose
+record is named http://[::1]:P as requests name it (before the fix the
+config's spelling was compared as written, and it was forgotten).
 """
 
 import re
+import socket
 import time
 
 import harness as h
@@ -33,6 +37,8 @@ listen:
   - address: 127.0.0.1:@PORT0@
   - address: 127.0.0.1:@PORT2@
     upstream: http://127.0.0.1:@CLOSED@
+  - address: 127.0.0.1:@PORT3@
+    upstream: http://[0:0::1]:@CLOSED6@
 admin: 127.0.0.1:@PORT1@
 log: { level: info, format: text }
 limits: { drain_timeout: 2s, connect_timeout: 300ms }
@@ -49,8 +55,15 @@ def scenario(t):
     t.defer(stub.stop)
     resolv = stub.write_resolv_conf(t.tmp, "resolv.conf", "timeout:5 attempts:2")
     configured = "http://127.0.0.1:%d" % h.closed_port()
+    # bound on ::1 without listening: connects there are refused
+    closed6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    t.defer(closed6.close)
+    closed6.bind(("::1", 0))
+    # the config writes it [0:0::1]; the record is named as requests name it
+    configured6 = "http://[::1]:%d" % closed6.getsockname()[1]
     proxy = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": resolv},
-                    CLOSED=configured.rsplit(":", 1)[1])
+                    CLOSED=configured.rsplit(":", 1)[1],
+                    CLOSED6=closed6.getsockname()[1])
     closed = h.closed_port()
     names = ("http://mute.test:80", "http://127.0.0.1:%d" % closed)
 
@@ -63,9 +76,10 @@ def scenario(t):
             c.send(h.request("GET", name + "/", authority, headers=[("Connection", "close")]))
             h.eq(c.read_response().status, 502, "through the proxy to %s" % name)
 
-    with h.RawConn(proxy.port(2), timeout=10) as c:
-        c.send(h.request("GET", "/", "a.example", headers=[("Connection", "close")]))
-        h.eq(c.read_response().status, 502, "through the sidecar listener to %s" % configured)
+    for port, name in ((proxy.port(2), configured), (proxy.port(3), configured6)):
+        with h.RawConn(port, timeout=10) as c:
+            c.send(h.request("GET", "/", "a.example", headers=[("Connection", "close")]))
+            h.eq(c.read_response().status, 502, "through the sidecar listener to %s" % name)
 
     @t.check("the slow-probe upstream and the refused one both went down")
     def _():
@@ -86,16 +100,18 @@ def scenario(t):
         time.sleep(1.0)
         h.eq(len(stub.queries_for("mute.test")), before, "DNS queries for mute.test after")
 
-    @t.check("the upstream the config names stays listed down, and its metric 0")
+    @t.check("the upstreams the config names (one an IPv6 address not written the short "
+             "way) stay listed down, and their metric 0")
     def _():
         text = upstreams()
-        h.ok(re.search(r"^%s down" % re.escape(configured), text, re.M),
-             "%s not listed down: %r" % (configured, text))
         metrics = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
-        h.ok('retryproxy_upstream_up{upstream="%s"} 0' % configured in metrics,
-             "retryproxy_upstream_up for %s" % configured)
-        h.ok(not any("%s: down and unused; forgotten" % configured in ln
-                     for ln in proxy.stderr_lines()), "%s forgotten" % configured)
+        for name in (configured, configured6):
+            h.ok(re.search(r"^%s down" % re.escape(name), text, re.M),
+                 "%s not listed down: %r" % (name, text))
+            h.ok('retryproxy_upstream_up{upstream="%s"} 0' % name in metrics,
+                 "retryproxy_upstream_up for %s" % name)
+            h.ok(not any("%s: down and unused; forgotten" % name in ln
+                         for ln in proxy.stderr_lines()), "%s forgotten" % name)
 
 
 h.run(scenario, __doc__)
