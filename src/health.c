@@ -95,6 +95,16 @@ struct health_actions health_step(struct health *h, const struct health_policy *
 		if (h->state == HEALTH_DOWN)
 			health_schedule_probe(h, policy, now_ms, &act);
 		break;
+	case HEALTH_POLICY_CHANGED:
+		/* a probe set for the old interval may be far off: an operator
+		 * who shortened it during an outage expects it now */
+		if (h->state == HEALTH_DOWN && !h->probing &&
+		    h->next_probe_ms > health_add_ms(now_ms, policy->probe_interval_ms)) {
+			h->next_probe_ms = health_add_ms(now_ms, policy->probe_interval_ms);
+			act.arm_timer = true;
+			act.timer_ms = h->next_probe_ms;
+		}
+		break;
 	}
 	return act;
 }

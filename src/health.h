@@ -33,6 +33,7 @@ enum health_event {
 	HEALTH_PROBE_DUE,	/* the probe timer fired */
 	HEALTH_PROBE_CONNECTED, /* the probe in flight connected */
 	HEALTH_PROBE_FAILED,	/* the probe in flight failed to connect */
+	HEALTH_POLICY_CHANGED,	/* a reload put a new policy in force */
 };
 
 /* One upstream's health; zeroed (or health_init) is up with no failures. */
@@ -69,7 +70,9 @@ void health_init(struct health *h);
  * a request's own connection or any response head marks it up and releases
  * the held requests. A connect or response head resets the failure count.
  * Probe results while up, and a timer that fires while a probe is in
- * flight or while up, change nothing. */
+ * flight or while up, change nothing. A new policy (a reload) takes effect
+ * at once: a shorter probe_interval brings a down upstream's next probe to
+ * at most that interval from now. */
 struct health_actions health_step(struct health *h, const struct health_policy *policy,
 				  enum health_event event, uint64_t now_ms);
 

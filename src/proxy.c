@@ -324,6 +324,7 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	log_configure(config->log_level, config->log_format);
 	proxy_apply_fleet(proxy, config);
 	upstreams_slot_limit(proxy->upstreams, config->limits.max_upstream_connections);
+	upstreams_health_policy(proxy->upstreams, &config->health);
 	registry_config_changed(&proxy->registry);
 	/* a raised limit takes effect now, not when some client leaves */
 	listener_check_accepting(proxy);

@@ -596,6 +596,17 @@ void upstreams_slot_limit(struct upstreams *set, unsigned max)
 	}
 }
 
+void upstreams_health_policy(struct upstreams *set, const struct health_policy *policy)
+{
+	uint64_t now = retry_budget_now_ms();
+	struct upstream *u;
+
+	TAILQ_FOREACH(u, &set->all, link) {
+		u->policy = *policy;
+		upstream_apply(u, health_step(&u->health, policy, HEALTH_POLICY_CHANGED, now));
+	}
+}
+
 bool upstream_slot_waiters(const struct upstream *u)
 {
 	return u->slot_waiting > 0;

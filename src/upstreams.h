@@ -133,6 +133,12 @@ unsigned upstreams_slot_waiting(const struct upstreams *upstreams);
  * under the old one go now if the new one leaves room. */
 void upstreams_slot_limit(struct upstreams *upstreams, unsigned max);
 
+/* A new health policy is in force (a reload): every upstream's health goes
+ * by it now (a down one's next probe comes sooner if the interval was
+ * shortened, or it is up if health was turned off), not only once a request
+ * under the new config comes for it. */
+void upstreams_health_policy(struct upstreams *upstreams, const struct health_policy *policy);
+
 /* Do requests wait for a connection to this upstream? */
 bool upstream_slot_waiters(const struct upstream *upstream);
 

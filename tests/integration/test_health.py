@@ -35,10 +35,14 @@ Must hold:
   origin when it comes back;
 - held requests count against max_pending_retries: past it, 502 at once
   with gave_up=budget;
-- any response head resets the failure count.
+- any response head resets the failure count;
+- a reload that shortens probe_interval while an upstream is down has it
+  probed within the new interval, not after the old one (60 s).
 """
 
+import os
 import re
+import signal
 import threading
 import time
 
@@ -339,6 +343,28 @@ def scenario(t):
         h.eq(h.access_fields(pending.access_one("/pending/over")).get("gave_up"), "budget", "gave_up")
         for c in conns:
             c.close()
+
+    @t.check("a reload that shortens probe_interval probes a down upstream within the new one")
+    def _():
+        port = h.reserved_port()
+        slow = CONFIG_NO_HOLD.replace("down_after: 3, probe_interval: 500ms",
+                                      "down_after: 1, probe_interval: 60s")
+        p = t.proxy(slow, GONE=port)
+        r = h.fetch(p.port(0), "GET", "/reloaded/1", "api.example", timeout=10 * h.SLOW)
+        h.check_error_response(r, 502, ["down"])
+        back = origin_mod.Origin(port=port, name="reloaded").start()
+        t.defer(back.stop)
+        with open(p.config_path) as f:
+            text = f.read()
+        with open(p.config_path, "w") as f:
+            f.write(text.replace("probe_interval: 60s", "probe_interval: 500ms"))
+        os.kill(p.pid, signal.SIGHUP)
+        p.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        # the probe set for 60 s after the failure comes within the new 500 ms
+        p.wait_log(r"upstream http://127\.0\.0\.1:%d is up" % port, timeout=5 * h.SLOW)
+        r = h.fetch(p.port(0), "GET", "/status/200", "api.example", timeout=10 * h.SLOW)
+        h.eq(r.status, 200, "status once it is up")
+        t.stop_proxy(p)
 
 
 h.run(scenario, __doc__, timeout=120)

@@ -31,6 +31,7 @@
 #define DUE HEALTH_PROBE_DUE
 #define P_OK HEALTH_PROBE_CONNECTED
 #define P_FAIL HEALTH_PROBE_FAILED
+#define POLICY HEALTH_POLICY_CHANGED
 
 /* The state after a step; 0 marks the unused steps after a scenario's last. */
 enum test_health_state {
@@ -75,6 +76,16 @@ static const struct test_health_scenario test_health_scenarios[] = {
 	  500,
 	  {
 		  { FAIL, 100, DOWN | ARM, 600, S_DOWN, false, false },
+	  } },
+	{ "a reload that keeps the interval changes nothing; one that turns health off brings "
+	  "it up at once",
+	  1,
+	  500,
+	  {
+		  { FAIL, 100, DOWN | ARM, 600, S_DOWN, false, false },
+		  { POLICY, 200, 0, 0, S_DOWN, false, false },
+		  { POLICY, 300, BACK, 0, S_UP, false, true },
+		  { POLICY, 400, 0, 0, S_UP, false, false },
 	  } },
 	{ "down_after 0: never down",
 	  0,
@@ -297,6 +308,35 @@ static void test_health_scenario_table(void **state)
 	}
 }
 
+/* A reload that shortens probe_interval while the upstream is down brings
+ * its next probe to one new interval from the reload; a longer one leaves
+ * the sooner probe as it was; a probe in flight is left to end. */
+static void test_health_policy_interval(void **state)
+{
+	struct health_policy slow = { 1, 60000, true };
+	struct health_policy quick = { 1, 1000, true };
+	struct health_actions a;
+	struct health h;
+
+	health_init(&h);
+	a = health_step(&h, &slow, HEALTH_CONNECT_FAILED, 1000);
+	assert_true(a.went_down && a.arm_timer);
+	assert_int_equal(a.timer_ms, 61000);
+	a = health_step(&h, &quick, HEALTH_POLICY_CHANGED, 5000);
+	assert_int_equal(test_health_bits(&a), ARM);
+	assert_int_equal(a.timer_ms, 6000);
+	a = health_step(&h, &slow, HEALTH_POLICY_CHANGED, 5500);
+	assert_int_equal(test_health_bits(&a), 0);
+	a = health_step(&h, &quick, HEALTH_PROBE_DUE, 6000);
+	assert_int_equal(test_health_bits(&a), PROBE);
+	a = health_step(&h, &quick, HEALTH_POLICY_CHANGED, 6100);
+	assert_int_equal(test_health_bits(&a), 0);
+	assert_true(h.probing);
+	a = health_step(&h, &quick, HEALTH_PROBE_FAILED, 6200);
+	assert_int_equal(test_health_bits(&a), ARM);
+	assert_int_equal(a.timer_ms, 7000);
+}
+
 /* A zeroed struct is as good as health_init(), for callers that calloc. */
 static void test_health_init(void **state)
 {
@@ -393,6 +433,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_health_scenario_table),
 		cmocka_unit_test(test_health_init),
+		cmocka_unit_test(test_health_policy_interval),
 		cmocka_unit_test(test_health_failures_saturate),
 		cmocka_unit_test(test_health_hold_table),
 		cmocka_unit_test(test_health_hold_follows_steps),
