@@ -1311,7 +1311,7 @@ void exchange_stop_hedging(struct exchange *ex)
 		evtimer_del(ex->hedge_timer);
 }
 
-void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bool record_last)
+void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner)
 {
 	struct access_try own;
 	bool moved = false;
@@ -1325,9 +1325,14 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bo
 
 		if (t == winner || t->state == EXCHANGE_TRY_IDLE)
 			continue;
-		/* the trail ends with the winner: the losers go before it */
-		if (record_last && !moved && ex->try_count > 0) {
-			own = ex->tries[--ex->try_count];
+		/* the trail ends with the winner: the losers go before it. Its
+		 * record is the last one unless it was kept (and then passed on
+		 * over retry_response_buffer) while others ended after its head */
+		if (!moved && winner->record < ex->try_count) {
+			own = ex->tries[winner->record];
+			memmove(&ex->tries[winner->record], &ex->tries[winner->record + 1],
+				(ex->try_count - winner->record - 1) * sizeof(*ex->tries));
+			ex->try_count--;
 			moved = true;
 		}
 		/* a try keeping a retryable response has its record already */
@@ -1339,6 +1344,7 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bo
 	if (moved) {
 		exchange_record_try(ex, own.status, own.error, own.hedge);
 		ex->tries[ex->try_count - 1].wait_ms = own.wait_ms;
+		winner->record = ex->try_count - 1;
 	}
 }
 

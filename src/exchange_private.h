@@ -378,8 +378,8 @@ unsigned exchange_tries_racing(const struct exchange *ex);
 void exchange_stop_hedging(struct exchange *ex);
 /* winner's response goes to the client: close every other try, never
  * pooling its connection, and log it as cancelled before the winner's
- * record when that is the last one (record_last). */
-void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner, bool record_last);
+ * record, which moves to the end of the trail. */
+void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner);
 
 /* exchange_request.c */
 void exchange_read_request_body(struct exchange *ex);

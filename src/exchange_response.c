@@ -207,7 +207,7 @@ static void exchange_pass_on_overflow(struct exchange_try *t)
 	/* the retry it was kept for will not happen: its place goes back */
 	ex->gave_up = RETRY_GIVE_UP_NONE;
 	exchange_release_retry(ex);
-	exchange_cancel_racing(ex, t, false);
+	exchange_cancel_racing(ex, t);
 	ex->winner = t;
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
@@ -435,7 +435,7 @@ static void exchange_relay_from(struct exchange_try *t, const struct http1_head 
 			return;
 		}
 	}
-	exchange_cancel_racing(ex, t, true);
+	exchange_cancel_racing(ex, t);
 	ex->winner = t;
 	exchange_send_response_head(ex, head, &t->framing, t->number);
 	evbuffer_drain(conn_input(t->up), head->head_len);
