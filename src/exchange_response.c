@@ -583,8 +583,10 @@ static void exchange_closed_while_keeping(struct exchange_try *t, short what)
 		exchange_try_failed(t, TRY_RESET, "connection closed in the response body");
 		return;
 	}
+	/* a body that stalled is a timeout, as for one being relayed (and
+	 * named so by retry.on): not a reset */
 	if (what & CONN_TIMEOUT) {
-		exchange_try_failed(t, TRY_RESET, "upstream stopped sending the response body");
+		exchange_try_failed(t, TRY_TIMEOUT, "upstream stopped sending the response body");
 		return;
 	}
 	exchange_keep_response(t);

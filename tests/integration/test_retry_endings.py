@@ -1,17 +1,26 @@
-"""Scenario: what the access log says for endings that come after a
-retryable answer: one passed on as final while a hedge raced it.
+"""Scenario: what the access log and the metrics say for endings that come
+after a retryable answer: one passed on as final while a hedge raced it,
+and one whose body stalled while it was kept.
 
-Client: raw-socket GETs to a sidecar listener.
+Client: raw-socket GETs to a sidecar listener; curl to the admin listener
+for /metrics.
 Origin: the test origin with scripted paths: a slow first try (/delay/3)
 and a 503 on its hedge with a 5000-byte body, chunked or with a
-Content-Length.
+Content-Length; a 503 whose body stops after 10 of its 20 bytes (a gate
+never released), then 200.
 Proxy: limits.retry_response_buffer 1KiB; route /h/ hedges after 200ms
-(max 1); 100ms waits, no jitter.
+(max 1); route /to/ retries on [503, timeout] only, with try_timeout
+500ms; 100ms waits, no jitter.
 Must hold:
 - a 503 over retry_response_buffer on the hedge while the first try is in
   flight goes to the client as final (README "Limits"), and the trail ends
   with it whatever its framing: tries="cancelled -> wait 0ms -> hedge:503"
-  for a chunked body as for one with a Content-Length.
+  for a chunked body as for one with a Content-Length;
+- a kept 503 whose body stalls for try_timeout is a timeout, as a relayed
+  body's stall is (README "Resuming broken downloads": `timeout` for a body
+  that stalled): on a route whose retry.on is [503, timeout] it is retried
+  (200, Retry-Attempts: 2, tries="timeout -> wait 100ms -> 200"), and
+  retryproxy_upstream_errors_total counts a timeout, not a reset.
 """
 
 import harness as h
@@ -33,6 +42,9 @@ routes:
   - name: hedged
     match: { path_prefix: /h/ }
     retry: { hedge: { after: 200ms, max: 1 } }
+  - name: timeout-only
+    match: { path_prefix: /to/ }
+    retry: { on: [503, timeout], try_timeout: 500ms }
 """
 
 
@@ -40,6 +52,11 @@ def scenario(t):
     origin = t.origin()
     proxy = t.proxy(CONFIG, ORIGIN=origin.port)
     port = proxy.port(0)
+
+    def metric(name, labels):
+        """One series' value, 0 while the route has had no request."""
+        text = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
+        return h.metric(text, name, labels) or 0.0
 
     def tries_of(tag):
         return h.access_fields(proxy.access_one(tag))["tries"]
@@ -53,6 +70,21 @@ def scenario(t):
             h.eq((r.status, len(r.body), r.header("Retry-Attempts")), (503, 5000, "2"),
                  "%s: status, body length, Retry-Attempts" % path)
             h.eq(tries_of(path), "cancelled -> wait 0ms -> hedge:503", "%s: tries" % path)
+
+    @t.check("a kept 503 whose body stalls is a timeout: retried on [503, timeout]")
+    def _():
+        timeouts = metric("retryproxy_upstream_errors_total", '{kind="timeout"}')
+        resets = metric("retryproxy_upstream_errors_total", '{kind="reset"}')
+        origin.script("/to/stall", ["/gate/stall?first=10&rest=10&status=503", 200])
+        r = h.fetch(port, "GET", "/to/stall", "api.example")
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts")
+        h.eq(len(origin.requests_for("/to/stall")), 2, "origin requests")
+        h.eq(tries_of("/to/stall"), "timeout -> wait 100ms -> 200", "tries")
+        h.eq(metric("retryproxy_upstream_errors_total", '{kind="timeout"}') - timeouts, 1.0,
+             "upstream errors of kind timeout")
+        h.eq(metric("retryproxy_upstream_errors_total", '{kind="reset"}') - resets, 0.0,
+             "upstream errors of kind reset")
+        origin.gate("stall").release()
 
 
 h.run(scenario, __doc__)
