@@ -418,7 +418,9 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 	if (end == EXCHANGE_END_BROKEN || end == EXCHANGE_END_RESET)
 		log_warn("%.*s %.*s: response broken off: %s", (int)ex->method_len, ex->method,
 			 (int)ex->target_len, ex->target, why);
-	if (end == EXCHANGE_END_CLIENT_GONE && ex->gave_up == RETRY_GIVE_UP_NONE) {
+	/* a response being relayed is final: retrying ended with it */
+	if (end == EXCHANGE_END_CLIENT_GONE && ex->gave_up == RETRY_GIVE_UP_NONE &&
+	    ex->state != EXCHANGE_RELAYING) {
 		bool keeping = false;
 
 		for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)

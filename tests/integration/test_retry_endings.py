@@ -1,16 +1,19 @@
+#!/usr/bin/env python3
 """Scenario: what the access log and the metrics say for endings that come
 after a retryable answer: one passed on as final while a hedge raced it,
-and one whose body stalled while it was kept.
+one whose body stalled while it was kept, and a retry's final response
+that the client leaves in the middle of.
 
 Client: raw-socket GETs to a sidecar listener; curl to the admin listener
 for /metrics.
 Origin: the test origin with scripted paths: a slow first try (/delay/3)
 and a 503 on its hedge with a 5000-byte body, chunked or with a
 Content-Length; a 503 whose body stops after 10 of its 20 bytes (a gate
-never released), then 200.
+never released), then 200; a 503, then a 200 whose body stops after 10 of
+its 20 bytes.
 Proxy: limits.retry_response_buffer 1KiB; route /h/ hedges after 200ms
 (max 1); route /to/ retries on [503, timeout] only, with try_timeout
-500ms; 100ms waits, no jitter.
+500ms; the default route retries on everything, 100ms waits, no jitter.
 Must hold:
 - a 503 over retry_response_buffer on the hedge while the first try is in
   flight goes to the client as final (README "Limits"), and the trail ends
@@ -20,7 +23,10 @@ Must hold:
   body's stall is (README "Resuming broken downloads": `timeout` for a body
   that stalled): on a route whose retry.on is [503, timeout] it is retried
   (200, Retry-Attempts: 2, tries="timeout -> wait 100ms -> 200"), and
-  retryproxy_upstream_errors_total counts a timeout, not a reset.
+  retryproxy_upstream_errors_total counts a timeout, not a reset;
+- a client that leaves in the body of the 200 its retry got ends a request
+  whose retrying had ended: no gave_up in its access line, and
+  retryproxy_retries_given_up_total{reason="client_gone"} does not count it.
 """
 
 import harness as h
@@ -85,6 +91,24 @@ def scenario(t):
         h.eq(metric("retryproxy_upstream_errors_total", '{kind="reset"}') - resets, 0.0,
              "upstream errors of kind reset")
         origin.gate("stall").release()
+
+    @t.check("a client gone in the body of its retry's 200: no gave_up")
+    def _():
+        gone = metric("retryproxy_retries_given_up_total", '{route="default",reason="client_gone"}')
+        origin.script("/left/mid-body", [503, "/gate/left?first=10&rest=10"])
+        with h.RawConn(port) as c:
+            c.send(h.request("GET", "/left/mid-body", "api.example"))
+            head = c.read_head()
+            h.eq((head.status, head.header("Retry-Attempts")), (200, "2"),
+                 "status, Retry-Attempts")
+            origin.gate("left").wait_reached(5 * h.SLOW)
+        f = h.access_fields(proxy.access_one("/left/mid-body"))
+        h.eq((f["tries"], f.get("gave_up")), ("503 -> wait 100ms -> 200", None),
+             "tries, gave_up")
+        h.eq(metric("retryproxy_retries_given_up_total",
+                    '{route="default",reason="client_gone"}') - gone, 0.0,
+             "given up for client_gone")
+        origin.gate("left").release()
 
 
 h.run(scenario, __doc__)
