@@ -1322,21 +1322,21 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner)
 	exchange_stop_hedging(ex);
 	if (!ex->hedged)
 		return; /* one try at a time: nothing races the winner */
+	/* the trail ends with the winner: the losers go before it. Its record
+	 * is the last one unless it was kept (too large to keep, it waited
+	 * while others ended after its head) */
+	if (winner->record < ex->try_count) {
+		own = ex->tries[winner->record];
+		memmove(&ex->tries[winner->record], &ex->tries[winner->record + 1],
+			(ex->try_count - winner->record - 1) * sizeof(*ex->tries));
+		ex->try_count--;
+		moved = true;
+	}
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
 		struct exchange_try *t = &ex->slots[i];
 
 		if (t == winner || t->state == EXCHANGE_TRY_IDLE)
 			continue;
-		/* the trail ends with the winner: the losers go before it. Its
-		 * record is the last one unless it was kept (and then passed on
-		 * over retry_response_buffer) while others ended after its head */
-		if (!moved && winner->record < ex->try_count) {
-			own = ex->tries[winner->record];
-			memmove(&ex->tries[winner->record], &ex->tries[winner->record + 1],
-				(ex->try_count - winner->record - 1) * sizeof(*ex->tries));
-			ex->try_count--;
-			moved = true;
-		}
 		/* a try keeping a retryable response has its record already */
 		if (t->state != EXCHANGE_TRY_KEEPING)
 			exchange_record_try(ex, 0, "cancelled", t->hedge);
