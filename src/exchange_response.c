@@ -49,7 +49,11 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	char *p;
 	size_t i;
 
-	ex->client_keep_after = ex->client_keep_alive && !ex->owner.closing(ex->owner.arg);
+	/* a response before the request body is all read ends the connection
+	 * (exchange_close()): the body's unread rest would be taken for the
+	 * next request, so the head says close */
+	ex->client_keep_after =
+		ex->client_keep_alive && ex->request_body.done && !ex->owner.closing(ex->owner.arg);
 	/* SPEC "Ambiguous outcome": the precondition or key may have failed
 	 * because an earlier try that got no answer did succeed; a response
 	 * from before the first such try (kept, then delivered) cannot be the

@@ -7,7 +7,8 @@ a client that reads a response head and then nothing for longer than
 client_timeout; a keep-alive connection that sends a large head after a
 reload raised max_header_bytes.
 Origin: a raw server that starts a chunked 200 ("hello") and closes in its
-middle; the test origin (/close/N: N bytes delimited by the close); a
+middle; a raw server that answers 200 as soon as it has a request head,
+leaving the body unread; the test origin (/close/N: N bytes delimited by the close); a
 closed port.
 Proxy: client_timeout 1s, max_header_bytes 64KiB, max_attempts 1; for the
 reload, one with client_timeout 60s (the keep-alive connection waits
@@ -21,6 +22,9 @@ Must hold:
 - an HTTP/1.0 client that asked for keep-alive gets the proxy's own 502
   with Connection: keep-alive, and its next request on the connection is
   answered;
+- a response that arrives before the request body is all read (the
+  proxy then closes, since the body's unread rest would be taken for the
+  next request) says Connection: close, and the connection ends after it;
 - a client that stops reading a close-delimited body is cut after
   client_timeout with a reset, not a clean close that would make the cut
   body look whole;
@@ -50,6 +54,8 @@ listen:
     upstream: http://127.0.0.1:@DEAD@
   - address: 127.0.0.1:@PORT2@
     upstream: http://127.0.0.1:@ORIGIN@
+  - address: 127.0.0.1:@PORT3@
+    upstream: http://127.0.0.1:@EARLY@
 log: { level: info, format: text }
 limits:
   drain_timeout: 2s
@@ -84,11 +90,23 @@ def chunked_cut(conn, server):
     time.sleep(0.3)
 
 
+def answer_early(conn, server):
+    # a whole 200 after the head, the body left unread; the connection
+    # stays open, reading on, as a server that discards the body would
+    rawserver.read_head(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+    while conn.recv(65536):
+        pass
+
+
 def scenario(t):
     raw = rawserver.RawServer(chunked_cut)
     t.defer(raw.stop)
+    early = rawserver.RawServer(answer_early, conn_timeout=10 * h.SLOW)
+    t.defer(early.stop)
     origin = t.origin()
-    proxy = t.proxy(CONFIG, RAW=raw.port, DEAD=h.closed_port(), ORIGIN=origin.port)
+    proxy = t.proxy(CONFIG, RAW=raw.port, DEAD=h.closed_port(), ORIGIN=origin.port,
+                    EARLY=early.port)
 
     @t.check("HTTP/1.0 client, chunked response cut by the upstream: a reset, not a clean close")
     def _():
@@ -122,6 +140,19 @@ def scenario(t):
             s.sendall(b"GET /x HTTP/1.0\r\nHost: a.example\r\nConnection: keep-alive\r\n\r\n")
             again = s.recv(65536)
         h.ok(again.startswith(b"HTTP/1.1 502 "), "the second request's answer: %r" % again[:40])
+
+    @t.check("a response that comes before the request body is all read says Connection: close, "
+             "and the connection closes after it")
+    def _():
+        with h.RawConn(proxy.port(3), timeout=5 * h.SLOW) as c:
+            # 1000 of the 100000 bytes announced: the rest never comes
+            c.send(h.request("POST", "/upload?t=early", "a.example",
+                             [("Content-Length", "100000")]) + b"x" * 1000)
+            r = c.read_response()
+            h.eq((r.status, r.body), (200, b"early"), "the early response")
+            h.eq(r.header("Connection"), "close",
+                 "its Connection field (the proxy closes after it: %r)" % r.raw_head)
+            h.ok(c.closed_within(3 * h.SLOW), "the connection did not close after the response")
 
     @t.check("a client that stops reading a close-delimited body is cut with a reset")
     def _():
