@@ -612,9 +612,13 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 			client_close_reset(client, "client connection error");
 		return;
 	}
-	if ((what & CONN_TIMEOUT) && (what & CONN_READING))
-		client_close(client, "request body stalled for client_timeout");
-	else if ((what & CONN_TIMEOUT) && (what & CONN_WRITING))
+	if ((what & CONN_TIMEOUT) && (what & CONN_READING)) {
+		/* a response begun is cut short: it ends as a broken one does */
+		if (client->exchange == NULL ||
+		    !exchange_body_stalled(client->exchange,
+					   "request body stalled for client_timeout"))
+			client_close(client, "request body stalled for client_timeout");
+	} else if ((what & CONN_TIMEOUT) && (what & CONN_WRITING))
 		client_close_reset(client, "client stopped reading");
 	else if (what & CONN_TIMEOUT)
 		client_head_timeout(client);

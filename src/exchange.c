@@ -1377,6 +1377,16 @@ void exchange_client_drained(struct exchange *ex)
 	exchange_leave(ex);
 }
 
+bool exchange_body_stalled(struct exchange *ex, const char *reason)
+{
+	if (ex->state != EXCHANGE_RELAYING)
+		return false;
+	exchange_enter(ex);
+	exchange_break_response(ex, reason);
+	exchange_leave(ex);
+	return true;
+}
+
 void exchange_abort(struct exchange *ex, const char *reason)
 {
 	exchange_enter(ex);

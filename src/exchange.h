@@ -74,6 +74,13 @@ void exchange_client_drained(struct exchange *exchange);
  * hears nothing more. */
 void exchange_abort(struct exchange *exchange, const char *reason);
 
+/* The request body stopped arriving for client_timeout. A response already
+ * under way is broken off as an upstream's break would be (a reset where a
+ * clean close would make a body delimited by it look whole): true, and the
+ * owner hears how it ended. False, and nothing done, when no response has
+ * begun: the owner closes. */
+bool exchange_body_stalled(struct exchange *exchange, const char *reason);
+
 /* A drain is under way: a request in backoff whose next try would start
  * after proxy->drain_answer_ms gives up now, with the last response kept,
  * else 503 (gave_up=deadline, note=draining); a retry decided from now on is

@@ -7,8 +7,9 @@ a client that reads a response head and then nothing for longer than
 client_timeout; a keep-alive connection that sends a large head after a
 reload raised max_header_bytes.
 Origin: a raw server that starts a chunked 200 ("hello") and closes in its
-middle; a raw server that answers 200 as soon as it has a request head,
-leaving the body unread; the test origin (/close/N: N bytes delimited by the close); a
+middle; raw servers that answer 200 as soon as they have a request head,
+leaving the body unread, one with a Content-Length, one with a body
+delimited by the close that stops after a few bytes; the test origin (/close/N: N bytes delimited by the close); a
 closed port.
 Proxy: client_timeout 1s, max_header_bytes 64KiB, max_attempts 1; for the
 reload, one with client_timeout 60s (the keep-alive connection waits
@@ -25,6 +26,9 @@ Must hold:
 - a response that arrives before the request body is all read (the
   proxy then closes, since the body's unread rest would be taken for the
   next request) says Connection: close, and the connection ends after it;
+- a request body that stops arriving for client_timeout while a response
+  delimited by the close is under way ends that response with a reset,
+  never a clean close after which the cut body would look whole;
 - a client that stops reading a close-delimited body is cut after
   client_timeout with a reset, not a clean close that would make the cut
   body look whole;
@@ -56,6 +60,8 @@ listen:
     upstream: http://127.0.0.1:@ORIGIN@
   - address: 127.0.0.1:@PORT3@
     upstream: http://127.0.0.1:@EARLY@
+  - address: 127.0.0.1:@PORT4@
+    upstream: http://127.0.0.1:@EARLY_UNTIL_CLOSE@
 log: { level: info, format: text }
 limits:
   drain_timeout: 2s
@@ -99,14 +105,24 @@ def answer_early(conn, server):
         pass
 
 
+def answer_early_until_close(conn, server):
+    # the start of a 200 delimited by the close, after the head alone; the
+    # rest would come later, on a connection held open past client_timeout
+    rawserver.read_head(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\n\r\nthe start")
+    time.sleep(4 * h.SLOW)
+
+
 def scenario(t):
     raw = rawserver.RawServer(chunked_cut)
     t.defer(raw.stop)
     early = rawserver.RawServer(answer_early, conn_timeout=10 * h.SLOW)
     t.defer(early.stop)
+    early_until_close = rawserver.RawServer(answer_early_until_close, conn_timeout=10 * h.SLOW)
+    t.defer(early_until_close.stop)
     origin = t.origin()
     proxy = t.proxy(CONFIG, RAW=raw.port, DEAD=h.closed_port(), ORIGIN=origin.port,
-                    EARLY=early.port)
+                    EARLY=early.port, EARLY_UNTIL_CLOSE=early_until_close.port)
 
     @t.check("HTTP/1.0 client, chunked response cut by the upstream: a reset, not a clean close")
     def _():
@@ -153,6 +169,20 @@ def scenario(t):
             h.eq(r.header("Connection"), "close",
                  "its Connection field (the proxy closes after it: %r)" % r.raw_head)
             h.ok(c.closed_within(3 * h.SLOW), "the connection did not close after the response")
+
+    @t.check("a request body that stalls under a close-delimited response: the response ends "
+             "with a reset, not a clean close")
+    def _():
+        for version in ("HTTP/1.1", "HTTP/1.0"):
+            with socket.create_connection(("127.0.0.1", proxy.port(4))) as s:
+                # 10 of the 100000 bytes announced, then nothing for longer
+                # than client_timeout (1 s)
+                s.sendall(h.request("POST", "/upload?t=stall", "a.example",
+                                    [("Content-Length", "100000")], version=version)
+                          + b"x" * 10)
+                data, end = h.read_to_end(s)
+            h.ok(data.endswith(b"\r\n\r\nthe start"), "%s: what came: %r" % (version, data))
+            h.eq(end, "RST", "%s: how the connection ended after the cut body" % version)
 
     @t.check("a client that stops reading a close-delimited body is cut with a reset")
     def _():
