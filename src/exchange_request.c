@@ -124,6 +124,9 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 		p = EXCHANGE_PUT_LITERAL(p, "\r\n");
 	}
 	exchange_put(p, via + 2, sizeof(via) - 3);
+	/* Via names the version the client's message came in (RFC 9110
+	 * section 7.6.3): "Via: 1.0" for HTTP/1.0 */
+	p[sizeof("Via: 1.") - 1] = (char)('0' + head->version_minor);
 	ex->request_head_len = size;
 }
 

@@ -46,6 +46,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	size_t size = 13 + head->reason_len + 2 + sizeof(via_attempts) - 1 + 10 + 2 +
 		      sizeof(keep_alive) - 1 + 2;
 	struct evbuffer_iovec vec;
+	char *via_at;
 	char *p;
 	size_t i;
 
@@ -92,7 +93,11 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	p = exchange_put(p, head->reason, head->reason_len);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
 	p = exchange_put_fields(p, head, forward, rf->length_repeated);
+	via_at = p;
 	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
+	/* Via names the version the upstream's message came in (RFC 9110
+	 * section 7.6.3): "Via: 1.0" for HTTP/1.0 */
+	via_at[sizeof("Via: 1.") - 1] = (char)('0' + head->version_minor);
 	p = exchange_put_uint(p, ex->attempts);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
 	if (ex->ambiguous)

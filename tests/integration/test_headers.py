@@ -12,7 +12,8 @@ field named by Connection).
 Must hold: hop-by-hop fields and the fields Connection names are gone in
 both directions; every other field arrives byte-exact (name case and value)
 in the original order, duplicates kept, nothing added except Via
-("1.1 retryproxy" after any earlier Via) and, on responses, Retry-Attempts
+("1.1 retryproxy" after any earlier Via; "1.0 retryproxy" for a message
+that came in as HTTP/1.0, RFC 9110 section 7.6.3) and, on responses, Retry-Attempts
 (replacing one the upstream sent);
 in sidecar mode the upstream gets exactly one Host: <upstream authority>;
 a Content-Length of one number repeated ("5, 5", or two identical
@@ -35,6 +36,7 @@ import threading
 
 import harness as h
 import origin as o
+import rawserver
 
 CONFIG = """\
 listen:
@@ -271,6 +273,30 @@ def scenario(t):
         h.eq([v for n, v in r.headers if n.lower() == "content-length"], ["5"],
              "Content-Length fields at the client")
         h.eq(r.body, b"hello", "body")
+
+    @t.check("Via names the version each message came in: 1.0 from an HTTP/1.0 client, "
+             "and from an HTTP/1.0 upstream")
+    def _():
+        with h.RawConn(proxy.port(1)) as c:
+            c.send(h.request("GET", "/echo?via10", "app.example", version="HTTP/1.0"))
+            r = c.read_response()
+        h.eq(r.status, 200, "status (%r)" % r)
+        h.eq(via_list(origin.requests[-1].headers), ["1.0 retryproxy"],
+             "Via at the origin for an HTTP/1.0 request")
+        h.eq(via_list(r.headers), ["1.1 retryproxy"], "Via at the client (the origin's HTTP/1.1)")
+
+        def http10(conn, server):
+            rawserver.read_head(conn)
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+        old = rawserver.RawServer(http10)
+        t.defer(old.stop)
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", "http://127.0.0.1:%d/via10" % old.port,
+                             "127.0.0.1:%d" % old.port))
+            r = c.read_response()
+        h.eq((r.status, r.body), (200, b"ok"), "status and body")
+        h.eq(via_list(r.headers), ["1.0 retryproxy"], "Via at the client for an HTTP/1.0 response")
 
 
 h.run(scenario, __doc__)
