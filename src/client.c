@@ -217,7 +217,7 @@ static void client_watch_body(void *arg, bool on)
  * it proxies: https://host:port before an origin-form target, or alone when
  * the request line could not be read. */
 static void client_log_own_answer(struct client *client, const struct http1_head *head, int status,
-				  const char *text)
+				  const char *text, uint64_t bytes)
 {
 	struct access_record record = {
 		.client = client->peer,
@@ -228,6 +228,7 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 		.route = "-",
 		.status = status,
 		.attempts = 0,
+		.bytes = bytes,
 		.note = text,
 	};
 	const char *prefix = client->intercept != NULL ? intercept_prefix(client->intercept) : NULL;
@@ -259,9 +260,12 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 static void client_refuse(struct client *client, const struct http1_head *head, int status,
 			  const char *text)
 {
-	client_log_own_answer(client, head, status, text);
-	reply_error(conn_output(client->conn), status, text, 0, REPLY_CLOSE,
-		    head != NULL && head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0);
+	bool head_request =
+		head != NULL && head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
+
+	client_log_own_answer(
+		client, head, status, text,
+		reply_error(conn_output(client->conn), status, text, 0, REPLY_CLOSE, head_request));
 	client_close_after_flush(client);
 }
 
@@ -491,8 +495,8 @@ static void client_read_head(struct client *client)
 	}
 	if (max_forwards_of(head, NULL) == 0) {
 		/* a TRACE or OPTIONS that may go no further: its final recipient */
-		client_log_own_answer(client, head, 200, "Max-Forwards: 0, answered by the proxy");
-		max_forwards_answer(conn_output(client->conn), head);
+		client_log_own_answer(client, head, 200, "Max-Forwards: 0, answered by the proxy",
+				      max_forwards_answer(conn_output(client->conn), head));
 		client_close_after_flush(client);
 		return;
 	}

@@ -489,11 +489,13 @@ void exchange_respond_error(struct exchange *ex, int status, const char *text)
 	ex->client_keep_after = ex->client_keep_alive && ex->request_body.done && !ex->is_connect &&
 				!ex->owner.closing(ex->owner.arg);
 	ex->status = status;
-	reply_error(conn_output(ex->owner.conn), status, text, ex->attempts,
-		    !ex->client_keep_after  ? REPLY_CLOSE
-		    : ex->client_minor == 0 ? REPLY_KEEP_HTTP10
-					    : REPLY_KEEP,
-		    ex->head_request);
+	/* the access log's bytes: no upstream body reached the client, ours did */
+	ex->response_body.payload_bytes =
+		reply_error(conn_output(ex->owner.conn), status, text, ex->attempts,
+			    !ex->client_keep_after  ? REPLY_CLOSE
+			    : ex->client_minor == 0 ? REPLY_KEEP_HTTP10
+						    : REPLY_KEEP,
+			    ex->head_request);
 	exchange_finish(ex);
 }
 

@@ -59,10 +59,11 @@ static bool max_forwards_sensitive(const struct http1_field *f)
 	       http1_name_equals(f->name, f->name_len, "cookie");
 }
 
-void max_forwards_answer(struct evbuffer *out, const struct http1_head *head)
+size_t max_forwards_answer(struct evbuffer *out, const struct http1_head *head)
 {
 	static const char allow[] = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE";
 	struct evbuffer *echo;
+	size_t len;
 
 	if (head->method_len == 7) {
 		evbuffer_add_printf(out,
@@ -70,7 +71,7 @@ void max_forwards_answer(struct evbuffer *out, const struct http1_head *head)
 				    "Retry-Attempts: 0\r\nVia: 1.1 retryproxy\r\n"
 				    "Connection: close\r\n\r\n",
 				    allow);
-		return;
+		return 0;
 	}
 	echo = evbuffer_new();
 	evbuffer_add_printf(echo, "%.*s %.*s HTTP/1.%d\r\n", (int)head->method_len, head->method,
@@ -84,6 +85,8 @@ void max_forwards_answer(struct evbuffer *out, const struct http1_head *head)
 		"HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: %zu\r\n"
 		"Retry-Attempts: 0\r\nVia: 1.1 retryproxy\r\nConnection: close\r\n\r\n",
 		evbuffer_get_length(echo));
+	len = evbuffer_get_length(echo);
 	evbuffer_add_buffer(out, echo);
 	evbuffer_free(echo);
+	return len;
 }

@@ -34,7 +34,8 @@ static inline long max_forwards_of(const struct http1_head *head, size_t *index)
  * Max-Forwards: 0, and Connection: close: for TRACE, 200 with the request
  * as received as a message/http body, less the fields that carry
  * credentials (Authorization, Proxy-Authorization, Cookie); for OPTIONS,
- * 200 with the methods the proxy forwards in Allow. */
-void max_forwards_answer(struct evbuffer *out, const struct http1_head *head);
+ * 200 with the methods the proxy forwards in Allow. Returns the body's
+ * size, for the access log. */
+size_t max_forwards_answer(struct evbuffer *out, const struct http1_head *head);
 
 #endif

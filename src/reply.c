@@ -37,8 +37,8 @@ static const char *reply_reason_phrase(int status)
 	}
 }
 
-void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
-		 enum reply_connection connection, bool head_request)
+size_t reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
+		   enum reply_connection connection, bool head_request)
 {
 	static const char *const fields[] = {
 		[REPLY_KEEP] = "",
@@ -54,4 +54,5 @@ void reply_error(struct evbuffer *out, int status, const char *text, unsigned at
 			    fields[connection]);
 	if (!head_request)
 		evbuffer_add_printf(out, "%s\n", text);
+	return head_request ? 0 : text_len + 1;
 }

@@ -5,6 +5,7 @@
  * be reached, a deadline that passed. */
 
 #include <stdbool.h>
+#include <stddef.h>
 
 struct evbuffer;
 
@@ -17,8 +18,9 @@ enum reply_connection { REPLY_KEEP, REPLY_KEEP_HTTP10, REPLY_CLOSE };
 /* Queue a response with a one-line text body, Retry-Attempts and Via, and
  * the Connection field that connection needs. To a HEAD request the same
  * head goes without the body (RFC 9110 section 9.3.2): on a kept
- * connection a body there would be read as the next response. */
-void reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
-		 enum reply_connection connection, bool head_request);
+ * connection a body there would be read as the next response. Returns the
+ * body's size, for the access log. */
+size_t reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
+		   enum reply_connection connection, bool head_request);
 
 #endif

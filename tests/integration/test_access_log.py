@@ -7,7 +7,8 @@ three requests over one keep-alive connection, and requests matched by a
 path route and (forward mode) by a host route.
 Origin: echoes; /delay/0.3 answers after 0.3 s.
 Must hold: text: exactly one line per request, with the word access and
-method=, target=, route=, status=, attempts=, bytes= (response body bytes),
+method=, target=, route=, status=, attempts=, bytes= (response body bytes,
+the proxy's own answers' included: a 502, a 400, a Max-Forwards TRACE),
 duration_ms=, tries= fields that match the request; a route is named by
 the URI's host in forward mode. JSON: every stderr line is a JSON object
 (log lines with level and msg); one access object per request with method,
@@ -111,6 +112,29 @@ def scenario(t):
         h.eq(r.status, 502, "status")
         f = fields(one_line(text, "al=6"))
         h.eq((f["status"], f["attempts"]), ("502", "1"), "status and attempts")
+        h.eq(int(f["bytes"]), len(r.body), "bytes: the proxy's own body (%r)" % r.body)
+        h.ok(len(r.body) > 0, "the 502 has a body")
+
+    @t.check("text: answers the proxy gives before any try log their body's size too")
+    def _():
+        # refused as malformed: the parser's 400
+        with h.RawConn(text.port()) as c:
+            c.send(b"GET http://127.0.0.1:%d/x?al=11 HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"
+                   % origin.port)
+            r = c.read_response()
+        h.eq(r.status, 400, "status")
+        f = fields(one_line(text, "al=11"))
+        h.eq((f["status"], int(f["bytes"])), ("400", len(r.body)), "status and bytes")
+        h.ok(len(r.body) > 0, "the 400 has a body")
+        # TRACE with Max-Forwards: 0 is answered by the proxy, echoing the request
+        with h.RawConn(text.port()) as c:
+            c.send(b"TRACE http://127.0.0.1:%d/x?al=12 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   b"Max-Forwards: 0\r\n\r\n" % origin.port)
+            r = c.read_response("TRACE")
+        h.eq(r.status, 200, "TRACE status")
+        f = fields(one_line(text, "al=12"))
+        h.eq((f["status"], int(f["bytes"])), ("200", len(r.body)), "TRACE status and bytes")
+        h.ok(len(r.body) > 0, "the TRACE echo has a body")
 
     @t.check("text: three requests on one keep-alive connection give three lines")
     def _():
@@ -147,6 +171,7 @@ def scenario(t):
         h.eq(r.status, 502, "status")
         obj = one_line(jsonp, "jl=2")
         h.eq((obj["status"], obj["attempts"], len(obj["tries"])), (502, 1, 1), "status, attempts, tries")
+        h.eq(obj["bytes"], len(r.body), "bytes: the proxy's own body")
         tr = obj["tries"][0]
         h.ok(isinstance(tr.get("error"), str) and tr["error"], "tries[0].error: %r" % tr)
         h.eq(tr.get("wait_ms"), 0, "tries[0].wait_ms")
