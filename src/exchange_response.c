@@ -335,6 +335,10 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 					   should);
 	if (verdict.kind == RETRY_VERDICT_RETRY)
 		exchange_schedule_retry(ex);
+	else if (verdict.kind == RETRY_VERDICT_HOLD)
+		/* marked down since its head came (others' connects failed):
+		 * wait for it, as the retry's own connect would have */
+		exchange_hold(ex);
 	else
 		exchange_deliver_kept(ex);
 }

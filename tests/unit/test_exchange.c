@@ -1104,6 +1104,61 @@ static void test_queue_offer_passes_on(void **state)
 	harness_free(&h);
 }
 
+static bool two_requests(struct harness *h)
+{
+	return h->up.requests >= 2;
+}
+
+/* A 503 kept while its hedge raced, whose body comes whole only after the
+ * other try failed and, meanwhile, the upstream was marked down (other
+ * requests' connects failed): as for a retry whose connect would find it
+ * down, the request is held for the upstream, not answered with the 503,
+ * and goes once the upstream is back. */
+static void test_kept_verdict_holds(void **state)
+{
+	static const struct up_step script[] = {
+		{ UP_HOLD, NULL }, /* the first try: no answer; the test resets it */
+		{ UP_HOLD, NULL }, /* its hedge: the test sends a 503 in two parts */
+		{ UP_ANSWER, REPLY_200 },
+	};
+	static const char yaml[] =
+		TEST_RETRY_BASE "    initial_backoff: 10ms\n"
+				"    max_backoff: 10ms\n"
+				"    deadline: 10s\n"
+				"    hedge: { after: 50ms, max: 1 }\n"
+				"health: { down_after: 1, probe_interval: 60s }\n";
+	struct harness h;
+	struct upstream *u;
+	char got[4096];
+
+	harness_init(&h, yaml);
+	upstream_start(&h, script, 3);
+	client_send(&h, "GET", "/kept", NULL);
+	exchange_start(&h);
+	run_until(&h, two_requests, 2000);
+	assert_int_equal(h.up.requests, 2);
+	up_send(h.up.conns[1], "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 8\r\n\r\nbusy");
+	run_until(&h, NULL, 50);
+	up_conn_close(h.up.conns[0], true);
+	run_until(&h, NULL, 50);
+	assert_int_equal(h.ended_count, 0);
+	u = h.ex->upstream;
+	upstream_connect_end(u, &h.config->health, UPSTREAM_CONNECT_FAILED);
+	assert_true(upstream_down(u));
+	up_send(h.up.conns[1], "more");
+	run_until(&h, NULL, 100);
+	assert_int_equal(h.ended_count, 0);
+	assert_int_equal(h.ex->state, EXCHANGE_HELD);
+	/* back: a response head on any connection says so */
+	upstream_response_seen(u, &h.config->health);
+	run_until_ended(&h);
+	client_read(&h, got, sizeof(got));
+	assert_non_null(strstr(got, "HTTP/1.1 200 OK\r\n"));
+	assert_non_null(strstr(got, "Retry-Attempts: 3\r\n"));
+	assert_int_equal(h.up.requests, 3);
+	harness_free(&h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1118,6 +1173,7 @@ int main(void)
 		cmocka_unit_test(test_stale_pooled_connection),
 		cmocka_unit_test(test_ambiguous_needs_written_request),
 		cmocka_unit_test(test_queue_offer_passes_on),
+		cmocka_unit_test(test_kept_verdict_holds),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
