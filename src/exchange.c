@@ -331,6 +331,7 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 	}
 	t->verdict_pending = false;
 	t->parked = false;
+	t->parked_closed = false;
 	if (t->up != NULL) {
 		/* a connection verified under a trust a reload replaced is not
 		 * kept for another request */

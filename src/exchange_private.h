@@ -167,6 +167,7 @@ struct exchange_try {
 	struct body_relay keeping_body; /* finds where the response being kept ends */
 	bool verdict_pending;		/* kept while other tries raced: decide when it is whole */
 	bool parked;	    /* ... but over retry_response_buffer: not read while another may win */
+	bool parked_closed; /* ... and its connection ended meanwhile, the answer whole */
 	int keeping_status; /* ... with its status and Retry-After */
 	uint64_t keeping_retry_after_until; /* (as a time: the wait runs from the head) */
 	enum retry_should keeping_should;   /* ... and x-should-retry */

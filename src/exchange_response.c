@@ -117,7 +117,7 @@ static bool exchange_upstream_reusable(struct exchange_try *t, const struct body
 {
 	struct exchange *ex = t->ex;
 
-	return t->framing.keep_alive && body->mode != BODY_MODE_UNTIL_CLOSE &&
+	return t->framing.keep_alive && body->mode != BODY_MODE_UNTIL_CLOSE && !t->parked_closed &&
 	       ex->request_body.done && conn_input_length(t->up) == 0 &&
 	       conn_output_length(t->up) == 0 && !exchange_spool_pending(t) && !ex->proxy->draining;
 }
@@ -200,11 +200,14 @@ void exchange_deliver_kept(struct exchange *ex)
 	exchange_finish(ex);
 }
 
+static void exchange_closed_while_relaying(struct exchange_try *t, short what);
+
 /* The response being kept turned out too large to keep: it becomes the
  * final response after all, what was read of it first. */
 static void exchange_pass_on_overflow(struct exchange_try *t)
 {
 	struct exchange *ex = t->ex;
+	bool closed = t->parked_closed;
 
 	if (t->parked) {
 		t->parked = false;
@@ -227,6 +230,10 @@ static void exchange_pass_on_overflow(struct exchange_try *t)
 	evbuffer_free(t->keeping);
 	t->keeping = NULL;
 	exchange_relay_response(ex);
+	/* its connection ended while it waited, all of it held: the close
+	 * that ends a body without framing was seen then, not again now */
+	if (closed && ex->state == EXCHANGE_RELAYING && ex->winner == t)
+		exchange_closed_while_relaying(t, CONN_EOF | CONN_READING);
 }
 
 /* Tries in flight other than t that have no answer too large to keep. */
@@ -588,12 +595,31 @@ static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 					: "connection reset before the response head");
 }
 
+/* The upstream closed a parked try's connection: the close read with the
+ * bytes that parked it (reads are off since). Those bytes are all there
+ * will be: an answer they hold whole still waits to be passed on; a cut
+ * one is lost with its connection. */
+static void exchange_closed_while_parked(struct exchange_try *t, short what)
+{
+	enum http1_error error = HTTP1_ERR_NONE;
+
+	if (body_relay_move(&t->keeping_body, conn_input(t->up), t->keeping, &error) < 0) {
+		exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
+		return;
+	}
+	if (t->keeping_body.done || ((what & CONN_EOF) && !(what & (CONN_ERROR | CONN_TIMEOUT)) &&
+				     t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE)) {
+		t->parked_closed = true;
+		return;
+	}
+	exchange_try_failed(t, TRY_RESET, "connection closed in the response body");
+}
+
 /* The upstream closed while a retryable response was being kept. */
 static void exchange_closed_while_keeping(struct exchange_try *t, short what)
 {
-	/* what it held is lost with its connection: a cut answer */
 	if (t->parked) {
-		exchange_try_failed(t, TRY_RESET, "connection closed in the response body");
+		exchange_closed_while_parked(t, what);
 		return;
 	}
 	/* a body that stalled is a timeout, as for one being relayed (and
