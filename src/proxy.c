@@ -345,6 +345,12 @@ fail:
 
 void proxy_reload_refused(struct proxy *proxy, const char *why)
 {
+	/* as proxy_reload(): after STOPPING=1 the manager hears nothing more,
+	 * least of all READY=1 */
+	if (proxy->draining) {
+		log_warn("reload: ignored while draining");
+		return;
+	}
 	/* Type=notify-reload waits for RELOADING=1, then READY=1, after its
 	 * SIGHUP, whether a config was read or not */
 	notify_reloading();

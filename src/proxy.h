@@ -83,7 +83,8 @@ int proxy_reload(struct proxy *proxy, const char *path);
 
 /* A reload refused before any config is read (why: the config file found
  * at the start is gone, and no other is): the running config stays. Logged,
- * and announced to the service manager as a failed reload is. */
+ * and announced to the service manager as a failed reload is; while
+ * draining, ignored as proxy_reload() ignores a reload then. */
 void proxy_reload_refused(struct proxy *proxy, const char *why);
 
 /* Stop accepting, let in-flight requests finish up to drain_timeout, then

@@ -14,7 +14,11 @@ A third proxy runs without -c on the ./conf/retryproxy.yaml of its working
 directory; the file is renamed away and the proxy gets SIGHUP: that reload
 is refused before any config is read, and still gives RELOADING=1, then
 READY=1 (before the fix it sent neither, so a Type=notify-reload manager
-waited for its timeout).
+waited for its timeout). A fourth does the same while it drains (a
+request in flight to an upstream that never answers): that SIGHUP is
+ignored as any reload is while draining, and nothing follows STOPPING=1
+(before the fix, RELOADING=1 and READY=1 "reload failed, still serving"
+did).
 """
 
 import os
@@ -164,12 +168,80 @@ def run_found_config_gone(t):
              "sanitizer report: %r" % h.read_file(err_path)[-2000:])
 
 
+def run_found_config_gone_draining(t):
+    """A proxy on ./conf/retryproxy.yaml (no -c), draining with a request in
+    flight, whose file is gone at a SIGHUP then."""
+    etc = "/etc/retryproxy/retryproxy.yaml"
+    label = "no -c, the config found at the start gone, SIGHUP while draining"
+    if os.path.exists(etc):
+        t.skip(label, "%s exists: a reload would load it" % etc)
+        return
+    cwd = os.path.join(t.tmp, "found-draining")
+    os.makedirs(os.path.join(cwd, "conf"))
+    found = os.path.join(cwd, "conf", "retryproxy.yaml")
+    port = h.free_port()
+    with open(found, "w") as f:
+        f.write(CONFIG.replace("@PORT0@", str(port)).replace("drain_timeout: 1s",
+                                                             "drain_timeout: 3s"))
+    path = os.path.join(t.tmp, "notify-found-draining.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    t.defer(sock.close)
+    sock.bind(path)
+    # an upstream that takes the request and never answers: the drain waits
+    silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    t.defer(silent.close)
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    silent.settimeout(10 * h.SLOW)
+    err_path = os.path.join(t.tmp, "found-draining.stderr")
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([h.BIN], cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                env=h.clean_env({"NOTIFY_SOCKET": path}))
+
+    def stop():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    t.defer(stop)
+
+    @t.check("%s: STOPPING=1, and nothing more" % label)
+    def _():
+        (m,) = messages(sock, 1)
+        h.eq(m.get("READY"), "1", "READY in %r" % m)
+        client = socket.create_connection(("127.0.0.1", port), timeout=10 * h.SLOW)
+        t.defer(client.close)
+        target = "127.0.0.1:%d" % silent.getsockname()[1]
+        client.sendall(("GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n"
+                        % (target, target)).encode())
+        upstream, _ = silent.accept()
+        t.defer(upstream.close)
+        proc.send_signal(signal.SIGTERM)
+        (m,) = messages(sock, 1)
+        h.eq(m, {"STOPPING": "1"}, "message after SIGTERM")
+        os.rename(found, found + ".old")
+        proc.send_signal(signal.SIGHUP)
+        h.eq(proc.wait(timeout=20 * h.SLOW), 0, "exit code after the drain")
+        sock.setblocking(False)
+        extra = []
+        while True:
+            try:
+                extra.append(sock.recv(4096))
+            except BlockingIOError:
+                break
+        h.eq(extra, [], "messages after STOPPING=1; stderr:\n%s"
+             % h.read_file(err_path)[-2000:])
+        h.ok(not any(mark in h.read_file(err_path) for mark in h._SANITIZER_MARKERS),
+             "sanitizer report: %r" % h.read_file(err_path)[-2000:])
+
+
 def scenario(t):
     path = os.path.join(t.tmp, "notify.sock")
     run_one(t, "socket path", path, path)
     name = "retryproxy-test-notify-%d-%d" % (os.getpid(), time.monotonic_ns())
     run_one(t, "abstract @name", "\0" + name, "@" + name)
     run_found_config_gone(t)
+    run_found_config_gone_draining(t)
 
 
 h.run(scenario, __doc__)
