@@ -722,8 +722,18 @@ void exchange_drain_begins(struct exchange *ex)
 
 bool exchange_drain_answer(struct exchange *ex)
 {
+	bool given;
+
 	/* the trail shows the time waited, as a deadline's answer does */
 	switch (ex->state) {
+	case EXCHANGE_TRYING:
+		/* tries in flight would be cut when the drain ends: an answer
+		 * held while they raced (kept, or too large to keep) goes now,
+		 * with the time left for writing it */
+		exchange_enter(ex);
+		given = exchange_give_held(ex);
+		exchange_leave(ex);
+		return given;
 	case EXCHANGE_BACKOFF:
 		exchange_trail_backoff_cut(ex);
 		break;
@@ -1328,7 +1338,7 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner)
 	/* the trail ends with the winner: the losers go before it. Its record
 	 * is the last one unless it was kept (too large to keep, it waited
 	 * while others ended after its head) */
-	if (winner->record < ex->try_count) {
+	if (winner != NULL && winner->record < ex->try_count) {
 		own = ex->tries[winner->record];
 		memmove(&ex->tries[winner->record], &ex->tries[winner->record + 1],
 			(ex->try_count - winner->record - 1) * sizeof(*ex->tries));

@@ -379,7 +379,8 @@ unsigned exchange_tries_racing(const struct exchange *ex);
 void exchange_stop_hedging(struct exchange *ex);
 /* winner's response goes to the client: close every other try, never
  * pooling its connection, and log it as cancelled before the winner's
- * record, which moves to the end of the trail. */
+ * record, which moves to the end of the trail (winner NULL: a kept
+ * response goes instead, and only the others are cancelled). */
 void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner);
 
 /* exchange_request.c */
@@ -408,6 +409,11 @@ void exchange_read_response_head(struct exchange_try *t);
 void exchange_relay_response(struct exchange *ex);
 void exchange_keep_response(struct exchange_try *t);
 bool exchange_pass_on_parked(struct exchange *ex);
+/* A drain's answer time: an answer held while tries raced (a retryable one
+ * kept, or parked too large to keep) goes to the client now, the tries
+ * still in flight cancelled (gave_up=deadline, note=draining). False when
+ * none is held. */
+bool exchange_give_held(struct exchange *ex);
 void exchange_deliver_kept(struct exchange *ex);
 /* What is left of a wait that ends at until (a retry_budget_now_ms() time;
  * 0 for none): a Retry-After counts from its response's head, not from

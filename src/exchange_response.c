@@ -204,7 +204,7 @@ static void exchange_closed_while_relaying(struct exchange_try *t, short what);
 
 /* The response being kept turned out too large to keep: it becomes the
  * final response after all, what was read of it first. */
-static void exchange_pass_on_overflow(struct exchange_try *t)
+static void exchange_pass_on_overflow(struct exchange_try *t, bool draining)
 {
 	struct exchange *ex = t->ex;
 	bool closed = t->parked_closed;
@@ -215,9 +215,10 @@ static void exchange_pass_on_overflow(struct exchange_try *t)
 	}
 	log_info("%.*s %.*s: retryable response is over retry_response_buffer: passed on as final",
 		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target);
-	ex->note = "retryable response over retry_response_buffer";
-	/* the retry it was kept for will not happen: its place goes back */
-	ex->gave_up = RETRY_GIVE_UP_NONE;
+	/* the retry it was kept for will not happen: its place goes back; a
+	 * drain's answer gives up on the tries it cuts */
+	ex->note = draining ? "draining" : "retryable response over retry_response_buffer";
+	ex->gave_up = draining ? RETRY_GIVE_UP_DEADLINE : RETRY_GIVE_UP_NONE;
 	exchange_release_retry(ex);
 	exchange_cancel_racing(ex, t);
 	ex->winner = t;
@@ -261,7 +262,7 @@ static void exchange_keep_overflow(struct exchange_try *t)
 		conn_read_enable(t->up, false);
 		return;
 	}
-	exchange_pass_on_overflow(t);
+	exchange_pass_on_overflow(t, false);
 }
 
 bool exchange_pass_on_parked(struct exchange *ex)
@@ -272,11 +273,31 @@ bool exchange_pass_on_parked(struct exchange *ex)
 		return false;
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
 		if (ex->slots[i].parked) {
-			exchange_pass_on_overflow(&ex->slots[i]);
+			exchange_pass_on_overflow(&ex->slots[i], false);
 			return true;
 		}
 	}
 	return false;
+}
+
+bool exchange_give_held(struct exchange *ex)
+{
+	size_t i;
+
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
+		if (ex->slots[i].parked) {
+			exchange_pass_on_overflow(&ex->slots[i], true);
+			return true;
+		}
+	}
+	if (ex->kept == NULL || !ex->kept_undecided)
+		return false;
+	ex->kept_undecided = false;
+	ex->note = "draining";
+	ex->gave_up = RETRY_GIVE_UP_DEADLINE;
+	exchange_cancel_racing(ex, NULL);
+	exchange_deliver_kept(ex);
+	return true;
 }
 
 /* A kept response waits through a whole backoff, thousands of them at once:

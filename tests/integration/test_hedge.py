@@ -27,7 +27,10 @@ Must hold:
   200 the client gets, with no retry after the 503; so does one too large
   to keep (2 MiB, by Content-Length or chunked), unread; when the first
   try then fails, or answers a small 503, that large 503 goes to the
-  client whole, with no third try;
+  client whole, with no third try; at a drain's answer time, a race that
+  holds such an answer (small and kept, or too large to keep) while the
+  first try still hangs gives it to the client rather than being cut when
+  the drain ends (gave_up=deadline, note=draining);
 - a hedge starts at another resolved address than the try it races;
 - retry.try_timeout on a route overrides limits.try_timeout: 504 after two
   300 ms tries there, while the default route waits the 1 s answer out;
@@ -280,6 +283,40 @@ def scenario(t):
         time.sleep(0.3 * h.SLOW)
         h.eq(len(origin.requests_for(path)), 2, "origin requests (no retry)")
         h.eq(tries_of(proxy, path), "503 -> wait 0ms -> hedge:503", "tries")
+
+    @t.check("a drain gives what a hedge race holds: the kept 503, the one too large to keep")
+    def _():
+        draining = t.proxy(CONFIG, env={"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv},
+                           ORIGIN=origin.port, TWIN=twin_a.port)
+        big = 2 << 20
+        origin.script("/h/drain-kept", ["/hang", "/status/503"])
+        origin.script("/h/drain-large", ["/hang", "/bytes/%d?status=503" % big])
+        conns = {}
+        for path in ("/h/drain-kept", "/h/drain-large"):
+            conns[path] = h.RawConn(draining.port(0), timeout=10 * h.SLOW)
+            conns[path].send(h.request("GET", path, "api.example"))
+        origin.wait_for(lambda o: all(len(o.requests_for(p)) == 2 for p in conns),
+                        5 * h.SLOW, "both tries of both requests at the origin")
+        time.sleep(0.3 * h.SLOW)  # the hedges' 503s are held by now
+        sigterm = time.monotonic()
+        draining.terminate()
+        # the first tries hang past the drain (try_timeout 5s, drain 2s):
+        # without an answer held, both would be cut when it ends
+        r = conns["/h/drain-kept"].read_response()
+        h.eq((r.status, r.body, r.header("Retry-Attempts")), (503, b"status 503\n", "2"),
+             "kept: status, body, Retry-Attempts")
+        r = conns["/h/drain-large"].read_response()
+        h.eq((r.status, len(r.body), r.header("Retry-Attempts")), (503, big, "2"),
+             "too large to keep: status, body length, Retry-Attempts")
+        took = time.monotonic() - sigterm
+        h.ok(took < 2.0 * h.SLOW, "answered %.2f s after SIGTERM, within the 2 s drain" % took)
+        for c in conns.values():
+            c.close()
+        t.stop_proxy(draining)
+        for path in conns:
+            f = h.access_fields(draining.access_one(path))
+            h.eq((f.get("gave_up"), f.get("note")), ("deadline", "draining"),
+                 "%s: gave_up, note" % path)
 
     @t.check("a hedge starts at another resolved address than the try it races")
     def _():
