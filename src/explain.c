@@ -408,10 +408,11 @@ static struct explain_decision explain_decide(const struct config *config,
 	size_t query_len = 0;
 	bool has_body = h->framing.body != HTTP1_BODY_NONE;
 	bool observe = retry->mode == RETRY_MODE_OBSERVE;
-	/* the data against spool_max, as the spool counts it */
-	uint64_t payload =
-		h->framing.body == HTTP1_BODY_LENGTH ? h->framing.content_length : body->size;
-	bool in_memory = explain_framed_size(h, body) <= limits->replay_buffer;
+	/* what the replay buffer or the spool file would hold: a chunked body
+	 * with its framing, against replay_buffer and spool_max alike (the file
+	 * keeps the framing too: exchange_spool_body()) */
+	uint64_t framed = explain_framed_size(h, body);
+	bool in_memory = framed <= limits->replay_buffer;
 	bool spooled;
 	enum idempotency_verdict verdict;
 	struct explain_decision d;
@@ -451,12 +452,14 @@ static struct explain_decision explain_decide(const struct config *config,
 	d.idempotent = verdict == IDEMPOTENCY_YES;
 	/* a body over replay_buffer is kept only by the spool, and only for a
 	 * request idempotent by its head (one by its JSON fits in memory) */
-	spooled = !in_memory && limits->spool_max > 0 && payload <= limits->spool_max;
+	spooled = !in_memory && limits->spool_max > 0 && framed <= limits->spool_max;
 	if (has_body && !in_memory && !spooled && retry->max_attempts > 1)
 		fprintf(err,
-			"retryproxy: --explain: the body (%llu bytes) is over limits.replay_buffer "
-			"(%zu)%s: it is sent once, not retried\n",
-			(unsigned long long)payload, limits->replay_buffer,
+			"retryproxy: --explain: the body (%llu bytes%s) is over "
+			"limits.replay_buffer (%zu)%s: it is sent once, not retried\n",
+			(unsigned long long)framed,
+			h->framing.body == HTTP1_BODY_CHUNKED ? " with its chunk framing" : "",
+			limits->replay_buffer,
 			limits->spool_max > 0 ? " and limits.spool_max" : "");
 	if (observe)
 		fprintf(err, "retryproxy: --explain: note: the route's retry.mode is observe: "

@@ -27,8 +27,10 @@ with bodies (replay_buffer 1KiB, spool_max 4KiB, json_field etag), the
 explained idempotency and waits are the proxy's: a JSON body within
 replay_buffer is idempotent by its etag (a chunked one counted with its
 framing), one between replay_buffer and spool_max or under mode: observe
-is not, a PUT in the spool is retried and one over spool_max is not, and
-the proxy makes exactly 1 + the explained waits tries for each.
+is not, a PUT in the spool is retried and one over spool_max is not (a
+chunked one counted with its framing, as the spool file keeps it: 4096
+bytes in one chunk are over a 4 KiB spool_max), and the proxy makes
+exactly 1 + the explained waits tries for each.
 """
 
 import os
@@ -545,6 +547,11 @@ def scenario(t):
             # 1015 data bytes in one chunk are 1027 with the framing: over 1 KiB
             ("POST", "/chunked-near", near, chunked, "no", "none"),
             ("POST", "/length-near", near, [], "yes (json_field etag)", "50ms-50ms 50ms-50ms"),
+            # the spool file keeps the chunk framing as well, and spool_max
+            # bounds the file: 4096 data bytes in one chunk are 4109, over 4 KiB
+            ("PUT", "/chunked-spool-over", "y" * 4096, chunked, "yes (method)", "none"),
+            ("PUT", "/chunked-spool-fits", "y" * 4000, chunked, "yes (method)",
+             "50ms-50ms 50ms-50ms"),
         ]
         for method, path, body, headers, idem, waits in cases:
             body_file = write(os.path.join(tmp, "tries-body%s.json" % path.replace("/", "-")),
