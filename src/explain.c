@@ -12,6 +12,7 @@
 #include "idempotency.h"
 #include "retry.h"
 #include "route.h"
+#include "upstream.h"
 #include "xmalloc.h"
 
 /* Past this many waits the list ends in "...": a policy whose waits may all
@@ -468,6 +469,26 @@ static struct explain_decision explain_decide(const struct config *config,
 	return d;
 }
 
+/* The upstream line: the destination named as /upstreams names it, in the
+ * spelling an exchange gives its endpoint (exchange_set_destination()):
+ * lower case, an absolute name's dot kept, an IPv6 address the short way. */
+static void explain_print_upstream(const struct route_destination *dest, FILE *out)
+{
+	bool v6 = memchr(dest->host, ':', dest->host_len) != NULL;
+	char *host = xmalloc(dest->host_len + UPSTREAM_IPV6_TEXT_MAX + 1);
+	size_t len;
+	bool absolute;
+
+	memcpy(host, dest->host, dest->host_len);
+	len = upstream_host_normalise(host, dest->host_len);
+	absolute = len < dest->host_len;
+	if (v6)
+		len = upstream_host_canonical_ipv6(host, len);
+	fprintf(out, "upstream: %s://%s%.*s%s%s:%u\n", dest->tls ? "https" : "http", v6 ? "[" : "",
+		(int)len, host, v6 ? "]" : "", absolute ? "." : "", dest->port);
+	free(host);
+}
+
 /* A body over limits.max_body_bytes is refused with 413 (said on err). */
 static bool explain_body_refused(const struct config *config, const struct explain_head *h,
 				 const struct explain_body *body, FILE *err)
@@ -541,7 +562,6 @@ int explain_run(const struct config *config, const struct explain_request *reque
 	struct idempotency_why why = { IDEMPOTENCY_REASON_NONE, NULL };
 	struct explain_decision decision;
 	const struct retry_policy *retry;
-	bool v6;
 	char reason[512];
 	int status;
 	int rc = -1;
@@ -588,10 +608,8 @@ int explain_run(const struct config *config, const struct explain_request *reque
 		goto done;
 	retry = &dest.route->retry;
 	decision = explain_decide(config, dest.route, h, &body, &why, err);
-	v6 = memchr(dest.host, ':', dest.host_len) != NULL;
 	fprintf(out, "route: %s\n", dest.route->name);
-	fprintf(out, "upstream: %s://%s%.*s%s:%u\n", dest.tls ? "https" : "http", v6 ? "[" : "",
-		(int)dest.host_len, dest.host, v6 ? "]" : "", dest.port);
+	explain_print_upstream(&dest, out);
 	{
 		char text[300];
 

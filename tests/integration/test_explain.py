@@ -30,7 +30,9 @@ framing), one between replay_buffer and spool_max or under mode: observe
 is not, a PUT in the spool is retried and one over spool_max is not (a
 chunked one counted with its framing, as the spool file keeps it: 4096
 bytes in one chunk are over a 4 KiB spool_max), and the proxy makes
-exactly 1 + the explained waits tries for each.
+exactly 1 + the explained waits tries for each. The upstream: line names
+the upstream as /upstreams does after a real request there (a host in
+capitals in lower case, [0:0::1] as [::1]).
 """
 
 import os
@@ -197,6 +199,20 @@ routes:
   - name: trial
     match: { path_prefix: /trial/ }
     retry: { mode: observe }
+"""
+
+
+# Upstreams spelt as a user may: a forward proxy URL's host in capitals or an
+# IPv6 address the long way, and a sidecar's upstream: in capitals.
+NAMES = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+  - address: 127.0.0.1:@PORT2@
+    upstream: http://LOCALHOST:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+limits: { drain_timeout: 2s }
+defaults:
+  retry: { max_attempts: 1 }
 """
 
 
@@ -521,6 +537,30 @@ def scenario(t):
         for i, (gap, (lo, hi)) in enumerate(zip(gaps, [(0.1, 0.15), (0.2, 0.25), (0.3, 0.3)])):
             h.ok(lo - 0.02 <= gap <= hi + 0.25 * h.SLOW,
                  "wait %d: %.0f ms, explained %d-%d ms" % (i + 1, gap * 1000, lo * 1000, hi * 1000))
+
+    @t.check("upstream: names the upstream as /upstreams does (host in lower case, an IPv6 "
+             "address the short way), for a URL and for a configured upstream:")
+    def _():
+        origin, other = t.origin(), t.origin()
+        proxy = t.proxy(NAMES, ORIGIN=origin.port)
+        admin = "http://127.0.0.1:%d" % proxy.port(1)
+        side = "http://127.0.0.1:%d" % proxy.port(2)
+        # forward proxy requests to another origin than the sidecar's
+        cases = [
+            ("http://LocalHost:%d/status/200" % other.port, proxy.port(0), True),
+            ("http://[0:0::1]:%d/status/200" % other.port, proxy.port(0), True),
+            (side + "/status/200", proxy.port(2), False),
+        ]
+        for url, port, forward in cases:
+            p = explain(["-c", proxy.config_path, "GET", url])
+            h.eq(p.returncode, 0, "%s: explain exit code (stderr %r)" % (url, p.stderr))
+            got = dict(l.split(": ", 1) for l in p.stdout.splitlines())
+            authority = url.split("/")[2]
+            h.fetch(port, "GET", url if forward else "/status/200", authority)
+            named = [l.split(" ")[0] for l in
+                     h.curl(admin + "/upstreams", check=True).body.decode().splitlines()]
+            h.ok(got.get("upstream") in named, "%s: explained upstream %r is not one /upstreams "
+                 "names: %r" % (url, got.get("upstream"), named))
 
     @t.check("the proxy with the explained policy, requests with bodies: exactly the explained "
              "tries and idempotency (json_field only in a body within replay_buffer, never under "
