@@ -32,6 +32,15 @@ static size_t config_values_digits(const char *s, uint64_t *value)
 	return n;
 }
 
+/* Does config_values_format_ms() write ms with digits this file reads back? */
+static bool config_values_format_fits(uint64_t ms)
+{
+	char buf[32];
+
+	config_values_format_ms(ms, buf, sizeof(buf));
+	return strspn(buf, "0123456789") <= CONFIG_VALUES_MAX_DIGITS;
+}
+
 /* A number, maybe with a fraction, and a unit: ms, s, m or h. */
 int config_values_duration(const char *text, uint64_t *ms)
 {
@@ -69,6 +78,11 @@ int config_values_duration(const char *text, uint64_t *ms)
 		if (whole > UINT64_MAX / units[i].ms / 2)
 			return -1;
 		*ms = whole * units[i].ms + frac * units[i].ms / scale;
+		/* /config writes it back in the largest exact unit: a fraction can
+		 * make that more digits than this parser takes
+		 * (10000000000000.5s is 10000000000000500ms) */
+		if (!config_values_format_fits(*ms))
+			return -1;
 		return 0;
 	}
 	return -1;

@@ -17,7 +17,9 @@ gauges for both sides and retryproxy_pool_reuse_total are there; an unknown
 path is 404, a POST to a page 405 with Allow, a HEAD the GET's fields
 without a body. A config whose number /config could not write back in a
 form the parser takes (999999999999999.99, which is 1e15) is refused by
---check, naming the line, column and key.
+--check, naming the line, column and key; so is a duration whose fraction
+/config would write back in more digits than the parser takes
+(10000000000000.5s is 10000000000000500ms).
 """
 
 import os
@@ -108,6 +110,22 @@ def scenario(t):
         h.eq(p.returncode, 1, "--check exit status (stdout %r)" % p.stdout)
         for where in (":3:17: defaults.retry.multiplier: ", ":4:22: defaults.retry.budget.ratio: "):
             h.ok(where in p.stderr, "%r missing from the errors:\n%s" % (where, p.stderr))
+
+    @t.check("a duration /config could not write back (10000000000000.5s is 10000000000000500ms, "
+             "17 digits) is refused at load")
+    def _():
+        # /config writes a duration in its largest exact unit, and a fraction
+        # can make that longer than the 15 digits the parser takes
+        path = os.path.join(t.tmp, "huge-duration.yaml")
+        with open(path, "w") as f:
+            f.write("defaults:\n  retry:\n    deadline: 10000000000000.5s\n"
+                    "    max_backoff: 99999999999999.5m\n    try_timeout: 2000000000000h\n")
+        p = h.run_bin(["--check", "-c", path])
+        h.eq(p.returncode, 1, "--check exit status (stdout %r)" % p.stdout)
+        for where in (":3:15: defaults.retry.deadline: ", ":4:18: defaults.retry.max_backoff: "):
+            h.ok(where in p.stderr, "%r missing from the errors:\n%s" % (where, p.stderr))
+        # a whole number of a unit is written back as it was: still taken
+        h.ok("try_timeout" not in p.stderr, "2000000000000h refused:\n%s" % p.stderr)
 
     @t.check("a request retried once (503 then 200) moves the counters by exactly its tries")
     def _():
