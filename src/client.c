@@ -254,6 +254,10 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 	}
 	access_log_write(&record);
 	free(target);
+	/* a final response to a client as much as a relayed one (SPEC:
+	 * requests_total), under route "-" as in the log: none was chosen */
+	metrics_request_done(client->proxy->metrics, metrics_unrouted(client->proxy->metrics),
+			     status, 0.0, 0);
 }
 
 /* Refuse a request before any exchange exists: log, answer, close. */
@@ -365,6 +369,7 @@ static void client_intercept(struct client *client, const struct http1_head *hea
 	record.target = intercept_prefix(client->intercept) + 8;
 	record.target_len = strlen(record.target);
 	access_log_write(&record);
+	metrics_request_done(client->proxy->metrics, dest.route->series, 200, 0.0, 0);
 	client->state = CLIENT_HANDSHAKE;
 	/* the handshake, like a request head, must finish within client_timeout */
 	client_arm_head_timer(client);

@@ -65,6 +65,7 @@ struct metrics_histogram {
 
 struct metrics {
 	struct metrics_route *routes;		     /* in the order they were made */
+	struct metrics_route *unrouted;		     /* "-", in routes once made */
 	uint64_t upstream_errors[TRY_OUTCOME_COUNT]; /* by enum try_outcome, summed by kind */
 	uint64_t pool_reuse;
 	uint64_t intercept_failures;
@@ -137,6 +138,13 @@ struct metrics_route *metrics_series(struct metrics *metrics, const char *name)
 	*link = xcalloc(1, sizeof(**link));
 	(*link)->name = xstrdup(name);
 	return *link;
+}
+
+struct metrics_route *metrics_unrouted(struct metrics *metrics)
+{
+	if (metrics->unrouted == NULL)
+		metrics->unrouted = metrics_series(metrics, "-");
+	return metrics->unrouted;
 }
 
 void metrics_attach(struct metrics *metrics, struct config *config)

@@ -34,6 +34,10 @@ void metrics_free(struct metrics *metrics);
  * metrics. */
 struct metrics_route *metrics_series(struct metrics *metrics, const char *route);
 
+/* The series "-": requests the proxy answered before any route was chosen
+ * (malformed, refused, Max-Forwards: 0), as the access log names them. */
+struct metrics_route *metrics_unrouted(struct metrics *metrics);
+
 /* A config goes live: point each of its routes (default included) at its
  * series, made now for routes not seen before, in the config's order. */
 void metrics_attach(struct metrics *metrics, struct config *config);

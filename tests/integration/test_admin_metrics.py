@@ -15,7 +15,9 @@ retryproxy_retries_total{route="flaky",cause="status"} one more and
 retryproxy_tries_per_request_count one more than before it, the connection
 gauges for both sides and retryproxy_pool_reuse_total are there; an unknown
 path is 404, a POST to a page 405 with Allow, a HEAD the GET's fields
-without a body. A config whose number /config could not write back in a
+without a body. Answers the proxy gives before any route is chosen (a
+400 for two Host fields, a TRACE with Max-Forwards: 0) count in
+retryproxy_requests_total under route "-", as the access log names it. A config whose number /config could not write back in a
 form the parser takes (999999999999999.99, which is 1e15) is refused by
 --check, naming the line, column and key; so is a duration whose fraction
 /config would write back in more digits than the parser takes
@@ -154,6 +156,24 @@ def scenario(t):
                              ("retryproxy_pool_reuse_total", {})):
             key = (name, tuple(sorted(labels.items())))
             h.ok(key in after, "%s%r missing from /metrics" % (name, labels))
+
+    @t.check("answers the proxy gives before routing count in requests_total, route \"-\"")
+    def _():
+        before = scrape(proxy.port(1))
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(b"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+            r = c.read_response()
+        h.eq(r.status, 400, "status of a request with two Host fields")
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(b"TRACE /x HTTP/1.1\r\nHost: a\r\nMax-Forwards: 0\r\n\r\n")
+            r = c.read_response("TRACE")
+        h.eq(r.status, 200, "status of a TRACE with Max-Forwards: 0")
+        after = scrape(proxy.port(1))
+        for code in ("400", "200"):
+            h.eq(value(after, "retryproxy_requests_total", route="-", code=code) -
+                 value(before, "retryproxy_requests_total", route="-", code=code), 1,
+                 "requests_total{route=-,code=%s} increase" % code)
+        h.eq(value(after, "retryproxy_tries_total", route="-"), 0, "no try on route -")
 
     @t.check("GET /metrics is served as text/plain; version=0.0.4")
     def _():
