@@ -114,25 +114,23 @@ def run_one(t, label, bind_name, env_value):
     t.stop_proxy(proxy)
 
 
-def run_found_config_gone(t):
-    """A proxy on ./conf/retryproxy.yaml (no -c) whose file is gone at a
-    reload."""
-    etc = "/etc/retryproxy/retryproxy.yaml"
-    label = "no -c, the config found at the start gone"
-    if os.path.exists(etc):
-        t.skip(label, "%s exists: a reload would load it" % etc)
-        return
-    cwd = os.path.join(t.tmp, "found")
+def start_found(t, name, drain_timeout="1s"):
+    """A proxy run without -c from a directory of its own, on the
+    ./conf/retryproxy.yaml it finds there, with NOTIFY_SOCKET bound by the
+    test. Returns (the file, its port, the socket, the stderr path, the
+    process)."""
+    cwd = os.path.join(t.tmp, name)
     os.makedirs(os.path.join(cwd, "conf"))
     found = os.path.join(cwd, "conf", "retryproxy.yaml")
     port = h.free_port()
     with open(found, "w") as f:
-        f.write(CONFIG.replace("@PORT0@", str(port)))
-    path = os.path.join(t.tmp, "notify-found.sock")
+        f.write(CONFIG.replace("@PORT0@", str(port)).replace(
+            "drain_timeout: 1s", "drain_timeout: %s" % drain_timeout))
+    path = os.path.join(t.tmp, "notify-%s.sock" % name)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     t.defer(sock.close)
     sock.bind(path)
-    err_path = os.path.join(t.tmp, "found.stderr")
+    err_path = os.path.join(t.tmp, "%s.stderr" % name)
     with open(err_path, "wb") as err:
         proc = subprocess.Popen([h.BIN], cwd=cwd, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=err,
@@ -143,6 +141,23 @@ def run_found_config_gone(t):
             proc.kill()
             proc.wait()
     t.defer(stop)
+    return found, port, sock, err_path, proc
+
+
+def no_sanitizer_report(err_path):
+    h.ok(not any(mark in h.read_file(err_path) for mark in h._SANITIZER_MARKERS),
+         "sanitizer report: %r" % h.read_file(err_path)[-2000:])
+
+
+def run_found_config_gone(t):
+    """A proxy on ./conf/retryproxy.yaml (no -c) whose file is gone at a
+    reload."""
+    etc = "/etc/retryproxy/retryproxy.yaml"
+    label = "no -c, the config found at the start gone"
+    if os.path.exists(etc):
+        t.skip(label, "%s exists: a reload would load it" % etc)
+        return
+    found, port, sock, err_path, proc = start_found(t, "found")
 
     @t.check("%s: RELOADING=1, then READY=1" % label)
     def _():
@@ -164,8 +179,7 @@ def run_found_config_gone(t):
         h.ok(h.port_accepts(port), "the proxy no longer accepts on %d" % port)
         proc.send_signal(signal.SIGTERM)
         h.eq(proc.wait(timeout=20 * h.SLOW), 0, "exit code after SIGTERM")
-        h.ok(not any(mark in h.read_file(err_path) for mark in h._SANITIZER_MARKERS),
-             "sanitizer report: %r" % h.read_file(err_path)[-2000:])
+        no_sanitizer_report(err_path)
 
 
 def run_found_config_gone_draining(t):
@@ -176,34 +190,13 @@ def run_found_config_gone_draining(t):
     if os.path.exists(etc):
         t.skip(label, "%s exists: a reload would load it" % etc)
         return
-    cwd = os.path.join(t.tmp, "found-draining")
-    os.makedirs(os.path.join(cwd, "conf"))
-    found = os.path.join(cwd, "conf", "retryproxy.yaml")
-    port = h.free_port()
-    with open(found, "w") as f:
-        f.write(CONFIG.replace("@PORT0@", str(port)).replace("drain_timeout: 1s",
-                                                             "drain_timeout: 3s"))
-    path = os.path.join(t.tmp, "notify-found-draining.sock")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    t.defer(sock.close)
-    sock.bind(path)
+    found, port, sock, err_path, proc = start_found(t, "found-draining", drain_timeout="3s")
     # an upstream that takes the request and never answers: the drain waits
     silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     t.defer(silent.close)
     silent.bind(("127.0.0.1", 0))
     silent.listen(4)
     silent.settimeout(10 * h.SLOW)
-    err_path = os.path.join(t.tmp, "found-draining.stderr")
-    with open(err_path, "wb") as err:
-        proc = subprocess.Popen([h.BIN], cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err,
-                                env=h.clean_env({"NOTIFY_SOCKET": path}))
-
-    def stop():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    t.defer(stop)
 
     @t.check("%s: STOPPING=1, and nothing more" % label)
     def _():
@@ -231,8 +224,7 @@ def run_found_config_gone_draining(t):
                 break
         h.eq(extra, [], "messages after STOPPING=1; stderr:\n%s"
              % h.read_file(err_path)[-2000:])
-        h.ok(not any(mark in h.read_file(err_path) for mark in h._SANITIZER_MARKERS),
-             "sanitizer report: %r" % h.read_file(err_path)[-2000:])
+        no_sanitizer_report(err_path)
 
 
 def scenario(t):
