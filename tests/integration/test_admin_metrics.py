@@ -99,35 +99,41 @@ def scenario(t):
         h.eq((p.returncode, p.stdout.strip()), (0, "ok"),
              "--check on the dump (stderr %r)\n%s" % (p.stderr, text))
 
+    def refused_at(name, text, wheres):
+        """--check on a config file of text: exit 1, each of wheres
+        (file:line:col: key:) in the errors. Returns the errors."""
+        path = os.path.join(t.tmp, name)
+        with open(path, "w") as f:
+            f.write(text)
+        p = h.run_bin(["--check", "-c", path])
+        h.eq(p.returncode, 1, "--check exit status (stdout %r)" % p.stdout)
+        for where in wheres:
+            h.ok(where in p.stderr, "%r missing from the errors:\n%s" % (where, p.stderr))
+        return p.stderr
+
     @t.check("a number /config could not write back (999999999999999.99 is 1e15) is refused at load")
     def _():
         # /config writes the double the parser made, and 1e15 has 16 whole
         # digits, one more than the parser takes: a config it accepted
         # would print a /config it refuses
-        path = os.path.join(t.tmp, "huge-number.yaml")
-        with open(path, "w") as f:
-            f.write("defaults:\n  retry:\n    multiplier: 999999999999999.99\n"
-                    "    budget: { ratio: 999999999999999.99 }\n")
-        p = h.run_bin(["--check", "-c", path])
-        h.eq(p.returncode, 1, "--check exit status (stdout %r)" % p.stdout)
-        for where in (":3:17: defaults.retry.multiplier: ", ":4:22: defaults.retry.budget.ratio: "):
-            h.ok(where in p.stderr, "%r missing from the errors:\n%s" % (where, p.stderr))
+        refused_at("huge-number.yaml",
+                   "defaults:\n  retry:\n    multiplier: 999999999999999.99\n"
+                   "    budget: { ratio: 999999999999999.99 }\n",
+                   (":3:17: defaults.retry.multiplier: ", ":4:22: defaults.retry.budget.ratio: "))
 
     @t.check("a duration /config could not write back (10000000000000.5s is 10000000000000500ms, "
              "17 digits) is refused at load")
     def _():
         # /config writes a duration in its largest exact unit, and a fraction
         # can make that longer than the 15 digits the parser takes
-        path = os.path.join(t.tmp, "huge-duration.yaml")
-        with open(path, "w") as f:
-            f.write("defaults:\n  retry:\n    deadline: 10000000000000.5s\n"
-                    "    max_backoff: 99999999999999.5m\n    try_timeout: 2000000000000h\n")
-        p = h.run_bin(["--check", "-c", path])
-        h.eq(p.returncode, 1, "--check exit status (stdout %r)" % p.stdout)
-        for where in (":3:15: defaults.retry.deadline: ", ":4:18: defaults.retry.max_backoff: "):
-            h.ok(where in p.stderr, "%r missing from the errors:\n%s" % (where, p.stderr))
+        stderr = refused_at("huge-duration.yaml",
+                            "defaults:\n  retry:\n    deadline: 10000000000000.5s\n"
+                            "    max_backoff: 99999999999999.5m\n"
+                            "    try_timeout: 2000000000000h\n",
+                            (":3:15: defaults.retry.deadline: ",
+                             ":4:18: defaults.retry.max_backoff: "))
         # a whole number of a unit is written back as it was: still taken
-        h.ok("try_timeout" not in p.stderr, "2000000000000h refused:\n%s" % p.stderr)
+        h.ok("try_timeout" not in stderr, "2000000000000h refused:\n%s" % stderr)
 
     @t.check("a request retried once (503 then 200) moves the counters by exactly its tries")
     def _():
