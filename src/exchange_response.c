@@ -265,30 +265,34 @@ static void exchange_keep_overflow(struct exchange_try *t)
 	exchange_pass_on_overflow(t, false);
 }
 
-bool exchange_pass_on_parked(struct exchange *ex)
+/* The first try waiting with an answer too large to keep, or NULL. */
+static struct exchange_try *exchange_first_parked(struct exchange *ex)
 {
 	size_t i;
 
-	if (exchange_tries_unparked(ex, NULL) > 0)
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		if (ex->slots[i].parked)
+			return &ex->slots[i];
+	return NULL;
+}
+
+bool exchange_pass_on_parked(struct exchange *ex)
+{
+	struct exchange_try *parked;
+
+	if (exchange_tries_unparked(ex, NULL) > 0 || (parked = exchange_first_parked(ex)) == NULL)
 		return false;
-	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
-		if (ex->slots[i].parked) {
-			exchange_pass_on_overflow(&ex->slots[i], false);
-			return true;
-		}
-	}
-	return false;
+	exchange_pass_on_overflow(parked, false);
+	return true;
 }
 
 bool exchange_give_held(struct exchange *ex)
 {
-	size_t i;
+	struct exchange_try *parked = exchange_first_parked(ex);
 
-	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
-		if (ex->slots[i].parked) {
-			exchange_pass_on_overflow(&ex->slots[i], true);
-			return true;
-		}
+	if (parked != NULL) {
+		exchange_pass_on_overflow(parked, true);
+		return true;
 	}
 	if (ex->kept == NULL || !ex->kept_undecided)
 		return false;
