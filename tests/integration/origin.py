@@ -42,7 +42,7 @@ full list; query parameters tune it):
     /reset/request      RST after reading the whole request
     /early/N            answer N (Connection: close) before reading the body, then close:
                         the unread body turns the close into a reset (?size=S: S
-                        pattern bytes with no length, the end being the close)
+                        pattern bytes with no length, then a reset with no FIN)
     /reset/body         ?n=N: announces N bytes, sends N/2, then RST
     /reset/status       sends half a status line, then RST
     /drop               reads the request, closes (FIN) without answering
@@ -83,6 +83,7 @@ import hashlib
 import http
 import json
 import random
+import select
 import signal
 import socket
 import ssl
@@ -796,10 +797,16 @@ class Origin:
             # refuse an upload do
             code = int(url.path.split("/")[2])
             if ex.param("size") is not None:
-                # a body that ends with the connection: the reset may cut it
+                # a body that ends with the connection, and that end a reset
+                # with no FIN before it: the close waits until unread body is
+                # in the kernel, so the peer can never see a clean end
                 ex.head(code, [("Content-Type", "application/octet-stream"),
                                ("Connection", "close")])
                 ex.send_pattern(int(ex.param("size")))
+                select.select([ex.sock], [], [], 10)
+                ex.sock.close()
+                ex.origin._closed(ex.conn, "origin-reset")
+                raise _Stop()
             else:
                 ex.simple(code, b"early %d\n" % code, [("Connection", "close")])
             raise _DropConnection()
