@@ -593,13 +593,37 @@ static void client_closed(struct client *client)
 	client_close(client, "client closed the connection");
 }
 
-/* client_timeout passed without a whole request head. */
+/* Whether the input is nothing or only the empty lines a request line may
+ * follow (RFC 9112 section 2.2): a client idle after a stray CRLF. */
+static bool client_input_is_empty_lines(struct client *client)
+{
+	char peek[2 * 8]; /* a longer run is refused by the parser */
+	size_t len = conn_input_length(client->conn);
+	size_t i;
+
+	if (len > sizeof(peek))
+		return false;
+	evbuffer_copyout(conn_input(client->conn), peek, len);
+	for (i = 0; i < len; i++)
+		if (peek[i] != '\r' && peek[i] != '\n')
+			return false;
+	return true;
+}
+
+/* client_timeout passed without a whole request head. A head begun and not
+ * finished is a request that timed out: it gets a 408 and an access line
+ * (RFC 9110 section 15.5.9). A connection that sent no request since its
+ * last response is only idle, and closes silently (RFC 9112 section 9.5): a
+ * 408 there could be taken for the answer to a request sent meanwhile. */
 static void client_head_timeout(struct client *client)
 {
-	if (conn_input_length(client->conn) > 0)
-		log_info("client %s: request head not complete within client_timeout; closing",
-			 client->peer);
-	client_close(client, "client_timeout");
+	if (client_input_is_empty_lines(client)) {
+		client_close(client, "client_timeout");
+		return;
+	}
+	log_info("client %s: request head not complete within client_timeout; answering 408",
+		 client->peer);
+	client_refuse(client, NULL, 408, "request head not complete within client_timeout");
 }
 
 static void client_event_cb(struct conn *conn, short what, void *arg)

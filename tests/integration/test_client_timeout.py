@@ -84,8 +84,10 @@ def scenario(t):
         with h.RawConn(proxy.port()) as c:
             h.ok(c.silent_for(0.3), "connection closed or answered within 0.3s")
             h.ok(c.closed_within(BOUND), "silent connection still open after %ss" % BOUND)
+            h.eq(bytes(c.buf), b"", "what a connection that sent nothing was sent")
 
-    @t.check("slowloris: a head dripped slower than client_timeout is cut; nothing reaches the origin")
+    @t.check("slowloris: a head dripped slower than client_timeout is cut with a 408 and an access "
+             "line; nothing reaches the origin")
     def _():
         before = len(origin.requests)
         start = time.monotonic()
@@ -106,14 +108,24 @@ def scenario(t):
                     break
         h.ok(closed, "connection dripping a head still open after %ss" % BOUND)
         h.eq(origin.requests[before:], [], "requests that reached the origin")
+        h.ok(bytes(c.buf).startswith(b"HTTP/1.1 408 "), "the cut head's answer: %r" % bytes(c.buf[:200]))
+        r = h.RawConn.over(None)
+        r.buf += c.buf
+        got = r.read_response()
+        h.eq(got.header("Connection"), "close", "the 408's Connection field")
+        lines = [ln for ln in proxy.access_lines() if h.access_fields(ln).get("status") == "408"]
+        h.eq(len(lines), 1, "access lines with status 408 (%r)" % lines)
+        h.eq(h.access_fields(lines[0]).get("method"), "-", "the cut head's method in its access line")
 
-    @t.check("an idle keep-alive connection is closed after client_timeout")
+    @t.check("an idle keep-alive connection is closed after client_timeout, nothing sent")
     def _():
         with h.RawConn(proxy.port()) as c:
             c.send(h.request("GET", "/echo?idle", "a.example"))
             r = c.read_response()
             h.eq(r.status, 200, "status")
+            c.send(b"\r\n")  # a stray CRLF after a request is no request begun
             h.ok(c.closed_within(BOUND), "idle keep-alive connection still open after %ss" % BOUND)
+            h.eq(bytes(c.buf), b"", "what the idle connection was sent after its response")
 
     @t.check("the timeout restarts after each response: 3 requests 0.7s apart on one connection")
     def _():
