@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trust_default.h"
 #include "xmalloc.h"
 
 #define TLS_MAX_SESSIONS 1024 /* upstreams remembered for resumption */
@@ -31,6 +32,7 @@ struct tls_store {
 	SSL_CTX *server;	      /* intercepted tunnels; made on first use */
 	struct tls_session *sessions; /* most recently saved first */
 	size_t session_count;
+	struct trust_default *default_trust; /* for policies with no ca_file */
 };
 
 /* Indexes of the ex_data slots that tie an SSL to its store and session key. */
@@ -50,7 +52,10 @@ struct tls_store *tls_store_new(void)
 		tls_ex_store = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
 		tls_ex_key = SSL_get_ex_new_index(0, NULL, NULL, NULL, tls_free_key);
 	}
-	return xcalloc(1, sizeof(struct tls_store));
+	struct tls_store *store = xcalloc(1, sizeof(struct tls_store));
+
+	store->default_trust = trust_default_new();
+	return store;
 }
 
 static void tls_contexts_free(struct tls_context *c)
@@ -109,6 +114,7 @@ void tls_store_free(struct tls_store *store)
 	tls_sessions_free(store);
 	if (store->server != NULL)
 		SSL_CTX_free(store->server);
+	trust_default_free(store->default_trust);
 	free(store);
 }
 
@@ -217,10 +223,14 @@ static struct tls_context *tls_context_get(struct tls_store *store, const struct
 			SSL_CTX_free(ctx);
 			return NULL;
 		}
-	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-		tls_error_string(err, err_len, "cannot load the default trust store");
-		SSL_CTX_free(ctx);
-		return NULL;
+	} else {
+		X509_STORE *trust = trust_default_get(store->default_trust, err, err_len);
+
+		if (trust == NULL) {
+			SSL_CTX_free(ctx);
+			return NULL;
+		}
+		SSL_CTX_set1_cert_store(ctx, trust);
 	}
 	SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
 	SSL_CTX_set_session_cache_mode(ctx,

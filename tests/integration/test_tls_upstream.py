@@ -313,6 +313,51 @@ def scenario(t):
         h.eq(r.status, 502, "status (%r)" % r)
 
 
+    @t.check("a reload reads the default trust store (SSL_CERT_FILE) again only when it changed")
+    def _():
+        # a bundle of about a megabyte, as a system's is: the test CA and
+        # copies of another; read again or not shows in the bytes read
+        bundle = os.path.join(t.tmp, "default-bundle.pem")
+        with open(certs.ca) as f:
+            ca_pem = f.read()
+        with open(certs.other_ca) as f:
+            other_pem = f.read()
+        copies = (1 << 20) // len(other_pem)
+        with open(bundle, "w") as f:
+            f.write(ca_pem + other_pem * copies)
+        size = os.path.getsize(bundle)
+        proxy = t.proxy(CONFIG_DEFAULT_TRUST, env={"SSL_CERT_FILE": bundle}, GOOD=good.port)
+
+        def bytes_read():
+            with open("/proc/%d/io" % proxy.pid) as f:
+                return int([ln for ln in f if ln.startswith("rchar:")][0].split()[1])
+
+        def reload():
+            n = len([ln for ln in proxy.stderr_lines() if "reload: now running" in ln])
+            before = bytes_read()
+            os.kill(proxy.pid, signal.SIGHUP)
+            proxy.wait_log(r"reload: now running", timeout=10 * h.SLOW, count=n + 1)
+            return bytes_read() - before
+
+        r = h.curl(proxy.listener_url(0, "/echo?t=bundle-before"))
+        h.eq((r.exit_code, r.status), (0, 200), "before any reload (%r)" % r)
+        read = reload()
+        h.ok(read < size // 4, "an unchanged bundle of %d bytes was read again (%d bytes read)"
+             % (size, read))
+        r = h.curl(proxy.listener_url(0, "/echo?t=bundle-unchanged"))
+        h.eq((r.exit_code, r.status), (0, 200), "after a reload that kept the store (%r)" % r)
+        with open(bundle, "w") as f:
+            f.write(other_pem * (copies + 1))
+        read = reload()
+        h.ok(read >= size, "a changed bundle was not read again (%d bytes read)" % read)
+        r = h.curl(proxy.listener_url(0, "/echo?t=bundle-without-ca"))
+        h.check_error_response(r, 502, CERT_WORDS)
+        with open(bundle, "w") as f:
+            f.write(ca_pem + other_pem * copies)
+        reload()
+        r = h.curl(proxy.listener_url(0, "/echo?t=bundle-back"))
+        h.eq((r.exit_code, r.status), (0, 200), "with the CA back in the bundle (%r)" % r)
+
     idle = t.proxy(CONFIG_SHORT_IDLE, GOOD=good.port, CA=certs.ca)
 
     def pooled_conn(tag):
