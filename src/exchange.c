@@ -818,7 +818,9 @@ static bool exchange_released(struct upstream_waiter *waiter)
 	return tried;
 }
 
-void exchange_hold(struct exchange *ex)
+/* Hold ex; retry: for a retry decided after a failed try (a HOLD verdict),
+ * counted as scheduled as a backoff's is once the hold begins. */
+static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause cause)
 {
 	uint64_t elapsed = exchange_ms_since(ex->first_try_ms);
 	const struct retry_policy *policy = &ex->route->retry;
@@ -844,6 +846,8 @@ void exchange_hold(struct exchange *ex)
 		ex->retry_reserved = true;
 		ex->proxy->backoff_pending++;
 	}
+	if (retry)
+		metrics_retry(ex->route->series, cause);
 	if (ex->state != EXCHANGE_HELD)
 		ex->held_since_ms = retry_budget_now_ms();
 	exchange_set_state(ex, EXCHANGE_HELD);
@@ -852,6 +856,16 @@ void exchange_hold(struct exchange *ex)
 	exchange_gauges_update(ex);
 	tv = timeval_from_ms(policy->deadline_ms - elapsed);
 	exchange_timer_start(ex, exchange_held_deadline_cb, &tv);
+}
+
+void exchange_hold(struct exchange *ex)
+{
+	exchange_hold_as(ex, false, RETRY_CAUSE_STATUS);
+}
+
+void exchange_hold_retry(struct exchange *ex, enum retry_cause cause)
+{
+	exchange_hold_as(ex, true, cause);
 }
 
 void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const char *reason)
@@ -906,7 +920,7 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 		verdict = exchange_decide(ex, outcome, 0, connecting, 0, false);
 	if (verdict.kind == RETRY_VERDICT_HOLD) {
 		/* the failure marked the upstream down: wait for it, not a backoff */
-		exchange_hold(ex);
+		exchange_hold_retry(ex, verdict.cause);
 		return;
 	}
 	if (verdict.kind == RETRY_VERDICT_RETRY) {

@@ -369,8 +369,11 @@ struct retry_verdict exchange_decide_response(struct exchange *ex, int status,
 					      enum retry_should should);
 void exchange_schedule_retry(struct exchange *ex);
 /* Wait in the upstream's queue until it is back (EXCHANGE_HELD), within the
- * deadline and max_pending_retries: what a HOLD verdict does. */
+ * deadline and max_pending_retries: a try that may not start yet. */
 void exchange_hold(struct exchange *ex);
+/* What a HOLD verdict does: exchange_hold(), the retry it replaces counted
+ * in retries_total under cause, as a backoff's is when it starts. */
+void exchange_hold_retry(struct exchange *ex, enum retry_cause cause);
 /* Tries under way (not idle), and those of them still waiting for a
  * response head. */
 unsigned exchange_tries_left(const struct exchange *ex);

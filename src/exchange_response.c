@@ -370,7 +370,7 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	else if (verdict.kind == RETRY_VERDICT_HOLD)
 		/* marked down since its head came (others' connects failed):
 		 * wait for it, as the retry's own connect would have */
-		exchange_hold(ex);
+		exchange_hold_retry(ex, verdict.cause);
 	else
 		exchange_deliver_kept(ex);
 }

@@ -88,7 +88,7 @@ void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, co
 	case RETRY_VERDICT_HOLD:
 		/* the upstream is down: wait for it like any other try, not on a
 		 * pooled connection to it (exchange_start_try() would take one) */
-		exchange_hold(ex);
+		exchange_hold_retry(ex, verdict.cause);
 		return;
 	case RETRY_VERDICT_FINAL:
 		/* retry.on does not name this break: no resume was ever due, and

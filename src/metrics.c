@@ -353,8 +353,10 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 	}
 	metrics_route_counter(out, metrics, "retryproxy_tries_total",
 			      "Upstream tries, first tries included.", metrics_route_tries);
-	metrics_header(out, "retryproxy_retries_total", "counter",
-		       "Retries scheduled, by route and the cause of the failed try.");
+	metrics_header(
+		out, "retryproxy_retries_total", "counter",
+		"Retries scheduled (or held for a down upstream), by route and the cause of the "
+		"failed try.");
 	for (r = metrics_shown(metrics->routes); r != NULL; r = metrics_shown(r->next)) {
 		for (i = 0; i < METRICS_CAUSES; i++) {
 			metrics_route_series(out, "retryproxy_retries_total", r->name);

@@ -35,6 +35,9 @@ Must hold:
   origin when it comes back;
 - held requests count against max_pending_retries: past it, 502 at once
   with gave_up=budget;
+- a request whose own tries marked the upstream down (3 refused) is held,
+  then retried when the upstream is back: 200 with Retry-Attempts: 4, and
+  retryproxy_retries_total counts 3 (the try after the hold too);
 - any response head resets the failure count;
 - a reload that shortens probe_interval while an upstream is down has it
   probed within the new interval, not after the old one (60 s).
@@ -59,6 +62,8 @@ listen:
     upstream: http://127.0.0.1:@FLAKY@
   - address: 127.0.0.1:@PORT4@
     upstream: http://127.0.0.1:@LEAVE@
+  - address: 127.0.0.1:@PORT5@
+    upstream: http://127.0.0.1:@REVIVE@
 admin: 127.0.0.1:@PORT1@
 log: { level: info, format: text }
 limits:
@@ -84,6 +89,8 @@ routes:
   - name: kept
     match: { path_prefix: /kept/ }
     retry: { max_attempts: 6, initial_backoff: 100ms, multiplier: 1, deadline: 2s }
+  - name: revive
+    match: { path_prefix: /revive/ }
 """
 
 CONFIG_NO_HOLD = """\
@@ -171,7 +178,9 @@ def scenario(t):
     leave_port = h.reserved_port()
     flaky = t.origin(name="flaky")
     flaky.script("/kept/x", [503])
-    proxy = t.proxy(CONFIG, API=api_port, GONE=gone_port, FLAKY=flaky.port, LEAVE=leave_port)
+    revive_port = h.reserved_port()
+    proxy = t.proxy(CONFIG, API=api_port, GONE=gone_port, FLAKY=flaky.port, LEAVE=leave_port,
+                    REVIVE=revive_port)
 
     requests = [("GET", "/app/get?id=%d" % i, b"") for i in range(GETS)]
     requests += [("POST", "/app/post?id=%d" % i, b"order %d" % i) for i in range(POSTS)]
@@ -295,6 +304,25 @@ def scenario(t):
         r = h.fetch(proxy.port(4), "GET", "/leave/after", "api.example", timeout=10 * h.SLOW)
         h.eq(r.status, 404, "a later request reaches the origin")
         h.eq([q.target for q in back.requests], ["/leave/after"], "origin requests")
+
+    @t.check("a request held after its own tries marked the upstream down is retried when it "
+             "is back, and that try counts in retries_total")
+    def _():
+        got = {}
+        th = threading.Thread(target=lambda: got.update(r=h.fetch(
+            proxy.port(5), "GET", "/revive/x", "api.example", timeout=20 * h.SLOW)), daemon=True)
+        th.start()
+        h.wait_until(lambda: held(proxy, revive_port) == 1, 10 * h.SLOW, "the request held")
+        back = origin_mod.Origin(port=revive_port, name="revive", echo_unknown=True).start()
+        t.defer(back.stop)
+        th.join(20 * h.SLOW)
+        h.eq((got["r"].status, got["r"].header("Retry-Attempts")), (200, str(DOWN_AFTER + 1)),
+             "status and Retry-Attempts")
+        text = admin_get(proxy, "/metrics")
+        h.eq(h.metric(text, "retryproxy_tries_total", '{route="revive"}'), DOWN_AFTER + 1.0,
+             "tries_total")
+        h.eq(h.metric(text, "retryproxy_retries_total", '{route="revive",cause="connect"}'),
+             float(DOWN_AFTER), "retries_total{cause=connect}: every try after a failed one")
 
     @t.check("any response head resets the failure count")
     def _():

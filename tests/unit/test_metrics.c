@@ -39,8 +39,8 @@ static const char *const test_golden[] = {
 	"# TYPE retryproxy_tries_total counter",
 	"retryproxy_tries_total{route=\"api\"} 3",
 	"retryproxy_tries_total{route=\"we\\\"ird\\\\route\\n\"} 1",
-	"# HELP retryproxy_retries_total Retries scheduled, by route and the cause of the failed "
-	"try.",
+	"# HELP retryproxy_retries_total Retries scheduled (or held for a down upstream), by route "
+	"and the cause of the failed try.",
 	"# TYPE retryproxy_retries_total counter",
 	"retryproxy_retries_total{route=\"api\",cause=\"status\"} 2",
 	"retryproxy_retries_total{route=\"api\",cause=\"connect\"} 1",
