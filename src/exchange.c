@@ -554,6 +554,7 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		.response_started = ex->state == EXCHANGE_RELAYING,
 		.response_too_large = too_large,
 		.attempts = ex->attempts,
+		.unwaited = ex->unwaited,
 		.elapsed_ms = exchange_ms_since(ex->first_try_ms),
 		.retry_after_ms = retry_after_ms,
 		.should_retry = should,
@@ -928,6 +929,7 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 			/* a stale pooled connection says nothing about the upstream:
 			 * go again at once, on a new connection */
 			ex->skip_pool = true;
+			ex->unwaited++;
 			exchange_start_try(ex);
 		} else {
 			exchange_schedule_retry(ex);
@@ -1321,6 +1323,7 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 		retry_budget_spend(ex->budget, retry_budget_now_ms());
 		exchange_begin_try(ex, t, false);
 		t->hedge = true;
+		ex->unwaited++;
 		ex->hedged = true;
 		log_debug("%.*s %.*s: no response head after %llu ms: hedge, try %u",
 			  (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,

@@ -260,6 +260,8 @@ struct exchange {
 
 	/* the tries */
 	unsigned attempts;	  /* started, the first included */
+	unsigned unwaited;	  /* ... of them hedges and stale connections' replacements,
+				   * which no backoff wait came before */
 	unsigned lost_after_send; /* conditional: the number of the first try that ended with no
 				   * response after bytes of its request were written, 0 for
 				   * none: a later try's 412 (409 keyed) is ambiguous */

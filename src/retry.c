@@ -390,6 +390,7 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 		.reason = RETRY_GIVE_UP_NONE,
 		.cause = try_outcome_cause(facts->outcome),
 	};
+	unsigned waited;
 	uint64_t wait;
 
 	if (facts->outcome == TRY_RESPONSE) {
@@ -428,7 +429,10 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 								    : RETRY_GIVE_UP_NOT_IDEMPOTENT);
 	if (facts->attempts >= policy->max_attempts)
 		return retry_give_up(verdict, RETRY_GIVE_UP_ATTEMPTS);
-	wait = retry_backoff_ms(policy, facts->attempts > 0 ? facts->attempts - 1 : 0, rng);
+	/* SPEC: n = 0 for the first wait; a hedge or a stale connection's
+	 * replacement is a try but followed no wait, so it does not count */
+	waited = facts->attempts > facts->unwaited ? facts->attempts - facts->unwaited : 1;
+	wait = retry_backoff_ms(policy, waited - 1, rng);
 	if (facts->outcome == TRY_RESPONSE && policy->honor_retry_after &&
 	    facts->retry_after_ms > wait)
 		wait = facts->retry_after_ms;

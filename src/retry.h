@@ -167,6 +167,9 @@ struct retry_facts {
 	bool response_too_large;	/* TRY_RESPONSE whose Content-Length is over
 				      * retry_response_buffer */
 	unsigned attempts;		/* tries made, this one included */
+	unsigned unwaited;		/* of those, tries no backoff came before: hedges and a
+				      * stale connection's replacement; the next wait is
+				      * backoff_n with n the waits so far */
 	uint64_t elapsed_ms;		/* since the first try started */
 	uint64_t retry_after_ms;	/* from the response (the longer of Retry-After and
 				      * retry-after-ms), 0 when none; only TRY_RESPONSE uses it */

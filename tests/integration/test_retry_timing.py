@@ -20,7 +20,9 @@ try after the deadline returns that 503 at once (Retry-Attempts: 1, well
 under the Retry-After, gave_up deadline); a 503 whose body takes 1.5 s to
 arrive with deadline 1s is not followed by a try after the deadline; with
 deadline 1s and 300ms waits no try starts after the deadline and the client
-gets the last 503 without further waiting.
+gets the last 503 without further waiting; after a hedge race in which
+both tries got a 503, the wait is still the first backoff (n counts waits,
+not tries: 300 ms with initial 300ms and multiplier 4, not 1.2 s).
 """
 
 import email.utils
@@ -74,6 +76,9 @@ routes:
   - name: stop
     match: { path_prefix: /stop/ }
     retry: { initial_backoff: 300ms, multiplier: 1, jitter: 0s, max_attempts: 20, deadline: 1s }
+  - name: hedged
+    match: { path_prefix: /hedged/ }
+    retry: { initial_backoff: 300ms, multiplier: 4, jitter: 0s, hedge: { after: 100ms, max: 1 } }
 """
 
 TOL = 0.02                 # a wait may measure this much short (clock, scheduling)
@@ -226,6 +231,17 @@ def scenario(t):
              % end_after_last)
         f = h.access_fields(proxy.access_one("/stop/a"))
         h.eq(f.get("gave_up"), "deadline", "gave_up in %r" % f)
+
+    @t.check("a hedge race lost to two 503s: the wait after it is the first backoff, 300 ms")
+    def _():
+        # the first try's 503 comes after the hedge's (started at 100 ms):
+        # two tries, then the first wait, which must be backoff_0, not
+        # backoff_1 as if the hedge had been a retry after a wait
+        run("/hedged/a", ["/status/503?delay=0.3", 503, 200])
+        tries = h.access_fields(proxy.access_one("/hedged/a"))["tries"]
+        m = re.fullmatch(r".*503 -> wait (\d+)ms -> 200", tries)
+        h.ok(m is not None and 300 <= int(m.group(1)) <= 300 + SLACK * 1000,
+             "the wait after the race should be 300 ms: tries=%r" % tries)
 
 
 h.run(scenario, __doc__)

@@ -790,6 +790,7 @@ struct test_decide_row {
 	bool response_started;
 	bool response_too_large;
 	unsigned attempts; /* 0: 1 */
+	unsigned unwaited; /* of them, hedges and stale connections' replacements */
 	uint64_t elapsed_ms;
 	uint64_t retry_after_ms;
 	bool pending_full; /* TEST_MAX_PENDING others pending; else one less */
@@ -940,6 +941,14 @@ static const struct test_decide_row test_decide_rows[] = {
 
 	/* max_attempts, then the backoff for the try after this one */
 	{ "second try failed", .attempts = 2, .outcome = TRY_RESET, .kind = RETRY, .wait_ms = 200 },
+	/* n counts waits, not tries: a hedge or a stale connection's replacement
+	 * came after no wait, so after it the first wait is still backoff_0 */
+	{ "first try and its hedge failed", .attempts = 2, .unwaited = 1, .outcome = TRY_RESET,
+	  .kind = RETRY, .wait_ms = 100 },
+	{ "stale, its replacement got 503", .attempts = 2, .unwaited = 1, .outcome = TRY_RESPONSE,
+	  .status = 503, .kind = RETRY, .wait_ms = 100 },
+	{ "a hedge, then a retry failed", .attempts = 3, .unwaited = 1, .elapsed_ms = 100,
+	  .outcome = TRY_RESET, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_ATTEMPTS },
 	{ "last try failed", .attempts = 3, .outcome = TRY_RESET, .kind = GIVE_UP,
 	  .reason = RETRY_GIVE_UP_ATTEMPTS },
 	{ "last try got 503", .attempts = 3, .outcome = TRY_RESPONSE, .status = 503,
@@ -1082,6 +1091,7 @@ static struct retry_facts test_decide_facts(const struct test_decide_row *row)
 	facts.response_started = row->response_started;
 	facts.response_too_large = row->response_too_large;
 	facts.attempts = row->attempts != 0 ? row->attempts : 1;
+	facts.unwaited = row->unwaited;
 	facts.elapsed_ms = row->elapsed_ms;
 	facts.retry_after_ms = row->retry_after_ms;
 	facts.max_pending_retries = TEST_MAX_PENDING;
@@ -1126,7 +1136,7 @@ static void test_decide_table(void **state)
 				 (int)v.cause);
 		/* the generator moves exactly as one backoff draw, or not at all */
 		if (test_decide_drew(&v))
-			retry_backoff_ms(&policy, facts.attempts - 1, &twin);
+			retry_backoff_ms(&policy, facts.attempts - facts.unwaited - 1, &twin);
 		if (memcmp(rng.s, twin.s, sizeof(rng.s)) != 0)
 			fail_msg("%s: random generator used differently", row->name);
 	}
