@@ -76,6 +76,22 @@ static bool idempotency_value_empty(const char *value, size_t len)
 	return true;
 }
 
+/* Is this an If-Match of "*"? It holds for any current version (RFC 9110
+ * section 13.1.1): a repeat after a try that succeeded passes it again, so
+ * it makes nothing safe to repeat and counts as no condition. */
+static bool idempotency_if_match_any(const char *name, const struct http1_field *f)
+{
+	size_t start = 0, end = f->value_len;
+
+	if (!http1_name_equals(name, strlen(name), "If-Match"))
+		return false;
+	while (start < end && HTTP1_IS_WS(f->value[start]))
+		start++;
+	while (end > start && HTTP1_IS_WS(f->value[end - 1]))
+		end--;
+	return end - start == 1 && f->value[start] == '*';
+}
+
 enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name)
 {
 	enum idempotency_field found = IDEMPOTENCY_FIELD_ABSENT;
@@ -94,7 +110,8 @@ enum idempotency_field idempotency_forwarded_field(const struct http1_head *head
 		}
 		if (hop[i])
 			continue;
-		if (idempotency_value_empty(f->value, f->value_len))
+		if (idempotency_value_empty(f->value, f->value_len) ||
+		    idempotency_if_match_any(name, f))
 			found = IDEMPOTENCY_FIELD_EMPTY;
 		else
 			return IDEMPOTENCY_FIELD_VALUE;

@@ -60,7 +60,8 @@ enum idempotency_field {
 };
 
 /* The first forwarded field named name with a value, else whether one with
- * an empty value is there; head may be NULL for no fields. */
+ * an empty value is there (If-Match: * counts as empty: it holds for any
+ * version); head may be NULL for no fields. */
 enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name);
 
 /* Is the method one of those the map lists (exact, case-sensitive)? */
