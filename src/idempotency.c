@@ -43,13 +43,16 @@ static bool idempotency_query_name_equals(const char *raw, size_t raw_len, const
 	return name[j] == '\0';
 }
 
-/* Is a parameter with this name and a value in the query? A bare name or
- * an empty value is no precondition to many servers (they cannot tell it
- * from an absent one), so it makes nothing safe. */
+/* Is a parameter with this name and a value in the query, and none with
+ * the name alone? A bare name or an empty value is no precondition to many
+ * servers (they cannot tell it from an absent one), and of a name given
+ * twice, some read the first, some the last: one empty copy makes nothing
+ * safe. */
 static bool idempotency_query_has(const char *query, size_t query_len, const char *name)
 {
 	const char *p = query;
 	const char *end = query + query_len;
+	bool valued = false;
 
 	while (p < end) {
 		const char *amp = memchr(p, '&', (size_t)(end - p));
@@ -57,12 +60,15 @@ static bool idempotency_query_has(const char *query, size_t query_len, const cha
 		const char *eq = memchr(p, '=', (size_t)(param_end - p));
 		const char *name_end = eq != NULL ? eq : param_end;
 
-		if (name_end > p && eq != NULL && eq + 1 < param_end &&
-		    idempotency_query_name_equals(p, (size_t)(name_end - p), name))
-			return true;
+		if (name_end > p &&
+		    idempotency_query_name_equals(p, (size_t)(name_end - p), name)) {
+			if (eq == NULL || eq + 1 == param_end)
+				return false;
+			valued = true;
+		}
 		p = param_end + (amp != NULL);
 	}
-	return false;
+	return valued;
 }
 
 /* Is a field value empty as a list: nothing but commas and whitespace?

@@ -269,7 +269,12 @@ static void test_head_table(void **state)
 		{ &test_gcs, "POST", "/o?a=1&ifGenerationMatch", "", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o?ifGenerationMatch=", "", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o?ifGenerationMatch=&a=1", "", false, IDEMPOTENCY_NO },
+		/* given twice, one copy empty: a server reading that one sees none */
 		{ &test_gcs, "POST", "/o?ifGenerationMatch=&ifGenerationMatch=2", "", false,
+		  IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch=2&ifGenerationMatch", "", false,
+		  IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o?ifGenerationMatch=2&ifGenerationMatch=3", "", false,
 		  IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o?ifGenerationMatch=1&a=2", "", true, IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o?&&ifMetagenerationMatch&&", "", false, IDEMPOTENCY_NO },
