@@ -260,12 +260,31 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 			     status, 0.0, 0);
 }
 
+/* Whether the input starts with a HEAD request line (after the empty lines
+ * one may follow), parsed or not: a head the parser refused, or not whole,
+ * is still a HEAD to the client, which reads no body after the answer's head
+ * (RFC 9110 section 9.3.2) and would take one for the next response. */
+static bool client_input_is_head(struct client *client)
+{
+	char peek[2 * 8 + 5]; /* the empty lines the parser skips, then "HEAD " */
+	size_t len = conn_input_length(client->conn);
+	size_t i = 0;
+
+	if (len > sizeof(peek))
+		len = sizeof(peek);
+	evbuffer_copyout(conn_input(client->conn), peek, len);
+	while (i < len && (peek[i] == '\r' || peek[i] == '\n'))
+		i++;
+	return len - i >= 5 && memcmp(peek + i, "HEAD ", 5) == 0;
+}
+
 /* Refuse a request before any exchange exists: log, answer, close. */
 static void client_refuse(struct client *client, const struct http1_head *head, int status,
 			  const char *text)
 {
-	bool head_request =
-		head != NULL && head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
+	bool head_request = head != NULL
+				    ? head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0
+				    : client_input_is_head(client);
 
 	client_log_own_answer(
 		client, head, status, text,

@@ -156,6 +156,22 @@ def scenario(t):
         h.ok(int(first.header("Content-Length") or 0) > 0, "the HEAD's Content-Length")
         h.eq(second.status, 201, "the pipelined GET's status")
 
+    heads = [
+        (400, b"HEAD /echo?m=headbad HTTP/1.1\r\nHost: a.example\r\nX: a\x01b\r\n\r\n"),
+        (414, b"HEAD /" + b"u" * 1100 + b" HTTP/1.1\r\nHost: a.example\r\n\r\n"),
+        (431, b"HEAD /echo?m=headbig HTTP/1.1\r\nHost: a.example\r\nX: " + b"h" * 4200 + b"\r\n\r\n"),
+    ]
+    for status, raw in heads:
+        @t.check("a HEAD the parser refuses (%d): the answer comes without a body, as to any HEAD"
+                 % status)
+        def _(status=status, raw=raw):
+            with h.RawConn(proxy.port(1)) as c:
+                c.send(raw)
+                r = c.read_response(method="HEAD")
+                rest = c.read_to_close(timeout=5)
+            h.eq(r.status, status, "status")
+            h.eq(rest, b"", "bytes after the HEAD's head (a body the client takes for the next response)")
+
     @t.check("504 after try_timeout (1s) when the origin accepts and never answers")
     def _():
         start = time.monotonic()
