@@ -137,11 +137,16 @@ static struct evdns_base *proxy_new_resolver(struct event_base *base, bool searc
 {
 	struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
 	const char *resolv = getenv(PROXY_RESOLV_CONF_ENV);
+	const char *hosts = getenv(PROXY_HOSTS_ENV);
 	int options = DNS_OPTIONS_ALL & ~DNS_OPTION_HOSTSFILE;
 	int r;
 
 	if (resolv == NULL || resolv[0] == '\0')
 		resolv = "/etc/resolv.conf";
+	/* named always: given NULL, evdns_base_load_hosts() reads no file at
+	 * all, only adds localhost */
+	if (hosts == NULL || hosts[0] == '\0')
+		hosts = "/etc/hosts";
 	if (!search)
 		options &= ~DNS_OPTION_SEARCH;
 	/* every option but the hosts file, which is loaded below from the
@@ -152,8 +157,8 @@ static struct evdns_base *proxy_new_resolver(struct event_base *base, bool searc
 		log_warn("resolver: cannot use %s (error %d); names other than hosts-file ones may "
 			 "not resolve",
 			 resolv, r);
-	if (evdns_base_load_hosts(dns, getenv(PROXY_HOSTS_ENV)) != 0 && search)
-		log_warn("resolver: cannot read the hosts file");
+	if (evdns_base_load_hosts(dns, hosts) != 0 && search)
+		log_warn("resolver: cannot read the hosts file %s", hosts);
 	return dns;
 }
 

@@ -25,7 +25,8 @@ slower than connect_timeout (1s), the try ends at connect_timeout with a 502
 naming DNS, counted as kind="dns"; a name in
 RETRYPROXY_HOSTS resolves with no DNS query; a name only /etc/hosts knows is
 looked up in DNS (the stub sees it), because RETRYPROXY_HOSTS replaces
-/etc/hosts; a host outside access.allow_hosts gets 403 and the stub never
+/etc/hosts; without RETRYPROXY_HOSTS, a name /etc/hosts gives 127.0.0.1
+resolves from it with no DNS query; a host outside access.allow_hosts gets 403 and the stub never
 sees a query for it.
 """
 
@@ -107,6 +108,25 @@ def etc_hosts_only_name(exclude):
         for name in fields[1:]:
             if name.lower() not in ("localhost", "localhost.localdomain") and name.lower() not in exclude:
                 return name
+    return None
+
+
+def etc_hosts_loopback_name():
+    """A name other than localhost that /etc/hosts gives only 127.0.0.1,
+    or None."""
+    try:
+        with open("/etc/hosts") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    addrs = {}
+    for line in lines:
+        fields = line.split("#", 1)[0].split()
+        for name in fields[1:]:
+            addrs.setdefault(name.lower(), set()).add(fields[0])
+    for name, got in addrs.items():
+        if got == {"127.0.0.1"} and name not in ("localhost", "localhost.localdomain"):
+            return name
     return None
 
 
@@ -205,6 +225,23 @@ def scenario(t):
         h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
         time.sleep(0.2)
         h.eq(stub.queries_for("hostsonly.test"), [], "DNS queries for a hosts-file name")
+
+    # before the next check, whose proxy then probes the name it marks down, asking DNS
+    loopback_name = etc_hosts_loopback_name()
+    if loopback_name is None:
+        t.skip("without RETRYPROXY_HOSTS, /etc/hosts is read", "/etc/hosts gives no name but localhost 127.0.0.1")
+    else:
+        etc = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": resolv})
+
+        @t.check("without RETRYPROXY_HOSTS, a name /etc/hosts gives 127.0.0.1 (%s) resolves from it: "
+                 "200, no DNS query" % loopback_name)
+        def _():
+            start = time.monotonic()
+            r = h.curl(url(loopback_name, "/echo?t=etcdefault"), proxy=etc.url)
+            h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+            time.sleep(0.2)
+            h.eq([q for q in stub.queries_for(loopback_name) if q.at >= start], [],
+                 "DNS queries for a name /etc/hosts lists (the default hosts file)")
 
     name = etc_hosts_only_name({"hostsonly.test"})
     if name is None:
