@@ -30,7 +30,8 @@ depends on the proxy being healthy and not on slow-api, and calls a
 sidecar listener whose upstream is slow-api; the demo config sets health
 down_after, probe_interval and hold: true explicitly, and the route of
 slow-api has a deadline longer than its start delay. Run on loopback with
-the compose commands (the start delay cut to 3 s), the app started first:
+the compose commands (the start delay cut to 3 s), the app started first
+and slow-api once the proxy holds the app's requests:
 it exits 0, every request got a 2xx, each POST reached slow-api exactly
 once, /upstreams showed slow-api down with requests held and then up with
 failures=0 held=0, and the proxy logged it going down and up.
@@ -703,10 +704,10 @@ def scenario(t):
         name = "http://slow-api:%d" % slow_port
         app_proc, app_log = start_process(t, with_args(app["command"], proxy_host="127.0.0.1",
                                                        port=proxy.port(listener)), "app")
-        api_proc, api_log = start_process(t, with_args(slow_api["command"], host="127.0.0.1", port=slow_port,
-                                                       start_delay=START_DELAY), "slow-api")
-        started = time.monotonic()
         # While slow-api's port is closed: /upstreams shows it down, the app's requests held.
+        # slow-api is started only once that is seen: started with the app, its start delay
+        # raced the app's own start-up and three refused connects, and on a busy machine
+        # the wait ran out first (or slow-api listened before it ever went down).
         seen = []
 
         def down_and_held():
@@ -714,9 +715,15 @@ def scenario(t):
             line = [ln for ln in body.splitlines() if ln.startswith(name + " ")]
             seen.append(line)
             return line and re.fullmatch(re.escape(name) + r" down failures=\d+ held=([1-9]\d*)", line[0])
-        h.wait_until(down_and_held, START_DELAY - 0.5, "/upstreams to show %s down with requests held "
-                     "(saw %r); proxy log:\n%s" % (name, seen[-3:], proxy.stderr_tail()))
+        try:
+            h.wait_until(down_and_held, 30 * h.SLOW, "/upstreams to show %s down with requests held" % name)
+        except AssertionError as e:
+            raise AssertionError("%s (saw %r); app output:\n%s\nproxy log:\n%s"
+                                 % (e, seen[-3:], h.read_file(app_log), proxy.stderr_tail()))
         h.ok(app_proc.poll() is None, "the app ended while slow-api was not up yet: %s" % h.read_file(app_log))
+        api_proc, api_log = start_process(t, with_args(slow_api["command"], host="127.0.0.1", port=slow_port,
+                                                       start_delay=START_DELAY), "slow-api")
+        started = time.monotonic()
         code = app_proc.wait(30 * h.SLOW)
         took = time.monotonic() - started
         out = h.read_file(app_log)
