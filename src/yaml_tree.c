@@ -350,15 +350,22 @@ static int yaml_tree_event(struct yaml_tree_builder *b, const yaml_event_t *ev)
 	}
 }
 
+/* The length of a UTF-8 byte order mark at the start of text: libyaml
+ * skips it, and its marks count no character for it. */
+static size_t yaml_tree_bom(const char *text, size_t len)
+{
+	return len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+}
+
 /* The mark of a byte offset into text: libyaml's reader names only the
  * offset of a bad byte, decoding ahead of where the parser stands. Columns
  * count characters, as libyaml's marks do: the bytes before the bad one
- * decoded, so only UTF-8 continuation bytes are skipped. */
+ * decoded, so only UTF-8 continuation bytes (and a BOM) are skipped. */
 static yaml_mark_t yaml_tree_mark_at(const char *text, size_t len, size_t offset)
 {
 	yaml_mark_t mark = { .index = offset };
 
-	for (size_t i = 0; i < offset && i < len; i++) {
+	for (size_t i = yaml_tree_bom(text, len); i < offset && i < len; i++) {
 		if (text[i] == '\n') {
 			mark.line++;
 			mark.column = 0;
@@ -367,6 +374,22 @@ static yaml_mark_t yaml_tree_mark_at(const char *text, size_t len, size_t offset
 		}
 	}
 	return mark;
+}
+
+/* The byte a parser mark points at in UTF-8 text, or NUL past its end: a
+ * mark's index counts characters after the BOM, not bytes, so a BOM or an
+ * "é" before it would put text[index] off. */
+static char yaml_tree_char_at(const char *text, size_t len, size_t index)
+{
+	size_t n = 0;
+
+	for (size_t i = yaml_tree_bom(text, len); i < len; i++) {
+		if (((unsigned char)text[i] & 0xc0) == 0x80)
+			continue; /* inside a character */
+		if (n++ == index)
+			return text[i];
+	}
+	return '\0';
 }
 
 /* libyaml's own words for a syntax error, at the place it names. */
@@ -396,7 +419,8 @@ static void yaml_tree_syntax_error(struct yaml_tree_builder *b, const yaml_parse
 		fputs(problem, b->errors);
 	/* In [a, b] libyaml reads every ':' as a key indicator, so an
 	 * unquoted IPv6 address there fails with a puzzling message. */
-	if (parser->error == YAML_PARSER_ERROR && mark.index < len && text[mark.index] == ':')
+	if (parser->error == YAML_PARSER_ERROR && parser->encoding == YAML_UTF8_ENCODING &&
+	    yaml_tree_char_at(text, len, mark.index) == ':')
 		fputs("; quote a value that starts with ':', like \"::1/128\"", b->errors);
 	fputc('\n', b->errors);
 	b->error_count++;
