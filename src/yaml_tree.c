@@ -422,6 +422,11 @@ static void yaml_tree_syntax_error(struct yaml_tree_builder *b, const yaml_parse
 	if (parser->error == YAML_PARSER_ERROR && parser->encoding == YAML_UTF8_ENCODING &&
 	    yaml_tree_char_at(text, len, mark.index) == ':')
 		fputs("; quote a value that starts with ':', like \"::1/128\"", b->errors);
+	/* A tab looks like spaces in an editor, and libyaml mostly says only
+	 * that a character cannot start a token: name it. */
+	else if (parser->error == YAML_SCANNER_ERROR && parser->encoding == YAML_UTF8_ENCODING &&
+		 strstr(problem, "tab") == NULL && yaml_tree_char_at(text, len, mark.index) == '\t')
+		fputs("; a tab cannot indent YAML: use spaces", b->errors);
 	fputc('\n', b->errors);
 	b->error_count++;
 }
