@@ -342,6 +342,12 @@ static void config_route_set_name(struct config_walk *walk, const struct yaml_tr
 				  "\"default\" is reserved for requests no route matches");
 		return;
 	}
+	/* the proxy's answers before routing count and log under "-": a route
+	 * of that name would share their series and read as one of them */
+	if (strcmp(node->text, "-") == 0) {
+		config_walk_error(walk, node, "\"-\" is reserved for answers given before routing");
+		return;
+	}
 	for (size_t i = 0; i < config->route_count; i++) {
 		if (config->routes[i].name != NULL &&
 		    strcmp(config->routes[i].name, node->text) == 0) {
