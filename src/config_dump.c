@@ -497,12 +497,22 @@ static void config_dump_document(struct config_dump *d, const struct config *con
 	config_dump_mapping_end(d);
 }
 
-/* A comment line naming the source; control bytes would end the comment. */
+/* A comment line naming the source; control bytes would end the comment,
+ * and a path that is not UTF-8 (a directory named in Latin-1) would make the
+ * whole document unreadable: its odd bytes are replaced, as in a scalar. */
 static void config_dump_header(struct evbuffer *out, const char *source)
 {
+	yaml_event_t probe;
+	/* libyaml checks the text as its reader will */
+	bool utf8 = yaml_scalar_event_initialize(&probe, NULL, NULL, (yaml_char_t *)source, -1, 1,
+						 1, YAML_ANY_SCALAR_STYLE);
+
+	if (utf8)
+		yaml_event_delete(&probe);
 	evbuffer_add_printf(out, "# retryproxy effective configuration, loaded from ");
 	for (const char *p = source; *p != '\0'; p++) {
-		char c = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
+		unsigned char b = (unsigned char)*p;
+		char c = b < 0x20 || b == 0x7f || (b >= 0x80 && !utf8) ? '?' : *p;
 
 		evbuffer_add(out, &c, 1);
 	}

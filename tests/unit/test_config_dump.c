@@ -115,6 +115,25 @@ static void test_embedded_default(void **state)
 	config_release(config);
 }
 
+/* The header names the file the config came from; a path that is not
+ * UTF-8 (a directory named in Latin-1) must not make the dump unloadable,
+ * and one that is UTF-8 is shown as it is. */
+static void test_source_not_utf8(void **state)
+{
+	static const char text[] = "routes: []\n";
+	struct config *latin1 = test_load(text, "/srv/caf\xe9/retryproxy.yaml");
+	struct config *utf8 = test_load(text, "/srv/caf\xc3\xa9/retryproxy.yaml");
+	char *dump = test_round_trip(latin1);
+
+	assert_non_null(strstr(dump, "loaded from /srv/caf?/retryproxy.yaml\n"));
+	free(dump);
+	dump = test_round_trip(utf8);
+	assert_non_null(strstr(dump, "loaded from /srv/caf\xc3\xa9/retryproxy.yaml\n"));
+	free(dump);
+	config_release(latin1);
+	config_release(utf8);
+}
+
 static void test_good_fixtures(void **state)
 {
 	DIR *dir = opendir("good");
@@ -383,9 +402,10 @@ static void test_intercept(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_embedded_default), cmocka_unit_test(test_good_fixtures),
-		cmocka_unit_test(test_routes_resolved),	 cmocka_unit_test(test_health_hedge),
-		cmocka_unit_test(test_retry_controls),	 cmocka_unit_test(test_intercept),
+		cmocka_unit_test(test_embedded_default), cmocka_unit_test(test_source_not_utf8),
+		cmocka_unit_test(test_good_fixtures),	 cmocka_unit_test(test_routes_resolved),
+		cmocka_unit_test(test_health_hedge),	 cmocka_unit_test(test_retry_controls),
+		cmocka_unit_test(test_intercept),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
