@@ -366,9 +366,12 @@ int main(int argc, char **argv)
 		printf("ok\n");
 		return MAIN_EXIT_OK;
 	}
-	log_configure(config->log_level, config->log_format);
+	/* without -c the SPEC has it say which config it found, whatever
+	 * log.level quiets from then on */
+	log_configure(signals.named ? config->log_level : LOG_LEVEL_INFO, config->log_format);
 	log_info("retryproxy %s starting; config: %s", RETRYPROXY_VERSION,
 		 config_path != NULL ? config_path : "<embedded>");
+	log_configure(config->log_level, config->log_format);
 	signal(SIGPIPE, SIG_IGN);
 	/* a reload asked for while the proxy starts (a service manager's, a
 	 * test's) must not kill it by the default action before the handler

@@ -16,7 +16,7 @@ for --check as for a start; usage errors exit 1 (-c, --explain, --body
 and --make-ca given twice among them, naming the option); a port in use
 exits 2 naming the cause; without -c the proxy says on stderr which config it
 used (./conf/retryproxy.yaml first, else /etc/retryproxy/retryproxy.yaml,
-else the embedded default), and a reload looks again (a ./conf/retryproxy.yaml
+else the embedded default), whatever log.level the config sets, and a reload looks again (a ./conf/retryproxy.yaml
 written after a start on another config is loaded; one gone since is not
 replaced by the embedded default: the running config stays); SIGINT and
 SIGTERM exit 0.
@@ -227,6 +227,26 @@ def scenario(t):
                  "stderr should say 'config: ...conf/retryproxy.yaml': %r" % text)
             h.ok(re.search(r"listening on \S*127\.0\.0\.1:%d" % port, text),
                  "stderr should say 'listening on 127.0.0.1:%d': %r" % (port, text))
+        finally:
+            code = finish(proc)
+        h.eq(code, 0, "exit code after SIGTERM")
+
+    @t.check("no -c, ./conf/retryproxy.yaml at log.level warn: still says which config it used")
+    def _():
+        cwd = os.path.join(tmp, "quiet-conf")
+        port = h.free_port()
+        write(os.path.join(cwd, "conf", "retryproxy.yaml"),
+              GOOD.replace("@PORT@", str(port)).replace("level: info", "level: warn"))
+        proc, err = start([], cwd)
+        try:
+            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None, 15 * h.SLOW,
+                         "the proxy to listen on %d" % port)
+            h.ok(proc.poll() is None, "proxy exited with %s: %r" % (proc.returncode, read(err)))
+            text = read(err)
+            h.ok(re.search(r"config: \S*conf/retryproxy\.yaml", text),
+                 "stderr should say 'config: ...conf/retryproxy.yaml': %r" % text)
+            # log.level still quiets what follows
+            h.ok("listening on" not in text, "an info line at log.level warn: %r" % text)
         finally:
             code = finish(proc)
         h.eq(code, 0, "exit code after SIGTERM")
