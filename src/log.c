@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "utf8.h"
+
 /* Lines are collected up to this size, then written with one write(2). */
 #define LOG_OUT_SIZE 65536
 
@@ -60,8 +62,45 @@ int log_enabled(enum log_level level)
 }
 
 /* Escape a message for a JSON string body into out (room for 6 bytes per
- * input byte): quotes, backslashes and control bytes. Returns the length. */
+ * input byte): quotes, backslashes and control bytes; a byte that is not
+ * part of a UTF-8 character (a Latin-1 path, say) as the code point of its
+ * value, so that the line stays valid JSON. Returns the length. */
 static size_t log_json_escape(char *out, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *u = (const unsigned char *)s;
+	size_t left = strlen(s);
+	char *p = out;
+
+	while (left > 0) {
+		unsigned char c = *u;
+		size_t n = c < 0x80 ? 1 : utf8_char_length(u, left);
+
+		if (c == '"' || c == '\\') {
+			*p++ = '\\';
+			*p++ = (char)c;
+		} else if (c < 0x20 || n == 0) {
+			memcpy(p, "\\u00", 4);
+			p[4] = hex[c >> 4];
+			p[5] = hex[c & 0xf];
+			p += 6;
+		} else {
+			memcpy(p, u, n);
+			p += n;
+			u += n;
+			left -= n;
+			continue;
+		}
+		u++;
+		left--;
+	}
+	return (size_t)(p - out);
+}
+
+/* Copy a message for a text line into out (room for 4 bytes per input
+ * byte), control bytes as \xNN: a newline in what a client sent (a name
+ * in its TLS hello, say) must not start a line of its own. */
+static size_t log_text_escape(char *out, const char *s)
 {
 	static const char hex[] = "0123456789abcdef";
 	char *p = out;
@@ -69,14 +108,11 @@ static size_t log_json_escape(char *out, const char *s)
 	for (; *s != '\0'; s++) {
 		unsigned char c = (unsigned char)*s;
 
-		if (c == '"' || c == '\\') {
-			*p++ = '\\';
-			*p++ = (char)c;
-		} else if (c < 0x20) {
-			memcpy(p, "\\u00", 4);
-			p[4] = hex[c >> 4];
-			p[5] = hex[c & 0xf];
-			p += 6;
+		if (c < 0x20 || c == 0x7f) {
+			memcpy(p, "\\x", 2);
+			p[2] = hex[c >> 4];
+			p[3] = hex[c & 0xf];
+			p += 4;
 		} else {
 			*p++ = (char)c;
 		}
@@ -158,7 +194,7 @@ static size_t log_format(char *out, enum log_level level, const char *msg)
 	}
 	n = snprintf(out, 128, "%s.%03ldZ %s ", stamp, (long)(tv.tv_usec / 1000),
 		     log_level_names[level]);
-	return (size_t)n + strlen(strcpy(out + n, msg));
+	return (size_t)n + log_text_escape(out + n, msg);
 }
 
 /* Write a then b to fd 2. Output lost to a failing stderr is not dropped

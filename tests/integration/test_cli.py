@@ -22,6 +22,7 @@ replaced by the embedded default: the running config stays); SIGINT and
 SIGTERM exit 0.
 """
 
+import json
 import os
 import re
 import signal
@@ -298,6 +299,37 @@ def scenario(t):
             finish(proc)
         h.eq(code, 0, "exit code after SIGINT (stderr %r)" % read(err)[-2000:])
         h.ok(not any(m in read(err) for m in h._SANITIZER_MARKERS), "sanitizer report: %r" % read(err))
+
+
+    @t.check("a log message carrying a newline and a byte that is not UTF-8 stays one line, "
+             "and one JSON object in format json")
+    def _():
+        # the start line names the config's path, and a path may hold any byte
+        odd_dir = os.path.join(os.fsencode(tmp), b"caf\xe9\nnot a log line")
+        os.makedirs(odd_dir, exist_ok=True)
+        for fmt in ("text", "json"):
+            cfg = os.path.join(odd_dir, fmt.encode() + b".yaml")
+            port = h.free_port()
+            with open(cfg, "w") as f:
+                f.write("listen:\n  - address: 127.0.0.1:%d\nlog: { level: info, format: %s }\n"
+                        % (port, fmt))
+            proc, err = start(["-c", cfg], tmp)
+            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None,
+                         15 * h.SLOW, "the proxy to listen")
+            h.eq(finish(proc), 0, "exit code (stderr %r)" % read(err)[-2000:])
+            with open(err, "rb") as f:
+                lines = f.read().splitlines()
+            if fmt == "text":
+                bad = [ln for ln in lines if not re.match(rb"\d{4}-\d\d-\d\dT", ln)]
+                h.eq(bad, [], "text lines that do not start with a time stamp")
+            else:
+                bad = []
+                for ln in lines:
+                    try:
+                        json.loads(ln.decode("utf-8"))
+                    except ValueError as e:
+                        bad.append((ln, str(e)))
+                h.eq(bad, [], "JSON lines that do not parse")
 
 
 h.run(scenario, __doc__)
