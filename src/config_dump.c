@@ -12,6 +12,7 @@
 #include "config.h"
 #include "config_values.h"
 #include "log.h"
+#include "utf8.h"
 #include "xmalloc.h"
 
 /*
@@ -497,24 +498,46 @@ static void config_dump_document(struct config_dump *d, const struct config *con
 	config_dump_mapping_end(d);
 }
 
-/* A comment line naming the source; control bytes would end the comment,
- * and a path that is not UTF-8 (a directory named in Latin-1) would make the
- * whole document unreadable: its odd bytes are replaced, as in a scalar. */
+/* Does libyaml's reader take the character at s (n bytes of well-formed
+ * UTF-8) as text within a comment line? It ends the line at NEL, LS and PS
+ * as at a newline, and refuses other control characters, U+FFFE and U+FFFF. */
+static bool config_dump_comment_char(const unsigned char *s, size_t n)
+{
+	uint32_t code;
+
+	if (n == 1)
+		return s[0] >= 0x20 && s[0] != 0x7f;
+	if (n == 2)
+		return (((uint32_t)(s[0] & 0x1f) << 6) | (s[1] & 0x3f)) >= 0xa0;
+	if (n == 3) {
+		code = ((uint32_t)(s[0] & 0x0f) << 12) | ((uint32_t)(s[1] & 0x3f) << 6) |
+		       (s[2] & 0x3f);
+		return code != 0x2028 && code != 0x2029 && code != 0xfffe && code != 0xffff;
+	}
+	return true;
+}
+
+/* A comment line naming the source. A character that would end the comment
+ * (a newline, NEL, LS or PS: what follows would be read as YAML), or that
+ * libyaml refuses (a control, a byte that is not UTF-8 as from a directory
+ * named in Latin-1: the whole document would not load), is written '?'. */
 static void config_dump_header(struct evbuffer *out, const char *source)
 {
-	yaml_event_t probe;
-	/* libyaml checks the text as its reader will */
-	bool utf8 = yaml_scalar_event_initialize(&probe, NULL, NULL, (yaml_char_t *)source, -1, 1,
-						 1, YAML_ANY_SCALAR_STYLE);
+	const unsigned char *p = (const unsigned char *)source;
+	size_t left = strlen(source);
 
-	if (utf8)
-		yaml_event_delete(&probe);
 	evbuffer_add_printf(out, "# retryproxy effective configuration, loaded from ");
-	for (const char *p = source; *p != '\0'; p++) {
-		unsigned char b = (unsigned char)*p;
-		char c = b < 0x20 || b == 0x7f || (b >= 0x80 && !utf8) ? '?' : *p;
+	while (left > 0) {
+		size_t n = utf8_char_length(p, left);
 
-		evbuffer_add(out, &c, 1);
+		if (n > 0 && config_dump_comment_char(p, n)) {
+			evbuffer_add(out, p, n);
+		} else {
+			evbuffer_add(out, "?", 1);
+			n = n > 0 ? n : 1;
+		}
+		p += n;
+		left -= n;
 	}
 	evbuffer_add_printf(out, "\n");
 }

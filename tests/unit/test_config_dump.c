@@ -116,13 +116,15 @@ static void test_embedded_default(void **state)
 }
 
 /* The header names the file the config came from; a path that is not
- * UTF-8 (a directory named in Latin-1) must not make the dump unloadable,
- * and one that is UTF-8 is shown as it is. */
+ * UTF-8 (a directory named in Latin-1), or holds a character libyaml reads
+ * as a line break, must not make the dump unloadable, and one that is UTF-8
+ * is shown as it is. */
 static void test_source_not_utf8(void **state)
 {
 	static const char text[] = "routes: []\n";
 	struct config *latin1 = test_load(text, "/srv/caf\xe9/retryproxy.yaml");
 	struct config *utf8 = test_load(text, "/srv/caf\xc3\xa9/retryproxy.yaml");
+	struct config *breaks;
 	char *dump = test_round_trip(latin1);
 
 	assert_non_null(strstr(dump, "loaded from /srv/caf?/retryproxy.yaml\n"));
@@ -132,6 +134,15 @@ static void test_source_not_utf8(void **state)
 	free(dump);
 	config_release(latin1);
 	config_release(utf8);
+	/* NEL, LS and PS end a comment line for libyaml: what follows would be
+	 * read as YAML (here, a second routes:); C1 controls it refuses */
+	breaks = test_load(text, "/srv/a\xe2\x80\xa8routes: x\xc2\x85"
+				 "b\xe2\x80\xa9\xc2\x80/retryproxy.yaml");
+	dump = test_round_trip(breaks);
+	assert_non_null(strstr(dump, "loaded from /srv/a?routes: x?b??"
+				     "/retryproxy.yaml\n"));
+	free(dump);
+	config_release(breaks);
 }
 
 static void test_good_fixtures(void **state)
