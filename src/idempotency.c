@@ -82,20 +82,34 @@ static bool idempotency_value_empty(const char *value, size_t len)
 	return true;
 }
 
-/* Is this an If-Match of "*"? It holds for any current version (RFC 9110
- * section 13.1.1): a repeat after a try that succeeded passes it again, so
- * it makes nothing safe to repeat and counts as no condition. */
+/* Does this If-Match field hold "*" as a member? "*" holds for any current
+ * version (RFC 9110 section 13.1.1): a repeat after a try that succeeded
+ * passes it again. The grammar has it only alone, but field lines combine
+ * into one list, and a server reading the list (Go's net/http) takes a "*"
+ * anywhere in it as a match: "*, \"a\"", or "*" and "\"a\"" on two
+ * lines, holds as "*" does. Commas inside an entity-tag are not separators. */
 static bool idempotency_if_match_any(const char *name, const struct http1_field *f)
 {
-	size_t start = 0, end = f->value_len;
+	bool quoted = false;
+	bool member_start = true;
 
 	if (!http1_name_equals(name, strlen(name), "If-Match"))
 		return false;
-	while (start < end && HTTP1_IS_WS(f->value[start]))
-		start++;
-	while (end > start && HTTP1_IS_WS(f->value[end - 1]))
-		end--;
-	return end - start == 1 && f->value[start] == '*';
+	for (size_t i = 0; i < f->value_len; i++) {
+		char c = f->value[i];
+
+		if (quoted) {
+			quoted = c != '"';
+		} else if (c == ',') {
+			member_start = true;
+		} else if (!HTTP1_IS_WS(c)) {
+			if (member_start && c == '*')
+				return true;
+			quoted = c == '"';
+			member_start = false;
+		}
+	}
+	return false;
 }
 
 enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name)
@@ -116,11 +130,13 @@ enum idempotency_field idempotency_forwarded_field(const struct http1_head *head
 		}
 		if (hop[i])
 			continue;
-		if (idempotency_value_empty(f->value, f->value_len) ||
-		    idempotency_if_match_any(name, f))
+		/* on any line, whatever the others say */
+		if (idempotency_if_match_any(name, f))
+			return IDEMPOTENCY_FIELD_EMPTY;
+		if (!idempotency_value_empty(f->value, f->value_len))
+			found = IDEMPOTENCY_FIELD_VALUE;
+		else if (found == IDEMPOTENCY_FIELD_ABSENT)
 			found = IDEMPOTENCY_FIELD_EMPTY;
-		else
-			return IDEMPOTENCY_FIELD_VALUE;
 	}
 	return found;
 }

@@ -321,8 +321,16 @@ static void test_head_table(void **state)
 		/* If-Match: * holds for any version: a repeat passes it again */
 		{ &test_gcs, "POST", "/o", "If-Match: *\r\n", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o", "if-match:  * \r\n", false, IDEMPOTENCY_NO },
+		/* with other tags, on one line or two, "*" still holds for any */
 		{ &test_gcs, "POST", "/o", "If-Match: *\r\nIf-Match: \"a\"\r\n", false,
-		  IDEMPOTENCY_YES },
+		  IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "If-Match: \"a\"\r\nIf-Match: *\r\n", false,
+		  IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "If-Match: \"a\", *\r\n", false, IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "If-Match: W/\"a\",*\r\n", false, IDEMPOTENCY_NO },
+		/* a "*" or a comma inside an entity-tag is part of the tag */
+		{ &test_gcs, "POST", "/o", "If-Match: \"a, *\"\r\n", false, IDEMPOTENCY_YES },
+		{ &test_gcs, "POST", "/o", "If-Match: \"*\"\r\n", false, IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o", "X-Goog-If-Generation-Match: *\r\n", false,
 		  IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o", "If-None-Match: x\r\n", false, IDEMPOTENCY_NO },
