@@ -130,13 +130,13 @@ enum idempotency_field idempotency_forwarded_field(const struct http1_head *head
 		}
 		if (hop[i])
 			continue;
-		/* on any line, whatever the others say */
-		if (idempotency_if_match_any(name, f))
+		/* on any line, whatever the others say: an empty copy too, as
+		 * for a query parameter, since a server may read that one alone
+		 * (Go's Header.Get reads the first) and see no condition */
+		if (idempotency_if_match_any(name, f) ||
+		    idempotency_value_empty(f->value, f->value_len))
 			return IDEMPOTENCY_FIELD_EMPTY;
-		if (!idempotency_value_empty(f->value, f->value_len))
-			found = IDEMPOTENCY_FIELD_VALUE;
-		else if (found == IDEMPOTENCY_FIELD_ABSENT)
-			found = IDEMPOTENCY_FIELD_EMPTY;
+		found = IDEMPOTENCY_FIELD_VALUE;
 	}
 	return found;
 }

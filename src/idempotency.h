@@ -59,10 +59,10 @@ enum idempotency_field {
 	IDEMPOTENCY_FIELD_VALUE,
 };
 
-/* Whether a forwarded field named name has a value, else whether one with an
- * empty value is there; an If-Match with "*" among its members, on any line,
- * counts as empty (it holds for any version). head may be NULL for no
- * fields. */
+/* Whether forwarded fields named name are there with values, or one of them
+ * is empty (on any line: a server may read that copy alone), or none is
+ * there; an If-Match with "*" among its members, on any line, counts as
+ * empty (it holds for any version). head may be NULL for no fields. */
 enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name);
 
 /* Is the method one of those the map lists (exact, case-sensitive)? */

@@ -174,6 +174,8 @@ static void test_why_table(void **state)
 		 * safe by it (and no second one is added beside it) */
 		{ &test_nothing, IDEMPOTENCY_KEY_INJECT, "POST", "/", "Idempotency-Key:\r\n", true,
 		  IDEMPOTENCY_NO, "no" },
+		{ &test_nothing, IDEMPOTENCY_KEY_INJECT, "POST", "/",
+		  "Idempotency-Key:\r\nIdempotency-Key: k1\r\n", true, IDEMPOTENCY_NO, "no" },
 		{ &test_gcs, IDEMPOTENCY_KEY_INJECT, "POST", "/", "Idempotency-Key:  \r\n", true,
 		  IDEMPOTENCY_NEEDS_BODY, "no" },
 		{ &test_gcs, IDEMPOTENCY_KEY_INJECT, "POST", "/o?ifGenerationMatch=3",
@@ -312,7 +314,12 @@ static void test_head_table(void **state)
 		{ &test_gcs, "POST", "/o", "IF-MATCH:\r\n", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o", "If-Match:   \r\n", false, IDEMPOTENCY_NO },
 		{ &test_gcs, "POST", "/o", "If-Match: , ,\r\n", false, IDEMPOTENCY_NO },
+		/* one copy empty, on either line: a server reading it sees none */
 		{ &test_gcs, "POST", "/o", "If-Match:\r\nIf-Match: \"a\"\r\n", false,
+		  IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "If-Match: \"a\"\r\nIf-Match: ,\r\n", false,
+		  IDEMPOTENCY_NO },
+		{ &test_gcs, "POST", "/o", "If-Match: \"a\"\r\nIf-Match: \"b\"\r\n", false,
 		  IDEMPOTENCY_YES },
 		{ &test_gcs, "POST", "/o", "X-Goog-If-Generation-Match: 5\r\n", true,
 		  IDEMPOTENCY_YES },
