@@ -68,6 +68,19 @@ def start(args, cwd):
     return proc, err_path
 
 
+def start_listening(args, cwd, port):
+    """start(), then wait until the proxy listens on port (its signal
+    handlers are in place by then) or has exited; stopped if the wait fails."""
+    proc, err = start(args, cwd)
+    try:
+        h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None, 15 * h.SLOW,
+                     "the proxy to listen on %d" % port)
+    except BaseException:
+        finish(proc)
+        raise
+    return proc, err
+
+
 def read(path):
     with open(path, "rb") as f:
         return f.read().decode("utf-8", "replace")
@@ -218,10 +231,8 @@ def scenario(t):
         cwd = os.path.join(tmp, "with-conf")
         port = h.free_port()
         write(os.path.join(cwd, "conf", "retryproxy.yaml"), GOOD.replace("@PORT@", str(port)))
-        proc, err = start([], cwd)
+        proc, err = start_listening([], cwd, port)
         try:
-            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None, 15 * h.SLOW,
-                         "the proxy to listen on %d" % port)
             h.ok(proc.poll() is None, "proxy exited with %s: %r" % (proc.returncode, read(err)))
             text = read(err)
             h.ok(re.search(r"config: \S*conf/retryproxy\.yaml", text),
@@ -238,10 +249,8 @@ def scenario(t):
         port = h.free_port()
         write(os.path.join(cwd, "conf", "retryproxy.yaml"),
               GOOD.replace("@PORT@", str(port)).replace("level: info", "level: warn"))
-        proc, err = start([], cwd)
+        proc, err = start_listening([], cwd, port)
         try:
-            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None, 15 * h.SLOW,
-                         "the proxy to listen on %d" % port)
             h.ok(proc.poll() is None, "proxy exited with %s: %r" % (proc.returncode, read(err)))
             text = read(err)
             h.ok(re.search(r"config: \S*conf/retryproxy\.yaml", text),
@@ -288,10 +297,8 @@ def scenario(t):
     def _():
         port = h.free_port()
         path = write(os.path.join(tmp, "sigint.yaml"), GOOD.replace("@PORT@", str(port)))
-        proc, err = start(["-c", path], tmp)
+        proc, err = start_listening(["-c", path], tmp, port)
         try:
-            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None, 15 * h.SLOW,
-                         "the proxy to listen")
             h.ok(proc.poll() is None, "proxy exited early: %r" % read(err))
             proc.send_signal(signal.SIGINT)
             code = proc.wait(20 * h.SLOW)
@@ -313,9 +320,7 @@ def scenario(t):
             with open(cfg, "w") as f:
                 f.write("listen:\n  - address: 127.0.0.1:%d\nlog: { level: info, format: %s }\n"
                         % (port, fmt))
-            proc, err = start(["-c", cfg], tmp)
-            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None,
-                         15 * h.SLOW, "the proxy to listen")
+            proc, err = start_listening(["-c", cfg], tmp, port)
             h.eq(finish(proc), 0, "exit code (stderr %r)" % read(err)[-2000:])
             with open(err, "rb") as f:
                 lines = f.read().splitlines()
