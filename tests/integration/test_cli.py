@@ -226,40 +226,36 @@ def scenario(t):
         h.ok(re.search(r"config: .*" + re.escape(expected), text),
              "stderr should say 'config: %s': %r" % (expected, text))
 
-    @t.check("no -c with ./conf/retryproxy.yaml present: uses it and listens where it says")
-    def _():
-        cwd = os.path.join(tmp, "with-conf")
+    def found_conf(name, level, then):
+        """No -c, in a directory holding conf/retryproxy.yaml at log.level
+        level: the proxy must say it used that file; then(stderr, port)
+        checks the rest while it runs; it must exit 0 on SIGTERM."""
+        cwd = os.path.join(tmp, name)
         port = h.free_port()
-        write(os.path.join(cwd, "conf", "retryproxy.yaml"), GOOD.replace("@PORT@", str(port)))
+        write(os.path.join(cwd, "conf", "retryproxy.yaml"),
+              GOOD.replace("@PORT@", str(port)).replace("level: info", "level: " + level))
         proc, err = start_listening([], cwd, port)
         try:
             h.ok(proc.poll() is None, "proxy exited with %s: %r" % (proc.returncode, read(err)))
             text = read(err)
             h.ok(re.search(r"config: \S*conf/retryproxy\.yaml", text),
                  "stderr should say 'config: ...conf/retryproxy.yaml': %r" % text)
-            h.ok(re.search(r"listening on \S*127\.0\.0\.1:%d" % port, text),
-                 "stderr should say 'listening on 127.0.0.1:%d': %r" % (port, text))
+            then(text, port)
         finally:
             code = finish(proc)
         h.eq(code, 0, "exit code after SIGTERM")
 
+    @t.check("no -c with ./conf/retryproxy.yaml present: uses it and listens where it says")
+    def _():
+        found_conf("with-conf", "info", lambda text, port: h.ok(
+            re.search(r"listening on \S*127\.0\.0\.1:%d" % port, text),
+            "stderr should say 'listening on 127.0.0.1:%d': %r" % (port, text)))
+
     @t.check("no -c, ./conf/retryproxy.yaml at log.level warn: still says which config it used")
     def _():
-        cwd = os.path.join(tmp, "quiet-conf")
-        port = h.free_port()
-        write(os.path.join(cwd, "conf", "retryproxy.yaml"),
-              GOOD.replace("@PORT@", str(port)).replace("level: info", "level: warn"))
-        proc, err = start_listening([], cwd, port)
-        try:
-            h.ok(proc.poll() is None, "proxy exited with %s: %r" % (proc.returncode, read(err)))
-            text = read(err)
-            h.ok(re.search(r"config: \S*conf/retryproxy\.yaml", text),
-                 "stderr should say 'config: ...conf/retryproxy.yaml': %r" % text)
-            # log.level still quiets what follows
-            h.ok("listening on" not in text, "an info line at log.level warn: %r" % text)
-        finally:
-            code = finish(proc)
-        h.eq(code, 0, "exit code after SIGTERM")
+        # log.level still quiets what follows
+        found_conf("quiet-conf", "warn", lambda text, port: h.ok(
+            "listening on" not in text, "an info line at log.level warn: %r" % text))
 
     @t.check("no -c: a reload looks for the config again, and loads ./conf/retryproxy.yaml "
              "written since the start")
