@@ -520,7 +520,10 @@ static struct retry_verdict exchange_observe(struct exchange *ex, struct retry_f
 	struct retry_verdict verdict;
 
 	facts->body_streamed = ex->request_body_started && !ex->observe_replayable;
+	/* no retry waits in observe, so none is in the way of this one, even
+	 * under a cap of 0 */
 	facts->pending_retries = 0;
+	facts->max_pending_retries = 1;
 	facts->budget_allows = true;
 	facts->upstream_down = false;
 	verdict = retry_decide(&ex->route->retry, facts, &ex->proxy->rng);

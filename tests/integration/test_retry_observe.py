@@ -37,7 +37,9 @@ Must hold:
   that comes while another's connect is under way (the upstream's health
   in doubt) makes its own connect and gets 502 after it, not a hold until
   the deadline (gave_up=deadline);
-- backoff_pending stays 0 throughout.
+- backoff_pending stays 0 throughout;
+- limits.max_pending_retries: 0, a cap on other requests' waiting retries,
+  does not make observe say gave_up=budget: would_retry=status.
 """
 
 import os
@@ -273,6 +275,19 @@ def scenario(t):
         h.eq((f.get("gave_up"), f.get("would_retry")), (None, "connect"),
              "B: access gave_up, would_retry")
         h.eq(h.metric(metrics(), "retryproxy_backoff_pending"), 0.0, "backoff_pending")
+
+    @t.check("limits.max_pending_retries: 0 does not stop observe: a 503 GET says "
+             "would_retry=status, no gave_up=budget")
+    def _():
+        capped = t.proxy(CONFIG.replace("limits: { drain_timeout: 2s,",
+                                        "limits: { max_pending_retries: 0, drain_timeout: 2s,"),
+                         SPOOL=spool_dir)
+        origin.script("/o/capped", [503])
+        r = h.fetch(capped.port(), "GET", origin.url("/o/capped"), host)
+        h.eq(r.status, 503, "status")
+        f = h.access_fields(capped.access_one("/o/capped"))
+        h.eq((f.get("would_retry"), f.get("gave_up")), ("status", None),
+             "access would_retry, gave_up")
 
 
 h.run(scenario, __doc__)
