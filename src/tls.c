@@ -48,12 +48,13 @@ static void tls_free_key(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, l
 
 struct tls_store *tls_store_new(void)
 {
+	struct tls_store *store;
+
 	if (tls_ex_store < 0) {
 		tls_ex_store = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
 		tls_ex_key = SSL_get_ex_new_index(0, NULL, NULL, NULL, tls_free_key);
 	}
-	struct tls_store *store = xcalloc(1, sizeof(struct tls_store));
-
+	store = xcalloc(1, sizeof(struct tls_store));
 	store->default_trust = trust_default_new();
 	return store;
 }
