@@ -260,21 +260,37 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 			     status, 0.0, 0);
 }
 
+/* The longest run of empty lines the parser skips before a request line
+ * (RFC 9112 section 2.2), in bytes: eight CRLFs. */
+#define CLIENT_EMPTY_LINES_MAX (2 * 8)
+
+/* Copy the input's first bytes, up to room, into peek; *skipped: how many
+ * of them are empty lines a request line may follow. Returns the bytes
+ * copied. */
+static size_t client_peek_input(struct client *client, char *peek, size_t room, size_t *skipped)
+{
+	size_t len = conn_input_length(client->conn);
+	size_t i = 0;
+
+	if (len > room)
+		len = room;
+	evbuffer_copyout(conn_input(client->conn), peek, len);
+	while (i < len && (peek[i] == '\r' || peek[i] == '\n'))
+		i++;
+	*skipped = i;
+	return len;
+}
+
 /* Whether the input starts with a HEAD request line (after the empty lines
  * one may follow), parsed or not: a head the parser refused, or not whole,
  * is still a HEAD to the client, which reads no body after the answer's head
  * (RFC 9110 section 9.3.2) and would take one for the next response. */
 static bool client_input_is_head(struct client *client)
 {
-	char peek[2 * 8 + 5]; /* the empty lines the parser skips, then "HEAD " */
-	size_t len = conn_input_length(client->conn);
-	size_t i = 0;
+	char peek[CLIENT_EMPTY_LINES_MAX + 5]; /* then "HEAD " */
+	size_t i;
+	size_t len = client_peek_input(client, peek, sizeof(peek), &i);
 
-	if (len > sizeof(peek))
-		len = sizeof(peek);
-	evbuffer_copyout(conn_input(client->conn), peek, len);
-	while (i < len && (peek[i] == '\r' || peek[i] == '\n'))
-		i++;
 	return len - i >= 5 && memcmp(peek + i, "HEAD ", 5) == 0;
 }
 
@@ -613,20 +629,15 @@ static void client_closed(struct client *client)
 }
 
 /* Whether the input is nothing or only the empty lines a request line may
- * follow (RFC 9112 section 2.2): a client idle after a stray CRLF. */
+ * follow: a client idle after a stray CRLF. */
 static bool client_input_is_empty_lines(struct client *client)
 {
-	char peek[2 * 8]; /* a longer run is refused by the parser */
-	size_t len = conn_input_length(client->conn);
-	size_t i;
+	char peek[CLIENT_EMPTY_LINES_MAX]; /* a longer run is refused by the parser */
+	size_t skipped;
 
-	if (len > sizeof(peek))
+	if (conn_input_length(client->conn) > sizeof(peek))
 		return false;
-	evbuffer_copyout(conn_input(client->conn), peek, len);
-	for (i = 0; i < len; i++)
-		if (peek[i] != '\r' && peek[i] != '\n')
-			return false;
-	return true;
+	return client_peek_input(client, peek, sizeof(peek), &skipped) == skipped;
 }
 
 /* client_timeout passed without a whole request head. A head begun and not

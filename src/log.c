@@ -61,13 +61,14 @@ int log_enabled(enum log_level level)
 	return level <= log_threshold;
 }
 
+static const char log_hex[] = "0123456789abcdef";
+
 /* Escape a message for a JSON string body into out (room for 6 bytes per
  * input byte): quotes, backslashes and control bytes; a byte that is not
  * part of a UTF-8 character (a Latin-1 path, say) as the code point of its
  * value, so that the line stays valid JSON. Returns the length. */
 static size_t log_json_escape(char *out, const char *s)
 {
-	static const char hex[] = "0123456789abcdef";
 	const unsigned char *u = (const unsigned char *)s;
 	size_t left = strlen(s);
 	char *p = out;
@@ -81,8 +82,8 @@ static size_t log_json_escape(char *out, const char *s)
 			*p++ = (char)c;
 		} else if (c < 0x20 || n == 0) {
 			memcpy(p, "\\u00", 4);
-			p[4] = hex[c >> 4];
-			p[5] = hex[c & 0xf];
+			p[4] = log_hex[c >> 4];
+			p[5] = log_hex[c & 0xf];
 			p += 6;
 		} else {
 			memcpy(p, u, n);
@@ -102,7 +103,6 @@ static size_t log_json_escape(char *out, const char *s)
  * in its TLS hello, say) must not start a line of its own. */
 static size_t log_text_escape(char *out, const char *s)
 {
-	static const char hex[] = "0123456789abcdef";
 	char *p = out;
 
 	for (; *s != '\0'; s++) {
@@ -110,8 +110,8 @@ static size_t log_text_escape(char *out, const char *s)
 
 		if (c < 0x20 || c == 0x7f) {
 			memcpy(p, "\\x", 2);
-			p[2] = hex[c >> 4];
-			p[3] = hex[c & 0xf];
+			p[2] = log_hex[c >> 4];
+			p[3] = log_hex[c & 0xf];
 			p += 4;
 		} else {
 			*p++ = (char)c;
