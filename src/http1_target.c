@@ -97,8 +97,8 @@ static bool http1_target_ipv6(const char *s, size_t len)
 /* Parse uri-host [":" port] (RFC 9110 section 7.2): *host without the
  * brackets of an IPv6 literal, *port 0 when there is none. The host must not
  * be empty: an http URI with an empty host is invalid (section 4.2.1). A
- * port, when there is a colon, is 1 to 5 digits: an empty one is refused as
- * odd. *routable says whether the proxy may match, resolve and connect to it:
+ * port is up to 5 digits; an empty one after the colon is allowed by RFC 3986
+ * section 3.2.3 and means the scheme's default, as no port does. *routable says whether the proxy may match, resolve and connect to it:
  * not with sub-delims or percent-encoding, which would let one name pass for
  * another in front of a match pattern or a resolver, nor with port 0. */
 bool http1_target_authority(const char *s, size_t len, const char **host, size_t *host_len,
@@ -136,7 +136,7 @@ bool http1_target_authority(const char *s, size_t len, const char **host, size_t
 		*host = s;
 		*host_len = i;
 	}
-	if (i == len)
+	if (i == len || (i + 1 == len && s[i] == ':'))
 		return true;
 	if (s[i] != ':' || !http1_target_port(s + i + 1, len - i - 1, port))
 		return false;

@@ -200,6 +200,10 @@ int route_destination(const struct config *config, const struct upstream_url *li
 	dest->host_len = target->host_len;
 	dest->authority = target->authority;
 	dest->authority_len = target->authority_len;
+	/* "host:" names the default port; the upstream's Host omits the colon,
+	 * as RFC 3986 section 3.2.3 asks of whoever produces a URI */
+	if (dest->authority[dest->authority_len - 1] == ':')
+		dest->authority_len--;
 	/* the client chose this host: checked before any DNS is asked */
 	if (!route_host_allowed(config, host, host_len)) {
 		snprintf(reason, reason_len, "host %.*s not allowed by access.allow_hosts",

@@ -94,6 +94,11 @@ def scenario(t):
     def _():
         route("EXACT.Example:8080", "/echo", "B")
 
+    @t.check("Host with an empty port (RFC 3986: the default one) is served and routed by its name")
+    def _():
+        route("exact.example:", "/echo", "B")
+        route("unrelated.example:", "/echo", "A")
+
     @t.check("*.suffix matches subdomains at any depth")
     def _():
         route("a.wild.example", "/echo", "C")

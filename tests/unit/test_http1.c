@@ -117,6 +117,9 @@ static void test_request_target_parts(void **state)
 		{ "GET https://127.0.0.1:8443/x", HTTP1_TARGET_ABSOLUTE, true, "127.0.0.1", 8443,
 		  "127.0.0.1:8443", "/x" },
 		{ "GET HttpS://h", HTTP1_TARGET_ABSOLUTE, true, "h", 443, "h", "" },
+		/* an empty port is the scheme's default (RFC 3986 section 3.2.3) */
+		{ "GET http://h:/x", HTTP1_TARGET_ABSOLUTE, false, "h", 80, "h:", "/x" },
+		{ "GET https://[::1]:", HTTP1_TARGET_ABSOLUTE, true, "::1", 443, "[::1]:", "" },
 		{ "GET http://[::1]:3000/p", HTTP1_TARGET_ABSOLUTE, false, "::1", 3000,
 		  "[::1]:3000", "/p" },
 		{ "GET http://[::1]?q", HTTP1_TARGET_ABSOLUTE, false, "::1", 80, "[::1]", "?q" },
@@ -302,7 +305,6 @@ static const struct {
 	{ S("POST * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
 	{ S("options * HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
 	{ S("connect example.com:443 HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
-	{ S("GET http://example.com:/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
 	{ S("GET http://example.com/#frag HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
 	{ S("GET http://[]/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
 	{ S("GET http://[g::1]/ HTTP/1.1\r\nHost: a\r\n\r\n"), HTTP1_ERR_BAD_TARGET },
@@ -713,7 +715,10 @@ static const struct {
 	{ "GET / HTTP/1.1\r\nHost: user@a\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
 	{ "GET / HTTP/1.1\r\nHost:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
 	{ "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
-	{ "GET / HTTP/1.1\r\nHost: a:\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a:\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	{ "GET / HTTP/1.1\r\nHost: [::1]:\r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
+	{ "GET / HTTP/1.1\r\nHost: a::\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
+	{ "GET / HTTP/1.1\r\nHost: a: \r\n\r\n", 0, HTTP1_BODY_NONE, 0, true, false },
 	{ "GET / HTTP/1.1\r\nHost: a:65536\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
 	{ "GET / HTTP/1.1\r\nHost: a:80:80\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
 	{ "GET / HTTP/1.1\r\nHost: :80\r\n\r\n", REQ_BAD(HTTP1_ERR_BAD_HOST) },
@@ -798,6 +803,10 @@ static void test_request_host(void **state)
 	assert_true(test_span_is(framing.host_name, framing.host_name_len, "Example.COM"));
 	test_request_ok("GET / HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", &framing);
 	assert_true(test_span_is(framing.host_name, framing.host_name_len, "::1"));
+	assert_int_equal(framing.host_port, 8080);
+	test_request_ok("GET / HTTP/1.1\r\nHost: a:\r\n\r\n", &framing);
+	assert_true(test_span_is(framing.host_name, framing.host_name_len, "a"));
+	assert_int_equal(framing.host_port, 0);
 	test_request_ok("GET http://b/ HTTP/1.1\r\nHost: a!b\r\n\r\n", &framing);
 	assert_true(test_span_is(framing.host_name, framing.host_name_len, "a!b"));
 	test_request_ok("GET / HTTP/1.0\r\n\r\n", &framing);
@@ -821,6 +830,8 @@ static void test_request_host_forms(void **state)
 		{ "%41%4a", true, false },
 		{ "127.0.0.1:0", true, false },
 		{ "example.com:65535", true, true },
+		{ "example.com:", true, true },
+		{ "[::1]:", true, true },
 		{ "[::]", true, true },
 		{ "[::1]", true, true },
 		{ "[1::]", true, true },
@@ -845,7 +856,6 @@ static void test_request_host_forms(void **state)
 		{ "[::1.2.3.4:1]", false, false },
 		{ "[1:2:3:4:5:6:7:1.2.3.4]", false, false },
 		{ "[]", false, false },
-		{ "[::1]:", false, false },
 		{ "[::1]x", false, false },
 		{ "[::1]:123456", false, false },
 		{ "[v1.x]", false, false },

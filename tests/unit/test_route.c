@@ -347,6 +347,11 @@ static void test_destinations(void **state)
 		  false, "b.a.ok.test", 80, "b.a.ok.test", NULL },
 		{ FORWARD, "GET http://[::1]:8080/ HTTP/1.1\r\nHost: a\r\n", 0, "default", false,
 		  "::1", 8080, "[::1]:8080", NULL },
+		/* an empty port is the default one, and the upstream's Host says so */
+		{ FORWARD, "GET http://allowed.test:/x HTTP/1.1\r\nHost: a:\r\n", 0, "default",
+		  false, "allowed.test", 80, "allowed.test", NULL },
+		{ FORWARD, "GET https://[::1]: HTTP/1.1\r\nHost: a\r\n", 0, "default", true, "::1",
+		  443, "[::1]", NULL },
 		{ FORWARD, "GET http://evil.test/ HTTP/1.1\r\nHost: allowed.test\r\n", 403, NULL,
 		  false, NULL, 0, NULL, "host evil.test not allowed by access.allow_hosts" },
 		{ FORWARD, "GET http://ok.test/ HTTP/1.1\r\nHost: a\r\n", 403, NULL, false, NULL, 0,
