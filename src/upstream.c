@@ -31,6 +31,27 @@ struct upstream_attempt {
 	struct conn *conn; /* while it has neither connected nor failed */
 };
 
+/* The lookups of a name, one per family and each with its own answer, so
+ * that connecting can begin before the other family's answer comes, or
+ * without it when a resolver drops AAAA queries (RFC 8305 section 3). IPv6 is
+ * asked first: of answers that come at once (the hosts file), its addresses
+ * go first, as RFC 8305 prefers and as one lookup for both gave them. */
+enum { UPSTREAM_LOOKUP_V6, UPSTREAM_LOOKUP_V4, UPSTREAM_LOOKUPS };
+
+/* How long IPv4 addresses wait for the AAAA answer before connecting
+ * begins without it: RFC 8305's Resolution Delay. */
+#define UPSTREAM_RESOLUTION_DELAY_MS 50
+
+struct upstream_lookup {
+	struct upstream_connect *uc;
+	struct evdns_getaddrinfo_request *request; /* while it runs */
+	struct evutil_addrinfo *addresses;	   /* its answer; NULL for none */
+	struct upstream_attempt *attempts;	   /* one per address, once taken */
+	int error;				   /* EVUTIL_EAI_* when it failed */
+	bool done;
+	bool taken; /* its addresses are among the attempts */
+};
+
 struct upstream_connect {
 	struct proxy *proxy;
 	struct upstream_endpoint endpoint;
@@ -39,21 +60,23 @@ struct upstream_connect {
 	char *session_key;
 	upstream_connect_cb cb;
 	void *arg;
-	struct evdns_getaddrinfo_request *dns_request;
-	struct evutil_addrinfo *addresses; /* from the resolver */
-	struct upstream_attempt *attempts; /* one per address, in the order they are tried */
-	size_t count;			   /* addresses */
-	size_t started;			   /* attempts started so far, in order */
-	size_t in_flight;		   /* attempts started that neither connected nor failed */
-	unsigned address_shift;		   /* start this many addresses into the order */
-	uint64_t attempt_delay_ms;	   /* how long one attempt has alone */
-	struct event *timer;		   /* connect_timeout for everything */
-	struct event *stagger;		   /* attempt_delay_ms after the latest attempt started */
-	struct event *step;		   /* defers results that arrive synchronously */
+	struct upstream_lookup lookups[UPSTREAM_LOOKUPS];
+	struct upstream_lookup *first_answer; /* the lookup that answered first */
+	struct upstream_attempt **attempts;   /* in the order they are tried */
+	size_t count;			      /* attempts laid out */
+	size_t started;			      /* attempts started so far, in order */
+	size_t in_flight;	   /* attempts started that neither connected nor failed */
+	unsigned address_shift;	   /* start this many addresses into the order */
+	uint64_t attempt_delay_ms; /* how long one attempt has alone */
+	struct event *timer;	   /* connect_timeout for everything */
+	struct event *stagger;	   /* attempt_delay_ms after the latest attempt started; before
+				* the first, the resolution delay */
+	struct event *step;	   /* defers results that arrive synchronously */
 	enum try_outcome last_failure;
 	char reason[UPSTREAM_REASON_MAX];
 	bool resolving_inline; /* inside evdns_getaddrinfo() */
-	bool resolved;
+	bool resolved;	       /* attempts laid out: connecting has begun */
+	bool resolution_delay_over;
 };
 
 /* Append n bytes of s at buf[at], cut to fit len with room for the NUL;
@@ -154,14 +177,19 @@ static void upstream_connect_free(struct upstream_connect *uc)
 {
 	size_t i;
 
-	if (uc->dns_request != NULL)
-		evdns_getaddrinfo_cancel(uc->dns_request);
 	for (i = 0; i < uc->started; i++)
-		if (uc->attempts[i].conn != NULL)
-			conn_free(uc->attempts[i].conn);
+		if (uc->attempts[i]->conn != NULL)
+			conn_free(uc->attempts[i]->conn);
 	free(uc->attempts);
-	if (uc->addresses != NULL)
-		evutil_freeaddrinfo(uc->addresses);
+	for (i = 0; i < UPSTREAM_LOOKUPS; i++) {
+		struct upstream_lookup *l = &uc->lookups[i];
+
+		if (l->request != NULL)
+			evdns_getaddrinfo_cancel(l->request);
+		if (l->addresses != NULL)
+			evutil_freeaddrinfo(l->addresses);
+		free(l->attempts);
+	}
 	event_free(uc->timer);
 	event_free(uc->stagger);
 	event_free(uc->step);
@@ -244,7 +272,7 @@ static void upstream_start_next(struct upstream_connect *uc)
 			upstream_connect_finish(uc, NULL, uc->last_failure, uc->reason);
 		return;
 	}
-	a = &uc->attempts[uc->started++];
+	a = uc->attempts[uc->started++];
 	if (admin_is_address(uc->proxy->admin, a->address->ai_addr,
 			     (socklen_t)a->address->ai_addrlen)) {
 		/* never connected to; an address of the name that is another
@@ -288,80 +316,188 @@ static void upstream_start_next(struct upstream_connect *uc)
 		evtimer_del(uc->stagger);
 }
 
-/* Lay out one attempt per resolved address, in the order to try them. */
-static void upstream_order_addresses(struct upstream_connect *uc)
+/* Put the addresses of the lookups that answered, and were not taken yet,
+ * among the attempts still to start, in happy_eyeballs_order: before
+ * connecting begins, the first answer's family first and the order turned
+ * round by address_shift; once it has begun, the new family first (the
+ * other has had its turn) and alternating with what is left. */
+static void upstream_take_answers(struct upstream_connect *uc)
 {
-	struct evutil_addrinfo *ai;
-	struct evutil_addrinfo **resolved;
+	/* the first answer leads, else the first asked */
+	struct upstream_lookup *lead =
+		uc->first_answer != NULL ? uc->first_answer : &uc->lookups[0];
+	struct upstream_lookup *by_turn[UPSTREAM_LOOKUPS] = {
+		lead,
+		&uc->lookups[lead == &uc->lookups[0] ? 1 : 0],
+	};
+	struct upstream_lookup *fresh[UPSTREAM_LOOKUPS];
+	size_t n_fresh = 0;
+	size_t left = uc->count - uc->started;
+	size_t total = left;
+	struct upstream_attempt **candidates;
 	int *families;
 	size_t *order;
-	size_t i = 0;
+	size_t i, k = 0;
 
-	for (ai = uc->addresses; ai != NULL; ai = ai->ai_next)
-		uc->count++;
-	if (uc->count == 0)
+	for (i = 0; i < UPSTREAM_LOOKUPS; i++) {
+		struct upstream_lookup *l = by_turn[i];
+		struct evutil_addrinfo *ai;
+		size_t n = 0;
+
+		if (!l->done || l->taken)
+			continue;
+		l->taken = true;
+		for (ai = l->addresses; ai != NULL; ai = ai->ai_next)
+			n++;
+		if (n == 0)
+			continue;
+		l->attempts = xcalloc(n, sizeof(*l->attempts));
+		for (ai = l->addresses, n = 0; ai != NULL; ai = ai->ai_next, n++) {
+			l->attempts[n].uc = uc;
+			l->attempts[n].address = ai;
+		}
+		fresh[n_fresh++] = l;
+		total += n;
+	}
+	if (total == left)
 		return;
-	resolved = xcalloc(uc->count, sizeof(*resolved));
-	families = xcalloc(uc->count, sizeof(*families));
-	order = xcalloc(uc->count, sizeof(*order));
-	for (ai = uc->addresses; ai != NULL; ai = ai->ai_next, i++) {
-		resolved[i] = ai;
-		families[i] = ai->ai_family;
+	candidates = xcalloc(total, sizeof(*candidates));
+	families = xcalloc(total, sizeof(*families));
+	order = xcalloc(total, sizeof(*order));
+	for (i = 0; i < n_fresh; i++) {
+		struct evutil_addrinfo *ai;
+		size_t n = 0;
+
+		for (ai = fresh[i]->addresses; ai != NULL; ai = ai->ai_next, n++)
+			candidates[k++] = &fresh[i]->attempts[n];
 	}
-	happy_eyeballs_order(families, uc->count, uc->address_shift, order);
-	uc->attempts = xcalloc(uc->count, sizeof(*uc->attempts));
-	for (i = 0; i < uc->count; i++) {
-		uc->attempts[i].uc = uc;
-		uc->attempts[i].address = resolved[order[i]];
-	}
+	for (i = uc->started; i < uc->count; i++)
+		candidates[k++] = uc->attempts[i];
+	for (i = 0; i < total; i++)
+		families[i] = candidates[i]->address->ai_family;
+	happy_eyeballs_order(families, total, uc->resolved ? 0 : uc->address_shift, order);
+	uc->attempts = xrealloc(uc->attempts, (uc->started + total) * sizeof(*uc->attempts));
+	for (i = 0; i < total; i++)
+		uc->attempts[uc->started + i] = candidates[order[i]];
+	uc->count = uc->started + total;
 	free(order);
 	free(families);
-	free(resolved);
+	free(candidates);
+}
+
+/* The failure to report when neither lookup gave an address: the IPv4
+ * one's, unless it only said the name has no such address. */
+static void upstream_dns_failed(struct upstream_connect *uc)
+{
+	const struct upstream_lookup *v4 = &uc->lookups[UPSTREAM_LOOKUP_V4];
+	const struct upstream_lookup *v6 = &uc->lookups[UPSTREAM_LOOKUP_V6];
+	int error = v4->error;
+	char reason[UPSTREAM_REASON_MAX];
+
+	if (error == 0 || error == EVUTIL_EAI_NODATA)
+		error = v6->error != 0 ? v6->error : error;
+	if (error == 0)
+		error = EVUTIL_EAI_NODATA;
+	snprintf(reason, sizeof(reason), "cannot resolve %s: %s", uc->host,
+		 evutil_gai_strerror(error));
+	upstream_connect_finish(uc, NULL, TRY_DNS, reason);
+}
+
+/* Before the first attempt: begin connecting once the answers allow it
+ * (RFC 8305 section 3): at once with IPv6 addresses, with IPv4 ones when
+ * the AAAA lookup has ended or the resolution delay has passed; report the
+ * DNS failure once both lookups ended with no address. */
+static void upstream_resolution_step(struct upstream_connect *uc)
+{
+	const struct upstream_lookup *v4 = &uc->lookups[UPSTREAM_LOOKUP_V4];
+	const struct upstream_lookup *v6 = &uc->lookups[UPSTREAM_LOOKUP_V6];
+	bool have_v4 = v4->done && v4->addresses != NULL;
+	bool have_v6 = v6->done && v6->addresses != NULL;
+
+	if (have_v6 || (have_v4 && (v6->done || uc->resolution_delay_over))) {
+		evtimer_del(uc->stagger);
+		upstream_take_answers(uc);
+		uc->resolved = true;
+		uc->last_failure = TRY_REFUSED;
+		upstream_start_next(uc);
+		return;
+	}
+	if (have_v4) {
+		struct timeval tv = timeval_from_ms(UPSTREAM_RESOLUTION_DELAY_MS);
+
+		if (!evtimer_pending(uc->stagger, NULL))
+			evtimer_add(uc->stagger, &tv);
+		return;
+	}
+	if (v4->done && v6->done)
+		upstream_dns_failed(uc);
 }
 
 static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 {
-	struct upstream_connect *uc = arg;
+	struct upstream_lookup *l = arg;
+	struct upstream_connect *uc;
 
-	/* evdns_getaddrinfo_cancel() calls back with this while uc is being freed */
+	/* what evdns_getaddrinfo_cancel() calls back with, from the loop once
+	 * uc is freed: l is not to be touched */
 	if (result == EVUTIL_EAI_CANCEL)
 		return;
-	uc->dns_request = NULL;
-	uc->resolved = true;
-	if (result != 0) {
-		uc->last_failure = TRY_DNS;
-		snprintf(uc->reason, sizeof(uc->reason), "cannot resolve %s: %s", uc->host,
-			 evutil_gai_strerror(result));
-	} else {
-		uc->addresses = res;
-		uc->last_failure = TRY_REFUSED;
-		snprintf(uc->reason, sizeof(uc->reason), "no address for %s", uc->host);
-		upstream_order_addresses(uc);
-	}
-	if (uc->resolving_inline)
+	uc = l->uc;
+	l->request = NULL;
+	l->done = true;
+	l->error = result;
+	if (result == 0)
+		l->addresses = res; /* NULL when the hosts file has the other family only */
+	if (uc->first_answer == NULL && l->addresses != NULL)
+		uc->first_answer = l;
+	if (uc->resolving_inline) {
 		event_active(uc->step, 0, 0);
-	else
-		upstream_start_next(uc);
+		return;
+	}
+	if (!uc->resolved) {
+		upstream_resolution_step(uc);
+		return;
+	}
+	/* a late answer: its addresses join those still to start, the next
+	 * of them after the delay the latest attempt has alone */
+	upstream_take_answers(uc);
+	if (uc->in_flight > 0 && uc->started < uc->count && !evtimer_pending(uc->stagger, NULL)) {
+		struct timeval tv = timeval_from_ms(uc->attempt_delay_ms);
+
+		evtimer_add(uc->stagger, &tv);
+	}
 }
 
 /* Continue from the loop after a synchronous result. */
 static void upstream_step_cb(evutil_socket_t fd, short what, void *arg)
 {
-	upstream_start_next(arg);
+	struct upstream_connect *uc = arg;
+
+	if (!uc->resolved)
+		upstream_resolution_step(uc);
+	else
+		upstream_start_next(uc);
 }
 
-/* The latest attempt had the delay to itself and is still going. */
+/* The latest attempt had the delay to itself and is still going; before
+ * the first attempt, the AAAA answer did not come within the resolution
+ * delay. */
 static void upstream_stagger_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct upstream_connect *uc = arg;
 	size_t i;
 
+	if (!uc->resolved) {
+		uc->resolution_delay_over = true;
+		upstream_resolution_step(uc);
+		return;
+	}
 	/* the delay is for an address that does not answer: one that made its
 	 * TCP connection and is in its TLS handshake did, and a slow handshake
 	 * gets no second one beside it (a failure still starts the next at
 	 * once, and connect_timeout bounds the wait) */
 	for (i = 0; i < uc->started; i++)
-		if (uc->attempts[i].conn != NULL && !conn_connect_pending(uc->attempts[i].conn))
+		if (uc->attempts[i]->conn != NULL && !conn_connect_pending(uc->attempts[i]->conn))
 			return;
 	upstream_start_next(uc);
 }
@@ -390,6 +526,19 @@ static void upstream_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	upstream_connect_finish(uc, NULL, TRY_CONNECT_TIMEOUT, reason);
 }
 
+/* The family of an address literal, AF_UNSPEC for a name: a literal is
+ * no question for DNS, and the other family's lookup would send it one. */
+static int upstream_literal_family(const char *host)
+{
+	unsigned char addr[sizeof(struct in6_addr)];
+
+	if (inet_pton(AF_INET, host, addr) == 1)
+		return AF_INET;
+	if (inet_pton(AF_INET6, host, addr) == 1)
+		return AF_INET6;
+	return AF_UNSPEC;
+}
+
 struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						const struct upstream_endpoint *endpoint,
 						const struct tls_policy *tls,
@@ -397,11 +546,13 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						unsigned address_shift, upstream_connect_cb cb,
 						void *arg)
 {
+	static const int families[UPSTREAM_LOOKUPS] = { AF_INET6, AF_INET };
 	struct upstream_connect *uc = xcalloc(1, sizeof(*uc));
+	struct evdns_base *dns = endpoint->absolute ? proxy->dns_absolute : proxy->dns;
 	struct evutil_addrinfo hints;
 	char port[8];
 	struct timeval tv = timeval_from_ms(timeout_ms);
-	struct evdns_getaddrinfo_request *req;
+	int literal;
 
 	uc->proxy = proxy;
 	uc->host = xstrdup(endpoint->host);
@@ -420,16 +571,27 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	evtimer_add(uc->timer, &tv);
 
 	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_protocol = IPPROTO_TCP;
 	snprintf(port, sizeof(port), "%u", endpoint->port);
-	uc->resolving_inline = true;
-	req = evdns_getaddrinfo(endpoint->absolute ? proxy->dns_absolute : proxy->dns, uc->host,
-				port, &hints, upstream_dns_cb, uc);
-	uc->resolving_inline = false;
-	if (!uc->resolved)
-		uc->dns_request = req;
+	literal = upstream_literal_family(uc->host);
+	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++) {
+		struct upstream_lookup *l = &uc->lookups[i];
+		struct evdns_getaddrinfo_request *req;
+
+		l->uc = uc;
+		if (literal != AF_UNSPEC && literal != families[i]) {
+			l->done = true;
+			l->error = EVUTIL_EAI_NODATA;
+			continue;
+		}
+		hints.ai_family = families[i];
+		uc->resolving_inline = true;
+		req = evdns_getaddrinfo(dns, uc->host, port, &hints, upstream_dns_cb, l);
+		uc->resolving_inline = false;
+		if (!l->done)
+			l->request = req;
+	}
 	return uc;
 }
 

@@ -3,7 +3,8 @@
 
 /*
  * A new connection to an upstream: resolve the name without blocking (evdns,
- * honouring the hosts file and resolv.conf), connect to its addresses with
+ * honouring the hosts file and resolv.conf; A and AAAA apart, connecting
+ * on the first answer as RFC 8305 section 3 says), connect to its addresses with
  * staggered attempts (happy_eyeballs.h: an address that neither connects nor
  * fails within a short delay gets the next started beside it, a failure
  * starts the next at once), and for https complete a verified TLS

@@ -39,6 +39,7 @@ RCODES = {"noerror": 0, "servfail": 2, "nxdomain": 3, "refused": 5}
 TYPE_A = 1
 TYPE_AAAA = 28
 TYPE_NAMES = {1: "A", 28: "AAAA", 5: "CNAME", 12: "PTR", 15: "MX", 16: "TXT", 33: "SRV", 255: "ANY"}
+TYPE_CODES = {"A": TYPE_A, "AAAA": TYPE_AAAA}
 
 
 class Query:
@@ -87,6 +88,7 @@ class DnsStub:
         self._answers = {}
         self._modes = {}
         self._delays = {}
+        self._muted = set()
         for name, addrs in (answers or {}).items():
             self.answer(name, addrs)
         for name, mode in (modes or {}).items():
@@ -109,10 +111,17 @@ class DnsStub:
             addrs = [addrs]
         self._answers[self._key(name)] = [ipaddress.ip_address(a) for a in addrs]
 
-    def delay(self, name, seconds):
-        """Answer name only after this many seconds (its queries are answered
-        from a timer, so other names are not held up)."""
-        self._delays[self._key(name)] = seconds
+    def delay(self, name, seconds, qtype=None):
+        """Answer name (only its queries of qtype, "A" or "AAAA", when given)
+        only after this many seconds (answered from a timer, so other names
+        are not held up)."""
+        self._delays[(self._key(name), TYPE_CODES.get(qtype))] = seconds
+
+    def mute(self, name, qtype):
+        """Never answer name's queries of qtype ("A" or "AAAA"), as a
+        resolver that drops AAAA queries does; its other queries are
+        answered as before."""
+        self._muted.add((self._key(name), TYPE_CODES[qtype]))
 
     def mode(self, name, mode):
         """nxdomain, servfail, refused or silent for name."""
@@ -189,7 +198,8 @@ class DnsStub:
             reply = self._handle(msg, peer)
             if reply is None:
                 continue
-            delay = self._delays.get(self._key(self._queries[-1].name)) if self._queries else None
+            last = self._queries[-1]
+            delay = self._delays.get((last.name, last.qtype), self._delays.get((last.name, None)))
             if delay:
                 threading.Timer(delay, self._send, (reply, peer)).start()
             else:
@@ -227,6 +237,8 @@ class DnsStub:
             records = [a for a in self._answers[key] if a.version == want]
         else:
             mode = self._modes.get(key, self.default_mode)
+        if (key, qtype) in self._muted:
+            mode = "silent"
         with self._lock:
             self._queries.append(Query(qid, key, qtype, peer, mode))
         if mode == "silent":

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -272,6 +273,26 @@ def port_accepts(port, host="127.0.0.1", timeout=0.5):
             return True
     except OSError:
         return False
+
+
+def blackhole(t, host, port):
+    """Listen on host:port with a full accept queue that is never taken
+    from: a connect there is neither accepted nor refused."""
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.bind((host, port))
+    lst.listen(0)
+    held = [lst]
+    t.defer(lambda: [s.close() for s in held])
+    for _ in range(64):
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.setblocking(False)
+        held.append(c)
+        c.connect_ex((host, port))
+        _, writable, _ = select.select([], [c], [], 0.3)
+        if not writable:
+            return
+    raise AssertionError("could not fill the accept queue of %s:%d" % (host, port))
 
 
 # -- certificates -------------------------------------------------------------

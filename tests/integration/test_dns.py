@@ -22,7 +22,12 @@ asked the stub again; SERVFAIL and a silent server give 502 naming the
 resolution failure once the resolver gives up (before connect_timeout 3s),
 and the resolver still answers normal names right after; with a resolver
 slower than connect_timeout (1s), the try ends at connect_timeout with a 502
-naming DNS, counted as kind="dns"; a name in
+naming DNS, counted as kind="dns"; behind a resolver that drops AAAA
+queries, a name's A answer is used after RFC 8305's resolution delay (a
+request gets 200 within connect_timeout 1s, where the resolver's own skew
+is 3 s), and an AAAA answer that comes 0.3 s after connecting began (to a
+blackholed IPv4 address) adds its address to the attempts: 200 from the
+IPv6 origin in one try; an address literal is never asked of DNS; a name in
 RETRYPROXY_HOSTS resolves with no DNS query; a name only /etc/hosts knows is
 looked up in DNS (the stub sees it), because RETRYPROXY_HOSTS replaces
 /etc/hosts; without RETRYPROXY_HOSTS, a name /etc/hosts gives 127.0.0.1
@@ -76,6 +81,20 @@ access:
 limits:
   drain_timeout: 2s
   connect_timeout: 3s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+# Names with one family's answer slow or dropped (RFC 8305's resolution
+# delay): a resolver that takes its time, and a connect_timeout long
+# enough for an attempt that hangs and the next address after it.
+CONFIG_LATE_FAMILY = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+limits:
+  drain_timeout: 2s
+  connect_timeout: 5s
 defaults:
   retry:
     max_attempts: 1
@@ -256,11 +275,13 @@ def scenario(t):
                  "RETRYPROXY_HOSTS=%s names another file (got %s %r)" % (name, hosts, r.status, r.body[:120]))
             h.check_error_response(r, 502, DNS_WORDS)
 
-    @t.check("the proxy still serves a plain request after all of that")
+    @t.check("the proxy still serves a plain request after all of that; an address literal is "
+             "never a DNS question, for either family")
     def _():
         r = h.curl(url("127.0.0.1", "/echo?t=final"), proxy=proxy.url)
         h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
         h.ok(proxy.alive(), "proxy exited")
+        h.eq(stub.queries_for("127.0.0.1"), [], "DNS queries for 127.0.0.1")
 
     slow = t.proxy(CONFIG_SHORT_CONNECT, env={"RETRYPROXY_RESOLV_CONF": resolv_slow,
                                               "RETRYPROXY_HOSTS": hosts})
@@ -277,6 +298,40 @@ def scenario(t):
              "retryproxy_upstream_errors_total{kind=\"dns\"} did not count it")
         h.eq(h.metric(metrics, "retryproxy_upstream_errors_total", '{kind="connect"}') or 0, 0,
              "retryproxy_upstream_errors_total{kind=\"connect\"}")
+
+    @t.check("a resolver that drops AAAA queries: the A answer is used after the resolution "
+             "delay, not after the resolver's skew (3 s): 200 in one try within connect_timeout 1s")
+    def _():
+        stub.answer("mute6.test", "127.0.0.1")
+        stub.mute("mute6.test", "AAAA")
+        r, took = timed_get("mute6.test", "mute6", slow)
+        h.eq((r.exit_code, r.status, r.header("Retry-Attempts")), (0, 200, "1"),
+             "curl exit, status and Retry-Attempts (%r, after %.1fs)" % (r, took))
+        h.ok([q for q in stub.queries_for("mute6.test") if q.type == "AAAA"],
+             "the stub saw no AAAA query for mute6.test: %r" % stub.queries_for("mute6.test"))
+
+    late = t.proxy(CONFIG_LATE_FAMILY, env={"RETRYPROXY_RESOLV_CONF": resolv_slow,
+                                            "RETRYPROXY_HOSTS": hosts})
+
+    @t.check("an AAAA answer that comes after connecting began: its address joins the attempts "
+             "(A: a blackholed 127.0.0.2, AAAA 0.3 s later: ::1, the origin): 200 in one try")
+    def _():
+        try:
+            origin6 = t.origin(host="::1", name="origin-v6")
+        except OSError as e:
+            t.skip("late AAAA answer", "::1 is not usable here: %s" % e)
+            return
+        h.blackhole(t, "127.0.0.2", origin6.port)
+        stub.answer("late6.test", ["127.0.0.2", "::1"])
+        stub.delay("late6.test", 0.3, "AAAA")
+        r = h.curl("http://late6.test:%d/echo?t=late6" % origin6.port, proxy=late.url)
+        h.eq((r.exit_code, r.status, r.header("Retry-Attempts")), (0, 200, "1"),
+             "curl exit, status and Retry-Attempts (%r)" % r)
+        h.eq(len([q for q in origin6.requests if q.query.get("t") == "late6"]), 1,
+             "requests at the IPv6 origin")
+        h.wait_until(lambda: late.access_for("t=late6"), 5 * h.SLOW, "the access line")
+        entry = h.access_fields(late.access_for("t=late6")[0])
+        h.eq(entry.get("tries"), "200", "access-log tries (%r)" % entry)
 
     cold = t.proxy(CONFIG_COLD, env=env)
 

@@ -57,7 +57,6 @@ Must hold:
 """
 
 import os
-import select
 import socket
 import threading
 import time
@@ -91,26 +90,6 @@ health:
   probe_interval: 1s
   hold: true
 """
-
-
-def blackhole(t, host, port):
-    """Listen on host:port with a full accept queue that is never taken
-    from: a connect there is neither accepted nor refused."""
-    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lst.bind((host, port))
-    lst.listen(0)
-    held = [lst]
-    t.defer(lambda: [s.close() for s in held])
-    for _ in range(64):
-        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        c.setblocking(False)
-        held.append(c)
-        c.connect_ex((host, port))
-        _, writable, _ = select.select([], [c], [], 0.3)
-        if not writable:
-            return
-    raise AssertionError("could not fill the accept queue of %s:%d" % (host, port))
 
 
 def slow_handshake_relay(t, host, port, target_port, delay):
@@ -231,9 +210,9 @@ def no_request(origin, since=0):
 def scenario(t):
     certs = t.certs()
     good = t.origin(host="127.0.0.1", name="good")
-    blackhole(t, "127.0.0.2", good.port)
+    h.blackhole(t, "127.0.0.2", good.port)
     secure = t.origin(host="127.0.0.1", tls=(certs.wrong, certs.wrong_key), name="tls")
-    blackhole(t, "127.0.0.2", secure.port)
+    h.blackhole(t, "127.0.0.2", secure.port)
     slow_port = h.free_port()
     slow_handshake_relay(t, "127.0.0.2", slow_port, secure.port, 0.6)
     raced = accept_counter(t, "127.0.0.1", slow_port)
