@@ -215,6 +215,15 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 
 static void upstream_start_next(struct upstream_connect *uc);
 
+/* Is a lookup of the name still out? */
+static bool upstream_lookup_pending(const struct upstream_connect *uc)
+{
+	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++)
+		if (!uc->lookups[i].done)
+			return true;
+	return false;
+}
+
 /* One attempt connected (for https: handshake done), or failed. */
 static void upstream_event_cb(struct conn *conn, short what, void *arg)
 {
@@ -268,7 +277,9 @@ static void upstream_start_next(struct upstream_connect *uc)
 	SSL *ssl = NULL;
 
 	if (uc->started == uc->count) {
-		if (uc->in_flight == 0)
+		/* every address failed; a lookup still out may bring others (the
+		 * AAAA answer came first and IPv6 is unreachable here) */
+		if (uc->in_flight == 0 && !upstream_lookup_pending(uc))
 			upstream_connect_finish(uc, NULL, uc->last_failure, uc->reason);
 		return;
 	}
@@ -459,9 +470,13 @@ static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 		return;
 	}
 	/* a late answer: its addresses join those still to start, the next
-	 * of them after the delay the latest attempt has alone */
+	 * of them after the delay the latest attempt has alone, or at once
+	 * when every attempt so far has failed (which also ends the connect
+	 * when this answer brought nothing) */
 	upstream_take_answers(uc);
-	if (uc->in_flight > 0 && uc->started < uc->count && !evtimer_pending(uc->stagger, NULL)) {
+	if (uc->in_flight == 0) {
+		upstream_start_next(uc);
+	} else if (uc->started < uc->count && !evtimer_pending(uc->stagger, NULL)) {
 		struct timeval tv = timeval_from_ms(uc->attempt_delay_ms);
 
 		evtimer_add(uc->stagger, &tv);
@@ -512,6 +527,11 @@ static void upstream_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		snprintf(reason, sizeof(reason),
 			 "no answer for %s from DNS within the connect timeout", uc->host);
 		upstream_connect_finish(uc, NULL, TRY_DNS, reason);
+		return;
+	}
+	if (uc->in_flight == 0 && uc->started == uc->count) {
+		/* every address failed; only a lookup was still awaited */
+		upstream_connect_finish(uc, NULL, uc->last_failure, uc->reason);
 		return;
 	}
 	if (uc->count > 1)

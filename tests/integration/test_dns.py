@@ -25,9 +25,12 @@ slower than connect_timeout (1s), the try ends at connect_timeout with a 502
 naming DNS, counted as kind="dns"; behind a resolver that drops AAAA
 queries, a name's A answer is used after RFC 8305's resolution delay (a
 request gets 200 within connect_timeout 1s, where the resolver's own skew
-is 3 s), and an AAAA answer that comes 0.3 s after connecting began (to a
+is 3 s; when that address refuses, the 502 at connect_timeout names the
+refusal), and an AAAA answer that comes 0.3 s after connecting began (to a
 blackholed IPv4 address) adds its address to the attempts: 200 from the
-IPv6 origin in one try; an address literal is never asked of DNS; a name in
+IPv6 origin in one try, and an A answer 0.3 s after an AAAA one whose
+address refuses is waited for: 200 from 127.0.0.1; an address literal is
+never asked of DNS; a name in
 RETRYPROXY_HOSTS resolves with no DNS query; a name only /etc/hosts knows is
 looked up in DNS (the stub sees it), because RETRYPROXY_HOSTS replaces
 /etc/hosts; without RETRYPROXY_HOSTS, a name /etc/hosts gives 127.0.0.1
@@ -310,6 +313,18 @@ def scenario(t):
         h.ok([q for q in stub.queries_for("mute6.test") if q.type == "AAAA"],
              "the stub saw no AAAA query for mute6.test: %r" % stub.queries_for("mute6.test"))
 
+    @t.check("a resolver that drops AAAA queries and an A address that refuses: at "
+             "connect_timeout (1s) the 502 names the refusal, not a timeout")
+    def _():
+        stub.answer("mute6-refused.test", "127.0.0.1")
+        stub.mute("mute6-refused.test", "AAAA")
+        closed = h.free_port()
+        r = h.curl("http://mute6-refused.test:%d/echo?t=mute6r" % closed, proxy=slow.url)
+        h.check_error_response(r, 502, ("refused",))
+        h.wait_until(lambda: slow.access_for("t=mute6r"), 5 * h.SLOW, "the access line")
+        entry = h.access_fields(slow.access_for("t=mute6r")[0])
+        h.eq(entry.get("tries"), "refused", "access-log tries (%r)" % entry)
+
     late = t.proxy(CONFIG_LATE_FAMILY, env={"RETRYPROXY_RESOLV_CONF": resolv_slow,
                                             "RETRYPROXY_HOSTS": hosts})
 
@@ -332,6 +347,17 @@ def scenario(t):
         h.wait_until(lambda: late.access_for("t=late6"), 5 * h.SLOW, "the access line")
         entry = h.access_fields(late.access_for("t=late6")[0])
         h.eq(entry.get("tries"), "200", "access-log tries (%r)" % entry)
+
+    @t.check("an AAAA answer first whose address refuses (no IPv6 listener), the A answer "
+             "0.3 s later: the connect waits for it and gets 200 from 127.0.0.1 in one try")
+    def _():
+        stub.answer("v6first.test", ["::1", "127.0.0.1"])
+        stub.delay("v6first.test", 0.3, "A")
+        r = h.curl(url("v6first.test", "/echo?t=v6first"), proxy=late.url)
+        h.eq((r.exit_code, r.status, r.header("Retry-Attempts")), (0, 200, "1"),
+             "curl exit, status and Retry-Attempts (%r)" % r)
+        h.eq(len([q for q in origin.requests if q.query.get("t") == "v6first"]), 1,
+             "requests at the origin")
 
     cold = t.proxy(CONFIG_COLD, env=env)
 
