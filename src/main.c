@@ -171,6 +171,12 @@ static int main_make_ca(const char *dir)
 	return MAIN_EXIT_OK;
 }
 
+/* Do a and b name the same config, NULL for the embedded one? */
+static bool main_same_path(const char *a, const char *b)
+{
+	return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
 static void main_on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct main_signals *s = arg;
@@ -192,7 +198,17 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
 				proxy_reload_refused(s->proxy, why);
 				return;
 			}
-			s->config_path = found;
+			if (!main_same_path(found, s->config_path)) {
+				/* another file than the one running: worth more than
+				 * an info line (a stray ./conf/ in the working directory) */
+				log_warn("SIGHUP: reloading %s in place of %s: the config search "
+					 "finds it first now",
+					 found != NULL ? found : "<embedded>",
+					 s->config_path != NULL ? s->config_path : "<embedded>");
+				s->config_path = found;
+				proxy_reload(s->proxy, s->config_path);
+				return;
+			}
 		}
 		log_info("SIGHUP: reloading %s",
 			 s->config_path != NULL ? s->config_path : "<embedded>");

@@ -17,7 +17,8 @@ and --make-ca given twice among them, naming the option); a port in use
 exits 2 naming the cause; without -c the proxy says on stderr which config it
 used (./conf/retryproxy.yaml first, else /etc/retryproxy/retryproxy.yaml,
 else the embedded default), whatever log.level the config sets, and a reload looks again (a ./conf/retryproxy.yaml
-written after a start on another config is loaded; one gone since is not
+written after a start on another config is loaded, with a warning naming
+both files; one gone since is not
 replaced by the embedded default: the running config stays); SIGINT and
 SIGTERM exit 0.
 """
@@ -277,6 +278,10 @@ def scenario(t):
             h.ok(h.listens_on(proc.pid, port), "not listening on %d: %r" % (port, read(err)))
             h.ok(re.search(r"reloading \S*conf/retryproxy\.yaml", read(err)),
                  "stderr should say 'reloading ...conf/retryproxy.yaml': %r" % read(err))
+            # another file than the running one: a warning, naming both
+            h.ok(re.search(r" warn .*SIGHUP: reloading \S*conf/retryproxy\.yaml in place of \S+",
+                           read(err)),
+                 "a warn line should say the reload reads another file: %r" % read(err))
             # the file gone at the next reload (a deploy renaming files into
             # place): the running config stays, not the embedded default
             os.rename(os.path.join(cwd, "conf", "retryproxy.yaml"),
