@@ -275,13 +275,15 @@ def port_accepts(port, host="127.0.0.1", timeout=0.5):
         return False
 
 
-def blackhole(t, host, port):
-    """Listen on host:port with a full accept queue that is never taken
-    from: a connect there is neither accepted nor refused."""
+def blackhole(t, host="127.0.0.1", port=0):
+    """Listen on host:port (a free port for 0) with a full accept queue that
+    is never taken from: a connect there is neither accepted nor refused, so
+    it runs into connect_timeout. Returns the port."""
     lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     lst.bind((host, port))
     lst.listen(0)
+    port = lst.getsockname()[1]
     held = [lst]
     t.defer(lambda: [s.close() for s in held])
     for _ in range(64):
@@ -291,7 +293,7 @@ def blackhole(t, host, port):
         c.connect_ex((host, port))
         _, writable, _ = select.select([], [c], [], 0.3)
         if not writable:
-            return
+            return port
     raise AssertionError("could not fill the accept queue of %s:%d" % (host, port))
 
 

@@ -33,8 +33,6 @@ connection.
 """
 
 import hashlib
-import select
-import socket
 import time
 
 import harness as h
@@ -72,26 +70,6 @@ routes:
 
 TRY_TIMEOUT = 1.0
 CONNECT_TIMEOUT = 0.6
-
-
-def blackhole_port(t):
-    """A port whose listen queue is full and never accepted from: a connect
-    there neither succeeds nor is refused, so it runs into connect_timeout."""
-    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lst.bind(("127.0.0.1", 0))
-    lst.listen(0)
-    port = lst.getsockname()[1]
-    held = [lst]
-    t.defer(lambda: [s.close() for s in held])
-    for _ in range(64):
-        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        c.setblocking(False)
-        held.append(c)
-        c.connect_ex(("127.0.0.1", port))
-        _, writable, _ = select.select([], [c], [], 0.3)
-        if not writable:
-            return port
-    raise AssertionError("could not fill the listen queue of port %d" % port)
 
 
 def scenario(t):
@@ -155,7 +133,7 @@ def scenario(t):
 
     @t.check("GET and POST to a port that never completes a connect: 3 connect timeouts each")
     def _():
-        port = blackhole_port(t)
+        port = h.blackhole(t)
         for method, tag in (("GET", "/f/ct-get"), ("POST", "/f/ct-post")):
             r = h.fetch(proxy.port(), method, "http://127.0.0.1:%d%s" % (port, tag),
                         "127.0.0.1:%d" % port, body=b"x=1" if method == "POST" else b"")

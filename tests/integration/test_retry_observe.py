@@ -43,8 +43,6 @@ Must hold:
 """
 
 import os
-import select
-import socket
 import threading
 import time
 
@@ -72,27 +70,6 @@ routes:
     match: { path_prefix: /enforce/ }
     retry: { mode: enforce }
 """
-
-
-def blackhole_port(t):
-    """A port whose listen queue is full and never accepted from: a connect
-    there neither succeeds nor is refused, so it runs into connect_timeout."""
-    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    lst.bind(("127.0.0.1", 0))
-    lst.listen(0)
-    port = lst.getsockname()[1]
-    held = [lst]
-    t.defer(lambda: [s.close() for s in held])
-    for _ in range(64):
-        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        c.setblocking(False)
-        held.append(c)
-        c.connect_ex(("127.0.0.1", port))
-        _, writable, _ = select.select([], [c], [], 0.3)
-        if not writable:
-            return port
-    raise AssertionError("could not fill the listen queue of port %d" % port)
-
 
 
 def scenario(t):
@@ -254,7 +231,7 @@ def scenario(t):
     @t.check("connects that hang: a second request is not held behind the first one's connect "
              "in doubt (502 after its own connect_timeout, not the 10s deadline)")
     def _():
-        port = blackhole_port(t)
+        port = h.blackhole(t)
         url = "http://127.0.0.1:%d/hang/" % port
         results = {}
 
