@@ -34,6 +34,25 @@ bool intercept_wanted(const struct config *config, const struct listener_config 
 	       route_host_intercepted(config, target->host, target->host_len);
 }
 
+/* The Host sent upstream, as a sidecar whose upstream is
+ * https://host:port sends it: no trailing dot, no port when it is 443.
+ * Clients that sign Host (AWS's SigV4) sign it so; "host:443" fails them. */
+static char *intercept_authority(const struct http1_target *target)
+{
+	size_t len = target->host_len;
+	bool v6 = memchr(target->host, ':', len) != NULL;
+	size_t size = len + sizeof("[]:65535");
+	char *authority = xmalloc(size);
+	int n;
+
+	if (!v6 && len > 1 && target->host[len - 1] == '.')
+		len--;
+	n = snprintf(authority, size, v6 ? "[%.*s]" : "%.*s", (int)len, target->host);
+	if (target->port != 443)
+		snprintf(authority + n, size - (size_t)n, ":%u", (unsigned)target->port);
+	return authority;
+}
+
 /* The tunnel's context: its host, the log prefix and its upstream. */
 static struct intercept *intercept_new(const struct http1_target *target)
 {
@@ -47,8 +66,7 @@ static struct intercept *intercept_new(const struct http1_target *target)
 	ic->upstream.tls = true;
 	ic->upstream.host = xstrdup(ic->host);
 	ic->upstream.port = target->port;
-	/* the Host sent upstream is the authority the client asked for */
-	ic->upstream.authority = xstrndup(target->authority, target->authority_len);
+	ic->upstream.authority = intercept_authority(target);
 	ic->upstream.text = xstrdup(ic->prefix);
 	return ic;
 }
