@@ -181,6 +181,18 @@ static void client_linger(struct client *client)
 	conn_set_deadline(client->conn, CLIENT_LINGER_MS);
 }
 
+/* Close between requests. In an intercepted tunnel nothing is cut then:
+ * our close_notify goes first (RFC 8446 section 6.1), so that a client sees
+ * a clean end, not a truncation, whoever ends it (the client, client_timeout,
+ * a drain). Under a request, none: a body cut by the close must not look
+ * whole. */
+static void client_close_between(struct client *client, const char *reason)
+{
+	if (client->intercept != NULL && client->state == CLIENT_READING_HEAD)
+		conn_shutdown_write(client->conn);
+	client_close(client, reason);
+}
+
 /* Stop reading and close once everything queued has been written. */
 static void client_close_after_flush(struct client *client)
 {
@@ -617,15 +629,11 @@ static void client_write_cb(struct conn *conn, void *arg)
 	}
 }
 
-/* The client closed its side. Between requests in an intercepted tunnel,
- * nothing is cut: its close_notify is answered with ours (RFC 8446 section
- * 6.1), so that a client waiting for it sees a clean end, not a truncation.
- * Under a request, none: a body cut by the close must not look whole. */
+/* The client closed its side. Its close_notify between requests in an
+ * intercepted tunnel is answered with ours (client_close_between). */
 static void client_closed(struct client *client)
 {
-	if (client->intercept != NULL && client->state == CLIENT_READING_HEAD)
-		conn_shutdown_write(client->conn);
-	client_close(client, "client closed the connection");
+	client_close_between(client, "client closed the connection");
 }
 
 /* Whether the input is nothing or only the empty lines a request line may
@@ -648,7 +656,7 @@ static bool client_input_is_empty_lines(struct client *client)
 static void client_head_timeout(struct client *client)
 {
 	if (client_input_is_empty_lines(client)) {
-		client_close(client, "client_timeout");
+		client_close_between(client, "client_timeout");
 		return;
 	}
 	log_info("client %s: request head not complete within client_timeout; answering 408",
@@ -796,7 +804,7 @@ static void client_close_idle(struct client *client, const char *why)
 	if (conn_output_length(client->conn) > 0)
 		client_close_after_flush(client);
 	else
-		client_close(client, why);
+		client_close_between(client, why);
 }
 
 /* A drain begins: an idle connection closes now; a request whose next try
