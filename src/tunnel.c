@@ -1,5 +1,6 @@
 #include "tunnel.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/time.h>
 
@@ -16,6 +17,10 @@
 /* Past this much unsent data toward one side, stop reading the other. */
 #define TUNNEL_HIGH (256 * 1024)
 #define TUNNEL_LOW (64 * 1024)
+/* How often a tunnel one side of which failed looks whether the other side
+ * has taken what it was owed: the kernel tells no event when its queue
+ * empties. */
+#define TUNNEL_ABORT_LOOK_MS 20
 
 /* One direction of the tunnel. */
 struct tunnel_side {
@@ -33,6 +38,11 @@ struct tunnel {
 	uint64_t idle_ms;
 	bool looked;   /* the idle timer looked at the peers since the last read or write */
 	int64_t taken; /* what the peers had acknowledged then (tunnel_taken) */
+	/* one side failed (a reset): the other is owed what it sent, then a
+	 * reset (tunnel_abort) */
+	struct tunnel_side *aborting;
+	size_t abort_unacked;	     /* the least of it seen unacknowledged */
+	uint64_t abort_still_ms;     /* how long the side took none of it */
 	struct registry_entry entry; /* in proxy->registry */
 };
 
@@ -61,6 +71,46 @@ void tunnel_close(struct tunnel *tunnel)
 	free(tunnel);
 }
 
+/* One look of an aborting tunnel: reset the side left once it has taken
+ * everything the failed side sent before its failure, or took none of it
+ * for tunnel_idle_timeout. */
+static void tunnel_abort_look(struct tunnel *tunnel)
+{
+	struct tunnel_side *side = tunnel->aborting;
+	size_t unacked = conn_output_unacked(side->conn);
+	struct timeval tv = timeval_from_ms(TUNNEL_ABORT_LOOK_MS);
+
+	if (unacked < tunnel->abort_unacked) {
+		tunnel->abort_unacked = unacked;
+		tunnel->abort_still_ms = 0;
+	} else {
+		tunnel->abort_still_ms += TUNNEL_ABORT_LOOK_MS;
+	}
+	if (unacked == 0 || tunnel->abort_still_ms >= tunnel->idle_ms) {
+		conn_free_reset(side->conn);
+		side->conn = NULL;
+		tunnel_close(tunnel);
+		return;
+	}
+	evtimer_add(tunnel->idle_timer, &tv);
+}
+
+/* A side failed (it reset the connection): the other side gets the bytes
+ * the failed one sent before, then a reset, not a FIN, so that a stream cut
+ * here (a close-delimited body) does not look whole to it. */
+static void tunnel_abort(struct tunnel *tunnel, struct tunnel_side *failed)
+{
+	struct tunnel_side *side = failed->peer;
+
+	conn_free(failed->conn);
+	failed->conn = NULL;
+	conn_read_enable(side->conn, false);
+	tunnel->aborting = side;
+	tunnel->abort_unacked = SIZE_MAX;
+	tunnel->abort_still_ms = 0;
+	tunnel_abort_look(tunnel);
+}
+
 /* Close when both directions are finished: each side has sent EOF and what
  * it sent has been written to its peer. */
 static void tunnel_maybe_close(struct tunnel *tunnel)
@@ -78,8 +128,11 @@ static void tunnel_maybe_close(struct tunnel *tunnel)
 static void tunnel_read_cb(struct conn *conn, void *arg)
 {
 	struct tunnel_side *side = arg;
-	struct evbuffer *out = conn_output(side->peer->conn);
+	struct evbuffer *out;
 
+	if (side->tunnel->aborting != NULL)
+		return; /* its peer is gone */
+	out = conn_output(side->peer->conn);
 	tunnel_touch(side->tunnel);
 	evbuffer_add_buffer(out, conn_input(conn));
 	if (evbuffer_get_length(out) >= TUNNEL_HIGH)
@@ -91,6 +144,8 @@ static void tunnel_write_cb(struct conn *conn, void *arg)
 {
 	struct tunnel_side *side = arg;
 
+	if (side->tunnel->aborting != NULL)
+		return; /* tunnel_abort_look() watches it */
 	tunnel_touch(side->tunnel);
 	if (side->eof && side->peer->eof) {
 		tunnel_maybe_close(side->tunnel);
@@ -106,7 +161,17 @@ static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 	struct tunnel_side *side = arg;
 	struct tunnel *tunnel = side->tunnel;
 
-	if (what & (CONN_ERROR | CONN_TIMEOUT)) {
+	if (tunnel->aborting != NULL) {
+		/* the side left: an EOF read before is of no use now */
+		if (what & (CONN_ERROR | CONN_TIMEOUT))
+			tunnel_close(tunnel);
+		return;
+	}
+	if (what & CONN_ERROR) {
+		tunnel_abort(tunnel, side);
+		return;
+	}
+	if (what & CONN_TIMEOUT) {
 		tunnel_close(tunnel);
 		return;
 	}
@@ -135,7 +200,13 @@ static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 static void tunnel_idle_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct tunnel *tunnel = arg;
-	int64_t taken = tunnel_taken(tunnel);
+	int64_t taken;
+
+	if (tunnel->aborting != NULL) {
+		tunnel_abort_look(tunnel);
+		return;
+	}
+	taken = tunnel_taken(tunnel);
 
 	if (!tunnel->looked || taken != tunnel->taken) {
 		struct timeval tv = timeval_from_ms(

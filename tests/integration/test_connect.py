@@ -10,7 +10,9 @@ fields; bytes pass unchanged both ways (sha256 of a download and of an
 upload; TLS end to end verifies with the test CA and SNI reaches the
 origin as the client sent it); the proxy does not touch tunnelled requests
 (no Via); the tunnel closes when the origin closes, when the client closes,
-and after tunnel_idle_timeout of silence; a half-close passes through (a
+and after tunnel_idle_timeout of silence; when the origin resets it, the
+client gets every byte sent before, then a reset (not a FIN, which would
+make a cut stream look whole); a half-close passes through (a
 client that sends, shuts its side and reads still gets the answer); CONNECT to a closed port gets a
 502 with a one-line body; a tunnel's access line has one try, 200; a
 CONNECT framed with content (Content-Length: 5, or chunked) is a 400 and
@@ -22,6 +24,7 @@ import hashlib
 import json
 import os
 import socket
+import struct
 import threading
 import time
 
@@ -161,6 +164,49 @@ def scenario(t):
         th.join(5)
         server.close()
         h.eq(got.get("request"), b"hello", "what the server read before its EOF")
+
+    @t.check("an origin that resets the tunnel: the client gets every byte sent before, then "
+             "a reset, not a clean end (a cut stream must not look whole)")
+    def _():
+        for pause, size in ((0.2, 1000), (0, 64 << 10)):
+            server = socket.socket()
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            server.settimeout(10)
+
+            def serve():
+                conn, _ = server.accept()
+                conn.recv(100)
+                conn.sendall(o.pattern_bytes(size))
+                time.sleep(pause)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+
+            th = threading.Thread(target=serve, daemon=True)
+            th.start()
+            c, _ = open_tunnel(proxy, server.getsockname()[1])
+            with c:
+                c.send(b"go")
+                # a client that reads late: what was sent waits for it
+                time.sleep(0.5)
+                c.sock.settimeout(10)
+                got = b""
+                try:
+                    while True:
+                        data = c.sock.recv(65536)
+                        if not data:
+                            ending = "a clean end (FIN)"
+                            break
+                        got += data
+                except ConnectionResetError:
+                    ending = "reset"
+                except socket.timeout:
+                    ending = "nothing for 10s"
+            th.join(5)
+            server.close()
+            h.eq((len(got), got == o.pattern_bytes(size)), (size, True),
+                 "bytes through the tunnel before the reset (pause %.1fs)" % pause)
+            h.eq(ending, "reset", "how the tunnel ended toward the client (pause %.1fs)" % pause)
 
     @t.check("an idle tunnel closes after tunnel_idle_timeout (2s), both sides")
     def _():
