@@ -59,8 +59,10 @@ struct upstreams {
 	TAILQ_HEAD(upstream_list, upstream) all;
 	unsigned count;
 	unsigned waiting;
-	unsigned slot_waiting;	  /* over all upstreams */
-	struct event *trim_event; /* trims from the loop; made on first use */
+	unsigned slot_waiting;	       /* over all upstreams */
+	struct event *trim_event;      /* trims from the loop; made on first use */
+	struct health_policy reloaded; /* the policy the last reload put in force */
+	bool was_reloaded;
 	struct upstream *buckets[UPSTREAMS_BUCKETS];
 };
 
@@ -440,9 +442,20 @@ static void upstream_apply(struct upstream *u, struct health_actions act)
 	}
 }
 
+/* The policy an upstream's health goes by: the one the last reload put in
+ * force, else the one requests bring (the same for every request until a
+ * reload). A request from before a reload brings the old one: its own hold
+ * or refusal goes by that, but taken as the upstream's it would put the old
+ * probe_interval back for every probe after the next. */
+static const struct health_policy *upstream_policy(const struct upstream *u,
+						   const struct health_policy *brought)
+{
+	return u->set->was_reloaded ? &u->set->reloaded : brought;
+}
+
 enum upstream_admit upstream_admit(struct upstream *u, const struct health_policy *policy)
 {
-	u->policy = *policy;
+	u->policy = *upstream_policy(u, policy);
 	if (policy->down_after > 0) {
 		if (u->health.state == HEALTH_DOWN)
 			return policy->hold ? UPSTREAM_WAIT : UPSTREAM_REFUSE;
@@ -601,6 +614,8 @@ void upstreams_health_policy(struct upstreams *set, const struct health_policy *
 	uint64_t now = retry_budget_now_ms();
 	struct upstream *u;
 
+	set->reloaded = *policy;
+	set->was_reloaded = true;
 	TAILQ_FOREACH(u, &set->all, link) {
 		u->policy = *policy;
 		upstream_apply(u, health_step(&u->health, policy, HEALTH_POLICY_CHANGED, now));
@@ -624,16 +639,16 @@ void upstream_connect_end(struct upstream *u, const struct health_policy *policy
 
 	if (u->connecting > 0)
 		u->connecting--;
-	u->policy = *policy;
+	u->policy = *upstream_policy(u, policy);
 	switch (result) {
 	case UPSTREAM_CONNECT_MADE:
 		u->proven = true;
-		upstream_apply(u, health_step(&u->health, policy, HEALTH_CONNECTED, now));
+		upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_CONNECTED, now));
 		upstream_release_all(u);
 		break;
 	case UPSTREAM_CONNECT_FAILED:
 		u->proven = false;
-		upstream_apply(u, health_step(&u->health, policy, HEALTH_CONNECT_FAILED, now));
+		upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_CONNECT_FAILED, now));
 		if (u->health.state == HEALTH_UP && u->connecting == 0)
 			upstream_release_one(u);
 		break;
@@ -650,8 +665,8 @@ void upstream_response_seen(struct upstream *u, const struct health_policy *poli
 	if (u->proven && u->health.state == HEALTH_UP && u->health.failures == 0 && u->waiting == 0)
 		return;
 	u->proven = true;
-	upstream_apply(
-		u, health_step(&u->health, policy, HEALTH_RESPONSE_HEAD, retry_budget_now_ms()));
+	upstream_apply(u, health_step(&u->health, upstream_policy(u, policy), HEALTH_RESPONSE_HEAD,
+				      retry_budget_now_ms()));
 	if (u->waiting > 0 && u->health.state == HEALTH_UP)
 		upstream_release_all(u);
 }

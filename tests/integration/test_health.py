@@ -40,7 +40,9 @@ Must hold:
   retryproxy_retries_total counts 3 (the try after the hold too);
 - any response head resets the failure count;
 - a reload that shortens probe_interval while an upstream is down has it
-  probed within the new interval, not after the old one (60 s).
+  probed within the new interval, not after the old one (60 s), and a
+  request from before the reload (a retry after its Retry-After, held
+  then) does not bring the old interval back for the probes after that.
 """
 
 import os
@@ -392,6 +394,54 @@ def scenario(t):
         p.wait_log(r"upstream http://127\.0\.0\.1:%d is up" % port, timeout=5 * h.SLOW)
         r = h.fetch(p.port(0), "GET", "/status/200", "api.example", timeout=10 * h.SLOW)
         h.eq(r.status, 200, "status once it is up")
+        t.stop_proxy(p)
+
+    @t.check("a request from before a reload does not bring the old probe_interval back")
+    def _():
+        # the upstream answers a 503 with Retry-After, then goes away; another
+        # request's refused connect marks it down; the reload shortens
+        # probe_interval from 60s; then the first request's retry (under the
+        # config it came with) is held: the probes go on every 300 ms
+        port = h.reserved_port()
+        conf = (CONFIG_PENDING.replace("max_pending_retries: 2", "max_pending_retries: 100")
+                .replace("deadline: 20s", "deadline: 12s")
+                + "health: { down_after: 1, probe_interval: 60s, hold: true }\n")
+        first = origin_mod.Origin(port=port, name="before-reload").start()
+        t.defer(first.stop)
+        first.script("/old/ra", ["/status/503?retry_after=%d" % (2 * h.SLOW), "/bytes/10"])
+        p = t.proxy(conf, GONE=port)
+        got = {}
+        th = threading.Thread(target=lambda: got.update(r=h.fetch(
+            p.port(0), "GET", "/old/ra", "api.example", timeout=30 * h.SLOW)), daemon=True)
+        th.start()
+        first.wait_for(lambda o: o.requests and o.requests[0].finished_at is not None,
+                       timeout=10 * h.SLOW, what="the 503 sent")
+        first.stop()
+        other = threading.Thread(target=lambda: h.fetch(
+            p.port(0), "GET", "/old/other", "api.example", timeout=30 * h.SLOW), daemon=True)
+        other.start()
+        p.wait_log(r"upstream http://127\.0\.0\.1:%d is down" % port, timeout=5 * h.SLOW)
+        with open(p.config_path) as f:
+            text = f.read()
+        with open(p.config_path, "w") as f:
+            f.write(text.replace("probe_interval: 60s", "probe_interval: 300ms"))
+        os.kill(p.pid, signal.SIGHUP)
+        p.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        h.ok(not got, "the first request still waits its Retry-After: %r" % got)
+        # the retry is held too, then a probe or two fail after it
+        h.wait_until(lambda: held(p, port) == 2, 10 * h.SLOW, "both requests held")
+        time.sleep(1.0)
+        back = origin_mod.Origin(port=port, name="after-reload")
+        back.script("/old/ra", ["/bytes/10"])
+        back.start()
+        t.defer(back.stop)
+        back_at = time.monotonic()
+        th.join(30 * h.SLOW)
+        h.eq((got["r"].status, len(got["r"].body)), (200, 10), "status and body length")
+        took = time.monotonic() - back_at
+        h.ok(took < 2.0 * h.SLOW, "answered %.2f s after the upstream came back; probes "
+             "every 300 ms" % took)
+        other.join(10 * h.SLOW)
         t.stop_proxy(p)
 
 
