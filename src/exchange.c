@@ -369,6 +369,14 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 		ex->winner = NULL;
 }
 
+void exchange_count_kept_hedge(struct exchange *ex, bool won)
+{
+	if (ex->kept_hedge) {
+		ex->kept_hedge = false;
+		metrics_hedge(ex->route->series, won);
+	}
+}
+
 void exchange_release_retry(struct exchange *ex)
 {
 	if (ex->retry_reserved) {
@@ -458,6 +466,8 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 			exchange_end_try(t, false);
 	}
 	exchange_release_retry(ex);
+	/* a hedge's response kept and never given to the client lost */
+	exchange_count_kept_hedge(ex, false);
 	if (ex->gauged_backoff || ex->gauged_held || ex->gauged_queued)
 		exchange_gauges_update(ex);
 	exchange_timer_stop(ex);

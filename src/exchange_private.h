@@ -289,6 +289,9 @@ struct exchange {
 	uint64_t kept_retry_after_until;
 	enum retry_should kept_should;
 	bool kept_unclean; /* the kept body may be cut: delivered, it is broken off */
+	/* it came from a hedge, not counted in retryproxy_hedges_total yet:
+	 * won if it is what the client gets in the end */
+	bool kept_hedge;
 
 	struct access_try *tries; /* one per try, for the log: tries_inline, or grown */
 	size_t try_count;
@@ -326,6 +329,8 @@ void exchange_enter(struct exchange *ex);
 void exchange_leave(struct exchange *ex);
 void exchange_record_try(struct exchange *ex, int status, const char *error, bool hedge);
 void exchange_end_try(struct exchange_try *t, bool reusable);
+/* Count the kept response's hedge, if it came from one, as won or lost. */
+void exchange_count_kept_hedge(struct exchange *ex, bool won);
 #define EXCHANGE_TRY_TIMEOUT_TEXT "no response head within try_timeout"
 /* The response head arrived or the try ended: its try_timeout is over. */
 void exchange_try_timeout_stop(struct exchange_try *t);

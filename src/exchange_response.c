@@ -189,6 +189,7 @@ void exchange_deliver_kept(struct exchange *ex)
 		exchange_respond_error(ex, 502, "502 kept upstream response could not be re-read");
 		return;
 	}
+	exchange_count_kept_hedge(ex, true);
 	/* an https upstream's close-delimited body that ended without its
 	 * close_notify may have been cut: never passed on as whole */
 	if (ex->kept_unclean) {
@@ -339,12 +340,17 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 
 	if (ex->kept != NULL)
 		evbuffer_free(ex->kept);
+	exchange_count_kept_hedge(ex, false);
 	exchange_compact_kept(t->keeping);
 	ex->kept = t->keeping;
 	ex->kept_head_len = t->keeping_head_len;
 	ex->kept_unclean = t->keeping_unclean;
 	ex->kept_number = t->number;
 	t->keeping = NULL;
+	/* a hedge's answer may yet be the client's (exchange_deliver_kept()):
+	 * counted won or lost then, not as its try ends */
+	ex->kept_hedge = t->hedge;
+	t->hedge = false;
 	exchange_end_try(t, reusable);
 	if (!verdict_pending) {
 		exchange_schedule_retry(ex);

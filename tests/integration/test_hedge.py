@@ -24,7 +24,9 @@ Must hold:
   never more than max_attempts;
 - POST, PUT with If-Match, and a GET with a body are never hedged;
 - a retryable answer (503) on the hedge waits for the first try, whose
-  200 the client gets, with no retry after the 503; so does one too large
+  200 the client gets, with no retry after the 503; when the first try is
+  reset instead and attempts are spent, the client gets the hedge's 503,
+  and retryproxy_hedges_total counts that hedge as won; so does one too large
   to keep (2 MiB, by Content-Length or chunked), unread; when the first
   try then fails, or answers a small 503, that large 503 goes to the
   client whole, with no third try; at a drain's answer time, a race that
@@ -243,6 +245,20 @@ def scenario(t):
         time.sleep(0.3 * h.SLOW)
         h.eq(len(origin.requests_for("/h/retryable")), 2, "origin requests (no retry after 503)")
         h.eq(tries_of(proxy, "/h/retryable"), "hedge:503 -> wait 0ms -> 200", "tries")
+
+    @t.check("a hedge's kept 503 that the client gets in the end counts as won")
+    def _():
+        def hedges(result):
+            return h.metric(admin_metrics(proxy), "retryproxy_hedges_total",
+                            '{route="capped",result="%s"}' % result)
+        won, lost = hedges("won"), hedges("lost")
+        # the hedge's 503 is kept while the first try runs; that one is
+        # reset, and with max_attempts 2 the 503 goes to the client
+        origin.script("/hc/kept-hedge", ["/reset/request?delay=1", "/status/503"])
+        r = h.fetch(port, "GET", "/hc/kept-hedge", "api.example")
+        h.eq((r.status, r.body, r.header("Retry-Attempts")), (503, b"status 503\n", "2"),
+             "status, body, Retry-Attempts")
+        h.eq((hedges("won") - won, hedges("lost") - lost), (1.0, 0.0), "hedges won and lost")
 
     @t.check("a 503 too large to keep on the hedge waits unread for the first try too")
     def _():
