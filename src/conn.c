@@ -1275,6 +1275,22 @@ size_t conn_output_unacked(const struct conn *c)
 	return conn_output_length(c) + (size_t)in_kernel;
 }
 
+bool conn_notice_hangup(struct conn *c)
+{
+	struct tcp_info info;
+	socklen_t len = sizeof(info);
+
+	if (c->fd < 0 || c->eof || c->pending_eof || c->failed || !conn_input_full(c))
+		return false;
+	/* CLOSE_WAIT: its FIN came; CLOSE: it reset the connection */
+	if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+	    (info.tcpi_state != TCP_CLOSE_WAIT && info.tcpi_state != TCP_CLOSE))
+		return false;
+	c->pending_eof = true;
+	conn_pass_add(c);
+	return true;
+}
+
 uint64_t conn_bytes_written(const struct conn *c)
 {
 	return c->written;

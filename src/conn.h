@@ -146,6 +146,12 @@ uint64_t conn_bytes_written(const struct conn *conn);
  * can take nothing more: a reset now loses nothing sent before. */
 size_t conn_output_unacked(const struct conn *conn);
 
+/* At its input limit a conn reads nothing, and sees no close behind the
+ * bytes it has not read. When the peer has closed (its FIN or reset is
+ * in: TCP_INFO says so), report CONN_EOF at the end of this pass, before
+ * those bytes, and return true. */
+bool conn_notice_hangup(struct conn *conn);
+
 /* Bytes the peer has acknowledged, over the connection's life: those handed
  * to the socket (for TLS, the records OpenSSL wrote) less those the kernel
  * still holds for it; -1 when the kernel cannot say. It grows while a peer

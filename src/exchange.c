@@ -1219,6 +1219,11 @@ bool exchange_start_try(struct exchange *ex)
 	 * connect in doubt ended, a place came free) is answered instead */
 	if (exchange_past_drain(ex, 0) && exchange_drain_answer(ex))
 		return false;
+	/* a client that left while its request waited, its body unread behind
+	 * the input limit: nothing more goes upstream (SPEC); its EOF, at the
+	 * end of this pass, drops the request */
+	if (!ex->request_body.done && ex->owner.conn != NULL && conn_notice_hangup(ex->owner.conn))
+		return false;
 	/* the deadline counts from the first try, or from when it was first held */
 	if (ex->first_try_ms == 0)
 		ex->first_try_ms = retry_budget_now_ms();

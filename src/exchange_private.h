@@ -342,7 +342,8 @@ void exchange_finish(struct exchange *ex);
 void exchange_respond_error(struct exchange *ex, int status, const char *text);
 void exchange_break_response(struct exchange *ex, const char *why);
 /* Start a try, or wait for a place or the upstream. False only when the
- * request was answered instead (a drain's answer time passed), before it
+ * request was answered instead (a drain's answer time passed), or its
+ * client is found gone (its EOF drops it at the end of the pass), before it
  * took a connection or a place. */
 bool exchange_start_try(struct exchange *ex);
 
