@@ -215,12 +215,16 @@ void exchange_enter(struct exchange *ex)
 
 /* A request body that stops arriving times out only while a try takes it
  * in (or the replay buffer does): held, in backoff, queued or connecting,
- * it waits in the client's input through no fault of the client's. */
+ * it waits in the client's input through no fault of the client's; so it
+ * does while a body sent once after its spool gave up waits behind the
+ * file's part, which the try is still sending. */
 static void exchange_watch_body(struct exchange *ex)
 {
 	bool want = !ex->request_body.done &&
-		    (ex->state == EXCHANGE_READING_BODY || ex->state == EXCHANGE_RELAYING ||
-		     (ex->current != NULL && ex->current->state == EXCHANGE_TRY_WAITING));
+		    (ex->state == EXCHANGE_READING_BODY ||
+		     ((ex->state == EXCHANGE_RELAYING ||
+		       (ex->current != NULL && ex->current->state == EXCHANGE_TRY_WAITING)) &&
+		      (ex->current == NULL || !exchange_spool_pending(ex->current))));
 
 	if (want != ex->body_watched) {
 		ex->body_watched = want;
