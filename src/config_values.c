@@ -634,3 +634,37 @@ void config_values_format_ms(uint64_t ms, char *buf, size_t size)
 	else
 		snprintf(buf, size, "%llums", (unsigned long long)ms);
 }
+
+/* The admin endpoint's check, kept here so that --explain makes it too. */
+bool config_values_connect_reaches(const struct sockaddr_storage *bound,
+				   const struct sockaddr *addr, socklen_t len)
+{
+	struct sockaddr_storage dest;
+
+	if (len > sizeof(dest))
+		return false;
+	memset(&dest, 0, sizeof(dest));
+	memcpy(&dest, addr, len);
+	if (dest.ss_family == AF_INET6 &&
+	    IN6_IS_ADDR_V4MAPPED(&((const struct sockaddr_in6 *)addr)->sin6_addr)) {
+		const struct sockaddr_in6 *six = (const struct sockaddr_in6 *)addr;
+		struct sockaddr_in *four = (struct sockaddr_in *)&dest;
+
+		memset(&dest, 0, sizeof(dest));
+		four->sin_family = AF_INET;
+		four->sin_port = six->sin6_port;
+		memcpy(&four->sin_addr, &six->sin6_addr.s6_addr[12], 4);
+	}
+	/* a connect to 0.0.0.0 or :: reaches this host's loopback */
+	if (config_values_is_wildcard(&dest)) {
+		if (dest.ss_family == AF_INET)
+			((struct sockaddr_in *)&dest)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		else
+			((struct sockaddr_in6 *)&dest)->sin6_addr = in6addr_loopback;
+	}
+	if (config_values_same_address(bound, &dest))
+		return true;
+	/* a socket on every address is on loopback too */
+	return config_values_addr_port(bound) == config_values_addr_port(&dest) &&
+	       config_values_is_wildcard(bound) && config_values_is_loopback(&dest);
+}

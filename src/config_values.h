@@ -68,6 +68,13 @@ uint16_t config_values_addr_port(const struct sockaddr_storage *addr);
 /* Whether two socket addresses name the same address and port. */
 bool config_values_same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 
+/* Whether a connect to addr (len bytes) reaches a socket bound to bound:
+ * the same address and port, an IPv4-mapped IPv6 address as its IPv4 one,
+ * 0.0.0.0 and :: as this host's loopback, and when bound is a wildcard
+ * every loopback address with its port. */
+bool config_values_connect_reaches(const struct sockaddr_storage *bound,
+				   const struct sockaddr *addr, socklen_t len);
+
 /* Whether two listening sockets could not both be bound: the same port and
  * the same address, or a wildcard of one covering the other (0.0.0.0 takes
  * every IPv4 address; [::] every IPv6 one and, dual-stack as the proxy

@@ -1,5 +1,6 @@
 #include "explain.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -506,6 +507,38 @@ static bool explain_body_refused(const struct config *config, const struct expla
 	return true;
 }
 
+/* Is the destination an address of the proxy's own admin endpoint, which it
+ * never connects to for a client (upstream.c: 403 after the one try)? Said
+ * on err. Only an address is known here: a name that resolves to it is found
+ * at run time. */
+static bool explain_admin_refused(const struct config *config, const struct route_destination *dest,
+				  FILE *err)
+{
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	const char *why;
+	char host[INET6_ADDRSTRLEN], text[INET6_ADDRSTRLEN + 16];
+	unsigned char buf[sizeof(struct in6_addr)];
+	bool v6 = memchr(dest->host, ':', dest->host_len) != NULL;
+
+	if (config->admin_address == NULL || dest->host_len >= sizeof(host))
+		return false;
+	snprintf(host, sizeof(host), "%.*s", (int)dest->host_len, dest->host);
+	if (inet_pton(v6 ? AF_INET6 : AF_INET, host, buf) != 1)
+		return false;
+	snprintf(text, sizeof(text), "%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "", dest->port);
+	if (config_values_address(text, &addr, &addr_len, &why) < 0 ||
+	    !config_values_connect_reaches(&config->admin_addr, (const struct sockaddr *)&addr,
+					   addr_len))
+		return false;
+	fprintf(err,
+		"retryproxy: --explain: the proxy would answer 403 after one try, never "
+		"retried: %s is its own admin endpoint (admin: %s), which it does not "
+		"connect to for a client\n",
+		text, config->admin_address);
+	return true;
+}
+
 /* Check the request description; on a bad one say why on err. */
 static int explain_check_request(const struct explain_request *request, FILE *err)
 {
@@ -605,6 +638,8 @@ int explain_run(const struct config *config, const struct explain_request *reque
 		goto done;
 	}
 	if (h->framing.body == HTTP1_BODY_CHUNKED && explain_body_refused(config, h, &body, err))
+		goto done;
+	if (explain_admin_refused(config, &dest, err))
 		goto done;
 	retry = &dest.route->retry;
 	decision = explain_decide(config, dest.route, h, &body, &why, err);

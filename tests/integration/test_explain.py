@@ -19,7 +19,9 @@ keeps the next try within the deadline; `waits: none` for a request that is
 not idempotent or whose body is over replay_buffer (with a note on stderr,
 as for an https:// URL a forward proxy client would tunnel); a bad method, URL, header line or body file, a config error
 and a request the proxy would refuse (allow_hosts: 403, a body over
-max_body_bytes: 413) exit 1 with a message and nothing on stdout; nothing is listened on or connected to (the
+max_body_bytes: 413, its own admin address as the destination, from a
+forward URL or a sidecar's upstream:, which the proxy answers 403 after one
+try) exit 1 with a message and nothing on stdout; nothing is listened on or connected to (the
 config's listener port is held by the test, and a URL pointing at a socket
 of the test gets no connection); the proxy run with the explained policy
 makes exactly the explained number of tries, each wait inside its range;
@@ -213,6 +215,19 @@ admin: 127.0.0.1:@PORT1@
 limits: { drain_timeout: 2s }
 defaults:
   retry: { max_attempts: 1 }
+"""
+
+
+# The proxy's own admin address as a destination: a forward proxy URL, and a
+# sidecar whose upstream: names it by the wildcard (a connect reaches it).
+ADMIN_SELF = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+  - address: 127.0.0.1:@PORT2@
+    upstream: http://0.0.0.0:@PORT1@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s }
 """
 
 
@@ -561,6 +576,24 @@ def scenario(t):
                      h.curl(admin + "/upstreams", check=True).body.decode().splitlines()]
             h.ok(got.get("upstream") in named, "%s: explained upstream %r is not one /upstreams "
                  "names: %r" % (url, got.get("upstream"), named))
+
+    @t.check("the proxy's own admin address: exit 1 naming the 403 the proxy answers after "
+             "one try, never retried, as a forward URL and as a sidecar's upstream:")
+    def _():
+        proxy = t.proxy(ADMIN_SELF)
+        admin = proxy.port(1)
+        for url, port, target in (
+                ("http://127.0.0.1:%d/metrics" % admin, proxy.port(0), None),
+                ("http://[::ffff:127.0.0.1]:%d/config" % admin, proxy.port(0), None),
+                ("http://127.0.0.1:%d/config" % proxy.port(2), proxy.port(2), "/config")):
+            p = explain(["-c", proxy.config_path, "GET", url])
+            expect_refused(p, ["403", "admin"], url)
+            r = h.fetch(port, "GET", target or url, url.split("/")[2])
+            h.eq((r.status, r.header("Retry-Attempts")), (403, "1"),
+                 "%s: the proxy's answer (status, Retry-Attempts)" % url)
+        # another port of the same host is an upstream like any other
+        p = explain(["-c", proxy.config_path, "GET", "http://127.0.0.1:%d/" % h.closed_port()])
+        h.eq(p.returncode, 0, "another port: exit code (stderr %r)" % p.stderr)
 
     @t.check("the proxy with the explained policy, requests with bodies: exactly the explained "
              "tries and idempotency (json_field only in a body within replay_buffer, never under "

@@ -1287,6 +1287,42 @@ static void test_parse_upstream_url(void **state)
 	}
 }
 
+/* A connect to the second address reaches a socket bound to the first: the
+ * admin endpoint's check, which --explain makes too. */
+static void test_connect_reaches(void **state)
+{
+	static const struct {
+		const char *bound, *to;
+		bool reaches;
+	} cases[] = {
+		{ "127.0.0.1:9901", "127.0.0.1:9901", true },
+		{ "127.0.0.1:9901", "0.0.0.0:9901", true },
+		{ "127.0.0.1:9901", "[::ffff:127.0.0.1]:9901", true },
+		{ "127.0.0.1:9901", "127.0.0.1:9902", false },
+		{ "127.0.0.1:9901", "127.0.0.2:9901", false },
+		{ "127.0.0.1:9901", "[::1]:9901", false },
+		{ "0.0.0.0:9901", "127.0.0.2:9901", true },
+		{ "0.0.0.0:9901", "192.0.2.1:9901", false },
+		{ "[::1]:9901", "[::]:9901", true },
+		{ "[::]:9901", "[::1]:9901", true },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct sockaddr_storage bound, to;
+		socklen_t bound_len, to_len;
+		const char *why;
+
+		assert_int_equal(config_values_address(cases[i].bound, &bound, &bound_len, &why),
+				 0);
+		assert_int_equal(config_values_address(cases[i].to, &to, &to_len, &why), 0);
+		if (config_values_connect_reaches(&bound, (const struct sockaddr *)&to, to_len) !=
+		    cases[i].reaches)
+			fail_msg("%s to %s: expected %s", cases[i].to, cases[i].bound,
+				 cases[i].reaches ? "reaches" : "does not reach");
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1322,6 +1358,7 @@ int main(void)
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_upstream_url),
+		cmocka_unit_test(test_connect_reaches),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
