@@ -11,6 +11,7 @@
 #include "config_values.h"
 #include "http1.h"
 #include "idempotency.h"
+#include "max_forwards.h"
 #include "retry.h"
 #include "route.h"
 #include "upstream.h"
@@ -623,6 +624,14 @@ int explain_run(const struct config *config, const struct explain_request *reque
 			goto done;
 	}
 	explain_note_view(config, &view, h, err);
+	if (max_forwards_of(&h->head, NULL) == 0) {
+		/* client.c answers it before routing: nothing goes upstream */
+		fprintf(err,
+			"retryproxy: --explain: the proxy would answer this %.*s itself (200, "
+			"Max-Forwards: 0 makes it the final recipient): nothing is sent upstream\n",
+			(int)h->head.method_len, h->head.method);
+		goto done;
+	}
 	/* a Content-Length over the limit is refused before routing, a chunked
 	 * body once that many bytes came */
 	if (h->framing.body == HTTP1_BODY_LENGTH && explain_body_refused(config, h, &body, err))

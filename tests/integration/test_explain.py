@@ -21,7 +21,7 @@ as for an https:// URL a forward proxy client would tunnel); a bad method, URL, 
 and a request the proxy would refuse (allow_hosts: 403, a body over
 max_body_bytes: 413, its own admin address as the destination, from a
 forward URL or a sidecar's upstream:, which the proxy answers 403 after one
-try) exit 1 with a message and nothing on stdout; nothing is listened on or connected to (the
+try) or answers itself (TRACE or OPTIONS with Max-Forwards: 0) exit 1 with a message and nothing on stdout; nothing is listened on or connected to (the
 config's listener port is held by the test, and a URL pointing at a socket
 of the test gets no connection); the proxy run with the explained policy
 makes exactly the explained number of tries, each wait inside its range;
@@ -594,6 +594,25 @@ def scenario(t):
         # another port of the same host is an upstream like any other
         p = explain(["-c", proxy.config_path, "GET", "http://127.0.0.1:%d/" % h.closed_port()])
         h.eq(p.returncode, 0, "another port: exit code (stderr %r)" % p.stderr)
+
+    @t.check("TRACE or OPTIONS with Max-Forwards: 0: exit 1, the proxy answers it itself "
+             "(200, nothing upstream); Max-Forwards: 1, or a GET, is explained")
+    def _():
+        origin = t.origin()
+        proxy = t.proxy(ADMIN_SELF)
+        for method in ("TRACE", "OPTIONS"):
+            url = origin.url("/mf0-%s" % method)
+            p = explain(["-c", proxy.config_path, "-H", "Max-Forwards: 0", method, url])
+            expect_refused(p, ["itself", "Max-Forwards"], method)
+            r = h.fetch(proxy.port(0), method, url, origin.authority,
+                        headers=[("Max-Forwards", "0")])
+            h.eq(r.status, 200, "%s: the proxy's answer" % method)
+            h.eq(origin.requests_for("/mf0-%s" % method), [], "%s: requests upstream" % method)
+        for method, value in (("TRACE", "1"), ("GET", "0")):
+            p = explain(["-c", proxy.config_path, "-H", "Max-Forwards: " + value, method,
+                         origin.url("/mf")])
+            h.eq(p.returncode, 0, "%s, Max-Forwards %s: exit code (stderr %r)"
+                 % (method, value, p.stderr))
 
     @t.check("the proxy with the explained policy, requests with bodies: exactly the explained "
              "tries and idempotency (json_field only in a body within replay_buffer, never under "
