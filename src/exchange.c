@@ -609,7 +609,10 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		break;
 	case RETRY_VERDICT_GIVE_UP:
 		ex->gave_up = verdict.reason;
-		if (verdict.reason == RETRY_GIVE_UP_BUDGET && ex->budget != NULL)
+		/* max_pending_retries gives the same reason; a retry it refused
+		 * while the budget allowed one is no demand for the fleet's */
+		if (verdict.reason == RETRY_GIVE_UP_BUDGET && ex->budget != NULL &&
+		    !facts.budget_allows)
 			retry_budget_note_refused(ex->budget);
 		break;
 	case RETRY_VERDICT_FINAL:
