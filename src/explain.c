@@ -195,11 +195,13 @@ static char *explain_head_text(const struct explain_request *request, const char
 }
 
 /* Parse the head text with the proxy's own parser and framing check, under
- * the config's limits. */
-static int explain_parse(const struct config *config, struct explain_head *h, size_t len, FILE *err)
+ * the config's limits; sized, or not when the text is only read for its URL
+ * (the proxy's limits hold for the form it receives, parsed after). */
+static int explain_parse(const struct config *config, struct explain_head *h, size_t len,
+			 bool sized, FILE *err)
 {
-	struct http1_limits limits = { config->limits.max_header_bytes,
-				       config->limits.max_uri_bytes };
+	struct http1_limits limits = { sized ? config->limits.max_header_bytes : len,
+				       sized ? config->limits.max_uri_bytes : len };
 	enum http1_error error = HTTP1_ERR_NONE;
 	enum http1_parse parsed = http1_parse_request_head(h->text, len, &limits, &h->head, &error);
 
@@ -570,10 +572,11 @@ static int explain_check_request(const struct explain_request *request, FILE *er
 	return 0;
 }
 
-/* Build and parse the head for target; 0 or -1 (said on err). */
+/* Build and parse the head for target, sized or not (explain_parse()); 0 or
+ * -1 (said on err). */
 static int explain_head(const struct config *config, const struct explain_request *request,
 			const char *target, size_t target_len, const struct explain_body *body,
-			struct explain_head *h, FILE *err)
+			bool sized, struct explain_head *h, FILE *err)
 {
 	const char *authority;
 	size_t authority_len;
@@ -583,7 +586,7 @@ static int explain_head(const struct config *config, const struct explain_reques
 	free(h->text);
 	h->text = explain_head_text(request, target, target_len, authority, authority_len, body,
 				    &len);
-	return explain_parse(config, h, len, err);
+	return explain_parse(config, h, len, sized, err);
 }
 
 int explain_run(const struct config *config, const struct explain_request *request, FILE *out,
@@ -604,11 +607,18 @@ int explain_run(const struct config *config, const struct explain_request *reque
 		goto done;
 	if (request->body_path != NULL && explain_read_body(request->body_path, &body, err) < 0)
 		goto done;
-	/* absolute form first: the proxy's parser checks the URL */
-	if (explain_head(config, request, request->url, strlen(request->url), &body, h, err) < 0)
+	/* absolute form first: the proxy's parser checks the URL; its size
+	 * limits hold for what a listener receives, which a sidecar's app
+	 * sends in origin-form, shorter */
+	if (explain_head(config, request, request->url, strlen(request->url), &body, false, h,
+			 err) < 0)
 		goto done;
 	view = explain_choose_view(config, &h->head.parsed_target);
-	if (view.sidecar) {
+	if (!view.sidecar) {
+		if (explain_head(config, request, request->url, strlen(request->url), &body, true,
+				 h, err) < 0)
+			goto done;
+	} else {
 		const struct http1_target *t = &h->head.parsed_target;
 		char *path = xmalloc(t->path_len + 2);
 		size_t path_len = 0;
@@ -618,7 +628,7 @@ int explain_run(const struct config *config, const struct explain_request *reque
 			path[path_len++] = '/';
 		memcpy(path + path_len, t->path, t->path_len);
 		path_len += t->path_len;
-		status = explain_head(config, request, path, path_len, &body, h, err);
+		status = explain_head(config, request, path, path_len, &body, true, h, err);
 		free(path);
 		if (status < 0)
 			goto done;

@@ -21,7 +21,10 @@ as for an https:// URL a forward proxy client would tunnel); a bad method, URL, 
 and a request the proxy would refuse (allow_hosts: 403, a body over
 max_body_bytes: 413, its own admin address as the destination, from a
 forward URL or a sidecar's upstream:, which the proxy answers 403 after one
-try) or answers itself (TRACE or OPTIONS with Max-Forwards: 0) exit 1 with a message and nothing on stdout; nothing is listened on or connected to (the
+try) or answers itself (TRACE or OPTIONS with Max-Forwards: 0) exit 1; a
+target within limits.max_uri_bytes in the origin-form a sidecar receives is
+explained though the URL's absolute form is over it (the proxy serves it),
+and the same length in absolute form to the forward listener is 414 in both with a message and nothing on stdout; nothing is listened on or connected to (the
 config's listener port is held by the test, and a URL pointing at a socket
 of the test gets no connection); the proxy run with the explained policy
 makes exactly the explained number of tries, each wait inside its range;
@@ -228,6 +231,18 @@ listen:
 admin: 127.0.0.1:@PORT1@
 log: { level: info, format: text }
 limits: { drain_timeout: 2s }
+"""
+
+
+# A request-target limit that a sidecar's origin-form request fits and the
+# absolute form of the same URL does not.
+URI_LIMIT = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+  - address: 127.0.0.1:@PORT2@
+    upstream: http://127.0.0.1:@ORIGIN@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s, max_uri_bytes: 100 }
 """
 
 
@@ -613,6 +628,27 @@ def scenario(t):
                          origin.url("/mf")])
             h.eq(p.returncode, 0, "%s, Max-Forwards %s: exit code (stderr %r)"
                  % (method, value, p.stderr))
+
+    @t.check("limits.max_uri_bytes holds for the form the listener receives: a sidecar's "
+             "origin-form request within it is explained, the same URL sent in absolute "
+             "form to the forward listener is refused 414, as the proxy does")
+    def _():
+        origin = t.origin()
+        proxy = t.proxy(URI_LIMIT, ORIGIN=origin.port)
+        path = "/" + "u" * 90
+        origin.script(path, [200])
+        # the sidecar's upstream: origin-form, 91 bytes of target
+        p = explain(["-c", proxy.config_path, "GET", origin.url(path)])
+        h.eq(p.returncode, 0, "sidecar: exit code (stderr %r)" % p.stderr)
+        h.ok("sidecar listener" in p.stderr, "sidecar: stderr %r" % p.stderr)
+        r = h.fetch(proxy.port(2), "GET", path, origin.authority)
+        h.eq(r.status, 200, "sidecar: the proxy's answer")
+        # another host: absolute form to the forward listener, over 100 bytes
+        url = "http://localhost:%d%s" % (origin.port, path)
+        p = explain(["-c", proxy.config_path, "GET", url])
+        expect_refused(p, ["414"], "forward")
+        r = h.fetch(proxy.port(0), "GET", url, "localhost:%d" % origin.port)
+        h.eq(r.status, 414, "forward: the proxy's answer")
 
     @t.check("the proxy with the explained policy, requests with bodies: exactly the explained "
              "tries and idempotency (json_field only in a body within replay_buffer, never under "
