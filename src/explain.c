@@ -589,6 +589,32 @@ static int explain_head(const struct config *config, const struct explain_reques
 	return explain_parse(config, h, len, sized, err);
 }
 
+/* Build and parse, under the config's limits, the origin-form head of the
+ * URL h holds parsed: the URL's path and query, Host its authority. */
+static int explain_origin_form(const struct config *config, const struct explain_request *request,
+			       const struct explain_body *body, struct explain_head *h, FILE *err)
+{
+	const struct http1_target *t = &h->head.parsed_target;
+	char *path = xmalloc(t->path_len + 2);
+	size_t path_len = 0;
+	int status;
+
+	if (t->path_len == 0 || t->path[0] != '/')
+		path[path_len++] = '/';
+	memcpy(path + path_len, t->path, t->path_len);
+	path_len += t->path_len;
+	status = explain_head(config, request, path, path_len, body, true, h, err);
+	free(path);
+	return status;
+}
+
+/* Does a forward proxy client reach this URL through an intercepted
+ * CONNECT tunnel? */
+static bool explain_tunnelled(const struct config *config, const struct http1_target *t)
+{
+	return t->tls && route_host_intercepted(config, t->host, t->host_len);
+}
+
 int explain_run(const struct config *config, const struct explain_request *request, FILE *out,
 		FILE *err)
 {
@@ -614,24 +640,20 @@ int explain_run(const struct config *config, const struct explain_request *reque
 			 err) < 0)
 		goto done;
 	view = explain_choose_view(config, &h->head.parsed_target);
-	if (!view.sidecar) {
-		if (explain_head(config, request, request->url, strlen(request->url), &body, true,
+	if (view.sidecar) {
+		/* the app's request to the sidecar */
+		if (explain_origin_form(config, request, &body, h, err) < 0)
+			goto done;
+	} else if (explain_tunnelled(config, &h->head.parsed_target)) {
+		/* in an intercepted tunnel the request arrives in origin-form,
+		 * and is routed as the URL says */
+		if (explain_origin_form(config, request, &body, h, err) < 0 ||
+		    explain_head(config, request, request->url, strlen(request->url), &body, false,
 				 h, err) < 0)
 			goto done;
-	} else {
-		const struct http1_target *t = &h->head.parsed_target;
-		char *path = xmalloc(t->path_len + 2);
-		size_t path_len = 0;
-
-		/* the app's request to the sidecar: origin-form, the URL's path */
-		if (t->path_len == 0 || t->path[0] != '/')
-			path[path_len++] = '/';
-		memcpy(path + path_len, t->path, t->path_len);
-		path_len += t->path_len;
-		status = explain_head(config, request, path, path_len, &body, true, h, err);
-		free(path);
-		if (status < 0)
-			goto done;
+	} else if (explain_head(config, request, request->url, strlen(request->url), &body, true, h,
+				err) < 0) {
+		goto done;
 	}
 	explain_note_view(config, &view, h, err);
 	if (max_forwards_of(&h->head, NULL) == 0) {

@@ -24,7 +24,8 @@ forward URL or a sidecar's upstream:, which the proxy answers 403 after one
 try) or answers itself (TRACE or OPTIONS with Max-Forwards: 0) exit 1; a
 target within limits.max_uri_bytes in the origin-form a sidecar receives is
 explained though the URL's absolute form is over it (the proxy serves it),
-and the same length in absolute form to the forward listener is 414 in both with a message and nothing on stdout; nothing is listened on or connected to (the
+and the same length in absolute form to the forward listener is 414 in both;
+so is a request inside an intercepted tunnel, which arrives in origin-form with a message and nothing on stdout; nothing is listened on or connected to (the
 config's listener port is held by the test, and a URL pointing at a socket
 of the test gets no connection); the proxy run with the explained policy
 makes exactly the explained number of tries, each wait inside its range;
@@ -408,6 +409,18 @@ def scenario(t):
         h.ok("tunnelled blind" in p.stderr, "stderr should warn of the blind tunnel: %r" % p.stderr)
         p = explain(["-c", conf, "GET", "http://other.example.com/a"])
         h.ok("CONNECT" not in p.stderr, "no CONNECT note for http://: %r" % p.stderr)
+        # inside the tunnel the request comes in origin-form: max_uri_bytes
+        # holds for that, not for the URL's absolute form
+        with open(conf, "a") as f:
+            f.write("limits: { max_uri_bytes: 100 }\n")
+        path = "/" + "u" * 90
+        p = explain(["-c", conf, "GET", "https://api.example.com" + path])
+        expect(p, lines("default", "https://api.example.com:443", "yes (method)", DEFAULT_ON, 5,
+                        120000, waits), "intercepted host, a 91-byte path")
+        p = explain(["-c", conf, "GET", "https://api.example.com/" + "u" * 100])
+        expect_refused(p, ["414"], "intercepted host, a 101-byte path")
+        p = explain(["-c", conf, "GET", "https://other.example.com" + path])
+        expect_refused(p, ["414"], "host not intercepted, absolute form over 100 bytes")
 
     @t.check("a body over limits.replay_buffer is sent once: waits none, with a note; one over "
              "max_body_bytes is refused with 413, exit 1")
