@@ -366,6 +366,12 @@ int main(int argc, char **argv)
 		}
 		return main_make_ca(make_ca_dir);
 	}
+	/* a reload asked for while the proxy starts (a service manager's, a
+	 * test's) must not kill it by the default action before its handler is
+	 * in place: it is ignored until then, the config's loading included,
+	 * which can take a while (a trust store, a spool_dir on a slow disk) */
+	if (!check)
+		signal(SIGHUP, SIG_IGN);
 	signals.named = config_path != NULL;
 	if (config_path == NULL) {
 		config_path = config_default_path();
@@ -389,10 +395,6 @@ int main(int argc, char **argv)
 		 config_path != NULL ? config_path : "<embedded>");
 	log_configure(config->log_level, config->log_format);
 	signal(SIGPIPE, SIG_IGN);
-	/* a reload asked for while the proxy starts (a service manager's, a
-	 * test's) must not kill it by the default action before the handler
-	 * below is in place: it is ignored until then */
-	signal(SIGHUP, SIG_IGN);
 	/* Buffer blocks of up to 256 KiB (reads of up to 32 KiB, and what
 	 * collects in an output) come and go with every response: keep them
 	 * on the heap instead of mapping each one, and keep freed memory

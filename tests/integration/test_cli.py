@@ -20,7 +20,9 @@ else the embedded default), whatever log.level the config sets, and a reload loo
 written after a start on another config is loaded, with a warning naming
 both files; one gone since is not
 replaced by the embedded default: the running config stays); SIGINT and
-SIGTERM exit 0.
+SIGTERM exit 0; a SIGHUP that comes while the config is still being read
+(a FIFO the test writes it to only after the signal) does not kill the
+proxy, which then starts and serves.
 """
 
 import json
@@ -308,6 +310,43 @@ def scenario(t):
         h.eq(code, 0, "exit code after SIGINT (stderr %r)" % read(err)[-2000:])
         h.ok(not any(m in read(err) for m in h._SANITIZER_MARKERS), "sanitizer report: %r" % read(err))
 
+
+    @t.check("a SIGHUP while the config is still being read does not kill the proxy")
+    def _():
+        # The config is a FIFO: the proxy waits in its read until the test
+        # writes, so the signal lands while the config loads, deterministically.
+        port = h.free_port()
+        fifo = os.path.join(tmp, "slow-config.yaml")
+        os.mkfifo(fifo)
+        proc, err = start(["-c", fifo], tmp)
+        try:
+            fd = None
+
+            def reader_open():
+                nonlocal fd
+                try:
+                    # ENXIO until the proxy has the FIFO open for reading
+                    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:
+                    return proc.poll() is not None
+                return True
+
+            h.wait_until(reader_open, 15 * h.SLOW, "the proxy to open its config")
+            h.ok(fd is not None, "the proxy exited before reading its config: %r" % read(err))
+            proc.send_signal(signal.SIGHUP)
+            time.sleep(0.2)
+            try:
+                os.write(fd, GOOD.replace("@PORT@", str(port)).encode())
+            except BrokenPipeError:
+                pass  # the reader is gone: said below
+            os.close(fd)
+            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None,
+                         15 * h.SLOW, "the proxy to listen on %d" % port)
+            h.ok(proc.poll() is None, "the proxy died of the SIGHUP (exit %r, stderr %r)"
+                 % (proc.returncode, read(err)[-2000:]))
+        finally:
+            code = finish(proc)
+        h.eq(code, 0, "exit code after SIGTERM (stderr %r)" % read(err)[-2000:])
 
     @t.check("a log message carrying a newline and a byte that is not UTF-8 stays one line, "
              "and one JSON object in format json")
