@@ -205,8 +205,9 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
 					 "finds it first now",
 					 found != NULL ? found : "<embedded>",
 					 s->config_path != NULL ? s->config_path : "<embedded>");
-				s->config_path = found;
-				proxy_reload(s->proxy, s->config_path);
+				/* the running file's name stays until another runs */
+				if (proxy_reload(s->proxy, found) == 0)
+					s->config_path = found;
 				return;
 			}
 		}

@@ -296,6 +296,33 @@ def scenario(t):
             code = finish(proc)
         h.eq(code, 0, "exit code after SIGTERM")
 
+    @t.check("no -c: a ./conf/retryproxy.yaml that fails to load is not taken for the running "
+             "config: once it is gone, the next reload names the config that runs")
+    def _():
+        cwd = os.path.join(tmp, "failed-conf")
+        os.makedirs(cwd)
+        proc, err = start([], cwd)
+        try:
+            h.wait_until(lambda: "listening on" in read(err) or proc.poll() is not None,
+                         10 * h.SLOW, "a 'listening on' line on stderr")
+            bad = write(os.path.join(cwd, "conf", "retryproxy.yaml"), BAD)
+            proc.send_signal(signal.SIGHUP)
+            h.wait_until(lambda: "keeping the running config" in read(err) or
+                         proc.poll() is not None, 10 * h.SLOW, "the bad config to be refused")
+            os.remove(bad)
+            before = len(read(err))
+            proc.send_signal(signal.SIGHUP)
+            h.wait_until(lambda: "reload" in read(err)[before:] or proc.poll() is not None,
+                         10 * h.SLOW, "the second reload on stderr")
+            time.sleep(0.2)
+            after = read(err)[before:]
+            h.ok("conf/retryproxy.yaml" not in after,
+                 "the reload after the bad file went names it: %r" % after)
+            h.ok(proc.poll() is None, "proxy exited: %r" % read(err))
+        finally:
+            code = finish(proc)
+        h.eq(code, 0, "exit code after SIGTERM")
+
     @t.check("SIGINT stops a running proxy with exit 0")
     def _():
         port = h.free_port()
