@@ -66,6 +66,12 @@ int config_values_duration(const char *text, uint64_t *ms)
 			return -1;
 		for (size_t i = 0; i < f; i++)
 			scale *= 10;
+		/* trailing zeros say nothing: 1.7500000000000h is 1.75h, and
+		 * kept they would overflow frac * an hour's milliseconds */
+		while (scale > 1 && frac % 10 == 0) {
+			frac /= 10;
+			scale /= 10;
+		}
 		p += 1 + f;
 	}
 	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
@@ -73,7 +79,7 @@ int config_values_duration(const char *text, uint64_t *ms)
 			continue;
 		/* Fractions are fine as long as they land on a whole millisecond:
 		 * 1.5s is 1500ms, 1.5ms is not a duration a timer can keep. */
-		if ((frac * units[i].ms) % scale != 0)
+		if (frac > UINT64_MAX / units[i].ms || (frac * units[i].ms) % scale != 0)
 			return -1;
 		if (whole > UINT64_MAX / units[i].ms / 2)
 			return -1;

@@ -1161,6 +1161,11 @@ static void test_parse_duration(void **state)
 		{ "1e3ms", -1, 0 },
 		{ "1sec", -1, 0 },
 		{ "999999999999999999h", -1, 0 },
+		/* trailing zeros of a fraction change nothing */
+		{ "1.7500000000000h", 0, 6300000 },
+		{ "0.500000000000000m", 0, 30000 },
+		{ "2.000000000000000s", 0, 2000 },
+		{ "0.123456789012345h", -1, 0 }, /* no whole millisecond, and over 64 bits */
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
