@@ -438,9 +438,12 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 
 		for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
 			keeping = keeping || ex->slots[i].state == EXCHANGE_TRY_KEEPING;
-		/* a retry was underway: the client left before it could finish */
+		/* a retry was underway: the client left before it could finish
+		 * (a retry's try in flight too, whether or not a response was
+		 * kept before it) */
 		if (ex->state == EXCHANGE_BACKOFF || ex->state == EXCHANGE_HELD || keeping ||
-		    ex->kept != NULL || (ex->state == EXCHANGE_QUEUED && ex->attempts > 0))
+		    ex->kept != NULL || ex->retried ||
+		    (ex->state == EXCHANGE_QUEUED && ex->attempts > 0))
 			ex->gave_up = RETRY_GIVE_UP_CLIENT_GONE;
 	}
 	/* a resume begun (in its backoff, held, or asked for) that the client
@@ -729,6 +732,7 @@ void exchange_schedule_retry(struct exchange *ex)
 		  (unsigned long long)ex->next_wait_ms);
 	exchange_set_state(ex, EXCHANGE_BACKOFF);
 	metrics_retry(ex->route->series, ex->retry_cause);
+	ex->retried = true;
 	/* the wait counts from now, not from when this loop pass began */
 	event_base_update_cache_time(ex->proxy->base);
 	ex->backoff_until_ms = retry_budget_now_ms() + ex->next_wait_ms;
@@ -867,8 +871,10 @@ static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause c
 		ex->retry_reserved = true;
 		ex->proxy->backoff_pending++;
 	}
-	if (retry)
+	if (retry) {
 		metrics_retry(ex->route->series, cause);
+		ex->retried = true;
+	}
 	if (ex->state != EXCHANGE_HELD)
 		ex->held_since_ms = retry_budget_now_ms();
 	exchange_set_state(ex, EXCHANGE_HELD);

@@ -237,6 +237,7 @@ struct exchange {
 	enum retry_cause retry_cause;	   /* why the scheduled retry happens */
 	struct retry_budget_state *budget; /* the route's retry budget; NULL for CONNECT */
 	bool retry_reserved;		   /* counted in proxy->backoff_pending */
+	bool retried;			   /* a retry was counted (retries_total) */
 	bool gauged_backoff;		   /* counted in its route's backoff gauge */
 	bool gauged_held;		   /* counted in its route's held gauge */
 	bool gauged_queued;		   /* counted in its route's queued gauge */

@@ -15,7 +15,8 @@ backoff, after waiting past it, the origin saw exactly 1 request for the
 path (no retry was sent), with no new connection opened toward it, and the
 access line says gave_up=client_gone and attempts=1; when the client leaves
 during the hanging second try, the proxy closes that upstream connection
-and logs gave_up=client_gone with attempts=2; a POST whose 1 MiB body
+and logs gave_up=client_gone with attempts=2, also when the first try was
+reset (no response kept); a POST whose 1 MiB body
 waits unread behind the client input limit (not kept: a POST retries only
 a connect that was refused) and whose client resets during the backoff is
 not sent to the origin that listens by the retry's time, not even its head
@@ -100,6 +101,20 @@ def scenario(t):
              "the origin's connection for the second try is still open 3 s after the client left")
         f = h.access_fields(proxy.access_one(path))
         h.eq((f.get("gave_up"), f["attempts"]), ("client_gone", "2"), "access gave_up, attempts in %r" % f)
+
+    @t.check("the same after a reset, with no response kept: gave_up=client_gone")
+    def _():
+        path = "/gone/inflight-reset"
+        origin.script(path, ["/reset/request", "/hang"])
+        conn = h.RawConn(proxy.port())
+        conn.send(h.request("GET", origin.url(path), host))
+        origin.wait_for(lambda o: len(o.requests_for(path)) >= 2, BACKOFF + 5 * h.SLOW,
+                        "the second try of %s" % path)
+        conn.close()
+        f = h.access_fields(proxy.access_one(path))
+        h.eq((f.get("gave_up"), f["attempts"], f["tries"]),
+             ("client_gone", "2", "reset -> wait 2.0s -> cancelled"),
+             "access gave_up, attempts, tries in %r" % f)
 
     @t.check("a POST whose 1 MiB body waits unread (over the client input limit) and whose "
              "client resets during the backoff after a refused connect: the retry never "
