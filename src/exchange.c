@@ -507,6 +507,11 @@ void exchange_respond_error(struct exchange *ex, int status, const char *text)
 	ex->client_keep_after = ex->client_keep_alive && ex->request_body.done && !ex->is_connect &&
 				!ex->owner.closing(ex->owner.arg);
 	ex->status = status;
+	/* the access line says why, as for an answer before any exchange;
+	 * text may be the caller's buffer: the line is written before this
+	 * returns (exchange_finish()) */
+	if (ex->note == NULL)
+		ex->note = text;
 	/* the access log's bytes: no upstream body reached the client, ours did */
 	ex->response_body.payload_bytes =
 		reply_error(conn_output(ex->owner.conn), status, text, ex->attempts,

@@ -9,11 +9,13 @@ Origin: echoes; /delay/0.3 answers after 0.3 s.
 Must hold: text: exactly one line per request, with the word access and
 method=, target=, route=, status=, attempts=, bytes= (response body bytes,
 the proxy's own answers' included: a 502, a 400, a Max-Forwards TRACE),
-duration_ms=, tries= fields that match the request; a route is named by
+duration_ms=, tries= fields that match the request, and for the proxy's
+own 502 after a try, note= with its error text; a route is named by
 the URI's host in forward mode. JSON: every stderr line is a JSON object
 (log lines with level and msg); one access object per request with method,
 target, route, status, attempts, bytes, duration_ms and tries, a list with
-one {status|error, wait_ms} per try, the last with wait_ms 0.
+one {status|error, wait_ms} per try, the last with wait_ms 0 (a 502's
+note its error text).
 """
 
 import json
@@ -114,6 +116,8 @@ def scenario(t):
         h.eq((f["status"], f["attempts"]), ("502", "1"), "status and attempts")
         h.eq(int(f["bytes"]), len(r.body), "bytes: the proxy's own body (%r)" % r.body)
         h.ok(len(r.body) > 0, "the 502 has a body")
+        h.eq(f.get("note", "").replace("%20", " "), r.body.decode().rstrip("\n"),
+             "note: the proxy's own error text, as its body says")
 
     @t.check("text: answers the proxy gives before any try log their body's size too")
     def _():
@@ -175,6 +179,7 @@ def scenario(t):
         tr = obj["tries"][0]
         h.ok(isinstance(tr.get("error"), str) and tr["error"], "tries[0].error: %r" % tr)
         h.eq(tr.get("wait_ms"), 0, "tries[0].wait_ms")
+        h.eq(obj.get("note"), r.body.decode().rstrip("\n"), "note: the proxy's own error text")
 
     @t.check("json: a 404 and a HEAD each give one object")
     def _():
