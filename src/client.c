@@ -684,10 +684,11 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 		return;
 	}
 	if ((what & CONN_TIMEOUT) && (what & CONN_READING)) {
-		/* a response begun is cut short: it ends as a broken one does */
-		if (client->exchange == NULL ||
-		    !exchange_body_stalled(client->exchange,
-					   "request body stalled for client_timeout"))
+		/* a response begun is cut short as a broken one is; else a 408 */
+		if (client->exchange != NULL)
+			exchange_body_stalled(client->exchange,
+					      "request body stalled for client_timeout");
+		else
 			client_close(client, "request body stalled for client_timeout");
 	} else if ((what & CONN_TIMEOUT) && (what & CONN_WRITING))
 		client_close_reset(client, "client stopped reading");

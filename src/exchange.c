@@ -1443,14 +1443,17 @@ void exchange_client_drained(struct exchange *ex)
 	exchange_leave(ex);
 }
 
-bool exchange_body_stalled(struct exchange *ex, const char *reason)
+void exchange_body_stalled(struct exchange *ex, const char *reason)
 {
-	if (ex->state != EXCHANGE_RELAYING)
-		return false;
 	exchange_enter(ex);
-	exchange_break_response(ex, reason);
+	if (ex->state == EXCHANGE_RELAYING)
+		exchange_break_response(ex, reason);
+	else
+		/* nothing of a response reached the client: it is told, as for
+		 * a head, rather than left to take a bare close for a crash
+		 * (RFC 9110 section 15.5.9); the body's rest is never read */
+		exchange_respond_error(ex, 408, "request body not complete within client_timeout");
 	exchange_leave(ex);
-	return true;
 }
 
 void exchange_abort(struct exchange *ex, const char *reason)

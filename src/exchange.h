@@ -76,10 +76,10 @@ void exchange_abort(struct exchange *exchange, const char *reason);
 
 /* The request body stopped arriving for client_timeout. A response already
  * under way is broken off as an upstream's break would be (a reset where a
- * clean close would make a body delimited by it look whole): true, and the
- * owner hears how it ended. False, and nothing done, when no response has
- * begun: the owner closes. */
-bool exchange_body_stalled(struct exchange *exchange, const char *reason);
+ * clean close would make a body delimited by it look whole); when none has
+ * begun, the client gets 408 and the connection closes after it. The owner
+ * hears how it ended. */
+void exchange_body_stalled(struct exchange *exchange, const char *reason);
 
 /* A drain is under way: a request in backoff whose next try would start
  * after proxy->drain_answer_ms gives up now, with the last response kept,
