@@ -72,9 +72,8 @@ struct client {
 	bool output_full;	  /* reading the next request waits for the output to drain */
 	bool head_timer_at_flush; /* the next head's client_timeout starts once the
 				     last response is written */
-	size_t reset_unacked;	  /* CLIENT_RESETTING: the least output seen unacknowledged */
-	uint64_t reset_still_ms;  /* CLIENT_RESETTING: how long the client took none of it */
-	union {			  /* checked against allow_clients again after a reload */
+	struct conn_ack_watch reset_watch; /* CLIENT_RESETTING: what the client still takes */
+	union {				   /* checked against allow_clients again after a reload */
 		struct sockaddr sa;
 		struct sockaddr_in sin;
 		struct sockaddr_in6 sin6;
@@ -132,15 +131,8 @@ static void client_close_reset(struct client *client, const char *reason)
  * everything sent before the cut, or took none of it for client_timeout. */
 static void client_reset_look(struct client *client)
 {
-	size_t unacked = conn_output_unacked(client->conn);
-
-	if (unacked < client->reset_unacked) {
-		client->reset_unacked = unacked;
-		client->reset_still_ms = 0;
-	} else {
-		client->reset_still_ms += CLIENT_RESET_LOOK_MS;
-	}
-	if (unacked == 0 || client->reset_still_ms >= client->config->limits.client_timeout_ms) {
+	if (conn_ack_watch_done(&client->reset_watch, client->conn, CLIENT_RESET_LOOK_MS,
+				client->config->limits.client_timeout_ms)) {
 		client_close_reset(client, "response cut short");
 		return;
 	}
@@ -157,8 +149,7 @@ static void client_reset_after_flush(struct client *client)
 	client->state = CLIENT_RESETTING;
 	conn_read_enable(client->conn, false);
 	conn_set_timeouts(client->conn, 0, 0);
-	client->reset_unacked = SIZE_MAX;
-	client->reset_still_ms = 0;
+	client->reset_watch = (struct conn_ack_watch){ .least_unacked = SIZE_MAX };
 	client_reset_look(client);
 }
 

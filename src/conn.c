@@ -1257,34 +1257,54 @@ size_t conn_output_length(const struct conn *c)
 	return conn_length(c->output);
 }
 
+/* The socket's TCP state (TCP_ESTABLISHED, TCP_CLOSE_WAIT...), or -1 when
+ * the kernel cannot say. */
+static int conn_tcp_state(const struct conn *c)
+{
+	struct tcp_info info;
+	socklen_t len = sizeof(info);
+
+	return getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 ? info.tcpi_state : -1;
+}
+
 size_t conn_output_unacked(const struct conn *c)
 {
 	int in_kernel = 0;
-	struct tcp_info info;
-	socklen_t len = sizeof(info);
 
 	if (c->fd < 0)
 		return conn_output_length(c);
 	/* a peer that reset the connection takes nothing more; SIOCOUTQ
 	 * still counts what it never acknowledged */
-	if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 &&
-	    info.tcpi_state == TCP_CLOSE)
+	if (conn_tcp_state(c) == TCP_CLOSE)
 		return 0;
 	if (ioctl(c->fd, SIOCOUTQ, &in_kernel) != 0 || in_kernel < 0)
 		in_kernel = 0; /* the kernel cannot say: nothing known to wait for */
 	return conn_output_length(c) + (size_t)in_kernel;
 }
 
+bool conn_ack_watch_done(struct conn_ack_watch *watch, const struct conn *c, uint64_t look_ms,
+			 uint64_t still_max_ms)
+{
+	size_t unacked = conn_output_unacked(c);
+
+	if (unacked < watch->least_unacked) {
+		watch->least_unacked = unacked;
+		watch->still_ms = 0;
+	} else {
+		watch->still_ms += look_ms;
+	}
+	return unacked == 0 || watch->still_ms >= still_max_ms;
+}
+
 bool conn_notice_hangup(struct conn *c)
 {
-	struct tcp_info info;
-	socklen_t len = sizeof(info);
+	int state;
 
 	if (c->fd < 0 || c->eof || c->pending_eof || c->failed || !conn_input_full(c))
 		return false;
 	/* CLOSE_WAIT: its FIN came; CLOSE: it reset the connection */
-	if (getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
-	    (info.tcpi_state != TCP_CLOSE_WAIT && info.tcpi_state != TCP_CLOSE))
+	state = conn_tcp_state(c);
+	if (state != TCP_CLOSE_WAIT && state != TCP_CLOSE)
 		return false;
 	c->pending_eof = true;
 	conn_pass_add(c);

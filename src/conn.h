@@ -146,6 +146,19 @@ uint64_t conn_bytes_written(const struct conn *conn);
  * can take nothing more: a reset now loses nothing sent before. */
 size_t conn_output_unacked(const struct conn *conn);
 
+/* Watching, a look every look_ms, whether a peer is owed nothing more
+ * before its connection is reset: start with least_unacked SIZE_MAX and
+ * still_ms 0. */
+struct conn_ack_watch {
+	size_t least_unacked; /* the least output seen unacknowledged */
+	uint64_t still_ms;    /* how long the peer took none of it */
+};
+
+/* One look: true when the peer has acknowledged everything, or took none
+ * of it for still_max_ms; false to look again in look_ms. */
+bool conn_ack_watch_done(struct conn_ack_watch *watch, const struct conn *conn, uint64_t look_ms,
+			 uint64_t still_max_ms);
+
 /* At its input limit a conn reads nothing, and sees no close behind the
  * bytes it has not read. When the peer has closed (its FIN or reset is
  * in: TCP_INFO says so), report CONN_EOF at the end of this pass, before

@@ -41,9 +41,8 @@ struct tunnel {
 	/* one side failed (a reset): the other is owed what it sent, then a
 	 * reset (tunnel_abort) */
 	struct tunnel_side *aborting;
-	size_t abort_unacked;	     /* the least of it seen unacknowledged */
-	uint64_t abort_still_ms;     /* how long the side took none of it */
-	struct registry_entry entry; /* in proxy->registry */
+	struct conn_ack_watch abort_watch; /* what the side left still takes */
+	struct registry_entry entry;	   /* in proxy->registry */
 };
 
 /* Traffic: the idle timeout starts again. A quarter of it later the timer
@@ -77,16 +76,10 @@ void tunnel_close(struct tunnel *tunnel)
 static void tunnel_abort_look(struct tunnel *tunnel)
 {
 	struct tunnel_side *side = tunnel->aborting;
-	size_t unacked = conn_output_unacked(side->conn);
 	struct timeval tv = timeval_from_ms(TUNNEL_ABORT_LOOK_MS);
 
-	if (unacked < tunnel->abort_unacked) {
-		tunnel->abort_unacked = unacked;
-		tunnel->abort_still_ms = 0;
-	} else {
-		tunnel->abort_still_ms += TUNNEL_ABORT_LOOK_MS;
-	}
-	if (unacked == 0 || tunnel->abort_still_ms >= tunnel->idle_ms) {
+	if (conn_ack_watch_done(&tunnel->abort_watch, side->conn, TUNNEL_ABORT_LOOK_MS,
+				tunnel->idle_ms)) {
 		conn_free_reset(side->conn);
 		side->conn = NULL;
 		tunnel_close(tunnel);
@@ -106,8 +99,7 @@ static void tunnel_abort(struct tunnel *tunnel, struct tunnel_side *failed)
 	failed->conn = NULL;
 	conn_read_enable(side->conn, false);
 	tunnel->aborting = side;
-	tunnel->abort_unacked = SIZE_MAX;
-	tunnel->abort_still_ms = 0;
+	tunnel->abort_watch = (struct conn_ack_watch){ .least_unacked = SIZE_MAX };
 	tunnel_abort_look(tunnel);
 }
 
