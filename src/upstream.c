@@ -47,6 +47,7 @@ struct upstream_lookup {
 	struct evdns_getaddrinfo_request *request; /* while it runs */
 	struct evutil_addrinfo *addresses;	   /* its answer; NULL for none */
 	struct upstream_attempt *attempts;	   /* one per address, once taken */
+	size_t count;				   /* of attempts */
 	int error;				   /* EVUTIL_EAI_* when it failed */
 	bool done;
 	bool taken; /* its addresses are among the attempts */
@@ -348,40 +349,36 @@ static void upstream_take_answers(struct upstream_connect *uc)
 	struct upstream_attempt **candidates;
 	int *families;
 	size_t *order;
-	size_t i, k = 0;
+	size_t i, k;
 
 	for (i = 0; i < UPSTREAM_LOOKUPS; i++) {
 		struct upstream_lookup *l = by_turn[i];
 		struct evutil_addrinfo *ai;
-		size_t n = 0;
 
 		if (!l->done || l->taken)
 			continue;
 		l->taken = true;
 		for (ai = l->addresses; ai != NULL; ai = ai->ai_next)
-			n++;
-		if (n == 0)
+			l->count++;
+		if (l->count == 0)
 			continue;
-		l->attempts = xcalloc(n, sizeof(*l->attempts));
-		for (ai = l->addresses, n = 0; ai != NULL; ai = ai->ai_next, n++) {
-			l->attempts[n].uc = uc;
-			l->attempts[n].address = ai;
+		l->attempts = xcalloc(l->count, sizeof(*l->attempts));
+		for (ai = l->addresses, k = 0; ai != NULL; ai = ai->ai_next, k++) {
+			l->attempts[k].uc = uc;
+			l->attempts[k].address = ai;
 		}
 		fresh[n_fresh++] = l;
-		total += n;
+		total += l->count;
 	}
 	if (total == left)
 		return;
 	candidates = xcalloc(total, sizeof(*candidates));
 	families = xcalloc(total, sizeof(*families));
 	order = xcalloc(total, sizeof(*order));
-	for (i = 0; i < n_fresh; i++) {
-		struct evutil_addrinfo *ai;
-		size_t n = 0;
-
-		for (ai = fresh[i]->addresses; ai != NULL; ai = ai->ai_next, n++)
-			candidates[k++] = &fresh[i]->attempts[n];
-	}
+	k = 0;
+	for (i = 0; i < n_fresh; i++)
+		for (size_t j = 0; j < fresh[i]->count; j++)
+			candidates[k++] = &fresh[i]->attempts[j];
 	for (i = uc->started; i < uc->count; i++)
 		candidates[k++] = uc->attempts[i];
 	for (i = 0; i < total; i++)
