@@ -713,8 +713,8 @@ static void client_exchange_done(struct client *client, bool keep_alive)
 	client_read_next(client);
 }
 
-/* The exchange turned into a CONNECT tunnel to upstream: the connection goes
- * to a tunnel, and this client is gone. */
+/* The exchange turned into a tunnel to upstream (a CONNECT, or a switch of
+ * protocols): the connection goes to a tunnel, and this client is gone. */
 static void client_exchange_tunnel(struct client *client, struct conn *upstream)
 {
 	struct proxy *proxy = client->proxy;

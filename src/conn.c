@@ -334,6 +334,15 @@ void conn_on_closed(struct conn *c, void (*closed)(void *arg), void *arg)
 	c->on_closed_arg = arg;
 }
 
+void conn_on_closed_now(struct conn *c)
+{
+	void (*closed)(void *arg) = c->on_closed;
+
+	c->on_closed = NULL;
+	if (closed != NULL)
+		closed(c->on_closed_arg);
+}
+
 void conn_free_reset(struct conn *c)
 {
 	c->reset_on_free = true;

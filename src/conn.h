@@ -118,6 +118,10 @@ void conn_free(struct conn *conn);
  * by it. Called from conn_free() or the end of a callback, never later. */
 void conn_on_closed(struct conn *conn, void (*closed)(void *arg), void *arg);
 
+/* Tell the conn_on_closed() callback now, and not again: the connection,
+ * still open, no longer counts where it did. */
+void conn_on_closed_now(struct conn *conn);
+
 /* Close with a TCP reset instead of a FIN, so that a peer reading a body
  * whose end is its close sees an error, not a complete body. */
 void conn_free_reset(struct conn *conn);

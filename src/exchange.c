@@ -497,6 +497,11 @@ void exchange_finish(struct exchange *ex)
 		       NULL);
 }
 
+void exchange_finish_tunnel(struct exchange *ex)
+{
+	exchange_close(ex, EXCHANGE_END_TUNNEL, NULL);
+}
+
 void exchange_respond_error(struct exchange *ex, int status, const char *text)
 {
 	if (ex->resumable && ex->resume->pending) {
@@ -1095,7 +1100,7 @@ static void exchange_tunnel_connected(struct exchange_try *t, struct conn *conn)
 	EXCHANGE_ADD_LITERAL(conn_output(ex->owner.conn),
 			     "HTTP/1.1 200 Connection established\r\nVia: 1.1 retryproxy\r\n\r\n");
 	ex->tunnel = conn;
-	exchange_close(ex, EXCHANGE_END_TUNNEL, NULL);
+	exchange_finish_tunnel(ex);
 }
 
 static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, const char *reason,
@@ -1282,7 +1287,7 @@ static void exchange_arm_hedge(struct exchange *ex)
 	const struct hedge_policy *hedge = &ex->route->retry.hedge;
 	struct timeval tv;
 
-	if (hedge->after_ms == 0 || ex->is_connect || ex->has_body || ex->observe)
+	if (hedge->after_ms == 0 || ex->is_connect || ex->has_body || ex->observe || ex->upgrade)
 		return;
 	/* a resume continues a body already flowing: nothing to race */
 	if (ex->resumable && ex->resume->pending)

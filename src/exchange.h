@@ -28,7 +28,8 @@ enum exchange_end {
 	EXCHANGE_END_BROKEN,	  /* the response broke off: close now */
 	EXCHANGE_END_RESET,	  /* a close-delimited body broke off: reset, so the client
 				   * does not take the cut body for a whole one */
-	EXCHANGE_END_TUNNEL,	  /* CONNECT succeeded: the upstream connection is the owner's */
+	EXCHANGE_END_TUNNEL,	  /* CONNECT succeeded, or a 101 switched protocols: the upstream
+				   * connection is the owner's, for a tunnel */
 	EXCHANGE_END_CLIENT_GONE, /* the owner ended it (exchange_abort): no report */
 };
 

@@ -200,6 +200,7 @@ struct exchange {
 	bool is_connect;
 	bool expect_continue;
 	bool has_body; /* any, even an empty chunked one */
+	bool upgrade;  /* the request asks to switch protocols: a 101 ends it in a tunnel */
 
 	/* where it goes */
 	struct upstream_endpoint endpoint;
@@ -340,6 +341,9 @@ void exchange_try_timeout_stop(struct exchange_try *t);
  * with an error of our own; a response broke off after some of it reached
  * the client. */
 void exchange_finish(struct exchange *ex);
+/* The exchange's connection upstream (ex->tunnel) and the client's go on as
+ * a tunnel: after a CONNECT, or a 101 to an Upgrade. */
+void exchange_finish_tunnel(struct exchange *ex);
 void exchange_respond_error(struct exchange *ex, int status, const char *text);
 void exchange_break_response(struct exchange *ex, const char *why);
 /* Start a try, or wait for a place or the upstream. False only when the

@@ -58,6 +58,7 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	static const char via[] = "\r\nVia: 1.1 retryproxy\r\n\r\n";
 	static const char key_name[] = IDEMPOTENCY_KEY_HEADER ": ";
 	static const char max_forwards_name[] = "Max-Forwards: ";
+	static const char connection_upgrade[] = "Connection: upgrade\r\n";
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
@@ -92,6 +93,15 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 					exchange_field_size(&head->fields[i]);
 	if (ex->key_injected)
 		size += key_line;
+	if (ex->upgrade) {
+		/* the proxy takes part in the switch: its own hop asks for it */
+		for (i = 0; i < head->field_count; i++)
+			if (head->fields[i].known == HTTP1_FIELD_UPGRADE && !forward[i]) {
+				forward[i] = true;
+				size += head->fields[i].line_len;
+			}
+		size += sizeof(connection_upgrade) - 1;
+	}
 	if (max_forwards > 0 && !forward[max_forwards_at])
 		max_forwards = -1; /* named in Connection: dropped, as the client asked */
 	if (max_forwards > 0) {
@@ -116,6 +126,8 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 		p = EXCHANGE_PUT_LITERAL(p, max_forwards_name);
 		p = exchange_put(p, max_forwards_text, (size_t)max_forwards_len);
 	}
+	if (ex->upgrade)
+		p = EXCHANGE_PUT_LITERAL(p, connection_upgrade);
 	if (ex->key_injected) {
 		/* made here, once per request: every try sends this head */
 		p = EXCHANGE_PUT_LITERAL(p, key_name);
@@ -527,6 +539,7 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	ex->head_request = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
 	ex->expect_continue = framing->expect_continue;
 	ex->has_body = framing->body != HTTP1_BODY_NONE;
+	ex->upgrade = framing->upgrade;
 	exchange_set_destination(ex, head, &dest);
 	body_relay_init_framing(&ex->request_body, framing, false, config->limits.max_header_bytes);
 	if (!ex->is_connect) {

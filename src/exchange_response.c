@@ -34,10 +34,13 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	static const char via_attempts[] = "Via: 1.1 retryproxy\r\nRetry-Attempts: ";
 	static const char close[] = "Connection: close\r\n";
 	static const char keep_alive[] = "Connection: keep-alive\r\n";
+	static const char upgrade[] = "Connection: upgrade\r\n";
 	static const char ambiguous[] = "Retry-Ambiguous: true\r\n";
 	struct evbuffer *out = conn_output(ex->owner.conn);
 	/* an HTTP/1.0 client cannot read chunked: decode and close instead */
 	bool pass_chunked = rf->body == HTTP1_BODY_CHUNKED && ex->client_minor >= 1;
+	/* a 101 names the protocol switched to: Upgrade goes on with it */
+	bool upgrading = head->status == 101;
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
@@ -72,8 +75,10 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 		const struct http1_field *f = &head->fields[i];
 		/* the count the client gets is this proxy's: one an upstream (a
 		 * proxy of its own) sent would stand first and say another */
-		bool fwd = f->known != HTTP1_FIELD_RETRY_ATTEMPTS &&
-			   (!hop[i] || (pass_chunked && f->known == HTTP1_FIELD_TRANSFER_ENCODING));
+		bool fwd =
+			f->known != HTTP1_FIELD_RETRY_ATTEMPTS &&
+			(!hop[i] || (pass_chunked && f->known == HTTP1_FIELD_TRANSFER_ENCODING) ||
+			 (upgrading && f->known == HTTP1_FIELD_UPGRADE));
 
 		/* identical Content-Lengths were checked: one goes on */
 		if (rf->length_repeated && f->known == HTTP1_FIELD_CONTENT_LENGTH) {
@@ -102,7 +107,9 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
 	if (ex->ambiguous)
 		p = EXCHANGE_PUT_LITERAL(p, ambiguous);
-	if (!ex->client_keep_after)
+	if (upgrading)
+		p = EXCHANGE_PUT_LITERAL(p, upgrade);
+	else if (!ex->client_keep_after)
 		p = EXCHANGE_PUT_LITERAL(p, close);
 	else if (ex->client_minor == 0)
 		p = EXCHANGE_PUT_LITERAL(p, keep_alive);
@@ -495,6 +502,56 @@ static void exchange_relay_from(struct exchange_try *t, const struct http1_head 
 	exchange_relay_response(ex);
 }
 
+/* Does the response head have an Upgrade field naming something? */
+static bool exchange_names_protocol(const struct http1_head *head)
+{
+	size_t i;
+
+	for (i = 0; i < head->field_count; i++)
+		if (head->fields[i].known == HTTP1_FIELD_UPGRADE && head->fields[i].value_len > 0)
+			return true;
+	return false;
+}
+
+/* 101: the upstream switched to the protocol the request's Upgrade asked
+ * for. The head goes to the client with this hop's own Connection: upgrade,
+ * and from its last byte on both connections belong to a tunnel: what the
+ * upstream sent behind the head goes first. Final as any response is; an
+ * upgrade the request did not ask for (or from an HTTP/1.0 server, or one
+ * not naming the protocol: RFC 9110 section 7.8) is malformed. */
+static void exchange_switch_protocols(struct exchange_try *t, const struct http1_head *head)
+{
+	struct exchange *ex = t->ex;
+	struct http1_framing none = { .body = HTTP1_BODY_NONE };
+
+	/* a resume's try asks for the rest of a body the client is reading */
+	if (!ex->upgrade || (ex->resumable && ex->resume->pending)) {
+		exchange_try_failed(t, TRY_MALFORMED,
+				    "101 Switching Protocols without an Upgrade request");
+		return;
+	}
+	if (head->version_minor == 0 || !exchange_names_protocol(head)) {
+		exchange_try_failed(t, TRY_MALFORMED,
+				    "101 Switching Protocols without an Upgrade field");
+		return;
+	}
+	exchange_try_timeout_stop(t);
+	upstream_response_seen(ex->upstream, &ex->config->health);
+	t->record = ex->try_count;
+	exchange_record_try(ex, head->status, NULL, t->hedge);
+	exchange_cancel_racing(ex, t);
+	exchange_send_response_head(ex, head, &none, t->number);
+	evbuffer_drain(conn_input(t->up), head->head_len);
+	ex->tunnel = t->up;
+	t->up = NULL;
+	exchange_end_try(t, false);
+	/* as a CONNECT tunnel's, it holds no place among the upstream's
+	 * connections from now on: a WebSocket may last for hours, and the
+	 * requests waiting for a place would wait for it */
+	conn_on_closed_now(ex->tunnel);
+	exchange_finish_tunnel(ex);
+}
+
 /* A complete response head arrived: keep it for a retry, or pass it on. */
 static void exchange_on_response_head(struct exchange_try *t, const struct http1_head *head)
 {
@@ -588,9 +645,7 @@ void exchange_read_response_head(struct exchange_try *t)
 		}
 		if (head->status < 200) {
 			if (head->status == 101) {
-				exchange_try_failed(
-					t, TRY_MALFORMED,
-					"101 Switching Protocols without an Upgrade request");
+				exchange_switch_protocols(t, head);
 				return;
 			}
 			/* the proxy already answered Expect itself; other interim

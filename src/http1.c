@@ -627,6 +627,8 @@ struct http1_scan {
 	bool has_te;			/* a Transfer-Encoding was seen */
 	bool close;			/* Connection: close */
 	bool keep_alive;		/* Connection: keep-alive */
+	bool upgrade_option;		/* Connection: upgrade */
+	bool has_upgrade;		/* an Upgrade field naming something */
 	bool expect_continue;		/* Expect: 100-continue */
 	bool expect_other;		/* another expectation */
 	bool length_leading_zero;	/* a Content-Length value like 007 */
@@ -676,7 +678,7 @@ static int http1_scan_content_length(const struct http1_field *f, struct http1_s
 	return 0;
 }
 
-/* Note the close and keep-alive options of one Connection field. */
+/* Note the close, keep-alive and upgrade options of one Connection field. */
 static void http1_scan_connection(const struct http1_field *f, struct http1_scan *scan)
 {
 	const char *p = f->value;
@@ -688,6 +690,8 @@ static void http1_scan_connection(const struct http1_field *f, struct http1_scan
 			scan->close = true;
 		else if (HTTP1_FOLD_IS(elem, elem_len, "keep-alive"))
 			scan->keep_alive = true;
+		else if (HTTP1_FOLD_IS(elem, elem_len, "upgrade"))
+			scan->upgrade_option = true;
 	}
 }
 
@@ -736,6 +740,9 @@ static int http1_scan_fields(const struct http1_head *head, struct http1_scan *s
 			break;
 		case HTTP1_FIELD_UNDERSCORED_FRAMING:
 			scan->underscore_framing = true;
+			break;
+		case HTTP1_FIELD_UPGRADE:
+			scan->has_upgrade = scan->has_upgrade || f->value_len > 0;
 			break;
 		}
 	}
@@ -876,6 +883,13 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 				   framing->body != HTTP1_BODY_NONE;
 	framing->keep_alive = http1_keep_alive(head, &scan);
 	framing->length_repeated = scan.length_repeated;
+	/* Upgrade in HTTP/1.0 is to be ignored (RFC 9110 section 7.8). With
+	 * content, the switch would come after a body the proxy may be
+	 * replaying: such a request goes on without Upgrade, a choice RFC
+	 * 9110 leaves to every hop. A CONNECT has its own switch. */
+	framing->upgrade = scan.has_upgrade && scan.upgrade_option && head->version_minor >= 1 &&
+			   framing->body == HTTP1_BODY_NONE &&
+			   head->parsed_target.form != HTTP1_TARGET_AUTHORITY;
 	if (scan.host != NULL) {
 		framing->host = scan.host->value;
 		framing->host_len = scan.host->value_len;

@@ -168,6 +168,8 @@ struct http1_framing {
 	bool coded_before_chunked; /* Transfer-Encoding lists a coding before the final chunked
 				    * (gzip, chunked): undoing chunked alone does not give the
 				    * content */
+	bool upgrade; /* request: asks to switch protocols (RFC 9110 section 7.8): HTTP/1.1,
+		       * an Upgrade field, the upgrade option in Connection, no content */
 };
 
 /* Decide a request's framing, checking Content-Length, Transfer-Encoding

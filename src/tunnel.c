@@ -253,7 +253,10 @@ void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 	conn_read_enable(client, true);
 	conn_read_enable(upstream, true);
 	/* the client may have sent its first bytes (a TLS ClientHello) with the
-	 * CONNECT request */
+	 * CONNECT request; an upstream that switched protocols, its first with
+	 * the 101 */
 	if (conn_input_length(client) > 0)
 		tunnel_read_cb(client, &tunnel->client);
+	if (conn_input_length(upstream) > 0)
+		tunnel_read_cb(upstream, &tunnel->upstream);
 }

@@ -1076,6 +1076,55 @@ static void test_response_framing(void **state)
 	}
 }
 
+/* A request asks to switch protocols only as RFC 9110 section 7.8 has it:
+ * HTTP/1.1, an Upgrade naming a protocol, the upgrade option in Connection;
+ * and, for this proxy, with no content and not as a CONNECT. */
+static void test_upgrade_asked(void **state)
+{
+	static const struct {
+		const char *req;
+		bool upgrade;
+	} cases[] = {
+		{ "GET /c HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+		  true },
+		{ "GET /c HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\nconnection: , "
+		  "UPGRADE\r\nupgrade: h2c, websocket\r\n\r\n",
+		  true },
+		{ "GET http://a/c HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: "
+		  "upgrade\r\nContent-Length: 0\r\n\r\n",
+		  true },
+		/* no upgrade option, or no Upgrade, or an empty one */
+		{ "GET /c HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n", false },
+		{ "GET /c HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: "
+		  "upgraded\r\n\r\n",
+		  false },
+		{ "GET /c HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n", false },
+		{ "GET /c HTTP/1.1\r\nHost: a\r\nUpgrade:\r\nConnection: upgrade\r\n\r\n", false },
+		/* HTTP/1.0: ignored; content: not offered; CONNECT: a switch of its own */
+		{ "GET /c HTTP/1.0\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n", false },
+		{ "POST /c HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\nConnection: upgrade\r\n"
+		  "Content-Length: 2\r\n\r\n",
+		  false },
+		{ "POST /c HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\nConnection: upgrade\r\n"
+		  "Transfer-Encoding: chunked\r\n\r\n",
+		  false },
+		{ "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\nUpgrade: websocket\r\nConnection: "
+		  "upgrade\r\n\r\n",
+		  false },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct http1_framing framing;
+		enum http1_error error;
+
+		assert_int_equal(test_parse_request(cases[i].req, strlen(cases[i].req), &error),
+				 HTTP1_PARSE_DONE);
+		assert_int_equal(http1_request_framing(&test_head, &framing, &error), 0);
+		if (framing.upgrade != cases[i].upgrade)
+			fail_msg("case %zu: upgrade %d", i, framing.upgrade);
+	}
+}
+
 /* Hop-by-hop fields: the fixed set and the ones Connection names. */
 static void test_hop_by_hop(void **state)
 {
@@ -1545,6 +1594,7 @@ int main(void)
 		cmocka_unit_test(test_response_errors),
 		cmocka_unit_test(test_response_limits),
 		cmocka_unit_test(test_response_framing),
+		cmocka_unit_test(test_upgrade_asked),
 		cmocka_unit_test(test_hop_by_hop),
 		cmocka_unit_test(test_field_names),
 		cmocka_unit_test(test_error_status_and_text),

@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Scenario: a request that asks to switch protocols (Upgrade, as a
+WebSocket handshake does), through the sidecar and the forward proxy.
+
+Client: raw sockets: a WebSocket-style GET (Upgrade: websocket, Connection:
+Upgrade, Sec-WebSocket-Key), then bytes of the new protocol both ways.
+Origin: a raw server. /ws/echo answers 101 with Upgrade, Connection and
+Sec-WebSocket-Accept and, in the same write, its first bytes of the new
+protocol; then it echoes what it reads in upper case and, at EOF, sends
+"BYE" and closes. /ws/flaky/ answers its first try 503, the next 101 as
+/ws/echo. /ws/refuse answers 200 (no switch) and serves on. /ws/bare
+answers 101 without an Upgrade field. /head echoes the request head it got
+as the body.
+Must hold: the origin gets the Upgrade field byte-exact and this hop's own
+"Connection: upgrade", Sec-WebSocket-Key byte-exact and Via; the client
+gets the 101 with Upgrade, Connection: upgrade, Sec-WebSocket-Accept, Via
+and Retry-Attempts: 1, then the origin's first bytes, then its echo of
+every write, in order, and the half-close is passed on both ways; the
+access log has one line with status 101; once the tunnel closes the
+upstream connection is closed (retryproxy_connections{side="upstream"} back
+to 0), and while it lasts it holds no place under max_upstream_connections
+(1 here: a request beside an open one is served); a 503 before the switch is retried as any GET's (Retry-Attempts: 2,
+two requests at the origin); an origin that does not switch answers as
+usual and the client's connection serves the next request; a 101 without
+an Upgrade field is a 502; Upgrade is not passed on, nor a 101 accepted,
+for an HTTP/1.0 request, one whose Connection lacks the upgrade option, or
+one with a body; the same switch works through the forward listener with
+an absolute-form ws-style target, and inside an intercepted CONNECT to a
+TLS origin (wss).
+"""
+
+import os
+import socket
+import ssl
+import subprocess
+import threading
+
+import harness as h
+from rawserver import RawServer, read_request
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+  - address: 127.0.0.1:@PORT1@
+admin: 127.0.0.1:@PORT2@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+  max_upstream_connections: 1
+defaults:
+  retry:
+    max_attempts: 3
+    try_timeout: 3s
+    initial_backoff: 50ms
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: ws
+    match: { path_prefix: / }
+"""
+
+INTERCEPT_CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+log: { level: info, format: text }
+tls:
+  ca_file: @TESTCA@
+intercept:
+  hosts: ["localhost"]
+  ca_cert: @LOCALCA@/ca.pem
+  ca_key: @LOCALCA@/ca-key.pem
+limits:
+  drain_timeout: 2s
+"""
+
+KEY = "dGhlIHNhbXBsZSBub25jZQ=="
+ACCEPT = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+SWITCH = ("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          "Sec-WebSocket-Accept: %s\r\nX-Origin: yes\r\n\r\n" % ACCEPT).encode()
+FIRST = b"server speaks first"
+
+
+class UpgradeOrigin(RawServer):
+    def __init__(self, tls=None):
+        self.heads = []  # (target, raw head) in arrival order
+        self.tries = {}
+        self.tls = None
+        if tls is not None:
+            self.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self.tls.load_cert_chain(*tls)
+        super().__init__(conn_timeout=10)
+
+    def heads_for(self, part):
+        with self._lock:
+            return [raw for target, raw in self.heads if part in target]
+
+    def serve(self, conn, cid):
+        if self.tls is not None:
+            conn = self.tls.wrap_socket(conn, server_side=True)
+        buf = b""
+        while True:
+            head_end = buf.find(b"\r\n\r\n")
+            while head_end < 0:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                head_end = buf.find(b"\r\n\r\n")
+            raw = buf[:head_end + 4]
+            got = read_request(conn, buf)
+            if got is None:
+                return
+            _, target, buf = got
+            with self._lock:
+                self.heads.append((target, raw))
+                n = self.tries[target] = self.tries.get(target, 0) + 1
+            if target.startswith("/ws/flaky/") and n == 1:
+                conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+                continue
+            if target.startswith(("/ws/echo", "/ws/flaky/")):
+                conn.sendall(SWITCH + FIRST)
+                self.echo(conn, buf)
+                return
+            if target.startswith("/ws/bare"):
+                conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n")
+                return
+            body = raw if target.startswith("/head") else b"no switch"
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    @staticmethod
+    def echo(conn, buf):
+        if buf:
+            conn.sendall(buf.upper())
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                conn.sendall(b"BYE")
+                if not isinstance(conn, ssl.SSLSocket):
+                    conn.shutdown(socket.SHUT_WR)
+                return
+            conn.sendall(data.upper())
+
+
+def handshake(target, host, version="HTTP/1.1", connection="Upgrade", extra=()):
+    fields = [("Upgrade", "websocket"), ("Connection", connection),
+              ("Sec-WebSocket-Key", KEY), ("Sec-WebSocket-Version", "13")] + list(extra)
+    return h.request("GET", target, host, fields, version=version)
+
+
+def head_fields(raw):
+    """The (name, value) pairs of a raw head."""
+    out = []
+    for ln in raw.split(b"\r\n")[1:]:
+        if ln:
+            name, _, value = ln.partition(b":")
+            out.append((name.decode("latin-1"), value.strip().decode("latin-1")))
+    return out
+
+
+def talk(c, half_close=True):
+    """The new protocol both ways after a 101: the origin's first bytes, an
+    echo of each write, then the half-close passed on each way."""
+    h.eq(c.read_exact(len(FIRST)), FIRST, "the origin's first bytes behind the 101")
+    for word in (b"hello", b"x" * 200000, b"again"):
+        c.send(word)
+        h.eq(c.read_exact(len(word)), word.upper(), "the echo of %d bytes" % len(word))
+    if not half_close:
+        return
+    c.sock.shutdown(socket.SHUT_WR)
+    h.eq(c.read_to_close(), b"BYE", "what the origin sent after the client's half-close")
+
+
+def upstream_connections(proxy):
+    body = h.curl("-s", "http://127.0.0.1:%d/metrics" % proxy.port(2)).body.decode()
+    return h.metric(body, "retryproxy_connections", '{side="upstream"}')
+
+
+def scenario(t):
+    origin = UpgradeOrigin()
+    t.defer(origin.stop)
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+    authority = "127.0.0.1:%d" % origin.port
+
+    def check_switched(r, attempts):
+        h.eq(r.status, 101, "status (%r)" % (r,))
+        h.eq(r.header_all("Upgrade"), ["websocket"], "Upgrade to the client")
+        h.eq(r.header_all("Connection"), ["upgrade"], "Connection to the client")
+        h.eq(r.header("Sec-WebSocket-Accept"), ACCEPT, "Sec-WebSocket-Accept to the client")
+        h.eq(r.header("X-Origin"), "yes", "the origin's own field")
+        h.eq(r.header("Via"), "1.1 retryproxy", "Via to the client")
+        h.eq(r.header("Retry-Attempts"), str(attempts), "Retry-Attempts")
+
+    @t.check("sidecar: the switch goes through, then bytes both ways and the half-closes")
+    def _():
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+            c.send(handshake("/ws/echo?c=side", "app.example",
+                             extra=[("Sec-WebSocket-Protocol", "chat, superchat")]))
+            check_switched(c.read_head(), 1)
+            talk(c)
+        raw = origin.heads_for("c=side")
+        h.eq(len(raw), 1, "requests at the origin")
+        fields = head_fields(raw[0])
+        names = [n.lower() for n, _ in fields]
+        h.eq([v for n, v in fields if n == "Upgrade"], ["websocket"], "Upgrade at the origin")
+        h.eq([v for n, v in fields if n.lower() == "connection"], ["upgrade"],
+             "Connection at the origin")
+        h.ok(("Sec-WebSocket-Key", KEY) in fields and
+             ("Sec-WebSocket-Protocol", "chat, superchat") in fields,
+             "the WebSocket fields byte-exact at the origin: %r" % fields)
+        h.eq(names.count("via"), 1, "one Via at the origin (%r)" % fields)
+        line = proxy.access_one("c=side")
+        h.eq(h.access_fields(line).get("status"), "101", "access-log status (%s)" % line)
+        h.wait_until(lambda: upstream_connections(proxy) == 0, 5 * h.SLOW,
+                     "no upstream connection open once the tunnel closed")
+
+    @t.check("bytes the client sends behind the handshake, before the 101, go on after it")
+    def _():
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+            c.send(handshake("/ws/echo?c=early", "app.example") + b"early")
+            check_switched(c.read_head(), 1)
+            h.eq(c.read_exact(len(FIRST) + 5), FIRST + b"EARLY", "the first bytes, then the echo")
+            c.send(b"late")
+            h.eq(c.read_exact(4), b"LATE", "the echo after")
+
+    @t.check("a switched connection holds no place under max_upstream_connections (1)")
+    def _():
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as ws:
+            ws.send(handshake("/ws/echo?c=held", "app.example"))
+            check_switched(ws.read_head(), 1)
+            with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+                c.send(h.request("GET", "/head?c=beside-ws", "app.example"))
+                r = c.read_response()
+            h.eq(r.status, 200, "a request beside the open WebSocket (%r)" % r.body[:200])
+            talk(ws)
+
+    @t.check("a 503 before the switch is retried; the client then gets the 101")
+    def _():
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+            c.send(handshake("/ws/flaky/a", "app.example"))
+            check_switched(c.read_head(), 2)
+            talk(c)
+        h.eq(len(origin.heads_for("/ws/flaky/a")), 2, "requests at the origin")
+
+    @t.check("forward listener: an absolute-form target switches the same way")
+    def _():
+        with h.RawConn(proxy.port(1), timeout=10 * h.SLOW) as c:
+            c.send(handshake("http://%s/ws/echo?c=fwd" % authority, authority))
+            check_switched(c.read_head(), 1)
+            talk(c)
+
+    @t.check("an origin that does not switch answers as usual; the connection serves on")
+    def _():
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+            c.send(handshake("/ws/refuse", "app.example"))
+            r = c.read_response()
+            h.eq((r.status, r.body), (200, b"no switch"), "the answer without a switch")
+            h.ok(r.header("Upgrade") is None, "no Upgrade to the client")
+            c.send(h.request("GET", "/head?c=after-refuse", "app.example"))
+            h.eq(c.read_response().status, 200, "the next request on the same connection")
+
+    @t.check("a 101 without an Upgrade field is a 502")
+    def _():
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+            c.send(handshake("/ws/bare", "app.example"))
+            h.eq(c.read_response().status, 502, "status")
+
+    cases = [
+        ("http10", dict(version="HTTP/1.0")),
+        ("no-option", dict(connection="keep-alive")),
+        ("body", dict(extra=[("Content-Length", "3")])),
+    ]
+    for name, kw in cases:
+        @t.check("no switch offered upstream for a request %s" % name)
+        def _(name=name, kw=kw):
+            with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+                req = handshake("/head?c=%s" % name, "app.example", **kw)
+                c.send(req + (b"abc" if name == "body" else b""))
+                r = c.read_response()
+            h.eq(r.status, 200, "status")
+            fields = head_fields(origin.heads_for("c=%s" % name)[0])
+            h.ok(all(n.lower() != "upgrade" for n, _ in fields),
+                 "Upgrade reached the origin: %r" % fields)
+            h.ok(all(v.lower() != "upgrade" for n, v in fields if n.lower() == "connection"),
+                 "Connection: upgrade reached the origin: %r" % fields)
+            h.ok(("Sec-WebSocket-Key", KEY) in fields, "the end-to-end fields still go")
+
+    @t.check("several switched connections at once, each its own echo")
+    def _():
+        errors = []
+
+        def one(i):
+            try:
+                with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+                    c.send(handshake("/ws/echo?c=many%d" % i, "app.example"))
+                    check_switched(c.read_head(), 1)
+                    talk(c)
+            except BaseException as e:  # noqa: B902 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(30 * h.SLOW)
+        h.ok(not errors, "switched connections failed: %r" % errors[:2])
+
+    certs = t.certs()
+    local = os.path.join(t.tmp, "local-ca")
+    p = subprocess.run([h.BIN, "--make-ca", local], capture_output=True, text=True)
+    h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+    tls_origin = UpgradeOrigin(tls=(certs.server, certs.server_key))
+    t.defer(tls_origin.stop)
+    intercepting = t.proxy(INTERCEPT_CONFIG, TESTCA=certs.ca, LOCALCA=local)
+
+    @t.check("an intercepted tunnel (wss): the switch goes through to a TLS origin")
+    def _():
+        s = socket.create_connection(("127.0.0.1", intercepting.port()), timeout=10 * h.SLOW)
+        authority = b"localhost:%d" % tls_origin.port
+        s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
+        with h.RawConn.over(s, timeout=10 * h.SLOW) as c:
+            h.eq(c.read_head().status, 200, "the CONNECT's answer")
+            ctx = ssl.create_default_context(cafile=os.path.join(local, "ca.pem"))
+            tls = ctx.wrap_socket(s, server_hostname="localhost")
+            c = h.RawConn.over(tls, timeout=10 * h.SLOW)
+            c.send(handshake("/ws/echo?c=wss", authority.decode()))
+            check_switched(c.read_head(), 1)
+            talk(c, half_close=False)
+        h.eq(len(tls_origin.heads_for("c=wss")), 1, "requests at the TLS origin")
+        line = intercepting.access_one("c=wss")
+        h.eq(h.access_fields(line).get("status"), "101", "access-log status (%s)" % line)
+
+
+if __name__ == "__main__":
+    h.run(scenario, __doc__)
