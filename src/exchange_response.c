@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -429,6 +430,16 @@ static void exchange_start_keeping(struct exchange_try *t, const struct http1_he
 	exchange_keep_response(t);
 }
 
+/* Now, in milliseconds since the epoch. CLOCK_REALTIME, not time() (the
+ * coarse clock, a tick behind): a date in Retry-After is wall-clock time. */
+static int64_t exchange_wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* The wait a response asks for in milliseconds: the longer of Retry-After
  * and retry-after-ms, 0 when both are absent or invalid. */
 uint64_t exchange_retry_after(const struct http1_head *head)
@@ -437,7 +448,7 @@ uint64_t exchange_retry_after(const struct http1_head *head)
 	uint64_t ms = 0;
 	uint64_t ms_field = 0;
 
-	if (f == NULL || retry_after_parse(f->value, f->value_len, time(NULL), &ms) < 0)
+	if (f == NULL || retry_after_parse(f->value, f->value_len, exchange_wall_ms(), &ms) < 0)
 		ms = 0;
 	f = http1_find_field(head, "retry-after-ms");
 	if (f != NULL && retry_after_ms_parse(f->value, f->value_len, &ms_field) == 0 &&

@@ -488,8 +488,11 @@ bool retry_hedge_allowed(const struct retry_policy *policy, const struct hedge_p
 	return facts->budget_allows;
 }
 
-int retry_after_parse(const char *value, size_t len, time_t now, uint64_t *wait_ms)
+int retry_after_parse(const char *value, size_t len, int64_t now_ms, uint64_t *wait_ms)
 {
+	const int64_t max_ms = (int64_t)RETRY_AFTER_MAX_SECONDS * 1000;
+	/* floor, for a clock before 1970 too */
+	time_t now = (time_t)(now_ms >= 0 ? now_ms / 1000 : -((-now_ms + 999) / 1000));
 	const char *end;
 	uint64_t seconds = 0;
 	int64_t when;
@@ -517,9 +520,12 @@ int retry_after_parse(const char *value, size_t len, time_t now, uint64_t *wait_
 			return -1;
 		/* when is within years 0..9999, so only now can be extreme */
 		if ((int64_t)now < when - RETRY_AFTER_MAX_SECONDS)
-			seconds = RETRY_AFTER_MAX_SECONDS;
-		else if (when > (int64_t)now)
-			seconds = (uint64_t)(when - (int64_t)now);
+			*wait_ms = (uint64_t)max_ms;
+		else if (when * 1000 > now_ms)
+			*wait_ms = (uint64_t)(when * 1000 - now_ms);
+		else
+			*wait_ms = 0;
+		return 0;
 	}
 	if (seconds > RETRY_AFTER_MAX_SECONDS)
 		seconds = RETRY_AFTER_MAX_SECONDS;

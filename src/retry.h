@@ -253,9 +253,11 @@ bool retry_hedge_allowed(const struct retry_policy *policy, const struct hedge_p
  * RFC 850 with its two-digit-year rule, asctime), with optional surrounding
  * SP/HTAB. Names are matched with their exact case; a weekday that does not
  * fit the date is accepted (it is redundant), an impossible date (Feb 30) is
- * not. *wait_ms is the wait from now, 0 for a date not in the future, capped
- * at RETRY_AFTER_MAX_SECONDS. Returns 0, or -1 with *wait_ms untouched. */
-int retry_after_parse(const char *value, size_t len, time_t now, uint64_t *wait_ms);
+ * not. *wait_ms is the wait from now_ms (milliseconds since the epoch: a
+ * date means its whole second, and now is not rounded down to one, which
+ * would add up to a second), 0 for a date not in the future, capped at
+ * RETRY_AFTER_MAX_SECONDS. Returns 0, or -1 with *wait_ms untouched. */
+int retry_after_parse(const char *value, size_t len, int64_t now_ms, uint64_t *wait_ms);
 
 /* Parse a retry-after-ms value: milliseconds as digits, optionally with a
  * fraction (rounded up: the wait is at least that long), with optional

@@ -602,8 +602,8 @@ static void test_retry_after_table(void **state)
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint64_t ms = 0xdeadbeef;
-		int rc = retry_after_parse(cases[i].value, strlen(cases[i].value), cases[i].now,
-					   &ms);
+		int rc = retry_after_parse(cases[i].value, strlen(cases[i].value),
+					   (int64_t)cases[i].now * 1000, &ms);
 
 		if (rc != cases[i].rc)
 			fail_msg("\"%s\": rc %d, expected %d", cases[i].value, rc, cases[i].rc);
@@ -620,15 +620,30 @@ static void test_retry_after_counted(void **state)
 	uint64_t ms = 0;
 
 	/* only len bytes are read; a NUL inside is not a digit */
-	assert_int_equal(retry_after_parse("12345", 2, TEST_NOW_2023, &ms), 0);
+	assert_int_equal(retry_after_parse("12345", 2, TEST_NOW_2023 * 1000, &ms), 0);
 	assert_true(ms == 12000);
-	assert_int_equal(retry_after_parse("12\0", 3, TEST_NOW_2023, &ms), -1);
-	assert_int_equal(
-		retry_after_parse("Tue, 14 Nov 2023 22:15:20 GMTxyz", 29, TEST_NOW_2023, &ms), 0);
+	assert_int_equal(retry_after_parse("12\0", 3, TEST_NOW_2023 * 1000, &ms), -1);
+	assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:15:20 GMTxyz", 29,
+					   TEST_NOW_2023 * 1000, &ms),
+			 0);
 	assert_true(ms == 120000);
-	assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:15:20 GM", 28, TEST_NOW_2023, &ms),
-			 -1);
-	assert_int_equal(retry_after_parse(NULL, 0, TEST_NOW_2023, &ms), -1);
+	assert_int_equal(
+		retry_after_parse("Tue, 14 Nov 2023 22:15:20 GM", 28, TEST_NOW_2023 * 1000, &ms),
+		-1);
+	assert_int_equal(retry_after_parse(NULL, 0, TEST_NOW_2023 * 1000, &ms), -1);
+	/* a date is its whole second, and now is not rounded down to one: 400 ms
+	 * into a second, a date 3 s on is 2.6 s away, the second begun is past */
+	assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:13:23 GMT", 29,
+					   TEST_NOW_2023 * 1000 + 400, &ms),
+			 0);
+	assert_true(ms == 2600);
+	assert_int_equal(retry_after_parse("Tue, 14 Nov 2023 22:13:20 GMT", 29,
+					   TEST_NOW_2023 * 1000 + 400, &ms),
+			 0);
+	assert_true(ms == 0);
+	/* delta-seconds count from now, whatever its milliseconds */
+	assert_int_equal(retry_after_parse("3", 1, TEST_NOW_2023 * 1000 + 400, &ms), 0);
+	assert_true(ms == 3000);
 }
 
 /* Format t with strftime in UTC, parse it back with now = t - 5000 s, and
@@ -641,7 +656,8 @@ static void test_round_trip(time_t t, const char *format)
 
 	assert_non_null(gmtime_r(&t, &tm));
 	assert_true(strftime(text, sizeof(text), format, &tm) > 0);
-	if (retry_after_parse(text, strlen(text), t - 5000, &ms) != 0 || ms != 5000000)
+	if (retry_after_parse(text, strlen(text), ((int64_t)t - 5000) * 1000, &ms) != 0 ||
+	    ms != 5000000)
 		fail_msg("\"%s\" (t=%lld): got %llu ms", text, (long long)t,
 			 (unsigned long long)ms);
 }
