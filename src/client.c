@@ -812,8 +812,8 @@ static void client_drain_begins(void *self)
 }
 
 /* The live config changed (reload). The connection takes it at its next
- * request; if its listener's address is gone it closes now when idle, or
- * after its current request. */
+ * request, an idle one's client_timeout at once; if its listener's address
+ * is gone it closes now when idle, or after its current request. */
 static void client_config_changed(void *self)
 {
 	struct client *client = self;
@@ -832,6 +832,13 @@ static void client_config_changed(void *self)
 		/* a head under way may have stopped at the old max_header_bytes:
 		 * the new limit lets it be read on */
 		client_adopt_config(client);
+	} else if (client_idle(client) && !client->head_timer_at_flush && !client->output_full &&
+		   client->config->limits.client_timeout_ms != live->limits.client_timeout_ms) {
+		/* waiting for its next request under the old client_timeout: a
+		 * lowered one would not close it for as long as the old one ran;
+		 * the new one counts from the reload */
+		client_adopt_config(client);
+		client_arm_head_timer(client);
 	}
 }
 

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""Scenario: a reload changes client_timeout under idle keep-alive
+connections.
+
+Client: raw keep-alive connections to a sidecar listener, each idle after
+one request.
+Origin: the shared test origin (echo).
+Must hold: with client_timeout 60s, a reload to 1s closes a connection
+idle since before the reload within a few seconds, not 60 s after its last
+request; after a reload back to 60s a connection that goes idle stays open
+past 1 s and serves its next request.
+"""
+
+import os
+import re
+import signal
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+log: { level: info, format: text }
+limits:
+  client_timeout: %s
+  drain_timeout: 2s
+"""
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG % "60s", ORIGIN=origin.port)
+    text = h.read_file(proxy.config_path)
+
+    def reload(timeout):
+        with open(proxy.config_path, "w") as f:
+            f.write(re.sub(r"client_timeout: \S+", "client_timeout: " + timeout, text))
+        n = len([ln for ln in proxy.stderr_lines() if "reload: now running" in ln]) + 1
+        os.kill(proxy.pid, signal.SIGHUP)
+        proxy.wait_log("reload: now running", timeout=10 * h.SLOW, count=n)
+
+    def idle_conn(tag):
+        c = h.RawConn(proxy.port(), timeout=10 * h.SLOW)
+        t.defer(c.close)
+        c.send(h.request("GET", "/echo?c=" + tag, "app.example"))
+        h.eq(c.read_response().status, 200, "status")
+        return c
+
+    @t.check("a lowered client_timeout closes connections idle since before the reload")
+    def _():
+        idle = idle_conn("before")
+        reload("1s")
+        started = time.monotonic()
+        h.ok(idle.closed_within(8 * h.SLOW),
+             "an idle connection still open %.1f s after a reload to client_timeout 1s"
+             % (time.monotonic() - started))
+
+    @t.check("a raised client_timeout lets an idle connection stay past the old one")
+    def _():
+        reload("60s")
+        idle = idle_conn("raised")
+        h.ok(idle.silent_for(2.5), "closed within 2.5 s under client_timeout 60s")
+        idle.send(h.request("GET", "/echo?c=raised-again", "app.example"))
+        h.eq(idle.read_response().status, 200, "the next request on it")
+
+
+if __name__ == "__main__":
+    h.run(scenario, __doc__)
