@@ -684,6 +684,11 @@ int explain_run(const struct config *config, const struct explain_request *reque
 		goto done;
 	retry = &dest.route->retry;
 	decision = explain_decide(config, dest.route, h, &body, &why, err);
+	if (h->framing.upgrade)
+		fprintf(err,
+			"retryproxy: --explain: note: the request asks to switch protocols "
+			"(Upgrade): until the upstream answers it is tried as below, never "
+			"hedged; a 101 makes the connection a tunnel, where nothing is retried\n");
 	fprintf(out, "route: %s\n", dest.route->name);
 	explain_print_upstream(&dest, out);
 	{

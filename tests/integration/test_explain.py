@@ -264,6 +264,17 @@ def scenario(t):
         h.ok("sidecar listener 127.0.0.1:8080" in p.stderr,
              "stderr should say the sidecar listener gets it: %r" % p.stderr)
 
+    @t.check("a WebSocket handshake: the route's tries as for any GET, and a note on the switch")
+    def _():
+        ws = ["-H", "Upgrade: websocket", "-H", "Connection: Upgrade"]
+        p = explain(["-c", GCS, "GET", "https://storage.googleapis.com/ws"] + ws)
+        h.eq(p.returncode, 0, "exit code (stderr %r)" % p.stderr)
+        h.ok("asks to switch protocols" in p.stderr and "a 101 makes the connection a tunnel"
+             in p.stderr, "stderr should note the switch: %r" % p.stderr)
+        plain = explain(["-c", GCS, "GET", "https://storage.googleapis.com/ws"])
+        h.eq(p.stdout, plain.stdout, "stdout, as for the GET without Upgrade")
+        h.ok("switch protocols" not in plain.stderr, "a note without Upgrade: %r" % plain.stderr)
+
     @t.check("cloud-storage.yaml: the same upload without a precondition is not retried")
     def _():
         url = "https://storage.googleapis.com/upload/storage/v1/b/my-bucket/o?uploadType=media&name=a"
