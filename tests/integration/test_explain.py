@@ -17,6 +17,7 @@ max_backoff)] per retry, [0, min(backoff, max_backoff)] with full jitter,
 at most max_attempts - 1 of them, listed while the sum of the lower bounds
 keeps the next try within the deadline; `waits: none` for a request that is
 not idempotent or whose body is over replay_buffer (with a note on stderr,
+as for a request that asks to switch protocols, whose stdout is a GET's,
 as for an https:// URL a forward proxy client would tunnel); a bad method, URL, header line or body file, a config error
 and a request the proxy would refuse (allow_hosts: 403, a body over
 max_body_bytes: 413, its own admin address as the destination, from a
