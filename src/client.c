@@ -217,8 +217,8 @@ static void client_watch_body(void *arg, bool on)
 /* The access-log line of a request the proxy answers itself, before any
  * exchange exists (head NULL: one it could not parse). Inside an
  * intercepted tunnel the logged target says which one, as for the requests
- * it proxies: https://host:port before an origin-form target, or alone when
- * the request line could not be read. */
+ * it proxies: https://host:port before an origin-form target, or alone for
+ * "*" and when the request line could not be read. */
 static void client_log_own_answer(struct client *client, const struct http1_head *head, int status,
 				  const char *text, uint64_t bytes)
 {
@@ -250,6 +250,9 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 			memcpy(target + prefix_len, head->target, head->target_len);
 			record.target = target;
 			record.target_len = prefix_len + head->target_len;
+		} else if (prefix != NULL && head->parsed_target.form == HTTP1_TARGET_ASTERISK) {
+			record.target = prefix;
+			record.target_len = strlen(prefix);
 		}
 	} else if (prefix != NULL) {
 		record.target = prefix;

@@ -427,8 +427,17 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 {
 	const struct tls_policy *tls = &ex->route->tls;
 	const char *ca = dest->tls && tls->ca_file != NULL ? tls->ca_file : "";
-	const char *prefix = ex->owner.target_prefix != NULL ? ex->owner.target_prefix : "";
+	/* the log's target inside an intercepted tunnel: the tunnel's origin
+	 * before an origin-form target, alone for "*" (its absolute form,
+	 * RFC 9112 section 3.2.4); an absolute-form one names it itself */
+	const char *prefix =
+		ex->owner.target_prefix != NULL && head->parsed_target.form != HTTP1_TARGET_ABSOLUTE
+			? ex->owner.target_prefix
+			: "";
 	size_t prefix_len = strlen(prefix);
+	size_t target_len = prefix_len > 0 && head->parsed_target.form == HTTP1_TARGET_ASTERISK
+				    ? 0
+				    : head->target_len;
 	/* an IPv6 literal may come out of its one spelling longer */
 	bool ipv6 = dest->host_len <= UPSTREAM_IPV6_TEXT_MAX &&
 		    memchr(dest->host, ':', dest->host_len) != NULL;
@@ -436,8 +445,7 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	/* "https://" host ":" port "|" ca "|1" (an absolute host's dot is in
 	 * host_len) */
 	size_t key_room = 8 + host_room + 6 + 1 + strlen(ca) + 2 + 1;
-	size_t size =
-		head->method_len + 1 + prefix_len + head->target_len + 1 + host_room + 1 + key_room;
+	size_t size = head->method_len + 1 + prefix_len + target_len + 1 + host_room + 1 + key_room;
 	char *p = exchange_block(&ex->text, &ex->text_room, size);
 	size_t host_len;
 
@@ -451,9 +459,9 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	/* the target as the log shows it: inside an intercepted tunnel with
 	 * the scheme and authority the client asked for */
 	ex->target = p;
-	ex->target_len = prefix_len + head->target_len;
+	ex->target_len = prefix_len + target_len;
 	p = exchange_put(p, prefix, prefix_len);
-	p = exchange_put(p, head->target, head->target_len);
+	p = exchange_put(p, head->target, target_len);
 	*p++ = '\0';
 	ex->endpoint_host = p;
 	p = exchange_put(p, dest->host, dest->host_len);
@@ -476,6 +484,8 @@ static int exchange_route(const struct exchange_owner *owner, const struct http1
 			  const struct http1_framing *framing, struct route_destination *dest,
 			  char *reason, size_t reason_len)
 {
+	const struct http1_target *target = &head->parsed_target;
+	struct http1_target as_origin;
 	const char *host = framing->host_name;
 	size_t host_len = framing->host_name_len;
 	int status;
@@ -496,10 +506,16 @@ static int exchange_route(const struct exchange_owner *owner, const struct http1
 			return status;
 		host = owner->tunnel_host;
 		host_len = strlen(host);
+		/* an absolute-form target named the tunnel's origin: it goes
+		 * where its origin-form equivalent goes */
+		if (target->form == HTTP1_TARGET_ABSOLUTE) {
+			as_origin = *target;
+			as_origin.form = HTTP1_TARGET_ORIGIN;
+			target = &as_origin;
+		}
 	}
-	status = route_destination(owner->config, owner->upstream, &head->parsed_target, host,
-				   host_len, head->method, head->method_len, dest, reason,
-				   reason_len);
+	status = route_destination(owner->config, owner->upstream, target, host, host_len,
+				   head->method, head->method_len, dest, reason, reason_len);
 	if (status == 403)
 		log_warn("client %s: refused host %.*s: not in access.allow_hosts", owner->peer,
 			 (int)(dest->host_len > 200 ? 200 : dest->host_len), dest->host);

@@ -20,6 +20,8 @@ static const char *reply_reason_phrase(int status)
 		return "URI Too Long";
 	case 417:
 		return "Expectation Failed";
+	case 421:
+		return "Misdirected Request";
 	case 431:
 		return "Request Header Fields Too Large";
 	case 500:

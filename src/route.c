@@ -155,10 +155,12 @@ int route_destination(const struct config *config, const struct upstream_url *li
 		host_len = target->host_len;
 	}
 	/* an absolute-form target with no path goes upstream as "/" and its
-	 * query (RFC 9112 section 3.2.1), and is routed so; a CONNECT has none */
+	 * query (RFC 9112 section 3.2.1), and is routed so, as is one inside
+	 * an intercepted tunnel passed here as origin-form (a client's
+	 * origin-form path starts with "/"); a CONNECT has none */
 	dest->route =
 		route_match_path(config, host, host_len,
-				 target->form == HTTP1_TARGET_ABSOLUTE &&
+				 target->form != HTTP1_TARGET_AUTHORITY &&
 					 (target->path_len == 0 || target->path[0] == '?'),
 				 target->path, target->path_len, method, method_len, &trouble);
 	/* a path origins read each their own way cannot be routed as the
@@ -284,18 +286,38 @@ bool route_same_host(const char *a, size_t a_len, const char *b, size_t b_len)
 int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, const struct http1_head *head,
 		       const struct http1_framing *framing, char *reason, size_t reason_len)
 {
+	const struct http1_target *target = &head->parsed_target;
 	size_t len = strlen(tunnel_host);
 	int shown = (int)(len > 200 ? 200 : len);
 	bool v6 = memchr(tunnel_host, ':', len) != NULL; /* the reason writes [host]:port */
 	/* a Host without a port names the https default */
 	uint16_t port = framing->host_port != 0 ? framing->host_port : 443;
 
-	if (head->parsed_target.form != HTTP1_TARGET_ORIGIN) {
+	if (target->form == HTTP1_TARGET_AUTHORITY) {
 		snprintf(reason, reason_len,
-			 "only origin-form requests inside the intercepted tunnel to %s%.*s%s:%u",
-			 v6 ? "[" : "", shown, tunnel_host, v6 ? "]" : "", tunnel_port);
+			 "a CONNECT inside the intercepted tunnel to %s%.*s%s:%u", v6 ? "[" : "",
+			 shown, tunnel_host, v6 ? "]" : "", tunnel_port);
 		return 400;
 	}
+	/* An absolute-form target names its origin itself (RFC 9112 section
+	 * 3.2.2): this tunnel's, or one this connection does not serve, which
+	 * 421 tells the client to ask over another (RFC 9110 section 7.4). */
+	if (target->form == HTTP1_TARGET_ABSOLUTE &&
+	    (!target->tls || target->port != tunnel_port ||
+	     !route_same_host(target->host, target->host_len, tunnel_host, len))) {
+		size_t origin_len =
+			(size_t)(target->authority + target->authority_len - head->target);
+
+		snprintf(reason, reason_len,
+			 "%.*s is not the origin of the intercepted tunnel to "
+			 "https://%s%.*s%s:%u",
+			 (int)(origin_len > 200 ? 200 : origin_len), head->target, v6 ? "[" : "",
+			 shown, tunnel_host, v6 ? "]" : "", tunnel_port);
+		return 421;
+	}
+	/* the Host is checked in every form: one that disagrees with an
+	 * absolute-form target is refused, not ignored (RFC 9112 section 3.2
+	 * has the client send them identical) */
 	if (framing->host_name != NULL &&
 	    (!route_same_host(framing->host_name, framing->host_name_len, tunnel_host, len) ||
 	     port != tunnel_port)) {

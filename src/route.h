@@ -66,10 +66,13 @@ int route_check_tunnel_host(const struct config *config, const char *tunnel_host
 bool route_same_host(const char *a, size_t a_len, const char *b, size_t b_len);
 
 /* Inside an intercepted tunnel every request names the tunnel's host and port
- * (the CONNECT host without brackets, and its port) or has no Host at all
- * (HTTP/1.0): no fronting another host or port through it, and origin-form
- * only. Hosts compare as route_same_host says; a Host without a port means
- * 443. Returns 0, or 400 with a reason. */
+ * (the CONNECT host without brackets, and its port) in its Host, or has no
+ * Host at all (HTTP/1.0): no fronting another host or port through it. An
+ * absolute-form target must name the tunnel's origin too: https, its host and
+ * port (none, or an empty one, means 443), else 421; the caller then routes
+ * it as its origin-form equivalent. No CONNECT. Hosts compare as
+ * route_same_host says; a Host without a port means 443. Returns 0, or 400
+ * or 421 with a reason. */
 int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, const struct http1_head *head,
 		       const struct http1_framing *framing, char *reason, size_t reason_len);
 

@@ -25,7 +25,10 @@ is compared with the CONNECT authority as a host and port (any case, a
 trailing dot, no port meaning 443): another spelling of the same host
 passes, a Host naming another host or port is a 400 and nothing reaches
 the origin; a refusal inside a tunnel is logged with the tunnel's
-https://host:port before its target (or alone, or named in the note); a host
+https://host:port before its target (or alone, for an unreadable request
+line and for OPTIONS *, or named in the note of an absolute-form target
+naming another origin, which is a 421; see also
+test_intercept_absolute_form.py); a host
 not listed is tunnelled blind (the client sees the origin's own certificate); a client
 that trusts only its own store fails its handshake, which is logged with
 the host and counted in retryproxy_intercept_failures_total, and the proxy
@@ -349,31 +352,33 @@ def scenario(t):
         h.eq(len(good.requests), before, "requests at the origin")
 
     @t.check("a refusal inside the tunnel logs which tunnel: https://host:port before an "
-             "origin-form target, alone for an unreadable request, named in the reason otherwise")
+             "origin-form target, alone for an unreadable request and for *, named in the "
+             "reason otherwise")
     def _():
         prefix = "https://localhost:%d" % good.port
         refusals = [
             (b"GET /echo?t=refused-fronted HTTP/1.1\r\nHost: other.example\r\n\r\n",
-             prefix + "/echo?t=refused-fronted"),
+             prefix + "/echo?t=refused-fronted", 400),
             (b"GET /echo?t=refused-length HTTP/1.1\r\nHost: localhost:%d\r\n"
-             b"Content-Length: x\r\n\r\n" % good.port, prefix + "/echo?t=refused-length"),
-            (b"GET /echo?t=refused bad\r\n\r\n", prefix),
+             b"Content-Length: x\r\n\r\n" % good.port, prefix + "/echo?t=refused-length", 400),
+            (b"GET /echo?t=refused bad\r\n\r\n", prefix, 400),
+            (b"OPTIONS * HTTP/1.1\r\nHost: other.example\r\n\r\n", prefix, 400),
             (b"GET http://other.example/?t=refused-absolute HTTP/1.1\r\nHost: other.example\r\n\r\n",
-             "http://other.example/?t=refused-absolute"),
+             "http://other.example/?t=refused-absolute", 421),
         ]
-        for request, target in refusals:
+        for request, target, status in refusals:
             seen = len(proxy.access_lines())
             with connect_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
                 tls.sendall(request)
                 r = read_response(tls)
-            h.eq(r.status, 400, "status for %r" % request)
+            h.eq(r.status, status, "status for %r" % request)
             # the line is matched by its target: a line of the request
             # before may still arrive after seen was counted
             def refusal_line():
                 found = [h.access_fields(l) for l in proxy.access_lines()[seen:]]
-                return [f for f in found if f["status"] == "400" and f["target"] == target]
-            fields = h.wait_until(refusal_line, 5, "an access line with status 400 and target "
-                                  "%r for %r" % (target, request))[0]
+                return [f for f in found if f["status"] == str(status) and f["target"] == target]
+            fields = h.wait_until(refusal_line, 5, "an access line with status %d and target "
+                                  "%r for %r" % (status, target, request))[0]
             if not target.startswith(prefix):
                 h.ok("localhost:%d" % good.port in fields["note"],
                      "the note should name the tunnel: %r" % fields["note"])

@@ -10,11 +10,15 @@ Must hold: the requests inside a tunnel go upstream with the Host a sidecar
 whose upstream is https://<CONNECT host>:<port> sends: without the port
 when it is 443 (clients that sign Host, AWS's among them, sign it without:
 an intercepted CONNECT to host:443 must not turn it into host:443), and
-without a trailing dot on the CONNECT host.
+without a trailing dot on the CONNECT host. Inside a tunnel to host:443, an
+absolute-form target https://host/..., https://host:/... or
+https://host:443/... names the tunnel's origin (no port and an empty one
+mean 443): it goes upstream in origin-form, Host: host.
 """
 
 import os
 import random
+import ssl
 import subprocess
 
 import harness as h
@@ -66,6 +70,29 @@ def scenario(t):
             line = proxy.access_one("t=443")
             h.eq(h.access_fields(line)["target"], "https://%s:443/echo?t=443" % ip,
                  "access-log target (the CONNECT authority, as the client asked)")
+
+    name = ("inside a tunnel to host:443, an absolute-form target with no port, an empty one or "
+            "443 names the tunnel's origin")
+    if on443 is None:
+        t.skip(name, why)
+    else:
+        @t.check(name)
+        def _():
+            for i, authority in enumerate((ip, ip + ":", ip + ":443")):
+                tag = "abs443-%d" % i
+                c = h.RawConn(proxy.port())
+                with c:
+                    c.send(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (ip, ip)).encode())
+                    h.eq(c.read_head().status, 200, "CONNECT answer")
+                    ctx = ssl.create_default_context(cafile=local_ca)
+                    tls = h.RawConn.over(ctx.wrap_socket(c.sock, server_hostname=ip))
+                    tls.send(("GET https://%s/echo?t=%s HTTP/1.1\r\nHost: %s\r\n\r\n"
+                              % (authority, tag, authority)).encode())
+                    r = tls.read_response()
+                h.eq(r.status, 200, "status for https://%s/ (body %r)" % (authority, r.body))
+                seen = [q for q in on443.requests_for("/echo") if q.query.get("t") == tag]
+                h.eq([(q.target, q.header_all("Host")) for q in seen],
+                     [("/echo?t=" + tag, [ip])], "target and Host at the origin")
 
     @t.check("a CONNECT to a host with a trailing dot: Host upstream without the dot")
     def _():

@@ -501,10 +501,12 @@ static void test_destination_allow_all_and_long_host(void **state)
 	config_release(config);
 }
 
-/* Inside an intercepted tunnel: origin-form requests naming the tunnel's host
+/* Inside an intercepted tunnel: requests whose Host names the tunnel's host
  * and port pass, however the same host is spelled (case, a trailing dot, an
  * IPv6 literal's forms; no port for 443), and so does no Host at all on
- * HTTP/1.0; another host, another port or another form is a 400. */
+ * HTTP/1.0; another host or port is a 400, and so is a CONNECT. An
+ * absolute-form target must name the tunnel's origin (https, host, port),
+ * else 421. */
 static void test_check_tunnel(void **state)
 {
 	static const struct {
@@ -539,12 +541,39 @@ static void test_check_tunnel(void **state)
 		{ "::1", 8443, "GET / HTTP/1.1\r\nHost: localhost:8443\r\n", 400, NULL },
 		{ "127.0.0.1", 443, "GET / HTTP/1.1\r\nHost: [::ffff:127.0.0.1]\r\n", 400, NULL },
 		{ "127.0.0.1", 443, "GET / HTTP/1.1\r\nHost: 127.0.0.2\r\n", 400, NULL },
-		{ "api.example", 443, "GET https://api.example/x HTTP/1.1\r\nHost: api.example\r\n",
-		  400,
-		  "only origin-form requests inside the intercepted tunnel to api.example:443" },
-		{ "api.example", 443, "OPTIONS * HTTP/1.1\r\nHost: api.example\r\n", 400, NULL },
+		{ "api.example", 443, "OPTIONS * HTTP/1.1\r\nHost: api.example\r\n", 0, NULL },
+		{ "api.example", 443, "OPTIONS * HTTP/1.1\r\nHost: other.example\r\n", 400, NULL },
 		{ "api.example", 443, "CONNECT api.example:443 HTTP/1.1\r\nHost: api.example\r\n",
-		  400, NULL },
+		  400, "a CONNECT inside the intercepted tunnel to api.example:443" },
+		/* absolute-form names the origin itself: the tunnel's, or 421 */
+		{ "api.example", 443, "GET https://api.example/x HTTP/1.1\r\nHost: api.example\r\n",
+		  0, NULL },
+		{ "api.example", 443,
+		  "GET https://API.example.:443 HTTP/1.1\r\nHost: api.example\r\n", 0, NULL },
+		{ "api.example", 443,
+		  "GET https://api.example:/x HTTP/1.1\r\nHost: api.example:\r\n", 0, NULL },
+		{ "api.example", 8443, "GET https://api.example:8443/x HTTP/1.0\r\n", 0, NULL },
+		{ "::1", 8443, "GET https://[0::1]:8443/ HTTP/1.1\r\nHost: [::1]:8443\r\n", 0,
+		  NULL },
+		{ "api.example", 443,
+		  "GET https://other.example/x HTTP/1.1\r\nHost: api.example\r\n", 421,
+		  "https://other.example is not the origin of the intercepted tunnel to "
+		  "https://api.example:443" },
+		{ "api.example", 8443,
+		  "GET https://api.example/x HTTP/1.1\r\nHost: api.example\r\n", 421, NULL },
+		{ "api.example", 443,
+		  "GET https://api.example:8443/ HTTP/1.1\r\nHost: api.example\r\n", 421, NULL },
+		{ "api.example", 443,
+		  "GET http://api.example:443/x HTTP/1.1\r\nHost: api.example\r\n", 421,
+		  "http://api.example:443 is not the origin of the intercepted tunnel to "
+		  "https://api.example:443" },
+		{ "::1", 8443, "GET https://[::2]:8443/ HTTP/1.1\r\nHost: [::1]:8443\r\n", 421,
+		  "https://[::2]:8443 is not the origin of the intercepted tunnel to "
+		  "https://[::1]:8443" },
+		/* the Host still names the tunnel: one that disagrees is a 400 */
+		{ "api.example", 443,
+		  "GET https://api.example/x HTTP/1.1\r\nHost: other.example\r\n", 400,
+		  "Host other.example is not the tunnel's api.example:443" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
