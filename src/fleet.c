@@ -28,6 +28,19 @@
 #define FLEET_RECONNECT_FIRST_MS 100
 #define FLEET_RECONNECT_MAX_MS 5000
 
+/* A name's lookups, one per family, asked apart as an upstream's are: one
+ * evdns lookup for both, once one family answered, waits up to 3 s for the
+ * other, and a resolver that drops AAAA queries would hold every
+ * (re)connect that long. IPv6 is asked first and its addresses go first. */
+enum { FLEET_LOOKUP_V6, FLEET_LOOKUP_V4, FLEET_LOOKUPS };
+
+/* How long, once one family answered, the other's answer is waited for
+ * before connecting without it: RFC 8305's Resolution Delay, as for an
+ * upstream. It is waited for the A answer too (which nearly always comes
+ * with the AAAA one): a single connection takes the addresses in turn, and
+ * the IPv4 ones are then among them. */
+#define FLEET_RESOLUTION_DELAY_MS 50
+
 enum fleet_state {
 	FLEET_WAITING,	  /* the reconnect backoff runs */
 	FLEET_RESOLVING,  /* the Redis host name is being resolved */
@@ -65,6 +78,14 @@ struct fleet_route {
 	struct fleet_route *next;
 };
 
+struct fleet_lookup {
+	struct fleet *fleet;
+	struct evdns_getaddrinfo_request *request; /* while it runs */
+	struct evutil_addrinfo *addresses;	   /* its answer; NULL for none */
+	int error;				   /* EVUTIL_EAI_* when it failed */
+	bool done;
+};
+
 struct fleet {
 	struct event_base *base;
 	struct evdns_base *dns;
@@ -80,11 +101,13 @@ struct fleet {
 	uint64_t reply_timeout_ms;
 	enum fleet_state state;
 	redisAsyncContext *ac; /* the connection in use, or NULL */
-	struct evdns_getaddrinfo_request *resolving;
-	char sha[41];		  /* the script's SHA1, as SCRIPT LOAD said */
-	struct event *sync_timer; /* every sync_interval */
-	struct event *deadline;	  /* the connect or the sync round in flight */
-	struct event *reconnect;  /* the backoff before the next connect */
+	struct fleet_lookup lookups[FLEET_LOOKUPS];
+	struct event *resolution_delay; /* from the first answer with addresses */
+	bool resolving_inline;		/* inside evdns_getaddrinfo() */
+	char sha[41];			/* the script's SHA1, as SCRIPT LOAD said */
+	struct event *sync_timer;	/* every sync_interval */
+	struct event *deadline;		/* the connect or the sync round in flight */
+	struct event *reconnect;	/* the backoff before the next connect */
 	uint64_t backoff_ms;
 	unsigned address_turn; /* which of the name's addresses the next connect takes */
 	unsigned pending;      /* replies the sync round in flight still awaits */
@@ -96,6 +119,7 @@ struct fleet {
 static void fleet_connect(struct fleet *fleet);
 static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
 static void fleet_up(struct fleet *fleet);
+static void fleet_lookups_end(struct fleet *fleet);
 
 /* Arm the deadline for what was just sent. */
 static void fleet_arm_deadline(struct fleet *fleet)
@@ -141,12 +165,7 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
 		if (fr->in_flight)
 			fleet_route_unanswered(fr);
-	if (fleet->resolving != NULL) {
-		struct evdns_getaddrinfo_request *req = fleet->resolving;
-
-		fleet->resolving = NULL;
-		evdns_getaddrinfo_cancel(req);
-	}
+	fleet_lookups_end(fleet);
 	evtimer_del(fleet->deadline);
 	fleet->pending = 0;
 	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
@@ -484,38 +503,109 @@ static void fleet_open(struct fleet *fleet, const char *address)
 	fleet_arm_deadline(fleet);
 }
 
-/* The Redis host name resolved (or not), without blocking the loop. */
-static void fleet_resolved_cb(int result, struct evutil_addrinfo *res, void *arg)
+/* Cancel the lookups still running, free their answers and the delay. A
+ * cancelled lookup is called back later, from the loop, and touches
+ * nothing then. */
+static void fleet_lookups_end(struct fleet *fleet)
 {
-	struct fleet *fleet = arg;
+	for (size_t i = 0; i < FLEET_LOOKUPS; i++) {
+		struct fleet_lookup *l = &fleet->lookups[i];
+		struct evdns_getaddrinfo_request *req = l->request;
+
+		l->request = NULL;
+		if (req != NULL)
+			evdns_getaddrinfo_cancel(req);
+		if (l->addresses != NULL)
+			evutil_freeaddrinfo(l->addresses);
+		l->addresses = NULL;
+		l->done = false;
+		l->error = 0;
+	}
+	evtimer_del(fleet->resolution_delay);
+}
+
+/* Connect to the address whose turn it is among the answers (IPv6 ones
+ * first), or say the name did not resolve. */
+static void fleet_resolved(struct fleet *fleet)
+{
+	const struct fleet_lookup *v4 = &fleet->lookups[FLEET_LOOKUP_V4];
+	const struct fleet_lookup *v6 = &fleet->lookups[FLEET_LOOKUP_V6];
 	char address[INET6_ADDRSTRLEN];
 	char why[160];
 	const void *in;
 	struct evutil_addrinfo *ai;
 	unsigned count = 0, turn;
+	int error;
 
-	if (result == EVUTIL_EAI_CANCEL)
-		return;
-	fleet->resolving = NULL;
-	if (result != 0 || res == NULL) {
+	for (size_t i = 0; i < FLEET_LOOKUPS; i++)
+		for (ai = fleet->lookups[i].addresses; ai != NULL; ai = ai->ai_next)
+			count++;
+	if (count == 0) {
+		/* the IPv4 lookup's error says more (most names have IPv4) */
+		error = v4->error != 0 ? v4->error : v6->error;
 		snprintf(why, sizeof(why), "cannot resolve %s: %s", fleet->host,
-			 evutil_gai_strerror(result));
-		if (res != NULL)
-			evutil_freeaddrinfo(res);
+			 error != 0 ? evutil_gai_strerror(error) : "no address");
+		fleet_lookups_end(fleet);
 		fleet_lost(fleet, why, false);
 		return;
 	}
-	for (ai = res; ai != NULL; ai = ai->ai_next)
-		count++;
-	for (ai = res, turn = fleet->address_turn % count; turn > 0; turn--)
+	/* IPv6 addresses first, then IPv4 */
+	turn = fleet->address_turn % count;
+	ai = v6->addresses;
+	for (; turn > 0 && ai != NULL; turn--)
 		ai = ai->ai_next;
+	if (ai == NULL)
+		for (ai = v4->addresses; turn > 0; turn--)
+			ai = ai->ai_next;
 	if (ai->ai_family == AF_INET6)
 		in = &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
 	else
 		in = &((const struct sockaddr_in *)ai->ai_addr)->sin_addr;
 	evutil_inet_ntop(ai->ai_family, in, address, sizeof(address));
-	evutil_freeaddrinfo(res);
+	fleet_lookups_end(fleet);
 	fleet_open(fleet, address);
+}
+
+/* Connect once both lookups ended, or once one has addresses and the
+ * resolution delay passed without the other. */
+static void fleet_resolution_step(struct fleet *fleet)
+{
+	const struct fleet_lookup *v4 = &fleet->lookups[FLEET_LOOKUP_V4];
+	const struct fleet_lookup *v6 = &fleet->lookups[FLEET_LOOKUP_V6];
+	struct timeval tv = timeval_from_ms(FLEET_RESOLUTION_DELAY_MS);
+
+	if (v4->done && v6->done)
+		fleet_resolved(fleet);
+	else if ((v4->addresses != NULL || v6->addresses != NULL) &&
+		 !evtimer_pending(fleet->resolution_delay, NULL))
+		evtimer_add(fleet->resolution_delay, &tv);
+}
+
+/* One family's answer (or failure), without blocking the loop. */
+static void fleet_resolved_cb(int result, struct evutil_addrinfo *res, void *arg)
+{
+	struct fleet_lookup *l = arg;
+
+	/* a cancelled lookup, perhaps of a fleet freed since: l is not to be
+	 * touched */
+	if (result == EVUTIL_EAI_CANCEL)
+		return;
+	l->request = NULL;
+	l->done = true;
+	l->error = result;
+	if (result == 0)
+		l->addresses = res; /* NULL when the hosts file has the other family only */
+	else if (res != NULL)
+		evutil_freeaddrinfo(res);
+	/* answered inside evdns_getaddrinfo(): fleet_connect goes on */
+	if (!l->fleet->resolving_inline)
+		fleet_resolution_step(l->fleet);
+}
+
+/* The other family did not answer within the resolution delay. */
+static void fleet_resolution_delay_cb(evutil_socket_t fd, short what, void *arg)
+{
+	fleet_resolved(arg);
 }
 
 /* Whether host is an IPv4 or IPv6 address, which needs no resolving. */
@@ -531,26 +621,33 @@ static bool fleet_is_numeric(const char *host)
  * resolves to. */
 static void fleet_connect(struct fleet *fleet)
 {
+	static const int families[FLEET_LOOKUPS] = {
+		[FLEET_LOOKUP_V6] = AF_INET6, [FLEET_LOOKUP_V4] = AF_INET
+	};
 	struct evutil_addrinfo hints;
-	struct evdns_getaddrinfo_request *req;
 
 	if (fleet->socket != NULL || fleet_is_numeric(fleet->host)) {
 		fleet_open(fleet, fleet->host);
 		return;
 	}
 	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	hints.ai_protocol = IPPROTO_TCP;
 	/* No deadline here: a resolver's own timeouts end a lookup, and one
-	 * that takes seconds (a server that drops AAAA queries makes evdns wait
-	 * for the answer it has not had) would be cut off at every attempt,
-	 * and the fleet never connect. */
+	 * that takes seconds (a slow DNS server) would be cut off at every
+	 * attempt, and the fleet never connect. */
 	fleet->state = FLEET_RESOLVING;
-	/* NULL when answered at once (the callback ran already) */
-	req = evdns_getaddrinfo(fleet->dns, fleet->lookup, NULL, &hints, fleet_resolved_cb, fleet);
-	if (req != NULL && fleet->state == FLEET_RESOLVING)
-		fleet->resolving = req;
+	fleet->resolving_inline = true;
+	for (size_t i = 0; i < FLEET_LOOKUPS; i++) {
+		struct fleet_lookup *l = &fleet->lookups[i];
+
+		hints.ai_family = families[i];
+		/* NULL when answered at once (the callback ran already) */
+		l->request = evdns_getaddrinfo(fleet->dns, fleet->lookup, NULL, &hints,
+					       fleet_resolved_cb, l);
+	}
+	fleet->resolving_inline = false;
+	fleet_resolution_step(fleet);
 }
 
 struct fleet *fleet_new(struct event_base *base, struct evdns_base *dns,
@@ -588,6 +685,9 @@ struct fleet *fleet_new(struct event_base *base, struct evdns_base *dns,
 	fleet->sync_timer = event_new(base, -1, EV_PERSIST, fleet_sync_cb, fleet);
 	fleet->deadline = evtimer_new(base, fleet_deadline_cb, fleet);
 	fleet->reconnect = evtimer_new(base, fleet_reconnect_cb, fleet);
+	fleet->resolution_delay = evtimer_new(base, fleet_resolution_delay_cb, fleet);
+	for (size_t i = 0; i < FLEET_LOOKUPS; i++)
+		fleet->lookups[i].fleet = fleet;
 	evtimer_add(fleet->sync_timer, &tv);
 	fleet_connect(fleet);
 	return fleet;
@@ -602,8 +702,8 @@ void fleet_free(struct fleet *fleet)
 	event_free(fleet->sync_timer);
 	event_free(fleet->deadline);
 	event_free(fleet->reconnect);
-	if (fleet->resolving != NULL)
-		evdns_getaddrinfo_cancel(fleet->resolving);
+	fleet_lookups_end(fleet);
+	event_free(fleet->resolution_delay);
 	/* pending replies are called back with NULL while the routes still
 	 * exist: dropped routes go then, the others below */
 	ac = fleet->ac;

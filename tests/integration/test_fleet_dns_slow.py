@@ -5,10 +5,11 @@ timeouts.
 
 The deadline a sync round has (twice sync_interval, at least 500 ms) is
 for Redis's answers. A lookup is ended by the resolver's timeouts instead:
-cut off at 500 ms, a lookup that always takes longer (a slow DNS server,
-or one that drops AAAA queries, for which evdns waits seconds) would be
-started again and cut off again at every reconnect, and the fleet would
-never connect.
+cut off at 500 ms, a lookup that always takes longer (a slow DNS server)
+would be started again and cut off again at every reconnect, and the fleet
+would never connect. A and AAAA are asked apart, as for an upstream, so a
+server that drops AAAA queries costs the 50 ms resolution delay, not the
+3 s evdns gives one lookup for both families to wait for the other.
 
 Redis: a redis-server on a free loopback port.
 DNS: dnsstub.DnsStub on loopback UDP, named by a resolv.conf
@@ -20,14 +21,24 @@ deadline: 500 ms). Proxy B: fleet.redis silent.test:PORT.
 Proxy C: fleet.redis two.test:PORT, which its hosts file gives two
 addresses, 127.0.0.2 first (nothing listens there: refused), then
 127.0.0.1.
+Proxy D: fleet.redis mute6.test:PORT, which the stub answers for A
+(127.0.0.1) and drops AAAA queries of (the resolver's timeout is 3 s, and so
+is the wait evdns's one lookup for both families gives the other family
+once one answered).
+Proxy E: fleet.redis localhost:PORT, which its hosts file gives as ::1 and
+127.0.0.1 (Redis listens on 127.0.0.1 only: ::1 refuses).
 Must hold: A reports retryproxy_fleet_connected 1 and logs "connected to
 redis slow.test", with no "no answer within" line. B logs that it cannot
 resolve silent.test (the resolver gave up, not the reply deadline: local
 budgets), keeps retryproxy_fleet_connected 0 and still proxies: 200. C's
-reconnect takes the name's next address and connects (gauge 1).
+reconnect takes the name's next address and connects (gauge 1). D
+connects on the A answer without waiting for the AAAA one: its gauge is 1
+well within 3 s (under 2 s) of the stub's A query. E asks DNS nothing (for
+neither family) and connects (gauge 1), IPv6 refused and IPv4 next.
 """
 
 import os
+import time
 
 import harness as h
 import dnsstub
@@ -55,6 +66,8 @@ def scenario(t):
                            modes={"silent.test": "silent"}, default_mode="nxdomain").start()
     t.defer(stub.stop)
     stub.delay("slow.test", 1.5)
+    stub.answer("mute6.test", "127.0.0.1")
+    stub.mute("mute6.test", "AAAA")
     resolv = stub.write_resolv_conf(t.tmp, options="timeout:3 attempts:1")
     hosts = os.path.join(t.tmp, "hosts")
     with open(hosts, "w") as f:
@@ -89,6 +102,34 @@ def scenario(t):
     def _():
         wait_gauge([two], 1, 10 * h.SLOW)
         two.wait_log(r"fleet named: redis two\.test:%d answers again" % redis.port)
+
+    mute6 = t.proxy(CONFIG, env=env, NAME="mute6.test", ORIGIN=origin.port, REDIS=redis.port)
+
+    @t.check("a resolver that drops AAAA queries: the fleet connects on the A answer, not "
+             "after the 3 s evdns waits for the other family")
+    def _():
+        wait_gauge([mute6], 1, 10 * h.SLOW)
+        connected = time.monotonic()
+        queries = stub.queries_for("mute6.test")
+        asked = [q.at for q in queries if q.type == "A"]
+        h.ok(asked, "the stub saw no A query for mute6.test: %r" % queries)
+        h.ok([q for q in queries if q.type == "AAAA"],
+             "the stub saw no AAAA query for mute6.test: %r" % queries)
+        h.ok(connected - asked[0] < 2.0,
+             "connected %.1fs after the A query; the AAAA wait is 3 s" % (connected - asked[0]))
+
+    local_hosts = os.path.join(t.tmp, "local-hosts")
+    with open(local_hosts, "w") as f:
+        f.write("::1 localhost\n127.0.0.1 localhost\n")
+    local = t.proxy(CONFIG, env=dict(env, RETRYPROXY_HOSTS=local_hosts), NAME="localhost",
+                    ORIGIN=origin.port, REDIS=redis.port)
+
+    @t.check("localhost from the hosts file, ::1 refusing: no DNS query for either family, "
+             "and the next attempt takes 127.0.0.1")
+    def _():
+        wait_gauge([local], 1, 10 * h.SLOW)
+        local.wait_log(r"fleet named: redis localhost:%d answers again" % redis.port)
+        h.eq(stub.queries_for("localhost"), [], "DNS queries for localhost")
 
 
 h.run(scenario, __doc__, timeout=60)
