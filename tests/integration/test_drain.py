@@ -204,7 +204,10 @@ def scenario(t):
         took = time.monotonic() - waiting["sigterm"]
         h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts")
         h.ok(b"shutting down" in r.body, "the 503's body names the shutdown: %r" % r.body)
-        h.ok(0.7 <= took <= 1.0 * h.SLOW, "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
+        # the 503 itself says it was answered, not cut: the upper bound only
+        # keeps it near the drain's end, with room for a loaded machine
+        h.ok(0.7 <= took <= 1.0 + 0.5 * h.SLOW,
+             "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
         h.ok(conns["held"].closed_within(1 * h.SLOW), "the connection stayed open after it")
 
     @t.check("drain_timeout 1s: a longer request is cut off and the proxy exits 0 after about 1 s")
