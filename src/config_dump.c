@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <event2/buffer.h>
 #include <yaml.h>
@@ -19,8 +20,10 @@
  * libyaml's emitter does the writing, so quoting is always right: a value
  * like "::1/128" or "*" inside a flow list gets quotes without this file
  * knowing YAML's indicator rules. Only one rule is ours: a text that a plain
- * scalar would turn into a null ("~", "null", empty) is forced into quotes,
- * because the loader reads those as null.
+ * scalar would turn into something else is forced into quotes: a null ("~",
+ * "null", empty), which the loader reads as null, and a boolean or a number
+ * ("true", "off", "1.5e3", "0x1F", ".inf"), which this loader reads as the
+ * text but a YAML 1.1 or 1.2 reader of /config (yq, PyYAML) would not.
  */
 
 struct config_dump {
@@ -55,6 +58,73 @@ static bool config_dump_reads_as_null(const char *text)
 	       strcmp(text, "Null") == 0 || strcmp(text, "NULL") == 0;
 }
 
+/* The run of characters of set (and '_', YAML 1.1's digit separator) at p,
+ * and whether it holds a character of set. */
+static const char *config_dump_digits(const char *p, const char *set, bool *any)
+{
+	*any = false;
+	for (; *p != '\0' && (*p == '_' || strchr(set, *p) != NULL); p++)
+		*any = *any || *p != '_';
+	return p;
+}
+
+/* Whether a YAML 1.1 or 1.2 reader would take a plain scalar with this text
+ * for a number: an integer in base 2, 8, 10 or 16, 1.1's base 60 (1:30), or
+ * a float (1.5, .5, 1e3, 1.5e-3). */
+static bool config_dump_reads_as_number(const char *p)
+{
+	static const char decimal[] = "0123456789";
+	bool whole, fraction, exponent;
+
+	if (*p == '+' || *p == '-')
+		p++;
+	if (p[0] == '0' && p[1] != '\0' && strchr("xXoObB", p[1]) != NULL) {
+		const char *set = strchr("xX", p[1]) != NULL   ? "0123456789abcdefABCDEF"
+				  : strchr("oO", p[1]) != NULL ? "01234567"
+							       : "01";
+
+		p = config_dump_digits(p + 2, set, &whole);
+		return whole && *p == '\0';
+	}
+	p = config_dump_digits(p, decimal, &whole);
+	if (whole && *p == ':') {
+		while (*p == ':') {
+			p = config_dump_digits(p + 1, decimal, &fraction);
+			if (!fraction)
+				return false;
+		}
+		return *p == '\0';
+	}
+	fraction = false;
+	if (*p == '.')
+		p = config_dump_digits(p + 1, decimal, &fraction);
+	if (!whole && !fraction)
+		return false;
+	if (*p == 'e' || *p == 'E') {
+		p++;
+		if (*p == '+' || *p == '-')
+			p++;
+		p = config_dump_digits(p, decimal, &exponent);
+		if (!exponent)
+			return false;
+	}
+	return *p == '\0';
+}
+
+/* Whether a YAML 1.1 or 1.2 reader would take a plain scalar with this text
+ * for a boolean or a number. */
+static bool config_dump_reads_as_value(const char *text)
+{
+	static const char *const words[] = { "true", "false", "yes",  "no",    "on",	"off",
+					     "y",    "n",     ".inf", "-.inf", "+.inf", ".nan" };
+	size_t i;
+
+	for (i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (strcasecmp(text, words[i]) == 0)
+			return true;
+	return config_dump_reads_as_number(text);
+}
+
 /* A scalar; plain_ok false forces quotes. */
 static void config_dump_scalar(struct config_dump *d, const char *text, bool plain_ok)
 {
@@ -83,7 +153,8 @@ static void config_dump_scalar(struct config_dump *d, const char *text, bool pla
 /* A text from the config: a name, a host, a path, an address. */
 static void config_dump_text(struct config_dump *d, const char *text)
 {
-	config_dump_scalar(d, text, !config_dump_reads_as_null(text));
+	config_dump_scalar(d, text,
+			   !config_dump_reads_as_null(text) && !config_dump_reads_as_value(text));
 }
 
 /* A key, a keyword or a number this file wrote: always plain. */

@@ -145,6 +145,48 @@ static void test_source_not_utf8(void **state)
 	config_release(breaks);
 }
 
+/* A name that a plain scalar would make a boolean or a number for a YAML
+ * 1.1 or 1.2 reader (yq, PyYAML) is written in quotes; others stay plain. */
+static void test_value_like_names(void **state)
+{
+	static const char *const quoted[] = { "true",  "Off", "y",  "1.5e3", "0x1F",
+					      "1_000", ".5",  "-7", ".inf",  "0b101" };
+	static const char *const plain[] = { "-dash", "127.0.0.1", "v1.2",  "1.2.3",
+					     "0xZ",   "1e",	   "onion", "e5" };
+	char text[2048];
+	size_t at = (size_t)snprintf(text, sizeof(text), "routes:\n");
+	struct config *config, *again;
+	char *dump, line[64];
+	size_t i;
+
+	for (i = 0; i < sizeof(quoted) / sizeof(quoted[0]); i++)
+		at += (size_t)snprintf(text + at, sizeof(text) - at,
+				       "  - name: '%s'\n    match: { path_prefix: /q%zu }\n",
+				       quoted[i], i);
+	for (i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+		at += (size_t)snprintf(text + at, sizeof(text) - at,
+				       "  - name: '%s'\n    match: { path_prefix: /p%zu }\n",
+				       plain[i], i);
+	config = test_load(text, "names.yaml");
+	dump = test_round_trip(config);
+	for (i = 0; i < sizeof(quoted) / sizeof(quoted[0]); i++) {
+		snprintf(line, sizeof(line), "name: '%s'\n", quoted[i]);
+		if (strstr(dump, line) == NULL)
+			fail_msg("%s not quoted:\n%s", quoted[i], dump);
+	}
+	for (i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+		snprintf(line, sizeof(line), "name: %s\n", plain[i]);
+		if (strstr(dump, line) == NULL)
+			fail_msg("%s not plain:\n%s", plain[i], dump);
+	}
+	again = test_load(dump, "names.yaml");
+	for (i = 0; i < sizeof(quoted) / sizeof(quoted[0]); i++)
+		assert_string_equal(again->routes[i].name, quoted[i]);
+	free(dump);
+	config_release(again);
+	config_release(config);
+}
+
 static void test_good_fixtures(void **state)
 {
 	DIR *dir = opendir("good");
@@ -414,9 +456,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_embedded_default), cmocka_unit_test(test_source_not_utf8),
-		cmocka_unit_test(test_good_fixtures),	 cmocka_unit_test(test_routes_resolved),
-		cmocka_unit_test(test_health_hedge),	 cmocka_unit_test(test_retry_controls),
-		cmocka_unit_test(test_intercept),
+		cmocka_unit_test(test_value_like_names), cmocka_unit_test(test_good_fixtures),
+		cmocka_unit_test(test_routes_resolved),	 cmocka_unit_test(test_health_hedge),
+		cmocka_unit_test(test_retry_controls),	 cmocka_unit_test(test_intercept),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
