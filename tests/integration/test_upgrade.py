@@ -51,7 +51,7 @@ limits:
 defaults:
   retry:
     max_attempts: 3
-    try_timeout: 3s
+    try_timeout: 5s
     initial_backoff: 50ms
     jitter: 0s
     budget: { ratio: 1, min_per_second: 100000, window: 1s }
