@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <event2/buffer.h>
@@ -513,23 +514,63 @@ static void exchange_relay_from(struct exchange_try *t, const struct http1_head 
 	exchange_relay_response(ex);
 }
 
-/* Does the response head have an Upgrade field naming something? */
-static bool exchange_names_protocol(const struct http1_head *head)
+/* Did the request's Upgrade fields (in the head sent upstream, as the
+ * client wrote them) list this protocol? Names compare without regard to
+ * case (RFC 9110 section 7.8). */
+static bool exchange_upgrade_asked(const struct exchange *ex, const char *proto, size_t len)
 {
-	size_t i;
+	const char *p = ex->request_head;
+	const char *end = p + ex->request_head_len;
 
-	for (i = 0; i < head->field_count; i++)
-		if (head->fields[i].known == HTTP1_FIELD_UPGRADE && head->fields[i].value_len > 0)
-			return true;
+	/* line by line: the fields are well formed, each ends in CRLF */
+	while ((p = memchr(p, '\n', (size_t)(end - p))) != NULL && ++p < end) {
+		const char *eol = memchr(p, '\r', (size_t)(end - p));
+		const char *list = p + 8;
+		const char *elem;
+		size_t elem_len;
+
+		if (eol == NULL || eol - p < 8 || strncasecmp(p, "upgrade:", 8) != 0)
+			continue;
+		while (http1_list_next(&list, eol, &elem, &elem_len))
+			if (http1_equal_nocase(elem, elem_len, proto, len))
+				return true;
+	}
 	return false;
 }
 
-/* 101: the upstream switched to the protocol the request's Upgrade asked
+/* Does the response head's Upgrade name a protocol, each one the request
+ * asked for? A server must not switch to another (RFC 9110 section 7.8). */
+static bool exchange_switch_asked(const struct exchange *ex, const struct http1_head *head)
+{
+	bool named = false;
+	size_t i;
+
+	for (i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+		const char *list = f->value;
+		const char *elem;
+		size_t elem_len;
+
+		if (f->known != HTTP1_FIELD_UPGRADE)
+			continue;
+		while (http1_list_next(&list, f->value + f->value_len, &elem, &elem_len)) {
+			if (elem_len == 0)
+				continue;
+			if (!exchange_upgrade_asked(ex, elem, elem_len))
+				return false;
+			named = true;
+		}
+	}
+	return named;
+}
+
+/* 101: the upstream switched to a protocol the request's Upgrade asked
  * for. The head goes to the client with this hop's own Connection: upgrade,
  * and from its last byte on both connections belong to a tunnel: what the
  * upstream sent behind the head goes first. Final as any response is; an
  * upgrade the request did not ask for (or from an HTTP/1.0 server, or one
- * not naming the protocol: RFC 9110 section 7.8) is malformed. */
+ * naming no protocol, or one the request did not list: RFC 9110 section
+ * 7.8) is malformed. */
 static void exchange_switch_protocols(struct exchange_try *t, const struct http1_head *head)
 {
 	struct exchange *ex = t->ex;
@@ -541,9 +582,10 @@ static void exchange_switch_protocols(struct exchange_try *t, const struct http1
 				    "101 Switching Protocols without an Upgrade request");
 		return;
 	}
-	if (head->version_minor == 0 || !exchange_names_protocol(head)) {
-		exchange_try_failed(t, TRY_MALFORMED,
-				    "101 Switching Protocols without an Upgrade field");
+	if (head->version_minor == 0 || !exchange_switch_asked(ex, head)) {
+		exchange_try_failed(
+			t, TRY_MALFORMED,
+			"101 Switching Protocols to a protocol the request did not name");
 		return;
 	}
 	exchange_try_timeout_stop(t);

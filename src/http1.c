@@ -595,10 +595,9 @@ enum http1_parse http1_parse_response_head(const char *buf, size_t len, size_t m
 	return r;
 }
 
-/* Take the next element of a comma-separated list (RFC 9110 section 5.6.1)
- * from *pp, without surrounding whitespace; empty elements are returned too,
- * as length 0. False when the list is used up. */
-static bool http1_list_next(const char **pp, const char *end, const char **elem, size_t *elem_len)
+/* http1_list_next(), inlined where every head's fields pass */
+static inline bool http1_list_step(const char **pp, const char *end, const char **elem,
+				   size_t *elem_len)
 {
 	const char *p = *pp;
 	const char *e;
@@ -617,6 +616,11 @@ static bool http1_list_next(const char **pp, const char *end, const char **elem,
 	/* NULL marks "no more": a trailing comma still yields one empty element. */
 	*pp = p < end ? p + 1 : NULL;
 	return true;
+}
+
+bool http1_list_next(const char **pp, const char *end, const char **elem, size_t *elem_len)
+{
+	return http1_list_step(pp, end, elem, elem_len);
 }
 
 /* What a head's fields say about framing, gathered in one pass. */
@@ -651,7 +655,7 @@ static int http1_scan_content_length(const struct http1_field *f, struct http1_s
 		return -1;
 	}
 	/* RFC 9110 section 8.6 allows a list only of one value repeated. */
-	while (http1_list_next(&p, end, &elem, &elem_len)) {
+	while (http1_list_step(&p, end, &elem, &elem_len)) {
 		uint64_t v = 0;
 
 		if (elem_len == 0 || elem_len > HTTP1_CONTENT_LENGTH_DIGITS) {
@@ -685,7 +689,7 @@ static void http1_scan_connection(const struct http1_field *f, struct http1_scan
 	const char *elem;
 	size_t elem_len;
 
-	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
+	while (http1_list_step(&p, f->value + f->value_len, &elem, &elem_len)) {
 		if (HTTP1_FOLD_IS(elem, elem_len, "close"))
 			scan->close = true;
 		else if (HTTP1_FOLD_IS(elem, elem_len, "keep-alive"))
@@ -702,7 +706,7 @@ static void http1_scan_expect(const struct http1_field *f, struct http1_scan *sc
 	const char *elem;
 	size_t elem_len;
 
-	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
+	while (http1_list_step(&p, f->value + f->value_len, &elem, &elem_len)) {
 		if (elem_len == 0)
 			continue;
 		if (HTTP1_FOLD_IS(elem, elem_len, "100-continue"))
@@ -768,7 +772,7 @@ static int http1_check_transfer_encoding(const struct http1_head *head,
 
 		if (f->known != HTTP1_FIELD_TRANSFER_ENCODING)
 			continue;
-		while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
+		while (http1_list_step(&p, f->value + f->value_len, &elem, &elem_len)) {
 			/* RFC 9110 section 5.6.1 lets a recipient skip empty elements,
 			 * but the field goes upstream as it came, and a next hop that
 			 * reads "chunked," differently would frame the body
@@ -970,7 +974,7 @@ void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)
 
 		if (c->known != HTTP1_FIELD_CONNECTION)
 			continue;
-		while (http1_list_next(&p, c->value + c->value_len, &elem, &elem_len)) {
+		while (http1_list_step(&p, c->value + c->value_len, &elem, &elem_len)) {
 			/* "keep-alive" and the like name fields marked already */
 			if (http1_fixed_hop[http1_field_name_of(elem, elem_len)] != 0)
 				continue;

@@ -194,6 +194,12 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
  * HTTP1_MAX_FIELDS. */
 void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop);
 
+/* Take the next element of a comma-separated list (RFC 9110 section 5.6.1)
+ * from *pp (the list's start at first), without surrounding whitespace;
+ * empty elements are returned too, as length 0. False when the list is used
+ * up. */
+bool http1_list_next(const char **pp, const char *end, const char **elem, size_t *elem_len);
+
 /* Case-insensitive equality of two counted strings. */
 bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen);
 

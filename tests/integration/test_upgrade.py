@@ -22,7 +22,9 @@ to 0), and while it lasts it holds no place under max_upstream_connections
 (1 here: a request beside an open one is served); a 503 before the switch is retried as any GET's (Retry-Attempts: 2,
 two requests at the origin); an origin that does not switch answers as
 usual and the client's connection serves the next request; a 101 without
-an Upgrade field is a 502; Upgrade is not passed on, nor a 101 accepted,
+an Upgrade field, or naming a protocol the request did not list (h2c for
+websocket), is a 502, while one listed among several, in another case, is
+taken; Upgrade is not passed on, nor a 101 accepted,
 for an HTTP/1.0 request, one whose Connection lacks the upgrade option, or
 one with a body; the same switch works through the forward listener with
 an absolute-form ws-style target, and inside an intercepted CONNECT to a
@@ -125,6 +127,10 @@ class UpgradeOrigin(RawServer):
             if target.startswith("/ws/bare"):
                 conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n")
                 return
+            if target.startswith("/ws/other"):
+                conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n"
+                             b"Connection: Upgrade\r\n\r\n")
+                return
             body = raw if target.startswith("/head") else b"no switch"
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
 
@@ -142,8 +148,9 @@ class UpgradeOrigin(RawServer):
             conn.sendall(data.upper())
 
 
-def handshake(target, host, version="HTTP/1.1", connection="Upgrade", extra=()):
-    fields = [("Upgrade", "websocket"), ("Connection", connection),
+def handshake(target, host, version="HTTP/1.1", connection="Upgrade", extra=(),
+              upgrade="websocket"):
+    fields = [("Upgrade", upgrade), ("Connection", connection),
               ("Sec-WebSocket-Key", KEY), ("Sec-WebSocket-Version", "13")] + list(extra)
     return h.request("GET", target, host, fields, version=version)
 
@@ -259,11 +266,20 @@ def scenario(t):
             c.send(h.request("GET", "/head?c=after-refuse", "app.example"))
             h.eq(c.read_response().status, 200, "the next request on the same connection")
 
-    @t.check("a 101 without an Upgrade field is a 502")
+    @t.check("a 101 without an Upgrade field, or to a protocol the request did not list, is a 502")
+    def _():
+        for path in ("/ws/bare", "/ws/other"):
+            with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+                c.send(handshake(path, "app.example"))
+                h.eq(c.read_response().status, 502, "status for %s" % path)
+
+    @t.check("the request may list several protocols, in any case: the one chosen is among them")
     def _():
         with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
-            c.send(handshake("/ws/bare", "app.example"))
-            h.eq(c.read_response().status, 502, "status")
+            c.send(handshake("/ws/echo?c=list", "app.example", upgrade="h2c , WebSocket"))
+            r = c.read_head()
+            h.eq(r.status, 101, "status")
+            talk(c)
 
     cases = [
         ("http10", dict(version="HTTP/1.0")),
