@@ -1,8 +1,10 @@
 /* Requests inside an intercepted tunnel: the decrypted bytes go through the
- * same strict parser, and then the tunnel's own rule (origin-form only, the
- * Host the tunnel's host and port). Whatever the bytes, a request the rule
- * lets through names the tunnel's host and port or none, in origin-form; one
- * it refuses says why. */
+ * same strict parser, and then the tunnel's own rule (no CONNECT; an
+ * absolute-form target naming the tunnel's origin, https and its host and
+ * port; the Host the tunnel's host and port). Whatever the bytes, a request
+ * the rule lets through names the tunnel's host and port or none, in its
+ * Host and in an absolute-form target; one it refuses (400, or 421 for a
+ * target naming another origin) says why. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -50,14 +52,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	reason[0] = '\0';
 	status = route_check_tunnel(tunnel, port, &fuzz_head, &framing, reason, sizeof(reason));
 	if (status == 0) {
-		if (fuzz_head.parsed_target.form != HTTP1_TARGET_ORIGIN)
+		const struct http1_target *t = &fuzz_head.parsed_target;
+
+		if (t->form == HTTP1_TARGET_AUTHORITY)
+			abort();
+		if (t->form == HTTP1_TARGET_ABSOLUTE &&
+		    (!t->tls || t->port != port ||
+		     !route_same_host(t->host, t->host_len, tunnel, strlen(tunnel))))
 			abort();
 		if (framing.host_name != NULL &&
 		    (!route_same_host(framing.host_name, framing.host_name_len, tunnel,
 				      strlen(tunnel)) ||
 		     (framing.host_port != 0 ? framing.host_port : 443) != port))
 			abort();
-	} else if (status != 400 || reason[0] == '\0') {
+	} else if ((status != 400 && status != 421) || reason[0] == '\0') {
 		abort();
 	}
 	return 0;

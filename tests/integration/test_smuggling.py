@@ -35,8 +35,9 @@ tunnel's authority; the rows tunnel_cases() lists carry their own bytes
 there (the Host rows name the tunnel's host with the same defect, the
 requests inside chunk data name it with the chunk size to match, the
 absolute URI with userinfo names the tunnel's authority), and rows that
-exist only in the tunnel send absolute-form (to the tunnel's own authority
-or another), authority-form (CONNECT), asterisk-form and another Host,
+exist only in the tunnel send absolute-form (to the tunnel's own origin,
+served; to another, 421; to the tunnel's with another Host, 400),
+authority-form (CONNECT), asterisk-form with another Host, and another Host,
 alone or after a valid request or body in the same write. Also in the
 tunnel: the late bad chunk, a body cut by a TCP FIN without close_notify,
 and with TLS 1.3 a request (and a CL+TE one) sent in the same write as the
@@ -55,8 +56,10 @@ row expects; a row refused "or served" (Either) passes only if, when
 served, the origin read the body exactly as the proxy did. Inside the
 tunnel every row holds the same way at the TLS origin and gets exactly the
 statuses it got outside (the same alternative of an Either); a request
-that is not origin-form or whose Host is not the tunnel's host is a 400
-and never reaches the origin, also when it follows a valid one; a request
+whose Host is not the tunnel's host, or a CONNECT, is a 400, and one whose
+absolute-form target names another origin a 421, and neither reaches the
+origin, also when it follows a valid one (an absolute-form target naming
+the tunnel's origin is served); a request
 in the same write as the client's TLS 1.3 Finished is answered like any
 other. A body that breaks or stops after the head went upstream never
 reaches the origin complete, outside or inside the tunnel. Afterwards the
@@ -331,8 +334,9 @@ CASES = [
 
 # -- the same rows inside an intercepted tunnel ---------------------------------
 #
-# Inside a tunnel to localhost:<port> only origin-form requests whose Host
-# names the tunnel's host are accepted, anything else is 400. Every row is
+# Inside a tunnel to localhost:<port> only requests whose Host names the
+# tunnel's host, and whose absolute-form target (if any) its origin, are
+# accepted; anything else is 400 (421 for another origin). Every row is
 # sent there with each field line "Host: a.example" made "Host:
 # localhost:<port>"; the rows in tunnel_cases' own carry their own bytes
 # there (a Host the plain row spells differently, a request inside chunk
@@ -366,8 +370,7 @@ def tunnel_cases(authority):
         "absolute-uri-userinfo": (
             b"GET https://user:pw@" + authority + b"/echo?c=absolute-uri-userinfo HTTP/1.1\r\n" + host
             + b"\r\n", 400, [],
-            "userinfo in an absolute URI naming the tunnel's authority (absolute-form is refused "
-            "in a tunnel anyway)"),
+            "userinfo in an absolute URI naming the tunnel's authority"),
         "host-with-space": (req("host-with-space", host=b"Host: local host\r\n"), 400, [],
                             "a space inside the tunnel's host name"),
         "host-with-at": (req("host-with-at", host=b"Host: user@" + authority + b"\r\n"), 400, [],
@@ -392,18 +395,23 @@ def tunnel_cases(authority):
         ("tunnel-host-other", req("tunnel-host-other", host=OTHER_HOST), 400, [],
          "a Host naming another host"),
         ("tunnel-absolute-form", b"GET https://" + authority + b"/echo?c=tunnel-absolute-form HTTP/1.1\r\n"
-         + host + b"\r\n", 400, [], "absolute-form, even naming the tunnel's own authority"),
+         + host + b"\r\n", 200, ["tunnel-absolute-form"],
+         "absolute-form naming the tunnel's own origin: served as its origin-form"),
         ("tunnel-absolute-form-other", b"GET http://b.example/echo?c=tunnel-absolute-form-other HTTP/1.1\r\n"
-         + host + b"\r\n", 400, [], "absolute-form naming another host"),
+         + host + b"\r\n", 421, [], "absolute-form naming another origin: misdirected"),
+        ("tunnel-absolute-form-other-host", b"GET https://" + authority
+         + b"/echo?c=tunnel-absolute-form-other-host HTTP/1.1\r\n" + OTHER_HOST + b"\r\n", 400, [],
+         "absolute-form naming the tunnel, its Host another host"),
         ("tunnel-connect", b"CONNECT b.example:443 HTTP/1.1\r\nHost: b.example:443\r\n\r\n", 400, [],
          "a CONNECT (authority-form) inside the tunnel"),
-        ("tunnel-asterisk-form", b"OPTIONS * HTTP/1.1\r\n" + host + b"\r\n", 400, [], "asterisk-form"),
+        ("tunnel-asterisk-form", b"OPTIONS * HTTP/1.1\r\n" + OTHER_HOST + b"\r\n", 400, [],
+         "asterisk-form with a Host naming another host"),
         ("tunnel-pipeline-then-other-host", req("tunnel-pipeline-then-other-host-1", host=host)
          + req("tunnel-pipeline-then-other-host-2", host=OTHER_HOST), [200, 400],
          ["tunnel-pipeline-then-other-host-1"], "the Host is checked on every request, not the first"),
         ("tunnel-pipeline-then-absolute", req("tunnel-pipeline-then-absolute-1", host=host)
          + b"GET http://b.example/echo?c=tunnel-pipeline-then-absolute-2 HTTP/1.1\r\n" + OTHER_HOST + b"\r\n",
-         [200, 400], ["tunnel-pipeline-then-absolute-1"], "the target form is checked on every request"),
+         [200, 421], ["tunnel-pipeline-then-absolute-1"], "the target is checked on every request"),
         ("tunnel-chunked-then-other-host", chunked_to(host, "tunnel-chunked-then-other-host-1", GOOD_CHUNKS)
          + req("tunnel-chunked-then-other-host-2", host=OTHER_HOST), [200, 400],
          [("tunnel-chunked-then-other-host-1", b"hello")], "a request after a chunked body naming another host"),
