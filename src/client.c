@@ -539,8 +539,16 @@ static void client_read_head(struct client *client)
 		client_intercept(client, head);
 		return;
 	}
+	owner = client_exchange_owner(client);
 	if (max_forwards_of(head, NULL) == 0) {
-		/* a TRACE or OPTIONS that may go no further: its final recipient */
+		/* a TRACE or OPTIONS that may go no further: its final recipient,
+		 * once it is a request this connection may carry */
+		if (client->intercept != NULL &&
+		    (status = exchange_check_tunnel(&owner, head, &framing, reason,
+						    sizeof(reason))) != 0) {
+			client_refuse(client, head, status, reason);
+			return;
+		}
 		client_log_own_answer(client, head, 200, "Max-Forwards: 0, answered by the proxy",
 				      max_forwards_answer(conn_output(client->conn), head));
 		client_close_after_flush(client);
@@ -548,7 +556,6 @@ static void client_read_head(struct client *client)
 	}
 	conn_set_deadline(client->conn, 0);
 	client->head_timer_at_flush = false;
-	owner = client_exchange_owner(client);
 	ex = exchange_new(client->proxy, &owner, head, &framing, &status, reason, sizeof(reason));
 	if (ex == NULL) {
 		client_refuse(client, head, status, reason);

@@ -61,6 +61,11 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 			      const struct http1_head *head, const struct http1_framing *framing,
 			      int *status, char *reason, size_t reason_len);
 
+/* For a request in owner's intercepted tunnel: 0 when the tunnel may carry
+ * it, else the status to refuse it with (reason says why). */
+int exchange_check_tunnel(const struct exchange_owner *owner, const struct http1_head *head,
+			  const struct http1_framing *framing, char *reason, size_t reason_len);
+
 /* Start the first try (or, for CONNECT, the tunnel's connection). */
 void exchange_run(struct exchange *exchange);
 

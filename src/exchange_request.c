@@ -479,6 +479,22 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	upstream_pool_key(&ex->endpoint, ex->tls, p, key_room);
 }
 
+int exchange_check_tunnel(const struct exchange_owner *owner, const struct http1_head *head,
+			  const struct http1_framing *framing, char *reason, size_t reason_len)
+{
+	/* the tunnel runs under the live config since its last request: a
+	 * reload may have taken its host away */
+	int status = route_check_tunnel_host(owner->config, owner->tunnel_host, reason, reason_len);
+
+	if (status != 0) {
+		log_warn("client %s: refused a request in the tunnel to %s: %s", owner->peer,
+			 owner->tunnel_host, reason);
+		return status;
+	}
+	return route_check_tunnel(owner->tunnel_host, owner->upstream->port, head, framing, reason,
+				  reason_len);
+}
+
 /* The route and where the request goes, or the status to refuse it with. */
 static int exchange_route(const struct exchange_owner *owner, const struct http1_head *head,
 			  const struct http1_framing *framing, struct route_destination *dest,
@@ -491,17 +507,7 @@ static int exchange_route(const struct exchange_owner *owner, const struct http1
 	int status;
 
 	if (owner->tunnel_host != NULL) {
-		/* the tunnel runs under the live config since its last request:
-		 * a reload may have taken its host away */
-		status = route_check_tunnel_host(owner->config, owner->tunnel_host, reason,
-						 reason_len);
-		if (status != 0) {
-			log_warn("client %s: refused a request in the tunnel to %s: %s",
-				 owner->peer, owner->tunnel_host, reason);
-			return status;
-		}
-		status = route_check_tunnel(owner->tunnel_host, owner->upstream->port, head,
-					    framing, reason, reason_len);
+		status = exchange_check_tunnel(owner, head, framing, reason, reason_len);
 		if (status != 0)
 			return status;
 		host = owner->tunnel_host;

@@ -20,7 +20,9 @@ origin; an absolute-form target naming the tunnel with a Host naming
 another host is a 400 (the tunnel's Host rule still holds); OPTIONS * goes
 to the tunnel's origin as OPTIONS * (as on a sidecar listener), and with a
 Host naming another host it is a 400; a CONNECT inside the tunnel is still
-a 400.
+a 400; a TRACE or OPTIONS with Max-Forwards: 0 is answered by the proxy
+only when the tunnel may carry it (400 or 421 as above otherwise), and is
+never forwarded.
 """
 
 import os
@@ -164,6 +166,28 @@ def scenario(t):
         before = len(good.requests)
         r = send("OPTIONS *", "other.example", method="OPTIONS")
         h.check_error_response(r, 400, ["other.example"])
+        h.eq(good.requests[before:], [], "requests at the origin")
+
+    @t.check("TRACE and OPTIONS with Max-Forwards: 0 are answered by the proxy only when the "
+             "tunnel may carry them: 400 for another Host, 421 for another origin")
+    def _():
+        before = len(good.requests)
+        for method, target, host, status, named in (
+                ("TRACE", "/echo?t=mf0-own", "localhost:%d" % port, 200, None),
+                ("OPTIONS", "*", "localhost:%d" % port, 200, None),
+                ("TRACE", "/echo?t=mf0-host", "other.example", 400, "other.example"),
+                ("OPTIONS", "*", "other.example", 400, "other.example"),
+                ("TRACE", "https://other.example/echo?t=mf0-abs", "localhost:%d" % port, 421,
+                 "localhost")):
+            c = tunnel()
+            with c:
+                c.send(("%s %s HTTP/1.1\r\nHost: %s\r\nMax-Forwards: 0\r\n\r\n"
+                        % (method, target, host)).encode())
+                r = c.read_response(method=method)
+            if named is None:
+                h.eq(r.status, status, "%s %s status (body %r)" % (method, target, r.body))
+            else:
+                h.check_error_response(r, status, [named])
         h.eq(good.requests[before:], [], "requests at the origin")
 
     @t.check("a CONNECT inside the tunnel is still refused with 400")
