@@ -34,6 +34,7 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -937,6 +938,17 @@ class Proxy:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
+    def reload(self, text=None, outcome=r"reload: now running"):
+        """SIGHUP, with the config file rewritten to text first when given,
+        and wait for one more stderr line matching outcome than before."""
+        if text is not None:
+            with open(self.config_path, "w") as f:
+                f.write(text)
+            self.config_text = text
+        n = len([ln for ln in self.stderr_lines() if re.search(outcome, ln)]) + 1
+        os.kill(self.pid, signal.SIGHUP)
+        self.wait_log(outcome, timeout=10 * SLOW, count=n)
+
     # -- logs -------------------------------------------------------------
 
     def stderr(self):
@@ -1076,6 +1088,7 @@ class TestRun:
         self._cleanups = []
         self._id = 0
         self._certs = None
+        self._local_ca = None
         self.proxies = []
 
     def _next_id(self):
@@ -1123,6 +1136,13 @@ class TestRun:
         if self._certs is None:
             self._certs = Certs(os.path.join(self.tmp, "pki"))
         return self._certs
+
+    def local_ca(self):
+        """The proxy's own CA for intercept: (ca.pem, ca-key.pem), made once
+        per run with retryproxy --make-ca; returns its directory."""
+        if self._local_ca is None:
+            self._local_ca = make_local_ca(os.path.join(self.tmp, "local-ca"))
+        return self._local_ca
 
     def origin(self, **kw):
         o = origin_mod.Origin(**kw).start()
@@ -1224,4 +1244,36 @@ def run_bin(args, cwd=None, env=None, timeout=20, input=None):
     """Run the proxy binary to completion (for command-line checks)."""
     return subprocess.run([BIN] + list(args), cwd=cwd, env=clean_env(env), capture_output=True,
                           timeout=timeout * SLOW, input=input, text=True)
+
+
+def make_local_ca(directory):
+    """A CA for intercept: made with retryproxy --make-ca in directory;
+    returns the directory."""
+    p = run_bin(["--make-ca", directory])
+    eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+    return directory
+
+
+def intercepted_tls(proxy_port, host, port, cafile, server_hostname=None, strict=False,
+                    timeout=10):
+    """A TLS connection to host:port through a CONNECT to the proxy, which
+    intercepts it, the client trusting cafile (strict: an EOF without
+    close_notify raises). Returns the SSL socket."""
+    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=timeout)
+    try:
+        s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                   % (host, port, host, port)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(1)  # not one byte past the head: the TLS handshake's
+            if not chunk:
+                raise AssertionError("the proxy closed the CONNECT: %r" % head)
+            head += chunk
+        ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
+        context = ssl.create_default_context(cafile=cafile)
+        return context.wrap_socket(s, server_hostname=server_hostname or host,
+                                   suppress_ragged_eofs=not strict)
+    except BaseException:
+        s.close()
+        raise
 

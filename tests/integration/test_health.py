@@ -45,9 +45,7 @@ Must hold:
   then) does not bring the old interval back for the probes after that.
 """
 
-import os
 import re
-import signal
 import threading
 import time
 
@@ -384,12 +382,8 @@ def scenario(t):
         h.check_error_response(r, 502, ["down"])
         back = origin_mod.Origin(port=port, name="reloaded").start()
         t.defer(back.stop)
-        with open(p.config_path) as f:
-            text = f.read()
-        with open(p.config_path, "w") as f:
-            f.write(text.replace("probe_interval: 60s", "probe_interval: 500ms"))
-        os.kill(p.pid, signal.SIGHUP)
-        p.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        p.reload(h.read_file(p.config_path).replace("probe_interval: 60s",
+                                                    "probe_interval: 500ms"))
         # the probe set for 60 s after the failure comes within the new 500 ms
         p.wait_log(r"upstream http://127\.0\.0\.1:%d is up" % port, timeout=5 * h.SLOW)
         r = h.fetch(p.port(0), "GET", "/status/200", "api.example", timeout=10 * h.SLOW)
@@ -421,12 +415,8 @@ def scenario(t):
             p.port(0), "GET", "/old/other", "api.example", timeout=30 * h.SLOW), daemon=True)
         other.start()
         p.wait_log(r"upstream http://127\.0\.0\.1:%d is down" % port, timeout=5 * h.SLOW)
-        with open(p.config_path) as f:
-            text = f.read()
-        with open(p.config_path, "w") as f:
-            f.write(text.replace("probe_interval: 60s", "probe_interval: 300ms"))
-        os.kill(p.pid, signal.SIGHUP)
-        p.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        p.reload(h.read_file(p.config_path).replace("probe_interval: 60s",
+                                                    "probe_interval: 300ms"))
         h.ok(not got, "the first request still waits its Retry-After: %r" % got)
         # the retry is held too, then a probe or two fail after it
         h.wait_until(lambda: held(p, port) == 2, 10 * h.SLOW, "both requests held")

@@ -83,30 +83,6 @@ defaults:
 """
 
 
-def make_ca(directory):
-    p = subprocess.run([h.BIN, "--make-ca", directory], capture_output=True, text=True)
-    h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
-    return directory
-
-
-def connect_tls(proxy_port, host, port, cafile, server_hostname=None, strict=False):
-    """A TLS connection to host:port through a CONNECT to the proxy, the
-    client trusting cafile (strict: an EOF without close_notify raises).
-    Returns the SSL socket."""
-    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
-    s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port)).encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = s.recv(4096)
-        if not chunk:
-            raise AssertionError("proxy closed the CONNECT: %r" % head)
-        head += chunk
-    h.ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
-    ctx = ssl.create_default_context(cafile=cafile)
-    return ctx.wrap_socket(s, server_hostname=server_hostname or host,
-                           suppress_ragged_eofs=not strict)
-
-
 def handshake_by_hand(proxy_port, host, port, cafile, tls13=True):
     """A CONNECT to host:port, then a client TLS handshake driven through
     memory buffers so that the test decides when the client's last flight
@@ -169,7 +145,7 @@ def scenario(t):
     certs = t.certs()
     good = t.origin(tls=(certs.server, certs.server_key), name="good")
     unknown = t.origin(tls=(certs.unknown, certs.unknown_key), name="unknown")
-    local = make_ca(os.path.join(t.tmp, "local-ca"))
+    local = t.local_ca()
     local_ca = os.path.join(local, "ca.pem")
     proxy = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost", "127.0.0.1"')
 
@@ -199,7 +175,7 @@ def scenario(t):
     @t.check("the leaf: SAN of the CONNECT host, EC P-256, at most 30 days, issued by the local CA, "
              "the same for a second connection")
     def _():
-        with connect_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
+        with h.intercepted_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
             der = tls.getpeercert(binary_form=True)
             h.eq(tls.selected_alpn_protocol(), None, "ALPN (none offered)")
         text = cert_text(der)
@@ -210,9 +186,9 @@ def scenario(t):
         na = re.search(r"Not After : (.*)", text).group(1)
         days = (ssl.cert_time_to_seconds(na) - ssl.cert_time_to_seconds(nb)) / 86400
         h.ok(days <= 30.05, "validity %.2f days" % days)
-        with connect_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
+        with h.intercepted_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
             h.eq(tls.getpeercert(binary_form=True), der, "the second connection's certificate")
-        with connect_tls(proxy.port(), "127.0.0.1", good.port, local_ca) as tls:
+        with h.intercepted_tls(proxy.port(), "127.0.0.1", good.port, local_ca) as tls:
             ip_text = cert_text(tls.getpeercert(binary_form=True))
         h.ok("IP Address:127.0.0.1" in ip_text, "SAN IP:127.0.0.1 in\n%s" % ip_text)
 
@@ -335,7 +311,7 @@ def scenario(t):
     @t.check("a client that ends the tunnel with close_notify between requests gets the "
              "proxy's close_notify back (unwrap succeeds)")
     def _():
-        with connect_tls(proxy.port(), "localhost", good.port, local_ca, strict=True) as tls:
+        with h.intercepted_tls(proxy.port(), "localhost", good.port, local_ca, strict=True) as tls:
             tls.sendall(b"GET /echo?t=unwrap HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % good.port)
             h.eq(read_response(tls).status, 200, "status")
             tls.settimeout(5)
@@ -345,7 +321,7 @@ def scenario(t):
     @t.check("a Host naming another host inside the tunnel: 400, nothing sent upstream")
     def _():
         before = len(good.requests)
-        with connect_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
+        with h.intercepted_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
             tls.sendall(b"GET /echo?t=fronted HTTP/1.1\r\nHost: other.example\r\n\r\n")
             r = read_response(tls)
         h.eq(r.status, 400, "status")
@@ -368,7 +344,7 @@ def scenario(t):
         ]
         for request, target, status in refusals:
             seen = len(proxy.access_lines())
-            with connect_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
+            with h.intercepted_tls(proxy.port(), "localhost", good.port, local_ca) as tls:
                 tls.sendall(request)
                 r = read_response(tls)
             h.eq(r.status, status, "status for %r" % request)
@@ -393,7 +369,7 @@ def scenario(t):
                  ("localhost", "localhost", 400),
                  ("127.0.0.1", "localhost:%d" % good.port, 400)]
         for i, (tunnel, host, status) in enumerate(cases):
-            with connect_tls(proxy.port(), tunnel, good.port, local_ca) as tls:
+            with h.intercepted_tls(proxy.port(), tunnel, good.port, local_ca) as tls:
                 tls.sendall(("GET /echo?t=hostcmp%d HTTP/1.1\r\nHost: %s\r\n\r\n"
                              % (i, host)).encode())
                 r = read_response(tls)
@@ -405,7 +381,7 @@ def scenario(t):
 
     @t.check("a host not listed: tunnelled blind, the client sees the origin's certificate")
     def _():
-        with connect_tls(p2.port(), "127.0.0.1", good.port, certs.ca,
+        with h.intercepted_tls(p2.port(), "127.0.0.1", good.port, certs.ca,
                          server_hostname="localhost") as tls:
             text = cert_text(tls.getpeercert(binary_form=True))
             tls.sendall(("GET /echo?t=blind HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
@@ -501,34 +477,23 @@ def scenario(t):
 
     @t.check("reload: a new host list and a new CA take effect for new tunnels")
     def _():
-        other = make_ca(os.path.join(t.tmp, "other-local-ca"))
-        with connect_tls(p2.port(), "127.0.0.1", good.port, certs.ca,
+        other = h.make_local_ca(os.path.join(t.tmp, "other-local-ca"))
+        with h.intercepted_tls(p2.port(), "127.0.0.1", good.port, certs.ca,
                          server_hostname="localhost") as tls:
             before = cert_text(tls.getpeercert(binary_form=True))
         h.ok("retryproxy test CA" in before, "127.0.0.1 not listed: the origin's certificate")
         text = p2.config_text.replace('hosts: ["localhost"]', 'hosts: ["localhost", "127.0.0.1"]')
-        text = text.replace(local + "/", other + "/")
-        with open(p2.config_path, "w") as f:
-            f.write(text)
-        os.kill(p2.pid, signal.SIGHUP)
-        p2.wait_log("reload: now running")
-        with connect_tls(p2.port(), "127.0.0.1", good.port, os.path.join(other, "ca.pem")) as tls:
+        p2.reload(text.replace(local + "/", other + "/"))
+        with h.intercepted_tls(p2.port(), "127.0.0.1", good.port, os.path.join(other, "ca.pem")) as tls:
             after = cert_text(tls.getpeercert(binary_form=True))
         h.ok("IP Address:127.0.0.1" in after, "127.0.0.1 now intercepted:\n%s" % after)
-        with connect_tls(p2.port(), "localhost", good.port, os.path.join(other, "ca.pem")) as tls:
+        with h.intercepted_tls(p2.port(), "localhost", good.port, os.path.join(other, "ca.pem")) as tls:
             h.ok(tls.getpeercert() is not None, "localhost's leaf comes from the new CA")
 
 
     p3 = t.proxy(CONFIG + 'access:\n  allow_hosts: ["localhost", "127.0.0.1"]\n', TESTCA=certs.ca,
                  LOCALCA=local, HOSTS='"localhost", "127.0.0.1"')
-    p3_reloads = [0]
-
-    def p3_reload(text):
-        with open(p3.config_path, "w") as f:
-            f.write(text)
-        p3_reloads[0] += 1
-        os.kill(p3.pid, signal.SIGHUP)
-        p3.wait_log("reload: now running", count=p3_reloads[0])
+    p3_text = p3.config_text
 
     def tunnel_get(tls, tag, host):
         tls.sendall(("GET /echo?t=%s HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
@@ -539,13 +504,13 @@ def scenario(t):
     @t.check("a reload that takes the host out of access.allow_hosts: the next request in a "
              "tunnel opened before gets 403 and the tunnel closes; another host's tunnel goes on")
     def _():
-        with connect_tls(p3.port(), "localhost", good.port, local_ca) as gone, \
-                connect_tls(p3.port(), "127.0.0.1", good.port, local_ca) as kept:
+        with h.intercepted_tls(p3.port(), "localhost", good.port, local_ca) as gone, \
+                h.intercepted_tls(p3.port(), "127.0.0.1", good.port, local_ca) as kept:
             h.eq(tunnel_get(gone, "rl-before", "localhost")[1].status, 200, "before the reload")
             h.eq(tunnel_get(kept, "rl-kept-before", "127.0.0.1")[1].status, 200,
                  "the other tunnel before the reload")
-            p3_reload(p3.config_text.replace('allow_hosts: ["localhost", "127.0.0.1"]',
-                                             'allow_hosts: ["127.0.0.1"]'))
+            p3.reload(p3_text.replace('allow_hosts: ["localhost", "127.0.0.1"]',
+                                      'allow_hosts: ["127.0.0.1"]'))
             conn, r = tunnel_get(gone, "rl-after", "localhost")
             h.check_error_response(r, 403, ["allow_hosts"])
             h.ok(conn.closed_within(5), "the tunnel should close after the 403")
@@ -559,20 +524,20 @@ def scenario(t):
     @t.check("a reload that stops intercepting the host (out of intercept.hosts, or intercept: "
              "gone): the next request in a tunnel opened before gets 403")
     def _():
-        p3_reload(p3.config_text)
-        with connect_tls(p3.port(), "127.0.0.1", good.port, local_ca) as unlisted, \
-                connect_tls(p3.port(), "localhost", good.port, local_ca) as unconfigured:
+        p3.reload(p3_text)
+        with h.intercepted_tls(p3.port(), "127.0.0.1", good.port, local_ca) as unlisted, \
+                h.intercepted_tls(p3.port(), "localhost", good.port, local_ca) as unconfigured:
             h.eq(tunnel_get(unlisted, "ri-before", "127.0.0.1")[1].status, 200, "before")
             h.eq(tunnel_get(unconfigured, "rn-before", "localhost")[1].status, 200, "before")
-            p3_reload(p3.config_text.replace('\n  hosts: ["localhost", "127.0.0.1"]',
-                                             '\n  hosts: ["localhost"]'))
+            p3.reload(p3_text.replace('\n  hosts: ["localhost", "127.0.0.1"]',
+                                      '\n  hosts: ["localhost"]'))
             conn, r = tunnel_get(unlisted, "ri-after", "127.0.0.1")
             h.check_error_response(r, 403, ["intercepted"])
             h.ok(conn.closed_within(5), "the tunnel should close after the 403")
             h.eq(tunnel_get(unconfigured, "rn-between", "localhost")[1].status, 200,
                  "a host still listed")
-            p3_reload(p3.config_text[:p3.config_text.index("intercept:")] +
-                      p3.config_text[p3.config_text.index("limits:"):])
+            p3.reload(p3_text[:p3_text.index("intercept:")] +
+                      p3_text[p3_text.index("limits:"):])
             conn, r = tunnel_get(unconfigured, "rn-after", "localhost")
             h.check_error_response(r, 403, ["intercepted"])
             h.ok(conn.closed_within(5), "the tunnel should close after the 403")
@@ -585,7 +550,7 @@ def scenario(t):
     @t.check("a shutdown that cuts a close-delimited response inside the tunnel: the client "
              "sees no close_notify (a truncation, not a whole body)")
     def _():
-        tls = connect_tls(p4.port(), "localhost", good.port, local_ca, strict=True)
+        tls = h.intercepted_tls(p4.port(), "localhost", good.port, local_ca, strict=True)
         t.defer(tls.close)
         tls.sendall(b"GET /close/1000?stall=1 HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
                     % good.port)
@@ -614,7 +579,7 @@ def scenario(t):
 
     @t.check("client_timeout 1s: a TLS client reading a large body slowly is not cut")
     def _():
-        with connect_tls(p5.port(), "localhost", good.port, local_ca) as tls:
+        with h.intercepted_tls(p5.port(), "localhost", good.port, local_ca) as tls:
             conn = h.RawConn.over(tls)
             conn.send(h.request("GET", "/bytes/%d?tls-slow" % big, "localhost:%d" % good.port))
             h.eq(conn.read_head().status, 200, "status")
@@ -623,7 +588,7 @@ def scenario(t):
 
     @t.check("client_timeout 1s: a TLS client that stops reading is cut after it")
     def _():
-        with connect_tls(p5.port(), "localhost", good.port, local_ca) as tls:
+        with h.intercepted_tls(p5.port(), "localhost", good.port, local_ca) as tls:
             conn = h.RawConn.over(tls)
             conn.send(h.request("GET", "/bytes/%d?tls-stopped" % big, "localhost:%d" % good.port))
             h.eq(conn.read_head().status, 200, "status")

@@ -26,8 +26,6 @@ never forwarded.
 """
 
 import os
-import ssl
-import subprocess
 
 import harness as h
 
@@ -56,22 +54,14 @@ routes:
 def scenario(t):
     certs = t.certs()
     good = t.origin(tls=(certs.server, certs.server_key), name="good")
-    local = os.path.join(t.tmp, "local-ca")
-    p = subprocess.run([h.BIN, "--make-ca", local], capture_output=True, text=True)
-    h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+    local = t.local_ca()
     local_ca = os.path.join(local, "ca.pem")
     proxy = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local)
     port = good.port
     prefix = "https://localhost:%d" % port
 
     def tunnel(host="localhost"):
-        s = h.RawConn(proxy.port())
-        s.send(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host, port, host, port)).encode())
-        r = s.read_head()
-        h.eq(r.status, 200, "CONNECT answer")
-        ctx = ssl.create_default_context(cafile=local_ca)
-        tls = ctx.wrap_socket(s.sock, server_hostname=host)
-        return h.RawConn.over(tls)
+        return h.RawConn.over(h.intercepted_tls(proxy.port(), host, port, local_ca))
 
     def send(request_line, host, tunnel_host="localhost", method="GET"):
         """One request in a new tunnel; returns the response."""

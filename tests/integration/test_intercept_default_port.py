@@ -18,8 +18,6 @@ mean 443): it goes upstream in origin-form, Host: host.
 
 import os
 import random
-import ssl
-import subprocess
 
 import harness as h
 
@@ -39,9 +37,7 @@ intercept:
 
 def scenario(t):
     certs = t.certs()
-    local = os.path.join(t.tmp, "local-ca")
-    p = subprocess.run([h.BIN, "--make-ca", local], capture_output=True, text=True)
-    h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+    local = t.local_ca()
     local_ca = os.path.join(local, "ca.pem")
     ip = "127.%d.%d.%d" % (random.randint(1, 254), random.randint(0, 255), random.randint(2, 254))
     cert, key = certs._leaf("ip443", ip, "IP:" + ip, certs.ca, certs.ca_key)
@@ -80,12 +76,7 @@ def scenario(t):
         def _():
             for i, authority in enumerate((ip, ip + ":", ip + ":443")):
                 tag = "abs443-%d" % i
-                c = h.RawConn(proxy.port())
-                with c:
-                    c.send(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (ip, ip)).encode())
-                    h.eq(c.read_head().status, 200, "CONNECT answer")
-                    ctx = ssl.create_default_context(cafile=local_ca)
-                    tls = h.RawConn.over(ctx.wrap_socket(c.sock, server_hostname=ip))
+                with h.RawConn.over(h.intercepted_tls(proxy.port(), ip, 443, local_ca)) as tls:
                     tls.send(("GET https://%s/echo?t=%s HTTP/1.1\r\nHost: %s\r\n\r\n"
                               % (authority, tag, authority)).encode())
                     r = tls.read_response()

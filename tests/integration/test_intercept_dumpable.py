@@ -18,7 +18,6 @@ intercept:.
 
 import ctypes
 import os
-import signal
 import subprocess
 import sys
 
@@ -66,9 +65,7 @@ def scenario(t):
                    "running as root and cannot drop CAP_SYS_PTRACE (errno %d)"
                    % ctypes.get_errno())
             return
-    local = os.path.join(t.tmp, "local-ca")
-    p = subprocess.run([h.BIN, "--make-ca", local], capture_output=True, text=True)
-    h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+    local = t.local_ca()
     plain = t.proxy(PLAIN)
     intercepting = t.proxy(INTERCEPT, LOCALCA=local)
 
@@ -83,10 +80,7 @@ def scenario(t):
 
     @t.check("a reload that adds intercept: closes the memory from then on")
     def _():
-        with open(plain.config_path, "w") as f:
-            f.write(INTERCEPT.replace("@PORT0@", str(plain.port())).replace("@LOCALCA@", local))
-        os.kill(plain.pid, signal.SIGHUP)
-        plain.wait_log("reload: now running")
+        plain.reload(INTERCEPT.replace("@PORT0@", str(plain.port())).replace("@LOCALCA@", local))
         h.ok(not memory_readable(plain.pid), "the reloaded proxy's memory is readable")
 
 

@@ -15,7 +15,6 @@ ends itself does: a strict client sees a clean end, not a truncation.
 import os
 import socket
 import ssl
-import subprocess
 import time
 
 import harness as h
@@ -39,16 +38,7 @@ limits:
 
 def tunnel(proxy_port, port, cafile):
     """A strict TLS connection to localhost:port through the proxy."""
-    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
-    s.sendall(b"CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % (port, port))
-    head = b""
-    while b"\r\n\r\n" not in head:
-        data = s.recv(1)
-        h.ok(data, "proxy closed the CONNECT: %r" % head)
-        head += data
-    h.ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
-    ctx = ssl.create_default_context(cafile=cafile)
-    return ctx.wrap_socket(s, server_hostname="localhost", suppress_ragged_eofs=False)
+    return h.intercepted_tls(proxy_port, "localhost", port, cafile, strict=True)
 
 
 def one_request(tls, port):
@@ -72,9 +62,7 @@ def ending(tls, timeout):
 
 def scenario(t):
     certs = t.certs()
-    local = os.path.join(t.tmp, "local-ca")
-    p = subprocess.run([h.BIN, "--make-ca", local], capture_output=True, text=True)
-    h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+    local = t.local_ca()
     local_ca = os.path.join(local, "ca.pem")
     good = t.origin(tls=(certs.server, certs.server_key), name="good")
 

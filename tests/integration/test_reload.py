@@ -33,7 +33,6 @@ nothing fails, the admin answers on P1, P0 still proxies and P2 is closed.
 
 import os
 import re
-import signal
 import socket
 import time
 
@@ -62,16 +61,6 @@ BACKOFF_S = 1.5 * h.SLOW
 BACKOFF = "%dms" % (BACKOFF_S * 1000)
 
 
-def reload_with(proxy, text, outcome=r"reload: now running"):
-    """Write the proxy's config, SIGHUP, wait for one more log line
-    matching outcome."""
-    with open(proxy.config_path, "w") as f:
-        f.write(text)
-    n = len([ln for ln in proxy.stderr_lines() if re.search(outcome, ln)]) + 1
-    os.kill(proxy.pid, signal.SIGHUP)
-    proxy.wait_log(outcome, timeout=10 * h.SLOW, count=n)
-
-
 def scenario(t):
     a = t.origin(name="origin-A", echo_unknown=True)
     b = t.origin(name="origin-B", echo_unknown=True)
@@ -80,8 +69,7 @@ def scenario(t):
                                   backoff=BACKOFF, clients=LOOPBACK))
     port = proxy.port(0)
 
-    def reload(text, outcome=r"reload: now running"):
-        reload_with(proxy, text, outcome)
+    reload = proxy.reload
 
     def get(path, conn=None):
         if conn is None:
@@ -187,7 +175,7 @@ def scenario(t):
     def reload_mover(address, outcome=r"reload: now running"):
         text = CONFIG.format(port=mport, default=b.port, upstream=b.port, backoff=BACKOFF,
                              clients=LOOPBACK).replace("127.0.0.1:%d" % mport, address, 1)
-        reload_with(mover, text, outcome)
+        mover.reload(text, outcome)
 
     def serves(host, tag):
         with h.RawConn(mport, host=host) as c:
@@ -252,7 +240,7 @@ log: {{ level: info }}
         blocker.bind(("127.0.0.1", 0))
         blocker.listen(1)
         taken = blocker.getsockname()[1]
-        reload_with(mover2, ADMIN_CONFIG.format(p0=p0, origin=b.port, admin=p1,
+        mover2.reload(ADMIN_CONFIG.format(p0=p0, origin=b.port, admin=p1,
                                                 second=SECOND.format(p=taken, origin=b.port)),
                     r"reload: cannot apply")
         h.eq([answers(p0, "a0"), answers(p1, "a1"), answers(p2, "a2")],
@@ -261,7 +249,7 @@ log: {{ level: info }}
 
     @t.check("a reload moves the admin onto the port of a listener it drops")
     def _():
-        reload_with(mover2, ADMIN_CONFIG.format(p0=p0, origin=b.port, admin=p1, second=""))
+        mover2.reload(ADMIN_CONFIG.format(p0=p0, origin=b.port, admin=p1, second=""))
         h.eq([answers(p0, "b0"), answers(p1, "b1")], ["proxy", "admin"], "who answers on P0, P1")
         h.ok(not h.port_accepts(p2), "the old admin port still accepts")
         made_way = [ln for ln in mover2.stderr_lines()

@@ -70,7 +70,6 @@ and inside a tunnel, and exits cleanly on SIGTERM.
 import os
 import socket
 import ssl
-import subprocess
 import time
 
 import dnsstub
@@ -429,15 +428,6 @@ def chunked_to(host, tag, body):
     return req(tag, b"PUT", b"Transfer-Encoding: chunked\r\n", body, host=host)
 
 
-def make_local_ca(directory):
-    """The proxy's local CA, made with retryproxy --make-ca; returns the
-    directory."""
-    p = subprocess.run([h.BIN, "--make-ca", directory], capture_output=True, text=True,
-                       timeout=20 * h.SLOW)
-    h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
-    return directory
-
-
 def open_tunnel(proxy_port, authority, context, timeout, with_finished=False):
     """A RawConn over TLS inside an intercepted tunnel: CONNECT authority on
     the forward listener, its 200, then the handshake with context (which
@@ -638,7 +628,7 @@ def scenario(t):
     origin = t.origin()
     certs = t.certs()
     tls_origin = t.origin(tls=(certs.server, certs.server_key), name="tls-origin")
-    local_ca = make_local_ca(os.path.join(t.tmp, "local-ca"))
+    local_ca = t.local_ca()
     stub = dnsstub.DnsStub().start()
     t.defer(stub.stop)
     proxy = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": stub.write_resolv_conf(t.tmp)}, ORIGIN=origin.port,

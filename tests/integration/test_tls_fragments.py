@@ -23,8 +23,6 @@ per request).
 import hashlib
 import random
 import socket
-import ssl
-import subprocess
 import threading
 import time
 
@@ -109,9 +107,7 @@ def scenario(t):
     origin = t.origin(tls=(certs.server, certs.server_key))
     relay = FragmentingRelay(origin.port)
     t.defer(relay.close)
-    localca = t.tmp + "/local-ca"
-    p = subprocess.run([h.BIN, "--make-ca", localca], capture_output=True, text=True)
-    h.eq(p.returncode, 0, "--make-ca (%s)" % p.stderr)
+    localca = t.local_ca()
     proxy = t.proxy(CONFIG, RELAY=relay.port, CA=certs.ca, LOCALCA=localca)
 
     @t.check("upstream side: 20,000 bytes and a chunked body whole, twice on one connection")
@@ -139,14 +135,8 @@ def scenario(t):
     def _():
         client_relay = FragmentingRelay(proxy.port(1))
         t.defer(client_relay.close)
-        s = socket.create_connection(("127.0.0.1", client_relay.port), timeout=20)
-        s.sendall(b"CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
-                  % (origin.port, origin.port))
-        c = h.RawConn.over(s, timeout=20)
-        head = c.read_until(b"\r\n\r\n")
-        h.ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
-        ctx = ssl.create_default_context(cafile=localca + "/ca.pem")
-        tls = ctx.wrap_socket(s, server_hostname="localhost")
+        tls = h.intercepted_tls(client_relay.port, "localhost", origin.port, localca + "/ca.pem",
+                                timeout=20)
         with h.RawConn.over(tls, timeout=20) as c:
             for path, n in (("/bytes/20000", 20000), ("/chunked/9000?chunk=1000", 9000)):
                 c.send(h.request("GET", path, "localhost:%d" % origin.port))

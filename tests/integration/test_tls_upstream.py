@@ -333,10 +333,8 @@ def scenario(t):
                 return int([ln for ln in f if ln.startswith("rchar:")][0].split()[1])
 
         def reload():
-            n = len([ln for ln in proxy.stderr_lines() if "reload: now running" in ln])
             before = bytes_read()
-            os.kill(proxy.pid, signal.SIGHUP)
-            proxy.wait_log(r"reload: now running", timeout=10 * h.SLOW, count=n + 1)
+            proxy.reload()
             return bytes_read() - before
 
         r = h.curl(proxy.listener_url(0, "/echo?t=bundle-before"))
@@ -399,9 +397,7 @@ def scenario(t):
 
         def reload_with(ca):
             shutil.copyfile(ca, trust)
-            n = len([ln for ln in reloading.stderr_lines() if "reload: now running" in ln])
-            os.kill(reloading.pid, signal.SIGHUP)
-            reloading.wait_log(r"reload: now running", timeout=10 * h.SLOW, count=n + 1)
+            reloading.reload()
 
         r = h.curl(reloading.listener_url(0, "/echo?t=trust-before"))
         h.eq((r.exit_code, r.status), (0, 200), "before the reload (%r)" % r)

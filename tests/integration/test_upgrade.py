@@ -34,7 +34,6 @@ TLS origin (wss).
 import os
 import socket
 import ssl
-import subprocess
 import threading
 
 import harness as h
@@ -322,24 +321,17 @@ def scenario(t):
         h.ok(not errors, "switched connections failed: %r" % errors[:2])
 
     certs = t.certs()
-    local = os.path.join(t.tmp, "local-ca")
-    p = subprocess.run([h.BIN, "--make-ca", local], capture_output=True, text=True)
-    h.eq(p.returncode, 0, "--make-ca exit code (%s)" % p.stderr)
+    local = t.local_ca()
     tls_origin = UpgradeOrigin(tls=(certs.server, certs.server_key))
     t.defer(tls_origin.stop)
     intercepting = t.proxy(INTERCEPT_CONFIG, TESTCA=certs.ca, LOCALCA=local)
 
     @t.check("an intercepted tunnel (wss): the switch goes through to a TLS origin")
     def _():
-        s = socket.create_connection(("127.0.0.1", intercepting.port()), timeout=10 * h.SLOW)
-        authority = b"localhost:%d" % tls_origin.port
-        s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority))
-        with h.RawConn.over(s, timeout=10 * h.SLOW) as c:
-            h.eq(c.read_head().status, 200, "the CONNECT's answer")
-            ctx = ssl.create_default_context(cafile=os.path.join(local, "ca.pem"))
-            tls = ctx.wrap_socket(s, server_hostname="localhost")
-            c = h.RawConn.over(tls, timeout=10 * h.SLOW)
-            c.send(handshake("/ws/echo?c=wss", authority.decode()))
+        tls = h.intercepted_tls(intercepting.port(), "localhost", tls_origin.port,
+                                os.path.join(local, "ca.pem"), timeout=10 * h.SLOW)
+        with h.RawConn.over(tls, timeout=10 * h.SLOW) as c:
+            c.send(handshake("/ws/echo?c=wss", "localhost:%d" % tls_origin.port))
             check_switched(c.read_head(), 1)
             talk(c, half_close=False)
         h.eq(len(tls_origin.heads_for("c=wss")), 1, "requests at the TLS origin")
