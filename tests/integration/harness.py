@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import termios
+import threading
 import time
 import traceback
 
@@ -117,6 +118,27 @@ def wait_until(predicate, timeout, what, interval=0.05):
         if time.monotonic() > deadline:
             raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
         time.sleep(interval)
+
+
+def in_threads(count, work, timeout):
+    """work(i) for i in range(count), each in a daemon thread, all started
+    before any is waited for. Waits up to timeout seconds for them all;
+    returns what each returned, "Name: text" for an exception it raised, or
+    None for one still running."""
+    results = [None] * count
+
+    def run(i):
+        try:
+            results[i] = work(i)
+        except Exception as e:  # returned to the caller, which reports it
+            results[i] = "%s: %s" % (type(e).__name__, e)
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    for th in threads:
+        th.start()
+    deadline = time.monotonic() + timeout
+    for th in threads:
+        th.join(max(0.0, deadline - time.monotonic()))
+    return results
 
 
 # -- ports ------------------------------------------------------------------

@@ -39,7 +39,6 @@ sees a query for it.
 """
 
 import os
-import threading
 import time
 
 import harness as h
@@ -367,16 +366,10 @@ def scenario(t):
     def _():
         stub.answer("cold.test", "127.0.0.1")
         stub.delay("cold.test", 0.5)
-        results = [None] * 8
-
-        def get(i):
-            results[i] = h.curl(url("cold.test", "/echo?t=cold%d" % i), proxy=cold.url)
-        threads = [threading.Thread(target=get, args=(i,)) for i in range(8)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(30 * h.SLOW)
-        got = [(r.status, r.header("Retry-Attempts")) if r else None for r in results]
+        results = h.in_threads(8, lambda i: h.curl(url("cold.test", "/echo?t=cold%d" % i),
+                                                   proxy=cold.url), 30 * h.SLOW)
+        got = [(r.status, r.header("Retry-Attempts")) if isinstance(r, h.CurlResult) else r
+               for r in results]
         h.eq(got, [(200, "1")] * 8, "status and Retry-Attempts of each")
         h.wait_until(lambda: len(cold.access_for("t=cold")) == 8, 10 * h.SLOW,
                      "8 access-log lines")

@@ -236,10 +236,7 @@ def scenario(t):
         redis.freeze()
         try:
             time.sleep(0.15)  # a round goes out and waits (its deadline is 500 ms)
-            with open(q.config_path, "w") as f:
-                f.write(q.config_text.replace("window: 10s", "window: 11s"))
-            q.proc.send_signal(1)
-            q.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+            q.reload(q.config_text.replace("window: 10s", "window: 11s"))
         finally:
             redis.thaw()
         h.wait_until(lambda: "retryproxy:{checkout}:default:11000" in
@@ -249,6 +246,7 @@ def scenario(t):
         h.eq(h.fetch(q.port(), "GET", "/ok", "fleet.example").status, 200, "/ok status")
 
     p = proxies[0]
+    p_text = p.config_text
 
     def redis_clients():
         """Connections to Redis but the one asking."""
@@ -258,11 +256,7 @@ def scenario(t):
     @t.check("reload without fleet: connection closed, no gauge, no fleet: in /config")
     def _():
         h.eq(len(redis_clients()), PROXIES, "connections to Redis before")
-        text = re.sub(r"fleet:\n(  .*\n)+", "", p.config_text)
-        with open(p.config_path, "w") as f:
-            f.write(text)
-        p.proc.send_signal(1)
-        p.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        p.reload(re.sub(r"fleet:\n(  .*\n)+", "", p_text))
         h.eq(fleet_gauge(p), None, "fleet gauge")
         h.ok("fleet:" not in admin_get(p, "/config"), "/config still has fleet:")
         h.wait_until(lambda: len(redis_clients()) == PROXIES - 1, 5 * h.SLOW,
@@ -270,10 +264,7 @@ def scenario(t):
 
     @t.check("reload with another fleet name: /config shows it, the proxy connects")
     def _():
-        with open(p.config_path, "w") as f:
-            f.write(p.config_text.replace("name: checkout", "name: payments"))
-        p.proc.send_signal(1)
-        p.wait_log(r"reload: now running", timeout=10 * h.SLOW, count=2)
+        p.reload(p_text.replace("name: checkout", "name: payments"))
         h.ok(re.search(r"^fleet:\n  redis: 127\.0\.0\.1:%d\n  name: payments\n"
                        r"  sync_interval: 100ms$" % redis.port, admin_get(p, "/config"), re.M),
              "/config:\n" + admin_get(p, "/config"))

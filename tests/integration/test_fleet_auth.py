@@ -120,8 +120,7 @@ def scenario(t):
     def _():
         with open(wrong_file, "w") as f:
             f.write(DEFAULT_PASSWORD + "\n")
-        wrong.proc.send_signal(1)
-        wrong.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        wrong.reload()
         wait_gauge([wrong], 1, 10 * h.SLOW)
         wrong.wait_log(r"connected to redis|answers again", timeout=10 * h.SLOW)
 

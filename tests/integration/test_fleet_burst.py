@@ -175,10 +175,7 @@ def scenario(t):
         # went 1 the next sync could be close, under load)
         before = script_calls()
         h.wait_until(lambda: script_calls() > before, 3 * SLOW_SYNC_S, "a sync of the proxy's")
-        with open(slow.config_path, "w") as f:
-            f.write(slow.config_text + FRESH_ROUTE)
-        slow.proc.send_signal(1)
-        slow.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        slow.reload(slow.config_text + FRESH_ROUTE)
         r = h.fetch(slow.port(), "GET", "/fresh", "fleet.example", timeout=10 * h.SLOW)
         h.eq((r.status, r.header("Retry-Attempts")), (503, "3"), "status, Retry-Attempts")
         h.wait_until(lambda: route_counts(redis, "fresh", SLOW_WINDOW_S)[1] >= 2, 6 * h.SLOW,

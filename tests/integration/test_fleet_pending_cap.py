@@ -28,7 +28,6 @@ retries the cap refused as well (20 or more before the fix).
 """
 
 import re
-import threading
 
 import harness as h
 from fleet_gauge import wait_gauge
@@ -83,25 +82,10 @@ def scenario(t):
     # right after a sync, so that the reload and the requests fit before the next
     before = syncs()
     h.wait_until(lambda: syncs() > before, 3 * SYNC_S, "a sync of the proxy's")
-    with open(proxy.config_path, "w") as f:
-        f.write(proxy.config_text + FRESH_ROUTE)
-    proxy.proc.send_signal(1)
-    proxy.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+    proxy.reload(proxy.config_text + FRESH_ROUTE)
 
-    out = [None] * N
-
-    def one(i):
-        try:
-            out[i] = h.fetch(proxy.port(), "GET", "/fresh?i=%d" % i, "fleet.example",
-                             timeout=20 * h.SLOW)
-        except Exception as e:  # recorded and reported
-            out[i] = "%s: %s" % (type(e).__name__, e)
-
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(N)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(30 * h.SLOW)
+    out = h.in_threads(N, lambda i: h.fetch(proxy.port(), "GET", "/fresh?i=%d" % i,
+                                            "fleet.example", timeout=20 * h.SLOW), 30 * h.SLOW)
 
     def wants():
         """(requests reported, tokens wanted) of the route's syncs so far."""

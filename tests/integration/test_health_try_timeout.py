@@ -16,7 +16,6 @@ down_after x try_timeout, not one try_timeout after another for all of them.
 """
 
 import socket
-import threading
 import time
 
 import harness as h
@@ -71,7 +70,6 @@ def scenario(t):
         finally:
             probe.close()
     proxy = t.proxy(CONFIG, HOLE=port)
-    results = [None] * REQUESTS
 
     def one(i):
         start = time.monotonic()
@@ -79,16 +77,12 @@ def scenario(t):
             r = h.fetch(proxy.port(), "GET", "/x%d" % i, "app.example", timeout=20 * h.SLOW)
         except Exception as e:  # recorded and reported
             r = "%s: %s" % (type(e).__name__, e)
-        results[i] = (time.monotonic() - start, r)
+        return (time.monotonic() - start, r)
 
     @t.check("10 GETs at once: all answered, the first with 504 after try_timeout, the rest "
              "with 502 naming the upstream as down, well before 10 x try_timeout")
     def _():
-        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(REQUESTS)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(30 * h.SLOW)
+        results = h.in_threads(REQUESTS, one, 30 * h.SLOW)
         bad = [r for r in results if r is None or not isinstance(r[1], h.Response)]
         h.eq(bad, [], "requests without an answer")
         statuses = sorted(r[1].status for r in results)

@@ -250,21 +250,13 @@ def scenario(t):
         checks that at most (and, all being concurrent, exactly) 5 wait.
         gap: seconds the origin takes by design to finish its 503."""
         pend_proxy = t.proxy(CONFIG_PENDING, ORIGIN=target_port)
-        results = [None] * CONCURRENT
         barrier = threading.Barrier(CONCURRENT)
 
         def client(i):
-            try:
-                barrier.wait(10)
-                results[i] = h.fetch(pend_proxy.port(), "GET", "%s/%d?i=%d" % (prefix, i, i),
-                                     "pend.example", timeout=15 * h.SLOW)
-            except Exception as e:  # reported below
-                results[i] = e
-        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(CONCURRENT)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(30 * h.SLOW)
+            barrier.wait(10)
+            return h.fetch(pend_proxy.port(), "GET", "%s/%d?i=%d" % (prefix, i, i),
+                           "pend.example", timeout=15 * h.SLOW)
+        results = h.in_threads(CONCURRENT, client, 30 * h.SLOW)
         summary = ["%d: %s" % (i, "%d RA=%s %.2fs" % (r.status, r.header("Retry-Attempts"), r.elapsed)
                                   if isinstance(r, h.Response) else r) for i, r in enumerate(results)]
         ok = [r for r in results if isinstance(r, h.Response)]

@@ -34,7 +34,6 @@ TLS origin (wss).
 import os
 import socket
 import ssl
-import threading
 
 import harness as h
 from rawserver import RawServer, read_request
@@ -302,23 +301,14 @@ def scenario(t):
 
     @t.check("several switched connections at once, each its own echo")
     def _():
-        errors = []
-
         def one(i):
-            try:
-                with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
-                    c.send(handshake("/ws/echo?c=many%d" % i, "app.example"))
-                    check_switched(c.read_head(), 1)
-                    talk(c)
-            except BaseException as e:  # noqa: B902 - reported below
-                errors.append(e)
+            with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+                c.send(handshake("/ws/echo?c=many%d" % i, "app.example"))
+                check_switched(c.read_head(), 1)
+                talk(c)
+            return "echoed"
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(30 * h.SLOW)
-        h.ok(not errors, "switched connections failed: %r" % errors[:2])
+        h.eq(h.in_threads(8, one, 30 * h.SLOW), ["echoed"] * 8, "each switched connection")
 
     certs = t.certs()
     local = t.local_ca()
