@@ -383,7 +383,11 @@ bool tls_failure_is_close(unsigned long ssl_error)
 void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,
 			size_t len)
 {
-	long verify = ssl != NULL ? SSL_get_verify_result(ssl) : X509_V_OK;
+	/* OpenSSL checks the chain with verification off too, and keeps its
+	 * result: then it says nothing of why the handshake failed */
+	long verify = ssl != NULL && SSL_get_verify_mode(ssl) != SSL_VERIFY_NONE
+			      ? SSL_get_verify_result(ssl)
+			      : X509_V_OK;
 
 	if (verify != X509_V_OK) {
 		*verify_failed = true;

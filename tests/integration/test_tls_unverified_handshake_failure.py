@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Scenario: a TLS handshake that fails after the certificate came, on a
+route that does not verify certificates.
+
+Client: raw HTTP/1.1 to two sidecar listeners.
+Origin: a TLS 1.2 server, certificate signed by a CA the proxy does not
+trust, that asks for a client certificate and ends each handshake with a
+fatal alert when the proxy sends none: the proxy sees the server's
+certificate, then a failed handshake. Listener 0's upstream is it with
+tls.verify: false; listener 1's is it with the default verify: true.
+Must hold: with verify: false the failure is an ordinary TLS failure, not
+a certificate one: it is retried (3 handshakes for max_attempts: 3), the
+trail says tls, and neither the answer nor the log speaks of certificate
+verification (the untrusted certificate was accepted on purpose); with
+verify: true the certificate itself fails: one handshake, tls-verify, the
+502 names the verification.
+"""
+
+import socket
+import ssl
+import threading
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://localhost:@ORIGIN@
+  - address: 127.0.0.1:@PORT1@
+    upstream: https://127.0.0.1:@ORIGIN@
+log: { level: info, format: text }
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 20ms
+    jitter: 5ms
+routes:
+  - name: unverified
+    match: { host: unverified.example }
+    tls: { verify: false }
+"""
+
+
+class ClientCertRequired:
+    """A TLS 1.2 server that asks for a client certificate and fails every
+    handshake that brings none. Counts the handshakes begun."""
+
+    def __init__(self, cert, key, ca):
+        self.handshakes = 0
+        self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._context.maximum_version = ssl.TLSVersion.TLSv1_2
+        self._context.load_cert_chain(cert, key)
+        self._context.load_verify_locations(ca)
+        self._context.verify_mode = ssl.CERT_REQUIRED
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(16)
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                s, _ = self._listener.accept()
+            except OSError:
+                return
+            self.handshakes += 1
+            s.settimeout(10)
+            try:
+                with self._context.wrap_socket(s, server_side=True):
+                    pass
+            except (ssl.SSLError, OSError):
+                pass
+            finally:
+                s.close()
+
+    def close(self):
+        self._listener.close()
+
+
+def scenario(t):
+    certs = t.certs()
+    origin = ClientCertRequired(certs.unknown, certs.unknown_key, certs.ca)
+    t.defer(origin.close)
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+
+    def get(listener, host, tag):
+        return h.fetch(proxy.port(listener), "GET", "/x?t=" + tag, host, timeout=10 * h.SLOW)
+
+    @t.check("verify: false: a handshake failure after the certificate is a TLS failure, "
+             "retried, not a certificate one")
+    def _():
+        before = origin.handshakes
+        r = get(0, "unverified.example", "unverified")
+        h.eq(r.status, 502, "status (body %r)" % r.body)
+        h.ok(b"certificate verify" not in r.body, "the answer speaks of verification: %r" % r.body)
+        h.eq(origin.handshakes - before, 3, "handshakes the origin saw")
+        fields = h.access_fields(proxy.access_one("t=unverified"))
+        h.eq([x.split(" ")[0] for x in fields["tries"].split(" -> ") if not x.startswith("wait")],
+             ["tls"] * 3, "outcomes in the trail (%s)" % fields["tries"])
+
+    @t.check("verify: true: the untrusted certificate fails at once, tls-verify, named")
+    def _():
+        before = origin.handshakes
+        r = get(1, "verified.example", "verified")
+        h.eq(r.status, 502, "status (body %r)" % r.body)
+        h.ok(b"certificate verify failed" in r.body, "the answer names the verification: %r"
+             % r.body)
+        h.eq(origin.handshakes - before, 1, "handshakes the origin saw")
+        fields = h.access_fields(proxy.access_one("t=verified"))
+        h.eq(fields["tries"], "tls-verify", "trail")
+
+
+h.run(scenario, __doc__)
