@@ -353,8 +353,13 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 				     ex->config->limits.pool_max_idle,
 				     ex->config->limits.pool_idle_timeout_ms))
 				upstream_slot_pooled(ex->upstream);
-		} else
+		} else {
+			/* its place goes back now, not once a callback of the
+			 * conn running now returns: a stale connection's
+			 * replacement takes it at once */
+			conn_on_closed_now(t->up);
 			conn_free(t->up);
+		}
 		t->up = NULL;
 	}
 	if (t->keeping != NULL) {
@@ -966,7 +971,12 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 			 * go again at once, on a new connection */
 			ex->skip_pool = true;
 			ex->unwaited++;
+			/* the place its connection held is its own still: it
+			 * goes first, not behind requests that came after it
+			 * and waited for a place meanwhile */
+			ex->queue_released = true;
 			exchange_start_try(ex);
+			ex->queue_released = false;
 		} else {
 			exchange_schedule_retry(ex);
 		}
