@@ -531,6 +531,16 @@ static void upstream_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		upstream_connect_finish(uc, NULL, uc->last_failure, uc->reason);
 		return;
 	}
+	/* a TCP connection made says the address answered: what did not end
+	 * in time is its TLS handshake */
+	for (size_t i = 0; i < uc->started; i++)
+		if (uc->attempts[i]->conn != NULL && !conn_connect_pending(uc->attempts[i]->conn)) {
+			snprintf(reason, sizeof(reason),
+				 "TLS handshake with %s:%u not done within the connect timeout",
+				 uc->host, uc->endpoint.port);
+			upstream_connect_finish(uc, NULL, TRY_CONNECT_TIMEOUT, reason);
+			return;
+		}
 	if (uc->count > 1)
 		snprintf(reason, sizeof(reason),
 			 "no connection to %s:%u within the connect timeout (%zu of its %zu "

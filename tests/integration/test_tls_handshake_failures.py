@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Scenario: a TLS handshake that fails after the certificate came, on a
-route that does not verify certificates.
+"""Scenario: TLS handshakes with an upstream that fail or never end.
 
-Client: raw HTTP/1.1 to two sidecar listeners.
+Client: raw HTTP/1.1 to three sidecar listeners.
 Origin: a TLS 1.2 server, certificate signed by a CA the proxy does not
 trust, that asks for a client certificate and ends each handshake with a
 fatal alert when the proxy sends none: the proxy sees the server's
 certificate, then a failed handshake. Listener 0's upstream is it with
 tls.verify: false; listener 1's is it with the default verify: true.
+Listener 2's upstream is a socket that takes the TCP connection and never
+answers the ClientHello (connect_timeout 300ms, max_attempts 1).
 Must hold: with verify: false the failure is an ordinary TLS failure, not
 a certificate one: it is retried (3 handshakes for max_attempts: 3), the
 trail says tls, and neither the answer nor the log speaks of certificate
 verification (the untrusted certificate was accepted on purpose); with
 verify: true the certificate itself fails: one handshake, tls-verify, the
-502 names the verification.
+502 names the verification. The silent one is a 502 naming the TLS
+handshake that did not end within the connect timeout, not a connection
+never made (the TCP connection was).
 """
 
 import socket
@@ -28,13 +31,20 @@ listen:
     upstream: https://localhost:@ORIGIN@
   - address: 127.0.0.1:@PORT1@
     upstream: https://127.0.0.1:@ORIGIN@
+  - address: 127.0.0.1:@PORT2@
+    upstream: https://localhost:@SILENT@
 log: { level: info, format: text }
 defaults:
   retry:
     max_attempts: 3
     initial_backoff: 20ms
     jitter: 5ms
+limits:
+  connect_timeout: 300ms
 routes:
+  - name: silent
+    match: { host: silent.example }
+    retry: { max_attempts: 1 }
   - name: unverified
     match: { host: unverified.example }
     tls: { verify: false }
@@ -82,7 +92,11 @@ def scenario(t):
     certs = t.certs()
     origin = ClientCertRequired(certs.unknown, certs.unknown_key, certs.ca)
     t.defer(origin.close)
-    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # the kernel takes the connections; nobody reads them
+    t.defer(silent.close)
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, SILENT=silent.getsockname()[1])
 
     def get(listener, host, tag):
         return h.fetch(proxy.port(listener), "GET", "/x?t=" + tag, host, timeout=10 * h.SLOW)
@@ -109,6 +123,14 @@ def scenario(t):
         h.eq(origin.handshakes - before, 1, "handshakes the origin saw")
         fields = h.access_fields(proxy.access_one("t=verified"))
         h.eq(fields["tries"], "tls-verify", "trail")
+
+    @t.check("a TLS handshake that never ends: 502 naming the handshake, not the connection")
+    def _():
+        r = get(2, "silent.example", "silent")
+        h.check_error_response(r, 502, ["tls handshake with localhost:%d not done within the "
+                                        "connect timeout" % silent.getsockname()[1]])
+        fields = h.access_fields(proxy.access_one("t=silent"))
+        h.eq(fields["tries"], "connect-timeout", "trail")
 
 
 h.run(scenario, __doc__)
