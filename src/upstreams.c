@@ -426,8 +426,10 @@ static void upstream_apply(struct upstream *u, struct health_actions act)
 		evtimer_del(u->probe_timer);
 	if (act.went_up)
 		u->proven = true;
-	/* without hold, those waiting for the verdict get it: 502 */
-	if (act.release || (act.went_down && !u->policy.hold))
+	/* those waiting for the verdict get it: without hold a 502; with it,
+	 * held for the down upstream, now taking places among the pending
+	 * retries as every request held for it does */
+	if (act.release || act.went_down)
 		upstream_release_all(u);
 	if (act.start_probe)
 		upstream_probe_start(u);
