@@ -276,10 +276,16 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 	if (policy->verify) {
 		X509_VERIFY_PARAM *param = SSL_get0_param(ssl);
 
-		if (is_ip)
+		if (is_ip) {
 			X509_VERIFY_PARAM_set1_ip_asc(param, host);
-		else
+		} else {
+			/* RFC 9525 section 6.3: a wildcard is a whole left-most
+			 * label, and a subject CN names no host */
+			X509_VERIFY_PARAM_set_hostflags(
+				param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS |
+					       X509_CHECK_FLAG_NEVER_CHECK_SUBJECT);
 			SSL_set1_host(ssl, host);
+		}
 	}
 	SSL_set_ex_data(ssl, tls_ex_store, store);
 	SSL_set_ex_data(ssl, tls_ex_key, xstrdup(session_key));

@@ -361,9 +361,9 @@ class Certs:
     def _leaf(self, name, cn, san, ca, ca_key):
         key, csr, cert = self._path(name + ".key"), self._path(name + ".csr"), self._path(name + ".pem")
         ext = self._path(name + ".ext")
-        with open(ext, "w") as f:
-            f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\n"
-                    "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n" % san)
+        with open(ext, "w") as f:  # san None: the subject's CN alone names the host
+            f.write(("subjectAltName=%s\n" % san if san else "") + "basicConstraints=CA:FALSE\n"
+                    "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n")
         self._openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                       "-keyout", key, "-out", csr, "-subj", "/CN=" + cn)
         self._openssl("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-set_serial",
