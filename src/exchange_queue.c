@@ -180,10 +180,12 @@ bool exchange_take_connection_place(struct exchange *ex)
 		return true;
 	/* an idle connection this request may not reuse (it is not safe to
 	 * repeat, or the last try failed on one) gives up its place; not when
-	 * others wait first: they would get the place, or that connection */
-	if (upstream_slot_at_cap(ex->upstream, first) &&
-	    pool_close_one(ex->proxy->pool, ex->pool_key) &&
-	    upstream_slot_take(ex->upstream, max, first))
+	 * others wait first: they would get the place, or that connection.
+	 * Over a cap a reload lowered, as many as it takes to get under */
+	while (upstream_slot_at_cap(ex->upstream, first) &&
+	       pool_close_one(ex->proxy->pool, ex->pool_key))
+		;
+	if (upstream_slot_take(ex->upstream, max, first))
 		return true;
 	exchange_queue(ex, first);
 	return false;

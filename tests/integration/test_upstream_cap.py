@@ -48,7 +48,11 @@ new connection; the waiting request then gets the retry's connection once
 it is pooled. (11) A fifth proxy, capped at 2, with both
 connections idle in the pool, lowered to 1 by a reload: while one request
 holds a connection, another waits for it rather than taking the second
-idle one; the origin never serves two at once.
+idle one; the origin never serves two at once. (12) A sixth proxy, capped
+at 3, with three connections idle in the pool, lowered to 1 by a reload: a
+POST, which may not reuse one, closes the idle ones that keep the upstream
+at or over the new cap and gets 200 at once on a new connection, not a 504
+after try_timeout.
 """
 
 import os
@@ -486,5 +490,28 @@ def scenario(t):
         h.ok(held.finished_at is not None and nxt.received_at >= held.finished_at - 0.05,
              "the second request reached the origin %.2fs after the holder's response "
              "(not while it was held)" % (nxt.received_at - (held.finished_at or 0)))
+
+    origin_over = t.origin(name="capped-over")
+    over = t.proxy(CONFIG_ONE, ORIGIN=origin_over.port, CAP=3)
+
+    @t.check("cap 3 lowered to 1 by a reload, three connections idle in the pool: a POST "
+             "closes them to make room and gets 200 at once")
+    def _():
+        fill = [h.hold_request(t, over.port(), origin_over, 0.5, "over-%d" % i) for i in range(3)]
+        for c in fill:
+            h.eq(c.read_response().status, 200, "a request filling the pool")
+        h.eq(len(origin_over.connections), 3, "connections the origin saw")
+        with open(over.config_path, "w") as f:
+            f.write(over.config_text.replace("max_upstream_connections: 3",
+                                             "max_upstream_connections: 1"))
+        os.kill(over.pid, signal.SIGHUP)
+        over.wait_log("reload: now running")
+        r = h.fetch(over.port(), "POST", "/echo?c=over-post", "app.example", body=b"x",
+                    timeout=20 * h.SLOW)
+        h.eq(r.status, 200, "the POST (body %r)" % r.body)
+        post = [q for q in origin_over.requests if q.query.get("c") == "over-post"][0]
+        h.eq(post.conn_id, 4, "the POST's connection at the origin (a new one)")
+        h.wait_until(lambda: all(c.closed.is_set() for c in origin_over.connections[:3]),
+                     3 * h.SLOW, "the three idle connections closed by the proxy")
 
 h.run(scenario, __doc__)
