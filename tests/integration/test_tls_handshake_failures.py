@@ -5,7 +5,9 @@ Client: raw HTTP/1.1 to three sidecar listeners.
 Origin: a TLS 1.2 server, certificate signed by a CA the proxy does not
 trust, that asks for a client certificate and ends each handshake with a
 fatal alert when the proxy sends none: the proxy sees the server's
-certificate, then a failed handshake. Listener 0's upstream is it with
+certificate, then a failed handshake (both listeners name it by its
+address, so that every try meets it, not a refused ::1 for localhost).
+Listener 0's upstream is it with
 tls.verify: false; listener 1's is it with the default verify: true.
 Listener 2's upstream is a socket that takes the TCP connection and never
 answers the ClientHello (connect_timeout 300ms, max_attempts 1).
@@ -28,7 +30,7 @@ import harness as h
 CONFIG = """\
 listen:
   - address: 127.0.0.1:@PORT0@
-    upstream: https://localhost:@ORIGIN@
+    upstream: https://127.0.0.1:@ORIGIN@
   - address: 127.0.0.1:@PORT1@
     upstream: https://127.0.0.1:@ORIGIN@
   - address: 127.0.0.1:@PORT2@
@@ -41,6 +43,7 @@ defaults:
     jitter: 5ms
 limits:
   connect_timeout: 300ms
+health: { down_after: 0 }  # every try reaches the origin: no probes, no hold
 routes:
   - name: silent
     match: { host: silent.example }
