@@ -21,7 +21,6 @@ body byte-exact during the drain, and the proxy exits 0.
 
 import hashlib
 import os
-import signal
 import time
 
 import harness as h
@@ -122,10 +121,7 @@ def scenario(t):
         n = 4 * MiB
         c, sha = waiting_put(proxy, path, n, 2)
         spooling()
-        with open(proxy.config_path, "w") as f:
-            f.write(proxy.config_text.replace("spool_max: 32MiB", "spool_max: 0"))
-        os.kill(proxy.pid, signal.SIGHUP)
-        proxy.wait_log(r"reload: now running", timeout=10 * h.SLOW)
+        proxy.reload(proxy.config_text.replace("spool_max: 32MiB", "spool_max: 0"))
         h.eq(len(origin.requests_for(path)), 1, "tries before the backoff ended (the reload came in it)")
         r = c.read_response("PUT")
         c.close()

@@ -55,9 +55,7 @@ at or over the new cap and gets 200 at once on a new connection, not a 504
 after try_timeout.
 """
 
-import os
 import re
-import signal
 import time
 
 import harness as h
@@ -304,12 +302,10 @@ def scenario(t):
         b.send(h.request("GET", "/echo?c=queued-r", "app.example"))
         h.wait_until(lambda: one_metric("retryproxy_upstream_waiting") == 1, 2 * h.SLOW,
                      "the request to wait")
-        with open(one.config_path, "w") as f:
-            f.write(one.config_text.replace("max_upstream_connections: 1",
-                                            "max_upstream_connections: 10"))
+        capped = one.config_text
         start = time.monotonic()
-        os.kill(one.pid, signal.SIGHUP)
-        one.wait_log("reload: now running")
+        one.reload(capped.replace("max_upstream_connections: 1",
+                                  "max_upstream_connections: 10"))
         h.eq(b.read_response().status, 200, "the request waiting at the reload")
         r = h.fetch(one.port(), "GET", "/echo?c=after-r", "app.example", timeout=20 * h.SLOW)
         elapsed = time.monotonic() - start
@@ -317,10 +313,7 @@ def scenario(t):
         h.ok(elapsed < 2.5, "both answered %.2fs after the reload, while the holder (4s) "
              "still holds its connection" % elapsed)
         h.eq(a.read_response().status, 200, "the holder")
-        with open(one.config_path, "w") as f:
-            f.write(one.config_text)
-        os.kill(one.pid, signal.SIGHUP)
-        one.wait_log("reload: now running", count=2)
+        one.reload(capped)
 
 
     @t.check("cap 1 with a steady flow of pipelined GETs: a POST waiting for the connection "
@@ -476,11 +469,8 @@ def scenario(t):
         for c in first:
             h.eq(c.read_response().status, 200, "a request filling the pool")
         h.eq(len(origin_low.connections), 2, "connections the origin saw")
-        with open(low.config_path, "w") as f:
-            f.write(low.config_text.replace("max_upstream_connections: 2",
-                                            "max_upstream_connections: 1"))
-        os.kill(low.pid, signal.SIGHUP)
-        low.wait_log("reload: now running")
+        low.reload(low.config_text.replace("max_upstream_connections: 2",
+                                           "max_upstream_connections: 1"))
         holder = h.hold_request(t, low.port(), origin_low, 1, "low-holder")
         r = h.fetch(low.port(), "GET", "/echo?c=low-next", "app.example", timeout=20 * h.SLOW)
         h.eq(r.status, 200, "the second request")
@@ -501,11 +491,8 @@ def scenario(t):
         for c in fill:
             h.eq(c.read_response().status, 200, "a request filling the pool")
         h.eq(len(origin_over.connections), 3, "connections the origin saw")
-        with open(over.config_path, "w") as f:
-            f.write(over.config_text.replace("max_upstream_connections: 3",
+        over.reload(over.config_text.replace("max_upstream_connections: 3",
                                              "max_upstream_connections: 1"))
-        os.kill(over.pid, signal.SIGHUP)
-        over.wait_log("reload: now running")
         r = h.fetch(over.port(), "POST", "/echo?c=over-post", "app.example", body=b"x",
                     timeout=20 * h.SLOW)
         h.eq(r.status, 200, "the POST (body %r)" % r.body)
@@ -513,5 +500,6 @@ def scenario(t):
         h.eq(post.conn_id, 4, "the POST's connection at the origin (a new one)")
         h.wait_until(lambda: all(c.closed.is_set() for c in origin_over.connections[:3]),
                      3 * h.SLOW, "the three idle connections closed by the proxy")
+
 
 h.run(scenario, __doc__)
