@@ -203,6 +203,16 @@ def closed_port():
     return s.getsockname()[1]
 
 
+def silent_port():
+    """A port whose connections the kernel completes and nobody ever reads
+    or answers (a TLS handshake there hangs), held for the rest of the run."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    _RESERVED.append(s)
+    return s.getsockname()[1]
+
+
 def reserved_port():
     """A port for a server a test starts later (one that stays closed for a
     while first): bound now with SO_REUSEADDR, never listening, and kept

@@ -19,7 +19,6 @@ and once the clients leave, both gauges, per route included, are 0.
 """
 
 import re
-import socket
 
 import harness as h
 
@@ -45,11 +44,8 @@ def gauges(admin):
 
 
 def scenario(t):
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)
-    t.defer(silent.close)
-    proxy = t.proxy(CONFIG, SILENT=silent.getsockname()[1])
+    silent = h.silent_port()
+    proxy = t.proxy(CONFIG, SILENT=silent)
     admin = "http://127.0.0.1:%d" % proxy.port(1)
     clients = [h.RawConn(proxy.port(0)) for _ in range(3)]
     try:

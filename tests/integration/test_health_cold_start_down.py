@@ -21,7 +21,6 @@ deadline.
 """
 
 import re
-import socket
 import time
 
 import harness as h
@@ -46,11 +45,8 @@ def gauges(admin):
 
 
 def scenario(t):
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)
-    t.defer(silent.close)
-    proxy = t.proxy(CONFIG, SILENT=silent.getsockname()[1])
+    silent = h.silent_port()
+    proxy = t.proxy(CONFIG, SILENT=silent)
     admin = "http://127.0.0.1:%d" % proxy.port(1)
     clients = [h.RawConn(proxy.port(0), timeout=10 * h.SLOW) for _ in range(6)]
     for c in clients:

@@ -95,11 +95,8 @@ def scenario(t):
     certs = t.certs()
     origin = ClientCertRequired(certs.unknown, certs.unknown_key, certs.ca)
     t.defer(origin.close)
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(16)  # the kernel takes the connections; nobody reads them
-    t.defer(silent.close)
-    proxy = t.proxy(CONFIG, ORIGIN=origin.port, SILENT=silent.getsockname()[1])
+    silent = h.silent_port()
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, SILENT=silent)
 
     def get(listener, host, tag):
         return h.fetch(proxy.port(listener), "GET", "/x?t=" + tag, host, timeout=10 * h.SLOW)
@@ -131,7 +128,7 @@ def scenario(t):
     def _():
         r = get(2, "silent.example", "silent")
         h.check_error_response(r, 502, ["tls handshake with localhost:%d not done within the "
-                                        "connect timeout" % silent.getsockname()[1]])
+                                        "connect timeout" % silent])
         fields = h.access_fields(proxy.access_one("t=silent"))
         h.eq(fields["tries"], "connect-timeout", "trail")
 
