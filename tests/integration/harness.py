@@ -1164,6 +1164,18 @@ class TestRun:
 
     # -- resources ------------------------------------------------------------------
 
+    def hosts_only_env(self, hosts_text, name="hosts"):
+        """The environment for a proxy that resolves names from hosts_text
+        alone (RETRYPROXY_HOSTS), its resolver pointed at a loopback port
+        where nothing answers, so that no DNS query leaves the machine."""
+        hosts = os.path.join(self.tmp, name)
+        with open(hosts, "w") as f:
+            f.write(hosts_text)
+        resolv = os.path.join(self.tmp, name + "-resolv.conf")
+        with open(resolv, "w") as f:
+            f.write("nameserver 127.0.0.1:%d\noptions timeout:1 attempts:1\n" % closed_port())
+        return {"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv}
+
     def certs(self):
         if self._certs is None:
             self._certs = Certs(os.path.join(self.tmp, "pki"))

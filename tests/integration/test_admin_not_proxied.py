@@ -21,7 +21,6 @@ tries="forbidden"), and the admin serves none of them; CONNECT
 directly (200), and the same proxy forwards to the origin (200).
 """
 
-import os
 
 import harness as h
 
@@ -37,13 +36,8 @@ limits:
 
 def scenario(t):
     origin = t.origin()
-    hosts = os.path.join(t.tmp, "hosts")
-    with open(hosts, "w") as f:
-        f.write("127.0.0.1 admin.test\n")
-    resolv = os.path.join(t.tmp, "resolv.conf")
-    with open(resolv, "w") as f:
-        f.write("nameserver 127.0.0.1:%d\noptions timeout:1 attempts:1\n" % h.closed_port())
-    proxy = t.proxy(CONFIG, env={"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv})
+    env = t.hosts_only_env("127.0.0.1 admin.test\n")
+    proxy = t.proxy(CONFIG, env=env)
     admin = proxy.port(1)
 
     def served_by_admin():

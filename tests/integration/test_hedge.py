@@ -49,7 +49,6 @@ Must hold:
   after the backoff, well inside the 7 s deadline).
 """
 
-import os
 import time
 import urllib.parse
 
@@ -146,14 +145,8 @@ def scenario(t):
     origin = t.origin()
     twin_a = t.origin(host="127.0.0.1", name="twin-a")
     twin_b = t.origin(host="127.0.0.2", port=twin_a.port, name="twin-b")
-    hosts = os.path.join(t.tmp, "hedge-hosts")
-    with open(hosts, "w") as f:
-        f.write("127.0.0.1 twins.test\n127.0.0.2 twins.test\n")
-    resolv = os.path.join(t.tmp, "hedge-resolv.conf")
-    with open(resolv, "w") as f:
-        f.write("nameserver 127.0.0.1:%d\noptions timeout:1 attempts:1\n" % h.closed_port())
-    proxy = t.proxy(CONFIG, env={"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv},
-                    ORIGIN=origin.port, TWIN=twin_a.port)
+    env = t.hosts_only_env("127.0.0.1 twins.test\n127.0.0.2 twins.test\n", "hedge-hosts")
+    proxy = t.proxy(CONFIG, env=env, ORIGIN=origin.port, TWIN=twin_a.port)
     port = proxy.port(0)
 
     @t.check("a slow first answer is beaten by the hedge: 200, Retry-Attempts: 2, 2 tries")
@@ -302,8 +295,7 @@ def scenario(t):
 
     @t.check("a drain gives what a hedge race holds: the kept 503, the one too large to keep")
     def _():
-        draining = t.proxy(CONFIG, env={"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv},
-                           ORIGIN=origin.port, TWIN=twin_a.port)
+        draining = t.proxy(CONFIG, env=env, ORIGIN=origin.port, TWIN=twin_a.port)
         big = 2 << 20
         origin.script("/h/drain-kept", ["/hang", "/status/503"])
         origin.script("/h/drain-large", ["/hang", "/bytes/%d?status=503" % big])

@@ -16,7 +16,6 @@ CN where the certificate has no DNS name (localhost: 502 tls-verify): RFC
 9525 keeps neither, as Go, Python and browsers do not.
 """
 
-import os
 
 import harness as h
 
@@ -46,14 +45,8 @@ def scenario(t):
         ("partial", "partial", "DNS:w*.api.test"),
         ("whole", "whole", "DNS:*.api.test"))}
     origins = {name: t.origin(tls=leaf, name=name) for name, leaf in leaves.items()}
-    hosts = os.path.join(t.tmp, "hosts")
-    with open(hosts, "w") as f:
-        f.write("127.0.0.1 w1.api.test localhost\n")
-    resolv = os.path.join(t.tmp, "resolv.conf")
-    with open(resolv, "w") as f:
-        f.write("nameserver 127.0.0.1:%d\noptions timeout:1 attempts:1\n" % h.closed_port())
-    proxy = t.proxy(CONFIG, env={"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv},
-                    CA=certs.ca, CN_ONLY=origins["cn-only"].port,
+    env = t.hosts_only_env("127.0.0.1 w1.api.test localhost\n")
+    proxy = t.proxy(CONFIG, env=env, CA=certs.ca, CN_ONLY=origins["cn-only"].port,
                     PARTIAL=origins["partial"].port, WHOLE=origins["whole"].port)
 
     def get(host, tag):

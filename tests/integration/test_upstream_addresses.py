@@ -56,7 +56,6 @@ Must hold:
   again.
 """
 
-import os
 import socket
 import threading
 import time
@@ -220,19 +219,13 @@ def scenario(t):
     other = t.origin(host="127.0.0.2", port=bad.port, name="answers-200")
     pa = t.origin(host="127.0.0.1", name="probe-a")
     pb = t.origin(host="127.0.0.2", port=pa.port, name="probe-b")
-    hosts = os.path.join(t.tmp, "hosts")
-    with open(hosts, "w") as f:
-        f.write("127.0.0.2 blackhole.test\n127.0.0.1 blackhole.test\n"
-                "127.0.0.1 rotate.test\n127.0.0.2 rotate.test\n"
-                "127.0.0.1 hedged.test\n127.0.0.2 hedged.test\n"
-                "127.0.0.1 adminfirst.test\n127.0.0.2 adminfirst.test\n"
-                "127.0.0.1 probe.test\n127.0.0.2 probe.test\n"
-                "127.0.0.2 wrong.example\n127.0.0.1 wrong.example\n")
-    resolv = os.path.join(t.tmp, "resolv.conf")
-    with open(resolv, "w") as f:
-        f.write("nameserver 127.0.0.1:%d\noptions timeout:1 attempts:1\n" % h.closed_port())
-    proxy = t.proxy(CONFIG, env={"RETRYPROXY_HOSTS": hosts, "RETRYPROXY_RESOLV_CONF": resolv},
-                    TLS=secure.port, SLOW=slow_port, CA=certs.ca)
+    env = t.hosts_only_env("127.0.0.2 blackhole.test\n127.0.0.1 blackhole.test\n"
+                           "127.0.0.1 rotate.test\n127.0.0.2 rotate.test\n"
+                           "127.0.0.1 hedged.test\n127.0.0.2 hedged.test\n"
+                           "127.0.0.1 adminfirst.test\n127.0.0.2 adminfirst.test\n"
+                           "127.0.0.1 probe.test\n127.0.0.2 probe.test\n"
+                           "127.0.0.2 wrong.example\n127.0.0.1 wrong.example\n")
+    proxy = t.proxy(CONFIG, env=env, TLS=secure.port, SLOW=slow_port, CA=certs.ca)
     blackholed = "http://blackhole.test:%d" % good.port
 
     @t.check("a blackholed first address: each GET gets 200 in one try, well under connect_timeout")

@@ -459,18 +459,24 @@ def scenario(t):
              "the waiter on the retry's connection, pooled after it")
         h.eq(holder.read_response().status, 200, "the holder")
 
+    def fill_then_lower(proxy, origin, cap, tag):
+        """cap requests at once leave cap connections idle in the pool; then
+        a reload lowers the cap to 1."""
+        fill = [h.hold_request(t, proxy.port(), origin, 0.5, "%s-%d" % (tag, i))
+                for i in range(cap)]
+        for c in fill:
+            h.eq(c.read_response().status, 200, "a request filling the pool")
+        h.eq(len(origin.connections), cap, "connections the origin saw")
+        proxy.reload(proxy.config_text.replace("max_upstream_connections: %d" % cap,
+                                               "max_upstream_connections: 1"))
+
     origin_low = t.origin(name="capped-lowered")
     low = t.proxy(CONFIG_ONE, ORIGIN=origin_low.port, CAP=2)
 
     @t.check("cap 2 lowered to 1 by a reload, two connections idle in the pool: a second "
              "request waits for the one in use, not on the other idle connection")
     def _():
-        first = [h.hold_request(t, low.port(), origin_low, 0.5, "fill-%d" % i) for i in range(2)]
-        for c in first:
-            h.eq(c.read_response().status, 200, "a request filling the pool")
-        h.eq(len(origin_low.connections), 2, "connections the origin saw")
-        low.reload(low.config_text.replace("max_upstream_connections: 2",
-                                           "max_upstream_connections: 1"))
+        fill_then_lower(low, origin_low, 2, "fill")
         holder = h.hold_request(t, low.port(), origin_low, 1, "low-holder")
         r = h.fetch(low.port(), "GET", "/echo?c=low-next", "app.example", timeout=20 * h.SLOW)
         h.eq(r.status, 200, "the second request")
@@ -487,12 +493,7 @@ def scenario(t):
     @t.check("cap 3 lowered to 1 by a reload, three connections idle in the pool: a POST "
              "closes them to make room and gets 200 at once")
     def _():
-        fill = [h.hold_request(t, over.port(), origin_over, 0.5, "over-%d" % i) for i in range(3)]
-        for c in fill:
-            h.eq(c.read_response().status, 200, "a request filling the pool")
-        h.eq(len(origin_over.connections), 3, "connections the origin saw")
-        over.reload(over.config_text.replace("max_upstream_connections: 3",
-                                             "max_upstream_connections: 1"))
+        fill_then_lower(over, origin_over, 3, "over")
         r = h.fetch(over.port(), "POST", "/echo?c=over-post", "app.example", body=b"x",
                     timeout=20 * h.SLOW)
         h.eq(r.status, 200, "the POST (body %r)" % r.body)
