@@ -570,6 +570,19 @@ static struct retry_verdict exchange_observe(struct exchange *ex, struct retry_f
 	return verdict;
 }
 
+bool exchange_may_replace_stale(const struct exchange *ex)
+{
+	struct retry_facts facts = {
+		.outcome = TRY_STALE,
+		.idempotent = ex->idempotent,
+		.body_streamed = ex->request_body_started,
+		.attempts = ex->attempts,
+		.elapsed_ms = exchange_ms_since(ex->first_try_ms),
+	};
+
+	return retry_stale_replaceable(&ex->route->retry, &facts);
+}
+
 /* exchange_decide() with the response's x-should-retry. */
 static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try_outcome outcome,
 						   int status, bool connecting,
@@ -1081,6 +1094,7 @@ static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, b
 	t->up = conn;
 	t->reused = reused;
 	t->byte_seen = false;
+	t->interim_seen = false;
 	t->written_before = conn_bytes_written(conn);
 	conn_setcb(conn, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, t);
 	/* a response head may be as long as max_header_bytes: the input must

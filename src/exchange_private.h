@@ -161,6 +161,7 @@ struct exchange_try {
 	bool hedge;		      /* started beside another try (retry.hedge) */
 	bool read_paused;	      /* client output full: upstream not read */
 	bool byte_seen;		      /* a response byte arrived */
+	bool interim_seen;	      /* ... an interim (1xx) response among them */
 	struct http1_framing framing; /* its response's */
 	struct evbuffer *keeping;     /* a retryable response being kept, head and body */
 	size_t keeping_head_len;
@@ -374,6 +375,8 @@ bool exchange_take_connection_place(struct exchange *ex);
  * beside those in use. */
 void exchange_close_over_cap(struct exchange *ex);
 void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const char *reason);
+/* Would a try failing as stale now go again at once (retry_stale_replaceable())? */
+bool exchange_may_replace_stale(const struct exchange *ex);
 struct retry_verdict exchange_decide(struct exchange *ex, enum try_outcome outcome, int status,
 				     bool connecting, uint64_t retry_after_ms, bool too_large);
 /* exchange_decide() for a response, with its x-should-retry. */

@@ -704,7 +704,20 @@ void exchange_read_response_head(struct exchange_try *t)
 			/* the proxy already answered Expect itself; other interim
 			 * responses carry nothing the client asked for */
 			evbuffer_drain(in, head->head_len);
+			t->interim_seen = true;
 			continue;
+		}
+		/* a 408 first thing on a pooled connection is the upstream
+		 * closing it for idling as the request came (RFC 9110 15.5.9):
+		 * the request was not read, so the connection was stale */
+		if (head->status == 408 && t->reused && !t->interim_seen &&
+		    exchange_may_replace_stale(ex)) {
+			/* nor is it a request lost after it was sent: a response
+			 * came (Retry-Ambiguous) */
+			t->written_before = conn_bytes_written(t->up);
+			exchange_try_failed(t, TRY_STALE,
+					    "pooled connection timed out by the upstream (408)");
+			return;
 		}
 		if (http1_response_framing(head, ex->head_request, &t->framing, &error) < 0) {
 			exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));

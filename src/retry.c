@@ -367,8 +367,7 @@ static bool retry_never_sent(const struct retry_facts *facts)
  * upstream, so neither retry.on, backoff nor the budget apply; only
  * idempotent requests use pooled connections, so this never repeats an
  * unsafe one. */
-static bool retry_stale_immediate(const struct retry_policy *policy,
-				  const struct retry_facts *facts)
+bool retry_stale_replaceable(const struct retry_policy *policy, const struct retry_facts *facts)
 {
 	return facts->outcome == TRY_STALE && facts->idempotent && !facts->body_streamed &&
 	       facts->attempts < policy->max_attempts && facts->elapsed_ms < policy->deadline_ms;
@@ -409,7 +408,7 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 		return verdict;
 	/* before retry.on: a stale connection is replaced whatever retry.on
 	 * says, since its failure is not the upstream's */
-	if (retry_stale_immediate(policy, facts)) {
+	if (retry_stale_replaceable(policy, facts)) {
 		verdict.kind = RETRY_VERDICT_RETRY;
 		verdict.immediate = true;
 		return verdict;

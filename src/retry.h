@@ -209,6 +209,10 @@ struct retry_verdict {
 bool retry_within_deadline(const struct retry_policy *policy, uint64_t elapsed_ms,
 			   uint64_t wait_ms);
 
+/* Is this a stale pooled connection (facts->outcome TRY_STALE) that may be
+ * replaced at once, on a new connection? retry_decide() asks first. */
+bool retry_stale_replaceable(const struct retry_policy *policy, const struct retry_facts *facts);
+
 /* May the request be tried again after this try, and after how long? The
  * whole retry decision in one place. Draws from rng (one backoff) only when
  * the decision gets as far as computing the wait; takes nothing from the
