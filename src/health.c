@@ -74,12 +74,17 @@ struct health_actions health_step(struct health *h, const struct health_policy *
 			health_go_down(h, policy, now_ms, &act);
 		break;
 	case HEALTH_CONNECTED:
-	case HEALTH_RESPONSE_HEAD:
 		/* a request that was already connecting when it went down may
 		 * still get through: that is as good as a probe */
 		h->failures = 0;
 		if (h->state == HEALTH_DOWN)
 			health_go_up(h, &act);
+		break;
+	case HEALTH_RESPONSE_HEAD:
+		/* not up, though: while down, a response can only come on a
+		 * connection made before (one made since marked it up), and an
+		 * origin that stopped listening may still finish those */
+		h->failures = 0;
 		break;
 	case HEALTH_PROBE_DUE:
 		if (h->state == HEALTH_DOWN && !h->probing)

@@ -29,7 +29,8 @@ enum health_event {
 	HEALTH_CONNECT_FAILED,	/* a request's connect failed (refused, DNS, connect timeout, TLS
 				 * handshake) */
 	HEALTH_CONNECTED,	/* a request's connection was made (TLS included) */
-	HEALTH_RESPONSE_HEAD,	/* a response head arrived from the upstream, on any connection */
+	HEALTH_RESPONSE_HEAD,	/* a response head arrived from the upstream, on any connection:
+				 * resets the count, but only a connect marks it up */
 	HEALTH_PROBE_DUE,	/* the probe timer fired */
 	HEALTH_PROBE_CONNECTED, /* the probe in flight connected */
 	HEALTH_PROBE_FAILED,	/* the probe in flight failed to connect */

@@ -1149,8 +1149,8 @@ static void test_kept_verdict_holds(void **state)
 	run_until(&h, NULL, 100);
 	assert_int_equal(h.ended_count, 0);
 	assert_int_equal(h.ex->state, EXCHANGE_HELD);
-	/* back: a response head on any connection says so */
-	upstream_response_seen(u, &h.config->health);
+	/* back: a connect made says so */
+	upstream_connect_end(u, &h.config->health, UPSTREAM_CONNECT_MADE);
 	run_until_ended(&h);
 	client_read(&h, got, sizeof(got));
 	assert_non_null(strstr(got, "HTTP/1.1 200 OK\r\n"));

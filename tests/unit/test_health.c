@@ -186,15 +186,24 @@ static const struct test_health_scenario test_health_scenarios[] = {
 		  { FAIL, 1100, 0, 0, S_UP, false, false },
 		  { FAIL, 1200, DOWN | ARM, 1700, S_DOWN, false, false },
 	  } },
-	{ "a response head brings it up",
+	{ "a response head while down (a connection made before): still down",
 	  1,
 	  500,
 	  {
 		  { FAIL, 1000, DOWN | ARM, 1500, S_DOWN, false, false },
-		  { HEAD, 1200, BACK, 0, S_UP, false, false },
+		  { HEAD, 1200, 0, 0, S_DOWN, false, false },
+		  { DUE, 1500, PROBE, 0, S_DOWN, true, false },
+		  { HEAD, 1550, 0, 0, S_DOWN, true, false },
+		  { P_OK, 1600, BACK, 0, S_UP, false, false },
+	  } },
+	{ "a request's own connect while down brings it up",
+	  1,
+	  500,
+	  {
+		  { FAIL, 1000, DOWN | ARM, 1500, S_DOWN, false, false },
+		  { CONN, 1200, BACK, 0, S_UP, false, false },
 		  /* the cancelled timer, had it fired anyway */
 		  { DUE, 1500, 0, 0, S_UP, false, false },
-		  { CONN, 1600, 0, 0, S_UP, false, false },
 	  } },
 	{ "down again with the old probe in flight: its result comes next",
 	  1,
@@ -374,7 +383,8 @@ static void test_health_failures_saturate(void **state)
 	assert_int_equal(test_health_bits(&a), 0);
 	a = health_step(&h, &policy, HEALTH_RESPONSE_HEAD, 4);
 	assert_int_equal(h.failures, 0);
-	assert_int_equal(test_health_bits(&a), BACK);
+	assert_int_equal(test_health_bits(&a), 0);
+	assert_int_equal(h.state, HEALTH_DOWN);
 }
 
 static void test_health_hold_table(void **state)

@@ -682,8 +682,8 @@ static void test_upstreams_down_no_hold(void **state)
 	harness_free(&h);
 }
 
-/* Any response head resets the failure count, and one while down brings
- * it up and releases the held requests. */
+/* Any response head resets the failure count; while down only a connect
+ * brings it up and releases the held requests. */
 static void test_upstreams_response_resets(void **state)
 {
 	static const int order[] = { 1 };
@@ -703,7 +703,7 @@ static void test_upstreams_response_resets(void **state)
 	upstream_response_seen(u, &h.policy);
 	assert_upstream_line(&h, "up", 0, 0);
 
-	/* down, one request held; a connect that was in flight gets an answer */
+	/* down, one request held */
 	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
 	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
 	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
@@ -714,7 +714,14 @@ static void test_upstreams_response_resets(void **state)
 	assert_true(upstream_down(u));
 	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
 	upstream_wait(u, &w1.waiter);
+	/* a response on a connection made before it went down resets the
+	 * count but proves nothing of the listener: still down, still held */
 	upstream_response_seen(u, &h.policy);
+	assert_true(upstream_down(u));
+	assert_released(&h, order, 0);
+	assert_upstream_line(&h, "down", 0, 1);
+	/* the connect that was in flight gets through: as good as a probe */
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE);
 	assert_false(upstream_down(u));
 	assert_released(&h, order, 1);
 	assert_upstream_line(&h, "up", 0, 0);
