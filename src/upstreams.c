@@ -50,6 +50,7 @@ struct upstream {
 	unsigned slot_waiting;
 	unsigned pooled_unclaimed;  /* idle connections pooled while requests waited */
 	struct event *slot_event;   /* releases waiting requests from the loop; made on first use */
+	unsigned walked;	    /* the last set->walk that reached it */
 	TAILQ_ENTRY(upstream) link; /* in set->all, most recently used first */
 	struct upstream *next;	    /* in its bucket */
 };
@@ -63,6 +64,8 @@ struct upstreams {
 	struct event *trim_event;      /* trims from the loop; made on first use */
 	struct health_policy reloaded; /* the policy the last reload put in force */
 	bool was_reloaded;
+	unsigned walk; /* numbers upstreams_health_policy()'s walks */
+	bool walking;  /* ... in one now: nothing is forgotten */
 	struct upstream *buckets[UPSTREAMS_BUCKETS];
 };
 
@@ -198,6 +201,8 @@ static struct upstream *upstreams_oldest_unattached(struct upstreams *set, bool 
  * anyway). */
 static void upstreams_trim(struct upstreams *set)
 {
+	if (set->walking)
+		return;
 	while (set->count > UPSTREAMS_KEEP) {
 		struct upstream *u = upstreams_oldest_unattached(set, false);
 
@@ -618,10 +623,28 @@ void upstreams_health_policy(struct upstreams *set, const struct health_policy *
 
 	set->reloaded = *policy;
 	set->was_reloaded = true;
-	TAILQ_FOREACH(u, &set->all, link) {
+	/* a release may answer a request whose client's next one asks for
+	 * another upstream at once, which moves it to the front or makes a new
+	 * one: after a release the walk starts over, passing those it has
+	 * done, and nothing is forgotten until it ends */
+	set->walk++;
+	set->walking = true;
+	u = TAILQ_FIRST(&set->all);
+	while (u != NULL) {
+		struct health_actions act;
+
+		if (u->walked == set->walk) {
+			u = TAILQ_NEXT(u, link);
+			continue;
+		}
+		u->walked = set->walk;
 		u->policy = *policy;
-		upstream_apply(u, health_step(&u->health, policy, HEALTH_POLICY_CHANGED, now));
+		act = health_step(&u->health, policy, HEALTH_POLICY_CHANGED, now);
+		upstream_apply(u, act);
+		u = act.release || act.went_down ? TAILQ_FIRST(&set->all) : TAILQ_NEXT(u, link);
 	}
+	set->walking = false;
+	upstreams_trim(set);
 }
 
 bool upstream_slot_waiters(const struct upstream *u)

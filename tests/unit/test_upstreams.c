@@ -50,7 +50,9 @@ struct harness {
 	struct upstream_endpoint endpoint; /* 127.0.0.1:port, plain */
 	int released[TEST_MAX_RELEASED];   /* waiter ids in the order released */
 	unsigned released_count;
-	struct upstream *rewait_on; /* test_rewait_cb waits here again, once */
+	struct upstream *rewait_on;	       /* test_rewait_cb waits here again, once */
+	const struct upstream_endpoint *touch; /* test_touch_cb asks for it ... */
+	struct upstream *touched;	       /* ... and holds it here */
 };
 
 /* A request waiting for an upstream; the waiter first, so that the release
@@ -803,6 +805,60 @@ static bool test_rewait_cb(struct upstream_waiter *w)
 	return true;
 }
 
+/* Record the release, then ask for h->touch, as a request that the
+ * release answers can make its client's next request do at once. */
+static bool test_touch_cb(struct upstream_waiter *w)
+{
+	struct test_waiter *tw = (struct test_waiter *)w;
+
+	test_release_cb(w);
+	tw->h->touched = upstreams_hold(tw->h->proxy.upstreams, tw->h->touch);
+	return true;
+}
+
+/* A reload that turns health off releases every down upstream's held
+ * requests, even when a release asks for an upstream the walk has not
+ * reached yet (which moves it to the front of the set). */
+static void test_upstreams_reload_walk_reordered(void **state)
+{
+	static const int order[] = { 1, 2 };
+	struct harness h;
+	struct test_waiter wa, wb;
+	struct upstream_endpoint other;
+	struct health_policy off;
+	struct upstream *a, *b;
+
+	harness_init(&h, 1, true);
+	test_waiter_init(&wa, &h, 1);
+	test_waiter_init(&wb, &h, 2);
+	other = h.endpoint;
+	other.host = "127.0.0.2";
+	b = upstreams_hold(h.proxy.upstreams, &other);
+	a = upstreams_hold(h.proxy.upstreams, &h.endpoint); /* first in the set */
+	assert_int_equal(upstream_admit(b, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(b, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_int_equal(upstream_admit(a, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(a, &h.policy, UPSTREAM_CONNECT_FAILED);
+	assert_true(upstream_down(a));
+	assert_true(upstream_down(b));
+	wa.waiter.release = test_touch_cb;
+	h.touch = &other;
+	upstream_wait(a, &wa.waiter);
+	upstream_wait(b, &wb.waiter);
+
+	off = h.policy;
+	off.down_after = 0;
+	upstreams_health_policy(h.proxy.upstreams, &off);
+	assert_released(&h, order, 2);
+	assert_false(upstream_down(a));
+	assert_false(upstream_down(b));
+	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
+	upstream_release(h.touched);
+	upstream_release(a);
+	upstream_release(b);
+	harness_free(&h);
+}
+
 /* A request that a release makes wait again joins the queue behind the
  * others and is not released twice by the same release. */
 static void test_upstreams_rewait(void **state)
@@ -1105,6 +1161,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_response_resets),
 		cmocka_unit_test(test_upstreams_off),
 		cmocka_unit_test(test_upstreams_off_by_reload),
+		cmocka_unit_test(test_upstreams_reload_walk_reordered),
 		cmocka_unit_test(test_upstreams_rewait),
 		cmocka_unit_test(test_upstreams_unwait),
 		cmocka_unit_test(test_upstreams_connection_cap),
