@@ -28,6 +28,7 @@ import threading
 import time
 
 import harness as h
+import rawserver
 
 CONFIG = """\
 listen:
@@ -91,23 +92,12 @@ class Origin:
         buf = b""
         try:
             while True:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, _, buf = buf.partition(b"\r\n\r\n")
-                length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-                need = int(length.group(1)) if length else 0
-                while len(buf) < need:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                buf = buf[need:]
-                method, target = head.split(b"\r\n")[0].split(b" ")[:2]
+                got = rawserver.read_request(conn, buf)
+                if got is None:
+                    return
+                method, target, buf = got
                 with self.lock:
-                    self.requests.append((method.decode(), target.decode()))
+                    self.requests.append((method, target))
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
         except OSError:
             return

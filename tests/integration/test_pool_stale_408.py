@@ -67,24 +67,19 @@ class Origin(rawserver.RawServer):
         buf = b""
         served = 0
         while True:
-            while b"\r\n\r\n" not in buf:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-            head, _, buf = buf.partition(b"\r\n\r\n")
-            target = head.split(b"\r\n")[0].split(b" ")[1].decode()
+            got = rawserver.read_request(conn, buf)
+            if got is None:
+                return
+            _, target, buf = got
             with self.lock:
                 self.requests.append((cid, target))
             if served == 1 or target.endswith("/fresh-408"):
                 conn.sendall(TIMEOUT_408)
                 return
             if target.endswith("/412"):
-                # its body is left unread: the connection ends here
-                conn.sendall(b"HTTP/1.1 412 Precondition Failed\r\nConnection: close\r\n"
-                             b"Content-Length: 0\r\n\r\n")
-                return
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                conn.sendall(b"HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\n\r\n")
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
             served += 1
 
     def seen(self, target):
