@@ -1247,11 +1247,12 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg);
 /* A pooled connection may have been closed by the upstream a moment ago,
  * and then the request goes again at once on a new one (retry.c,
  * retry_stale_immediate()). Only a request that can go again takes that
- * chance: safe to repeat, and its body, if any, kept whole (observe keeps
- * none; one over replay_buffer and not spooled goes once). */
+ * chance: safe to repeat (under observe, not by a key it goes without),
+ * and its body, if any, kept whole (observe keeps none; one over
+ * replay_buffer and not spooled goes once). */
 static bool exchange_may_use_pool(const struct exchange *ex)
 {
-	if (ex->is_connect || !ex->idempotent || ex->skip_pool)
+	if (ex->is_connect || !ex->idempotent || ex->skip_pool || ex->observe_unkeyed)
 		return false;
 	return !ex->has_body ||
 	       (!ex->observe && ex->replay != NULL && !ex->body_once && !ex->body_too_large);

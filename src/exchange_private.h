@@ -258,6 +258,8 @@ struct exchange {
 	bool ambiguous;		 /* the client got Retry-Ambiguous: true */
 	bool observe;		 /* retry.mode: observe: nothing is retried */
 	bool observe_replayable; /* observe: the body would have been kept for a retry */
+	bool observe_unkeyed;	 /* observe: idempotent only by the key enforce would have
+				  * injected, so not safe to send twice as it goes */
 	uint64_t observe_streamed; /* observe: a chunked body's bytes streamed, framing included */
 	const char *would_retry;   /* observe: the cause of the retry not made, for the log */
 

@@ -196,6 +196,9 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 	ex->observe = policy->mode == RETRY_MODE_OBSERVE;
 	if (ex->conditional || ex->json_pending)
 		exchange_decide_key(ex, head);
+	/* observe injects no key: a request safe only by one goes without it,
+	 * and must not be sent twice even as connection upkeep */
+	ex->observe_unkeyed = ex->observe && why.reason == IDEMPOTENCY_REASON_KEY && !ex->keyed;
 	/* observe keeps no body, and a json_field condition needs it whole */
 	if (ex->observe)
 		ex->json_pending = false;
