@@ -62,7 +62,10 @@ struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, cons
 	s = xcalloc(1, sizeof(*s));
 	s->route = xstrdup(route);
 	s->window_ms = budget->window_ms;
-	s->bucket_ms = budget->window_ms / RETRY_BUDGET_BUCKETS;
+	/* rounded up: the buckets a window holds must span all of it (a 250ms
+	 * window in 12 ms buckets would count back only 240 ms to 252 ms) */
+	s->bucket_ms = budget->window_ms / RETRY_BUDGET_BUCKETS +
+		       (budget->window_ms % RETRY_BUDGET_BUCKETS != 0);
 	if (s->bucket_ms == 0)
 		s->bucket_ms = 1;
 	s->fleet = book->fleet != NULL ? fleet_route_find(book->fleet, route, s->window_ms) : NULL;

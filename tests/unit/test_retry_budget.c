@@ -78,6 +78,31 @@ static void test_window_is_never_short(void **state)
 	retry_budget_book_free(book);
 }
 
+/* A window that is not a whole number of 20 ms buckets (250ms, or 30ms,
+ * where window / 20 rounds down to 1 ms) still counts back a whole window:
+ * a retry spent late in its bucket is there until the window has passed. */
+static void test_odd_window_is_never_short(void **state)
+{
+	static const struct retry_budget windows[] = {
+		/* one retry a window: min_per_second x window = 1.02, 1.25 */
+		{ .ratio = 0, .min_per_second = 34, .window_ms = 30 },
+		{ .ratio = 0, .min_per_second = 5, .window_ms = 250 },
+	};
+
+	for (size_t i = 0; i < sizeof(windows) / sizeof(windows[0]); i++) {
+		const struct retry_budget *b = &windows[i];
+		struct retry_budget_book *book = retry_budget_book_new();
+		struct retry_budget_state *s = retry_budget_for(book, "r", b);
+		uint64_t spent = 100000 + b->window_ms / 20 - 1;
+
+		assert_int_equal(take_all(s, b, spent), 1);
+		for (uint64_t later = spent; later < spent + b->window_ms; later++)
+			assert_false(retry_budget_allows(s, b, later));
+		assert_int_equal(take_all(s, b, spent + 3 * b->window_ms), 1);
+		retry_budget_book_free(book);
+	}
+}
+
 static void test_routes_and_windows_are_separate(void **state)
 {
 	struct retry_budget_book *book = retry_budget_book_new();
@@ -255,6 +280,7 @@ int main(void)
 		cmocka_unit_test(test_ratio_of_requests),
 		cmocka_unit_test(test_window_slides),
 		cmocka_unit_test(test_window_is_never_short),
+		cmocka_unit_test(test_odd_window_is_never_short),
 		cmocka_unit_test(test_routes_and_windows_are_separate),
 		cmocka_unit_test(test_zero_budget_refuses),
 		cmocka_unit_test(test_allows_counts_nothing),
