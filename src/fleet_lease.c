@@ -23,7 +23,8 @@ const char fleet_lease_script[] =
 	"local floor = tonumber(ARGV[4])\n"
 	"local window = tonumber(ARGV[5])\n"
 	"local back = tonumber(ARGV[6])\n"
-	"local bucket = math.max(1, math.floor(window / 20))\n"
+	/* rounded up, as retry_budget.c does: 20 buckets span the window */
+	"local bucket = math.max(1, math.ceil(window / 20))\n"
 	"local epoch = math.floor(now / bucket)\n"
 	"if back > 0 then\n"
 	"  local granted = 'r' .. tonumber(ARGV[7])\n"

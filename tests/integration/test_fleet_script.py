@@ -17,7 +17,9 @@ Must hold:
 - requests stay counted 20 buckets later (a window and part of a
   twentieth: 21 buckets), and are gone at 21 buckets, when the old fields
   are deleted and the grant is refilled (the floor);
-- the key expires a window and two buckets after the last call.
+- the key expires a window and two buckets after the last call;
+- a window that is not a multiple of 20 ms gets buckets rounded up (250
+  ms: 13 ms), as the proxy's own budget does, so that 21 span it whole.
 """
 
 import ast
@@ -121,6 +123,17 @@ def scenario(t):
                      % (got[3] - e1))
                 h.eq(fields("f"), {"r%d" % got[3]: 2}, "fields left")
         h.eq(got[3] - e1 >= 21, True, "reached 21 buckets")
+
+    @t.check("a window not a multiple of 20 ms: buckets rounded up, 21 span all of it")
+    def _():
+        # 250 ms: 13 ms buckets (12 would count back only 240 to 252 ms)
+        before, _ = redis.command("TIME")
+        got = redis.command("EVAL", script, 1, "k", 1, 1, 0.2, 1, 250, 0, 0)
+        after, _ = redis.command("TIME")
+        h.ok(int(before) * 1000 // 13 <= got[3] <= (int(after) + 1) * 1000 // 13,
+             "bucket %d numbered in 13 ms buckets" % got[3])
+        ttl = redis.command("PTTL", "k")
+        h.ok(250 < ttl <= 250 + 2 * 13, "PTTL %d" % ttl)
 
     @t.check("the key expires a window and two buckets after the last call")
     def _():
