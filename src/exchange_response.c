@@ -441,29 +441,58 @@ static int64_t exchange_wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* The wait a response asks for in milliseconds: the longer of Retry-After
- * and retry-after-ms, 0 when both are absent or invalid. */
+/* The wait a response asks for in milliseconds: the longest of its
+ * Retry-After and retry-after-ms fields, 0 when all are absent or invalid.
+ * Each copy of a repeated field counts: the proxy comes back no sooner than
+ * any of them asks. */
 uint64_t exchange_retry_after(const struct http1_head *head)
 {
-	const struct http1_field *f = http1_find_field(head, "Retry-After");
+	int64_t wall_ms = -1; /* read once, for the first Retry-After */
 	uint64_t ms = 0;
-	uint64_t ms_field = 0;
 
-	if (f == NULL || retry_after_parse(f->value, f->value_len, exchange_wall_ms(), &ms) < 0)
-		ms = 0;
-	f = http1_find_field(head, "retry-after-ms");
-	if (f != NULL && retry_after_ms_parse(f->value, f->value_len, &ms_field) == 0 &&
-	    ms_field > ms)
-		ms = ms_field;
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+		uint64_t asked;
+
+		if (http1_name_equals(f->name, f->name_len, "retry-after")) {
+			if (wall_ms < 0)
+				wall_ms = exchange_wall_ms();
+			if (retry_after_parse(f->value, f->value_len, wall_ms, &asked) < 0)
+				continue;
+		} else if (http1_name_equals(f->name, f->name_len, "retry-after-ms")) {
+			if (retry_after_ms_parse(f->value, f->value_len, &asked) != 0)
+				continue;
+		} else {
+			continue;
+		}
+		if (asked > ms)
+			ms = asked;
+	}
 	return ms;
 }
 
-/* The response's x-should-retry. */
+/* The response's x-should-retry. Copies that disagree leave the answer in
+ * doubt, and then it is not retried: a false in any copy wins. */
 static enum retry_should exchange_should_retry(const struct http1_head *head)
 {
-	const struct http1_field *f = http1_find_field(head, "x-should-retry");
+	enum retry_should should = RETRY_SHOULD_UNSET;
 
-	return f != NULL ? retry_should_parse(f->value, f->value_len) : RETRY_SHOULD_UNSET;
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		if (!http1_name_equals(f->name, f->name_len, "x-should-retry"))
+			continue;
+		switch (retry_should_parse(f->value, f->value_len)) {
+		case RETRY_SHOULD_FALSE:
+			return RETRY_SHOULD_FALSE;
+		case RETRY_SHOULD_TRUE:
+			should = RETRY_SHOULD_TRUE;
+			break;
+		case RETRY_SHOULD_UNSET:
+			break;
+		}
+	}
+	return should;
 }
 
 /* exchange_response_retryable(), inlined where every response head passes. */

@@ -14,7 +14,10 @@ Must hold:
   Retry-After: 1 as well the longer (1 s) counts; with Retry-After: 0 the
   600ms of retry-after-ms counts; under retry_after: ignore the wait stays
   near 50ms;
-- x-should-retry: false on a 503: passed on at once, one try;
+- a field repeated: the longest of the waits the copies ask for counts
+  (retry-after-ms 100 then 600; Retry-After 1 then 0);
+- x-should-retry: false on a 503: passed on at once, one try; so is one
+  whose copies say true, then false (false wins);
 - x-should-retry: true on a 409 (not in retry.on) of a GET: retried, and
   on a 429 with retry-after-ms the wait is honoured too; on a POST (not
   idempotent) it is not retried; on a 200 it changes nothing;
@@ -82,6 +85,13 @@ def scenario(t):
         gap_of("/ms/c", ["/status/503?retry_after_ms=600&retry_after=0", 200], 0.55,
                0.6 + 0.4 * h.SLOW, "Retry-After 0, retry-after-ms 600")
 
+    @t.check("a repeated Retry-After or retry-after-ms: the longest wait counts")
+    def _():
+        gap_of("/ms/d", ["/status/503?retry_after_ms=100&hdr=retry-after-ms:600", 200], 0.55,
+               0.6 + 0.4 * h.SLOW, "retry-after-ms 100, then 600")
+        gap_of("/ms/e", ["/status/503?retry_after=1&hdr=Retry-After:0", 200], 0.95,
+               1 + 0.4 * h.SLOW, "Retry-After 1, then 0")
+
     @t.check("retry_after: ignore leaves retry-after-ms out too")
     def _():
         gap_of("/ignore/a", ["/status/503?retry_after_ms=2000", 200], 0.02, 0.05 + 0.4 * h.SLOW,
@@ -95,6 +105,12 @@ def scenario(t):
         h.eq(r.header("x-should-retry"), "false", "the header reaches the client")
         f = h.access_fields(proxy.access_one("/sr/false"))
         h.eq(f.get("gave_up"), None, "not a give-up: the response said final")
+
+    @t.check("x-should-retry: true, then false: in doubt, passed on at once")
+    def _():
+        r, reqs = send("/sr/both", ["/status/503?should_retry=true&hdr=x-should-retry:false", 200])
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (503, "1", 1),
+             "status, Retry-Attempts, requests")
 
     @t.check("x-should-retry: true on a 409 of a GET: retried; on a 429, retry-after-ms too")
     def _():
