@@ -27,6 +27,13 @@ Must hold:
     upstream (a closed port, down after one failed connect) until its
     1.5 s deadline gets 502 with gave_up=deadline, and its JSON trail's
     last wait_ms counts the backoff and the time held (about 1.5 s).
+(5) A client that leaves while its request waits reads the same: one whose
+    retry has been held for a down upstream (another closed port) for
+    about 0.8 s, and one whose retry has waited behind the connection cap
+    for about 0.8 s after its 0.5 s backoff, are logged with
+    gave_up=client_gone and a JSON trail whose last wait_ms counts the time
+    waited (as a backoff the client leaves does), not 0 or the planned
+    backoff alone; every gauge is 0 again after.
 """
 
 import re
@@ -62,12 +69,17 @@ routes:
     match: { path_prefix: /h/ }
     upstream: http://127.0.0.1:@CLOSED@
     retry: { deadline: 1500ms, initial_backoff: 100ms, jitter: 0s, max_attempts: 10 }
+  - name: gone
+    match: { path_prefix: /g/ }
+    upstream: http://127.0.0.1:@CLOSED2@
+    retry: { deadline: 30s, initial_backoff: 100ms, jitter: 0s, max_attempts: 10 }
 """
 
 
 def scenario(t):
     origin = t.origin(name="queued")
-    proxy = t.proxy(CONFIG, ORIGIN=origin.port, CLOSED=h.closed_port())
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, CLOSED=h.closed_port(),
+                    CLOSED2=h.closed_port())
     admin = "http://127.0.0.1:%d" % proxy.port(1)
     upstream = "http://127.0.0.1:%d" % origin.port
 
@@ -189,6 +201,59 @@ def scenario(t):
         waited = tries[-1].get("wait_ms", 0) / 1000.0
         h.ok(1.2 <= waited <= 2.5, "the trail's last wait %.2fs is the backoff and the time "
              "held (~1.5s)" % waited)
+
+    def left_while_waiting(path, gauge):
+        """The client of path leaves 0.8 s after its request is counted in
+        gauge (held or queued); its access-log entry."""
+        c = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
+        t.defer(c.close)
+        c.send(h.request("GET", path, "app.example"))
+        h.wait_until(lambda: metrics().get(gauge) == 1, 5 * h.SLOW, gauge + " at 1")
+        time.sleep(0.8)
+        c.close()
+        f = proxy.access_one(path)
+        h.eq((f.get("gave_up"), f.get("status"), f.get("attempts")), ("client_gone", 0, 1),
+             "gave_up, status, attempts of %r" % f)
+        return f.get("tries", [])
+
+    @t.check("a client that leaves while its retry is held: the JSON trail's last wait_ms "
+             "counts the time held")
+    def _():
+        tries = left_while_waiting("/g/x", 'retryproxy_route_held_requests{route="gone"}')
+        h.eq([x.get("error") for x in tries], ["refused"], "the trail's tries")
+        waited = tries[-1].get("wait_ms", 0) / 1000.0
+        h.ok(0.7 <= waited <= 4.0, "the trail's last wait %.2fs is the time held (~0.8s)"
+             % waited)
+
+    @t.check("a client that leaves while its retry is queued: the JSON trail's last wait_ms "
+             "counts the backoff and the time queued")
+    def _():
+        origin.script("/w/gone", [503, 200])
+        path = "/w/gone"
+        c = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
+        t.defer(c.close)
+        c.send(h.request("GET", path, "app.example"))
+        origin.wait_for(lambda x: len(x.requests_for(path)) == 1, 5 * h.SLOW,
+                        "the first try of " + path)
+        holder = hold_connection(6, "holder-gone")
+        h.wait_until(lambda: metrics().get('retryproxy_route_queued{route="waits"}') == 1,
+                     5 * h.SLOW, "the retry queued")
+        time.sleep(0.8)
+        c.close()
+        f = proxy.access_one(path)
+        h.eq((f.get("gave_up"), f.get("status"), f.get("attempts")), ("client_gone", 0, 1),
+             "gave_up, status, attempts of %r" % f)
+        tries = f.get("tries", [])
+        h.eq([x.get("status") for x in tries], [503], "the trail's tries")
+        waited = tries[-1].get("wait_ms", 0) / 1000.0
+        h.ok(1.2 <= waited <= 4.5, "the trail's last wait %.2fs is the backoff and the time "
+             "queued (~1.3s)" % waited)
+        h.eq(holder.read_response().status, 200, "the holder")
+        h.eq(len(origin.requests_for(path)), 1, "tries of %s at the origin" % path)
+        h.wait_until(lambda: all(v == 0 for k, v in metrics().items()
+                                 if re.match(r"retryproxy_(route_)?(backoff_pending|queued|"
+                                             r"held_requests|upstream_waiting)\b", k)),
+                     5 * h.SLOW, "every backoff, queued, held and waiting gauge at 0")
 
 
 h.run(scenario, __doc__)
