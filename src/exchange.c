@@ -788,8 +788,8 @@ bool exchange_drain_answer(struct exchange *ex)
 	switch (ex->state) {
 	case EXCHANGE_TRYING:
 		/* tries in flight would be cut when the drain ends: an answer
-		 * held while they raced (kept, or too large to keep) goes now,
-		 * with the time left for writing it */
+		 * held meanwhile (kept, or too large to keep) goes now, with
+		 * the time left for writing it */
 		exchange_enter(ex);
 		given = exchange_give_held(ex);
 		exchange_leave(ex);

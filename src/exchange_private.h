@@ -430,10 +430,10 @@ void exchange_read_response_head(struct exchange_try *t);
 void exchange_relay_response(struct exchange *ex);
 void exchange_keep_response(struct exchange_try *t);
 bool exchange_pass_on_parked(struct exchange *ex);
-/* A drain's answer time: an answer held while tries raced (a retryable one
- * kept, or parked too large to keep) goes to the client now, the tries
- * still in flight cancelled (gave_up=deadline, note=draining). False when
- * none is held. */
+/* A drain's answer time: an answer held while tries are in flight (a
+ * retryable one kept, from a try they raced or one before them, or parked
+ * too large to keep) goes to the client now, the tries still in flight
+ * cancelled (gave_up=deadline, note=draining). False when none is held. */
 bool exchange_give_held(struct exchange *ex);
 void exchange_deliver_kept(struct exchange *ex);
 /* What is left of a wait that ends at until (a retry_budget_now_ms() time;

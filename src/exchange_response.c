@@ -304,7 +304,10 @@ bool exchange_give_held(struct exchange *ex)
 		exchange_pass_on_overflow(parked, true);
 		return true;
 	}
-	if (ex->kept == NULL || !ex->kept_undecided)
+	/* kept while another try raced it, or from an earlier try while a
+	 * retry's try is in flight: the last response received, as a request
+	 * in backoff gets it */
+	if (ex->kept == NULL)
 		return false;
 	ex->kept_undecided = false;
 	ex->note = "draining";

@@ -21,7 +21,9 @@ well before drain_timeout). Proxy 2 (drain_timeout 1s: no try starts after
 0.9 s) answers at SIGTERM a request in a 5 s backoff with the 503 it kept
 and one in backoff after a reset with a 503 of its own naming the shutdown;
 one whose 503 arrives 0.4 s into the drain gets it then; one held for a
-down upstream (health down_after 1) gets 503 at 0.9 s; each is logged
+down upstream (health down_after 1) gets 503 at 0.9 s, and so does, with
+the 503 it kept, one whose retry's try hangs at the origin (the try
+cancelled, not cut at 1 s with nothing: Retry-Attempts 2); each is logged
 gave_up=deadline note=draining and none is tried again. It exits 0 about
 1 s after SIGTERM, closing the unfinished request's connection, and
 resetting the connection of a response whose tail still waited in the
@@ -55,6 +57,9 @@ routes:
   - name: long-backoff-reset
     match: { path_prefix: /reset/ }
     retry: { max_attempts: 3, initial_backoff: 5s, jitter: 0s }
+  - name: quick-retry
+    match: { path_prefix: /quick/ }
+    retry: { max_attempts: 3, initial_backoff: 50ms, jitter: 0s }
 """
 
 
@@ -158,14 +163,18 @@ def scenario(t):
         # slow: it then waited in backoff too, and the gauges below never
         # read two until a retry had started)
         origin.script("/long/late", ["/status/503?hold=late&body=late+503%0A"])
+        # a 503 kept while the retry's try hangs
+        origin.script("/quick/inflight", ["/status/503?body=inflight+503%0A", "/hang"])
         for name, port, target in (("cut", 0, "/delay/6"), ("kept", 0, "/long/kept"),
                                    ("reset", 0, "/reset/head"), ("late", 0, "/long/late"),
-                                   ("held", 2, "/held")):
+                                   ("held", 2, "/held"), ("inflight", 0, "/quick/inflight")):
             conns[name] = h.RawConn(slow.port(port))
             conns[name].send(h.request("GET", target, "app.example"))
         origin.wait_for(lambda o: all(o.requests_for(p) for p in
                                       ("/delay/6", "/long/kept", "/reset/head", "/long/late")),
                         5 * h.SLOW, "the first tries at the origin")
+        origin.wait_for(lambda o: len(o.requests_for("/quick/inflight")) == 2, 5 * h.SLOW,
+                        "the retry of /quick/inflight at the origin")
 
         def gauges():
             m = h.curl("http://127.0.0.1:%d/metrics" % slow.port(1), check=True).body.decode()
@@ -210,6 +219,16 @@ def scenario(t):
              "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
         h.ok(conns["held"].closed_within(1 * h.SLOW), "the connection stayed open after it")
 
+    @t.check("a request whose retry's try is in flight gets the 503 it kept before "
+             "drain_timeout, not a cut")
+    def _():
+        r = conns["inflight"].read_response(timeout=5 * h.SLOW)
+        took = time.monotonic() - waiting["sigterm"]
+        h.eq((r.status, r.body, r.header("Retry-Attempts")), (503, b"inflight 503\n", "2"),
+             "status, body, Retry-Attempts")
+        h.ok(0.7 <= took <= 1.0 + 0.5 * h.SLOW,
+             "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
+
     @t.check("drain_timeout 1s: a longer request is cut off and the proxy exits 0 after about 1 s")
     def _():
         c = conns["cut"]
@@ -233,12 +252,15 @@ def scenario(t):
     def _():
         lines = {f["target"]: f for f in (h.access_fields(ln) for ln in slow.stderr_lines())
                  if f and f.get("target")}
-        for target in ("/long/kept", "/reset/head", "/long/late", "/held"):
+        for target in ("/long/kept", "/reset/head", "/long/late", "/held", "/quick/inflight"):
             f = lines.get(target, {})
             h.eq((f.get("status"), f.get("gave_up"), f.get("note")), ("503", "deadline", "draining"),
                  "access line of %s" % target)
         for target in ("/long/kept", "/reset/head", "/long/late"):
             h.eq(len(origin.requests_for(target)), 1, "tries of %s at the origin" % target)
+        h.eq(lines.get("/quick/inflight", {}).get("tries"), "503 -> wait 50ms -> cancelled",
+             "the trail of /quick/inflight")
+        h.eq(len(origin.requests_for("/quick/inflight")), 2, "tries of /quick/inflight")
 
 
 h.run(scenario, __doc__)
