@@ -860,6 +860,8 @@ static void client_close_cb(void *self, const char *reason)
 {
 	struct client *client = self;
 
+	if (client->exchange != NULL)
+		exchange_proxy_ends(client->exchange);
 	if (client->conn != NULL &&
 	    (client->exchange != NULL || client->state == CLIENT_RESETTING ||
 	     conn_output_length(client->conn) > 0))

@@ -422,6 +422,31 @@ static void exchange_held_count_wait(struct exchange *ex)
 	ex->held_since_ms = now;
 }
 
+/* Was a retry under way, with no reason for stopping it given yet: in a
+ * backoff, held, queued after a try, with a retryable answer kept, or a
+ * retry's try in flight (whether or not a response was kept before it)? A
+ * response being relayed is final: retrying ended with it. */
+static bool exchange_retrying(const struct exchange *ex)
+{
+	bool keeping = false;
+	size_t i;
+
+	if (ex->gave_up != RETRY_GIVE_UP_NONE || ex->state == EXCHANGE_RELAYING)
+		return false;
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		keeping = keeping || ex->slots[i].state == EXCHANGE_TRY_KEEPING;
+	return ex->state == EXCHANGE_BACKOFF || ex->state == EXCHANGE_HELD || keeping ||
+	       ex->kept != NULL || ex->retried ||
+	       (ex->state == EXCHANGE_QUEUED && ex->attempts > 0);
+}
+
+void exchange_proxy_ends(struct exchange *ex)
+{
+	/* the drain's deadline stopped the retrying, not a client that left */
+	if (ex->state != EXCHANGE_DONE && exchange_retrying(ex))
+		ex->gave_up = RETRY_GIVE_UP_DEADLINE;
+}
+
 /* The one end of an exchange: stop its tries and timers, write its
  * access-log line, tell its owner how it ended. It is freed when the
  * outermost entry into it leaves (at once when none runs). */
@@ -436,21 +461,9 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 	if (end == EXCHANGE_END_BROKEN || end == EXCHANGE_END_RESET)
 		log_warn("%.*s %.*s: response broken off: %s", (int)ex->method_len, ex->method,
 			 (int)ex->target_len, ex->target, why);
-	/* a response being relayed is final: retrying ended with it */
-	if (end == EXCHANGE_END_CLIENT_GONE && ex->gave_up == RETRY_GIVE_UP_NONE &&
-	    ex->state != EXCHANGE_RELAYING) {
-		bool keeping = false;
-
-		for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
-			keeping = keeping || ex->slots[i].state == EXCHANGE_TRY_KEEPING;
-		/* a retry was underway: the client left before it could finish
-		 * (a retry's try in flight too, whether or not a response was
-		 * kept before it) */
-		if (ex->state == EXCHANGE_BACKOFF || ex->state == EXCHANGE_HELD || keeping ||
-		    ex->kept != NULL || ex->retried ||
-		    (ex->state == EXCHANGE_QUEUED && ex->attempts > 0))
-			ex->gave_up = RETRY_GIVE_UP_CLIENT_GONE;
-	}
+	/* a retry was underway: the client left before it could finish */
+	if (end == EXCHANGE_END_CLIENT_GONE && exchange_retrying(ex))
+		ex->gave_up = RETRY_GIVE_UP_CLIENT_GONE;
 	/* a resume begun (in its backoff, held, or asked for) that the client
 	 * did not wait for ended its body short: a failed one, as SPEC counts
 	 * every resume */

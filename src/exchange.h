@@ -80,6 +80,11 @@ void exchange_client_drained(struct exchange *exchange);
  * hears nothing more. */
 void exchange_abort(struct exchange *exchange, const char *reason);
 
+/* The proxy is about to close the client's connection itself (drain_timeout,
+ * shutdown): a retry under way is logged and counted as given up for the
+ * drain's deadline (gave_up=deadline), not as one the client left. */
+void exchange_proxy_ends(struct exchange *exchange);
+
 /* The request body stopped arriving for client_timeout. A response already
  * under way is broken off as an upstream's break would be (a reset where a
  * clean close would make a body delimited by it look whole); when none has

@@ -24,7 +24,10 @@ one whose 503 arrives 0.4 s into the drain gets it then; one held for a
 down upstream (health down_after 1) gets 503 at 0.9 s, and so does, with
 the 503 it kept, one whose retry's try hangs at the origin (the try
 cancelled, not cut at 1 s with nothing: Retry-Attempts 2); each is logged
-gave_up=deadline note=draining and none is tried again. It exits 0 about
+gave_up=deadline note=draining and none is tried again. A request whose
+retry's try still hangs after a reset, nothing held, is cut at 1 s and
+logged status 0, gave_up=deadline note=drain_timeout: the drain ended its
+retrying, not a client that left (never gave_up=client_gone). It exits 0 about
 1 s after SIGTERM, closing the unfinished request's connection, and
 resetting the connection of a response whose tail still waited in the
 proxy, unread (never a clean close after part of a response).
@@ -165,16 +168,20 @@ def scenario(t):
         origin.script("/long/late", ["/status/503?hold=late&body=late+503%0A"])
         # a 503 kept while the retry's try hangs
         origin.script("/quick/inflight", ["/status/503?body=inflight+503%0A", "/hang"])
+        # nothing kept: a reset, then a retry whose try hangs
+        origin.script("/quick/bare", ["/reset/request", "/hang"])
         for name, port, target in (("cut", 0, "/delay/6"), ("kept", 0, "/long/kept"),
                                    ("reset", 0, "/reset/head"), ("late", 0, "/long/late"),
-                                   ("held", 2, "/held"), ("inflight", 0, "/quick/inflight")):
+                                   ("held", 2, "/held"), ("inflight", 0, "/quick/inflight"),
+                                   ("bare", 0, "/quick/bare")):
             conns[name] = h.RawConn(slow.port(port))
             conns[name].send(h.request("GET", target, "app.example"))
         origin.wait_for(lambda o: all(o.requests_for(p) for p in
                                       ("/delay/6", "/long/kept", "/reset/head", "/long/late")),
                         5 * h.SLOW, "the first tries at the origin")
-        origin.wait_for(lambda o: len(o.requests_for("/quick/inflight")) == 2, 5 * h.SLOW,
-                        "the retry of /quick/inflight at the origin")
+        for path in ("/quick/inflight", "/quick/bare"):
+            origin.wait_for(lambda o: len(o.requests_for(path)) == 2, 5 * h.SLOW,
+                            "the retry of %s at the origin" % path)
 
         def gauges():
             m = h.curl("http://127.0.0.1:%d/metrics" % slow.port(1), check=True).body.decode()
@@ -261,6 +268,10 @@ def scenario(t):
         h.eq(lines.get("/quick/inflight", {}).get("tries"), "503 -> wait 50ms -> cancelled",
              "the trail of /quick/inflight")
         h.eq(len(origin.requests_for("/quick/inflight")), 2, "tries of /quick/inflight")
+        f = lines.get("/quick/bare", {})
+        h.eq((f.get("status"), f.get("gave_up"), f.get("note"), f.get("tries")),
+             ("0", "deadline", "drain_timeout", "reset -> wait 50ms -> cancelled"),
+             "access line of /quick/bare, cut at drain_timeout")
 
 
 h.run(scenario, __doc__)
