@@ -184,13 +184,18 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
 	 * nothing fetched, never framed */
 	if (strncmp(content_type, "text/html", 9) == 0)
 		evhttp_add_header(headers, "Content-Security-Policy", ADMIN_PAGE_CSP);
-	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+	/* evhttp gives the answer to a HEAD or a CONNECT no Content-Length: a
+	 * HEAD's is the GET's, and a CONNECT's body (a 405's) needs one, or
+	 * the client reads it until a close that does not come */
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD ||
+	    evhttp_request_get_command(req) == EVHTTP_REQ_CONNECT) {
 		char length[32];
 
 		snprintf(length, sizeof(length), "%zu", evbuffer_get_length(body));
 		evhttp_add_header(headers, "Content-Length", length);
-		evbuffer_drain(body, evbuffer_get_length(body));
 	}
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
+		evbuffer_drain(body, evbuffer_get_length(body));
 	evhttp_send_reply(req, status, admin_reason(status), body);
 }
 
@@ -210,7 +215,9 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	for (i = 0; path != NULL && i < sizeof(admin_pages) / sizeof(admin_pages[0]); i++)
 		if (strcmp(path, admin_pages[i].path) == 0)
 			page = &admin_pages[i];
-	if (page == NULL) {
+	/* a CONNECT names an authority, never a page: its method is what is
+	 * wrong */
+	if (page == NULL && method != EVHTTP_REQ_CONNECT) {
 		status = 404;
 		evbuffer_add_printf(
 			body, "not found; try /, /healthz, /metrics, /config or /upstreams\n");

@@ -15,7 +15,8 @@ retryproxy_retries_total{route="flaky",cause="status"} one more and
 retryproxy_tries_per_request_count one more than before it, the connection
 gauges for both sides and retryproxy_pool_reuse_total are there; an unknown
 path is 404, a POST to a page 405 with Allow, a HEAD the GET's fields
-without a body. Answers the proxy gives before any route is chosen (a
+without a body, a CONNECT (which names no path) 405 with Allow and a body
+framed by Content-Length, the connection answering the next request. Answers the proxy gives before any route is chosen (a
 400 for two Host fields, a TRACE with Max-Forwards: 0) count in
 retryproxy_requests_total under route "-", as the access log names it. A config whose number /config could not write back in a
 form the parser takes (999999999999999.99, which is 1e15) is refused by
@@ -199,6 +200,21 @@ def scenario(t):
             r = c.read_response("HEAD")
             h.eq((r.status, r.header("Content-Length")), (200, "3"), "HEAD /healthz: status, Content-Length")
             h.ok(c.silent_for(0.3), "HEAD /healthz sent a body: %r" % bytes(c.buf))
+
+    @t.check("CONNECT (no path) -> 405 with Allow, its body framed; the connection goes on")
+    def _():
+        with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+            c.send(b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n")
+            r = c.read_head()
+            h.eq(r.status, 405, "status")
+            h.ok("GET" in (r.header("Allow") or ""), "Allow %r" % r.header("Allow"))
+            h.ok(r.header("Content-Length") is not None,
+                 "the body has no Content-Length: a client reads it until a close that "
+                 "does not come (%r)" % r.headers)
+            c.read_exact(int(r.header("Content-Length")))
+            c.send(h.request("GET", "/healthz", "127.0.0.1"))
+            r = c.read_response()
+            h.eq((r.status, r.body), (200, b"ok\n"), "the next request on the connection")
 
 
 h.run(scenario, __doc__)
