@@ -215,7 +215,8 @@ static void client_watch_body(void *arg, bool on)
 }
 
 /* The access-log line of a request the proxy answers itself, before any
- * exchange exists (head NULL: one it could not parse). Inside an
+ * exchange exists (head NULL: one whose request line could not be read).
+ * Inside an
  * intercepted tunnel the logged target says which one, as for the requests
  * it proxies: https://host:port before an origin-form target, or alone for
  * "*" and when the request line could not be read. */
@@ -526,7 +527,12 @@ static void client_read_head(struct client *client)
 	case HTTP1_PARSE_MORE:
 		return;
 	case HTTP1_PARSE_ERROR:
-		client_refuse(client, NULL, http1_error_status(error), http1_error_text(error));
+		/* a head refused in its fields, or as too large, after a request
+		 * line that was read whole (the target split: its version read
+		 * too) names its method and target in the log, as a head refused
+		 * for its framing does */
+		client_refuse(client, head->parsed_target.path != NULL ? head : NULL,
+			      http1_error_status(error), http1_error_text(error));
 		return;
 	case HTTP1_PARSE_DONE:
 		break;

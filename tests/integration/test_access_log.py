@@ -10,7 +10,9 @@ Must hold: text: exactly one line per request, with the word access and
 method=, target=, route=, status=, attempts=, bytes= (response body bytes,
 the proxy's own answers' included: a 502, a 400, a Max-Forwards TRACE),
 duration_ms=, tries= fields that match the request, and for the proxy's
-own 502 after a try, note= with its error text; a route is named by
+own 502 after a try, note= with its error text; a head refused for one
+of its fields (obs-fold, too large) names its request line's method and
+target, one whose target is too long neither; a route is named by
 the URI's host in forward mode. JSON: every stderr line is a JSON object
 (log lines with level and msg); one access object per request with method,
 target, route, status, attempts, bytes, duration_ms and tries, a list with
@@ -139,6 +141,36 @@ def scenario(t):
         f = fields(one_line(text, "al=12"))
         h.eq((f["status"], int(f["bytes"])), ("200", len(r.body)), "TRACE status and bytes")
         h.ok(len(r.body) > 0, "the TRACE echo has a body")
+
+    @t.check("text: a head refused for a field (obs-fold: 400, too large: 431) logs the "
+             "method and target of its request line; one whose line is too long logs -")
+    def _():
+        cases = (
+            (b"GET http://127.0.0.1:%d/x?al=13 HTTP/1.1\r\nHost: a\r\nX-A: 1\r\n"
+             b" folded\r\n\r\n" % origin.port, 400, "al=13"),
+            (b"DELETE http://127.0.0.1:%d/x?al=14 HTTP/1.1\r\nHost: a\r\nX-Big: %s\r\n\r\n"
+             % (origin.port, b"b" * 70000), 431, "al=14"),
+        )
+        for raw, status, tag in cases:
+            with h.RawConn(text.port()) as c:
+                c.send(raw)
+                r = c.read_response()
+            h.eq(r.status, status, "status for %s" % tag)
+            f = fields(one_line(text, tag))
+            h.eq((f["status"], f["method"], f["route"]), (str(status), raw.split(b" ")[0].decode(), "-"),
+                 "status, method, route for %s" % tag)
+            h.ok(f["target"].endswith("/x?" + tag), "target %r for %s" % (f["target"], tag))
+        # a request line over max_uri_bytes (8 KiB): 414, the line not read whole
+        n = len([ln for ln in text.access_lines() if fields(ln).get("status") == "414"])
+        with h.RawConn(text.port()) as c:
+            c.send(b"GET /%s HTTP/1.1\r\nHost: a\r\n\r\n" % (b"u" * 9000))
+            r = c.read_response()
+        h.eq(r.status, 414, "status for a long request line")
+        h.wait_until(lambda: len([ln for ln in text.access_lines()
+                                  if fields(ln).get("status") == "414"]) == n + 1, 5,
+                     "the 414's access line")
+        f = fields([ln for ln in text.access_lines() if fields(ln).get("status") == "414"][-1])
+        h.eq((f["method"], f["target"]), ("-", "-"), "method and target of the 414")
 
     @t.check("text: three requests on one keep-alive connection give three lines")
     def _():
