@@ -163,6 +163,23 @@ static void exchange_decide_key(struct exchange *ex, const struct http1_head *he
 	ex->keyed = true;
 }
 
+/* A chunked body's size shows only as it arrives: one no retry needs is
+ * still read whole before the first try when max_body_bytes fits in the
+ * replay buffer, so that one over it gets its 413 before any try and
+ * nothing of it reaches the upstream (SPEC). It still goes once, as if
+ * streamed: no pooled connection, no spool, no second send. A larger limit
+ * is found out only as the body streams (README, "Limits"). */
+static void exchange_keep_for_limit(struct exchange *ex, const struct http1_framing *framing)
+{
+	const struct limits *limits = &ex->config->limits;
+
+	if (framing->body == HTTP1_BODY_CHUNKED && limits->max_body_bytes > 0 &&
+	    limits->max_body_bytes <= limits->replay_buffer && ex->replay == NULL) {
+		ex->replay = evbuffer_new();
+		ex->body_once = true;
+	}
+}
+
 /* Decide whether the request could be tried again, and so whether its body
  * must be kept to be re-sent. */
 static void exchange_decide_replay(struct exchange *ex, const struct http1_head *head,
@@ -205,8 +222,11 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 	/* Only a request that may be sent again after its body left needs the
 	 * body kept: a connect failure happens before any body byte is taken
 	 * from the client, so other requests stream. */
-	if (!has_body || ex->route->retry.max_attempts < 2 || !(ex->idempotent || ex->json_pending))
+	if (!has_body || ex->route->retry.max_attempts < 2 ||
+	    !(ex->idempotent || ex->json_pending)) {
+		exchange_keep_for_limit(ex, framing);
 		return;
+	}
 	if (framing->body == HTTP1_BODY_LENGTH && framing->content_length > limit) {
 		/* too large for memory, not for the spool: kept on disk; observe
 		 * keeps nothing, and counts what the spool would have kept */
@@ -225,6 +245,7 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 	if (ex->observe) {
 		/* streamed like a body no retry could need; counted as kept */
 		ex->observe_replayable = true;
+		exchange_keep_for_limit(ex, framing);
 		return;
 	}
 	ex->replay = evbuffer_new();
@@ -290,7 +311,7 @@ void exchange_read_request_body(struct exchange *ex)
 	if (exchange_body_over_limit(ex))
 		return;
 	if (ex->spool != NULL ||
-	    (evbuffer_get_length(ex->replay) > ex->config->limits.replay_buffer &&
+	    (evbuffer_get_length(ex->replay) > ex->config->limits.replay_buffer && !ex->body_once &&
 	     exchange_spool_start(ex))) {
 		/* on disk as it arrives; a body the file cannot take goes at once */
 		if (exchange_spool_body(ex) == 0 && !ex->request_body.done)
