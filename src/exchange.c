@@ -1469,6 +1469,16 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner)
 void exchange_run(struct exchange *ex)
 {
 	exchange_enter(ex);
+	if (ex->body_over_limit) {
+		char text[96];
+
+		/* before 100 Continue: the client need not send the body at all */
+		snprintf(text, sizeof(text), "request body of %llu bytes is over max_body_bytes",
+			 (unsigned long long)ex->request_body.remaining);
+		exchange_respond_error(ex, 413, text);
+		exchange_leave(ex);
+		return;
+	}
 	if (ex->expect_continue && !ex->request_body.done && ex->client_minor >= 1)
 		EXCHANGE_ADD_LITERAL(conn_output(ex->owner.conn), "HTTP/1.1 100 Continue\r\n\r\n");
 	if (ex->replay != NULL && !ex->request_body.done) {

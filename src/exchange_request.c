@@ -561,13 +561,6 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	struct route_destination dest;
 	struct exchange *ex;
 
-	if (framing->body == HTTP1_BODY_LENGTH && config->limits.max_body_bytes > 0 &&
-	    framing->content_length > config->limits.max_body_bytes) {
-		*status = 413;
-		snprintf(reason, reason_len, "request body of %llu bytes is over max_body_bytes",
-			 (unsigned long long)framing->content_length);
-		return NULL;
-	}
 	*status = exchange_route(owner, head, framing, &dest, reason, reason_len);
 	if (*status != 0)
 		return NULL;
@@ -588,7 +581,12 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	ex->upgrade = framing->upgrade;
 	exchange_set_destination(ex, head, &dest);
 	body_relay_init_framing(&ex->request_body, framing, false, config->limits.max_header_bytes);
-	if (!ex->is_connect) {
+	/* refused by exchange_run() under its route, as a chunked body found
+	 * over the limit is: nothing to decide, build or count for it */
+	ex->body_over_limit = framing->body == HTTP1_BODY_LENGTH &&
+			      config->limits.max_body_bytes > 0 &&
+			      framing->content_length > config->limits.max_body_bytes;
+	if (!ex->is_connect && !ex->body_over_limit) {
 		/* the decision first: it may give the head an Idempotency-Key */
 		exchange_decide_replay(ex, head, framing, target->path, target->path_len);
 		exchange_build_request_head(ex, head, framing, target->path, target->path_len,

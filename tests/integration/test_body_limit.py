@@ -5,18 +5,18 @@ Client: raw sockets to a sidecar listener (route "limited", max_body_bytes
 1 KiB, replay_buffer left at 8 MiB) sending a POST (not idempotent: its body
 is not kept for a retry) and a PUT (kept) with a chunked body over the
 limit, a chunked POST with Expect: 100-continue whose body comes after the
-100, a chunked POST under the limit sent in two pieces, with a GET pipelined
-behind it, and a GET then a chunked PUT on one connection to a route with
-max_attempts: 1.
+100, a POST whose Content-Length is over the limit, a chunked POST under the
+limit sent in two pieces, with a GET pipelined behind it, and a GET then a
+chunked PUT on one connection to a route with max_attempts: 1.
 Origin: echoes what it got.
 Must hold: every body over the limit gets 413 with Retry-Attempts: 0 and an
 access line under its route with attempts 0 and no tries, and no connection
 reaches the origin (SPEC: nothing of a refused request reaches the
-upstream), whether or not the body is kept for a retry; the chunked body
-under the limit reaches the origin byte-exact, still chunked, and the
-pipelined GET is answered after it; the PUT, whose body is read whole only
-for the limit, takes no pooled connection (README: a body not kept to be
-sent again never does).
+upstream), whether its size was announced or found in its chunks, kept for a
+retry or not; the chunked body under the limit reaches the origin
+byte-exact, still chunked, and the pipelined GET is answered after it; the
+PUT, whose body is read whole only for the limit, takes no pooled connection
+(README: a body not kept to be sent again never does).
 """
 
 import hashlib
@@ -87,6 +87,11 @@ def scenario(t):
         refused_alike("t=chunkexpect", b"POST /echo?t=chunkexpect HTTP/1.1\r\nHost: a.example\r\n"
                       b"Expect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n",
                       CHUNK + CHUNK + b"0\r\n\r\n", expect=True)
+
+    @t.check("a POST whose Content-Length is over max_body_bytes: the same, under its route")
+    def _():
+        refused_alike("t=length", b"POST /echo?t=length HTTP/1.1\r\nHost: a.example\r\n"
+                      b"Content-Length: 2048\r\n\r\n")
 
     @t.check("a chunked POST under the limit in two pieces reaches the origin exact, and a GET "
              "pipelined behind it is answered")
