@@ -1266,7 +1266,7 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg);
 
 /* A pooled connection may have been closed by the upstream a moment ago,
  * and then the request goes again at once on a new one (retry.c,
- * retry_stale_immediate()). Only a request that can go again takes that
+ * retry_stale_replaceable()). Only a request that can go again takes that
  * chance: safe to repeat (under observe, not by a key it goes without),
  * and its body, if any, kept whole (observe keeps none; one over
  * replay_buffer and not spooled goes once). */
