@@ -85,23 +85,39 @@ def read_head(conn):
     return data
 
 
-def read_request(conn, buf=b""):
-    """(method, target, what follows in the stream) for the next request on
-    a keep-alive connection, its Content-Length body read and skipped; buf
-    is what the last call left over. None at EOF."""
+def read_request_head(conn, buf=b""):
+    """(the lines of the next request head, request line first; what follows
+    it in the stream) for a keep-alive connection; buf is what the last call
+    left over. None at EOF."""
     while b"\r\n\r\n" not in buf:
         data = conn.recv(65536)
         if not data:
             return None
         buf += data
     head, _, buf = buf.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    method, target = lines[0].split(b" ")[:2]
-    length = 0
+    return head.split(b"\r\n"), buf
+
+
+def field(lines, name):
+    """The value of a head's first field called name (bytes, any case), as
+    bytes without surrounding spaces; None when there is none."""
     for ln in lines[1:]:
-        name, _, value = ln.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
+        got, _, value = ln.partition(b":")
+        if got.strip().lower() == name:
+            return value.strip()
+    return None
+
+
+def read_request(conn, buf=b""):
+    """(method, target, what follows in the stream) for the next request on
+    a keep-alive connection, its Content-Length body read and skipped; buf
+    is what the last call left over. None at EOF."""
+    got = read_request_head(conn, buf)
+    if got is None:
+        return None
+    lines, buf = got
+    method, target = lines[0].split(b" ")[:2]
+    length = int(field(lines, b"content-length") or 0)
     while len(buf) < length:
         data = conn.recv(65536)
         if not data:

@@ -34,16 +34,11 @@ defaults:
 """
 
 
-def read_body(conn, head, rest):
-    """The request body after head (Content-Length or chunked), and what
-    follows it; (None, b"") at EOF."""
-    length, chunked = 0, False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-        elif name.strip().lower() == b"transfer-encoding":
-            chunked = True
+def read_body(conn, lines, rest):
+    """The request body after a head of these lines (Content-Length or
+    chunked), and what follows it; (None, b"") at EOF."""
+    length = int(rawserver.field(lines, b"content-length") or 0)
+    chunked = rawserver.field(lines, b"transfer-encoding") is not None
     body = b""
     while True:
         if chunked:
@@ -75,18 +70,16 @@ class Origin(rawserver.RawServer):
         buf = b""
         served = 0
         while True:
-            while b"\r\n\r\n" not in buf:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-            head, _, buf = buf.partition(b"\r\n\r\n")
+            got = rawserver.read_request_head(conn, buf)
+            if got is None:
+                return
+            lines, buf = got
             if served == 1:
                 return  # the second request: closed unanswered, as a stale connection
-            body, buf = read_body(conn, head, buf)
+            body, buf = read_body(conn, lines, buf)
             if body is None:
                 return
-            method, target = head.split(b"\r\n")[0].split(b" ")[:2]
+            method, target = lines[0].split(b" ")[:2]
             with self.lock:
                 self.answered.append((cid, method.decode(), target.decode(), len(body)))
             text = b"got %d\n" % len(body)

@@ -57,21 +57,15 @@ class Origin(rawserver.RawServer):
         buf = b""
         served = 0
         while True:
-            while b"\r\n\r\n" not in buf:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-            head, _, buf = buf.partition(b"\r\n\r\n")
-            lines = head.split(b"\r\n")
+            got = rawserver.read_request_head(conn, buf)
+            if got is None:
+                return
+            lines, buf = got
             method, target = lines[0].split(b" ")[:2]
-            key = None
-            for line in lines[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"idempotency-key":
-                    key = value.strip().decode()
+            key = rawserver.field(lines, b"idempotency-key")
             with self.lock:
-                self.requests.append((cid, method.decode(), target.decode(), key))
+                self.requests.append((cid, method.decode(), target.decode(),
+                                      key.decode() if key is not None else None))
             if served == 1:
                 return  # read, then closed unanswered: a stale connection
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
