@@ -959,11 +959,11 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	 * was written cannot have been acted on. A pooled connection found
 	 * closed counts too when its write went through: it may have been
 	 * closed after reading the request, which the proxy cannot tell from
-	 * closed before. */
+	 * closed before; not one that answered 408 (a response came). */
 	if (ex->conditional && t->state == EXCHANGE_TRY_WAITING && t->up != NULL &&
 	    conn_bytes_written(t->up) > t->written_before &&
-	    (outcome == TRY_RESET || outcome == TRY_STALE || outcome == TRY_TIMEOUT ||
-	     outcome == TRY_MALFORMED) &&
+	    (outcome == TRY_RESET || (outcome == TRY_STALE && !t->byte_seen) ||
+	     outcome == TRY_TIMEOUT || outcome == TRY_MALFORMED) &&
 	    (ex->lost_after_send == 0 || t->number < ex->lost_after_send))
 		ex->lost_after_send = t->number;
 

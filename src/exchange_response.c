@@ -744,9 +744,6 @@ void exchange_read_response_head(struct exchange_try *t)
 		 * the request was not read, so the connection was stale */
 		if (head->status == 408 && t->reused && !t->interim_seen &&
 		    exchange_may_replace_stale(ex)) {
-			/* nor is it a request lost after it was sent: a response
-			 * came (Retry-Ambiguous) */
-			t->written_before = conn_bytes_written(t->up);
 			exchange_try_failed(t, TRY_STALE,
 					    "pooled connection timed out by the upstream (408)");
 			return;
