@@ -491,13 +491,21 @@ static void upstream_step_cb(evutil_socket_t fd, short what, void *arg)
 		upstream_start_next(uc);
 }
 
+/* Has an attempt made its TCP connection, and is it in its TLS handshake? */
+static bool upstream_handshaking(const struct upstream_connect *uc)
+{
+	for (size_t i = 0; i < uc->started; i++)
+		if (uc->attempts[i]->conn != NULL && !conn_connect_pending(uc->attempts[i]->conn))
+			return true;
+	return false;
+}
+
 /* The latest attempt had the delay to itself and is still going; before
  * the first attempt, the AAAA answer did not come within the resolution
  * delay. */
 static void upstream_stagger_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct upstream_connect *uc = arg;
-	size_t i;
 
 	if (!uc->resolved) {
 		uc->resolution_delay_over = true;
@@ -508,9 +516,8 @@ static void upstream_stagger_cb(evutil_socket_t fd, short what, void *arg)
 	 * TCP connection and is in its TLS handshake did, and a slow handshake
 	 * gets no second one beside it (a failure still starts the next at
 	 * once, and connect_timeout bounds the wait) */
-	for (i = 0; i < uc->started; i++)
-		if (uc->attempts[i]->conn != NULL && !conn_connect_pending(uc->attempts[i]->conn))
-			return;
+	if (upstream_handshaking(uc))
+		return;
 	upstream_start_next(uc);
 }
 
@@ -533,14 +540,13 @@ static void upstream_timeout_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	/* a TCP connection made says the address answered: what did not end
 	 * in time is its TLS handshake */
-	for (size_t i = 0; i < uc->started; i++)
-		if (uc->attempts[i]->conn != NULL && !conn_connect_pending(uc->attempts[i]->conn)) {
-			snprintf(reason, sizeof(reason),
-				 "TLS handshake with %s:%u not done within the connect timeout",
-				 uc->host, uc->endpoint.port);
-			upstream_connect_finish(uc, NULL, TRY_CONNECT_TIMEOUT, reason);
-			return;
-		}
+	if (upstream_handshaking(uc)) {
+		snprintf(reason, sizeof(reason),
+			 "TLS handshake with %s:%u not done within the connect timeout", uc->host,
+			 uc->endpoint.port);
+		upstream_connect_finish(uc, NULL, TRY_CONNECT_TIMEOUT, reason);
+		return;
+	}
 	if (uc->count > 1)
 		snprintf(reason, sizeof(reason),
 			 "no connection to %s:%u within the connect timeout (%zu of its %zu "
