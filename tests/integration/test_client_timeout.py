@@ -113,7 +113,12 @@ def scenario(t):
         r.buf += c.buf
         got = r.read_response()
         h.eq(got.header("Connection"), "close", "the 408's Connection field")
-        lines = [ln for ln in proxy.access_lines() if h.access_fields(ln).get("status") == "408"]
+        # the line reaches the proxy's stderr, and the harness's reader of
+        # it, after the 408 reached the client: wait for it
+        def lines_408():
+            return [ln for ln in proxy.access_lines() if h.access_fields(ln).get("status") == "408"]
+        h.wait_until(lines_408, 5 * h.SLOW, "an access line with status 408")
+        lines = lines_408()
         h.eq(len(lines), 1, "access lines with status 408 (%r)" % lines)
         h.eq(h.access_fields(lines[0]).get("method"), "-", "the cut head's method in its access line")
 
