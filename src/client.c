@@ -655,6 +655,27 @@ static bool client_input_is_empty_lines(struct client *client)
 	return client_peek_input(client, peek, sizeof(peek), &skipped) == skipped;
 }
 
+/* The head of a request cut by client_timeout, parsed again from what came
+ * (the shared head holds another client's by now): when its request line
+ * was read whole, its method and target name it in the access line, as for
+ * a head refused for one of its fields; else NULL. */
+static const struct http1_head *client_cut_head(struct client *client)
+{
+	struct evbuffer *in = conn_input(client->conn);
+	const struct limits *limits = &client->config->limits;
+	struct http1_limits parse_limits = {
+		.max_head_bytes = limits->max_header_bytes,
+		.max_target_bytes = limits->max_uri_bytes,
+	};
+	enum http1_error error;
+
+	if (http1_parse_request_head((const char *)evbuffer_pullup(in, -1), evbuffer_get_length(in),
+				     &parse_limits, &client_request_head,
+				     &error) != HTTP1_PARSE_MORE)
+		return NULL;
+	return client_request_head.parsed_target.path != NULL ? &client_request_head : NULL;
+}
+
 /* client_timeout passed without a whole request head. A head begun and not
  * finished is a request that timed out: it gets a 408 and an access line
  * (RFC 9110 section 15.5.9). A connection that sent no request since its
@@ -668,7 +689,8 @@ static void client_head_timeout(struct client *client)
 	}
 	log_info("client %s: request head not complete within client_timeout; answering 408",
 		 client->peer);
-	client_refuse(client, NULL, 408, "request head not complete within client_timeout");
+	client_refuse(client, client_cut_head(client), 408,
+		      "request head not complete within client_timeout");
 }
 
 static void client_event_cb(struct conn *conn, short what, void *arg)

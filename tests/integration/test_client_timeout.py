@@ -120,7 +120,26 @@ def scenario(t):
         h.wait_until(lines_408, 5 * h.SLOW, "an access line with status 408")
         lines = lines_408()
         h.eq(len(lines), 1, "access lines with status 408 (%r)" % lines)
-        h.eq(h.access_fields(lines[0]).get("method"), "-", "the cut head's method in its access line")
+        fields = h.access_fields(lines[0])
+        # its request line came whole: the line says which request was cut
+        h.eq((fields.get("method"), fields.get("target")), ("GET", "/echo?slowloris"),
+             "the cut head's method and target in its access line")
+
+    @t.check("a head cut inside its request line gets its 408 with method and target '-' in the "
+             "access line")
+    def _():
+        before = len([ln for ln in proxy.access_lines() if h.access_fields(ln).get("status") == "408"])
+        with h.RawConn(proxy.port()) as c:
+            c.send(b"GET /echo?cut-in-the-line HTT")
+            h.ok(c.closed_within(BOUND), "connection with half a request line still open after %ss" % BOUND)
+        h.ok(bytes(c.buf).startswith(b"HTTP/1.1 408 "), "the cut line's answer: %r" % bytes(c.buf[:200]))
+
+        def lines_408():
+            return [ln for ln in proxy.access_lines() if h.access_fields(ln).get("status") == "408"]
+        h.wait_until(lambda: len(lines_408()) > before, 5 * h.SLOW, "a second access line with status 408")
+        fields = h.access_fields(lines_408()[-1])
+        h.eq((fields.get("method"), fields.get("target")), ("-", "-"),
+             "the cut line's method and target in its access line")
 
     @t.check("an idle keep-alive connection is closed after client_timeout, nothing sent")
     def _():
