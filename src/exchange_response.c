@@ -691,6 +691,35 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 	exchange_relay_from(t, head);
 }
 
+/* A response in a transfer coding before chunked (gzip, chunked), for an
+ * HTTP/1.0 client: undoing chunked alone would pass the coded bytes off as
+ * the content. The upstream answered, and would answer the same again: a
+ * 502 that says so, with no retry, not one that calls it unreachable. */
+static void exchange_refuse_coding(struct exchange_try *t)
+{
+	struct exchange *ex = t->ex;
+	char text[256];
+
+	exchange_try_timeout_stop(t);
+	upstream_response_seen(ex->upstream, &ex->config->health);
+	t->record = ex->try_count;
+	exchange_record_try(ex, 0, try_outcome_name(TRY_MALFORMED), t->hedge);
+	metrics_upstream_error(ex->proxy->metrics, TRY_MALFORMED);
+	exchange_cancel_racing(ex, t);
+	/* its body is not read: the connection goes with it */
+	exchange_end_try(t, false);
+	if (ex->kept != NULL) {
+		/* the most recent response beats an error of our own */
+		exchange_deliver_kept(ex);
+		return;
+	}
+	snprintf(text, sizeof(text),
+		 "502 upstream response in a transfer coding an HTTP/1.0 client cannot read "
+		 "(%u attempt%s)",
+		 ex->attempts, ex->attempts == 1 ? "" : "s");
+	exchange_respond_error(ex, 502, text);
+}
+
 void exchange_read_response_head(struct exchange_try *t)
 {
 	struct exchange *ex = t->ex;
@@ -756,8 +785,7 @@ void exchange_read_response_head(struct exchange_try *t)
 		 * Transfer-Encoding; a coding before chunked (gzip) the proxy
 		 * cannot undo, and its bytes would be taken for the content */
 		if (t->framing.coded_before_chunked && ex->client_minor == 0) {
-			exchange_try_failed(t, TRY_MALFORMED,
-					    "transfer coding an HTTP/1.0 client cannot read");
+			exchange_refuse_coding(t);
 			return;
 		}
 		exchange_on_response_head(t, head);

@@ -28,7 +28,11 @@ sees 3 requests, Retry-Attempts 3) while a POST without a condition is not
 (1 request, Retry-Attempts 1); a body that goes bad after the head was sent
 ends the client connection with an incomplete response (no last chunk),
 never a clean one; bytes after a complete response never reach the next
-request's client (it gets its own response); the proxy keeps serving.
+request's client (it gets its own response); a well-formed response in
+Transfer-Encoding: gzip, chunked is a 502 for an HTTP/1.0 client on /thrice/
+that names the transfer coding, is not retried (1 request at the origin)
+and does not call the upstream unreachable, while an HTTP/1.1 client gets
+it as it came; the proxy keeps serving.
 """
 
 import socket
@@ -96,6 +100,11 @@ RESPONSES = {
     "101-unasked": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhello",
 }
 
+# A well-formed response in a transfer coding the proxy never asked for (no
+# TE went upstream): an HTTP/1.1 client gets it as it came; an HTTP/1.0
+# client cannot be given it decoded.
+GZIP_CHUNKED = OK + b"Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+
 # name: a chunked response whose head and a good start go out, then 0.5 s
 # later the part that breaks it; then the connection closes.
 LATE = {
@@ -152,6 +161,11 @@ class BadOrigin(RawServer):
             time.sleep(0.5)
             conn.sendall(late)
             time.sleep(0.3)
+            return False
+        if kind == "gzip-chunked":
+            conn.sendall(GZIP_CHUNKED)
+            conn.shutdown(socket.SHUT_WR)
+            time.sleep(0.1)
             return False
         if kind == "extra-bytes":
             # a complete response, then a second one nobody asked for; the
@@ -219,6 +233,25 @@ def scenario(t):
             h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts for the POST")
             settle()
             h.eq(len(bad.seen(path)), 1, "POST requests at the origin")
+
+    @t.check("gzip, chunked to an HTTP/1.0 client on a max_attempts 3 route: one 502 naming the "
+             "transfer coding, not retried, not called unreachable")
+    def _():
+        path = "/thrice/h10/gzip-chunked"
+        with h.RawConn(proxy.port(), timeout=10) as c:
+            c.send(h.request("GET", path, "a.example", version="HTTP/1.0"))
+            r = c.read_response()
+        h.check_error_response(r, 502, ["transfer coding"])
+        h.ok(b"unreachable" not in r.body, "the upstream answered, yet the 502 says %r" % r.body)
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        settle()
+        h.eq(len(bad.seen(path)), 1, "requests at the origin")
+        path = "/thrice/h11/gzip-chunked"
+        with h.RawConn(proxy.port(), timeout=10) as c:
+            c.send(h.request("GET", path, "a.example", headers=[("Connection", "close")]))
+            r = c.read_response()
+        h.eq((r.status, r.header_all("Transfer-Encoding"), r.body), (200, ["gzip, chunked"], b"hello"),
+             "HTTP/1.1: status, Transfer-Encoding, body as they came")
 
     for kind, what in (("late-bad-chunk", "a bad chunk size"),
                        ("late-chunk-garbage", "garbage where a chunk's CRLF belongs")):
