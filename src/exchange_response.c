@@ -43,6 +43,9 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	bool pass_chunked = rf->body == HTTP1_BODY_CHUNKED && ex->client_minor >= 1;
 	/* a 101 names the protocol switched to: Upgrade goes on with it */
 	bool upgrading = head->status == 101;
+	/* RFC 9110 section 8.6: never a Content-Length on a 1xx or 204, which
+	 * have no content whatever an upstream's says */
+	bool no_length = head->status < 200 || head->status == 204;
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
@@ -87,6 +90,8 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 			fwd = fwd && !seen_length;
 			seen_length = true;
 		}
+		if (no_length && f->known == HTTP1_FIELD_CONTENT_LENGTH)
+			fwd = false;
 		forward[i] = fwd;
 		if (fwd)
 			size += f->line_len;

@@ -10,7 +10,8 @@ Must hold: every body arrives byte-exact (sha256 and length) in both
 directions; the origin gets origin-form targets with the query intact and
 Host set from the absolute URI; responses carry Via and Retry-Attempts: 1;
 bodiless responses (HEAD, 204, 304) do not stall or desynchronise the
-client connection; an HTTP/1.0 client never gets chunked framing, nor a
+client connection, and a 204 reaches the client without the Content-Length
+an upstream gave it; an HTTP/1.0 client never gets chunked framing, nor a
 body in a transfer coding besides chunked (gzip, chunked): that is a 502.
 An IPv6 address written three ways ([::1], [0:0::1], [::0001]) is one
 upstream: the second and third requests reuse the first one's pooled
@@ -157,12 +158,15 @@ def scenario(t):
         r = h.curl("-I", origin.url("/bytes/5000"), proxy=proxy.url)
         h.eq((r.exit_code, r.status, r.header("Content-Length")), (0, 200, "5000"), "curl -I")
 
-    @t.check("204: no body, next request on the connection fine")
+    @t.check("204 (with a Content-Length the upstream should not have sent): no body, no "
+             "Content-Length to the client, next request on the connection fine")
     def _():
         with h.RawConn(proxy.port()) as c:
-            c.send(h.request("GET", origin.url("/status/204"), auth))
+            c.send(h.request("GET", origin.url("/status/204?hdr=Content-Length:5"), auth))
             r = c.read_response()
             h.eq(r.status, 204, "status")
+            # RFC 9110 section 8.6: never a Content-Length on a 204
+            h.eq(r.header("Content-Length"), None, "Content-Length on the 204")
             c.send(h.request("GET", origin.url("/bytes/30"), auth))
             r2 = c.read_response()
             h.eq((r2.status, r2.body), (200, o.pattern_bytes(30)), "GET after 204")
