@@ -139,6 +139,13 @@ void exchange_resume_answer(struct exchange_try *t, const struct http1_head *hea
 			exchange_schedule_retry(ex);
 			return;
 		}
+		/* marked down since the resume went out (a response does not
+		 * mark it up): wait for it, as the break's resume would have */
+		if (verdict.kind == RETRY_VERDICT_HOLD) {
+			exchange_end_try(t, false);
+			exchange_hold_retry(ex, verdict.cause);
+			return;
+		}
 	}
 	exchange_end_try(t, false);
 	snprintf(note, sizeof(note), "%s (status %d)", resume_answer_text(answer), head->status);

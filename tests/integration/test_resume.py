@@ -41,7 +41,9 @@ Must hold:
   resume, resumes_total{result="failed"} stays 0;
 - a break while the upstream is down (health, hold: true) is held until a
   probe connects, even with a pooled connection to it idle: the resume
-  reaches the origin only after it listens again, then is spliced on;
+  reaches the origin only after it listens again, then is spliced on; a
+  503 to a resume already at the origin when it was marked down is held
+  the same way, not given up;
 - resumes count against attempts (max_attempts 2: the second break ends
   the body short, gave_up=attempts) and the deadline (gave_up=deadline);
 - the JSON access log carries "broken" and "resumed_at" in the tries.
@@ -452,6 +454,50 @@ def scenario(t):
                          tries)
         held_ms = m and float(m.group(1)) * (1 if m.group(2) == "ms" else 1000)
         h.ok(m is not None and held_ms >= 500, "trail with the time held: %r" % tries)
+
+    @t.check("a 503 to the resume while the upstream is down is held, then spliced")
+    def _():
+        held_origin = t.origin(name="held503")
+        hproxy = t.proxy(CONFIG_HOLD, ORIGIN=held_origin.port)
+        n = 2 * MiB + 17
+        path = "/object/%d" % n
+        held_origin.script(path, [path + "?break_at=%d" % MiB, "/status/503?hold=late", path])
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(r=get(hproxy, path)))
+        thread.start()
+        try:
+            # the resume is at the origin, on its own connection, unanswered
+            gate = held_origin.gate("late")
+            gate.wait_reached(10 * h.SLOW)
+            # meanwhile the upstream goes away, and a POST marks it down
+            held_origin.stop_listening()
+            h.eq(h.curl("-X", "POST", "http://127.0.0.1:%d/once/x" % hproxy.port(0)).status,
+                 502, "POST while the port is closed")
+            h.wait_until(lambda: " down " in h.curl("http://127.0.0.1:%d/upstreams"
+                                                    % hproxy.port(1)).body.decode(),
+                         5 * h.SLOW, "the upstream marked down")
+            # the 503 comes on the connection made before: held, as any
+            # retryable answer's retry while down, not given up
+            gate.release()
+            h.wait_until(lambda: not thread.is_alive() or
+                         h.metric(admin_metrics(hproxy), "retryproxy_held_requests", "") == 1.0,
+                         5 * h.SLOW, "the download held, or ended")
+            h.ok(thread.is_alive(), "the download waits while the upstream is down")
+        finally:
+            held_origin.listen_again()
+            thread.join(30 * h.SLOW)
+        r = result["r"]
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = held_origin.requests_for(path)
+        h.eq(len(reqs), 3, "requests the origin saw")
+        k = int(reqs[2].header("Range")[6:-1])
+        tries = h.access_fields(hproxy.access_one(path)).get("tries", "")
+        h.ok(re.fullmatch(r"200 broken=reset -> wait 50ms -> 503 resumed_at=%d -> wait [\d.]+m?s "
+                          r"-> 206 resumed_at=%d" % (k, k), tries) is not None,
+             "trail: %r" % tries)
+        h.eq(h.metric(admin_metrics(hproxy), "retryproxy_resumes_total",
+                      '{route="default",result="ok"}'), 1.0, "resumes ok")
 
     @t.check("the JSON access log carries broken and resumed_at in the tries")
     def _():
