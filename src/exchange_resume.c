@@ -109,7 +109,7 @@ void exchange_resume_answer(struct exchange_try *t, const struct http1_head *hea
 	struct resume *resume = ex->resume;
 	enum resume_answer answer = resume_check_answer(resume, head, &t->framing);
 	enum retry_should should;
-	struct retry_verdict verdict;
+	struct retry_verdict verdict = { .kind = RETRY_VERDICT_FINAL };
 	char note[160];
 
 	if (ex->try_count > 0) {
@@ -148,6 +148,13 @@ void exchange_resume_answer(struct exchange_try *t, const struct http1_head *hea
 		}
 	}
 	exchange_end_try(t, false);
-	snprintf(note, sizeof(note), "%s (status %d)", resume_answer_text(answer), head->status);
+	if (verdict.kind == RETRY_VERDICT_GIVE_UP)
+		/* not a changed download: a retryable answer with no retry
+		 * left */
+		snprintf(note, sizeof(note), "resume answered %d, not retried (gave up: %s)",
+			 head->status, retry_give_up_name(verdict.reason));
+	else
+		snprintf(note, sizeof(note), "%s (status %d)", resume_answer_text(answer),
+			 head->status);
 	exchange_resume_give_up(ex, note);
 }

@@ -394,6 +394,18 @@ def scenario(t):
         h.eq(fields.get("attempts"), "2", "attempts")
         h.eq(fields.get("bytes"), str(len(r.body)), "logged bytes are what the client got")
 
+    @t.check("a retryable answer to the last allowed resume: the note says it was not retried, "
+             "not that the download changed")
+    def _():
+        n = 2 * MiB + 10
+        r = download(n, ["?break_at=%d" % MiB, "/status/503"], host="two.test")
+        short_prefix(r, n)
+        quiet_origin(n, 2)
+        fields = h.access_fields(proxy.access_one("/object/%d" % n))
+        h.eq(fields.get("gave_up"), "attempts", "gave_up")
+        h.eq(urllib.parse.unquote(fields.get("note", "")),
+             "not resumed at %d: resume answered 503, not retried (gave up: attempts)" % MiB, "note")
+
     @t.check("resumes count against the deadline")
     def _():
         n = 2 * MiB + 9
