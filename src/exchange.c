@@ -299,7 +299,9 @@ void exchange_record_try(struct exchange *ex, int status, const char *error, boo
 	ex->tries[ex->try_count].wait_ms = 0;
 	ex->tries[ex->try_count].hedge = hedge;
 	ex->tries[ex->try_count].broken = NULL;
-	ex->tries[ex->try_count].resumed = false;
+	/* a try made for a resume says so, whether or not a head came back */
+	ex->tries[ex->try_count].resumed = ex->resumable && ex->resume->pending;
+	ex->tries[ex->try_count].resumed_at = ex->tries[ex->try_count].resumed ? ex->resume->at : 0;
 	ex->try_count++;
 }
 

@@ -112,10 +112,6 @@ void exchange_resume_answer(struct exchange_try *t, const struct http1_head *hea
 	struct retry_verdict verdict = { .kind = RETRY_VERDICT_FINAL };
 	char note[160];
 
-	if (ex->try_count > 0) {
-		ex->tries[ex->try_count - 1].resumed = true;
-		ex->tries[ex->try_count - 1].resumed_at = resume->at;
-	}
 	if (answer == RESUME_ANSWER_SPLICE) {
 		log_debug("%.*s %.*s: resumed at %llu", (int)ex->method_len, ex->method,
 			  (int)ex->target_len, ex->target, (unsigned long long)resume->at);

@@ -220,6 +220,19 @@ def scenario(t):
              "200 broken=reset -> wait 50ms -> 503 resumed_at=%d -> wait 50ms -> "
              "206 resumed_at=%d" % (k, k), "logged trail")
 
+    @t.check("a resume reset before its answer's head is marked resumed_at=K in the trail too")
+    def _():
+        n = 3 * MiB + 1
+        r = download(n, ["?break_at=%d" % MiB, "/reset/request", ""])
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 3, "requests the origin saw")
+        k = int(reqs[2].header("Range")[6:-1])
+        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
+             "200 broken=reset -> wait 50ms -> reset resumed_at=%d -> wait 50ms -> "
+             "206 resumed_at=%d" % (k, k), "logged trail")
+
     @t.check("a body that stalls for try_timeout is resumed like one that broke")
     def _():
         n = 2 * MiB + 11
