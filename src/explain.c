@@ -664,10 +664,6 @@ int explain_run(const struct config *config, const struct explain_request *reque
 			(int)h->head.method_len, h->head.method);
 		goto done;
 	}
-	/* a Content-Length over the limit is refused before routing, a chunked
-	 * body once that many bytes came */
-	if (h->framing.body == HTTP1_BODY_LENGTH && explain_body_refused(config, h, &body, err))
-		goto done;
 	status = route_destination(
 		config, view.sidecar && view.listener != NULL ? view.listener->upstream : NULL,
 		&h->head.parsed_target, h->framing.host_name, h->framing.host_name_len,
@@ -678,7 +674,10 @@ int explain_run(const struct config *config, const struct explain_request *reque
 			status, reason);
 		goto done;
 	}
-	if (h->framing.body == HTTP1_BODY_CHUNKED && explain_body_refused(config, h, &body, err))
+	/* a body over the limit is refused under its route (exchange_new()
+	 * routes first, exchange_run() answers 413): a refused host or path
+	 * is what the client hears */
+	if (explain_body_refused(config, h, &body, err))
 		goto done;
 	if (explain_admin_refused(config, &dest, err))
 		goto done;

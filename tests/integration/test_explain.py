@@ -20,7 +20,7 @@ not idempotent or whose body is over replay_buffer (with a note on stderr,
 as for a request that asks to switch protocols, whose stdout is a GET's,
 as for an https:// URL a forward proxy client would tunnel); a bad method, URL, header line or body file, a config error
 and a request the proxy would refuse (allow_hosts: 403, a body over
-max_body_bytes: 413, its own admin address as the destination, from a
+max_body_bytes: 413, but a refused host or path first, as the proxy does; its own admin address as the destination, from a
 forward URL or a sidecar's upstream:, which the proxy answers 403 after one
 try) or answers itself (TRACE or OPTIONS with Max-Forwards: 0) exit 1; a
 target within limits.max_uri_bytes in the origin-form a sidecar receives is
@@ -233,6 +233,17 @@ listen:
 admin: 127.0.0.1:@PORT1@
 log: { level: info, format: text }
 limits: { drain_timeout: 2s }
+"""
+
+
+# A body limit and an allow list: a request refused for its host or its path
+# and for its Content-Length at once.
+REFUSED_TWICE = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+access: { allow_clients: [127.0.0.0/8], allow_hosts: [allowed.test] }
+log: { level: info, format: text }
+limits: { drain_timeout: 2s, max_body_bytes: 10 }
 """
 
 
@@ -674,6 +685,20 @@ def scenario(t):
         expect_refused(p, ["414"], "forward")
         r = h.fetch(proxy.port(0), "GET", url, "localhost:%d" % origin.port)
         h.eq(r.status, 414, "forward: the proxy's answer")
+
+    @t.check("a request refused both for its host or its path and for a Content-Length over "
+             "max_body_bytes gets the status the proxy gives: routing (403, 400) comes "
+             "first, as in exchange_new()")
+    def _():
+        proxy = t.proxy(REFUSED_TWICE)
+        body = write(os.path.join(tmp, "refused-twice.bin"), "x" * 100)
+        for url, host, status in [("http://denied.test/x", "denied.test", 403),
+                                  ("http://allowed.test/a/%zz", "allowed.test", 400),
+                                  ("http://allowed.test/x", "allowed.test", 413)]:
+            p = explain(["-c", proxy.config_path, "PUT", url, "--body", body])
+            expect_refused(p, ["refuse this request with %d" % status], url)
+            r = h.fetch(proxy.port(0), "PUT", url, host, body=b"x" * 100)
+            h.eq(r.status, status, "%s: the proxy's answer" % url)
 
     @t.check("the proxy with the explained policy, requests with bodies: exactly the explained "
              "tries and idempotency (json_field only in a body within replay_buffer, never under "
