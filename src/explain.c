@@ -628,6 +628,8 @@ int explain_run(const struct config *config, const struct explain_request *reque
 	char reason[512];
 	int status;
 	int rc = -1;
+	/* a fragment is the client's own: clients leave it out of the request */
+	size_t url_len = strcspn(request->url, "#");
 
 	if (explain_check_request(request, err) < 0)
 		goto done;
@@ -636,8 +638,7 @@ int explain_run(const struct config *config, const struct explain_request *reque
 	/* absolute form first: the proxy's parser checks the URL; its size
 	 * limits hold for what a listener receives, which a sidecar's app
 	 * sends in origin-form, shorter */
-	if (explain_head(config, request, request->url, strlen(request->url), &body, false, h,
-			 err) < 0)
+	if (explain_head(config, request, request->url, url_len, &body, false, h, err) < 0)
 		goto done;
 	view = explain_choose_view(config, &h->head.parsed_target);
 	if (view.sidecar) {
@@ -648,11 +649,9 @@ int explain_run(const struct config *config, const struct explain_request *reque
 		/* in an intercepted tunnel the request arrives in origin-form,
 		 * and is routed as the URL says */
 		if (explain_origin_form(config, request, &body, h, err) < 0 ||
-		    explain_head(config, request, request->url, strlen(request->url), &body, false,
-				 h, err) < 0)
+		    explain_head(config, request, request->url, url_len, &body, false, h, err) < 0)
 			goto done;
-	} else if (explain_head(config, request, request->url, strlen(request->url), &body, true, h,
-				err) < 0) {
+	} else if (explain_head(config, request, request->url, url_len, &body, true, h, err) < 0) {
 		goto done;
 	}
 	explain_note_view(config, &view, h, err);

@@ -374,6 +374,15 @@ def scenario(t):
         h.ok("forward proxy listener 127.0.0.1:%d" % fwd_sock.getsockname()[1] in p.stderr,
              "stderr should name the forward listener: %r" % p.stderr)
 
+    @t.check("a URL's #fragment is left out, as clients do: explained as the same URL without it")
+    def _():
+        url = "http://svc.allowed.test/v1/items?token=abc"
+        plain = explain(["-c", own, "POST", url])
+        p = explain(["-c", own, "POST", url + "#section-2"])
+        h.eq(p.returncode, 0, "exit code (stderr %r)" % p.stderr)
+        h.eq((p.stdout, p.stderr), (plain.stdout, plain.stderr), "explained as without the fragment")
+        h.ok("#" not in p.stderr, "the head explained carries no fragment: %r" % p.stderr)
+
     @t.check("sidecar mode: a URL of the sidecar's upstream, or of the sidecar listener itself, goes "
              "to the listener's upstream; a method route with max_attempts 1 has no waits")
     def _():
