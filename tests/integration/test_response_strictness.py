@@ -102,8 +102,11 @@ RESPONSES = {
 
 # A well-formed response in a transfer coding the proxy never asked for (no
 # TE went upstream): an HTTP/1.1 client gets it as it came; an HTTP/1.0
-# client cannot be given it decoded.
-GZIP_CHUNKED = OK + b"Transfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+# client cannot be given it decoded. Connection: close, so that the proxy
+# never pools the connection the origin closes after it: the next check's
+# request (a max_attempts 1 route) would find it stale and get a 502.
+GZIP_CHUNKED = (OK + b"Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+                b"5\r\nhello\r\n0\r\n\r\n")
 
 # name: a chunked response whose head and a good start go out, then 0.5 s
 # later the part that breaks it; then the connection closes.
