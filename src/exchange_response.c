@@ -126,6 +126,50 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	ex->status = head->status;
 }
 
+/* Write an upstream's interim response to the client as RFC 9110 section
+ * 15.2 asks of a proxy: our HTTP version, its fields minus hop-by-hop ones
+ * (and any Content-Length: a 1xx has no content), Via and Retry-Attempts as
+ * on every response. Nothing else of the exchange changes: the final
+ * response, and the client's pipelined next one, still follow it. */
+static void exchange_send_interim(struct exchange *ex, const struct http1_head *head)
+{
+	static const char via_attempts[] = "Via: 1.1 retryproxy\r\nRetry-Attempts: ";
+	struct evbuffer *out = conn_output(ex->owner.conn);
+	bool hop[HTTP1_MAX_FIELDS];
+	bool forward[HTTP1_MAX_FIELDS];
+	/* "HTTP/1.1 1xx " reason CRLF, fields, Via, Retry-Attempts (10 digits
+	 * at most) CRLF, CRLF */
+	size_t size = 13 + head->reason_len + 2 + sizeof(via_attempts) - 1 + 10 + 2 + 2;
+	struct evbuffer_iovec vec;
+	char *via_at;
+	char *p;
+	size_t i;
+
+	http1_hop_by_hop_marks(head, hop);
+	for (i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		forward[i] = !hop[i] && f->known != HTTP1_FIELD_RETRY_ATTEMPTS &&
+			     f->known != HTTP1_FIELD_CONTENT_LENGTH;
+		if (forward[i])
+			size += f->line_len;
+	}
+	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
+	p = EXCHANGE_PUT_LITERAL(vec.iov_base, "HTTP/1.1 ");
+	p = exchange_put_uint(p, (unsigned)head->status);
+	*p++ = ' ';
+	p = exchange_put(p, head->reason, head->reason_len);
+	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
+	p = exchange_put_fields(p, head, forward, false);
+	via_at = p;
+	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
+	via_at[sizeof("Via: 1.") - 1] = (char)('0' + head->version_minor);
+	p = exchange_put_uint(p, ex->attempts);
+	p = EXCHANGE_PUT_LITERAL(p, "\r\n\r\n");
+	vec.iov_len = (size_t)(p - (char *)vec.iov_base);
+	evbuffer_commit_space(out, &vec, 1);
+}
+
 /* May the try's connection serve another request once body is read? */
 static bool exchange_upstream_reusable(struct exchange_try *t, const struct body_relay *body)
 {
@@ -767,8 +811,19 @@ void exchange_read_response_head(struct exchange_try *t)
 				exchange_switch_protocols(t, head);
 				return;
 			}
-			/* the proxy already answered Expect itself; other interim
-			 * responses carry nothing the client asked for */
+			/* RFC 9110 section 15.2: a proxy forwards 1xx (103 Early
+			 * Hints, 102 Processing), each try's, to an HTTP/1.1
+			 * client only. Not a 100: the proxy answered Expect
+			 * itself and did not pass it on; not to a client whose
+			 * response is under way (a resume's try); not past the
+			 * output mark: a hint is advisory, and an upstream's
+			 * stream of them must not pile up for a client that does
+			 * not read */
+			if (head->status != 100 && ex->client_minor >= 1 &&
+			    ex->state == EXCHANGE_TRYING &&
+			    !(ex->resumable && ex->resume->pending) &&
+			    conn_output_length(ex->owner.conn) <= EXCHANGE_OUTPUT_HIGH)
+				exchange_send_interim(ex, head);
 			evbuffer_drain(in, head->head_len);
 			t->interim_seen = true;
 			continue;
