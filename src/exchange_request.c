@@ -299,6 +299,21 @@ static bool exchange_body_over_limit(struct exchange *ex)
 	return true;
 }
 
+/* With max_body_bytes at most replay_buffer a chunked body is read whole
+ * before the first try, so that one over the limit gets its 413 before any
+ * of it leaves (README, "Limits"). Its chunk framing may take it past
+ * replay_buffer while its data is still within the limit: it is still read
+ * whole then, the data bounded by the limit, the framing by replay_buffer
+ * (long chunk extensions), and sent once. */
+static bool exchange_read_whole_for_limit(const struct exchange *ex)
+{
+	const struct limits *limits = &ex->config->limits;
+	uint64_t framing = evbuffer_get_length(ex->replay) - ex->request_body.payload_bytes;
+
+	return limits->max_body_bytes > 0 && limits->max_body_bytes <= limits->replay_buffer &&
+	       framing <= limits->replay_buffer;
+}
+
 void exchange_read_request_body(struct exchange *ex)
 {
 	struct evbuffer *in = conn_input(ex->owner.conn);
@@ -320,12 +335,15 @@ void exchange_read_request_body(struct exchange *ex)
 		/* a chunked body turned out larger than replay_buffer (perhaps
 		 * only in its last read): what is kept goes first, any rest
 		 * streams, and it is sent once */
+		if (!ex->body_too_large)
+			log_info("%.*s %.*s: chunked body is over replay_buffer (%zu): sent "
+				 "once, not retried",
+				 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
+				 ex->config->limits.replay_buffer);
 		ex->body_too_large = true;
 		ex->body_once = true;
-		log_info("%.*s %.*s: chunked body is over replay_buffer (%zu): sent once, not "
-			 "retried",
-			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
-			 ex->config->limits.replay_buffer);
+		if (!ex->request_body.done && exchange_read_whole_for_limit(ex))
+			return;
 	} else if (!ex->request_body.done) {
 		return; /* more to come */
 	} else if (ex->json_pending) {
