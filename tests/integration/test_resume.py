@@ -144,6 +144,21 @@ def scenario(t):
     def requests_for(n):
         return origin.requests_for("/object/%d" % n)
 
+    def resumed_after_second_try(n, second, logged):
+        """Break /object/n at 1 MiB, answer the first resume as second says
+        (logged so in the trail), then 206: the client gets it whole, both
+        resumes ask from the same K and the trail marks both resumed_at=K."""
+        r = download(n, ["?break_at=%d" % MiB, second, ""])
+        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
+        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 3, "requests the origin saw")
+        h.eq(reqs[1].header("Range"), reqs[2].header("Range"), "both resumes ask from K")
+        k = int(reqs[2].header("Range")[6:-1])
+        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
+             "200 broken=reset -> wait 50ms -> %s resumed_at=%d -> wait 50ms -> "
+             "206 resumed_at=%d" % (logged, k, k), "logged trail")
+
     def short_prefix(r, n, version=1):
         """The client got a short body that is a prefix of version's bytes."""
         h.ok(r.exit_code != 0, "curl should fail on a short body: %r" % r)
@@ -208,30 +223,11 @@ def scenario(t):
 
     @t.check("a 503 to the resume is retried, then the 206 is spliced on")
     def _():
-        n = 3 * MiB
-        r = download(n, ["?break_at=%d" % MiB, "/status/503", ""])
-        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
-        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
-        reqs = requests_for(n)
-        h.eq(len(reqs), 3, "requests the origin saw")
-        h.eq(reqs[1].header("Range"), reqs[2].header("Range"), "both resumes ask from K")
-        k = int(reqs[2].header("Range")[6:-1])
-        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
-             "200 broken=reset -> wait 50ms -> 503 resumed_at=%d -> wait 50ms -> "
-             "206 resumed_at=%d" % (k, k), "logged trail")
+        resumed_after_second_try(3 * MiB, "/status/503", "503")
 
     @t.check("a resume reset before its answer's head is marked resumed_at=K in the trail too")
     def _():
-        n = 3 * MiB + 1
-        r = download(n, ["?break_at=%d" % MiB, "/reset/request", ""])
-        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
-        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
-        reqs = requests_for(n)
-        h.eq(len(reqs), 3, "requests the origin saw")
-        k = int(reqs[2].header("Range")[6:-1])
-        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
-             "200 broken=reset -> wait 50ms -> reset resumed_at=%d -> wait 50ms -> "
-             "206 resumed_at=%d" % (k, k), "logged trail")
+        resumed_after_second_try(3 * MiB + 1, "/reset/request", "reset")
 
     @t.check("a body that stalls for try_timeout is resumed like one that broke")
     def _():
@@ -329,16 +325,7 @@ def scenario(t):
 
     @t.check("a 409 with x-should-retry: true to the resume is retried, then spliced")
     def _():
-        n = 3 * MiB + 14
-        r = download(n, ["?break_at=%d" % MiB, "/status/409?should_retry=true", ""])
-        h.eq(r.exit_code, 0, "curl exit code (%r)" % r.stderr)
-        h.eq(hashlib.sha256(r.body).hexdigest(), sha(n), "body sha256")
-        reqs = requests_for(n)
-        h.eq(len(reqs), 3, "requests the origin saw")
-        k = int(reqs[2].header("Range")[6:-1])
-        h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("tries"),
-             "200 broken=reset -> wait 50ms -> 409 resumed_at=%d -> wait 50ms -> "
-             "206 resumed_at=%d" % (k, k), "logged trail")
+        resumed_after_second_try(3 * MiB + 14, "/status/409?should_retry=true", "409")
 
     @t.check("a weak ETag gets no resume")
     def _():
