@@ -217,7 +217,8 @@ struct exchange {
 	struct body_relay request_body; /* the client's body as it arrives */
 	struct evbuffer *replay; /* the whole body, re-sent on every try; NULL: streamed once */
 	struct spool *spool; /* the body in a file (limits.spool_max), re-sent from there; replay
-			      * then holds only what is not written yet */
+			      * then holds only what is not written yet; closed once queued
+			      * when the body goes once (body_once) */
 	uint64_t spool_sent; /* the file's bytes queued on the current try (one at a time: a
 			      * request with a body is never hedged) */
 	bool spool_queued;   /* ... all of them, and what follows them */

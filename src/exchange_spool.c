@@ -123,5 +123,11 @@ void exchange_spool_feed(struct exchange_try *t)
 	ex->spool_queued = true;
 	/* by reference, as a replay buffer: empty unless a write failed */
 	evbuffer_add_buffer_reference(out, ex->replay);
+	/* a body going once never needs its file again: the disk and its share
+	 * of spool_total come free now, not when the client's rest has come */
+	if (ex->body_once) {
+		spool_close(ex->spool);
+		ex->spool = NULL;
+	}
 	exchange_pump_request_body(ex);
 }
