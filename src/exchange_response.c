@@ -27,6 +27,23 @@
  * scratch head serves every exchange without an allocation per response. */
 static struct http1_head exchange_response_head;
 
+/* A chunked response decoded for an HTTP/1.0 client loses its trailer
+ * section: no Trailer field may announce it. A pass of its own, kept out
+ * of the field loop every response takes, since it is rare; the head's room
+ * was counted with the field (some to spare). */
+static void exchange_drop_trailer_field(const struct http1_head *head, bool *forward)
+{
+	size_t i;
+
+	for (i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		if (f->known == HTTP1_FIELD_OTHER && f->name_len == 7 &&
+		    strncasecmp(f->name, "Trailer", 7) == 0)
+			forward[i] = false;
+	}
+}
+
 /* Write the response head of try number to the client: our HTTP version,
  * the upstream's fields minus hop-by-hop ones, Via and Retry-Attempts, and
  * our own Connection; set up the body's relay toward the client. */
@@ -46,6 +63,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	/* RFC 9110 section 8.6: never a Content-Length on a 1xx or 204, which
 	 * have no content whatever an upstream's says */
 	bool no_length = head->status < 200 || head->status == 204;
+	bool no_trailer = rf->body == HTTP1_BODY_CHUNKED && !pass_chunked;
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
@@ -96,6 +114,8 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 		if (fwd)
 			size += f->line_len;
 	}
+	if (no_trailer)
+		exchange_drop_trailer_field(head, forward);
 	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
 	p = EXCHANGE_PUT_LITERAL(vec.iov_base, "HTTP/1.1 ");
 	*p++ = (char)('0' + head->status / 100);

@@ -12,7 +12,8 @@ Host set from the absolute URI; responses carry Via and Retry-Attempts: 1;
 bodiless responses (HEAD, 204, 304) do not stall or desynchronise the
 client connection, and a 204 reaches the client without the Content-Length
 an upstream gave it; an HTTP/1.0 client never gets chunked framing, nor a
-body in a transfer coding besides chunked (gzip, chunked): that is a 502.
+Trailer field announcing the trailers decoding drops, nor a body in a
+transfer coding besides chunked (gzip, chunked): that is a 502.
 An IPv6 address written three ways ([::1], [0:0::1], [::0001]) is one
 upstream: the second and third requests reuse the first one's pooled
 connection, and /upstreams lists it once, as [::1]; so is one in its
@@ -235,6 +236,20 @@ def scenario(t):
                  "Transfer-Encoding to an HTTP/1.0 client: %r" % r.headers)
             h.eq((r.status, r.body), (200, o.pattern_bytes(5000)), "status and body (framing %s)" % r.framing)
             h.ok(c.closed_within(5), "proxy should close an HTTP/1.0 connection without keep-alive")
+        # the trailer section goes with the chunked framing: nothing may
+        # announce it (an HTTP/1.1 client gets both)
+        with h.RawConn(proxy.port()) as c:
+            c.send(("GET %s HTTP/1.0\r\n\r\n" % origin.url("/chunked/5000?trailer=1")).encode())
+            r = c.read_response()
+            h.eq((r.status, r.body == o.pattern_bytes(5000), r.header_all("Trailer")),
+                 (200, True, []),
+                 "HTTP/1.0: status, body, Trailer fields (%r)" % r.headers)
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("GET", origin.url("/chunked/5000?trailer=1&v11"), auth))
+            r = c.read_response()
+            h.eq((r.status, r.body == o.pattern_bytes(5000), r.header_all("Trailer")),
+                 (200, True, ["X-Checksum"]),
+                 "HTTP/1.1: status, body, Trailer fields (%r)" % r.headers)
 
     @t.check("a response in gzip, chunked: an HTTP/1.1 client gets it as it came; an HTTP/1.0 "
              "client, who cannot be given the gzip coding, gets 502, not gzip bytes as content")
