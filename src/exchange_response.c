@@ -27,6 +27,41 @@
  * scratch head serves every exchange without an allocation per response. */
 static struct http1_head exchange_response_head;
 
+/* Every response head the client gets, interim or final, starts alike. */
+static const char exchange_via_attempts[] = "Via: 1.1 retryproxy\r\nRetry-Attempts: ";
+
+/* Room for what exchange_put_head_start() writes, fields aside:
+ * "HTTP/1.1 200 " reason CRLF, Via, Retry-Attempts (10 digits at most)
+ * CRLF. */
+static inline size_t exchange_head_start_room(const struct http1_head *head)
+{
+	return 13 + head->reason_len + 2 + sizeof(exchange_via_attempts) - 1 + 10 + 2;
+}
+
+/* Our status line, the upstream's fields marked in forward, then Via (in
+ * the version the upstream's message came in, RFC 9110 section 7.6.3:
+ * "Via: 1.0" for HTTP/1.0) and Retry-Attempts. */
+static inline char *exchange_put_head_start(char *p, const struct exchange *ex,
+					    const struct http1_head *head, const bool *forward,
+					    bool length_repeated)
+{
+	char *via_at;
+
+	p = EXCHANGE_PUT_LITERAL(p, "HTTP/1.1 ");
+	*p++ = (char)('0' + head->status / 100);
+	*p++ = (char)('0' + head->status / 10 % 10);
+	*p++ = (char)('0' + head->status % 10);
+	*p++ = ' ';
+	p = exchange_put(p, head->reason, head->reason_len);
+	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
+	p = exchange_put_fields(p, head, forward, length_repeated);
+	via_at = p;
+	p = EXCHANGE_PUT_LITERAL(p, exchange_via_attempts);
+	via_at[sizeof("Via: 1.") - 1] = (char)('0' + head->version_minor);
+	p = exchange_put_uint(p, ex->attempts);
+	return EXCHANGE_PUT_LITERAL(p, "\r\n");
+}
+
 /* A chunked response decoded for an HTTP/1.0 client loses its trailer
  * section: no Trailer field may announce it. A pass of its own, kept out
  * of the field loop every response takes, since it is rare; the head's room
@@ -50,7 +85,6 @@ static void exchange_drop_trailer_field(const struct http1_head *head, bool *for
 static void exchange_send_response_head(struct exchange *ex, const struct http1_head *head,
 					const struct http1_framing *rf, unsigned number)
 {
-	static const char via_attempts[] = "Via: 1.1 retryproxy\r\nRetry-Attempts: ";
 	static const char close[] = "Connection: close\r\n";
 	static const char keep_alive[] = "Connection: keep-alive\r\n";
 	static const char upgrade[] = "Connection: upgrade\r\n";
@@ -67,12 +101,9 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
-	/* "HTTP/1.1 200 " reason CRLF, fields, Via, Retry-Attempts (10 digits at
-	 * most) CRLF, Connection, CRLF */
-	size_t size = 13 + head->reason_len + 2 + sizeof(via_attempts) - 1 + 10 + 2 +
-		      sizeof(keep_alive) - 1 + 2;
+	/* the start, fields, Connection, CRLF */
+	size_t size = exchange_head_start_room(head) + sizeof(keep_alive) - 1 + 2;
 	struct evbuffer_iovec vec;
-	char *via_at;
 	char *p;
 	size_t i;
 
@@ -117,21 +148,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	if (no_trailer)
 		exchange_drop_trailer_field(head, forward);
 	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
-	p = EXCHANGE_PUT_LITERAL(vec.iov_base, "HTTP/1.1 ");
-	*p++ = (char)('0' + head->status / 100);
-	*p++ = (char)('0' + head->status / 10 % 10);
-	*p++ = (char)('0' + head->status % 10);
-	*p++ = ' ';
-	p = exchange_put(p, head->reason, head->reason_len);
-	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
-	p = exchange_put_fields(p, head, forward, rf->length_repeated);
-	via_at = p;
-	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
-	/* Via names the version the upstream's message came in (RFC 9110
-	 * section 7.6.3): "Via: 1.0" for HTTP/1.0 */
-	via_at[sizeof("Via: 1.") - 1] = (char)('0' + head->version_minor);
-	p = exchange_put_uint(p, ex->attempts);
-	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
+	p = exchange_put_head_start(vec.iov_base, ex, head, forward, rf->length_repeated);
 	if (ex->ambiguous)
 		p = EXCHANGE_PUT_LITERAL(p, ambiguous);
 	if (upgrading)
@@ -153,15 +170,12 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
  * response, and the client's pipelined next one, still follow it. */
 static void exchange_send_interim(struct exchange *ex, const struct http1_head *head)
 {
-	static const char via_attempts[] = "Via: 1.1 retryproxy\r\nRetry-Attempts: ";
 	struct evbuffer *out = conn_output(ex->owner.conn);
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
-	/* "HTTP/1.1 1xx " reason CRLF, fields, Via, Retry-Attempts (10 digits
-	 * at most) CRLF, CRLF */
-	size_t size = 13 + head->reason_len + 2 + sizeof(via_attempts) - 1 + 10 + 2 + 2;
+	/* the start, fields, CRLF */
+	size_t size = exchange_head_start_room(head) + 2;
 	struct evbuffer_iovec vec;
-	char *via_at;
 	char *p;
 	size_t i;
 
@@ -175,17 +189,8 @@ static void exchange_send_interim(struct exchange *ex, const struct http1_head *
 			size += f->line_len;
 	}
 	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
-	p = EXCHANGE_PUT_LITERAL(vec.iov_base, "HTTP/1.1 ");
-	p = exchange_put_uint(p, (unsigned)head->status);
-	*p++ = ' ';
-	p = exchange_put(p, head->reason, head->reason_len);
+	p = exchange_put_head_start(vec.iov_base, ex, head, forward, false);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
-	p = exchange_put_fields(p, head, forward, false);
-	via_at = p;
-	p = EXCHANGE_PUT_LITERAL(p, via_attempts);
-	via_at[sizeof("Via: 1.") - 1] = (char)('0' + head->version_minor);
-	p = exchange_put_uint(p, ex->attempts);
-	p = EXCHANGE_PUT_LITERAL(p, "\r\n\r\n");
 	vec.iov_len = (size_t)(p - (char *)vec.iov_base);
 	evbuffer_commit_space(out, &vec, 1);
 }
