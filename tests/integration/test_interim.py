@@ -11,7 +11,8 @@ fields and a Connection option) and then a 200; "processing" a 100 and a
 102 and then the 200; "plain" a 200 after 0.3 s; "retry" a 103 and a 503
 on the first request, a 103 and a 200 on the next; "hedge" a 103 and
 nothing more on the first request, a 103 and a 200 on the next; "resume"
-a 200 cut after 5 bytes, then a 103 and the 206 with the rest.
+a 200 cut after 5 bytes, then a 103 and the 206 with the rest; "flood"
+3,000 103s of 4 KiB and then the 200.
 Must hold: an HTTP/1.1 client gets the 103 before the 200, byte for byte
 the upstream's status line and fields minus the hop-by-hop ones, with Via
 and Retry-Attempts; the final response is untouched and logged with status
@@ -24,7 +25,9 @@ of its 10 bytes, resumed with a 103 and a 206) is not put inside the body
 the client is reading; pipelined requests get their responses
 in order, a 103 of the second never before the first's response; a request
 inside an intercepted tunnel (a forward proxy intercepting TLS to the origin
-served over TLS) gets its 103 as a plain one does.
+served over TLS) gets its 103 as a plain one does; a client that does not
+read while its upstream sends 12 MiB of 103s gets some of them, not all
+(those past 256 KiB queued for it are dropped), then the 200 whole.
 """
 
 import os
@@ -83,6 +86,9 @@ HINTS = (b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n"
 HINTS_OUT = (b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n"
              b"Link: </app.js>; rel=preload\r\nVia: 1.1 retryproxy\r\nRetry-Attempts: %d\r\n\r\n")
 FINAL = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+# 103s of 4 KiB each, 12 MiB in all: more than the kernel's buffers and
+# the proxy's 256 KiB mark for a client that does not read
+FLOOD = 3000
 
 
 class InterimOrigin(RawServer):
@@ -90,6 +96,7 @@ class InterimOrigin(RawServer):
 
     def __init__(self, tls=None):
         self.requests = []
+        self.flood_sent = False
         self.tls = tls  # an ssl.SSLContext: serve TLS
         super().__init__(conn_timeout=10)
 
@@ -153,6 +160,15 @@ class InterimOrigin(RawServer):
             conn.sendall(HINTS)
             conn.sendall(b"HTTP/1.1 206 Partial Content\r\nETag: \"v1\"\r\n"
                          b"Content-Range: bytes 5-9/10\r\nContent-Length: 5\r\n\r\nworld")
+            return True
+        if kind == "flood":
+            hint = (b"HTTP/1.1 103 Early Hints\r\nLink: </%s>; rel=preload\r\n\r\n"
+                    % (b"a" * 4000))
+            for _ in range(FLOOD):
+                conn.sendall(hint)
+            with self._lock:
+                self.flood_sent = True
+            conn.sendall(FINAL)
             return True
         conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
         return True
@@ -241,6 +257,22 @@ def scenario(t):
             final_ok(c.read_response(skip_1xx=False), 1)
             h.ok(c.closed_within(5), "the connection closes after Connection: close")
             h.eq(bytes(c.buf), b"", "bytes after the last response")
+
+    @t.check("a stream of 103s to a client that does not read: those past 256 KiB queued are "
+             "dropped, the upstream is still read, the 200 comes whole")
+    def _():
+        with h.RawConn(proxy.port(), timeout=10, rcvbuf=4096) as c:
+            c.send(h.request("GET", "/once/flood", "a.example"))
+            # the proxy keeps reading the upstream while the client does not
+            h.wait_until(lambda: origin.flood_sent, 10 * h.SLOW, "the origin to send every 103")
+            hints = 0
+            while True:
+                r = c.read_response(skip_1xx=False)
+                if r.status != 103:
+                    break
+                hints += 1
+            final_ok(r, 1)
+        h.ok(0 < hints < FLOOD, "some 103s reach the client, not all %d (got %d)" % (FLOOD, hints))
 
     @t.check("inside an intercepted tunnel: the 103 comes first, then the 200")
     def _():
