@@ -209,17 +209,25 @@ static bool retry_word_equals(const char *p, const char *end, const char *word)
 
 enum retry_should retry_should_parse(const char *value, size_t len)
 {
-	const char *end;
+	enum retry_should should = RETRY_SHOULD_UNSET;
+	const char *end = value + len;
 
-	if (len == 0)
-		return RETRY_SHOULD_UNSET;
-	end = value + len;
-	retry_trim(&value, &end);
-	if (retry_word_equals(value, end, "true"))
-		return RETRY_SHOULD_TRUE;
-	if (retry_word_equals(value, end, "false"))
-		return RETRY_SHOULD_FALSE;
-	return RETRY_SHOULD_UNSET;
+	/* a line may hold several copies, comma-separated, as a recipient may
+	 * join repeated lines into one (RFC 9110 section 5.3): each element is
+	 * read as a copy of its own, and a false in any wins */
+	while (value < end) {
+		const char *comma = memchr(value, ',', (size_t)(end - value));
+		const char *element_end = comma != NULL ? comma : end;
+		const char *element = value;
+
+		retry_trim(&element, &element_end);
+		if (retry_word_equals(element, element_end, "false"))
+			return RETRY_SHOULD_FALSE;
+		if (retry_word_equals(element, element_end, "true"))
+			should = RETRY_SHOULD_TRUE;
+		value = comma != NULL ? comma + 1 : end;
+	}
+	return should;
 }
 
 bool retry_response_retryable(const struct retry_policy *policy, int status,

@@ -87,7 +87,9 @@ enum retry_should {
 };
 
 /* Read an x-should-retry value: "true" or "false", any case, with optional
- * surrounding SP/HTAB; anything else is RETRY_SHOULD_UNSET. */
+ * surrounding SP/HTAB; anything else is RETRY_SHOULD_UNSET. A
+ * comma-separated list is read as that many copies of the field: a false
+ * in any wins, else a true; elements that are neither are ignored. */
 enum retry_should retry_should_parse(const char *value, size_t len);
 
 /* Is a response retryable by its status and x-should-retry? false says no,

@@ -17,7 +17,8 @@ Must hold:
 - a field repeated: the longest of the waits the copies ask for counts
   (retry-after-ms 100 then 600; Retry-After 1 then 0);
 - x-should-retry: false on a 503: passed on at once, one try; so is one
-  whose copies say true, then false (false wins);
+  whose copies say true, then false (false wins), and one whose one line
+  says `true, false`; `TRUE,true` on a 409 retries it;
 - x-should-retry: true on a 409 (not in retry.on) of a GET: retried, and
   on a 429 with retry-after-ms the wait is honoured too; on a POST (not
   idempotent) it is not retried; on a 200 it changes nothing;
@@ -111,6 +112,16 @@ def scenario(t):
         r, reqs = send("/sr/both", ["/status/503?should_retry=true&hdr=x-should-retry:false", 200])
         h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (503, "1", 1),
              "status, Retry-Attempts, requests")
+
+    @t.check("x-should-retry: a list on one line reads as that many copies")
+    def _():
+        # RFC 9110 section 5.3: a line joined from two copies means the same
+        r, reqs = send("/sr/line", ["/status/503?should_retry=true,%20false", 200])
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (503, "1", 1),
+             "true, false on a 503: status, Retry-Attempts, requests")
+        r, reqs = send("/sr/line409", ["/status/409?should_retry=TRUE,true", 200])
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "2", 2),
+             "TRUE,true on a 409: status, Retry-Attempts, requests")
 
     @t.check("x-should-retry: true on a 409 of a GET: retried; on a 429, retry-after-ms too")
     def _():

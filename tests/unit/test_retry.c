@@ -1352,13 +1352,29 @@ static void test_should_parse(void **state)
 		const char *value;
 		enum retry_should want;
 	} cases[] = {
-		{ "true", RETRY_SHOULD_TRUE },	       { "false", RETRY_SHOULD_FALSE },
-		{ "TRUE", RETRY_SHOULD_TRUE },	       { "False", RETRY_SHOULD_FALSE },
-		{ " \ttrue\t ", RETRY_SHOULD_TRUE },   { "", RETRY_SHOULD_UNSET },
-		{ "   ", RETRY_SHOULD_UNSET },	       { "yes", RETRY_SHOULD_UNSET },
-		{ "1", RETRY_SHOULD_UNSET },	       { "0", RETRY_SHOULD_UNSET },
-		{ "truee", RETRY_SHOULD_UNSET },       { "tru", RETRY_SHOULD_UNSET },
-		{ "true, false", RETRY_SHOULD_UNSET }, { "\"true\"", RETRY_SHOULD_UNSET },
+		{ "true", RETRY_SHOULD_TRUE },
+		{ "false", RETRY_SHOULD_FALSE },
+		{ "TRUE", RETRY_SHOULD_TRUE },
+		{ "False", RETRY_SHOULD_FALSE },
+		{ " \ttrue\t ", RETRY_SHOULD_TRUE },
+		{ "", RETRY_SHOULD_UNSET },
+		{ "   ", RETRY_SHOULD_UNSET },
+		{ "yes", RETRY_SHOULD_UNSET },
+		{ "1", RETRY_SHOULD_UNSET },
+		{ "0", RETRY_SHOULD_UNSET },
+		{ "truee", RETRY_SHOULD_UNSET },
+		{ "tru", RETRY_SHOULD_UNSET },
+		{ "\"true\"", RETRY_SHOULD_UNSET },
+		/* a list is that many copies: a false wins, unknown ones are
+		 * ignored */
+		{ "true, false", RETRY_SHOULD_FALSE },
+		{ "false,true", RETRY_SHOULD_FALSE },
+		{ "true, true", RETRY_SHOULD_TRUE },
+		{ "yes, TRUE", RETRY_SHOULD_TRUE },
+		{ ",true,", RETRY_SHOULD_TRUE },
+		{ "yes, no", RETRY_SHOULD_UNSET },
+		{ " , ", RETRY_SHOULD_UNSET },
+		{ "true false", RETRY_SHOULD_UNSET },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
