@@ -473,6 +473,15 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		metrics_resume(ex->route->series, false);
 		ex->resume->pending = false;
 	}
+	/* bytes= counts what was written to the client's socket: the part of
+	 * the response still queued here when the client went never left */
+	if (end == EXCHANGE_END_CLIENT_GONE && ex->state == EXCHANGE_RELAYING &&
+	    ex->owner.conn != NULL) {
+		uint64_t *sent = &ex->response_body.payload_bytes;
+		uint64_t unsent = conn_output_length(ex->owner.conn);
+
+		*sent = unsent < *sent ? *sent - unsent : 0;
+	}
 	/* the request's unread rest would be taken for the next request */
 	if (end == EXCHANGE_END_KEEP_ALIVE && !ex->request_body.done)
 		end = EXCHANGE_END_CLOSE;

@@ -19,7 +19,8 @@ response slowly (about 640 KB/s, less than a third of the kernel's send
 buffer per second) is not cut while it reads, and gets the whole body; one that stops
 reading is cut one client_timeout after its last write blocked (two on a
 loaded machine, where the kernel may still move bytes a quarter of it
-later). After a response
+later); its access line's bytes= counts the body bytes written to its
+socket, not those still queued in the proxy. After a response
 whose tail waits in the proxy (a client that read nothing for 1.5 s of a
 3 s client_timeout), the next request's client_timeout counts from when
 that tail was written, not from when it was queued: a request sent 2.25 s
@@ -216,6 +217,29 @@ def scenario(t):
             time.sleep(max(0.0, queued + 3.75 - time.monotonic()))
             c.send(h.request("GET", "/echo?after-tail", "a.example"))
             h.eq(c.read_response().status, 200, "status of the next request")
+
+    @t.check("a client cut for not reading: bytes= counts what reached its socket, not what "
+             "still waited in the proxy")
+    def _():
+        with h.RawConn(slow.port(), rcvbuf=h.CAPACITY_RCVBUF) as c:
+            c.send(h.request("GET", "/bytes/%d?bytes-written" % big, "a.example"))
+            h.eq(c.read_head().status, 200, "status")
+            # the body bytes the proxy wrote: those the client holds and
+            # those the proxy's socket still holds, once neither grows
+            last = None
+            deadline = time.monotonic() + 2.5
+            while time.monotonic() < deadline:
+                time.sleep(0.2)
+                now = (len(c.buf) + h.readable(c.sock), h.send_queue(slow.port(), c.local_port))
+                if now == last:
+                    break
+                last = now
+            written = sum(last)
+            f = h.access_fields(slow.access_one("bytes-written", timeout=(3 + 5) * h.SLOW))
+            h.eq(f.get("note"), "client%20stopped%20reading", "access note")
+            # a window probe may move a few bytes after the last look
+            h.ok(written <= int(f["bytes"]) <= written + 16384,
+                 "bytes=%s where the proxy wrote %d of the body" % (f["bytes"], written))
 
     held = t.origin()
     held.stop_listening()
