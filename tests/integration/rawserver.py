@@ -124,3 +124,51 @@ def read_request(conn, buf=b""):
             return None
         buf += data
     return method.decode("latin-1"), target.decode("latin-1"), buf[length:]
+
+
+def _read_line(conn, buf):
+    while b"\r\n" not in buf[0]:
+        data = conn.recv(65536)
+        if not data:
+            raise OSError("closed in a line")
+        buf[0] += data
+    line, _, buf[0] = buf[0].partition(b"\r\n")
+    return line
+
+
+def _read_n(conn, buf, n):
+    while len(buf[0]) < n:
+        data = conn.recv(1 << 20)
+        if not data:
+            raise OSError("closed in a chunk")
+        buf[0] += data
+    buf[0] = buf[0][n:]
+
+
+def read_chunked_body(conn, buf=b""):
+    """(how many data bytes a chunked body held, what follows it in the
+    stream), reading the body from conn after buf, its trailer section
+    included. Raises OSError when the connection closes inside it."""
+    state = [buf]
+    total = 0
+    while True:
+        size = int(_read_line(conn, state).split(b";")[0], 16)
+        if size == 0:
+            while _read_line(conn, state) != b"":
+                pass
+            return total, state[0]
+        _read_n(conn, state, size + 2)
+        total += size
+
+
+def read_chunked_request(conn, before_body=None):
+    """Read a request with a chunked body from conn: how many data bytes
+    the body held, or None when the connection closed before the head's
+    end. before_body(), if given, runs between the head and the body."""
+    data = read_head(conn)
+    if b"\r\n\r\n" not in data:
+        return None
+    _, _, rest = data.partition(b"\r\n\r\n")
+    if before_body is not None:
+        before_body()
+    return read_chunked_body(conn, rest)[0]

@@ -45,45 +45,12 @@ FIRST = 32 * PIECE  # 2 MiB, past spool_max
 LAST = 100 * 1024
 
 
-def read_line(conn, buf):
-    while b"\r\n" not in buf[0]:
-        data = conn.recv(65536)
-        if not data:
-            raise OSError("closed in a line")
-        buf[0] += data
-    line, _, buf[0] = buf[0].partition(b"\r\n")
-    return line
-
-
-def read_n(conn, buf, n):
-    while len(buf[0]) < n:
-        data = conn.recv(1 << 20)
-        if not data:
-            raise OSError("closed in a chunk")
-        buf[0] += data
-    piece, buf[0] = buf[0][:n], buf[0][n:]
-    return piece
-
-
 def counting_upstream(conn, server):
     """Read the head and the chunked body as it comes; answer 200."""
     conn.settimeout(60)
-    buf = [b""]
-    while b"\r\n\r\n" not in buf[0]:
-        data = conn.recv(4096)
-        if not data:
-            return
-        buf[0] += data
-    _, _, buf[0] = buf[0].partition(b"\r\n\r\n")
-    total = 0
-    while True:
-        size = int(read_line(conn, buf).split(b";")[0], 16)
-        if size == 0:
-            while read_line(conn, buf) != b"":
-                pass
-            break
-        total += len(read_n(conn, buf, size))
-        read_n(conn, buf, 2)
+    total = rawserver.read_chunked_request(conn)
+    if total is None:
+        return
     body = b"got %d\n" % total
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
                  % len(body) + body)
@@ -106,17 +73,6 @@ def scenario(t):
         h.ok(m is not None, "retryproxy_spool_bytes is in /metrics")
         return int(m.group(1))
 
-    def open_spool_files():
-        out = []
-        for fd in os.listdir("/proc/%d/fd" % proxy.pid):
-            try:
-                link = os.readlink("/proc/%d/fd/%s" % (proxy.pid, fd))
-            except OSError:
-                continue
-            if link.startswith(spool_dir + "/"):
-                out.append(link)
-        return out
-
     @t.check("a file that gave up is closed once sent, while the client's rest waits")
     def _():
         client = socket.create_connection(("127.0.0.1", proxy.port(0)), timeout=30 * h.SLOW)
@@ -129,7 +85,7 @@ def scenario(t):
                        r"the body is over spool_max", timeout=10 * h.SLOW)
         h.wait_until(lambda: spool_bytes() == 0, 10 * h.SLOW,
                      "retryproxy_spool_bytes 0 while the client pauses")
-        h.wait_until(lambda: not open_spool_files(), 5 * h.SLOW,
+        h.wait_until(lambda: not h.open_files_under(proxy.pid, spool_dir), 5 * h.SLOW,
                      "no spool file open while the client pauses")
         client.sendall(chunk(os.urandom(LAST)) + b"0\r\n\r\n")
         response = b""

@@ -46,46 +46,12 @@ MiB = 1 << 20
 SIZE = 16 * MiB + 100 * 1024
 
 
-def read_line(conn, buf):
-    while b"\r\n" not in buf[0]:
-        data = conn.recv(65536)
-        if not data:
-            raise OSError("closed in a line")
-        buf[0] += data
-    line, _, buf[0] = buf[0].partition(b"\r\n")
-    return line
-
-
-def read_n(conn, buf, n):
-    while len(buf[0]) < n:
-        data = conn.recv(1 << 20)
-        if not data:
-            raise OSError("closed in a chunk")
-        buf[0] += data
-    piece, buf[0] = buf[0][:n], buf[0][n:]
-    return piece
-
-
 def slow_upstream(conn, server):
     """Read the head, nothing for 5 s, then the chunked body; answer 200."""
     conn.settimeout(30)
-    buf = [b""]
-    while b"\r\n\r\n" not in buf[0]:
-        data = conn.recv(4096)
-        if not data:
-            return
-        buf[0] += data
-    _, _, buf[0] = buf[0].partition(b"\r\n\r\n")
-    time.sleep(5 * h.SLOW)
-    total = 0
-    while True:
-        size = int(read_line(conn, buf).split(b";")[0], 16)
-        if size == 0:
-            while read_line(conn, buf) != b"":
-                pass
-            break
-        total += len(read_n(conn, buf, size))
-        read_n(conn, buf, 2)
+    total = rawserver.read_chunked_request(conn, lambda: time.sleep(5 * h.SLOW))
+    if total is None:
+        return
     body = b"got %d\n" % total
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
                  % len(body) + body)
