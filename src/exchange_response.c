@@ -757,6 +757,18 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 			exchange_start_keeping(t, head);
 			return;
 		}
+		if (verdict.kind == RETRY_VERDICT_HOLD) {
+			/* the upstream is down (this came on a connection made
+			 * before): the retry waits for it; decided again once the
+			 * response is whole, as one kept while others raced */
+			t->verdict_pending = true;
+			t->keeping_status = head->status;
+			t->keeping_retry_after_until =
+				retry_after_ms > 0 ? retry_budget_now_ms() + retry_after_ms : 0;
+			t->keeping_should = should;
+			exchange_start_keeping(t, head);
+			return;
+		}
 		if (verdict.too_large)
 			ex->note = "retryable response over retry_response_buffer";
 	}

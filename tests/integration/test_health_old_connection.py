@@ -19,7 +19,11 @@ Must hold:
   such response marked it up and released the POST onto a refused connect,
   which spent its attempts: the POST got 502 while the origin restarted);
 - once the listener is back, a probe marks it up and the POST goes
-  upstream once: 200.
+  upstream once: 200;
+- down again, a retryable 503 on the connection made before is not passed
+  on as final: its retry is held (before, the 503 went to the client after
+  one try, no retry and no reason given), and once the upstream is back the
+  retry's 200 comes with Retry-Attempts: 2.
 """
 
 import re
@@ -49,6 +53,9 @@ defaults:
 """
 
 
+RETRY_AFTER = 2  # seconds
+
+
 class Origin:
     """Answers every request 200, keep-alive; the listener can close and
     open again while accepted connections go on."""
@@ -57,6 +64,7 @@ class Origin:
         self.port = port
         self.lock = threading.Lock()
         self.requests = []  # (method, target)
+        self.times = []  # (target, when it came)
         self.conns = []
         self.listener = None
         self.listen()
@@ -98,7 +106,16 @@ class Origin:
                 method, target, buf = got
                 with self.lock:
                     self.requests.append((method, target))
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
+                    self.times.append((target, time.monotonic()))
+                if target.startswith("/busy") and len(self.seen(target)) == 1:
+                    # the first time: come back later (/busy-ra: not before
+                    # RETRY_AFTER)
+                    conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\n%sContent-Length: 5"
+                                 b"\r\n\r\nbusy\n"
+                                 % (b"Retry-After: %d\r\n" % RETRY_AFTER
+                                    if target == "/busy-ra" else b""))
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")
         except OSError:
             return
 
@@ -159,6 +176,33 @@ def scenario(t):
         h.eq(r.status, 200, "the POST's status")
         h.eq(origin.seen("/held"), ["POST"], "the POST at the origin once")
         proxy.wait_log(r"upstream http://127\.0\.0\.1:%d is up" % port, timeout=5 * h.SLOW)
+
+    def held_after_503(target):
+        """With the listener closed and the upstream down again (a POST's
+        refused connect), a GET of target on the connection made before:
+        the origin answers 503 (retryable), and the retry it calls for waits
+        for the upstream: held. Returns the POST's connection."""
+        origin.stop_listening()
+        post2 = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
+        t.defer(post2.close)
+        post2.send(h.request("POST", "/held-" + target, "app.example", body=b"once"))
+        h.wait_until(lambda: " down " in (upstream_line() or ""), 5 * h.SLOW,
+                     "down again (%r)" % upstream_line())
+        keep.send(h.request("GET", target, "app.example"))
+        h.wait_until(lambda: (upstream_line() or "").endswith("held=2"), 5 * h.SLOW,
+                     "the GET held after its 503 (%r)" % upstream_line())
+        return post2
+
+    @t.check("a 503 on the old connection while down: the retry is held, not the 503 passed "
+             "on; once back, the retry's 200")
+    def _():
+        post2 = held_after_503("/busy")
+        origin.listen()
+        r = keep.read_response(timeout=20 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "the GET's status and attempts")
+        h.eq(len(origin.seen("/busy")), 2, "tries of /busy at the origin")
+        h.eq(post2.read_response().status, 200, "the held POST's status")
+
 
 
 h.run(scenario, __doc__, timeout=60)
