@@ -399,6 +399,7 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	};
 	unsigned waited;
 	uint64_t wait;
+	bool asked = false;
 
 	if (facts->outcome == TRY_RESPONSE) {
 		if (!retry_response_retryable(policy, facts->status, facts->should_retry))
@@ -441,14 +442,19 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	waited = facts->attempts > facts->unwaited ? facts->attempts - facts->unwaited : 1;
 	wait = retry_backoff_ms(policy, waited - 1, rng);
 	if (facts->outcome == TRY_RESPONSE && policy->honor_retry_after &&
-	    facts->retry_after_ms > wait)
+	    facts->retry_after_ms > wait) {
 		wait = facts->retry_after_ms;
+		asked = true;
+	}
 	/* SPEC: a wait that would start the next try after the deadline means
 	 * answering now */
 	if (!retry_within_deadline(policy, facts->elapsed_ms, wait))
 		return retry_give_up(verdict, RETRY_GIVE_UP_DEADLINE);
-	/* after attempts and deadline, so that holding never outlasts them */
-	if (facts->upstream_down && facts->hold_when_down) {
+	/* after attempts and deadline, so that holding never outlasts them. A
+	 * response that asked for a longer wait than the backoff gets it: a
+	 * probe that connects sooner does not say the origin wants to be asked
+	 * again (the retry's try is held then if the upstream is still down) */
+	if (facts->upstream_down && facts->hold_when_down && !asked) {
 		verdict.kind = RETRY_VERDICT_HOLD;
 		return verdict;
 	}

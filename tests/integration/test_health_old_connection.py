@@ -23,7 +23,10 @@ Must hold:
 - down again, a retryable 503 on the connection made before is not passed
   on as final: its retry is held (before, the 503 went to the client after
   one try, no retry and no reason given), and once the upstream is back the
-  retry's 200 comes with Retry-Attempts: 2.
+  retry's 200 comes with Retry-Attempts: 2;
+- such a 503 with Retry-After: its retry comes no sooner than asked, even
+  when a probe finds the upstream back before (before, the retry was held
+  and released with the probe, Retry-After ignored).
 """
 
 import re
@@ -202,6 +205,27 @@ def scenario(t):
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "the GET's status and attempts")
         h.eq(len(origin.seen("/busy")), 2, "tries of /busy at the origin")
         h.eq(post2.read_response().status, 200, "the held POST's status")
+
+    @t.check("a 503 with Retry-After on the old connection while down: the retry comes no "
+             "sooner than Retry-After asked, though the upstream is back before")
+    def _():
+        origin.stop_listening()
+        post3 = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
+        t.defer(post3.close)
+        post3.send(h.request("POST", "/held-ra", "app.example", body=b"once"))
+        h.wait_until(lambda: " down " in (upstream_line() or ""), 5 * h.SLOW,
+                     "down again (%r)" % upstream_line())
+        keep.send(h.request("GET", "/busy-ra", "app.example"))
+        h.wait_until(lambda: origin.seen("/busy-ra"), 5 * h.SLOW, "the 503 sent")
+        origin.listen()
+        h.eq(post3.read_response().status, 200, "the held POST's status")
+        r = keep.read_response(timeout=20 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "the GET's status and attempts")
+        came = [when for target, when in origin.times if target == "/busy-ra"]
+        h.eq(len(came), 2, "tries of /busy-ra at the origin")
+        h.ok(came[1] - came[0] >= RETRY_AFTER - 0.05,
+             "the retry came %.2f s after the 503 with Retry-After: %d"
+             % (came[1] - came[0], RETRY_AFTER))
 
 
 
