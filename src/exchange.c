@@ -869,11 +869,36 @@ static void exchange_upstream_unavailable(struct exchange *ex)
 	exchange_respond_error(ex, 502, text);
 }
 
-/* A held request's deadline passed before its upstream came back. */
+/* A held request whose body waits unread behind its client's input limit
+ * reads nothing from its client, so no close of the client's is seen: it
+ * looks for one this often until its deadline (or its release). */
+#define EXCHANGE_HELD_HANGUP_MS 500
+
+/* The held timer's next wait, left ms before the deadline. */
+static uint64_t exchange_held_timer_ms(const struct exchange *ex, uint64_t left)
+{
+	if (!ex->request_body.done && left > EXCHANGE_HELD_HANGUP_MS)
+		return EXCHANGE_HELD_HANGUP_MS;
+	return left;
+}
+
+/* A held request's deadline passed before its upstream came back, or it is
+ * time to look whether its client left. */
 static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
+	uint64_t deadline = ex->route->retry.deadline_ms;
+	uint64_t elapsed = exchange_ms_since(ex->first_try_ms);
 
+	if (!ex->request_body.done && elapsed < deadline) {
+		struct timeval tv = timeval_from_ms(exchange_held_timer_ms(ex, deadline - elapsed));
+
+		exchange_timer_start(ex, exchange_held_deadline_cb, &tv);
+		/* its EOF, at the end of this pass, drops the request */
+		if (ex->owner.conn != NULL)
+			conn_notice_hangup(ex->owner.conn);
+		return;
+	}
 	exchange_enter(ex);
 	upstream_unwait(&ex->waiter);
 	exchange_gauges_update(ex);
@@ -940,7 +965,7 @@ static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause c
 	ex->waiter.release = exchange_released;
 	upstream_wait(ex->upstream, &ex->waiter);
 	exchange_gauges_update(ex);
-	tv = timeval_from_ms(policy->deadline_ms - elapsed);
+	tv = timeval_from_ms(exchange_held_timer_ms(ex, policy->deadline_ms - elapsed));
 	exchange_timer_start(ex, exchange_held_deadline_cb, &tv);
 }
 

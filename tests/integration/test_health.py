@@ -35,6 +35,11 @@ Must hold:
   origin when it comes back;
 - held requests count against max_pending_retries: past it, 502 at once
   with gave_up=budget;
+- a held upload whose body (over replay_buffer) waits unread behind the
+  proxy's input limit, whose client then leaves, is dropped too (before,
+  nothing read the client's connection, so its close went unseen and the
+  request kept its place until its deadline): gave_up=client_gone, and
+  the place among the pending retries goes to the next request;
 - a request whose own tries marked the upstream down (3 refused) is held,
   then retried when the upstream is back: 200 with Retry-Attempts: 4, and
   retryproxy_retries_total counts 3 (the try after the hold too);
@@ -432,6 +437,35 @@ def scenario(t):
         h.ok(took < 2.0 * h.SLOW, "answered %.2f s after the upstream came back; probes "
              "every 300 ms" % took)
         other.join(10 * h.SLOW)
+        t.stop_proxy(p)
+
+    @t.check("a held request whose client leaves with its body unread (over replay_buffer) "
+             "is dropped too, its place among the pending retries freed")
+    def _():
+        port = h.closed_port()
+        conf = (CONFIG_PENDING.replace("max_pending_retries: 2", "max_pending_retries: 1")
+                .replace("limits: {", "limits: { replay_buffer: 1KiB,")
+                + "health: { down_after: 1, probe_interval: 300ms, hold: true }\n")
+        p = t.proxy(conf, GONE=port)
+        c = h.RawConn(p.port(0))
+        # more than the proxy's input takes, less than it and its kernel
+        # do: the client's FIN reaches the proxy's kernel behind it
+        body = b"x" * (256 << 10)
+        c.send(h.request("POST", "/upload", "api.example",
+                         headers=[("Content-Length", str(len(body)))], body=body))
+        h.wait_until(lambda: held(p, port) == 1, 10 * h.SLOW, "the upload held")
+        h.wait_until(lambda: h.send_queue(c.local_port, p.port(0)) == 0, 5 * h.SLOW,
+                     "the body all in the proxy's kernel")
+        c.close()
+        h.wait_until(lambda: held(p, port) == 0, 5 * h.SLOW,
+                     "held back to 0 after the client left (%r)" % upstream_line(p, port))
+        entry = h.access_fields(p.access_one("/upload"))
+        h.eq(entry.get("gave_up"), "client_gone", "gave_up")
+        # its place among the pending retries is free again: the next is held
+        c2 = h.RawConn(p.port(0))
+        t.defer(c2.close)
+        c2.send(h.request("GET", "/next", "api.example"))
+        h.wait_until(lambda: held(p, port) == 1, 5 * h.SLOW, "the next request held")
         t.stop_proxy(p)
 
 
