@@ -468,11 +468,10 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		ex->gave_up = RETRY_GIVE_UP_CLIENT_GONE;
 	/* a resume begun (in its backoff, held, or asked for) that the client
 	 * did not wait for ended its body short: a failed one, as SPEC counts
-	 * every resume */
-	if (end == EXCHANGE_END_CLIENT_GONE && ex->resumable && ex->resume->pending) {
+	 * every resume (it stays pending until its try in flight, if any, is
+	 * in the trail as the resume it was) */
+	if (end == EXCHANGE_END_CLIENT_GONE && ex->resumable && ex->resume->pending)
 		metrics_resume(ex->route->series, false);
-		ex->resume->pending = false;
-	}
 	/* bytes= counts what was written to the client's socket: the part of
 	 * the response still queued here when the client went never left */
 	if (end == EXCHANGE_END_CLIENT_GONE && ex->state == EXCHANGE_RELAYING &&
@@ -508,6 +507,8 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		if (t->state != EXCHANGE_TRY_IDLE)
 			exchange_end_try(t, false);
 	}
+	if (ex->resumable)
+		ex->resume->pending = false;
 	exchange_release_retry(ex);
 	/* a hedge's response kept and never given to the client lost */
 	exchange_count_kept_hedge(ex, false);
