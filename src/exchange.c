@@ -473,8 +473,10 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 	if (end == EXCHANGE_END_CLIENT_GONE && ex->resumable && ex->resume->pending)
 		metrics_resume(ex->route->series, false);
 	/* bytes= counts what was written to the client's socket: the part of
-	 * the response still queued here when the client went never left */
-	if (end == EXCHANGE_END_CLIENT_GONE && ex->state == EXCHANGE_RELAYING &&
+	 * the response still queued here when the client went never left
+	 * (also of a body that waited for its resume) */
+	if (end == EXCHANGE_END_CLIENT_GONE &&
+	    (ex->state == EXCHANGE_RELAYING || (ex->resumable && ex->resume->pending)) &&
 	    ex->owner.conn != NULL) {
 		uint64_t *sent = &ex->response_body.payload_bytes;
 		uint64_t unsent = conn_output_length(ex->owner.conn);

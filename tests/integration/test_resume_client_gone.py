@@ -18,7 +18,12 @@ Must hold:
 - the client leaving while the resume's request waits for its answer: the
   trail ends in "cancelled resumed_at=K" (the try was a resume, as one
   reset before its head says) and resumes_total{result="failed"} counts it
-  too.
+  too;
+- the client leaving in the backoff with part of the body still queued in
+  the proxy for it (it read nothing; the break came once the kernel's
+  buffers were full): the access line's bytes= counts the body bytes
+  written to its socket, not those that never left the proxy, as for a
+  response cut while relayed.
 """
 
 import time
@@ -103,6 +108,44 @@ def scenario(t):
              "trail")
         h.eq(resumes("default", "ok"), 0.0, "resumes ok")
         h.eq(resumes("default", "failed"), 1.0, "resumes failed")
+
+    @t.check("the client leaves in the resume's backoff with the body not all written: bytes= "
+             "counts what reached its socket")
+    def _():
+        def settled(c):
+            """The body bytes the proxy wrote to c: those the client holds
+            and those the proxy's socket still holds, once neither grows."""
+            last = None
+            for _ in range(25):
+                time.sleep(0.2)
+                now = (h.readable(c.sock), h.send_queue(proxy.port(0), c.local_port))
+                if now == last:
+                    break
+                last = now
+            return sum(last)
+
+        # how much the kernel takes for a client that reads nothing
+        with h.RawConn(proxy.port(0), rcvbuf=h.CAPACITY_RCVBUF) as c:
+            c.send(h.request("GET", "/bytes/%d" % (8 * MiB), "long.test"))
+            capacity = settled(c)
+        # a body that breaks off once the kernel is full and the proxy
+        # holds 128 KiB more, under the mark that stops it reading
+        n = 8 * MiB + 2
+        brk = capacity + (128 << 10)
+        path = "/object/%d" % n
+        origin.script(path, [path + "?break_at=%d" % brk, path])
+        c = h.RawConn(proxy.port(0), timeout=10 * h.SLOW, rcvbuf=h.CAPACITY_RCVBUF)
+        c.send(h.request("GET", path + "?unread", "long.test"))
+        h.wait_until(lambda: h.metric(metrics(), "retryproxy_backoff_pending", "") == 1.0,
+                     10 * h.SLOW, "the resume waits in its backoff")
+        written = settled(c)
+        c.close()
+        fields = h.access_fields(proxy.access_one("unread", timeout=10 * h.SLOW))
+        h.eq(fields.get("gave_up"), "client_gone", "gave_up")
+        # a window probe may move a few bytes after the last look
+        h.ok(written - 1024 <= int(fields["bytes"]) <= written + 16384,
+             "bytes=%s where the proxy wrote %d (its head included) of %d queued"
+             % (fields["bytes"], written, brk))
 
 
 h.run(scenario, __doc__)
