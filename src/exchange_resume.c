@@ -144,11 +144,14 @@ void exchange_resume_answer(struct exchange_try *t, const struct http1_head *hea
 		}
 	}
 	exchange_end_try(t, false);
+	/* not a changed download: a retryable answer with no retry left, or
+	 * one the upstream said not to retry */
 	if (verdict.kind == RETRY_VERDICT_GIVE_UP)
-		/* not a changed download: a retryable answer with no retry
-		 * left */
 		snprintf(note, sizeof(note), "resume answered %d, not retried (gave up: %s)",
 			 head->status, retry_give_up_name(verdict.reason));
+	else if (should == RETRY_SHOULD_FALSE)
+		snprintf(note, sizeof(note),
+			 "resume answered %d, not retried (x-should-retry: false)", head->status);
 	else
 		snprintf(note, sizeof(note), "%s (status %d)", resume_answer_text(answer),
 			 head->status);
