@@ -210,8 +210,11 @@ static bool retry_word_equals(const char *p, const char *end, const char *word)
 enum retry_should retry_should_parse(const char *value, size_t len)
 {
 	enum retry_should should = RETRY_SHOULD_UNSET;
-	const char *end = value + len;
+	const char *end;
 
+	if (len == 0)
+		return RETRY_SHOULD_UNSET; /* value may be NULL */
+	end = value + len;
 	/* a line may hold several copies, comma-separated, as a recipient may
 	 * join repeated lines into one (RFC 9110 section 5.3): each element is
 	 * read as a copy of its own, and a false in any wins */
