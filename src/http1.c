@@ -192,21 +192,37 @@ static enum http1_parse http1_expect_crlf(const char **pp, const char *end,
 	return HTTP1_PARSE_DONE;
 }
 
-/* Check "HTTP/1.0" or "HTTP/1.1" at p, as far as the buffer goes. */
+/* Check "HTTP/1." and a digit at p, as far as the buffer goes (RFC 9112
+ * section 2.3). A minor version above 1 is read as 1.1, as a recipient
+ * SHOULD read one higher than its own; *minor keeps the digit, which only
+ * Via shows. Another major version is one this proxy does not speak, said
+ * (505, RFC 9110 section 15.6.6) as soon as the dot after it is in. */
 static enum http1_parse http1_parse_version(const char **pp, const char *end, int *minor,
 					    enum http1_error *error)
 {
 	const char *p = *pp;
 	size_t avail = (size_t)(end - p);
 	size_t plen = sizeof(http1_version_prefix) - 1;
+	size_t major_at = sizeof("HTTP/") - 1;
 
 	if (memcmp(p, http1_version_prefix, avail < plen ? avail : plen) != 0) {
+		/* "HTTP/" DIGIT "." of another major version (its dot tells it
+		 * from "HTTP/01.1", which is no version at all) */
+		if (avail > major_at && memcmp(p, "HTTP/", major_at) == 0 &&
+		    HTTP1_IS_DIGIT(p[major_at]) && p[major_at] != '1') {
+			if (avail == major_at + 1)
+				return HTTP1_PARSE_MORE;
+			if (p[major_at + 1] == '.') {
+				*error = HTTP1_ERR_VERSION_NOT_SUPPORTED;
+				return HTTP1_PARSE_ERROR;
+			}
+		}
 		*error = HTTP1_ERR_BAD_VERSION;
 		return HTTP1_PARSE_ERROR;
 	}
 	if (avail <= plen)
 		return HTTP1_PARSE_MORE;
-	if (p[plen] != '0' && p[plen] != '1') {
+	if (!HTTP1_IS_DIGIT(p[plen])) {
 		*error = HTTP1_ERR_BAD_VERSION;
 		return HTTP1_PARSE_ERROR;
 	}
@@ -1010,6 +1026,8 @@ int http1_error_status(enum http1_error error)
 		return 431;
 	case HTTP1_ERR_BAD_EXPECT:
 		return 417;
+	case HTTP1_ERR_VERSION_NOT_SUPPORTED:
+		return 505;
 	default:
 		return 400;
 	}
@@ -1022,7 +1040,8 @@ const char *http1_error_text(enum http1_error error)
 		[HTTP1_ERR_BAD_REQUEST_LINE] = "invalid request line",
 		[HTTP1_ERR_BAD_METHOD] = "invalid method",
 		[HTTP1_ERR_BAD_TARGET] = "invalid request target",
-		[HTTP1_ERR_BAD_VERSION] = "unsupported http version",
+		[HTTP1_ERR_BAD_VERSION] = "invalid http version",
+		[HTTP1_ERR_VERSION_NOT_SUPPORTED] = "http version not supported: http/1.x only",
 		[HTTP1_ERR_URI_TOO_LONG] = "request target too long",
 		[HTTP1_ERR_HEAD_TOO_LARGE] = "header section too large",
 		[HTTP1_ERR_TOO_MANY_FIELDS] = "too many header fields",

@@ -27,7 +27,8 @@ enum http1_error {
 	HTTP1_ERR_BAD_METHOD,		    /* method is not a token */
 	HTTP1_ERR_BAD_TARGET,		    /* request-target has invalid bytes, a form its method
 					 * does not take, or a host the proxy cannot route on */
-	HTTP1_ERR_BAD_VERSION,		    /* not HTTP/1.0 or HTTP/1.1 */
+	HTTP1_ERR_BAD_VERSION,		    /* not "HTTP/" DIGIT "." DIGIT */
+	HTTP1_ERR_VERSION_NOT_SUPPORTED,    /* a major version other than 1: 505 */
 	HTTP1_ERR_URI_TOO_LONG,		    /* request-target over the limit: 414 */
 	HTTP1_ERR_HEAD_TOO_LARGE,	    /* head over the limit: 431 */
 	HTTP1_ERR_TOO_MANY_FIELDS,	    /* over HTTP1_MAX_FIELDS: 431 */

@@ -83,10 +83,12 @@ static size_t http1_resume_scan(struct http1_resume *resume, const char *buf, si
 				}
 				break;
 			case HTTP1_PART_VERSION:
+				/* also at the dot after the major version, where the
+				 * parser tells another one (505) */
 				if (i - resume->part_start < sizeof(http1_resume_version) - 1)
-					bad = c !=
-					      (unsigned char)
-						      http1_resume_version[i - resume->part_start];
+					bad = c != (unsigned char)http1_resume_version
+							      [i - resume->part_start] ||
+					      i - resume->part_start == sizeof("HTTP/1") - 1;
 				else if (i - resume->part_start == sizeof(http1_resume_version) - 1)
 					/* complete: the parser checks the target now */
 					bad = true;

@@ -34,6 +34,8 @@ static const char *reply_reason_phrase(int status)
 		return "Service Unavailable";
 	case 504:
 		return "Gateway Timeout";
+	case 505:
+		return "HTTP Version Not Supported";
 	default:
 		return "Error";
 	}

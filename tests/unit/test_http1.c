@@ -75,6 +75,9 @@ static const struct {
 	  1 },
 	{ "x /{}|^ HTTP/1.1\r\nHost: a\r\n\r\n", "x", "/{}|^", 1 },
 	{ "\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET", "/", 1 },
+	/* a higher minor version is read as 1.1 (RFC 9112 section 2.3) */
+	{ "GET / HTTP/1.2\r\nHost: a\r\n\r\n", "GET", "/", 2 },
+	{ "GET / HTTP/1.9\r\nHost: a\r\n\r\n", "GET", "/", 9 },
 };
 
 /* Every target form parses to the right parts. */
@@ -256,9 +259,12 @@ static const struct {
 	{ S(" GET / HTTP/1.1\r\n\r\n"), HTTP1_ERR_BAD_METHOD },
 	{ S("GET /\r\n"), HTTP1_ERR_BAD_VERSION },
 	{ S("GET /\n"), HTTP1_ERR_BAD_VERSION },
-	{ S("GET / HTTP/2.0\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
-	{ S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
-	{ S("GET / HTTP/1.2\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET / HTTP/2.0\r\n\r\n"), HTTP1_ERR_VERSION_NOT_SUPPORTED },
+	{ S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), HTTP1_ERR_VERSION_NOT_SUPPORTED },
+	{ S("GET / HTTP/0.9\r\n\r\n"), HTTP1_ERR_VERSION_NOT_SUPPORTED },
+	{ S("GET / HTTP/1.x\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET / HTTP/x.1\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+	{ S("GET / HTTP/01.1\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
 	{ S("GET / HTTP/1.10\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
 	{ S("GET / http/1.1\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
 	{ S("GET / HTTP/1\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
@@ -374,7 +380,8 @@ static void test_request_errors_early(void **state)
 		{ "G\n", HTTP1_ERR_BAD_REQUEST_LINE },
 		{ "G(", HTTP1_ERR_BAD_METHOD },
 		{ "GET /\x01", HTTP1_ERR_BAD_TARGET },
-		{ "GET / HTTP/2", HTTP1_ERR_BAD_VERSION },
+		{ "GET / HTTP/2.", HTTP1_ERR_VERSION_NOT_SUPPORTED },
+		{ "GET / HTTP/01", HTTP1_ERR_BAD_VERSION },
 		{ "GET / X", HTTP1_ERR_BAD_VERSION },
 		{ "GET * HTTP/1.1", HTTP1_ERR_BAD_TARGET },
 		{ "GET / HTTP/1.1\r\nA\x01", HTTP1_ERR_BAD_FIELD_NAME },
@@ -904,6 +911,7 @@ static void test_response_head(void **state)
 		{ "HTTP/1.1 204\r\n\r\n", 204, 1, "" },
 		{ "HTTP/1.1 599  spaced\treason \xff\r\n\r\n", 599, 1, " spaced\treason \xff" },
 		{ "HTTP/1.1 100 Continue\r\n\r\n", 100, 1, "Continue" },
+		{ "HTTP/1.2 200 OK\r\n\r\n", 200, 2, "OK" },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -945,8 +953,8 @@ static void test_response_errors(void **state)
 		{ S("\r\nHTTP/1.1 200 OK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
 		{ S("HTTP/1.1 200 O\0K\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
 		{ S("HTTP/1.1 200 O\x7fK\r\n\r\n"), HTTP1_ERR_BAD_STATUS_LINE },
-		{ S("HTTP/2.0 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
-		{ S("HTTP/1.2 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
+		{ S("HTTP/2.0 200 OK\r\n\r\n"), HTTP1_ERR_VERSION_NOT_SUPPORTED },
+		{ S("HTTP/1.x 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
 		{ S("HTTP/1.10 200 OK\r\n\r\n"), HTTP1_ERR_BAD_VERSION },
 		{ S("HTTP/1.1 200 OK\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
 		{ S("HTTP/1.1 200 O\rK\r\n\r\n"), HTTP1_ERR_BAD_LINE_ENDING },
@@ -1268,6 +1276,9 @@ static void test_error_status_and_text(void **state)
 			break;
 		case HTTP1_ERR_BAD_EXPECT:
 			assert_int_equal(status, 417);
+			break;
+		case HTTP1_ERR_VERSION_NOT_SUPPORTED:
+			assert_int_equal(status, 505);
 			break;
 		default:
 			assert_int_equal(status, 400);

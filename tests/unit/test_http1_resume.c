@@ -120,6 +120,8 @@ static const struct {
 	{ S("\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n") },
 	{ S("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03") },
 	{ S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") },
+	{ S("GET / HTTP/01.1\r\nHost: a\r\n\r\n") },
+	{ S("GET / HTTP/9.9\r\nHost: a\r\n\r\n") },
 };
 
 /* Dripped a byte a read, or in two reads at every split, each head gets at
@@ -201,11 +203,12 @@ static void test_resume_errors_early(void **state)
 		{ S("GET / HTTP/1.1\r\nHost: a\r\n "), HTTP1_ERR_OBS_FOLD },
 		{ S("G@T / HTTP/1.1\r\n"), HTTP1_ERR_BAD_METHOD },
 		{ S("GET /a\\b HTTP/1.1\r\n"), HTTP1_ERR_BAD_TARGET },
-		{ S("GET / HTTP/1.2\r\n"), HTTP1_ERR_BAD_VERSION },
+		{ S("GET / HTTP/1.x"), HTTP1_ERR_BAD_VERSION },
 		{ S("\x16\x03"), HTTP1_ERR_BAD_METHOD },
 		{ S("G@"), HTTP1_ERR_BAD_METHOD },
 		{ S("GET /a\\"), HTTP1_ERR_BAD_TARGET },
-		{ S("GET / HTTP/2"), HTTP1_ERR_BAD_VERSION },
+		{ S("GET / HTTP/2."), HTTP1_ERR_VERSION_NOT_SUPPORTED },
+		{ S("GET / HTTP/01"), HTTP1_ERR_BAD_VERSION },
 		{ S("GET http://a$b/ HTTP/1.1"), HTTP1_ERR_BAD_TARGET },
 		{ S("GET / HTTP/1.1\r\nHost: a\r\nX@"), HTTP1_ERR_BAD_FIELD_NAME },
 		{ S("GET / HTTP/1.1\r\nHost: a\r\nX "), HTTP1_ERR_SPACE_BEFORE_COLON },
