@@ -1293,6 +1293,10 @@ static bool exchange_admit(struct exchange *ex)
 		exchange_hold(ex);
 		return false;
 	case UPSTREAM_REFUSE:
+		/* health.hold: false; a first try refused gave nothing up, a
+		 * retry did */
+		if (ex->attempts > 0)
+			ex->gave_up = RETRY_GIVE_UP_UPSTREAM_DOWN;
 		exchange_release_retry(ex);
 		exchange_upstream_unavailable(ex);
 		return false;

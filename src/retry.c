@@ -340,6 +340,8 @@ const char *retry_give_up_name(enum retry_give_up reason)
 		return "budget";
 	case RETRY_GIVE_UP_UPSTREAM_BUSY:
 		return "upstream_busy";
+	case RETRY_GIVE_UP_UPSTREAM_DOWN:
+		return "upstream_down";
 	}
 	return NULL;
 }

@@ -144,13 +144,15 @@ enum retry_give_up {
 	RETRY_GIVE_UP_CLIENT_GONE,    /* the client left while a retry was pending */
 	RETRY_GIVE_UP_BUDGET,	      /* max_pending_retries or the route's retry budget */
 	RETRY_GIVE_UP_UPSTREAM_BUSY,  /* try_timeout passed waiting for a connection at the cap */
+	RETRY_GIVE_UP_UPSTREAM_DOWN,  /* health.hold: false refused the retry of a down upstream */
 };
 
 /* How many reasons there are, RETRY_GIVE_UP_NONE included. */
-#define RETRY_GIVE_UP_COUNT (RETRY_GIVE_UP_UPSTREAM_BUSY + 1)
+#define RETRY_GIVE_UP_COUNT (RETRY_GIVE_UP_UPSTREAM_DOWN + 1)
 
 /* The retries_given_up_total reason label: attempts|deadline|not_idempotent|
- * body_too_large|client_gone|budget|upstream_busy; NULL for RETRY_GIVE_UP_NONE. */
+ * body_too_large|client_gone|budget|upstream_busy|upstream_down; NULL for
+ * RETRY_GIVE_UP_NONE. */
 const char *retry_give_up_name(enum retry_give_up reason);
 
 /* Everything retry_decide() needs to know about a try that just ended, as

@@ -36,7 +36,7 @@ static const char status_page_css[] =
 	"th,td{padding:6px 4px;text-align:right;border-bottom:1px solid #edf0f4;white-space:nowrap;"
 	"font-variant-numeric:tabular-nums}"
 	"tbody tr:last-child th,tbody tr:last-child td{border-bottom:0}"
-	"thead th{background:#eef1f6;font-size:12px;font-weight:600;color:#3c4657;"
+	"thead th{background:#eef1f6;font-size:11px;font-weight:600;color:#3c4657;"
 	"white-space:normal;vertical-align:bottom}"
 	"thead th[colspan]{text-align:center}"
 	"th.g,td.g{border-left:1px solid #dde2ea}"

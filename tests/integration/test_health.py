@@ -24,8 +24,10 @@ Must hold:
   within down_after + 3 s / probe_interval and a little slack, not a
   stream of retries per request; the down and up transitions are logged
   (warn, then info); afterwards the upstream is up with failures=0 held=0;
-- hold: false: once the upstream is down, a request is answered 502 at
-  once, naming the upstream as down, with Retry-Attempts: 0;
+- hold: false: the request whose tries marked the upstream down gets 502
+  with gave_up=upstream_down (its next retry was refused); once down, a
+  request is answered 502 at once, naming the upstream as down, with
+  Retry-Attempts: 0 and no gave_up;
 - a held request whose deadline passes gets 502 naming the upstream as
   down, gave_up=deadline, Retry-Attempts = the tries made; one that had a
   retryable response before the upstream went away gets that response
@@ -354,11 +356,16 @@ def scenario(t):
         first = h.fetch(nohold.port(), "GET", "/nohold/1", "api.example", timeout=10 * h.SLOW)
         h.check_error_response(first, 502, ["127.0.0.1:%d" % gone_port, "down"])
         h.eq(first.header("Retry-Attempts"), str(DOWN_AFTER), "tries before it went down")
+        # its next retry was refused: retrying stopped short of max_attempts
+        h.eq(h.access_fields(nohold.access_one("/nohold/1")).get("gave_up"), "upstream_down",
+             "gave_up of the request whose retry was refused")
         r = h.fetch(nohold.port(), "GET", "/nohold/2", "api.example", timeout=10 * h.SLOW)
         h.check_error_response(r, 502, ["127.0.0.1:%d" % gone_port, "down"])
         h.eq(r.header("Retry-Attempts"), "0", "Retry-Attempts")
         h.ok(r.elapsed < 0.2 * h.SLOW, "answered after %.3f s" % r.elapsed)
-        h.eq(h.access_fields(nohold.access_one("/nohold/2")).get("note"), "upstream%20down", "note")
+        f = h.access_fields(nohold.access_one("/nohold/2"))
+        h.eq((f.get("note"), f.get("gave_up")), ("upstream%20down", None),
+             "note, gave_up (a first try refused gave nothing up)")
 
     pending = t.proxy(CONFIG_PENDING, GONE=h.closed_port())
 

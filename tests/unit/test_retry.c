@@ -730,7 +730,7 @@ static void test_give_up_names(void **state)
 	/* the SPEC's label values, in the order /metrics lists them */
 	static const char *const names[] = {
 		NULL,	       "attempts", "deadline",	    "not_idempotent", "body_too_large",
-		"client_gone", "budget",   "upstream_busy",
+		"client_gone", "budget",   "upstream_busy", "upstream_down",
 	};
 
 	assert_int_equal(sizeof(names) / sizeof(names[0]), RETRY_GIVE_UP_COUNT);
