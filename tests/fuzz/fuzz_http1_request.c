@@ -138,7 +138,8 @@ static void fuzz_check_head(const char *buf, size_t len, size_t max_head)
 		abort();
 	if (h->field_count > HTTP1_MAX_FIELDS || h->method_len == 0 || h->target_len == 0)
 		abort();
-	if (h->version_minor != 0 && h->version_minor != 1)
+	/* HTTP/1.0 to HTTP/1.9: the minor digit as sent (RFC 9112 section 2.3) */
+	if (h->version_minor < 0 || h->version_minor > 9)
 		abort();
 	fuzz_check_span(buf, h->head_len, h->method, h->method_len);
 	fuzz_check_span(buf, h->head_len, h->target, h->target_len);
@@ -182,7 +183,7 @@ static void fuzz_check_framing(const char *buf)
 			abort();
 		if ((framing.body == HTTP1_BODY_LENGTH) != (framing.content_length > 0))
 			abort();
-		if (h->version_minor == 1 && framing.host == NULL)
+		if (h->version_minor >= 1 && framing.host == NULL)
 			abort();
 		if (framing.host != NULL)
 			fuzz_check_span(buf, h->head_len, framing.host, framing.host_len);

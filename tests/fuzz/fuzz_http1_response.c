@@ -30,7 +30,8 @@ static void fuzz_check_head(const char *buf, size_t len, size_t max_head)
 		abort();
 	if (h->status < 100 || h->status > 599 || h->field_count > HTTP1_MAX_FIELDS)
 		abort();
-	if (h->version_minor != 0 && h->version_minor != 1)
+	/* HTTP/1.0 to HTTP/1.9: the minor digit as sent (RFC 9112 section 2.3) */
+	if (h->version_minor < 0 || h->version_minor > 9)
 		abort();
 	/* the reason follows "HTTP/1.x NNN ", or is empty right after "NNN" */
 	if (h->reason != buf + 13 && !(h->reason == buf + 12 && h->reason_len == 0))
