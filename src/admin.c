@@ -13,6 +13,7 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
+#include "admin_conns.h"
 #include "config.h"
 #include "conn.h"
 #include "config_dump.h"
@@ -41,6 +42,7 @@ struct admin {
 	const char *query;	    /* the request being answered's query, or NULL */
 	struct evconnlistener *evl; /* owned by http */
 	struct event *resume_timer; /* ends the pause after an accept error */
+	struct admin_conns *conns;  /* accepting stops at ADMIN_CONNS_MAX */
 	struct admin *next_open;    /* in admin_open_list */
 };
 
@@ -259,6 +261,7 @@ static void admin_free(struct admin *admin)
 	if (admin->resume_timer != NULL)
 		event_free(admin->resume_timer);
 	evhttp_free(admin->http);
+	admin_conns_free(admin->conns);
 	free(admin->address);
 	free(admin);
 }
@@ -277,7 +280,20 @@ static void admin_resume_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct admin *admin = arg;
 
-	evconnlistener_enable(admin->evl);
+	if (admin_conns_open(admin->conns) < ADMIN_CONNS_MAX)
+		evconnlistener_enable(admin->evl);
+}
+
+/* A connection opened or closed: accept while under the cap, unless an
+ * accept error paused the listener (its timer resumes it). */
+static void admin_conns_changed(void *arg)
+{
+	struct admin *admin = arg;
+
+	if (admin_conns_open(admin->conns) >= ADMIN_CONNS_MAX)
+		evconnlistener_disable(admin->evl);
+	else if (!evtimer_pending(admin->resume_timer, NULL))
+		evconnlistener_enable(admin->evl);
 }
 
 /* accept() failed: handled as on the proxy's listeners (evhttp sets no
@@ -318,6 +334,7 @@ static struct admin *admin_open(struct proxy *proxy, const char *address,
 		goto fail;
 	admin->evl = evl;
 	admin->resume_timer = evtimer_new(proxy->base, admin_resume_cb, admin);
+	admin->conns = admin_conns_new(proxy->base, admin->http, admin_conns_changed, admin);
 	/* evhttp_bind_listener set no error callback (its argument is the
 	 * evhttp, which admin_by_http() turns back into the admin) */
 	evconnlistener_set_error_cb(evl, admin_accept_error_cb);

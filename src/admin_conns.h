@@ -1,0 +1,29 @@
+#ifndef RETRYPROXY_ADMIN_CONNS_H
+#define RETRYPROXY_ADMIN_CONNS_H
+
+/* The admin listener's open connections, counted so that they can be
+ * capped: evhttp (libevent 2.1) has no cap of its own, and every admin
+ * client it accepts holds a descriptor the proxy's clients and upstreams
+ * need too. */
+
+#include <event2/event.h>
+#include <event2/http.h>
+
+/* Connections open at once at most; past it the listener stops accepting
+ * and further clients wait in its listen queue. */
+#define ADMIN_CONNS_MAX 64
+
+struct admin_conns;
+
+/* Count http's connections; changed(arg) is called after the count moved
+ * (an accept's from inside the listener's accept). */
+struct admin_conns *admin_conns_new(struct event_base *base, struct evhttp *http,
+				    void (*changed)(void *arg), void *arg);
+
+/* Connections open now. */
+unsigned admin_conns_open(const struct admin_conns *conns);
+
+/* After its evhttp was freed: let go of what is left. */
+void admin_conns_free(struct admin_conns *conns);
+
+#endif
