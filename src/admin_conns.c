@@ -15,6 +15,11 @@
  * frees it, and a reference of ours keeps it readable until then. */
 #define ADMIN_CONNS_CHECK_MS 250
 
+/* Input a connection buffers at most, above the admin's largest request
+ * (8 KiB of head, 4 KiB of body): it also bounds what reaches one evhttp
+ * let go of in the time until the next check. */
+#define ADMIN_CONNS_READ_MAX (64 * 1024)
+
 struct admin_conns {
 	struct bufferevent *open[ADMIN_CONNS_MAX];
 	unsigned count;
@@ -84,6 +89,7 @@ static struct bufferevent *admin_conns_bufferevent(struct event_base *base, void
 	bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
 	if (bev == NULL)
 		return NULL;
+	bufferevent_setwatermark(bev, EV_READ, 0, ADMIN_CONNS_READ_MAX);
 	bufferevent_incref(bev);
 	conns->open[conns->count++] = bev;
 	admin_conns_arm(conns);
