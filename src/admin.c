@@ -91,6 +91,7 @@ static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
 	struct metrics_gauges gauges = admin_gauges(proxy);
 
 	metrics_render(proxy->metrics, &gauges, body);
+	metrics_render_reloads(proxy->metrics, body);
 	if (proxy->fleet != NULL)
 		metrics_render_fleet(fleet_connected(proxy->fleet), body);
 	metrics_render_spool(proxy->spool_usage.bytes, body);

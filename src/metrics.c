@@ -69,6 +69,8 @@ struct metrics {
 	uint64_t upstream_errors[TRY_OUTCOME_COUNT]; /* by enum try_outcome, summed by kind */
 	uint64_t pool_reuse;
 	uint64_t intercept_failures;
+	uint64_t reloads[2];	 /* SIGHUP reloads: failed, ok */
+	bool last_reload_failed; /* the running config is not the file's */
 	uint64_t duration_buckets[METRICS_DURATION_BUCKETS];
 	uint64_t tries_buckets[METRICS_TRIES_BUCKETS];
 	struct metrics_histogram duration;
@@ -255,6 +257,17 @@ void metrics_pool_reuse(struct metrics *metrics)
 void metrics_intercept_failure(struct metrics *metrics)
 {
 	metrics->intercept_failures++;
+}
+
+void metrics_reload(struct metrics *metrics, bool ok)
+{
+	metrics->reloads[ok]++;
+	metrics->last_reload_failed = !ok;
+}
+
+bool metrics_last_reload_failed(const struct metrics *metrics)
+{
+	return metrics->last_reload_failed;
 }
 
 void metrics_label_value(struct evbuffer *out, const char *s)
@@ -471,6 +484,23 @@ void metrics_render_fleet(bool connected, struct evbuffer *out)
 		       "1 while the fleet's Redis answers and the route budgets are shared; 0 "
 		       "while they are local.");
 	evbuffer_add_printf(out, "retryproxy_fleet_connected %d\n", connected ? 1 : 0);
+}
+
+void metrics_render_reloads(const struct metrics *metrics, struct evbuffer *out)
+{
+	metrics_header(out, "retryproxy_config_reloads_total", "counter",
+		       "Config reloads (SIGHUP), by whether the new config went live (ok) or was "
+		       "refused and the running one kept (failed).");
+	evbuffer_add_printf(out,
+			    "retryproxy_config_reloads_total{result=\"ok\"} %llu\n"
+			    "retryproxy_config_reloads_total{result=\"failed\"} %llu\n",
+			    (unsigned long long)metrics->reloads[1],
+			    (unsigned long long)metrics->reloads[0]);
+	metrics_header(out, "retryproxy_config_last_reload_successful", "gauge",
+		       "0 while the last reload was refused (the running config is not the "
+		       "file's), else 1.");
+	evbuffer_add_printf(out, "retryproxy_config_last_reload_successful %d\n",
+			    metrics->last_reload_failed ? 0 : 1);
 }
 
 void metrics_render_spool(uint64_t bytes, struct evbuffer *out)

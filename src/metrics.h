@@ -95,6 +95,16 @@ void metrics_intercept_failure(struct metrics *metrics);
  * Only a proxy with a fleet: section has the series. */
 void metrics_render_fleet(bool connected, struct evbuffer *out);
 
+/* Count a reload (SIGHUP) that went live (ok) or was refused. */
+void metrics_reload(struct metrics *metrics, bool ok);
+
+/* Was the last reload refused, the running config not the file's? */
+bool metrics_last_reload_failed(const struct metrics *metrics);
+
+/* Append retryproxy_config_reloads_total{result} and
+ * retryproxy_config_last_reload_successful. */
+void metrics_render_reloads(const struct metrics *metrics, struct evbuffer *out);
+
 /* Append retryproxy_spool_bytes: what the spool files (limits.spool_max)
  * hold now, against limits.spool_total. */
 void metrics_render_spool(uint64_t bytes, struct evbuffer *out);

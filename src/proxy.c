@@ -334,6 +334,7 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	/* a raised limit takes effect now, not when some client leaves */
 	listener_check_accepting(proxy);
 	log_info("reload: now running %s", config->source);
+	metrics_reload(proxy->metrics, true);
 	proxy_notify_ready(proxy, "reloaded");
 	return 0;
 fail_rebind:
@@ -343,6 +344,7 @@ fail_apply:
 	log_error("reload: cannot apply %s; keeping the running config", name);
 	config_release(config);
 fail:
+	metrics_reload(proxy->metrics, false);
 	/* the manager waits for READY=1 after RELOADING=1, failed or not */
 	proxy_notify_ready(proxy, "reload failed, still serving");
 	return -1;
@@ -360,6 +362,7 @@ void proxy_reload_refused(struct proxy *proxy, const char *why)
 	 * SIGHUP, whether a config was read or not */
 	notify_reloading();
 	log_error("reload: %s; keeping the running config", why);
+	metrics_reload(proxy->metrics, false);
 	proxy_notify_ready(proxy, "reload failed, still serving");
 }
 

@@ -353,6 +353,9 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 			    "updated <span data-key=\"updated\">%s</span> &middot; ",
 			    RETRYPROXY_VERSION, state->draining ? "bad" : "good",
 			    state->draining ? "draining" : "serving", when);
+	if (metrics_last_reload_failed(state->metrics))
+		evbuffer_add_printf(out, "<span data-key=\"reload\" class=\"bad\">last reload "
+					 "refused: see the log</span> &middot; ");
 	if (state->no_refresh)
 		evbuffer_add_printf(out, "a snapshot: <a href=\"/\">the live page</a>");
 	else

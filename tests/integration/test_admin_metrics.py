@@ -23,6 +23,10 @@ form the parser takes (999999999999999.99, which is 1e15) is refused by
 --check, naming the line, column and key; so is a duration whose fraction
 /config would write back in more digits than the parser takes
 (10000000000000.5s is 10000000000000500ms).
+A reload refused for a bad value counts in
+retryproxy_config_reloads_total{result="failed"} and sets
+retryproxy_config_last_reload_successful to 0; the next good reload
+counts under result="ok" and sets it back to 1.
 """
 
 import os
@@ -215,6 +219,32 @@ def scenario(t):
             c.send(h.request("GET", "/healthz", "127.0.0.1"))
             r = c.read_response()
             h.eq((r.status, r.body), (200, b"ok\n"), "the next request on the connection")
+
+
+    @t.check("a refused reload shows on /metrics (reloads_total failed, last_reload_successful "
+             "0) until a good one")
+    def _():
+        before = scrape(proxy.port(1))
+        h.eq(value(before, "retryproxy_config_last_reload_successful"), 1,
+             "last_reload_successful before any reload")
+        good = proxy.config_text
+        proxy.reload(good.replace("initial_backoff: 100ms", "initial_backoff: soon"),
+                     r"keeping the running config")
+        failed = scrape(proxy.port(1))
+        h.eq((value(failed, "retryproxy_config_reloads_total", result="failed") -
+              value(before, "retryproxy_config_reloads_total", result="failed"),
+              value(failed, "retryproxy_config_reloads_total", result="ok") -
+              value(before, "retryproxy_config_reloads_total", result="ok"),
+              value(failed, "retryproxy_config_last_reload_successful")),
+             (1, 0, 0), "after a refused reload: failed, ok increases, last_reload_successful")
+        proxy.reload(good)
+        ok = scrape(proxy.port(1))
+        h.eq((value(ok, "retryproxy_config_reloads_total", result="failed") -
+              value(failed, "retryproxy_config_reloads_total", result="failed"),
+              value(ok, "retryproxy_config_reloads_total", result="ok") -
+              value(failed, "retryproxy_config_reloads_total", result="ok"),
+              value(ok, "retryproxy_config_last_reload_successful")),
+             (0, 1, 1), "after a good reload: failed, ok increases, last_reload_successful")
 
 
 h.run(scenario, __doc__)

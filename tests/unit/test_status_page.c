@@ -278,6 +278,28 @@ static void test_status_page_empty_and_self_contained(void **state)
 	metrics_free(m);
 }
 
+/* A refused reload is named in the header until a good one. */
+static void test_status_page_reload_refused(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct upstreams *ups = upstreams_new(NULL);
+	char *page = test_render(m, ups, 0, false);
+
+	assert_null(strstr(page, "data-key=\"reload\""));
+	free(page);
+	metrics_reload(m, false);
+	page = test_render(m, ups, 0, false);
+	assert_non_null(
+		strstr(page, "<span data-key=\"reload\" class=\"bad\">last reload refused"));
+	free(page);
+	metrics_reload(m, true);
+	page = test_render(m, ups, 0, false);
+	assert_null(strstr(page, "data-key=\"reload\""));
+	free(page);
+	upstreams_free(ups);
+	metrics_free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -285,6 +307,7 @@ int main(void)
 		cmocka_unit_test(test_status_page_route_counters),
 		cmocka_unit_test(test_status_page_escapes_names),
 		cmocka_unit_test(test_status_page_empty_and_self_contained),
+		cmocka_unit_test(test_status_page_reload_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
