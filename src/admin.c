@@ -163,6 +163,8 @@ static const char *admin_reason(int status)
 	switch (status) {
 	case 200:
 		return "OK";
+	case 400:
+		return "Bad Request";
 	case 404:
 		return "Not Found";
 	case 405:
@@ -202,6 +204,32 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
 	evhttp_send_reply(req, status, admin_reason(status), body);
 }
 
+/* Can the request's body be told from what follows it? Not when it has two
+ * Content-Length fields that differ, a Transfer-Encoding with a
+ * Content-Length, or a Transfer-Encoding other than a lone chunked (the
+ * only coding evhttp takes apart); RFC 9112 section 6.3 wants a 400 and
+ * the connection closed then. */
+static bool admin_framing_ok(struct evhttp_request *req)
+{
+	const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
+	const struct evkeyval *field;
+	const char *length = NULL;
+	unsigned codings = 0;
+	bool chunked = false;
+
+	TAILQ_FOREACH(field, headers, next) {
+		if (evutil_ascii_strcasecmp(field->key, "Content-Length") == 0) {
+			if (length != NULL && strcmp(length, field->value) != 0)
+				return false;
+			length = field->value;
+		} else if (evutil_ascii_strcasecmp(field->key, "Transfer-Encoding") == 0) {
+			codings++;
+			chunked = evutil_ascii_strcasecmp(field->value, "chunked") == 0;
+		}
+	}
+	return codings == 0 || (codings == 1 && chunked && length == NULL);
+}
+
 /* Every admin request: find the page, check the method, render. */
 static void admin_request_cb(struct evhttp_request *req, void *arg)
 {
@@ -220,7 +248,12 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 			page = &admin_pages[i];
 	/* a CONNECT names an authority, never a page: its method is what is
 	 * wrong */
-	if (page == NULL && method != EVHTTP_REQ_CONNECT) {
+	if (!admin_framing_ok(req)) {
+		/* whatever follows may be this body or a next request */
+		status = 400;
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+		evbuffer_add_printf(body, "bad request: its body length is ambiguous\n");
+	} else if (page == NULL && method != EVHTTP_REQ_CONNECT) {
 		status = 404;
 		evbuffer_add_printf(
 			body, "not found; try /, /healthz, /metrics, /config or /upstreams\n");

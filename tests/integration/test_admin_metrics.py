@@ -16,7 +16,11 @@ retryproxy_tries_per_request_count one more than before it, the connection
 gauges for both sides and retryproxy_pool_reuse_total are there; an unknown
 path is 404, a POST to a page 405 with Allow, a HEAD the GET's fields
 without a body, a CONNECT (which names no path) 405 with Allow and a body
-framed by Content-Length, the connection answering the next request. Answers the proxy gives before any route is chosen (a
+framed by Content-Length, the connection answering the next request; a
+request with two Content-Length fields, a Transfer-Encoding whose last
+coding is not chunked, or both a Content-Length and a Transfer-Encoding
+gets 400 and the connection closes (RFC 9112 section 6.3: its body cannot
+be told from a next request). Answers the proxy gives before any route is chosen (a
 400 for two Host fields, a TRACE with Max-Forwards: 0) count in
 retryproxy_requests_total under route "-", as the access log names it. A config whose number /config could not write back in a
 form the parser takes (999999999999999.99, which is 1e15) is refused by
@@ -245,6 +249,26 @@ def scenario(t):
               value(failed, "retryproxy_config_reloads_total", result="ok"),
               value(ok, "retryproxy_config_last_reload_successful")),
              (0, 1, 1), "after a good reload: failed, ok increases, last_reload_successful")
+
+
+    @t.check("a request whose body length is ambiguous (two Content-Lengths, a Transfer-Encoding "
+             "not ending in chunked, both fields) -> 400 and the connection closes")
+    def _():
+        heads = (b"Content-Length: 5\r\nContent-Length: 6\r\n",
+                 b"Transfer-Encoding: gzip\r\n",
+                 b"Transfer-Encoding: chunked, gzip\r\n",
+                 b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n")
+        for fields in heads:
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                # what follows would be a second request to whoever took
+                # the first one's framing otherwise
+                c.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields + b"\r\n"
+                       b"hello0\r\n\r\nGET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                r = c.read_head()
+                h.eq(r.status, 400, "status for %r" % fields)
+                c.read_exact(int(r.header("Content-Length") or 0))
+                h.ok(c.closed_within(2 * h.SLOW),
+                     "the connection stayed open after %r; then: %r" % (fields, bytes(c.buf[:80])))
 
 
 h.run(scenario, __doc__)
