@@ -867,9 +867,17 @@ static void client_config_changed(void *self)
 		client_close_idle(client, "no longer in access.allow_clients");
 	} else if (client->state == CLIENT_READING_HEAD && client->conn != NULL &&
 		   conn_input_length(client->conn) > 0) {
+		bool rearm =
+			!client->head_timer_at_flush && !client->output_full &&
+			client->config->limits.client_timeout_ms != live->limits.client_timeout_ms;
+
 		/* a head under way may have stopped at the old max_header_bytes:
-		 * the new limit lets it be read on */
+		 * the new limit lets it be read on; and it must still arrive
+		 * whole within client_timeout, the new one, counted from the
+		 * reload as for an idle connection */
 		client_adopt_config(client);
+		if (rearm && client->config == live)
+			client_arm_head_timer(client);
 	} else if (client_idle(client) && !client->head_timer_at_flush && !client->output_full &&
 		   client->config->limits.client_timeout_ms != live->limits.client_timeout_ms) {
 		/* waiting for its next request under the old client_timeout: a

@@ -8,7 +8,9 @@ Origin: the shared test origin (echo).
 Must hold: with client_timeout 60s, a reload to 1s closes a connection
 idle since before the reload within a few seconds, not 60 s after its last
 request; after a reload back to 60s a connection that goes idle stays open
-past 1 s and serves its next request.
+past 1 s and serves its next request; a connection that has sent half a
+head when a reload lowers client_timeout to 1s is closed within a few
+seconds too, not 60 s after it connected.
 """
 
 import re
@@ -59,6 +61,18 @@ def scenario(t):
         idle.send(h.request("GET", "/echo?c=raised-again", "app.example"))
         h.eq(idle.read_response().status, 200, "the next request on it")
 
+
+    @t.check("a lowered client_timeout closes a connection whose head was under way at the reload")
+    def _():
+        partial = h.RawConn(proxy.port(), timeout=10 * h.SLOW)
+        t.defer(partial.close)
+        partial.send(b"GET /echo?c=partial HTTP/1.1\r\nHost: app.example\r\n")
+        time.sleep(0.3)
+        reload("1s")
+        started = time.monotonic()
+        h.ok(partial.closed_within(8 * h.SLOW),
+             "a connection with half a head still open %.1f s after a reload to "
+             "client_timeout 1s" % (time.monotonic() - started))
 
 if __name__ == "__main__":
     h.run(scenario, __doc__)
