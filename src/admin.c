@@ -165,6 +165,8 @@ static const char *admin_reason(int status)
 		return "OK";
 	case 400:
 		return "Bad Request";
+	case 403:
+		return "Forbidden";
 	case 404:
 		return "Not Found";
 	case 405:
@@ -208,16 +210,19 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
  * Content-Length fields that differ, a Transfer-Encoding with a
  * Content-Length, or a Transfer-Encoding other than a lone chunked (the
  * only coding evhttp takes apart); RFC 9112 section 6.3 wants a 400 and
- * the connection closed then. */
+ * the connection closed then. Nor is a request with two Host fields one to
+ * answer (section 3.2). */
 static bool admin_framing_ok(struct evhttp_request *req)
 {
 	const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
 	const struct evkeyval *field;
 	const char *length = NULL;
-	unsigned codings = 0;
+	unsigned codings = 0, hosts = 0;
 	bool chunked = false;
 
 	TAILQ_FOREACH(field, headers, next) {
+		if (evutil_ascii_strcasecmp(field->key, "Host") == 0 && ++hosts > 1)
+			return false;
 		if (evutil_ascii_strcasecmp(field->key, "Content-Length") == 0) {
 			if (length != NULL && strcmp(length, field->value) != 0)
 				return false;
@@ -228,6 +233,59 @@ static bool admin_framing_ok(struct evhttp_request *req)
 		}
 	}
 	return codings == 0 || (codings == 1 && chunked && length == NULL);
+}
+
+/* Is host (a Host field's value, or an absolute-form target's host, with or
+ * without a port) an address, localhost or a name under .localhost? Those
+ * are what a browser asks the admin for: a page can make any other name
+ * resolve to 127.0.0.1 (DNS rebinding) and then read the admin as its own
+ * origin, while an address or localhost stays the browser's own machine. */
+static bool admin_host_is_local(const char *host)
+{
+	char name[256];
+	struct in6_addr addr6;
+	struct in_addr addr4;
+	const char *end;
+	size_t len;
+
+	if (host[0] == '[') {
+		end = strchr(host, ']');
+		if (end == NULL || (end[1] != '\0' && end[1] != ':'))
+			return false;
+		host++;
+	} else {
+		end = strchr(host, ':');
+		if (end == NULL)
+			end = host + strlen(host);
+		else if (strchr(end + 1, ':') != NULL) /* an evhttp_uri's v6 host */
+			end = host + strlen(host);
+	}
+	len = (size_t)(end - host);
+	if (len == 0 || len >= sizeof(name))
+		return false;
+	memcpy(name, host, len);
+	name[len] = '\0';
+	if (inet_pton(AF_INET6, name, &addr6) == 1 || inet_pton(AF_INET, name, &addr4) == 1)
+		return true;
+	if (name[len - 1] == '.')
+		name[--len] = '\0';
+	return evutil_ascii_strcasecmp(name, "localhost") == 0 ||
+	       (len > 10 && evutil_ascii_strcasecmp(name + len - 10, ".localhost") == 0);
+}
+
+/* May this request be answered? With access.admin_remote false the admin is
+ * for this machine's users, and a web page one of them opens is not one:
+ * only a local Host (or none, HTTP/1.0) is served. */
+static bool admin_host_ok(const struct admin *admin, struct evhttp_request *req,
+			  const struct evhttp_uri *uri)
+{
+	const char *host = uri != NULL ? evhttp_uri_get_host(uri) : NULL;
+
+	if (admin->proxy->config->admin_remote)
+		return true;
+	if (host == NULL)
+		host = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
+	return host == NULL || admin_host_is_local(host);
 }
 
 /* Every admin request: find the page, check the method, render. */
@@ -252,7 +310,13 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 		/* whatever follows may be this body or a next request */
 		status = 400;
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-		evbuffer_add_printf(body, "bad request: its body length is ambiguous\n");
+		evbuffer_add_printf(body, "bad request: two Host fields, or a body length that "
+					  "is ambiguous\n");
+	} else if (!admin_host_ok(admin, req, uri)) {
+		status = 403;
+		evbuffer_add_printf(
+			body, "forbidden: the admin answers a Host that is an address or "
+			      "localhost; set access.admin_remote: true to allow other names\n");
 	} else if (page == NULL && method != EVHTTP_REQ_CONNECT) {
 		status = 404;
 		evbuffer_add_printf(

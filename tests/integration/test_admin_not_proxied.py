@@ -19,6 +19,11 @@ one-line body naming the admin endpoint, after one try (Retry-Attempts: 1,
 tries="forbidden"), and the admin serves none of them; CONNECT
 127.0.0.1:ADMIN gets 403 too; the admin still answers when asked
 directly (200), and the same proxy forwards to the origin (200).
+Asked directly by a browser for a name that a web page made resolve to
+127.0.0.1 (DNS rebinding: Host: rebound.example:ADMIN, or that name in an
+absolute-form target), the admin answers 403 naming access.admin_remote,
+so that the page cannot read it; a Host that is localhost (or a name
+under .localhost) or an address is served; two Host fields get 400.
 """
 
 
@@ -72,6 +77,28 @@ def scenario(t):
         h.eq((r.exit_code, r.status), (0, 200), "admin /healthz (%r)" % r)
         r = h.curl(origin.url("/echo?t=forward"), proxy=proxy.url)
         h.eq((r.exit_code, r.status), (0, 200), "forwarded to the origin (%r)" % r)
+
+
+    def admin_get(host, target="/config"):
+        with h.RawConn(admin) as c:
+            c.send(("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                    % (target, host)).encode())
+            return c.read_response()
+
+    @t.check("a name a web page rebound to 127.0.0.1 (DNS rebinding) gets 403 from the admin; "
+             "loopback names and addresses are served")
+    def _():
+        for host in ("rebound.example:%d" % admin, "admin.test:%d" % admin, "rebound.example"):
+            r = admin_get(host)
+            h.eq(r.status, 403, "status for Host: %s" % host)
+            h.ok(b"admin_remote" in r.body, "the 403 does not say what to do: %r" % r.body)
+        r = admin_get("127.0.0.1", "http://rebound.example:%d/config" % admin)
+        h.eq(r.status, 403, "status for an absolute-form target naming rebound.example")
+        r = admin_get("127.0.0.1:%d\r\nHost: rebound.example" % admin)
+        h.eq(r.status, 400, "status for two Host fields")
+        for host in ("127.0.0.1:%d" % admin, "localhost:%d" % admin, "LOCALHOST.",
+                     "app.localhost:%d" % admin, "[::1]:%d" % admin, "10.1.2.3"):
+            h.eq(admin_get(host).status, 200, "status for Host: %s" % host)
 
 
 h.run(scenario, __doc__)

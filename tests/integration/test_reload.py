@@ -228,7 +228,7 @@ log: {{ level: info }}
 
     def answers(port, tag):
         """'admin' or 'proxy': who answers GET /metrics?tag on port."""
-        r = h.fetch(port, "GET", "/metrics?" + tag, "app.example")
+        r = h.fetch(port, "GET", "/metrics?" + tag, "127.0.0.1")
         h.eq(r.status, 200, "status of /metrics on port %d" % port)
         return "admin" if b"retryproxy_" in r.body else "proxy"
 

@@ -156,7 +156,7 @@ def scenario(t):
     proxy = t.proxy(CONFIG, ORIGIN=origin.port, ORIGIN2=origin2.port)
 
     def metric(name):
-        r = h.fetch(proxy.port(2), "GET", "/metrics", "admin")
+        r = h.fetch(proxy.port(2), "GET", "/metrics", "127.0.0.1")
         m = re.search(r"^%s (\d+)$" % name, r.body.decode(), re.M)
         return int(m.group(1)) if m else None
 
@@ -237,7 +237,7 @@ def scenario(t):
 
     @t.check("/config writes max_upstream_connections")
     def _():
-        r = h.fetch(proxy.port(2), "GET", "/config", "admin")
+        r = h.fetch(proxy.port(2), "GET", "/config", "127.0.0.1")
         h.ok(re.search(r"^\s+max_upstream_connections: 2$", r.body.decode(), re.M),
              "max_upstream_connections in /config")
 
@@ -245,7 +245,7 @@ def scenario(t):
     one = t.proxy(CONFIG_ONE, ORIGIN=origin1.port, CAP=1)
 
     def one_metric(name):
-        r = h.fetch(one.port(1), "GET", "/metrics", "admin")
+        r = h.fetch(one.port(1), "GET", "/metrics", "127.0.0.1")
         m = re.search(r"^%s (\d+)$" % name, r.body.decode(), re.M)
         return int(m.group(1)) if m else None
 
@@ -395,7 +395,7 @@ def scenario(t):
         h.eq(hosts, ["LOCALHOST:%d" % origin_fw.port, "localhost:%d" % origin_fw.port,
                      "localhost:%d" % origin_fw.port, "localhost.:%d" % origin_fw.port],
              "Host headers as the client wrote them")
-        r = h.fetch(forward.port(1), "GET", "/upstreams", "admin")
+        r = h.fetch(forward.port(1), "GET", "/upstreams", "127.0.0.1")
         names = [line.split()[0] for line in r.body.decode().splitlines() if line]
         h.eq(sorted(names), ["http://localhost.:%d" % origin_fw.port,
                              "http://localhost:%d" % origin_fw.port], "/upstreams")
@@ -412,7 +412,7 @@ def scenario(t):
     two = t.proxy(CONFIG_ONE, ORIGIN=origin_st.port, CAP=2)
 
     def two_metric(name):
-        r = h.fetch(two.port(1), "GET", "/metrics", "admin")
+        r = h.fetch(two.port(1), "GET", "/metrics", "127.0.0.1")
         m = re.search(r"^%s (\d+)$" % name, r.body.decode(), re.M)
         return int(m.group(1)) if m else None
 
