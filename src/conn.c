@@ -248,11 +248,12 @@ static void conn_pass_add(struct conn *c)
  * sees the end as an error; never on a client's connection, which the client
  * module ends cleanly itself (conn_shutdown_write): a client's freed without
  * it was cut off, and a close_notify would make a cut close-delimited body
- * look whole. */
+ * look whole. Nor after a send the upstream reset: nothing reaches it. */
 static void conn_close_notify_once(struct conn *c)
 {
-	if (c->side != CONN_OUTGOING || c->reset_on_free || c->failed || c->fd < 0 ||
-	    !SSL_is_init_finished(c->ssl) || (SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
+	if (c->side != CONN_OUTGOING || c->reset_on_free || c->failed || c->write_reset ||
+	    c->fd < 0 || !SSL_is_init_finished(c->ssl) ||
+	    (SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
 		return;
 	ERR_clear_error();
 	(void)SSL_shutdown(c->ssl);
@@ -881,10 +882,15 @@ static ssize_t conn_write_tls(struct conn *c)
 			c->tls_write_len = n;
 			c->tls_write_wants_read = true;
 			return written;
-		default:
+		case SSL_ERROR_SYSCALL:
+			/* the socket failed (a reset, EPIPE): errno says how */
 			c->tls_error = ERR_get_error();
 			if (errno == 0)
 				errno = EPIPE;
+			return -1;
+		default:
+			c->tls_error = ERR_get_error();
+			errno = EPROTO;
 			return -1;
 		}
 	}
@@ -900,11 +906,14 @@ static ssize_t conn_write_tls(struct conn *c)
  * reset, so the read then sees an EOF: it is reported as the reset it is
  * (a body that ends with the connection must not look whole). A client's
  * connection fails at once: nobody reads what a client says after that.
- * TLS cannot read on after a failed write. False: fail now. */
+ * TLS reads on the same way: a send that failed at the socket (not a TLS
+ * protocol error, which conn_write_tls gives as EPROTO) leaves OpenSSL's
+ * reading side whole, and the records the upstream sent before its reset
+ * are decrypted as they come. False: fail now. */
 static bool conn_write_reset(struct conn *c, int error)
 {
-	if (c->side != CONN_OUTGOING || c->ssl != NULL || (error != ECONNRESET && error != EPIPE) ||
-	    !c->reading || c->eof || conn_input_full(c))
+	if (c->side != CONN_OUTGOING || (error != ECONNRESET && error != EPIPE) || !c->reading ||
+	    c->eof || conn_input_full(c))
 		return false;
 	c->write_reset = true;
 	c->error = error;

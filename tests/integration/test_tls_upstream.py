@@ -22,7 +22,9 @@ close_notify, and broken off toward the client (curl fails, the log names
 the missing close_notify) when the connection ends without one (RFC 9112
 section 9.8), also when such a body was a retryable answer kept and then
 given to the client because every later try failed, and a response
-pipelined before such a body reaches a client slow to read it whole; TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
+pipelined before such a body reaches a client slow to read it whole; an
+answer sent before the request body was read, the connection then reset,
+reaches the client (413, not 502); TLS below 1.2 is refused; with no tls: section SSL_CERT_FILE supplies the
 trust (and without it the same upstream fails verification). The proxy
 ends its upstream TLS connections with a close_notify (the origin reads a
 clean TLS end, not an EOF in violation of the protocol): a pooled one closed
@@ -250,6 +252,17 @@ def scenario(t):
         h.ok(r.body == o.pattern_bytes(n), "first body intact")
         h.ok(c.closed_within(5), "the connection ends after the broken response")
         c.close()
+
+    @t.check("an 8 MiB POST answered 413 before its body was read, the connection then reset: "
+             "the client gets the 413, as over plain HTTP")
+    def _():
+        f, _ = h.random_body_file(t.tmp, 8 << 20, "early413")
+        r = h.curl("-X", "POST", "--data-binary", "@" + f, "-H", "Expect:",
+                   "-H", "Content-Type: application/octet-stream",
+                   proxy.listener_url(0, "/early/413?t=tls-early413"), timeout=30)
+        h.eq((r.exit_code, r.status), (0, 413), "curl exit and status (%r)" % r)
+        fl = h.access_fields(proxy.access_one("tls-early413"))
+        h.eq((fl["status"], fl.get("tries")), ("413", "413"), "access status, tries")
 
     @t.check("wrong-host certificate: 502 at once naming the reason, not retried, nothing sent")
     def _():
