@@ -14,6 +14,7 @@
 #include "proxy.h"
 #include "resume.h"
 #include "retry_budget.h"
+#include "tls.h"
 #include "xmalloc.h"
 
 /*
@@ -890,15 +891,35 @@ void exchange_read_response_head(struct exchange_try *t)
 	}
 }
 
+/* What ended the upstream's connection when TLS did (an alert, such as a
+ * TLS 1.3 server's refusal of the handshake that comes only after the
+ * request went; a record that does not decrypt): "TLS error <where>:
+ * <OpenSSL's words>" in buf, else NULL (a reset or close at the socket). */
+static const char *exchange_tls_failure(const struct exchange_try *t, const char *where, char *buf,
+					size_t len)
+{
+	char detail[256];
+
+	if (t->up == NULL || !tls_error_text(conn_tls_error(t->up), detail, sizeof(detail)))
+		return NULL;
+	snprintf(buf, len, "TLS error %s: %s", where, detail);
+	return buf;
+}
+
 /* The upstream closed (or failed) before the response head was complete. */
 static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 {
+	char tls[320];
+	const char *tls_why =
+		eof ? NULL : exchange_tls_failure(t, "before the response head", tls, sizeof(tls));
+
 	if (t->reused && !t->byte_seen)
 		exchange_try_failed(t, TRY_STALE, "pooled connection closed by the upstream");
 	else
 		exchange_try_failed(t, TRY_RESET,
-				    eof ? "connection closed before the response head"
-					: "connection reset before the response head");
+				    tls_why != NULL ? tls_why
+				    : eof	    ? "connection closed before the response head"
+						    : "connection reset before the response head");
 }
 
 /* The upstream closed a parked try's connection: the close read with the
@@ -956,6 +977,8 @@ static void exchange_closed_while_relaying(struct exchange_try *t, short what)
 {
 	struct exchange *ex = t->ex;
 	bool eof = (what & CONN_EOF) != 0;
+	char tls[320];
+	const char *tls_why;
 
 	if (what & CONN_TIMEOUT) {
 		metrics_upstream_error(ex->proxy->metrics, TRY_TIMEOUT);
@@ -981,12 +1004,13 @@ static void exchange_closed_while_relaying(struct exchange_try *t, short what)
 		return;
 	}
 	metrics_upstream_error(ex->proxy->metrics, TRY_RESET);
+	tls_why = eof ? NULL : exchange_tls_failure(t, "mid-body", tls, sizeof(tls));
+	if (tls_why == NULL)
+		tls_why = eof ? "upstream closed mid-body" : "upstream reset mid-body";
 	if (ex->resumable)
-		exchange_resume_broken(
-			t, TRY_RESET, eof ? "upstream closed mid-body" : "upstream reset mid-body");
+		exchange_resume_broken(t, TRY_RESET, tls_why);
 	else
-		exchange_break_response(ex, eof ? "upstream closed mid-body"
-						: "upstream reset mid-body");
+		exchange_break_response(ex, tls_why);
 }
 
 void exchange_upstream_closed(struct exchange_try *t, short what)

@@ -386,6 +386,14 @@ bool tls_failure_is_close(unsigned long ssl_error)
 				  ERR_GET_REASON(ssl_error) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
 }
 
+bool tls_error_text(unsigned long ssl_error, char *buf, size_t len)
+{
+	if (ERR_GET_LIB(ssl_error) != ERR_LIB_SSL || tls_failure_is_close(ssl_error))
+		return false;
+	ERR_error_string_n(ssl_error, buf, len);
+	return true;
+}
+
 void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,
 			size_t len)
 {

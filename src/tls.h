@@ -60,6 +60,12 @@ bool tls_failure_is_close(unsigned long ssl_error);
  * could have judged it), whether or not the handshake went on? */
 bool tls_server_certificate_sent(const SSL *ssl);
 
+/* A TLS error that ended a connection after its handshake (an alert from
+ * the peer, a record that does not decrypt), in words: false when
+ * ssl_error (as conn_tls_error gives it) names none: 0, a socket's error,
+ * or a close without close_notify. */
+bool tls_error_text(unsigned long ssl_error, char *buf, size_t len);
+
 /* Why a handshake failed: the certificate verification result when that was
  * the cause (*verify_failed set), else OpenSSL's error queue. */
 void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,

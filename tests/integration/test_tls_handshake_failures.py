@@ -11,6 +11,10 @@ Listener 0's upstream is it with
 tls.verify: false; listener 1's is it with the default verify: true.
 Listener 2's upstream is a socket that takes the TCP connection and never
 answers the ClientHello (connect_timeout 300ms, max_attempts 1).
+Listener 3's is a TLS 1.3 server (trusted certificate) asking for a client
+certificate: in TLS 1.3 the proxy's side of the handshake ends before the
+server judges it, so its alert (certificate_required) is read where the
+response should be.
 Must hold: with verify: false the failure is an ordinary TLS failure, not
 a certificate one: it is retried (3 handshakes for max_attempts: 3), the
 trail says tls, and neither the answer nor the log speaks of certificate
@@ -18,7 +22,8 @@ verification (the untrusted certificate was accepted on purpose); with
 verify: true the certificate itself fails: one handshake, tls-verify, the
 502 names the verification. The silent one is a 502 naming the TLS
 handshake that did not end within the connect timeout, not a connection
-never made (the TCP connection was).
+never made (the TCP connection was). The TLS 1.3 alert is named in the
+502 (certificate required), not taken for a connection reset.
 """
 
 import socket
@@ -35,6 +40,8 @@ listen:
     upstream: https://127.0.0.1:@ORIGIN@
   - address: 127.0.0.1:@PORT2@
     upstream: https://localhost:@SILENT@
+  - address: 127.0.0.1:@PORT3@
+    upstream: https://127.0.0.1:@ORIGIN13@
 log: { level: info, format: text }
 defaults:
   retry:
@@ -51,17 +58,21 @@ routes:
   - name: unverified
     match: { host: unverified.example }
     tls: { verify: false }
+  - name: tls13
+    match: { host: tls13.example }
+    tls: { ca_file: @CA@ }
 """
 
 
 class ClientCertRequired:
-    """A TLS 1.2 server that asks for a client certificate and fails every
-    handshake that brings none. Counts the handshakes begun."""
+    """A TLS 1.2 (or version) server that asks for a client certificate and
+    fails every handshake that brings none. Counts the handshakes begun."""
 
-    def __init__(self, cert, key, ca):
+    def __init__(self, cert, key, ca, version=ssl.TLSVersion.TLSv1_2):
         self.handshakes = 0
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self._context.maximum_version = ssl.TLSVersion.TLSv1_2
+        self._context.minimum_version = version
+        self._context.maximum_version = version
         self._context.load_cert_chain(cert, key)
         self._context.load_verify_locations(ca)
         self._context.verify_mode = ssl.CERT_REQUIRED
@@ -95,8 +106,12 @@ def scenario(t):
     certs = t.certs()
     origin = ClientCertRequired(certs.unknown, certs.unknown_key, certs.ca)
     t.defer(origin.close)
+    origin13 = ClientCertRequired(certs.server, certs.server_key, certs.ca,
+                                  version=ssl.TLSVersion.TLSv1_3)
+    t.defer(origin13.close)
     silent = h.silent_port()
-    proxy = t.proxy(CONFIG, ORIGIN=origin.port, SILENT=silent)
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, SILENT=silent, ORIGIN13=origin13.port,
+                    CA=certs.ca)
 
     def get(listener, host, tag):
         return h.fetch(proxy.port(listener), "GET", "/x?t=" + tag, host, timeout=10 * h.SLOW)
@@ -131,6 +146,14 @@ def scenario(t):
                                         "connect timeout" % silent])
         fields = h.access_fields(proxy.access_one("t=silent"))
         h.eq(fields["tries"], "connect-timeout", "trail")
+
+    @t.check("TLS 1.3: the alert that refuses the handshake comes after the request went; "
+             "the 502 names the alert, not a reset")
+    def _():
+        r = get(3, "tls13.example", "tls13")
+        h.eq(r.status, 502, "status (body %r)" % r.body)
+        h.ok(b"certificate required" in r.body, "the answer names the alert: %r" % r.body)
+        h.ok(b"connection reset" not in r.body, "the answer speaks of a reset: %r" % r.body)
 
 
 h.run(scenario, __doc__)
