@@ -224,6 +224,11 @@ static struct tls_context *tls_context_get(struct tls_store *store, const struct
 			SSL_CTX_free(ctx);
 			return NULL;
 		}
+		/* every certificate the user put in the file is trusted as
+		 * such, an intermediate CA as well as a root, as curl, Go and
+		 * Java take a CA file: OpenSSL alone would want the chain to
+		 * reach a self-signed root in it */
+		X509_VERIFY_PARAM_set_flags(SSL_CTX_get0_param(ctx), X509_V_FLAG_PARTIAL_CHAIN);
 	} else {
 		X509_STORE *trust = trust_default_get(store->default_trust, err, err_len);
 
