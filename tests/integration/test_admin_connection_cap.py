@@ -85,7 +85,7 @@ def scenario(t):
 
     @t.check("past the cap, /healthz waits unanswered; the proxy listener still serves")
     def _():
-        waiting.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+        waiting.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         h.eq(healthz_answer(waiting, 1.0), None, "an answer to the 71st admin client")
         r = h.curl("http://127.0.0.1:%d/bytes/10" % proxy.port(0))
         h.eq(r.exit_code, 0, "curl through the proxy (%s)" % r.stderr)
