@@ -369,7 +369,11 @@ static short conn_wanted_events(const struct conn *c)
 		return c->handshake_wants;
 	if ((c->reading && !c->eof && !conn_input_full(c)) || c->tls_write_wants_read)
 		events |= EV_READ;
-	if (c->write_blocked || c->tls_read_wants_write)
+	/* an SSL_read that waits to write is taken up again only once there
+	 * is room for what it reads: at the input limit conn_read() returns
+	 * before it, and a writable socket would wake the loop at once, again
+	 * and again, until the input drains (conn_input() then looks again) */
+	if (c->write_blocked || (c->tls_read_wants_write && !conn_input_full(c)))
 		events |= EV_WRITE;
 	return events;
 }
