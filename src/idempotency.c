@@ -6,6 +6,7 @@
 #include <jansson.h>
 
 #include "http1_chars.h"
+#include "http_date.h"
 #include "uri_path.h"
 
 /* Does the raw, still percent-encoded, parameter name equal name once
@@ -112,6 +113,20 @@ static bool idempotency_if_match_any(const char *name, const struct http1_field 
 	return false;
 }
 
+/* Is this If-Unmodified-Since field one an origin must ignore (RFC 9110
+ * section 13.1.4): its value not one HTTP-date ("yesterday", a number, two
+ * dates on one line)? A repeated line and an If-Match beside it are the
+ * caller's to see. */
+static bool idempotency_unmodified_since_void(const char *name, const struct http1_field *f)
+{
+	int64_t when;
+
+	/* the date's validity does not depend on now: 0 only places an RFC
+	 * 850 two-digit year */
+	return http1_name_equals(name, strlen(name), "If-Unmodified-Since") &&
+	       http_date_parse(f->value, f->value_len, 0, &when) < 0;
+}
+
 enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name)
 {
 	enum idempotency_field found = IDEMPOTENCY_FIELD_ABSENT;
@@ -134,10 +149,23 @@ enum idempotency_field idempotency_forwarded_field(const struct http1_head *head
 		 * for a query parameter, since a server may read that one alone
 		 * (Go's Header.Get reads the first) and see no condition */
 		if (idempotency_if_match_any(name, f) ||
-		    idempotency_value_empty(f->value, f->value_len))
+		    idempotency_value_empty(f->value, f->value_len) ||
+		    idempotency_unmodified_since_void(name, f))
+			return IDEMPOTENCY_FIELD_EMPTY;
+		/* a second If-Unmodified-Since is a second member, which makes
+		 * the origin ignore the field */
+		if (found == IDEMPOTENCY_FIELD_VALUE &&
+		    http1_name_equals(name, strlen(name), "If-Unmodified-Since"))
 			return IDEMPOTENCY_FIELD_EMPTY;
 		found = IDEMPOTENCY_FIELD_VALUE;
 	}
+	/* an origin evaluates If-Match instead, when the request has one
+	 * (RFC 9110 section 13.1.4); one that guards the write counts by
+	 * itself when the map names it */
+	if (found == IDEMPOTENCY_FIELD_VALUE &&
+	    http1_name_equals(name, strlen(name), "If-Unmodified-Since") &&
+	    idempotency_forwarded_field(head, "If-Match") != IDEMPOTENCY_FIELD_ABSENT)
+		return IDEMPOTENCY_FIELD_EMPTY;
 	return found;
 }
 

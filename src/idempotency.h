@@ -62,7 +62,10 @@ enum idempotency_field {
 /* Whether forwarded fields named name are there with values, or one of them
  * is empty (on any line: a server may read that copy alone), or none is
  * there; an If-Match with "*" among its members, on any line, counts as
- * empty (it holds for any version). head may be NULL for no fields. */
+ * empty (it holds for any version), and so does an If-Unmodified-Since an
+ * origin must ignore (RFC 9110 section 13.1.4): a value that is not one
+ * HTTP-date, a second line, or an If-Match in the request. head may be
+ * NULL for no fields. */
 enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name);
 
 /* Is the method one of those the map lists (exact, case-sensitive)? */

@@ -19,7 +19,10 @@ type or no Content-Type) is repeated and every try carries the same body; a
 POST with {"other": 1}, a nested or array "etag", {"etag": ""}, an "etag" in
 a text/plain or form body, an empty ?ifGenerationMatch= (or a bare name), an
 empty If-Match, a look-alike query name, or the condition on a route without
-it is not; PUT
+it is not; on /ius/ (when_present If-Unmodified-Since) a POST with one
+HTTP-date there is repeated, one with a value that is no HTTP-date, two
+dates (one line or two) or an If-Match beside it is not (RFC 9110 section
+13.1.4: the origin ignores it then); PUT
 and DELETE are repeated on the default route; on /getonly/ a PUT is not
 repeated but a GET is; /partial/ gives up after 2 tries, waits the defaults'
 150ms (not the built-in 1s) and, inheriting on:, passes a 500 at once.
@@ -51,6 +54,11 @@ routes:
         - query: ifGenerationMatch
         - header: If-Match
         - json_field: etag
+  - name: ius
+    match: { path_prefix: /ius/ }
+    idempotent:
+      when_present:
+        - header: If-Unmodified-Since
   - name: getonly
     match: { path_prefix: /getonly/ }
     idempotent: { methods: [GET] }
@@ -168,6 +176,22 @@ def scenario(t):
         not_repeated("POST", "/cond/qy?x=ifGenerationMatch", b"d")
         not_repeated("POST", "/plain/q?ifGenerationMatch=1", b"d")
         not_repeated("POST", "/plain/h", b"d", [("If-Match", '"abc"')])
+
+    @t.check("If-Unmodified-Since counts only as an origin must read it (RFC 9110 section "
+             "13.1.4): one HTTP-date, no If-Match beside it")
+    def _():
+        date = "Sun, 06 Nov 1994 08:49:37 GMT"
+        repeated("POST", "/ius/ok", b"d", [("If-Unmodified-Since", date)])
+        repeated("POST", "/ius/850", b"d", [("If-Unmodified-Since", "Sunday, 06-Nov-94 08:49:37 GMT")])
+        # not a date, two members, or beside an If-Match: the origin ignores it
+        not_repeated("POST", "/ius/bad", b"d", [("If-Unmodified-Since", "yesterday")])
+        not_repeated("POST", "/ius/num", b"d", [("If-Unmodified-Since", "784111777")])
+        not_repeated("POST", "/ius/two", b"d", [("If-Unmodified-Since", date + ", " + date)])
+        not_repeated("POST", "/ius/lines", b"d", [("If-Unmodified-Since", date),
+                                                  ("If-Unmodified-Since", date)])
+        not_repeated("POST", "/ius/im", b"d", [("If-Match", "*"), ("If-Unmodified-Since", date)])
+        f = h.access_fields(proxy.access_one("/ius/bad"))
+        h.eq((f["attempts"], f.get("gave_up")), ("1", "not_idempotent"), "access attempts, gave_up")
 
     @t.check("PUT and DELETE (idempotent by default) are repeated")
     def _():

@@ -49,6 +49,11 @@ static struct when_present test_no_json_when[] = {
 /* Conditions, but none on the body. */
 static const struct idempotency test_no_json = { test_get_only, 1, test_no_json_when, 2 };
 
+static char test_unmodified_since[] = "If-Unmodified-Since";
+static struct when_present test_ius_when[] = { { WHEN_PRESENT_HEADER, test_unmodified_since } };
+/* Only If-Unmodified-Since makes a write safe. */
+static const struct idempotency test_ius = { NULL, 0, test_ius_when, 1 };
+
 /* Nothing is idempotent. */
 static const struct idempotency test_nothing = { NULL, 0, NULL, 0 };
 
@@ -377,6 +382,42 @@ static void test_head_table(void **state)
 		{ &test_no_json, "POST", "/o?ifGenerationMatch=0", "", true, IDEMPOTENCY_YES },
 		{ &test_no_json, "POST", "/o", "If-Match: x\r\n", true, IDEMPOTENCY_YES },
 		{ &test_no_json, "POST", "/o?ifMetagenerationMatch=1", "", true, IDEMPOTENCY_NO },
+
+		/* If-Unmodified-Since as an origin must read it (RFC 9110 section
+		 * 13.1.4): one HTTP-date, else ignored, and ignored beside an
+		 * If-Match */
+		{ &test_ius, "POST", "/o", "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n",
+		  false, IDEMPOTENCY_YES },
+		{ &test_ius, "POST", "/o",
+		  "if-unmodified-since: Sunday, 06-Nov-94 08:49:37 GMT\r\n", false,
+		  IDEMPOTENCY_YES },
+		{ &test_ius, "POST", "/o", "If-Unmodified-Since: Sun Nov  6 08:49:37 1994\r\n",
+		  false, IDEMPOTENCY_YES },
+		{ &test_ius, "POST", "/o", "If-Unmodified-Since: yesterday\r\n", false,
+		  IDEMPOTENCY_NO },
+		{ &test_ius, "POST", "/o", "If-Unmodified-Since: 784111777\r\n", false,
+		  IDEMPOTENCY_NO },
+		{ &test_ius, "POST", "/o", "If-Unmodified-Since: Sun, 31 Nov 1994 08:49:37 GMT\r\n",
+		  false, IDEMPOTENCY_NO },
+		{ &test_ius, "POST", "/o",
+		  "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT, Sun, 06 Nov 1994 "
+		  "08:49:37 GMT\r\n",
+		  false, IDEMPOTENCY_NO },
+		{ &test_ius, "POST", "/o",
+		  "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+		  "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n",
+		  false, IDEMPOTENCY_NO },
+		{ &test_ius, "POST", "/o",
+		  "If-Match: *\r\nIf-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n", false,
+		  IDEMPOTENCY_NO },
+		{ &test_ius, "POST", "/o",
+		  "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\nIf-Match: \"a\"\r\n",
+		  false, IDEMPOTENCY_NO },
+		/* an If-Match the client named in Connection does not go upstream */
+		{ &test_ius, "POST", "/o",
+		  "Connection: If-Match\r\nIf-Match: *\r\n"
+		  "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n",
+		  false, IDEMPOTENCY_YES },
 
 		/* an empty map */
 		{ &test_nothing, "GET", "/o", "", false, IDEMPOTENCY_NO },
