@@ -1,5 +1,6 @@
 /* Command line, config selection, signals; builds the proxy and runs it. */
 
+#include <errno.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -254,7 +255,17 @@ static int main_explain(const char *config_path, const struct explain_request *r
 		return MAIN_EXIT_CONFIG;
 	rc = explain_run(config, request, stdout, stderr);
 	config_release(config);
-	return rc == 0 ? MAIN_EXIT_OK : MAIN_EXIT_CONFIG;
+	if (rc != 0)
+		return MAIN_EXIT_CONFIG;
+	/* the lines are the answer: one that did not reach its file (a full
+	 * disk, a closed pipe) is no answer, whatever was explained */
+	errno = 0;
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "retryproxy: --explain: cannot write the answer: %s\n",
+			errno != 0 ? strerror(errno) : "write error");
+		return MAIN_EXIT_RUNTIME;
+	}
+	return MAIN_EXIT_OK;
 }
 
 /* Options that name one thing may appear once: a second -c would otherwise

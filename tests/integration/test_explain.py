@@ -22,7 +22,8 @@ as for an https:// URL a forward proxy client would tunnel); a bad method, URL, 
 and a request the proxy would refuse (allow_hosts: 403, a body over
 max_body_bytes: 413, but a refused host or path first, as the proxy does; its own admin address as the destination, from a
 forward URL or a sidecar's upstream:, which the proxy answers 403 after one
-try) or answers itself (TRACE or OPTIONS with Max-Forwards: 0) exit 1; a
+try) or answers itself (TRACE or OPTIONS with Max-Forwards: 0) exit 1; an
+answer that cannot be written (stdout on /dev/full) exits 2 naming the error; a
 target within limits.max_uri_bytes in the origin-form a sidecar receives is
 explained though the URL's absolute form is over it (the proxy serves it),
 and the same length in absolute form to the forward listener is 414 in both;
@@ -45,6 +46,7 @@ capitals in lower case, [0:0::1] as [::1]).
 import os
 import select
 import socket
+import subprocess
 
 import harness as h
 
@@ -582,6 +584,17 @@ def scenario(t):
         expect_refused(p, ["--explain"], "--explain without a URL")
         p = h.run_bin(["-c", own, "-H", "A: b"])
         expect_refused(p, ["--explain"], "-H without --explain")
+
+    @t.check("an answer that cannot be written (stdout on /dev/full) is a runtime failure: "
+             "exit 2, the reason on stderr, not exit 0")
+    def _():
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([h.BIN, "-c", own, "--explain", "GET", "http://a.allowed.test/"],
+                               stdout=full, stderr=subprocess.PIPE, env=h.clean_env(),
+                               timeout=20 * h.SLOW, text=True)
+        h.eq(p.returncode, 2, "exit code (stderr %r)" % p.stderr)
+        h.ok("No space left on device" in p.stderr,
+             "stderr should name the write error: %r" % p.stderr)
 
     @t.check("a bad config: exit 1 with file:line:col, nothing on stdout")
     def _():
