@@ -113,6 +113,33 @@ static bool idempotency_if_match_any(const char *name, const struct http1_field 
 	return false;
 }
 
+/* Does this If-None-Match field hold anything but "*" members? Only "*"
+ * guards a write (RFC 9110 section 13.1.2: the request fails once the
+ * resource exists, so a repeat after a try that succeeded fails); an
+ * entity-tag list holds for every version but those listed, the one a
+ * write that succeeded made among them, so a repeat passes it again. */
+static bool idempotency_if_none_match_tags(const char *name, const struct http1_field *f)
+{
+	size_t i = 0;
+
+	if (!http1_name_equals(name, strlen(name), "If-None-Match"))
+		return false;
+	while (i < f->value_len) {
+		size_t start;
+
+		while (i < f->value_len && (f->value[i] == ',' || HTTP1_IS_WS(f->value[i])))
+			i++;
+		start = i;
+		while (i < f->value_len && f->value[i] != ',' && !HTTP1_IS_WS(f->value[i]))
+			i++;
+		/* "*" alone; an entity-tag, quoted, never is (a comma in one
+		 * only makes more members, none of them "*") */
+		if (i > start && !(i - start == 1 && f->value[start] == '*'))
+			return true;
+	}
+	return false;
+}
+
 /* Is this If-Unmodified-Since field one an origin must ignore (RFC 9110
  * section 13.1.4): its value not one HTTP-date ("yesterday", a number, two
  * dates on one line)? A repeated line and an If-Match beside it are the
@@ -150,6 +177,7 @@ enum idempotency_field idempotency_forwarded_field(const struct http1_head *head
 		 * (Go's Header.Get reads the first) and see no condition */
 		if (idempotency_if_match_any(name, f) ||
 		    idempotency_value_empty(f->value, f->value_len) ||
+		    idempotency_if_none_match_tags(name, f) ||
 		    idempotency_unmodified_since_void(name, f))
 			return IDEMPOTENCY_FIELD_EMPTY;
 		/* a second If-Unmodified-Since is a second member, which makes

@@ -62,7 +62,9 @@ enum idempotency_field {
 /* Whether forwarded fields named name are there with values, or one of them
  * is empty (on any line: a server may read that copy alone), or none is
  * there; an If-Match with "*" among its members, on any line, counts as
- * empty (it holds for any version), and so does an If-Unmodified-Since an
+ * empty (it holds for any version), so does an If-None-Match with any
+ * member but "*" (an entity-tag holds again after the write succeeded),
+ * and so does an If-Unmodified-Since an
  * origin must ignore (RFC 9110 section 13.1.4): a value that is not one
  * HTTP-date, a second line, or an If-Match in the request. head may be
  * NULL for no fields. */

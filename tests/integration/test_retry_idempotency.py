@@ -22,7 +22,11 @@ empty If-Match, a look-alike query name, or the condition on a route without
 it is not; on /ius/ (when_present If-Unmodified-Since) a POST with one
 HTTP-date there is repeated, one with a value that is no HTTP-date, two
 dates (one line or two) or an If-Match beside it is not (RFC 9110 section
-13.1.4: the origin ignores it then); PUT
+13.1.4: the origin ignores it then); on /inm/ (when_present If-None-Match)
+a POST with If-None-Match: * (on one line or more) is repeated, one with an
+entity-tag (alone, weak, beside a "*", or "\"*\"") is not: it holds again
+after the write succeeded (RFC 9110 section 13.1.2 names "*" as the guard
+of a write); PUT
 and DELETE are repeated on the default route; on /getonly/ a PUT is not
 repeated but a GET is; /partial/ gives up after 2 tries, waits the defaults'
 150ms (not the built-in 1s) and, inheriting on:, passes a 500 at once.
@@ -59,6 +63,11 @@ routes:
     idempotent:
       when_present:
         - header: If-Unmodified-Since
+  - name: inm
+    match: { path_prefix: /inm/ }
+    idempotent:
+      when_present:
+        - header: If-None-Match
   - name: getonly
     match: { path_prefix: /getonly/ }
     idempotent: { methods: [GET] }
@@ -192,6 +201,17 @@ def scenario(t):
         not_repeated("POST", "/ius/im", b"d", [("If-Match", "*"), ("If-Unmodified-Since", date)])
         f = h.access_fields(proxy.access_one("/ius/bad"))
         h.eq((f["attempts"], f.get("gave_up")), ("1", "not_idempotent"), "access attempts, gave_up")
+
+    @t.check("If-None-Match guards a write only as \"*\" (RFC 9110 section 13.1.2): entity-tags "
+             "hold again after the write succeeded")
+    def _():
+        repeated("POST", "/inm/star", b"d", [("If-None-Match", "*")])
+        repeated("POST", "/inm/lines", b"d", [("If-None-Match", "*"), ("if-none-match", " * ")])
+        not_repeated("POST", "/inm/tag", b"d", [("If-None-Match", '"v1"')])
+        not_repeated("POST", "/inm/weak", b"d", [("If-None-Match", 'W/"v1", "v2"')])
+        not_repeated("POST", "/inm/mixed", b"d", [("If-None-Match", '*, "v1"')])
+        not_repeated("POST", "/inm/two", b"d", [("If-None-Match", "*"), ("If-None-Match", '"v1"')])
+        not_repeated("POST", "/inm/quoted", b"d", [("If-None-Match", '"*"')])
 
     @t.check("PUT and DELETE (idempotent by default) are repeated")
     def _():

@@ -54,6 +54,11 @@ static struct when_present test_ius_when[] = { { WHEN_PRESENT_HEADER, test_unmod
 /* Only If-Unmodified-Since makes a write safe. */
 static const struct idempotency test_ius = { NULL, 0, test_ius_when, 1 };
 
+static char test_if_none_match[] = "If-None-Match";
+static struct when_present test_inm_when[] = { { WHEN_PRESENT_HEADER, test_if_none_match } };
+/* Only If-None-Match makes a write safe. */
+static const struct idempotency test_inm = { NULL, 0, test_inm_when, 1 };
+
 /* Nothing is idempotent. */
 static const struct idempotency test_nothing = { NULL, 0, NULL, 0 };
 
@@ -418,6 +423,22 @@ static void test_head_table(void **state)
 		  "Connection: If-Match\r\nIf-Match: *\r\n"
 		  "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n",
 		  false, IDEMPOTENCY_YES },
+
+		/* If-None-Match guards a write only as "*": an entity-tag holds
+		 * again after the write succeeded */
+		{ &test_inm, "POST", "/o", "If-None-Match: *\r\n", false, IDEMPOTENCY_YES },
+		{ &test_inm, "POST", "/o", "if-none-match:  * , *\r\nIf-None-Match: *\r\n", false,
+		  IDEMPOTENCY_YES },
+		{ &test_inm, "POST", "/o", "If-None-Match: \"a\"\r\n", false, IDEMPOTENCY_NO },
+		{ &test_inm, "POST", "/o", "If-None-Match: W/\"a\"\r\n", false, IDEMPOTENCY_NO },
+		{ &test_inm, "POST", "/o", "If-None-Match: *, \"a\"\r\n", false, IDEMPOTENCY_NO },
+		{ &test_inm, "POST", "/o", "If-None-Match: \"a\", *\r\n", false, IDEMPOTENCY_NO },
+		{ &test_inm, "POST", "/o", "If-None-Match: *\r\nIf-None-Match: \"a\"\r\n", false,
+		  IDEMPOTENCY_NO },
+		{ &test_inm, "POST", "/o", "If-None-Match: \"*\"\r\n", false, IDEMPOTENCY_NO },
+		{ &test_inm, "POST", "/o", "If-None-Match: \"a,*\"\r\n", false, IDEMPOTENCY_NO },
+		{ &test_inm, "POST", "/o", "If-None-Match: **\r\n", false, IDEMPOTENCY_NO },
+		{ &test_inm, "POST", "/o", "If-None-Match:\r\n", false, IDEMPOTENCY_NO },
 
 		/* an empty map */
 		{ &test_nothing, "GET", "/o", "", false, IDEMPOTENCY_NO },
