@@ -242,6 +242,20 @@ static struct config *main_load(const char *path)
 	return config;
 }
 
+/* What --check and --explain print is their answer: one that did not reach
+ * its file (a full disk, a closed pipe) is no answer, whatever it said, and
+ * a script must not take it for one. */
+static int main_answer_written(const char *option)
+{
+	errno = 0;
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "retryproxy: %s: cannot write the answer: %s\n", option,
+			errno != 0 ? strerror(errno) : "write error");
+		return MAIN_EXIT_RUNTIME;
+	}
+	return MAIN_EXIT_OK;
+}
+
 /* --explain: load the config as a start would, then explain the request. */
 static int main_explain(const char *config_path, const struct explain_request *request)
 {
@@ -257,15 +271,7 @@ static int main_explain(const char *config_path, const struct explain_request *r
 	config_release(config);
 	if (rc != 0)
 		return MAIN_EXIT_CONFIG;
-	/* the lines are the answer: one that did not reach its file (a full
-	 * disk, a closed pipe) is no answer, whatever was explained */
-	errno = 0;
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "retryproxy: --explain: cannot write the answer: %s\n",
-			errno != 0 ? strerror(errno) : "write error");
-		return MAIN_EXIT_RUNTIME;
-	}
-	return MAIN_EXIT_OK;
+	return main_answer_written("--explain");
 }
 
 /* Options that name one thing may appear once: a second -c would otherwise
@@ -398,7 +404,7 @@ int main(int argc, char **argv)
 	if (check) {
 		config_release(config);
 		printf("ok\n");
-		return MAIN_EXIT_OK;
+		return main_answer_written("--check");
 	}
 	/* without -c the SPEC has it say which config it found, whatever
 	 * log.level quiets from then on */

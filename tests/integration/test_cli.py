@@ -9,7 +9,8 @@ holding conf/retryproxy.yaml; it also stops a running proxy with SIGINT.
 Origin: none.
 Must hold: --version prints "retryproxy <version>"; --help exits 0 naming
 the options; --check prints "ok" and exits 0 without binding anything (and
-without -c names on stderr the config it checked); a bad config exits 1
+without -c names on stderr the config it checked), and exits 2 naming the
+error when that "ok" cannot be written (stdout on /dev/full); a bad config exits 1
 reporting every error as file:line:col (the key for an unknown key, the
 value for a bad value), a tls.ca_file holding no certificate included,
 for --check as for a start; usage errors exit 1 (-c, --explain, --body
@@ -127,6 +128,17 @@ def scenario(t):
             p = h.run_bin(["-c", path, "--check"])
         h.eq(p.returncode, 0, "exit code (stderr %r)" % p.stderr)
         h.eq(p.stdout.strip(), "ok", "stdout")
+
+    @t.check("--check whose ok cannot be written (stdout on /dev/full) exits 2 naming the "
+             "error, not 0")
+    def _():
+        path = write(os.path.join(tmp, "good-full.yaml"), GOOD.replace("@PORT@", str(h.free_port())))
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([h.BIN, "-c", path, "--check"], stdout=full, stderr=subprocess.PIPE,
+                               env=h.clean_env(), timeout=20 * h.SLOW, text=True)
+        h.eq(p.returncode, 2, "exit code (stderr %r)" % p.stderr)
+        h.ok("--check: cannot write the answer: No space left on device" in p.stderr,
+             "the reason on stderr: %r" % p.stderr)
 
     @t.check("--check on a bad config exits 1 and reports every error as file:line:col")
     def _():
