@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <openssl/err.h>
 #include <openssl/x509_vfy.h>
@@ -86,6 +87,21 @@ static const struct config_walk_type config_route_type_jitter = { YAML_TREE_SCAL
 								  "a duration like 1s, or full",
 								  config_route_set_jitter };
 
+/* The standard method item spells in another case (get for GET), or NULL.
+ * Methods are case-sensitive (RFC 9110 section 9.1): "get" would be a method
+ * of its own that no client sends, and a route or map written so would
+ * never match; a method of one's own in lower case stays allowed. */
+static const char *config_route_miscased_method(const char *item)
+{
+	static const char *const standard[] = { "GET",	   "HEAD",    "POST",  "PUT",  "DELETE",
+						"CONNECT", "OPTIONS", "TRACE", "PATCH" };
+
+	for (size_t i = 0; i < sizeof(standard) / sizeof(standard[0]); i++)
+		if (strcasecmp(item, standard[i]) == 0 && strcmp(item, standard[i]) != 0)
+			return standard[i];
+	return NULL;
+}
+
 /* A list of method tokens, kept as written: methods are case-sensitive. */
 static void config_route_methods(struct config_walk *walk, const struct yaml_tree_node *node,
 				 char ***methods, size_t *count, bool allow_empty)
@@ -104,6 +120,11 @@ static void config_route_methods(struct config_walk *walk, const struct yaml_tre
 
 		if (item != NULL && !config_values_is_token(item->text)) {
 			config_walk_bad_value(walk, item, "a method like GET");
+		} else if (item != NULL && config_route_miscased_method(item->text) != NULL) {
+			config_walk_error(walk, item,
+					  "methods are case-sensitive: \"%s\" is not %s; write %s",
+					  item->text, config_route_miscased_method(item->text),
+					  config_route_miscased_method(item->text));
 		} else if (item != NULL) {
 			/* A repeated method changes nothing; keep one. */
 			for (size_t j = 0; j < n; j++)
