@@ -661,6 +661,11 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 	size_t budget = room < CONN_READ_BUDGET ? room : CONN_READ_BUDGET;
 
 	c->tls_read_wants_write = false;
+	/* an SSL_write that waits for the peer's records may find them read
+	 * here, outside the readable event that retries it first: it is
+	 * retried at the end of the pass, not left for another event */
+	if (c->tls_write_wants_read)
+		conn_pass_add(c);
 	if (c->input == NULL)
 		c->input = conn_buffer_take(c->loop);
 	/* SSL_get_error needs an empty error queue; successful calls add
