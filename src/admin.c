@@ -10,6 +10,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
@@ -211,7 +212,7 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
  * Content-Length, or a Transfer-Encoding other than a lone chunked (the
  * only coding evhttp takes apart); RFC 9112 section 6.3 wants a 400 and
  * the connection closed then. Nor is a request with two Host fields one to
- * answer (section 3.2). */
+ * answer, nor an HTTP/1.1 one with none (section 3.2). */
 static bool admin_framing_ok(struct evhttp_request *req)
 {
 	const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
@@ -232,6 +233,9 @@ static bool admin_framing_ok(struct evhttp_request *req)
 			chunked = evutil_ascii_strcasecmp(field->value, "chunked") == 0;
 		}
 	}
+	/* an HTTP/1.1 request must name its host (section 3.2) */
+	if (hosts == 0 && req->major == 1 && req->minor >= 1)
+		return false;
 	return codings == 0 || (codings == 1 && chunked && length == NULL);
 }
 
@@ -310,8 +314,8 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 		/* whatever follows may be this body or a next request */
 		status = 400;
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-		evbuffer_add_printf(body, "bad request: two Host fields, or a body length that "
-					  "is ambiguous\n");
+		evbuffer_add_printf(body, "bad request: no Host field or two, or a body length "
+					  "that is ambiguous\n");
 	} else if (!admin_host_ok(admin, req, uri)) {
 		status = 403;
 		evbuffer_add_printf(

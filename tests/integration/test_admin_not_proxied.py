@@ -23,7 +23,9 @@ Asked directly by a browser for a name that a web page made resolve to
 127.0.0.1 (DNS rebinding: Host: rebound.example:ADMIN, or that name in an
 absolute-form target), the admin answers 403 naming access.admin_remote,
 so that the page cannot read it; a Host that is localhost (or a name
-under .localhost) or an address is served; two Host fields get 400.
+under .localhost) or an address is served; two Host fields get 400, and so
+does an HTTP/1.1 request without one (RFC 9112 section 3.2; HTTP/1.0
+without one is served).
 """
 
 
@@ -96,6 +98,12 @@ def scenario(t):
         h.eq(r.status, 403, "status for an absolute-form target naming rebound.example")
         r = admin_get("127.0.0.1:%d\r\nHost: rebound.example" % admin)
         h.eq(r.status, 400, "status for two Host fields")
+        with h.RawConn(admin) as c:
+            c.send(b"GET /config HTTP/1.1\r\nConnection: close\r\n\r\n")
+            h.eq(c.read_response().status, 400, "status for HTTP/1.1 without Host")
+        with h.RawConn(admin) as c:
+            c.send(b"GET /healthz HTTP/1.0\r\n\r\n")
+            h.eq(c.read_response().status, 200, "status for HTTP/1.0 without Host")
         for host in ("127.0.0.1:%d" % admin, "localhost:%d" % admin, "LOCALHOST.",
                      "app.localhost:%d" % admin, "[::1]:%d" % admin, "10.1.2.3"):
             h.eq(admin_get(host).status, 200, "status for Host: %s" % host)
