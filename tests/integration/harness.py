@@ -237,7 +237,9 @@ def reserved_port():
     raise RuntimeError("no port below %d to reserve" % _SPLIT)
 
 
-def _listening_inodes(port):
+def _tcp_inodes(port, listening):
+    """The inodes of TCP sockets on local port port: listening ones, or
+    (listening False) every other, the connections accepted there."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -247,9 +249,34 @@ def _listening_inodes(port):
             continue
         for row in rows:
             cols = row.split()
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+            if len(cols) > 9 and (cols[3] == "0A") == listening and \
+                    int(cols[1].rsplit(":", 1)[1], 16) == port:
                 inodes.add(cols[9])
     return inodes
+
+
+def _socket_inodes(pid):
+    """The inodes of the sockets process pid holds a descriptor of."""
+    held = []
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return held
+    for fd in fds:
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            held.append(link[8:-1])
+    return held
+
+
+def connections_on(pid, port):
+    """How many connections accepted on local port port process pid holds
+    (via /proc)."""
+    inodes = _tcp_inodes(port, listening=False)
+    return sum(1 for inode in _socket_inodes(pid) if inode in inodes)
 
 
 def listens_on(pid, port, stderr_text=None):
@@ -257,21 +284,8 @@ def listens_on(pid, port, stderr_text=None):
     /proc/net is unavailable, fall back to the proxy's own 'listening on'
     log line and a connect probe."""
     if os.path.exists("/proc/net/tcp"):
-        inodes = _listening_inodes(port)
-        if not inodes:
-            return False
-        try:
-            fds = os.listdir("/proc/%d/fd" % pid)
-        except OSError:
-            return False
-        for fd in fds:
-            try:
-                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
-            except OSError:
-                continue
-            if link.startswith("socket:[") and link[8:-1] in inodes:
-                return True
-        return False
+        inodes = _tcp_inodes(port, listening=True)
+        return bool(inodes) and any(inode in inodes for inode in _socket_inodes(pid))
     text = stderr_text() if stderr_text else ""
     return bool(re.search(r"listening on \S*:%d\b" % port, text)) and port_accepts(port)
 

@@ -16,7 +16,6 @@ proxy's, with no bound but RLIMIT_NOFILE, which the proxy's own clients and
 upstreams need.
 """
 
-import os
 import socket
 import time
 
@@ -33,24 +32,6 @@ limits: { drain_timeout: 2s }
 
 CAP = 64
 EXTRA = 6
-
-
-def admin_sockets(pid, port):
-    """How many of pid's descriptors are connections accepted on port."""
-    inodes = set()
-    with open("/proc/net/tcp") as f:
-        for row in f.read().splitlines()[1:]:
-            cols = row.split()
-            if cols[3] != "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(cols[9])
-    held = 0
-    for fd in os.listdir("/proc/%d/fd" % pid):
-        try:
-            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
-        except OSError:
-            continue
-        held += link.startswith("socket:[") and link[8:-1] in inodes
-    return held
 
 
 def healthz_answer(s, timeout):
@@ -74,11 +55,11 @@ def scenario(t):
     def _():
         for _ in range(CAP + EXTRA):
             idle.append(socket.create_connection(("127.0.0.1", admin_port), timeout=5))
-        h.wait_until(lambda: admin_sockets(proxy.pid, admin_port) >= CAP, 5 * h.SLOW,
+        h.wait_until(lambda: h.connections_on(proxy.pid, admin_port) >= CAP, 5 * h.SLOW,
                      "%d admin connections taken" % CAP)
         # time for any more accepts to show
         time.sleep(0.5 * h.SLOW)
-        h.eq(admin_sockets(proxy.pid, admin_port), CAP, "admin connections the proxy holds")
+        h.eq(h.connections_on(proxy.pid, admin_port), CAP, "admin connections the proxy holds")
 
     waiting = socket.create_connection(("127.0.0.1", admin_port), timeout=5)
     t.defer(waiting.close)
@@ -104,7 +85,7 @@ def scenario(t):
             s.close()
         idle.clear()
         waiting.close()
-        h.wait_until(lambda: admin_sockets(proxy.pid, admin_port) == 0, 3 * h.SLOW,
+        h.wait_until(lambda: h.connections_on(proxy.pid, admin_port) == 0, 3 * h.SLOW,
                      "no admin connection held")
         h.wait_until(lambda: h.port_accepts(admin_port), 5, "the admin port")
         r = h.curl("http://127.0.0.1:%d/healthz" % admin_port, timeout=5 * h.SLOW)

@@ -225,6 +225,14 @@ def scenario(t):
             h.eq((r.status, r.body), (200, b"ok\n"), "the next request on the connection")
 
 
+    def reload_change(before, after):
+        """From one scrape to the next: the failed and ok reloads counted,
+        and last_reload_successful after."""
+        return tuple(value(after, "retryproxy_config_reloads_total", result=r) -
+                     value(before, "retryproxy_config_reloads_total", result=r)
+                     for r in ("failed", "ok")) + \
+            (value(after, "retryproxy_config_last_reload_successful"),)
+
     @t.check("a refused reload shows on /metrics (reloads_total failed, last_reload_successful "
              "0) until a good one")
     def _():
@@ -235,20 +243,12 @@ def scenario(t):
         proxy.reload(good.replace("initial_backoff: 100ms", "initial_backoff: soon"),
                      r"keeping the running config")
         failed = scrape(proxy.port(1))
-        h.eq((value(failed, "retryproxy_config_reloads_total", result="failed") -
-              value(before, "retryproxy_config_reloads_total", result="failed"),
-              value(failed, "retryproxy_config_reloads_total", result="ok") -
-              value(before, "retryproxy_config_reloads_total", result="ok"),
-              value(failed, "retryproxy_config_last_reload_successful")),
-             (1, 0, 0), "after a refused reload: failed, ok increases, last_reload_successful")
+        h.eq(reload_change(before, failed), (1, 0, 0),
+             "after a refused reload: failed, ok increases, last_reload_successful")
         proxy.reload(good)
         ok = scrape(proxy.port(1))
-        h.eq((value(ok, "retryproxy_config_reloads_total", result="failed") -
-              value(failed, "retryproxy_config_reloads_total", result="failed"),
-              value(ok, "retryproxy_config_reloads_total", result="ok") -
-              value(failed, "retryproxy_config_reloads_total", result="ok"),
-              value(ok, "retryproxy_config_last_reload_successful")),
-             (0, 1, 1), "after a good reload: failed, ok increases, last_reload_successful")
+        h.eq(reload_change(failed, ok), (0, 1, 1),
+             "after a good reload: failed, ok increases, last_reload_successful")
 
 
     @t.check("a request whose body length is ambiguous (two Content-Lengths, a Transfer-Encoding "
