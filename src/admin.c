@@ -305,6 +305,7 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	size_t i;
 	int status;
 
+	admin_conns_request(admin->conns, req);
 	for (i = 0; path != NULL && i < sizeof(admin_pages) / sizeof(admin_pages[0]); i++)
 		if (strcmp(path, admin_pages[i].path) == 0)
 			page = &admin_pages[i];

@@ -1,7 +1,10 @@
 #include "admin_conns.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include <event2/bufferevent.h>
 
@@ -20,8 +23,21 @@
  * let go of in the time until the next check. */
 #define ADMIN_CONNS_READ_MAX (64 * 1024)
 
+/* How long a connection may wait for its next request, from its accept or
+ * the end of its last answer, before it is closed. evhttp's own timeout
+ * (10 s) is per read: a client that sends a byte now and then would
+ * otherwise keep its place for ever. An admin request is at most 12 KiB. */
+#define ADMIN_CONNS_REQUEST_MS 20000
+
+struct admin_conn {
+	struct bufferevent *bev;
+	uint64_t waiting_since_ms; /* its accept, or the end of its last answer */
+	bool answering;		   /* a request arrived; its answer is not all written */
+	bool cut;		   /* shut down for taking too long; evhttp frees it */
+};
+
 struct admin_conns {
-	struct bufferevent *open[ADMIN_CONNS_MAX];
+	struct admin_conn open[ADMIN_CONNS_MAX];
 	unsigned count;
 	struct event *check; /* runs while any connection is open */
 	void (*changed)(void *arg);
@@ -39,14 +55,22 @@ static bool admin_conns_released(struct bufferevent *bev)
 	return readcb == NULL && writecb == NULL && eventcb == NULL;
 }
 
+static uint64_t admin_conns_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 /* Drop the connections evhttp let go of; true when any was. */
 static bool admin_conns_prune(struct admin_conns *conns)
 {
 	unsigned kept = 0;
 
 	for (unsigned i = 0; i < conns->count; i++) {
-		if (admin_conns_released(conns->open[i]))
-			bufferevent_decref(conns->open[i]);
+		if (admin_conns_released(conns->open[i].bev))
+			bufferevent_decref(conns->open[i].bev);
 		else
 			conns->open[kept++] = conns->open[i];
 	}
@@ -64,10 +88,28 @@ static void admin_conns_arm(struct admin_conns *conns)
 		evtimer_add(conns->check, &tv);
 }
 
+/* Shut down the connections that waited too long for a request: evhttp
+ * then reads the end of its input (or fails to write) and frees them as
+ * after any client's close. */
+static void admin_conns_cut_slow(struct admin_conns *conns)
+{
+	uint64_t now = admin_conns_now_ms();
+
+	for (unsigned i = 0; i < conns->count; i++) {
+		struct admin_conn *c = &conns->open[i];
+
+		if (c->answering || c->cut || now - c->waiting_since_ms < ADMIN_CONNS_REQUEST_MS)
+			continue;
+		c->cut = true;
+		shutdown(bufferevent_getfd(c->bev), SHUT_RDWR);
+	}
+}
+
 static void admin_conns_check_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct admin_conns *conns = arg;
 
+	admin_conns_cut_slow(conns);
 	if (admin_conns_prune(conns))
 		conns->changed(conns->arg);
 	admin_conns_arm(conns);
@@ -91,7 +133,10 @@ static struct bufferevent *admin_conns_bufferevent(struct event_base *base, void
 		return NULL;
 	bufferevent_setwatermark(bev, EV_READ, 0, ADMIN_CONNS_READ_MAX);
 	bufferevent_incref(bev);
-	conns->open[conns->count++] = bev;
+	conns->open[conns->count++] = (struct admin_conn){
+		.bev = bev,
+		.waiting_since_ms = admin_conns_now_ms(),
+	};
 	admin_conns_arm(conns);
 	conns->changed(conns->arg);
 	return bev;
@@ -109,6 +154,39 @@ struct admin_conns *admin_conns_new(struct event_base *base, struct evhttp *http
 	return conns;
 }
 
+/* The connection req came on, or NULL when it is not counted. */
+static struct admin_conn *admin_conns_of(struct admin_conns *conns, struct evhttp_request *req)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	struct bufferevent *bev = evcon != NULL ? evhttp_connection_get_bufferevent(evcon) : NULL;
+
+	for (unsigned i = 0; i < conns->count; i++)
+		if (conns->open[i].bev == bev)
+			return &conns->open[i];
+	return NULL;
+}
+
+/* Its answer is written: the wait for the next request starts. */
+static void admin_conns_answered_cb(struct evhttp_request *req, void *arg)
+{
+	struct admin_conn *c = admin_conns_of(arg, req);
+
+	if (c != NULL) {
+		c->answering = false;
+		c->waiting_since_ms = admin_conns_now_ms();
+	}
+}
+
+void admin_conns_request(struct admin_conns *conns, struct evhttp_request *req)
+{
+	struct admin_conn *c = admin_conns_of(conns, req);
+
+	if (c == NULL)
+		return;
+	c->answering = true;
+	evhttp_request_set_on_complete_cb(req, admin_conns_answered_cb, conns);
+}
+
 unsigned admin_conns_open(const struct admin_conns *conns)
 {
 	return conns->count;
@@ -119,7 +197,7 @@ void admin_conns_free(struct admin_conns *conns)
 	if (conns == NULL)
 		return;
 	for (unsigned i = 0; i < conns->count; i++)
-		bufferevent_decref(conns->open[i]);
+		bufferevent_decref(conns->open[i].bev);
 	event_free(conns->check);
 	free(conns);
 }

@@ -20,6 +20,12 @@ struct admin_conns;
 struct admin_conns *admin_conns_new(struct event_base *base, struct evhttp *http,
 				    void (*changed)(void *arg), void *arg);
 
+/* A request arrived on one of them: until its answer is written, the
+ * connection is not cut for waiting too long for a request (20 s from its
+ * accept or its last answer, whatever evhttp's per-read timeout lets
+ * through). */
+void admin_conns_request(struct admin_conns *conns, struct evhttp_request *req);
+
 /* Connections open now. */
 unsigned admin_conns_open(const struct admin_conns *conns);
 
