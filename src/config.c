@@ -304,6 +304,9 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = "replay_buffer",
 	  .type = &config_walk_size,
 	  .offset = offsetof(struct limits, replay_buffer) },
+	{ .name = "replay_total",
+	  .type = &config_walk_size64,
+	  .offset = offsetof(struct limits, replay_total) },
 	{ .name = "client_timeout",
 	  .type = &config_walk_timeout,
 	  .offset = offsetof(struct limits, client_timeout_ms) },
@@ -372,6 +375,32 @@ static void config_check_spool_total(struct config_walk *walk, const struct yaml
 	config_walk_pop(walk, mark);
 }
 
+/* limits.replay_total by default: the memory all replay buffers may take at
+ * once. */
+#define CONFIG_REPLAY_TOTAL_DEFAULT (256ull * 1024 * 1024)
+
+/* A body of replay_buffer must fit in memory on its own: replay_total (when
+ * it caps) at least replay_buffer. Left at its default, it is raised to
+ * make that room; given, it is an error. */
+static void config_check_replay_total(struct config_walk *walk, const struct yaml_tree_node *node,
+				      struct limits *limits)
+{
+	const struct yaml_tree_entry *blamed = yaml_tree_find(node, "replay_total");
+	size_t mark;
+
+	if (limits->replay_total == 0 || limits->replay_buffer <= limits->replay_total)
+		return;
+	if (blamed == NULL) {
+		limits->replay_total = limits->replay_buffer;
+		return;
+	}
+	mark = config_walk_push(walk, "replay_total");
+	config_walk_error(walk, blamed->value,
+			  "must be 0 (no cap) or at least replay_buffer (%zu bytes)",
+			  limits->replay_buffer);
+	config_walk_pop(walk, mark);
+}
+
 /* limits: the keys, then what the spool's keys need of each other: a
  * spool_max above replay_buffer (a smaller body is kept in memory), and a
  * spool_dir the proxy can make its files in, tried now rather than on the
@@ -388,6 +417,9 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 	int err;
 
 	config_walk_mapping(walk, node, config_limits_keys, limits);
+	if (!config_walk_refused(walk, node, "replay_buffer") &&
+	    !config_walk_refused(walk, node, "replay_total"))
+		config_check_replay_total(walk, node, limits);
 	if (limits->spool_max == 0 || config_walk_refused(walk, node, "replay_buffer") ||
 	    config_walk_refused(walk, node, "spool_max"))
 		return;
@@ -547,6 +579,7 @@ static void config_set_defaults(struct config *config)
 	limits->max_uri_bytes = 8 * 1024;
 	limits->max_body_bytes = 0;
 	limits->replay_buffer = 8 * 1024 * 1024;
+	limits->replay_total = CONFIG_REPLAY_TOTAL_DEFAULT;
 	limits->client_timeout_ms = 60 * 1000;
 	limits->retry_response_buffer = 1024 * 1024;
 	limits->connect_timeout_ms = 5 * 1000;

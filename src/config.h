@@ -138,6 +138,7 @@ struct limits {
 	size_t max_uri_bytes;
 	uint64_t max_body_bytes; /* 0: no limit */
 	size_t replay_buffer;
+	uint64_t replay_total; /* bytes all replay buffers may hold at once; 0: no cap */
 	uint64_t client_timeout_ms;
 	size_t retry_response_buffer;
 	uint64_t connect_timeout_ms;

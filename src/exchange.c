@@ -177,6 +177,7 @@ static void exchange_free(struct exchange *ex)
 {
 	struct proxy *proxy = ex->proxy;
 
+	proxy->replay_bytes -= ex->replay_counted;
 	if (ex->replay != NULL)
 		evbuffer_free(ex->replay);
 	/* the file goes with its exchange, however that ended */

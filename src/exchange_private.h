@@ -216,6 +216,9 @@ struct exchange {
 	size_t request_head_room;
 	struct body_relay request_body; /* the client's body as it arrives */
 	struct evbuffer *replay; /* the whole body, re-sent on every try; NULL: streamed once */
+	uint64_t replay_claim;	 /* a body of known length kept in memory counts whole in
+				  * proxy->replay_bytes from the start; 0 once it is not */
+	uint64_t replay_counted; /* what proxy->replay_bytes counts for this exchange */
 	struct spool *spool; /* the body in a file (limits.spool_max), re-sent from there; replay
 			      * then holds only what is not written yet; closed once queued
 			      * when the body goes once (body_once) */
@@ -408,6 +411,10 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner);
 
 /* exchange_request.c */
 void exchange_read_request_body(struct exchange *ex);
+
+/* Bring proxy->replay_bytes up to what this exchange's replay buffer holds
+ * now, or claims (a body of known length kept in memory, while it arrives). */
+void exchange_replay_recount(struct exchange *ex);
 void exchange_pump_request_body(struct exchange *ex);
 void exchange_send_request(struct exchange_try *t);
 

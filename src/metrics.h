@@ -105,9 +105,10 @@ bool metrics_last_reload_failed(const struct metrics *metrics);
  * retryproxy_config_last_reload_successful. */
 void metrics_render_reloads(const struct metrics *metrics, struct evbuffer *out);
 
-/* Append retryproxy_spool_bytes: what the spool files (limits.spool_max)
- * hold now, against limits.spool_total. */
-void metrics_render_spool(uint64_t bytes, struct evbuffer *out);
+/* Append retryproxy_replay_bytes and retryproxy_spool_bytes: what the
+ * request bodies kept to be re-sent hold now in memory (against
+ * limits.replay_total) and in spool files (limits.spool_total). */
+void metrics_render_kept_bodies(uint64_t replay_bytes, uint64_t spool_bytes, struct evbuffer *out);
 
 /* Write a label value with backslash, " and newline escaped, as the format
  * requires. */
