@@ -328,6 +328,9 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = "pool_idle_timeout",
 	  .type = &config_walk_timeout,
 	  .offset = offsetof(struct limits, pool_idle_timeout_ms) },
+	{ .name = "dns_cache",
+	  .type = &config_walk_duration,
+	  .offset = offsetof(struct limits, dns_cache_ms) },
 	{ .name = "tunnel_idle_timeout",
 	  .type = &config_walk_timeout,
 	  .offset = offsetof(struct limits, tunnel_idle_timeout_ms) },
@@ -588,6 +591,7 @@ static void config_set_defaults(struct config *config)
 	limits->pool_max_idle = 32;
 	limits->pool_idle_timeout_ms = 60 * 1000;
 	limits->tunnel_idle_timeout_ms = 300 * 1000;
+	limits->dns_cache_ms = 5 * 1000;
 	limits->max_pending_retries = 10000;
 	limits->spool_max = 0;
 	limits->spool_dir = xstrdup("/var/tmp");

@@ -147,6 +147,7 @@ struct limits {
 	unsigned pool_max_idle;	       /* idle upstream connections kept per (scheme, host, port) */
 	uint64_t pool_idle_timeout_ms; /* an idle pooled connection older than this is closed */
 	uint64_t tunnel_idle_timeout_ms; /* a CONNECT tunnel with no traffic this long is closed */
+	uint64_t dns_cache_ms; /* how long an upstream name's answer is kept; 0: asked every time */
 	unsigned max_pending_retries; /* exchanges waiting in backoff at once, with their buffers */
 	uint64_t spool_max; /* request bodies over replay_buffer up to this go to a file; 0: off */
 	char *spool_dir;    /* where those files are made, absolute */

@@ -497,6 +497,7 @@ static void config_dump_limits(struct config_dump *d, const struct limits *limit
 	config_dump_pair_unsigned(d, "pool_max_idle", limits->pool_max_idle);
 	config_dump_pair_ms(d, "pool_idle_timeout", limits->pool_idle_timeout_ms);
 	config_dump_pair_ms(d, "tunnel_idle_timeout", limits->tunnel_idle_timeout_ms);
+	config_dump_pair_ms(d, "dns_cache", limits->dns_cache_ms);
 	config_dump_pair_unsigned(d, "max_pending_retries", limits->max_pending_retries);
 	config_dump_pair_size(d, "spool_max", limits->spool_max);
 	config_dump_pair_text(d, "spool_dir", limits->spool_dir);

@@ -9,6 +9,7 @@
 
 #include "admin.h"
 #include "conn.h"
+#include "dns_cache.h"
 #include "exchange.h"
 #include "fleet.h"
 #include "listener.h"
@@ -184,6 +185,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->dns = proxy_new_resolver(proxy->base, true);
 	/* made now, not on first use, so that both read the same files */
 	proxy->dns_absolute = proxy_new_resolver(proxy->base, false);
+	proxy->dns_cache = dns_cache_new();
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new();
 	proxy->upstreams = upstreams_new(proxy);
@@ -233,6 +235,8 @@ void proxy_free(struct proxy *proxy)
 	event_base_loop(proxy->base, EVLOOP_NONBLOCK);
 	evdns_base_free(proxy->dns, 1);
 	evdns_base_free(proxy->dns_absolute, 1);
+	/* after every connect, whose answers it may hold */
+	dns_cache_free(proxy->dns_cache);
 	/* the config's last release lets go of its budget states: the other
 	 * holders of configs (clients, exchanges, listeners) are gone by now,
 	 * so none is left to detach into the freed book; its routes' metrics

@@ -22,6 +22,7 @@
 struct conn_loop;
 struct event_base;
 struct evdns_base;
+struct dns_cache;
 struct event;
 struct log_batch;
 struct tls_store;
@@ -42,6 +43,8 @@ struct proxy {
 	 * file, but no search list, so that "api.internal." is asked as it is
 	 * and never as "api.internal.<search domain>", whatever ndots says */
 	struct evdns_base *dns_absolute;
+	struct dns_cache
+		*dns_cache;    /* upstream names' answers (limits.dns_cache); NULL: none kept */
 	struct config *config; /* live config; connections hold the one they started under */
 	struct tls_store *tls;
 	struct pool *pool;

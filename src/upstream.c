@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -15,6 +16,8 @@
 
 #include "admin.h"
 #include "conn.h"
+#include "config.h"
+#include "dns_cache.h"
 #include "happy_eyeballs.h"
 #include "log.h"
 #include "proxy.h"
@@ -37,6 +40,7 @@ struct upstream_attempt {
  * asked first: of answers that come at once (the hosts file), its addresses
  * go first, as RFC 8305 prefers and as one lookup for both gave them. */
 enum { UPSTREAM_LOOKUP_V6, UPSTREAM_LOOKUP_V4, UPSTREAM_LOOKUPS };
+static const int upstream_lookup_family[UPSTREAM_LOOKUPS] = { AF_INET6, AF_INET };
 
 /* How long IPv4 addresses wait for the AAAA answer before connecting
  * begins without it: RFC 8305's Resolution Delay. */
@@ -46,6 +50,7 @@ struct upstream_lookup {
 	struct upstream_connect *uc;
 	struct evdns_getaddrinfo_request *request; /* while it runs */
 	struct evutil_addrinfo *addresses;	   /* its answer; NULL for none */
+	struct dns_cache_entry *cached;		   /* holds addresses when not NULL */
 	struct upstream_attempt *attempts;	   /* one per address, once taken */
 	size_t count;				   /* of attempts */
 	int error;				   /* EVUTIL_EAI_* when it failed */
@@ -76,6 +81,7 @@ struct upstream_connect {
 	enum try_outcome last_failure;
 	char reason[UPSTREAM_REASON_MAX];
 	bool resolving_inline; /* inside evdns_getaddrinfo() */
+	bool literal;	       /* the host is an address: nothing to keep */
 	bool resolved;	       /* attempts laid out: connecting has begun */
 	bool resolution_delay_over;
 };
@@ -187,7 +193,9 @@ static void upstream_connect_free(struct upstream_connect *uc)
 
 		if (l->request != NULL)
 			evdns_getaddrinfo_cancel(l->request);
-		if (l->addresses != NULL)
+		if (l->cached != NULL)
+			dns_cache_release(l->cached);
+		else if (l->addresses != NULL)
 			evutil_freeaddrinfo(l->addresses);
 		free(l->attempts);
 	}
@@ -210,6 +218,10 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 	char copy[sizeof(uc->reason)];
 
 	snprintf(copy, sizeof(copy), "%s", reason);
+	/* an answer that led nowhere (the upstream moved: a container came
+	 * back on another address) is asked again next time */
+	if (conn == NULL && failure != TRY_DNS && uc->proxy->dns_cache != NULL)
+		dns_cache_forget(uc->proxy->dns_cache, uc->host);
 	upstream_connect_free(uc);
 	cb(conn, failure, copy, arg);
 }
@@ -441,6 +453,63 @@ static void upstream_resolution_step(struct upstream_connect *uc)
 		upstream_dns_failed(uc);
 }
 
+static uint64_t upstream_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Keep the answers of the lookups that ended for limits.dns_cache (the
+ * cache owns their addresses from then on): addresses, or none of a family
+ * when the other family has some. evdns_getaddrinfo() reports a name with
+ * no record of a family as a failure, as it does SERVFAIL or a timeout, so a
+ * failure counts as "none" only beside the other family's addresses, where
+ * connecting goes on without it anyway; a name that failed whole is asked
+ * again next time. */
+static void upstream_cache_answers(struct upstream_connect *uc)
+{
+	uint64_t keep_ms = uc->proxy->config->limits.dns_cache_ms;
+	bool any_addresses = false;
+
+	if (keep_ms == 0 || uc->literal || uc->proxy->dns_cache == NULL)
+		return;
+	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++)
+		any_addresses = any_addresses || uc->lookups[i].addresses != NULL;
+	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++) {
+		struct upstream_lookup *l = &uc->lookups[i];
+
+		if (!l->done || l->cached != NULL || (l->error != 0 && !any_addresses))
+			continue;
+		l->cached = dns_cache_put(uc->proxy->dns_cache, uc->host, uc->endpoint.port,
+					  uc->endpoint.absolute, upstream_lookup_family[i],
+					  l->addresses, upstream_now_ms() + keep_ms);
+	}
+}
+
+/* A kept answer for the lookup's name and family, taken as if it had just
+ * come (synchronously, as the hosts file's does); false when none is kept. */
+static bool upstream_cached_answer(struct upstream_connect *uc, struct upstream_lookup *l)
+{
+	struct dns_cache_entry *e;
+
+	if (uc->proxy->config->limits.dns_cache_ms == 0 || uc->proxy->dns_cache == NULL)
+		return false;
+	e = dns_cache_find(uc->proxy->dns_cache, uc->host, uc->endpoint.port, uc->endpoint.absolute,
+			   upstream_lookup_family[l - uc->lookups], upstream_now_ms());
+	if (e == NULL)
+		return false;
+	l->cached = e;
+	l->done = true;
+	l->addresses = dns_cache_addresses(e);
+	l->error = l->addresses != NULL ? 0 : EVUTIL_EAI_NODATA;
+	if (uc->first_answer == NULL && l->addresses != NULL)
+		uc->first_answer = l;
+	event_active(uc->step, 0, 0);
+	return true;
+}
+
 static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 {
 	struct upstream_lookup *l = arg;
@@ -456,6 +525,7 @@ static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 	l->error = result;
 	if (result == 0)
 		l->addresses = res; /* NULL when the hosts file has the other family only */
+	upstream_cache_answers(uc);
 	if (uc->first_answer == NULL && l->addresses != NULL)
 		uc->first_answer = l;
 	if (uc->resolving_inline) {
@@ -579,7 +649,6 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						unsigned address_shift, upstream_connect_cb cb,
 						void *arg)
 {
-	static const int families[UPSTREAM_LOOKUPS] = { AF_INET6, AF_INET };
 	struct upstream_connect *uc = xcalloc(1, sizeof(*uc));
 	struct evdns_base *dns = endpoint->absolute ? proxy->dns_absolute : proxy->dns;
 	struct evutil_addrinfo hints;
@@ -608,17 +677,20 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	hints.ai_protocol = IPPROTO_TCP;
 	snprintf(port, sizeof(port), "%u", endpoint->port);
 	literal = upstream_literal_family(uc->host);
+	uc->literal = literal != AF_UNSPEC;
 	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++) {
 		struct upstream_lookup *l = &uc->lookups[i];
 		struct evdns_getaddrinfo_request *req;
 
 		l->uc = uc;
-		if (literal != AF_UNSPEC && literal != families[i]) {
+		if (literal != AF_UNSPEC && literal != upstream_lookup_family[i]) {
 			l->done = true;
 			l->error = EVUTIL_EAI_NODATA;
 			continue;
 		}
-		hints.ai_family = families[i];
+		if (literal == AF_UNSPEC && upstream_cached_answer(uc, l))
+			continue;
+		hints.ai_family = upstream_lookup_family[i];
 		uc->resolving_inline = true;
 		req = evdns_getaddrinfo(dns, uc->host, port, &hints, upstream_dns_cb, l);
 		uc->resolving_inline = false;

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Scenario: an upstream name's answer is kept for limits.dns_cache.
+
+Client: raw POSTs on one keep-alive connection to a sidecar listener whose
+upstream is a name (http://api.test:PORT); POST is not idempotent, so each
+goes on a new upstream connection of its own.
+Origin: the test origin on 127.0.0.1 (echo); dnsstub.DnsStub on a loopback
+UDP port, named by RETRYPROXY_RESOLV_CONF: api.test has an A record and no
+AAAA one.
+Must hold:
+- with dns_cache 3s, 10 POSTs on 10 new upstream connections make one A and
+  one AAAA question in all (the AAAA lookup ends with no address, kept as
+  "none" beside the A answer); before the cache every connect asked both
+  again: 20 questions;
+- while the answer is kept, the proxy does not see a changed record: with
+  api.test moved to 127.0.0.2 (where nothing listens), a POST still reaches
+  the origin, with no question;
+- once dns_cache has passed, the next connect asks again, gets 127.0.0.2,
+  and the POST gets 502 (refused; max_attempts 1);
+- that failed connect forgot the name: api.test moved back to 127.0.0.1,
+  the next POST, at once (well within dns_cache of the last answer), asks
+  again and gets 200;
+- with dns_cache 0, every connect asks both questions, as before.
+"""
+
+import time
+
+import dnsstub
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://api.test:@ORIGIN@
+log: { level: info, format: text }
+limits: { dns_cache: %s, drain_timeout: 2s }
+defaults:
+  retry: { max_attempts: 1 }
+"""
+
+KEEP_S = 3
+
+
+def scenario(t):
+    origin = t.origin()
+    stub = dnsstub.DnsStub(answers={"api.test": "127.0.0.1"}, default_mode="nxdomain").start()
+    t.defer(stub.stop)
+    resolv = stub.write_resolv_conf(t.tmp, "resolv.conf", "timeout:1 attempts:1")
+    env = {"RETRYPROXY_RESOLV_CONF": resolv}
+    proxy = t.proxy(CONFIG % ("%ds" % KEEP_S), env=env, ORIGIN=origin.port)
+
+    def posts(p, tag, count):
+        """count POSTs on one client connection (a new one after a close);
+        their statuses."""
+        statuses = []
+        c = h.RawConn(p.port(0), timeout=10 * h.SLOW)
+        try:
+            for i in range(count):
+                c.send(h.request("POST", "/echo?t=%s-%d" % (tag, i), "api.test", (), b"x"))
+                resp = c.read_response("POST")
+                statuses.append(resp.status)
+                if resp.header("Connection") == "close":
+                    c.close()
+                    c = h.RawConn(p.port(0), timeout=10 * h.SLOW)
+        finally:
+            c.close()
+        return statuses
+
+    def questions():
+        return sorted(q.type for q in stub.queries_for("api.test"))
+
+    @t.check("10 POSTs on 10 new upstream connections: one A and one AAAA question in all")
+    def _():
+        stub.clear()
+        h.eq(posts(proxy, "kept", 10), [200] * 10, "statuses")
+        conns = {q.conn_id for q in origin.requests_for("/echo") if "t=kept-" in q.target}
+        h.eq(len(conns), 10, "upstream connections the 10 POSTs came on")
+        h.eq(questions(), ["A", "AAAA"], "questions for api.test")
+
+    @t.check("while kept, a changed record is not seen: the POST reaches the origin, no question")
+    def _():
+        stub.answer("api.test", "127.0.0.2")
+        stub.clear()
+        h.eq(posts(proxy, "stale", 1), [200], "status")
+        h.eq(questions(), [], "questions for api.test")
+
+    @t.check("once dns_cache has passed, the next connect asks again: 127.0.0.2, 502")
+    def _():
+        time.sleep(KEEP_S + 0.5)
+        stub.clear()
+        h.eq(posts(proxy, "moved", 1), [502], "status")
+        h.eq(questions(), ["A", "AAAA"], "questions for api.test")
+
+    @t.check("the failed connect forgot the name: moved back, the next POST asks and gets 200")
+    def _():
+        stub.answer("api.test", "127.0.0.1")
+        stub.clear()
+        h.eq(posts(proxy, "back", 1), [200], "status")
+        h.eq(questions(), ["A", "AAAA"], "questions for api.test")
+
+    uncached = t.proxy(CONFIG % "0s", env=env, ORIGIN=origin.port)
+
+    @t.check("dns_cache 0: every connect asks both questions")
+    def _():
+        stub.clear()
+        h.eq(posts(uncached, "uncached", 5), [200] * 5, "statuses")
+        h.eq(questions(), ["A"] * 5 + ["AAAA"] * 5, "questions for api.test")
+
+
+h.run(scenario, __doc__)
