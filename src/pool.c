@@ -260,6 +260,22 @@ void pool_close_https(struct pool *pool)
 				pool_close(pool, TAILQ_FIRST(&u->idle));
 }
 
+void pool_apply_limits(struct pool *pool, unsigned max_idle, uint64_t idle_timeout_ms,
+		       bool restart_timeouts)
+{
+	struct pool_idle *idle;
+
+	if (pool->idle_count == 0)
+		return;
+	for (unsigned b = 0; b < POOL_BUCKETS; b++)
+		for (struct pool_upstream *u = pool->buckets[b]; u != NULL; u = u->next)
+			while (u->idle_count > max_idle)
+				pool_close(pool, TAILQ_LAST(&u->idle, pool_idle_list));
+	if (restart_timeouts)
+		TAILQ_FOREACH(idle, &pool->all, all_link)
+			conn_set_deadline(idle->conn, idle_timeout_ms);
+}
+
 void pool_free(struct pool *pool)
 {
 	unsigned b;

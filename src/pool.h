@@ -49,4 +49,11 @@ unsigned pool_close_oldest(struct pool *pool, unsigned n);
  * trust again, and a connection verified under the old one is not reused. */
 void pool_close_https(struct pool *pool);
 
+/* A reload's new limits for connections already idle: each upstream keeps
+ * at most max_idle of them (those idle longest close), and with
+ * restart_timeouts each left has idle_timeout_ms from now (a lowered
+ * pool_idle_timeout would otherwise wait out the old one). */
+void pool_apply_limits(struct pool *pool, unsigned max_idle, uint64_t idle_timeout_ms,
+		       bool restart_timeouts);
+
 #endif

@@ -328,6 +328,9 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	}
 	tls_store_reload_end(proxy->tls, true);
 	pool_close_https(proxy->pool);
+	pool_apply_limits(
+		proxy->pool, config->limits.pool_max_idle, config->limits.pool_idle_timeout_ms,
+		config->limits.pool_idle_timeout_ms < proxy->config->limits.pool_idle_timeout_ms);
 	config_release(proxy->config);
 	proxy->config = config;
 	log_configure(config->log_level, config->log_format);
