@@ -878,6 +878,13 @@ static void client_config_changed(void *self)
 		client_adopt_config(client);
 		if (rearm && client->config == live)
 			client_arm_head_timer(client);
+	} else if (client->state == CLIENT_HANDSHAKE &&
+		   client->config->limits.client_timeout_ms != live->limits.client_timeout_ms) {
+		/* an intercepted CONNECT's TLS handshake must end within
+		 * client_timeout as a head must: the new one, from the reload */
+		client_adopt_config(client);
+		if (client->config == live)
+			client_arm_head_timer(client);
 	} else if (client_idle(client) && !client->head_timer_at_flush && !client->output_full &&
 		   client->config->limits.client_timeout_ms != live->limits.client_timeout_ms) {
 		/* waiting for its next request under the old client_timeout: a

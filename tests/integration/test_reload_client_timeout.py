@@ -10,9 +10,12 @@ idle since before the reload within a few seconds, not 60 s after its last
 request; after a reload back to 60s a connection that goes idle stays open
 past 1 s and serves its next request; a connection that has sent half a
 head when a reload lowers client_timeout to 1s is closed within a few
-seconds too, not 60 s after it connected.
+seconds too, not 60 s after it connected; so is a CONNECT to an
+intercepted host whose TLS handshake has not ended (its client sent half a
+ClientHello) when a reload lowers client_timeout.
 """
 
+import os
 import re
 import time
 
@@ -22,7 +25,12 @@ CONFIG = """\
 listen:
   - address: 127.0.0.1:@PORT0@
     upstream: http://127.0.0.1:@ORIGIN@
+  - address: 127.0.0.1:@PORT1@
 log: { level: info, format: text }
+intercept:
+  hosts: ["intercepted.test"]
+  ca_cert: @LOCALCA@/ca.pem
+  ca_key: @LOCALCA@/ca-key.pem
 limits:
   client_timeout: %s
   drain_timeout: 2s
@@ -31,7 +39,8 @@ limits:
 
 def scenario(t):
     origin = t.origin()
-    proxy = t.proxy(CONFIG % "60s", ORIGIN=origin.port)
+    localca = h.make_local_ca(os.path.join(t.tmp, "local-ca"))
+    proxy = t.proxy(CONFIG % "60s", ORIGIN=origin.port, LOCALCA=localca)
     text = h.read_file(proxy.config_path)
 
     def reload(timeout):
@@ -72,6 +81,23 @@ def scenario(t):
         started = time.monotonic()
         h.ok(partial.closed_within(8 * h.SLOW),
              "a connection with half a head still open %.1f s after a reload to "
+             "client_timeout 1s" % (time.monotonic() - started))
+
+    @t.check("a lowered client_timeout closes an intercepted CONNECT still in its handshake")
+    def _():
+        reload("60s")
+        tunnel = h.RawConn(proxy.port(1), timeout=10 * h.SLOW)
+        t.defer(tunnel.close)
+        tunnel.send(b"CONNECT intercepted.test:443 HTTP/1.1\r\n"
+                    b"Host: intercepted.test:443\r\n\r\n")
+        h.eq(tunnel.read_head().status, 200, "the CONNECT's status")
+        # the start of a TLS record carrying a ClientHello, never finished
+        tunnel.send(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+        time.sleep(0.3)
+        reload("1s")
+        started = time.monotonic()
+        h.ok(tunnel.closed_within(8 * h.SLOW),
+             "an intercepted CONNECT in its handshake still open %.1f s after a reload to "
              "client_timeout 1s" % (time.monotonic() - started))
 
 if __name__ == "__main__":
