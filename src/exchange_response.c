@@ -915,6 +915,12 @@ static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 
 	if (t->reused && !t->byte_seen)
 		exchange_try_failed(t, TRY_STALE, "pooled connection closed by the upstream");
+	else if (tls_why != NULL && !t->reused && !t->byte_seen &&
+		 tls_error_is_handshake_refusal(conn_tls_error(t->up)))
+		/* a TLS 1.3 server refused the handshake after the proxy's side
+		 * of it ended: a failed handshake, not a reset after the request
+		 * may have been taken */
+		exchange_try_failed(t, TRY_TLS, tls_why);
 	else
 		exchange_try_failed(t, TRY_RESET,
 				    tls_why != NULL ? tls_why

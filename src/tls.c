@@ -399,6 +399,27 @@ bool tls_error_text(unsigned long ssl_error, char *buf, size_t len)
 	return true;
 }
 
+bool tls_error_is_handshake_refusal(unsigned long ssl_error)
+{
+	if (ERR_GET_LIB(ssl_error) != ERR_LIB_SSL)
+		return false;
+	/* a received alert's reason is its description plus this offset */
+	switch (ERR_GET_REASON(ssl_error) - SSL_AD_REASON_OFFSET) {
+	case SSL_AD_HANDSHAKE_FAILURE:
+	case SSL_AD_BAD_CERTIFICATE:
+	case SSL_AD_UNSUPPORTED_CERTIFICATE:
+	case SSL_AD_CERTIFICATE_REVOKED:
+	case SSL_AD_CERTIFICATE_EXPIRED:
+	case SSL_AD_CERTIFICATE_UNKNOWN:
+	case SSL_AD_UNKNOWN_CA:
+	case SSL_AD_ACCESS_DENIED:
+	case SSL_AD_CERTIFICATE_REQUIRED:
+		return true;
+	default:
+		return false;
+	}
+}
+
 void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,
 			size_t len)
 {

@@ -66,6 +66,14 @@ bool tls_server_certificate_sent(const SSL *ssl);
  * or a close without close_notify. */
 bool tls_error_text(unsigned long ssl_error, char *buf, size_t len);
 
+/* Is ssl_error a fatal alert by which the peer refused the handshake
+ * (handshake_failure, a certificate alert, access_denied,
+ * certificate_required)? In TLS 1.3 a server judges the client's side of
+ * the handshake only after the client's side has ended, so its refusal is
+ * read where the response should be: the request never reached the
+ * application, as when the handshake fails outright. */
+bool tls_error_is_handshake_refusal(unsigned long ssl_error);
+
 /* Why a handshake failed: the certificate verification result when that was
  * the cause (*verify_failed set), else OpenSSL's error queue. */
 void tls_failure_reason(SSL *ssl, unsigned long ssl_error, bool *verify_failed, char *buf,

@@ -23,7 +23,11 @@ verify: true the certificate itself fails: one handshake, tls-verify, the
 502 names the verification. The silent one is a 502 naming the TLS
 handshake that did not end within the connect timeout, not a connection
 never made (the TCP connection was). The TLS 1.3 alert is named in the
-502 (certificate required), not taken for a connection reset.
+502 (certificate required), not taken for a connection reset: it is a
+failed handshake (trail tls), retried like the TLS 1.2 one, a POST
+without a body too, since the request never reached the server's
+application (before, the trail said reset and the POST went once; one
+whose body went cannot be sent again either way).
 """
 
 import socket
@@ -150,10 +154,28 @@ def scenario(t):
     @t.check("TLS 1.3: the alert that refuses the handshake comes after the request went; "
              "the 502 names the alert, not a reset")
     def _():
+        before = origin13.handshakes
         r = get(3, "tls13.example", "tls13")
         h.eq(r.status, 502, "status (body %r)" % r.body)
         h.ok(b"certificate required" in r.body, "the answer names the alert: %r" % r.body)
         h.ok(b"connection reset" not in r.body, "the answer speaks of a reset: %r" % r.body)
+        h.eq(origin13.handshakes - before, 3, "handshakes the origin saw")
+        fields = h.access_fields(proxy.access_one("t=tls13"))
+        h.eq([x.split(" ")[0] for x in fields["tries"].split(" -> ") if not x.startswith("wait")],
+             ["tls"] * 3, "outcomes in the trail (%s)" % fields["tries"])
+
+    @t.check("TLS 1.3: a POST without a body refused so is a failed handshake, never "
+             "processed: retried, not ambiguous")
+    def _():
+        before = origin13.handshakes
+        r = h.fetch(proxy.port(3), "POST", "/x?t=tls13-post", "tls13.example",
+                    headers=[("Content-Length", "0")], timeout=10 * h.SLOW)
+        h.eq(r.status, 502, "status (body %r)" % r.body)
+        h.eq(origin13.handshakes - before, 3, "handshakes the origin saw")
+        fields = h.access_fields(proxy.access_one("t=tls13-post"))
+        h.eq([x.split(" ")[0] for x in fields["tries"].split(" -> ") if not x.startswith("wait")],
+             ["tls"] * 3, "outcomes in the trail (%s)" % fields["tries"])
+        h.eq(r.header("Retry-Ambiguous"), None, "Retry-Ambiguous")
 
 
 h.run(scenario, __doc__)
