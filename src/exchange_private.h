@@ -420,8 +420,9 @@ void exchange_send_request(struct exchange_try *t);
 
 /* exchange_spool.c: bodies over replay_buffer kept in a file (spool.c) */
 /* Start spooling, if the config and the request allow it: true when the
- * body now goes to a file. */
-bool exchange_spool_start(struct exchange *ex);
+ * body now goes to a file. length: the body's, when known (else 0), which
+ * must fit in what spool_total leaves. */
+bool exchange_spool_start(struct exchange *ex, uint64_t length);
 /* Write what the replay buffer took into the file. -1 when the body now
  * goes once instead (the write failed, or the body passed spool_max). */
 int exchange_spool_body(struct exchange *ex);

@@ -253,7 +253,8 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 		/* too large for memory, not for the spool: kept on disk; observe
 		 * keeps nothing, and counts what the spool would have kept */
 		if (framing->content_length <= ex->config->limits.spool_max &&
-		    (ex->observe ? ex->idempotent : exchange_spool_start(ex))) {
+		    (ex->observe ? ex->idempotent
+				 : exchange_spool_start(ex, framing->content_length))) {
 			ex->observe_replayable = ex->observe;
 			return;
 		}
@@ -274,7 +275,7 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 	    !exchange_replay_room(ex, framing->content_length)) {
 		/* the memory for kept bodies is taken by other requests: the
 		 * spool, when on, keeps it on disk; else it goes once */
-		if (exchange_spool_start(ex))
+		if (exchange_spool_start(ex, framing->content_length))
 			return;
 		ex->body_too_large = true;
 		log_info("%.*s %.*s: body of %llu bytes would take the replay buffers past "
@@ -374,7 +375,7 @@ void exchange_read_request_body(struct exchange *ex)
 	 * counted whole): past replay_total, it is not kept in memory */
 	over_memory = ex->replay_claim == 0 && !exchange_replay_room(ex, 0);
 	over = evbuffer_get_length(ex->replay) > ex->config->limits.replay_buffer || over_memory;
-	if (ex->spool != NULL || (over && !ex->body_once && exchange_spool_start(ex))) {
+	if (ex->spool != NULL || (over && !ex->body_once && exchange_spool_start(ex, 0))) {
 		/* on disk as it arrives; a body the file cannot take goes at once */
 		int written = exchange_spool_body(ex);
 

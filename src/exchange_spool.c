@@ -24,7 +24,7 @@
  * EXCHANGE_OUTPUT_HIGH each time it drains to EXCHANGE_OUTPUT_LOW. */
 #define EXCHANGE_SPOOL_PIECE (64 * 1024)
 
-bool exchange_spool_start(struct exchange *ex)
+bool exchange_spool_start(struct exchange *ex, uint64_t length)
 {
 	const struct limits *limits = &ex->config->limits;
 
@@ -32,6 +32,15 @@ bool exchange_spool_start(struct exchange *ex)
 	 * idempotency waits on a JSON field is decided within replay_buffer */
 	if (limits->spool_max == 0 || !ex->idempotent)
 		return false;
+	/* a body of known length that cannot fit in what spool_total leaves
+	 * would only be written until the cap stopped it, then go once */
+	if (!spool_usage_allows(&ex->proxy->spool_usage, limits->spool_total, length)) {
+		log_warn("%.*s %.*s: request body of %llu bytes would take the spool files past "
+			 "spool_total: sent once, not retried",
+			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
+			 (unsigned long long)length);
+		return false;
+	}
 	ex->spool = spool_open(limits->spool_dir);
 	if (ex->spool == NULL) {
 		log_warn("%.*s %.*s: cannot make a spool file in %s: %s: body sent once, not "

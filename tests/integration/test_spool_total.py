@@ -9,12 +9,17 @@ stays in flight, its file open); for B and C, 503 then /echo. Every body's
 length and sha256 is recorded.
 Must hold:
 - retryproxy_spool_bytes is 0 at the start, A's 5 MiB while A is in flight;
-- B, sent while A holds its file, passes spool_total part way: it goes to
-  the origin once, whole and byte-exact, the client gets the origin's 503
-  with Retry-Attempts: 1, the access line says gave_up=body_too_large, the
-  give-up is counted, and the log names spool_total after a part of B
-  (more than 0, at most the 3 MiB left) went to its file; once B ends the
-  gauge is back to A's bytes;
+- B (Content-Length), sent while A holds its file, cannot fit in the 3 MiB
+  spool_total leaves: it goes to the origin once, whole and byte-exact,
+  the client gets the origin's 503 with Retry-Attempts: 1, the access line
+  says gave_up=body_too_large, the give-up is counted, and the log names
+  spool_total at once, no byte of B written to a file (before, B was
+  written until the cap stopped it, up to 3 MiB of disk writes for
+  nothing); the gauge stays at A's bytes;
+- B2 (chunked, its size unknown until it has come) passes spool_total part
+  way: the same, once, byte-exact, 503, body_too_large, and the log names
+  spool_total after a part of B2 (more than 0, at most the 3 MiB left) went
+  to its file; once B2 ends the gauge is back to A's bytes;
 - A, released, gets its 200 with Retry-Attempts: 2, and the origin got it
   twice, byte-exact;
 - after both ended the gauge is 0 and no spool file is open; then C (same
@@ -78,8 +83,9 @@ def scenario(t):
             f.write(data)
         return path, hashlib.sha256(data).hexdigest()
 
-    def put(path, file):
-        return h.curl("-X", "PUT", "--data-binary", "@" + file, "-H", "Expect:",
+    def put(path, file, chunked=False):
+        extra = ["-H", "Transfer-Encoding: chunked"] if chunked else []
+        return h.curl("-X", "PUT", "--data-binary", "@" + file, "-H", "Expect:", *extra,
                       origin.url(path), proxy=proxy.url, timeout=60 * h.SLOW)
 
     def bodies(path):
@@ -98,10 +104,12 @@ def scenario(t):
 
     file_a, sha_a = body_file("a")
     file_b, sha_b = body_file("b")
+    file_b2, sha_b2 = body_file("b2")
     file_c, sha_c = body_file("c")
     gate = origin.gate("total-a")
     origin.script("/total/a", [503, "/gate/total-a?first=10&rest=10"])
     origin.script("/total/b", [503, "/echo"])
+    origin.script("/total/b2", [503, "/echo"])
     origin.script("/total/c", [503, "/echo"])
     result = {}
     thread = threading.Thread(target=lambda: result.update(a=put("/total/a", file_a)),
@@ -114,24 +122,36 @@ def scenario(t):
         gate.wait_reached(30 * h.SLOW)
         h.eq(spool_bytes(), SIZE, "retryproxy_spool_bytes with A's file open")
 
-    @t.check("B passes spool_total: once, whole, 503 with Retry-Attempts 1, body_too_large")
-    def _():
+    def sent_once(path, file, sha):
         before = gave_up_body_too_large()
-        r = put("/total/b", file_b)
+        r = put(path, file, chunked=path.endswith("b2"))
         h.eq((r.status, r.header("Retry-Attempts")), (503, "1"),
              "status, Retry-Attempts (%r)" % r)
-        h.eq(bodies("/total/b"), [(SIZE, sha_b)], "B's bodies at the origin")
-        fields = h.access_fields(proxy.access_one("/total/b"))
+        h.eq(bodies(path), [(SIZE, sha)], "the bodies at the origin")
+        fields = h.access_fields(proxy.access_one(path))
         h.eq((fields.get("attempts"), fields.get("gave_up")), ("1", "body_too_large"),
              "access attempts, gave_up")
         h.eq(gave_up_body_too_large(), before + 1, "body_too_large give-ups counted")
-        line = proxy.wait_log(r"PUT \S*/total/b: request body not spooled after \d+ bytes: "
+
+    @t.check("B (Content-Length) cannot fit: once, whole, 503, body_too_large, no byte spooled")
+    def _():
+        sent_once("/total/b", file_b, sha_b)
+        proxy.wait_log(r"PUT \S*/total/b: request body of %d bytes would take the spool "
+                       r"files past spool_total: sent once, not retried" % SIZE)
+        h.eq([ln for ln in proxy.stderr_lines() if "/total/b: request body not spooled" in ln],
+             [], "log lines of B's file stopped part way")
+        h.eq(spool_bytes(), SIZE, "the gauge, A's bytes alone")
+
+    @t.check("B2 (chunked) passes spool_total part way: once, whole, 503, body_too_large")
+    def _():
+        sent_once("/total/b2", file_b2, sha_b2)
+        line = proxy.wait_log(r"PUT \S*/total/b2: request body not spooled after \d+ bytes: "
                               r"the spool files together would pass spool_total")[0]
         spooled = int(re.search(r"after (\d+) bytes", line).group(1))
         h.ok(0 < spooled <= 8 * MiB - SIZE,
-             "B's file took %d bytes, at most the %d left" % (spooled, 8 * MiB - SIZE))
+             "B2's file took %d bytes, at most the %d left" % (spooled, 8 * MiB - SIZE))
         h.wait_until(lambda: spool_bytes() == SIZE, 5 * h.SLOW,
-                     "the gauge back to A's bytes once B ended")
+                     "the gauge back to A's bytes once B2 ended")
 
     @t.check("A, released, gets 200 after two tries, both byte-exact")
     def _():
