@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -140,18 +141,24 @@ static bool idempotency_if_none_match_tags(const char *name, const struct http1_
 	return false;
 }
 
-/* Is this If-Unmodified-Since field one an origin must ignore (RFC 9110
- * section 13.1.4): its value not one HTTP-date ("yesterday", a number, two
- * dates on one line)? A repeated line and an If-Match beside it are the
- * caller's to see. */
+/* Does this If-Unmodified-Since field guard nothing? Either an origin must
+ * ignore it (RFC 9110 section 13.1.4): its value not one HTTP-date
+ * ("yesterday", a number, two dates on one line); or its date is not before
+ * the current second: a write a try made sets the resource's Last-Modified
+ * to the write's time, at or after now, so a date before now fails the
+ * next try's condition (412), as a guard must, while one at or after now
+ * (a client that sends the time of sending) still holds after that write.
+ * Clocks are taken to be in step with the origin's. A repeated line and an
+ * If-Match beside it are the caller's to see. */
 static bool idempotency_unmodified_since_void(const char *name, const struct http1_field *f)
 {
 	int64_t when;
 
+	if (!http1_name_equals(name, strlen(name), "If-Unmodified-Since"))
+		return false;
 	/* the date's validity does not depend on now: 0 only places an RFC
 	 * 850 two-digit year */
-	return http1_name_equals(name, strlen(name), "If-Unmodified-Since") &&
-	       http_date_parse(f->value, f->value_len, 0, &when) < 0;
+	return http_date_parse(f->value, f->value_len, 0, &when) < 0 || when >= (int64_t)time(NULL);
 }
 
 enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name)

@@ -22,7 +22,9 @@ empty If-Match, a look-alike query name, or the condition on a route without
 it is not; on /ius/ (when_present If-Unmodified-Since) a POST with one
 HTTP-date there is repeated, one with a value that is no HTTP-date, two
 dates (one line or two) or an If-Match beside it is not (RFC 9110 section
-13.1.4: the origin ignores it then); on /inm/ (when_present If-None-Match)
+13.1.4: the origin ignores it then), nor one whose date is not before now
+(half a minute ahead, or in the year 9999: the write a first try made
+leaves it true); on /inm/ (when_present If-None-Match)
 a POST with If-None-Match: * (on one line or more) is repeated, one with an
 entity-tag (alone, weak, beside a "*", or "\"*\"") is not: it holds again
 after the write succeeded (RFC 9110 section 13.1.2 names "*" as the guard
@@ -32,6 +34,7 @@ repeated but a GET is; /partial/ gives up after 2 tries, waits the defaults'
 150ms (not the built-in 1s) and, inheriting on:, passes a 500 at once.
 """
 
+import email.utils
 import hashlib
 import time
 
@@ -195,6 +198,12 @@ def scenario(t):
         # not a date, two members, or beside an If-Match: the origin ignores it
         not_repeated("POST", "/ius/bad", b"d", [("If-Unmodified-Since", "yesterday")])
         not_repeated("POST", "/ius/num", b"d", [("If-Unmodified-Since", "784111777")])
+        # a date not before now: a write the first try made leaves it true
+        not_repeated("POST", "/ius/soon", b"d",
+                     [("If-Unmodified-Since",
+                       email.utils.formatdate(time.time() + 30, usegmt=True))])
+        not_repeated("POST", "/ius/future", b"d",
+                     [("If-Unmodified-Since", "Fri, 31 Dec 9999 23:59:59 GMT")])
         not_repeated("POST", "/ius/two", b"d", [("If-Unmodified-Since", date + ", " + date)])
         not_repeated("POST", "/ius/lines", b"d", [("If-Unmodified-Since", date),
                                                   ("If-Unmodified-Since", date)])

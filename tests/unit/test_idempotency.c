@@ -404,6 +404,9 @@ static void test_head_table(void **state)
 		  IDEMPOTENCY_NO },
 		{ &test_ius, "POST", "/o", "If-Unmodified-Since: Sun, 31 Nov 1994 08:49:37 GMT\r\n",
 		  false, IDEMPOTENCY_NO },
+		/* a date not before now holds after the write a try made too */
+		{ &test_ius, "POST", "/o", "If-Unmodified-Since: Fri, 31 Dec 9999 23:59:59 GMT\r\n",
+		  false, IDEMPOTENCY_NO },
 		{ &test_ius, "POST", "/o",
 		  "If-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT, Sun, 06 Nov 1994 "
 		  "08:49:37 GMT\r\n",
