@@ -95,7 +95,7 @@ static int admin_render_metrics(struct admin *admin, struct evbuffer *body)
 	metrics_render_reloads(proxy->metrics, body);
 	if (proxy->fleet != NULL)
 		metrics_render_fleet(fleet_connected(proxy->fleet), body);
-	metrics_render_kept_bodies(proxy->replay_bytes, proxy->spool_usage.bytes, body);
+	metrics_render_kept(proxy->retry_memory_bytes, proxy->spool_usage.bytes, body);
 	upstreams_render_metrics(proxy->upstreams, body);
 	return 200;
 }

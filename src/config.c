@@ -304,15 +304,15 @@ static const struct config_walk_key config_limits_keys[] = {
 	{ .name = "replay_buffer",
 	  .type = &config_walk_size,
 	  .offset = offsetof(struct limits, replay_buffer) },
-	{ .name = "replay_total",
-	  .type = &config_walk_size64,
-	  .offset = offsetof(struct limits, replay_total) },
 	{ .name = "client_timeout",
 	  .type = &config_walk_timeout,
 	  .offset = offsetof(struct limits, client_timeout_ms) },
 	{ .name = "retry_response_buffer",
 	  .type = &config_walk_size,
 	  .offset = offsetof(struct limits, retry_response_buffer) },
+	{ .name = "retry_memory",
+	  .type = &config_walk_size64,
+	  .offset = offsetof(struct limits, retry_memory) },
 	{ .name = "connect_timeout",
 	  .type = &config_walk_timeout,
 	  .offset = offsetof(struct limits, connect_timeout_ms) },
@@ -378,29 +378,34 @@ static void config_check_spool_total(struct config_walk *walk, const struct yaml
 	config_walk_pop(walk, mark);
 }
 
-/* limits.replay_total by default: the memory all replay buffers may take at
- * once. */
-#define CONFIG_REPLAY_TOTAL_DEFAULT (256ull * 1024 * 1024)
+/* limits.retry_memory by default: the memory all request bodies and
+ * responses kept for retries may take at once. */
+#define CONFIG_RETRY_MEMORY_DEFAULT (256ull * 1024 * 1024)
 
-/* A body of replay_buffer must fit in memory on its own: replay_total (when
- * it caps) at least replay_buffer. Left at its default, it is raised to
- * make that room; given, it is an error. */
-static void config_check_replay_total(struct config_walk *walk, const struct yaml_tree_node *node,
+/* A body of replay_buffer, and a response of retry_response_buffer, must
+ * each fit on its own: retry_memory (when it caps) at least the larger.
+ * Left at its default, it is raised to make that room; given, it is an
+ * error. */
+static void config_check_retry_memory(struct config_walk *walk, const struct yaml_tree_node *node,
 				      struct limits *limits)
 {
-	const struct yaml_tree_entry *blamed = yaml_tree_find(node, "replay_total");
+	const struct yaml_tree_entry *blamed = yaml_tree_find(node, "retry_memory");
+	uint64_t needed = limits->replay_buffer > limits->retry_response_buffer
+				  ? limits->replay_buffer
+				  : limits->retry_response_buffer;
 	size_t mark;
 
-	if (limits->replay_total == 0 || limits->replay_buffer <= limits->replay_total)
+	if (limits->retry_memory == 0 || needed <= limits->retry_memory)
 		return;
 	if (blamed == NULL) {
-		limits->replay_total = limits->replay_buffer;
+		limits->retry_memory = needed;
 		return;
 	}
-	mark = config_walk_push(walk, "replay_total");
+	mark = config_walk_push(walk, "retry_memory");
 	config_walk_error(walk, blamed->value,
-			  "must be 0 (no cap) or at least replay_buffer (%zu bytes)",
-			  limits->replay_buffer);
+			  "must be 0 (no cap) or at least replay_buffer and retry_response_buffer "
+			  "(%llu bytes)",
+			  (unsigned long long)needed);
 	config_walk_pop(walk, mark);
 }
 
@@ -421,8 +426,9 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 
 	config_walk_mapping(walk, node, config_limits_keys, limits);
 	if (!config_walk_refused(walk, node, "replay_buffer") &&
-	    !config_walk_refused(walk, node, "replay_total"))
-		config_check_replay_total(walk, node, limits);
+	    !config_walk_refused(walk, node, "retry_response_buffer") &&
+	    !config_walk_refused(walk, node, "retry_memory"))
+		config_check_retry_memory(walk, node, limits);
 	if (limits->spool_max == 0 || config_walk_refused(walk, node, "replay_buffer") ||
 	    config_walk_refused(walk, node, "spool_max"))
 		return;
@@ -582,7 +588,7 @@ static void config_set_defaults(struct config *config)
 	limits->max_uri_bytes = 8 * 1024;
 	limits->max_body_bytes = 0;
 	limits->replay_buffer = 8 * 1024 * 1024;
-	limits->replay_total = CONFIG_REPLAY_TOTAL_DEFAULT;
+	limits->retry_memory = CONFIG_RETRY_MEMORY_DEFAULT;
 	limits->client_timeout_ms = 60 * 1000;
 	limits->retry_response_buffer = 1024 * 1024;
 	limits->connect_timeout_ms = 5 * 1000;

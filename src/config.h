@@ -138,9 +138,9 @@ struct limits {
 	size_t max_uri_bytes;
 	uint64_t max_body_bytes; /* 0: no limit */
 	size_t replay_buffer;
-	uint64_t replay_total; /* bytes all replay buffers may hold at once; 0: no cap */
 	uint64_t client_timeout_ms;
 	size_t retry_response_buffer;
+	uint64_t retry_memory; /* bytes all kept bodies and responses may hold at once; 0: no cap */
 	uint64_t connect_timeout_ms;
 	uint64_t try_timeout_ms;
 	uint64_t drain_timeout_ms;

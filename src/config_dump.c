@@ -488,9 +488,9 @@ static void config_dump_limits(struct config_dump *d, const struct limits *limit
 	config_dump_pair_size(d, "max_uri_bytes", limits->max_uri_bytes);
 	config_dump_pair_size(d, "max_body_bytes", limits->max_body_bytes);
 	config_dump_pair_size(d, "replay_buffer", limits->replay_buffer);
-	config_dump_pair_size(d, "replay_total", limits->replay_total);
 	config_dump_pair_ms(d, "client_timeout", limits->client_timeout_ms);
 	config_dump_pair_size(d, "retry_response_buffer", limits->retry_response_buffer);
+	config_dump_pair_size(d, "retry_memory", limits->retry_memory);
 	config_dump_pair_ms(d, "connect_timeout", limits->connect_timeout_ms);
 	config_dump_pair_ms(d, "try_timeout", limits->try_timeout_ms);
 	config_dump_pair_ms(d, "drain_timeout", limits->drain_timeout_ms);

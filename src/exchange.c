@@ -172,12 +172,39 @@ static void exchange_destroy(struct exchange *ex)
 	free(ex);
 }
 
+void exchange_memory_recount(struct exchange *ex)
+{
+	uint64_t held = ex->replay != NULL ? evbuffer_get_length(ex->replay) : 0;
+
+	/* only a body kept in memory for every try claims its whole length */
+	if (ex->spool != NULL || ex->body_once)
+		ex->replay_claim = 0;
+	if (held < ex->replay_claim)
+		held = ex->replay_claim;
+	if (ex->kept != NULL)
+		held += evbuffer_get_length(ex->kept);
+	for (size_t i = 0; i < EXCHANGE_TRY_SLOTS; i++)
+		if (ex->slots[i].keeping != NULL)
+			held += evbuffer_get_length(ex->slots[i].keeping);
+	ex->proxy->retry_memory_bytes = ex->proxy->retry_memory_bytes - ex->memory_counted + held;
+	ex->memory_counted = held;
+}
+
+bool exchange_memory_room(const struct exchange *ex, uint64_t more)
+{
+	uint64_t cap = ex->config->limits.retry_memory;
+	uint64_t used = ex->proxy->retry_memory_bytes;
+
+	return cap == 0 || (used <= cap && more <= cap - used);
+}
+
 /* Release what a closed exchange holds and keep it as a spare, or free it. */
 static void exchange_free(struct exchange *ex)
 {
 	struct proxy *proxy = ex->proxy;
 
-	proxy->replay_bytes -= ex->replay_counted;
+	proxy->retry_memory_bytes -= ex->memory_counted;
+	ex->memory_counted = 0;
 	if (ex->replay != NULL)
 		evbuffer_free(ex->replay);
 	/* the file goes with its exchange, however that ended */
@@ -368,6 +395,7 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 	if (t->keeping != NULL) {
 		evbuffer_free(t->keeping);
 		t->keeping = NULL;
+		exchange_memory_recount(t->ex);
 	}
 	exchange_try_timeout_stop(t);
 	t->read_paused = false;

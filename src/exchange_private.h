@@ -173,6 +173,7 @@ struct exchange_try {
 	uint64_t keeping_retry_after_until; /* (as a time: the wait runs from the head) */
 	enum retry_should keeping_should;   /* ... and x-should-retry */
 	bool keeping_unclean;	 /* its close-delimited body ended with no TLS close_notify */
+	bool keeping_no_room;	 /* too large to keep for retry_memory, not retry_response_buffer */
 	unsigned number;	 /* which try of the exchange it is, from 1 */
 	size_t record;		 /* its response head's place in the tries trail */
 	uint64_t written_before; /* conn_bytes_written() of up before its request */
@@ -217,8 +218,8 @@ struct exchange {
 	struct body_relay request_body; /* the client's body as it arrives */
 	struct evbuffer *replay; /* the whole body, re-sent on every try; NULL: streamed once */
 	uint64_t replay_claim;	 /* a body of known length kept in memory counts whole in
-				  * proxy->replay_bytes from the start; 0 once it is not */
-	uint64_t replay_counted; /* what proxy->replay_bytes counts for this exchange */
+				  * proxy->retry_memory_bytes from the start; 0 once it is not */
+	uint64_t memory_counted; /* what proxy->retry_memory_bytes counts for this exchange */
 	struct spool *spool; /* the body in a file (limits.spool_max), re-sent from there; replay
 			      * then holds only what is not written yet; closed once queued
 			      * when the body goes once (body_once) */
@@ -412,9 +413,14 @@ void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner);
 /* exchange_request.c */
 void exchange_read_request_body(struct exchange *ex);
 
-/* Bring proxy->replay_bytes up to what this exchange's replay buffer holds
- * now, or claims (a body of known length kept in memory, while it arrives). */
-void exchange_replay_recount(struct exchange *ex);
+/* exchange.c: limits.retry_memory. Bring proxy->retry_memory_bytes up to
+ * what this exchange keeps in memory for retries now: its replay buffer (or
+ * what a body of known length claims while it arrives), its kept response,
+ * and the responses its tries are keeping. Called where those change; the
+ * exchange's free gives back what it counted, whatever was missed. */
+void exchange_memory_recount(struct exchange *ex);
+/* May more bytes be kept without passing limits.retry_memory? */
+bool exchange_memory_room(const struct exchange *ex, uint64_t more);
 void exchange_pump_request_body(struct exchange *ex);
 void exchange_send_request(struct exchange_try *t);
 

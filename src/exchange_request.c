@@ -180,28 +180,6 @@ static void exchange_keep_for_limit(struct exchange *ex, const struct http1_fram
 	}
 }
 
-void exchange_replay_recount(struct exchange *ex)
-{
-	uint64_t held = ex->replay != NULL ? evbuffer_get_length(ex->replay) : 0;
-
-	/* only a body kept in memory for every try claims its whole length */
-	if (ex->spool != NULL || ex->body_once)
-		ex->replay_claim = 0;
-	if (held < ex->replay_claim)
-		held = ex->replay_claim;
-	ex->proxy->replay_bytes = ex->proxy->replay_bytes - ex->replay_counted + held;
-	ex->replay_counted = held;
-}
-
-/* May the replay buffers hold more bytes without passing limits.replay_total? */
-static bool exchange_replay_room(const struct exchange *ex, uint64_t more)
-{
-	uint64_t cap = ex->config->limits.replay_total;
-	uint64_t used = ex->proxy->replay_bytes;
-
-	return cap == 0 || (used <= cap && more <= cap - used);
-}
-
 /* Decide whether the request could be tried again, and so whether its body
  * must be kept to be re-sent. */
 static void exchange_decide_replay(struct exchange *ex, const struct http1_head *head,
@@ -272,25 +250,25 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 		return;
 	}
 	if (framing->body == HTTP1_BODY_LENGTH &&
-	    !exchange_replay_room(ex, framing->content_length)) {
+	    !exchange_memory_room(ex, framing->content_length)) {
 		/* the memory for kept bodies is taken by other requests: the
 		 * spool, when on, keeps it on disk; else it goes once */
 		if (exchange_spool_start(ex, framing->content_length))
 			return;
 		ex->body_too_large = true;
 		log_info("%.*s %.*s: body of %llu bytes would take the replay buffers past "
-			 "replay_total (%llu): sent once, not retried",
+			 "retry_memory (%llu): sent once, not retried",
 			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
 			 (unsigned long long)framing->content_length,
-			 (unsigned long long)ex->config->limits.replay_total);
+			 (unsigned long long)ex->config->limits.retry_memory);
 		return;
 	}
 	ex->replay = evbuffer_new();
 	if (framing->body == HTTP1_BODY_LENGTH) {
 		/* counted whole at once, so that bodies arriving side by side
-		 * cannot together pass replay_total */
+		 * cannot together pass retry_memory */
 		ex->replay_claim = framing->content_length;
-		exchange_replay_recount(ex);
+		exchange_memory_recount(ex);
 	}
 }
 
@@ -368,30 +346,30 @@ void exchange_read_request_body(struct exchange *ex)
 		exchange_respond_error(ex, 400, http1_error_text(error));
 		return;
 	}
-	exchange_replay_recount(ex);
+	exchange_memory_recount(ex);
 	if (exchange_body_over_limit(ex))
 		return;
 	/* a chunked body's bytes count as they come (one of known length was
-	 * counted whole): past replay_total, it is not kept in memory */
-	over_memory = ex->replay_claim == 0 && !exchange_replay_room(ex, 0);
+	 * counted whole): past retry_memory, it is not kept in memory */
+	over_memory = ex->replay_claim == 0 && !exchange_memory_room(ex, 0);
 	over = evbuffer_get_length(ex->replay) > ex->config->limits.replay_buffer || over_memory;
 	if (ex->spool != NULL || (over && !ex->body_once && exchange_spool_start(ex, 0))) {
 		/* on disk as it arrives; a body the file cannot take goes at once */
 		int written = exchange_spool_body(ex);
 
-		exchange_replay_recount(ex);
+		exchange_memory_recount(ex);
 		if (written == 0 && !ex->request_body.done)
 			return;
 	} else if (over) {
 		/* a chunked body turned out larger than replay_buffer (perhaps
-		 * only in its last read), or than the room left in replay_total:
+		 * only in its last read), or than the room left in retry_memory:
 		 * what is kept goes first, any rest streams, and it is sent once */
 		if (!ex->body_too_large)
 			log_info(
 				"%.*s %.*s: chunked body is over %s (%llu): sent once, not retried",
 				(int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
-				over_memory ? "the room left in replay_total" : "replay_buffer",
-				over_memory ? (unsigned long long)ex->config->limits.replay_total
+				over_memory ? "the room left in retry_memory" : "replay_buffer",
+				over_memory ? (unsigned long long)ex->config->limits.retry_memory
 					    : (unsigned long long)ex->config->limits.replay_buffer);
 		ex->body_too_large = true;
 		ex->body_once = true;

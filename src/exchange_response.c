@@ -273,6 +273,8 @@ void exchange_deliver_kept(struct exchange *ex)
 		exchange_respond_error(ex, 502, "502 kept upstream response could not be re-read");
 		return;
 	}
+	/* what it held is the client's output now */
+	exchange_memory_recount(ex);
 	exchange_count_kept_hedge(ex, true);
 	/* an https upstream's close-delimited body that ended without its
 	 * close_notify may have been cut: never passed on as whole */
@@ -298,11 +300,15 @@ static void exchange_pass_on_overflow(struct exchange_try *t, bool draining)
 		t->parked = false;
 		conn_read_enable(t->up, true);
 	}
-	log_info("%.*s %.*s: retryable response is over retry_response_buffer: passed on as final",
-		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target);
+	log_info("%.*s %.*s: retryable response %s: passed on as final", (int)ex->method_len,
+		 ex->method, (int)ex->target_len, ex->target,
+		 t->keeping_no_room ? "does not fit in what retry_memory leaves"
+				    : "is over retry_response_buffer");
 	/* the retry it was kept for will not happen: its place goes back; a
 	 * drain's answer gives up on the tries it cuts */
-	ex->note = draining ? "draining" : "retryable response over retry_response_buffer";
+	ex->note = draining		? "draining"
+		   : t->keeping_no_room ? "retryable response over the room left in retry_memory"
+					: "retryable response over retry_response_buffer";
 	ex->gave_up = draining ? RETRY_GIVE_UP_DEADLINE : RETRY_GIVE_UP_NONE;
 	exchange_release_retry(ex);
 	exchange_cancel_racing(ex, t);
@@ -315,6 +321,7 @@ static void exchange_pass_on_overflow(struct exchange_try *t, bool draining)
 	}
 	evbuffer_free(t->keeping);
 	t->keeping = NULL;
+	exchange_memory_recount(ex);
 	exchange_relay_response(ex);
 	/* its connection ended while it waited, all of it held: the close
 	 * that ends a body without framing was seen then, not again now */
@@ -434,6 +441,7 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	ex->kept_unclean = t->keeping_unclean;
 	ex->kept_number = t->number;
 	t->keeping = NULL;
+	exchange_memory_recount(ex);
 	/* a hedge's answer may yet be the client's (exchange_deliver_kept()):
 	 * counted won or lost then, not as its try ends */
 	ex->kept_hedge = t->hedge;
@@ -468,6 +476,16 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 		exchange_deliver_kept(ex);
 }
 
+/* The bytes of an announced body not yet kept, 0 when none is announced. */
+static uint64_t exchange_keeping_rest(const struct exchange_try *t)
+{
+	uint64_t have = evbuffer_get_length(t->keeping) - t->keeping_head_len;
+
+	if (t->framing.body != HTTP1_BODY_LENGTH || have >= t->framing.content_length)
+		return 0;
+	return t->framing.content_length - have;
+}
+
 void exchange_keep_response(struct exchange_try *t)
 {
 	struct exchange *ex = t->ex;
@@ -479,12 +497,20 @@ void exchange_keep_response(struct exchange_try *t)
 		exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 		return;
 	}
+	exchange_memory_recount(ex);
 	/* the size first: a large body may arrive whole in one read, or be
 	 * announced */
 	if (evbuffer_get_length(t->keeping) - t->keeping_head_len >
 		    ex->config->limits.retry_response_buffer ||
 	    (t->framing.body == HTTP1_BODY_LENGTH &&
 	     t->framing.content_length > ex->config->limits.retry_response_buffer)) {
+		exchange_keep_overflow(t);
+		return;
+	}
+	/* then the room all kept bodies and responses leave: an announced
+	 * body's rest must fit too */
+	if (!exchange_memory_room(ex, exchange_keeping_rest(t))) {
+		t->keeping_no_room = true;
 		exchange_keep_overflow(t);
 		return;
 	}
@@ -501,6 +527,7 @@ static void exchange_start_keeping(struct exchange_try *t, const struct http1_he
 	t->keeping = evbuffer_new();
 	t->keeping_head_len = head->head_len;
 	t->keeping_unclean = false;
+	t->keeping_no_room = false;
 	evbuffer_remove_buffer(in, t->keeping, head->head_len);
 	/* kept as received: a chunked body keeps its framing */
 	body_relay_init_framing(&t->keeping_body, &t->framing, false,
@@ -940,6 +967,7 @@ static void exchange_closed_while_parked(struct exchange_try *t, short what)
 		exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 		return;
 	}
+	exchange_memory_recount(t->ex);
 	if (t->keeping_body.done || ((what & CONN_EOF) && !(what & (CONN_ERROR | CONN_TIMEOUT)) &&
 				     t->keeping_body.mode == BODY_MODE_UNTIL_CLOSE)) {
 		t->parked_closed = true;

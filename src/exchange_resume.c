@@ -76,6 +76,7 @@ void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, co
 	if (ex->kept != NULL) {
 		evbuffer_free(ex->kept);
 		ex->kept = NULL;
+		exchange_memory_recount(ex);
 	}
 	verdict = exchange_decide(ex, outcome, 0, false, 0, false);
 	log_debug("%.*s %.*s: body broke off at %llu of %llu bytes: %s", (int)ex->method_len,

@@ -503,13 +503,14 @@ void metrics_render_reloads(const struct metrics *metrics, struct evbuffer *out)
 			    metrics->last_reload_failed ? 0 : 1);
 }
 
-void metrics_render_kept_bodies(uint64_t replay_bytes, uint64_t spool_bytes, struct evbuffer *out)
+void metrics_render_kept(uint64_t memory_bytes, uint64_t spool_bytes, struct evbuffer *out)
 {
-	metrics_header(out, "retryproxy_replay_bytes", "gauge",
-		       "Bytes of request bodies held in memory now (limits.replay_buffer), "
-		       "against limits.replay_total.");
-	evbuffer_add_printf(out, "retryproxy_replay_bytes %llu\n",
-			    (unsigned long long)replay_bytes);
+	metrics_header(out, "retryproxy_retry_memory_bytes", "gauge",
+		       "Bytes of request bodies (limits.replay_buffer) and retryable responses "
+		       "(limits.retry_response_buffer) kept in memory for retries now, against "
+		       "limits.retry_memory.");
+	evbuffer_add_printf(out, "retryproxy_retry_memory_bytes %llu\n",
+			    (unsigned long long)memory_bytes);
 	metrics_header(out, "retryproxy_spool_bytes", "gauge",
 		       "Bytes in request body spool files now (limits.spool_max), against "
 		       "limits.spool_total.");

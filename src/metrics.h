@@ -105,10 +105,11 @@ bool metrics_last_reload_failed(const struct metrics *metrics);
  * retryproxy_config_last_reload_successful. */
 void metrics_render_reloads(const struct metrics *metrics, struct evbuffer *out);
 
-/* Append retryproxy_replay_bytes and retryproxy_spool_bytes: what the
- * request bodies kept to be re-sent hold now in memory (against
- * limits.replay_total) and in spool files (limits.spool_total). */
-void metrics_render_kept_bodies(uint64_t replay_bytes, uint64_t spool_bytes, struct evbuffer *out);
+/* Append retryproxy_retry_memory_bytes and retryproxy_spool_bytes: what
+ * request bodies and responses kept for retries hold now in memory
+ * (against limits.retry_memory), and what spool files hold (against
+ * limits.spool_total). */
+void metrics_render_kept(uint64_t memory_bytes, uint64_t spool_bytes, struct evbuffer *out);
 
 /* Write a label value with backslash, " and newline escaped, as the format
  * requires. */

@@ -64,7 +64,8 @@ struct proxy {
 	struct exchange *spare_exchanges;  /* freed exchanges kept for reuse */
 	unsigned spare_exchange_count;
 	struct spool_usage spool_usage; /* bytes in every request body spool file now */
-	uint64_t replay_bytes; /* in every request's replay buffer now (limits.replay_total) */
+	uint64_t retry_memory_bytes;	/* request bodies and responses kept for retries, in memory
+					now (limits.retry_memory) */
 };
 
 /* Build the runtime for a validated config (the proxy takes the reference)

@@ -472,7 +472,7 @@ static void test_defaults(void **state)
 	assert_int_equal(l->spool_max, 0);
 	assert_string_equal(l->spool_dir, "/var/tmp");
 	assert_int_equal(l->spool_total, 1ULL << 30);
-	assert_int_equal(l->replay_total, 256ULL << 20);
+	assert_int_equal(l->retry_memory, 256ULL << 20);
 	assert_int_equal(l->max_upstream_connections, 256);
 
 	assert_int_equal(config->health.down_after, 3);
@@ -1037,28 +1037,33 @@ static void test_spool(void **state)
 	config_release(config);
 }
 
-/* replay_total: 256MiB by default, 0 for no cap, never below replay_buffer */
-static void test_replay_total(void **state)
+/* retry_memory: 256MiB by default, 0 for no cap, never below replay_buffer
+ * or retry_response_buffer */
+static void test_retry_memory(void **state)
 {
 	struct config *config;
 
 	(void)state;
-	config = test_load_ok("limits: {replay_total: 0}\n");
-	assert_int_equal(config->limits.replay_total, 0);
+	config = test_load_ok("limits: {retry_memory: 0}\n");
+	assert_int_equal(config->limits.retry_memory, 0);
 	config_release(config);
-	config = test_load_ok("limits: {replay_buffer: 1MiB, replay_total: 1MiB}\n");
-	assert_int_equal(config->limits.replay_total, 1024 * 1024);
+	config = test_load_ok("limits: {replay_buffer: 1MiB, retry_memory: 1MiB}\n");
+	assert_int_equal(config->limits.retry_memory, 1024 * 1024);
 	config_release(config);
 	/* left at its default, the cap makes room for one body of replay_buffer */
 	config = test_load_ok("limits: {replay_buffer: 512MiB}\n");
-	assert_int_equal(config->limits.replay_total, 512ULL << 20);
+	assert_int_equal(config->limits.retry_memory, 512ULL << 20);
 	config_release(config);
-	test_load_fails("limits: {replay_buffer: 2MiB, replay_total: 1MiB}\n",
-			"test.yaml:1:45: limits.replay_total: must be 0 (no cap) or at least "
-			"replay_buffer (2097152 bytes)\n");
+	/* ... and for one response of retry_response_buffer */
+	config = test_load_ok("limits: {retry_response_buffer: 300MiB}\n");
+	assert_int_equal(config->limits.retry_memory, 300ULL << 20);
+	config_release(config);
+	test_load_fails("limits: {replay_buffer: 2MiB, retry_memory: 1MiB}\n",
+			"test.yaml:1:45: limits.retry_memory: must be 0 (no cap) or at least "
+			"replay_buffer and retry_response_buffer (2097152 bytes)\n");
 	/* one that is not a size is refused once, not compared too */
-	test_load_fails("limits: {replay_total: lots}\n",
-			"test.yaml:1:24: limits.replay_total: expected a size like 64KiB (units: "
+	test_load_fails("limits: {retry_memory: lots}\n",
+			"test.yaml:1:24: limits.retry_memory: expected a size like 64KiB (units: "
 			"KiB, MiB, GiB), got \"lots\"\n");
 }
 
@@ -1384,7 +1389,7 @@ int main(void)
 		cmocka_unit_test(test_hold_release),
 		cmocka_unit_test(test_intercept),
 		cmocka_unit_test(test_spool),
-		cmocka_unit_test(test_replay_total),
+		cmocka_unit_test(test_retry_memory),
 		cmocka_unit_test(test_control_bytes_in_messages),
 		cmocka_unit_test(test_backslashes_in_messages),
 		cmocka_unit_test(test_parse_duration),

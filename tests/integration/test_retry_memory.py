@@ -1,28 +1,35 @@
 #!/usr/bin/env python3
-"""Scenario: limits.replay_total caps the memory all kept request bodies
-take at once.
+"""Scenario: limits.retry_memory caps the memory all request bodies and
+retryable responses kept for retries take at once.
 
 Client: curl PUTs random 700 KiB bodies through a forward proxy with
-replay_buffer 1MiB and replay_total 1MiB (one body fits in memory, two do
+replay_buffer 1MiB and retry_memory 1MiB (one body fits in memory, two do
 not), with Content-Length and chunked; curl to the admin listener for
 /metrics. Then a second proxy, the same but with the spool on.
 Origin: for A, 503 then a response held half-sent on a gate (A's second try
 stays in flight, its body kept); for the others, 503 then /echo. Every
 body's length and sha256 is recorded.
 Must hold:
-- retryproxy_replay_bytes is 0 at the start, A's 700 KiB while A is in
-  flight (before the cap, each retryable request could keep replay_buffer
+- retryproxy_retry_memory_bytes is 0 at the start, A's 700 KiB (and the
+  503 its first try got) while A is in flight (before the cap, each retryable request could keep replay_buffer
   in memory, up to max_connections x replay_buffer in all: 80 GB with the
   defaults);
 - B (Content-Length), sent while A holds its memory, does not fit: it goes
   to the origin once, whole and byte-exact, the client gets the origin's
   503 with Retry-Attempts: 1, the access line says gave_up=body_too_large,
-  the log names replay_total; the gauge stays at A's bytes;
+  the log names retry_memory; the gauge stays at A's bytes;
 - B2 (chunked) passes the room left part way: the same, once, byte-exact,
-  503, gave_up=body_too_large, the log names replay_total;
+  503, gave_up=body_too_large, the log names retry_memory;
 - A, released, gets its 200 with Retry-Attempts: 2, twice byte-exact at the
   origin; then the gauge is 0, and C (Content-Length) and C2 (chunked) are
   kept and retried again: 200 after two tries, byte-exact, gauge 0 after;
+- a 503 with a 700 KiB body kept while its request waits out a 2 s
+  backoff counts in the gauge; another such 503 meanwhile does not fit: it
+  is passed on as final at once (503, Retry-Attempts: 1, its body whole),
+  the log naming retry_memory; the first then gets its 200 after two
+  tries, and the gauge goes back to 0 (before, every request waiting in
+  backoff could keep retry_response_buffer, up to max_pending_retries x
+  1 MiB);
 - with the spool on (spool_max 4MiB), a body that does not fit in memory
   while A' holds it goes to a spool file and is retried: 200 after two
   tries, twice byte-exact.
@@ -43,7 +50,7 @@ log: { level: info, format: text }
 limits:
   drain_timeout: 2s
   replay_buffer: 1MiB
-  replay_total: 1MiB
+  retry_memory: 1MiB
 %s
 defaults:
   retry:
@@ -51,6 +58,10 @@ defaults:
     initial_backoff: 100ms
     jitter: 0s
     budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: slow
+    match: { path_prefix: /resp/ }
+    retry: { initial_backoff: 2s, max_backoff: 2s, jitter: 0s }
 """
 
 KiB = 1 << 10
@@ -68,6 +79,11 @@ def scenario(t):
         m = re.search(r"^%s (\d+)$" % name, text, re.M)
         h.ok(m is not None, "%s is in /metrics" % name)
         return int(m.group(1))
+
+    def a_alone(n):
+        """A's body, and the 503 its first try got, kept while its second
+        try waits on the gate."""
+        return SIZE < n < SIZE + 4096
 
     def body_file(name):
         data = os.urandom(SIZE)
@@ -120,23 +136,24 @@ def scenario(t):
 
     @t.check("the gauge is 0 at the start, A's bytes while A is in flight")
     def _():
-        h.eq(gauge(proxy, "retryproxy_replay_bytes"), 0, "retryproxy_replay_bytes at the start")
+        h.eq(gauge(proxy, "retryproxy_retry_memory_bytes"), 0, "retryproxy_retry_memory_bytes at the start")
         state["a"] = held(proxy, "/mem/a", "mem-a")
-        h.eq(gauge(proxy, "retryproxy_replay_bytes"), SIZE, "retryproxy_replay_bytes with A kept")
+        h.ok(a_alone(gauge(proxy, "retryproxy_retry_memory_bytes")),
+             "retryproxy_retry_memory_bytes with A kept: %d" % gauge(proxy, "retryproxy_retry_memory_bytes"))
 
     @t.check("B (Content-Length) does not fit: once, whole, 503, body_too_large")
     def _():
         sent_once(proxy, "/mem/b", "mem-b", chunked=False)
         proxy.wait_log(r"PUT \S*/mem/b: body of %d bytes would take the replay buffers past "
-                       r"replay_total \(1048576\): sent once, not retried" % SIZE)
-        h.eq(gauge(proxy, "retryproxy_replay_bytes"), SIZE, "the gauge, A's bytes alone")
+                       r"retry_memory \(1048576\): sent once, not retried" % SIZE)
+        h.ok(a_alone(gauge(proxy, "retryproxy_retry_memory_bytes")), "the gauge, A's bytes alone")
 
     @t.check("B2 (chunked) passes the room left: once, whole, 503, body_too_large")
     def _():
         sent_once(proxy, "/mem/b2", "mem-b2", chunked=True)
-        proxy.wait_log(r"PUT \S*/mem/b2: chunked body is over the room left in replay_total "
+        proxy.wait_log(r"PUT \S*/mem/b2: chunked body is over the room left in retry_memory "
                        r"\(1048576\): sent once, not retried")
-        h.wait_until(lambda: gauge(proxy, "retryproxy_replay_bytes") == SIZE, 5 * h.SLOW,
+        h.wait_until(lambda: a_alone(gauge(proxy, "retryproxy_retry_memory_bytes")), 5 * h.SLOW,
                      "the gauge back to A's bytes once B2 ended")
 
     @t.check("A, released, gets 200 after two tries, both byte-exact; then the gauge is 0")
@@ -149,15 +166,40 @@ def scenario(t):
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"),
              "status, Retry-Attempts (%r)" % r)
         h.eq(bodies("/mem/a"), [(SIZE, sha)] * 2, "A's bodies at the origin")
-        h.wait_until(lambda: gauge(proxy, "retryproxy_replay_bytes") == 0, 5 * h.SLOW,
-                     "retryproxy_replay_bytes 0")
+        h.wait_until(lambda: gauge(proxy, "retryproxy_retry_memory_bytes") == 0, 5 * h.SLOW,
+                     "retryproxy_retry_memory_bytes 0")
 
     @t.check("room again: C and C2 (chunked) are kept and retried, byte-exact, gauge 0 after")
     def _():
         retried(proxy, "/mem/c", "mem-c", chunked=False)
         retried(proxy, "/mem/c2", "mem-c2", chunked=True)
-        h.wait_until(lambda: gauge(proxy, "retryproxy_replay_bytes") == 0, 5 * h.SLOW,
-                     "retryproxy_replay_bytes 0")
+        h.wait_until(lambda: gauge(proxy, "retryproxy_retry_memory_bytes") == 0, 5 * h.SLOW,
+                     "retryproxy_retry_memory_bytes 0")
+
+    @t.check("a retryable response kept in backoff counts; another that does not fit is "
+             "passed on as final")
+    def _():
+        origin.script("/resp/a", ["/bytes/%d?status=503" % SIZE, "/bytes/10"])
+        origin.script("/resp/b", ["/bytes/%d?status=503" % SIZE, "/bytes/10"])
+        result = {}
+        thread = threading.Thread(
+            target=lambda: result.update(r=h.curl(origin.url("/resp/a"), proxy=proxy.url,
+                                                  timeout=30 * h.SLOW)), daemon=True)
+        thread.start()
+        # A's 503 waits out its 2 s backoff in memory, head and body
+        h.wait_until(lambda: gauge(proxy, "retryproxy_retry_memory_bytes") > SIZE,
+                     2 * h.SLOW, "A's 503 counted while it waits")
+        r = h.curl(origin.url("/resp/b"), proxy=proxy.url, timeout=30 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts"), len(r.body)), (503, "1", SIZE),
+             "B's status, Retry-Attempts, body length")
+        proxy.wait_log(r"GET \S*/resp/b: retryable response does not fit in what retry_memory "
+                       r"leaves: passed on as final")
+        thread.join(30 * h.SLOW)
+        a = result.get("r")
+        h.ok(a is not None, "A's curl ended")
+        h.eq((a.status, a.header("Retry-Attempts")), (200, "2"), "A's status, Retry-Attempts")
+        h.wait_until(lambda: gauge(proxy, "retryproxy_retry_memory_bytes") == 0, 5 * h.SLOW,
+                     "retryproxy_retry_memory_bytes 0")
 
     spooling = t.proxy(CONFIG % "  spool_max: 4MiB\n  spool_dir: spool")
 
@@ -166,11 +208,11 @@ def scenario(t):
         gate, thread, result, _ = held(spooling, "/spool/a", "spool-a")
         retried(spooling, "/spool/b", "spool-b", chunked=False)
         retried(spooling, "/spool/b2", "spool-b2", chunked=True)
-        h.eq(gauge(spooling, "retryproxy_replay_bytes"), SIZE, "the gauge, A's bytes alone")
+        h.ok(a_alone(gauge(spooling, "retryproxy_retry_memory_bytes")), "the gauge, A's bytes alone")
         gate.release()
         thread.join(60 * h.SLOW)
         h.eq(result["r"].status, 200, "A's status")
-        h.wait_until(lambda: gauge(spooling, "retryproxy_replay_bytes") == 0
+        h.wait_until(lambda: gauge(spooling, "retryproxy_retry_memory_bytes") == 0
                      and gauge(spooling, "retryproxy_spool_bytes") == 0, 5 * h.SLOW,
                      "both gauges 0")
 
