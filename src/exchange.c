@@ -378,10 +378,14 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 			reusable = false;
 		if (reusable) {
 			/* a pool already full closes it, and its place goes back
-			 * as it closes: no pooled connection to offer then */
+			 * as it closes: no pooled connection to offer then. The
+			 * pool's limits are the running config's, not those the
+			 * request started under: a reload that lowered them
+			 * applies to connections coming back from requests in
+			 * flight too */
 			if (pool_put(ex->proxy->pool, ex->pool_key, t->up,
-				     ex->config->limits.pool_max_idle,
-				     ex->config->limits.pool_idle_timeout_ms))
+				     ex->proxy->config->limits.pool_max_idle,
+				     ex->proxy->config->limits.pool_idle_timeout_ms))
 				upstream_slot_pooled(ex->upstream);
 		} else {
 			/* its place goes back now, not once a callback of the

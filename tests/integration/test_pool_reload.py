@@ -12,8 +12,13 @@ Must hold: the 4 connections are pooled; after the first reload 1 is left
 at once (before, all 4 stayed until the old 60 s timeout, one over the
 cap each until then); after the second, the last one closes within about
 1 s of the reload (before, it waited out the old 60 s); a GET after both
-is still answered.
+is still answered. Requests in flight over a reload that lowers
+pool_max_idle to 1 leave 1 connection pooled as they end (before, they
+were pooled under their own config's 4, and all 4 stayed).
 """
+
+import threading
+import time
 
 import harness as h
 
@@ -59,6 +64,26 @@ def scenario(t):
     def _():
         r = h.curl("http://127.0.0.1:%d/bytes/10" % proxy.port(0))
         h.eq(r.status, 200, "status")
+
+    @t.check("pool_max_idle 4 -> 1 by a reload while 4 requests are in flight: 1 of their "
+             "connections is pooled after, not 4")
+    def _():
+        proxy.reload(proxy.config_text.replace("pool_max_idle: 1", "pool_max_idle: 4")
+                     .replace("pool_idle_timeout: 1s", "pool_idle_timeout: 60s"))
+        h.wait_until(lambda: upstream_connections() <= 1, 2 * h.SLOW, "the pool back to 1")
+        url = "http://127.0.0.1:%d/delay/1.5" % proxy.port(0)
+        statuses = []
+        worker = threading.Thread(target=lambda: statuses.extend(
+            h.in_threads(4, lambda i: h.curl(url + "?m=%d" % i).status, 20 * h.SLOW)),
+            daemon=True)
+        worker.start()
+        h.wait_until(lambda: upstream_connections() == 4, 5 * h.SLOW,
+                     "4 upstream connections in flight (%s)" % upstream_connections())
+        proxy.reload(proxy.config_text.replace("pool_max_idle: 4", "pool_max_idle: 1"))
+        worker.join(20 * h.SLOW)
+        h.eq(statuses, [200] * 4, "statuses")
+        time.sleep(0.5)
+        h.eq(upstream_connections(), 1, "pooled connections once the 4 ended")
 
 
 h.run(scenario, __doc__)
