@@ -208,6 +208,8 @@ static void upstream_connect_free(struct upstream_connect *uc)
 	free(uc);
 }
 
+static void upstream_cache_unanswered(struct upstream_connect *uc);
+
 /* Report the outcome and end the connect: every attempt still in flight is
  * closed. */
 static void upstream_connect_finish(struct upstream_connect *uc, struct conn *conn,
@@ -222,6 +224,8 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 	 * back on another address) is asked again next time */
 	if (conn == NULL && failure != TRY_DNS && uc->proxy->dns_cache != NULL)
 		dns_cache_forget(uc->proxy->dns_cache, uc->host);
+	else if (conn != NULL)
+		upstream_cache_unanswered(uc);
 	upstream_connect_free(uc);
 	cb(conn, failure, copy, arg);
 }
@@ -486,6 +490,25 @@ static void upstream_cache_answers(struct upstream_connect *uc)
 					  uc->endpoint.absolute, upstream_lookup_family[i],
 					  l->addresses, upstream_now_ms() + keep_ms);
 	}
+}
+
+/* Connected through one family's addresses while the other's lookup had
+ * not answered within the resolution delay: that family is kept as none,
+ * so that the next connects within dns_cache do not wait the delay again
+ * for a resolver that drops its queries (AAAA, mostly). */
+static void upstream_cache_unanswered(struct upstream_connect *uc)
+{
+	if (!uc->resolution_delay_over)
+		return;
+	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++) {
+		struct upstream_lookup *l = &uc->lookups[i];
+
+		if (!l->done) {
+			l->done = true;
+			l->error = EVUTIL_EAI_AGAIN;
+		}
+	}
+	upstream_cache_answers(uc);
 }
 
 /* A kept answer for the lookup's name and family, taken as if it had just

@@ -20,6 +20,11 @@ Must hold:
 - that failed connect forgot the name: api.test moved back to 127.0.0.1,
   the next POST, at once (well within dns_cache of the last answer), asks
   again and gets 200;
+- with a resolver that never answers AAAA queries (after a reload that
+  points the listener at such a name), 5 POSTs ask A and AAAA once: the
+  connect through the A answer, made after the 50 ms resolution delay,
+  keeps "no AAAA" too (before, each new connection asked AAAA again and
+  waited the delay);
 - with dns_cache 0, every connect asks both questions, as before.
 """
 
@@ -97,6 +102,17 @@ def scenario(t):
         stub.clear()
         h.eq(posts(proxy, "back", 1), [200], "status")
         h.eq(questions(), ["A", "AAAA"], "questions for api.test")
+
+    @t.check("a resolver that drops AAAA queries: asked once, not on every new connection")
+    def _():
+        stub.answer("mute6.test", "127.0.0.1")
+        stub.mute("mute6.test", "AAAA")
+        text = proxy.config_text.replace("upstream: http://api.test:", "upstream: http://mute6.test:")
+        proxy.reload(text)
+        stub.clear()
+        h.eq(posts(proxy, "mute6", 5), [200] * 5, "statuses")
+        h.eq(sorted(q.type for q in stub.queries_for("mute6.test")), ["A", "AAAA"],
+             "questions for mute6.test")
 
     uncached = t.proxy(CONFIG % "0s", env=env, ORIGIN=origin.port)
 
