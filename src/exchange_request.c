@@ -256,11 +256,12 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 		if (exchange_spool_start(ex, framing->content_length))
 			return;
 		ex->body_too_large = true;
-		log_info("%.*s %.*s: body of %llu bytes would take the replay buffers past "
-			 "retry_memory (%llu): sent once, not retried",
-			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
-			 (unsigned long long)framing->content_length,
-			 (unsigned long long)ex->config->limits.retry_memory);
+		log_info(
+			"%.*s %.*s: body of %llu bytes would take what retries keep in memory past "
+			"retry_memory (%llu): sent once, not retried",
+			(int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
+			(unsigned long long)framing->content_length,
+			(unsigned long long)ex->config->limits.retry_memory);
 		return;
 	}
 	ex->replay = evbuffer_new();

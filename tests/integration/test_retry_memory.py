@@ -144,7 +144,7 @@ def scenario(t):
     @t.check("B (Content-Length) does not fit: once, whole, 503, body_too_large")
     def _():
         sent_once(proxy, "/mem/b", "mem-b", chunked=False)
-        proxy.wait_log(r"PUT \S*/mem/b: body of %d bytes would take the replay buffers past "
+        proxy.wait_log(r"PUT \S*/mem/b: body of %d bytes would take what retries keep in memory past "
                        r"retry_memory \(1048576\): sent once, not retried" % SIZE)
         h.ok(a_alone(gauge(proxy, "retryproxy_retry_memory_bytes")), "the gauge, A's bytes alone")
 
