@@ -60,6 +60,9 @@ struct fleet_route {
 	char *key;		/* the route's Redis hash */
 	bool live;		/* the running config has the route: it is synced */
 	bool in_flight;		/* a sync of it awaits its reply, which names it */
+	bool closing;		/* a reload dropped it while connected: its last sync,
+				 * which hands its lease back and reports its counts,
+				 * goes with the next round, then it goes */
 	uint64_t tokens;	/* leased at the last sync and not yet spent */
 	bool leased;		/* a sync granted it a lease since it went live or Redis came
 				 * back: until then the local budget decides for it */
@@ -120,6 +123,7 @@ static void fleet_connect(struct fleet *fleet);
 static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
 static void fleet_up(struct fleet *fleet);
 static void fleet_lookups_end(struct fleet *fleet);
+static void fleet_route_free(struct fleet_route *fr);
 
 /* Arm the deadline for what was just sent. */
 static void fleet_arm_deadline(struct fleet *fleet)
@@ -165,6 +169,17 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
 		if (fr->in_flight)
 			fleet_route_unanswered(fr);
+	/* a dropped route's last sync cannot go: its lease is void now */
+	for (struct fleet_route **p = &fleet->routes; *p != NULL;) {
+		struct fleet_route *fr = *p;
+
+		if (fr->closing && !fr->in_flight) {
+			*p = fr->next;
+			fleet_route_free(fr);
+			continue;
+		}
+		p = &fr->next;
+	}
 	fleet_lookups_end(fleet);
 	evtimer_del(fleet->deadline);
 	fleet->pending = 0;
@@ -275,10 +290,12 @@ static void fleet_round_answered(struct fleet *fleet)
 static void fleet_sync_round(struct fleet *fleet)
 {
 	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
-		if (!fr->live)
+		if (!fr->live && !(fr->closing && !fr->in_flight))
 			continue;
 		fr->sent_requests = fr->unreported;
-		fr->sent_want = fleet_lease_target(fr->ratio, fr->unreported, fr->asked);
+		/* a dropped route's last sync wants nothing; its reply drops it */
+		fr->sent_want =
+			fr->live ? fleet_lease_target(fr->ratio, fr->unreported, fr->asked) : 0;
 		fr->asked = 0;
 		fr->sent_back = fr->tokens;
 		fr->sent_epoch = fr->grant_epoch;
@@ -775,6 +792,7 @@ static void fleet_route_take(struct fleet *fleet, const struct route *route)
 		fleet->routes = fr;
 	}
 	fr->live = true;
+	fr->closing = false;
 	fr->ratio = budget->ratio;
 	fr->min_per_second = budget->min_per_second;
 	/* counts reach Redis one interval late and leases cover two: against
@@ -793,13 +811,20 @@ void fleet_set_routes(struct fleet *fleet, const struct config *config)
 	fleet_route_take(fleet, &config->default_route);
 	for (size_t i = 0; i < config->route_count; i++)
 		fleet_route_take(fleet, &config->routes[i]);
-	/* leases of routes dropped go now; one a reply in flight still names
-	 * holds nothing and goes when the reply comes (or the connection) */
+	/* leases of routes dropped go; one a reply in flight still names
+	 * holds nothing and goes when the reply comes (or the connection).
+	 * While connected, one with tokens, requests or retries Redis has not
+	 * been told of goes after a last sync with the next round, which hands
+	 * the tokens back and reports the rest: else its tokens would stay
+	 * counted as granted for a window, and its retries owed never be. */
 	for (struct fleet_route **p = &fleet->routes; *p != NULL;) {
 		struct fleet_route *fr = *p;
 
-		if (fr->live || fr->in_flight) {
-			if (!fr->live)
+		if (!fr->live && !fr->in_flight && fleet->state == FLEET_CONNECTED &&
+		    (fr->tokens > 0 || fr->unreported > 0 || fr->owed > 0))
+			fr->closing = true;
+		if (fr->live || fr->in_flight || fr->closing) {
+			if (!fr->live && fr->in_flight)
 				fr->tokens = 0;
 			p = &fr->next;
 			continue;

@@ -22,7 +22,11 @@ Must hold:
 - SIGHUP adding a route /fresh just after one of the second proxy's syncs
   (Redis's count of script calls just went up): a GET /fresh sent at once
   (before the route's first sync could answer) is retried on the local
-  budget, not refused, and the retry reaches Redis's count for that route.
+  budget, not refused, and the retry reaches Redis's count for that route;
+- SIGHUP dropping /fresh again just after a GET /fresh (before the next
+  sync): the route's last sync still goes out, so Redis counts that
+  request, and the retry tokens the route held unspent are handed back
+  (Redis's count of granted tokens is the retries the origin saw).
 """
 
 import re
@@ -182,6 +186,19 @@ def scenario(t):
                      "the route's retries counted in Redis")
         h.ok("retryproxy_fleet_connected 1" in admin_get(slow, "/metrics"),
              "the fleet gauge fell to 0")
+
+    @t.check("a route dropped by SIGHUP: its last requests reach Redis, its lease goes back")
+    def _():
+        before = script_calls()
+        h.wait_until(lambda: script_calls() > before, 3 * SLOW_SYNC_S, "a sync of the proxy's")
+        h.fetch(slow.port(), "GET", "/fresh", "fleet.example", timeout=10 * h.SLOW)
+        slow.reload(slow.config_text.replace(FRESH_ROUTE, ""))
+        tries = len(origin.requests_for("/fresh"))
+        h.wait_until(lambda: route_counts(redis, "fresh", SLOW_WINDOW_S)[0] >= 2,
+                     3 * SLOW_SYNC_S, "Redis to count the route's 2 requests (%r)"
+                     % (route_counts(redis, "fresh", SLOW_WINDOW_S),))
+        h.eq(route_counts(redis, "fresh", SLOW_WINDOW_S), (2, tries - 2),
+             "requests, tokens granted (retries made: origin tries - 2)")
 
 
 h.run(scenario, __doc__)
