@@ -309,6 +309,14 @@ static void fleet_sync_round(struct fleet *fleet)
 		fleet_arm_deadline(fleet);
 }
 
+/* A sync's reply holds a grant and its bucket. */
+static bool fleet_reply_usable(const redisReply *reply)
+{
+	return reply->type == REDIS_REPLY_ARRAY && reply->elements >= 4 &&
+	       reply->element[0]->type == REDIS_REPLY_INTEGER &&
+	       reply->element[3]->type == REDIS_REPLY_INTEGER;
+}
+
 /* A route's sync answered: {granted, requests in the window, retries
  * granted in the window, the bucket}. The grant replaces the lease handed
  * back; tokens of it spent while the round was out are taken off the new
@@ -324,9 +332,9 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		       (fleet->state == FLEET_CONNECTED || fleet->state == FLEET_TRYING);
 
 	fr->in_flight = false;
-	if (!fr->live) {
-		/* a reload dropped the route while this was out: whatever it
-		 * says is ignored, and the lease goes now */
+	if (!fr->live && (!current || fr->sent_want == 0 || !fleet_reply_usable(reply))) {
+		/* the route's last sync, or one that went unanswered: the
+		 * lease goes now */
 		fleet_route_drop(fleet, fr);
 		if (current)
 			fleet_round_answered(fleet);
@@ -340,9 +348,7 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		fleet_route_send(fr, true);
 		return;
 	}
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 4 ||
-	    reply->element[0]->type != REDIS_REPLY_INTEGER ||
-	    reply->element[3]->type != REDIS_REPLY_INTEGER) {
+	if (!fleet_reply_usable(reply)) {
 		fleet_route_unanswered(fr);
 		fleet_lost(fleet,
 			   reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply",
@@ -359,6 +365,10 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	}
 	fr->grant_epoch = reply->element[3]->integer;
 	fr->leased = true;
+	/* a reload dropped the route while this was out: its last sync, with
+	 * the next round, hands this grant back and reports what came since */
+	if (!fr->live)
+		fr->closing = true;
 	log_debug("fleet %s: route %s: reported %llu requests, granted %lld of %llu tokens",
 		  fleet->name, fr->route, (unsigned long long)fr->sent_requests,
 		  reply->element[0]->integer, (unsigned long long)fr->sent_want);
@@ -811,9 +821,9 @@ void fleet_set_routes(struct fleet *fleet, const struct config *config)
 	fleet_route_take(fleet, &config->default_route);
 	for (size_t i = 0; i < config->route_count; i++)
 		fleet_route_take(fleet, &config->routes[i]);
-	/* leases of routes dropped go; one a reply in flight still names
-	 * holds nothing and goes when the reply comes (or the connection).
-	 * While connected, one with tokens, requests or retries Redis has not
+	/* leases of routes dropped go; one a reply in flight still names goes
+	 * after it, as below when that reply grants a lease (no retry can
+	 * spend the tokens it holds meanwhile). While connected, one with tokens, requests or retries Redis has not
 	 * been told of goes after a last sync with the next round, which hands
 	 * the tokens back and reports the rest: else its tokens would stay
 	 * counted as granted for a window, and its retries owed never be. */
@@ -824,8 +834,6 @@ void fleet_set_routes(struct fleet *fleet, const struct config *config)
 		    (fr->tokens > 0 || fr->unreported > 0 || fr->owed > 0))
 			fr->closing = true;
 		if (fr->live || fr->in_flight || fr->closing) {
-			if (!fr->live && fr->in_flight)
-				fr->tokens = 0;
 			p = &fr->next;
 			continue;
 		}

@@ -230,8 +230,8 @@ def scenario(t):
 
     q = proxies[1]
 
-    @t.check("a reload drops a route's lease while its sync is out: the late reply is "
-             "ignored and syncing goes on")
+    @t.check("a reload drops a route's lease while its sync is out: the late reply ends "
+             "it and syncing goes on")
     def _():
         redis.freeze()
         try:

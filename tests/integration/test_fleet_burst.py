@@ -26,7 +26,11 @@ Must hold:
 - SIGHUP dropping /fresh again just after a GET /fresh (before the next
   sync): the route's last sync still goes out, so Redis counts that
   request, and the retry tokens the route held unspent are handed back
-  (Redis's count of granted tokens is the retries the origin saw).
+  (Redis's count of granted tokens is the retries the origin saw);
+- the same for a route dropped while a sync of it is out (Redis frozen
+  over the sync, a GET sent and the route dropped meanwhile, Redis thawed
+  before the round's deadline): that sync's grant goes back and the GET
+  is counted.
 """
 
 import re
@@ -62,6 +66,12 @@ FRESH_ROUTE = """\
 routes:
   - name: fresh
     match: { path_prefix: /fresh }
+"""
+
+LATER_ROUTE = """\
+routes:
+  - name: later
+    match: { path_prefix: /later }
 """
 
 WAVES = 10
@@ -109,6 +119,7 @@ def scenario(t):
     origin = t.origin()
     origin.script("/storm", [503])
     origin.script("/fresh", [503])
+    origin.script("/later", [503])
     proxy = t.proxy(CONFIG, ORIGIN=origin.port, REDIS=redis.port)
     waves = []
 
@@ -199,6 +210,31 @@ def scenario(t):
                      % (route_counts(redis, "fresh", SLOW_WINDOW_S),))
         h.eq(route_counts(redis, "fresh", SLOW_WINDOW_S), (2, tries - 2),
              "requests, tokens granted (retries made: origin tries - 2)")
+
+    @t.check("a route dropped by SIGHUP while its sync is out: that sync's grant goes back, "
+             "later requests reach Redis")
+    def _():
+        text = slow.config_text
+        slow.reload(text + LATER_ROUTE)
+        h.wait_until(lambda: route_counts(redis, "later", SLOW_WINDOW_S)[1] >= 1,
+                     3 * SLOW_SYNC_S, "the route's first lease")
+        redis.freeze()
+        try:
+            # a round goes out within a sync interval and waits (its
+            # deadline is two intervals after it went)
+            time.sleep(SLOW_SYNC_S * 1.1)
+            h.fetch(slow.port(), "GET", "/later", "fleet.example", timeout=10 * h.SLOW)
+            slow.reload(text)
+        finally:
+            redis.thaw()
+        tries = len(origin.requests_for("/later"))
+        h.wait_until(lambda: route_counts(redis, "later", SLOW_WINDOW_S)[0] >= 1,
+                     3 * SLOW_SYNC_S, "Redis to count the route's request (%r)"
+                     % (route_counts(redis, "later", SLOW_WINDOW_S),))
+        h.eq(route_counts(redis, "later", SLOW_WINDOW_S), (1, tries - 1),
+             "requests, tokens granted (retries made: origin tries - 1)")
+        h.ok("retryproxy_fleet_connected 1" in admin_get(slow, "/metrics"),
+             "the fleet gauge fell to 0")
 
 
 h.run(scenario, __doc__)
