@@ -18,8 +18,8 @@
 #include "upstream.h"
 #include "xmalloc.h"
 
-/* A connect, or a sync round, that Redis has not answered within twice the
- * sync interval, and never less than this, counts as Redis being down: a
+/* A connect, a command of logging in, or a sync round, that Redis has not
+ * answered within twice the sync interval, and never less than this, counts as Redis being down: a
  * frozen Redis keeps its connections open, so only a deadline finds out. */
 #define FLEET_REPLY_TIMEOUT_MIN_MS 500
 
@@ -439,9 +439,12 @@ static void fleet_script_cb(redisAsyncContext *ac, void *r, void *privdata)
 	fleet_try(fleet);
 }
 
-/* Load the script: the first command once logged in. */
+/* Load the script: the first command once logged in. Each step of a
+ * connect (the connection, AUTH, SCRIPT LOAD) has its own deadline: one
+ * for all three would give up on a Redis that answers each in time. */
 static void fleet_load_script(struct fleet *fleet)
 {
+	fleet_arm_deadline(fleet);
 	redisAsyncCommand(fleet->ac, fleet_script_cb, fleet, "SCRIPT LOAD %s", fleet_lease_script);
 }
 
@@ -486,6 +489,7 @@ static void fleet_connect_cb(const redisAsyncContext *c, int status)
 	if (fleet->username != NULL)
 		argv[argc++] = fleet->username;
 	argv[argc++] = fleet->password;
+	fleet_arm_deadline(fleet);
 	redisAsyncCommandArgv(fleet->ac, fleet_auth_cb, fleet, (int)argc, argv, NULL);
 }
 

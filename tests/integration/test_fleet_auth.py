@@ -20,11 +20,18 @@ Must hold:
   failing idempotent request still gets its retries (Retry-Attempts 3);
 - no password: one warning naming NOAUTH, gauge 0;
 - the wrong password's file rewritten with the right one, then SIGHUP: the
-  proxy logs in (gauge 1).
+  proxy logs in (gauge 1);
+- through a relay that delays each of Redis's answers by 300 ms (under the
+  500 ms reply deadline), a proxy with the password still connects: the
+  deadline is per answer, not one for the connect, AUTH and SCRIPT LOAD.
 """
 
 import os
+import queue
 import re
+import socket
+import threading
+import time
 
 import harness as h
 from fleet_gauge import admin_get, fleet_gauge, wait_gauge
@@ -52,6 +59,53 @@ fleet:
   name: checkout
   sync_interval: 100ms
 @LOGIN@"""
+
+
+REPLY_DELAY = 0.3
+
+
+def slow_relay(redis_port):
+    """A loopback relay to Redis that sends on each of Redis's answers
+    REPLY_DELAY after it came, in order; returns its port."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def pump(src, dst, delay):
+        due = queue.Queue()
+
+        def writer():
+            while True:
+                at, data = due.get()
+                time.sleep(max(0.0, at - time.monotonic()))
+                try:
+                    if not data:
+                        dst.shutdown(socket.SHUT_WR)
+                        return
+                    dst.sendall(data)
+                except OSError:
+                    return
+
+        threading.Thread(target=writer, daemon=True).start()
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            due.put((time.monotonic() + delay, data))
+            if not data:
+                return
+
+    def serve():
+        while True:
+            client, _ = listener.accept()
+            upstream = socket.create_connection(("127.0.0.1", redis_port))
+            threading.Thread(target=pump, args=(client, upstream, 0.0), daemon=True).start()
+            threading.Thread(target=pump, args=(upstream, client, REPLY_DELAY),
+                             daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1]
 
 
 def scenario(t):
@@ -123,6 +177,12 @@ def scenario(t):
         wrong.reload()
         wait_gauge([wrong], 1, 10 * h.SLOW)
         wrong.wait_log(r"connected to redis|answers again", timeout=10 * h.SLOW)
+
+    @t.check("Redis answering each command in 300 ms, behind AUTH: the proxy connects")
+    def _():
+        relayed = t.proxy(CONFIG, ORIGIN=origin.port, REDIS=slow_relay(redis.port),
+                          LOGIN="  password_file: %s\n" % default_file)
+        wait_gauge([relayed], 1, 10 * h.SLOW)
 
 
 h.run(scenario, __doc__, timeout=90)
