@@ -19,8 +19,9 @@
 #include "xmalloc.h"
 
 /* A connect, a command of logging in, or a sync round, that Redis has not
- * answered within twice the sync interval, and never less than this, counts as Redis being down: a
- * frozen Redis keeps its connections open, so only a deadline finds out. */
+ * answered within twice the sync interval, and never less than this,
+ * counts as Redis being down: a frozen Redis keeps its connections open,
+ * so only a deadline finds out. */
 #define FLEET_REPLY_TIMEOUT_MIN_MS 500
 
 /* Reconnects back off from the first to the last, doubling, with up to
@@ -827,10 +828,11 @@ void fleet_set_routes(struct fleet *fleet, const struct config *config)
 		fleet_route_take(fleet, &config->routes[i]);
 	/* leases of routes dropped go; one a reply in flight still names goes
 	 * after it, as below when that reply grants a lease (no retry can
-	 * spend the tokens it holds meanwhile). While connected, one with tokens, requests or retries Redis has not
-	 * been told of goes after a last sync with the next round, which hands
-	 * the tokens back and reports the rest: else its tokens would stay
-	 * counted as granted for a window, and its retries owed never be. */
+	 * spend the tokens it holds meanwhile). While connected, one with
+	 * tokens, requests or retries Redis has not been told of goes after a
+	 * last sync with the next round, which hands the tokens back and
+	 * reports the rest: else its tokens would stay counted as granted for
+	 * a window, and its retries owed never be. */
 	for (struct fleet_route **p = &fleet->routes; *p != NULL;) {
 		struct fleet_route *fr = *p;
 
