@@ -4,7 +4,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include <event2/bufferevent.h>
 
@@ -55,14 +54,6 @@ static bool admin_conns_released(struct bufferevent *bev)
 	return readcb == NULL && writecb == NULL && eventcb == NULL;
 }
 
-static uint64_t admin_conns_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Drop the connections evhttp let go of; true when any was. */
 static bool admin_conns_prune(struct admin_conns *conns)
 {
@@ -93,7 +84,7 @@ static void admin_conns_arm(struct admin_conns *conns)
  * after any client's close. */
 static void admin_conns_cut_slow(struct admin_conns *conns)
 {
-	uint64_t now = admin_conns_now_ms();
+	uint64_t now = timeval_now_coarse_ms();
 
 	for (unsigned i = 0; i < conns->count; i++) {
 		struct admin_conn *c = &conns->open[i];
@@ -135,7 +126,7 @@ static struct bufferevent *admin_conns_bufferevent(struct event_base *base, void
 	bufferevent_incref(bev);
 	conns->open[conns->count++] = (struct admin_conn){
 		.bev = bev,
-		.waiting_since_ms = admin_conns_now_ms(),
+		.waiting_since_ms = timeval_now_coarse_ms(),
 	};
 	admin_conns_arm(conns);
 	conns->changed(conns->arg);
@@ -173,7 +164,7 @@ static void admin_conns_answered_cb(struct evhttp_request *req, void *arg)
 
 	if (c != NULL) {
 		c->answering = false;
-		c->waiting_since_ms = admin_conns_now_ms();
+		c->waiting_since_ms = timeval_now_coarse_ms();
 	}
 }
 

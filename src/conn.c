@@ -117,15 +117,6 @@ struct conn {
 
 static void conn_io_cb(evutil_socket_t fd, short what, void *arg);
 
-/* Milliseconds on a clock that never jumps; coarse is enough for timeouts. */
-static uint64_t conn_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 struct conn_loop *conn_loop_new(void)
 {
 	struct event_config *cfg = event_config_new();
@@ -469,7 +460,7 @@ static void conn_timer_schedule(struct conn *c)
 		return;
 	if (c->timer == NULL)
 		c->timer = evtimer_new(c->loop->base, conn_timer_cb, c);
-	now = conn_now_ms();
+	now = timeval_now_coarse_ms();
 	tv = timeval_from_ms(due > now ? due - now : 0);
 	evtimer_add(c->timer, &tv);
 	c->timer_at = due;
@@ -483,7 +474,7 @@ static void conn_update_interest(struct conn *c)
 	if (want == c->io_events)
 		return;
 	if ((want & EV_READ) && !(c->io_events & EV_READ))
-		c->read_active_at = c->read_timeout_ms != 0 ? conn_now_ms() : 0;
+		c->read_active_at = c->read_timeout_ms != 0 ? timeval_now_coarse_ms() : 0;
 	event_del(c->io);
 	if (want != 0) {
 		event_assign(c->io, c->loop->base, c->fd, (short)(want | EV_PERSIST), conn_io_cb,
@@ -535,7 +526,7 @@ static void conn_end_output(struct conn *c)
 			c->shutdown_pending = true;
 			c->write_blocked = true;
 			if (!was_blocked && c->write_timeout_ms != 0)
-				conn_write_clock_start(c, conn_now_ms());
+				conn_write_clock_start(c, timeval_now_coarse_ms());
 			conn_update_interest(c);
 			return;
 		}
@@ -547,7 +538,7 @@ static void conn_end_output(struct conn *c)
 static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
-	uint64_t now = conn_now_ms();
+	uint64_t now = timeval_now_coarse_ms();
 
 	c->timer_at = 0;
 	if (c->failed)
@@ -753,7 +744,7 @@ static void conn_read(struct conn *c)
 	n = c->ssl != NULL ? conn_read_tls(c, room) : conn_read_plain(c, room);
 	if (n > 0) {
 		if (c->read_timeout_ms != 0)
-			c->read_active_at = conn_now_ms();
+			c->read_active_at = timeval_now_coarse_ms();
 		if (c->read_cb != NULL) {
 			c->busy++;
 			c->read_cb(c, c->arg);
@@ -945,7 +936,7 @@ static void conn_write(struct conn *c)
 		return;
 	}
 	if (c->write_timeout_ms != 0 && (n > 0 || (c->write_blocked && !was_blocked)))
-		conn_write_clock_start(c, conn_now_ms());
+		conn_write_clock_start(c, timeval_now_coarse_ms());
 	conn_buffer_release(c->loop, &c->output);
 	conn_update_interest(c);
 	/* blocked again after some bytes: the clock's first look may now fall
@@ -1387,7 +1378,7 @@ void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 	 * a timer set for it fires, finds nothing due, and is set again */
 	bool sooner = (read_ms != 0 && read_ms != c->read_timeout_ms) ||
 		      (write_ms != 0 && write_ms != c->write_timeout_ms);
-	uint64_t now = sooner ? conn_now_ms() : 0;
+	uint64_t now = sooner ? timeval_now_coarse_ms() : 0;
 
 	if (read_ms != c->read_timeout_ms)
 		c->read_active_at = now;
@@ -1402,7 +1393,7 @@ void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 void conn_set_deadline(struct conn *c, uint64_t ms)
 {
 	/* likewise a deadline taken away */
-	c->deadline_at = ms != 0 ? conn_now_ms() + ms : 0;
+	c->deadline_at = ms != 0 ? timeval_now_coarse_ms() + ms : 0;
 	if (ms != 0)
 		conn_timer_schedule(c);
 }

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -457,14 +456,6 @@ static void upstream_resolution_step(struct upstream_connect *uc)
 		upstream_dns_failed(uc);
 }
 
-static uint64_t upstream_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Keep the answers of the lookups that ended for limits.dns_cache (the
  * cache owns their addresses from then on): addresses, or none of a family
  * when the other family has some. evdns_getaddrinfo() reports a name with
@@ -488,7 +479,7 @@ static void upstream_cache_answers(struct upstream_connect *uc)
 			continue;
 		l->cached = dns_cache_put(uc->proxy->dns_cache, uc->host, uc->endpoint.port,
 					  uc->endpoint.absolute, upstream_lookup_family[i],
-					  l->addresses, upstream_now_ms() + keep_ms);
+					  l->addresses, timeval_now_coarse_ms() + keep_ms);
 	}
 }
 
@@ -520,7 +511,7 @@ static bool upstream_cached_answer(struct upstream_connect *uc, struct upstream_
 	if (uc->proxy->config->limits.dns_cache_ms == 0 || uc->proxy->dns_cache == NULL)
 		return false;
 	e = dns_cache_find(uc->proxy->dns_cache, uc->host, uc->endpoint.port, uc->endpoint.absolute,
-			   upstream_lookup_family[l - uc->lookups], upstream_now_ms());
+			   upstream_lookup_family[l - uc->lookups], timeval_now_coarse_ms());
 	if (e == NULL)
 		return false;
 	l->cached = e;
