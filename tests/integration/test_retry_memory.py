@@ -35,9 +35,7 @@ Must hold:
   tries, twice byte-exact.
 """
 
-import hashlib
 import os
-import re
 import threading
 
 import harness as h
@@ -75,22 +73,15 @@ def scenario(t):
     proxy = t.proxy(CONFIG % "")
 
     def gauge(p, name):
-        text = h.curl("http://127.0.0.1:%d/metrics" % p.port(1), check=True).body.decode()
-        m = re.search(r"^%s (\d+)$" % name, text, re.M)
-        h.ok(m is not None, "%s is in /metrics" % name)
-        return int(m.group(1))
+        value = h.metric(h.curl("http://127.0.0.1:%d/metrics" % p.port(1),
+                                check=True).body.decode(), name)
+        h.ok(value is not None, "%s is in /metrics" % name)
+        return int(value)
 
     def a_alone(n):
         """A's body, and the 503 its first try got, kept while its second
         try waits on the gate."""
         return SIZE < n < SIZE + 4096
-
-    def body_file(name):
-        data = os.urandom(SIZE)
-        path = os.path.join(t.tmp, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path, hashlib.sha256(data).hexdigest()
 
     def put(p, path, file, chunked=False):
         extra = ["-H", "Transfer-Encoding: chunked"] if chunked else []
@@ -103,7 +94,7 @@ def scenario(t):
     def held(p, path, name):
         """A PUT whose second try waits on a gate, its body kept: (gate,
         thread, result, sha)."""
-        file, sha = body_file(name)
+        file, sha = h.random_body_file(t.tmp, SIZE, name)
         gate = origin.gate(name)
         origin.script(path, [503, "/gate/%s?first=10&rest=10" % name])
         result = {}
@@ -114,7 +105,7 @@ def scenario(t):
         return gate, thread, result, sha
 
     def sent_once(p, path, name, chunked):
-        file, sha = body_file(name)
+        file, sha = h.random_body_file(t.tmp, SIZE, name)
         origin.script(path, [503, "/echo"])
         r = put(p, path, file, chunked)
         h.eq((r.status, r.header("Retry-Attempts")), (503, "1"),
@@ -125,7 +116,7 @@ def scenario(t):
              "access attempts, gave_up")
 
     def retried(p, path, name, chunked):
-        file, sha = body_file(name)
+        file, sha = h.random_body_file(t.tmp, SIZE, name)
         origin.script(path, [503, "/echo"])
         r = put(p, path, file, chunked)
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"),

@@ -27,7 +27,6 @@ Must hold:
   byte-exact, and the gauge goes back to 0.
 """
 
-import hashlib
 import os
 import re
 import threading
@@ -76,13 +75,6 @@ def scenario(t):
                       r'reason="body_too_large"\} (\d+)$', metrics(), re.M)
         return int(m.group(1)) if m else 0
 
-    def body_file(name):
-        data = os.urandom(SIZE)
-        path = os.path.join(t.tmp, name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return path, hashlib.sha256(data).hexdigest()
-
     def put(path, file, chunked=False):
         extra = ["-H", "Transfer-Encoding: chunked"] if chunked else []
         return h.curl("-X", "PUT", "--data-binary", "@" + file, "-H", "Expect:", *extra,
@@ -102,10 +94,10 @@ def scenario(t):
                 out.append(link)
         return out
 
-    file_a, sha_a = body_file("a")
-    file_b, sha_b = body_file("b")
-    file_b2, sha_b2 = body_file("b2")
-    file_c, sha_c = body_file("c")
+    file_a, sha_a = h.random_body_file(t.tmp, SIZE, "a")
+    file_b, sha_b = h.random_body_file(t.tmp, SIZE, "b")
+    file_b2, sha_b2 = h.random_body_file(t.tmp, SIZE, "b2")
+    file_c, sha_c = h.random_body_file(t.tmp, SIZE, "c")
     gate = origin.gate("total-a")
     origin.script("/total/a", [503, "/gate/total-a?first=10&rest=10"])
     origin.script("/total/b", [503, "/echo"])
