@@ -355,59 +355,31 @@ static const struct config_walk_key config_limits_keys[] = {
 /* limits.spool_total by default: the disk all spool files may take at once. */
 #define CONFIG_SPOOL_TOTAL_DEFAULT (1024ull * 1024 * 1024)
 
-/* A body of spool_max must fit in the spool on its own: spool_total (when
- * it caps) at least spool_max. Blamed on spool_total when the file says it,
- * else on spool_max, which passed the default. */
-static void config_check_spool_total(struct config_walk *walk, const struct yaml_tree_node *node,
-				     struct limits *limits)
+/* A cap over many things (key, in *total) must hold the largest one of
+ * them on its own (needed, which the limits named in what set): 0 (no
+ * cap) or at least needed. Left at its default, it is raised to needed;
+ * given, it is an error naming the key. */
+static void config_check_total(struct config_walk *walk, const struct yaml_tree_node *node,
+			       const char *key, uint64_t *total, uint64_t needed, const char *what)
 {
-	const struct yaml_tree_entry *blamed = yaml_tree_find(node, "spool_total");
+	const struct yaml_tree_entry *blamed = yaml_tree_find(node, key);
 	size_t mark;
 
-	if (limits->spool_total == 0 || limits->spool_max <= limits->spool_total)
+	if (*total == 0 || needed <= *total)
 		return;
-	/* left at its default, the cap makes room for one body of spool_max */
 	if (blamed == NULL) {
-		limits->spool_total = limits->spool_max;
+		*total = needed;
 		return;
 	}
-	mark = config_walk_push(walk, "spool_total");
-	config_walk_error(walk, blamed->value,
-			  "must be 0 (no cap) or at least spool_max (%llu bytes)",
-			  (unsigned long long)limits->spool_max);
+	mark = config_walk_push(walk, key);
+	config_walk_error(walk, blamed->value, "must be 0 (no cap) or at least %s (%llu bytes)",
+			  what, (unsigned long long)needed);
 	config_walk_pop(walk, mark);
 }
 
 /* limits.retry_memory by default: the memory all request bodies and
  * responses kept for retries may take at once. */
 #define CONFIG_RETRY_MEMORY_DEFAULT (256ull * 1024 * 1024)
-
-/* A body of replay_buffer, and a response of retry_response_buffer, must
- * each fit on its own: retry_memory (when it caps) at least the larger.
- * Left at its default, it is raised to make that room; given, it is an
- * error. */
-static void config_check_retry_memory(struct config_walk *walk, const struct yaml_tree_node *node,
-				      struct limits *limits)
-{
-	const struct yaml_tree_entry *blamed = yaml_tree_find(node, "retry_memory");
-	uint64_t needed = limits->replay_buffer > limits->retry_response_buffer
-				  ? limits->replay_buffer
-				  : limits->retry_response_buffer;
-	size_t mark;
-
-	if (limits->retry_memory == 0 || needed <= limits->retry_memory)
-		return;
-	if (blamed == NULL) {
-		limits->retry_memory = needed;
-		return;
-	}
-	mark = config_walk_push(walk, "retry_memory");
-	config_walk_error(walk, blamed->value,
-			  "must be 0 (no cap) or at least replay_buffer and retry_response_buffer "
-			  "(%llu bytes)",
-			  (unsigned long long)needed);
-	config_walk_pop(walk, mark);
-}
 
 /* limits: the keys, then what the spool's keys need of each other: a
  * spool_max above replay_buffer (a smaller body is kept in memory), and a
@@ -428,7 +400,13 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 	if (!config_walk_refused(walk, node, "replay_buffer") &&
 	    !config_walk_refused(walk, node, "retry_response_buffer") &&
 	    !config_walk_refused(walk, node, "retry_memory"))
-		config_check_retry_memory(walk, node, limits);
+		/* a body of replay_buffer and a response of
+		 * retry_response_buffer must each fit on its own */
+		config_check_total(walk, node, "retry_memory", &limits->retry_memory,
+				   limits->replay_buffer > limits->retry_response_buffer
+					   ? limits->replay_buffer
+					   : limits->retry_response_buffer,
+				   "replay_buffer and retry_response_buffer");
 	if (limits->spool_max == 0 || config_walk_refused(walk, node, "replay_buffer") ||
 	    config_walk_refused(walk, node, "spool_max"))
 		return;
@@ -444,7 +422,9 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 	/* a refused key has left its default: compared, it would say nothing */
 	key_errors = config_walk_error_count(walk);
 	if (key_errors == errors)
-		config_check_spool_total(walk, node, limits);
+		/* a body of spool_max must fit in the spool on its own */
+		config_check_total(walk, node, "spool_total", &limits->spool_total,
+				   limits->spool_max, "spool_max");
 	/* a spool_dir that was refused has left the default in its place */
 	if (key_errors > errors || spool_check_dir(limits->spool_dir) == 0)
 		return;
