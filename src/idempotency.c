@@ -90,13 +90,11 @@ static bool idempotency_value_empty(const char *value, size_t len)
  * into one list, and a server reading the list (Go's net/http) takes a "*"
  * anywhere in it as a match: "*, \"a\"", or "*" and "\"a\"" on two
  * lines, holds as "*" does. Commas inside an entity-tag are not separators. */
-static bool idempotency_if_match_any(const char *name, const struct http1_field *f)
+static bool idempotency_if_match_any(const struct http1_field *f)
 {
 	bool quoted = false;
 	bool member_start = true;
 
-	if (!http1_name_equals(name, strlen(name), "If-Match"))
-		return false;
 	for (size_t i = 0; i < f->value_len; i++) {
 		char c = f->value[i];
 
@@ -119,12 +117,10 @@ static bool idempotency_if_match_any(const char *name, const struct http1_field 
  * resource exists, so a repeat after a try that succeeded fails); an
  * entity-tag list holds for every version but those listed, the one a
  * write that succeeded made among them, so a repeat passes it again. */
-static bool idempotency_if_none_match_tags(const char *name, const struct http1_field *f)
+static bool idempotency_if_none_match_tags(const struct http1_field *f)
 {
 	size_t i = 0;
 
-	if (!http1_name_equals(name, strlen(name), "If-None-Match"))
-		return false;
 	while (i < f->value_len) {
 		size_t start;
 
@@ -150,12 +146,10 @@ static bool idempotency_if_none_match_tags(const char *name, const struct http1_
  * (a client that sends the time of sending) still holds after that write.
  * Clocks are taken to be in step with the origin's. A repeated line and an
  * If-Match beside it are the caller's to see. */
-static bool idempotency_unmodified_since_void(const char *name, const struct http1_field *f)
+static bool idempotency_unmodified_since_void(const struct http1_field *f)
 {
 	int64_t when;
 
-	if (!http1_name_equals(name, strlen(name), "If-Unmodified-Since"))
-		return false;
 	/* the date's validity does not depend on now: 0 only places an RFC
 	 * 850 two-digit year */
 	return http_date_parse(f->value, f->value_len, 0, &when) < 0 || when >= (int64_t)time(NULL);
@@ -164,6 +158,10 @@ static bool idempotency_unmodified_since_void(const char *name, const struct htt
 enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name)
 {
 	enum idempotency_field found = IDEMPOTENCY_FIELD_ABSENT;
+	size_t name_len = strlen(name);
+	bool if_match = http1_name_equals(name, name_len, "If-Match");
+	bool if_none_match = http1_name_equals(name, name_len, "If-None-Match");
+	bool if_unmodified_since = http1_name_equals(name, name_len, "If-Unmodified-Since");
 	bool hop[HTTP1_MAX_FIELDS];
 	bool marked = false;
 
@@ -182,23 +180,21 @@ enum idempotency_field idempotency_forwarded_field(const struct http1_head *head
 		/* on any line, whatever the others say: an empty copy too, as
 		 * for a query parameter, since a server may read that one alone
 		 * (Go's Header.Get reads the first) and see no condition */
-		if (idempotency_if_match_any(name, f) ||
-		    idempotency_value_empty(f->value, f->value_len) ||
-		    idempotency_if_none_match_tags(name, f) ||
-		    idempotency_unmodified_since_void(name, f))
+		if (idempotency_value_empty(f->value, f->value_len) ||
+		    (if_match && idempotency_if_match_any(f)) ||
+		    (if_none_match && idempotency_if_none_match_tags(f)) ||
+		    (if_unmodified_since && idempotency_unmodified_since_void(f)))
 			return IDEMPOTENCY_FIELD_EMPTY;
 		/* a second If-Unmodified-Since is a second member, which makes
 		 * the origin ignore the field */
-		if (found == IDEMPOTENCY_FIELD_VALUE &&
-		    http1_name_equals(name, strlen(name), "If-Unmodified-Since"))
+		if (found == IDEMPOTENCY_FIELD_VALUE && if_unmodified_since)
 			return IDEMPOTENCY_FIELD_EMPTY;
 		found = IDEMPOTENCY_FIELD_VALUE;
 	}
 	/* an origin evaluates If-Match instead, when the request has one
 	 * (RFC 9110 section 13.1.4); one that guards the write counts by
 	 * itself when the map names it */
-	if (found == IDEMPOTENCY_FIELD_VALUE &&
-	    http1_name_equals(name, strlen(name), "If-Unmodified-Since") &&
+	if (found == IDEMPOTENCY_FIELD_VALUE && if_unmodified_since &&
 	    idempotency_forwarded_field(head, "If-Match") != IDEMPOTENCY_FIELD_ABSENT)
 		return IDEMPOTENCY_FIELD_EMPTY;
 	return found;
