@@ -6,8 +6,9 @@
 #   install-deps.sh --build-only  what `meson setup` and `ninja` need, no more
 #                                 (the container image's build stage uses this)
 #   install-deps.sh --bench       what tests/bench/bench.py needs: the build, and
-#                                 wrk, HAProxy and nginx to measure against (socat
-#                                 carries wrk through a CONNECT, openssl makes certs)
+#                                 wrk, HAProxy and nginx to measure against (openssl
+#                                 makes certs; tests/bench/floor_relay.c carries wrk
+#                                 through a CONNECT)
 set -eu
 
 # Enough to configure and build, unit tests included (meson needs cmocka at
@@ -33,7 +34,7 @@ redis-server chromium podman"
 case "${1:-}" in
 "") packages="$build_packages $test_packages" ;;
 --build-only) packages="$build_packages" ;;
---bench) packages="$build_packages wrk haproxy nginx socat openssl" ;;
+--bench) packages="$build_packages wrk haproxy nginx openssl" ;;
 *)
 	echo "usage: install-deps.sh [--build-only | --bench]" >&2
 	exit 1

@@ -160,7 +160,7 @@ frontend sidecar_https
   bind 127.0.0.1:{sidecar_https} backlog 4096
   default_backend origin_tls
 frontend intercept
-  bind 127.0.0.1:{intercept} ssl crt {pki}/leaf-with-key.pem backlog 4096
+  bind 127.0.0.1:{intercept_tls} ssl crt {pki}/leaf-with-key.pem backlog 4096
   default_backend origin_tls
 backend origin
   server o1 127.0.0.1:{origin} maxconn 10000
@@ -296,7 +296,7 @@ def pinned(cpu, argv):
 
 def start_group(argv, **kwargs):
     """Start argv as the leader of a process group of its own, so that
-    stop_group() also ends what it starts: nginx's worker, socat's forks."""
+    stop_group() also ends what it starts: nginx's worker."""
     return subprocess.Popen(argv, start_new_session=True, **kwargs)
 
 
@@ -384,14 +384,17 @@ def start_origins(workdir):
 
 def start_haproxy(workdir, origins):
     ports = {"sidecar": free_port(), "retry": free_port(), "sidecar_https": free_port(),
-             "intercept": free_port()}
+             "intercept_tls": free_port()}
     conf = os.path.join(workdir, "haproxy.cfg")
     with open(conf, "w") as f:
         f.write(HAPROXY_CONF.format(**ports, **origins))
     ports["forward"] = ports["sidecar"]  # absolute-form goes to the same backend
+    proxy = Proxy("haproxy", ["haproxy", "-f", conf, "-db"], ports, workdir)
     # HAProxy cannot intercept a CONNECT: its reference for that point is a
-    # TLS frontend with the same certificate, and wrk connects to it directly
-    return Proxy("haproxy", ["haproxy", "-f", conf, "-db"], ports, workdir)
+    # TLS frontend with the same certificate, reached through the same relay
+    # on the load core as retryproxy's tunnels, without the CONNECT
+    start_tunnel_shim(proxy, workdir, ports["intercept_tls"])
+    return proxy
 
 
 def start_retryproxy(workdir, origins, binary):
@@ -404,26 +407,39 @@ def start_retryproxy(workdir, origins, binary):
     with open(conf, "w") as f:
         f.write(RETRYPROXY_CONF.format(**ports, **origins, localca=localca))
     proxy = Proxy("retryproxy", [binary, "-c", conf], ports, workdir)
-    # wrk speaks no CONNECT: socat opens one per wrk connection to the
-    # forward listener, and wrk does TLS with the proxy through it
-    ports["intercept"] = free_port()
-    proxy.shim = start_group(
-        pinned(LOAD_CPU, ["socat", f"TCP-LISTEN:{ports['intercept']},bind=127.0.0.1,fork,reuseaddr",
-                          f"PROXY:127.0.0.1:127.0.0.1:{origins['origin_tls']},"
-                          f"proxyport={ports['forward']}"]),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(ports["intercept"], proxy.shim)
+    # wrk speaks no CONNECT: the relay opens a tunnel through the forward
+    # listener for each wrk connection, and wrk does TLS with the proxy in it
+    start_tunnel_shim(proxy, workdir, ports["forward"], f"127.0.0.1:{origins['origin_tls']}")
     return proxy
+
+
+def floor_binary(workdir):
+    """floor_relay.c, built once per run."""
+    binary = os.path.join(workdir, "floor_relay")
+    if not os.path.exists(binary):
+        subprocess.run(["cc", "-std=c17", "-O2", "-o", binary,
+                        os.path.join(REPO, "tests/bench/floor_relay.c")], check=True)
+    return binary
+
+
+def start_tunnel_shim(proxy, workdir, port, authority=None):
+    """The TLS point's way in, on the load core: the floor relay in front of
+    port, asking for a tunnel to authority first when one is given. Its
+    port becomes the proxy's "intercept" port."""
+    argv = [floor_binary(workdir), str(free_port()), str(port)]
+    if authority is not None:
+        argv.append(authority)
+    proxy.shim = start_group(pinned(LOAD_CPU, argv), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    proxy.ports["intercept"] = int(argv[1])
+    wait_port(proxy.ports["intercept"], proxy.shim)
 
 
 def start_floor(workdir, origins):
     """The floor relay (floor_relay.c), built here: one origin connection per
     client, bytes moved unread. It answers the plain sidecar and forward
     points (nginx takes absolute-form as it comes)."""
-    binary = os.path.join(workdir, "floor_relay")
-    if not os.path.exists(binary):
-        subprocess.run(["cc", "-std=c17", "-O2", "-o", binary,
-                        os.path.join(REPO, "tests/bench/floor_relay.c")], check=True)
+    binary = floor_binary(workdir)
     port = free_port()
     return Proxy("floor", [binary, str(port), str(origins["origin"])],
                  {"sidecar": port, "forward": port}, workdir)
