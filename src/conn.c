@@ -102,6 +102,7 @@ struct conn {
 	bool tls_read_wants_write; /* an SSL_read waits to write */
 	bool read_again;	   /* call the read callback at the end of the pass */
 	bool shutdown_pending;	   /* FIN once the output is written */
+	bool end_cut;		   /* TLS: that FIN comes without a close_notify */
 	bool close_notify_blocked; /* the TLS close_notify waits for the socket */
 	bool failed;		   /* an error was reported: no more I/O */
 	/* a send was reset (errno in error): nothing more is written, the
@@ -248,11 +249,12 @@ static void conn_tls_empty_error_queue(void)
  * sees the end as an error; never on a client's connection, which the client
  * module ends cleanly itself (conn_shutdown_write): a client's freed without
  * it was cut off, and a close_notify would make a cut close-delimited body
- * look whole. Nor after a send the upstream reset: nothing reaches it. */
+ * look whole. Nor after a send the upstream reset: nothing reaches it, nor
+ * after conn_shutdown_write_cut(). */
 static void conn_close_notify_once(struct conn *c)
 {
 	if (c->side != CONN_OUTGOING || c->reset_on_free || c->failed || c->write_reset ||
-	    c->fd < 0 || !SSL_is_init_finished(c->ssl) ||
+	    c->end_cut || c->fd < 0 || !SSL_is_init_finished(c->ssl) ||
 	    (SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN))
 		return;
 	ERR_clear_error();
@@ -519,7 +521,7 @@ static void conn_fail(struct conn *c, short what, int error)
  * be writable, and the FIN with it. */
 static void conn_end_output(struct conn *c)
 {
-	if (c->ssl != NULL && !c->failed && SSL_is_init_finished(c->ssl) &&
+	if (c->ssl != NULL && !c->failed && !c->end_cut && SSL_is_init_finished(c->ssl) &&
 	    (!(SSL_get_shutdown(c->ssl) & SSL_SENT_SHUTDOWN) || c->close_notify_blocked)) {
 		int r;
 
@@ -1412,6 +1414,12 @@ void conn_shutdown_write(struct conn *c)
 		conn_end_output(c);
 	else
 		c->shutdown_pending = true;
+}
+
+void conn_shutdown_write_cut(struct conn *c)
+{
+	c->end_cut = true;
+	conn_shutdown_write(c);
 }
 
 bool conn_eof_clean(const struct conn *c)

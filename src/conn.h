@@ -204,6 +204,11 @@ void conn_set_deadline(struct conn *conn, uint64_t ms);
  * close_notify goes first. Reading goes on. */
 void conn_shutdown_write(struct conn *conn);
 
+/* As conn_shutdown_write, but on TLS the FIN comes without a close_notify,
+ * so that the peer sees a cut, not an end: for a stream whose own source
+ * was cut (a TLS peer that closed without one). */
+void conn_shutdown_write_cut(struct conn *conn);
+
 /* After CONN_EOF: false when a TLS peer closed without a close_notify (an
  * upstream's; a client's close is taken as an EOF like any other), which
  * does not say that a body ending with the connection is whole. */

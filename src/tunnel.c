@@ -175,7 +175,13 @@ static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 		side->eof = true;
 		evbuffer_add_buffer(conn_output(side->peer->conn), conn_input(conn));
 		conn_read_enable(conn, false);
-		conn_shutdown_write(side->peer->conn);
+		/* a TLS upstream that closed without a close_notify may have
+		 * been cut: the client, over TLS too (wss), must not read the
+		 * proxy's close_notify as a clean end */
+		if (conn_eof_clean(conn))
+			conn_shutdown_write(side->peer->conn);
+		else
+			conn_shutdown_write_cut(side->peer->conn);
 		conn_set_output_low(conn, 0);
 		conn_set_output_low(side->peer->conn, 0);
 		tunnel_maybe_close(tunnel);

@@ -9,7 +9,9 @@ Sec-WebSocket-Accept and, in the same write, its first bytes of the new
 protocol; then it echoes what it reads in upper case and, at EOF, sends
 "BYE" and closes. /ws/flaky/ answers its first try 503, the next 101 as
 /ws/echo. /ws/refuse answers 200 (no switch) and serves on. /ws/bare
-answers 101 without an Upgrade field. /head echoes the request head it got
+answers 101 without an Upgrade field. /ws/cut and /ws/end answer 101 and
+their first bytes, then close (over TLS /ws/cut without a close_notify,
+/ws/end with one). /head echoes the request head it got
 as the body.
 Must hold: the origin gets the Upgrade field byte-exact and this hop's own
 "Connection: upgrade", Sec-WebSocket-Key byte-exact and Via; the client
@@ -28,7 +30,9 @@ taken; Upgrade is not passed on, nor a 101 accepted,
 for an HTTP/1.0 request, one whose Connection lacks the upgrade option, or
 one with a body; the same switch works through the forward listener with
 an absolute-form ws-style target, and inside an intercepted CONNECT to a
-TLS origin (wss).
+TLS origin (wss), where an origin's close without a close_notify reaches
+the client without the proxy's (a cut stays a cut), and one with it with
+the proxy's.
 """
 
 import os
@@ -121,6 +125,14 @@ class UpgradeOrigin(RawServer):
             if target.startswith(("/ws/echo", "/ws/flaky/")):
                 conn.sendall(SWITCH + FIRST)
                 self.echo(conn, buf)
+                return
+            if target.startswith(("/ws/cut", "/ws/end")):
+                # the new protocol's first bytes, then a close: /ws/end's
+                # with a TLS close_notify, /ws/cut's without (a cut)
+                conn.sendall(SWITCH + FIRST)
+                if target.startswith("/ws/end") and isinstance(conn, ssl.SSLSocket):
+                    conn = conn.unwrap()
+                conn.shutdown(socket.SHUT_RDWR)
                 return
             if target.startswith("/ws/bare"):
                 conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n\r\n")
@@ -327,6 +339,33 @@ def scenario(t):
         h.eq(len(tls_origin.heads_for("c=wss")), 1, "requests at the TLS origin")
         line = intercepting.access_one("c=wss")
         h.eq(h.access_fields(line).get("status"), "101", "access-log status (%s)" % line)
+
+    @t.check("an intercepted tunnel (wss): an origin's close without a TLS close_notify "
+             "reaches the client as a cut, not as the proxy's close_notify; one with it, "
+             "as the proxy's")
+    def _():
+        tls = h.intercepted_tls(intercepting.port(), "localhost", tls_origin.port,
+                                os.path.join(local, "ca.pem"), strict=True,
+                                timeout=10 * h.SLOW)
+        with h.RawConn.over(tls, timeout=10 * h.SLOW) as c:
+            c.send(handshake("/ws/cut?c=wss-cut", "localhost:%d" % tls_origin.port))
+            check_switched(c.read_head(), 1)
+            h.eq(c.read_exact(len(FIRST)), FIRST, "the origin's bytes before its cut")
+            h.eq(bytes(c.buf), b"", "bytes after the origin's")
+            try:
+                end = tls.recv(65536)
+            except (ssl.SSLEOFError, ConnectionResetError) as e:
+                end = type(e).__name__
+            h.ok(end in ("SSLEOFError", "ConnectionResetError"),
+                 "the end the client saw: %r (b'' is a close_notify: a clean end)" % (end,))
+        tls = h.intercepted_tls(intercepting.port(), "localhost", tls_origin.port,
+                                os.path.join(local, "ca.pem"), strict=True,
+                                timeout=10 * h.SLOW)
+        with h.RawConn.over(tls, timeout=10 * h.SLOW) as c:
+            c.send(handshake("/ws/end?c=wss-end", "localhost:%d" % tls_origin.port))
+            check_switched(c.read_head(), 1)
+            h.eq(c.read_exact(len(FIRST)), FIRST, "the origin's bytes before its end")
+            h.eq(tls.recv(65536), b"", "the end after an origin's close_notify (the proxy's)")
 
 
 if __name__ == "__main__":
