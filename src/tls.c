@@ -310,8 +310,13 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 	return ssl;
 }
 
-/* ALPN: http/1.1 when the client offers it; a client that offers only
- * other protocols gets none, and speaks HTTP/1.1 or fails on its own. */
+/* ALPN: http/1.1 when the client offers it. A client that offers only
+ * other protocols (h2 alone: a gRPC client) gets the fatal
+ * no_application_protocol alert, as RFC 7301 section 3.2 says: its
+ * handshake fails naming the cause, and the proxy logs and counts it as
+ * such, rather than the client hanging up later on a certificate it had
+ * no quarrel with, or sending an HTTP/2 preface. A client that offers no
+ * ALPN at all gets none. */
 static int tls_select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
 			   const unsigned char *in, unsigned int inlen, void *arg)
 {
@@ -320,7 +325,7 @@ static int tls_select_alpn(SSL *ssl, const unsigned char **out, unsigned char *o
 
 	if (SSL_select_next_proto(&selected, outlen, http11, sizeof(http11) - 1, in, inlen) !=
 	    OPENSSL_NPN_NEGOTIATED)
-		return SSL_TLSEXT_ERR_NOACK;
+		return SSL_TLSEXT_ERR_ALERT_FATAL;
 	*out = selected;
 	return SSL_TLSEXT_ERR_OK;
 }

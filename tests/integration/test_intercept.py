@@ -12,7 +12,9 @@ intercept.hosts lists localhost and 127.0.0.1 and the unknown origin's
 name; other hosts are tunnelled blind.
 Must hold: a listed host is answered by the proxy with a leaf made by the
 local CA for the CONNECT host (SAN DNS or IP, EC P-256, at most 30 days,
-issued by the local CA, the same certificate for a second connection), the
+issued by the local CA, the same certificate for a second connection; ALPN
+http/1.1 chosen from h2 and http/1.1, and a client offering h2 alone
+refused with the no_application_protocol alert, logged and counted), the
 requests inside are proxied like a sidecar's to https://host:port (Host of
 the upstream, Via, Retry-Attempts, a 503 retried, the access log's target
 https://host:port/path, keep-alive inside the tunnel; a client's close_notify between requests
@@ -235,6 +237,31 @@ def scenario(t):
         with ctx.wrap_socket(s, server_hostname="localhost") as tls:
             h.eq(tls.selected_alpn_protocol(), "http/1.1", "ALPN")
             h.ok(tls.version() in ("TLSv1.2", "TLSv1.3"), "TLS version %s" % tls.version())
+
+    @t.check("ALPN: a client offering only h2 (as gRPC clients do) gets the fatal "
+             "no_application_protocol alert (RFC 7301 section 3.2), logged and counted")
+    def _():
+        before = metric("retryproxy_intercept_failures_total")
+        s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
+        s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % good.port).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(1)
+        ctx = ssl.create_default_context(cafile=local_ca)
+        ctx.set_alpn_protocols(["h2"])
+        try:
+            with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+                got = "a handshake that selected %r" % tls.selected_alpn_protocol()
+        except ssl.SSLError as e:
+            got = str(e)
+        finally:
+            s.close()
+        h.ok("no application protocol" in got.lower().replace("_", " "),
+             "the client's handshake: %s" % got)
+        h.wait_until(lambda: metric("retryproxy_intercept_failures_total") == before + 1, 5,
+                     "the failure counted")
+        proxy.wait_log(r"intercept: client .* https://localhost:%d .*no application protocol"
+                       % good.port)
 
     @t.check("retries inside the tunnel: 503, 503, 200 gives the 200 with Retry-Attempts: 3")
     def _():
