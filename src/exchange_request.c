@@ -624,7 +624,14 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	ex->state = EXCHANGE_TRYING;
 	ex->started_ms = retry_budget_now_ms();
 	ex->client_minor = head->version_minor;
-	ex->client_keep_alive = framing->keep_alive;
+	/* an HTTP/1.0 keep-alive persists only where its recipient is not a
+	 * proxy (RFC 9112 section 9.3): an older proxy in front may have passed
+	 * the client's Connection: keep-alive on without knowing it, and would
+	 * wait for a close that never comes. An absolute-form request outside
+	 * an intercepted tunnel came to this one as a proxy. */
+	ex->client_keep_alive = framing->keep_alive && (head->version_minor >= 1 ||
+							target->form != HTTP1_TARGET_ABSOLUTE ||
+							owner->tunnel_host != NULL);
 	ex->head_request = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
 	ex->expect_continue = framing->expect_continue;
 	ex->has_body = framing->body != HTTP1_BODY_NONE;

@@ -13,7 +13,9 @@ bodiless responses (HEAD, 204, 304) do not stall or desynchronise the
 client connection, and a 204 reaches the client without the Content-Length
 an upstream gave it; an HTTP/1.0 client never gets chunked framing, nor a
 Trailer field announcing the trailers decoding drops, nor a body in a
-transfer coding besides chunked (gzip, chunked): that is a 502.
+transfer coding besides chunked (gzip, chunked): that is a 502; an
+HTTP/1.0 request that asks for keep-alive is answered Connection: close and
+its connection closes (RFC 9112 section 9.3: the recipient is a proxy).
 An IPv6 address written three ways ([::1], [0:0::1], [::0001]) is one
 upstream: the second and third requests reuse the first one's pooled
 connection, and /upstreams lists it once, as [::1]; so is one in its
@@ -250,6 +252,18 @@ def scenario(t):
             h.eq((r.status, r.body == o.pattern_bytes(5000), r.header_all("Trailer")),
                  (200, True, ["X-Checksum"]),
                  "HTTP/1.1: status, body, Trailer fields (%r)" % r.headers)
+
+    @t.check("HTTP/1.0 keep-alive sent to the proxy (absolute-form): the response says close and "
+             "the connection closes (RFC 9112 section 9.3: the recipient is a proxy)")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(("GET %s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+                    % origin.url("/bytes/100")).encode())
+            r = c.read_response()
+            h.eq((r.status, r.body), (200, o.pattern_bytes(100)), "status and body")
+            h.ok("keep-alive" not in ",".join(r.header_all("Connection")).lower(),
+                 "Connection on the response: %r" % r.headers)
+            h.ok(c.closed_within(5), "the connection should close after the response")
 
     @t.check("a response in gzip, chunked: an HTTP/1.1 client gets it as it came; an HTTP/1.0 "
              "client, who cannot be given the gzip coding, gets 502, not gzip bytes as content")
