@@ -46,7 +46,11 @@ Must hold:
   retry.on has 503 but not timeout it is retried (200, Retry-Attempts 3);
   its Retry-After counts from when it came, not from when the hedge ended
   (Retry-After 3 at 0.5 s, the hedge ending at 4.2 s: retried at once
-  after the backoff, well inside the 7 s deadline).
+  after the backoff, well inside the 7 s deadline);
+- at limits.max_upstream_connections (2), with the slow first try on one
+  pooled connection and the other place held by an idle pooled connection,
+  the hedge closes that idle connection and races on a new one (200 from
+  the hedge, not after the first try's 2 s).
 """
 
 import time
@@ -129,6 +133,24 @@ routes:
   - name: hedged-long
     match: { path_prefix: /long/ }
     retry: { deadline: 7s, try_timeout: 4s, hedge: { after: 200ms, max: 1 } }
+"""
+
+# a cap of 2 connections: idle pooled ones hold places a hedge needs
+CONFIG_CAP = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s, try_timeout: 5s, max_upstream_connections: 2 }
+defaults:
+  retry:
+    max_attempts: 3
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: hedged
+    match: { path_prefix: /h/ }
+    retry: { hedge: { after: 200ms, max: 1 } }
 """
 
 
@@ -386,6 +408,32 @@ def scenario(t):
         h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
         h.ok(r.elapsed < 5.5 * h.SLOW, "answered after %.2f s; the hedge ended at 4.2 s, and "
              "a Retry-After counted from then would end at 7.2 s" % r.elapsed)
+
+    @t.check("at the connection cap, a hedge closes an idle pooled connection to race")
+    def _():
+        capped_origin = t.origin(name="capped")
+        capped = t.proxy(CONFIG_CAP, ORIGIN=capped_origin.port)
+        # two requests at once leave both places to idle pooled connections
+        conns = [h.RawConn(capped.port()) for _ in range(2)]
+        for i, c in enumerate(conns):
+            c.send(h.request("GET", "/h/fill%d?delay=0.1" % i, "api.example"))
+        for c in conns:
+            h.eq(c.read_response().status, 404, "a request filling the pool")
+            c.close()
+        h.eq(len(capped_origin.connections), 2, "connections at the origin")
+        idle = list(capped_origin.connections)
+        capped_origin.script("/h/capped", ["/delay/2", "/bytes/10"])
+        r = h.fetch(capped.port(), "GET", "/h/capped", "api.example")
+        h.eq((r.status, len(r.body)), (200, 10), "status and body length")
+        h.eq(r.header("Retry-Attempts"), "2", "Retry-Attempts")
+        h.ok(r.elapsed < 1.0 * h.SLOW, "answered after %.2f s; the first try takes 2 s"
+             % r.elapsed)
+        h.eq(tries_of(capped, "/h/capped"), "cancelled -> wait 0ms -> hedge:200", "tries")
+        first, hedge = capped_origin.requests_for("/h/capped")
+        h.ok(first.conn_id in [c.id for c in idle], "the first try went on a pooled connection")
+        h.ok(hedge.conn_id not in [c.id for c in idle], "the hedge went on a new connection")
+        h.ok(any(c.closed.is_set() and c.id != first.conn_id for c in idle),
+             "the other idle connection was closed to make room")
 
 
 h.run(scenario, __doc__, timeout=120)
