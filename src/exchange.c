@@ -1457,21 +1457,12 @@ static bool exchange_hedge_allowed(struct exchange *ex)
  * (a hedge never waits for one) and the upstream's health say go. */
 static bool exchange_hedge_admit(struct exchange *ex)
 {
-	/* the live config's limit: a request may carry the one before a reload */
-	unsigned max = ex->proxy->config->limits.max_upstream_connections;
-
-	/* a place an idle pooled connection holds is free for it: the hedge
-	 * goes on a new connection, so it closes that one to make room, as a
-	 * try that may not reuse one does (exchange_take_connection_place());
-	 * not while requests wait for a place, which come first, nor for an
-	 * upstream that is down, which no hedge may connect to */
-	if (!upstream_slot_take(ex->upstream, max, false)) {
-		while (!upstream_down(ex->upstream) && upstream_slot_at_cap(ex->upstream, false) &&
-		       pool_close_one(ex->proxy->pool, ex->pool_key))
-			;
-		if (!upstream_slot_take(ex->upstream, max, false))
-			return false;
-	}
+	/* a hedge goes on a new connection, so an idle pooled one gives up
+	 * its place to it as to a try that may not reuse one; not while
+	 * requests wait for a place, which come first, nor for an upstream
+	 * that is down, which no hedge may connect to */
+	if (!exchange_take_place(ex, false, !upstream_down(ex->upstream)))
+		return false;
 	if (upstream_admit(ex->upstream, &ex->config->health) == UPSTREAM_GO)
 		return true;
 	upstream_slot_put(ex->upstream);

@@ -374,8 +374,13 @@ void exchange_release_retry(struct exchange *ex);
 void exchange_queue_count_wait(struct exchange *ex);
 
 /* exchange_queue.c: take a place for a new connection under
- * max_upstream_connections; false when the exchange waits for one
- * (EXCHANGE_QUEUED) instead. */
+ * max_upstream_connections, first in line when first; when none is free
+ * and close_idle, one an idle pooled connection holds (closing it). False
+ * when there is none; nothing else is done. */
+bool exchange_take_place(struct exchange *ex, bool first, bool close_idle);
+
+/* exchange_queue.c: exchange_take_place() for a try; false when the
+ * exchange waits for a place (EXCHANGE_QUEUED) instead. */
 bool exchange_take_connection_place(struct exchange *ex);
 
 /* exchange_queue.c: while a lowered max_upstream_connections leaves the

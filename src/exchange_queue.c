@@ -169,23 +169,32 @@ void exchange_close_over_cap(struct exchange *ex)
 		;
 }
 
-bool exchange_take_connection_place(struct exchange *ex)
+bool exchange_take_place(struct exchange *ex, bool first, bool close_idle)
 {
 	/* the live config's limit: this request may carry the one before a
 	 * reload */
 	unsigned max = ex->proxy->config->limits.max_upstream_connections;
-	bool first = ex->queue_released;
 
 	if (upstream_slot_take(ex->upstream, max, first))
 		return true;
+	if (!close_idle)
+		return false;
 	/* an idle connection this request may not reuse (it is not safe to
-	 * repeat, or the last try failed on one) gives up its place; not when
-	 * others wait first: they would get the place, or that connection.
-	 * Over a cap a reload lowered, as many as it takes to get under */
+	 * repeat, or the last try failed on one, or a hedge, which races on
+	 * a new connection) gives up its place; not when others wait first:
+	 * they would get the place, or that connection. Over a cap a reload
+	 * lowered, as many as it takes to get under */
 	while (upstream_slot_at_cap(ex->upstream, first) &&
 	       pool_close_one(ex->proxy->pool, ex->pool_key))
 		;
-	if (upstream_slot_take(ex->upstream, max, first))
+	return upstream_slot_take(ex->upstream, max, first);
+}
+
+bool exchange_take_connection_place(struct exchange *ex)
+{
+	bool first = ex->queue_released;
+
+	if (exchange_take_place(ex, first, true))
 		return true;
 	exchange_queue(ex, first);
 	return false;
