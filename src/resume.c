@@ -323,12 +323,16 @@ enum resume_answer resume_check_answer(const struct resume *resume, const struct
 	/* a 206 of another coding would splice gzip onto identity bytes: a
 	 * strong ETag should differ between codings (RFC 9110 section
 	 * 8.8.3), but a Last-Modified cannot, and some origins get it wrong;
-	 * codings are tokens, compared without case */
+	 * codings are tokens, compared without case. A 206 to If-Range
+	 * should carry no representation fields but ETag and a few others
+	 * (RFC 9110 section 15.3.7): one without Content-Encoding that names
+	 * the 200's strong ETag is that same representation, coding and all */
 	coding = resume_only_field(head, "Content-Encoding", &repeated);
-	if (repeated || (coding == NULL ? resume->coding_len != 0
-					: coding->value_len != resume->coding_len ||
-						  strncasecmp(coding->value, resume->coding,
-							      resume->coding_len) != 0))
+	if (repeated ||
+	    (coding == NULL
+		     ? resume->coding_len != 0 && !(resume->etag && validator != NULL)
+		     : coding->value_len != resume->coding_len ||
+			       strncasecmp(coding->value, resume->coding, resume->coding_len) != 0))
 		return RESUME_ANSWER_OTHER_CODING;
 	return RESUME_ANSWER_SPLICE;
 }

@@ -32,7 +32,9 @@ Must hold:
   that ignores If-Range, ends the client's body short, a prefix of the
   first version; resumes_total{result="failed"} counts it;
 - a 206 for another range than asked is not spliced, nor one in another
-  Content-Encoding than the 200's (gzip, then br); gzip then gzip is;
+  Content-Encoding than the 200's (gzip, then br); gzip then gzip is, and
+  so is gzip then none with the 200's strong ETag (a 206 to If-Range
+  leaves representation fields out, RFC 9110 section 15.3.7);
 - a weak ETag, a chunked response, a request with its own Range (answered
   206, or 200 by an origin that ignores it), and a route with resume:
   false get no resume: the origin sees one request;
@@ -299,6 +301,17 @@ def scenario(t):
         r = download(n, ["?break_at=%d&ce=gzip" % MiB, "?ce=gzip"])
         h.eq((r.exit_code, len(r.body)), (0, n), "gzip then gzip: curl exit code, body length")
         h.ok(r.body == o.pattern_bytes(n, o.object_offset(1)), "gzip then gzip: body spliced whole")
+
+    @t.check("a 206 without the 200's Content-Encoding but with its strong ETag is spliced "
+             "(RFC 9110 section 15.3.7: a 206 to If-Range leaves the coding out)")
+    def _():
+        n = 2 * MiB + 18
+        r = download(n, ["?break_at=%d&ce=gzip" % MiB, ""])
+        h.eq((r.exit_code, len(r.body)), (0, n), "curl exit code, body length")
+        h.ok(r.body == o.pattern_bytes(n, o.object_offset(1)), "body spliced whole")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 2, "requests the origin saw")
+        h.eq(reqs[1].header("If-Range"), '"obj-1-%d"' % n, "the resume's If-Range")
 
     @t.check("a 206 for another range than asked is not spliced")
     def _():

@@ -249,7 +249,9 @@ static void test_resume_check_answer(void **state)
 }
 
 /* A 200 in a Content-Encoding is resumed only by a 206 in the same one
- * (compared without case); an offer with two or an overlong one is none. */
+ * (compared without case), or by one without Content-Encoding that names
+ * the 200's strong ETag (RFC 9110 section 15.3.7: a 206 to If-Range should
+ * leave it out); an offer with two or an overlong one is none. */
 static void test_resume_check_answer_coding(void **state)
 {
 	static const char range[] = "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\n";
@@ -260,6 +262,9 @@ static void test_resume_check_answer_coding(void **state)
 		{ "Content-Encoding: gzip\r\n", RESUME_ANSWER_SPLICE },
 		{ "Content-Encoding: GZip\r\n", RESUME_ANSWER_SPLICE },
 		{ "", RESUME_ANSWER_OTHER_CODING },
+		{ "ETag: \"v1\"\r\n", RESUME_ANSWER_SPLICE },
+		{ "ETag: \"v2\"\r\n", RESUME_ANSWER_CHANGED },
+		{ "ETag: \"v1\"\r\nContent-Encoding: br\r\n", RESUME_ANSWER_OTHER_CODING },
 		{ "Content-Encoding: br\r\n", RESUME_ANSWER_OTHER_CODING },
 		{ "Content-Encoding: gzip2\r\n", RESUME_ANSWER_OTHER_CODING },
 		{ "Content-Encoding: gzip\r\nContent-Encoding: gzip\r\n",
@@ -323,6 +328,22 @@ static void test_resume_check_answer_last_modified(void **state)
 							"12:45:26 GMT\r\n"),
 					     &test_framing),
 			 RESUME_ANSWER_CHANGED);
+	/* a Last-Modified may be the same for both codings of a file: a 206
+	 * without the 200's Content-Encoding is not taken for it */
+	assert_true(resume_read_offer(
+		&r,
+		parse(200,
+		      "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
+		      "Date: Wed, 16 Nov 1994 08:00:00 GMT\r\nContent-Encoding: gzip\r\n"),
+		10));
+	resume_prepare(r, 3);
+	assert_int_equal(resume_check_answer(r,
+					     parse(206, "Content-Range: bytes 3-9/10\r\n"
+							"Content-Length: 7\r\n"
+							"Last-Modified: Tue, 15 Nov 1994 "
+							"12:45:26 GMT\r\n"),
+					     &test_framing),
+			 RESUME_ANSWER_OTHER_CODING);
 	resume_free(r);
 }
 
