@@ -310,8 +310,9 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 	return ssl;
 }
 
-/* ALPN: http/1.1 when the client offers it. A client that offers only
- * other protocols (h2 alone: a gRPC client) gets the fatal
+/* ALPN: http/1.1 when the client offers it, else http/1.0 (the proxy
+ * speaks both). A client that offers only other protocols (h2 alone: a
+ * gRPC client) gets the fatal
  * no_application_protocol alert, as RFC 7301 section 3.2 says: its
  * handshake fails naming the cause, and the proxy logs and counts it as
  * such, rather than the client hanging up later on a certificate it had
@@ -320,10 +321,10 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 static int tls_select_alpn(SSL *ssl, const unsigned char **out, unsigned char *outlen,
 			   const unsigned char *in, unsigned int inlen, void *arg)
 {
-	static const unsigned char http11[] = "\x08http/1.1";
+	static const unsigned char ours[] = "\x08http/1.1\x08http/1.0";
 	unsigned char *selected;
 
-	if (SSL_select_next_proto(&selected, outlen, http11, sizeof(http11) - 1, in, inlen) !=
+	if (SSL_select_next_proto(&selected, outlen, ours, sizeof(ours) - 1, in, inlen) !=
 	    OPENSSL_NPN_NEGOTIATED)
 		return SSL_TLSEXT_ERR_ALERT_FATAL;
 	*out = selected;

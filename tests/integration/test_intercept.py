@@ -13,7 +13,8 @@ name; other hosts are tunnelled blind.
 Must hold: a listed host is answered by the proxy with a leaf made by the
 local CA for the CONNECT host (SAN DNS or IP, EC P-256, at most 30 days,
 issued by the local CA, the same certificate for a second connection; ALPN
-http/1.1 chosen from h2 and http/1.1, and a client offering h2 alone
+http/1.1 chosen from h2 and http/1.1, http/1.0 for a client offering it
+alone, and a client offering h2 alone
 refused with the no_application_protocol alert, logged and counted), the
 requests inside are proxied like a sidecar's to https://host:port (Host of
 the upstream, Via, Retry-Attempts, a 503 retried, the access log's target
@@ -237,6 +238,27 @@ def scenario(t):
         with ctx.wrap_socket(s, server_hostname="localhost") as tls:
             h.eq(tls.selected_alpn_protocol(), "http/1.1", "ALPN")
             h.ok(tls.version() in ("TLSv1.2", "TLSv1.3"), "TLS version %s" % tls.version())
+
+    @t.check("ALPN: a client offering only http/1.0 gets http/1.0, and its HTTP/1.0 request "
+             "an answer")
+    def _():
+        s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
+        s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % good.port).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(1)
+        ctx = ssl.create_default_context(cafile=local_ca)
+        ctx.set_alpn_protocols(["http/1.0"])
+        with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+            h.eq(tls.selected_alpn_protocol(), "http/1.0", "ALPN")
+            tls.sendall(b"GET /echo?t=alpn10 HTTP/1.0\r\nHost: localhost:%d\r\n\r\n" % good.port)
+            answer = b""
+            while True:
+                chunk = tls.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        h.ok(answer.startswith(b"HTTP/1.1 200 "), "the answer: %r" % answer[:60])
 
     @t.check("ALPN: a client offering only h2 (as gRPC clients do) gets the fatal "
              "no_application_protocol alert (RFC 7301 section 3.2), logged and counted")
