@@ -309,7 +309,8 @@ static int yaml_tree_open(struct yaml_tree_builder *b, const yaml_event_t *ev,
 	return 0;
 }
 
-/* Build the tree from one parser event. Returns -1 to stop reading. */
+/* Build the tree from one parser event. Returns -1 to stop reading, 1 to
+ * stop reading but keep the tree read so far for checking. */
 static int yaml_tree_event(struct yaml_tree_builder *b, const yaml_event_t *ev)
 {
 	switch (ev->type) {
@@ -317,7 +318,8 @@ static int yaml_tree_event(struct yaml_tree_builder *b, const yaml_event_t *ev)
 		if (++b->documents > 1) {
 			yaml_tree_error(b, ev->start_mark, NULL,
 					"only one YAML document is allowed in a config");
-			return -1;
+			/* the first is whole: its errors are reported too */
+			return 1;
 		}
 		return 0;
 	case YAML_ALIAS_EVENT:
@@ -458,6 +460,8 @@ struct yaml_tree_node *yaml_tree_parse_text(const char *text, size_t len, const 
 		yaml_event_delete(&ev);
 		if (rc < 0)
 			goto fail;
+		if (rc > 0)
+			break;
 	}
 	if (b.root == NULL || yaml_tree_is_null(b.root)) {
 		if (b.error_count == 0)
