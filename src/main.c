@@ -121,6 +121,20 @@ static char *main_path_join(const char *dir, const char *name)
 	return path;
 }
 
+/* What --check, --explain, --make-ca, --version and --help print is their
+ * answer: one that did not reach its file (a full disk, a closed pipe) is
+ * no answer, whatever it said, and a script must not take it for one. */
+static int main_answer_written(const char *option)
+{
+	errno = 0;
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "retryproxy: %s: cannot write the answer: %s\n", option,
+			errno != 0 ? strerror(errno) : "write error");
+		return MAIN_EXIT_RUNTIME;
+	}
+	return MAIN_EXIT_OK;
+}
+
 /* --make-ca DIR: make the CA, then say what was made and what to do next.
  * Paths are printed whole, so that one with spaces or quotes reads back as
  * itself: shell-quoted in the text, a YAML scalar in the config lines. */
@@ -169,7 +183,7 @@ static int main_make_ca(const char *dir)
 	free(cert);
 	free(key);
 	free(abs);
-	return MAIN_EXIT_OK;
+	return main_answer_written("--make-ca");
 }
 
 /* Do a and b name the same config, NULL for the embedded one? */
@@ -240,20 +254,6 @@ static struct config *main_load(const char *path)
 		fprintf(stderr, "retryproxy: %s: %zu error%s\n", path != NULL ? path : "<embedded>",
 			count, count == 1 ? "" : "s");
 	return config;
-}
-
-/* What --check and --explain print is their answer: one that did not reach
- * its file (a full disk, a closed pipe) is no answer, whatever it said, and
- * a script must not take it for one. */
-static int main_answer_written(const char *option)
-{
-	errno = 0;
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "retryproxy: %s: cannot write the answer: %s\n", option,
-			errno != 0 ? strerror(errno) : "write error");
-		return MAIN_EXIT_RUNTIME;
-	}
-	return MAIN_EXIT_OK;
 }
 
 /* --explain: load the config as a start would, then explain the request. */
@@ -327,11 +327,11 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i], "--version") == 0) {
 			printf("retryproxy %s\n", RETRYPROXY_VERSION);
 			free(headers);
-			return MAIN_EXIT_OK;
+			return main_answer_written("--version");
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			main_usage(stdout);
 			free(headers);
-			return MAIN_EXIT_OK;
+			return main_answer_written("--help");
 		} else {
 			bool takes_value =
 				strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0 ||

@@ -10,7 +10,8 @@ Origin: none.
 Must hold: --version prints "retryproxy <version>"; --help exits 0 naming
 the options; --check prints "ok" and exits 0 without binding anything (and
 without -c names on stderr the config it checked), and exits 2 naming the
-error when that "ok" cannot be written (stdout on /dev/full); a bad config exits 1
+error when that "ok" cannot be written (stdout on /dev/full), as do
+--version, --help and --make-ca (whose files are made all the same); a bad config exits 1
 reporting every error as file:line:col (the key for an unknown key, the
 value for a bad value), a tls.ca_file holding no certificate included,
 for --check as for a start; usage errors exit 1 (-c, --explain, --body
@@ -139,6 +140,21 @@ def scenario(t):
         h.eq(p.returncode, 2, "exit code (stderr %r)" % p.stderr)
         h.ok("--check: cannot write the answer: No space left on device" in p.stderr,
              "the reason on stderr: %r" % p.stderr)
+
+    @t.check("--version, --help and --make-ca whose output cannot be written (stdout on "
+             "/dev/full) exit 2 naming the error, not 0; --make-ca's files are made")
+    def _():
+        ca_dir = os.path.join(tmp, "full-ca")
+        for args, option in ((["--version"], "--version"), (["--help"], "--help"),
+                             (["--make-ca", ca_dir], "--make-ca")):
+            with open("/dev/full", "w") as full:
+                p = subprocess.run([h.BIN] + args, stdout=full, stderr=subprocess.PIPE,
+                                   env=h.clean_env(), timeout=20 * h.SLOW, text=True)
+            h.eq(p.returncode, 2, "%s: exit code (stderr %r)" % (option, p.stderr))
+            h.ok("%s: cannot write the answer: No space left on device" % option in p.stderr,
+                 "%s: the reason on stderr: %r" % (option, p.stderr))
+        h.ok(os.path.exists(os.path.join(ca_dir, "ca.pem")) and
+             os.path.exists(os.path.join(ca_dir, "ca-key.pem")), "the CA files were made")
 
     @t.check("--check on a bad config exits 1 and reports every error as file:line:col")
     def _():
