@@ -140,7 +140,7 @@ static void config_fleet_set_sync_interval(struct config_walk *walk,
 	uint64_t ms;
 
 	if (config_values_duration(node->text, &ms) < 0) {
-		config_walk_bad_value(walk, node, "a duration like 100ms");
+		config_walk_bad_duration(walk, node, "a duration like 100ms");
 		return;
 	}
 	if (ms < CONFIG_FLEET_SYNC_MIN_MS || ms > CONFIG_FLEET_SYNC_MAX_MS) {

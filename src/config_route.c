@@ -79,7 +79,7 @@ static void config_route_set_jitter(struct config_walk *walk, const struct yaml_
 		retry->jitter_full = false;
 		retry->jitter_ms = ms;
 	} else {
-		config_walk_bad_value(walk, node, "a duration like 1s, or full");
+		config_walk_bad_duration(walk, node, "a duration like 1s, or full");
 	}
 }
 

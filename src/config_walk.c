@@ -316,6 +316,16 @@ int config_walk_choice(struct config_walk *walk, const struct yaml_tree_node *no
 	return -1;
 }
 
+void config_walk_bad_duration(struct config_walk *walk, const struct yaml_tree_node *node,
+			      const char *what)
+{
+	if (node->text_len > 0 && strspn(node->text, "0123456789") == node->text_len)
+		config_walk_error(walk, node, "expected %s, got \"%s\" (add a unit: ms, s, m or h)",
+				  what, node->text);
+	else
+		config_walk_bad_value(walk, node, what);
+}
+
 /* A duration in milliseconds; zero allowed. */
 static void config_walk_set_duration(struct config_walk *walk, const struct yaml_tree_node *node,
 				     void *field)
@@ -326,14 +336,7 @@ static void config_walk_set_duration(struct config_walk *walk, const struct yaml
 		*(uint64_t *)field = ms;
 		return;
 	}
-	/* A bare number is the likeliest mistake: say what is missing. */
-	if (node->text_len > 0 && strspn(node->text, "0123456789") == node->text_len)
-		config_walk_error(
-			walk, node,
-			"expected a duration like 32s, got \"%s\" (add a unit: ms, s, m or h)",
-			node->text);
-	else
-		config_walk_bad_value(walk, node, "a duration like 32s");
+	config_walk_bad_duration(walk, node, "a duration like 32s");
 }
 
 /* A duration in milliseconds that must not be zero. */

@@ -69,6 +69,12 @@ void config_walk_error(struct config_walk *walk, const struct yaml_tree_node *no
 void config_walk_bad_value(struct config_walk *walk, const struct yaml_tree_node *node,
 			   const char *what);
 
+/* config_walk_bad_value() for a key that takes a duration (what says how
+ * it is written); a bare number, the likeliest mistake, is told to add a
+ * unit. */
+void config_walk_bad_duration(struct config_walk *walk, const struct yaml_tree_node *node,
+			      const char *what);
+
 /* Record "unknown key", with a suggestion among known when one is close. */
 void config_walk_unknown_key(struct config_walk *walk, const struct yaml_tree_node *key,
 			     const char *const *known, size_t count);
