@@ -1312,6 +1312,16 @@ def make_local_ca(directory):
     return directory
 
 
+def strict_eof(context):
+    """Make context's connections raise ssl.SSLEOFError on an EOF without a
+    TLS close_notify (with suppress_ragged_eofs=False), so that a test can
+    tell a cut from a clean end. Debian's Python sets
+    OP_IGNORE_UNEXPECTED_EOF on every new context, which turns such an EOF
+    into a clean one; other builds do not. Returns context."""
+    context.options &= ~getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", 0)
+    return context
+
+
 def intercepted_tls(proxy_port, host, port, cafile, server_hostname=None, strict=False,
                     timeout=10):
     """A TLS connection to host:port through a CONNECT to the proxy, which
@@ -1329,6 +1339,8 @@ def intercepted_tls(proxy_port, host, port, cafile, server_hostname=None, strict
             head += chunk
         ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
         context = ssl.create_default_context(cafile=cafile)
+        if strict:
+            strict_eof(context)
         return context.wrap_socket(s, server_hostname=server_hostname or host,
                                    suppress_ragged_eofs=not strict)
     except BaseException:

@@ -248,12 +248,22 @@ class _DropConnection(_Stop):
     """Raised inside a handler to close with a FIN and no response."""
 
 
+def unclean_tls_eof(e):
+    """Is e how ssl reports an EOF without a close_notify? SSLEOFError, or
+    in Python builds before 3.11.4 (Debian 12's) a plain SSLError whose
+    reason is OpenSSL 3's UNEXPECTED_EOF_WHILE_READING."""
+    return isinstance(e, ssl.SSLEOFError) or (
+        isinstance(e, ssl.SSLError) and getattr(e, "reason", None) == "UNEXPECTED_EOF_WHILE_READING")
+
+
 def _recv(sock, conn, n):
     """sock.recv(n), b"" at the peer's end; on TLS it notes in conn.tls_end
     whether that end came with a close_notify."""
     try:
         data = sock.recv(n)
-    except ssl.SSLEOFError:
+    except ssl.SSLError as e:
+        if not unclean_tls_eof(e):
+            raise
         if conn is not None:
             conn.tls_end = "unclean"
         return b""
@@ -395,6 +405,9 @@ class Origin:
         self._ctx = None
         if tls is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            # an EOF without close_notify must raise (see _handshake):
+            # Debian's Python sets this option on every context
+            ctx.options &= ~getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", 0)
             ctx.load_cert_chain(tls[0], tls[1])
             if tls_max_version is not None:
                 ctx.set_ciphers("DEFAULT:@SECLEVEL=0")

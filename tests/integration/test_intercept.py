@@ -342,7 +342,7 @@ def scenario(t):
             head = b""
             while b"\r\n\r\n" not in head:
                 head += s.recv(1)
-            ctx = ssl.create_default_context(cafile=local_ca)
+            ctx = h.strict_eof(ssl.create_default_context(cafile=local_ca))
             # a FIN without close_notify raises SSLEOFError here
             with ctx.wrap_socket(s, server_hostname="localhost",
                                  suppress_ragged_eofs=False) as tls:
