@@ -1323,10 +1323,11 @@ def strict_eof(context):
 
 
 def intercepted_tls(proxy_port, host, port, cafile, server_hostname=None, strict=False,
-                    timeout=10):
+                    timeout=10, alpn=None):
     """A TLS connection to host:port through a CONNECT to the proxy, which
     intercepts it, the client trusting cafile (strict: an EOF without
-    close_notify raises). Returns the SSL socket."""
+    close_notify raises) and offering the ALPN protocols alpn (a list).
+    Returns the SSL socket; a failed handshake raises its ssl.SSLError."""
     s = socket.create_connection(("127.0.0.1", proxy_port), timeout=timeout)
     try:
         s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
@@ -1341,6 +1342,8 @@ def intercepted_tls(proxy_port, host, port, cafile, server_hostname=None, strict
         context = ssl.create_default_context(cafile=cafile)
         if strict:
             strict_eof(context)
+        if alpn is not None:
+            context.set_alpn_protocols(alpn)
         return context.wrap_socket(s, server_hostname=server_hostname or host,
                                    suppress_ragged_eofs=not strict)
     except BaseException:

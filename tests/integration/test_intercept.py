@@ -226,30 +226,19 @@ def scenario(t):
              "the tunnel to 127.0.0.1 showed no certificate of its own")
         other.close()
 
+    def alpn_tls(offered):
+        return h.intercepted_tls(proxy.port(), "localhost", good.port, local_ca, alpn=offered)
+
     @t.check("ALPN: a client offering h2 and http/1.1 gets http/1.1")
     def _():
-        s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
-        s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % good.port).encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += s.recv(4096)
-        ctx = ssl.create_default_context(cafile=local_ca)
-        ctx.set_alpn_protocols(["h2", "http/1.1"])
-        with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+        with alpn_tls(["h2", "http/1.1"]) as tls:
             h.eq(tls.selected_alpn_protocol(), "http/1.1", "ALPN")
             h.ok(tls.version() in ("TLSv1.2", "TLSv1.3"), "TLS version %s" % tls.version())
 
     @t.check("ALPN: a client offering only http/1.0 gets http/1.0, and its HTTP/1.0 request "
              "an answer")
     def _():
-        s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
-        s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % good.port).encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += s.recv(1)
-        ctx = ssl.create_default_context(cafile=local_ca)
-        ctx.set_alpn_protocols(["http/1.0"])
-        with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+        with alpn_tls(["http/1.0"]) as tls:
             h.eq(tls.selected_alpn_protocol(), "http/1.0", "ALPN")
             tls.sendall(b"GET /echo?t=alpn10 HTTP/1.0\r\nHost: localhost:%d\r\n\r\n" % good.port)
             answer = b""
@@ -264,20 +253,11 @@ def scenario(t):
              "no_application_protocol alert (RFC 7301 section 3.2), logged and counted")
     def _():
         before = metric("retryproxy_intercept_failures_total")
-        s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
-        s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % good.port).encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += s.recv(1)
-        ctx = ssl.create_default_context(cafile=local_ca)
-        ctx.set_alpn_protocols(["h2"])
         try:
-            with ctx.wrap_socket(s, server_hostname="localhost") as tls:
+            with alpn_tls(["h2"]) as tls:
                 got = "a handshake that selected %r" % tls.selected_alpn_protocol()
         except ssl.SSLError as e:
             got = str(e)
-        finally:
-            s.close()
         h.ok("no application protocol" in got.lower().replace("_", " "),
              "the client's handshake: %s" % got)
         h.wait_until(lambda: metric("retryproxy_intercept_failures_total") == before + 1, 5,
