@@ -345,13 +345,20 @@ def scenario(t):
              "reaches the client as a cut, not as the proxy's close_notify; one with it, "
              "as the proxy's")
     def _():
-        tls = h.intercepted_tls(intercepting.port(), "localhost", tls_origin.port,
-                                os.path.join(local, "ca.pem"), strict=True,
-                                timeout=10 * h.SLOW)
-        with h.RawConn.over(tls, timeout=10 * h.SLOW) as c:
-            c.send(handshake("/ws/cut?c=wss-cut", "localhost:%d" % tls_origin.port))
+        def switched(target):
+            """A strict TLS client switched through the tunnel to target,
+            the origin's first bytes read; the TLS socket and its RawConn."""
+            tls = h.intercepted_tls(intercepting.port(), "localhost", tls_origin.port,
+                                    os.path.join(local, "ca.pem"), strict=True,
+                                    timeout=10 * h.SLOW)
+            c = h.RawConn.over(tls, timeout=10 * h.SLOW)
+            c.send(handshake(target, "localhost:%d" % tls_origin.port))
             check_switched(c.read_head(), 1)
-            h.eq(c.read_exact(len(FIRST)), FIRST, "the origin's bytes before its cut")
+            h.eq(c.read_exact(len(FIRST)), FIRST, "the origin's bytes before its end")
+            return tls, c
+
+        tls, conn = switched("/ws/cut?c=wss-cut")
+        with conn as c:
             h.eq(bytes(c.buf), b"", "bytes after the origin's")
             try:
                 end = tls.recv(65536)
@@ -361,13 +368,8 @@ def scenario(t):
                 end = "unclean EOF" if o.unclean_tls_eof(e) else repr(e)
             h.ok(end in ("unclean EOF", "reset"),
                  "the end the client saw: %r (b'' is a close_notify: a clean end)" % (end,))
-        tls = h.intercepted_tls(intercepting.port(), "localhost", tls_origin.port,
-                                os.path.join(local, "ca.pem"), strict=True,
-                                timeout=10 * h.SLOW)
-        with h.RawConn.over(tls, timeout=10 * h.SLOW) as c:
-            c.send(handshake("/ws/end?c=wss-end", "localhost:%d" % tls_origin.port))
-            check_switched(c.read_head(), 1)
-            h.eq(c.read_exact(len(FIRST)), FIRST, "the origin's bytes before its end")
+        tls, conn = switched("/ws/end?c=wss-end")
+        with conn:
             h.eq(tls.recv(65536), b"", "the end after an origin's close_notify (the proxy's)")
 
 
