@@ -647,12 +647,20 @@ struct route *config_route_at(struct config *config, size_t i)
 }
 
 /* Walk a parsed tree into a config, or print the errors and return NULL;
- * rule_errors, already printed by the tree's reader, fail it too. */
+ * the tree reader's rule errors (taken over) fail it too, reported among
+ * the walk's in the file's order. */
 static struct config *config_build(const struct yaml_tree_node *root, const char *source,
-				   const char *base_dir, unsigned rule_errors, FILE *errors)
+				   const char *base_dir, struct yaml_tree_rule_errors *rules,
+				   FILE *errors)
 {
 	struct config *config = xcalloc(1, sizeof(*config));
 	struct config_walk *walk = config_walk_new(source, base_dir, config);
+
+	for (size_t i = 0; i < rules->count; i++)
+		config_walk_add_error(walk, rules->errors[i].line, rules->errors[i].column,
+				      rules->errors[i].text);
+	free(rules->errors);
+	*rules = (struct yaml_tree_rule_errors){ NULL, 0 };
 
 	config->refs = 1;
 	config->source = xstrdup(source);
@@ -663,7 +671,7 @@ static struct config *config_build(const struct yaml_tree_node *root, const char
 		config->default_route.tls.ca_file = xstrdup(config->tls.ca_file);
 	config->default_route.tls.verify = config->tls.verify;
 	config_route_resolve(config);
-	if (config_walk_finish(walk, errors) > 0 || rule_errors > 0) {
+	if (config_walk_finish(walk, errors) > 0) {
 		config_free(config);
 		return NULL;
 	}
@@ -673,13 +681,13 @@ static struct config *config_build(const struct yaml_tree_node *root, const char
 /* Load a config held in memory (the embedded default, tests). */
 struct config *config_load_text(const char *text, size_t len, const char *name, FILE *errors)
 {
-	unsigned rule_errors;
-	struct yaml_tree_node *root = yaml_tree_parse_text(text, len, name, errors, &rule_errors);
+	struct yaml_tree_rule_errors rules;
+	struct yaml_tree_node *root = yaml_tree_parse_text(text, len, name, errors, &rules);
 	struct config *config;
 
 	if (root == NULL)
 		return NULL;
-	config = config_build(root, name, NULL, rule_errors, errors);
+	config = config_build(root, name, NULL, &rules, errors);
 	yaml_tree_free(root);
 	return config;
 }
@@ -687,8 +695,8 @@ struct config *config_load_text(const char *text, size_t len, const char *name, 
 /* Load a config file; relative paths in it are relative to its directory. */
 struct config *config_load_file(const char *path, FILE *errors)
 {
-	unsigned rule_errors;
-	struct yaml_tree_node *root = yaml_tree_parse_file(path, errors, &rule_errors);
+	struct yaml_tree_rule_errors rules;
+	struct yaml_tree_node *root = yaml_tree_parse_file(path, errors, &rules);
 	const char *slash = strrchr(path, '/');
 	struct config *config;
 	char *dir;
@@ -702,7 +710,7 @@ struct config *config_load_file(const char *path, FILE *errors)
 		dir = xstrdup("");
 	else
 		dir = xstrndup(path, (size_t)(slash - path));
-	config = config_build(root, path, dir, rule_errors, errors);
+	config = config_build(root, path, dir, &rules, errors);
 	free(dir);
 	yaml_tree_free(root);
 	return config;

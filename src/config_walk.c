@@ -100,7 +100,6 @@ size_t config_walk_finish(struct config_walk *walk, FILE *errors)
 void config_walk_error(struct config_walk *walk, const struct yaml_tree_node *node, const char *fmt,
 		       ...)
 {
-	struct config_walk_error *e;
 	char msg[1024];
 	size_t len = 0;
 	va_list ap;
@@ -110,12 +109,19 @@ void config_walk_error(struct config_walk *walk, const struct yaml_tree_node *no
 	va_start(ap, fmt);
 	vsnprintf(msg + len, sizeof(msg) - len, fmt, ap);
 	va_end(ap);
+	config_walk_add_error(walk, node->line, node->column, yaml_tree_one_line(msg));
+}
+
+void config_walk_add_error(struct config_walk *walk, unsigned line, unsigned column, char *text)
+{
+	struct config_walk_error *e;
+
 	walk->errors = xrealloc(walk->errors, (walk->error_count + 1) * sizeof(*walk->errors));
 	e = &walk->errors[walk->error_count];
-	e->line = node->line;
-	e->column = node->column;
+	e->line = line;
+	e->column = column;
 	e->seq = walk->error_count++;
-	e->text = yaml_tree_one_line(msg);
+	e->text = text;
 }
 
 /* Append to the path, cutting rather than overflowing on absurd nesting. */

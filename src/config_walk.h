@@ -65,6 +65,10 @@ void config_walk_mapping(struct config_walk *walk, const struct yaml_tree_node *
 void config_walk_error(struct config_walk *walk, const struct yaml_tree_node *node, const char *fmt,
 		       ...) __attribute__((format(printf, 3, 4)));
 
+/* Record an error found before the walk (text: "[path: ]message", taken
+ * over), to be reported in the file's order among the walk's own. */
+void config_walk_add_error(struct config_walk *walk, unsigned line, unsigned column, char *text);
+
 /* Record "expected <what>, got "<scalar>"". */
 void config_walk_bad_value(struct config_walk *walk, const struct yaml_tree_node *node,
 			   const char *what);

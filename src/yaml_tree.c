@@ -22,6 +22,7 @@ struct yaml_tree_builder {
 	const char *name; /* the file, for messages */
 	FILE *errors;
 	unsigned error_count;
+	struct yaml_tree_rule_errors rules; /* kept for the caller to sort in */
 	unsigned documents;
 	struct yaml_tree_node *root;
 	struct yaml_tree_frame stack[YAML_TREE_MAX_DEPTH];
@@ -166,7 +167,8 @@ const char *yaml_tree_quote(const char *text, size_t limit, char *buf, size_t si
 	return buf;
 }
 
-/* Print one error; extra is appended to the path, for a key not yet open. */
+/* Keep one rule error; extra is appended to the path, for a key not yet
+ * open. */
 static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const char *extra,
 			    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
@@ -192,9 +194,31 @@ static void yaml_tree_error(struct yaml_tree_builder *b, yaml_mark_t mark, const
 	vsnprintf(text + len, sizeof(text) - len, fmt, ap);
 	va_end(ap);
 	line = yaml_tree_one_line(text);
-	fprintf(b->errors, "%s:%zu:%zu: %s\n", b->name, mark.line + 1, mark.column + 1, line);
-	free(line);
+	b->rules.errors =
+		xrealloc(b->rules.errors, (b->rules.count + 1) * sizeof(*b->rules.errors));
+	b->rules.errors[b->rules.count++] = (struct yaml_tree_rule_error){
+		.line = (unsigned)mark.line + 1, .column = (unsigned)mark.column + 1, .text = line
+	};
 	b->error_count++;
+}
+
+/* Print the rule errors kept so far (the document is not read through, so
+ * no walk sorts them in) and forget them. */
+static void yaml_tree_print_rules(struct yaml_tree_builder *b)
+{
+	for (size_t i = 0; i < b->rules.count; i++)
+		fprintf(b->errors, "%s:%u:%u: %s\n", b->name, b->rules.errors[i].line,
+			b->rules.errors[i].column, b->rules.errors[i].text);
+	yaml_tree_rule_errors_free(&b->rules);
+}
+
+void yaml_tree_rule_errors_free(struct yaml_tree_rule_errors *rules)
+{
+	for (size_t i = 0; i < rules->count; i++)
+		free(rules->errors[i].text);
+	free(rules->errors);
+	rules->errors = NULL;
+	rules->count = 0;
 }
 
 /* A new empty node at a libyaml mark, made 1-based. */
@@ -413,6 +437,8 @@ static void yaml_tree_syntax_error(struct yaml_tree_builder *b, const yaml_parse
 	default:
 		break;
 	}
+	/* what broke a rule came before what stopped the reading */
+	yaml_tree_print_rules(b);
 	fprintf(b->errors, "%s:%zu:%zu: ", b->name, mark.line + 1, mark.column + 1);
 	if (parser->context != NULL)
 		fprintf(b->errors, "%s (%s at line %zu)", problem, parser->context,
@@ -435,13 +461,13 @@ static void yaml_tree_syntax_error(struct yaml_tree_builder *b, const yaml_parse
 
 /* Parse one document from memory; NULL after printing the errors. */
 struct yaml_tree_node *yaml_tree_parse_text(const char *text, size_t len, const char *name,
-					    FILE *errors, unsigned *rule_errors)
+					    FILE *errors, struct yaml_tree_rule_errors *rules)
 {
 	struct yaml_tree_builder b = { .name = name, .errors = errors };
 	yaml_parser_t parser;
 	bool done = false;
 
-	*rule_errors = 0;
+	*rules = (struct yaml_tree_rule_errors){ NULL, 0 };
 	if (!yaml_parser_initialize(&parser)) {
 		fprintf(errors, "%s: out of memory\n", name);
 		return NULL;
@@ -469,9 +495,10 @@ struct yaml_tree_node *yaml_tree_parse_text(const char *text, size_t len, const 
 		goto fail;
 	}
 	yaml_parser_delete(&parser);
-	*rule_errors = b.error_count;
+	*rules = b.rules;
 	return b.root;
 fail:
+	yaml_tree_print_rules(&b);
 	/* Every node hangs under the root as soon as it is made, except keys
 	 * still waiting for their value. */
 	for (size_t i = 0; i < b.depth; i++)
@@ -482,14 +509,15 @@ fail:
 }
 
 /* Read a whole file and parse it; NULL after printing the errors. */
-struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors, unsigned *rule_errors)
+struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors,
+					    struct yaml_tree_rule_errors *rules)
 {
 	struct yaml_tree_node *root;
 	FILE *f = fopen(path, "rb");
 	char *text = NULL;
 	size_t len = 0, cap = 0;
 
-	*rule_errors = 0;
+	*rules = (struct yaml_tree_rule_errors){ NULL, 0 };
 	if (f == NULL) {
 		fprintf(errors, "%s: cannot open: %s\n", path, strerror(errno));
 		return NULL;
@@ -513,7 +541,7 @@ struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors, unsi
 		return NULL;
 	}
 	fclose(f);
-	root = yaml_tree_parse_text(text, len, path, errors, rule_errors);
+	root = yaml_tree_parse_text(text, len, path, errors, rules);
 	free(text);
 	return root;
 }

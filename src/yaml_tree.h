@@ -40,17 +40,36 @@ struct yaml_tree_node {
 	size_t count;			 /* items or entries */
 };
 
-/* Parse a file into a tree, printing every error found to errors as
- * "file:line:col: [path: ]message". NULL when the document could not be
- * read through (a syntax error, a second document). A document read
- * through that breaks a rule of the tree (a duplicate key, an alias, a
- * tag, a NUL byte) is still returned, with *rule_errors counting those
- * errors, so that the rest of it can be checked too; it must not be used. */
-struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors, unsigned *rule_errors);
+/* An error against a rule of the tree (a duplicate key, an alias, a tag, a
+ * NUL byte, a second document) met in a document read through: where it
+ * is (1-based) and "[path: ]message". */
+struct yaml_tree_rule_error {
+	unsigned line;
+	unsigned column;
+	char *text;
+};
+
+/* The rule errors of a tree read through; the caller frees them with
+ * yaml_tree_rule_errors_free() or takes each text. */
+struct yaml_tree_rule_errors {
+	struct yaml_tree_rule_error *errors;
+	size_t count;
+};
+
+/* Parse a file into a tree. NULL when the document could not be read
+ * through (a syntax error, an empty file), after printing every error found
+ * to errors as "file:line:col: [path: ]message". A document read through
+ * that breaks a rule of the tree is still returned, with the errors in
+ * *rules, not printed, so that the rest of it can be checked too and every
+ * error reported in the file's order; it must not be used then. */
+struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors,
+					    struct yaml_tree_rule_errors *rules);
 
 /* The same from memory; name stands for the file in messages. */
 struct yaml_tree_node *yaml_tree_parse_text(const char *text, size_t len, const char *name,
-					    FILE *errors, unsigned *rule_errors);
+					    FILE *errors, struct yaml_tree_rule_errors *rules);
+
+void yaml_tree_rule_errors_free(struct yaml_tree_rule_errors *rules);
 
 void yaml_tree_free(struct yaml_tree_node *node);
 

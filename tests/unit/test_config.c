@@ -923,15 +923,16 @@ static void test_control_bytes_in_messages(void **state)
 		"file or directory\n"
 		"test.yaml:6:1: bad\\x0dkey: unknown key\n");
 	/* the same for what the YAML reader itself refuses: a duplicate key,
-	 * a tag (libyaml decodes %0A in it) and a key path around another */
+	 * a tag (libyaml decodes %0A in it) and a key path around another;
+	 * the rest of the file is still checked, and every error comes in
+	 * the file's order */
 	test_load_fails("\"a\\nb\": 1\n\"a\\nb\": 2\nx: !<%0Afoo> 1\n\"k\\ny\": {a: 1, a: 2}\n",
-			"test.yaml:2:1: a\\x0ab: duplicate key, first at line 1\n"
-			"test.yaml:3:4: x: tags are not supported (found \"\\x0afoo\")\n"
-			"test.yaml:4:16: k\\x0ay.a: duplicate key, first at line 4\n"
-			/* the rest of the file is still checked */
 			"test.yaml:1:1: a\\x0ab: unknown key\n"
+			"test.yaml:2:1: a\\x0ab: duplicate key, first at line 1\n"
 			"test.yaml:3:1: x: unknown key\n"
-			"test.yaml:4:1: k\\x0ay: unknown key\n");
+			"test.yaml:3:4: x: tags are not supported (found \"\\x0afoo\")\n"
+			"test.yaml:4:1: k\\x0ay: unknown key\n"
+			"test.yaml:4:16: k\\x0ay.a: duplicate key, first at line 4\n");
 	/* a value quoted in a message is escaped once, where it is quoted:
 	 * the message's own escaping leaves its backslashes alone */
 	test_load_fails("limits:\n  max_header_bytes: \"a\\nb\"\n  max_uri_bytes: \"c\\\\d\"\n"
@@ -958,8 +959,8 @@ static void test_backslashes_in_messages(void **state)
 			"such file or directory\n"
 			"test.yaml:6:1: bad\\\\x0dkey: unknown key\n");
 	test_load_fails("'k\\y': {a: 1, a: 2}\n",
-			"test.yaml:1:15: k\\\\y.a: duplicate key, first at line 1\n"
-			"test.yaml:1:1: k\\\\y: unknown key\n");
+			"test.yaml:1:1: k\\\\y: unknown key\n"
+			"test.yaml:1:15: k\\\\y.a: duplicate key, first at line 1\n");
 }
 
 static void test_hold_release(void **state)
