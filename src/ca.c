@@ -809,6 +809,13 @@ static int ca_host_parse(const char *host, size_t len, struct ca_host *out, char
 	return 0;
 }
 
+bool ca_host_valid(const char *host, size_t host_len)
+{
+	struct ca_host h;
+
+	return ca_host_parse(host, host_len, &h, NULL, 0) == 0;
+}
+
 /* FNV-1a of a canonical host. */
 static size_t ca_hash(const char *host)
 {

@@ -9,6 +9,7 @@
  * process's memory: nothing here logs, returns or writes it after ca_make.
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <time.h>
 
@@ -52,6 +53,11 @@ struct ca *ca_load(const char *cert_path, const char *key_path, enum ca_load_fai
 /* Reference counted: configs hold it. */
 struct ca *ca_hold(struct ca *ca);
 void ca_release(struct ca *ca);
+
+/* Can a leaf name host (an address literal, or a DNS name of valid
+ * labels whose last is not all digits)? ca_leaf() fails for one that
+ * cannot, as a client's mistake, not the CA's. */
+bool ca_host_valid(const char *host, size_t host_len);
 
 /* The leaf certificate and key for host (a DNS name, or an IPv4/IPv6 literal
  * without brackets), made on first use and cached. Every leaf of a loaded CA

@@ -94,6 +94,13 @@ struct intercept *intercept_start(struct proxy *proxy, const struct config *conf
 	SSL *ssl;
 	char err[256];
 
+	/* a name no certificate can hold (an empty label, one over 63 bytes)
+	 * names no host either: the client's mistake, not the proxy's */
+	if (!ca_host_valid(target->host, target->host_len)) {
+		*status = 400;
+		snprintf(reason, reason_len, "not a valid host name");
+		return NULL;
+	}
 	*status = 502;
 	if (ca_leaf(config->intercept.ca, target->host, target->host_len, time(NULL), &cert, &key,
 		    err, sizeof(err)) < 0) {

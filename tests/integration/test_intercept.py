@@ -150,7 +150,8 @@ def scenario(t):
     unknown = t.origin(tls=(certs.unknown, certs.unknown_key), name="unknown")
     local = t.local_ca()
     local_ca = os.path.join(local, "ca.pem")
-    proxy = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost", "127.0.0.1"')
+    proxy = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local,
+                    HOSTS='"localhost", "127.0.0.1", "*.invalid"')
 
     def get(url, *extra):
         return h.curl("--cacert", local_ca, *extra, url, proxy=proxy.url)
@@ -228,6 +229,18 @@ def scenario(t):
 
     def alpn_tls(offered):
         return h.intercepted_tls(proxy.port(), "localhost", good.port, local_ca, alpn=offered)
+
+    @t.check("a CONNECT to an intercepted host that is no valid host name (an empty label, a "
+             "label over 63 bytes) gets 400, not 502, and no error line")
+    def _():
+        for host in ("a..invalid", "x" * 64 + ".invalid"):
+            with h.RawConn(proxy.port()) as c:
+                c.send(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host)).encode())
+                head = c.read_head()
+            h.eq(head.status, 400, "%s: the answer (%r)" % (host, head.raw_head[:60]))
+            line = proxy.access_one(host[-12:])
+            h.ok("valid%20host%20name" in line, "%s: the access line names why: %s" % (host, line))
+        h.ok("no certificate for" not in proxy.stderr(), "no error line for the client's mistake")
 
     @t.check("ALPN: a client offering h2 and http/1.1 gets http/1.1")
     def _():
