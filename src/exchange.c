@@ -1459,9 +1459,12 @@ static bool exchange_hedge_admit(struct exchange *ex)
 {
 	/* a hedge goes on a new connection, so an idle pooled one gives up
 	 * its place to it as to a try that may not reuse one; not while
-	 * requests wait for a place, which come first, nor for an upstream
-	 * that is down, which no hedge may connect to */
-	if (!exchange_take_place(ex, false, !upstream_down(ex->upstream)))
+	 * requests wait for a place, which come first, nor when the
+	 * upstream's health would not let the hedge connect (down, or in
+	 * doubt with a connect under way) */
+	if (!exchange_take_place(ex, false,
+				 upstream_admission(ex->upstream, &ex->config->health) ==
+					 UPSTREAM_GO))
 		return false;
 	if (upstream_admit(ex->upstream, &ex->config->health) == UPSTREAM_GO)
 		return true;

@@ -460,9 +460,8 @@ static const struct health_policy *upstream_policy(const struct upstream *u,
 	return u->set->was_reloaded ? &u->set->reloaded : brought;
 }
 
-enum upstream_admit upstream_admit(struct upstream *u, const struct health_policy *policy)
+enum upstream_admit upstream_admission(const struct upstream *u, const struct health_policy *policy)
 {
-	u->policy = *upstream_policy(u, policy);
 	if (policy->down_after > 0) {
 		if (u->health.state == HEALTH_DOWN)
 			return policy->hold ? UPSTREAM_WAIT : UPSTREAM_REFUSE;
@@ -470,8 +469,17 @@ enum upstream_admit upstream_admit(struct upstream *u, const struct health_polic
 		if (!u->proven && u->connecting > 0)
 			return UPSTREAM_WAIT;
 	}
-	u->connecting++;
 	return UPSTREAM_GO;
+}
+
+enum upstream_admit upstream_admit(struct upstream *u, const struct health_policy *policy)
+{
+	enum upstream_admit admit = upstream_admission(u, policy);
+
+	u->policy = *upstream_policy(u, policy);
+	if (admit == UPSTREAM_GO)
+		u->connecting++;
+	return admit;
 }
 
 void upstream_admit_anyway(struct upstream *u)

@@ -67,6 +67,12 @@ bool upstream_down(const struct upstream *upstream);
  * with upstream_connect_end(). */
 enum upstream_admit upstream_admit(struct upstream *upstream, const struct health_policy *policy);
 
+/* What upstream_admit() would answer now, counting nothing: for a caller
+ * that must do something first (close an idle connection to make room)
+ * only if it may then connect. */
+enum upstream_admit upstream_admission(const struct upstream *upstream,
+				       const struct health_policy *policy);
+
 /* After UPSTREAM_WAIT for an upstream that is not down: connect anyway,
  * counted like an admitted connect (report its end with
  * upstream_connect_end()). For a request that never waits (retry.mode:

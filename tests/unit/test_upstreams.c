@@ -506,7 +506,12 @@ static void test_upstreams_doubt_then_made(void **state)
 	test_waiter_init(&w1, &h, 1);
 	test_waiter_init(&w2, &h, 2);
 	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	/* asking what admit would say counts no connect */
+	assert_int_equal(upstream_admission(u, &h.policy), UPSTREAM_GO);
+	assert_int_equal(upstream_admission(u, &h.policy), UPSTREAM_GO);
 	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	/* one connect finds out: the others (a hedge among them) would wait */
+	assert_int_equal(upstream_admission(u, &h.policy), UPSTREAM_WAIT);
 	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
 	upstream_wait(u, &w1.waiter);
 	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
@@ -520,6 +525,7 @@ static void test_upstreams_doubt_then_made(void **state)
 	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
 	assert_null(w1.waiter.upstream);
 	/* proven: connects in parallel, nobody waits */
+	assert_int_equal(upstream_admission(u, &h.policy), UPSTREAM_GO);
 	for (i = 0; i < 5; i++)
 		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
 	assert_upstream_line(&h, "up", 0, 0);
@@ -675,10 +681,12 @@ static void test_upstreams_down_no_hold(void **state)
 	assert_released(&h, order, 3);
 	assert_int_equal(upstreams_waiting(h.proxy.upstreams), 0);
 	assert_upstream_line(&h, "down", 2, 0);
+	assert_int_equal(upstream_admission(u, &h.policy), UPSTREAM_REFUSE);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_REFUSE);
 	/* the same upstream under a policy with hold */
 	h.policy.hold = true;
+	assert_int_equal(upstream_admission(u, &h.policy), UPSTREAM_WAIT);
 	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_WAIT);
 	upstream_release(u);
 	harness_free(&h);
