@@ -198,18 +198,24 @@ def scenario(t):
         h.ok("retryproxy_fleet_connected 1" in admin_get(slow, "/metrics"),
              "the fleet gauge fell to 0")
 
+    def counted_in_redis(route, n):
+        """Wait until Redis counts the n requests of route (whose path is
+        /ROUTE), then check it counts them and a token granted for each
+        retry the origin saw."""
+        tries = len(origin.requests_for("/" + route))
+        h.wait_until(lambda: route_counts(redis, route, SLOW_WINDOW_S)[0] >= n,
+                     3 * SLOW_SYNC_S, "Redis to count the route's %d requests (%r)"
+                     % (n, route_counts(redis, route, SLOW_WINDOW_S)))
+        h.eq(route_counts(redis, route, SLOW_WINDOW_S), (n, tries - n),
+             "requests, tokens granted (retries made: origin tries - %d)" % n)
+
     @t.check("a route dropped by SIGHUP: its last requests reach Redis, its lease goes back")
     def _():
         before = script_calls()
         h.wait_until(lambda: script_calls() > before, 3 * SLOW_SYNC_S, "a sync of the proxy's")
         h.fetch(slow.port(), "GET", "/fresh", "fleet.example", timeout=10 * h.SLOW)
         slow.reload(slow.config_text.replace(FRESH_ROUTE, ""))
-        tries = len(origin.requests_for("/fresh"))
-        h.wait_until(lambda: route_counts(redis, "fresh", SLOW_WINDOW_S)[0] >= 2,
-                     3 * SLOW_SYNC_S, "Redis to count the route's 2 requests (%r)"
-                     % (route_counts(redis, "fresh", SLOW_WINDOW_S),))
-        h.eq(route_counts(redis, "fresh", SLOW_WINDOW_S), (2, tries - 2),
-             "requests, tokens granted (retries made: origin tries - 2)")
+        counted_in_redis("fresh", 2)
 
     @t.check("a route dropped by SIGHUP while its sync is out: that sync's grant goes back, "
              "later requests reach Redis")
@@ -227,12 +233,7 @@ def scenario(t):
             slow.reload(text)
         finally:
             redis.thaw()
-        tries = len(origin.requests_for("/later"))
-        h.wait_until(lambda: route_counts(redis, "later", SLOW_WINDOW_S)[0] >= 1,
-                     3 * SLOW_SYNC_S, "Redis to count the route's request (%r)"
-                     % (route_counts(redis, "later", SLOW_WINDOW_S),))
-        h.eq(route_counts(redis, "later", SLOW_WINDOW_S), (1, tries - 1),
-             "requests, tokens granted (retries made: origin tries - 1)")
+        counted_in_redis("later", 1)
         h.ok("retryproxy_fleet_connected 1" in admin_get(slow, "/metrics"),
              "the fleet gauge fell to 0")
 

@@ -254,13 +254,9 @@ def scenario(t):
         with alpn_tls(["http/1.0"]) as tls:
             h.eq(tls.selected_alpn_protocol(), "http/1.0", "ALPN")
             tls.sendall(b"GET /echo?t=alpn10 HTTP/1.0\r\nHost: localhost:%d\r\n\r\n" % good.port)
-            answer = b""
-            while True:
-                chunk = tls.recv(65536)
-                if not chunk:
-                    break
-                answer += chunk
+            answer, end = h.read_to_end(tls)
         h.ok(answer.startswith(b"HTTP/1.1 200 "), "the answer: %r" % answer[:60])
+        h.eq(end, "FIN", "how the HTTP/1.0 answer's connection ended")
 
     @t.check("ALPN: a client offering only h2 (as gRPC clients do) gets the fatal "
              "no_application_protocol alert (RFC 7301 section 3.2), logged and counted")
