@@ -21,6 +21,7 @@
 #include "http1.h"
 #include "http1_resume.h"
 #include "intercept.h"
+#include "listener.h"
 #include "log.h"
 #include "max_forwards.h"
 #include "metrics.h"
@@ -79,7 +80,9 @@ struct client {
 		struct sockaddr_in6 sin6;
 	} peer_addr;
 	char peer[INET6_ADDRSTRLEN + 8];
-	struct registry_entry entry; /* in proxy->registry */
+	struct registry_entry entry;   /* in proxy->registry */
+	TAILQ_ENTRY(client) idle_link; /* in proxy->idle_clients while idle_listed */
+	bool idle_listed;	       /* idle between requests: may close to make room */
 };
 
 /* The connection closes after the current request whatever the client asked
@@ -91,9 +94,39 @@ static bool client_closing_after_request(void *arg)
 	return client->proxy->draining || client->listener_gone;
 }
 
+/* Off the idle list: a request begins, or the connection closes. */
+static void client_idle_ends(struct client *client)
+{
+	if (!client->idle_listed)
+		return;
+	TAILQ_REMOVE(&client->proxy->idle_clients, client, idle_link);
+	client->idle_listed = false;
+}
+
+/* After a response, all written: onto the idle list, whose connections
+ * close to make room at max_connections, the longest idle first. One whose
+ * next request has begun to arrive is taken off it when that is read
+ * (client_read_head), and never closed meanwhile (client_close_longest_idle
+ * looks). One in an intercepted tunnel stays off it: to its client that is
+ * a tunnel, which the limit never closes. */
+static inline void client_idle_begins(struct client *client)
+{
+	struct proxy *proxy = client->proxy;
+	bool first;
+
+	if (client->idle_listed || client->intercept != NULL)
+		return;
+	first = TAILQ_EMPTY(&proxy->idle_clients);
+	TAILQ_INSERT_TAIL(&proxy->idle_clients, client, idle_link);
+	client->idle_listed = true;
+	if (first)
+		listener_idle_available(proxy);
+}
+
 /* Release everything; the connection only when still ours. */
 static void client_free(struct client *client)
 {
+	client_idle_ends(client);
 	registry_remove(&client->entry);
 	intercept_free(client->intercept);
 	if (client->conn != NULL)
@@ -496,6 +529,7 @@ static void client_read_head(struct client *client)
 
 	if (len == 0)
 		return;
+	client_idle_ends(client);
 	client_adopt_config(client);
 	if (!client_allowed(client->config, (const struct sockaddr *)&client->peer_addr)) {
 		/* accepted before a reload that took this client's access away */
@@ -602,8 +636,10 @@ static void client_read_next(struct client *client)
 {
 	conn_read_enable(client->conn, true);
 	client->head_timer_at_flush = conn_output_length(client->conn) > 0;
-	if (!client->head_timer_at_flush)
+	if (!client->head_timer_at_flush) {
 		client_arm_head_timer(client);
+		client_idle_begins(client);
+	}
 	if (conn_input_length(client->conn) > 0)
 		conn_read_again(client->conn);
 }
@@ -627,6 +663,7 @@ static void client_write_cb(struct conn *conn, void *arg)
 		} else if (client->head_timer_at_flush && conn_output_length(conn) == 0) {
 			client->head_timer_at_flush = false;
 			client_arm_head_timer(client);
+			client_idle_begins(client);
 		}
 		break;
 	case CLIENT_LINGERING:
@@ -835,6 +872,24 @@ static void client_close_idle(struct client *client, const char *why)
 		client_close_after_flush(client);
 	else
 		client_close_between(client, why);
+}
+
+bool client_close_longest_idle(struct proxy *proxy)
+{
+	struct client *client;
+
+	while ((client = TAILQ_FIRST(&proxy->idle_clients)) != NULL) {
+		client_idle_ends(client);
+		/* a next request begun, or a close under way: not idle */
+		if (!client_idle(client) || conn_output_length(client->conn) > 0)
+			continue;
+		log_info("max_connections (%u) reached: closed the idle keep-alive connection of "
+			 "client %s to accept a new one",
+			 proxy->config->limits.max_connections, client->peer);
+		client_close_between(client, "idle at max_connections: closed to make room");
+		return true;
+	}
+	return false;
 }
 
 /* A drain begins: an idle connection closes now; a request whose next try

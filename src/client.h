@@ -26,4 +26,11 @@ void client_new(struct proxy *proxy, struct config *config, const struct listene
 /* Close a client connection now, for any state (drain timeout, shutdown). */
 void client_close(struct client *client, const char *reason);
 
+/* At max_connections with a connection waiting to be accepted: close the
+ * client connection idle longest between requests (its response written,
+ * nothing of a next one read), cleanly, as client_timeout closes an idle
+ * one; its client sends its next request on a new connection. Returns
+ * false when no connection is idle. */
+bool client_close_longest_idle(struct proxy *proxy);
+
 #endif

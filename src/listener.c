@@ -24,6 +24,9 @@
 struct listener_set {
 	struct listener *first;
 	bool paused; /* at max_connections: not accepting */
+	/* paused, and a connection waited with no idle client connection to
+	 * close for it: waiting is watched again once one becomes idle */
+	bool idle_wanted;
 };
 
 struct listener {
@@ -31,6 +34,7 @@ struct listener {
 	struct config *config;		      /* held: the config this listener runs under */
 	const struct listener_config *listen; /* inside config */
 	struct evconnlistener *evl;
+	struct event *waiting;	    /* with evl: while paused, a connection waits to be accepted */
 	struct event *resume_timer; /* ends the pause after an accept error */
 	struct listener *next;
 };
@@ -47,6 +51,46 @@ static void listener_accept_cb(struct evconnlistener *evl, evutil_socket_t fd,
 	}
 	client_new(proxy, l->config, l->listen, fd, peer, (socklen_t)peer_len);
 	listener_check_accepting(proxy);
+}
+
+/* Paused at max_connections, and a connection waits to be accepted: close
+ * idle client connections, the longest idle first, until there is room;
+ * the close resumes accepting at the end of this event's handling
+ * (listener_check_accepting), and the new connection is taken. */
+static void listener_waiting_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct listener *l = arg;
+	struct proxy *proxy = l->proxy;
+
+	while (conn_loop_open(proxy->loop, CONN_ACCEPTED) >=
+	       proxy->config->limits.max_connections) {
+		if (!client_close_longest_idle(proxy)) {
+			proxy->listeners->idle_wanted = true;
+			return;
+		}
+	}
+}
+
+/* Watch for a connection waiting to be accepted (on) or stop. */
+static void listener_watch_waiting(struct listener *l, bool on)
+{
+	if (l->evl == NULL)
+		return;
+	if (on)
+		event_add(l->waiting, NULL);
+	else
+		event_del(l->waiting);
+}
+
+void listener_idle_available(struct proxy *proxy)
+{
+	struct listener *l;
+
+	if (proxy->listeners == NULL || !proxy->listeners->paused || !proxy->listeners->idle_wanted)
+		return; /* NULL: shutting down */
+	proxy->listeners->idle_wanted = false;
+	for (l = proxy->listeners->first; l != NULL; l = l->next)
+		listener_watch_waiting(l, true);
 }
 
 static void listener_resume_cb(evutil_socket_t fd, short what, void *arg)
@@ -78,11 +122,20 @@ static void listener_error_cb(struct evconnlistener *evl, void *arg)
 	listener_accept_failed(l->proxy, evl, "listener", l->listen->address, l->resume_timer);
 }
 
+/* Close l's socket. */
+static void listener_unbind(struct listener *l)
+{
+	event_free(l->waiting);
+	l->waiting = NULL;
+	evconnlistener_free(l->evl);
+	l->evl = NULL;
+}
+
 /* Close one listener. */
 static void listener_free(struct listener *l)
 {
 	if (l->evl != NULL)
-		evconnlistener_free(l->evl);
+		listener_unbind(l);
 	event_free(l->resume_timer);
 	config_release(l->config);
 	free(l);
@@ -97,8 +150,12 @@ static int listener_bind(struct listener *l)
 	if (l->evl == NULL)
 		return -1;
 	evconnlistener_set_error_cb(l->evl, listener_error_cb);
-	if (l->proxy->listeners->paused)
+	l->waiting = event_new(l->proxy->base, evconnlistener_get_fd(l->evl), EV_READ,
+			       listener_waiting_cb, l);
+	if (l->proxy->listeners->paused) {
 		evconnlistener_disable(l->evl);
+		listener_watch_waiting(l, true);
+	}
 	return 0;
 }
 
@@ -212,8 +269,7 @@ size_t listener_unbind_port(struct proxy *proxy, const struct config *config,
 			continue;
 		log_info("closed listener %s to listen on %s, on the same port", l->listen->address,
 			 address);
-		evconnlistener_free(l->evl);
-		l->evl = NULL;
+		listener_unbind(l);
 		closed++;
 	}
 	return closed;
@@ -321,10 +377,12 @@ static void listener_set_accepting(struct proxy *proxy, bool accepting)
 	struct listener *l;
 
 	proxy->listeners->paused = !accepting;
+	proxy->listeners->idle_wanted = false;
 	for (l = proxy->listeners->first; l != NULL; l = l->next) {
 		if (accepting)
 			evconnlistener_enable(l->evl);
 		else
 			evconnlistener_disable(l->evl);
+		listener_watch_waiting(l, !accepting);
 	}
 }

@@ -51,7 +51,13 @@ void listener_close_all(struct proxy *proxy);
 
 /* Accept below limits.max_connections and not at it, as the open client
  * connections and tunnels say now: after an accept, a close, and a reload
- * that changed the limit. Nothing while draining. */
+ * that changed the limit. Nothing while draining. At the limit, a
+ * connection waiting to be accepted makes room: idle client connections
+ * close for it (client_close_longest_idle). */
 void listener_check_accepting(struct proxy *proxy);
+
+/* A client connection became idle, the first on the idle list: at the
+ * limit, a connection that found none to close may take its place now. */
+void listener_idle_available(struct proxy *proxy);
 
 #endif

@@ -192,6 +192,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	conn_loop_on_accepted_closed(proxy->loop, proxy_connection_closed, proxy);
 	conn_loop_on_fd_shortage(proxy->loop, proxy_fd_shortage, proxy);
 	registry_init(&proxy->registry);
+	TAILQ_INIT(&proxy->idle_clients);
 	proxy->listeners = listener_set_new();
 	if (proxy_prepare_tls(proxy, config) < 0) {
 		proxy_free(proxy);

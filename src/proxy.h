@@ -34,6 +34,7 @@ struct metrics;
 struct admin;
 struct retry_budget_book;
 struct fleet;
+struct client;
 
 struct proxy {
 	struct conn_loop *loop;	 /* the event loop; its passes end with output written */
@@ -52,7 +53,10 @@ struct proxy {
 	struct listener_set *listeners; /* the open proxy listeners (listener.c) */
 	struct admin *admin;		/* the admin listener, or NULL when off */
 	struct registry registry;	/* every open client connection and tunnel */
-	bool draining;			/* shutting down: no new requests */
+	/* client connections idle between requests, the longest idle first:
+	 * closed to make room at max_connections (client.c) */
+	TAILQ_HEAD(client_idle_list, client) idle_clients;
+	bool draining; /* shutting down: no new requests */
 	struct event *drain_timer;
 	uint64_t drain_answer_ms;    /* draining: no try starts after this (retry_budget_now_ms) */
 	struct log_batch *log_batch; /* when the buffered log lines are written */

@@ -2,8 +2,8 @@
 """Scenario: limits.max_connections (2) pauses accepting.
 
 Client: raw sockets to a sidecar listener. A and B each make a request and
-keep their connection open. C connects and sends a request while A and B
-are open. Then A closes.
+keep their connection open, each with its next request head begun (busy).
+C connects and sends a request while A and B are open. Then A closes.
 Origin: echoes.
 Must hold: C is neither refused nor reset while the proxy is at its limit:
 its request simply waits (no answer for 1.5 s, nothing at the origin); once
@@ -11,8 +11,18 @@ A closes, C is served; the proxy keeps running. Then D waits at the limit
 and a reload (SIGHUP) raising max_connections to 10 serves it at once, not
 when some client leaves; a reload lowering it to 1, with three open, stops
 accepting again (E waits).
+
+Second proxy (max_connections 3): K1 then K2 make a request each and stay
+idle (keep-alive), S's request is held at the origin. N, a fourth client,
+is served at once: the proxy closes K1, idle longest, with a FIN (as the
+idle timeout would), and logs it; K2 stays open, S still gets its whole
+response. With every connection busy (requests held at the origin, a head
+begun) a new client waits; once one response is written, that connection,
+now idle, makes room for it. A CONNECT tunnel, when the idle connections
+are gone, is not closed for a new client, which waits.
 """
 
+import json
 import time
 
 import harness as h
@@ -48,8 +58,20 @@ def scenario(t):
             r = c.read_response()
             h.eq(r.status, 200, "status for client %s" % name)
 
+    def busy(name):
+        """Begin conns[name]'s next request head: a request under way."""
+        conns[name].send(b"GET /echo?busy=" + name.encode() + b" HTTP/1.1\r\n")
+
+    def finish(name):
+        """End the head busy() began, and read its response."""
+        conns[name].send(b"Host: a.example\r\n\r\n")
+        h.eq(conns[name].read_response().status, 200, "status for %s's begun request" % name)
+
     @t.check("a third connection at the limit waits: not refused, not reset, not served")
     def _():
+        # A and B are busy: an idle one would be closed to make room
+        busy("A")
+        busy("B")
         try:
             c = h.RawConn(proxy.port(), timeout=10)
         except OSError as e:
@@ -70,6 +92,7 @@ def scenario(t):
 
     @t.check("the remaining connections still work")
     def _():
+        finish("B")
         for name in ("B", "C"):
             conns[name].send(h.request("GET", "/echo?again=" + name, "a.example"))
             h.eq(conns[name].read_response().status, 200, "status for client %s again" % name)
@@ -81,6 +104,8 @@ def scenario(t):
 
     @t.check("a reload that raises max_connections serves a waiting client at once")
     def _():
+        busy("B")
+        busy("C")
         c = h.RawConn(proxy.port(), timeout=10)
         conns["D"] = c
         c.send(h.request("GET", "/echo?client=D", "a.example"))
@@ -95,6 +120,100 @@ def scenario(t):
         conns["E"] = c
         c.send(h.request("GET", "/echo?client=E", "a.example"))
         h.ok(c.silent_for(1.5), "E was served with 3 connections open and max_connections 1")
+        h.ok(not conns["B"].closed_within(0.1) and not conns["C"].closed_within(0.1),
+             "a connection with its request head begun was closed")
+
+    idle_scenario(t, origin)
+
+
+IDLE_CONFIG = CONFIG.replace("max_connections: 2", "max_connections: 3")
+
+
+def clean_eof(c, timeout):
+    """True if c's peer closes with a FIN (no reset) within timeout, with
+    nothing more sent first."""
+    c.sock.settimeout(timeout)
+    try:
+        return c.sock.recv(1024) == b""
+    except OSError:
+        return False
+
+
+def idle_scenario(t, origin):
+    proxy = t.proxy(IDLE_CONFIG, ORIGIN=origin.port)
+    time.sleep(0.3)  # let the proxy see the start-up probe connection close
+    conns = {}
+    t.defer(lambda: [c.close() for c in conns.values()])
+
+    def served(name, tag):
+        c = h.RawConn(proxy.port(), timeout=10)
+        conns[name] = c
+        c.send(h.request("GET", "/echo?idle=" + tag, "a.example"))
+        h.eq(c.read_response(timeout=3 * h.SLOW).status, 200, "status for client %s" % name)
+
+    def held(name, gate):
+        c = h.RawConn(proxy.port(), timeout=20 * h.SLOW)
+        conns[name] = c
+        c.send(h.request("GET", "/echo?hold=" + gate, "a.example"))
+        origin.gate(gate).wait_reached(5 * h.SLOW)
+
+    @t.check("at max_connections, the longest-idle keep-alive connection makes room for a new client")
+    def _():
+        served("K1", "k1")
+        time.sleep(0.1)
+        served("K2", "k2")
+        held("S", "idle-s")
+        served("N", "n")  # a fourth client at max_connections 3
+        h.ok(clean_eof(conns["K1"], 2 * h.SLOW), "K1 (idle longest) was not closed with a FIN")
+        h.ok(conns["K2"].silent_for(0.3), "K2 was closed too, or sent something")
+        proxy.wait_log(r"max_connections \(3\) reached: closed the idle keep-alive connection "
+                       r"of client 127\.0\.0\.1:%d" % conns["K1"].local_port)
+
+    @t.check("a connection whose request is in flight is not closed to make room")
+    def _():
+        s = conns["S"]
+        h.ok(s.silent_for(0.3), "S was closed or answered while its request was held")
+        origin.gate("idle-s").release()
+        r = s.read_response(timeout=5 * h.SLOW)
+        h.eq(r.status, 200, "status for S")
+        h.eq(json.loads(r.body)["target"], "/echo?hold=idle-s", "the target S's response echoes")
+
+    @t.check("with every connection busy a new client waits, then takes the place of one done")
+    def _():
+        # K2, S and N: two requests held at the origin, one head begun
+        for name in ("K2", "S"):
+            conns[name].send(h.request("GET", "/echo?hold=busy-" + name, "a.example"))
+            origin.gate("busy-" + name).wait_reached(5 * h.SLOW)
+        conns["N"].send(b"GET /echo?begun=1 HTTP/1.1\r\n")
+        w = h.RawConn(proxy.port(), timeout=10)
+        conns["W"] = w
+        w.send(h.request("GET", "/echo?idle=w", "a.example"))
+        h.ok(w.silent_for(1.5), "W was answered while every connection was busy")
+        h.ok(conns["N"].silent_for(0.1), "N, with its head begun, was closed")
+        origin.gate("busy-S").release()
+        r = conns["S"].read_response(timeout=5 * h.SLOW)
+        h.eq(r.status, 200, "status for S's second request")
+        h.eq(w.read_response(timeout=5 * h.SLOW).status, 200, "status for W")
+        h.ok(clean_eof(conns["S"], 2 * h.SLOW), "S, idle after its response, was not closed")
+        origin.gate("busy-K2").release()
+        h.eq(conns["K2"].read_response(timeout=5 * h.SLOW).status, 200, "status for K2")
+
+    @t.check("a CONNECT tunnel is not closed to make room")
+    def _():
+        # K2 and W idle, N's head begun: T takes W's place, idle longest
+        tunnel = h.RawConn(proxy.port(), timeout=10)
+        conns["T"] = tunnel
+        tunnel.send(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n"
+                     % (origin.authority, origin.authority)).encode())
+        h.eq(tunnel.read_head(timeout=5 * h.SLOW).status, 200, "status for T's CONNECT")
+        h.ok(clean_eof(conns["W"], 2 * h.SLOW), "W, idle longest, was not closed")
+        conns["K2"].send(b"GET /echo?begun=2 HTTP/1.1\r\n")
+        y = h.RawConn(proxy.port(), timeout=10)
+        conns["Y"] = y
+        y.send(h.request("GET", "/echo?idle=y", "a.example"))
+        h.ok(y.silent_for(1.0), "Y was answered with a tunnel and two heads begun open")
+        tunnel.send(h.request("GET", "/echo?through=tunnel", origin.authority))
+        h.eq(tunnel.read_response(timeout=5 * h.SLOW).status, 200, "status through the tunnel")
 
 
 h.run(scenario, __doc__)
