@@ -19,9 +19,17 @@ struct tls_context {
 	struct tls_context *next;
 };
 
+#define TLS_MAX_TICKETS 4 /* TLS 1.3 tickets kept per upstream */
+
+/* What an upstream's new connections may resume. A TLS 1.2 session (an id
+ * or a ticket) is offered by each of them; a TLS 1.3 ticket by one only,
+ * taken out when that connection is made: a ticket offered twice would let
+ * an observer tie the connections together (RFC 8446 appendix C.4). */
 struct tls_session {
 	char *key;
-	SSL_SESSION *session;
+	SSL_SESSION *shared;		       /* TLS 1.2 */
+	SSL_SESSION *tickets[TLS_MAX_TICKETS]; /* TLS 1.3, oldest first */
+	size_t ticket_count;
 	struct tls_session *next;
 };
 
@@ -71,15 +79,28 @@ static void tls_contexts_free(struct tls_context *c)
 	}
 }
 
+static void tls_session_clear(struct tls_session *s)
+{
+	SSL_SESSION_free(s->shared);
+	s->shared = NULL;
+	while (s->ticket_count > 0)
+		SSL_SESSION_free(s->tickets[--s->ticket_count]);
+}
+
+static void tls_session_free(struct tls_session *s)
+{
+	tls_session_clear(s);
+	free(s->key);
+	free(s);
+}
+
 static void tls_sessions_free(struct tls_store *store)
 {
 	while (store->sessions != NULL) {
 		struct tls_session *s = store->sessions;
 
 		store->sessions = s->next;
-		SSL_SESSION_free(s->session);
-		free(s->key);
-		free(s);
+		tls_session_free(s);
 	}
 	store->session_count = 0;
 }
@@ -135,8 +156,10 @@ bool tls_store_current(const struct tls_store *store, const SSL *ssl)
 	return tls_context_current(store, SSL_get_SSL_CTX(ssl));
 }
 
-/* Keep the newest session for this SSL's upstream; OpenSSL calls this when a
- * server issues a ticket, which in TLS 1.3 is after the handshake. A copy is
+/* Keep a session for this SSL's upstream; OpenSSL calls this when a server
+ * issues a ticket, which in TLS 1.3 is after the handshake, often two at
+ * once. A TLS 1.3 ticket joins those kept (the oldest goes past
+ * TLS_MAX_TICKETS); a TLS 1.2 session replaces what was kept. A copy is
  * kept: OpenSSL marks a connection's own session not resumable when the
  * connection is freed without a close_notify, as upstreams' often are. */
 static int tls_new_session_cb(SSL *ssl, SSL_SESSION *ticket)
@@ -144,7 +167,7 @@ static int tls_new_session_cb(SSL *ssl, SSL_SESSION *ticket)
 	struct tls_store *store = SSL_get_ex_data(ssl, tls_ex_store);
 	const char *key = SSL_get_ex_data(ssl, tls_ex_key);
 	struct tls_session **link;
-	struct tls_session *s;
+	struct tls_session *s = NULL;
 	SSL_SESSION *session;
 
 	if (store == NULL || key == NULL || !tls_context_current(store, SSL_get_SSL_CTX(ssl)))
@@ -156,29 +179,37 @@ static int tls_new_session_cb(SSL *ssl, SSL_SESSION *ticket)
 		if (strcmp((*link)->key, key) == 0) {
 			s = *link;
 			*link = s->next;
-			SSL_SESSION_free(s->session);
-			s->session = session;
-			s->next = store->sessions;
-			store->sessions = s;
-			return 0;
+			break;
 		}
 	}
-	s = xcalloc(1, sizeof(*s));
-	s->key = xstrdup(key);
-	s->session = session;
+	if (s == NULL) {
+		s = xcalloc(1, sizeof(*s));
+		s->key = xstrdup(key);
+		if (++store->session_count > TLS_MAX_SESSIONS) {
+			/* drop the oldest: the tail of the list */
+			for (link = &store->sessions; (*link)->next != NULL; link = &(*link)->next)
+				;
+			tls_session_free(*link);
+			*link = NULL;
+			store->session_count--;
+		}
+	}
 	s->next = store->sessions;
 	store->sessions = s;
-	if (++store->session_count > TLS_MAX_SESSIONS) {
-		/* drop the oldest: the tail of the list */
-		for (link = &store->sessions; (*link)->next != NULL; link = &(*link)->next)
-			;
-		SSL_SESSION_free((*link)->session);
-		free((*link)->key);
-		free(*link);
-		*link = NULL;
-		store->session_count--;
+	if (SSL_SESSION_get_protocol_version(session) < TLS1_3_VERSION) {
+		tls_session_clear(s);
+		s->shared = session;
+		return 0; /* OpenSSL keeps its reference to the ticket: we hold a copy */
 	}
-	return 0; /* OpenSSL keeps its reference to the ticket: we hold a copy */
+	SSL_SESSION_free(s->shared);
+	s->shared = NULL;
+	if (s->ticket_count == TLS_MAX_TICKETS) {
+		SSL_SESSION_free(s->tickets[0]);
+		memmove(s->tickets, s->tickets + 1, (TLS_MAX_TICKETS - 1) * sizeof(s->tickets[0]));
+		s->ticket_count--;
+	}
+	s->tickets[s->ticket_count++] = session;
+	return 0;
 }
 
 /* Describe the first queued OpenSSL error after what went wrong. */
@@ -294,17 +325,25 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 	}
 	SSL_set_ex_data(ssl, tls_ex_store, store);
 	SSL_set_ex_data(ssl, tls_ex_key, xstrdup(session_key));
-	for (s = store->sessions; s != NULL; s = s->next) {
-		if (strcmp(s->key, session_key) == 0) {
-			SSL_SESSION *copy = SSL_SESSION_dup(s->session);
-
-			/* a copy again: this connection must not spoil the
-			 * stored session for the next ones */
-			if (copy != NULL) {
-				SSL_set_session(ssl, copy);
-				SSL_SESSION_free(copy);
-			}
+	for (s = store->sessions; s != NULL; s = s->next)
+		if (strcmp(s->key, session_key) == 0)
 			break;
+	if (s != NULL && s->ticket_count > 0) {
+		/* the newest ticket, the likeliest to be taken still, is this
+		 * connection's alone: with none left the next does a full
+		 * handshake */
+		SSL_SESSION *ticket = s->tickets[--s->ticket_count];
+
+		SSL_set_session(ssl, ticket);
+		SSL_SESSION_free(ticket);
+	} else if (s != NULL && s->shared != NULL) {
+		SSL_SESSION *copy = SSL_SESSION_dup(s->shared);
+
+		/* a copy again: this connection must not spoil the stored
+		 * session for the next ones */
+		if (copy != NULL) {
+			SSL_set_session(ssl, copy);
+			SSL_SESSION_free(copy);
 		}
 	}
 	return ssl;

@@ -39,7 +39,9 @@ int tls_store_prepare(struct tls_store *store, const struct tls_policy *policy, 
 
 /* A new client SSL for host under policy: SNI (for names, not IP literals),
  * host name or IP verification, ALPN http/1.1, and a saved session for
- * session_key when there is one. NULL with a reason in err. */
+ * session_key when there is one: a TLS 1.3 ticket is taken out of the
+ * store (offered by this connection only), a TLS 1.2 session copied. NULL
+ * with a reason in err. */
 SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, const char *host,
 		    const char *session_key, char *err, size_t err_len);
 

@@ -147,6 +147,7 @@ class Connection:
         self.sni = None              # server name the client sent, if any
         self.tls_version = None
         self.session_reused = None   # True when the client resumed a session
+        self.psk_identities = None   # TLS 1.3: the tickets the ClientHello offered (bytes each)
         self.handshake_error = None
         self.accepted_at = time.monotonic()
         self.request_count = 0
@@ -246,6 +247,61 @@ class _Stop(Exception):
 
 class _DropConnection(_Stop):
     """Raised inside a handler to close with a FIN and no response."""
+
+
+def _client_hello_psk(record):
+    """The identities (session tickets) in a TLS record holding a
+    ClientHello's pre_shared_key extension (RFC 8446 section 4.2.11): a
+    list, empty when it offers none, None when the record cannot be read
+    as a whole ClientHello."""
+    try:
+        if record[0] != 22 or record[5] != 1:       # handshake, ClientHello
+            return None
+        end = 9 + int.from_bytes(record[6:9], "big")
+        if end > len(record):
+            return None                              # split over records
+        i = 9 + 2 + 32                               # legacy_version, random
+        i += 1 + record[i]                           # legacy_session_id
+        i += 2 + int.from_bytes(record[i:i + 2], "big")  # cipher_suites
+        i += 1 + record[i]                           # compression methods
+        ext_end = i + 2 + int.from_bytes(record[i:i + 2], "big")
+        i += 2
+        while i + 4 <= ext_end:
+            kind = int.from_bytes(record[i:i + 2], "big")
+            size = int.from_bytes(record[i + 2:i + 4], "big")
+            i += 4
+            if kind == 41:                           # pre_shared_key
+                ids_end = i + 2 + int.from_bytes(record[i:i + 2], "big")
+                j = i + 2
+                identities = []
+                while j < ids_end:
+                    n = int.from_bytes(record[j:j + 2], "big")
+                    identities.append(bytes(record[j + 2:j + 2 + n]))
+                    j += 2 + n + 4                   # obfuscated_ticket_age
+                return identities
+            i += size
+        return []
+    except IndexError:
+        return None
+
+
+def peek_psk_identities(sock, timeout=10):
+    """Read (without taking it off the socket) the client's first TLS
+    record and return the tickets its ClientHello offers, as
+    _client_hello_psk does; None when the client sent no whole record (it
+    closed, or sent something else)."""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            data = sock.recv(16389, socket.MSG_PEEK)
+            if not data or data[0] != 22:
+                return None
+            if len(data) >= 5 and len(data) >= 5 + int.from_bytes(data[3:5], "big"):
+                return _client_hello_psk(data[:5 + int.from_bytes(data[3:5], "big")])
+            time.sleep(0.002)
+    except OSError:
+        pass
+    return None
 
 
 def unclean_tls_eof(e):
@@ -395,7 +451,8 @@ class Origin:
     condition variable so tests can wait on them."""
 
     def __init__(self, host="127.0.0.1", port=0, tls=None, tls_max_version=None,
-                 tls_min_version=None, name="origin", echo_unknown=False, backlog=128):
+                 tls_min_version=None, name="origin", echo_unknown=False, backlog=128,
+                 num_tickets=None):
         self.host = host
         self.backlog = backlog             # listen queue; raise it for bursts of connections
         self.name = name
@@ -413,6 +470,8 @@ class Origin:
                 ctx.set_ciphers("DEFAULT:@SECLEVEL=0")
                 ctx.minimum_version = tls_min_version or ssl.TLSVersion.MINIMUM_SUPPORTED
                 ctx.maximum_version = tls_max_version
+            if num_tickets is not None:
+                ctx.num_tickets = num_tickets   # TLS 1.3 tickets sent per handshake
             ctx.sni_callback = self._on_sni
             self._ctx = ctx
         self._cond = threading.Condition()
@@ -698,6 +757,7 @@ class Origin:
 
     def _handshake(self, sock, conn):
         sock.settimeout(10)
+        conn.psk_identities = peek_psk_identities(sock)
         try:
             # an EOF without close_notify raises, so that _recv can tell it
             tls = self._ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False,

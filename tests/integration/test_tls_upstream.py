@@ -12,7 +12,9 @@ requests ask the origin to close after answering, to force new handshakes.
 Must hold: with tls.ca_file the good origin works, SNI carries the host
 name (and no SNI is sent for an IP literal), TLS is 1.2 or newer; pooled TLS
 connections are reused; new connections to the same upstream resume the TLS
-session; a wrong-host certificate and an unknown CA each give a 502 at once
+session, and concurrent ones never offer the same TLS 1.3 ticket (the
+origin reads the tickets each ClientHello offers; RFC 8446 appendix C.4)
+while some of them still resume; a wrong-host certificate and an unknown CA each give a 502 at once
 (no retry although max_attempts allows it) whose one-line body names the
 reason, and nothing reaches the origin; a route with verify: false works
 and is warned about by name at start, as is each route (default included)
@@ -62,6 +64,8 @@ listen:
     upstream: https://127.0.0.1:@UNKNOWN@
   - address: 127.0.0.1:@PORT4@
     upstream: https://localhost:@OLD@
+  - address: 127.0.0.1:@PORT5@
+    upstream: https://localhost:@TLS12@
 tls:
   ca_file: @CA@
 limits:
@@ -159,8 +163,10 @@ def scenario(t):
     can_tls11 = tls11_possible(certs)
     old = t.origin(tls=(certs.server, certs.server_key), name="old",
                    tls_max_version=ssl.TLSVersion.TLSv1_1 if can_tls11 else None)
+    tls12 = t.origin(tls=(certs.server, certs.server_key), name="tls12",
+                     tls_max_version=ssl.TLSVersion.TLSv1_2)
     proxy = t.proxy(CONFIG, GOOD=good.port, WRONG=wrong.port, UNKNOWN=unknown.port, OLD=old.port,
-                    CA=certs.ca, OTHERCA=certs.other_ca)
+                    TLS12=tls12.port, CA=certs.ca, OTHERCA=certs.other_ca)
 
     def get(listener, path, host=None):
         args = [proxy.listener_url(listener, path)]
@@ -215,6 +221,56 @@ def scenario(t):
         conns = {c.id: c for c in good.connections}
         resumed = [conns[c].session_reused for c in conn_ids[1:]]
         h.eq(resumed, [True, True], "session_reused on the 2nd and 3rd connection")
+
+    @t.check("TLS 1.3: concurrent new connections each offer a ticket of their own, or none "
+             "(RFC 8446 C.4)")
+    def _():
+        before = len(good.connections)
+        results = {}
+
+        def fetch(i):
+            results[i] = get(0, "/delay/0.3?t=ticket%d&close=1" % i)
+
+        threads = [threading.Thread(target=fetch, args=(i,)) for i in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        h.eq(sorted(r.status for r in results.values()), [200] * 4, "statuses (%r)" % results)
+        new = good.connections[before:]
+        h.ok(len(new) >= 3, "new upstream connections: %d" % len(new))
+        h.ok(all(c.tls_version == "TLSv1.3" for c in new), "TLS 1.3 (%r)" %
+             [c.tls_version for c in new])
+        offered = [i for c in good.connections for i in (c.psk_identities or [])]
+        h.ok(any(c.session_reused for c in new), "a new connection resumed (%r)" %
+             [(c.psk_identities is not None and len(c.psk_identities), c.session_reused)
+              for c in new])
+        h.eq(len(offered), len(set(offered)),
+             "tickets offered, each once (%d offers on %d connections since the start)"
+             % (len(offered), len(good.connections)))
+
+    @t.check("TLS 1.2: one saved session is resumed by every new connection, concurrent ones too")
+    def _():
+        r = get(5, "/echo?t=tls12-first&close=1")
+        h.eq(r.status, 200, "status (%r)" % r)
+        cid = json.loads(r.body)["conn_id"]
+        tls12.wait_for(lambda org: any(c.id == cid and c.closed.is_set() for c in org.connections),
+                       5, "the origin to close connection %d" % cid)
+        time.sleep(0.2)  # and the proxy to see it: no stale pooled connection
+        results = {}
+
+        def fetch(i):
+            results[i] = get(5, "/delay/0.3?t=tls12-%d&close=1" % i)
+
+        threads = [threading.Thread(target=fetch, args=(i,)) for i in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        h.eq(sorted(r.status for r in results.values()), [200] * 3, "statuses (%r)" % results)
+        conns = tls12.connections
+        h.eq([c.tls_version for c in conns], ["TLSv1.2"] * 4, "TLS versions")
+        h.eq([c.session_reused for c in conns], [False, True, True, True], "resumed")
 
     @t.check("a body that ends with the connection: whole after a close_notify, broken without")
     def _():
