@@ -474,18 +474,21 @@ static void client_handshake_done(struct client *client, short what)
 
 		if (hung_up && !tls_server_certificate_sent(conn_ssl(client->conn))) {
 			/* a client that hangs up before it saw the certificate
-			 * (or a port scanner) has not refused anything: neither
-			 * counted nor warned about. One that hangs up after it
-			 * did may have refused it without an alert: that counts */
+			 * (or a port scanner), or in a resumed handshake, which
+			 * sends none, has not refused anything: neither counted
+			 * nor warned about. One that hangs up after it did may
+			 * have refused it without an alert: that counts */
 			int error = conn_error(client->conn);
+			const char *kind =
+				SSL_session_reused(conn_ssl(client->conn)) ? "resumed " : "";
 
 			if (error == 0 || error == ECONNRESET)
 				snprintf(reason, sizeof(reason),
-					 "client %s the connection during the TLS handshake",
-					 error == 0 ? "closed" : "reset");
+					 "client %s the connection during the %sTLS handshake",
+					 error == 0 ? "closed" : "reset", kind);
 			else
 				snprintf(reason, sizeof(reason),
-					 "connection lost during the TLS handshake: %s",
+					 "connection lost during the %sTLS handshake: %s", kind,
 					 strerror(error));
 			client_close(client, reason);
 			return;

@@ -425,8 +425,10 @@ bool tls_server_certificate_sent(const SSL *ssl)
 {
 	OSSL_HANDSHAKE_STATE state = SSL_get_state(ssl);
 
-	/* until the whole ClientHello is read nothing has been sent */
-	return state != TLS_ST_BEFORE && state != TLS_ST_SR_CLNT_HELLO;
+	/* until the whole ClientHello is read nothing has been sent; a
+	 * resumed handshake sends no certificate: the client judged it in the
+	 * handshake that made the session */
+	return state != TLS_ST_BEFORE && state != TLS_ST_SR_CLNT_HELLO && !SSL_session_reused(ssl);
 }
 
 bool tls_failure_is_close(unsigned long ssl_error)

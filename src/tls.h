@@ -59,7 +59,8 @@ SSL *tls_server_new(struct tls_store *store, X509 *cert, EVP_PKEY *key, STACK_OF
 bool tls_failure_is_close(unsigned long ssl_error);
 
 /* Has the server side of a handshake sent its certificate (the client
- * could have judged it), whether or not the handshake went on? */
+ * could have judged it), whether or not the handshake went on? Never in a
+ * resumed handshake. */
 bool tls_server_certificate_sent(const SSL *ssl);
 
 /* A TLS error that ended a connection after its handshake (an alert from

@@ -37,7 +37,8 @@ that trusts only its own store fails its handshake, which is logged with
 the host and counted in retryproxy_intercept_failures_total, and the proxy
 keeps serving; so is a client that speaks HTTP instead of TLS, or hangs up
 after it received the certificate, but not one that closes or resets the
-connection before it did; an upstream whose certificate fails verification
+connection before it did, or in a handshake resuming an earlier tunnel's
+session (no certificate sent); an upstream whose certificate fails verification
 is a 502
 inside the tunnel; a reload picks up a new host list and a new CA; a reload
 that takes a host out of access.allow_hosts or out of interception (its
@@ -504,6 +505,54 @@ def scenario(t):
         h.wait_until(lambda: metric("retryproxy_intercept_failures_total") == before + 1, 5,
                      "a client speaking HTTP instead of TLS counted")
         proxy.wait_log(r"intercept: client .* failed its handshake: .*http request")
+
+    @t.check("a client that hangs up in a resumed handshake, where no certificate went out, is "
+             "not said to have refused one, nor counted")
+    def _():
+        ctx = ssl.create_default_context(cafile=local_ca)
+
+        def tunnel():
+            s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
+            s.sendall(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                       % (good.port, good.port)).encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(1)
+            return s
+
+        with ctx.wrap_socket(tunnel(), server_hostname="localhost") as tls:
+            # a request and its answer: the TLS 1.3 tickets come after
+            tls.sendall(b"GET /echo?t=resumed-hangup HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                        % good.port)
+            read_response(tls)
+            session = tls.session
+        before = metric("retryproxy_intercept_failures_total")
+        warned = len([l for l in proxy.stderr_lines() if "intercept: client" in l])
+        s = tunnel()
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        client = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost", session=session)
+        try:
+            client.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        s.sendall(outgoing.read())
+        # the proxy's whole flight, then the handshake is done on this side
+        # but its Finished never sent: the client hangs up instead
+        while True:
+            incoming.write(s.recv(16384))
+            try:
+                client.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pass
+        h.ok(client.session_reused, "the second tunnel resumed the session")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+        h.wait_until(lambda: metric('retryproxy_connections{side="client"}') == 0, 5,
+                     "the proxy has seen the client go")
+        h.eq(metric("retryproxy_intercept_failures_total"), before, "failures counted")
+        h.eq([l for l in proxy.stderr_lines() if "intercept: client" in l][warned:], [],
+             "warnings")
 
     @t.check("an upstream certificate that fails verification is a 502 inside the tunnel")
     def _():

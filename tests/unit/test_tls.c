@@ -60,6 +60,36 @@ static void test_server_options(void **state)
 	tls_store_free(store);
 }
 
+/* Join client and server by a pair of memory BIOs. */
+static void tls_pair(SSL *client, SSL *server)
+{
+	BIO *c, *s;
+
+	assert_int_equal(BIO_new_bio_pair(&c, 0, &s, 0), 1);
+	SSL_set_bio(client, c, c);
+	SSL_set_connect_state(client);
+	SSL_set_bio(server, s, s);
+	SSL_set_accept_state(server);
+}
+
+/* Run a paired handshake to its end, then let the client read what came
+ * after it (the TLS 1.3 tickets). */
+static void tls_handshake(SSL *client, SSL *server)
+{
+	int done = 0;
+	char byte;
+
+	for (int i = 0; i < 20 && done != 3; i++) {
+		if (SSL_do_handshake(client) == 1)
+			done |= 1;
+		if (SSL_do_handshake(server) == 1)
+			done |= 2;
+	}
+	assert_int_equal(done, 3);
+	assert_int_equal(SSL_read(client, &byte, 1), -1);
+	assert_int_equal(SSL_get_error(client, -1), SSL_ERROR_WANT_READ);
+}
+
 /* Until the whole ClientHello is in, the server has sent nothing the client
  * could judge; once it is, its certificate is on its way. */
 static void test_certificate_sent(void **state)
@@ -97,6 +127,48 @@ static void test_certificate_sent(void **state)
 	SSL_free(client);
 	SSL_CTX_free(client_ctx);
 	SSL_free(server);
+	X509_free(cert);
+	EVP_PKEY_free(key);
+	tls_store_free(store);
+}
+
+/* A resumed handshake sends no certificate: a client that hangs up in it
+ * has refused none. */
+static void test_certificate_not_sent_resumed(void **state)
+{
+	struct tls_store *store = tls_store_new();
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *cert = self_signed(key);
+	char err[256] = "";
+	SSL_CTX *client_ctx = SSL_CTX_new(TLS_client_method());
+	SSL *client = SSL_new(client_ctx);
+	SSL *server = tls_server_new(store, cert, key, NULL, err, sizeof(err));
+	SSL_SESSION *session;
+
+	tls_pair(client, server);
+	tls_handshake(client, server);
+	assert_false(SSL_session_reused(server));
+	assert_true(tls_server_certificate_sent(server));
+	/* a copy: freed without a close_notify, the client's own session is
+	 * marked not resumable */
+	session = SSL_SESSION_dup(SSL_get0_session(client));
+	assert_non_null(session);
+	SSL_free(client);
+	SSL_free(server);
+	client = SSL_new(client_ctx);
+	server = tls_server_new(store, cert, key, NULL, err, sizeof(err));
+	SSL_set_session(client, session);
+	tls_pair(client, server);
+	/* the ClientHello, then the server's flight: no certificate in it */
+	assert_int_equal(SSL_do_handshake(client), -1);
+	assert_int_equal(SSL_do_handshake(server), -1);
+	assert_true(SSL_session_reused(server));
+	assert_false(tls_server_certificate_sent(server));
+	ERR_clear_error();
+	SSL_SESSION_free(session);
+	SSL_free(client);
+	SSL_free(server);
+	SSL_CTX_free(client_ctx);
 	X509_free(cert);
 	EVP_PKEY_free(key);
 	tls_store_free(store);
@@ -172,6 +244,7 @@ int main(void)
 		cmocka_unit_test(test_server_options),
 		cmocka_unit_test(test_failure_is_close),
 		cmocka_unit_test(test_certificate_sent),
+		cmocka_unit_test(test_certificate_not_sent_resumed),
 		cmocka_unit_test(test_reload_contexts),
 	};
 
