@@ -1,6 +1,6 @@
 /* Unit tests for tls.c: the server side of an intercepted tunnel, which
- * handshake failures are only a peer that went away, and whether the
- * client could have seen the certificate. */
+ * handshake failures are only a peer that went away, whether the client
+ * could have seen the certificate, and the sessions kept for upstreams. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -238,6 +238,83 @@ static void test_reload_contexts(void **state)
 	tls_store_free(store);
 }
 
+/* How many of n new connections to upstream "k" got a session to offer
+ * (each checked against the others: never the same one twice). */
+static int tls_sessions_offered(struct tls_store *store, const struct tls_policy *policy, int n)
+{
+	SSL *ssl[8];
+	int offered = 0;
+	char err[256];
+
+	assert_true(n <= 8);
+	for (int i = 0; i < n; i++) {
+		ssl[i] = tls_client_new(store, policy, "localhost", "k", err, sizeof(err));
+		assert_non_null(ssl[i]);
+		if (SSL_get0_session(ssl[i]) != NULL)
+			offered++;
+	}
+	for (int i = 0; i < n; i++)
+		SSL_free(ssl[i]);
+	return offered;
+}
+
+/* A full handshake of a new connection to upstream "k", at most max_version. */
+static void tls_upstream_handshake(struct tls_store *store, const struct tls_policy *policy,
+				   X509 *cert, EVP_PKEY *key, int max_version)
+{
+	char err[256] = "";
+	SSL *client = tls_client_new(store, policy, "localhost", "k", err, sizeof(err));
+	SSL *server = tls_server_new(store, cert, key, NULL, err, sizeof(err));
+
+	assert_non_null(client);
+	assert_non_null(server);
+	SSL_set_session(client, NULL);
+	SSL_set_max_proto_version(client, max_version);
+	tls_pair(client, server);
+	tls_handshake(client, server);
+	assert_false(SSL_session_reused(client));
+	SSL_free(client);
+	SSL_free(server);
+}
+
+/* A TLS 1.3 ticket is handed to one new connection only (RFC 8446
+ * appendix C.4), at most 4 kept; a TLS 1.2 session to every one; a
+ * reload forgets them. */
+static void test_client_tickets(void **state)
+{
+	struct tls_store *store = tls_store_new();
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *cert = self_signed(key);
+	char path[] = "/tmp/test_tls_ca.XXXXXX";
+	struct tls_policy policy = { path, false };
+	char err[256] = "";
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	close(fd);
+	write_ca_file(path, cert, NULL);
+	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
+	/* OpenSSL's server sends 2 tickets after a full handshake */
+	tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION);
+	assert_int_equal(tls_sessions_offered(store, &policy, 3), 2);
+	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
+	for (int i = 0; i < 3; i++)
+		tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION);
+	assert_int_equal(tls_sessions_offered(store, &policy, 6), 4);
+	/* TLS 1.2: one session, offered by each */
+	tls_upstream_handshake(store, &policy, cert, key, TLS1_2_VERSION);
+	assert_int_equal(tls_sessions_offered(store, &policy, 3), 3);
+	tls_store_reload_begin(store);
+	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), 0);
+	tls_store_reload_end(store, true);
+	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
+	ERR_clear_error();
+	unlink(path);
+	X509_free(cert);
+	EVP_PKEY_free(key);
+	tls_store_free(store);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -246,6 +323,7 @@ int main(void)
 		cmocka_unit_test(test_certificate_sent),
 		cmocka_unit_test(test_certificate_not_sent_resumed),
 		cmocka_unit_test(test_reload_contexts),
+		cmocka_unit_test(test_client_tickets),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
