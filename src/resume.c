@@ -27,6 +27,8 @@ const char *resume_answer_text(enum resume_answer answer)
 		return "resume answered with another Content-Range";
 	case RESUME_ANSWER_CHANGED:
 		return "resume answered with another validator";
+	case RESUME_ANSWER_NO_ETAG:
+		return "resume answered 206 without the ETag (validator)";
 	case RESUME_ANSWER_BAD_LENGTH:
 		return "resume answered 206 whose length is not the rest";
 	case RESUME_ANSWER_OTHER_CODING:
@@ -311,8 +313,13 @@ enum resume_answer resume_check_answer(const struct resume *resume, const struct
 	if (type != NULL && resume_is_multipart_byteranges(type->value, type->value_len))
 		return RESUME_ANSWER_MULTIPART;
 	/* the 206 names its representation with the same kind of validator
-	 * the 200 had; when it does, it must be the same one */
+	 * the 200 had; when it does, it must be the same one. A 206 must carry
+	 * the ETag a 200 to the same request would (RFC 9110 section 15.3.7):
+	 * one without it proves no representation, maybe a changed one from
+	 * an origin that ignored If-Range. A Last-Modified it may leave out. */
 	validator = resume_only_field(head, resume->etag ? "ETag" : "Last-Modified", &repeated);
+	if (validator == NULL && resume->etag)
+		return RESUME_ANSWER_NO_ETAG;
 	if (repeated || (validator != NULL &&
 			 (validator->value_len != resume->validator_len ||
 			  memcmp(validator->value, resume->validator, resume->validator_len) != 0)))
@@ -326,13 +333,13 @@ enum resume_answer resume_check_answer(const struct resume *resume, const struct
 	 * codings are tokens, compared without case. A 206 to If-Range
 	 * should carry no representation fields but ETag and a few others
 	 * (RFC 9110 section 15.3.7): one without Content-Encoding that names
-	 * the 200's strong ETag is that same representation, coding and all */
+	 * the 200's strong ETag (checked above) is that same representation,
+	 * coding and all */
 	coding = resume_only_field(head, "Content-Encoding", &repeated);
-	if (repeated ||
-	    (coding == NULL
-		     ? resume->coding_len != 0 && !(resume->etag && validator != NULL)
-		     : coding->value_len != resume->coding_len ||
-			       strncasecmp(coding->value, resume->coding, resume->coding_len) != 0))
+	if (repeated || (coding == NULL ? resume->coding_len != 0 && !resume->etag
+					: coding->value_len != resume->coding_len ||
+						  strncasecmp(coding->value, resume->coding,
+							      resume->coding_len) != 0))
 		return RESUME_ANSWER_OTHER_CODING;
 	return RESUME_ANSWER_SPLICE;
 }

@@ -47,6 +47,7 @@ enum resume_answer {
 	RESUME_ANSWER_NOT_PARTIAL,  /* not a 206 (a 200 means the validator changed) */
 	RESUME_ANSWER_OTHER_RANGE,  /* Content-Range absent, malformed, or not bytes K-(L-1)/L */
 	RESUME_ANSWER_CHANGED,	    /* a 206 whose validator differs from the 200's */
+	RESUME_ANSWER_NO_ETAG,	    /* a 206 without the ETag that the 200 had */
 	RESUME_ANSWER_BAD_LENGTH,   /* a 206 whose body is not Content-Length L-K */
 	RESUME_ANSWER_OTHER_CODING, /* a 206 in another Content-Encoding than the 200 */
 	RESUME_ANSWER_MULTIPART,    /* a 206 of multipart/byteranges: parts, not the bytes */

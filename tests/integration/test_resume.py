@@ -31,6 +31,9 @@ Must hold:
   (If-Range no longer matches), or a 206 with another ETag from an origin
   that ignores If-Range, ends the client's body short, a prefix of the
   first version; resumes_total{result="failed"} counts it;
+- a 206 without the 200's strong ETag is not spliced (RFC 9110 section
+  15.3.7: a 206 carries the ETag a 200 would; this one is a changed object
+  from an origin that ignores If-Range);
 - a 206 for another range than asked is not spliced, nor one in another
   Content-Encoding than the 200's (gzip, then br); gzip then gzip is, and
   so is gzip then none with the 200's strong ETag (a 206 to If-Range
@@ -287,6 +290,23 @@ def scenario(t):
         h.eq(len(reqs), 2, "requests the origin saw")
         note = h.access_fields(proxy.access_one("/object/%d" % n)).get("note", "")
         h.ok("validator" in urllib.parse.unquote(note), "the note names the validator: %r" % note)
+
+    @t.check("a 206 without the 200's strong ETag is not spliced (RFC 9110 section 15.3.7: "
+             "a 206 carries the ETag a 200 would)")
+    def _():
+        n = 2 * MiB + 22
+        before = h.metric(admin_metrics(proxy), "retryproxy_resumes_total",
+                          '{route="default",result="failed"}')
+        # an origin that ignores If-Range and leaves the ETag out of its
+        # 206: the object changed, which nothing in the 206 says
+        r = download(n, ["?break_at=%d" % MiB, "?version=2&etag=none&if_range=ignore"])
+        short_prefix(r, n)
+        h.eq(len(requests_for(n)), 2, "requests the origin saw")
+        note = urllib.parse.unquote(
+            h.access_fields(proxy.access_one("/object/%d" % n)).get("note", ""))
+        h.ok("not resumed" in note and "ETag" in note, "the note names the ETag: %r" % note)
+        h.eq(h.metric(admin_metrics(proxy), "retryproxy_resumes_total",
+                      '{route="default",result="failed"}'), before + 1, "resumes failed")
 
     @t.check("a 206 in another Content-Encoding than the 200's is not spliced")
     def _():

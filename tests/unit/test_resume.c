@@ -171,10 +171,15 @@ static void test_resume_check_answer(void **state)
 	} cases[] = {
 		{ 206, "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nETag: \"v1\"\r\n",
 		  RESUME_ANSWER_SPLICE },
-		/* no validator on the 206: nothing to contradict the If-Range */
+		/* a 206 carries the ETag a 200 would (RFC 9110 section 15.3.7):
+		 * one without proves no representation */
 		{ 206, "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\n",
-		  RESUME_ANSWER_SPLICE },
-		{ 206, "content-range: BYTES 40-99/100\r\nContent-Length: 60\r\n",
+		  RESUME_ANSWER_NO_ETAG },
+		{ 206,
+		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\n"
+		  "Last-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n",
+		  RESUME_ANSWER_NO_ETAG },
+		{ 206, "content-range: BYTES 40-99/100\r\nContent-Length: 60\r\netag: \"v1\"\r\n",
 		  RESUME_ANSWER_SPLICE },
 		{ 200, "Content-Length: 100\r\nETag: \"v2\"\r\n", RESUME_ANSWER_NOT_PARTIAL },
 		{ 416, "Content-Range: bytes */100\r\nContent-Length: 0\r\n",
@@ -187,9 +192,11 @@ static void test_resume_check_answer(void **state)
 		  RESUME_ANSWER_OTHER_RANGE },
 		{ 206, "Content-Range: bytes 40-99/*\r\nContent-Length: 60\r\n",
 		  RESUME_ANSWER_OTHER_RANGE },
-		{ 206, "Content-Range: bytes 040-99/100\r\nContent-Length: 60\r\n",
+		{ 206, "Content-Range: bytes 040-99/100\r\nContent-Length: 60\r\nETag: \"v1\"\r\n",
 		  RESUME_ANSWER_SPLICE }, /* the same numbers */
-		{ 206, "Content-Range: bytes 40-99/100 \r\nX: y\r\nContent-Length: 60\r\n",
+		{ 206,
+		  "Content-Range: bytes 40-99/100 \r\nX: y\r\nContent-Length: 60\r\n"
+		  "ETag: \"v1\"\r\n",
 		  RESUME_ANSWER_SPLICE }, /* trailing whitespace is not part of the value */
 		{ 206, "Content-Range: bytes  40-99/100\r\nContent-Length: 60\r\n",
 		  RESUME_ANSWER_OTHER_RANGE },
@@ -204,14 +211,16 @@ static void test_resume_check_answer(void **state)
 		  RESUME_ANSWER_CHANGED },
 		{ 206, "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nETag: W/\"v1\"\r\n",
 		  RESUME_ANSWER_CHANGED },
-		{ 206, "Content-Range: bytes 40-99/100\r\nContent-Length: 61\r\n",
+		{ 206, "Content-Range: bytes 40-99/100\r\nContent-Length: 61\r\nETag: \"v1\"\r\n",
 		  RESUME_ANSWER_BAD_LENGTH },
-		{ 206, "Content-Range: bytes 40-99/100\r\nTransfer-Encoding: chunked\r\n",
+		{ 206,
+		  "Content-Range: bytes 40-99/100\r\nTransfer-Encoding: chunked\r\n"
+		  "ETag: \"v1\"\r\n",
 		  RESUME_ANSWER_BAD_LENGTH },
 		/* the 200 had no Content-Encoding */
 		{ 206,
 		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Encoding: "
-		  "gzip\r\n",
+		  "gzip\r\nETag: \"v1\"\r\n",
 		  RESUME_ANSWER_OTHER_CODING },
 		/* a server that sends parts and a top-level Content-Range both */
 		{ 206,
@@ -224,11 +233,11 @@ static void test_resume_check_answer(void **state)
 		  RESUME_ANSWER_MULTIPART },
 		{ 206,
 		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
-		  "multipart/byterangesx\r\n",
+		  "multipart/byterangesx\r\nETag: \"v1\"\r\n",
 		  RESUME_ANSWER_SPLICE },
 		{ 206,
 		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
-		  "application/octet-stream\r\n",
+		  "application/octet-stream\r\nETag: \"v1\"\r\n",
 		  RESUME_ANSWER_SPLICE },
 	};
 	struct resume *r = NULL;
@@ -248,9 +257,9 @@ static void test_resume_check_answer(void **state)
 	resume_free(r);
 }
 
-/* A 200 in a Content-Encoding is resumed only by a 206 in the same one
- * (compared without case), or by one without Content-Encoding that names
- * the 200's strong ETag (RFC 9110 section 15.3.7: a 206 to If-Range should
+/* A 200 in a Content-Encoding is resumed only by a 206 that names its
+ * strong ETag and is in the same coding (compared without case), or has
+ * no Content-Encoding (RFC 9110 section 15.3.7: a 206 to If-Range should
  * leave it out); an offer with two or an overlong one is none. */
 static void test_resume_check_answer_coding(void **state)
 {
@@ -259,15 +268,16 @@ static void test_resume_check_answer_coding(void **state)
 		const char *coding;
 		enum resume_answer want;
 	} cases[] = {
-		{ "Content-Encoding: gzip\r\n", RESUME_ANSWER_SPLICE },
-		{ "Content-Encoding: GZip\r\n", RESUME_ANSWER_SPLICE },
-		{ "", RESUME_ANSWER_OTHER_CODING },
+		{ "ETag: \"v1\"\r\nContent-Encoding: gzip\r\n", RESUME_ANSWER_SPLICE },
+		{ "ETag: \"v1\"\r\nContent-Encoding: GZip\r\n", RESUME_ANSWER_SPLICE },
+		/* without the ETag, the same coding proves nothing */
+		{ "", RESUME_ANSWER_NO_ETAG },
+		{ "Content-Encoding: gzip\r\n", RESUME_ANSWER_NO_ETAG },
 		{ "ETag: \"v1\"\r\n", RESUME_ANSWER_SPLICE },
 		{ "ETag: \"v2\"\r\n", RESUME_ANSWER_CHANGED },
 		{ "ETag: \"v1\"\r\nContent-Encoding: br\r\n", RESUME_ANSWER_OTHER_CODING },
-		{ "Content-Encoding: br\r\n", RESUME_ANSWER_OTHER_CODING },
-		{ "Content-Encoding: gzip2\r\n", RESUME_ANSWER_OTHER_CODING },
-		{ "Content-Encoding: gzip\r\nContent-Encoding: gzip\r\n",
+		{ "ETag: \"v1\"\r\nContent-Encoding: gzip2\r\n", RESUME_ANSWER_OTHER_CODING },
+		{ "ETag: \"v1\"\r\nContent-Encoding: gzip\r\nContent-Encoding: gzip\r\n",
 		  RESUME_ANSWER_OTHER_CODING },
 	};
 	struct resume *r = NULL;
