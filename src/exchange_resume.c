@@ -24,11 +24,14 @@ void exchange_resume_offer(struct exchange_try *t, const struct http1_head *head
 {
 	struct exchange *ex = t->ex;
 
-	/* the cheap facts first: most responses stop here */
+	/* the cheap facts first: most responses stop here. A request body
+	 * that was not kept (over replay_buffer, or the spool failed) went
+	 * once and cannot go with a resume: as retry_decide() says of any
+	 * retry, body_too_large */
 	if (ex->resumable || ex->observe || t->framing.body != HTTP1_BODY_LENGTH ||
 	    t->framing.content_length == 0 || !ex->idempotent ||
 	    ex->route->retry.max_attempts < 2 || ex->method_len != 3 ||
-	    memcmp(ex->method, "GET", 3) != 0)
+	    memcmp(ex->method, "GET", 3) != 0 || ex->request_body_started || ex->body_too_large)
 		return;
 	/* a body that arrived whole with its head cannot break off: most small
 	 * responses stop here, before their fields are read */

@@ -8,7 +8,8 @@ strong ETag and a Last-Modified by default), scripted per path so that each
 try gets the next step: break (FIN or RST) after N body bytes, change the
 object (?version=2, a new ETag and content), serve a weak ETag, no ETag,
 chunked framing, another range, a 503, or ignore If-Range.
-Proxy: defaults with resume on, 5 attempts, 50 ms backoff without jitter;
+Proxy: defaults with resume on, 5 attempts, 50 ms backoff without jitter,
+replay_buffer 64 KiB;
 routes (by Host) with max_attempts 2, with a deadline shorter than the
 backoff, with resume: false, with try_timeout 500ms, and with retry.on
 [5xx] (no reset).
@@ -41,6 +42,9 @@ Must hold:
 - a weak ETag, a chunked response, a request with its own Range (answered
   206, or 200 by an origin that ignores it), and a route with resume:
   false get no resume: the origin sees one request;
+- a GET whose body is over replay_buffer (64 KiB here; sent once, it cannot
+  go again) gets no resume either, and none is counted or logged as
+  failed; a GET whose body was kept is resumed, the body sent again;
 - a route whose retry.on does not name reset gets no resume either, and
   none is counted or logged as failed: the break is logged as without
   resume, resumes_total{result="failed"} stays 0;
@@ -69,7 +73,7 @@ listen:
     upstream: http://127.0.0.1:@ORIGIN@
 admin: 127.0.0.1:@PORT1@
 log: { level: info, format: @FORMAT@ }
-limits: { drain_timeout: 2s }
+limits: { drain_timeout: 2s, replay_buffer: 64KiB }
 defaults:
   retry:
     max_attempts: 5
@@ -396,6 +400,42 @@ def scenario(t):
         r = get(proxy, "/object/%d" % n, "-r", "10-")
         short_prefix(r, n)
         quiet_origin(n, 1)
+
+    @t.check("a GET whose body is over replay_buffer (sent once) gets no resume; "
+             "one whose body is kept is resumed with it")
+    def _():
+        n = 2 * MiB + 23
+        before = h.metric(admin_metrics(proxy), "retryproxy_resumes_total",
+                          '{route="default",result="failed"}')
+        big = o.pattern_bytes(100 * 1024)
+        origin.script("/object/%d" % n, ["/object/%d?break_at=%d" % (n, MiB),
+                                         "/object/%d" % n])
+        r = h.curl("http://127.0.0.1:%d/object/%d" % (proxy.port(0), n), "-X", "GET",
+                   "--data-binary", "@-", "-H", "Content-Type: application/octet-stream",
+                   input=big, timeout=30)
+        short_prefix(r, n)
+        quiet_origin(n, 1)
+        h.eq(requests_for(n)[0].body_len, len(big), "the body went to the origin once")
+        fields = h.access_fields(proxy.access_one("/object/%d" % n))
+        h.eq(urllib.parse.unquote(fields.get("note", "")), "upstream closed mid-body",
+             "the note says the break, not a resume that could never be: %r" % fields)
+        h.eq(fields.get("gave_up"), None, "no retry was due: %r" % fields)
+        h.eq(h.metric(admin_metrics(proxy), "retryproxy_resumes_total",
+                      '{route="default",result="failed"}'), before, "resumes failed")
+        # a body within replay_buffer is kept, and goes again with the resume
+        n = 2 * MiB + 24
+        small = o.pattern_bytes(1000)
+        origin.script("/object/%d" % n, ["/object/%d?break_at=%d" % (n, MiB),
+                                         "/object/%d" % n])
+        r = h.curl("http://127.0.0.1:%d/object/%d" % (proxy.port(0), n), "-X", "GET",
+                   "--data-binary", "@-", "-H", "Content-Type: application/octet-stream",
+                   input=small, timeout=30)
+        h.eq((r.exit_code, len(r.body)), (0, n), "curl exit code, body length")
+        h.ok(r.body == o.pattern_bytes(n, o.object_offset(1)), "body spliced whole")
+        reqs = requests_for(n)
+        h.eq(len(reqs), 2, "requests the origin saw")
+        h.eq([q.body_len for q in reqs], [len(small)] * 2, "the body went with the resume")
+        h.ok(reqs[1].header("Range") is not None, "the second request is the resume")
 
     @t.check("a route with resume: false gets no resume")
     def _():
