@@ -1015,6 +1015,8 @@ void exchange_hold_retry(struct exchange *ex, enum retry_cause cause)
 	exchange_hold_as(ex, true, cause);
 }
 
+static void exchange_hedge_again(struct exchange *ex);
+
 void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const char *reason)
 {
 	struct exchange *ex = t->ex;
@@ -1055,8 +1057,14 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	 * answer too large to keep is all that is left: it ends retrying */
 	if (exchange_pass_on_parked(ex))
 		return;
-	if (exchange_tries_left(ex) > 0)
+	if (exchange_tries_left(ex) > 0) {
+		/* hedge.max bounds the tries in flight at once: this one's place
+		 * may take another hedge, unless the failure is one no retry
+		 * would follow either (retry_decide()) */
+		if (outcome != TRY_TLS_VERIFY && outcome != TRY_FORBIDDEN)
+			exchange_hedge_again(ex);
 		return;
+	}
 	/* a retryable response that came whole while this try raced it says
 	 * more than this failure: decide as if it had come alone */
 	if (ex->kept_undecided)
@@ -1502,6 +1510,21 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 			exchange_arm_hedge(ex);
 	}
 	exchange_leave(ex);
+}
+
+/* A try in a hedge race failed while others still wait for a head: with
+ * fewer than 1 + hedge.max in flight, the hedge timer runs again unless it
+ * runs still. From now, so that hedges that fail at once come no faster
+ * than one per hedge.after. Not while a retryable answer kept whole waits
+ * to decide: after one, no more hedges start (its try has ended, so
+ * exchange_hedge_allowed() does not see it). */
+static void exchange_hedge_again(struct exchange *ex)
+{
+	if (ex->hedge_timer == NULL || evtimer_pending(ex->hedge_timer, NULL) || ex->kept_undecided)
+		return;
+	if (exchange_tries_racing(ex) == 0 || !exchange_hedge_allowed(ex))
+		return;
+	exchange_arm_hedge(ex);
 }
 
 void exchange_stop_hedging(struct exchange *ex)

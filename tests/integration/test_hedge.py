@@ -20,8 +20,14 @@ Must hold:
   goes on the winner's connection; the access line marks the hedge and the
   cancelled try (tries="cancelled -> wait 0ms -> hedge:200");
   retryproxy_hedges_total{route,result="won"} counts it;
-- the origin never sees more than 1 + max tries for one request, and
-  never more than max_attempts;
+- the origin never sees more than 1 + max tries for one request while
+  they all hang, and never more than max_attempts;
+- max counts hedges in flight at once: with max 1, a hedge reset at once
+  leaves its place to another, which beats the slow first try (200 from
+  the third try, the trail "hedge:reset -> wait 0ms -> cancelled -> wait
+  0ms -> hedge:200", the reset hedge counted as lost); not while a 503
+  kept whole waits to decide (max 2: a hedge reset after the other's 503
+  starts no third hedge);
 - POST, PUT with If-Match, and a GET with a body are never hedged;
 - a retryable answer (503) on the hedge waits for the first try, whose
   200 the client gets, with no retry after the 503; when the first try is
@@ -216,6 +222,35 @@ def scenario(t):
         h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
         h.eq(h.metric(admin_metrics(proxy), "retryproxy_hedges_total",
                     '{route="hedged2",result="lost"}'), 2.0, "hedges lost")
+
+    @t.check("max is hedges in flight at once: with max 1, a hedge reset at once is replaced "
+             "while the first try is still slow")
+    def _():
+        lost = h.metric(admin_metrics(proxy), "retryproxy_hedges_total",
+                        '{route="hedged",result="lost"}')
+        origin.script("/h/hedge-reset", ["/delay/2", "/reset/request", "/bytes/10"])
+        r = h.fetch(port, "GET", "/h/hedge-reset", "api.example")
+        h.eq((r.status, len(r.body)), (200, 10), "status and body length")
+        h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts")
+        h.ok(r.elapsed < 1.2 * h.SLOW, "answered after %.2f s; the first try takes 2 s"
+             % r.elapsed)
+        h.eq(len(origin.requests_for("/h/hedge-reset")), 3, "origin requests")
+        h.eq(tries_of(proxy, "/h/hedge-reset"),
+             "hedge:reset -> wait 0ms -> cancelled -> wait 0ms -> hedge:200", "tries")
+        h.eq(h.metric(admin_metrics(proxy), "retryproxy_hedges_total",
+                      '{route="hedged",result="lost"}'), lost + 1, "hedges lost")
+
+    @t.check("a failed try leaves no place to a hedge while a retryable answer waits to decide")
+    def _():
+        # max 2: the first try is slow, the first hedge is reset late, the
+        # second answers 503 (kept whole, it waits for the others); the
+        # first hedge's reset then starts no third hedge
+        origin.script("/h2/kept-then-reset",
+                      ["/delay/1", "/reset/request?delay=0.5", "/status/503", "/bytes/10"])
+        r = h.fetch(port, "GET", "/h2/kept-then-reset", "api.example")
+        h.eq((r.status, r.body), (200, b"delayed\n"), "the first try's response")
+        time.sleep(0.3 * h.SLOW)
+        h.eq(len(origin.requests_for("/h2/kept-then-reset")), 3, "origin requests")
 
     @t.check("every hedge is a try: never more than max_attempts")
     def _():
