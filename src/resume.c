@@ -136,7 +136,7 @@ bool resume_read_offer(struct resume **block, const struct http1_head *head,
 {
 	const struct http1_field *etag = NULL, *modified = NULL, *date = NULL, *validator;
 	const struct http1_field *coding = NULL;
-	bool ranges = false;
+	bool ranges = false, dates_repeated = false;
 	struct resume *resume;
 
 	/* one pass, names told apart by length first: this runs for every
@@ -151,12 +151,15 @@ bool resume_read_offer(struct resume **block, const struct http1_head *head,
 			etag = f;
 		} else if (f->name_len == 4 &&
 			   (resume_load4(f->name) | 0x20202020u) == resume_load4("date")) {
+			dates_repeated = dates_repeated || date != NULL;
 			date = f;
 		} else if (f->name_len == 13) {
-			if (resume_name13(f->name, "accept-ranges"))
+			if (resume_name13(f->name, "accept-ranges")) {
 				ranges = ranges || resume_lists_bytes(f->value, f->value_len);
-			else if (modified == NULL && resume_name13(f->name, "last-modified"))
+			} else if (resume_name13(f->name, "last-modified")) {
+				dates_repeated = dates_repeated || modified != NULL;
 				modified = f;
+			}
 		} else if (f->name_len == 16 &&
 			   http1_name_equals(f->name, 16, "content-encoding")) {
 			if (coding != NULL)
@@ -168,7 +171,9 @@ bool resume_read_offer(struct resume **block, const struct http1_head *head,
 		return false;
 	if (etag != NULL && !resume_strong_etag(etag->value, etag->value_len))
 		return false; /* a weak ETag: equal content is not promised byte for byte */
-	if (etag == NULL && !resume_strong_date(modified, date))
+	/* without an ETag the dates decide: two of either, and which would
+	 * If-Range name, or prove the date strong? */
+	if (etag == NULL && (dates_repeated || !resume_strong_date(modified, date)))
 		return false;
 	validator = etag != NULL ? etag : modified;
 	if (validator == NULL || validator->value_len == 0 ||

@@ -78,6 +78,22 @@ static void test_resume_offered(void **state)
 		  "ETag: \"e\"\r\n",
 		  "\"e\"", true },
 		{ "Accept-Ranges: bytes\r\n", NULL, false }, /* no validator */
+		/* two Last-Modified or two Date lines: which one would If-Range
+		 * name, and which one tells the date strong? */
+		{ "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
+		  "Last-Modified: Tue, 15 Nov 1994 12:45:20 GMT\r\n"
+		  "Date: Tue, 15 Nov 1994 12:45:27 GMT\r\n",
+		  NULL, false },
+		{ "Accept-Ranges: bytes\r\nLast-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
+		  "Date: Tue, 15 Nov 1994 12:45:27 GMT\r\n"
+		  "Date: Tue, 15 Nov 1994 12:45:26 GMT\r\n",
+		  NULL, false },
+		/* with a strong ETag neither is read */
+		{ "Accept-Ranges: bytes\r\nETag: \"e\"\r\n"
+		  "Last-Modified: Tue, 15 Nov 1994 12:45:26 GMT\r\n"
+		  "Last-Modified: Tue, 15 Nov 1994 12:45:20 GMT\r\n"
+		  "Date: Tue, 15 Nov 1994 12:45:27 GMT\r\nDate: Tue, 15 Nov 1994 12:45:28 GMT\r\n",
+		  "\"e\"", true },
 	};
 
 	struct resume *r = NULL;
