@@ -28,6 +28,7 @@
 #include "proxy.h"
 #include "registry.h"
 #include "reply.h"
+#include "retry_budget.h"
 #include "route.h"
 #include "tls.h"
 #include "tunnel.h"
@@ -69,6 +70,7 @@ struct client {
 	struct intercept *intercept;	      /* an intercepted CONNECT's tunnel, or NULL */
 	enum client_state state;
 	struct http1_resume head_resume; /* how far the next head's bytes were looked at */
+	uint64_t head_began_ms;	  /* a head that came in pieces: its first read's time, else 0 */
 	bool listener_gone;	  /* a reload removed its listener: close after this request */
 	bool output_full;	  /* reading the next request waits for the output to drain */
 	bool head_timer_at_flush; /* the next head's client_timeout starts once the
@@ -271,6 +273,14 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 	const char *prefix = client->intercept != NULL ? intercept_prefix(client->intercept) : NULL;
 	char *target = NULL;
 
+	/* answered as its head completed, or, for a head that came in pieces
+	 * and was cut or refused, since its first piece */
+	if (client->head_began_ms != 0) {
+		uint64_t now = retry_budget_now_ms();
+
+		record.duration_ms = now > client->head_began_ms ? now - client->head_began_ms : 0;
+		client->head_began_ms = 0;
+	}
 	if (head != NULL && head->method_len > 0) {
 		record.method = head->method;
 		record.method_len = head->method_len;
@@ -297,7 +307,7 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 	/* a final response to a client as much as a relayed one (SPEC:
 	 * requests_total), under route "-" as in the log: none was chosen */
 	metrics_request_done(client->proxy->metrics, metrics_unrouted(client->proxy->metrics),
-			     status, 0.0, 0);
+			     status, (double)record.duration_ms / 1000.0, 0);
 }
 
 /* The longest run of empty lines the parser skips before a request line
@@ -562,6 +572,10 @@ static void client_read_head(struct client *client)
 			want, &parse_limits, head, &error);
 	switch (parsed) {
 	case HTTP1_PARSE_MORE:
+		/* a head in pieces (never on the hot path: heads come whole in
+		 * one read): its answer, should it be cut, lasted from here */
+		if (client->head_began_ms == 0)
+			client->head_began_ms = retry_budget_now_ms();
 		return;
 	case HTTP1_PARSE_ERROR:
 		/* a head refused in its fields, or as too large, after a request
@@ -574,6 +588,7 @@ static void client_read_head(struct client *client)
 	case HTTP1_PARSE_DONE:
 		break;
 	}
+	client->head_began_ms = 0;
 	if (http1_request_framing(head, &framing, &error) < 0) {
 		client_refuse(client, head, http1_error_status(error), http1_error_text(error));
 		return;

@@ -10,7 +10,8 @@ only part of the body.
 Origin: echoes; /delay/2 answers after 2 s.
 Must hold: a silent connection, a dripping head and an idle keep-alive
 connection are each closed within a few seconds of the 1 s timeout (none
-before 0.3 s), and nothing of the dripped request reaches the origin; the
+before 0.3 s), and nothing of the dripped request reaches the origin; a
+cut head's 408 is logged with the time since its first byte; the
 timeout counts from the end of the previous response, so requests 0.7 s
 apart keep one connection alive; a slow response is not cut by it; a
 request body that stops arriving for client_timeout closes the connection
@@ -141,6 +142,10 @@ def scenario(t):
         fields = h.access_fields(lines_408()[-1])
         h.eq((fields.get("method"), fields.get("target")), ("-", "-"),
              "the cut line's method and target in its access line")
+        # the request lasted from its first byte to the 408: client_timeout
+        # (1 s) less the moment between the connect and that byte
+        h.ok(700 <= int(fields.get("duration_ms")) <= BOUND * 1000,
+             "the 408's duration_ms, from the head's first byte: %r" % fields.get("duration_ms"))
 
     @t.check("an idle keep-alive connection is closed after client_timeout, nothing sent")
     def _():
