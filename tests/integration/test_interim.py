@@ -8,7 +8,8 @@ server of this file. Paths under /once/ use a route with max_attempts 1,
 Origin: a raw socket server that answers each request as its last path
 segment says: "hints" sends a 103 Early Hints (a Link field, hop-by-hop
 fields and a Connection option) and then a 200; "processing" a 100 and a
-102 and then the 200; "plain" a 200 after 0.3 s; "retry" a 103 and a 503
+102 and then the 200; "continue" a 100 (unasked: the proxy never passes
+Expect on) and then the 200; "plain" a 200 after 0.3 s; "retry" a 103 and a 503
 on the first request, a 103 and a 200 on the next; "hedge" a 103 and
 nothing more on the first request, a 103 and a 200 on the next; "resume"
 a 200 cut after 5 bytes, then a 103 and the 206 with the rest; "flood"
@@ -16,8 +17,10 @@ a 200 cut after 5 bytes, then a 103 and the 206 with the rest; "flood"
 Must hold: an HTTP/1.1 client gets the 103 before the 200, byte for byte
 the upstream's status line and fields minus the hop-by-hop ones, with Via
 and Retry-Attempts; the final response is untouched and logged with status
-200; an upstream's 100 is not forwarded (the proxy answers Expect itself)
-but its 102 is; an HTTP/1.0 client never gets a 1xx; a 103 from a try
+200; an upstream's 100 and 102 are forwarded, the 100 as any 1xx (the
+proxy did not ask for it: it answers Expect itself and does not pass it
+on), so a client that sent Expect gets the proxy's 100 and then the
+upstream's; an HTTP/1.0 client never gets a 1xx; a 103 from a try
 whose 503 is retried reaches the client, followed by the next try's 103 and
 its 200 (Retry-Attempts 2), logged 200; a hedged request forwards each
 try's 103, then the winner's 200; a resume's 103 (a 200 broken after 5
@@ -133,6 +136,11 @@ class InterimOrigin(RawServer):
             time.sleep(0.1)
             conn.sendall(FINAL)
             return True
+        if kind == "continue":
+            conn.sendall(b"HTTP/1.1 100 Continue\r\nX-From: origin\r\n\r\n")
+            time.sleep(0.1)
+            conn.sendall(FINAL)
+            return True
         if kind == "plain":
             time.sleep(0.3)
             conn.sendall(FINAL)
@@ -195,18 +203,42 @@ def scenario(t):
             final_ok(c.read_response(skip_1xx=False), 1)
         h.eq(str(logged_status("tag=h11")), "200", "logged status")
 
-    @t.check("an upstream's 100 is the proxy's, its 102 is forwarded")
+    continue_out = b"HTTP/1.1 100 Continue\r\nX-From: origin\r\nVia: 1.1 retryproxy\r\nRetry-Attempts: 1\r\n\r\n"
+
+    @t.check("an upstream's 100 and 102 are forwarded, in order")
     def _():
         with h.RawConn(proxy.port(), timeout=10) as c:
             c.send(h.request("GET", "/once/processing", "a.example"))
             h.eq(c.read_until(b"\r\n\r\n"),
-                 b"HTTP/1.1 102 Processing\r\nVia: 1.1 retryproxy\r\nRetry-Attempts: 1\r\n\r\n",
+                 b"HTTP/1.1 100 Continue\r\nVia: 1.1 retryproxy\r\nRetry-Attempts: 1\r\n\r\n",
                  "the first head")
+            h.eq(c.read_until(b"\r\n\r\n"),
+                 b"HTTP/1.1 102 Processing\r\nVia: 1.1 retryproxy\r\nRetry-Attempts: 1\r\n\r\n",
+                 "the second head")
             final_ok(c.read_response(skip_1xx=False), 1)
+
+    @t.check("an upstream's unasked 100 reaches a client that sent no Expect, then the 200")
+    def _():
+        with h.RawConn(proxy.port(), timeout=10) as c:
+            c.send(h.request("GET", "/once/continue?tag=c1", "a.example"))
+            h.eq(c.read_until(b"\r\n\r\n"), continue_out, "the upstream's 100 as forwarded")
+            final_ok(c.read_response(skip_1xx=False), 1)
+        h.eq(str(logged_status("tag=c1")), "200", "logged status")
+
+    @t.check("a client that sent Expect: the proxy's own 100, then the upstream's, then the 200")
+    def _():
+        with h.RawConn(proxy.port(), timeout=10) as c:
+            c.send(h.request("POST", "/once/continue?tag=c2", "a.example",
+                             headers=[("Expect", "100-continue"), ("Content-Length", "5")]))
+            h.eq(c.read_until(b"\r\n\r\n"), b"HTTP/1.1 100 Continue\r\n\r\n", "the proxy's 100")
+            c.send(b"12345")
+            h.eq(c.read_until(b"\r\n\r\n"), continue_out, "the upstream's 100 as forwarded")
+            final_ok(c.read_response(skip_1xx=False), 1)
+        h.eq(str(logged_status("tag=c2")), "200", "logged status")
 
     @t.check("HTTP/1.0 client: no 1xx at all, the 200 first")
     def _():
-        for path in ("/once/hints?tag=h10", "/once/processing?tag=h10"):
+        for path in ("/once/hints?tag=h10", "/once/processing?tag=h10", "/once/continue?tag=h10"):
             with h.RawConn(proxy.port(), timeout=10) as c:
                 c.send(h.request("GET", path, "a.example", version="HTTP/1.0"))
                 r = c.read_response(skip_1xx=False)
