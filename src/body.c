@@ -1,6 +1,11 @@
 #include "body.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include <event2/buffer.h>
+
+#include "xmalloc.h"
 
 void body_relay_init(struct body_relay *relay, enum body_mode mode, uint64_t content_length,
 		     size_t max_trailer)
@@ -9,8 +14,28 @@ void body_relay_init(struct body_relay *relay, enum body_mode mode, uint64_t con
 	relay->remaining = content_length;
 	relay->payload_bytes = 0;
 	relay->done = mode == BODY_MODE_LENGTH && content_length == 0;
-	if (mode == BODY_MODE_CHUNKED || mode == BODY_MODE_CHUNKED_DECODE)
+	relay->trailer_named = NULL;
+	if (mode == BODY_MODE_CHUNKED || mode == BODY_MODE_CHUNKED_DECODE) {
 		http1_chunked_init(&relay->chunked, max_trailer);
+		relay->trailer_held = 0;
+	}
+}
+
+void body_relay_trailer_named(struct body_relay *relay, const struct http1_head *head)
+{
+	size_t len = http1_trailer_named(head, NULL, 0);
+
+	if (len == 0)
+		return;
+	relay->trailer_named = xmalloc(len + 1);
+	http1_trailer_named(head, relay->trailer_named, len);
+	relay->trailer_named[len] = '\0';
+}
+
+void body_relay_release(struct body_relay *relay)
+{
+	free(relay->trailer_named);
+	relay->trailer_named = NULL;
 }
 
 void body_relay_init_framing(struct body_relay *relay, const struct http1_framing *framing,
@@ -57,12 +82,75 @@ static void body_relay_take(struct evbuffer *src, struct evbuffer *dst, size_t n
 	evbuffer_remove_buffer(src, dst, n);
 }
 
+/* The whole trailer section, its final empty line included, is the first
+ * relay->trailer_held bytes of src: pass its fields on to dst but those
+ * that must not go on, and take it from src. */
+static void body_relay_put_trailer(struct body_relay *relay, struct evbuffer *src,
+				   struct evbuffer *dst)
+{
+	size_t len = relay->trailer_held;
+	const char *p = (const char *)evbuffer_pullup(src, (ev_ssize_t)len);
+	/* the final empty line */
+	const char *end = p + len - 2;
+	/* where the lines to pass on that are not added yet start */
+	const char *keep = p;
+	const char *named = relay->trailer_named;
+	size_t named_len = named != NULL ? strlen(named) : 0;
+
+	/* the decoder checked every line: a name, ':', a value, CRLF */
+	while (p < end) {
+		const char *colon = memchr(p, ':', (size_t)(end - p));
+		const char *next = (const char *)memchr(colon, '\n', (size_t)(end - colon)) + 1;
+
+		if (!http1_trailer_field_passes(p, (size_t)(colon - p), named, named_len)) {
+			if (p > keep)
+				evbuffer_add(dst, keep, (size_t)(p - keep));
+			keep = next;
+		}
+		p = next;
+	}
+	evbuffer_add(dst, keep, (size_t)(end + 2 - keep));
+	evbuffer_drain(src, len);
+	relay->trailer_held = 0;
+	relay->done = true;
+}
+
+/* Step over the rest of the trailer section whose first relay->trailer_held
+ * bytes src holds; pass it on once it ended. */
+static int body_relay_move_trailer(struct body_relay *relay, struct evbuffer *src,
+				   struct evbuffer *dst, enum http1_error *error)
+{
+	while (evbuffer_get_length(src) > relay->trailer_held) {
+		struct evbuffer_ptr pos;
+		struct evbuffer_iovec vec;
+		size_t n = 0;
+
+		if (evbuffer_ptr_set(src, &pos, relay->trailer_held, EVBUFFER_PTR_SET) < 0 ||
+		    evbuffer_peek(src, -1, &pos, &vec, 1) < 1 || vec.iov_len == 0)
+			break;
+		switch (http1_chunked_step(&relay->chunked, vec.iov_base, vec.iov_len, &n, error)) {
+		case HTTP1_CHUNK_ERROR:
+			return -1;
+		case HTTP1_CHUNK_DONE:
+			relay->trailer_held += n;
+			body_relay_put_trailer(relay, src, dst);
+			return 0;
+		default: /* TRAILER: it goes on */
+			relay->trailer_held += n;
+			break;
+		}
+	}
+	return 0;
+}
+
 /* Walk chunked framing extent by extent: data moves, framing moves or drops. */
 static int body_relay_move_chunked(struct body_relay *relay, struct evbuffer *src,
 				   struct evbuffer *dst, enum http1_error *error)
 {
 	struct evbuffer *framing_dst = relay->mode == BODY_MODE_CHUNKED ? dst : NULL;
 
+	if (relay->trailer_held > 0)
+		return body_relay_move_trailer(relay, src, dst, error);
 	while (!relay->done && evbuffer_get_length(src) > 0) {
 		struct evbuffer_iovec vec;
 		size_t n = 0;
@@ -77,7 +165,19 @@ static int body_relay_move_chunked(struct body_relay *relay, struct evbuffer *sr
 		case HTTP1_CHUNK_FRAMING:
 			body_relay_take(src, framing_dst, n);
 			break;
+		case HTTP1_CHUNK_TRAILER:
+			if (framing_dst == NULL) {
+				body_relay_take(src, NULL, n);
+				break;
+			}
+			relay->trailer_held = n;
+			return body_relay_move_trailer(relay, src, framing_dst, error);
 		case HTTP1_CHUNK_DONE:
+			if (framing_dst != NULL && http1_chunked_has_trailer(&relay->chunked)) {
+				relay->trailer_held = n;
+				body_relay_put_trailer(relay, src, framing_dst);
+				break;
+			}
 			body_relay_take(src, framing_dst, n);
 			relay->done = true;
 			break;

@@ -205,6 +205,8 @@ static void exchange_free(struct exchange *ex)
 
 	proxy->retry_memory_bytes -= ex->memory_counted;
 	ex->memory_counted = 0;
+	body_relay_release(&ex->request_body);
+	body_relay_release(&ex->response_body);
 	if (ex->replay != NULL)
 		evbuffer_free(ex->replay);
 	/* the file goes with its exchange, however that ended */

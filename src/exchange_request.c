@@ -638,6 +638,8 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	ex->upgrade = framing->upgrade;
 	exchange_set_destination(ex, head, &dest);
 	body_relay_init_framing(&ex->request_body, framing, false, config->limits.max_header_bytes);
+	if (framing->body == HTTP1_BODY_CHUNKED && framing->connection_options)
+		body_relay_trailer_named(&ex->request_body, head);
 	/* refused by exchange_run() under its route, as a chunked body found
 	 * over the limit is: nothing to decide, build or count for it */
 	ex->body_over_limit = framing->body == HTTP1_BODY_LENGTH &&

@@ -121,8 +121,11 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 		ex->ambiguous = head->status == 412 || (head->status == 409 && ex->keyed);
 		size += sizeof(ambiguous) - 1; /* room enough either way */
 	}
+	body_relay_release(&ex->response_body);
 	body_relay_init_framing(&ex->response_body, rf, !pass_chunked,
 				ex->config->limits.max_header_bytes);
+	if (pass_chunked && rf->connection_options)
+		body_relay_trailer_named(&ex->response_body, head);
 	if (rf->body == HTTP1_BODY_UNTIL_CLOSE || (rf->body == HTTP1_BODY_CHUNKED && !pass_chunked))
 		ex->client_keep_after = false;
 	http1_hop_by_hop_marks(head, hop);

@@ -648,6 +648,7 @@ struct http1_scan {
 	bool close;			/* Connection: close */
 	bool keep_alive;		/* Connection: keep-alive */
 	bool upgrade_option;		/* Connection: upgrade */
+	bool other_option;		/* Connection: any other option */
 	bool has_upgrade;		/* an Upgrade field naming something */
 	bool expect_continue;		/* Expect: 100-continue */
 	bool expect_other;		/* another expectation */
@@ -698,7 +699,7 @@ static int http1_scan_content_length(const struct http1_field *f, struct http1_s
 	return 0;
 }
 
-/* Note the close, keep-alive and upgrade options of one Connection field. */
+/* Note the options of one Connection field. */
 static void http1_scan_connection(const struct http1_field *f, struct http1_scan *scan)
 {
 	const char *p = f->value;
@@ -712,6 +713,8 @@ static void http1_scan_connection(const struct http1_field *f, struct http1_scan
 			scan->keep_alive = true;
 		else if (HTTP1_FOLD_IS(elem, elem_len, "upgrade"))
 			scan->upgrade_option = true;
+		else if (elem_len > 0)
+			scan->other_option = true;
 	}
 }
 
@@ -903,6 +906,7 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 				   framing->body != HTTP1_BODY_NONE;
 	framing->keep_alive = http1_keep_alive(head, &scan);
 	framing->length_repeated = scan.length_repeated;
+	framing->connection_options = scan.other_option;
 	/* Upgrade in HTTP/1.0 is to be ignored (RFC 9110 section 7.8). With
 	 * content, the switch would come after a body the proxy may be
 	 * replaying: such a request goes on without Upgrade, a choice RFC
@@ -936,6 +940,7 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
 		return -1;
 	framing->keep_alive = http1_keep_alive(head, &scan);
 	framing->length_repeated = scan.length_repeated;
+	framing->connection_options = scan.other_option;
 	/* RFC 9112 section 6.3 rule 1: these never have content, whatever
 	 * their fields say; Content-Length was still checked above. */
 	if (request_was_head || head->status < 200 || head->status == 204 || head->status == 304)

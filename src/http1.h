@@ -171,6 +171,8 @@ struct http1_framing {
 				    * content */
 	bool upgrade; /* request: asks to switch protocols (RFC 9110 section 7.8): HTTP/1.1,
 		       * an Upgrade field, the upgrade option in Connection, no content */
+	bool connection_options; /* Connection names an option besides close, keep-alive and
+				  * upgrade: a field its trailer section must not pass on */
 };
 
 /* Decide a request's framing, checking Content-Length, Transfer-Encoding
@@ -237,8 +239,9 @@ struct http1_chunked {
 };
 
 enum http1_chunk_step {
-	HTTP1_CHUNK_FRAMING, /* the first *n bytes are framing (size lines, CRLFs, trailers) */
+	HTTP1_CHUNK_FRAMING, /* the first *n bytes are framing (size lines, CRLFs) */
 	HTTP1_CHUNK_DATA,    /* the first *n bytes are chunk data */
+	HTTP1_CHUNK_TRAILER, /* the first *n bytes are of a trailer section that goes on */
 	HTTP1_CHUNK_DONE,    /* the first *n bytes are framing and end the body */
 	HTTP1_CHUNK_ERROR,   /* invalid framing; *error says why */
 };
@@ -247,12 +250,36 @@ enum http1_chunk_step {
 void http1_chunked_init(struct http1_chunked *dec, size_t max_trailer);
 
 /* Look at the next len (> 0) bytes of the body and classify a prefix of them.
- * FRAMING and DATA consume *n bytes with 0 < *n <= len; call again with the
- * rest. DONE consumes *n bytes and the body is complete. */
+ * FRAMING, DATA and TRAILER consume *n bytes with 0 < *n <= len; call again
+ * with the rest. DONE consumes *n bytes and the body is complete. A trailer
+ * section (its field lines and the final empty line) never shares a step
+ * with the framing before it: it starts a step, TRAILER while it goes on,
+ * and its end is DONE, after which http1_chunked_has_trailer() is true. */
 enum http1_chunk_step http1_chunked_step(struct http1_chunked *dec, const char *buf, size_t len,
 					 size_t *n, enum http1_error *error);
 
 /* True once DONE has been returned. */
 bool http1_chunked_done(const struct http1_chunked *dec);
+
+/* Write the options head's Connection fields name, other than close and
+ * the names of fields always hop-by-hop, into out (room bytes), each
+ * followed by a comma: the fields its trailer section must not pass on
+ * (RFC 9110 section 7.6.1). Returns the length they take, which is more
+ * than room when they do not fit (out then holds only some of them). */
+size_t http1_trailer_named(const struct http1_head *head, char *out, size_t room);
+
+/* May a trailer field of this name go on? Not one named in named (a list
+ * from http1_trailer_named()), nor a hop-by-hop field, nor one a trailer
+ * must not carry (RFC 9110 section 6.5.1): framing (Content-Length,
+ * Transfer-Encoding, Trailer), routing (Host), authentication, request
+ * modifiers, content format, response controls (Cache-Control), nor
+ * Retry-Attempts, which is this proxy's. */
+bool http1_trailer_field_passes(const char *name, size_t len, const char *named, size_t named_len);
+
+/* True once a trailer field's first byte was stepped over. */
+static inline bool http1_chunked_has_trailer(const struct http1_chunked *dec)
+{
+	return dec->trailer_bytes > 0;
+}
 
 #endif

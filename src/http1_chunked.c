@@ -234,9 +234,17 @@ enum http1_chunk_step http1_chunked_step(struct http1_chunked *dec, const char *
 			return HTTP1_CHUNK_ERROR;
 		}
 		i++;
-		if (s == HTTP1_CS_SIZE_START || s == HTTP1_CS_TRAILER0) {
+		if (s == HTTP1_CS_SIZE_START) {
 			dec->line_len = 0;
 			dec->size = 0;
+		} else if (s == HTTP1_CS_TRAILER0) {
+			dec->line_len = 0;
+			dec->size = 0;
+			/* after the last chunk, a field line starts a trailer
+			 * section: a step of its own, so that the caller can
+			 * hold it (an empty line ends the body at once) */
+			if (before == HTTP1_CS_SIZE_LF && i < len && buf[i] != '\r')
+				break;
 		} else if (s == HTTP1_CS_DATA) {
 			break;
 		} else if (s == HTTP1_CS_DONE) {
@@ -245,5 +253,87 @@ enum http1_chunk_step http1_chunked_step(struct http1_chunked *dec, const char *
 		}
 	}
 	*n = i;
-	return HTTP1_CHUNK_FRAMING;
+	return dec->trailer_bytes > 0 ? HTTP1_CHUNK_TRAILER : HTTP1_CHUNK_FRAMING;
+}
+
+/* Fields a trailer section never passes on, lower case: hop-by-hop ones,
+ * and those RFC 9110 section 6.5.1 says cannot be processed after the
+ * content (framing, routing, authentication, request modifiers, content
+ * format, response controls), as other implementations list them; and
+ * Retry-Attempts, which the proxy sets itself in the head. */
+static const char *const http1_trailer_never[] = {
+	"connection",
+	"keep-alive",
+	"proxy-connection",
+	"te",
+	"transfer-encoding",
+	"upgrade",
+	"content-length",
+	"trailer",
+	"host",
+	"authorization",
+	"proxy-authorization",
+	"www-authenticate",
+	"proxy-authenticate",
+	"expect",
+	"max-forwards",
+	"range",
+	"content-type",
+	"content-encoding",
+	"content-range",
+	"cache-control",
+	"pragma",
+	"retry-attempts",
+};
+
+/* Is name one of http1_trailer_never? */
+static bool http1_trailer_never_passes(const char *name, size_t len)
+{
+	for (size_t i = 0; i < sizeof(http1_trailer_never) / sizeof(http1_trailer_never[0]); i++)
+		if (http1_name_equals(name, len, http1_trailer_never[i]))
+			return true;
+	return false;
+}
+
+size_t http1_trailer_named(const struct http1_head *head, char *out, size_t room)
+{
+	size_t len = 0;
+
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *c = &head->fields[i];
+		const char *p = c->value;
+		const char *elem;
+		size_t elem_len;
+
+		if (c->known != HTTP1_FIELD_CONNECTION)
+			continue;
+		while (http1_list_next(&p, c->value + c->value_len, &elem, &elem_len)) {
+			if (elem_len == 0 || http1_name_equals(elem, elem_len, "close") ||
+			    http1_trailer_never_passes(elem, elem_len))
+				continue;
+			if (len + elem_len + 1 <= room) {
+				memcpy(out + len, elem, elem_len);
+				out[len + elem_len] = ',';
+			}
+			len += elem_len + 1;
+		}
+	}
+	return len;
+}
+
+bool http1_trailer_field_passes(const char *name, size_t len, const char *named, size_t named_len)
+{
+	if (http1_trailer_never_passes(name, len))
+		return false;
+	/* each name in the list ends in a comma */
+	while (named_len > 0) {
+		const char *comma = memchr(named, ',', named_len);
+		size_t elem_len = (size_t)(comma - named);
+
+		if (http1_equal_nocase(name, len, named, elem_len))
+			return false;
+		named += elem_len + 1;
+		named_len -= elem_len + 1;
+	}
+	return true;
 }

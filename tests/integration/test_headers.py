@@ -27,12 +27,19 @@ echoed as message/http, without its Authorization or Cookie; OPTIONS:
 Allow) and never reaches the origin, and with Max-Forwards: 5 it reaches
 the origin with Max-Forwards: 4 (RFC 9110 section 7.6.2); two Max-Forwards
 lines (0 and 5, or 5 and 0) are a list, not a number: the request reaches
-the origin with both as sent.
+the origin with both as sent. A chunked message's trailer section goes on
+without the fields its head's Connection names, the hop-by-hop ones, and
+those a trailer must not carry (framing, Trailer, Host, authentication,
+request modifiers, content format, Cache-Control, Retry-Attempts), both
+ways (a request kept for a retry, a response kept while a retry is made,
+too), the rest byte-exact in order, also when it arrives in pieces; the
+connection stays in step after it.
 """
 
 import json
 import socket
 import threading
+import time
 
 import harness as h
 import origin as o
@@ -49,6 +56,10 @@ defaults:
   retry:
     max_attempts: 1
 routes:
+  - name: replayed
+    match: { path_prefix: /echo/replayed }
+    retry:
+      max_attempts: 2
   - name: root
     match: { path_prefix: / }
 """
@@ -82,6 +93,31 @@ def request_fields():
     e, hb = END_TO_END, HOP_BY_HOP
     return [e[0], hb[0], e[1], hb[1], hb[2], e[2], hb[3], ("Via", "1.0 client-side-proxy"),
             e[3], hb[4], hb[5], e[4], hb[6], hb[7], e[5], hb[8], e[6]]
+
+
+# a trailer section's fields: those that must not go on, interleaved with
+# those that must (the odd-case X-Checksum and Server-Timing)
+TRAILER_DROPPED = [
+    ("X-Hop-T", "named by Connection"), ("Connection", "close"), ("Keep-Alive", "timeout=5"),
+    ("Proxy-Connection", "keep-alive"), ("TE", "trailers"), ("Upgrade", "h2c"),
+    ("Content-Length", "99"), ("Transfer-Encoding", "gzip"), ("Trailer", "X-Other"),
+    ("Host", "evil.example"), ("Authorization", "Basic eA=="), ("Proxy-Authorization", "Basic eA=="),
+    ("WWW-Authenticate", "Basic"), ("Proxy-Authenticate", "Basic"), ("Expect", "100-continue"),
+    ("Max-Forwards", "3"), ("Range", "bytes=0-1"), ("Content-Type", "text/evil"),
+    ("Content-Encoding", "gzip"), ("Content-Range", "bytes 0-1/2"),
+    ("Cache-Control", "no-store"), ("Retry-Attempts", "9"), ("x-hop-t2", "also named"),
+]
+TRAILER_KEPT = [("x-CHECKSUM", "1"), ("Server-Timing", "db;dur=53")]
+
+
+def trailer_lines():
+    """The trailer section's lines (bytes): kept and dropped interleaved."""
+    d, k = TRAILER_DROPPED, TRAILER_KEPT
+    fields = d[:10] + [k[0]] + d[10:] + [k[1]]
+    return b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in fields)
+
+
+KEPT_LINES = b"".join(b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in TRAILER_KEPT)
 
 
 def via_list(headers):
@@ -297,6 +333,69 @@ def scenario(t):
             r = c.read_response()
         h.eq((r.status, r.body), (200, b"ok"), "status and body")
         h.eq(via_list(r.headers), ["1.0 retryproxy"], "Via at the client for an HTTP/1.0 response")
+
+    @t.check("a chunked response's trailer section: the fields it must not carry are dropped, "
+             "the rest byte-exact, whole or in pieces; the connection stays in step")
+    def _():
+        kept = []
+
+        def serve(conn, _server):
+            buf = b""
+            while True:
+                got = rawserver.read_request(conn, buf)
+                if got is None:
+                    return
+                _method, target, buf = got
+                status = b"200 OK"
+                if "kept" in target:
+                    # a 503 kept while a retry is made, which then fails:
+                    # the client gets the kept one
+                    kept.append(target)
+                    if len(kept) > 1:
+                        return
+                    status = b"503 Service Unavailable"
+                conn.sendall(b"HTTP/1.1 " + status + b"\r\nTransfer-Encoding: chunked\r\n"
+                             b"Connection: X-Hop-T, keep-alive,x-HOP-t2\r\n"
+                             b"Trailer: X-Checksum\r\n\r\n5\r\nhello\r\n")
+                end = b"0\r\n" + trailer_lines() + b"\r\n"
+                if "split" in target:
+                    for i in range(0, len(end), 7):
+                        conn.sendall(end[i:i + 7])
+                        time.sleep(0.01)
+                elif "dropped" in target:
+                    conn.sendall(b"0\r\nX-Hop-T: a\r\nTrailer: b\r\n\r\n")
+                else:
+                    conn.sendall(end)
+
+        origin_t = rawserver.RawServer(serve)
+        t.defer(origin_t.stop)
+        authority = "127.0.0.1:%d" % origin_t.port
+        with h.RawConn(proxy.port(0)) as c:
+            for path, want in (("/whole", KEPT_LINES), ("/split", KEPT_LINES), ("/dropped", b""),
+                               ("/echo/replayed/kept", KEPT_LINES)):
+                c.send(h.request("GET", "http://%s%s" % (authority, path), authority))
+                head = c.read_until(b"\r\n\r\n")
+                status = b"503" if "kept" in path else b"200"
+                h.ok(head.startswith(b"HTTP/1.1 %s " % status) and b"\r\nTrailer: X-Checksum\r\n" in head,
+                     "%s: head %r" % (path, head))
+                h.eq(c.read_until(b"\r\n\r\n"), b"5\r\nhello\r\n0\r\n" + want + b"\r\n",
+                     "%s: the body and trailer section as the client got them" % path)
+            h.eq(bytes(c.buf), b"", "bytes after the last response")
+        h.eq(len(kept), 2, "tries of the kept response")
+
+    @t.check("a chunked request's trailer section: the fields it must not carry are dropped "
+             "before the origin, the rest byte-exact, streamed or kept for a retry")
+    def _():
+        for path in ("/echo?t=req-trailer", "/echo/replayed?t=req-trailer"):
+            with h.RawConn(proxy.port(1)) as c:
+                c.send(b"PUT %s HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n"
+                       b"Connection: X-Hop-T, x-hop-T2\r\n\r\n5\r\nhello\r\n0\r\n"
+                       % path.encode() + trailer_lines() + b"\r\n")
+                r = c.read_response()
+            h.eq(r.status, 200, "%s: status" % path)
+            seen = json.loads(r.body)
+            h.eq((seen["body_len"], seen["trailers"]), (5, [list(f) for f in TRAILER_KEPT]),
+                 "%s: body length and trailer fields at the origin" % path)
 
 
 h.run(scenario, __doc__)

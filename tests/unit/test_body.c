@@ -67,7 +67,7 @@ static void test_length_body_stops_at_length(void **state)
 
 static void test_chunked_pass_and_decode(void **state)
 {
-	const char *body = "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: x\r\n\r\nNEXT";
+	const char *body = "5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Sum: x\r\n\r\nNEXT";
 	int done, failed;
 	size_t left, step;
 
@@ -86,6 +86,50 @@ static void test_chunked_pass_and_decode(void **state)
 		assert_string_equal(decoded, "hello world");
 		assert_true(done);
 		free(decoded);
+	}
+}
+
+/* A trailer section is held until it ends, then goes on without the fields
+ * that must not (fixed ones, and those the head's Connection names),
+ * however it arrives; nothing of it before its end. */
+static void test_chunked_trailer_filtered(void **state)
+{
+	static const char raw_head[] = "HTTP/1.1 200 OK\r\nConnection: X-Hop\r\n\r\n";
+	static const char body[] = "5\r\nhello\r\n0\r\nContent-Length: 9\r\nX-Sum: 1\r\n"
+				   "x-hop: s\r\nTrailer: a\r\nX-Other: 2\r\nHost: h\r\n\r\nNEXT";
+	static const char want[] = "5\r\nhello\r\n0\r\nX-Sum: 1\r\nX-Other: 2\r\n\r\n";
+	static struct http1_head head;
+	enum http1_error error;
+	size_t len = strlen(body);
+	size_t step;
+
+	assert_int_equal(http1_parse_response_head(raw_head, strlen(raw_head), 4096, &head, &error),
+			 HTTP1_PARSE_DONE);
+	for (step = 1; step <= len; step++) {
+		struct body_relay relay;
+		struct evbuffer *src = evbuffer_new();
+		struct evbuffer *dst = evbuffer_new();
+		size_t off;
+
+		body_relay_init(&relay, BODY_MODE_CHUNKED, 0, 1024);
+		body_relay_trailer_named(&relay, &head);
+		for (off = 0; off < len; off += step) {
+			size_t n = len - off < step ? len - off : step;
+
+			evbuffer_add(src, body + off, n);
+			assert_int_equal(body_relay_move(&relay, src, dst, &error), 0);
+			/* nothing of the trailer section before its end */
+			if (!relay.done)
+				assert_true(evbuffer_get_length(dst) <=
+					    strlen("5\r\nhello\r\n0\r\n"));
+		}
+		assert_true(relay.done);
+		assert_int_equal(evbuffer_get_length(src), 4);
+		assert_int_equal(evbuffer_get_length(dst), strlen(want));
+		assert_memory_equal(evbuffer_pullup(dst, -1), want, strlen(want));
+		body_relay_release(&relay);
+		evbuffer_free(src);
+		evbuffer_free(dst);
 	}
 }
 
@@ -143,6 +187,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_length_body_stops_at_length),
 		cmocka_unit_test(test_chunked_pass_and_decode),
+		cmocka_unit_test(test_chunked_trailer_filtered),
 		cmocka_unit_test(test_chunked_bad_framing_fails),
 		cmocka_unit_test(test_until_close_takes_everything),
 		cmocka_unit_test(test_discard_counts_payload),

@@ -1416,14 +1416,73 @@ static void test_chunked_steps(void **state)
 	assert_int_equal(http1_chunked_step(&dec, body + 15, sizeof(body) - 16, &n, &error),
 			 HTTP1_CHUNK_DATA);
 	assert_int_equal(n, 2);
+	/* the trailer section is a step of its own */
 	assert_int_equal(http1_chunked_step(&dec, body + 17, sizeof(body) - 18, &n, &error),
+			 HTTP1_CHUNK_FRAMING);
+	assert_int_equal(n, 5);
+	assert_false(http1_chunked_has_trailer(&dec));
+	assert_int_equal(http1_chunked_step(&dec, body + 22, sizeof(body) - 23, &n, &error),
 			 HTTP1_CHUNK_DONE);
-	assert_int_equal(n, 13);
+	assert_int_equal(n, 8);
 	assert_true(http1_chunked_done(&dec));
+	assert_true(http1_chunked_has_trailer(&dec));
 	assert_memory_equal(body + 30, "NEXT", 4);
 	/* Once done, nothing more is taken. */
 	assert_int_equal(http1_chunked_step(&dec, "x", 1, &n, &error), HTTP1_CHUNK_DONE);
 	assert_int_equal(n, 0);
+}
+
+/* A trailer section in pieces: TRAILER steps, then DONE; without one the
+ * last chunk and the empty line are one step. */
+static void test_chunked_trailer_steps(void **state)
+{
+	static const char body[] = "0\r\nA: b\r\nC: d\r\n\r\n";
+	struct http1_chunked dec;
+	enum http1_error error;
+	size_t n;
+
+	http1_chunked_init(&dec, 64);
+	assert_int_equal(http1_chunked_step(&dec, body, 3, &n, &error), HTTP1_CHUNK_FRAMING);
+	assert_int_equal(n, 3);
+	assert_int_equal(http1_chunked_step(&dec, body + 3, 6, &n, &error), HTTP1_CHUNK_TRAILER);
+	assert_int_equal(n, 6);
+	assert_int_equal(http1_chunked_step(&dec, body + 9, 6, &n, &error), HTTP1_CHUNK_TRAILER);
+	assert_int_equal(n, 6);
+	assert_int_equal(http1_chunked_step(&dec, body + 15, 2, &n, &error), HTTP1_CHUNK_DONE);
+	assert_int_equal(n, 2);
+	assert_true(http1_chunked_has_trailer(&dec));
+
+	http1_chunked_init(&dec, 64);
+	assert_int_equal(http1_chunked_step(&dec, S("0\r\n\r\nNEXT"), &n, &error),
+			 HTTP1_CHUNK_DONE);
+	assert_int_equal(n, 5);
+	assert_false(http1_chunked_has_trailer(&dec));
+}
+
+/* Which trailer fields go on: not those a trailer must not carry, nor those
+ * the head's Connection names. */
+static void test_trailer_fields(void **state)
+{
+	static const char raw[] = "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-A,close\r\n"
+				  "Connection: TE, x-b\r\n\r\n";
+	static struct http1_head head;
+	enum http1_error error;
+	char named[16];
+
+	assert_int_equal(http1_parse_response_head(S(raw), 4096, &head, &error), HTTP1_PARSE_DONE);
+	assert_int_equal(http1_trailer_named(&head, named, sizeof(named)), 8);
+	assert_memory_equal(named, "X-A,x-b,", 8);
+	assert_int_equal(http1_trailer_named(&head, named, 5), 8);
+	assert_false(http1_trailer_field_passes(S("x-a"), named, 8));
+	assert_false(http1_trailer_field_passes(S("X-B"), named, 8));
+	assert_true(http1_trailer_field_passes(S("X-AB"), named, 8));
+	assert_true(http1_trailer_field_passes(S("X-Checksum"), named, 8));
+	assert_true(http1_trailer_field_passes(S("Server-Timing"), NULL, 0));
+	assert_false(http1_trailer_field_passes(S("content-LENGTH"), NULL, 0));
+	assert_false(http1_trailer_field_passes(S("Trailer"), NULL, 0));
+	assert_false(http1_trailer_field_passes(S("Host"), NULL, 0));
+	assert_false(http1_trailer_field_passes(S("Keep-Alive"), NULL, 0));
+	assert_false(http1_trailer_field_passes(S("Authorization"), NULL, 0));
 }
 
 /* A chunk of exactly 2^62 bytes is accepted; data steps never look at data. */
@@ -1615,6 +1674,8 @@ int main(void)
 		cmocka_unit_test(test_chunked_errors),
 		cmocka_unit_test(test_chunked_line_limit),
 		cmocka_unit_test(test_chunked_trailer_limit),
+		cmocka_unit_test(test_chunked_trailer_steps),
+		cmocka_unit_test(test_trailer_fields),
 		cmocka_unit_test(test_chunked_sticky_error),
 	};
 
