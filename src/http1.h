@@ -234,7 +234,7 @@ struct http1_chunked {
 	uint64_t size;	      /* chunk-size being read */
 	size_t line_len;      /* bytes of the current framing line so far */
 	size_t trailer_bytes; /* bytes of trailer section so far */
-	size_t max_line;      /* longest framing or trailer line accepted */
+	size_t max_line;      /* longest chunk-size line accepted */
 	size_t max_trailer;   /* largest trailer section accepted */
 };
 

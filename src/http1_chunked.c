@@ -7,7 +7,7 @@
 /* The chunked transfer coding (RFC 9112 section 7.1) as a streaming,
  * byte-wise state machine over the framing; chunk data is only counted. */
 
-#define HTTP1_CHUNK_MAX_LINE 4096		 /* longest chunk-size line or trailer line */
+#define HTTP1_CHUNK_MAX_LINE 4096		 /* longest chunk-size line */
 #define HTTP1_CHUNK_MAX_SIZE (UINT64_C(1) << 62) /* largest chunk-size accepted */
 
 /* Chunked decoder states; dec->state holds one, or HTTP1_CS_ERROR plus the
@@ -182,22 +182,25 @@ static int http1_chunk_byte(struct http1_chunked *dec, char c)
 	return http1_chunk_line_error(s, c);
 }
 
-/* Count a byte against the line and trailer limits; an error state or s. */
+/* Count a byte against the line and trailer limits; an error state or s.
+ * A trailer line, a field line as a header's is, has no limit of its own:
+ * the section's, max_trailer, bounds it as max_header_bytes bounds a head. */
 static int http1_chunk_count(struct http1_chunked *dec, int before, int s)
 {
 	if (before == HTTP1_CS_DATA_CR || before == HTTP1_CS_DATA_LF)
 		return s;
-	if (++dec->line_len > dec->max_line) {
-		if (before >= HTTP1_CS_TRAILER0)
+	if (before >= HTTP1_CS_TRAILER0) {
+		/* The final empty line is not part of the trailer fields' size. */
+		if (s != HTTP1_CS_END_LF && s != HTTP1_CS_DONE &&
+		    ++dec->trailer_bytes > dec->max_trailer)
 			return HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
+		return s;
+	}
+	if (++dec->line_len > dec->max_line) {
 		if (before <= HTTP1_CS_SIZE)
 			return HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_SIZE;
 		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_EXT;
 	}
-	/* The final empty line is not part of the trailer fields' size. */
-	if (before >= HTTP1_CS_TRAILER0 && s != HTTP1_CS_END_LF && s != HTTP1_CS_DONE &&
-	    ++dec->trailer_bytes > dec->max_trailer)
-		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
 	return s;
 }
 

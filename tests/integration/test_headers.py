@@ -33,7 +33,8 @@ those a trailer must not carry (framing, Trailer, Host, authentication,
 request modifiers, content format, Cache-Control, Retry-Attempts), both
 ways (a request kept for a retry, a response kept while a retry is made,
 too), the rest byte-exact in order, also when it arrives in pieces; the
-connection stays in step after it.
+connection stays in step after it. A trailer field line may be as long as
+a header line: only the section's size is bounded, by max_header_bytes.
 """
 
 import json
@@ -396,6 +397,38 @@ def scenario(t):
             seen = json.loads(r.body)
             h.eq((seen["body_len"], seen["trailers"]), (5, [list(f) for f in TRAILER_KEPT]),
                  "%s: body length and trailer fields at the origin" % path)
+
+    @t.check("a trailer field line as long as a header line (5 KiB) goes on both ways; a trailer "
+             "section over max_header_bytes is refused")
+    def _():
+        long_line = b"X-Long: " + b"a" * 5000 + b"\r\n"
+
+        def serve(conn, _server):
+            if rawserver.read_request(conn) is not None:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                             b"Connection: close\r\n\r\n5\r\nhello\r\n0\r\n" + long_line + b"\r\n")
+
+        origin_t = rawserver.RawServer(serve)
+        t.defer(origin_t.stop)
+        authority = "127.0.0.1:%d" % origin_t.port
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", "http://%s/long" % authority, authority,
+                             [("X-Long-Head", "a" * 5000)]))
+            c.read_until(b"\r\n\r\n")
+            h.eq(c.read_until(b"\r\n\r\n"), b"5\r\nhello\r\n0\r\n" + long_line + b"\r\n",
+                 "the body and trailer section as the client got them")
+        with h.RawConn(proxy.port(1)) as c:
+            c.send(b"PUT /echo?t=long-trailer HTTP/1.1\r\nHost: a.example\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" + long_line + b"\r\n")
+            r = c.read_response()
+        h.eq(r.status, 200, "status")
+        h.eq(json.loads(r.body)["trailers"], [["X-Long", "a" * 5000]], "trailer fields at the origin")
+        with h.RawConn(proxy.port(1)) as c:
+            c.send(b"PUT /echo?t=huge-trailer HTTP/1.1\r\nHost: a.example\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+                   + long_line * 14 + b"\r\n")
+            r = c.read_response()
+        h.eq(r.status, 400, "status for a trailer section of %d bytes" % (len(long_line) * 14))
 
 
 h.run(scenario, __doc__)
