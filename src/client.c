@@ -374,10 +374,12 @@ static const struct listener_config *client_find_listener(const struct config *c
 }
 
 /* Bounded input: a client cannot make the proxy buffer more than a head
- * one byte over max_header_bytes (enough for the parser to say 431). */
+ * one byte over max_header_bytes (enough for the parser to say 431), or a
+ * chunked body's trailer section, which is held until it ends: as long,
+ * and its final empty line. */
 static void client_set_input_limit(struct client *client)
 {
-	size_t input_high = client->config->limits.max_header_bytes + 1;
+	size_t input_high = client->config->limits.max_header_bytes + 2;
 
 	if (input_high < CLIENT_INPUT_MIN_HIGH)
 		input_high = CLIENT_INPUT_MIN_HIGH;

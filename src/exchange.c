@@ -1200,10 +1200,11 @@ static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, b
 	t->written_before = conn_bytes_written(conn);
 	conn_setcb(conn, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, t);
 	/* a response head may be as long as max_header_bytes: the input must
-	 * take it whole, and one byte more to tell it is too long */
+	 * take it whole, and one byte more to tell it is too long; a trailer
+	 * section, held until it ends, as long and its final empty line */
 	conn_set_input_limit(conn, head_max < EXCHANGE_UPSTREAM_READ_HIGH
 					   ? EXCHANGE_UPSTREAM_READ_HIGH
-					   : head_max + 1);
+					   : head_max + 2);
 	conn_set_output_low(conn, EXCHANGE_OUTPUT_LOW);
 	conn_set_timeouts(conn, 0, 0);
 	/* a try on a pooled connection started just now: the conn's own lazy

@@ -34,7 +34,9 @@ request modifiers, content format, Cache-Control, Retry-Attempts), both
 ways (a request kept for a retry, a response kept while a retry is made,
 too), the rest byte-exact in order, also when it arrives in pieces; the
 connection stays in step after it. A trailer field line may be as long as
-a header line: only the section's size is bounded, by max_header_bytes.
+a header line: only the section's size is bounded, by max_header_bytes;
+with that limit over the proxy's read buffers (300 KiB), a section of
+exactly that size goes on both ways without stalling.
 """
 
 import json
@@ -429,6 +431,42 @@ def scenario(t):
                    + long_line * 14 + b"\r\n")
             r = c.read_response()
         h.eq(r.status, 400, "status for a trailer section of %d bytes" % (len(long_line) * 14))
+
+    @t.check("with max_header_bytes over the read buffers (300 KiB), a trailer section of "
+             "exactly that size goes on both ways, not stalled behind its final empty line")
+    def _():
+        limit = 300 * 1024
+        line = b"X-T: " + b"a" * 1000 + b"\r\n"
+        section = line * (limit // len(line))
+        section += b"X-P: " + b"b" * (limit - len(section) - 7) + b"\r\n"
+        h.eq(len(section), limit, "the trailer section's size")
+
+        def serve(conn, _server):
+            if rawserver.read_request(conn) is not None:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                             b"Connection: close\r\n\r\n5\r\nhello\r\n0\r\n" + section + b"\r\n")
+
+        origin_t = rawserver.RawServer(serve)
+        t.defer(origin_t.stop)
+        big = t.proxy(CONFIG.replace("  drain_timeout: 2s\n",
+                                     "  drain_timeout: 2s\n  max_header_bytes: 300KiB\n"),
+                      ORIGIN=origin_t.port)
+        with h.RawConn(big.port(1)) as c:
+            c.send(h.request("GET", "/big-trailer", "a.example"))
+            c.read_until(b"\r\n\r\n")
+            h.eq(c.read_until(b"0\r\n"), b"5\r\nhello\r\n0\r\n", "the body")
+            got = c.read_until(b"\r\n\r\n", timeout=5 * h.SLOW)
+            h.eq(len(got), len(section) + 2, "the trailer section's bytes at the client")
+        big_echo = t.proxy(CONFIG.replace("  drain_timeout: 2s\n",
+                                          "  drain_timeout: 2s\n  max_header_bytes: 300KiB\n"),
+                           ORIGIN=origin.port)
+        with h.RawConn(big_echo.port(1)) as c:
+            c.send(b"PUT /echo?t=big-trailer HTTP/1.1\r\nHost: a.example\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" + section + b"\r\n")
+            r = c.read_response(timeout=5 * h.SLOW)
+        h.eq(r.status, 200, "status of a request with a trailer section of 300 KiB")
+        h.eq(len(json.loads(r.body)["trailers"]), limit // len(line) + 1,
+             "trailer fields at the origin")
 
 
 h.run(scenario, __doc__)
