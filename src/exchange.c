@@ -1102,9 +1102,14 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 		exchange_deliver_kept(ex);
 		return;
 	}
+	/* what the last try met: an upstream that answered was reached */
 	snprintf(text, sizeof(text), "%d %s: %s (%u attempt%s)", status,
-		 status == 504 ? "upstream timeout" : "upstream unreachable", reason, ex->attempts,
-		 ex->attempts == 1 ? "" : "s");
+		 status == 504		     ? "upstream timeout"
+		 : outcome == TRY_MALFORMED  ? "invalid response from upstream"
+		 : outcome == TRY_FORBIDDEN  ? "destination refused"
+		 : outcome == TRY_TLS_VERIFY ? "upstream not trusted"
+					     : "upstream unreachable",
+		 reason, ex->attempts, ex->attempts == 1 ? "" : "s");
 	exchange_respond_error(ex, status, text);
 }
 

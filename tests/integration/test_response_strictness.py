@@ -18,7 +18,8 @@ closed. Other paths: a chunked response whose bad chunk comes 0.5 s after a
 good first chunk (the head is out by then), and a complete response
 followed on the same connection by bytes the client never asked for.
 Must hold: each malformed response is a 502 for a GET on /once/ (one
-request at the origin, Retry-Attempts 1, one-line text body), also one
+request at the origin, Retry-Attempts 1, one-line text body saying the
+response was invalid, not that the upstream was unreachable), also one
 whose head is well formed and whose chunked body breaks in the same write
 (the proxy holds all of it before sending anything, and the SPEC makes
 a malformed response a 502); whatever the proxy answers there, the client
@@ -217,6 +218,9 @@ def scenario(t):
             r = get(path)
             h.check_error_response(r, 502)
             h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+            # the upstream answered: the 502 says the answer was invalid
+            h.ok(r.body.startswith(b"502 invalid response from upstream: "),
+                 "the 502's text: %r" % r.body)
             settle()
             h.eq(len(bad.seen(path)) - before, 1, "requests at the origin")
 
