@@ -18,6 +18,7 @@
 #include <openssl/err.h>
 
 #include "timeval.h"
+#include "tls.h"
 #include "xmalloc.h"
 
 /* Read sizes adapt to each connection's traffic between these bounds; each
@@ -1042,6 +1043,7 @@ static void conn_connect_done(struct conn *c)
 	}
 	SSL_set_fd(c->ssl, c->fd);
 	SSL_set_connect_state(c->ssl);
+	tls_client_begin(c->ssl);
 	c->handshaking = true;
 	conn_handshake(c);
 }

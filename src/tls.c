@@ -23,8 +23,10 @@ struct tls_context {
 
 /* What an upstream's new connections may resume. A TLS 1.2 session (an id
  * or a ticket) is offered by each of them; a TLS 1.3 ticket by one only,
- * taken out when that connection is made: a ticket offered twice would let
- * an observer tie the connections together (RFC 8446 appendix C.4). */
+ * taken out when that connection's handshake begins (an attempt refused,
+ * or dropped while its TCP connect is under way, sends none and uses up
+ * none): a ticket offered twice would let an observer tie the
+ * connections together (RFC 8446 appendix C.4). */
 struct tls_session {
 	char *key;
 	SSL_SESSION *shared;		       /* TLS 1.2 */
@@ -295,7 +297,6 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 	struct in6_addr addr;
 	bool is_ip;
 	SSL *ssl;
-	struct tls_session *s;
 
 	if (c == NULL)
 		return NULL;
@@ -325,8 +326,21 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 	}
 	SSL_set_ex_data(ssl, tls_ex_store, store);
 	SSL_set_ex_data(ssl, tls_ex_key, xstrdup(session_key));
+	return ssl;
+}
+
+void tls_client_begin(SSL *ssl)
+{
+	struct tls_store *store = SSL_get_ex_data(ssl, tls_ex_store);
+	const char *key = SSL_get_ex_data(ssl, tls_ex_key);
+	struct tls_session *s;
+
+	/* a connection made before a reload offers nothing kept since: the
+	 * sessions were verified under another trust than its own */
+	if (store == NULL || key == NULL || !tls_context_current(store, SSL_get_SSL_CTX(ssl)))
+		return;
 	for (s = store->sessions; s != NULL; s = s->next)
-		if (strcmp(s->key, session_key) == 0)
+		if (strcmp(s->key, key) == 0)
 			break;
 	if (s != NULL && s->ticket_count > 0) {
 		/* the newest ticket, the likeliest to be taken still, is this
@@ -346,7 +360,6 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 			SSL_SESSION_free(copy);
 		}
 	}
-	return ssl;
 }
 
 /* ALPN: http/1.1 when the client offers it, else http/1.0 (the proxy

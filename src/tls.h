@@ -38,12 +38,19 @@ int tls_store_prepare(struct tls_store *store, const struct tls_policy *policy, 
 		      size_t err_len);
 
 /* A new client SSL for host under policy: SNI (for names, not IP literals),
- * host name or IP verification, ALPN http/1.1, and a saved session for
- * session_key when there is one: a TLS 1.3 ticket is taken out of the
- * store (offered by this connection only), a TLS 1.2 session copied. NULL
- * with a reason in err. */
+ * host name or IP verification, ALPN http/1.1; session_key names the
+ * upstream whose saved sessions it may offer once its handshake begins
+ * (tls_client_begin). NULL with a reason in err. */
 SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, const char *host,
 		    const char *session_key, char *err, size_t err_len);
+
+/* A client SSL from tls_client_new is about to send its ClientHello (its
+ * TCP connection is made): it takes the saved session for its upstream
+ * when there is one, a TLS 1.3 ticket out of the store (offered by this
+ * connection only), a TLS 1.2 session as a copy. An SSL that never gets
+ * here (its connect refused, or dropped for another address's) used up
+ * nothing. Does nothing for an SSL made otherwise. */
+void tls_client_begin(SSL *ssl);
 
 /* A server SSL for an intercepted tunnel, presenting cert and key (the
  * leaf made for the CONNECT host) with chain behind it (may be NULL): TLS 1.2 or newer, ALPN http/1.1 only,

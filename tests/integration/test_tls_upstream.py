@@ -36,7 +36,10 @@ taken out of the file, the good origin gets 502 (neither the pooled
 connection nor the saved session of before is used); put back, 200; a
 file that does not load is refused and the running trust stays: 200; a
 connection in use while a reload takes the CA out finishes its request
-(200) and is not pooled: the next request gets 502.
+(200) and is not pooled: the next request gets 502. An upstream name
+whose first address refuses every connect: each new connection, made with
+the second address, resumes with the one ticket the origin sends per
+handshake (the refused attempt took none).
 """
 
 import json
@@ -113,6 +116,20 @@ routes:
   - name: own-tls
     match: { host: own.example }
     tls: { ca_file: @CA@, verify: true }
+"""
+
+# A name with two addresses: 127.0.0.2 first, where nothing listens (each
+# connect is refused there), then 127.0.0.1, the origin.
+CONFIG_TWO_ADDRESSES = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://two.test:@ONETICKET@
+tls: { verify: false }
+limits:
+  drain_timeout: 2s
+defaults:
+  retry:
+    max_attempts: 1
 """
 
 # Upstream connections left idle close soon, so the test sees how they end.
@@ -517,6 +534,29 @@ def scenario(t):
              "a route with its own tls: section was named: %s" % unchecked.stderr_tail())
         r = h.curl(unchecked.listener_url(0, "/echo?t=unchecked"))
         h.eq((r.exit_code, r.status), (0, 200), "the unknown CA's origin, unchecked (%r)" % r)
+
+
+    oneticket = t.origin(tls=(certs.server, certs.server_key), name="oneticket", num_tickets=1)
+    two = t.proxy(CONFIG_TWO_ADDRESSES, ONETICKET=oneticket.port,
+                  env=t.hosts_only_env("127.0.0.2 two.test\n127.0.0.1 two.test\n", "hosts-two"))
+
+    @t.check("TLS 1.3: an address attempt refused before its handshake uses up no ticket: each "
+             "new connection resumes, with one ticket a handshake")
+    def _():
+        conn_ids = []
+        for i in range(4):
+            r = h.curl(two.listener_url(0, "/echo?t=two%d&close=1" % i))
+            h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
+            cid = json.loads(r.body)["conn_id"]
+            conn_ids.append(cid)
+            oneticket.wait_for(lambda org: any(c.id == cid and c.closed.is_set()
+                                               for c in org.connections),
+                               5, "the origin to close connection %d" % cid)
+            time.sleep(0.2)
+        conns = {c.id: c for c in oneticket.connections}
+        h.eq([conns[c].tls_version for c in conn_ids], ["TLSv1.3"] * 4, "TLS versions")
+        h.eq([conns[c].session_reused for c in conn_ids], [False, True, True, True],
+             "session_reused on each connection")
 
 
 h.run(scenario, __doc__)

@@ -239,7 +239,8 @@ static void test_reload_contexts(void **state)
 }
 
 /* How many of n new connections to upstream "k" got a session to offer
- * (each checked against the others: never the same one twice). */
+ * when their handshakes began (each checked against the others: never the
+ * same one twice). */
 static int tls_sessions_offered(struct tls_store *store, const struct tls_policy *policy, int n)
 {
 	SSL *ssl[8];
@@ -250,6 +251,8 @@ static int tls_sessions_offered(struct tls_store *store, const struct tls_policy
 	for (int i = 0; i < n; i++) {
 		ssl[i] = tls_client_new(store, policy, "localhost", "k", err, sizeof(err));
 		assert_non_null(ssl[i]);
+		assert_null(SSL_get0_session(ssl[i]));
+		tls_client_begin(ssl[i]);
 		if (SSL_get0_session(ssl[i]) != NULL)
 			offered++;
 	}
@@ -278,8 +281,8 @@ static void tls_upstream_handshake(struct tls_store *store, const struct tls_pol
 }
 
 /* A TLS 1.3 ticket is handed to one new connection only (RFC 8446
- * appendix C.4), at most 4 kept; a TLS 1.2 session to every one; a
- * reload forgets them. */
+ * appendix C.4), when its handshake begins, at most 4 kept; a TLS 1.2
+ * session to every one; a reload forgets them. */
 static void test_client_tickets(void **state)
 {
 	struct tls_store *store = tls_store_new();
@@ -296,6 +299,10 @@ static void test_client_tickets(void **state)
 	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
 	/* OpenSSL's server sends 2 tickets after a full handshake */
 	tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION);
+	/* connections whose handshakes never began (a connect refused, or
+	 * another address's attempt won) take none */
+	for (int i = 0; i < 3; i++)
+		SSL_free(tls_client_new(store, &policy, "localhost", "k", err, sizeof(err)));
 	assert_int_equal(tls_sessions_offered(store, &policy, 3), 2);
 	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
 	for (int i = 0; i < 3; i++)
