@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "trust_default.h"
 #include "xmalloc.h"
@@ -19,7 +20,8 @@ struct tls_context {
 	struct tls_context *next;
 };
 
-#define TLS_MAX_TICKETS 4 /* TLS 1.3 tickets kept per upstream */
+#define TLS_MAX_TICKETS 4			/* TLS 1.3 tickets kept per upstream */
+#define TLS_TICKET_MAX_LIFETIME (7 * 24 * 3600) /* seconds, RFC 8446 section 4.6.1 */
 
 /* What an upstream's new connections may resume. A TLS 1.2 session (an id
  * or a ticket) is offered by each of them; a TLS 1.3 ticket by one only,
@@ -158,6 +160,20 @@ bool tls_store_current(const struct tls_store *store, const SSL *ssl)
 	return tls_context_current(store, SSL_get_SSL_CTX(ssl));
 }
 
+/* Has a TLS 1.3 ticket outlived its lifetime, 0 meaning at once, or the 7
+ * days a client may keep one whatever its lifetime (RFC 8446 section
+ * 4.6.1)? Its time is when it came; a clock set back makes no ticket
+ * younger than new. */
+static bool tls_ticket_expired(const SSL_SESSION *ticket, time_t now)
+{
+	uint64_t lifetime = SSL_SESSION_get_ticket_lifetime_hint(ticket);
+	long age = (long)now - (long)SSL_SESSION_get_time(ticket);
+
+	if (lifetime > TLS_TICKET_MAX_LIFETIME)
+		lifetime = TLS_TICKET_MAX_LIFETIME;
+	return (uint64_t)(age > 0 ? age : 0) >= lifetime;
+}
+
 /* Keep a session for this SSL's upstream; OpenSSL calls this when a server
  * issues a ticket, which in TLS 1.3 is after the handshake, often two at
  * once. A TLS 1.3 ticket joins those kept (the oldest goes past
@@ -173,6 +189,10 @@ static int tls_new_session_cb(SSL *ssl, SSL_SESSION *ticket)
 	SSL_SESSION *session;
 
 	if (store == NULL || key == NULL || !tls_context_current(store, SSL_get_SSL_CTX(ssl)))
+		return 0;
+	/* a TLS 1.3 ticket of lifetime 0 is to be discarded at once */
+	if (SSL_SESSION_get_protocol_version(ticket) >= TLS1_3_VERSION &&
+	    tls_ticket_expired(ticket, time(NULL)))
 		return 0;
 	session = SSL_SESSION_dup(ticket);
 	if (session == NULL)
@@ -342,6 +362,19 @@ void tls_client_begin(SSL *ssl)
 	for (s = store->sessions; s != NULL; s = s->next)
 		if (strcmp(s->key, key) == 0)
 			break;
+	if (s != NULL && s->ticket_count > 0) {
+		time_t now = time(NULL);
+		size_t kept = 0;
+
+		/* tickets past their lifetime are not offered: dropped */
+		for (size_t i = 0; i < s->ticket_count; i++) {
+			if (tls_ticket_expired(s->tickets[i], now))
+				SSL_SESSION_free(s->tickets[i]);
+			else
+				s->tickets[kept++] = s->tickets[i];
+		}
+		s->ticket_count = kept;
+	}
 	if (s != NULL && s->ticket_count > 0) {
 		/* the newest ticket, the likeliest to be taken still, is this
 		 * connection's alone: with none left the next does a full

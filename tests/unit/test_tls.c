@@ -322,6 +322,61 @@ static void test_client_tickets(void **state)
 	tls_store_free(store);
 }
 
+/* The lifetime the server gives the tickets it sends (see server_lifetime). */
+static long server_ticket_lifetime;
+
+static int server_lifetime_cb(SSL *ssl, void *arg)
+{
+	return SSL_SESSION_set_timeout(SSL_get_session(ssl), server_ticket_lifetime);
+}
+
+/* A full handshake of a new connection to upstream "k" with a TLS 1.3
+ * server whose tickets have lifetime seconds to live. */
+static void tls_upstream_handshake_lifetime(struct tls_store *store,
+					    const struct tls_policy *policy, X509 *cert,
+					    EVP_PKEY *key, long lifetime)
+{
+	char err[256] = "";
+	SSL *client = tls_client_new(store, policy, "localhost", "k", err, sizeof(err));
+	SSL *server = tls_server_new(store, cert, key, NULL, err, sizeof(err));
+
+	assert_non_null(client);
+	assert_non_null(server);
+	server_ticket_lifetime = lifetime;
+	SSL_CTX_set_session_ticket_cb(SSL_get_SSL_CTX(server), server_lifetime_cb, NULL, NULL);
+	tls_pair(client, server);
+	tls_handshake(client, server);
+	assert_false(SSL_session_reused(client));
+	SSL_free(client);
+	SSL_free(server);
+}
+
+/* A TLS 1.3 ticket past its lifetime is not offered (RFC 8446 section
+ * 4.6.1), though OpenSSL, which counts ages in whole seconds, would still
+ * send it for a second more. (A lifetime of 0, to be discarded at once, is
+ * the same rule; OpenSSL's server cannot send one.) */
+static void test_client_ticket_lifetime(void **state)
+{
+	struct tls_store *store = tls_store_new();
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *cert = self_signed(key);
+	char path[] = "/tmp/test_tls_ca.XXXXXX";
+	struct tls_policy policy = { path, false };
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	close(fd);
+	write_ca_file(path, cert, NULL);
+	tls_upstream_handshake_lifetime(store, &policy, cert, key, 1);
+	sleep(2);
+	assert_int_equal(tls_sessions_offered(store, &policy, 2), 0);
+	ERR_clear_error();
+	unlink(path);
+	X509_free(cert);
+	EVP_PKEY_free(key);
+	tls_store_free(store);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -331,6 +386,7 @@ int main(void)
 		cmocka_unit_test(test_certificate_not_sent_resumed),
 		cmocka_unit_test(test_reload_contexts),
 		cmocka_unit_test(test_client_tickets),
+		cmocka_unit_test(test_client_ticket_lifetime),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
