@@ -1252,13 +1252,19 @@ static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, c
 			upstream_slot_put(ex->upstream);
 	}
 	if (t->admitted) {
-		/* a certificate that fails verification came from a live upstream */
+		enum upstream_connect_result result = UPSTREAM_CONNECT_FAILED;
+
+		/* a TLS 1.3 server that asked for a client certificate may
+		 * refuse the handshake yet, with the first read
+		 * (exchange_closed_before_head); a certificate that fails
+		 * verification came from a live upstream */
+		if (conn != NULL && conn_ssl(conn) != NULL &&
+		    tls_client_may_be_refused(conn_ssl(conn)))
+			result = UPSTREAM_CONNECT_MADE_IN_DOUBT;
+		else if (conn != NULL || failure == TRY_TLS_VERIFY || failure == TRY_FORBIDDEN)
+			result = UPSTREAM_CONNECT_MADE;
 		t->admitted = false;
-		upstream_connect_end(ex->upstream, &ex->config->health,
-				     conn != NULL || failure == TRY_TLS_VERIFY ||
-						     failure == TRY_FORBIDDEN
-					     ? UPSTREAM_CONNECT_MADE
-					     : UPSTREAM_CONNECT_FAILED);
+		upstream_connect_end(ex->upstream, &ex->config->health, result);
 	}
 	if (conn == NULL)
 		exchange_try_failed(t, failure, reason);

@@ -8,6 +8,7 @@
 #include <event2/event.h>
 
 #include "conn.h"
+#include "dns_cache.h"
 #include "exchange_private.h"
 #include "log.h"
 #include "metrics.h"
@@ -937,6 +938,21 @@ static const char *exchange_tls_failure(const struct exchange_try *t, const char
 	return buf;
 }
 
+/* A TLS 1.3 server refused the handshake after the proxy's side of it
+ * ended: a failed handshake, not a reset after the request may have been
+ * taken; as one, it counts toward the upstream's health and forgets the
+ * name. */
+static void exchange_handshake_refused(struct exchange_try *t, const char *why)
+{
+	struct exchange *ex = t->ex;
+
+	if (!ex->is_connect && ex->upstream != NULL)
+		upstream_handshake_refused(ex->upstream, &ex->config->health);
+	if (ex->proxy->dns_cache != NULL)
+		dns_cache_forget(ex->proxy->dns_cache, ex->endpoint.host);
+	exchange_try_failed(t, TRY_TLS, why);
+}
+
 /* The upstream closed (or failed) before the response head was complete. */
 static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 {
@@ -948,10 +964,7 @@ static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 		exchange_try_failed(t, TRY_STALE, "pooled connection closed by the upstream");
 	else if (tls_why != NULL && !t->reused && !t->byte_seen &&
 		 tls_error_is_handshake_refusal(conn_tls_error(t->up)))
-		/* a TLS 1.3 server refused the handshake after the proxy's side
-		 * of it ended: a failed handshake, not a reset after the request
-		 * may have been taken */
-		exchange_try_failed(t, TRY_TLS, tls_why);
+		exchange_handshake_refused(t, tls_why);
 	else
 		exchange_try_failed(t, TRY_RESET,
 				    tls_why != NULL ? tls_why

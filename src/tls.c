@@ -47,9 +47,11 @@ struct tls_store {
 	struct trust_default *default_trust; /* for policies with no ca_file */
 };
 
-/* Indexes of the ex_data slots that tie an SSL to its store and session key. */
+/* Indexes of the ex_data slots that tie an SSL to its store and session
+ * key, and mark a client SSL whose server asked for a certificate. */
 static int tls_ex_store = -1;
 static int tls_ex_key = -1;
+static int tls_ex_cert_asked = -1;
 
 /* The session key is a copy owned by the SSL: freed with it. */
 static void tls_free_key(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl,
@@ -65,6 +67,7 @@ struct tls_store *tls_store_new(void)
 	if (tls_ex_store < 0) {
 		tls_ex_store = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
 		tls_ex_key = SSL_get_ex_new_index(0, NULL, NULL, NULL, tls_free_key);
+		tls_ex_cert_asked = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
 	}
 	store = xcalloc(1, sizeof(struct tls_store));
 	store->default_trust = trust_default_new();
@@ -234,6 +237,20 @@ static int tls_new_session_cb(SSL *ssl, SSL_SESSION *ticket)
 	return 0;
 }
 
+/* The server asked for a client certificate: the proxy has none to give
+ * (an empty Certificate goes), and notes that it was asked. */
+static int tls_client_cert_cb(SSL *ssl, X509 **cert, EVP_PKEY **key)
+{
+	SSL_set_ex_data(ssl, tls_ex_cert_asked, ssl);
+	return 0;
+}
+
+bool tls_client_may_be_refused(const SSL *ssl)
+{
+	return SSL_version(ssl) == TLS1_3_VERSION && !SSL_session_reused(ssl) &&
+	       SSL_get_ex_data(ssl, tls_ex_cert_asked) != NULL;
+}
+
 /* Describe the first queued OpenSSL error after what went wrong. */
 static void tls_error_string(char *buf, size_t len, const char *what)
 {
@@ -295,6 +312,7 @@ static struct tls_context *tls_context_get(struct tls_store *store, const struct
 	SSL_CTX_set_session_cache_mode(ctx,
 				       SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
 	SSL_CTX_sess_set_new_cb(ctx, tls_new_session_cb);
+	SSL_CTX_set_client_cert_cb(ctx, tls_client_cert_cb);
 	c = xcalloc(1, sizeof(*c));
 	c->ca_file = policy->ca_file != NULL ? xstrdup(policy->ca_file) : NULL;
 	c->verify = policy->verify;

@@ -76,6 +76,13 @@ bool tls_server_certificate_sent(const SSL *ssl);
  * or a close without close_notify. */
 bool tls_error_text(unsigned long ssl_error, char *buf, size_t len);
 
+/* May the server of a client SSL whose handshake is done still refuse it?
+ * In TLS 1.3, one that asked for a client certificate (the proxy sends
+ * none) judges the client's side only after the client's handshake has
+ * ended: its refusal, if any, comes with the first read. Never in a
+ * resumed handshake, in which a TLS 1.3 server asks for no certificate. */
+bool tls_client_may_be_refused(const SSL *ssl);
+
 /* Is ssl_error a fatal alert by which the peer refused the handshake
  * (handshake_failure, a certificate alert, access_denied,
  * certificate_required)? In TLS 1.3 a server judges the client's side of

@@ -665,6 +665,22 @@ unsigned upstreams_slot_waiting(const struct upstreams *set)
 	return set->slot_waiting;
 }
 
+/* A connect failed: one more failure in a row; a request that waits for
+ * the verdict may make the next connect. */
+static void upstream_connect_failed(struct upstream *u, uint64_t now)
+{
+	u->proven = false;
+	upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_CONNECT_FAILED, now));
+	if (u->health.state == HEALTH_UP && u->connecting == 0)
+		upstream_release_one(u);
+}
+
+void upstream_handshake_refused(struct upstream *u, const struct health_policy *policy)
+{
+	u->policy = *upstream_policy(u, policy);
+	upstream_connect_failed(u, retry_budget_now_ms());
+}
+
 void upstream_connect_end(struct upstream *u, const struct health_policy *policy,
 			  enum upstream_connect_result result)
 {
@@ -679,11 +695,18 @@ void upstream_connect_end(struct upstream *u, const struct health_policy *policy
 		upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_CONNECTED, now));
 		upstream_release_all(u);
 		break;
+	case UPSTREAM_CONNECT_MADE_IN_DOUBT:
+		/* up again if it was down, but the failures in a row are not
+		 * wiped out by a handshake the server may yet refuse: a
+		 * response head does that */
+		u->proven = true;
+		if (u->health.state == HEALTH_DOWN)
+			upstream_apply(u,
+				       health_step(&u->health, &u->policy, HEALTH_CONNECTED, now));
+		upstream_release_all(u);
+		break;
 	case UPSTREAM_CONNECT_FAILED:
-		u->proven = false;
-		upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_CONNECT_FAILED, now));
-		if (u->health.state == HEALTH_UP && u->connecting == 0)
-			upstream_release_one(u);
+		upstream_connect_failed(u, now);
 		break;
 	case UPSTREAM_CONNECT_ABANDONED:
 		if (u->health.state == HEALTH_UP && !u->proven && u->connecting == 0)

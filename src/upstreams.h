@@ -85,15 +85,25 @@ void upstream_wait(struct upstream *upstream, struct upstream_waiter *waiter);
 void upstream_unwait(struct upstream_waiter *waiter);
 
 /* A connect admitted by upstream_admit() ended: made (a certificate that
- * fails verification counts as made: the upstream answered), failed, or
- * given up before it ended (abandoned: no verdict on the upstream). */
+ * fails verification counts as made: the upstream answered), made with a
+ * handshake the server may still refuse on the first read (TLS 1.3,
+ * tls_client_may_be_refused(): as made, but the failures in a row stand
+ * until a response head comes, or the refusal adds one with
+ * upstream_handshake_refused()), failed, or given up before it ended
+ * (abandoned: no verdict on the upstream). */
 enum upstream_connect_result {
 	UPSTREAM_CONNECT_MADE,
+	UPSTREAM_CONNECT_MADE_IN_DOUBT,
 	UPSTREAM_CONNECT_FAILED,
 	UPSTREAM_CONNECT_ABANDONED,
 };
 void upstream_connect_end(struct upstream *upstream, const struct health_policy *policy,
 			  enum upstream_connect_result result);
+
+/* A new connection's first read was the server's refusal of the handshake
+ * (a TLS 1.3 server that judged the client's side after it ended): a
+ * connect failure, as a refusal during the handshake is. */
+void upstream_handshake_refused(struct upstream *upstream, const struct health_policy *policy);
 
 /* A response head arrived from the upstream: it is alive. */
 void upstream_response_seen(struct upstream *upstream, const struct health_policy *policy);

@@ -27,13 +27,18 @@ never made (the TCP connection was). The TLS 1.3 alert is named in the
 failed handshake (trail tls), retried like the TLS 1.2 one, a POST
 without a body too, since the request never reached the server's
 application (before, the trail said reset and the POST went once; one
-whose body went cannot be sent again either way).
+whose body went cannot be sent again either way). With health on
+(down_after 2) and a name from a DNS stub, a TLS 1.3 refusal counts as
+the TLS 1.2 one does: each is a connect failure toward down_after (two
+handshakes, then the upstream is down and the third try is not made) and
+forgets the name (each handshake followed a question of its own).
 """
 
 import socket
 import ssl
 import threading
 
+import dnsstub
 import harness as h
 
 CONFIG = """\
@@ -65,6 +70,27 @@ routes:
   - name: tls13
     match: { host: tls13.example }
     tls: { ca_file: @CA@ }
+"""
+
+# A name (from the DNS stub) for the TLS 1.2 and the TLS 1.3 server that
+# want a client certificate, each alone on its listener, with health on.
+CONFIG_HEALTH = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://mtls12.test:@ORIGIN@
+  - address: 127.0.0.1:@PORT1@
+    upstream: https://mtls13.test:@ORIGIN13@
+tls: { verify: false }
+log: { level: info, format: text }
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 20ms
+    jitter: 5ms
+limits:
+  connect_timeout: 1s
+  dns_cache: 60s
+health: { down_after: 2, probe_interval: 60s, hold: false }
 """
 
 
@@ -176,6 +202,26 @@ def scenario(t):
         h.eq([x.split(" ")[0] for x in fields["tries"].split(" -> ") if not x.startswith("wait")],
              ["tls"] * 3, "outcomes in the trail (%s)" % fields["tries"])
         h.eq(r.header("Retry-Ambiguous"), None, "Retry-Ambiguous")
+
+
+    stub = dnsstub.DnsStub(answers={"mtls12.test": "127.0.0.1", "mtls13.test": "127.0.0.1"},
+                           default_mode="nxdomain").start()
+    t.defer(stub.stop)
+    resolv = stub.write_resolv_conf(t.tmp, "resolv.conf", "timeout:1 attempts:1")
+    health = t.proxy(CONFIG_HEALTH, env={"RETRYPROXY_RESOLV_CONF": resolv}, ORIGIN=origin.port,
+                     ORIGIN13=origin13.port)
+
+    for listener, name, server in ((0, "mtls12.test", origin), (1, "mtls13.test", origin13)):
+        @t.check("%s: each refused handshake counts toward health (down_after 2: two "
+                 "handshakes, the third try not made) and forgets the name (asked again)" % name)
+        def _():
+            before = server.handshakes
+            r = h.fetch(health.port(listener), "GET", "/x?t=health-" + name, name,
+                        timeout=10 * h.SLOW)
+            h.ok(r.status in (502, 503), "status %r (body %r)" % (r.status, r.body))
+            h.eq(server.handshakes - before, 2, "handshakes the origin saw")
+            h.eq(len([q for q in stub.queries_for(name) if q.type == "A"]), 2,
+                 "A questions for %s (%r)" % (name, stub.queries_for(name)))
 
 
 h.run(scenario, __doc__)

@@ -377,6 +377,50 @@ static void test_client_ticket_lifetime(void **state)
 	tls_store_free(store);
 }
 
+static int accept_any(int ok, X509_STORE_CTX *ctx)
+{
+	return 1;
+}
+
+/* Only a full TLS 1.3 handshake whose server asked for a client
+ * certificate may still be refused after the client's side ended. */
+static void test_client_may_be_refused(void **state)
+{
+	struct tls_store *store = tls_store_new();
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *cert = self_signed(key);
+	char path[] = "/tmp/test_tls_ca.XXXXXX";
+	struct tls_policy policy = { path, false };
+	char err[256] = "";
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	close(fd);
+	write_ca_file(path, cert, NULL);
+	for (int asks = 0; asks < 2; asks++) {
+		for (int version = TLS1_2_VERSION; version <= TLS1_3_VERSION; version++) {
+			SSL *client =
+				tls_client_new(store, &policy, "localhost", "k", err, sizeof(err));
+			SSL *server = tls_server_new(store, cert, key, NULL, err, sizeof(err));
+
+			if (asks)
+				SSL_set_verify(server, SSL_VERIFY_PEER, accept_any);
+			SSL_set_max_proto_version(client, version);
+			tls_pair(client, server);
+			tls_handshake(client, server);
+			assert_int_equal(tls_client_may_be_refused(client),
+					 asks && version == TLS1_3_VERSION);
+			SSL_free(client);
+			SSL_free(server);
+		}
+	}
+	ERR_clear_error();
+	unlink(path);
+	X509_free(cert);
+	EVP_PKEY_free(key);
+	tls_store_free(store);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -387,6 +431,7 @@ int main(void)
 		cmocka_unit_test(test_reload_contexts),
 		cmocka_unit_test(test_client_tickets),
 		cmocka_unit_test(test_client_ticket_lifetime),
+		cmocka_unit_test(test_client_may_be_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

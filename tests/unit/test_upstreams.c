@@ -739,6 +739,37 @@ static void test_upstreams_response_resets(void **state)
 	harness_free(&h);
 }
 
+/* A TLS 1.3 handshake the server may still refuse on the first read
+ * wipes out no failures; its refusal is one more; a response head on it
+ * resets the count as any does. */
+static void test_upstreams_made_in_doubt(void **state)
+{
+	struct harness h;
+	struct upstream *u;
+
+	harness_init(&h, 2, true);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE_IN_DOUBT);
+	upstream_handshake_refused(u, &h.policy);
+	assert_upstream_line(&h, "up", 1, 0);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE_IN_DOUBT);
+	assert_upstream_line(&h, "up", 1, 0);
+	upstream_response_seen(u, &h.policy);
+	assert_upstream_line(&h, "up", 0, 0);
+	/* refused twice in a row: down, as two failed handshakes make it */
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE_IN_DOUBT);
+	upstream_handshake_refused(u, &h.policy);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE_IN_DOUBT);
+	upstream_handshake_refused(u, &h.policy);
+	assert_true(upstream_down(u));
+	upstream_release(u);
+	harness_free(&h);
+}
+
 /* down_after 0: health off; every request connects, however many fail. */
 static void test_upstreams_off(void **state)
 {
@@ -1167,6 +1198,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_down_hold_probe),
 		cmocka_unit_test(test_upstreams_down_no_hold),
 		cmocka_unit_test(test_upstreams_response_resets),
+		cmocka_unit_test(test_upstreams_made_in_doubt),
 		cmocka_unit_test(test_upstreams_off),
 		cmocka_unit_test(test_upstreams_off_by_reload),
 		cmocka_unit_test(test_upstreams_reload_walk_reordered),
