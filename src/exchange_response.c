@@ -10,6 +10,7 @@
 #include "conn.h"
 #include "dns_cache.h"
 #include "exchange_private.h"
+#include "http_date.h"
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
@@ -40,12 +41,22 @@ static inline size_t exchange_head_start_room(const struct http1_head *head)
 	return 13 + head->reason_len + 2 + sizeof(exchange_via_attempts) - 1 + 10 + 2;
 }
 
+/* "Date: " and the current second, for a response that came without one
+ * (RFC 9110 section 6.6.1); kept apart from the head's writing, since most
+ * upstreams send their own. */
+static char *exchange_put_date(char *p)
+{
+	p = EXCHANGE_PUT_LITERAL(p, "Date: ");
+	p = exchange_put(p, http_date_now(), HTTP_DATE_LEN);
+	return EXCHANGE_PUT_LITERAL(p, "\r\n");
+}
+
 /* Our status line, the upstream's fields marked in forward, then Via (in
  * the version the upstream's message came in, RFC 9110 section 7.6.3:
- * "Via: 1.0" for HTTP/1.0) and Retry-Attempts. */
+ * "Via: 1.0" for HTTP/1.0), Retry-Attempts, and with add_date a Date. */
 static inline char *exchange_put_head_start(char *p, const struct exchange *ex,
 					    const struct http1_head *head, const bool *forward,
-					    bool length_repeated)
+					    bool length_repeated, bool add_date)
 {
 	char *via_at;
 
@@ -61,7 +72,8 @@ static inline char *exchange_put_head_start(char *p, const struct exchange *ex,
 	p = EXCHANGE_PUT_LITERAL(p, exchange_via_attempts);
 	via_at[sizeof("Via: 1.") - 1] = (char)('0' + head->version_minor);
 	p = exchange_put_uint(p, ex->attempts);
-	return EXCHANGE_PUT_LITERAL(p, "\r\n");
+	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
+	return add_date ? exchange_put_date(p) : p;
 }
 
 /* A chunked response decoded for an HTTP/1.0 client loses its trailer
@@ -103,6 +115,7 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
+	bool has_date = false;
 	/* the start, fields, Connection, CRLF */
 	size_t size = exchange_head_start_room(head) + sizeof(keep_alive) - 1 + 2;
 	struct evbuffer_iovec vec;
@@ -149,11 +162,17 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 		forward[i] = fwd;
 		if (fwd)
 			size += f->line_len;
+		has_date |= fwd & (f->known == HTTP1_FIELD_DATE);
 	}
+	/* RFC 9110 section 6.6.1: a response forwarded without a Date gets
+	 * one, the time it was received */
+	if (!has_date)
+		size += sizeof("Date: \r\n") - 1 + HTTP_DATE_LEN;
 	if (no_trailer)
 		exchange_drop_trailer_field(head, forward);
 	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
-	p = exchange_put_head_start(vec.iov_base, ex, head, forward, rf->length_repeated);
+	p = exchange_put_head_start(vec.iov_base, ex, head, forward, rf->length_repeated,
+				    !has_date);
 	if (ex->ambiguous)
 		p = EXCHANGE_PUT_LITERAL(p, ambiguous);
 	if (upgrading)
@@ -194,7 +213,7 @@ static void exchange_send_interim(struct exchange *ex, const struct http1_head *
 			size += f->line_len;
 	}
 	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
-	p = exchange_put_head_start(vec.iov_base, ex, head, forward, false);
+	p = exchange_put_head_start(vec.iov_base, ex, head, forward, false, false);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
 	vec.iov_len = (size_t)(p - (char *)vec.iov_base);
 	evbuffer_commit_space(out, &vec, 1);

@@ -411,7 +411,9 @@ static uint32_t http1_field_name_of(const char *name, size_t len)
 	case 2:
 		return HTTP1_TOKEN_IS(name, "te") ? HTTP1_FIELD_TE : HTTP1_FIELD_OTHER;
 	case 4:
-		return HTTP1_TOKEN_IS(name, "host") ? HTTP1_FIELD_HOST : HTTP1_FIELD_OTHER;
+		if (HTTP1_TOKEN_IS(name, "host"))
+			return HTTP1_FIELD_HOST;
+		return HTTP1_TOKEN_IS(name, "date") ? HTTP1_FIELD_DATE : HTTP1_FIELD_OTHER;
 	case 6:
 		return HTTP1_TOKEN_IS(name, "expect") ? HTTP1_FIELD_EXPECT : HTTP1_FIELD_OTHER;
 	case 7:
@@ -972,6 +974,7 @@ static const signed char http1_fixed_hop[] = {
 	[HTTP1_FIELD_UNDERSCORED_FRAMING] = 0,
 	[HTTP1_FIELD_PROXY_AUTHORIZATION] = 1,
 	[HTTP1_FIELD_RETRY_ATTEMPTS] = 0,
+	[HTTP1_FIELD_DATE] = 0,
 };
 
 void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)

@@ -2,8 +2,8 @@
 #define RETRYPROXY_HTTP_DATE_H
 
 /*
- * HTTP-dates (RFC 9110 section 5.6.7): Retry-After's date form, and the
- * Date and Last-Modified a resume compares.
+ * HTTP-dates (RFC 9110 section 5.6.7): Retry-After's date form, the Date
+ * and Last-Modified a resume compares, and the Date the proxy sends.
  */
 
 #include <stddef.h>
@@ -15,5 +15,13 @@
  * an RFC 850 two-digit year. The weekday is read but not checked against
  * the date. */
 int http_date_parse(const char *s, size_t len, time_t now, int64_t *when);
+
+/* Bytes of an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"). */
+#define HTTP_DATE_LEN 29
+
+/* The current second as an IMF-fixdate, HTTP_DATE_LEN bytes and a NUL, for
+ * the Date field the proxy adds (RFC 9110 section 6.6.1); formatted once a
+ * second. The buffer is overwritten by the next call in another second. */
+const char *http_date_now(void);
 
 #endif

@@ -3,6 +3,8 @@
 #include <limits.h>
 #include <string.h>
 
+#include "http_date.h"
+
 /* Is the method TRACE or OPTIONS, the two Max-Forwards applies to? */
 static bool max_forwards_applies(const struct http1_head *head)
 {
@@ -66,11 +68,12 @@ size_t max_forwards_answer(struct evbuffer *out, const struct http1_head *head)
 	size_t len;
 
 	if (head->method_len == 7) {
-		evbuffer_add_printf(out,
-				    "HTTP/1.1 200 OK\r\nAllow: %s\r\nContent-Length: 0\r\n"
-				    "Retry-Attempts: 0\r\nVia: 1.1 retryproxy\r\n"
-				    "Connection: close\r\n\r\n",
-				    allow);
+		evbuffer_add_printf(
+			out,
+			"HTTP/1.1 200 OK\r\nDate: %s\r\nAllow: %s\r\nContent-Length: 0\r\n"
+			"Retry-Attempts: 0\r\nVia: 1.1 retryproxy\r\n"
+			"Connection: close\r\n\r\n",
+			http_date_now(), allow);
 		return 0;
 	}
 	echo = evbuffer_new();
@@ -80,11 +83,11 @@ size_t max_forwards_answer(struct evbuffer *out, const struct http1_head *head)
 		if (!max_forwards_sensitive(&head->fields[i]))
 			evbuffer_add(echo, head->fields[i].line, head->fields[i].line_len);
 	evbuffer_add(echo, "\r\n", 2);
-	evbuffer_add_printf(
-		out,
-		"HTTP/1.1 200 OK\r\nContent-Type: message/http\r\nContent-Length: %zu\r\n"
-		"Retry-Attempts: 0\r\nVia: 1.1 retryproxy\r\nConnection: close\r\n\r\n",
-		evbuffer_get_length(echo));
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Type: message/http\r\n"
+			    "Content-Length: %zu\r\nRetry-Attempts: 0\r\nVia: 1.1 retryproxy\r\n"
+			    "Connection: close\r\n\r\n",
+			    http_date_now(), evbuffer_get_length(echo));
 	len = evbuffer_get_length(echo);
 	evbuffer_add_buffer(out, echo);
 	evbuffer_free(echo);

@@ -4,6 +4,8 @@
 
 #include <event2/buffer.h>
 
+#include "http_date.h"
+
 /* The reason phrase of each status the proxy answers with. */
 static const char *reply_reason_phrase(int status)
 {
@@ -52,10 +54,11 @@ size_t reply_error(struct evbuffer *out, int status, const char *text, unsigned 
 	size_t text_len = strlen(text);
 
 	evbuffer_add_printf(out,
-			    "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-			    "Retry-Attempts: %u\r\nVia: 1.1 retryproxy\r\n%s\r\n",
-			    status, reply_reason_phrase(status), text_len + 1, attempts,
-			    fields[connection]);
+			    "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: text/plain\r\n"
+			    "Content-Length: %zu\r\nRetry-Attempts: %u\r\nVia: 1.1 retryproxy\r\n"
+			    "%s\r\n",
+			    status, reply_reason_phrase(status), http_date_now(), text_len + 1,
+			    attempts, fields[connection]);
 	if (!head_request)
 		evbuffer_add_printf(out, "%s\n", text);
 	return head_request ? 0 : text_len + 1;

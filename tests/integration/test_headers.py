@@ -27,8 +27,12 @@ echoed as message/http, without its Authorization or Cookie; OPTIONS:
 Allow) and never reaches the origin, and with Max-Forwards: 5 it reaches
 the origin with Max-Forwards: 4 (RFC 9110 section 7.6.2); two Max-Forwards
 lines (0 and 5, or 5 and 0) are a list, not a number: the request reaches
-the origin with both as sent. A chunked message's trailer section goes on
-without the fields its head's Connection names, the hop-by-hop ones, and
+the origin with both as sent; a response without Date gets one from the
+proxy (RFC 9110 section 6.6.1: a recipient with a clock that forwards it
+must), one with a Date keeps it alone and unchanged, and the proxy's own
+answers (a 400, a TRACE echo) carry a Date too. A chunked message's
+trailer section goes on without the fields its head's Connection names,
+the hop-by-hop ones, and
 those a trailer must not carry (framing, Trailer, Host, authentication,
 request modifiers, content format, Cache-Control, Retry-Attempts), both
 ways (a request kept for a retry, a response kept while a retry is made,
@@ -39,6 +43,7 @@ with that limit over the proxy's read buffers (300 KiB), a section of
 exactly that size goes on both ways without stalling.
 """
 
+import email.utils
 import json
 import socket
 import threading
@@ -181,7 +186,8 @@ def scenario(t):
                 h.ok("x-hop-resp" not in v.lower(), "the origin's Connection options reached the client: %r" % v)
             h.ok(n.lower() not in ("x-hop-resp", "keep-alive"),
                  "hop-by-hop response field %r reached the client: %r" % (n, r.headers))
-        rest = [(n, v) for n, v in r.headers if n.lower() not in ("via", "retry-attempts", "connection")]
+        rest = [(n, v) for n, v in r.headers
+                if n.lower() not in ("via", "retry-attempts", "connection", "date")]
         expected = [(n, v) for n, v in o.RESPONSE_HEADERS
                     if n.lower() not in ("via", "connection", "x-hop-resp", "keep-alive")]
         expected.append(("Content-Length", "3"))
@@ -467,6 +473,47 @@ def scenario(t):
         h.eq(r.status, 200, "status of a request with a trailer section of 300 KiB")
         h.eq(len(json.loads(r.body)["trailers"]), limit // len(line) + 1,
              "trailer fields at the origin")
+
+    @t.check("Date: added to a response that has none (RFC 9110 section 6.6.1), an upstream's kept, "
+             "and on the proxy's own answers")
+    def _():
+        def imf_fixdate_near_now(value, what):
+            h.ok(value is not None and len(value) == 29 and value.endswith(" GMT"),
+                 "%s: Date %r is not an IMF-fixdate" % (what, value))
+            when = email.utils.parsedate_to_datetime(value).timestamp()
+            h.ok(abs(when - time.time()) < 5, "%s: Date %r is not now" % (what, value))
+
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", origin.url("/respheaders"), auth))
+            r = c.read_response()
+        h.eq(r.status, 200, "status")
+        h.eq(len(r.header_all("Date")), 1, "Date fields on a response without one (%r)" % r.headers)
+        imf_fixdate_near_now(r.header("Date"), "forwarded response")
+
+        old_date = "Sun, 06 Nov 1994 08:49:37 GMT"
+
+        def dated(conn, server):
+            rawserver.read_head(conn)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nDate: %s\r\nContent-Length: 2\r\n\r\nok"
+                         % old_date.encode())
+
+        up = rawserver.RawServer(dated)
+        t.defer(up.stop)
+        with h.RawConn(proxy.port(0)) as c:
+            c.send(h.request("GET", "http://127.0.0.1:%d/dated" % up.port, "127.0.0.1:%d" % up.port))
+            r = c.read_response()
+        h.eq((r.status, r.header_all("Date")), (200, [old_date]), "status, the upstream's Date")
+
+        with h.RawConn(proxy.port(1)) as c:
+            c.send(b"GET /x HTTP/1.1\r\n\r\n")
+            r = c.read_response()
+        h.eq(r.status, 400, "status without Host")
+        imf_fixdate_near_now(r.header("Date"), "the proxy's 400")
+        with h.RawConn(proxy.port(1)) as c:
+            c.send(h.request("TRACE", "/x", "app.example", [("Max-Forwards", "0")]))
+            r = c.read_response()
+        h.eq(r.status, 200, "TRACE status")
+        imf_fixdate_near_now(r.header("Date"), "the proxy's TRACE answer")
 
 
 h.run(scenario, __doc__)

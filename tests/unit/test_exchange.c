@@ -671,8 +671,11 @@ static const char test_config_short_deadline[] = TEST_RETRY_BASE "    initial_ba
 								 "    max_backoff: 10ms\n"
 								 "    deadline: 1s\n";
 
-#define REPLY_503 "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"
-#define REPLY_200 "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+/* upstream answers carry a Date, so that the proxy adds none and the heads
+ * the client gets can be compared whole */
+#define UP_DATE "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+#define REPLY_503 "HTTP/1.1 503 Service Unavailable\r\n" UP_DATE "Content-Length: 4\r\n\r\nbusy"
+#define REPLY_200 "HTTP/1.1 200 OK\r\n" UP_DATE "Content-Length: 5\r\n\r\nhello"
 
 /* 1. A 503, then a 200 on the retry: the client gets the 200, saying two
  * tries were made; the 503 is never seen. */
@@ -692,7 +695,8 @@ static void test_retry_after_503(void **state)
 	exchange_start(&h);
 	run_until_ended(&h);
 	client_read(&h, got, sizeof(got));
-	assert_string_equal(got, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nVia: 1.1 retryproxy\r\n"
+	assert_string_equal(got, "HTTP/1.1 200 OK\r\n" UP_DATE
+				 "Content-Length: 5\r\nVia: 1.1 retryproxy\r\n"
 				 "Retry-Attempts: 2\r\n\r\nhello");
 	assert_string_equal(h.trace, "ended:keep-alive");
 	assert_int_equal(h.up.requests, 2);
@@ -708,11 +712,11 @@ static void test_retry_after_503(void **state)
 static void test_503_exhausted(void **state)
 {
 	static const struct up_step script[] = {
-		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 1\r\n"
+		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 1\r\n" UP_DATE
 			     "Content-Length: 7\r\n\r\nbusy #1" },
-		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 2\r\n"
+		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 2\r\n" UP_DATE
 			     "Content-Length: 7\r\n\r\nbusy #2" },
-		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 3\r\n"
+		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 3\r\n" UP_DATE
 			     "Content-Length: 7\r\n\r\nbusy #3" },
 	};
 	struct harness h;
@@ -724,7 +728,7 @@ static void test_503_exhausted(void **state)
 	exchange_start(&h);
 	run_until_ended(&h);
 	client_read(&h, got, sizeof(got));
-	assert_string_equal(got, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 3\r\n"
+	assert_string_equal(got, "HTTP/1.1 503 Service Unavailable\r\nX-Try: 3\r\n" UP_DATE
 				 "Content-Length: 7\r\nVia: 1.1 retryproxy\r\n"
 				 "Retry-Attempts: 3\r\n\r\nbusy #3");
 	assert_string_equal(h.trace, "ended:keep-alive");
@@ -830,9 +834,10 @@ static void test_broken_body(void **state)
 
 	memset(body, 'x', 100);
 	body[100] = '\0';
-	snprintf(reply, sizeof(reply), "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n%s", body);
+	snprintf(reply, sizeof(reply),
+		 "HTTP/1.1 200 OK\r\n" UP_DATE "Content-Length: 1000\r\n\r\n%s", body);
 	snprintf(want, sizeof(want),
-		 "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nVia: 1.1 retryproxy\r\n"
+		 "HTTP/1.1 200 OK\r\n" UP_DATE "Content-Length: 1000\r\nVia: 1.1 retryproxy\r\n"
 		 "Retry-Attempts: 1\r\n\r\n%s",
 		 body);
 	harness_init(&h, test_config_fast);
@@ -862,10 +867,11 @@ static void test_reset_close_delimited_body(void **state)
 
 	memset(body, 'y', 100);
 	body[100] = '\0';
-	snprintf(reply, sizeof(reply), "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n%s", body);
+	snprintf(reply, sizeof(reply), "HTTP/1.1 200 OK\r\n" UP_DATE "Connection: close\r\n\r\n%s",
+		 body);
 	/* Connection is hop-by-hop: the proxy's own goes to the client */
 	snprintf(want, sizeof(want),
-		 "HTTP/1.1 200 OK\r\nVia: 1.1 retryproxy\r\nRetry-Attempts: 1\r\n"
+		 "HTTP/1.1 200 OK\r\n" UP_DATE "Via: 1.1 retryproxy\r\nRetry-Attempts: 1\r\n"
 		 "Connection: close\r\n\r\n%s",
 		 body);
 	harness_init(&h, test_config_fast);
@@ -885,7 +891,7 @@ static void test_reset_close_delimited_body(void **state)
 static void test_retry_after_past_deadline(void **state)
 {
 	static const struct up_step script[] = {
-		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 10\r\n"
+		{ UP_ANSWER, "HTTP/1.1 503 Service Unavailable\r\n" UP_DATE "Retry-After: 10\r\n"
 			     "Content-Length: 4\r\n\r\nbusy" },
 		{ UP_ANSWER, REPLY_200 },
 	};
@@ -900,9 +906,10 @@ static void test_retry_after_past_deadline(void **state)
 	run_until_ended(&h);
 	assert_true(now_ms() - start < 500);
 	client_read(&h, got, sizeof(got));
-	assert_string_equal(got, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 10\r\n"
-				 "Content-Length: 4\r\nVia: 1.1 retryproxy\r\n"
-				 "Retry-Attempts: 1\r\n\r\nbusy");
+	assert_string_equal(got,
+			    "HTTP/1.1 503 Service Unavailable\r\n" UP_DATE "Retry-After: 10\r\n"
+			    "Content-Length: 4\r\nVia: 1.1 retryproxy\r\n"
+			    "Retry-Attempts: 1\r\n\r\nbusy");
 	assert_string_equal(h.trace, "ended:keep-alive");
 	assert_int_equal(h.up.requests, 1);
 	harness_free(&h);
@@ -948,7 +955,8 @@ static void test_stale_pooled_connection(void **state)
 	assert_true(now_ms() - start < 400);
 	client_read(&h, got, sizeof(got));
 	/* the stale try was a try: it is counted */
-	assert_string_equal(got, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nVia: 1.1 retryproxy\r\n"
+	assert_string_equal(got, "HTTP/1.1 200 OK\r\n" UP_DATE
+				 "Content-Length: 5\r\nVia: 1.1 retryproxy\r\n"
 				 "Retry-Attempts: 2\r\n\r\nhello");
 	assert_string_equal(h.trace, "ended:keep-alive");
 	assert_int_equal(h.up.connections, 2);
