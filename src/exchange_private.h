@@ -173,6 +173,7 @@ struct exchange_try {
 	uint64_t keeping_retry_after_until; /* (as a time: the wait runs from the head) */
 	enum retry_should keeping_should;   /* ... and x-should-retry */
 	bool keeping_unclean;	 /* its close-delimited body ended with no TLS close_notify */
+	time_t keeping_received; /* when its head came: its Date if it has none */
 	bool keeping_no_room;	 /* too large to keep for retry_memory, not retry_response_buffer */
 	unsigned number;	 /* which try of the exchange it is, from 1 */
 	size_t record;		 /* its response head's place in the tries trail */
@@ -292,6 +293,7 @@ struct exchange {
 	struct evbuffer *kept; /* head and body as received */
 	size_t kept_head_len;
 	unsigned kept_number; /* the try it came from */
+	time_t kept_received; /* when its head came (RFC 9110 section 6.6.1) */
 	/* it came whole while other tries raced it, so nothing was decided on
 	 * it yet: if they all fail, it decides (status, Retry-After,
 	 * x-should-retry), not the last failure */

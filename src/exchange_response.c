@@ -41,22 +41,22 @@ static inline size_t exchange_head_start_room(const struct http1_head *head)
 	return 13 + head->reason_len + 2 + sizeof(exchange_via_attempts) - 1 + 10 + 2;
 }
 
-/* "Date: " and the current second, for a response that came without one
- * (RFC 9110 section 6.6.1); kept apart from the head's writing, since most
+/* "Date: " and an IMF-fixdate, for a response that came without one (RFC
+ * 9110 section 6.6.1); kept apart from the head's writing, since most
  * upstreams send their own. */
-static char *exchange_put_date(char *p)
+static char *exchange_put_date(char *p, const char *date)
 {
 	p = EXCHANGE_PUT_LITERAL(p, "Date: ");
-	p = exchange_put(p, http_date_now(), HTTP_DATE_LEN);
+	p = exchange_put(p, date, HTTP_DATE_LEN);
 	return EXCHANGE_PUT_LITERAL(p, "\r\n");
 }
 
 /* Our status line, the upstream's fields marked in forward, then Via (in
  * the version the upstream's message came in, RFC 9110 section 7.6.3:
- * "Via: 1.0" for HTTP/1.0), Retry-Attempts, and with add_date a Date. */
+ * "Via: 1.0" for HTTP/1.0), Retry-Attempts, and a Date unless date is NULL. */
 static inline char *exchange_put_head_start(char *p, const struct exchange *ex,
 					    const struct http1_head *head, const bool *forward,
-					    bool length_repeated, bool add_date)
+					    bool length_repeated, const char *date)
 {
 	char *via_at;
 
@@ -73,7 +73,7 @@ static inline char *exchange_put_head_start(char *p, const struct exchange *ex,
 	via_at[sizeof("Via: 1.") - 1] = (char)('0' + head->version_minor);
 	p = exchange_put_uint(p, ex->attempts);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
-	return add_date ? exchange_put_date(p) : p;
+	return date != NULL ? exchange_put_date(p, date) : p;
 }
 
 /* A chunked response decoded for an HTTP/1.0 client loses its trailer
@@ -94,10 +94,13 @@ static void exchange_drop_trailer_field(const struct http1_head *head, bool *for
 }
 
 /* Write the response head of try number to the client: our HTTP version,
- * the upstream's fields minus hop-by-hop ones, Via and Retry-Attempts, and
- * our own Connection; set up the body's relay toward the client. */
+ * the upstream's fields minus hop-by-hop ones, Via and Retry-Attempts, a
+ * Date if it has none (the second received, when not now: a kept
+ * response's), and our own Connection; set up the body's relay toward the
+ * client. */
 static void exchange_send_response_head(struct exchange *ex, const struct http1_head *head,
-					const struct http1_framing *rf, unsigned number)
+					const struct http1_framing *rf, unsigned number,
+					time_t received)
 {
 	static const char close[] = "Connection: close\r\n";
 	static const char keep_alive[] = "Connection: keep-alive\r\n";
@@ -116,6 +119,8 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
 	bool has_date = false;
+	char received_date[HTTP_DATE_LEN + 1];
+	const char *date = NULL;
 	/* the start, fields, Connection, CRLF */
 	size_t size = exchange_head_start_room(head) + sizeof(keep_alive) - 1 + 2;
 	struct evbuffer_iovec vec;
@@ -166,13 +171,19 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	}
 	/* RFC 9110 section 6.6.1: a response forwarded without a Date gets
 	 * one, the time it was received */
-	if (!has_date)
+	if (!has_date) {
 		size += sizeof("Date: \r\n") - 1 + HTTP_DATE_LEN;
+		date = http_date_now();
+		if (received != 0) {
+			memcpy(received_date, date, sizeof(received_date));
+			http_date_format(received, received_date);
+			date = received_date;
+		}
+	}
 	if (no_trailer)
 		exchange_drop_trailer_field(head, forward);
 	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
-	p = exchange_put_head_start(vec.iov_base, ex, head, forward, rf->length_repeated,
-				    !has_date);
+	p = exchange_put_head_start(vec.iov_base, ex, head, forward, rf->length_repeated, date);
 	if (ex->ambiguous)
 		p = EXCHANGE_PUT_LITERAL(p, ambiguous);
 	if (upgrading)
@@ -213,7 +224,7 @@ static void exchange_send_interim(struct exchange *ex, const struct http1_head *
 			size += f->line_len;
 	}
 	evbuffer_reserve_space(out, (ev_ssize_t)size, &vec, 1);
-	p = exchange_put_head_start(vec.iov_base, ex, head, forward, false, false);
+	p = exchange_put_head_start(vec.iov_base, ex, head, forward, false, NULL);
 	p = EXCHANGE_PUT_LITERAL(p, "\r\n");
 	vec.iov_len = (size_t)(p - (char *)vec.iov_base);
 	evbuffer_commit_space(out, &vec, 1);
@@ -262,10 +273,10 @@ void exchange_relay_response(struct exchange *ex)
 }
 
 /* Send a response of try number held in buf (head of head_len bytes, then as
- * much body as buf has) to the client. Returns -1 if the head no longer
- * parses. */
+ * much body as buf has), whose head came at received, to the client.
+ * Returns -1 if the head no longer parses. */
 static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, size_t head_len,
-				  unsigned number)
+				  unsigned number, time_t received)
 {
 	struct http1_head *head = &exchange_response_head;
 	struct http1_framing rf;
@@ -276,7 +287,7 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
 	if (http1_parse_response_head(data, head_len, head_len, head, &error) != HTTP1_PARSE_DONE ||
 	    http1_response_framing(head, ex->head_request, &rf, &error) < 0)
 		return -1;
-	exchange_send_response_head(ex, head, &rf, number);
+	exchange_send_response_head(ex, head, &rf, number, received);
 	evbuffer_drain(buf, head_len);
 	body_relay_move(&ex->response_body, buf, conn_output(ex->owner.conn), &error);
 	return 0;
@@ -292,7 +303,8 @@ void exchange_deliver_kept(struct exchange *ex)
 		exchange_resume_give_up(ex, "resume given up");
 		return;
 	}
-	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len, ex->kept_number) < 0) {
+	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len, ex->kept_number,
+				   ex->kept_received) < 0) {
 		exchange_respond_error(ex, 502, "502 kept upstream response could not be re-read");
 		return;
 	}
@@ -338,7 +350,8 @@ static void exchange_pass_on_overflow(struct exchange_try *t, bool draining)
 	ex->winner = t;
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
-	if (exchange_send_buffered(ex, t->keeping, t->keeping_head_len, t->number) < 0) {
+	if (exchange_send_buffered(ex, t->keeping, t->keeping_head_len, t->number,
+				   t->keeping_received) < 0) {
 		exchange_break_response(ex, "kept response could not be re-read");
 		return;
 	}
@@ -463,6 +476,7 @@ static void exchange_keep_complete(struct exchange_try *t, bool reusable)
 	ex->kept_head_len = t->keeping_head_len;
 	ex->kept_unclean = t->keeping_unclean;
 	ex->kept_number = t->number;
+	ex->kept_received = t->keeping_received;
 	t->keeping = NULL;
 	exchange_memory_recount(ex);
 	/* a hedge's answer may yet be the client's (exchange_deliver_kept()):
@@ -549,6 +563,7 @@ static void exchange_start_keeping(struct exchange_try *t, const struct http1_he
 
 	t->keeping = evbuffer_new();
 	t->keeping_head_len = head->head_len;
+	t->keeping_received = time(NULL);
 	t->keeping_unclean = false;
 	t->keeping_no_room = false;
 	evbuffer_remove_buffer(in, t->keeping, head->head_len);
@@ -664,7 +679,7 @@ static void exchange_relay_from(struct exchange_try *t, const struct http1_head 
 	}
 	exchange_cancel_racing(ex, t);
 	ex->winner = t;
-	exchange_send_response_head(ex, head, &t->framing, t->number);
+	exchange_send_response_head(ex, head, &t->framing, t->number, 0);
 	evbuffer_drain(conn_input(t->up), head->head_len);
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
@@ -750,7 +765,7 @@ static void exchange_switch_protocols(struct exchange_try *t, const struct http1
 	t->record = ex->try_count;
 	exchange_record_try(ex, head->status, NULL, t->hedge);
 	exchange_cancel_racing(ex, t);
-	exchange_send_response_head(ex, head, &none, t->number);
+	exchange_send_response_head(ex, head, &none, t->number, 0);
 	evbuffer_drain(conn_input(t->up), head->head_len);
 	ex->tunnel = t->up;
 	t->up = NULL;

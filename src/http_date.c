@@ -200,22 +200,29 @@ int http_date_parse(const char *s, size_t len, time_t now, int64_t *when)
 	return 0;
 }
 
+void http_date_format(time_t t, char *out)
+{
+	struct tm tm;
+
+	if (gmtime_r(&t, &tm) == NULL || tm.tm_year + 1900 > 9999 || tm.tm_year + 1900 < 0)
+		return;
+	/* tm_wday counts from Sunday, the names from Monday */
+	snprintf(out, HTTP_DATE_LEN + 1, "%s, %02d %s %04d %02d:%02d:%02d GMT",
+		 http_date_day_short[(tm.tm_wday + 6) % 7], tm.tm_mday,
+		 http_date_month_name[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+		 tm.tm_sec);
+}
+
 const char *http_date_now(void)
 {
 	static char text[HTTP_DATE_LEN + 1] = "Thu, 01 Jan 1970 00:00:00 GMT";
 	static time_t formatted = (time_t)-1;
 	time_t now = time(NULL);
-	struct tm tm;
 
-	if (now == formatted)
-		return text;
-	if (gmtime_r(&now, &tm) == NULL || tm.tm_year + 1900 > 9999 || tm.tm_year + 1900 < 0)
-		return text; /* a clock this far off keeps the last good date */
-	/* tm_wday counts from Sunday, the names from Monday */
-	snprintf(text, sizeof(text), "%s, %02d %s %04d %02d:%02d:%02d GMT",
-		 http_date_day_short[(tm.tm_wday + 6) % 7], tm.tm_mday,
-		 http_date_month_name[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
-		 tm.tm_sec);
-	formatted = now;
+	if (now != formatted) {
+		/* a clock gmtime() cannot place keeps the last good date */
+		http_date_format(now, text);
+		formatted = now;
+	}
 	return text;
 }

@@ -19,6 +19,10 @@ int http_date_parse(const char *s, size_t len, time_t now, int64_t *when);
 /* Bytes of an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT"). */
 #define HTTP_DATE_LEN 29
 
+/* Second t as an IMF-fixdate in out (HTTP_DATE_LEN bytes and a NUL); a
+ * time gmtime() cannot place, or past year 9999, leaves out unchanged. */
+void http_date_format(time_t t, char *out);
+
 /* The current second as an IMF-fixdate, HTTP_DATE_LEN bytes and a NUL, for
  * the Date field the proxy adds (RFC 9110 section 6.6.1); formatted once a
  * second. The buffer is overwritten by the next call in another second. */

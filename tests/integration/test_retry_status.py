@@ -23,9 +23,13 @@ chunked or close-delimited 503 is given back with its body whole (de-chunked
 for an HTTP/1.0 client); for HEAD the last 503 head comes back without a
 body; after a given-back 503 the client connection serves another request,
 and a request pipelined behind one in backoff is answered after it, in
-order; 503s that close their connection are retried on new connections.
+order; 503s that close their connection are retried on new connections;
+a kept 503 without a Date given back after later tries timed out carries
+the Date of the second it came, not of the second it was given back (RFC
+9110 section 6.6.1).
 """
 
+import email.utils
 import time
 
 import harness as h
@@ -56,6 +60,9 @@ routes:
   - name: only503
     match: { path_prefix: /only503/ }
     retry: { on: [503] }
+  - name: slowtries
+    match: { path_prefix: /slowtries/ }
+    retry: { try_timeout: 1s }
 """
 
 
@@ -107,6 +114,20 @@ def scenario(t):
         line = h.access_fields(proxy.access_one("/s/last"))
         h.eq((line["status"], line["attempts"], line.get("gave_up")), ("503", "3", "attempts"),
              "access line status, attempts, gave_up")
+
+    @t.check("a kept 503 given back after tries that timed out is dated when it came")
+    def _():
+        origin.script("/slowtries/x", [503, "/delay/5"])
+        start = time.time()
+        r = h.fetch(proxy.port(), "GET", origin.url("/slowtries/x"), host)
+        end = time.time()
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "3"), "status, Retry-Attempts")
+        h.ok(end - start >= 1.9, "the 503 came back after the tries timed out (%.1fs)" % (end - start))
+        h.eq(len(r.header_all("Date")), 1, "Date fields")
+        when = email.utils.parsedate_to_datetime(r.header("Date")).timestamp()
+        h.ok(int(start) <= when <= start + 1,
+             "Date %r is when the 503 came (%.1f), not when it was given back (%.1f)"
+             % (r.header("Date"), start, end))
 
     @t.check("default route (5xx flag): 500 and 504 are retried")
     def _():

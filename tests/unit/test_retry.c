@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "http_date.h"
 #include "retry.h"
 
 #define TEST_DRAWS 10000
@@ -660,6 +661,26 @@ static void test_round_trip(time_t t, const char *format)
 	    ms != 5000000)
 		fail_msg("\"%s\" (t=%lld): got %llu ms", text, (long long)t,
 			 (unsigned long long)ms);
+}
+
+/* The Date the proxy adds: an IMF-fixdate of the second given, which reads
+ * back as that second. */
+static void test_http_date_format(void **state)
+{
+	static const time_t seconds[] = { 0, 784111777, 951782400, 1709164800, 4102444799 };
+	char text[HTTP_DATE_LEN + 1];
+	int64_t back;
+
+	(void)state;
+	http_date_format(784111777, text);
+	assert_string_equal(text, "Sun, 06 Nov 1994 08:49:37 GMT");
+	for (size_t i = 0; i < sizeof(seconds) / sizeof(seconds[0]); i++) {
+		http_date_format(seconds[i], text);
+		assert_int_equal(strlen(text), HTTP_DATE_LEN);
+		assert_int_equal(http_date_parse(text, HTTP_DATE_LEN, seconds[i], &back), 0);
+		assert_int_equal(back, (int64_t)seconds[i]);
+	}
+	assert_int_equal(strlen(http_date_now()), HTTP_DATE_LEN);
 }
 
 static void test_retry_after_calendar(void **state)
@@ -1488,6 +1509,7 @@ int main(void)
 		cmocka_unit_test(test_retry_after_table),
 		cmocka_unit_test(test_retry_after_counted),
 		cmocka_unit_test(test_retry_after_calendar),
+		cmocka_unit_test(test_http_date_format),
 		cmocka_unit_test(test_outcome_names),
 		cmocka_unit_test(test_give_up_names),
 		cmocka_unit_test(test_decide_table),
