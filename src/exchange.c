@@ -1229,8 +1229,7 @@ static void exchange_tunnel_connected(struct exchange_try *t, struct conn *conn)
 
 	ex->status = 200;
 	exchange_record_try(ex, 200, NULL, false);
-	EXCHANGE_ADD_LITERAL(conn_output(ex->owner.conn),
-			     "HTTP/1.1 200 Connection established\r\nVia: 1.1 retryproxy\r\n\r\n");
+	reply_connect_established(conn_output(ex->owner.conn));
 	ex->tunnel = conn;
 	exchange_finish_tunnel(ex);
 }

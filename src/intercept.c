@@ -12,12 +12,10 @@
 #include "conn.h"
 #include "log.h"
 #include "proxy.h"
+#include "reply.h"
 #include "route.h"
 #include "tls.h"
 #include "xmalloc.h"
-
-static const char intercept_established[] =
-	"HTTP/1.1 200 Connection established\r\nVia: 1.1 retryproxy\r\n\r\n";
 
 struct intercept {
 	char *host;		      /* the CONNECT host, no brackets */
@@ -118,7 +116,7 @@ struct intercept *intercept_start(struct proxy *proxy, const struct config *conf
 	}
 	/* copied before the head leaves the input: it points into it */
 	ic = intercept_new(target);
-	evbuffer_add(conn_output(conn), intercept_established, sizeof(intercept_established) - 1);
+	reply_connect_established(conn_output(conn));
 	evbuffer_drain(conn_input(conn), head->head_len);
 	if (conn_start_tls_server(conn, ssl) < 0) {
 		/* the 200 could not go out at once: the connection is unusable */

@@ -63,3 +63,11 @@ size_t reply_error(struct evbuffer *out, int status, const char *text, unsigned 
 		evbuffer_add_printf(out, "%s\n", text);
 	return head_request ? 0 : text_len + 1;
 }
+
+void reply_connect_established(struct evbuffer *out)
+{
+	evbuffer_add_printf(out,
+			    "HTTP/1.1 200 Connection established\r\nDate: %s\r\n"
+			    "Via: 1.1 retryproxy\r\n\r\n",
+			    http_date_now());
+}

@@ -23,4 +23,8 @@ enum reply_connection { REPLY_KEEP, REPLY_KEEP_HTTP10, REPLY_CLOSE };
 size_t reply_error(struct evbuffer *out, int status, const char *text, unsigned attempts,
 		   enum reply_connection connection, bool head_request);
 
+/* Queue the 200 that opens a CONNECT tunnel: Date (the proxy answers it,
+ * RFC 9110 section 6.6.1) and Via, no framing fields (section 9.3.6). */
+void reply_connect_established(struct evbuffer *out);
+
 #endif

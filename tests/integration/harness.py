@@ -1338,7 +1338,8 @@ def intercepted_tls(proxy_port, host, port, cafile, server_hostname=None, strict
             if not chunk:
                 raise AssertionError("the proxy closed the CONNECT: %r" % head)
             head += chunk
-        ok(head.startswith(b"HTTP/1.1 200"), "CONNECT answer %r" % head)
+        ok(head.startswith(b"HTTP/1.1 200") and b"\r\nDate: " in head,
+           "CONNECT answer (a 200 with a Date) %r" % head)
         context = ssl.create_default_context(cafile=cafile)
         if strict:
             strict_eof(context)

@@ -53,6 +53,8 @@ def open_tunnel(proxy, port, host="127.0.0.1"):
     c.send(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority)).encode())
     r = c.read_head()
     h.ok(200 <= r.status < 300, "CONNECT answered %d: %r" % (r.status, r.headers))
+    # the proxy's own 2xx: dated (RFC 9110 section 6.6.1)
+    h.ok((r.header("Date") or "").endswith(" GMT"), "the CONNECT 200's Date (%r)" % r.headers)
     return c, r
 
 
