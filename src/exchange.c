@@ -1207,7 +1207,7 @@ static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, b
 	/* a response head may be as long as max_header_bytes: the input must
 	 * take it whole, and one byte more to tell it is too long; a trailer
 	 * section, held until it ends, as long and its final empty line */
-	conn_set_input_limit(conn, head_max < EXCHANGE_UPSTREAM_READ_HIGH
+	conn_set_input_limit(conn, head_max + 2 < EXCHANGE_UPSTREAM_READ_HIGH
 					   ? EXCHANGE_UPSTREAM_READ_HIGH
 					   : head_max + 2);
 	conn_set_output_low(conn, EXCHANGE_OUTPUT_LOW);

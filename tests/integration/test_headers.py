@@ -40,7 +40,9 @@ too), the rest byte-exact in order, also when it arrives in pieces; the
 connection stays in step after it. A trailer field line may be as long as
 a header line: only the section's size is bounded, by max_header_bytes;
 with that limit over the proxy's read buffers (300 KiB), a section of
-exactly that size goes on both ways without stalling.
+exactly that size goes on both ways without stalling, and with it one byte
+under the upstream read buffer (256 KiB - 1), a response's section of exactly
+that size too.
 """
 
 import email.utils
@@ -473,6 +475,34 @@ def scenario(t):
         h.eq(r.status, 200, "status of a request with a trailer section of 300 KiB")
         h.eq(len(json.loads(r.body)["trailers"]), limit // len(line) + 1,
              "trailer fields at the origin")
+
+    @t.check("with max_header_bytes one byte under the upstream read buffer (256 KiB - 1), a "
+             "response's trailer section of exactly that size is not stalled")
+    def _():
+        # the upstream input takes the larger of its read buffer and
+        # max_header_bytes + 2 (a section held whole with its final CRLF)
+        limit = 256 * 1024 - 1
+        line = b"X-T: " + b"a" * 1000 + b"\r\n"
+        section = line * (limit // len(line))
+        section += b"X-P: " + b"b" * (limit - len(section) - 7) + b"\r\n"
+        h.eq(len(section), limit, "the trailer section's size")
+
+        def serve(conn, _server):
+            if rawserver.read_request(conn) is not None:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                             b"Connection: close\r\n\r\n5\r\nhello\r\n0\r\n" + section + b"\r\n")
+
+        origin_t = rawserver.RawServer(serve)
+        t.defer(origin_t.stop)
+        edge = t.proxy(CONFIG.replace("  drain_timeout: 2s\n",
+                                      "  drain_timeout: 2s\n  max_header_bytes: %d\n" % limit),
+                       ORIGIN=origin_t.port)
+        with h.RawConn(edge.port(1)) as c:
+            c.send(h.request("GET", "/edge-trailer", "a.example"))
+            c.read_until(b"\r\n\r\n")
+            h.eq(c.read_until(b"0\r\n"), b"5\r\nhello\r\n0\r\n", "the body")
+            got = c.read_until(b"\r\n\r\n", timeout=5 * h.SLOW)
+            h.eq(len(got), len(section) + 2, "the trailer section's bytes at the client")
 
     @t.check("Date: added to a response that has none (RFC 9110 section 6.6.1), an upstream's kept, "
              "and on the proxy's own answers")
