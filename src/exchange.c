@@ -1062,8 +1062,11 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	if (exchange_tries_left(ex) > 0) {
 		/* hedge.max bounds the tries in flight at once: this one's place
 		 * may take another hedge, unless the failure is one no retry
-		 * would follow either (retry_decide()) */
-		if (outcome != TRY_TLS_VERIFY && outcome != TRY_FORBIDDEN)
+		 * would follow either (retry_decide()): one retry.on leaves
+		 * out, a certificate that fails verification, a destination
+		 * refused */
+		if (outcome != TRY_TLS_VERIFY && outcome != TRY_FORBIDDEN &&
+		    retry_on_failure(&ex->route->retry, try_outcome_cause(outcome)))
 			exchange_hedge_again(ex);
 		return;
 	}

@@ -236,7 +236,8 @@ void listener_check_accepting(struct proxy *proxy)
 	if (below)
 		log_info("below max_connections (%u) again: accepting", max);
 	else
-		log_warn("max_connections (%u) reached: not accepting until a connection closes",
+		log_warn("max_connections (%u) reached: a new connection waits until one "
+			 "closes, or an idle keep-alive one is closed for it",
 			 max);
 	listener_set_accepting(proxy, below);
 }

@@ -27,7 +27,8 @@ Must hold:
   the third try, the trail "hedge:reset -> wait 0ms -> cancelled -> wait
   0ms -> hedge:200", the reset hedge counted as lost); not while a 503
   kept whole waits to decide (max 2: a hedge reset after the other's 503
-  starts no third hedge);
+  starts no third hedge), nor on a route whose retry.on leaves resets out
+  (the first try's 200, 2 requests at the origin);
 - POST, PUT with If-Match, and a GET with a body are never hedged;
 - a retryable answer (503) on the hedge waits for the first try, whose
   200 the client gets, with no retry after the 503; when the first try is
@@ -87,6 +88,9 @@ routes:
   - name: hedged2
     match: { path_prefix: /h2/ }
     retry: { hedge: { after: 200ms, max: 2 } }
+  - name: hedged-no-reset
+    match: { path_prefix: /hn/ }
+    retry: { on: [5xx, connect-failure, timeout], hedge: { after: 200ms, max: 1 } }
   - name: capped
     match: { path_prefix: /hc/ }
     retry: { max_attempts: 2, hedge: { after: 100ms, max: 3 } }
@@ -239,6 +243,14 @@ def scenario(t):
              "hedge:reset -> wait 0ms -> cancelled -> wait 0ms -> hedge:200", "tries")
         h.eq(h.metric(admin_metrics(proxy), "retryproxy_hedges_total",
                       '{route="hedged",result="lost"}'), lost + 1, "hedges lost")
+
+    @t.check("a hedge reset at once is not replaced when the route's retry.on leaves resets out")
+    def _():
+        origin.script("/hn/hedge-reset", ["/delay/2", "/reset/request", "/bytes/10"])
+        r = h.fetch(port, "GET", "/hn/hedge-reset", "api.example")
+        h.eq((r.status, r.body), (200, b"delayed\n"), "the first try's response")
+        time.sleep(0.3 * h.SLOW)
+        h.eq(len(origin.requests_for("/hn/hedge-reset")), 2, "origin requests")
 
     @t.check("a failed try leaves no place to a hedge while a retryable answer waits to decide")
     def _():
