@@ -68,13 +68,14 @@ struct client {
 	struct conn *conn;		      /* its deadline is client_timeout for the next head */
 	struct exchange *exchange;	      /* the request being proxied, if any */
 	struct intercept *intercept;	      /* an intercepted CONNECT's tunnel, or NULL */
+	/* The fields are laid out without holes: an idle keep-alive client
+	 * costs this struct and its conn's (README: RSS per idle client). */
 	enum client_state state;
-	struct http1_resume head_resume; /* how far the next head's bytes were looked at */
-	uint64_t head_began_ms;	  /* a head that came in pieces: its first read's time, else 0 */
 	bool listener_gone;	  /* a reload removed its listener: close after this request */
 	bool output_full;	  /* reading the next request waits for the output to drain */
 	bool head_timer_at_flush; /* the next head's client_timeout starts once the
 				     last response is written */
+	struct http1_resume head_resume;   /* how far the next head's bytes were looked at */
 	struct conn_ack_watch reset_watch; /* CLIENT_RESETTING: what the client still takes */
 	union {				   /* checked against allow_clients again after a reload */
 		struct sockaddr sa;
@@ -82,9 +83,13 @@ struct client {
 		struct sockaddr_in6 sin6;
 	} peer_addr;
 	char peer[INET6_ADDRSTRLEN + 8];
-	struct registry_entry entry;   /* in proxy->registry */
-	TAILQ_ENTRY(client) idle_link; /* in proxy->idle_clients while idle_listed */
-	bool idle_listed;	       /* idle between requests: may close to make room */
+	/* a head that came in pieces: its first read's time (the monotonic
+	 * clock's milliseconds, modulo 2^32: durations, not dates), else 0 */
+	uint32_t head_began_ms;
+	struct registry_entry entry; /* in proxy->registry */
+	/* in proxy->idle_clients while idle between requests (tqe_prev set):
+	 * may close to make room at max_connections */
+	TAILQ_ENTRY(client) idle_link;
 };
 
 /* The connection closes after the current request whatever the client asked
@@ -99,10 +104,10 @@ static bool client_closing_after_request(void *arg)
 /* Off the idle list: a request begins, or the connection closes. */
 static void client_idle_ends(struct client *client)
 {
-	if (!client->idle_listed)
+	if (client->idle_link.tqe_prev == NULL)
 		return;
 	TAILQ_REMOVE(&client->proxy->idle_clients, client, idle_link);
-	client->idle_listed = false;
+	client->idle_link.tqe_prev = NULL;
 }
 
 /* After a response, all written: onto the idle list, whose connections
@@ -116,11 +121,10 @@ static inline void client_idle_begins(struct client *client)
 	struct proxy *proxy = client->proxy;
 	bool first;
 
-	if (client->idle_listed || client->intercept != NULL)
+	if (client->idle_link.tqe_prev != NULL || client->intercept != NULL)
 		return;
 	first = TAILQ_EMPTY(&proxy->idle_clients);
 	TAILQ_INSERT_TAIL(&proxy->idle_clients, client, idle_link);
-	client->idle_listed = true;
 	if (first)
 		listener_idle_available(proxy);
 }
@@ -276,9 +280,7 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 	/* answered as its head completed, or, for a head that came in pieces
 	 * and was cut or refused, since its first piece */
 	if (client->head_began_ms != 0) {
-		uint64_t now = retry_budget_now_ms();
-
-		record.duration_ms = now > client->head_began_ms ? now - client->head_began_ms : 0;
+		record.duration_ms = (uint32_t)retry_budget_now_ms() - client->head_began_ms;
 		client->head_began_ms = 0;
 	}
 	if (head != NULL && head->method_len > 0) {
@@ -576,8 +578,12 @@ static void client_read_head(struct client *client)
 	case HTTP1_PARSE_MORE:
 		/* a head in pieces (never on the hot path: heads come whole in
 		 * one read): its answer, should it be cut, lasted from here */
-		if (client->head_began_ms == 0)
-			client->head_began_ms = retry_budget_now_ms();
+		if (client->head_began_ms == 0) {
+			uint32_t now = (uint32_t)retry_budget_now_ms();
+
+			/* 0 is "none": a clock at 0 modulo 2^32 counts as 1 */
+			client->head_began_ms = now != 0 ? now : 1;
+		}
 		return;
 	case HTTP1_PARSE_ERROR:
 		/* a head refused in its fields, or as too large, after a request
