@@ -13,12 +13,15 @@
 #include "conn.h"
 #include "log.h"
 #include "proxy.h"
+#include "retry_budget.h"
 #include "timeval.h"
 #include "xmalloc.h"
 
 /* After accept() fails (out of file descriptors), pause this long before
  * accepting again instead of spinning on the same error. */
 #define LISTENER_ERROR_PAUSE_MS 100
+/* Reaching max_connections is warned about at most this often. */
+#define LISTENER_WARN_EVERY_MS 10000
 
 /* The proxy's open listeners. */
 struct listener_set {
@@ -27,6 +30,11 @@ struct listener_set {
 	/* paused, and a connection waited with no idle client connection to
 	 * close for it: waiting is watched again once one becomes idle */
 	bool idle_wanted;
+	/* the warning that the limit was reached, at most once per
+	 * LISTENER_WARN_EVERY_MS: under steady pressure every new connection
+	 * reaches it again */
+	uint64_t warned_ms;
+	unsigned reached_unwarned; /* times reached since the last warning */
 };
 
 struct listener {
@@ -226,6 +234,31 @@ static bool listener_accepting(const struct proxy *proxy)
 	return !proxy->listeners->paused;
 }
 
+/* The limit was reached: warn, unless a warning went out within
+ * LISTENER_WARN_EVERY_MS; the next one says how often it was reached
+ * meanwhile. */
+static void listener_note_limit_reached(struct listener_set *set, unsigned max)
+{
+	uint64_t now = retry_budget_now_ms();
+
+	if (set->warned_ms != 0 && now - set->warned_ms < LISTENER_WARN_EVERY_MS) {
+		set->reached_unwarned++;
+		log_debug("max_connections (%u) reached again", max);
+		return;
+	}
+	if (set->reached_unwarned > 0)
+		log_warn("max_connections (%u) reached: a new connection waits until one closes, "
+			 "or an idle keep-alive one is closed for it (reached %u more times since "
+			 "the last warning)",
+			 max, set->reached_unwarned);
+	else
+		log_warn("max_connections (%u) reached: a new connection waits until one closes, "
+			 "or an idle keep-alive one is closed for it",
+			 max);
+	set->warned_ms = now;
+	set->reached_unwarned = 0;
+}
+
 void listener_check_accepting(struct proxy *proxy)
 {
 	unsigned max = proxy->config->limits.max_connections;
@@ -234,11 +267,9 @@ void listener_check_accepting(struct proxy *proxy)
 	if (proxy->draining || listener_accepting(proxy) == below)
 		return;
 	if (below)
-		log_info("below max_connections (%u) again: accepting", max);
+		log_debug("below max_connections (%u) again: accepting", max);
 	else
-		log_warn("max_connections (%u) reached: a new connection waits until one "
-			 "closes, or an idle keep-alive one is closed for it",
-			 max);
+		listener_note_limit_reached(proxy->listeners, max);
 	listener_set_accepting(proxy, below);
 }
 

@@ -20,6 +20,11 @@ response. With every connection busy (requests held at the origin, a head
 begun) a new client waits; once one response is written, that connection,
 now idle, makes room for it. A CONNECT tunnel, when the idle connections
 are gone, is not closed for a new client, which waits.
+
+Third proxy (max_connections 2): eight clients one after another, each
+served and left idle, each new one closing the longest-idle: the limit,
+reached seven times, is warned about once (at most once per 10 s), not
+once per connection.
 """
 
 import json
@@ -124,6 +129,7 @@ def scenario(t):
              "a connection with its request head begun was closed")
 
     idle_scenario(t, origin)
+    churn_scenario(t, origin)
 
 
 IDLE_CONFIG = CONFIG.replace("max_connections: 2", "max_connections: 3")
@@ -214,6 +220,26 @@ def idle_scenario(t, origin):
         h.ok(y.silent_for(1.0), "Y was answered with a tunnel and two heads begun open")
         tunnel.send(h.request("GET", "/echo?through=tunnel", origin.authority))
         h.eq(tunnel.read_response(timeout=5 * h.SLOW).status, 200, "status through the tunnel")
+
+
+def churn_scenario(t, origin):
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+    time.sleep(0.3)  # let the proxy see the start-up probe connection close
+    conns = []
+    t.defer(lambda: [c.close() for c in conns])
+
+    @t.check("a limit reached again and again (each new client closing an idle one) is warned "
+             "about once, not once per connection")
+    def _():
+        for i in range(8):
+            c = h.RawConn(proxy.port(), timeout=10)
+            conns.append(c)
+            c.send(h.request("GET", "/echo?churn=%d" % i, "a.example"))
+            h.eq(c.read_response(timeout=3 * h.SLOW).status, 200, "status for client %d" % i)
+        proxy.wait_log(r"closed the idle keep-alive connection", count=6)
+        warnings = [ln for ln in proxy.stderr_lines() if "max_connections (2) reached" in ln
+                    and " warn " in ln]
+        h.eq(len(warnings), 1, "warnings of the limit reached 7 times (%r)" % warnings)
 
 
 h.run(scenario, __doc__)
