@@ -1014,6 +1014,85 @@ void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop)
 	}
 }
 
+/* Fields a trailer section never passes on besides the hop-by-hop ones
+ * (http1_fixed_hop), lower case: those RFC 9110 section 6.5.1 says cannot
+ * be processed after the content (framing, routing, authentication,
+ * request modifiers, content format, response controls), as other
+ * implementations list them; and Retry-Attempts, which the proxy sets
+ * itself in the head. */
+static const char *const http1_trailer_never[] = {
+	"content-length",
+	"trailer",
+	"host",
+	"authorization",
+	"proxy-authorization",
+	"www-authenticate",
+	"proxy-authenticate",
+	"expect",
+	"max-forwards",
+	"range",
+	"content-type",
+	"content-encoding",
+	"content-range",
+	"cache-control",
+	"pragma",
+	"retry-attempts",
+};
+
+/* Is name hop-by-hop, or one of http1_trailer_never? */
+static bool http1_trailer_never_passes(const char *name, size_t len)
+{
+	if (http1_fixed_hop[http1_field_name_of(name, len)] > 0)
+		return true;
+	for (size_t i = 0; i < sizeof(http1_trailer_never) / sizeof(http1_trailer_never[0]); i++)
+		if (http1_name_equals(name, len, http1_trailer_never[i]))
+			return true;
+	return false;
+}
+
+size_t http1_trailer_named(const struct http1_head *head, char *out, size_t room)
+{
+	size_t len = 0;
+
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *c = &head->fields[i];
+		const char *p = c->value;
+		const char *elem;
+		size_t elem_len;
+
+		if (c->known != HTTP1_FIELD_CONNECTION)
+			continue;
+		while (http1_list_step(&p, c->value + c->value_len, &elem, &elem_len)) {
+			if (elem_len == 0 || http1_name_equals(elem, elem_len, "close") ||
+			    http1_trailer_never_passes(elem, elem_len))
+				continue;
+			if (len + elem_len + 1 <= room) {
+				memcpy(out + len, elem, elem_len);
+				out[len + elem_len] = ',';
+			}
+			len += elem_len + 1;
+		}
+	}
+	return len;
+}
+
+bool http1_trailer_field_passes(const char *name, size_t len, const char *named, size_t named_len)
+{
+	if (http1_trailer_never_passes(name, len))
+		return false;
+	/* each name in the list ends in a comma */
+	while (named_len > 0) {
+		const char *comma = memchr(named, ',', named_len);
+		size_t elem_len = (size_t)(comma - named);
+
+		if (http1_equal_nocase(name, len, named, elem_len))
+			return false;
+		named += elem_len + 1;
+		named_len -= elem_len + 1;
+	}
+	return true;
+}
+
 const struct http1_field *http1_find_field(const struct http1_head *head, const char *name)
 {
 	size_t len = strlen(name);

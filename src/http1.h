@@ -198,6 +198,21 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
  * HTTP1_MAX_FIELDS. */
 void http1_hop_by_hop_marks(const struct http1_head *head, bool *hop);
 
+/* Write the options head's Connection fields name, other than close and
+ * the names of fields always hop-by-hop, into out (room bytes), each
+ * followed by a comma: the fields its trailer section must not pass on
+ * (RFC 9110 section 7.6.1). Returns the length they take, which is more
+ * than room when they do not fit (out then holds only some of them). */
+size_t http1_trailer_named(const struct http1_head *head, char *out, size_t room);
+
+/* May a trailer field of this name go on? Not one named in named (a list
+ * from http1_trailer_named()), nor a hop-by-hop field, nor one a trailer
+ * must not carry (RFC 9110 section 6.5.1): framing (Content-Length,
+ * Transfer-Encoding, Trailer), routing (Host), authentication, request
+ * modifiers, content format, response controls (Cache-Control), nor
+ * Retry-Attempts, which is this proxy's. */
+bool http1_trailer_field_passes(const char *name, size_t len, const char *named, size_t named_len);
+
 /* Take the next element of a comma-separated list (RFC 9110 section 5.6.1)
  * from *pp (the list's start at first), without surrounding whitespace;
  * empty elements are returned too, as length 0. False when the list is used
@@ -261,21 +276,6 @@ enum http1_chunk_step http1_chunked_step(struct http1_chunked *dec, const char *
 
 /* True once DONE has been returned. */
 bool http1_chunked_done(const struct http1_chunked *dec);
-
-/* Write the options head's Connection fields name, other than close and
- * the names of fields always hop-by-hop, into out (room bytes), each
- * followed by a comma: the fields its trailer section must not pass on
- * (RFC 9110 section 7.6.1). Returns the length they take, which is more
- * than room when they do not fit (out then holds only some of them). */
-size_t http1_trailer_named(const struct http1_head *head, char *out, size_t room);
-
-/* May a trailer field of this name go on? Not one named in named (a list
- * from http1_trailer_named()), nor a hop-by-hop field, nor one a trailer
- * must not carry (RFC 9110 section 6.5.1): framing (Content-Length,
- * Transfer-Encoding, Trailer), routing (Host), authentication, request
- * modifiers, content format, response controls (Cache-Control), nor
- * Retry-Attempts, which is this proxy's. */
-bool http1_trailer_field_passes(const char *name, size_t len, const char *named, size_t named_len);
 
 /* True once a trailer field's first byte was stepped over. */
 static inline bool http1_chunked_has_trailer(const struct http1_chunked *dec)
