@@ -440,14 +440,23 @@ def scenario(t):
             r = c.read_response()
         h.eq(r.status, 400, "status for a trailer section of %d bytes" % (len(long_line) * 14))
 
-    @t.check("with max_header_bytes over the read buffers (300 KiB), a trailer section of "
-             "exactly that size goes on both ways, not stalled behind its final empty line")
-    def _():
-        limit = 300 * 1024
-        line = b"X-T: " + b"a" * 1000 + b"\r\n"
+    line = b"X-T: " + b"a" * 1000 + b"\r\n"
+
+    def trailer_section(limit):
+        """A trailer section of exactly limit bytes, its final empty line not counted."""
         section = line * (limit // len(line))
         section += b"X-P: " + b"b" * (limit - len(section) - 7) + b"\r\n"
         h.eq(len(section), limit, "the trailer section's size")
+        return section
+
+    def with_header_limit(limit):
+        return CONFIG.replace("  drain_timeout: 2s\n",
+                              "  drain_timeout: 2s\n  max_header_bytes: %d\n" % limit)
+
+    def response_trailer_reaches_client(limit, path):
+        """A proxy with max_header_bytes limit relays a response whose trailer
+        section is exactly that long, whole, without stalling."""
+        section = trailer_section(limit)
 
         def serve(conn, _server):
             if rawserver.read_request(conn) is not None:
@@ -456,21 +465,24 @@ def scenario(t):
 
         origin_t = rawserver.RawServer(serve)
         t.defer(origin_t.stop)
-        big = t.proxy(CONFIG.replace("  drain_timeout: 2s\n",
-                                     "  drain_timeout: 2s\n  max_header_bytes: 300KiB\n"),
-                      ORIGIN=origin_t.port)
-        with h.RawConn(big.port(1)) as c:
-            c.send(h.request("GET", "/big-trailer", "a.example"))
+        limited = t.proxy(with_header_limit(limit), ORIGIN=origin_t.port)
+        with h.RawConn(limited.port(1)) as c:
+            c.send(h.request("GET", path, "a.example"))
             c.read_until(b"\r\n\r\n")
             h.eq(c.read_until(b"0\r\n"), b"5\r\nhello\r\n0\r\n", "the body")
             got = c.read_until(b"\r\n\r\n", timeout=5 * h.SLOW)
             h.eq(len(got), len(section) + 2, "the trailer section's bytes at the client")
-        big_echo = t.proxy(CONFIG.replace("  drain_timeout: 2s\n",
-                                          "  drain_timeout: 2s\n  max_header_bytes: 300KiB\n"),
-                           ORIGIN=origin.port)
+
+    @t.check("with max_header_bytes over the read buffers (300 KiB), a trailer section of "
+             "exactly that size goes on both ways, not stalled behind its final empty line")
+    def _():
+        limit = 300 * 1024
+        response_trailer_reaches_client(limit, "/big-trailer")
+        big_echo = t.proxy(with_header_limit(limit), ORIGIN=origin.port)
         with h.RawConn(big_echo.port(1)) as c:
             c.send(b"PUT /echo?t=big-trailer HTTP/1.1\r\nHost: a.example\r\n"
-                   b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n" + section + b"\r\n")
+                   b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n"
+                   + trailer_section(limit) + b"\r\n")
             r = c.read_response(timeout=5 * h.SLOW)
         h.eq(r.status, 200, "status of a request with a trailer section of 300 KiB")
         h.eq(len(json.loads(r.body)["trailers"]), limit // len(line) + 1,
@@ -481,28 +493,7 @@ def scenario(t):
     def _():
         # the upstream input takes the larger of its read buffer and
         # max_header_bytes + 2 (a section held whole with its final CRLF)
-        limit = 256 * 1024 - 1
-        line = b"X-T: " + b"a" * 1000 + b"\r\n"
-        section = line * (limit // len(line))
-        section += b"X-P: " + b"b" * (limit - len(section) - 7) + b"\r\n"
-        h.eq(len(section), limit, "the trailer section's size")
-
-        def serve(conn, _server):
-            if rawserver.read_request(conn) is not None:
-                conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
-                             b"Connection: close\r\n\r\n5\r\nhello\r\n0\r\n" + section + b"\r\n")
-
-        origin_t = rawserver.RawServer(serve)
-        t.defer(origin_t.stop)
-        edge = t.proxy(CONFIG.replace("  drain_timeout: 2s\n",
-                                      "  drain_timeout: 2s\n  max_header_bytes: %d\n" % limit),
-                       ORIGIN=origin_t.port)
-        with h.RawConn(edge.port(1)) as c:
-            c.send(h.request("GET", "/edge-trailer", "a.example"))
-            c.read_until(b"\r\n\r\n")
-            h.eq(c.read_until(b"0\r\n"), b"5\r\nhello\r\n0\r\n", "the body")
-            got = c.read_until(b"\r\n\r\n", timeout=5 * h.SLOW)
-            h.eq(len(got), len(section) + 2, "the trailer section's bytes at the client")
+        response_trailer_reaches_client(256 * 1024 - 1, "/edge-trailer")
 
     @t.check("Date: added to a response that has none (RFC 9110 section 6.6.1), an upstream's kept, "
              "and on the proxy's own answers")
