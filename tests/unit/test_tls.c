@@ -261,9 +261,20 @@ static int tls_sessions_offered(struct tls_store *store, const struct tls_policy
 	return offered;
 }
 
-/* A full handshake of a new connection to upstream "k", at most max_version. */
+/* The lifetime the server gives the tickets it sends (see
+ * tls_upstream_handshake). */
+static long server_ticket_lifetime;
+
+static int server_lifetime_cb(SSL *ssl, void *arg)
+{
+	return SSL_SESSION_set_timeout(SSL_get_session(ssl), server_ticket_lifetime);
+}
+
+/* A full handshake of a new connection to upstream "k", at most
+ * max_version, with a server whose tickets have lifetime seconds to live
+ * (-1: OpenSSL's default). */
 static void tls_upstream_handshake(struct tls_store *store, const struct tls_policy *policy,
-				   X509 *cert, EVP_PKEY *key, int max_version)
+				   X509 *cert, EVP_PKEY *key, int max_version, long lifetime)
 {
 	char err[256] = "";
 	SSL *client = tls_client_new(store, policy, "localhost", "k", err, sizeof(err));
@@ -271,8 +282,12 @@ static void tls_upstream_handshake(struct tls_store *store, const struct tls_pol
 
 	assert_non_null(client);
 	assert_non_null(server);
-	SSL_set_session(client, NULL);
 	SSL_set_max_proto_version(client, max_version);
+	if (lifetime >= 0) {
+		server_ticket_lifetime = lifetime;
+		SSL_CTX_set_session_ticket_cb(SSL_get_SSL_CTX(server), server_lifetime_cb, NULL,
+					      NULL);
+	}
 	tls_pair(client, server);
 	tls_handshake(client, server);
 	assert_false(SSL_session_reused(client));
@@ -298,7 +313,7 @@ static void test_client_tickets(void **state)
 	write_ca_file(path, cert, NULL);
 	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
 	/* OpenSSL's server sends 2 tickets after a full handshake */
-	tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION);
+	tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION, -1);
 	/* connections whose handshakes never began (a connect refused, or
 	 * another address's attempt won) take none */
 	for (int i = 0; i < 3; i++)
@@ -306,10 +321,10 @@ static void test_client_tickets(void **state)
 	assert_int_equal(tls_sessions_offered(store, &policy, 3), 2);
 	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
 	for (int i = 0; i < 3; i++)
-		tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION);
+		tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION, -1);
 	assert_int_equal(tls_sessions_offered(store, &policy, 6), 4);
 	/* TLS 1.2: one session, offered by each */
-	tls_upstream_handshake(store, &policy, cert, key, TLS1_2_VERSION);
+	tls_upstream_handshake(store, &policy, cert, key, TLS1_2_VERSION, -1);
 	assert_int_equal(tls_sessions_offered(store, &policy, 3), 3);
 	tls_store_reload_begin(store);
 	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), 0);
@@ -320,35 +335,6 @@ static void test_client_tickets(void **state)
 	X509_free(cert);
 	EVP_PKEY_free(key);
 	tls_store_free(store);
-}
-
-/* The lifetime the server gives the tickets it sends (see server_lifetime). */
-static long server_ticket_lifetime;
-
-static int server_lifetime_cb(SSL *ssl, void *arg)
-{
-	return SSL_SESSION_set_timeout(SSL_get_session(ssl), server_ticket_lifetime);
-}
-
-/* A full handshake of a new connection to upstream "k" with a TLS 1.3
- * server whose tickets have lifetime seconds to live. */
-static void tls_upstream_handshake_lifetime(struct tls_store *store,
-					    const struct tls_policy *policy, X509 *cert,
-					    EVP_PKEY *key, long lifetime)
-{
-	char err[256] = "";
-	SSL *client = tls_client_new(store, policy, "localhost", "k", err, sizeof(err));
-	SSL *server = tls_server_new(store, cert, key, NULL, err, sizeof(err));
-
-	assert_non_null(client);
-	assert_non_null(server);
-	server_ticket_lifetime = lifetime;
-	SSL_CTX_set_session_ticket_cb(SSL_get_SSL_CTX(server), server_lifetime_cb, NULL, NULL);
-	tls_pair(client, server);
-	tls_handshake(client, server);
-	assert_false(SSL_session_reused(client));
-	SSL_free(client);
-	SSL_free(server);
 }
 
 /* A TLS 1.3 ticket past its lifetime is not offered (RFC 8446 section
@@ -367,7 +353,7 @@ static void test_client_ticket_lifetime(void **state)
 	assert_true(fd >= 0);
 	close(fd);
 	write_ca_file(path, cert, NULL);
-	tls_upstream_handshake_lifetime(store, &policy, cert, key, 1);
+	tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION, 1);
 	sleep(2);
 	assert_int_equal(tls_sessions_offered(store, &policy, 2), 0);
 	ERR_clear_error();
