@@ -963,7 +963,7 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
  * it as the start of another message. Proxy-Authorization is the client's
  * credentials for this proxy, which asks for none: they never go on to an
  * origin (RFC 9110 section 11.7.2). */
-static const signed char http1_fixed_hop[] = {
+static const signed char http1_fixed_hop[HTTP1_FIELD_NAME_COUNT] = {
 	[HTTP1_FIELD_CONNECTION] = 1,
 	[HTTP1_FIELD_CONTENT_LENGTH] = -1,
 	[HTTP1_FIELD_TRANSFER_ENCODING] = 1,

@@ -73,6 +73,7 @@ enum http1_field_name {
 	HTTP1_FIELD_UNDERSCORED_FRAMING, /* Content_Length or Transfer_Encoding, any '-' as '_' */
 	HTTP1_FIELD_RETRY_ATTEMPTS,	 /* Retry-Attempts: the proxy sets its own */
 	HTTP1_FIELD_DATE,		 /* Date: one the proxy adds where a response lacks it */
+	HTTP1_FIELD_NAME_COUNT,		 /* how many there are: sizes tables indexed by name */
 };
 
 /* One field line. Pointers are into the parsed buffer. */

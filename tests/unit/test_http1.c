@@ -1225,6 +1225,13 @@ static void test_field_names(void **state)
 		{ "Keep_Alive", HTTP1_FIELD_OTHER },
 		{ "Proxy-Connection", HTTP1_FIELD_PROXY_CONNECTION },
 		{ "Proxy-Connectioo", HTTP1_FIELD_OTHER },
+		{ "Proxy-Authorization", HTTP1_FIELD_PROXY_AUTHORIZATION },
+		{ "Proxy-Authorizatioo", HTTP1_FIELD_OTHER },
+		{ "Retry-Attempts", HTTP1_FIELD_RETRY_ATTEMPTS },
+		{ "Retry_Attempts", HTTP1_FIELD_OTHER },
+		{ "Date", HTTP1_FIELD_DATE },
+		{ "DATE", HTTP1_FIELD_DATE },
+		{ "Datum", HTTP1_FIELD_OTHER },
 		{ "Content-Type", HTTP1_FIELD_OTHER },
 	};
 	bool hop[HTTP1_MAX_FIELDS];
