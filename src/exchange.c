@@ -1599,7 +1599,8 @@ void exchange_run(struct exchange *ex)
 		exchange_leave(ex);
 		return;
 	}
-	if (ex->expect_continue && !ex->request_body.done && ex->client_minor >= 1)
+	if (ex->expect_continue && !ex->expect_forwarded && !ex->request_body.done &&
+	    ex->client_minor >= 1)
 		EXCHANGE_ADD_LITERAL(conn_output(ex->owner.conn), "HTTP/1.1 100 Continue\r\n\r\n");
 	if (ex->replay != NULL && !ex->request_body.done) {
 		exchange_set_state(ex, EXCHANGE_READING_BODY);

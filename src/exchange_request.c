@@ -26,7 +26,8 @@
 /* Does this field line go upstream as it is? hop says whether it is
  * hop-by-hop; *seen_length keeps only the first of identical Content-Lengths.
  * The parser recognised the names that matter (http1_field.known). */
-static bool exchange_forward_request_field(const struct http1_field *f, bool hop, bool *seen_length)
+static bool exchange_forward_request_field(const struct http1_field *f, bool hop,
+					   bool expect_forwarded, bool *seen_length)
 {
 	if (f->known == HTTP1_FIELD_TRANSFER_ENCODING)
 		return true; /* the body is forwarded in the coding it came in */
@@ -36,7 +37,9 @@ static bool exchange_forward_request_field(const struct http1_field *f, bool hop
 	case HTTP1_FIELD_HOST:
 		return false; /* replaced by the upstream's authority */
 	case HTTP1_FIELD_EXPECT:
-		return false; /* the proxy answered 100-continue itself and sends the body at once */
+		/* a kept body is the proxy's to ask for: it answers 100-continue
+		 * itself and sends the body whole with each try */
+		return expect_forwarded;
 	case HTTP1_FIELD_CONTENT_LENGTH:
 		if (*seen_length)
 			return false; /* identical repeats were checked; one is enough */
@@ -62,6 +65,7 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
+	bool expect_sent = false;
 	size_t max_forwards_at = 0;
 	/* a TRACE or OPTIONS goes on with Max-Forwards one less (at 0 the
 	 * client answered it), after the other fields */
@@ -81,10 +85,15 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 
 	http1_hop_by_hop_marks(head, hop);
 	for (i = 0; i < head->field_count; i++) {
-		forward[i] = exchange_forward_request_field(&head->fields[i], hop[i], &seen_length);
+		forward[i] = exchange_forward_request_field(&head->fields[i], hop[i],
+							    ex->expect_forwarded, &seen_length);
 		if (forward[i])
 			size += head->fields[i].line_len;
+		expect_sent |= forward[i] && head->fields[i].known == HTTP1_FIELD_EXPECT;
 	}
+	/* an Expect the client named in Connection stays here: then the
+	 * proxy's own 100 is the only one the client can get */
+	ex->expect_forwarded = expect_sent;
 	/* a Content-Length list goes on shorter, as one number */
 	if (framing->length_repeated)
 		for (i = 0; i < head->field_count; i++)
@@ -648,6 +657,12 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	if (!ex->is_connect && !ex->body_over_limit) {
 		/* the decision first: it may give the head an Idempotency-Key */
 		exchange_decide_replay(ex, head, framing, target->path, target->path_len);
+		/* RFC 9110 section 10.1.1: a proxy forwards the expectation of a
+		 * body it streams, so that the upstream, not the proxy, decides
+		 * whether the client sends it (a body kept to be re-sent is read
+		 * whole before the first try: SPEC, README "Deviations") */
+		ex->expect_forwarded =
+			ex->expect_continue && ex->replay == NULL && ex->spool == NULL;
 		exchange_build_request_head(ex, head, framing, target->path, target->path_len,
 					    dest.authority, dest.authority_len);
 		ex->budget = ex->route->budget;

@@ -916,10 +916,10 @@ void exchange_read_response_head(struct exchange_try *t)
 			}
 			/* RFC 9110 section 15.2: a proxy forwards 1xx (103 Early
 			 * Hints, 102 Processing), each try's, to an HTTP/1.1
-			 * client only. A 100 too: the proxy answers Expect itself
-			 * and never passes it on, so an upstream's 100 is not one
-			 * it asked for (a client may get it after the proxy's
-			 * own: any number of 1xx may come). Not to a client whose
+			 * client only. A 100 too: the answer to an Expect the
+			 * proxy passed on with a streamed body, or one it did not
+			 * ask for (after the proxy's own 100 for a kept body: any
+			 * number of 1xx may come). Not to a client whose
 			 * response is under way (a resume's try); not past the
 			 * output mark: a hint is advisory, and an upstream's
 			 * stream of them must not pile up for a client that does

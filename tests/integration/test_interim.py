@@ -8,8 +8,8 @@ server of this file. Paths under /once/ use a route with max_attempts 1,
 Origin: a raw socket server that answers each request as its last path
 segment says: "hints" sends a 103 Early Hints (a Link field, hop-by-hop
 fields and a Connection option) and then a 200; "processing" a 100 and a
-102 and then the 200; "continue" a 100 (unasked: the proxy never passes
-Expect on) and then the 200; "plain" a 200 after 0.3 s; "retry" a 103 and a 503
+102 and then the 200; "continue" a 100 (unasked, or asked by a client
+whose kept body the proxy answers Expect for itself) and then the 200; "plain" a 200 after 0.3 s; "retry" a 103 and a 503
 on the first request, a 103 and a 200 on the next; "hedge" a 103 and
 nothing more on the first request, a 103 and a 200 on the next; "resume"
 a 200 cut after 5 bytes, then a 103 and the 206 with the rest; "flood"
@@ -18,9 +18,9 @@ Must hold: an HTTP/1.1 client gets the 103 before the 200, byte for byte
 the upstream's status line and fields minus the hop-by-hop ones, with Via
 and Retry-Attempts; the final response is untouched and logged with status
 200; an upstream's 100 and 102 are forwarded, the 100 as any 1xx (the
-proxy did not ask for it: it answers Expect itself and does not pass it
-on), so a client that sent Expect gets the proxy's 100 and then the
-upstream's; an HTTP/1.0 client never gets a 1xx; a 103 from a try
+proxy did not ask for it: for a body it keeps to re-send it answers Expect
+itself and does not pass it on), so a client that sent Expect with such a
+body gets the proxy's 100 and then the upstream's; an HTTP/1.0 client never gets a 1xx; a 103 from a try
 whose 503 is retried reaches the client, followed by the next try's 103 and
 its 200 (Retry-Attempts 2), logged 200; a hedged request forwards each
 try's 103, then the winner's 200; a resume's 103 (a 200 broken after 5
@@ -225,10 +225,11 @@ def scenario(t):
             final_ok(c.read_response(skip_1xx=False), 1)
         h.eq(str(logged_status("tag=c1")), "200", "logged status")
 
-    @t.check("a client that sent Expect: the proxy's own 100, then the upstream's, then the 200")
+    @t.check("a client that sent Expect with a kept body: the proxy's own 100, then the upstream's, "
+             "then the 200")
     def _():
         with h.RawConn(proxy.port(), timeout=10) as c:
-            c.send(h.request("POST", "/once/continue?tag=c2", "a.example",
+            c.send(h.request("PUT", "/thrice/continue?tag=c2", "a.example",
                              headers=[("Expect", "100-continue"), ("Content-Length", "5")]))
             h.eq(c.read_until(b"\r\n\r\n"), b"HTTP/1.1 100 Continue\r\n\r\n", "the proxy's 100")
             c.send(b"12345")
