@@ -50,6 +50,15 @@ static bool exchange_forward_request_field(const struct http1_field *f, bool hop
 	}
 }
 
+/* Does an Expect field go upstream? */
+static bool exchange_expect_sent(const struct http1_head *head, const bool *forward)
+{
+	for (size_t i = 0; i < head->field_count; i++)
+		if (forward[i] && head->fields[i].known == HTTP1_FIELD_EXPECT)
+			return true;
+	return false;
+}
+
 /* The request head as it goes upstream: origin-form target, Host of the
  * upstream, the client's fields minus hop-by-hop ones, and Via. */
 static void exchange_build_request_head(struct exchange *ex, const struct http1_head *head,
@@ -65,7 +74,6 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
-	bool expect_sent = false;
 	size_t max_forwards_at = 0;
 	/* a TRACE or OPTIONS goes on with Max-Forwards one less (at 0 the
 	 * client answered it), after the other fields */
@@ -89,11 +97,11 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 							    ex->expect_forwarded, &seen_length);
 		if (forward[i])
 			size += head->fields[i].line_len;
-		expect_sent |= forward[i] && head->fields[i].known == HTTP1_FIELD_EXPECT;
 	}
 	/* an Expect the client named in Connection stays here: then the
 	 * proxy's own 100 is the only one the client can get */
-	ex->expect_forwarded = expect_sent;
+	if (ex->expect_forwarded)
+		ex->expect_forwarded = exchange_expect_sent(head, forward);
 	/* a Content-Length list goes on shorter, as one number */
 	if (framing->length_repeated)
 		for (i = 0; i < head->field_count; i++)
