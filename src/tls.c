@@ -177,6 +177,21 @@ static bool tls_ticket_expired(const SSL_SESSION *ticket, time_t now)
 	return (uint64_t)(age > 0 ? age : 0) >= lifetime;
 }
 
+/* Has a TLS 1.2 session outlived the time it may be resumed in: the
+ * session's timeout, or a ticket's lifetime hint when the server gave one
+ * (RFC 5077 section 3.3: 0 leaves it unspecified)? An expired one would
+ * only be refused for a full handshake. */
+static bool tls_shared_expired(const SSL_SESSION *session, time_t now)
+{
+	uint64_t lifetime = (uint64_t)SSL_SESSION_get_timeout(session);
+	uint64_t hint = SSL_SESSION_get_ticket_lifetime_hint(session);
+	long age = (long)now - (long)SSL_SESSION_get_time(session);
+
+	if (hint > 0 && hint < lifetime)
+		lifetime = hint;
+	return (uint64_t)(age > 0 ? age : 0) >= lifetime;
+}
+
 /* Keep a session for this SSL's upstream; OpenSSL calls this when a server
  * issues a ticket, which in TLS 1.3 is after the handshake, often two at
  * once. A TLS 1.3 ticket joins those kept (the oldest goes past
@@ -371,17 +386,21 @@ void tls_client_begin(SSL *ssl)
 {
 	struct tls_store *store = SSL_get_ex_data(ssl, tls_ex_store);
 	const char *key = SSL_get_ex_data(ssl, tls_ex_key);
+	time_t now = time(NULL);
+	struct tls_session **link;
 	struct tls_session *s;
 
 	/* a connection made before a reload offers nothing kept since: the
 	 * sessions were verified under another trust than its own */
 	if (store == NULL || key == NULL || !tls_context_current(store, SSL_get_SSL_CTX(ssl)))
 		return;
-	for (s = store->sessions; s != NULL; s = s->next)
-		if (strcmp(s->key, key) == 0)
+	for (link = &store->sessions; *link != NULL; link = &(*link)->next)
+		if (strcmp((*link)->key, key) == 0)
 			break;
-	if (s != NULL && s->ticket_count > 0) {
-		time_t now = time(NULL);
+	s = *link;
+	if (s == NULL)
+		return;
+	if (s->ticket_count > 0) {
 		size_t kept = 0;
 
 		/* tickets past their lifetime are not offered: dropped */
@@ -393,7 +412,11 @@ void tls_client_begin(SSL *ssl)
 		}
 		s->ticket_count = kept;
 	}
-	if (s != NULL && s->ticket_count > 0) {
+	if (s->shared != NULL && tls_shared_expired(s->shared, now)) {
+		SSL_SESSION_free(s->shared);
+		s->shared = NULL;
+	}
+	if (s->ticket_count > 0) {
 		/* the newest ticket, the likeliest to be taken still, is this
 		 * connection's alone: with none left the next does a full
 		 * handshake */
@@ -401,7 +424,7 @@ void tls_client_begin(SSL *ssl)
 
 		SSL_set_session(ssl, ticket);
 		SSL_SESSION_free(ticket);
-	} else if (s != NULL && s->shared != NULL) {
+	} else if (s->shared != NULL) {
 		SSL_SESSION *copy = SSL_SESSION_dup(s->shared);
 
 		/* a copy again: this connection must not spoil the stored
@@ -411,6 +434,18 @@ void tls_client_begin(SSL *ssl)
 			SSL_SESSION_free(copy);
 		}
 	}
+	/* an upstream with nothing left to offer gives its place among those
+	 * remembered to another; its next tickets bring it back */
+	if (s->ticket_count == 0 && s->shared == NULL) {
+		*link = s->next;
+		tls_session_free(s);
+		store->session_count--;
+	}
+}
+
+size_t tls_store_sessions_kept(const struct tls_store *store)
+{
+	return store->session_count;
 }
 
 /* ALPN: http/1.1 when the client offers it, else http/1.0 (the proxy

@@ -47,10 +47,16 @@ SSL *tls_client_new(struct tls_store *store, const struct tls_policy *policy, co
 /* A client SSL from tls_client_new is about to send its ClientHello (its
  * TCP connection is made): it takes the saved session for its upstream
  * when there is one, a TLS 1.3 ticket out of the store (offered by this
- * connection only), a TLS 1.2 session as a copy. An SSL that never gets
+ * connection only), a TLS 1.2 session as a copy; none past its lifetime.
+ * An SSL that never gets
  * here (its connect refused, or dropped for another address's) used up
  * nothing. Does nothing for an SSL made otherwise. */
 void tls_client_begin(SSL *ssl);
+
+/* How many upstreams have a session or ticket kept to offer (at most
+ * 1,024): one whose last ticket was taken or whose session expired is not
+ * counted, nor kept. */
+size_t tls_store_sessions_kept(const struct tls_store *store);
 
 /* A server SSL for an intercepted tunnel, presenting cert and key (the
  * leaf made for the CONNECT host) with chain behind it (may be NULL): TLS 1.2 or newer, ALPN http/1.1 only,

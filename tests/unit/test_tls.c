@@ -314,11 +314,14 @@ static void test_client_tickets(void **state)
 	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
 	/* OpenSSL's server sends 2 tickets after a full handshake */
 	tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION, -1);
+	assert_int_equal(tls_store_sessions_kept(store), 1);
 	/* connections whose handshakes never began (a connect refused, or
 	 * another address's attempt won) take none */
 	for (int i = 0; i < 3; i++)
 		SSL_free(tls_client_new(store, &policy, "localhost", "k", err, sizeof(err)));
 	assert_int_equal(tls_sessions_offered(store, &policy, 3), 2);
+	/* with its last ticket taken the upstream keeps no place */
+	assert_int_equal(tls_store_sessions_kept(store), 0);
 	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
 	for (int i = 0; i < 3; i++)
 		tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION, -1);
@@ -340,7 +343,9 @@ static void test_client_tickets(void **state)
 /* A TLS 1.3 ticket past its lifetime is not offered (RFC 8446 section
  * 4.6.1), though OpenSSL, which counts ages in whole seconds, would still
  * send it for a second more. (A lifetime of 0, to be discarded at once, is
- * the same rule; OpenSSL's server cannot send one.) */
+ * the same rule; OpenSSL's server cannot send one.) Nor is a TLS 1.2
+ * session past its ticket's lifetime hint (RFC 5077 section 3.3), and the
+ * upstream left with nothing keeps no place. */
 static void test_client_ticket_lifetime(void **state)
 {
 	struct tls_store *store = tls_store_new();
@@ -356,6 +361,12 @@ static void test_client_ticket_lifetime(void **state)
 	tls_upstream_handshake(store, &policy, cert, key, TLS1_3_VERSION, 1);
 	sleep(2);
 	assert_int_equal(tls_sessions_offered(store, &policy, 2), 0);
+	assert_int_equal(tls_store_sessions_kept(store), 0);
+	tls_upstream_handshake(store, &policy, cert, key, TLS1_2_VERSION, 1);
+	assert_int_equal(tls_sessions_offered(store, &policy, 2), 2);
+	sleep(2);
+	assert_int_equal(tls_sessions_offered(store, &policy, 2), 0);
+	assert_int_equal(tls_store_sessions_kept(store), 0);
 	ERR_clear_error();
 	unlink(path);
 	X509_free(cert);
