@@ -673,6 +673,10 @@ static void exchange_relay_from(struct exchange_try *t, const struct http1_head 
 		 * broken: then nothing of this response reaches the client */
 		body_relay_init(&check, BODY_MODE_CHUNKED, 0, ex->config->limits.max_header_bytes);
 		if (body_relay_check(&check, conn_input(t->up), head->head_len, &error) < 0) {
+			/* the head's record, the trail's last, goes: the try is
+			 * one malformed entry, as attempts counts it */
+			if (t->record + 1 == ex->try_count)
+				ex->try_count--;
 			exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 			return;
 		}

@@ -18,7 +18,9 @@ refused connects, logged as {"error": "refused"}); with jitter each wait_ms
 is within [backoff, backoff + jitter] and matches the gap the origin saw
 (within generous slack); a client that leaves during a backoff leaves the
 time it waited as the last wait_ms (gave_up client_gone), and a try the
-client's leaving cut short is in the trail as cancelled.
+client's leaving cut short is in the trail as cancelled; a 200 whose chunked
+body is seen broken in the read that brought its head is one malformed try
+in the trail (one entry per try), not a 200 followed by a malformed entry.
 """
 
 import time
@@ -121,6 +123,18 @@ def scenario(t):
              "status, attempts, gave_up")
         h.eq(o["tries"], [{"error": "refused", "wait_ms": 200}, {"error": "refused", "wait_ms": 400},
                           {"error": "refused", "wait_ms": 0}], "tries")
+
+    @t.check("json and text: a 200 whose chunked body is seen broken with its head is one "
+             "malformed try in the trail, not a 200 and then a malformed one")
+    def _():
+        get(jsonp, "/fixed/j-badchunk", ["/bad/bad-chunk", "/bytes/3"], 200)
+        o = jsonp.access_one("/fixed/j-badchunk")
+        h.eq((o["status"], o["attempts"]), (200, 2), "status, attempts")
+        h.eq(o["tries"], [{"error": "malformed", "wait_ms": 200}, {"status": 200, "wait_ms": 0}],
+             "tries (one entry per try, as attempts counts them)")
+        get(text, "/fixed/t-badchunk", ["/bad/bad-chunk", "/bytes/3"], 200)
+        f = h.access_fields(text.access_one("/fixed/t-badchunk"))
+        h.eq((f["attempts"], f["tries"]), ("2", "malformed -> wait 200ms -> 200"), "attempts, tries")
 
     @t.check("text: 20 tries (max_attempts 20) are all in the trail, the last one last")
     def _():
