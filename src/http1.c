@@ -4,6 +4,7 @@
 
 #include "http1_chars.h"
 #include "http1_target.h"
+#include "word_scan.h"
 
 /* Indexed by byte value; the unit tests check every entry against the RFC
  * grammar through the public functions. */
@@ -42,14 +43,6 @@ const unsigned char http1_ctype[256] = {
 	0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, 0x22, /* f0 */
 };
 
-/* Word-at-a-time tests (eight bytes per step): a byte below n (n <= 0x80), and
- * a zero byte. Exact as to whether such a byte exists, which is all the
- * scanners need before they look at the word byte by byte. */
-#define HTTP1_ONES UINT64_C(0x0101010101010101)
-#define HTTP1_HIGHS UINT64_C(0x8080808080808080)
-#define HTTP1_HAS_LESS(x, n) (((x)-HTTP1_ONES * (n)) & ~(x)&HTTP1_HIGHS)
-#define HTTP1_HAS_ZERO(x) HTTP1_HAS_LESS(x, 1)
-
 /* Longest run of leading empty lines skipped before a request line. They also
  * count toward the head size; this just stops a stream of CRLFs early. */
 #define HTTP1_MAX_EMPTY_LINES 8
@@ -68,8 +61,8 @@ bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen)
 	return true;
 }
 
-/* The offset of the first byte flagged in a word from HTTP1_HAS_LESS or
- * HTTP1_HAS_ZERO (not 0). Their false flags only ever sit above a true one, so
+/* The offset of the first byte flagged in a word from WORD_HAS_LESS or
+ * WORD_HAS_ZERO (not 0). Their false flags only ever sit above a true one, so
  * on a little-endian machine the lowest flag is exact; elsewhere the bytes are
  * looked at again one by one, less than eight. */
 static size_t http1_first_flagged(const char *p, uint64_t flags, unsigned char below,
@@ -100,7 +93,7 @@ static const char *http1_skip_value(const char *p, const char *end)
 		memcpy(&x, p, 8);
 		/* Control bytes and DEL stop the scan; of them only HTAB is a
 		 * value byte, and rare enough to be stepped over one at a time. */
-		stops = HTTP1_HAS_LESS(x, 0x20) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f));
+		stops = WORD_HAS_LESS(x, 0x20) | WORD_HAS_ZERO(x ^ (WORD_ONES * 0x7f));
 		if (stops == 0) {
 			p += 8;
 			continue;
@@ -127,8 +120,8 @@ static const char *http1_skip_target(const char *p, const char *end)
 			uint64_t x;
 
 			memcpy(&x, p, 8);
-			if ((HTTP1_HAS_LESS(x, 0x21) | HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * 0x7f)) |
-			     HTTP1_HAS_ZERO(x ^ (HTTP1_ONES * '\\')) | (x & HTTP1_HIGHS)) == 0) {
+			if ((WORD_HAS_LESS(x, 0x21) | WORD_HAS_ZERO(x ^ (WORD_ONES * 0x7f)) |
+			     WORD_HAS_ZERO(x ^ (WORD_ONES * '\\')) | (x & WORD_HIGHS)) == 0) {
 				p += 8;
 				continue;
 			}
@@ -353,13 +346,13 @@ static bool http1_fold_equal(const char *name, const char *lit, size_t len)
 		for (size_t i = 0; i + 8 < len; i += 8) {
 			memcpy(&x, name + i, 8);
 			memcpy(&y, lit + i, 8);
-			if ((x | (HTTP1_ONES * 0x20)) != y)
+			if ((x | (WORD_ONES * 0x20)) != y)
 				return false;
 		}
 		/* the last eight bytes, overlapping the words before */
 		memcpy(&x, name + len - 8, 8);
 		memcpy(&y, lit + len - 8, 8);
-		return (x | (HTTP1_ONES * 0x20)) == y;
+		return (x | (WORD_ONES * 0x20)) == y;
 	}
 	if (len >= 4) {
 		uint32_t x, y, u, v;

@@ -219,6 +219,64 @@ static void test_escaping(void **state)
 		"\"duration_ms\":7,\"tries\":[{\"status\":200,\"wait_ms\":0}]}");
 }
 
+/* The escaping rule byte by byte, as the reference the writer's faster
+ * scan must agree with: text %XX, JSON \" \\ or \u00xx. */
+static size_t reference_escape(const unsigned char *s, size_t len, bool json, char *out)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = s[i];
+
+		if (json && (c == '"' || c == '\\'))
+			n += (size_t)sprintf(out + n, "\\%c", c);
+		else if (c < 0x20 || c >= 0x7f || (!json && (c == ' ' || c == '"')))
+			n += (size_t)sprintf(out + n, json ? "\\u%04x" : "%%%02X", c);
+		else
+			out[n++] = (char)c;
+	}
+	out[n] = '\0';
+	return n;
+}
+
+/* Each byte that needs escaping, and some that do not, at every place of
+ * targets up to 25 bytes long: before, across and after the 8-byte steps
+ * of the scan for a plain run. */
+static void test_escaping_at_every_position(void **state)
+{
+	static const unsigned char bytes[] = { ' ',  '"',  '\\', 0x00, 0x01, 0x1f, 0x7f,
+					       0x80, 0xc3, 0xff, '%',  '~',  '!',  'a' };
+	unsigned char target[25];
+	char want[25 * 6 + 32];
+	char piece[25 * 6 + 1];
+
+	for (size_t len = 1; len <= sizeof(target); len++) {
+		for (size_t at = 0; at < len; at++) {
+			for (size_t b = 0; b < sizeof(bytes); b++) {
+				struct access_record r = plain_record("");
+
+				memset(target, '/', len);
+				target[at] = bytes[b];
+				r.target = (const char *)target;
+				r.target_len = len;
+				for (int json = 0; json <= 1; json++) {
+					char *got = access_line_of(&r, json ? LOG_FORMAT_JSON
+									    : LOG_FORMAT_TEXT);
+
+					reference_escape(target, len, json, piece);
+					snprintf(want, sizeof(want),
+						 json ? "\"target\":\"%s\"," : " target=%s route=",
+						 piece);
+					if (strstr(got, want) == NULL)
+						fail_msg("byte 0x%02x at %zu of %zu: %s", bytes[b],
+							 at, len, got);
+					free(got);
+				}
+			}
+		}
+	}
+}
+
 static void test_escaping_keeps_nul_bytes(void **state)
 {
 	static const char target[] = { '/', 'a', '\0', 'b' };
@@ -588,6 +646,7 @@ int main(void)
 		cmocka_unit_test(test_retry_trail_with_waits),
 		cmocka_unit_test(test_wait_forms_round_as_printf),
 		cmocka_unit_test(test_escaping),
+		cmocka_unit_test(test_escaping_at_every_position),
 		cmocka_unit_test(test_escaping_keeps_nul_bytes),
 		cmocka_unit_test(test_gave_up_and_note),
 		cmocka_unit_test(test_would_retry_and_ambiguous),
