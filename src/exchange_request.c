@@ -668,7 +668,7 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 		/* RFC 9110 section 10.1.1: a proxy forwards the expectation of a
 		 * body it streams, so that the upstream, not the proxy, decides
 		 * whether the client sends it (a body kept to be re-sent is read
-		 * whole before the first try: SPEC, README "Deviations") */
+		 * whole before the first try: SPEC; README, "Where the product deviates") */
 		ex->expect_forwarded =
 			ex->expect_continue && ex->replay == NULL && ex->spool == NULL;
 		exchange_build_request_head(ex, head, framing, target->path, target->path_len,
