@@ -148,11 +148,12 @@ static bool idempotency_if_none_match_tags(const struct http1_field *f)
  * If-Match beside it are the caller's to see. */
 static bool idempotency_unmodified_since_void(const struct http1_field *f)
 {
+	time_t now = time(NULL);
 	int64_t when;
 
-	/* the date's validity does not depend on now: 0 only places an RFC
-	 * 850 two-digit year */
-	return http_date_parse(f->value, f->value_len, 0, &when) < 0 || when >= (int64_t)time(NULL);
+	/* now places an RFC 850 two-digit year too, as the origin places it:
+	 * "-49" is 2049 today, not 1949 */
+	return http_date_parse(f->value, f->value_len, now, &when) < 0 || when >= (int64_t)now;
 }
 
 enum idempotency_field idempotency_forwarded_field(const struct http1_head *head, const char *name)

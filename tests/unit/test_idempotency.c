@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "idempotency.h"
 
@@ -482,6 +483,32 @@ static void test_head_without_parts(void **state)
 			 IDEMPOTENCY_NO);
 }
 
+/* If-Unmodified-Since in RFC 850 form, t seconds from now: its two-digit
+ * year is placed by the current clock, as an origin places it. */
+static enum idempotency_verdict test_decide_rfc850(time_t t)
+{
+	static const char *const days[] = { "Sunday",	"Monday", "Tuesday", "Wednesday",
+					    "Thursday", "Friday", "Saturday" };
+	char field[96];
+	char date[64];
+	struct tm tm;
+
+	assert_non_null(gmtime_r(&t, &tm));
+	assert_true(strftime(date, sizeof(date), "%d-%b-%y %H:%M:%S GMT", &tm) > 0);
+	snprintf(field, sizeof(field), "If-Unmodified-Since: %s, %s\r\n", days[tm.tm_wday], date);
+	return test_decide(&test_ius, "POST", "/o", field, false);
+}
+
+static void test_head_unmodified_since_rfc850(void **state)
+{
+	time_t now = time(NULL);
+
+	/* a month ago guards the write; a month ahead holds after it too,
+	 * and no longer reads as the same day a century ago */
+	assert_int_equal(test_decide_rfc850(now - 30 * 86400), IDEMPOTENCY_YES);
+	assert_int_equal(test_decide_rfc850(now + 30 * 86400), IDEMPOTENCY_NO);
+}
+
 static void test_has_json_field(void **state)
 {
 	assert_true(idempotency_has_json_field(&test_gcs));
@@ -626,11 +653,16 @@ static void test_json_size(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_head_table),	  cmocka_unit_test(test_head_without_parts),
-		cmocka_unit_test(test_has_json_field),	  cmocka_unit_test(test_json_table),
-		cmocka_unit_test(test_json_counted),	  cmocka_unit_test(test_json_depth),
-		cmocka_unit_test(test_json_size),	  cmocka_unit_test(test_why_table),
+		cmocka_unit_test(test_head_table),
+		cmocka_unit_test(test_head_without_parts),
+		cmocka_unit_test(test_has_json_field),
+		cmocka_unit_test(test_json_table),
+		cmocka_unit_test(test_json_counted),
+		cmocka_unit_test(test_json_depth),
+		cmocka_unit_test(test_json_size),
+		cmocka_unit_test(test_why_table),
 		cmocka_unit_test(test_why_json_and_text),
+		cmocka_unit_test(test_head_unmodified_since_rfc850),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
