@@ -59,7 +59,11 @@ static void fuzz_decode(const char *body, size_t len, uint32_t seed, size_t max_
 		step = http1_chunked_step(&dec, body + off, piece, &n, &out->error);
 		out->last = step;
 		if (step == HTTP1_CHUNK_ERROR) {
-			if (out->error == HTTP1_ERR_NONE || http1_chunked_done(&dec))
+			const char *text = http1_error_text(out->error);
+
+			/* an error code the decoder learns needs a text of its own */
+			if (out->error == HTTP1_ERR_NONE || http1_chunked_done(&dec) ||
+			    strcmp(text, "unknown error") == 0)
 				abort();
 			break;
 		}
