@@ -1115,7 +1115,7 @@ int http1_error_status(enum http1_error error)
 
 const char *http1_error_text(enum http1_error error)
 {
-	static const char *const texts[] = {
+	static const char *const texts[HTTP1_ERR_COUNT] = {
 		[HTTP1_ERR_NONE] = "no error",
 		[HTTP1_ERR_BAD_REQUEST_LINE] = "invalid request line",
 		[HTTP1_ERR_BAD_METHOD] = "invalid method",

@@ -54,6 +54,7 @@ enum http1_error {
 	HTTP1_ERR_BAD_TRAILER,		    /* trailer field invalid, or trailers too large */
 	HTTP1_ERR_UNDERSCORE_FRAMING,	    /* request: Content_Length or Transfer_Encoding */
 	HTTP1_ERR_CONNECT_CONTENT,	    /* a CONNECT framed with content to read */
+	HTTP1_ERR_COUNT,		    /* how many there are: sizes tables indexed by error */
 };
 
 /* The field names framing and forwarding decisions depend on, recognised
@@ -236,7 +237,7 @@ static inline bool http1_name_equals(const char *s, size_t len, const char *lit)
 const struct http1_field *http1_find_field(const struct http1_head *head, const char *name);
 
 /* The HTTP status a client should get for a request parse error: 400, 414,
- * 417 or 431. */
+ * 417, 431 or 505. */
 int http1_error_status(enum http1_error error);
 
 /* A short human reason for an error, for response bodies and logs. */
