@@ -30,6 +30,7 @@
 #include "reply.h"
 #include "retry_budget.h"
 #include "route.h"
+#include "timeval.h"
 #include "tls.h"
 #include "tunnel.h"
 #include "xmalloc.h"
@@ -60,6 +61,11 @@ enum client_state {
 /* How often a connection to be reset looks whether the client has taken
  * what was sent before: the kernel tells no event when its queue empties. */
 #define CLIENT_RESET_LOOK_MS 20
+
+/* At max_connections an idle keep-alive connection is closed to make room
+ * for a new one only once it has been idle this long: a client's next
+ * request, sent right after a response, would otherwise meet the close. */
+#define CLIENT_IDLE_CLOSE_MIN_MS 1000
 
 struct client {
 	struct proxy *proxy;
@@ -900,15 +906,38 @@ static void client_close_idle(struct client *client, const char *why)
 		client_close_between(client, why);
 }
 
-bool client_close_longest_idle(struct proxy *proxy)
+/* When an idle client became idle: its head timer was set to
+ * client_timeout from then (client_arm_head_timer). */
+static uint64_t client_idle_since(const struct client *client)
 {
+	uint64_t deadline = conn_deadline_at(client->conn);
+	uint64_t timeout = client->config->limits.client_timeout_ms;
+
+	return deadline > timeout ? deadline - timeout : 0;
+}
+
+bool client_close_longest_idle(struct proxy *proxy, uint64_t *closable_at)
+{
+	uint64_t now = timeval_now_coarse_ms();
 	struct client *client;
 
+	*closable_at = 0;
 	while ((client = TAILQ_FIRST(&proxy->idle_clients)) != NULL) {
-		client_idle_ends(client);
+		uint64_t since;
+
 		/* a next request begun, or a close under way: not idle */
-		if (!client_idle(client) || conn_output_length(client->conn) > 0)
+		if (!client_idle(client) || conn_output_length(client->conn) > 0) {
+			client_idle_ends(client);
 			continue;
+		}
+		/* idle since a moment: its next request may be on its way, and
+		 * would be lost to the close; the longest idle is the oldest */
+		since = client_idle_since(client);
+		if (now < since + CLIENT_IDLE_CLOSE_MIN_MS) {
+			*closable_at = since + CLIENT_IDLE_CLOSE_MIN_MS;
+			return false;
+		}
+		client_idle_ends(client);
 		log_info("max_connections (%u) reached: closed the idle keep-alive connection of "
 			 "client %s to accept a new one",
 			 proxy->config->limits.max_connections, client->peer);

@@ -29,8 +29,10 @@ void client_close(struct client *client, const char *reason);
 /* At max_connections with a connection waiting to be accepted: close the
  * client connection idle longest between requests (its response written,
  * nothing of a next one read), cleanly, as client_timeout closes an idle
- * one; its client sends its next request on a new connection. Returns
- * false when no connection is idle. */
-bool client_close_longest_idle(struct proxy *proxy);
+ * one; its client sends its next request on a new connection. Only one
+ * idle for a second or more is closed. Returns false when none is closed:
+ * *closable_at is then when the longest idle one may be
+ * (timeval_now_coarse_ms), 0 when no connection is idle. */
+bool client_close_longest_idle(struct proxy *proxy, uint64_t *closable_at);
 
 #endif

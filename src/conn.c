@@ -1402,6 +1402,11 @@ void conn_set_timeouts(struct conn *c, uint64_t read_ms, uint64_t write_ms)
 		conn_timer_schedule(c);
 }
 
+uint64_t conn_deadline_at(const struct conn *c)
+{
+	return c->deadline_at;
+}
+
 void conn_set_deadline(struct conn *c, uint64_t ms)
 {
 	/* likewise a deadline taken away */

@@ -200,6 +200,9 @@ void conn_set_timeouts(struct conn *conn, uint64_t read_ms, uint64_t write_ms);
  * whatever the traffic. */
 void conn_set_deadline(struct conn *conn, uint64_t ms);
 
+/* When the deadline falls (timeval_now_coarse_ms), 0 for none. */
+uint64_t conn_deadline_at(const struct conn *conn);
+
 /* Send FIN once the output is written (at once when it is empty); on TLS a
  * close_notify goes first. Reading goes on. */
 void conn_shutdown_write(struct conn *conn);

@@ -35,6 +35,10 @@ struct listener_set {
 	 * reaches it again */
 	uint64_t warned_ms;
 	unsigned reached_unwarned; /* times reached since the last warning */
+	/* paused, a connection waiting, and the idle ones too recently idle
+	 * to close: waiting is watched again when the longest idle may be
+	 * closed; made on first use */
+	struct event *idle_timer;
 };
 
 struct listener {
@@ -65,17 +69,33 @@ static void listener_accept_cb(struct evconnlistener *evl, evutil_socket_t fd,
  * idle client connections, the longest idle first, until there is room;
  * the close resumes accepting at the end of this event's handling
  * (listener_check_accepting), and the new connection is taken. */
+static void listener_idle_timer_cb(evutil_socket_t fd, short what, void *arg);
+
 static void listener_waiting_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct listener *l = arg;
 	struct proxy *proxy = l->proxy;
+	struct listener_set *set = proxy->listeners;
+	uint64_t closable_at;
 
 	while (conn_loop_open(proxy->loop, CONN_ACCEPTED) >=
 	       proxy->config->limits.max_connections) {
-		if (!client_close_longest_idle(proxy)) {
-			proxy->listeners->idle_wanted = true;
+		if (client_close_longest_idle(proxy, &closable_at))
+			continue;
+		if (closable_at == 0) {
+			set->idle_wanted = true;
 			return;
 		}
+		if (set->idle_timer == NULL)
+			set->idle_timer = evtimer_new(proxy->base, listener_idle_timer_cb, proxy);
+		if (!evtimer_pending(set->idle_timer, NULL)) {
+			uint64_t now = timeval_now_coarse_ms();
+			struct timeval tv =
+				timeval_from_ms(closable_at > now ? closable_at - now : 0);
+
+			evtimer_add(set->idle_timer, &tv);
+		}
+		return;
 	}
 }
 
@@ -88,6 +108,17 @@ static void listener_watch_waiting(struct listener *l, bool on)
 		event_add(l->waiting, NULL);
 	else
 		event_del(l->waiting);
+}
+
+/* The longest idle connection may now be closed for a waiting one. */
+static void listener_idle_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct proxy *proxy = arg;
+
+	if (proxy->listeners == NULL || !proxy->listeners->paused)
+		return;
+	for (struct listener *l = proxy->listeners->first; l != NULL; l = l->next)
+		listener_watch_waiting(l, true);
 }
 
 void listener_idle_available(struct proxy *proxy)
@@ -223,6 +254,8 @@ struct listener_set *listener_set_new(void)
 
 void listener_set_free(struct listener_set *set)
 {
+	if (set->idle_timer != NULL)
+		event_free(set->idle_timer);
 	free(set);
 }
 

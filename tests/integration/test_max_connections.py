@@ -24,7 +24,12 @@ are gone, is not closed for a new client, which waits.
 Third proxy (max_connections 2): eight clients one after another, each
 served and left idle, each new one closing the longest-idle: the limit,
 reached seven times, is warned about once (at most once per 10 s), not
-once per connection.
+once per connection. Then A's request is held at the origin and B is
+served; N connects while B has been idle a moment, and B sends its next
+request 0.2 s after its response: B is served (a connection idle for
+less than a second is not closed to make room, so a next request on its
+way is not lost), and N is served once B has been idle a second, B
+closed for it with a FIN.
 """
 
 import json
@@ -240,6 +245,31 @@ def churn_scenario(t, origin):
         warnings = [ln for ln in proxy.stderr_lines() if "max_connections (2) reached" in ln
                     and " warn " in ln]
         h.eq(len(warnings), 1, "warnings of the limit reached 7 times (%r)" % warnings)
+
+    @t.check("a connection idle less than a second is not closed for a new client: the request it "
+             "sends 0.2 s after its response is served, then the new client is")
+    def _():
+        for c in conns:
+            c.close()
+        del conns[:]
+        time.sleep(0.3)  # let the proxy see them close
+        a = h.RawConn(proxy.port(), timeout=10)
+        b = h.RawConn(proxy.port(), timeout=10)
+        n = h.RawConn(proxy.port(), timeout=10)
+        conns.extend([a, b, n])
+        a.send(h.request("GET", "/echo?hold=race-a", "a.example"))
+        origin.gate("race-a").wait_reached(5 * h.SLOW)
+        b.send(h.request("GET", "/echo?race=b1", "a.example"))
+        h.eq(b.read_response(timeout=3 * h.SLOW).status, 200, "status for B's first request")
+        n.send(h.request("GET", "/echo?race=n", "a.example"))
+        time.sleep(0.2)
+        b.send(h.request("GET", "/echo?race=b2", "a.example"))
+        h.eq(b.read_response(timeout=3 * h.SLOW).status, 200, "status for B's next request")
+        r = n.read_response(timeout=5 * h.SLOW)
+        h.eq(r.status, 200, "status for N, once B was idle a second")
+        h.ok(clean_eof(b, 2 * h.SLOW), "B, idle longest, was not closed for N")
+        origin.gate("race-a").release()
+        h.eq(a.read_response(timeout=5 * h.SLOW).status, 200, "status for A")
 
 
 h.run(scenario, __doc__)
