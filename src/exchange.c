@@ -247,10 +247,13 @@ void exchange_enter(struct exchange *ex)
  * in (or the replay buffer does): held, in backoff, queued or connecting,
  * it waits in the client's input through no fault of the client's; so it
  * does while a body sent once after its spool gave up waits behind the
- * file's part, which the try is still sending. */
+ * file's part, which the try is still sending. A client whose expectation
+ * went upstream owes nothing before the upstream's 100 reached it: it
+ * waits for it, or got a final status instead (RFC 9110 section 10.1.1);
+ * try_timeout bounds the wait for a response head meanwhile. */
 static void exchange_watch_body(struct exchange *ex)
 {
-	bool want = !ex->request_body.done &&
+	bool want = !ex->request_body.done && (!ex->expect_forwarded || ex->continue_relayed) &&
 		    (ex->state == EXCHANGE_READING_BODY ||
 		     ((ex->state == EXCHANGE_RELAYING ||
 		       (ex->current != NULL && ex->current->state == EXCHANGE_TRY_WAITING)) &&

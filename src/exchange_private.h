@@ -204,6 +204,8 @@ struct exchange {
 	bool expect_continue;
 	bool expect_forwarded; /* 100-continue went upstream with a streamed body: the
 				* upstream's 100 is the client's, the proxy sends none */
+	bool continue_relayed; /* an upstream's 100 reached the client: with Expect
+				* forwarded, only from then does it owe the body */
 	bool has_body;	       /* any, even an empty chunked one */
 	bool body_over_limit;  /* its Content-Length is over max_body_bytes: 413 before any try */
 	bool upgrade;	       /* the request asks to switch protocols: a 101 ends it in a tunnel */

@@ -930,8 +930,10 @@ void exchange_read_response_head(struct exchange_try *t)
 			 * not read */
 			if (ex->client_minor >= 1 && ex->state == EXCHANGE_TRYING &&
 			    !(ex->resumable && ex->resume->pending) &&
-			    conn_output_length(ex->owner.conn) <= EXCHANGE_OUTPUT_HIGH)
+			    conn_output_length(ex->owner.conn) <= EXCHANGE_OUTPUT_HIGH) {
 				exchange_send_interim(ex, head);
+				ex->continue_relayed = ex->continue_relayed || head->status == 100;
+			}
 			evbuffer_drain(in, head->head_len);
 			t->interim_seen = true;
 			continue;

@@ -8,7 +8,10 @@ arrives (Content-Length and chunked), to a route that streams bodies
 (max_attempts 1) and to one that keeps them (a PUT with max_attempts 2);
 one whose Expect is named in Connection; one whose upstream answers 417,
 and one whose upstream answers 401 before the body; one whose
-Content-Length is over max_body_bytes; an HTTP/1.0 one.
+Content-Length is over max_body_bytes; an HTTP/1.0 one. Through a second
+proxy with client_timeout 1s, raw clients that hold their body back
+while raw upstreams take longer than that: one answers 403 at once and
+sends its body's second half 2.5 s later, one sends its 100 after 2 s.
 Origin: echoes what it got; answers Expect with its own 100 Continue, or
 with 417 (?expect=reject), or not at all (?expect=ignore); /early/401
 answers before reading the body.
@@ -22,14 +25,19 @@ never sent; a kept body's expectation is the proxy's to answer (README,
 "Deviations"): one 100 of its own, no Expect at the origin, the body
 byte-exact; so is one whose Expect the client made hop-by-hop; a body
 announced over max_body_bytes gets 413 without 100 Continue and without
-being sent; an HTTP/1.0 request gets no 100 Continue.
+being sent; an HTTP/1.0 request gets no 100 Continue; a client with its
+expectation forwarded owes no body before the upstream's 100 reaches it,
+so neither its wait for the 100 nor its withheld body after a final
+status is cut for client_timeout: it gets the late 100, or the whole 403.
 """
 
 import hashlib
 import json
 import os
+import time
 
 import harness as h
+import rawserver
 
 CONFIG = """\
 listen:
@@ -51,7 +59,45 @@ routes:
       max_attempts: 2
 """
 
+# client_timeout 1s, for a client that waits for the upstream's answer to
+# its Expect longer than that, with its body unsent
+SHORT_CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+limits:
+  drain_timeout: 2s
+  client_timeout: 1s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
 PROXY_100 = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def answer_instead_slowly(conn, server):
+    # a final status at once, no 100 and the body unread; the response's
+    # body comes in two parts, the second after more than client_timeout
+    rawserver.read_head(conn)
+    conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 10\r\nConnection: close\r\n\r\nfirst")
+    time.sleep(2.5 * h.SLOW)
+    conn.sendall(b"-last")
+    time.sleep(0.5)
+
+
+def continue_late(conn, server):
+    # the 100 after more than client_timeout, then the body is read
+    data = rawserver.read_head(conn)
+    time.sleep(2 * h.SLOW)
+    conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+    body = data.split(b"\r\n\r\n", 1)[1]
+    while len(body) < 5:
+        got = conn.recv(65536)
+        if not got:
+            return
+        body += got
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n" + body)
+    time.sleep(0.5)
 
 
 def sha(b):
@@ -182,6 +228,36 @@ def scenario(t):
         h.eq(r.status, 200, "status (%r)" % r)
         seen = json.loads(r.body)
         h.eq((seen["body_sha256"], expect_fields(seen)), (sha(b"abcde"), []), "body and Expect at the origin")
+
+    short = t.proxy(SHORT_CONFIG)
+
+    @t.check("streamed, a final status instead of 100 whose body takes longer than client_timeout: "
+             "all of it reaches the client, which owes no body")
+    def _():
+        raw = rawserver.RawServer(answer_instead_slowly, conn_timeout=10 * h.SLOW)
+        t.defer(raw.stop)
+        with h.RawConn(short.port()) as c:
+            c.send(("POST http://127.0.0.1:%d/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                    "Expect: 100-continue\r\nContent-Length: 1000\r\n\r\n"
+                    % (raw.port, raw.port)).encode())
+            r = c.read_response(timeout=10 * h.SLOW, skip_1xx=False)
+            h.eq((r.status, r.body), (403, b"first-last"), "the response")
+            h.ok(c.closed_within(5), "the connection with the unsent body closes")
+
+    @t.check("streamed, the upstream's 100 comes after more than client_timeout: "
+             "the client waiting for it gets it, then 200")
+    def _():
+        raw = rawserver.RawServer(continue_late, conn_timeout=10 * h.SLOW)
+        t.defer(raw.stop)
+        with h.RawConn(short.port()) as c:
+            c.send(("POST http://127.0.0.1:%d/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                    "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+                    % (raw.port, raw.port)).encode())
+            interim = c.read_head(timeout=10 * h.SLOW)
+            h.eq(interim.status, 100, "the first response head")
+            c.send(b"hello")
+            r = c.read_response(timeout=10 * h.SLOW, skip_1xx=False)
+        h.eq((r.status, r.body), (200, b"hello"), "the response")
 
 
 h.run(scenario, __doc__)
