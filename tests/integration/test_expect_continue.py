@@ -231,15 +231,22 @@ def scenario(t):
 
     short = t.proxy(SHORT_CONFIG)
 
+    def ask_raw(serve, length):
+        """A streamed POST with Expect and a Content-Length, through the
+        proxy with a short client_timeout to a raw upstream that serves
+        with serve; the open connection, its body not sent."""
+        raw = rawserver.RawServer(serve, conn_timeout=10 * h.SLOW)
+        t.defer(raw.stop)
+        c = h.RawConn(short.port())
+        c.send(("POST http://127.0.0.1:%d/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                "Expect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+                % (raw.port, raw.port, length)).encode())
+        return c
+
     @t.check("streamed, a final status instead of 100 whose body takes longer than client_timeout: "
              "all of it reaches the client, which owes no body")
     def _():
-        raw = rawserver.RawServer(answer_instead_slowly, conn_timeout=10 * h.SLOW)
-        t.defer(raw.stop)
-        with h.RawConn(short.port()) as c:
-            c.send(("POST http://127.0.0.1:%d/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
-                    "Expect: 100-continue\r\nContent-Length: 1000\r\n\r\n"
-                    % (raw.port, raw.port)).encode())
+        with ask_raw(answer_instead_slowly, 1000) as c:
             r = c.read_response(timeout=10 * h.SLOW, skip_1xx=False)
             h.eq((r.status, r.body), (403, b"first-last"), "the response")
             h.ok(c.closed_within(5), "the connection with the unsent body closes")
@@ -247,12 +254,7 @@ def scenario(t):
     @t.check("streamed, the upstream's 100 comes after more than client_timeout: "
              "the client waiting for it gets it, then 200")
     def _():
-        raw = rawserver.RawServer(continue_late, conn_timeout=10 * h.SLOW)
-        t.defer(raw.stop)
-        with h.RawConn(short.port()) as c:
-            c.send(("POST http://127.0.0.1:%d/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
-                    "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n"
-                    % (raw.port, raw.port)).encode())
+        with ask_raw(continue_late, 5) as c:
             interim = c.read_head(timeout=10 * h.SLOW)
             h.eq(interim.status, 100, "the first response head")
             c.send(b"hello")
