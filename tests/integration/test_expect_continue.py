@@ -127,33 +127,32 @@ def scenario(t):
         h.eq(interim.header("Via"), "1.1 retryproxy", "Via on the 100 (the origin's, forwarded)")
         return interim
 
-    @t.check("curl, streamed body: the origin's 100 then 200; the origin got Expect and the body")
-    def _():
-        body = os.urandom(300 * 1024)
-        path = os.path.join(t.tmp, "body.bin")
+    def curl_post(size, target, wait_s):
+        """curl posting size random bytes with Expect: 100-continue, waiting
+        up to wait_s for a 100; its result, once the body reached the origin
+        whole (what the origin saw, as JSON, is checked here)."""
+        body = os.urandom(size)
+        path = os.path.join(t.tmp, "body-%d.bin" % size)
         with open(path, "wb") as f:
             f.write(body)
-        r = h.curl("-H", "Expect: 100-continue", "--expect100-timeout", "10", "--data-binary", "@" + path,
-                   origin.url("/echo?t=curl"), proxy=proxy.url)
+        r = h.curl("-H", "Expect: 100-continue", "--expect100-timeout", str(wait_s),
+                   "--data-binary", "@" + path, origin.url(target), proxy=proxy.url)
         h.eq(r.exit_code, 0, "curl exit (%r)" % r)
-        h.eq([s for s, _ in r.heads], [100, 200], "response heads curl saw")
-        h.ok(("Via", "1.1 retryproxy") in r.heads[0][1], "the 100 is the origin's: %r" % r.heads[0][1])
         seen = json.loads(r.body)
         h.eq((seen["body_len"], seen["body_sha256"]), (len(body), sha(body)), "body at the origin")
+        return r, seen
+
+    @t.check("curl, streamed body: the origin's 100 then 200; the origin got Expect and the body")
+    def _():
+        r, seen = curl_post(300 * 1024, "/echo?t=curl", 10)
+        h.eq([s for s, _ in r.heads], [100, 200], "response heads curl saw")
+        h.ok(("Via", "1.1 retryproxy") in r.heads[0][1], "the 100 is the origin's: %r" % r.heads[0][1])
         h.eq(expect_fields(seen), ["100-continue"], "Expect at the origin")
 
     @t.check("curl, streamed body, an origin that ignores Expect: curl sends after its own wait; 200")
     def _():
-        body = os.urandom(20 * 1024)
-        path = os.path.join(t.tmp, "small.bin")
-        with open(path, "wb") as f:
-            f.write(body)
-        r = h.curl("-H", "Expect: 100-continue", "--expect100-timeout", "1", "--data-binary", "@" + path,
-                   origin.url("/echo?t=ignored&expect=ignore"), proxy=proxy.url)
-        h.eq(r.exit_code, 0, "curl exit (%r)" % r)
+        r, _seen = curl_post(20 * 1024, "/echo?t=ignored&expect=ignore", 1)
         h.eq([s for s, _ in r.heads], [200], "response heads curl saw")
-        seen = json.loads(r.body)
-        h.eq((seen["body_len"], seen["body_sha256"]), (len(body), sha(body)), "body at the origin")
 
     @t.check("raw, streamed, Content-Length: one 100, the origin's, before the body; then 200")
     def _():
