@@ -298,10 +298,24 @@ static bool resume_is_multipart_byteranges(const char *value, size_t len)
 	       (len == n || value[n] == ';' || value[n] == ' ' || value[n] == '\t');
 }
 
+/* Does any Content-Type field of the head name multipart/byteranges? */
+static bool resume_any_multipart_byteranges(const struct http1_head *head)
+{
+	for (size_t i = 0; i < head->field_count; i++) {
+		const struct http1_field *f = &head->fields[i];
+
+		if (f->name_len == sizeof("Content-Type") - 1 &&
+		    http1_name_equals(f->name, f->name_len, "Content-Type") &&
+		    resume_is_multipart_byteranges(f->value, f->value_len))
+			return true;
+	}
+	return false;
+}
+
 enum resume_answer resume_check_answer(const struct resume *resume, const struct http1_head *head,
 				       const struct http1_framing *framing)
 {
-	const struct http1_field *range, *validator, *coding, *type;
+	const struct http1_field *range, *validator, *coding;
 	bool repeated;
 
 	if (head->status != 206)
@@ -313,9 +327,9 @@ enum resume_answer resume_check_answer(const struct resume *resume, const struct
 		return RESUME_ANSWER_OTHER_RANGE;
 	/* a multipart 206 has no top-level Content-Range (RFC 9110 section
 	 * 14.6); one that says it has sent parts and boundaries, which spliced
-	 * would become bytes of the download */
-	type = resume_only_field(head, "Content-Type", &repeated);
-	if (type != NULL && resume_is_multipart_byteranges(type->value, type->value_len))
+	 * would become bytes of the download, in any of its Content-Type
+	 * fields: with two, no one can tell which the body follows */
+	if (resume_any_multipart_byteranges(head))
 		return RESUME_ANSWER_MULTIPART;
 	/* the 206 names its representation with the same kind of validator
 	 * the 200 had; when it does, it must be the same one. A 206 must carry

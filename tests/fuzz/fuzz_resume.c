@@ -146,11 +146,14 @@ static enum resume_answer fuzz_ref_answer(const struct http1_head *h,
 	    !fuzz_number(&p, end, &complete) || p != end || first != k || last != l - 1 ||
 	    complete != l)
 		return RESUME_ANSWER_OTHER_RANGE;
-	if (fuzz_fields(h, "Content-Type", &f) > 0 && f->value_len >= 20 &&
-	    strncasecmp(f->value, "multipart/byteranges", 20) == 0 &&
-	    (f->value_len == 20 || f->value[20] == ';' || f->value[20] == ' ' ||
-	     f->value[20] == '\t'))
-		return RESUME_ANSWER_MULTIPART;
+	for (size_t i = 0; i < h->field_count; i++) {
+		f = &h->fields[i];
+		if (f->name_len == 12 && strncasecmp(f->name, "Content-Type", 12) == 0 &&
+		    f->value_len >= 20 && strncasecmp(f->value, "multipart/byteranges", 20) == 0 &&
+		    (f->value_len == 20 || f->value[20] == ';' || f->value[20] == ' ' ||
+		     f->value[20] == '\t'))
+			return RESUME_ANSWER_MULTIPART;
+	}
 	if (fuzz_fields(h, etag ? "ETag" : "Last-Modified", &f) == 0) {
 		if (etag)
 			return RESUME_ANSWER_NO_ETAG;

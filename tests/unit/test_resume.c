@@ -247,6 +247,17 @@ static void test_resume_check_answer(void **state)
 		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
 		  "Multipart/ByteRanges\r\n",
 		  RESUME_ANSWER_MULTIPART },
+		/* with two types, parts and boundaries may be what follows */
+		{ 206,
+		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
+		  "multipart/byteranges; boundary=b\r\nContent-Type: text/plain\r\n"
+		  "ETag: \"v1\"\r\n",
+		  RESUME_ANSWER_MULTIPART },
+		{ 206,
+		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
+		  "text/plain\r\nContent-Type: multipart/byteranges; boundary=b\r\n"
+		  "ETag: \"v1\"\r\n",
+		  RESUME_ANSWER_MULTIPART },
 		{ 206,
 		  "Content-Range: bytes 40-99/100\r\nContent-Length: 60\r\nContent-Type: "
 		  "multipart/byterangesx\r\nETag: \"v1\"\r\n",
