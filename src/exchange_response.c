@@ -115,6 +115,11 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	 * have no content whatever an upstream's says */
 	bool no_length = head->status < 200 || head->status == 204;
 	bool no_trailer = rf->body == HTTP1_BODY_CHUNKED && !pass_chunked;
+	/* a HEAD's or 304's Transfer-Encoding says how a GET's body would
+	 * come (RFC 9112 section 6.1): it goes on, but only to HTTP/1.1 and
+	 * never on a 1xx or 204 */
+	bool pass_coding = pass_chunked ||
+			   (rf->body == HTTP1_BODY_NONE && !no_length && ex->client_minor >= 1);
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
@@ -152,10 +157,9 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 		const struct http1_field *f = &head->fields[i];
 		/* the count the client gets is this proxy's: one an upstream (a
 		 * proxy of its own) sent would stand first and say another */
-		bool fwd =
-			f->known != HTTP1_FIELD_RETRY_ATTEMPTS &&
-			(!hop[i] || (pass_chunked && f->known == HTTP1_FIELD_TRANSFER_ENCODING) ||
-			 (upgrading && f->known == HTTP1_FIELD_UPGRADE));
+		bool fwd = f->known != HTTP1_FIELD_RETRY_ATTEMPTS &&
+			   (!hop[i] || (pass_coding && f->known == HTTP1_FIELD_TRANSFER_ENCODING) ||
+			    (upgrading && f->known == HTTP1_FIELD_UPGRADE));
 
 		/* identical Content-Lengths were checked: one goes on */
 		if (rf->length_repeated && f->known == HTTP1_FIELD_CONTENT_LENGTH) {

@@ -345,6 +345,44 @@ def scenario(t):
         h.eq((r.status, r.body), (200, b"ok"), "status and body")
         h.eq(via_list(r.headers), ["1.0 retryproxy"], "Via at the client for an HTTP/1.0 response")
 
+    @t.check("Transfer-Encoding on a HEAD's or a 304's answer (no body) reaches an HTTP/1.1 "
+             "client as GET would have it, not an HTTP/1.0 one; never on a 204")
+    def _():
+        def bodiless(conn, server):
+            while True:
+                head = rawserver.read_head(conn)
+                if not head:
+                    return
+                start = head.split(b"\r\n", 1)[0]
+                if b"/te-204" in start:
+                    conn.sendall(b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n")
+                elif b"/te-304" in start:
+                    conn.sendall(b"HTTP/1.1 304 Not Modified\r\nETag: \"e\"\r\n"
+                                 b"Transfer-Encoding: chunked\r\n\r\n")
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+        origin_te = rawserver.RawServer(bodiless)
+        t.defer(origin_te.stop)
+        where = "127.0.0.1:%d" % origin_te.port
+        for method, path, version, want_status, want_te in (
+                ("HEAD", "/te-head", "HTTP/1.1", 200, ["chunked"]),
+                ("GET", "/te-304", "HTTP/1.1", 304, ["chunked"]),
+                ("HEAD", "/te-head", "HTTP/1.0", 200, []),
+                ("GET", "/te-304", "HTTP/1.0", 304, []),
+                ("GET", "/te-204", "HTTP/1.1", 204, [])):
+            with h.RawConn(proxy.port(0)) as c:
+                c.send(h.request(method, "http://%s%s" % (where, path), where, version=version))
+                r = c.read_response(method=method)
+                tag = "%s %s %s" % (method, path, version)
+                h.eq(r.status, want_status, "%s: status" % tag)
+                h.eq(r.header_all("Transfer-Encoding"), want_te, "%s: Transfer-Encoding" % tag)
+                h.eq(r.body, b"", "%s: no body" % tag)
+                if version == "HTTP/1.1":
+                    # the connection is still good for a next request
+                    c.send(h.request("HEAD", "http://%s/te-head" % where, where))
+                    h.eq(c.read_response(method="HEAD").status, 200, "%s: next request" % tag)
+
     @t.check("a chunked response's trailer section: the fields it must not carry are dropped, "
              "the rest byte-exact, whole or in pieces; the connection stays in step")
     def _():
