@@ -578,6 +578,20 @@ static void exchange_start_keeping(struct exchange_try *t, const struct http1_he
 	exchange_keep_response(t);
 }
 
+/* Keep a retryable response to decide on once it is whole: what its head
+ * said is noted now, its Retry-After as a time (the wait runs from the
+ * head). */
+static void exchange_keep_undecided(struct exchange_try *t, const struct http1_head *head,
+				    uint64_t retry_after_ms, enum retry_should should)
+{
+	t->verdict_pending = true;
+	t->keeping_status = head->status;
+	t->keeping_retry_after_until =
+		retry_after_ms > 0 ? retry_budget_now_ms() + retry_after_ms : 0;
+	t->keeping_should = should;
+	exchange_start_keeping(t, head);
+}
+
 /* Now, in milliseconds since the epoch. CLOCK_REALTIME, not time() (the
  * coarse clock, a tick behind): a date in Retry-After is wall-clock time. */
 static int64_t exchange_wall_ms(void)
@@ -817,12 +831,7 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 		 * waits unread), and no more hedges start */
 		if (exchange_tries_left(ex) > 1) {
 			exchange_stop_hedging(ex);
-			t->verdict_pending = true;
-			t->keeping_status = head->status;
-			t->keeping_retry_after_until =
-				retry_after_ms > 0 ? retry_budget_now_ms() + retry_after_ms : 0;
-			t->keeping_should = should;
-			exchange_start_keeping(t, head);
+			exchange_keep_undecided(t, head, retry_after_ms, should);
 			return;
 		}
 		verdict = exchange_decide_response(ex, head->status, retry_after_ms, too_large,
@@ -835,12 +844,7 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 			/* the upstream is down (this came on a connection made
 			 * before): the retry waits for it; decided again once the
 			 * response is whole, as one kept while others raced */
-			t->verdict_pending = true;
-			t->keeping_status = head->status;
-			t->keeping_retry_after_until =
-				retry_after_ms > 0 ? retry_budget_now_ms() + retry_after_ms : 0;
-			t->keeping_should = should;
-			exchange_start_keeping(t, head);
+			exchange_keep_undecided(t, head, retry_after_ms, should);
 			return;
 		}
 		if (verdict.too_large)
