@@ -408,6 +408,17 @@ static void config_walk_set_size64(struct config_walk *walk, const struct yaml_t
 		*(uint64_t *)field = bytes;
 }
 
+/* A count refused: digits alone are a whole number too large to hold, and
+ * saying it is not a whole number would send the user looking elsewhere. */
+static void config_walk_bad_count(struct config_walk *walk, const struct yaml_tree_node *node,
+				  const char *what)
+{
+	if (node->text_len > 0 && strspn(node->text, "0123456789") == node->text_len)
+		config_walk_error(walk, node, "too large (at most %u)", UINT_MAX);
+	else
+		config_walk_bad_value(walk, node, what);
+}
+
 /* A whole number into an unsigned. */
 static void config_walk_set_count(struct config_walk *walk, const struct yaml_tree_node *node,
 				  void *field)
@@ -415,7 +426,7 @@ static void config_walk_set_count(struct config_walk *walk, const struct yaml_tr
 	uint64_t n;
 
 	if (config_values_unsigned(node->text, UINT_MAX, &n) < 0)
-		config_walk_bad_value(walk, node, "a whole number");
+		config_walk_bad_count(walk, node, "a whole number");
 	else
 		*(unsigned *)field = (unsigned)n;
 }
@@ -426,7 +437,9 @@ static void config_walk_set_count_positive(struct config_walk *walk,
 {
 	uint64_t n;
 
-	if (config_values_unsigned(node->text, UINT_MAX, &n) < 0 || n == 0)
+	if (config_values_unsigned(node->text, UINT_MAX, &n) < 0)
+		config_walk_bad_count(walk, node, "a whole number of at least 1");
+	else if (n == 0)
 		config_walk_bad_value(walk, node, "a whole number of at least 1");
 	else
 		*(unsigned *)field = (unsigned)n;

@@ -901,6 +901,19 @@ static void test_errors_in_document_order(void **state)
 		"test.yaml:7:16: limits.try_timeout: must be longer than 0s\n");
 }
 
+/* A whole number past what a count holds says so, rather than that it is
+ * not a whole number. */
+static void test_count_too_large(void **state)
+{
+	test_load_fails("limits:\n  max_connections: 5000000000\n  pool_max_idle: 4294967296\n"
+			"defaults:\n  retry: { max_attempts: 99999999999 }\n",
+			"test.yaml:2:20: limits.max_connections: too large (at most "
+			"4294967295)\n"
+			"test.yaml:3:18: limits.pool_max_idle: too large (at most 4294967295)\n"
+			"test.yaml:5:26: defaults.retry.max_attempts: too large (at most "
+			"4294967295)\n");
+}
+
 static void test_did_you_mean(void **state)
 {
 	test_load_fails("limits:\n  max_conections: 5\n  frobnicate: 1\n",
@@ -1386,6 +1399,7 @@ int main(void)
 		cmocka_unit_test(test_sidecar_values),
 		cmocka_unit_test(test_units),
 		cmocka_unit_test(test_errors_in_document_order),
+		cmocka_unit_test(test_count_too_large),
 		cmocka_unit_test(test_did_you_mean),
 		cmocka_unit_test(test_hold_release),
 		cmocka_unit_test(test_intercept),
