@@ -914,6 +914,15 @@ static void test_count_too_large(void **state)
 			"4294967295)\n");
 }
 
+/* A YAML merge key is not a key the config has: say that, not which short
+ * key it is a couple of edits from. */
+static void test_merge_key(void **state)
+{
+	test_load_fails("defaults:\n  retry:\n    <<: {max_attempts: 3}\n",
+			"test.yaml:3:5: defaults.retry.<<: merge keys are not supported; write "
+			"the keys out\n");
+}
+
 static void test_did_you_mean(void **state)
 {
 	test_load_fails("limits:\n  max_conections: 5\n  frobnicate: 1\n",
@@ -1400,6 +1409,7 @@ int main(void)
 		cmocka_unit_test(test_units),
 		cmocka_unit_test(test_errors_in_document_order),
 		cmocka_unit_test(test_count_too_large),
+		cmocka_unit_test(test_merge_key),
 		cmocka_unit_test(test_did_you_mean),
 		cmocka_unit_test(test_hold_release),
 		cmocka_unit_test(test_intercept),
