@@ -390,8 +390,6 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 {
 	struct limits *limits = field;
 	const struct yaml_tree_entry *blamed;
-	size_t errors = config_walk_error_count(walk);
-	size_t key_errors;
 	size_t mark;
 	char *quoted;
 	int err;
@@ -419,14 +417,14 @@ static void config_set_limits(struct config_walk *walk, const struct yaml_tree_n
 		config_walk_pop(walk, mark);
 		return;
 	}
-	/* a refused key has left its default: compared, it would say nothing */
-	key_errors = config_walk_error_count(walk);
-	if (key_errors == errors)
+	/* a refused key has left its default: compared, it would say nothing;
+	 * another key's error changes neither check */
+	if (!config_walk_refused(walk, node, "spool_total"))
 		/* a body of spool_max must fit in the spool on its own */
 		config_check_total(walk, node, "spool_total", &limits->spool_total,
 				   limits->spool_max, "spool_max");
 	/* a spool_dir that was refused has left the default in its place */
-	if (key_errors > errors || spool_check_dir(limits->spool_dir) == 0)
+	if (config_walk_refused(walk, node, "spool_dir") || spool_check_dir(limits->spool_dir) == 0)
 		return;
 	/* the default directory is blamed on spool_max, which turned it on */
 	blamed = yaml_tree_find(node, "spool_dir");

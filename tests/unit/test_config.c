@@ -1058,6 +1058,15 @@ static void test_spool(void **state)
 	/* the spool off: spool_total says nothing */
 	config = test_load_ok("limits: {spool_max: 0, spool_total: 1KiB}\n");
 	config_release(config);
+	/* another key's error hides neither check: all errors are reported */
+	test_load_fails("limits: {max_connections: 0, spool_max: 2GiB, spool_total: 1GiB, "
+			"spool_dir: /proc}\n",
+			"test.yaml:1:27: limits.max_connections: expected a whole number of at "
+			"least 1, got \"0\"\n"
+			"test.yaml:1:60: limits.spool_total: must be 0 (no cap) or at least "
+			"spool_max (2147483648 bytes)\n"
+			"test.yaml:1:77: limits.spool_dir: cannot make a spool file in \"/proc\": "
+			"No such file or directory\n");
 }
 
 /* retry_memory: 256MiB by default, 0 for no cap, never below replay_buffer
