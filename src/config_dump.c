@@ -1,6 +1,7 @@
 #include "config_dump.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,10 @@
  * like "::1/128" or "*" inside a flow list gets quotes without this file
  * knowing YAML's indicator rules. Only one rule is ours: a text that a plain
  * scalar would turn into something else is forced into quotes: a null ("~",
- * "null", empty), which the loader reads as null, and a boolean or a number
- * ("true", "off", "1.5e3", "0x1F", ".inf"), which this loader reads as the
- * text but a YAML 1.1 or 1.2 reader of /config (yq, PyYAML) would not.
+ * "null", empty), which the loader reads as null, and a boolean, a number or
+ * a date ("true", "off", "1.5e3", "0x1F", ".inf", "2001-12-14"), which this
+ * loader reads as the text but a YAML 1.1 or 1.2 reader of /config (yq,
+ * PyYAML) would not.
  */
 
 struct config_dump {
@@ -111,8 +113,20 @@ static bool config_dump_reads_as_number(const char *p)
 	return *p == '\0';
 }
 
+/* Whether a YAML 1.1 reader (PyYAML) might take a plain scalar with this
+ * text for a timestamp (2001-12-14, 2001-12-14t21:59:43.10-05:00): every one
+ * starts with four digits, a '-' and a digit, and quoting a text that only
+ * starts like one costs nothing. */
+static bool config_dump_reads_as_timestamp(const char *p)
+{
+	for (size_t i = 0; i < 4; i++)
+		if (!isdigit((unsigned char)p[i]))
+			return false;
+	return p[4] == '-' && isdigit((unsigned char)p[5]);
+}
+
 /* Whether a YAML 1.1 or 1.2 reader would take a plain scalar with this text
- * for a boolean or a number. */
+ * for a boolean, a number or a timestamp. */
 static bool config_dump_reads_as_value(const char *text)
 {
 	static const char *const words[] = { "true", "false", "yes",  "no",    "on",	"off",
@@ -122,7 +136,7 @@ static bool config_dump_reads_as_value(const char *text)
 	for (i = 0; i < sizeof(words) / sizeof(words[0]); i++)
 		if (strcasecmp(text, words[i]) == 0)
 			return true;
-	return config_dump_reads_as_number(text);
+	return config_dump_reads_as_number(text) || config_dump_reads_as_timestamp(text);
 }
 
 /* A scalar; plain_ok false forces quotes. */

@@ -145,14 +145,17 @@ static void test_source_not_utf8(void **state)
 	config_release(breaks);
 }
 
-/* A name that a plain scalar would make a boolean or a number for a YAML
- * 1.1 or 1.2 reader (yq, PyYAML) is written in quotes; others stay plain. */
+/* A name that a plain scalar would make a boolean, a number or a date for
+ * a YAML 1.1 or 1.2 reader (yq, PyYAML) is written in quotes; others stay
+ * plain. */
 static void test_value_like_names(void **state)
 {
-	static const char *const quoted[] = { "true",  "Off", "y",  "1.5e3", "0x1F",
-					      "1_000", ".5",  "-7", ".inf",  "0b101" };
-	static const char *const plain[] = { "-dash", "127.0.0.1", "v1.2",  "1.2.3",
-					     "0xZ",   "1e",	   "onion", "e5" };
+	static const char *const quoted[] = { "true", "Off",   "y",	     "1.5e3",
+					      "0x1F", "1_000", ".5",	     "-7",
+					      ".inf", "0b101", "2001-12-14", "2026-1-2" };
+	static const char *const plain[] = { "-dash",	    "127.0.0.1", "v1.2",  "1.2.3",
+					     "0xZ",	    "1e",	 "onion", "e5",
+					     "v2001-12-14", "200-12-14" };
 	char text[2048];
 	size_t at = (size_t)snprintf(text, sizeof(text), "routes:\n");
 	struct config *config, *again;
