@@ -5,6 +5,8 @@
 #   install-deps.sh               everything: build, tests, fuzzers
 #   install-deps.sh --build-only  what `meson setup` and `ninja` need, no more
 #                                 (the container image's build stage uses this)
+#   install-deps.sh --run         the build, and curl for the quick start's
+#                                 example request (scripts/run.sh)
 #   install-deps.sh --bench       what tests/bench/bench.py needs: the build, and
 #                                 wrk, HAProxy and nginx to measure against (openssl
 #                                 makes certs; tests/bench/floor_relay.c carries wrk
@@ -34,9 +36,10 @@ redis-server chromium podman"
 case "${1:-}" in
 "") packages="$build_packages $test_packages" ;;
 --build-only) packages="$build_packages" ;;
+--run) packages="$build_packages curl" ;;
 --bench) packages="$build_packages wrk haproxy nginx openssl" ;;
 *)
-	echo "usage: install-deps.sh [--build-only | --bench]" >&2
+	echo "usage: install-deps.sh [--build-only | --run | --bench]" >&2
 	exit 1
 	;;
 esac

@@ -426,11 +426,15 @@ def scenario(t):
         h.ok(re.search(r"\bscripts/install-deps\.sh\b",
                        h.read_file(os.path.join(h.REPO, "scripts", "run.sh"))),
              "scripts/run.sh (the README quick start) no longer runs scripts/install-deps.sh")
-        # running the proxy needs what building does, not the test tools
-        # (chromium, podman, a redis-server that starts a service)
-        h.ok(re.search(r"\bscripts/install-deps\.sh --build-only\b",
+        # running the proxy needs what building does and curl for the
+        # README's example, not the test tools (chromium, podman, a
+        # redis-server that starts a service)
+        h.ok(re.search(r"\bscripts/install-deps\.sh --run\b",
                        h.read_file(os.path.join(h.REPO, "scripts", "run.sh"))),
-             "scripts/run.sh installs more than the build needs (no --build-only)")
+             "scripts/run.sh installs more than the build and curl (no --run)")
+        h.ok(re.search(r'^--run\) packages="\$build_packages curl" ;;$',
+                       h.read_file(os.path.join(h.REPO, "scripts", "install-deps.sh")), re.M),
+             "install-deps.sh --run is not the build packages and curl")
         h.ok("./scripts/run.sh" in h.read_file(os.path.join(h.REPO, "README.md")),
              "the README does not use scripts/run.sh")
         h.ok(re.search(r"\bmeson setup\b", runs) and re.search(r"\bninja\b", runs), "build stage: meson setup and ninja")
