@@ -42,10 +42,14 @@ long max_forwards_find(const struct http1_head *head, size_t *index)
 	if (f->value_len == 0)
 		return -1;
 	for (size_t j = 0; j < f->value_len; j++) {
-		if (f->value[j] < '0' || f->value[j] > '9')
+		int digit = f->value[j] - '0';
+
+		if (digit < 0 || digit > 9)
 			return -1;
-		if (value < LONG_MAX / 10)
-			value = value * 10 + (f->value[j] - '0');
+		/* past LONG_MAX, LONG_MAX: what goes on is then the lesser of
+		 * the value less one and the most the proxy holds (RFC 9110
+		 * section 7.6.2), never a shorter number */
+		value = value > (LONG_MAX - digit) / 10 ? LONG_MAX : value * 10 + digit;
 	}
 	if (index != NULL)
 		*index = i;
