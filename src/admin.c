@@ -283,7 +283,11 @@ static bool admin_host_is_local(const char *host)
 static bool admin_host_ok(const struct admin *admin, struct evhttp_request *req,
 			  const struct evhttp_uri *uri)
 {
-	const char *host = uri != NULL ? evhttp_uri_get_host(uri) : NULL;
+	/* only an absolute-form target names a host: evhttp reads one in
+	 * "//localhost/config" too, an origin-form path a browser sends for
+	 * http://rebound.example//localhost/config with its own Host */
+	const char *host =
+		uri != NULL && evhttp_uri_get_scheme(uri) != NULL ? evhttp_uri_get_host(uri) : NULL;
 
 	if (admin->proxy->config->admin_remote)
 		return true;
@@ -292,23 +296,34 @@ static bool admin_host_ok(const struct admin *admin, struct evhttp_request *req,
 	return host == NULL || admin_host_is_local(host);
 }
 
+/* The page a request-target (as sent, and as evhttp parsed it) names, or
+ * NULL. A target that starts with "//" is an origin-form path of an empty
+ * first segment (RFC 9112 section 3.2.1), which evhttp reads as a host and
+ * a path: "//localhost/config" is no page. */
+static const struct admin_page *admin_page_of(const char *target, const struct evhttp_uri *uri)
+{
+	const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
+
+	if (path == NULL || target == NULL || strncmp(target, "//", 2) == 0)
+		return NULL;
+	for (size_t i = 0; i < sizeof(admin_pages) / sizeof(admin_pages[0]); i++)
+		if (strcmp(path, admin_pages[i].path) == 0)
+			return &admin_pages[i];
+	return NULL;
+}
+
 /* Every admin request: find the page, check the method, render. */
 static void admin_request_cb(struct evhttp_request *req, void *arg)
 {
 	struct admin *admin = arg;
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-	const char *path = uri != NULL ? evhttp_uri_get_path(uri) : NULL;
 	enum evhttp_cmd_type method = evhttp_request_get_command(req);
 	struct evbuffer *body = evbuffer_new();
-	const struct admin_page *page = NULL;
+	const struct admin_page *page = admin_page_of(evhttp_request_get_uri(req), uri);
 	const char *content_type = "text/plain; charset=utf-8";
-	size_t i;
 	int status;
 
 	admin_conns_request(admin->conns, req);
-	for (i = 0; path != NULL && i < sizeof(admin_pages) / sizeof(admin_pages[0]); i++)
-		if (strcmp(path, admin_pages[i].path) == 0)
-			page = &admin_pages[i];
 	/* a CONNECT names an authority, never a page: its method is what is
 	 * wrong */
 	if (!admin_framing_ok(req)) {

@@ -25,7 +25,9 @@ absolute-form target), the admin answers 403 naming access.admin_remote,
 so that the page cannot read it; a Host that is localhost (or a name
 under .localhost) or an address is served; two Host fields get 400, and so
 does an HTTP/1.1 request without one (RFC 9112 section 3.2; HTTP/1.0
-without one is served).
+without one is served). A target that starts with // is an origin-form
+path (RFC 9112 section 3.2.1), not a host and a path: //localhost/config
+with a rebound Host gets 403, and with a loopback Host 404.
 """
 
 
@@ -107,6 +109,20 @@ def scenario(t):
         for host in ("127.0.0.1:%d" % admin, "localhost:%d" % admin, "LOCALHOST.",
                      "app.localhost:%d" % admin, "[::1]:%d" % admin, "10.1.2.3"):
             h.eq(admin_get(host).status, 200, "status for Host: %s" % host)
+
+    @t.check("a target starting with // is a path, not a host: //localhost/config with a "
+             "rebound Host gets 403, with a loopback Host 404")
+    def _():
+        # a browser at http://rebound.example:ADMIN//localhost/config sends
+        # this target with its own Host
+        for target in ("//localhost/config", "//127.0.0.1:%d/metrics?norefresh" % admin,
+                       "//localhost/"):
+            r = admin_get("rebound.example:%d" % admin, target)
+            h.eq(r.status, 403, "status for %s with Host: rebound.example" % target)
+            r = admin_get("127.0.0.1:%d" % admin, target)
+            h.eq(r.status, 404, "status for %s with Host: 127.0.0.1" % target)
+        h.eq(admin_get("127.0.0.1:%d" % admin, "/config?x=//localhost/").status, 200,
+             "status for /config?x=//localhost/")
 
 
 h.run(scenario, __doc__)
