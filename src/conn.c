@@ -112,12 +112,18 @@ struct conn {
 	bool freed; /* conn_free during a callback: free when it returns */
 	bool reset_on_free;
 	bool in_pass;
+	bool first; /* its readiness is handled before others' (conn_handle_first) */
 	LIST_ENTRY(conn) pass_link;
 	void (*on_closed)(void *arg); /* conn_on_closed(): told when the socket is closed */
 	void *on_closed_arg;
 };
 
 static void conn_io_cb(evutil_socket_t fd, short what, void *arg);
+
+/* The loop's two priorities: readiness of a conn that goes first in a pass
+ * (conn_handle_first), and everything else. libevent gives a new event the
+ * middle one, CONN_PRIORITY_USUAL. */
+enum { CONN_PRIORITY_FIRST, CONN_PRIORITY_USUAL, CONN_PRIORITIES };
 
 struct conn_loop *conn_loop_new(void)
 {
@@ -131,6 +137,10 @@ struct conn_loop *conn_loop_new(void)
 	event_config_free(cfg);
 	if (base == NULL)
 		return NULL;
+	if (event_base_priority_init(base, CONN_PRIORITIES) < 0) {
+		event_base_free(base);
+		return NULL;
+	}
 	loop = xcalloc(1, sizeof(*loop));
 	loop->base = base;
 	LIST_INIT(&loop->pass);
@@ -491,6 +501,9 @@ static void conn_update_interest(struct conn *c)
 	if (want != 0) {
 		event_assign(c->io, c->loop->base, c->fd, (short)(want | EV_PERSIST), conn_io_cb,
 			     c);
+		/* assigned anew, it has the usual priority */
+		if (c->first)
+			event_priority_set(c->io, CONN_PRIORITY_FIRST);
 		event_add(c->io, NULL);
 	}
 	c->io_events = want;
@@ -1285,6 +1298,14 @@ size_t conn_input_length(const struct conn *c)
 size_t conn_output_length(const struct conn *c)
 {
 	return conn_length(c->output);
+}
+
+bool conn_handle_first(struct conn *c, bool first)
+{
+	c->first = first;
+	/* libevent will not move an event that waits to be handled: its
+	 * readiness came in this pass */
+	return event_priority_set(c->io, first ? CONN_PRIORITY_FIRST : CONN_PRIORITY_USUAL) == 0;
 }
 
 /* The socket's TCP state (TCP_ESTABLISHED, TCP_CLOSE_WAIT...), or -1 when

@@ -139,6 +139,14 @@ struct evbuffer *conn_output(struct conn *conn);
 size_t conn_input_length(const struct conn *conn);
 size_t conn_output_length(const struct conn *conn);
 
+/* Handle the conn's readiness before every other conn's in a loop pass
+ * (first), or with theirs. An idle pooled connection goes first: bytes or
+ * a close that reach it in the same pass as a request that would reuse it
+ * are handled before that request can take it. False when its readiness
+ * already waits to be handled in this pass (libevent cannot move it then):
+ * something came on it. No syscall. */
+bool conn_handle_first(struct conn *conn, bool first);
+
 /* Bytes of the output written so far, over the connection's life: handed to
  * the kernel (for TLS, taken by a successful SSL_write, which writes them to
  * the socket). A peer may have read them; bytes still queued it cannot. */

@@ -201,6 +201,7 @@ bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 	u->idle_count++;
 	pool->idle_count++;
 	conn_setcb(conn, pool_idle_read_cb, NULL, pool_idle_event_cb, idle);
+	conn_handle_first(conn, true);
 	conn_set_timeouts(conn, 0, 0);
 	conn_set_deadline(conn, idle_timeout_ms);
 	conn_read_enable(conn, true);
@@ -211,9 +212,22 @@ struct conn *pool_take(struct pool *pool, const char *key)
 {
 	struct pool_upstream *u = pool_find(pool, key, 0);
 
-	if (u == NULL || TAILQ_EMPTY(&u->idle))
+	if (u == NULL)
 		return NULL;
-	return pool_detach(pool, TAILQ_FIRST(&u->idle));
+	while (!TAILQ_EMPTY(&u->idle)) {
+		struct pool_idle *idle = TAILQ_FIRST(&u->idle);
+
+		/* Bytes that came while it idled end it (pool_idle_read_cb)
+		 * when the loop reads them, ahead of any request of the same
+		 * pass (pool_put made it go first): read as that request's
+		 * response they would reach a client who never asked. One whose
+		 * readiness still waits (taken from within such an end) goes
+		 * too. */
+		if (conn_handle_first(idle->conn, false))
+			return pool_detach(pool, idle);
+		pool_close(pool, idle);
+	}
+	return NULL;
 }
 
 bool pool_close_one(struct pool *pool, const char *key)

@@ -24,8 +24,12 @@ bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 	      uint64_t idle_timeout_ms);
 
 /* The most recently idled connection for key, or NULL; the caller owns it.
- * Its callbacks are cleared but reading stays on, so that taking it costs
- * no syscall: give it callbacks before returning to the loop. */
+ * Idle connections go first in a loop pass (conn_handle_first), so one that
+ * got bytes or a close in the pass that brings the request taking it is
+ * closed before; one whose readiness still waits then is closed here and the
+ * next one looked at. Its callbacks are cleared but reading stays on, so
+ * that taking it costs no syscall: give it callbacks before returning to the
+ * loop. */
 struct conn *pool_take(struct pool *pool, const char *key);
 
 /* How many keys the pool has an entry for: those with idle connections, and

@@ -15,8 +15,11 @@ a colon, a field line without a colon, a garbage status line, status 99,
 max_header_bytes (4 KiB), more fields than the proxy takes, and a 101
 nobody asked for; then the whole response in one write and the connection
 closed. Other paths: a chunked response whose bad chunk comes 0.5 s after a
-good first chunk (the head is out by then), and a complete response
-followed on the same connection by bytes the client never asked for.
+good first chunk (the head is out by then), a complete response
+followed on the same connection by bytes the client never asked for, and
+a complete response followed, once its connection idles in the pool, by a
+second one nobody asked for, sent while the proxy is stopped (SIGSTOP)
+with the next request on the client's connection waiting too.
 Must hold: each malformed response is a 502 for a GET on /once/ (one
 request at the origin, Retry-Attempts 1, one-line text body saying the
 response was invalid, not that the upstream was unreachable), also one
@@ -29,14 +32,19 @@ sees 3 requests, Retry-Attempts 3) while a POST without a condition is not
 (1 request, Retry-Attempts 1); a body that goes bad after the head was sent
 ends the client connection with an incomplete response (no last chunk),
 never a clean one; bytes after a complete response never reach the next
-request's client (it gets its own response); a well-formed response in
+request's client (it gets its own response), also when they reach an
+idle pooled connection in the same event-loop pass as that request; a
+well-formed response in
 Transfer-Encoding: gzip, chunked is a 502 for an HTTP/1.0 client on /thrice/
 that names the transfer coding, is not retried (1 request at the origin)
 and does not call the upstream unreachable, while an HTTP/1.1 client gets
 it as it came; the proxy keeps serving.
 """
 
+import os
+import signal
 import socket
+import threading
 import time
 
 import dnsstub
@@ -133,6 +141,7 @@ class BadOrigin(RawServer):
 
     def __init__(self):
         self.requests = []
+        self.stray_go = threading.Event()
         super().__init__(conn_timeout=10)
 
     def seen(self, target_part):
@@ -179,6 +188,14 @@ class BadOrigin(RawServer):
             return True
         if kind == "good":
             conn.sendall(OK + b"Content-Length: 5\r\n\r\nfresh")
+            return True
+        if kind == "stray-later":
+            # a complete response; then, once the test says so (the
+            # connection idle in the pool by then), a second one nobody
+            # asked for; the connection stays open for the next request
+            conn.sendall(OK + b"Content-Length: 5\r\n\r\nfirst")
+            self.stray_go.wait(10)
+            conn.sendall(OK + b"Content-Length: 8\r\n\r\nsmuggled")
             return True
         conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
         return True
@@ -292,6 +309,33 @@ def scenario(t):
         for i in range(3):
             r = get("/thrice/good?n=%d" % i)
             h.eq((r.status, r.body), (200, b"fresh"), "a later request's response")
+
+    @t.check("a response nobody asked for, in on an idle pooled connection in the same pass as the next "
+             "request, never reaches that request's client")
+    def _():
+        with h.RawConn(proxy.port(), timeout=10) as c:
+            c.send(h.request("GET", "/once/stray-later", "a.example"))
+            first = c.read_response()
+            h.eq((first.status, first.body), (200, b"first"), "the complete first response")
+            settle()  # its connection is in the pool now
+            # stopped, the proxy reads neither the next request nor the
+            # stray response behind it: both wait in the kernel, and are
+            # readable in the same pass once it goes on
+            os.kill(proxy.proc.pid, signal.SIGSTOP)
+            try:
+                # stopped for sure: a request read before the stop took
+                # the connection while it was clean, and no proxy can
+                # tell the stray sent then from its answer
+                h.wait_until(lambda: proxy.proc_status()["State"].startswith("T"), 5,
+                             "the proxy stopped")
+                c.send(h.request("GET", "/once/good?after-stray", "a.example"))
+                time.sleep(0.2)
+                bad.stray_go.set()
+                time.sleep(0.2)
+            finally:
+                os.kill(proxy.proc.pid, signal.SIGCONT)
+            second = c.read_response()
+        h.eq((second.status, second.body), (200, b"fresh"), "the next request's own response")
 
     @t.check("the proxy still serves a good response after all of that")
     def _():

@@ -3,7 +3,8 @@
  * anywhere (the hash reads keys a word at a time), most recently idled
  * first, and max_idle and pool_close_one hold; keys left without idle
  * connections are forgotten in bounded time; pool_close_oldest closes those
- * idle longest, whatever their key. */
+ * idle longest, whatever their key; one the peer sent bytes on in the same
+ * loop pass as a request is closed before that request takes one. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 
 #include <cmocka.h>
+#include <event2/event.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -164,6 +166,64 @@ static void test_close_oldest_across_keys(void **state)
 	conn_loop_free(loop);
 }
 
+/* A client's request: its readiness takes a connection, as a request
+ * does. */
+struct taker {
+	struct pool *pool;
+	struct conn *got;
+};
+
+static void take_on_request(evutil_socket_t fd, short what, void *arg)
+{
+	struct taker *taker = arg;
+	char byte;
+
+	(void)what;
+	assert_int_equal(read(fd, &byte, 1), 1);
+	taker->got = pool_take(taker->pool, "http://h:1");
+}
+
+/* A response nobody asked for on the most recent idle connection, and a
+ * request, readable in the same pass (the request first): the stray one is
+ * closed before the request takes a connection, which gets the older clean
+ * one. */
+static void test_stray_bytes_never_taken(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct pool *pool = pool_new();
+	struct taker taker = { pool, NULL };
+	struct conn *clean, *stray;
+	struct event *request;
+	int clean_fds[2], stray_fds[2], client_fds[2];
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, clean_fds), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, stray_fds), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, client_fds), 0);
+	clean = conn_new(loop, clean_fds[0]);
+	stray = conn_new(loop, stray_fds[0]);
+	pool_put(pool, "http://h:1", clean, 4, 0);
+	pool_put(pool, "http://h:1", stray, 4, 0);
+	request = event_new(conn_loop_base(loop), client_fds[0], EV_READ, take_on_request, &taker);
+	event_add(request, NULL);
+	/* all registered with the kernel first; then the request's readiness
+	 * comes before the stray bytes' */
+	assert_int_equal(event_base_loop(conn_loop_base(loop), EVLOOP_NONBLOCK), 0);
+	assert_int_equal(write(client_fds[1], "G", 1), 1);
+	assert_int_equal(write(stray_fds[1], "HTTP/1.1 200 OK\r\n", 17), 17);
+	assert_int_equal(event_base_loop(conn_loop_base(loop), EVLOOP_ONCE), 0);
+	assert_ptr_equal(taker.got, clean);
+	assert_null(pool_take(pool, "http://h:1")); /* the stray one is gone */
+	event_free(request);
+	conn_free(clean);
+	close(clean_fds[1]);
+	close(stray_fds[1]);
+	close(client_fds[0]);
+	close(client_fds[1]);
+	pool_free(pool);
+	conn_loop_free(loop);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -171,6 +231,7 @@ int main(void)
 		cmocka_unit_test(test_most_recent_first_and_max_idle),
 		cmocka_unit_test(test_keys_without_idle_forgotten),
 		cmocka_unit_test(test_close_oldest_across_keys),
+		cmocka_unit_test(test_stray_bytes_never_taken),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
