@@ -933,6 +933,14 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
 	*error = HTTP1_ERR_NONE;
 	if (http1_scan_fields(head, &scan, error) < 0)
 		return -1;
+	/* RFC 9112 section 6.3 rule 3, also for an answer without content: a
+	 * HEAD's or 304's Transfer-Encoding goes on, and a hop may not forward
+	 * Content-Length beside it. Handled as the error it may be, as when a
+	 * body follows. */
+	if (scan.has_te && scan.has_length) {
+		*error = HTTP1_ERR_CL_AND_TE;
+		return -1;
+	}
 	framing->keep_alive = http1_keep_alive(head, &scan);
 	framing->length_repeated = scan.length_repeated;
 	framing->connection_options = scan.other_option;

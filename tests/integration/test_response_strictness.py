@@ -14,7 +14,8 @@ a colon, a field line without a colon, a garbage status line, status 99,
 600 and 1000, HTTP/2 and lower-case http/1.1 status lines, a head over
 max_header_bytes (4 KiB), more fields than the proxy takes, and a 101
 nobody asked for; then the whole response in one write and the connection
-closed. Other paths: a chunked response whose bad chunk comes 0.5 s after a
+closed; so also answers without content (a HEAD's 200, a 304, a 204)
+with Content-Length and Transfer-Encoding both. Other paths: a chunked response whose bad chunk comes 0.5 s after a
 good first chunk (the head is out by then), a complete response
 followed on the same connection by bytes the client never asked for, and
 a complete response followed, once its connection idles in the pool, by a
@@ -25,7 +26,9 @@ request at the origin, Retry-Attempts 1, one-line text body saying the
 response was invalid, not that the upstream was unreachable), also one
 whose head is well formed and whose chunked body breaks in the same write
 (the proxy holds all of it before sending anything, and the SPEC makes
-a malformed response a 502); whatever the proxy answers there, the client
+a malformed response a 502), and also an answer without content with
+both framing fields (RFC 9112 section 6.3 lets no hop pass the two on:
+never both at the client); whatever the proxy answers there, the client
 never gets a clean response; on /thrice/
 a GET's malformed response counts as a reset and is retried (the origin
 sees 3 requests, Retry-Attempts 3) while a POST without a condition is not
@@ -109,6 +112,18 @@ RESPONSES = {
     "101-unasked": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhello",
 }
 
+# name: (method, the whole response): answers without content (to a HEAD,
+# a 304, a 204) whose head has Content-Length and Transfer-Encoding both;
+# sent in one write, then the connection closes, as for RESPONSES.
+NO_CONTENT_CL_TE = {
+    "head-cl-te": ("HEAD", OK + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"),
+    "head-te-cl": ("HEAD", OK + b"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"),
+    "304-cl-te": ("GET", b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n"),
+    "204-cl-te": ("GET", b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n"),
+}
+
 # A well-formed response in a transfer coding the proxy never asked for (no
 # TE went upstream): an HTTP/1.1 client gets it as it came; an HTTP/1.0
 # client cannot be given it decoded. Connection: close, so that the proxy
@@ -163,8 +178,8 @@ class BadOrigin(RawServer):
 
     def _answer(self, conn, kind):
         """Send the response for kind; False when the connection must end."""
-        if kind in RESPONSES:
-            conn.sendall(RESPONSES[kind])
+        if kind in RESPONSES or kind in NO_CONTENT_CL_TE:
+            conn.sendall(RESPONSES[kind] if kind in RESPONSES else NO_CONTENT_CL_TE[kind][1])
             conn.shutdown(socket.SHUT_WR)
             time.sleep(0.1)
             return False
@@ -240,6 +255,22 @@ def scenario(t):
                  "the 502's text: %r" % r.body)
             settle()
             h.eq(len(bad.seen(path)) - before, 1, "requests at the origin")
+
+    for kind, (method, _raw) in NO_CONTENT_CL_TE.items():
+        @t.check("Content-Length and Transfer-Encoding both on an answer without content (%s): 502, "
+                 "never the two passed on" % kind)
+        def _(kind=kind, method=method):
+            path = "/once/%s" % kind
+            with h.RawConn(proxy.port(), timeout=10) as c:
+                c.send(h.request(method, path, "a.example", headers=[("Connection", "close")]))
+                r = c.read_response(method=method)
+            h.ok(r.header("Content-Length") is None or r.header("Transfer-Encoding") is None,
+                 "the client got both Content-Length and Transfer-Encoding")
+            h.eq(r.status, 502, "status")
+            h.ok(r.body.startswith(b"502 invalid response from upstream: ") or method == "HEAD",
+                 "the 502's text: %r" % r.body)
+            settle()
+            h.eq(len(bad.seen(path)), 1, "requests at the origin")
 
     for kind in RETRY_KINDS:
         @t.check("malformed response (%s) on a max_attempts 3 route: GET retried 3 times, POST sent once"

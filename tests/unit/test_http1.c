@@ -1053,6 +1053,12 @@ static void test_response_framing(void **state)
 		  RESP_BAD(HTTP1_ERR_DIFFERING_CONTENT_LENGTH) },
 		{ "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
 		  false, RESP_BAD(HTTP1_ERR_CL_AND_TE) },
+		/* no content, yet both framing fields: malformed all the same */
+		{ "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+		  true, RESP_BAD(HTTP1_ERR_CL_AND_TE) },
+		{ "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\nContent-Length: "
+		  "5\r\n\r\n",
+		  false, RESP_BAD(HTTP1_ERR_CL_AND_TE) },
 		{ "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false,
 		  RESP_BAD(HTTP1_ERR_TE_IN_HTTP10) },
 		{ "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false,
