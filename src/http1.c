@@ -883,6 +883,15 @@ int http1_request_framing(const struct http1_head *head, struct http1_framing *f
 	}
 	if (http1_body_framing(head, &scan, framing, error) < 0)
 		return -1;
+	/* A coding before chunked (gzip, chunked) is one the proxy cannot
+	 * decode, and an origin that does not know it either may take the
+	 * body for no body and its bytes for the next request: refused, as
+	 * RFC 9112 section 6.1 has a server do with a coding it does not
+	 * understand. */
+	if (framing->coded_before_chunked) {
+		*error = HTTP1_ERR_CODING_NOT_IMPLEMENTED;
+		return -1;
+	}
 	/* A CONNECT has no content (RFC 9110 section 9.3.6): what follows its
 	 * head is the tunnel's, where a hop that read a body first would start
 	 * the tunnel at another byte. "Content-Length: 0" frames nothing. */
@@ -1116,6 +1125,8 @@ int http1_error_status(enum http1_error error)
 		return 417;
 	case HTTP1_ERR_VERSION_NOT_SUPPORTED:
 		return 505;
+	case HTTP1_ERR_CODING_NOT_IMPLEMENTED:
+		return 501;
 	default:
 		return 400;
 	}
@@ -1154,6 +1165,8 @@ const char *http1_error_text(enum http1_error error)
 		[HTTP1_ERR_BAD_TRAILER] = "invalid trailer section",
 		[HTTP1_ERR_UNDERSCORE_FRAMING] = "framing header name with underscore",
 		[HTTP1_ERR_CONNECT_CONTENT] = "connect request with content",
+		[HTTP1_ERR_CODING_NOT_IMPLEMENTED] =
+			"transfer coding not implemented: chunked only",
 	};
 
 	if ((size_t)error >= sizeof(texts) / sizeof(texts[0]) || texts[error] == NULL)

@@ -54,6 +54,7 @@ enum http1_error {
 	HTTP1_ERR_BAD_TRAILER,		    /* trailer field invalid, or trailers too large */
 	HTTP1_ERR_UNDERSCORE_FRAMING,	    /* request: Content_Length or Transfer_Encoding */
 	HTTP1_ERR_CONNECT_CONTENT,	    /* a CONNECT framed with content to read */
+	HTTP1_ERR_CODING_NOT_IMPLEMENTED,   /* request: a transfer coding besides chunked: 501 */
 	HTTP1_ERR_COUNT,		    /* how many there are: sizes tables indexed by error */
 };
 

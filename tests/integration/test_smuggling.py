@@ -9,7 +9,8 @@ and Transfer-Encoding together (either order), duplicate, comma-joined,
 signed, hex, empty, fractional, leading-zero or overflowing Content-Length,
 Content_Length and Transfer_Encoding (an origin mapping '_' to '-' would
 see a second framing field), every wrong
-Transfer-Encoding (identity, xchunked, chunked twice, gzip, a trailing or
+Transfer-Encoding (identity, xchunked, chunked twice, gzip, gzip before
+chunked (501), a trailing or
 leading comma, an empty second field, in HTTP/1.0, through obs-fold, a
 vertical tab, space before the colon), bad chunk lines (overflow, non-hex, negative, leading space, 0x,
 empty, bad extensions, data longer than the size, bare LF or CR), bare LF
@@ -46,7 +47,7 @@ Origin: the recording test origin (/echo), behind the sidecar listener;
 for the tunnel a TLS origin for localhost signed by the test CA, which the
 proxy trusts through tls.ca_file; max_attempts 1, client_timeout 3s.
 Must hold: each row gets exactly its expected answers: a refusal is the
-row's status (400, 413, 414, 417, 431, or 505 where the row allows it)
+row's status (400, 413, 414, 417, 431, 501, or 505 where the row allows it)
 with a one-line text/plain body, Retry-Attempts and Connection: close, and
 then the connection closes; valid requests before it are answered 200 in
 order; the origin receives exactly the row's expected requests (the valid
@@ -183,6 +184,14 @@ CASES = [
                                     b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
                                     GOOD_CHUNKS), 400, []),
     ("te-gzip", req("te-gzip", b"PUT", b"Transfer-Encoding: gzip\r\n", b"hello"), 400, []),
+    # a coding before chunked: one the proxy cannot decode, and an origin
+    # that knows no gzip coding might read no body and take the chunks for
+    # a request
+    ("te-gzip-chunked", req("te-gzip-chunked", b"PUT", b"Transfer-Encoding: gzip, chunked\r\n",
+                            GOOD_CHUNKS), 501, []),
+    ("te-gzip-then-chunked-fields", req("te-gzip-then-chunked-fields", b"PUT",
+                                        b"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+                                        GOOD_CHUNKS), 501, []),
     ("te-chunked-gzip", req("te-chunked-gzip", b"PUT", b"Transfer-Encoding: chunked, gzip\r\n", GOOD_CHUNKS),
      400, []),
     ("te-trailing-comma", req("te-trailing-comma", b"PUT", b"Transfer-Encoding: chunked,\r\n", GOOD_CHUNKS),
