@@ -71,8 +71,8 @@ static const char *config_dump_digits(const char *p, const char *set, bool *any)
 }
 
 /* Whether a YAML 1.1 or 1.2 reader would take a plain scalar with this text
- * for a number: an integer in base 2, 8, 10 or 16, 1.1's base 60 (1:30), or
- * a float (1.5, .5, 1e3, 1.5e-3). */
+ * for a number: an integer in base 2, 8, 10 or 16, 1.1's base 60 (1:30,
+ * 1:30.5), or a float (1.5, .5, 1e3, 1.5e-3). */
 static bool config_dump_reads_as_number(const char *p)
 {
 	static const char decimal[] = "0123456789";
@@ -95,6 +95,9 @@ static bool config_dump_reads_as_number(const char *p)
 			if (!fraction)
 				return false;
 		}
+		/* 1.1's base 60 float (1:30.5, 1:30.) */
+		if (*p == '.')
+			p = config_dump_digits(p + 1, decimal, &fraction);
 		return *p == '\0';
 	}
 	fraction = false;
@@ -126,11 +129,14 @@ static bool config_dump_reads_as_timestamp(const char *p)
 }
 
 /* Whether a YAML 1.1 or 1.2 reader would take a plain scalar with this text
- * for a boolean, a number or a timestamp. */
+ * for a boolean, a number or a timestamp, or for 1.1's value or merge key
+ * ("=", "<<"), which PyYAML then cannot load at all. */
 static bool config_dump_reads_as_value(const char *text)
 {
-	static const char *const words[] = { "true", "false", "yes",  "no",    "on",	"off",
-					     "y",    "n",     ".inf", "-.inf", "+.inf", ".nan" };
+	static const char *const words[] = {
+		"true", "false", "yes",	  "no",	   "on",   "off", "y",
+		"n",	".inf",	 "-.inf", "+.inf", ".nan", "=",	  "<<"
+	};
 	size_t i;
 
 	for (i = 0; i < sizeof(words) / sizeof(words[0]); i++)

@@ -190,6 +190,47 @@ static void test_value_like_names(void **state)
 	config_release(config);
 }
 
+/* Texts no route name can be but a json_field can: "=" and "<<", whose
+ * plain scalars a YAML 1.1 reader (PyYAML) takes for its value and merge
+ * tags and then cannot load at all, and a base 60 float (1:30.5, 90.5 to
+ * it) are quoted too; others stay plain. */
+static void test_value_like_fields(void **state)
+{
+	static const char *const quoted[] = { "=", "<<", "1:30.5", "1:30.", "-1:30.5" };
+	static const char *const plain[] = { "==", "<<<", "a=b", "1:30.5.1", "1:x" };
+	char text[2048];
+	size_t at = (size_t)snprintf(
+		text, sizeof(text), "routes:\n  - name: r\n    idempotent:\n      when_present:\n");
+	struct config *config, *again;
+	char *dump, line[64];
+	size_t i;
+
+	for (i = 0; i < sizeof(quoted) / sizeof(quoted[0]); i++)
+		at += (size_t)snprintf(text + at, sizeof(text) - at, "        - json_field: '%s'\n",
+				       quoted[i]);
+	for (i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+		at += (size_t)snprintf(text + at, sizeof(text) - at, "        - json_field: '%s'\n",
+				       plain[i]);
+	config = test_load(text, "fields.yaml");
+	dump = test_round_trip(config);
+	for (i = 0; i < sizeof(quoted) / sizeof(quoted[0]); i++) {
+		snprintf(line, sizeof(line), "json_field: '%s'\n", quoted[i]);
+		if (strstr(dump, line) == NULL)
+			fail_msg("%s not quoted:\n%s", quoted[i], dump);
+	}
+	for (i = 0; i < sizeof(plain) / sizeof(plain[0]); i++) {
+		snprintf(line, sizeof(line), "json_field: %s\n", plain[i]);
+		if (strstr(dump, line) == NULL)
+			fail_msg("%s not plain:\n%s", plain[i], dump);
+	}
+	again = test_load(dump, "fields.yaml");
+	for (i = 0; i < sizeof(quoted) / sizeof(quoted[0]); i++)
+		assert_string_equal(again->routes[0].idempotent.when_present[i].name, quoted[i]);
+	free(dump);
+	config_release(again);
+	config_release(config);
+}
+
 static void test_good_fixtures(void **state)
 {
 	DIR *dir = opendir("good");
@@ -459,9 +500,10 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_embedded_default), cmocka_unit_test(test_source_not_utf8),
-		cmocka_unit_test(test_value_like_names), cmocka_unit_test(test_good_fixtures),
-		cmocka_unit_test(test_routes_resolved),	 cmocka_unit_test(test_health_hedge),
-		cmocka_unit_test(test_retry_controls),	 cmocka_unit_test(test_intercept),
+		cmocka_unit_test(test_value_like_names), cmocka_unit_test(test_value_like_fields),
+		cmocka_unit_test(test_good_fixtures),	 cmocka_unit_test(test_routes_resolved),
+		cmocka_unit_test(test_health_hedge),	 cmocka_unit_test(test_retry_controls),
+		cmocka_unit_test(test_intercept),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
