@@ -201,6 +201,8 @@ bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 	u->idle_count++;
 	pool->idle_count++;
 	conn_setcb(conn, pool_idle_read_cb, NULL, pool_idle_event_cb, idle);
+	/* fails only when its readiness already waits in this pass: then
+	 * pool_take() finds it still waiting */
 	conn_handle_first(conn, true);
 	conn_set_timeouts(conn, 0, 0);
 	conn_set_deadline(conn, idle_timeout_ms);
@@ -221,8 +223,9 @@ struct conn *pool_take(struct pool *pool, const char *key)
 		 * when the loop reads them, ahead of any request of the same
 		 * pass (pool_put made it go first): read as that request's
 		 * response they would reach a client who never asked. One whose
-		 * readiness still waits (taken from within such an end) goes
-		 * too. */
+		 * readiness still waits goes too: its readiness was waiting when
+		 * it was pooled (so it kept the usual priority), or the take
+		 * comes from within another first connection's handling. */
 		if (conn_handle_first(idle->conn, false))
 			return pool_detach(pool, idle);
 		pool_close(pool, idle);

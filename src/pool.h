@@ -26,8 +26,9 @@ bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 /* The most recently idled connection for key, or NULL; the caller owns it.
  * Idle connections go first in a loop pass (conn_handle_first), so one that
  * got bytes or a close in the pass that brings the request taking it is
- * closed before; one whose readiness still waits then is closed here and the
- * next one looked at. Its callbacks are cleared but reading stays on, so
+ * closed before; one whose readiness still waits then (it came before the
+ * connection could be moved first) is closed here and the next one looked
+ * at. Its callbacks are cleared but reading stays on, so
  * that taking it costs no syscall: give it callbacks before returning to the
  * loop. */
 struct conn *pool_take(struct pool *pool, const char *key);
