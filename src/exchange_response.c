@@ -116,10 +116,10 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	bool no_length = head->status < 200 || head->status == 204;
 	bool no_trailer = rf->body == HTTP1_BODY_CHUNKED && !pass_chunked;
 	/* a HEAD's or 304's Transfer-Encoding says how a GET's body would
-	 * come (RFC 9112 section 6.1): it goes on, but only to HTTP/1.1 and
-	 * never on a 1xx or 204 */
-	bool pass_coding = pass_chunked ||
-			   (rf->body == HTTP1_BODY_NONE && !no_length && ex->client_minor >= 1);
+	 * come (RFC 9112 section 6.1): it goes on, but only to HTTP/1.1, never
+	 * on a 1xx or 204, and never from HTTP/1.0, where it is faulty */
+	bool pass_coding = pass_chunked || (rf->body == HTTP1_BODY_NONE && !no_length &&
+					    ex->client_minor >= 1 && head->version_minor >= 1);
 	bool hop[HTTP1_MAX_FIELDS];
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;

@@ -955,8 +955,13 @@ int http1_response_framing(const struct http1_head *head, bool request_was_head,
 	framing->connection_options = scan.other_option;
 	/* RFC 9112 section 6.3 rule 1: these never have content, whatever
 	 * their fields say; Content-Length was still checked above. */
-	if (request_was_head || head->status < 200 || head->status == 204 || head->status == 304)
+	if (request_was_head || head->status < 200 || head->status == 204 || head->status == 304) {
+		/* RFC 9112 section 6.1: Transfer-Encoding from HTTP/1.0 is
+		 * faulty framing, content or not: close after this one */
+		if (scan.has_te && head->version_minor == 0)
+			framing->keep_alive = false;
 		return 0;
+	}
 	if (http1_body_framing(head, &scan, framing, error) < 0)
 		return -1;
 	if (!scan.has_te && !scan.has_length) {

@@ -346,7 +346,8 @@ def scenario(t):
         h.eq(via_list(r.headers), ["1.0 retryproxy"], "Via at the client for an HTTP/1.0 response")
 
     @t.check("Transfer-Encoding on a HEAD's or a 304's answer (no body) reaches an HTTP/1.1 "
-             "client as GET would have it, not an HTTP/1.0 one; never on a 204")
+             "client as GET would have it, not an HTTP/1.0 one; never on a 204, nor from an "
+             "HTTP/1.0 upstream, whose connection is then not reused")
     def _():
         def bodiless(conn, server):
             while True:
@@ -356,6 +357,10 @@ def scenario(t):
                 start = head.split(b"\r\n", 1)[0]
                 if b"/te-204" in start:
                     conn.sendall(b"HTTP/1.1 204 No Content\r\nTransfer-Encoding: chunked\r\n\r\n")
+                elif b"/te-10-head" in start:
+                    # Transfer-Encoding from HTTP/1.0: faulty framing
+                    conn.sendall(b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                                 b"Connection: keep-alive\r\n\r\n")
                 elif b"/te-304" in start:
                     conn.sendall(b"HTTP/1.1 304 Not Modified\r\nETag: \"e\"\r\n"
                                  b"Transfer-Encoding: chunked\r\n\r\n")
@@ -370,7 +375,8 @@ def scenario(t):
                 ("GET", "/te-304", "HTTP/1.1", 304, ["chunked"]),
                 ("HEAD", "/te-head", "HTTP/1.0", 200, []),
                 ("GET", "/te-304", "HTTP/1.0", 304, []),
-                ("GET", "/te-204", "HTTP/1.1", 204, [])):
+                ("GET", "/te-204", "HTTP/1.1", 204, []),
+                ("HEAD", "/te-10-head", "HTTP/1.1", 200, [])):
             with h.RawConn(proxy.port(0)) as c:
                 c.send(h.request(method, "http://%s%s" % (where, path), where, version=version))
                 r = c.read_response(method=method)
@@ -380,8 +386,12 @@ def scenario(t):
                 h.eq(r.body, b"", "%s: no body" % tag)
                 if version == "HTTP/1.1":
                     # the connection is still good for a next request
+                    before = origin_te.connections
                     c.send(h.request("HEAD", "http://%s/te-head" % where, where))
                     h.eq(c.read_response(method="HEAD").status, 200, "%s: next request" % tag)
+                    if path == "/te-10-head":
+                        h.eq(origin_te.connections, before + 1,
+                             "%s: the upstream connection was not reused" % tag)
 
     @t.check("a chunked response's trailer section: the fields it must not carry are dropped, "
              "the rest byte-exact, whole or in pieces; the connection stays in step")

@@ -1039,6 +1039,13 @@ static void test_response_framing(void **state)
 		  HTTP1_BODY_NONE, 0, true },
 		{ "HTTP/1.1 304 Not Modified\r\nTransfer-Encoding: chunked\r\n\r\n", false, 0,
 		  HTTP1_BODY_NONE, 0, true },
+		/* Transfer-Encoding from HTTP/1.0 is faulty framing (RFC 9112
+		 * section 6.1): the connection closes after it, body or none */
+		{ "HTTP/1.0 304 Not Modified\r\nTransfer-Encoding: chunked\r\nConnection: "
+		  "keep-alive\r\n\r\n",
+		  false, 0, HTTP1_BODY_NONE, 0, false },
+		{ "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n",
+		  true, 0, HTTP1_BODY_NONE, 0, false },
 		{ "HTTP/1.1 100 Continue\r\n\r\n", false, 0, HTTP1_BODY_NONE, 0, true },
 		{ "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", false, 0,
 		  HTTP1_BODY_NONE, 0, true },
