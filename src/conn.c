@@ -1308,6 +1308,14 @@ bool conn_handle_first(struct conn *c, bool first)
 	return event_priority_set(c->io, first ? CONN_PRIORITY_FIRST : CONN_PRIORITY_USUAL) == 0;
 }
 
+bool conn_tls_partial_record(const struct conn *c)
+{
+	/* reads stop at a whole record or a want-read, so what OpenSSL still
+	 * holds after the last one is either decrypted data nobody took (the
+	 * read callback had it) or part of the next record */
+	return c->ssl != NULL && SSL_has_pending(c->ssl);
+}
+
 /* The socket's TCP state (TCP_ESTABLISHED, TCP_CLOSE_WAIT...), or -1 when
  * the kernel cannot say. */
 static int conn_tcp_state(const struct conn *c)

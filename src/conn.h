@@ -147,6 +147,11 @@ size_t conn_output_length(const struct conn *conn);
  * something came on it. No syscall. */
 bool conn_handle_first(struct conn *conn, bool first);
 
+/* True when OpenSSL holds bytes of a TLS record that has not arrived whole:
+ * on an idle connection, the start of something nobody asked for (a read
+ * gives nothing until the rest comes). False for plain connections. */
+bool conn_tls_partial_record(const struct conn *conn);
+
 /* Bytes of the output written so far, over the connection's life: handed to
  * the kernel (for TLS, taken by a successful SSL_write, which writes them to
  * the socket). A peer may have read them; bytes still queued it cannot. */

@@ -225,8 +225,11 @@ struct conn *pool_take(struct pool *pool, const char *key)
 		 * response they would reach a client who never asked. One whose
 		 * readiness still waits goes too: its readiness was waiting when
 		 * it was pooled (so it kept the usual priority), or the take
-		 * comes from within another first connection's handling. */
-		if (conn_handle_first(idle->conn, false))
+		 * comes from within another first connection's handling. Part
+		 * of a TLS record that came while it idled is the start of such
+		 * bytes: a read finds nothing until the rest arrives, which
+		 * would then be read as the new request's response. */
+		if (conn_handle_first(idle->conn, false) && !conn_tls_partial_record(idle->conn))
 			return pool_detach(pool, idle);
 		pool_close(pool, idle);
 	}
