@@ -224,16 +224,20 @@ void config_walk_unknown_key(struct config_walk *walk, const struct yaml_tree_no
 	size_t best_distance = 3, mark = config_walk_push(walk, key->text);
 	bool tie = false;
 
-	/* YAML's merge key: no key of ours is what was meant */
-	if (strcmp(key->text, "<<") == 0) {
+	/* YAML's merge key (only a plain <<: a quoted one is an ordinary key):
+	 * no key of ours is what was meant */
+	if (key->plain && strcmp(key->text, "<<") == 0) {
 		config_walk_error(walk, key, "merge keys are not supported; write the keys out");
 		config_walk_pop(walk, mark);
 		return;
 	}
-	/* Suggest only when one key is clearly the closest, within two edits. */
+	/* Suggest only when one key is clearly the closest, within two edits,
+	 * and keeps something of what was written ("<<" is not a typo of "on"). */
 	for (size_t i = 0; i < count; i++) {
 		size_t d = config_walk_distance(key->text, known[i]);
 
+		if (d >= strlen(key->text))
+			continue;
 		if (d < best_distance) {
 			best = known[i];
 			best_distance = d;

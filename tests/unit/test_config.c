@@ -921,6 +921,10 @@ static void test_merge_key(void **state)
 	test_load_fails("defaults:\n  retry:\n    <<: {max_attempts: 3}\n",
 			"test.yaml:3:5: defaults.retry.<<: merge keys are not supported; write "
 			"the keys out\n");
+	/* quoted, "<<" is an ordinary key (YAML 1.1's merge key is a plain
+	 * scalar), unknown like any other */
+	test_load_fails("defaults:\n  retry:\n    \"<<\": {max_attempts: 3}\n",
+			"test.yaml:3:5: defaults.retry.<<: unknown key\n");
 }
 
 static void test_did_you_mean(void **state)
