@@ -50,6 +50,20 @@ static bool exchange_forward_request_field(const struct http1_field *f, bool hop
 	}
 }
 
+/* Does the client's TE field say it takes a trailer section ("trailers",
+ * RFC 9110 section 10.1.4)? */
+static bool exchange_te_trailers(const struct http1_field *f)
+{
+	const char *p = f->value;
+	const char *elem;
+	size_t elem_len;
+
+	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len))
+		if (elem_len == 8 && strncasecmp(elem, "trailers", 8) == 0)
+			return true;
+	return false;
+}
+
 /* Does an Expect field go upstream? */
 static bool exchange_expect_sent(const struct http1_head *head, const bool *forward)
 {
@@ -71,7 +85,12 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	static const char key_name[] = IDEMPOTENCY_KEY_HEADER ": ";
 	static const char max_forwards_name[] = "Max-Forwards: ";
 	static const char connection_upgrade[] = "Connection: upgrade\r\n";
+	static const char te_trailers[] = "TE: trailers\r\nConnection: TE\r\n";
 	bool hop[HTTP1_MAX_FIELDS];
+	/* TE is hop-by-hop, but a client that takes trailers gets the ones the
+	 * upstream sends (an HTTP/1.1 client: chunked passes as it came), so
+	 * the proxy asks for them on its own hop */
+	bool trailers = false;
 	bool forward[HTTP1_MAX_FIELDS];
 	bool seen_length = false;
 	size_t max_forwards_at = 0;
@@ -97,7 +116,12 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 							    ex->expect_forwarded, &seen_length);
 		if (forward[i])
 			size += head->fields[i].line_len;
+		else if (head->fields[i].known == HTTP1_FIELD_TE && head->version_minor == 1 &&
+			 !trailers)
+			trailers = exchange_te_trailers(&head->fields[i]);
 	}
+	if (trailers)
+		size += sizeof(te_trailers) - 1;
 	/* an Expect the client named in Connection stays here: then the
 	 * proxy's own 100 is the only one the client can get */
 	if (ex->expect_forwarded)
@@ -145,6 +169,8 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	}
 	if (ex->upgrade)
 		p = EXCHANGE_PUT_LITERAL(p, connection_upgrade);
+	if (trailers)
+		p = EXCHANGE_PUT_LITERAL(p, te_trailers);
 	if (ex->key_injected) {
 		/* made here, once per request: every try sends this head */
 		p = EXCHANGE_PUT_LITERAL(p, key_name);

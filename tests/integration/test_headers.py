@@ -14,7 +14,9 @@ both directions; every other field arrives byte-exact (name case and value)
 in the original order, duplicates kept, nothing added except Via
 ("1.1 retryproxy" after any earlier Via; "1.0 retryproxy" for a message
 that came in as HTTP/1.0, RFC 9110 section 7.6.3) and, on responses, Retry-Attempts
-(replacing one the upstream sent);
+(replacing one the upstream sent), and upstream TE: trailers with
+Connection: TE when an HTTP/1.1 client's TE lists trailers (RFC 9110
+section 10.1.4: the proxy passes trailer sections on to such a client);
 in sidecar mode the upstream gets exactly one Host: <upstream authority>;
 a Content-Length of one number repeated ("5, 5", or two identical
 fields) goes on as one "Content-Length: 5", both ways (RFC 9110 section
@@ -141,11 +143,14 @@ def check_upstream_fields(seen_headers):
     for n, v in seen_headers:
         if n.lower() == "connection":
             # The proxy may manage its own upstream connection, but must not
-            # pass the client's connection options on.
-            h.ok(v.lower() in ("keep-alive", "close"), "upstream Connection: %r" % v)
+            # pass the client's connection options on; it names its own TE.
+            h.ok(v.lower() in ("keep-alive", "close", "te"), "upstream Connection: %r" % v)
+        elif n.lower() == "te":
+            # the client's TE: trailers asked again on the proxy's own hop
+            h.eq((n, v), ("TE", "trailers"), "the proxy's own TE")
         else:
             h.ok(n.lower() not in names_gone, "hop-by-hop field %r reached the origin: %r" % (n, seen_headers))
-    rest = [(n, v) for n, v in seen_headers if n.lower() not in ("host", "via", "connection")]
+    rest = [(n, v) for n, v in seen_headers if n.lower() not in ("host", "via", "connection", "te")]
     h.eq(rest, END_TO_END, "end-to-end fields at the origin (order, case, values)")
     h.eq(via_list(seen_headers), ["1.0 client-side-proxy", "1.1 retryproxy"], "Via at the origin")
 
@@ -176,6 +181,24 @@ def scenario(t):
         h.eq(seen.target, "/echo?sidecar-headers", "target")
         h.eq(seen.header_all("Host"), [auth], "Host at the origin")
         check_upstream_fields(seen.headers)
+
+    @t.check("TE: trailers from an HTTP/1.1 client is asked again upstream with Connection: TE; "
+             "not for HTTP/1.0, not for other codings, nothing without it")
+    def _():
+        cases = [("HTTP/1.1", [("TE", "trailers")], True),
+                 ("HTTP/1.1", [("te", "gzip;q=0.5, TRAILERS")], True),
+                 ("HTTP/1.1", [("TE", "gzip, deflate")], False),
+                 ("HTTP/1.1", [], False),
+                 ("HTTP/1.0", [("TE", "trailers")], False)]
+        for version, fields, asked in cases:
+            with h.RawConn(proxy.port(1)) as c:
+                c.send(h.request("GET", "/echo?te", "app.example", fields, version=version))
+                r = c.read_response()
+            h.eq(r.status, 200, "status (%r)" % r)
+            seen = origin.requests[-1].headers
+            te = [(n, v) for n, v in seen if n.lower() in ("te", "connection")]
+            want = [("TE", "trailers"), ("Connection", "TE")] if asked else []
+            h.eq(te, want, "TE and Connection at the origin for %s %r" % (version, fields))
 
     @t.check("response: hop-by-hop gone, other fields byte-exact in order, Via appended, Retry-Attempts")
     def _():
