@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "conn.h"
+#include "dns_cache.h"
 #include "exchange_private.h"
 #include "log.h"
 #include "metrics.h"
@@ -1184,6 +1185,12 @@ static void exchange_try_timeout_cb(evutil_socket_t fd, short what, void *arg)
 		t->admitted = false;
 		upstream_connect_end(ex->upstream, &ex->config->health, UPSTREAM_CONNECT_FAILED);
 	}
+	/* and to limits.dns_cache, as one connect_timeout ended: the kept
+	 * answer may be what led nowhere (a container that came back on
+	 * another address), so the retry asks again */
+	if (t->state == EXCHANGE_TRY_CONNECTING && t->connecting != NULL &&
+	    ex->proxy->dns_cache != NULL)
+		dns_cache_forget(ex->proxy->dns_cache, ex->endpoint.host);
 	if (t->state == EXCHANGE_TRY_CONNECTING || t->state == EXCHANGE_TRY_WAITING)
 		exchange_try_failed(t, TRY_TIMEOUT, EXCHANGE_TRY_TIMEOUT_TEXT);
 	exchange_leave(ex);

@@ -25,7 +25,12 @@ Must hold:
   connect through the A answer, made after the 50 ms resolution delay,
   keeps "no AAAA" too (before, each new connection asked AAAA again and
   waited the delay);
-- with dns_cache 0, every connect asks both questions, as before.
+- with dns_cache 0, every connect asks both questions, as before;
+- a connect that try_timeout ends (below connect_timeout) forgets the name
+  as one that connect_timeout ends does: with stale.test's kept answer a
+  blackholed 127.0.0.2 and its record moved to 127.0.0.1 during the first
+  try, the retry asks again and gets 200 (before, it connected to the kept
+  address again and timed out too).
 """
 
 import time
@@ -44,6 +49,17 @@ defaults:
 """
 
 KEEP_S = 3
+
+# A try_timeout below connect_timeout, and an answer kept longer than the
+# request takes.
+CONFIG_TRY_TIMEOUT = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://stale.test:@ORIGIN@
+limits: { dns_cache: 30s, connect_timeout: 5s, drain_timeout: 2s }
+defaults:
+  retry: { max_attempts: 2, try_timeout: 1s, initial_backoff: 50ms, jitter: 0ms }
+"""
 
 
 def scenario(t):
@@ -121,6 +137,27 @@ def scenario(t):
         stub.clear()
         h.eq(posts(uncached, "uncached", 5), [200] * 5, "statuses")
         h.eq(questions(), ["A"] * 5 + ["AAAA"] * 5, "questions for api.test")
+
+    short = t.proxy(CONFIG_TRY_TIMEOUT, env=env, ORIGIN=origin.port)
+
+    @t.check("a connect try_timeout ended forgets the name: the retry asks again and gets 200")
+    def _():
+        h.blackhole(t, "127.0.0.2", origin.port)
+        stub.answer("stale.test", "127.0.0.2")
+        stub.clear()
+        got = []
+        c = h.RawConn(short.port(0), timeout=20 * h.SLOW)
+        try:
+            c.send(h.request("GET", "/echo?t=stale", "stale.test", (), b""))
+            h.wait_until(lambda: stub.queries_for("stale.test"), 5 * h.SLOW, "the first question")
+            stub.answer("stale.test", "127.0.0.1")
+            got.append(c.read_response("GET"))
+        finally:
+            c.close()
+        h.eq((got[0].status, got[0].header("Retry-Attempts")), (200, "2"),
+             "status and Retry-Attempts")
+        h.eq([q.type for q in stub.queries_for("stale.test") if q.type == "A"], ["A", "A"],
+             "A questions for stale.test (one per try)")
 
 
 h.run(scenario, __doc__)
