@@ -75,12 +75,17 @@ static void dns_cache_drop(struct dns_cache *cache, struct dns_cache_entry *entr
 	dns_cache_release(entry);
 }
 
+void dns_cache_clear(struct dns_cache *cache)
+{
+	while (cache->oldest != NULL)
+		dns_cache_drop(cache, cache->oldest);
+}
+
 void dns_cache_free(struct dns_cache *cache)
 {
 	if (cache == NULL)
 		return;
-	while (cache->oldest != NULL)
-		dns_cache_drop(cache, cache->oldest);
+	dns_cache_clear(cache);
 	free(cache);
 }
 

@@ -50,6 +50,10 @@ void dns_cache_release(struct dns_cache_entry *entry);
  * resolvers. */
 void dns_cache_forget(struct dns_cache *cache, const char *host);
 
+/* Drop everything kept (a reload read the resolver's files again); entries
+ * still held are freed when released. */
+void dns_cache_clear(struct dns_cache *cache);
+
 /* Entries kept now (for tests). */
 unsigned dns_cache_count(const struct dns_cache *cache);
 

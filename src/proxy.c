@@ -132,11 +132,25 @@ static unsigned proxy_connection_count(const struct proxy *proxy)
 	return conn_loop_open(proxy->loop, CONN_ACCEPTED);
 }
 
-/* A non-blocking resolver that reads the hosts file and resolv.conf; with
- * search false, resolv.conf's search list and domain are left out. */
-static struct evdns_base *proxy_new_resolver(struct event_base *base, bool search)
+/* Can path be opened for reading now? */
+static bool proxy_file_readable(const char *path)
 {
-	struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+	FILE *f = fopen(path, "r");
+
+	if (f == NULL)
+		return false;
+	fclose(f);
+	return true;
+}
+
+/* Read resolv.conf and the hosts file into a resolver; with search false,
+ * resolv.conf's search list and domain are left out. Again (at a reload),
+ * what a file said before goes first (nameservers, search list, the options
+ * it may leave out; hosts entries), and lookups in flight are sent again to
+ * the nameservers read now; a file that cannot be read then (being
+ * replaced, say) leaves what it said before in force. */
+static void proxy_read_resolver(struct evdns_base *dns, bool search, bool again)
+{
 	const char *resolv = getenv(PROXY_RESOLV_CONF_ENV);
 	const char *hosts = getenv(PROXY_HOSTS_ENV);
 	int options = DNS_OPTIONS_ALL & ~DNS_OPTION_HOSTSFILE;
@@ -150,16 +164,53 @@ static struct evdns_base *proxy_new_resolver(struct event_base *base, bool searc
 		hosts = "/etc/hosts";
 	if (!search)
 		options &= ~DNS_OPTION_SEARCH;
-	/* every option but the hosts file, which is loaded below from the
-	 * file that was asked for */
-	r = evdns_base_resolv_conf_parse(dns, options, resolv);
-	/* the second resolver reads the same files: the first one warned */
-	if (r != 0 && search)
-		log_warn("resolver: cannot use %s (error %d); names other than hosts-file ones may "
-			 "not resolve",
-			 resolv, r);
+	/* the second resolver reads the same files: the first one warns */
+	if (again && !proxy_file_readable(resolv)) {
+		if (search)
+			log_warn("reload: cannot read %s; the resolver keeps what it read before",
+				 resolv);
+	} else {
+		if (again) {
+			evdns_base_clear_nameservers_and_suspend(dns);
+			/* ndots back to 1 too */
+			if (search)
+				evdns_base_search_clear(dns);
+			/* libevent's own defaults (evdns_base_new), for a file
+			 * that no longer sets them */
+			evdns_base_set_option(dns, "timeout:", "5");
+			evdns_base_set_option(dns, "attempts:", "3");
+		}
+		/* every option but the hosts file, which is loaded below from
+		 * the file that was asked for */
+		r = evdns_base_resolv_conf_parse(dns, options, resolv);
+		if (r != 0 && search)
+			log_warn("resolver: cannot use %s (error %d); names other than hosts-file "
+				 "ones may not resolve",
+				 resolv, r);
+		if (again)
+			evdns_base_resume(dns);
+	}
+	if (again && !proxy_file_readable(hosts)) {
+		if (search)
+			log_warn(
+				"reload: cannot read the hosts file %s; the resolver keeps what it "
+				"read before",
+				hosts);
+		return;
+	}
+	if (again)
+		evdns_base_clear_host_addresses(dns);
 	if (evdns_base_load_hosts(dns, hosts) != 0 && search)
 		log_warn("resolver: cannot read the hosts file %s", hosts);
+}
+
+/* A non-blocking resolver that reads the hosts file and resolv.conf; with
+ * search false, resolv.conf's search list and domain are left out. */
+static struct evdns_base *proxy_new_resolver(struct event_base *base, bool search)
+{
+	struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+
+	proxy_read_resolver(dns, search, false);
 	return dns;
 }
 
@@ -338,6 +389,12 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	proxy_apply_fleet(proxy, config);
 	upstreams_slot_limit(proxy->upstreams, config->limits.max_upstream_connections);
 	upstreams_health_policy(proxy->upstreams, &config->health);
+	/* resolv.conf and the hosts file are read again (an edited hosts
+	 * file, a new nameserver), and the answers kept under the old ones
+	 * are forgotten, as they are under an old dns_cache */
+	proxy_read_resolver(proxy->dns, true, true);
+	proxy_read_resolver(proxy->dns_absolute, false, true);
+	dns_cache_clear(proxy->dns_cache);
 	registry_config_changed(&proxy->registry);
 	/* a raised limit takes effect now, not when some client leaves */
 	listener_check_accepting(proxy);

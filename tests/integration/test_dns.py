@@ -35,10 +35,18 @@ RETRYPROXY_HOSTS resolves with no DNS query; a name only /etc/hosts knows is
 looked up in DNS (the stub sees it), because RETRYPROXY_HOSTS replaces
 /etc/hosts; without RETRYPROXY_HOSTS, a name /etc/hosts gives 127.0.0.1
 resolves from it with no DNS query; a host outside access.allow_hosts gets 403 and the stub never
-sees a query for it.
+sees a query for it; a reload (SIGHUP) reads the hosts file and resolv.conf
+again and forgets the answers kept for limits.dns_cache: a name the hosts
+file moved from 127.0.0.1 to 127.0.0.2 (where nothing listens) within
+dns_cache of its last answer gets 502 for a POST after the reload, and 200 once it is
+moved back (and a hosts file that cannot be read at a reload leaves
+what it said in force); a name only a second stub answers gets 502 until resolv.conf
+names that stub and the proxy is reloaded, then 200; a lookup in flight
+over a reload is sent again and ends (200).
 """
 
 import os
+import threading
 import time
 
 import harness as h
@@ -97,6 +105,19 @@ listen:
 limits:
   drain_timeout: 2s
   connect_timeout: 5s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+# Answers kept far longer than the checks take: only a reload forgets them.
+CONFIG_RELOAD = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+limits:
+  drain_timeout: 2s
+  connect_timeout: 3s
+  dns_cache: 60s
 defaults:
   retry:
     max_attempts: 1
@@ -357,6 +378,76 @@ def scenario(t):
              "curl exit, status and Retry-Attempts (%r)" % r)
         h.eq(len([q for q in origin.requests if q.query.get("t") == "v6first"]), 1,
              "requests at the origin")
+
+    # a reload reads the resolver's files again
+    stub2 = dnsstub.DnsStub(answers={"only2.test": "127.0.0.1"}, default_mode="nxdomain").start()
+    t.defer(stub2.stop)
+    moving_hosts = os.path.join(t.tmp, "hosts-moving")
+    moving_resolv = stub.write_resolv_conf(t.tmp, "resolv-moving.conf", "timeout:1 attempts:1")
+    with open(moving_hosts, "w") as f:
+        f.write("127.0.0.1 moving.test\n")
+    moving = t.proxy(CONFIG_RELOAD,
+                     env={"RETRYPROXY_RESOLV_CONF": moving_resolv, "RETRYPROXY_HOSTS": moving_hosts})
+
+    def write(path, text):
+        with open(path + ".new", "w") as f:
+            f.write(text)
+        os.rename(path + ".new", path)
+
+    # POSTs, which never take a pooled connection: each connects anew
+    @t.check("a reload reads the hosts file again and forgets kept answers: a POST to "
+             "moving.test, moved to 127.0.0.2 (nothing listens) within dns_cache, gets 502, "
+             "moved back 200")
+    def _():
+        r = h.curl("--data-binary", "x", url("moving.test", "/echo?t=moving1"), proxy=moving.url)
+        h.eq(r.status, 200, "status before the move (%r)" % r)
+        write(moving_hosts, "127.0.0.2 moving.test\n")
+        moving.reload()
+        r = h.curl("--data-binary", "x", url("moving.test", "/echo?t=moving2"), proxy=moving.url)
+        h.check_error_response(r, 502, ("refused",))
+        write(moving_hosts, "127.0.0.1 moving.test\n")
+        moving.reload()
+        r = h.curl("--data-binary", "x", url("moving.test", "/echo?t=moving3"), proxy=moving.url)
+        h.eq(r.status, 200, "status once moved back (%r)" % r)
+
+    @t.check("a hosts file that cannot be read at a reload leaves its entries in force: 200, "
+             "and a warning")
+    def _():
+        os.rename(moving_hosts, moving_hosts + ".away")
+        try:
+            moving.reload()
+            r = h.curl("--data-binary", "x", url("moving.test", "/echo?t=moving4"),
+                       proxy=moving.url)
+            h.eq(r.status, 200, "status (%r)" % r)
+            moving.wait_log("cannot read the hosts file")
+        finally:
+            os.rename(moving_hosts + ".away", moving_hosts)
+
+    @t.check("a reload reads resolv.conf again: a name only a second stub answers, 502, then "
+             "200 once resolv.conf names that stub")
+    def _():
+        r = h.curl(url("only2.test", "/echo?t=only2a"), proxy=moving.url)
+        h.check_error_response(r, 502, DNS_WORDS)
+        write(moving_resolv, "nameserver %s\noptions timeout:1 attempts:1\n" % stub2.address)
+        moving.reload()
+        r = h.curl(url("only2.test", "/echo?t=only2b"), proxy=moving.url)
+        h.eq(r.status, 200, "status after the reload (%r)" % r)
+        h.ok([q for q in stub2.queries_for("only2.test") if q.type == "A"],
+             "the second stub saw no A query for only2.test: %r" % stub2.queries)
+
+    @t.check("a lookup in flight over a reload is asked again and ends: 200")
+    def _():
+        stub2.answer("late2.test", "127.0.0.1")
+        stub2.delay("late2.test", 0.6)
+        got = []
+        th = threading.Thread(target=lambda: got.append(
+            h.curl(url("late2.test", "/echo?t=late2"), proxy=moving.url)))
+        th.start()
+        h.wait_until(lambda: stub2.queries_for("late2.test"), 5 * h.SLOW, "the first question")
+        moving.reload()
+        th.join(20 * h.SLOW)
+        h.eq([r.status for r in got], [200], "status (%r)" % got)
+        h.ok(moving.alive(), "proxy exited")
 
     cold = t.proxy(CONFIG_COLD, env=env)
 

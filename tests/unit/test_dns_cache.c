@@ -1,7 +1,7 @@
 /* Unit tests for dns_cache.c: answers are found by name, port, family and
  * resolver until their end, a held entry outlives its drop, a forgotten
- * name is gone for every port and family, and the oldest go first past the
- * cap. Run under ASan, a leak or a double free fails too. */
+ * name is gone for every port and family, a clear leaves held entries to
+ * their holders, and the oldest go first past the cap. Run under ASan, a leak or a double free fails too. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -115,6 +115,26 @@ static void test_forget_every_port_and_family(void **state)
 	dns_cache_free(cache);
 }
 
+static void test_clear_keeps_held_entries(void **state)
+{
+	struct dns_cache *cache = dns_cache_new();
+	struct dns_cache_entry *held;
+
+	(void)state;
+	held = dns_cache_put(cache, "api.test", 80, false, AF_INET, test_address("127.0.0.1", "80"),
+			     1000);
+	dns_cache_release(dns_cache_put(cache, "other.test", 80, false, AF_INET6, NULL, 1000));
+	dns_cache_clear(cache);
+	assert_int_equal(dns_cache_count(cache), 0);
+	assert_null(dns_cache_find(cache, "other.test", 80, false, AF_INET6, 1));
+	assert_int_equal(dns_cache_addresses(held)->ai_family, AF_INET);
+	dns_cache_release(held);
+	/* and it keeps answers again */
+	dns_cache_release(dns_cache_put(cache, "api.test", 80, false, AF_INET, NULL, 1000));
+	assert_int_equal(dns_cache_count(cache), 1);
+	dns_cache_free(cache);
+}
+
 static void test_oldest_go_first(void **state)
 {
 	struct dns_cache *cache = dns_cache_new();
@@ -141,6 +161,7 @@ int main(void)
 		cmocka_unit_test(test_none_of_a_family),
 		cmocka_unit_test(test_held_entry_outlives_its_drop),
 		cmocka_unit_test(test_forget_every_port_and_family),
+		cmocka_unit_test(test_clear_keeps_held_entries),
 		cmocka_unit_test(test_oldest_go_first),
 	};
 
