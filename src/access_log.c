@@ -179,6 +179,13 @@ static void access_line_wait(struct access_line *line, uint64_t ms)
 	access_line_bytes(line, "ms", 2);
 }
 
+/* Append the time, as every log line starts with it. */
+static void access_line_stamp(struct access_line *line)
+{
+	log_stamp(access_line_room(line, LOG_STAMP_LEN));
+	line->len += LOG_STAMP_LEN;
+}
+
 /* Hand the finished line to the log and empty the buffer for the next one. */
 static void access_line_write(struct access_line *line)
 {
@@ -192,7 +199,8 @@ static void access_log_text(const struct access_record *r)
 	struct access_line *line = &access_line_shared;
 	size_t i;
 
-	access_line_str(line, "access client=");
+	access_line_stamp(line);
+	access_line_str(line, " access client=");
 	access_line_str(line, r->client);
 	access_line_str(line, " method=");
 	access_line_escaped(line, r->method, r->method_len, false);
@@ -259,7 +267,9 @@ static void access_log_json(const struct access_record *r)
 	struct access_line *line = &access_line_shared;
 	size_t i;
 
-	access_line_str(line, "{\"type\":\"access\",\"client\":\"");
+	access_line_str(line, "{\"time\":\"");
+	access_line_stamp(line);
+	access_line_str(line, "\",\"type\":\"access\",\"client\":\"");
 	access_line_str(line, r->client);
 	access_line_str(line, "\",\"method\":\"");
 	access_line_escaped(line, r->method, r->method_len, true);

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -171,29 +170,52 @@ static size_t log_out_writev(struct iovec *iov, int count)
 	return 0;
 }
 
+void log_stamp(char *out)
+{
+	/* an access line per request: the date and time are formatted once a
+	 * second, the milliseconds each time */
+	static time_t second = -1;
+	static char whole[sizeof("2026-11-29T13:04:45")];
+	struct timespec now;
+	unsigned ms;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (now.tv_sec != second) {
+		struct tm tm;
+
+		gmtime_r(&now.tv_sec, &tm);
+		strftime(whole, sizeof(whole), "%Y-%m-%dT%H:%M:%S", &tm);
+		second = now.tv_sec;
+	}
+	ms = (unsigned)(now.tv_nsec / 1000000);
+	memcpy(out, whole, sizeof(whole) - 1);
+	out += sizeof(whole) - 1;
+	out[0] = '.';
+	out[1] = (char)('0' + ms / 100);
+	out[2] = (char)('0' + ms / 10 % 10);
+	out[3] = (char)('0' + ms % 10);
+	out[4] = 'Z';
+}
+
 /* Format one message line (no newline) into out, which holds at least
  * 6 * strlen(msg) + 128 bytes. Returns its length. */
 static size_t log_format(char *out, enum log_level level, const char *msg)
 {
-	char stamp[32];
-	struct timeval tv;
-	struct tm tm;
+	char stamp[LOG_STAMP_LEN + 1];
 	int n;
 
-	gettimeofday(&tv, NULL);
-	gmtime_r(&tv.tv_sec, &tm);
-	strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+	log_stamp(stamp);
+	stamp[LOG_STAMP_LEN] = '\0';
 	if (log_format_now == LOG_FORMAT_JSON) {
 		size_t len;
 
-		n = snprintf(out, 128, "{\"time\":\"%s.%03ldZ\",\"level\":\"%s\",\"msg\":\"", stamp,
-			     (long)(tv.tv_usec / 1000), log_level_names[level]);
+		n = snprintf(out, 128, "{\"time\":\"%s\",\"level\":\"%s\",\"msg\":\"", stamp,
+			     log_level_names[level]);
 		len = (size_t)n + log_json_escape(out + n, msg);
 		memcpy(out + len, "\"}", 2);
 		return len + 2;
 	}
-	n = snprintf(out, 128, "%s.%03ldZ %s ", stamp, (long)(tv.tv_usec / 1000),
-		     log_level_names[level]);
+	n = snprintf(out, 128, "%s %s ", stamp, log_level_names[level]);
 	return (size_t)n + log_text_escape(out + n, msg);
 }
 

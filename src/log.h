@@ -27,6 +27,11 @@ void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Every line's time, UTC to the millisecond: "2026-11-29T13:04:45.123Z"
+ * (LOG_STAMP_LEN bytes, no NUL), written at out. */
+#define LOG_STAMP_LEN 24
+void log_stamp(char *out);
+
 /* Write one finished line (no trailing newline) as it is, ignoring the level:
  * access lines are always written. The line is never cut, however long. */
 void log_write_line(const char *line, size_t len);

@@ -6,7 +6,9 @@ JSON: GET, HEAD, POST, a 404, a slow response, a request to a closed port,
 three requests over one keep-alive connection, and requests matched by a
 path route and (forward mode) by a host route.
 Origin: echoes; /delay/0.3 answers after 0.3 s.
-Must hold: text: exactly one line per request, with the word access and
+Must hold: text: exactly one line per request, the time it ended in
+front (UTC, to the millisecond, between the request's start and end),
+then the word access and
 method=, target=, route=, status=, attempts=, bytes= (response body bytes,
 the proxy's own answers' included: a 502, a 400, a Max-Forwards TRACE),
 duration_ms=, tries= fields that match the request, and for the proxy's
@@ -14,14 +16,17 @@ own 502 after a try, note= with its error text; a head refused for one
 of its fields (obs-fold, too large) names its request line's method and
 target, one whose target is too long neither; a route is named by
 the URI's host in forward mode. JSON: every stderr line is a JSON object
-(log lines with level and msg); one access object per request with method,
+(log lines with level and msg); one access object per request with time
+first, then type, method,
 target, route, status, attempts, bytes, duration_ms and tries, a list with
 one {status|error, wait_ms} per try, the last with wait_ms 0 (a 502's
 note its error text).
 """
 
+import calendar
 import json
 import re
+import time
 
 import harness as h
 
@@ -42,6 +47,14 @@ routes:
   - name: host-route
     match: { host: localhost }
 """
+
+
+def check_time(stamp, before, after):
+    """stamp is UTC to the millisecond ("2026-11-29T13:04:45.123Z") and lies
+    between before and after (time.time() around the request)."""
+    h.ok(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), "time %r" % stamp)
+    at = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + int(stamp[20:23]) / 1000
+    h.ok(before - 0.002 <= at <= after + 0.002, "time %r not between the request's start and end" % stamp)
 
 
 def fields(line):
@@ -73,12 +86,16 @@ def scenario(t):
     def get(proxy, path, *args):
         return h.curl(*args, origin.url(path), proxy=proxy.url)
 
-    @t.check("text: GET 200 matched by path_prefix -> one line with every field")
+    @t.check("text: GET 200 matched by path_prefix -> one line with every field, "
+             "the time in front")
     def _():
+        before = time.time()
         r = get(text, "/echo?al=1")
+        after = time.time()
         h.eq(r.status, 200, "status")
         line = one_line(text, "al=1")
-        h.ok(re.search(r"\baccess\b", line), "line lacks the word access: %r" % line)
+        h.ok(re.match(r"\S+ access client=", line), "line lacks the word access after the time: %r" % line)
+        check_time(line.split(" ", 1)[0], before, after)
         f = fields(line)
         for key in ("method", "target", "route", "status", "attempts", "bytes", "duration_ms", "tries"):
             h.ok(key in f, "field %s missing from %r" % (key, line))
@@ -189,9 +206,13 @@ def scenario(t):
 
     @t.check("json: a GET 200 gives one object with every key and the right types")
     def _():
+        before = time.time()
         r = get(jsonp, "/echo?jl=1")
+        after = time.time()
         h.eq(r.status, 200, "status")
         obj = one_line(jsonp, "jl=1")
+        h.eq(list(obj)[:2], ["time", "type"], "the first keys")
+        check_time(obj["time"], before, after)
         for key in ("method", "target", "route", "status", "attempts", "bytes", "duration_ms", "tries"):
             h.ok(key in obj, "key %s missing from %r" % (key, obj))
         h.eq((obj["method"], obj["route"], obj["status"], obj["attempts"]), ("GET", "echo-route", 200, 1),
