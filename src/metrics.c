@@ -538,8 +538,12 @@ void metrics_each_route(const struct metrics *metrics,
 		};
 
 		for (i = 0; i < r->code_count; i++) {
+			int code = r->codes[i].code;
+
 			view.requests += r->codes[i].count;
-			if (r->codes[i].code >= 200 && r->codes[i].code < 400)
+			/* a 101 is the switch the request asked for (a WebSocket's
+			 * handshake), as much an answer as a 2xx */
+			if (code == 101 || (code >= 200 && code < 400))
 				view.succeeded += r->codes[i].count;
 		}
 		memcpy(view.retries, r->retries, sizeof(view.retries));

@@ -124,7 +124,7 @@ void metrics_render(const struct metrics *metrics, const struct metrics_gauges *
 struct metrics_route_view {
 	const char *name;
 	uint64_t requests;			   /* final responses, every code */
-	uint64_t succeeded;			   /* of those, 2xx and 3xx */
+	uint64_t succeeded;			   /* of those, 2xx, 3xx and 101 */
 	uint64_t tries;				   /* upstream tries, first ones included */
 	uint64_t retries[RETRY_CAUSE_TIMEOUT + 1]; /* by enum retry_cause */
 	uint64_t gave_up[RETRY_GIVE_UP_COUNT];	   /* by enum retry_give_up; NONE unused */

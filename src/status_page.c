@@ -121,7 +121,7 @@ static void status_page_count(struct evbuffer *out, const char *key, const char 
 			    key, label, cls, group_start ? " g" : "", (unsigned long long)value);
 }
 
-/* "97.5%" of the final responses that were 2xx or 3xx, "–" before any, and
+/* "97.5%" of the final responses that were 2xx, 3xx or 101, "–" before any, and
  * the class that colours it. */
 static const char *status_page_rate(char *buf, size_t size, uint64_t succeeded, uint64_t requests)
 {
@@ -260,7 +260,7 @@ static void status_page_route_row(const struct metrics_route_view *view, void *a
 	cls = status_page_rate(rate, sizeof(rate), view->succeeded, view->requests);
 	evbuffer_add_printf(out,
 			    "<td data-key=\"success_rate\" data-label=\"Success\" class=\"%s\" "
-			    "title=\"%llu of %llu final responses were 2xx or 3xx\">%s</td>",
+			    "title=\"%llu of %llu final responses were 2xx, 3xx or 101\">%s</td>",
 			    cls, (unsigned long long)view->succeeded,
 			    (unsigned long long)view->requests, rate);
 	status_page_count(out, "tries", "Tries", view->tries, "", false);

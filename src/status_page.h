@@ -11,8 +11,9 @@
  * elsewhere; it asks the browser to load it again every
  * STATUS_PAGE_REFRESH_S seconds.
  *
- * Success rate: 2xx and 3xx final responses over all final responses to
- * clients, the proxy's own 502 and 504 included.
+ * Success rate: 2xx and 3xx final responses, and 101s that switched
+ * protocols, over all final responses to clients, the proxy's own 502 and
+ * 504 included.
  */
 
 #include <stdbool.h>

@@ -21,7 +21,7 @@ Must hold:
   stylesheet link, no image, no url()), and HEAD / has the GET's fields
   and no body;
 - the DOM has one row per route /metrics counts, and in it requests,
-  success rate (2xx+3xx over all final responses, one decimal), tries,
+  success rate (2xx+3xx+101 over all final responses, one decimal), tries,
   retries by each cause, give-ups by each reason and hedges won and lost
   equal to /metrics scraped just before and just after; the totals,
   backoffs pending and held requests likewise; one row per upstream
@@ -124,7 +124,7 @@ def route_numbers(samples, route):
              series(samples, "retryproxy_requests_total").items()
              if dict(labels)["route"] == route}
     requests = sum(codes.values())
-    ok = sum(v for c, v in codes.items() if 200 <= int(c) < 400)
+    ok = sum(v for c, v in codes.items() if int(c) == 101 or 200 <= int(c) < 400)
     row = {"requests": "%d" % requests,
            "success_rate": "%.1f%%" % (100.0 * ok / requests) if requests else "\u2013",
            "tries": "%d" % value(samples, "retryproxy_tries_total", route=route),
@@ -306,8 +306,9 @@ def scenario(t):
     @t.check("the totals, backoffs pending and held requests in the DOM equal /metrics")
     def _():
         requests = sum(series(after, "retryproxy_requests_total").values())
-        ok = sum(v for labels, v in series(after, "retryproxy_requests_total").items()
-                 if 200 <= int(dict(labels)["code"]) < 400)
+        codes = [(int(dict(labels)["code"]), v)
+                 for labels, v in series(after, "retryproxy_requests_total").items()]
+        ok = sum(v for c, v in codes if c == 101 or 200 <= c < 400)
         want = {
             "requests": "%d" % requests,
             "success_rate": "%.1f%%" % (100.0 * ok / requests),

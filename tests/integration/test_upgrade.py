@@ -18,7 +18,8 @@ Must hold: the origin gets the Upgrade field byte-exact and this hop's own
 gets the 101 with Upgrade, Connection: upgrade, Sec-WebSocket-Accept, Via
 and Retry-Attempts: 1, then the origin's first bytes, then its echo of
 every write, in order, and the half-close is passed on both ways; the
-access log has one line with status 101; once the tunnel closes the
+access log has one line with status 101, and the status page counts the
+101s as successes beside the 2xx and 3xx; once the tunnel closes the
 upstream connection is closed (retryproxy_connections{side="upstream"} back
 to 0), and while it lasts it holds no place under max_upstream_connections
 (1 here: a request beside an open one is served); a 503 before the switch is retried as any GET's (Retry-Attempts: 2,
@@ -36,6 +37,7 @@ the proxy's.
 """
 
 import os
+import re
 import socket
 import ssl
 
@@ -322,6 +324,24 @@ def scenario(t):
             return "echoed"
 
         h.eq(h.in_threads(8, one, 30 * h.SLOW), ["echoed"] * 8, "each switched connection")
+
+    @t.check("the status page counts a 101 that switched protocols as a success, with the "
+             "2xx and 3xx: a route of WebSockets is not shown failing")
+    def _():
+        metrics = h.curl("-s", "http://127.0.0.1:%d/metrics" % proxy.port(2)).body.decode()
+        codes = {int(c): int(v) for c, v in re.findall(
+            r'^retryproxy_requests_total\{route="ws",code="(\d+)"\} (\d+)$', metrics, re.M)}
+        h.ok(codes.get(101, 0) > 0 and sum(codes.values()) > codes[101],
+             "the route has 101s and other answers: %r" % codes)
+        ok = sum(v for c, v in codes.items() if c == 101 or 200 <= c < 400)
+        page = h.curl("-s", "http://127.0.0.1:%d/?norefresh" % proxy.port(2)).body.decode()
+        row = re.search(r'<tr data-route="ws">.*?</tr>', page, re.S)
+        h.ok(row is not None, "a row for the route ws on the page")
+        cell = re.search(r'data-key="success_rate"[^>]*title="(\d+) of (\d+) [^"]*">([^<]*)<',
+                         row.group(0))
+        h.eq(cell.groups(), (str(ok), str(sum(codes.values())),
+                             "%.1f%%" % (100.0 * ok / sum(codes.values()))),
+             "the route's success cell (succeeded, of all, rate)")
 
     certs = t.certs()
     local = t.local_ca()

@@ -1,7 +1,7 @@
 /*
  * Unit tests for status_page.c: HTML escaping by table, and the page
  * rendered from real metrics and upstreams: a route's cells carry the
- * counters metrics.c keeps, the success rate counts 2xx and 3xx, names are
+ * counters metrics.c keeps, the success rate counts 2xx, 3xx and 101, names are
  * escaped in text and attributes, an empty proxy says so, and nothing is
  * loaded from elsewhere.
  */
@@ -219,6 +219,30 @@ static void test_status_page_route_counters(void **state)
 	metrics_free(m);
 }
 
+/* A 101 that switched protocols (a WebSocket's handshake) is a success,
+ * as a 2xx is; the other 1xx never end a request. */
+static void test_status_page_switch_succeeds(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct metrics_route *ws = metrics_series(m, "ws");
+	struct upstreams *ups = upstreams_new(NULL);
+	char *page, *row;
+
+	metrics_request_done(m, ws, 101, 0.1, 1);
+	metrics_request_done(m, ws, 101, 0.1, 1);
+	metrics_request_done(m, ws, 101, 0.1, 2);
+	metrics_request_done(m, ws, 502, 0.1, 3);
+	page = test_render(m, ups, 0, false);
+	row = test_row(page, "ws");
+	test_cell(row, "success_rate", "75.0%");
+	assert_non_null(strstr(row, "title=\"3 of 4 final responses were 2xx, 3xx or 101\""));
+	free(row);
+	test_cell(page, "success_rate", "75.0%");
+	free(page);
+	upstreams_free(ups);
+	metrics_free(m);
+}
+
 static void test_status_page_escapes_names(void **state)
 {
 	struct metrics *m = metrics_new();
@@ -305,6 +329,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_status_page_escape),
 		cmocka_unit_test(test_status_page_route_counters),
+		cmocka_unit_test(test_status_page_switch_succeeds),
 		cmocka_unit_test(test_status_page_escapes_names),
 		cmocka_unit_test(test_status_page_empty_and_self_contained),
 		cmocka_unit_test(test_status_page_reload_refused),
