@@ -17,6 +17,8 @@ gauges for both sides and retryproxy_pool_reuse_total are there; an unknown
 path is 404, a POST to a page 405 with Allow, a HEAD the GET's fields
 without a body, a CONNECT (which names no path) 405 with Allow and a body
 framed by Content-Length, the connection answering the next request; a
+method evhttp does not know (PROPFIND, a lower-case get) its own 501 and
+the connection closed; a
 request with two Content-Length fields, a Transfer-Encoding whose last
 coding is not chunked, or both a Content-Length and a Transfer-Encoding
 gets 400 and the connection closes (RFC 9112 section 6.3: its body cannot
@@ -208,6 +210,16 @@ def scenario(t):
             r = c.read_response("HEAD")
             h.eq((r.status, r.header("Content-Length")), (200, "3"), "HEAD /healthz: status, Content-Length")
             h.ok(c.silent_for(0.3), "HEAD /healthz sent a body: %r" % bytes(c.buf))
+
+    @t.check("a method evhttp does not know (PROPFIND, a lower-case get) -> its own 501 "
+             "page, and the connection closes")
+    def _():
+        for method in ("PROPFIND", "get"):
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                c.send(h.request(method, "/metrics", "127.0.0.1"))
+                r = c.read_response()
+                h.eq(r.status, 501, "status for %s /metrics" % method)
+                h.ok(c.closed_within(2 * h.SLOW), "the connection closes after %s" % method)
 
     @t.check("CONNECT (no path) -> 405 with Allow, its body framed; the connection goes on")
     def _():
