@@ -32,11 +32,13 @@ form the parser takes (999999999999999.99, which is 1e15) is refused by
 A reload refused for a bad value counts in
 retryproxy_config_reloads_total{result="failed"} and sets
 retryproxy_config_last_reload_successful to 0; the next good reload
-counts under result="ok" and sets it back to 1.
+counts under result="ok" and sets it back to 1. Requests to the admin
+give no access-log line (they are not proxied requests).
 """
 
 import os
 import re
+import time
 
 import harness as h
 
@@ -281,6 +283,18 @@ def scenario(t):
                 c.read_exact(int(r.header("Content-Length") or 0))
                 h.ok(c.closed_within(2 * h.SLOW),
                      "the connection stayed open after %r; then: %r" % (fields, bytes(c.buf[:80])))
+
+
+    @t.check("the admin's own requests give no access-log line: every line is a proxied "
+             "request's")
+    def _():
+        pages = ("/", "/healthz", "/metrics", "/config", "/upstreams", "/no-such-page")
+        for page in pages:
+            h.curl("-s", admin + page)
+        time.sleep(0.1)  # the log writes within a millisecond
+        targets = [h.access_fields(line).get("target") for line in proxy.access_lines()]
+        h.ok(targets and not any(target in pages for target in targets),
+             "access-log targets: %r" % targets)
 
 
 h.run(scenario, __doc__)
