@@ -282,8 +282,9 @@ const char *try_outcome_error_kind(enum try_outcome outcome)
 		return "dns";
 	case TRY_REFUSED:
 	case TRY_CONNECT_TIMEOUT:
-	case TRY_FORBIDDEN:
 		return "connect";
+	case TRY_FORBIDDEN:
+		break; /* the proxy refused it: no upstream failed */
 	case TRY_TLS:
 	case TRY_TLS_VERIFY:
 		return "tls";

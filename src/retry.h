@@ -127,7 +127,8 @@ enum try_outcome {
 const char *try_outcome_name(enum try_outcome outcome);
 
 /* The retryproxy_upstream_errors_total kind: dns|connect|tls|reset|timeout|
- * malformed; NULL for TRY_RESPONSE, which is no error. */
+ * malformed; NULL for TRY_RESPONSE, which is no error, and TRY_FORBIDDEN,
+ * which the proxy refused without reaching an upstream. */
 const char *try_outcome_error_kind(enum try_outcome outcome);
 
 /* The retry.on condition an outcome falls under; RETRY_CAUSE_STATUS for

@@ -16,7 +16,8 @@ Must hold: GET http://127.0.0.1:ADMIN/config, http://admin.test:ADMIN/metrics,
 http://[::ffff:127.0.0.1]:ADMIN/ and http://0.0.0.0:ADMIN/config (a
 connect to 0.0.0.0 reaches loopback) through the proxy get 403 with a
 one-line body naming the admin endpoint, after one try (Retry-Attempts: 1,
-tries="forbidden"), and the admin serves none of them; CONNECT
+tries="forbidden"), and the admin serves none of them, nor are they
+counted as upstream errors (no upstream was reached); CONNECT
 127.0.0.1:ADMIN gets 403 too; the admin still answers when asked
 directly (200), and the same proxy forwards to the origin (200).
 Asked directly by a browser for a name that a web page made resolve to
@@ -74,6 +75,13 @@ def scenario(t):
             r = c.read_response()
         h.check_error_response(r, 403, ("admin",))
         h.eq(served_by_admin(), [], "admin requests served")
+
+    @t.check("a refused destination is no upstream error: upstream_errors_total stays 0")
+    def _():
+        m = h.curl("http://127.0.0.1:%d/metrics" % admin).body.decode()
+        for kind in ("connect", "dns", "tls", "reset", "timeout", "malformed"):
+            h.eq(h.metric(m, "retryproxy_upstream_errors_total", '{kind="%s"}' % kind), 0,
+                 "upstream_errors_total{kind=%s}" % kind)
 
     @t.check("asked directly, the admin answers; the proxy still forwards to the origin")
     def _():
