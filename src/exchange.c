@@ -1247,8 +1247,8 @@ static void exchange_tunnel_connected(struct exchange_try *t, struct conn *conn)
 	exchange_finish_tunnel(ex);
 }
 
-static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, const char *reason,
-				  void *arg)
+static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, bool local,
+				  const char *reason, void *arg)
 {
 	struct exchange_try *t = arg;
 	struct exchange *ex = t->ex;
@@ -1275,6 +1275,10 @@ static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, c
 			result = UPSTREAM_CONNECT_MADE_IN_DOUBT;
 		else if (conn != NULL || failure == TRY_TLS_VERIFY || failure == TRY_FORBIDDEN)
 			result = UPSTREAM_CONNECT_MADE;
+		/* no descriptor left for it: the proxy's shortage, which says
+		 * nothing of the upstream (nor marks it down) */
+		else if (local)
+			result = UPSTREAM_CONNECT_ABANDONED;
 		t->admitted = false;
 		upstream_connect_end(ex->upstream, &ex->config->health, result);
 	}

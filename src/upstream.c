@@ -79,6 +79,8 @@ struct upstream_connect {
 	struct event *step;	   /* defers results that arrive synchronously */
 	enum try_outcome last_failure;
 	char reason[UPSTREAM_REASON_MAX];
+	bool short_failed;     /* an attempt failed for want of the proxy's own resources */
+	bool network_failed;   /* ... and one for a reason of the network's or upstream's */
 	bool resolving_inline; /* inside evdns_getaddrinfo() */
 	bool literal;	       /* the host is an address: nothing to keep */
 	bool resolved;	       /* attempts laid out: connecting has begun */
@@ -217,6 +219,10 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 	upstream_connect_cb cb = uc->cb;
 	void *arg = uc->arg;
 	char copy[sizeof(uc->reason)];
+	/* every attempt ended before anything reached the network (no
+	 * descriptor left): the failure is the proxy's, not the upstream's */
+	bool local =
+		conn == NULL && failure == TRY_REFUSED && uc->short_failed && !uc->network_failed;
 
 	snprintf(copy, sizeof(copy), "%s", reason);
 	/* an answer that led nowhere (the upstream moved: a container came
@@ -226,7 +232,14 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 	else if (conn != NULL)
 		upstream_cache_unanswered(uc);
 	upstream_connect_free(uc);
-	cb(conn, failure, copy, arg);
+	cb(conn, failure, local, copy, arg);
+}
+
+/* Did a socket() or connect() fail for want of the proxy's own descriptors
+ * or memory, before anything was sent? */
+static bool upstream_short_of_resources(int err)
+{
+	return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
 }
 
 static void upstream_start_next(struct upstream_connect *uc);
@@ -271,11 +284,13 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 			return;
 		}
 		uc->last_failure = TRY_TLS;
+		uc->network_failed = true;
 	} else {
 		int sock_error = conn_error(conn);
 
 		/* refused, unreachable, or reset before the connection was made */
 		uc->last_failure = TRY_REFUSED;
+		uc->network_failed = true;
 		snprintf(uc->reason, sizeof(uc->reason), "%s",
 			 sock_error != 0 ? evutil_socket_error_to_string(sock_error)
 					 : "connection closed");
@@ -323,9 +338,14 @@ static void upstream_start_next(struct upstream_connect *uc)
 	a->conn = conn_connect(uc->proxy->loop, a->address->ai_addr,
 			       (socklen_t)a->address->ai_addrlen, ssl);
 	if (a->conn == NULL) {
+		int err = errno;
+
 		uc->last_failure = TRY_REFUSED;
-		snprintf(uc->reason, sizeof(uc->reason), "%s",
-			 evutil_socket_error_to_string(errno));
+		if (upstream_short_of_resources(err))
+			uc->short_failed = true;
+		else
+			uc->network_failed = true;
+		snprintf(uc->reason, sizeof(uc->reason), "%s", evutil_socket_error_to_string(err));
 		/* the connect may fail at once (e.g. no fds left); go on from the
 		 * loop, not from inside the caller's stack */
 		event_active(uc->step, 0, 0);

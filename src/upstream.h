@@ -31,9 +31,11 @@ struct upstream_endpoint {
 
 /* Called once: with a connected conn (now the caller's, callbacks unset,
  * not reading), or with NULL, how the try ended (TRY_DNS, TRY_REFUSED,
- * TRY_CONNECT_TIMEOUT, TRY_TLS or TRY_TLS_VERIFY) and a reason. */
-typedef void (*upstream_connect_cb)(struct conn *conn, enum try_outcome failure, const char *reason,
-				    void *arg);
+ * TRY_CONNECT_TIMEOUT, TRY_TLS or TRY_TLS_VERIFY) and a reason; local when
+ * nothing reached the network because the proxy itself was short (no
+ * descriptor left): it says nothing of the upstream's health. */
+typedef void (*upstream_connect_cb)(struct conn *conn, enum try_outcome failure, bool local,
+				    const char *reason, void *arg);
 
 /* Start connecting; the callback never runs before this returns. tls is
  * used only for https endpoints; session_key names the upstream for TLS

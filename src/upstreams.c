@@ -362,8 +362,8 @@ static bool upstream_probe_wanted(struct upstream *u)
 	return true;
 }
 
-static void upstream_probe_cb(struct conn *conn, enum try_outcome failure, const char *reason,
-			      void *arg)
+static void upstream_probe_cb(struct conn *conn, enum try_outcome failure, bool local,
+			      const char *reason, void *arg)
 {
 	struct upstream *u = arg;
 	uint64_t now = retry_budget_now_ms();

@@ -19,6 +19,14 @@ proxy closes idle pooled connections, oldest first, and logs "out of file
 descriptors: closed N idle upstream connections", instead of leaving the
 new client unaccepted until an idle connection times out; the proxy never
 holds more descriptors than its limit allows, and keeps running.
+(3) A sidecar proxy (health down_after 1, hold false, probe_interval 60s)
+whose descriptors idle clients use up, with nothing pooled to close: a GET
+that finds no descriptor for its upstream connect gets 502, but the
+upstream is not marked down (the shortage is the proxy's, not the
+upstream's: before, it was logged down, and once descriptors were free
+again requests got "502 upstream ... is down" until a probe): once the
+idle clients leave, /upstreams says it is up with no failure, and the
+next GET gets 200.
 """
 
 import os
@@ -36,6 +44,18 @@ limits: { drain_timeout: 2s, pool_idle_timeout: 60s }
 
 UPSTREAMS = 40
 ROOM = 16
+
+CONFIG_SIDECAR = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@UP@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits: { drain_timeout: 2s }
+health: { down_after: 1, probe_interval: 60s, hold: false }
+defaults:
+  retry: { max_attempts: 1 }
+"""
 
 
 def get(proxy_port, authority):
@@ -110,6 +130,42 @@ def scenario(t):
                        timeout=2 * h.SLOW)
         h.ok(most <= limit, "the proxy held %d descriptors over a limit of %d" % (most, limit))
         h.ok(proxy.alive(), "the proxy exited")
+
+    # (3) no descriptor for an upstream connect, nothing pooled to close
+    side = t.proxy(CONFIG_SIDECAR, UP=server.ports[1])
+    side_before = fd_count(side.pid)
+    side_limit = side_before + 4
+    resource.prlimit(side.pid, resource.RLIMIT_NOFILE,
+                     (side_limit, resource.prlimit(side.pid, resource.RLIMIT_NOFILE)[1]))
+    fill = []
+    t.defer(lambda: [c.close() for c in fill])
+    for i in range(side_limit - side_before):
+        fill.append(h.RawConn(side.port(0), timeout=5 * h.SLOW))
+        h.wait_until(lambda: fd_count(side.pid) == side_before + i + 1, 3 * h.SLOW,
+                     "idle client %d accepted" % (i + 1))
+    fill[-1].send(h.request("GET", "/no-fd", "app.example"))
+    try:
+        starved = fill[-1].read_response().status
+    except (h.ReadTimeout, AssertionError, OSError) as e:
+        starved = "%s: %s" % (type(e).__name__, e)
+    for c in fill:
+        c.close()
+    h.wait_until(lambda: fd_count(side.pid) <= side_before, 3 * h.SLOW, "the idle clients gone")
+    upstreams = h.curl("http://127.0.0.1:%d/upstreams" % side.port(1)).body.decode()
+    try:
+        after = h.fetch(side.port(0), "GET", "/after", "app.example", timeout=5 * h.SLOW)
+    except (h.ReadTimeout, AssertionError, OSError) as e:
+        after = "%s: %s" % (type(e).__name__, e)
+
+    @t.check("no descriptor for an upstream connect: 502, but the upstream is not marked down, "
+             "and the next GET gets 200")
+    def _():
+        h.eq(starved, 502, "the GET that found no descriptor")
+        h.eq(upstreams.strip(), "http://127.0.0.1:%d up failures=0 held=0" % server.ports[1],
+             "/upstreams after the shortage")
+        h.ok(not any("is down" in line for line in side.stderr_lines()),
+             "the shortage was logged as the upstream going down")
+        h.eq(getattr(after, "status", after), 200, "the GET after the shortage")
 
 
 h.run(scenario, __doc__, timeout=120)
