@@ -244,6 +244,10 @@ static void access_log_text(const struct access_record *r)
 		}
 	}
 	access_line_str(line, "\"");
+	if (r->waited_ms > 0) {
+		access_line_str(line, " waited_ms=");
+		access_line_uint(line, r->waited_ms);
+	}
 	if (r->gave_up != NULL) {
 		access_line_str(line, " gave_up=");
 		access_line_str(line, r->gave_up);
@@ -315,6 +319,10 @@ static void access_log_json(const struct access_record *r)
 		access_line_str(line, "}");
 	}
 	access_line_str(line, "]");
+	if (r->waited_ms > 0) {
+		access_line_str(line, ",\"waited_ms\":");
+		access_line_uint(line, r->waited_ms);
+	}
 	if (r->gave_up != NULL) {
 		access_line_str(line, ",\"gave_up\":\"");
 		access_line_str(line, r->gave_up);

@@ -34,6 +34,7 @@ struct access_record {
 	const char *gave_up; /* why retrying stopped short: attempts, deadline, ... or NULL */
 	const struct access_try *tries;
 	size_t try_count;
+	uint64_t waited_ms;	 /* held or queued before the first try (not in the trail) */
 	bool ambiguous;		 /* the client got Retry-Ambiguous: true */
 	const char *would_retry; /* retry.mode: observe: the cause of the retry not made, or NULL */
 };

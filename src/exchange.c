@@ -305,6 +305,7 @@ static void exchange_log(struct exchange *ex)
 	record.gave_up = retry_give_up_name(ex->gave_up);
 	record.tries = ex->tries;
 	record.try_count = ex->try_count;
+	record.waited_ms = ex->waited_first_ms;
 	record.ambiguous = ex->ambiguous;
 	record.would_retry = ex->would_retry;
 	access_log_write(&record);
@@ -453,13 +454,16 @@ static void exchange_trail_backoff_cut(struct exchange *ex)
 
 /* Put the time held since last counted into the trail's wait: the wait
  * before the next try, or the last one's when none follows, as
- * exchange_queue_count_wait() does for the connection queue. */
+ * exchange_queue_count_wait() does for the connection queue; before the
+ * first try, into the wait the log gives apart (waited_ms). */
 static void exchange_held_count_wait(struct exchange *ex)
 {
 	uint64_t now = retry_budget_now_ms();
 
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].wait_ms += now - ex->held_since_ms;
+	else
+		ex->waited_first_ms += now - ex->held_since_ms;
 	ex->held_since_ms = now;
 }
 

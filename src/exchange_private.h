@@ -261,6 +261,7 @@ struct exchange {
 	uint64_t queued_since_ms;	   /* EXCHANGE_QUEUED: since when */
 	bool queue_released;		   /* released from the connection queue: first in line */
 	uint64_t queue_counted_ms; /* EXCHANGE_QUEUED: the time up to here is in the trail */
+	uint64_t waited_first_ms;  /* held or queued before the first try: no trail wait has it */
 	bool queue_deadline_first; /* EXCHANGE_QUEUED: the deadline comes before try_timeout */
 	struct event *hedge_timer; /* retry.hedge: made on first use, kept with a spare */
 	bool hedged;		   /* a hedged try was started */

@@ -24,9 +24,10 @@
  * same connections). The trail shows the time queued as a wait before the
  * next try, as it does the time held for a down upstream; when no try
  * follows, as the wait before the answer went out (the held path does the
- * same), so the trail's waits add up to the time the request took. A retry
- * that runs out of waiting has given up: gave_up=deadline, or upstream_busy
- * when try_timeout was the bound.
+ * same), so the trail's waits add up to the time the request took; a wait
+ * before the first try, which no trail entry can carry, is logged apart
+ * (waited_ms). A retry that runs out of waiting has given up:
+ * gave_up=deadline, or upstream_busy when try_timeout was the bound.
  */
 
 /* Milliseconds since the first try (or the first wait for it). */
@@ -41,8 +42,12 @@ void exchange_queue_count_wait(struct exchange *ex)
 {
 	uint64_t now = retry_budget_now_ms();
 
-	if (ex->try_count > 0 && now > ex->queue_counted_ms)
-		ex->tries[ex->try_count - 1].wait_ms += now - ex->queue_counted_ms;
+	if (now > ex->queue_counted_ms) {
+		if (ex->try_count > 0)
+			ex->tries[ex->try_count - 1].wait_ms += now - ex->queue_counted_ms;
+		else
+			ex->waited_first_ms += now - ex->queue_counted_ms;
+	}
 	ex->queue_counted_ms = now;
 }
 

@@ -28,6 +28,10 @@ Must hold:
   with gave_up=upstream_down (its next retry was refused); once down, a
   request is answered 502 at once, naming the upstream as down, with
   Retry-Attempts: 0 and no gave_up;
+- a GET held before its first try (its trail is the one 200) logs the time
+  it was held as waited_ms (before, that time showed nowhere but in
+  duration_ms); one whose first try was refused has the wait in its trail
+  and no waited_ms;
 - a held request whose deadline passes gets 502 naming the upstream as
   down, gave_up=deadline, Retry-Attempts = the tries made; one that had a
   retryable response before the upstream went away gets that response
@@ -260,6 +264,23 @@ def scenario(t):
              % (refused, probes_failed, OUTAGE, bound))
         h.ok(refused >= DOWN_AFTER, "only %d refused connects marked it down" % refused)
         h.eq(probes_ok, 1.0, "probes that connected")
+
+    @t.check("compose start-up: a request held before its first try logs the time held "
+             "(waited_ms), which its one-try trail cannot show")
+    def _():
+        lines = [f for f in map(h.access_fields, proxy.access_lines())
+                 if f.get("target", "").startswith("/app/get?id=")]
+        h.eq(len(lines), GETS, "access lines of the GETs")
+        first = [f for f in lines if f.get("tries") == "200"]
+        h.ok(first, "no GET was held before its first try: %r" % [f.get("tries") for f in lines])
+        for f in first:
+            h.ok("waited_ms" in f, "no waited_ms on %r" % f)
+            h.ok(int(f["duration_ms"]) - 500 <= int(f["waited_ms"]) <= int(f["duration_ms"]),
+                 "waited_ms %s for a request of %s ms held until the origin started"
+                 % (f["waited_ms"], f["duration_ms"]))
+        tried = [f for f in lines if f.get("tries") != "200"]
+        h.ok(all("waited_ms" not in f for f in tried),
+             "waited_ms on a request whose wait is in its trail: %r" % tried)
 
     @t.check("compose start-up: down logged as a warning, up at info; then up, failures=0 held=0")
     def _():

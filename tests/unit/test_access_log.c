@@ -233,6 +233,26 @@ static void test_retry_trail_with_waits(void **state)
 		"{\"status\":503,\"wait_ms\":250},{\"status\":200,\"wait_ms\":0}]}");
 }
 
+/* A request held for its upstream before its first try: the time held is
+ * in no trail wait, so it is logged apart. */
+static void test_waited_before_first_try(void **state)
+{
+	struct access_record r = plain_record("/held");
+
+	r.duration_ms = 3012;
+	r.waited_ms = 3004;
+	r.gave_up = "deadline";
+	assert_access_lines(
+		&r,
+		"access client=127.0.0.1:40000 method=GET target=/held route=api status=200"
+		" attempts=1 bytes=1234 duration_ms=3012 tries=\"200\" waited_ms=3004"
+		" gave_up=deadline",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+		"\"target\":\"/held\",\"route\":\"api\",\"status\":200,\"attempts\":1,"
+		"\"bytes\":1234,\"duration_ms\":3012,\"tries\":[{\"status\":200,\"wait_ms\":0}],"
+		"\"waited_ms\":3004,\"gave_up\":\"deadline\"}");
+}
+
 static void test_wait_forms_round_as_printf(void **state)
 {
 	static const uint64_t waits[] = { 0, 999, 1000, 1049, 1050, 1150, 1250, 1350, 2449, 99950 };
@@ -702,6 +722,7 @@ int main(void)
 		cmocka_unit_test(test_plain_request),
 		cmocka_unit_test(test_no_tries_and_extremes),
 		cmocka_unit_test(test_retry_trail_with_waits),
+		cmocka_unit_test(test_waited_before_first_try),
 		cmocka_unit_test(test_wait_forms_round_as_printf),
 		cmocka_unit_test(test_escaping),
 		cmocka_unit_test(test_escaping_at_every_position),
