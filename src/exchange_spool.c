@@ -49,6 +49,13 @@ bool exchange_spool_start(struct exchange *ex, uint64_t length)
 			 limits->spool_dir, strerror(errno));
 		return false;
 	}
+	/* a body of known length counts whole from its head on, as in
+	 * retry_memory: one announced after it finds the room it takes gone,
+	 * rather than both being written until together they pass the cap */
+	if (length > 0) {
+		spool_count_in(ex->spool, &ex->proxy->spool_usage);
+		spool_claim(ex->spool, length);
+	}
 	if (ex->replay == NULL)
 		ex->replay = evbuffer_new();
 	log_debug("%.*s %.*s: request body spooled to a file in %s", (int)ex->method_len,
@@ -61,6 +68,8 @@ static void exchange_spool_give_up(struct exchange *ex, const char *why)
 {
 	ex->body_too_large = true;
 	ex->body_once = true;
+	/* the file takes no more: what it was to take comes free now */
+	spool_claim(ex->spool, 0);
 	log_warn("%.*s %.*s: request body not spooled after %llu bytes: %s: sent once, not "
 		 "retried",
 		 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
@@ -82,11 +91,12 @@ int exchange_spool_body(struct exchange *ex)
 		exchange_spool_give_up(ex, "the body is over spool_max");
 		return -1;
 	}
-	/* every file counts toward spool_total from its first byte to its close;
-	 * a body that would pass it is one the disk could not take */
+	/* every file counts toward spool_total from its first byte (or its
+	 * head, for a body of known length) to its close; a body that would
+	 * pass it is one the disk could not take */
 	spool_count_in(ex->spool, usage);
 	if (!spool_usage_allows(usage, ex->config->limits.spool_total,
-				evbuffer_get_length(ex->replay))) {
+				spool_growth(ex->spool, evbuffer_get_length(ex->replay)))) {
 		exchange_spool_give_up(ex, "the spool files together would pass spool_total");
 		return -1;
 	}

@@ -512,8 +512,8 @@ void metrics_render_kept(uint64_t memory_bytes, uint64_t spool_bytes, struct evb
 	evbuffer_add_printf(out, "retryproxy_retry_memory_bytes %llu\n",
 			    (unsigned long long)memory_bytes);
 	metrics_header(out, "retryproxy_spool_bytes", "gauge",
-		       "Bytes in request body spool files now (limits.spool_max), against "
-		       "limits.spool_total.");
+		       "Bytes in request body spool files now, a body of known length counted "
+		       "whole from its head (limits.spool_max), against limits.spool_total.");
 	evbuffer_add_printf(out, "retryproxy_spool_bytes %llu\n", (unsigned long long)spool_bytes);
 }
 

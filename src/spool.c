@@ -19,9 +19,16 @@
 struct spool {
 	int fd;
 	uint64_t length;	   /* bytes written; the next write goes here */
+	uint64_t claim;		   /* bytes counted before they are written (spool_claim()) */
 	bool failed;		   /* a write failed: the file holds a prefix of the body */
 	struct spool_usage *usage; /* where its bytes are counted, or NULL */
 };
+
+/* What the file counts in its usage: its bytes, or its claim while larger. */
+static uint64_t spool_counted(const struct spool *spool)
+{
+	return spool->length > spool->claim ? spool->length : spool->claim;
+}
 
 int spool_create_named(const char *dir)
 {
@@ -80,6 +87,7 @@ int spool_write(struct spool *spool, struct evbuffer *buf)
 		struct evbuffer_iovec vec[SPOOL_WRITE_IOVECS];
 		struct iovec iov[SPOOL_WRITE_IOVECS];
 		int count = evbuffer_peek(buf, -1, NULL, vec, SPOOL_WRITE_IOVECS);
+		uint64_t before;
 		ssize_t n;
 		int i;
 
@@ -101,9 +109,10 @@ int spool_write(struct spool *spool, struct evbuffer *buf)
 			return -1;
 		}
 		evbuffer_drain(buf, (size_t)n);
+		before = spool_counted(spool);
 		spool->length += (uint64_t)n;
 		if (spool->usage != NULL)
-			spool->usage->bytes += (uint64_t)n;
+			spool->usage->bytes += spool_counted(spool) - before;
 	}
 	return 0;
 }
@@ -145,7 +154,7 @@ void spool_close(struct spool *spool)
 	if (spool == NULL)
 		return;
 	if (spool->usage != NULL)
-		spool->usage->bytes -= spool->length;
+		spool->usage->bytes -= spool_counted(spool);
 	close(spool->fd);
 	free(spool);
 }
@@ -155,10 +164,26 @@ void spool_count_in(struct spool *spool, struct spool_usage *usage)
 	if (spool->usage == usage)
 		return;
 	if (spool->usage != NULL)
-		spool->usage->bytes -= spool->length;
+		spool->usage->bytes -= spool_counted(spool);
 	spool->usage = usage;
 	if (usage != NULL)
-		usage->bytes += spool->length;
+		usage->bytes += spool_counted(spool);
+}
+
+void spool_claim(struct spool *spool, uint64_t bytes)
+{
+	uint64_t before = spool_counted(spool);
+
+	spool->claim = bytes;
+	if (spool->usage != NULL)
+		spool->usage->bytes = spool->usage->bytes - before + spool_counted(spool);
+}
+
+uint64_t spool_growth(const struct spool *spool, uint64_t more)
+{
+	uint64_t counted = spool_counted(spool);
+
+	return spool->length + more > counted ? spool->length + more - counted : 0;
 }
 
 bool spool_usage_allows(const struct spool_usage *usage, uint64_t cap, uint64_t more)

@@ -18,8 +18,9 @@ struct evbuffer;
 struct spool;
 
 /* What all the spool files of a process hold now, for limits.spool_total:
- * a file counted in it adds what it writes, and gives all of it back when
- * it is closed. One, in struct proxy, whatever the config. */
+ * a file counted in it adds what it writes (or its claim, while larger),
+ * and gives all of it back when it is closed. One, in struct proxy,
+ * whatever the config. */
 struct spool_usage {
 	uint64_t bytes; /* in spool files now */
 };
@@ -54,6 +55,15 @@ void spool_close(struct spool *spool);
  * written already included. Counting it again in the same usage changes
  * nothing. */
 void spool_count_in(struct spool *spool, struct spool_usage *usage);
+
+/* Count the file as at least bytes long from now on (a body's announced
+ * length, so that bodies arriving side by side cannot together pass a cap
+ * each fits in alone); 0 drops the claim, leaving the bytes written. */
+void spool_claim(struct spool *spool, uint64_t bytes);
+
+/* How much writing more bytes would add to what the file counts: what
+ * goes past its claim. */
+uint64_t spool_growth(const struct spool *spool, uint64_t more);
 
 /* May more bytes go to spool files without passing cap (0: no cap)? */
 bool spool_usage_allows(const struct spool_usage *usage, uint64_t cap, uint64_t more);

@@ -24,9 +24,18 @@ Must hold:
   twice, byte-exact;
 - after both ended the gauge is 0 and no spool file is open; then C (same
   size as B) is spooled and retried again: 200, Retry-Attempts: 2, twice
-  byte-exact, and the gauge goes back to 0.
+  byte-exact, and the gauge goes back to 0;
+- D and E (5 MiB each, Content-Length, raw connections) side by side: once
+  D's head and first 256 KiB came, the gauge shows D's whole length (a body
+  of known length counts from its head, as in retry_memory); E's head then
+  finds no room: E goes once at once, whole, 503, no byte of it spooled,
+  while D's body and E's arrive in turns; D gets 200 after two tries, both
+  byte-exact. (Before, only bytes written counted: both bodies were written
+  until together they passed the cap, and both went once, unretried,
+  though either fitted alone.)
 """
 
+import hashlib
 import os
 import re
 import threading
@@ -167,6 +176,45 @@ def scenario(t):
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"),
              "status, Retry-Attempts (%r)" % r)
         h.eq(bodies("/total/c"), [(SIZE, sha_c)] * 2, "C's bodies at the origin")
+        h.wait_until(lambda: spool_bytes() == 0, 5 * h.SLOW, "retryproxy_spool_bytes 0")
+
+    @t.check("D and E (Content-Length) side by side: D's length counts from its head, so E "
+             "goes once at once and D is retried")
+    def _():
+        origin.script("/total/d", [503, "/echo"])
+        origin.script("/total/e", [503, "/echo"])
+        body_d, body_e = os.urandom(SIZE), os.urandom(SIZE)
+        piece = 256 * 1024
+        d = h.RawConn(proxy.port(), timeout=30 * h.SLOW)
+        e = h.RawConn(proxy.port(), timeout=30 * h.SLOW)
+        t.defer(d.close)
+        t.defer(e.close)
+        d.send(b"PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+               % (origin.url("/total/d").encode(), SIZE) + body_d[:piece])
+        # before, only what was written counted: E's head found 7.75 MiB
+        # left, both bodies were written until together they passed the
+        # cap, and both went once (8 MiB written for nothing)
+        h.wait_until(lambda: spool_bytes() > 0, 5 * h.SLOW, "D's file counted")
+        h.eq(spool_bytes(), SIZE, "the gauge once D's head came: its whole length")
+        e.send(b"PUT %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+               % (origin.url("/total/e").encode(), SIZE))
+        for off in range(0, SIZE, piece):
+            e.send(body_e[off:off + piece])
+            if off + piece < SIZE:
+                d.send(body_d[off + piece:off + 2 * piece])
+        rd = d.read_response("PUT", timeout=30 * h.SLOW)
+        re_ = e.read_response("PUT", timeout=30 * h.SLOW)
+        h.eq((rd.status, rd.header("Retry-Attempts")), (200, "2"), "D's status, Retry-Attempts")
+        h.eq(bodies("/total/d"), [(SIZE, hashlib.sha256(body_d).hexdigest())] * 2,
+             "D's bodies at the origin")
+        h.eq((re_.status, re_.header("Retry-Attempts")), (503, "1"), "E's status, Retry-Attempts")
+        h.eq(bodies("/total/e"), [(SIZE, hashlib.sha256(body_e).hexdigest())],
+             "E's body at the origin")
+        proxy.wait_log(r"PUT \S*/total/e: request body of %d bytes would take the spool "
+                       r"files past spool_total: sent once, not retried" % SIZE)
+        h.eq([ln for ln in proxy.stderr_lines() if re.search(r"/total/[de]: request body not "
+                                                            r"spooled", ln)],
+             [], "log lines of a file stopped part way")
         h.wait_until(lambda: spool_bytes() == 0, 5 * h.SLOW, "retryproxy_spool_bytes 0")
 
 
