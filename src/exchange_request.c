@@ -514,8 +514,15 @@ void exchange_send_request(struct exchange_try *t)
 		exchange_spool_feed(t);
 		return;
 	}
-	if (ex->replay != NULL)
+	if (ex->replay != NULL && ex->body_once) {
+		/* never sent again: what memory held is the upstream's output
+		 * now, and its room in retry_memory comes free while the
+		 * client's rest still streams */
+		evbuffer_add_buffer(out, ex->replay);
+		exchange_memory_recount(ex);
+	} else if (ex->replay != NULL) {
 		evbuffer_add_buffer_reference(out, ex->replay);
+	}
 	/* a body over replay_buffer goes once: from here on it cannot be sent
 	 * again (before here, a try that never connected may still be redone) */
 	if (ex->body_once)

@@ -140,13 +140,17 @@ void exchange_spool_feed(struct exchange_try *t)
 	if (ex->spool_sent < length)
 		return; /* more when the upstream has taken some */
 	ex->spool_queued = true;
-	/* by reference, as a replay buffer: empty unless a write failed */
-	evbuffer_add_buffer_reference(out, ex->replay);
-	/* a body going once never needs its file again: the disk and its share
-	 * of spool_total come free now, not when the client's rest has come */
+	/* a body going once never needs its file again, nor what the file
+	 * could not take: the disk, its share of spool_total and the memory
+	 * come free now, not when the client's rest has come */
 	if (ex->body_once) {
+		evbuffer_add_buffer(out, ex->replay);
+		exchange_memory_recount(ex);
 		spool_close(ex->spool);
 		ex->spool = NULL;
+	} else {
+		/* by reference, as a replay buffer: empty unless a write failed */
+		evbuffer_add_buffer_reference(out, ex->replay);
 	}
 	exchange_pump_request_body(ex);
 }

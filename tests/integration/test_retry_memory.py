@@ -30,11 +30,18 @@ Must hold:
   tries, and the gauge goes back to 0 (before, every request waiting in
   backoff could keep retry_response_buffer, up to max_pending_retries x
   1 MiB);
+- D, a chunked PUT from a raw socket, sends 1.25 MiB and pauses before its
+  last chunk: found over the room left, it goes once; while its client
+  pauses the gauge is 0 (before, the 1 MiB and more read before that held
+  its memory and room until the request ended), and E, 700 KiB with
+  Content-Length, is kept and retried meanwhile (200 after two tries);
+  then D's end comes, and D gets 200, its body byte-exact at the origin;
 - with the spool on (spool_max 4MiB), a body that does not fit in memory
   while A' holds it goes to a spool file and is retried: 200 after two
   tries, twice byte-exact.
 """
 
+import hashlib
 import os
 import threading
 
@@ -191,6 +198,30 @@ def scenario(t):
         h.eq((a.status, a.header("Retry-Attempts")), (200, "2"), "A's status, Retry-Attempts")
         h.wait_until(lambda: gauge(proxy, "retryproxy_retry_memory_bytes") == 0, 5 * h.SLOW,
                      "retryproxy_retry_memory_bytes 0")
+
+    @t.check("a chunked body over replay_buffer goes once: its memory comes free once it is "
+             "queued, while the client's rest still comes")
+    def _():
+        origin.script("/mem/d", ["/echo"])
+        data = os.urandom(1280 * KiB)
+        chunks = b"".join(b"%x\r\n%s\r\n" % (64 * KiB, data[i:i + 64 * KiB])
+                          for i in range(0, len(data), 64 * KiB))
+        with h.RawConn(proxy.port(), timeout=30 * h.SLOW) as d:
+            d.send(b"PUT %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   % origin.url("/mem/d").encode() + chunks)
+            proxy.wait_log(r"PUT \S*/mem/d: chunked body is over ")
+            # before, the 1 MiB read before the body was found too large
+            # stayed in memory, and in retry_memory, until the request
+            # ended: a long upload held the room every other body needs
+            h.wait_until(lambda: gauge(proxy, "retryproxy_retry_memory_bytes") == 0, 5 * h.SLOW,
+                         "retryproxy_retry_memory_bytes 0 while D's client pauses (%d)"
+                         % gauge(proxy, "retryproxy_retry_memory_bytes"))
+            retried(proxy, "/mem/e", "mem-e", chunked=False)
+            d.send(b"0\r\n\r\n")
+            r = d.read_response("PUT")
+            h.eq(r.status, 200, "D's status")
+        h.eq(bodies("/mem/d"), [(len(data), hashlib.sha256(data).hexdigest())],
+             "D's body at the origin")
 
     spooling = t.proxy(CONFIG % "  spool_max: 4MiB\n  spool_dir: spool")
 
