@@ -1147,6 +1147,34 @@ static void exchange_up_read_cb(struct conn *conn, void *arg)
 	exchange_leave(ex);
 }
 
+/* The upstream took bytes of a request with a body. try_timeout bounds the
+ * wait for the response head from the request's last byte on, and before
+ * that how long the upstream may take none of the body: a body that keeps
+ * moving is not cut, however long it takes to send (a large upload, a slow
+ * client). While the try waits for the client's next body bytes,
+ * client_timeout is the bound (exchange_watch_body()); a client that waits
+ * for the upstream's 100 owes none, and try_timeout bounds that wait. */
+void exchange_request_progress(struct exchange_try *t)
+{
+	struct exchange *ex = t->ex;
+
+	/* started again by the client's next bytes (exchange_pump_request_body()),
+	 * which the upstream may not take at once */
+	t->body_awaited = conn_output_length(t->up) == 0 && !ex->request_body.done &&
+			  !exchange_spool_pending(t) &&
+			  (!ex->expect_forwarded || ex->continue_relayed);
+	if (t->body_awaited) {
+		exchange_try_timeout_stop(t);
+		return;
+	}
+	/* from now on the connection's deadline, as on a pooled one */
+	if (t->timer_armed) {
+		evtimer_del(t->timer);
+		t->timer_armed = false;
+	}
+	conn_set_deadline(t->up, ex->route->retry.try_timeout_ms);
+}
+
 static void exchange_up_write_cb(struct conn *conn, void *arg)
 {
 	struct exchange_try *t = arg;
@@ -1159,6 +1187,8 @@ static void exchange_up_write_cb(struct conn *conn, void *arg)
 		exchange_resume_client(ex);
 		exchange_pump_request_body(ex);
 	}
+	if (ex->has_body && t->state == EXCHANGE_TRY_WAITING && ex->current == t && t->up != NULL)
+		exchange_request_progress(t);
 	exchange_leave(ex);
 }
 
@@ -1219,6 +1249,7 @@ static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, b
 	t->reused = reused;
 	t->byte_seen = false;
 	t->interim_seen = false;
+	t->body_awaited = false;
 	t->written_before = conn_bytes_written(conn);
 	conn_setcb(conn, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, t);
 	/* a response head may be as long as max_header_bytes: the input must

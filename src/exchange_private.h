@@ -162,6 +162,7 @@ struct exchange_try {
 	bool read_paused;	      /* client output full: upstream not read */
 	bool byte_seen;		      /* a response byte arrived */
 	bool interim_seen;	      /* ... an interim (1xx) response among them */
+	bool body_awaited;	      /* waits for the client's body: try_timeout off */
 	struct http1_framing framing; /* its response's */
 	struct evbuffer *keeping;     /* a retryable response being kept, head and body */
 	size_t keeping_head_len;
@@ -352,6 +353,10 @@ void exchange_count_kept_hedge(struct exchange *ex, bool won);
 #define EXCHANGE_TRY_TIMEOUT_TEXT "no response head within try_timeout"
 /* The response head arrived or the try ended: its try_timeout is over. */
 void exchange_try_timeout_stop(struct exchange_try *t);
+/* Try t's request with a body moved on (its upstream took bytes, or the
+ * client's went to it): try_timeout runs again from now, or stops while the
+ * try waits for the client's body (client_timeout's). */
+void exchange_request_progress(struct exchange_try *t);
 /* The ways to end, all through exchange_close(): the response is queued
  * whole (the client connection lives on when the framing allows); answer
  * with an error of our own; a response broke off after some of it reached

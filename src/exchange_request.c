@@ -473,6 +473,8 @@ void exchange_pump_request_body(struct exchange *ex)
 			exchange_respond_error(ex, 400, http1_error_text(error));
 		return;
 	}
+	if (t->body_awaited && t->state == EXCHANGE_TRY_WAITING)
+		exchange_request_progress(t);
 	if (ex->observe_replayable && ex->request_body.mode == BODY_MODE_CHUNKED)
 		exchange_observe_streamed(ex, before - evbuffer_get_length(in));
 	if (exchange_body_over_limit(ex))
