@@ -705,6 +705,14 @@ static void exchange_relay_from(struct exchange_try *t, const struct http1_head 
 	evbuffer_drain(conn_input(t->up), head->head_len);
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
+	/* a retryable answer kept from an earlier try can no longer be the
+	 * client's: its memory and its room in retry_memory go now, not when
+	 * this response ends (a long download) */
+	if (ex->kept != NULL) {
+		evbuffer_free(ex->kept);
+		ex->kept = NULL;
+		exchange_memory_recount(ex);
+	}
 	exchange_relay_response(ex);
 }
 
