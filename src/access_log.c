@@ -2,6 +2,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -214,6 +215,10 @@ static void access_log_text(const struct access_record *r)
 	access_line_uint(line, r->attempts);
 	access_line_str(line, " bytes=");
 	access_line_uint(line, r->bytes);
+	if (r->tunnel) {
+		access_line_str(line, " bytes_in=");
+		access_line_uint(line, r->bytes_in);
+	}
 	access_line_str(line, " duration_ms=");
 	access_line_uint(line, r->duration_ms);
 	access_line_str(line, " tries=\"");
@@ -287,6 +292,10 @@ static void access_log_json(const struct access_record *r)
 	access_line_uint(line, r->attempts);
 	access_line_str(line, ",\"bytes\":");
 	access_line_uint(line, r->bytes);
+	if (r->tunnel) {
+		access_line_str(line, ",\"bytes_in\":");
+		access_line_uint(line, r->bytes_in);
+	}
 	access_line_str(line, ",\"duration_ms\":");
 	access_line_uint(line, r->duration_ms);
 	access_line_str(line, ",\"tries\":[");
@@ -350,4 +359,40 @@ void access_log_write(const struct access_record *record)
 		access_log_json(record);
 	else
 		access_log_text(record);
+}
+
+/* The copy's strings: the record's own may point into a request head, a
+ * config or a buffer that is gone by the time the line is written. The
+ * names of tries, gave_up and would_retry are static. */
+struct access_record *access_record_dup(const struct access_record *record)
+{
+	struct access_record *copy = xmalloc(sizeof(*copy));
+
+	*copy = *record;
+	copy->client = xstrdup(record->client);
+	copy->method = xstrndup(record->method, record->method_len);
+	copy->target = xstrndup(record->target, record->target_len);
+	copy->route = xstrdup(record->route);
+	copy->note = record->note != NULL ? xstrdup(record->note) : NULL;
+	copy->tries = NULL;
+	if (record->try_count > 0) {
+		struct access_try *tries = xcalloc(record->try_count, sizeof(*tries));
+
+		memcpy(tries, record->tries, record->try_count * sizeof(*tries));
+		copy->tries = tries;
+	}
+	return copy;
+}
+
+void access_record_free(struct access_record *record)
+{
+	if (record == NULL)
+		return;
+	free((char *)record->client);
+	free((char *)record->method);
+	free((char *)record->target);
+	free((char *)record->route);
+	free((char *)record->note);
+	free((struct access_try *)record->tries);
+	free(record);
 }

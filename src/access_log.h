@@ -28,7 +28,10 @@ struct access_record {
 	const char *route; /* "-" before routing */
 	int status;	   /* what the client got; 0 if nothing */
 	unsigned attempts;
-	uint64_t bytes; /* response body bytes sent to the client */
+	uint64_t bytes;	   /* response body bytes sent to the client; for a tunnel,
+			 * the bytes it carried to the client */
+	bool tunnel;	   /* a CONNECT tunnel or a switched protocol: bytes_in goes too */
+	uint64_t bytes_in; /* a tunnel's bytes from the client to the upstream */
 	uint64_t duration_ms;
 	const char *note;    /* why the exchange ended unusually, or NULL */
 	const char *gave_up; /* why retrying stopped short: attempts, deadline, ... or NULL */
@@ -40,5 +43,10 @@ struct access_record {
 };
 
 void access_log_write(const struct access_record *record);
+
+/* A copy that owns its strings and tries, to be written later (a tunnel's
+ * line, when it ends); access_record_free() lets it go. */
+struct access_record *access_record_dup(const struct access_record *record);
+void access_record_free(struct access_record *record);
 
 #endif

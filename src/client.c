@@ -140,6 +140,7 @@ static void client_free(struct client *client)
 {
 	client_idle_ends(client);
 	registry_remove(&client->entry);
+	intercept_end(client->intercept, client->conn);
 	intercept_free(client->intercept);
 	if (client->conn != NULL)
 		conn_free(client->conn);
@@ -166,6 +167,7 @@ static void client_close_reset(struct client *client, const char *reason)
 {
 	struct conn *conn = client->conn;
 
+	intercept_count(client->intercept, conn);
 	client->conn = NULL;
 	client_close(client, reason);
 	if (conn != NULL)
@@ -463,7 +465,8 @@ static void client_intercept(struct client *client, const struct http1_head *hea
 	record.method = "CONNECT";
 	record.target = intercept_prefix(client->intercept) + 8;
 	record.target_len = strlen(record.target);
-	access_log_write(&record);
+	/* written when the tunnel ends, with its life and bytes */
+	intercept_log_at_end(client->intercept, &record, client->conn);
 	metrics_request_done(client->proxy->metrics, dest.route->series, 200, 0.0, 0);
 	client->state = CLIENT_HANDSHAKE;
 	/* the handshake, like a request head, must finish within client_timeout */
@@ -822,7 +825,8 @@ static void client_exchange_done(struct client *client, bool keep_alive)
 
 /* The exchange turned into a tunnel to upstream (a CONNECT, or a switch of
  * protocols): the connection goes to a tunnel, and this client is gone. */
-static void client_exchange_tunnel(struct client *client, struct conn *upstream)
+static void client_exchange_tunnel(struct client *client, struct conn *upstream,
+				   struct access_record *tunnel_log)
 {
 	struct proxy *proxy = client->proxy;
 	struct conn *conn = client->conn;
@@ -830,17 +834,21 @@ static void client_exchange_tunnel(struct client *client, struct conn *upstream)
 
 	client->conn = NULL;
 	registry_remove(&client->entry);
+	/* an intercepted tunnel ends here: the switched protocol's own line
+	 * comes when its tunnel ends */
+	intercept_end(client->intercept, conn);
 	intercept_free(client->intercept);
 	config_release(client->config);
 	free(client);
 	/* the tunnel takes over the connection, and its place among those
 	 * max_connections counts */
-	tunnel_new(proxy, conn, upstream, idle_ms);
+	tunnel_new(proxy, conn, upstream, idle_ms, tunnel_log);
 }
 
 /* How the exchange ended decides what becomes of the connection. The
  * exchange frees itself; it must not be touched after this. */
-static void client_exchange_ended(void *arg, enum exchange_end end, struct conn *tunnel)
+static void client_exchange_ended(void *arg, enum exchange_end end, struct conn *tunnel,
+				  struct access_record *tunnel_log)
 {
 	struct client *client = arg;
 
@@ -857,7 +865,7 @@ static void client_exchange_ended(void *arg, enum exchange_end end, struct conn 
 		client_reset_after_flush(client);
 		break;
 	case EXCHANGE_END_TUNNEL:
-		client_exchange_tunnel(client, tunnel);
+		client_exchange_tunnel(client, tunnel, tunnel_log);
 		break;
 	case EXCHANGE_END_CLIENT_GONE:
 		break;

@@ -285,8 +285,9 @@ static uint64_t exchange_ms_since(uint64_t then)
 	return now > then ? now - then : 0;
 }
 
-/* Access-log line and the request's metrics. */
-static void exchange_log(struct exchange *ex)
+/* Access-log line and the request's metrics. A tunnel's line waits for the
+ * tunnel's end: *tunnel_log takes a copy, which the tunnel writes. */
+static void exchange_log(struct exchange *ex, struct access_record **tunnel_log)
 {
 	struct access_record record;
 
@@ -308,7 +309,11 @@ static void exchange_log(struct exchange *ex)
 	record.waited_ms = ex->waited_first_ms;
 	record.ambiguous = ex->ambiguous;
 	record.would_retry = ex->would_retry;
-	access_log_write(&record);
+	if (tunnel_log != NULL) {
+		record.tunnel = true;
+		*tunnel_log = access_record_dup(&record);
+	} else
+		access_log_write(&record);
 	if (ex->status != 0)
 		metrics_request_done(ex->proxy->metrics, ex->route->series, ex->status,
 				     (double)record.duration_ms / 1000.0, ex->attempts);
@@ -497,6 +502,7 @@ void exchange_proxy_ends(struct exchange *ex)
  * outermost entry into it leaves (at once when none runs). */
 static void exchange_close(struct exchange *ex, enum exchange_end end, const char *why)
 {
+	struct access_record *tunnel_log = NULL;
 	size_t i;
 
 	if (ex->state == EXCHANGE_DONE)
@@ -562,11 +568,11 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 	exchange_timer_stop(ex);
 	if (ex->hedge_timer != NULL)
 		evtimer_del(ex->hedge_timer);
-	exchange_log(ex);
+	exchange_log(ex, end == EXCHANGE_END_TUNNEL ? &tunnel_log : NULL);
 	if (end != EXCHANGE_END_CLIENT_GONE) {
 		if (ex->body_watched)
 			ex->owner.watch_body(ex->owner.arg, false);
-		ex->owner.ended(ex->owner.arg, end, ex->tunnel);
+		ex->owner.ended(ex->owner.arg, end, ex->tunnel, tunnel_log);
 	}
 	ex->tunnel = NULL;
 	if (ex->busy == 0)

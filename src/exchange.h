@@ -16,6 +16,7 @@
 #include "http1.h"
 
 struct config;
+struct access_record;
 struct conn;
 struct exchange;
 struct proxy;
@@ -49,7 +50,10 @@ struct exchange_owner {
 	const char *peer;		     /* for the log */
 	void (*watch_body)(void *arg, bool on); /* time out a request body that stalls */
 	bool (*closing)(void *arg);		/* the connection closes after this request */
-	void (*ended)(void *arg, enum exchange_end end, struct conn *tunnel);
+	/* a tunnel gets its upstream connection and its access line, to be
+	 * written when it ends (the owner takes both) */
+	void (*ended)(void *arg, enum exchange_end end, struct conn *tunnel,
+		      struct access_record *tunnel_log);
 	void *arg;
 };
 

@@ -7,12 +7,14 @@
 
 #include <event2/buffer.h>
 
+#include "access_log.h"
 #include "ca.h"
 #include "config.h"
 #include "conn.h"
 #include "log.h"
 #include "proxy.h"
 #include "reply.h"
+#include "retry_budget.h"
 #include "route.h"
 #include "tls.h"
 #include "xmalloc.h"
@@ -21,6 +23,10 @@ struct intercept {
 	char *host;		      /* the CONNECT host, no brackets */
 	char *prefix;		      /* "https://" and the CONNECT authority */
 	struct upstream_url upstream; /* https://host:port */
+	struct access_record *log;    /* the CONNECT's line, until the tunnel ends */
+	uint64_t opened_ms;	      /* when it was intercepted (monotonic) */
+	uint64_t base;		      /* bytes the client conn had written before */
+	uint64_t bytes;		      /* ... and since, as last counted */
 };
 
 bool intercept_wanted(const struct config *config, const struct listener_config *listen,
@@ -69,10 +75,39 @@ static struct intercept *intercept_new(const struct http1_target *target)
 	return ic;
 }
 
+void intercept_log_at_end(struct intercept *ic, const struct access_record *record,
+			  const struct conn *conn)
+{
+	ic->log = access_record_dup(record);
+	ic->opened_ms = retry_budget_now_ms();
+	ic->base = conn_bytes_written(conn) + conn_output_length(conn);
+}
+
+void intercept_count(struct intercept *ic, const struct conn *conn)
+{
+	if (ic != NULL && conn != NULL && conn_bytes_written(conn) > ic->base)
+		ic->bytes = conn_bytes_written(conn) - ic->base;
+}
+
+void intercept_end(struct intercept *ic, const struct conn *conn)
+{
+	uint64_t now = retry_budget_now_ms();
+
+	if (ic == NULL || ic->log == NULL)
+		return;
+	intercept_count(ic, conn);
+	ic->log->bytes = ic->bytes;
+	ic->log->duration_ms += now > ic->opened_ms ? now - ic->opened_ms : 0;
+	access_log_write(ic->log);
+	access_record_free(ic->log);
+	ic->log = NULL;
+}
+
 void intercept_free(struct intercept *ic)
 {
 	if (ic == NULL)
 		return;
+	intercept_end(ic, NULL);
 	free(ic->host);
 	free(ic->prefix);
 	free(ic->upstream.host);

@@ -14,6 +14,7 @@
 
 #include "http1.h"
 
+struct access_record;
 struct config;
 struct conn;
 struct intercept;
@@ -34,6 +35,19 @@ bool intercept_wanted(const struct config *config, const struct listener_config 
 struct intercept *intercept_start(struct proxy *proxy, const struct config *config,
 				  struct conn *conn, const struct http1_head *head, int *status,
 				  char *reason, size_t reason_len);
+
+/* The CONNECT's access line, written when the tunnel ends (intercept_end)
+ * with the tunnel's life and the bytes the proxy sent the client inside it
+ * from now on. */
+void intercept_log_at_end(struct intercept *intercept, const struct access_record *record,
+			  const struct conn *conn);
+
+/* Note the bytes sent to the client through conn before it goes. */
+void intercept_count(struct intercept *intercept, const struct conn *conn);
+
+/* The tunnel ends: its CONNECT's line is written (conn: the client's, or
+ * NULL when intercept_count() saw it last). NULL: nothing. */
+void intercept_end(struct intercept *intercept, const struct conn *conn);
 
 void intercept_free(struct intercept *intercept);
 

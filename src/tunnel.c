@@ -7,10 +7,12 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "access_log.h"
 #include "conn.h"
 #include "log.h"
 #include "proxy.h"
 #include "registry.h"
+#include "retry_budget.h"
 #include "xmalloc.h"
 #include "timeval.h"
 
@@ -43,6 +45,14 @@ struct tunnel {
 	struct tunnel_side *aborting;
 	struct conn_ack_watch abort_watch; /* what the side left still takes */
 	struct registry_entry entry;	   /* in proxy->registry */
+	/* its access line, written when it ends: the request's, with the
+	 * tunnel's life and bytes */
+	struct access_record *log;
+	uint64_t opened_ms;	/* when the tunnel took over (monotonic) */
+	uint64_t client_base;	/* what the client conn had written before, or queued */
+	uint64_t upstream_base; /* ... the upstream conn */
+	uint64_t to_client;	/* counted when the client's conn goes */
+	uint64_t from_client;	/* counted when the upstream's conn goes */
 };
 
 /* Traffic: the idle timeout starts again. A quarter of it later the timer
@@ -61,13 +71,56 @@ static int64_t tunnel_taken(const struct tunnel *tunnel)
 	return conn_bytes_acked(tunnel->client.conn) + conn_bytes_acked(tunnel->upstream.conn);
 }
 
-void tunnel_close(struct tunnel *tunnel)
+/* What went through a side's conn, noted before it is freed: the bytes
+ * written to the client are what the tunnel carried to it, those written to
+ * the upstream what it carried from the client. */
+static void tunnel_count(struct tunnel *tunnel, const struct tunnel_side *side)
 {
+	if (side->conn == NULL)
+		return;
+	if (side == &tunnel->client)
+		tunnel->to_client = conn_bytes_written(side->conn) - tunnel->client_base;
+	else
+		tunnel->from_client = conn_bytes_written(side->conn) - tunnel->upstream_base;
+}
+
+/* The tunnel's one access line, as it ends: the request's duration up to
+ * the tunnel's start and its life since; why, when it did not end by the
+ * peers' own closes. */
+static void tunnel_log(struct tunnel *tunnel, const char *why)
+{
+	struct access_record *record = tunnel->log;
+	uint64_t now = retry_budget_now_ms();
+
+	if (record == NULL)
+		return;
+	tunnel_count(tunnel, &tunnel->client);
+	tunnel_count(tunnel, &tunnel->upstream);
+	record->bytes = tunnel->to_client;
+	record->bytes_in = tunnel->from_client;
+	record->duration_ms += now > tunnel->opened_ms ? now - tunnel->opened_ms : 0;
+	if (record->note == NULL)
+		record->note = why;
+	access_log_write(record);
+	if (record->note == why)
+		record->note = NULL; /* not the copy's own */
+	access_record_free(record);
+	tunnel->log = NULL;
+}
+
+static void tunnel_close_why(struct tunnel *tunnel, const char *why)
+{
+	tunnel_log(tunnel, why);
 	registry_remove(&tunnel->entry);
 	conn_free(tunnel->client.conn);
 	conn_free(tunnel->upstream.conn);
 	event_free(tunnel->idle_timer);
 	free(tunnel);
+}
+
+void tunnel_close(struct tunnel *tunnel)
+{
+	tunnel_close_why(tunnel, NULL);
 }
 
 /* One look of an aborting tunnel: reset the side left once it has taken
@@ -80,9 +133,11 @@ static void tunnel_abort_look(struct tunnel *tunnel)
 
 	if (conn_ack_watch_done(&tunnel->abort_watch, side->conn, TUNNEL_ABORT_LOOK_MS,
 				tunnel->idle_ms)) {
+		tunnel_count(tunnel, side);
 		conn_free_reset(side->conn);
 		side->conn = NULL;
-		tunnel_close(tunnel);
+		tunnel_close_why(tunnel, side == &tunnel->client ? "upstream reset the tunnel"
+								 : "client reset the tunnel");
 		return;
 	}
 	evtimer_add(tunnel->idle_timer, &tv);
@@ -95,6 +150,7 @@ static void tunnel_abort(struct tunnel *tunnel, struct tunnel_side *failed)
 {
 	struct tunnel_side *side = failed->peer;
 
+	tunnel_count(tunnel, failed);
 	conn_free(failed->conn);
 	failed->conn = NULL;
 	conn_read_enable(side->conn, false);
@@ -156,7 +212,9 @@ static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 	if (tunnel->aborting != NULL) {
 		/* the side left: an EOF read before is of no use now */
 		if (what & (CONN_ERROR | CONN_TIMEOUT))
-			tunnel_close(tunnel);
+			tunnel_close_why(tunnel, side == &tunnel->client
+							 ? "client reset the tunnel"
+							 : "upstream reset the tunnel");
 		return;
 	}
 	if (what & CONN_ERROR) {
@@ -164,7 +222,7 @@ static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 		return;
 	}
 	if (what & CONN_TIMEOUT) {
-		tunnel_close(tunnel);
+		tunnel_close_why(tunnel, "timeout");
 		return;
 	}
 	if (what & CONN_EOF) {
@@ -216,7 +274,7 @@ static void tunnel_idle_cb(evutil_socket_t fd, short what, void *arg)
 		return;
 	}
 	log_debug("tunnel idle for tunnel_idle_timeout; closing");
-	tunnel_close(tunnel);
+	tunnel_close_why(tunnel, "tunnel_idle_timeout");
 }
 
 /* Wire one side's callbacks and marks. */
@@ -236,7 +294,7 @@ static void tunnel_side_init(struct tunnel *tunnel, struct tunnel_side *side, st
 /* Close, for the registry (shutdown, drain timeout). */
 static void tunnel_close_cb(void *self, const char *reason)
 {
-	tunnel_close(self);
+	tunnel_close_why(self, reason);
 }
 
 /* A tunnel is never idle for a drain: its bytes are in flight. */
@@ -245,9 +303,15 @@ static const struct registry_ops tunnel_registry_ops = {
 };
 
 void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
-		uint64_t idle_timeout_ms)
+		uint64_t idle_timeout_ms, struct access_record *log)
 {
 	struct tunnel *tunnel = xcalloc(1, sizeof(*tunnel));
+
+	tunnel->log = log;
+	tunnel->opened_ms = retry_budget_now_ms();
+	/* the 200 or the 101 may still be queued: not the tunnel's bytes */
+	tunnel->client_base = conn_bytes_written(client) + conn_output_length(client);
+	tunnel->upstream_base = conn_bytes_written(upstream) + conn_output_length(upstream);
 
 	tunnel->proxy = proxy;
 	tunnel->idle_ms = idle_timeout_ms;

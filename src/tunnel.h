@@ -6,13 +6,16 @@
 
 #include <stdint.h>
 
+struct access_record;
 struct conn;
 struct proxy;
 struct tunnel;
 
-/* Take over both connections; the tunnel counts as one connection. */
+/* Take over both connections; the tunnel counts as one connection. log,
+ * NULL or the opening request's access line (the tunnel takes it), is
+ * written when the tunnel ends, with its duration and bytes. */
 void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
-		uint64_t idle_timeout_ms);
+		uint64_t idle_timeout_ms, struct access_record *log);
 
 /* Close a tunnel now (shutdown). */
 void tunnel_close(struct tunnel *tunnel);

@@ -14,7 +14,11 @@ and after tunnel_idle_timeout of silence; when the origin resets it, the
 client gets every byte sent before, then a reset (not a FIN, which would
 make a cut stream look whole); a half-close passes through (a
 client that sends, shuts its side and reads still gets the answer); CONNECT to a closed port gets a
-502 with a one-line body; a tunnel's access line has one try, 200; a
+502 with a one-line body; a tunnel's access line has one try, 200, and is
+written when the tunnel ends (none while it is open), with bytes= what it
+carried to the client, bytes_in= what it carried from it, duration_ms its
+life, and note= why it ended when that was tunnel_idle_timeout, a reset or
+the drain of SIGTERM (the line is never lost at exit); a
 CONNECT framed with content (Content-Length: 5, or chunked) is a 400 and
 opens no connection, since a CONNECT has none (RFC 9110 section 9.3.6) and
 what follows its head is the tunnel's (Content-Length: 0 still tunnels).
@@ -111,6 +115,84 @@ def scenario(t):
         h.ok(tunnels, "no CONNECT access line")
         h.eq((tunnels[-1].get("attempts"), tunnels[-1].get("tries")), ("1", "200"),
              "the last CONNECT line's attempts and trail: %r" % tunnels[-1])
+
+    @t.check("a tunnel's access line is written when it ends, with its life and bytes both "
+             "ways: none while it is open")
+    def _():
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(10)
+        port = server.getsockname()[1]
+        tag = "127.0.0.1:%d" % port
+
+        def serve():
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(100)
+                conn.sendall(o.pattern_bytes(1000))
+                while conn.recv(65536):
+                    pass
+
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+        c, _ = open_tunnel(proxy, port)
+        with c:
+            c.send(b"hello")
+            h.eq(c.read_exact(1000), o.pattern_bytes(1000), "what came through the tunnel")
+            time.sleep(0.6)
+            h.eq(proxy.access_for(tag), [], "access lines while the tunnel is open")
+        th.join(5)
+        server.close()
+        f = h.access_fields(proxy.access_one(tag))
+        h.eq((f.get("status"), f.get("bytes"), f.get("bytes_in")), ("200", "1000", "5"),
+             "the closed tunnel's status, bytes to the client and from it (%r)" % f)
+        h.ok(int(f.get("duration_ms", "0")) >= 600, "duration_ms covers the tunnel's life (%r)" % f)
+        h.eq(f.get("note"), None, "a note on a tunnel both sides closed (%r)" % f)
+
+    def quiet_server():
+        """A server that takes one connection and holds it, reading, until
+        its peer closes; its socket and port."""
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(20)
+
+        def serve():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    while conn.recv(65536):
+                        pass
+                except OSError:
+                    pass
+
+        threading.Thread(target=serve, daemon=True).start()
+        return server, server.getsockname()[1]
+
+    @t.check("a tunnel closed for tunnel_idle_timeout, or cut by a reset, logs why on its line")
+    def _():
+        server, port = quiet_server()
+        c, _ = open_tunnel(proxy, port)
+        with c:
+            h.ok(c.closed_within(2 + 8), "idle tunnel still open 10s after the last byte")
+        f = h.access_fields(proxy.access_one("127.0.0.1:%d" % port))
+        server.close()
+        h.eq(f.get("note"), "tunnel_idle_timeout", "the idle tunnel's note (%r)" % f)
+        h.ok(int(f.get("duration_ms", "0")) >= 2000, "the idle tunnel's duration (%r)" % f)
+        server, port = quiet_server()
+        c, _ = open_tunnel(proxy, port)
+        c.send(b"abc")
+        time.sleep(0.2)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+        f = h.access_fields(proxy.access_one("127.0.0.1:%d" % port))
+        server.close()
+        h.eq((f.get("bytes_in"), f.get("note")), ("3", "client%20reset%20the%20tunnel"),
+             "the reset tunnel's bytes from the client and note (%r)" % f)
 
     @t.check("the tunnel closes toward the client when the origin closes")
     def _():
@@ -249,6 +331,23 @@ def scenario(t):
                     % (authority, authority)).encode())
             r = c.read_head()
         h.eq(r.status, 200, "CONNECT with Content-Length: 0")
+
+    @t.check("SIGTERM with a tunnel open: the drain ends it at drain_timeout, and its line is "
+             "written before the exit")
+    def _():
+        p2 = t.proxy(CONFIG.replace("tunnel_idle_timeout: 2s", "tunnel_idle_timeout: 30s"))
+        server, port = quiet_server()
+        c, _ = open_tunnel(p2, port)
+        with c:
+            c.send(b"ping")
+            time.sleep(0.2)
+            p2.terminate()
+            h.ok(c.closed_within(2 + 8), "the tunnel still open 10s after SIGTERM")
+        t.stop_proxy(p2)
+        server.close()
+        f = h.access_fields(p2.access_one("127.0.0.1:%d" % port))
+        h.eq((f.get("bytes_in"), f.get("note")), ("4", "drain_timeout"),
+             "the drained tunnel's bytes from the client and note (%r)" % f)
 
 
 h.run(scenario, __doc__)

@@ -292,6 +292,52 @@ def scenario(t):
         h.eq([s for s, _ in results], [200, 200], "statuses")
         h.eq(sum(n for _, n in results), 1, "connections curl made")
 
+    @t.check("an intercepted CONNECT's one line is written when its tunnel ends, with the "
+             "tunnel's life and the bytes sent to the client inside it")
+    def _():
+        # a spelling of its own: the lines of other checks' tunnels differ
+        authority = "LocalHost:%d" % good.port
+
+        def connect_lines():
+            return [h.access_fields(ln) for ln in proxy.access_lines()
+                    if h.access_fields(ln).get("method") == "CONNECT"
+                    and h.access_fields(ln).get("target") == authority]
+
+        before = len(connect_lines())
+        s, tls, incoming, outgoing = handshake_by_hand(proxy.port(), "LocalHost", good.port,
+                                                       local_ca)
+        with s:
+            s.sendall(outgoing.read())
+            time.sleep(0.5)
+            h.eq(len(connect_lines()), before, "CONNECT lines while the tunnel is open")
+            tls.write(b"GET /echo?t=connect-line HTTP/1.1\r\nHost: %s\r\n"
+                      b"Connection: close\r\n\r\n" % authority.encode())
+            s.sendall(outgoing.read())
+            got = b""
+            s.settimeout(10)
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                incoming.write(data)
+                try:
+                    while True:
+                        piece = tls.read(65536)
+                        if not piece:
+                            break
+                        got += piece
+                except ssl.SSLWantReadError:
+                    pass
+                except ssl.SSLZeroReturnError:
+                    break
+        h.ok(got.startswith(b"HTTP/1.1 200"), "the response inside (%r)" % got[:100])
+        h.wait_until(lambda: len(connect_lines()) == before + 1, 5 * h.SLOW,
+                     "the CONNECT's line once the tunnel closed")
+        f = connect_lines()[-1]
+        h.eq((f.get("status"), f.get("note"), f.get("bytes")), ("200", "intercepted", str(len(got))),
+             "the CONNECT line's status, note and bytes (%r)" % f)
+        h.ok(int(f.get("duration_ms", "0")) >= 500, "its duration covers the tunnel (%r)" % f)
+
     @t.check("TLS 1.3: a request in the same segment as the client's Finished is answered at once")
     def _():
         s, tls, incoming, outgoing = handshake_by_hand(proxy.port(), "localhost", good.port,

@@ -231,6 +231,11 @@ def scenario(t):
         h.eq(names.count("via"), 1, "one Via at the origin (%r)" % fields)
         line = proxy.access_one("c=side")
         h.eq(h.access_fields(line).get("status"), "101", "access-log status (%s)" % line)
+        # written when the switched connection closed: what it carried to
+        # the client (the first bytes, the echoes and BYE) and from it
+        h.eq((h.access_fields(line).get("bytes"), h.access_fields(line).get("bytes_in")),
+             (str(len(FIRST) + 200010 + 3), "200010"),
+             "the switched connection's bytes to and from the client (%s)" % line)
         h.wait_until(lambda: upstream_connections(proxy) == 0, 5 * h.SLOW,
                      "no upstream connection open once the tunnel closed")
 
@@ -242,6 +247,8 @@ def scenario(t):
             h.eq(c.read_exact(len(FIRST) + 5), FIRST + b"EARLY", "the first bytes, then the echo")
             c.send(b"late")
             h.eq(c.read_exact(4), b"LATE", "the echo after")
+            h.eq(proxy.access_for("c=early"), [], "access lines while the switched connection "
+                 "is open (its line is written when it ends)")
 
     @t.check("a switched connection holds no place under max_upstream_connections (1)")
     def _():

@@ -32,6 +32,7 @@
 #include <event2/dns.h>
 #include <event2/event.h>
 
+#include "access_log.h"
 #include "config.h"
 #include "conn.h"
 #include "exchange.h"
@@ -324,7 +325,8 @@ static bool owner_closing(void *arg)
 	return false;
 }
 
-static void owner_ended(void *arg, enum exchange_end end, struct conn *tunnel)
+static void owner_ended(void *arg, enum exchange_end end, struct conn *tunnel,
+			struct access_record *tunnel_log)
 {
 	static const char *const names[] = {
 		[EXCHANGE_END_KEEP_ALIVE] = "ended:keep-alive",
@@ -340,6 +342,7 @@ static void owner_ended(void *arg, enum exchange_end end, struct conn *tunnel)
 	h->ex = NULL;
 	h->ended_count++;
 	h->end = end;
+	access_record_free(tunnel_log);
 	trace_add(h, names[end]);
 	while (now_ms() < h->ended_busy_until_ms) {
 		struct timespec ms = { .tv_sec = 0, .tv_nsec = 1000 * 1000 };
@@ -562,10 +565,12 @@ static void other_watch_body(void *arg, bool on)
 {
 }
 
-static void other_ended(void *arg, enum exchange_end end, struct conn *tunnel)
+static void other_ended(void *arg, enum exchange_end end, struct conn *tunnel,
+			struct access_record *tunnel_log)
 {
 	struct other_client *c = arg;
 
+	access_record_free(tunnel_log);
 	c->ex = NULL;
 	c->ended_count++;
 }
