@@ -291,10 +291,24 @@ static void tunnel_side_init(struct tunnel *tunnel, struct tunnel_side *side, st
 	conn_set_deadline(conn, 0);
 }
 
-/* Close, for the registry (shutdown, drain timeout). */
+/* Close, for the registry (shutdown, drain timeout): the proxy cuts the
+ * tunnel, and a FIN would tell each peer that the other had finished, so
+ * that a stream cut here (a close-delimited body, an upload ended by a
+ * FIN) would look whole. Each side gets a reset, as a client connection
+ * with a response under way does then (client_close_cb). */
 static void tunnel_close_cb(void *self, const char *reason)
 {
-	tunnel_close_why(self, reason);
+	struct tunnel *tunnel = self;
+	struct tunnel_side *sides[] = { &tunnel->client, &tunnel->upstream };
+
+	for (size_t i = 0; i < sizeof(sides) / sizeof(sides[0]); i++) {
+		if (sides[i]->conn == NULL)
+			continue;
+		tunnel_count(tunnel, sides[i]);
+		conn_free_reset(sides[i]->conn);
+		sides[i]->conn = NULL;
+	}
+	tunnel_close_why(tunnel, reason);
 }
 
 /* A tunnel is never idle for a drain: its bytes are in flight. */
