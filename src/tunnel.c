@@ -123,6 +123,13 @@ void tunnel_close(struct tunnel *tunnel)
 	tunnel_close_why(tunnel, NULL);
 }
 
+/* The note of an aborting tunnel's line: which side failed first. */
+static const char *tunnel_abort_why(const struct tunnel *tunnel)
+{
+	return tunnel->aborting == &tunnel->client ? "upstream reset the tunnel"
+						   : "client reset the tunnel";
+}
+
 /* One look of an aborting tunnel: reset the side left once it has taken
  * everything the failed side sent before its failure, or took none of it
  * for tunnel_idle_timeout. */
@@ -136,8 +143,7 @@ static void tunnel_abort_look(struct tunnel *tunnel)
 		tunnel_count(tunnel, side);
 		conn_free_reset(side->conn);
 		side->conn = NULL;
-		tunnel_close_why(tunnel, side == &tunnel->client ? "upstream reset the tunnel"
-								 : "client reset the tunnel");
+		tunnel_close_why(tunnel, tunnel_abort_why(tunnel));
 		return;
 	}
 	evtimer_add(tunnel->idle_timer, &tv);
@@ -212,9 +218,7 @@ static void tunnel_event_cb(struct conn *conn, short what, void *arg)
 	if (tunnel->aborting != NULL) {
 		/* the side left: an EOF read before is of no use now */
 		if (what & (CONN_ERROR | CONN_TIMEOUT))
-			tunnel_close_why(tunnel, side == &tunnel->client
-							 ? "client reset the tunnel"
-							 : "upstream reset the tunnel");
+			tunnel_close_why(tunnel, tunnel_abort_why(tunnel));
 		return;
 	}
 	if (what & CONN_ERROR) {

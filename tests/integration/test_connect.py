@@ -269,6 +269,7 @@ def scenario(t):
 
             th = threading.Thread(target=serve, daemon=True)
             th.start()
+            authority = "127.0.0.1:%d" % server.getsockname()[1]
             c, _ = open_tunnel(proxy, server.getsockname()[1])
             with c:
                 c.send(b"go")
@@ -292,6 +293,9 @@ def scenario(t):
             h.eq((len(got), got == o.pattern_bytes(size)), (size, True),
                  "bytes through the tunnel before the reset (pause %.1fs)" % pause)
             h.eq(ending, "reset", "how the tunnel ended toward the client (pause %.1fs)" % pause)
+            f = h.access_fields(proxy.access_one(authority))
+            h.eq((f.get("bytes"), f.get("note")), (str(size), "upstream%20reset%20the%20tunnel"),
+                 "the reset tunnel's bytes and note (pause %.1fs)" % pause)
 
     @t.check("an idle tunnel closes after tunnel_idle_timeout (2s), both sides")
     def _():
