@@ -191,6 +191,37 @@ static void test_plain_request(void **state)
 		"\"tries\":[{\"status\":200,\"wait_ms\":0}]}");
 }
 
+/* A tunnel's line, written from a copy when the tunnel ends: bytes_in
+ * follows bytes, and the copy owns its strings. */
+static void test_tunnel_line_from_copy(void **state)
+{
+	char target[] = "api.test:443";
+	char note[] = "tunnel_idle_timeout";
+	struct access_record r = plain_record(target);
+	struct access_record *copy;
+
+	r.method = "CONNECT";
+	r.method_len = 7;
+	r.note = note;
+	r.tunnel = true;
+	copy = access_record_dup(&r);
+	memset(target, 'x', sizeof(target) - 1);
+	memset(note, 'x', sizeof(note) - 1);
+	copy->bytes = 5000;
+	copy->bytes_in = 300;
+	copy->duration_ms = 61000;
+	assert_access_lines(
+		copy,
+		"access client=127.0.0.1:40000 method=CONNECT target=api.test:443 route=api"
+		" status=200 attempts=1 bytes=5000 bytes_in=300 duration_ms=61000 tries=\"200\""
+		" note=tunnel_idle_timeout",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"CONNECT\","
+		"\"target\":\"api.test:443\",\"route\":\"api\",\"status\":200,"
+		"\"attempts\":1,\"bytes\":5000,\"bytes_in\":300,\"duration_ms\":61000,"
+		"\"tries\":[{\"status\":200,\"wait_ms\":0}],\"note\":\"tunnel_idle_timeout\"}");
+	access_record_free(copy);
+}
+
 static void test_no_tries_and_extremes(void **state)
 {
 	struct access_record r = plain_record("/");
@@ -721,6 +752,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_plain_request),
 		cmocka_unit_test(test_no_tries_and_extremes),
+		cmocka_unit_test(test_tunnel_line_from_copy),
 		cmocka_unit_test(test_retry_trail_with_waits),
 		cmocka_unit_test(test_waited_before_first_try),
 		cmocka_unit_test(test_wait_forms_round_as_printf),
