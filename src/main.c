@@ -288,6 +288,7 @@ static bool main_given_once(const void *already, const char *option)
 int main(int argc, char **argv)
 {
 	const char *config_path = NULL, *make_ca_dir = NULL;
+	const char *answer = NULL; /* --version, --help or -h: the first given */
 	struct explain_request explain = { NULL, NULL, NULL, 0, NULL };
 	const char **headers = xcalloc((size_t)argc, sizeof(*headers));
 	bool check = false;
@@ -324,14 +325,12 @@ int main(int argc, char **argv)
 		} else if (strcmp(argv[i], "--body") == 0 && i + 1 < argc) {
 			once = main_given_once(explain.body_path, argv[i]);
 			explain.body_path = argv[++i];
-		} else if (strcmp(argv[i], "--version") == 0) {
-			printf("retryproxy %s\n", RETRYPROXY_VERSION);
-			free(headers);
-			return main_answer_written("--version");
-		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-			main_usage(stdout);
-			free(headers);
-			return main_answer_written("--help");
+		} else if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "--help") == 0 ||
+			   strcmp(argv[i], "-h") == 0) {
+			/* answered once the rest is read: a stray word or an
+			 * unknown option after it is a usage error too */
+			if (answer == NULL)
+				answer = argv[i];
 		} else {
 			bool takes_value =
 				strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0 ||
@@ -353,6 +352,15 @@ int main(int argc, char **argv)
 			free(headers);
 			return MAIN_EXIT_CONFIG;
 		}
+	}
+	if (answer != NULL) {
+		free(headers);
+		if (strcmp(answer, "--version") == 0) {
+			printf("retryproxy %s\n", RETRYPROXY_VERSION);
+			return main_answer_written("--version");
+		}
+		main_usage(stdout);
+		return main_answer_written("--help");
 	}
 	explain.headers = headers;
 	if (explain.method == NULL && (explain.header_count > 0 || explain.body_path != NULL)) {

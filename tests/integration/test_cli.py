@@ -8,7 +8,8 @@ whose port is taken, and no -c at all from an empty directory and from one
 holding conf/retryproxy.yaml; it also stops a running proxy with SIGINT.
 Origin: none.
 Must hold: --version prints "retryproxy <version>"; --help exits 0 naming
-the options; --check prints "ok" and exits 0 without binding anything (and
+the options; either followed by a stray word or an unknown option is a
+usage error (exit 1) that answers nothing on stdout; --check prints "ok" and exits 0 without binding anything (and
 without -c names on stderr the config it checked), and exits 2 naming the
 error when that "ok" cannot be written (stdout on /dev/full), as do
 --version, --help and --make-ca (whose files are made all the same); a bad config exits 1
@@ -119,6 +120,20 @@ def scenario(t):
         h.eq(p.returncode, 0, "exit code (stderr %r)" % p.stderr)
         for opt in ("-c", "--check", "--version", "--help"):
             h.ok(opt in p.stdout, "--help output should mention %s: %r" % (opt, p.stdout))
+
+    @t.check("--help or --version followed by a stray word or an unknown option is a usage "
+             "error (exit 1 naming it), not an answer that ignored it")
+    def _():
+        for args, stray in ((["--help", "x"], "x"), (["--version", "x"], "x"),
+                            (["-h", "--no-such-option"], "--no-such-option"),
+                            (["--version", "-c"], "-c")):
+            p = h.run_bin(args)
+            h.eq(p.returncode, 1, "exit code of %r (stdout %r)" % (args, p.stdout))
+            h.ok(stray in p.stderr, "stderr for %r should name %s: %r" % (args, stray, p.stderr))
+            h.eq(p.stdout, "", "nothing answered on stdout for %r" % (args,))
+        p = h.run_bin(["-c", "/nonexistent.yaml", "--version"])
+        h.eq(p.returncode, 0, "a valid option before --version still lets it answer (stderr %r)"
+             % p.stderr)
 
     @t.check("--check on a good config prints ok, exits 0 and binds nothing (its port is taken)")
     def _():
