@@ -32,6 +32,19 @@ static size_t config_values_digits(const char *s, uint64_t *value)
 	return n;
 }
 
+/* Read a whole number's digits as config_values_digits() does, except that
+ * leading zeros, which add nothing to its value, do not count towards the
+ * limit: 0000000000000005 is 5, not a number too large. */
+static size_t config_values_whole(const char *s, uint64_t *value)
+{
+	size_t zeros = strspn(s, "0");
+	size_t n = config_values_digits(s + zeros, value);
+
+	if (n == 0 && isdigit((unsigned char)s[zeros]))
+		return 0; /* too many digits after the zeros */
+	return zeros + n;
+}
+
 /* Does config_values_format_ms() write ms with digits this file reads back? */
 static bool config_values_format_fits(uint64_t ms)
 {
@@ -54,7 +67,7 @@ int config_values_duration(const char *text, uint64_t *ms)
 		{ "h", 60 * 60 * 1000 },
 	};
 	uint64_t whole, frac = 0, scale = 1;
-	size_t n = config_values_digits(text, &whole);
+	size_t n = config_values_whole(text, &whole);
 	const char *p = text + n;
 
 	if (n == 0)
@@ -107,7 +120,7 @@ int config_values_size(const char *text, uint64_t *bytes)
 		{ "GiB", 1024 * 1024 * 1024 },
 	};
 	uint64_t value;
-	size_t n = config_values_digits(text, &value);
+	size_t n = config_values_whole(text, &value);
 
 	if (n == 0)
 		return -1;
@@ -126,7 +139,7 @@ int config_values_size(const char *text, uint64_t *bytes)
 static int config_values_port(const char *text, uint16_t *port)
 {
 	uint64_t value;
-	size_t n = config_values_digits(text, &value);
+	size_t n = config_values_whole(text, &value);
 
 	if (n == 0 || text[n] != '\0' || value < 1 || value > 65535)
 		return -1;
@@ -482,7 +495,7 @@ bool config_values_is_token(const char *text)
 /* Digits only, up to max. */
 int config_values_unsigned(const char *text, uint64_t max, uint64_t *value)
 {
-	size_t n = config_values_digits(text, value);
+	size_t n = config_values_whole(text, value);
 
 	if (n == 0 || text[n] != '\0' || *value > max)
 		return -1;
@@ -493,7 +506,7 @@ int config_values_unsigned(const char *text, uint64_t max, uint64_t *value)
 int config_values_number(const char *text, double *value)
 {
 	uint64_t unused;
-	size_t n = config_values_digits(text, &unused);
+	size_t n = config_values_whole(text, &unused);
 
 	/* strtod alone would also take "inf", "0x10" and " 1"; none is a
 	 * number anybody means in a config. */

@@ -914,6 +914,28 @@ static void test_count_too_large(void **state)
 			"4294967295)\n");
 }
 
+/* Leading zeros add no value: a number padded past the digit limit is the
+ * number it writes, not one too large; a long fraction still counts. */
+static void test_leading_zeros(void **state)
+{
+	struct config *config =
+		test_load_ok("limits:\n  max_connections: 00000000000000000000000012\n"
+			     "  max_header_bytes: 0000000000000000000064KiB\n"
+			     "  connect_timeout: 00000000000000000000002.5s\n"
+			     "defaults:\n  retry: { max_attempts: 0000000000000005, multiplier: "
+			     "0000000000000000003 }\n");
+
+	assert_int_equal(config->limits.max_connections, 12);
+	assert_int_equal(config->limits.max_header_bytes, 64 * 1024);
+	assert_int_equal(config->limits.connect_timeout_ms, 2500);
+	assert_int_equal(config->default_route.retry.max_attempts, 5);
+	assert_true(config->default_route.retry.multiplier == 3.0);
+	config_release(config);
+	test_load_fails("defaults:\n  retry: { max_attempts: 0000009999999999999999 }\n",
+			"test.yaml:2:26: defaults.retry.max_attempts: too large (at most "
+			"4294967295)\n");
+}
+
 /* A YAML merge key is not a key the config has: say that, not which short
  * key it is a couple of edits from. */
 static void test_merge_key(void **state)
@@ -1422,6 +1444,7 @@ int main(void)
 		cmocka_unit_test(test_units),
 		cmocka_unit_test(test_errors_in_document_order),
 		cmocka_unit_test(test_count_too_large),
+		cmocka_unit_test(test_leading_zeros),
 		cmocka_unit_test(test_merge_key),
 		cmocka_unit_test(test_did_you_mean),
 		cmocka_unit_test(test_hold_release),
