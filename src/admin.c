@@ -527,8 +527,14 @@ int admin_apply(struct proxy *proxy, const struct config *config)
 		free(old_address);
 	}
 	if (fresh == NULL) {
-		log_error("cannot listen on admin address %s: %s", config->admin_address,
-			  strerror(errno));
+		/* named where it is written, as a config error would be */
+		if (config->admin_line != 0)
+			log_error("%s:%u:%u: admin: cannot listen on admin address %s: %s",
+				  config->source, config->admin_line, config->admin_column,
+				  config->admin_address, strerror(errno));
+		else
+			log_error("cannot listen on admin address %s: %s", config->admin_address,
+				  strerror(errno));
 		return -1;
 	}
 	if (old != NULL) {

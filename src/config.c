@@ -97,6 +97,8 @@ static void config_set_admin(struct config_walk *walk, const struct yaml_tree_no
 	config->admin_address = xstrdup(node->text);
 	config->admin_addr = addr;
 	config->admin_addr_len = len;
+	config->admin_line = node->line;
+	config->admin_column = node->column;
 }
 
 static const struct config_walk_type config_type_admin = { YAML_TREE_SCALAR,
@@ -215,6 +217,8 @@ static void config_set_listen_address(struct config_walk *walk, const struct yam
 		}
 	}
 	listener->address = xstrdup(node->text);
+	listener->line = node->line;
+	listener->column = node->column;
 }
 
 static const struct config_walk_type config_type_listen_address = {

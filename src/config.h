@@ -125,6 +125,9 @@ struct listener_config {
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
 	struct upstream_url *upstream; /* sidecar default upstream, or NULL */
+	/* where address is in the config file, for a bind's error; 0: not
+	 * written there (the default listener) */
+	unsigned line, column;
 };
 
 struct cidr {
@@ -197,6 +200,7 @@ struct config {
 	char *admin_address; /* NULL: no admin listener */
 	struct sockaddr_storage admin_addr;
 	socklen_t admin_addr_len;
+	unsigned admin_line, admin_column; /* where admin: is, for a bind's error */
 	enum log_level log_level;
 	enum log_format log_format;
 	struct cidr *allow_clients;

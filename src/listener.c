@@ -210,7 +210,14 @@ static struct listener *listener_open(struct proxy *proxy, struct config *config
 	if (listener_bind(l) < 0) {
 		int err = errno;
 
-		if (!(quiet_in_use && err == EADDRINUSE))
+		/* named where it is written, as a config error would be */
+		if (quiet_in_use && err == EADDRINUSE)
+			;
+		else if (lc->line != 0)
+			log_error("%s:%u:%u: listen[%zu].address: cannot listen on %s: %s",
+				  config->source, lc->line, lc->column,
+				  (size_t)(lc - config->listeners), lc->address, strerror(err));
+		else
 			log_error("cannot listen on %s: %s", lc->address, strerror(err));
 		free(l);
 		errno = err;

@@ -255,6 +255,9 @@ def scenario(t):
         text = read(err)
         h.ok(re.search(r"in use|%d" % port, text, re.I),
              "stderr should say the address is in use or name it: %r" % text)
+        h.ok(re.search(r"taken\.yaml:2:14: listen\[0\]\.address: cannot listen on 127\.0\.0\.1:%d"
+                       % port, text),
+             "stderr should name file:line:column and the key, as a config error does: %r" % text)
 
     @t.check("no -c in an empty directory: says on stderr which config it used")
     def _():

@@ -24,7 +24,8 @@ on one port: 127.0.0.1:P to 0.0.0.0:P (which cannot listen while the old
 socket does) and back, serving after each (127.0.0.2:P answers only while
 the wildcard listens); a move whose bind fails (another socket holds
 127.0.0.3:P) is refused with the address and cause logged, and the old
-listener is back and serving.
+listener is back and serving; the error names file:line:column and the
+key (listen[N].address, or admin), as a config error does.
 A third proxy (listeners P0 and P1, admin P2) has its admin moved by
 reload onto P1 while the listener there is dropped: when a new listener's
 bind then fails, P1 is a listener again and the admin answers on P2; when
@@ -205,6 +206,11 @@ def scenario(t):
         reload_mover("0.0.0.0:%d" % mport, outcome=r"reload: cannot apply")
         h.ok(any(re.search(r"cannot listen on 0\.0\.0\.0:%d: .*in use" % mport, ln)
                  for ln in mover.stderr_lines()), "an error naming the address and the cause")
+        h.ok(any(re.search(r"%s:2:14: listen\[0\]\.address: cannot listen on 0\.0\.0\.0:%d: "
+                           % (re.escape(mover.config_path), mport), ln)
+                 for ln in mover.stderr_lines()),
+             "the error names file:line:column and the key, as a config error does:\n%s"
+             % mover.stderr_tail())
         h.ok(h.listens_on(mover.pid, mport), "the proxy listens on port P")
         h.eq(serves("127.0.0.1", "kept"), 200, "status on the kept 127.0.0.1:P")
         blocker.close()
@@ -245,6 +251,20 @@ log: {{ level: info }}
                     r"reload: cannot apply")
         h.eq([answers(p0, "a0"), answers(p1, "a1"), answers(p2, "a2")],
              ["proxy", "proxy", "admin"], "who answers on P0, P1, P2")
+        h.ok(any(re.search(r"%s:4:14: listen\[1\]\.address: cannot listen on 127\.0\.0\.1:%d: "
+                           % (re.escape(mover2.config_path), taken), ln)
+                 for ln in mover2.stderr_lines()),
+             "the error names file:line:column and the key:\n%s" % mover2.stderr_tail())
+        # the admin's own new address taken: refused, naming admin: where it is
+        mover2.reload(ADMIN_CONFIG.format(p0=p0, origin=b.port, admin=taken,
+                                          second=SECOND.format(p=p1, origin=b.port)),
+                      r"reload: cannot apply")
+        h.ok(any(re.search(r"%s:6:8: admin: cannot listen on admin address 127\.0\.0\.1:%d: "
+                           % (re.escape(mover2.config_path), taken), ln)
+                 for ln in mover2.stderr_lines()),
+             "the admin's error names file:line:column and the key:\n%s" % mover2.stderr_tail())
+        h.eq([answers(p0, "a3"), answers(p1, "a4"), answers(p2, "a5")],
+             ["proxy", "proxy", "admin"], "who answers on P0, P1, P2 after the admin's refusal")
         blocker.close()
 
     @t.check("a reload moves the admin onto the port of a listener it drops")
