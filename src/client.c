@@ -614,6 +614,18 @@ static void client_read_head(struct client *client)
 		client_intercept(client, head);
 		return;
 	}
+	if (client->intercept != NULL && client->listen->upstream != NULL) {
+		/* a reload gave the tunnel's address to a sidecar listener,
+		 * which intercepts nothing: as for a host no longer listed */
+		snprintf(reason, sizeof(reason),
+			 "host %s no longer intercepted (config reloaded: listener %s is a sidecar "
+			 "now)",
+			 intercept_host(client->intercept), client->listen->address);
+		log_warn("client %s: refused a request in the tunnel to %s: %s", client->peer,
+			 intercept_host(client->intercept), reason);
+		client_refuse(client, head, 403, reason);
+		return;
+	}
 	owner = client_exchange_owner(client);
 	if (max_forwards_of(head, NULL) == 0) {
 		/* a TRACE or OPTIONS that may go no further: its final recipient,

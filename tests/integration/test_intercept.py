@@ -42,7 +42,8 @@ session (no certificate sent); an upstream whose certificate fails verification
 is a 502
 inside the tunnel; a reload picks up a new host list and a new CA; a reload
 that takes a host out of access.allow_hosts or out of interception (its
-pattern, or intercept: altogether) answers the next request in a tunnel to
+pattern, intercept: altogether, or interception on its listener, which a
+reload made a sidecar on the same address) answers the next request in a tunnel to
 it opened before with 403 and closes that tunnel, and nothing of it reaches
 the origin; a shutdown whose drain_timeout cuts a close-delimited response
 (the origin sends 1000 bytes and stalls) ends the client's connection
@@ -676,6 +677,23 @@ def scenario(t):
             h.ok(conn.closed_within(5), "the tunnel should close after the 403")
         h.eq([q for q in good.requests_for("/echo") if q.query.get("t") in ("ri-after", "rn-after")],
              [], "requests at the origin after the reloads")
+
+    @t.check("a reload that makes the tunnel's listener a sidecar (same address, now with "
+             "upstream:, which intercepts nothing): the next request in a tunnel opened before "
+             "gets 403")
+    def _():
+        p3.reload(p3_text)
+        address = "  - address: 127.0.0.1:%d\n" % p3.port()
+        with h.intercepted_tls(p3.port(), "localhost", good.port, local_ca) as tls:
+            h.eq(tunnel_get(tls, "rs-before", "localhost")[1].status, 200, "before")
+            p3.reload(p3_text.replace(address, address + "    upstream: http://127.0.0.1:%d\n"
+                                      % good.port))
+            conn, r = tunnel_get(tls, "rs-after", "localhost")
+            h.check_error_response(r, 403, ["intercepted"])
+            h.ok(conn.closed_within(5), "the tunnel should close after the 403")
+        h.eq([q for q in good.requests_for("/echo") if q.query.get("t") == "rs-after"], [],
+             "requests at the origin after the reload")
+        p3.reload(p3_text)
 
     p4 = t.proxy(CONFIG.replace("drain_timeout: 2s", "drain_timeout: 1s"), TESTCA=certs.ca,
                  LOCALCA=local, HOSTS='"localhost", "127.0.0.1"')
