@@ -1357,6 +1357,16 @@ static void test_parse_upstream_url(void **state)
 		"http://api.-x.example",
 		"http://a-.example.com",
 		"http://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com",
+		/* a last label of digits is no name (no top-level domain is
+		 * all digits): an IPv4 address, whole and exact, or nothing; the
+		 * resolver would only be asked for these, and fail every time */
+		"http://127.1",
+		"http://10.0.0.256:8080",
+		"http://1.2.3.4.5",
+		"http://0x7f.1",
+		"http://127.0.0.1.",
+		"http://010.0.0.1",
+		"http://api.example.123",
 	};
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
