@@ -72,6 +72,10 @@ int config_fleet_redis_address(const char *text, struct fleet_config *fleet, con
 			*why = "expected a host name or an address before the port";
 			return -1;
 		}
+		if (!config_values_host_resolvable(host, host_len)) {
+			*why = CONFIG_VALUES_BAD_IPV4;
+			return -1;
+		}
 	}
 	if (config_values_unsigned(colon + 1, 65535, &port) < 0 || port == 0) {
 		*why = "the port must be a number from 1 to 65535";

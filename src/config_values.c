@@ -194,21 +194,18 @@ void config_values_url_free(struct upstream_url *url)
 	memset(url, 0, sizeof(*url));
 }
 
-/* A host of name syntax (name_len of its host_len bytes, without a trailing
- * dot) that can be reached: a name whose last label has a letter in it, or
- * an IPv4 address written exactly. No top-level domain is all digits, so
- * the resolver would only be asked for 127.1, 10.0.0.256 or 127.0.0.1.,
- * and fail every time. */
-static bool config_values_url_host_resolvable(const char *host, size_t host_len, size_t name_len)
+bool config_values_host_resolvable(const char *host, size_t host_len)
 {
+	size_t name_len = host_len > 1 && host[host_len - 1] == '.' ? host_len - 1 : host_len;
 	const char *last = host + name_len;
 	char buf[INET_ADDRSTRLEN];
 	struct in_addr a;
 
 	while (last > host && last[-1] != '.')
 		last--;
-	if (strspn(last, "0123456789") < (size_t)(host + name_len - last))
-		return true;
+	for (const char *p = last; p < host + name_len; p++)
+		if (!isdigit((unsigned char)*p))
+			return true;
 	if (host_len != name_len || host_len >= sizeof(buf))
 		return false;
 	memcpy(buf, host, host_len);
@@ -286,10 +283,8 @@ int config_values_url(const char *text, struct upstream_url *url, const char **w
 			*why = "invalid host";
 			return -1;
 		}
-		if (!config_values_url_host_resolvable(host, host_len, name_len)) {
-			*why = "invalid IPv4 address: write four numbers from 0 to 255 without "
-			       "leading zeros, like 10.0.0.1 (a name's last label is never all "
-			       "digits)";
+		if (!config_values_host_resolvable(host, host_len)) {
+			*why = CONFIG_VALUES_BAD_IPV4;
 			return -1;
 		}
 	}

@@ -39,6 +39,18 @@ int config_values_cidr(const char *text, struct cidr *cidr, const char **why);
  * with '-'; 253 bytes at most, no trailing dot. */
 bool config_values_is_host_name(const char *s, size_t len);
 
+/* Why config_values_host_resolvable() refused a host. */
+#define CONFIG_VALUES_BAD_IPV4                                                           \
+	"invalid IPv4 address: write four numbers from 0 to 255 without leading zeros, " \
+	"like 10.0.0.1 (a name's last label is never all digits)"
+
+/* Whether a host of name syntax (host_len bytes, maybe with a trailing dot)
+ * can be reached: a name whose last label is not all digits, or an IPv4
+ * address written exactly. No top-level domain is all digits, so the
+ * resolver would only be asked for 127.1, 10.0.0.256 or 127.0.0.1., and
+ * fail every time. */
+bool config_values_host_resolvable(const char *host, size_t host_len);
+
 /* Check a host pattern ("*", "*.example.com", a name or an address) and
  * return it lower case, without brackets or a trailing dot. */
 int config_values_host_pattern(const char *text, char **pattern, const char **why);

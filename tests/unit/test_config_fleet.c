@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "config_fleet.h"
+#include "config_values.h"
 
 struct address_case {
 	const char *text;
@@ -49,6 +50,10 @@ static void test_addresses(void **state)
 		  "expected a host name or an address before the port" },
 		{ "a..b:6379", NULL, 0, NULL,
 		  "expected a host name or an address before the port" },
+		/* a last label of digits: an exact IPv4 address or nothing */
+		{ "127.1:6379", NULL, 0, NULL, CONFIG_VALUES_BAD_IPV4 },
+		{ "10.0.0.256:6379", NULL, 0, NULL, CONFIG_VALUES_BAD_IPV4 },
+		{ "127.0.0.1.:6379", NULL, 0, NULL, CONFIG_VALUES_BAD_IPV4 },
 		{ "redis:0", NULL, 0, NULL, "the port must be a number from 1 to 65535" },
 		{ "redis:65536", NULL, 0, NULL, "the port must be a number from 1 to 65535" },
 		{ "redis:", NULL, 0, NULL, "the port must be a number from 1 to 65535" },
