@@ -226,7 +226,8 @@ def scenario(t):
         conffiles = h.read_file(os.path.join(ctrl, "conffiles")).split()
         h.eq(conffiles, ["/etc/retryproxy/retryproxy.yaml"], "conffiles")
 
-    fields = run(["dpkg-deb", "-f", deb, "Package", "Version", "Architecture", "Depends"]).stdout
+    fields = run(["dpkg-deb", "-f", deb, "Package", "Version", "Architecture", "Depends",
+                  "Recommends"]).stdout
 
     @t.check("control: package, version and architecture match the file name; it depends on adduser and libssl3")
     def _():
@@ -236,6 +237,15 @@ def scenario(t):
         depends = [d.split()[0] for d in f.get("Depends", "").split(", ")]
         for pkg in ("adduser", "libssl3", "libevent-2.1-7", "libyaml-0-2", "libjansson4"):
             h.ok(pkg in depends, "Depends lacks %s: %s" % (pkg, f.get("Depends")))
+
+    @t.check("control: it recommends ca-certificates, the system trust store https:// upstreams "
+             "are verified against by default (libssl3 does not bring it)")
+    def _():
+        f = dict(re.findall(r"^(\w+): (.*)$", fields, re.M))
+        wanted = [d.split()[0] for field in ("Depends", "Recommends")
+                  for d in f.get(field, "").split(", ") if d.strip()]
+        h.ok("ca-certificates" in wanted, "neither Depends nor Recommends names ca-certificates: %r"
+             % f)
 
     ctrl = os.path.join(t.tmp, "control")
 
