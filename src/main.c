@@ -303,6 +303,11 @@ int main(int argc, char **argv)
 	/* a file size limit reached makes a spool write fail with EFBIG, the
 	 * check of spool_dir when a config loads (--check, --explain) included */
 	signal(SIGXFSZ, SIG_IGN);
+	/* a write to a closed pipe fails with EPIPE rather than killing: an
+	 * answer (--check's ok, --explain's, --version's) nobody reads is
+	 * exit 2 naming why, and a client gone mid-write is that client's
+	 * error, not the proxy's end */
+	signal(SIGPIPE, SIG_IGN);
 	for (i = 1; i < argc; i++) {
 		bool once = true;
 
@@ -420,7 +425,6 @@ int main(int argc, char **argv)
 	log_info("retryproxy %s starting; config: %s", RETRYPROXY_VERSION,
 		 config_path != NULL ? config_path : "<embedded>");
 	log_configure(config->log_level, config->log_format);
-	signal(SIGPIPE, SIG_IGN);
 	/* Buffer blocks of up to 256 KiB (reads of up to 32 KiB, and what
 	 * collects in an output) come and go with every response: keep them
 	 * on the heap instead of mapping each one, and keep freed memory

@@ -11,7 +11,8 @@ Must hold: --version prints "retryproxy <version>"; --help exits 0 naming
 the options; either followed by a stray word or an unknown option is a
 usage error (exit 1) that answers nothing on stdout; --check prints "ok" and exits 0 without binding anything (and
 without -c names on stderr the config it checked), and exits 2 naming the
-error when that "ok" cannot be written (stdout on /dev/full), as do
+error when that "ok" cannot be written (stdout on /dev/full, or a pipe
+nobody reads: no death by SIGPIPE), as do
 --version, --help and --make-ca (whose files are made all the same); a bad config exits 1
 reporting every error as file:line:col (the key for an unknown key, the
 value for a bad value), a tls.ca_file holding no certificate included,
@@ -170,6 +171,24 @@ def scenario(t):
                  "%s: the reason on stderr: %r" % (option, p.stderr))
         h.ok(os.path.exists(os.path.join(ca_dir, "ca.pem")) and
              os.path.exists(os.path.join(ca_dir, "ca-key.pem")), "the CA files were made")
+
+    @t.check("--check, --explain, --version and --help whose stdout is a pipe nobody reads "
+             "exit 2 naming the error, not killed by SIGPIPE")
+    def _():
+        path = write(os.path.join(tmp, "good-pipe.yaml"), GOOD.replace("@PORT@", str(h.free_port())))
+        for args, option in ((["-c", path, "--check"], "--check"),
+                             (["-c", path, "--explain", "GET", "http://127.0.0.1:1/"], "--explain"),
+                             (["--version"], "--version"), (["--help"], "--help")):
+            r, w = os.pipe()
+            os.close(r)
+            try:
+                p = subprocess.run([h.BIN] + args, stdout=w, stderr=subprocess.PIPE,
+                                   env=h.clean_env(), timeout=20 * h.SLOW, text=True)
+            finally:
+                os.close(w)
+            h.eq(p.returncode, 2, "%s: exit code (stderr %r)" % (option, p.stderr))
+            h.ok("%s: cannot write the answer: Broken pipe" % option in p.stderr,
+                 "%s: the reason on stderr: %r" % (option, p.stderr))
 
     @t.check("--check on a bad config exits 1 and reports every error as file:line:col")
     def _():
