@@ -298,6 +298,7 @@ int main(int argc, char **argv)
 	struct event *sig_events[3];
 	static const int sig_numbers[3] = { SIGTERM, SIGINT, SIGHUP };
 	bool bind_failed;
+	sigset_t hup;
 	int i;
 
 	/* a file size limit reached makes a spool write fail with EFBIG, the
@@ -398,11 +399,15 @@ int main(int argc, char **argv)
 		return main_make_ca(make_ca_dir);
 	}
 	/* a reload asked for while the proxy starts (a service manager's, a
-	 * test's) must not kill it by the default action before its handler is
-	 * in place: it is ignored until then, the config's loading included,
-	 * which can take a while (a trust store, a spool_dir on a slow disk) */
+	 * deploy's) must not kill it by the default action before its handler
+	 * is in place, nor be lost: it is blocked until then, the config's
+	 * loading included, which can take a while (a trust store, a spool_dir
+	 * on a slow disk), and runs once the proxy serves, reading the config
+	 * again (it may have changed after this start read it) */
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
 	if (!check)
-		signal(SIGHUP, SIG_IGN);
+		sigprocmask(SIG_BLOCK, &hup, NULL);
 	signals.named = config_path != NULL;
 	if (config_path == NULL) {
 		config_path = config_default_path();
@@ -444,6 +449,8 @@ int main(int argc, char **argv)
 		sig_events[i] = evsignal_new(proxy->base, sig_numbers[i], main_on_signal, &signals);
 		evsignal_add(sig_events[i], NULL);
 	}
+	/* a SIGHUP that came meanwhile is handled now, by the loop */
+	sigprocmask(SIG_UNBLOCK, &hup, NULL);
 	proxy_run(proxy);
 	for (i = 0; i < 3; i++)
 		event_free(sig_events[i]);

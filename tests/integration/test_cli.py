@@ -26,7 +26,8 @@ both files; one gone since is not
 replaced by the embedded default: the running config stays); SIGINT and
 SIGTERM exit 0; a SIGHUP that comes while the config is still being read
 (a FIFO the test writes it to only after the signal) does not kill the
-proxy, which then starts and serves.
+proxy, which then starts and serves, and is not lost: once serving, the
+proxy reloads (the FIFO read again, a config on another port).
 """
 
 import json
@@ -403,11 +404,12 @@ def scenario(t):
         h.ok(not any(m in read(err) for m in h._SANITIZER_MARKERS), "sanitizer report: %r" % read(err))
 
 
-    @t.check("a SIGHUP while the config is still being read does not kill the proxy")
+    @t.check("a SIGHUP while the config is still being read neither kills the proxy nor is "
+             "lost: once it serves, it reads the config again")
     def _():
         # The config is a FIFO: the proxy waits in its read until the test
         # writes, so the signal lands while the config loads, deterministically.
-        port = h.free_port()
+        port, port2 = h.free_port(), h.free_port()
         fifo = os.path.join(tmp, "slow-config.yaml")
         os.mkfifo(fifo)
         proc, err = start(["-c", fifo], tmp)
@@ -436,6 +438,18 @@ def scenario(t):
                          15 * h.SLOW, "the proxy to listen on %d" % port)
             h.ok(proc.poll() is None, "the proxy died of the SIGHUP (exit %r, stderr %r)"
                  % (proc.returncode, read(err)[-2000:]))
+            # the reload the signal asked for opens the FIFO again: a
+            # config on another port shows that it ran
+            fd = None
+            h.wait_until(reader_open, 15 * h.SLOW,
+                         "the proxy to open its config again for the SIGHUP it got while "
+                         "starting (stderr %r)" % read(err)[-2000:])
+            h.ok(fd is not None, "the proxy exited: %r" % read(err)[-2000:])
+            os.write(fd, GOOD.replace("@PORT@", str(port2)).encode())
+            os.close(fd)
+            h.wait_until(lambda: h.listens_on(proc.pid, port2) or proc.poll() is not None,
+                         15 * h.SLOW, "the proxy to listen on %d after the reload" % port2)
+            h.ok(proc.poll() is None, "the proxy exited (stderr %r)" % read(err)[-2000:])
         finally:
             code = finish(proc)
         h.eq(code, 0, "exit code after SIGTERM (stderr %r)" % read(err)[-2000:])
