@@ -315,6 +315,13 @@ int main(int argc, char **argv)
 		if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) &&
 		    i + 1 < argc) {
 			once = main_given_once(config_path, argv[i]);
+			if (once && argv[i + 1][0] == '\0') {
+				/* -c "$CONF" with the variable unset: no file to
+				 * name in the error */
+				fprintf(stderr, "retryproxy: %s: the file name is empty\n",
+					argv[i]);
+				once = false;
+			}
 			config_path = argv[++i];
 		} else if (strcmp(argv[i], "--check") == 0) {
 			check = true;

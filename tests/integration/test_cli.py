@@ -251,6 +251,15 @@ def scenario(t):
                  % (args, option, p.stderr))
             h.ok("ok" not in p.stdout, "nothing checked or explained for %r: %r" % (args, p.stdout))
 
+    @t.check("-c with an empty name (an unset variable, -c \"$CONF\") exits 1 saying so")
+    def _():
+        for args in (["-c", "", "--check"], ["--config", ""]):
+            p = h.run_bin(args)
+            h.eq(p.returncode, 1, "exit code of %r (stderr %r)" % (args, p.stderr))
+            h.ok(re.search(r"%s: the file name is empty" % re.escape(args[0]), p.stderr),
+                 "stderr for %r should say the name is empty: %r" % (args, p.stderr))
+            h.eq(p.stdout, "", "nothing on stdout for %r" % (args,))
+
     @t.check("-c with a missing file exits 1 naming the file")
     def _():
         missing = os.path.join(tmp, "does-not-exist.yaml")
