@@ -75,6 +75,10 @@ static void config_set_admin(struct config_walk *walk, const struct yaml_tree_no
 	struct sockaddr_storage addr;
 	socklen_t len;
 
+	/* admin: ~ (or nothing after the colon) is the key left out: no admin
+	 * listener, as a null is no fleet: or intercept: */
+	if (yaml_tree_is_null(node))
+		return;
 	if (!config_address(walk, node, &addr, &len))
 		return;
 	if (!config->admin_remote && !config_values_is_loopback(&addr)) {

@@ -1011,6 +1011,25 @@ static void test_backslashes_in_messages(void **state)
 			"test.yaml:1:15: k\\\\y.a: duplicate key, first at line 1\n");
 }
 
+/* admin: with a null value (~, null, nothing after the colon) is no admin
+ * listener, as the key left out is and as a null is for fleet:, intercept:
+ * and tls.ca_file, not an address refused as "~". */
+static void test_admin_null(void **state)
+{
+	static const char *const texts[] = { "admin: ~\n", "admin: null\n", "admin:\n",
+					     "admin: # disabled for now\nlog: {level: info}\n" };
+
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+		struct config *config = test_load_ok(texts[i]);
+
+		assert_null(config->admin_address);
+		config_release(config);
+	}
+	/* quoted, it is text: an address, and not one */
+	test_load_fails("admin: \"~\"\n",
+			"test.yaml:1:8: admin: invalid address \"~\": expected host:port\n");
+}
+
 static void test_hold_release(void **state)
 {
 	struct config *config = test_load_ok("admin: 127.0.0.1:9901\n");
@@ -1455,6 +1474,7 @@ int main(void)
 		cmocka_unit_test(test_errors_in_document_order),
 		cmocka_unit_test(test_count_too_large),
 		cmocka_unit_test(test_leading_zeros),
+		cmocka_unit_test(test_admin_null),
 		cmocka_unit_test(test_merge_key),
 		cmocka_unit_test(test_did_you_mean),
 		cmocka_unit_test(test_hold_release),
