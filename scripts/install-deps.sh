@@ -28,10 +28,11 @@ libhiredis-dev"
 # needs no fakeroot: Rules-Requires-Root: no), redis-server for the fleet
 # budget's tests and simulation, chromium to load the admin status page in a
 # real (headless) browser, podman to check that docker/Dockerfile builds
-# without a container daemon.
+# without a container daemon, gdb to hold the proxy at a point of its exit
+# (a SIGTERM that comes then).
 test_packages="clang libclang-rt-14-dev curl openssl ca-certificates procps
 python3-yaml systemd groff-base clang-format debhelper dpkg-dev lintian
-redis-server chromium podman"
+redis-server chromium podman gdb"
 
 case "${1:-}" in
 "") packages="$build_packages $test_packages" ;;

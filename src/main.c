@@ -298,7 +298,7 @@ int main(int argc, char **argv)
 	struct event *sig_events[3];
 	static const int sig_numbers[3] = { SIGTERM, SIGINT, SIGHUP };
 	bool bind_failed;
-	sigset_t hup;
+	sigset_t hup, ending;
 	int i;
 
 	/* a file size limit reached makes a spool write fail with EFBIG, the
@@ -459,8 +459,18 @@ int main(int argc, char **argv)
 	/* a SIGHUP that came meanwhile is handled now, by the loop */
 	sigprocmask(SIG_UNBLOCK, &hup, NULL);
 	proxy_run(proxy);
+	/* on the way out a further SIGTERM (a service manager asking again, a
+	 * second ^C) must not kill it by the default action that freeing the
+	 * events puts back, before the last log lines are written: blocked
+	 * while they go, then ignored (discarding one that came meanwhile) */
+	sigemptyset(&ending);
 	for (i = 0; i < 3; i++)
+		sigaddset(&ending, sig_numbers[i]);
+	sigprocmask(SIG_BLOCK, &ending, NULL);
+	for (i = 0; i < 3; i++) {
 		event_free(sig_events[i]);
+		signal(sig_numbers[i], SIG_IGN);
+	}
 	proxy_free(proxy);
 	xmalloc_event_trim();
 	log_info("stopped");

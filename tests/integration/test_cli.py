@@ -24,7 +24,11 @@ else the embedded default), whatever log.level the config sets, and a reload loo
 written after a start on another config is loaded, with a warning naming
 both files; one gone since is not
 replaced by the embedded default: the running config stays); SIGINT and
-SIGTERM exit 0; a SIGHUP that comes while the config is still being read
+SIGTERM exit 0, and so does a proxy that gets another SIGTERM while it
+exits (gdb stops it where it frees what it served with, after the drain,
+and it sends itself the signal there): before, the default action freeing
+the signal events put back killed it, and the lines not yet written were
+lost; a SIGHUP that comes while the config is still being read
 (a FIFO the test writes it to only after the signal) does not kill the
 proxy, which then starts and serves, and is not lost: once serving, the
 proxy reloads (the FIFO read again, a config on another port).
@@ -33,6 +37,7 @@ proxy reloads (the FIFO read again, a config on another port).
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -412,6 +417,43 @@ def scenario(t):
         h.eq(code, 0, "exit code after SIGINT (stderr %r)" % read(err)[-2000:])
         h.ok(not any(m in read(err) for m in h._SANITIZER_MARKERS), "sanitizer report: %r" % read(err))
 
+
+    @t.check("a SIGTERM that comes while the proxy exits (gdb holds it where it frees what it "
+             "serves with) does not kill it: exit 0, 'stopped' logged")
+    def _():
+        gdb = shutil.which("gdb")
+        h.ok(gdb is not None, "gdb is not installed (scripts/install-deps.sh installs it)")
+        port = h.free_port()
+        path = write(os.path.join(tmp, "exiting.yaml"), GOOD.replace("@PORT@", str(port)))
+        out = os.path.join(tmp, "exiting.gdb")
+        # at proxy_free the drain is over and the signal events are freed:
+        # the proxy sends itself the SIGTERM there, then goes on
+        with open(out, "w") as f:
+            proc = subprocess.Popen(
+                [gdb, "-q", "-batch", "-ex", "handle SIGTERM nostop noprint pass",
+                 "-ex", "break proxy_free", "-ex", "run",
+                 "-ex", "call (int)kill((int)getpid(), 15)", "-ex", "delete", "-ex", "continue",
+                 "--args", h.BIN, "-c", path],
+                stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                # LeakSanitizer cannot run under ptrace: the leak check is
+                # the other tests'
+                env=h.clean_env({"ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+                                 ":detect_leaks=0"} if h.SANITIZED else None))
+        try:
+            h.wait_until(lambda: h.port_accepts(port), 30 * h.SLOW, "the proxy listening under gdb")
+            inferior = [int(x) for x in subprocess.run(["pgrep", "-P", str(proc.pid)],
+                                                       capture_output=True, text=True).stdout.split()]
+            h.eq(len(inferior), 1, "the proxy under gdb")
+            os.kill(inferior[0], signal.SIGTERM)
+            proc.wait(60 * h.SLOW)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        text = read(out)
+        h.ok("Breakpoint 1" in text, "gdb stopped the proxy in proxy_free: %r" % text[-2000:])
+        h.ok("exited normally" in text and " info stopped" in text,
+             "the proxy exited 0 after logging 'stopped': %r" % text[-2000:])
 
     @t.check("a SIGHUP while the config is still being read neither kills the proxy nor is "
              "lost: once it serves, it reads the config again")
