@@ -386,7 +386,6 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	config_release(proxy->config);
 	proxy->config = config;
 	log_configure(config->log_level, config->log_format);
-	proxy_apply_fleet(proxy, config);
 	upstreams_slot_limit(proxy->upstreams, config->limits.max_upstream_connections);
 	upstreams_health_policy(proxy->upstreams, &config->health);
 	/* resolv.conf and the hosts file are read again (an edited hosts
@@ -395,6 +394,9 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	proxy_read_resolver(proxy->dns, true, true);
 	proxy_read_resolver(proxy->dns_absolute, false, true);
 	dns_cache_clear(proxy->dns_cache);
+	/* after the files are read again: a new fleet.redis name is looked up
+	 * under the hosts file and nameservers the reload brought */
+	proxy_apply_fleet(proxy, config);
 	registry_config_changed(&proxy->registry);
 	/* a raised limit takes effect now, not when some client leaves */
 	listener_check_accepting(proxy);

@@ -35,6 +35,11 @@ reconnect takes the name's next address and connects (gauge 1). D
 connects on the A answer without waiting for the AAAA one: its gauge is 1
 well within 3 s (under 2 s) of the stub's A query. E asks DNS nothing (for
 neither family) and connects (gauge 1), IPv6 refused and IPv4 next.
+Proxy F: fleet.redis slow.test:PORT, connected; then its hosts file gets
+moved.test (127.0.0.1) and its config fleet.redis moved.test:PORT, and
+SIGHUP: the new name is looked up in the hosts file the reload read, not
+the one read before it, so F asks DNS nothing for moved.test, logs no
+"cannot resolve" and connects (gauge 1).
 """
 
 import datetime
@@ -135,6 +140,25 @@ def scenario(t):
         wait_gauge([local], 1, 10 * h.SLOW)
         local.wait_log(r"fleet named: redis localhost:%d answers again" % redis.port)
         h.eq(stub.queries_for("localhost"), [], "DNS queries for localhost")
+
+    moved_hosts = os.path.join(t.tmp, "moved-hosts")
+    with open(moved_hosts, "w") as f:
+        f.write("")
+    moved = t.proxy(CONFIG, env=dict(env, RETRYPROXY_HOSTS=moved_hosts), NAME="slow.test",
+                    ORIGIN=origin.port, REDIS=redis.port)
+
+    @t.check("a reload to a Redis name its new hosts file adds: looked up there, connected, "
+             "no warning")
+    def _():
+        wait_gauge([moved], 1, 10 * h.SLOW)
+        with open(moved_hosts, "w") as f:
+            f.write("127.0.0.1 moved.test\n")
+        moved.reload(moved.config_text.replace("slow.test:", "moved.test:"))
+        moved.wait_log(r"fleet named: connected to redis moved\.test:%d" % redis.port,
+                       timeout=10 * h.SLOW)
+        h.eq([ln for ln in moved.stderr_lines() if "moved.test" in ln and "local" in ln], [],
+             "warnings that budgets went local")
+        h.eq(stub.queries_for("moved.test"), [], "DNS queries for moved.test")
 
 
 h.run(scenario, __doc__, timeout=60)
