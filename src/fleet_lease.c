@@ -7,8 +7,9 @@
  * Tokens handed back go to the bucket that granted them, so they leave the
  * count when the grant would have: a bucket of the future would keep a
  * negative count after the grant's bucket left the window. Fields
- * older than that are deleted as they are met, and the key expires a little
- * after a window with no sync, so nothing accumulates in Redis. */
+ * older than that, or of a later bucket than now, are deleted as they are
+ * met, and the key expires a little after a window with no sync, so
+ * nothing accumulates in Redis. */
 const char fleet_lease_script[] =
 	/* Redis 3.2 and 4.0 refuse writes after TIME unless the script's
 	 * effects, not the script, are replicated; from 5 on that is how
@@ -47,7 +48,11 @@ const char fleet_lease_script[] =
 	"local q, r = 0, 0\n"
 	"for i = 1, #fields, 2 do\n"
 	"  local e = tonumber(string.sub(fields[i], 2))\n"
-	"  if e == nil or epoch - e > 20 then\n"
+	/* a bucket later than now is no proxy's of this version: Redis's
+	 * clock stepped back (a failover to a server behind it), or an older
+	 * proxy numbered shorter buckets; counted, it would stay until the
+	 * clock reached it, and the key with it */
+	"  if e == nil or epoch - e > 20 or e > epoch then\n"
 	"    redis.call('HDEL', KEYS[1], fields[i])\n"
 	"  elseif string.sub(fields[i], 1, 1) == 'q' then\n"
 	"    q = q + tonumber(fields[i + 1])\n"

@@ -17,6 +17,9 @@ Must hold:
 - requests stay counted 20 buckets later (a window and part of a
   twentieth: 21 buckets), and are gone at 21 buckets, when the old fields
   are deleted and the grant is refilled (the floor);
+- a field of a bucket later than Redis's clock's (the clock stepped back,
+  a failover to a server whose clock is behind, or an older proxy's
+  shorter buckets during an upgrade) is deleted, not counted;
 - the key expires a window and two buckets after the last call;
 - a window that is not a multiple of 20 ms gets buckets rounded up (250
   ms: 13 ms), as the proxy's own budget does, so that 21 span it whole.
@@ -123,6 +126,15 @@ def scenario(t):
                      % (got[3] - e1))
                 h.eq(fields("f"), {"r%d" % got[3]: 2}, "fields left")
         h.eq(got[3] - e1 >= 21, True, "reached 21 buckets")
+
+    @t.check("a field of a later bucket than Redis's clock's is deleted, not counted")
+    def _():
+        epoch, _ = redis_epoch()
+        # an hour ahead: a Redis whose clock stepped back an hour
+        ahead = epoch + 3600 * 1000 // BUCKET
+        redis.command("HSET", "m", "q%d" % ahead, 1000, "r%d" % ahead, 3)
+        h.eq(run("m", 0, 100, 0.2, 1)[:3], [2, 0, 2], "the floor only, nothing from ahead")
+        h.ok(all(int(k[1:]) < ahead for k in fields("m")), "fields left %r" % fields("m"))
 
     @t.check("a window not a multiple of 20 ms: buckets rounded up, 21 span all of it")
     def _():
