@@ -350,10 +350,15 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		return;
 	}
 	if (!fleet_reply_usable(reply)) {
+		/* the key named: an error may be this key's alone (WRONGTYPE:
+		 * another program's key of the same name), which only the
+		 * operator can delete */
+		char why[512];
+
+		snprintf(why, sizeof(why), "key %s: %s", fr->key,
+			 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
 		fleet_route_unanswered(fr);
-		fleet_lost(fleet,
-			   reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply",
-			   true);
+		fleet_lost(fleet, why, true);
 		return;
 	}
 	granted = reply->element[0]->integer > 0 ? (uint64_t)reply->element[0]->integer : 0;

@@ -16,6 +16,9 @@ lease without traffic); fleet: sync_interval 100ms.
 Must hold: after the READONLY warning and the reconnect, every sync reports
 0 retries owed (the last argument of the script's call; it was the route's
 whole lease before the fix), and the routes get leases again.
+Then one route's key is made a string (another program's key of that
+name): its sync fails with WRONGTYPE, and the one warning names the key, so
+that the operator knows which to delete; deleted, the fleet answers again.
 """
 
 import re
@@ -121,6 +124,20 @@ def scenario(t):
     def _():
         h.eq({r for r, g in grants(p)[answered:] if g > 0}, {"first", "second", "default"},
              "routes granted tokens after the reconnect")
+
+    key = "retryproxy:{checkout}:second:10000"
+    redis.command("SET", key, "not a hash")
+    p.wait_log(r"retry budgets are local", timeout=5 * h.SLOW, count=2)
+
+    @t.check("a sync refused with WRONGTYPE: the warning names the route's key")
+    def _():
+        warning = [ln for ln in p.stderr_lines() if "retry budgets are local" in ln][-1]
+        h.ok("WRONGTYPE" in warning and key in warning, "warning: %s" % warning)
+
+    @t.check("the key deleted: the fleet answers again")
+    def _():
+        redis.command("DEL", key)
+        p.wait_log(r"answers again", timeout=15 * h.SLOW, count=2)
 
 
 h.run(scenario, __doc__, timeout=60)
