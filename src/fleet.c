@@ -333,6 +333,14 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		       (fleet->state == FLEET_CONNECTED || fleet->state == FLEET_TRYING);
 
 	fr->in_flight = false;
+	/* the script was not run (Redis restarted, or its scripts were
+	 * flushed): sent again with its text, a dropped route's last sync too,
+	 * which hands its lease back and reports what it owes */
+	if (current && reply->type == REDIS_REPLY_ERROR &&
+	    strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+		fleet_route_send(fr, true);
+		return;
+	}
 	if (!fr->live && (!current || fr->sent_want == 0 || !fleet_reply_usable(reply))) {
 		/* the route's last sync, or one that went unanswered: the
 		 * lease goes now */
@@ -343,10 +351,6 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	}
 	if (!current) {
 		fleet_route_unanswered(fr);
-		return;
-	}
-	if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
-		fleet_route_send(fr, true);
 		return;
 	}
 	if (!fleet_reply_usable(reply)) {

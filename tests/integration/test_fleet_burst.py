@@ -30,7 +30,10 @@ Must hold:
 - the same for a route dropped while a sync of it is out (Redis frozen
   over the sync, a GET sent and the route dropped meanwhile, Redis thawed
   before the round's deadline): that sync's grant goes back and the GET
-  is counted.
+  is counted;
+- the same for a route dropped just before Redis's scripts are flushed
+  (SCRIPT FLUSH): its last sync, refused with NOSCRIPT, is sent again
+  with the script's text, as a live route's is.
 """
 
 import re
@@ -100,6 +103,12 @@ def wave(proxy, k):
         th.start()
     return threads, out
 
+FLUSHED_ROUTE = """\
+routes:
+  - name: flushed
+    match: { path_prefix: /flushed }
+"""
+
 
 def retried(responses):
     return sum(1 for r in responses
@@ -120,6 +129,7 @@ def scenario(t):
     origin.script("/storm", [503])
     origin.script("/fresh", [503])
     origin.script("/later", [503])
+    origin.script("/flushed", [503])
     proxy = t.proxy(CONFIG, ORIGIN=origin.port, REDIS=redis.port)
     waves = []
 
@@ -236,6 +246,20 @@ def scenario(t):
         counted_in_redis("later", 1)
         h.ok("retryproxy_fleet_connected 1" in admin_get(slow, "/metrics"),
              "the fleet gauge fell to 0")
+
+    @t.check("a route dropped by SIGHUP, then Redis's scripts flushed: its last sync is sent "
+             "again after NOSCRIPT, its request counted and its lease handed back")
+    def _():
+        text = slow.config_text
+        slow.reload(text + FLUSHED_ROUTE)
+        h.wait_until(lambda: route_counts(redis, "flushed", SLOW_WINDOW_S)[1] >= 1,
+                     3 * SLOW_SYNC_S, "the route's first lease")
+        before = script_calls()
+        h.wait_until(lambda: script_calls() > before, 3 * SLOW_SYNC_S, "a sync of the proxy's")
+        h.fetch(slow.port(), "GET", "/flushed", "fleet.example", timeout=10 * h.SLOW)
+        slow.reload(text)
+        redis.command("SCRIPT", "FLUSH")
+        counted_in_redis("flushed", 1)
 
 
 h.run(scenario, __doc__)
