@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "config_values.h"
@@ -24,6 +25,12 @@ int config_fleet_redis_address(const char *text, struct fleet_config *fleet, con
 		if (text[5] != '/') {
 			*why = "a unix socket path must be absolute, like "
 			       "unix:/run/redis/redis.sock";
+			return -1;
+		}
+		/* hiredis copies the path into sun_path, cutting what does not
+		 * fit with its NUL: it would connect to another path */
+		if (strlen(text + 5) >= sizeof(((struct sockaddr_un *)NULL)->sun_path)) {
+			*why = "a unix socket path may have at most 107 bytes";
 			return -1;
 		}
 		fleet->redis_socket = xstrdup(text + 5);

@@ -39,6 +39,19 @@ static void test_addresses(void **state)
 		{ "unix:/run/redis/redis.sock", NULL, 0, "/run/redis/redis.sock", NULL },
 		{ "unix:redis.sock", NULL, 0, NULL,
 		  "a unix socket path must be absolute, like unix:/run/redis/redis.sock" },
+		/* sun_path holds 107 bytes and a NUL: a longer path would be cut */
+		{ "unix:/run/redis/"
+		  "ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"
+		  "ssssssssssssssss",
+		  NULL, 0,
+		  "/run/redis/"
+		  "ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"
+		  "ssssssssssssssss",
+		  NULL },
+		{ "unix:/run/redis/"
+		  "ssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssssss"
+		  "sssssssssssssssss",
+		  NULL, 0, NULL, "a unix socket path may have at most 107 bytes" },
 		{ "127.0.0.1", NULL, 0, NULL, "expected host:port or unix:/path/to/socket" },
 		{ "::1:6379", NULL, 0, NULL, "an IPv6 address goes in brackets, like [::1]:6379" },
 		{ "[::1]6379", NULL, 0, NULL, "expected [v6 address]:port" },
