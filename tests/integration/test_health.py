@@ -30,8 +30,9 @@ Must hold:
   Retry-Attempts: 0 and no gave_up;
 - a GET held before its first try (its trail is the one 200) logs the time
   it was held as waited_ms (before, that time showed nowhere but in
-  duration_ms); one whose first try was refused has the wait in its trail
-  and no waited_ms;
+  duration_ms); one whose first try was refused has the hold in its trail,
+  and at most the moment it waited behind the connect that found the
+  upstream out (under 500 ms) as waited_ms;
 - a held request whose deadline passes gets 502 naming the upstream as
   down, gave_up=deadline, Retry-Attempts = the tries made; one that had a
   retryable response before the upstream went away gets that response
@@ -278,9 +279,12 @@ def scenario(t):
             h.ok(int(f["duration_ms"]) - 500 <= int(f["waited_ms"]) <= int(f["duration_ms"]),
                  "waited_ms %s for a request of %s ms held until the origin started"
                  % (f["waited_ms"], f["duration_ms"]))
+        # the hold after a refused first try is in the trail; before that
+        # try a request may have waited a moment behind the one connect
+        # that finds out whether the upstream is there (health in doubt)
         tried = [f for f in lines if f.get("tries") != "200"]
-        h.ok(all("waited_ms" not in f for f in tried),
-             "waited_ms on a request whose wait is in its trail: %r" % tried)
+        h.ok(all(int(f.get("waited_ms", "0")) < 500 for f in tried),
+             "the hold in waited_ms of a request whose wait is in its trail: %r" % tried)
 
     @t.check("compose start-up: down logged as a warning, up at info; then up, failures=0 held=0")
     def _():
