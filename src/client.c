@@ -327,7 +327,8 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 /* Copy the input's first bytes, up to room, into peek; *skipped: how many
  * of them are empty lines a request line may follow. Returns the bytes
  * copied. */
-static size_t client_peek_input(struct client *client, char *peek, size_t room, size_t *skipped)
+static size_t client_peek_input(const struct client *client, char *peek, size_t room,
+				size_t *skipped)
 {
 	size_t len = conn_input_length(client->conn);
 	size_t i = 0;
@@ -345,13 +346,25 @@ static size_t client_peek_input(struct client *client, char *peek, size_t room, 
  * one may follow), parsed or not: a head the parser refused, or not whole,
  * is still a HEAD to the client, which reads no body after the answer's head
  * (RFC 9110 section 9.3.2) and would take one for the next response. */
-static bool client_input_is_head(struct client *client)
+static bool client_input_is_head(const struct client *client)
 {
 	char peek[CLIENT_EMPTY_LINES_MAX + 5]; /* then "HEAD " */
 	size_t i;
 	size_t len = client_peek_input(client, peek, sizeof(peek), &i);
 
 	return len - i >= 5 && memcmp(peek + i, "HEAD ", 5) == 0;
+}
+
+/* Whether the input is nothing or only the empty lines a request line may
+ * follow: a client idle after a stray CRLF. */
+static bool client_input_is_empty_lines(const struct client *client)
+{
+	char peek[CLIENT_EMPTY_LINES_MAX]; /* a longer run is refused by the parser */
+	size_t skipped;
+
+	if (conn_input_length(client->conn) > sizeof(peek))
+		return false;
+	return client_peek_input(client, peek, sizeof(peek), &skipped) == skipped;
 }
 
 /* Refuse a request before any exchange exists: log, answer, close. */
@@ -555,9 +568,9 @@ static void client_read_head(struct client *client)
 
 	if (len == 0)
 		return;
-	client_idle_ends(client);
 	client_adopt_config(client);
 	if (!client_allowed(client->config, (const struct sockaddr *)&client->peer_addr)) {
+		client_idle_ends(client);
 		/* accepted before a reload that took this client's access away */
 		log_warn("client %s: refused%s%s: no longer in access.allow_clients", client->peer,
 			 client->intercept != NULL ? " a request in the tunnel to " : "",
@@ -585,6 +598,12 @@ static void client_read_head(struct client *client)
 			want, &parse_limits, head, &error);
 	switch (parsed) {
 	case HTTP1_PARSE_MORE:
+		/* the empty lines a request line may follow (RFC 9112 section
+		 * 2.2: a stray CRLF after a body) begin no request: the
+		 * connection stays idle, for a drain and max_connections too */
+		if (client_input_is_empty_lines(client))
+			return;
+		client_idle_ends(client);
 		/* a head in pieces (never on the hot path: heads come whole in
 		 * one read): its answer, should it be cut, lasted from here */
 		if (client->head_began_ms == 0) {
@@ -599,12 +618,14 @@ static void client_read_head(struct client *client)
 		 * line that was read whole (the target split: its version read
 		 * too) names its method and target in the log, as a head refused
 		 * for its framing does */
+		client_idle_ends(client);
 		client_refuse(client, head->parsed_target.path != NULL ? head : NULL,
 			      http1_error_status(error), http1_error_text(error));
 		return;
 	case HTTP1_PARSE_DONE:
 		break;
 	}
+	client_idle_ends(client);
 	client->head_began_ms = 0;
 	if (http1_request_framing(head, &framing, &error) < 0) {
 		client_refuse(client, head, http1_error_status(error), http1_error_text(error));
@@ -725,18 +746,6 @@ static void client_write_cb(struct conn *conn, void *arg)
 static void client_closed(struct client *client)
 {
 	client_close_between(client, "client closed the connection");
-}
-
-/* Whether the input is nothing or only the empty lines a request line may
- * follow: a client idle after a stray CRLF. */
-static bool client_input_is_empty_lines(struct client *client)
-{
-	char peek[CLIENT_EMPTY_LINES_MAX]; /* a longer run is refused by the parser */
-	size_t skipped;
-
-	if (conn_input_length(client->conn) > sizeof(peek))
-		return false;
-	return client_peek_input(client, peek, sizeof(peek), &skipped) == skipped;
 }
 
 /* The head of a request cut by client_timeout, parsed again from what came
@@ -909,11 +918,12 @@ static struct exchange_owner client_exchange_owner(struct client *client)
 	return owner;
 }
 
-/* Waiting for a request, with nothing of one read yet. */
+/* Waiting for a request, with nothing of one read yet (the empty lines a
+ * request line may follow are none of it). */
 static bool client_idle(const struct client *client)
 {
 	return client->state == CLIENT_READING_HEAD && client->conn != NULL &&
-	       conn_input_length(client->conn) == 0;
+	       client_input_is_empty_lines(client);
 }
 
 /* Close a connection waiting for its next request: now, or once the last

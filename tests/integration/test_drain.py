@@ -2,7 +2,9 @@
 """Scenario: SIGTERM drains, then exits 0.
 
 Client: raw connections to a sidecar listener. Proxy 1 (drain_timeout 10s):
-one idle keep-alive connection that has finished a request; one whose
+one idle keep-alive connection that has finished a request; another whose
+request came with a stray CRLF after it (RFC 9112 section 2.2: old clients
+send one after a POST body; nothing of a next request); one whose
 response is queued whole but not read yet, its last 128 KiB still in the
 proxy (more than the kernel's buffers hold); one GET /delay/2 in flight; one GET /drain/retry waiting in a 1 s backoff after a
 503. Then SIGTERM, and meanwhile a new connection to the listener and GET
@@ -11,7 +13,8 @@ so that every first try is on a new connection): one GET /delay/6 in
 flight, then SIGTERM.
 Origin: /delay/N answers 200 "delayed" after N seconds; /drain/retry
 answers 503, then 200.
-Must hold: proxy 1 closes the idle connection at once and refuses new
+Must hold: proxy 1 closes the idle connections at once (the one with the
+stray CRLF too: empty lines are not a request begun) and refuses new
 connections, writes the unread response whole before closing its
 connection, answers /healthz with 503 "draining\\n" while the requests run,
 lets the slow request finish with its 200 and the waiting one retry and
@@ -84,6 +87,9 @@ def scenario(t):
         conns["idle"] = h.RawConn(port)
         conns["idle"].send(h.request("GET", "/status/200", "app.example"))
         h.eq(conns["idle"].read_response().status, 200, "the idle connection's request")
+        conns["crlf"] = h.RawConn(port)
+        conns["crlf"].send(h.request("POST", "/status/200", "app.example", body=b"ab") + b"\r\n")
+        h.eq(conns["crlf"].read_response().status, 200, "the request with a stray CRLF after it")
         conns["slow"] = h.RawConn(port)
         conns["slow"].send(h.request("GET", "/delay/2", "app.example"))
         conns["retry"] = h.RawConn(port)
@@ -93,9 +99,11 @@ def scenario(t):
         start["sigterm"] = time.monotonic()
         proxy.terminate()
 
-    @t.check("after SIGTERM: the idle connection is closed at once, new connections are refused")
+    @t.check("after SIGTERM: the idle connections are closed at once, new connections are refused")
     def _():
         h.ok(conns["idle"].closed_within(1 * h.SLOW), "the idle keep-alive connection stayed open")
+        h.ok(conns["crlf"].closed_within(1 * h.SLOW),
+             "the idle connection with a stray CRLF stayed open (until drain_timeout)")
         h.wait_until(lambda: not h.port_accepts(port), 1 * h.SLOW, "the listener to close")
 
     @t.check("the response queued but not yet read goes out whole, then its connection closes")
@@ -141,7 +149,8 @@ def scenario(t):
         # /bytes/: the unread response, and those that sized it
         h.eq([x for x in targets if not x[0].startswith("/bytes/")],
              [("/delay/2", "200", "1"), ("/drain/retry", "200", "2"),
-              ("/status/200", "200", "1")], "access lines (target, status, attempts)")
+              ("/status/200", "200", "1"), ("/status/200", "200", "1")],
+             "access lines (target, status, attempts)")
         h.eq(len([x for x in targets if x[0] == conns["tail"].tail_target]), 1,
              "access lines of the unread response")
 

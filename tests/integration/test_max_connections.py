@@ -29,7 +29,9 @@ served; N connects while B has been idle a moment, and B sends its next
 request 0.2 s after its response: B is served (a connection idle for
 less than a second is not closed to make room, so a next request on its
 way is not lost), and N is served once B has been idle a second, B
-closed for it with a FIN.
+closed for it with a FIN. So is a connection whose request came with a
+stray CRLF after it (empty lines a request line may follow, RFC 9112
+section 2.2): idle, not a request begun.
 """
 
 import json
@@ -269,6 +271,29 @@ def churn_scenario(t, origin):
         h.eq(r.status, 200, "status for N, once B was idle a second")
         h.ok(clean_eof(b, 2 * h.SLOW), "B, idle longest, was not closed for N")
         origin.gate("race-a").release()
+        h.eq(a.read_response(timeout=5 * h.SLOW).status, 200, "status for A")
+
+    @t.check("a connection idle after a stray CRLF behind its request (RFC 9112 section 2.2) is "
+             "closed to make room as any idle one is: empty lines begin no request")
+    def _():
+        for c in conns:
+            c.close()
+        del conns[:]
+        time.sleep(0.3)  # let the proxy see them close
+        a = h.RawConn(proxy.port(), timeout=10)
+        b = h.RawConn(proxy.port(), timeout=10)
+        conns.extend([a, b])
+        a.send(h.request("GET", "/echo?hold=crlf-a", "a.example"))
+        origin.gate("crlf-a").wait_reached(5 * h.SLOW)
+        b.send(h.request("POST", "/echo?crlf=b", "a.example", body=b"ab") + b"\r\n")
+        h.eq(b.read_response(timeout=3 * h.SLOW).status, 200, "status for B's request")
+        n = h.RawConn(proxy.port(), timeout=10)
+        conns.append(n)
+        n.send(h.request("GET", "/echo?crlf=n", "a.example"))
+        r = n.read_response(timeout=5 * h.SLOW)
+        h.eq(r.status, 200, "status for N, once B was idle a second")
+        h.ok(clean_eof(b, 2 * h.SLOW), "B, idle after its stray CRLF, was not closed for N")
+        origin.gate("crlf-a").release()
         h.eq(a.read_response(timeout=5 * h.SLOW).status, 200, "status for A")
 
 
