@@ -191,9 +191,18 @@ int route_destination(const struct config *config, const struct upstream_url *li
 		return 0;
 	}
 	if (origin) {
-		snprintf(reason, reason_len,
-			 "origin-form request on a listener with no upstream (this is a forward "
-			 "proxy: send absolute-form)");
+		/* OPTIONS * asks about a server, but names none: no origin-form
+		 * request, and the answer says so */
+		if (target->form == HTTP1_TARGET_ASTERISK)
+			snprintf(
+				reason, reason_len,
+				"OPTIONS * (asterisk-form) on a listener with no upstream (this is "
+				"a forward proxy: send OPTIONS with an absolute-form target, "
+				"http://host:port, for a server's options)");
+		else
+			snprintf(reason, reason_len,
+				 "origin-form request on a listener with no upstream (this is a "
+				 "forward proxy: send absolute-form)");
 		return 400;
 	}
 	dest->tls = target->tls;

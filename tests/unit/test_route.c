@@ -321,6 +321,10 @@ static int test_destination(const struct config *config, const struct upstream_u
 #define NO_UPSTREAM                                                                          \
 	"origin-form request on a listener with no upstream (this is a forward proxy: send " \
 	"absolute-form)"
+/* OPTIONS * is no origin-form request: the answer names what it is */
+#define NO_UPSTREAM_ASTERISK                                                                  \
+	"OPTIONS * (asterisk-form) on a listener with no upstream (this is a forward proxy: " \
+	"send OPTIONS with an absolute-form target, http://host:port, for a server's options)"
 
 /* Where each request goes, or why it is refused. */
 static void test_destinations(void **state)
@@ -373,7 +377,7 @@ static void test_destinations(void **state)
 		{ FORWARD, "GET /p HTTP/1.1\r\nHost: allowed.test\r\n", 400, NULL, false, NULL, 0,
 		  NULL, NO_UPSTREAM },
 		{ FORWARD, "OPTIONS * HTTP/1.1\r\nHost: allowed.test\r\n", 400, NULL, false, NULL,
-		  0, NULL, NO_UPSTREAM },
+		  0, NULL, NO_UPSTREAM_ASTERISK },
 		/* sidecar: the route's upstream, else the listener's; Host only matches */
 		{ SIDECAR, "GET /p HTTP/1.1\r\nHost: evil.test\r\n", 0, "default", false,
 		  "127.0.0.1", 9000, "127.0.0.1:9000", NULL },
