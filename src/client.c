@@ -45,7 +45,8 @@
 #define CLIENT_OUTPUT_HIGH (256 * 1024)
 
 enum client_state {
-	CLIENT_HANDSHAKE,    /* an intercepted CONNECT: TLS handshake with the client */
+	CLIENT_HANDSHAKE,    /* an intercepted CONNECT: TLS handshake with the client, or
+			      * its first byte, which says whether it speaks TLS */
 	CLIENT_READING_HEAD, /* waiting for the whole next request head */
 	CLIENT_IN_EXCHANGE,  /* a request is being proxied */
 	CLIENT_CLOSING,	     /* flushing the last response, then lingering */
@@ -436,6 +437,30 @@ static void client_adopt_config(struct client *client)
  * request. */
 static struct http1_head client_request_head;
 
+static void client_read_head(struct client *client);
+
+/* The client's first byte in an intercepted tunnel: TLS, whose handshake
+ * starts, or plain HTTP, whose requests are read as a sidecar's to
+ * http://host:port (within the client_timeout that started with the
+ * CONNECT's answer). */
+static void client_intercept_begin(struct client *client)
+{
+	switch (intercept_begin(client->intercept, client->conn)) {
+	case INTERCEPT_WAITING:
+	case INTERCEPT_TLS:
+		return;
+	case INTERCEPT_FAILED:
+		client_close(client, "the answer to the CONNECT could not be written");
+		return;
+	case INTERCEPT_PLAIN:
+		log_debug("client %s: plain HTTP in the intercepted tunnel to %s", client->peer,
+			  intercept_prefix(client->intercept));
+		client->state = CLIENT_READING_HEAD;
+		client_read_head(client);
+		return;
+	}
+}
+
 /* A CONNECT to a host intercept: lists: if access allows the host, answer
  * it ourselves and become the TLS server toward the client. */
 static void client_intercept(struct client *client, const struct http1_head *head)
@@ -467,10 +492,6 @@ static void client_intercept(struct client *client, const struct http1_head *hea
 	client->intercept = intercept_start(client->proxy, client->config, client->conn, head,
 					    &status, reason, sizeof(reason));
 	if (client->intercept == NULL) {
-		if (status == 0) {
-			client_close(client, reason);
-			return;
-		}
 		client_refuse(client, head, status, reason);
 		return;
 	}
@@ -484,6 +505,9 @@ static void client_intercept(struct client *client, const struct http1_head *hea
 	client->state = CLIENT_HANDSHAKE;
 	/* the handshake, like a request head, must finish within client_timeout */
 	client_arm_head_timer(client);
+	/* a ClientHello sent right behind the CONNECT is in the input already */
+	if (conn_input_length(client->conn) > 0)
+		client_intercept_begin(client);
 }
 
 /* The client's TLS handshake in an intercepted tunnel ended. */
@@ -691,6 +715,8 @@ static void client_read_cb(struct conn *conn, void *arg)
 		evbuffer_drain(conn_input(conn), conn_input_length(conn));
 		break;
 	case CLIENT_HANDSHAKE:
+		client_intercept_begin(client);
+		break;
 	case CLIENT_RESETTING:
 		break;
 	}

@@ -617,8 +617,8 @@ int exchange_check_tunnel(const struct exchange_owner *owner, const struct http1
 			 owner->tunnel_host, reason);
 		return status;
 	}
-	return route_check_tunnel(owner->tunnel_host, owner->upstream->port, head, framing, reason,
-				  reason_len);
+	return route_check_tunnel(owner->tunnel_host, owner->upstream->port, owner->upstream->tls,
+				  head, framing, reason, reason_len);
 }
 
 /* The route and where the request goes, or the status to refuse it with. */

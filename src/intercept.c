@@ -23,6 +23,8 @@ struct intercept {
 	char *host;		      /* the CONNECT host, no brackets */
 	char *prefix;		      /* "https://" and the CONNECT authority */
 	struct upstream_url upstream; /* https://host:port */
+	char *connect_authority;      /* as the CONNECT named it */
+	SSL *ssl;		      /* the TLS server side, until the client's first byte */
 	struct access_record *log;    /* the CONNECT's line, until the tunnel ends */
 	uint64_t opened_ms;	      /* when it was intercepted (monotonic) */
 	uint64_t base;		      /* bytes the client conn had written before */
@@ -41,36 +43,44 @@ bool intercept_wanted(const struct config *config, const struct listener_config 
 /* The Host sent upstream, as a sidecar whose upstream is
  * https://host:port sends it: no trailing dot, no port when it is 443.
  * Clients that sign Host (AWS's SigV4) sign it so; "host:443" fails them. */
-static char *intercept_authority(const struct http1_target *target)
+static char *intercept_authority(const char *host, uint16_t port, uint16_t default_port)
 {
-	size_t len = target->host_len;
-	bool v6 = memchr(target->host, ':', len) != NULL;
+	size_t len = strlen(host);
+	bool v6 = memchr(host, ':', len) != NULL;
 	size_t size = len + sizeof("[]:65535");
 	char *authority = xmalloc(size);
 	int n;
 
-	if (!v6 && len > 1 && target->host[len - 1] == '.')
+	if (!v6 && len > 1 && host[len - 1] == '.')
 		len--;
-	n = snprintf(authority, size, v6 ? "[%.*s]" : "%.*s", (int)len, target->host);
-	if (target->port != 443)
-		snprintf(authority + n, size - (size_t)n, ":%u", (unsigned)target->port);
+	n = snprintf(authority, size, v6 ? "[%.*s]" : "%.*s", (int)len, host);
+	if (port != default_port)
+		snprintf(authority + n, size - (size_t)n, ":%u", (unsigned)port);
 	return authority;
+}
+
+/* The tunnel's prefix in the log: the scheme and the CONNECT authority. */
+static char *intercept_prefix_of(const char *scheme, const char *connect_authority)
+{
+	size_t size = strlen(scheme) + strlen(connect_authority) + 1;
+	char *prefix = xmalloc(size);
+
+	snprintf(prefix, size, "%s%s", scheme, connect_authority);
+	return prefix;
 }
 
 /* The tunnel's context: its host, the log prefix and its upstream. */
 static struct intercept *intercept_new(const struct http1_target *target)
 {
 	struct intercept *ic = xcalloc(1, sizeof(*ic));
-	size_t prefix_len = 8 + target->authority_len;
 
 	ic->host = xstrndup(target->host, target->host_len);
-	ic->prefix = xmalloc(prefix_len + 1);
-	snprintf(ic->prefix, prefix_len + 1, "https://%.*s", (int)target->authority_len,
-		 target->authority);
+	ic->connect_authority = xstrndup(target->authority, target->authority_len);
+	ic->prefix = intercept_prefix_of("https://", ic->connect_authority);
 	ic->upstream.tls = true;
 	ic->upstream.host = xstrdup(ic->host);
 	ic->upstream.port = target->port;
-	ic->upstream.authority = intercept_authority(target);
+	ic->upstream.authority = intercept_authority(ic->host, target->port, 443);
 	ic->upstream.text = xstrdup(ic->prefix);
 	return ic;
 }
@@ -108,6 +118,8 @@ void intercept_free(struct intercept *ic)
 	if (ic == NULL)
 		return;
 	intercept_end(ic, NULL);
+	SSL_free(ic->ssl);
+	free(ic->connect_authority);
 	free(ic->host);
 	free(ic->prefix);
 	free(ic->upstream.host);
@@ -151,16 +163,43 @@ struct intercept *intercept_start(struct proxy *proxy, const struct config *conf
 	}
 	/* copied before the head leaves the input: it points into it */
 	ic = intercept_new(target);
+	ic->ssl = ssl;
 	reply_connect_established(conn_output(conn));
 	evbuffer_drain(conn_input(conn), head->head_len);
-	if (conn_start_tls_server(conn, ssl) < 0) {
-		/* the 200 could not go out at once: the connection is unusable */
-		intercept_free(ic);
-		*status = 0;
-		snprintf(reason, reason_len, "the answer to the CONNECT could not be written");
-		return NULL;
-	}
 	return ic;
+}
+
+enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn)
+{
+	unsigned char first;
+	SSL *ssl = ic->ssl;
+
+	if (ssl == NULL) /* begun already */
+		return ic->upstream.tls ? INTERCEPT_TLS : INTERCEPT_PLAIN;
+	if (evbuffer_copyout(conn_input(conn), &first, 1) < 1)
+		return INTERCEPT_WAITING;
+	ic->ssl = NULL;
+	/* a TLS record starts with its content type, a handshake's 0x16;
+	 * no HTTP request line starts so */
+	if (first == 0x16) {
+		return conn_start_tls_server(conn, ssl) < 0 ? INTERCEPT_FAILED : INTERCEPT_TLS;
+	}
+	SSL_free(ssl);
+	/* plain HTTP in the tunnel (a browser's ws://, curl -p http://): the
+	 * requests inside go to http://host:port as a sidecar's would */
+	free(ic->prefix);
+	free(ic->upstream.authority);
+	free(ic->upstream.text);
+	ic->prefix = intercept_prefix_of("http://", ic->connect_authority);
+	ic->upstream.tls = false;
+	ic->upstream.authority = intercept_authority(ic->host, ic->upstream.port, 80);
+	ic->upstream.text = xstrdup(ic->prefix);
+	return INTERCEPT_PLAIN;
+}
+
+bool intercept_tls(const struct intercept *ic)
+{
+	return ic->upstream.tls;
 }
 
 const char *intercept_host(const struct intercept *ic)

@@ -28,13 +28,30 @@ bool intercept_wanted(const struct config *config, const struct listener_config 
 		      const struct http1_head *head);
 
 /* Intercept the CONNECT whose head is at the front of conn's input: take
- * the head, answer 200, and start the TLS server side with a leaf for the
- * CONNECT host (conn's event callback then reports the handshake). NULL when
- * that cannot be done: *status and reason say what to answer (nothing was
- * written), or *status is 0 when the connection can only be closed. */
+ * the head, answer 200, and make the TLS server side with a leaf for the
+ * CONNECT host, started by intercept_begin(). NULL when that cannot be
+ * done: *status and reason say what to answer (nothing was written). */
 struct intercept *intercept_start(struct proxy *proxy, const struct config *config,
 				  struct conn *conn, const struct http1_head *head, int *status,
 				  char *reason, size_t reason_len);
+
+enum intercept_begun {
+	INTERCEPT_WAITING, /* no byte from the client yet */
+	INTERCEPT_TLS,	   /* TLS server side started: conn's event callback reports the
+			    * handshake */
+	INTERCEPT_PLAIN,   /* plain HTTP: the requests go to http://host:port */
+	INTERCEPT_FAILED,  /* the answer to the CONNECT could not be written before TLS:
+			    * the connection can only be closed */
+};
+
+/* Look at the client's first byte in conn's input: a TLS record (the client
+ * speaks https, as intercepting expects) or anything else, plain HTTP (a
+ * browser's ws:// and curl -p http:// go by CONNECT too). */
+enum intercept_begun intercept_begin(struct intercept *intercept, struct conn *conn);
+
+/* Does the tunnel carry TLS (the requests inside go to https://host:port),
+ * or plain HTTP (http://host:port)? */
+bool intercept_tls(const struct intercept *intercept);
 
 /* The CONNECT's access line, written when the tunnel ends (intercept_end)
  * with the tunnel's life and the bytes the proxy sent the client inside it
@@ -54,11 +71,12 @@ void intercept_free(struct intercept *intercept);
 /* The CONNECT host (no port, no brackets): every request inside must name it. */
 const char *intercept_host(const struct intercept *intercept);
 
-/* "https://host:port" as the client asked, put before targets in the log. */
+/* "https://host:port" (or "http://" for plain HTTP in the tunnel) as the
+ * client asked, put before targets in the log. */
 const char *intercept_prefix(const struct intercept *intercept);
 
 /* Where the requests inside go: https://host:port, verified as any https
- * upstream. */
+ * upstream, or http://host:port for plain HTTP in the tunnel. */
 const struct upstream_url *intercept_upstream(const struct intercept *intercept);
 
 #endif

@@ -292,15 +292,17 @@ bool route_same_host(const char *a, size_t a_len, const char *b, size_t b_len)
 	       memcmp(a_addr, b_addr, a_family == AF_INET ? 4 : 16) == 0;
 }
 
-int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, const struct http1_head *head,
-		       const struct http1_framing *framing, char *reason, size_t reason_len)
+int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, bool tls,
+		       const struct http1_head *head, const struct http1_framing *framing,
+		       char *reason, size_t reason_len)
 {
 	const struct http1_target *target = &head->parsed_target;
 	size_t len = strlen(tunnel_host);
 	int shown = (int)(len > 200 ? 200 : len);
 	bool v6 = memchr(tunnel_host, ':', len) != NULL; /* the reason writes [host]:port */
-	/* a Host without a port names the https default */
-	uint16_t port = framing->host_port != 0 ? framing->host_port : 443;
+	/* a Host without a port names the scheme's default */
+	uint16_t port = framing->host_port != 0 ? framing->host_port : tls ? 443 : 80;
+	const char *scheme = tls ? "https://" : "http://";
 
 	if (target->form == HTTP1_TARGET_AUTHORITY) {
 		snprintf(reason, reason_len,
@@ -312,16 +314,16 @@ int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, const stru
 	 * 3.2.2): this tunnel's, or one this connection does not serve, which
 	 * 421 tells the client to ask over another (RFC 9110 section 7.4). */
 	if (target->form == HTTP1_TARGET_ABSOLUTE &&
-	    (!target->tls || target->port != tunnel_port ||
+	    (target->tls != tls || target->port != tunnel_port ||
 	     !route_same_host(target->host, target->host_len, tunnel_host, len))) {
 		size_t origin_len =
 			(size_t)(target->authority + target->authority_len - head->target);
 
 		snprintf(reason, reason_len,
 			 "%.*s is not the origin of the intercepted tunnel to "
-			 "https://%s%.*s%s:%u",
-			 (int)(origin_len > 200 ? 200 : origin_len), head->target, v6 ? "[" : "",
-			 shown, tunnel_host, v6 ? "]" : "", tunnel_port);
+			 "%s%s%.*s%s:%u",
+			 (int)(origin_len > 200 ? 200 : origin_len), head->target, scheme,
+			 v6 ? "[" : "", shown, tunnel_host, v6 ? "]" : "", tunnel_port);
 		return 421;
 	}
 	/* the Host is checked in every form: one that disagrees with an

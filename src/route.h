@@ -68,12 +68,14 @@ bool route_same_host(const char *a, size_t a_len, const char *b, size_t b_len);
 /* Inside an intercepted tunnel every request names the tunnel's host and port
  * (the CONNECT host without brackets, and its port) in its Host, or has no
  * Host at all (HTTP/1.0): no fronting another host or port through it. An
- * absolute-form target must name the tunnel's origin too: https, its host and
- * port (none, or an empty one, means 443), else 421; the caller then routes
+ * absolute-form target must name the tunnel's origin too: https (http for a
+ * tunnel that carries plain HTTP, tls false), its host and port (none, or an
+ * empty one, means the scheme's default), else 421; the caller then routes
  * it as its origin-form equivalent. No CONNECT. Hosts compare as
- * route_same_host says; a Host without a port means 443. Returns 0, or 400
- * or 421 with a reason. */
-int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, const struct http1_head *head,
-		       const struct http1_framing *framing, char *reason, size_t reason_len);
+ * route_same_host says; a Host without a port means 443 (80 without TLS).
+ * Returns 0, or 400 or 421 with a reason. */
+int route_check_tunnel(const char *tunnel_host, uint16_t tunnel_port, bool tls,
+		       const struct http1_head *head, const struct http1_framing *framing,
+		       char *reason, size_t reason_len);
 
 #endif

@@ -511,15 +511,46 @@ static void test_destination_allow_all_and_long_host(void **state)
  * HTTP/1.0; another host or port is a 400, and so is a CONNECT. An
  * absolute-form target must name the tunnel's origin (https, host, port),
  * else 421. */
+struct tunnel_case {
+	const char *tunnel;
+	uint16_t port;
+	const char *request;
+	int status;
+	const char *reason; /* when status is not 0 */
+};
+
+/* Check the cases against a tunnel that carries TLS, or plain HTTP. */
+static void check_tunnel_cases(const struct tunnel_case *cases, size_t count, bool tls)
+{
+	for (size_t i = 0; i < count; i++) {
+		static struct http1_head head;
+		static char buf[512];
+		const struct http1_limits limits = { .max_head_bytes = 4096,
+						     .max_target_bytes = 1024 };
+		struct http1_framing framing;
+		enum http1_error error;
+		char reason[256] = "";
+		size_t len = (size_t)snprintf(buf, sizeof(buf), "%s\r\n", cases[i].request);
+		int status;
+
+		assert_int_equal(http1_parse_request_head(buf, len, &limits, &head, &error),
+				 HTTP1_PARSE_DONE);
+		assert_int_equal(http1_request_framing(&head, &framing, &error), 0);
+		status = route_check_tunnel(cases[i].tunnel, cases[i].port, tls, &head, &framing,
+					    reason, sizeof(reason));
+		if (status != cases[i].status)
+			fail_msg("case %zu (%s): status %d (%s)", i, cases[i].request, status,
+				 reason);
+		if (status != 0 && reason[0] == '\0')
+			fail_msg("case %zu: no reason", i);
+		if (cases[i].reason != NULL)
+			assert_string_equal(reason, cases[i].reason);
+	}
+}
+
 static void test_check_tunnel(void **state)
 {
-	static const struct {
-		const char *tunnel;
-		uint16_t port;
-		const char *request;
-		int status;
-		const char *reason; /* when status is not 0 */
-	} cases[] = {
+	static const struct tunnel_case cases[] = {
 		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: api.example\r\n", 0, NULL },
 		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: API.Example:443\r\n", 0, NULL },
 		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: api.example.\r\n", 0, NULL },
@@ -580,30 +611,29 @@ static void test_check_tunnel(void **state)
 		  "Host other.example is not the tunnel's api.example:443" },
 	};
 
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		static struct http1_head head;
-		static char buf[512];
-		const struct http1_limits limits = { .max_head_bytes = 4096,
-						     .max_target_bytes = 1024 };
-		struct http1_framing framing;
-		enum http1_error error;
-		char reason[256] = "";
-		size_t len = (size_t)snprintf(buf, sizeof(buf), "%s\r\n", cases[i].request);
-		int status;
+	check_tunnel_cases(cases, sizeof(cases) / sizeof(cases[0]), true);
+}
 
-		assert_int_equal(http1_parse_request_head(buf, len, &limits, &head, &error),
-				 HTTP1_PARSE_DONE);
-		assert_int_equal(http1_request_framing(&head, &framing, &error), 0);
-		status = route_check_tunnel(cases[i].tunnel, cases[i].port, &head, &framing, reason,
-					    sizeof(reason));
-		if (status != cases[i].status)
-			fail_msg("case %zu (%s): status %d (%s)", i, cases[i].request, status,
-				 reason);
-		if (status != 0 && reason[0] == '\0')
-			fail_msg("case %zu: no reason", i);
-		if (cases[i].reason != NULL)
-			assert_string_equal(reason, cases[i].reason);
-	}
+/* A tunnel that carries plain HTTP (a client that spoke no TLS after its
+ * CONNECT): http, and 80 for a Host without a port. */
+static void test_check_tunnel_plain(void **state)
+{
+	static const struct tunnel_case cases[] = {
+		{ "api.example", 80, "GET /x HTTP/1.1\r\nHost: api.example\r\n", 0, NULL },
+		{ "api.example", 80, "GET /x HTTP/1.1\r\nHost: api.example:80\r\n", 0, NULL },
+		{ "api.example", 8080, "GET /x HTTP/1.1\r\nHost: api.example\r\n", 400,
+		  "Host api.example is not the tunnel's api.example:8080" },
+		{ "api.example", 80, "GET http://api.example/x HTTP/1.1\r\nHost: api.example\r\n",
+		  0, NULL },
+		{ "api.example", 80,
+		  "GET https://api.example:80/x HTTP/1.1\r\nHost: api.example\r\n", 421,
+		  "https://api.example:80 is not the origin of the intercepted tunnel to "
+		  "http://api.example:80" },
+		{ "api.example", 443, "GET /x HTTP/1.1\r\nHost: api.example\r\n", 400,
+		  "Host api.example is not the tunnel's api.example:443" },
+	};
+
+	check_tunnel_cases(cases, sizeof(cases) / sizeof(cases[0]), false);
 }
 
 /* A tunnel carries requests only while its host is in access.allow_hosts and
@@ -677,6 +707,7 @@ int main(void)
 		cmocka_unit_test(test_destination_implied_slash),
 		cmocka_unit_test(test_destination_allow_all_and_long_host),
 		cmocka_unit_test(test_check_tunnel),
+		cmocka_unit_test(test_check_tunnel_plain),
 		cmocka_unit_test(test_check_tunnel_host),
 	};
 
