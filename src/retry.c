@@ -407,16 +407,9 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	uint64_t wait;
 	bool asked = false;
 
-	if (facts->outcome == TRY_RESPONSE) {
-		if (!retry_response_retryable(policy, facts->status, facts->should_retry))
-			return verdict;
-		/* a retryable response is kept whole until the next try has done
-		 * better; one announced larger than that buffer is passed on */
-		if (facts->response_too_large) {
-			verdict.too_large = true;
-			return verdict;
-		}
-	}
+	if (facts->outcome == TRY_RESPONSE &&
+	    !retry_response_retryable(policy, facts->status, facts->should_retry))
+		return verdict;
 	/* a tunnel's bytes cannot be replayed, and a response the client has
 	 * started to receive cannot be replaced */
 	if (facts->is_connect || facts->response_started)
@@ -456,6 +449,14 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	 * answering now */
 	if (!retry_within_deadline(policy, facts->elapsed_ms, wait))
 		return retry_give_up(verdict, RETRY_GIVE_UP_DEADLINE);
+	/* a retryable response is kept whole until the next try has done
+	 * better; one announced larger than that buffer is passed on. Asked
+	 * only now: a request that would not be retried anyway (unsafe, out
+	 * of attempts or time) gives that reason, not the response's size */
+	if (facts->outcome == TRY_RESPONSE && facts->response_too_large) {
+		verdict.too_large = true;
+		return verdict;
+	}
 	/* after attempts and deadline, so that holding never outlasts them. A
 	 * response that asked for a longer wait than the backoff gets it: a
 	 * probe that connects sooner does not say the origin wants to be asked

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scenario: retryable response statuses, and which statuses are retryable.
 
-Client: GETs through a forward proxy (raw sockets, so the status line's
+Client: GETs (and a POST) through a forward proxy (raw sockets, so the status line's
 reason phrase can be read) to origin paths scripted per try.
 Origin: answers each try of a path with the next scripted status; tries are
 told apart by a per-try X-Try header, reason phrase and body. Defaults:
@@ -18,7 +18,9 @@ not; a 404 is retried on a route that lists it; a 501 and a 503 are not
 retried on a route with on: [500, 502] while its 502 is; a 500 passes at
 once on a route with on: [503]; a retryable 503 whose body is over
 retry_response_buffer (by Content-Length or chunked) is passed on as final
-at once, body whole, while one of exactly that size is retried; a kept
+at once, body whole, while one of exactly that size is retried; one such
+that would not have been retried anyway (a POST's, the last try's) is
+logged with that reason (gave_up=not_idempotent, gave_up=attempts); a kept
 chunked or close-delimited 503 is given back with its body whole (de-chunked
 for an HTTP/1.0 client); for HEAD the last 503 head comes back without a
 body; after a given-back 503 the client connection serves another request,
@@ -164,6 +166,23 @@ def scenario(t):
     def _():
         r = expect("/s/big", ["/bytes/4096?status=503", 200], 503, 1, "4096-byte 503,200")
         h.eq(len(r.body), 4096, "body length")
+
+    @t.check("a 503 over retry_response_buffer that would not be retried anyway says why: "
+             "gave_up=not_idempotent for a POST, gave_up=attempts on the last try")
+    def _():
+        origin.script("/s/bigpost", ["/bytes/4096?status=503", 200])
+        r = h.fetch(proxy.port(), "POST", origin.url("/s/bigpost"), host, body=b"x")
+        h.eq((r.status, r.header("Retry-Attempts"), len(r.body)), (503, "1", 4096),
+             "POST: status, Retry-Attempts, body length")
+        f = h.access_fields(proxy.access_one("/s/bigpost"))
+        h.eq((f["attempts"], f.get("gave_up"), f.get("note")), ("1", "not_idempotent", None),
+             "POST: access attempts, gave_up, note in %r" % f)
+        r = expect("/s/biglast", [503, 503, "/bytes/4096?status=503"], 503, 3,
+                   "503,503,4096-byte 503")
+        h.eq(len(r.body), 4096, "last 503: body length")
+        f = h.access_fields(proxy.access_one("/s/biglast"))
+        h.eq((f["attempts"], f.get("gave_up"), f.get("note")), ("3", "attempts", None),
+             "last 503: access attempts, gave_up, note in %r" % f)
 
     @t.check("a 503 with a body of exactly retry_response_buffer (1024) is still retried")
     def _():

@@ -958,10 +958,20 @@ static const struct test_decide_row test_decide_rows[] = {
 	  .response_too_large = true, .kind = FINAL, .too_large = true },
 	{ "404 large is just final", .outcome = TRY_RESPONSE, .status = 404,
 	  .response_too_large = true, .kind = FINAL },
+	/* ... but only one that would have been retried: one that would not
+	 * says why, as a small one does */
 	{ "unsafe 503 too large", .unsafe = true, .outcome = TRY_RESPONSE, .status = 503,
-	  .response_too_large = true, .kind = FINAL, .too_large = true },
+	  .response_too_large = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
 	{ "last 503 too large", .attempts = 3, .outcome = TRY_RESPONSE, .status = 503,
-	  .response_too_large = true, .kind = FINAL, .too_large = true },
+	  .response_too_large = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_ATTEMPTS },
+	{ "503 too large past the deadline", .elapsed_ms = TEST_DEADLINE_MS,
+	  .outcome = TRY_RESPONSE, .status = 503, .response_too_large = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_DEADLINE },
+	{ "503 too large, budget spent", .budget_refuses = true, .outcome = TRY_RESPONSE,
+	  .status = 503, .response_too_large = true, .kind = FINAL, .too_large = true },
+	{ "503 too large, upstream down", .upstream_down = true, .hold = true,
+	  .outcome = TRY_RESPONSE, .status = 503, .response_too_large = true, .kind = FINAL,
+	  .too_large = true },
 
 	/* a streamed request body cannot be sent again */
 	{ "body over replay_buffer", .outcome = TRY_RESET, .body_streamed = true,
