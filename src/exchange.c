@@ -714,6 +714,10 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		 * then (exchange_schedule_retry()): a retryable response's body
 		 * may yet break off or overflow, and the deadline pass meanwhile */
 		ex->next_wait_ms = verdict.wait_ms;
+		/* a wait the response asked for runs from its head, which is
+		 * now: reading its body until the backoff starts takes from it */
+		ex->next_backoff_ms = verdict.backoff_ms;
+		ex->next_asked_until = verdict.asked ? now + verdict.wait_ms : 0;
 		ex->retry_cause = verdict.cause;
 		/* the place is taken now, not when the backoff starts: a
 		 * retryable response is kept in memory until then */
@@ -813,8 +817,17 @@ static void exchange_drop_retry_draining(struct exchange *ex)
 
 void exchange_schedule_retry(struct exchange *ex)
 {
-	struct timeval tv = timeval_from_ms(ex->next_wait_ms);
+	struct timeval tv;
 
+	/* the time a response asked for is a point in time since its head
+	 * came (a Retry-After date above all): the body read meanwhile does
+	 * not push it back, but the backoff still counts from now */
+	if (ex->next_asked_until != 0) {
+		uint64_t left = exchange_wait_left(ex->next_asked_until);
+
+		ex->next_wait_ms = left > ex->next_backoff_ms ? left : ex->next_backoff_ms;
+	}
+	tv = timeval_from_ms(ex->next_wait_ms);
 	/* reading a kept response's body takes time too: the next try must
 	 * still start within the deadline */
 	if (!retry_within_deadline(&ex->route->retry, exchange_ms_since(ex->first_try_ms),

@@ -247,6 +247,8 @@ struct exchange {
 	uint64_t first_try_ms;	    /* the deadline counts from here; 0: no try yet */
 	struct event *timer;   /* backoff, held or queued: made on first use, kept with a spare */
 	uint64_t next_wait_ms; /* decided with the retry, used by the timer */
+	uint64_t next_backoff_ms;	   /* ... its backoff, when the response asked for more: */
+	uint64_t next_asked_until;	   /* the time it asked to wait until, else 0 */
 	uint64_t backoff_until_ms;	   /* EXCHANGE_BACKOFF: when the timer starts the try */
 	enum retry_cause retry_cause;	   /* why the scheduled retry happens */
 	struct retry_budget_state *budget; /* the route's retry budget; NULL for CONNECT */

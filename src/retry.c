@@ -404,6 +404,7 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 		.cause = try_outcome_cause(facts->outcome),
 	};
 	unsigned waited;
+	uint64_t backoff;
 	uint64_t wait;
 	bool asked = false;
 
@@ -439,7 +440,8 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	/* SPEC: n = 0 for the first wait; a hedge or a stale connection's
 	 * replacement is a try but followed no wait, so it does not count */
 	waited = facts->attempts > facts->unwaited ? facts->attempts - facts->unwaited : 1;
-	wait = retry_backoff_ms(policy, waited - 1, rng);
+	backoff = retry_backoff_ms(policy, waited - 1, rng);
+	wait = backoff;
 	if (facts->outcome == TRY_RESPONSE && policy->honor_retry_after &&
 	    facts->retry_after_ms > wait) {
 		wait = facts->retry_after_ms;
@@ -475,6 +477,8 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 		return retry_give_up(verdict, RETRY_GIVE_UP_BUDGET);
 	verdict.kind = RETRY_VERDICT_RETRY;
 	verdict.wait_ms = wait;
+	verdict.asked = asked;
+	verdict.backoff_ms = backoff;
 	return verdict;
 }
 

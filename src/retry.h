@@ -207,6 +207,9 @@ struct retry_verdict {
 				    * budget (a stale pooled connection) */
 	bool too_large;		   /* FINAL because the retryable response is over
 				    * retry_response_buffer (the log notes it) */
+	bool asked;		   /* with RETRY: wait_ms is the wait the response asked
+				    * for (Retry-After, retry-after-ms), longer than... */
+	uint64_t backoff_ms;	   /* ... the backoff drawn, which wait_ms is otherwise */
 };
 
 /* Does a try starting wait_ms from now, elapsed_ms after the first try

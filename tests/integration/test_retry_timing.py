@@ -14,7 +14,9 @@ really drawn; max_backoff caps the wait, jitter included; `jitter: full`
 waits are in [0, backoff] and not all near the top; Retry-After: 1 stretches
 a 100ms backoff to at least 1 s, an HTTP-date about 3 s ahead to that date
 (as the proxy's access line gives its wait, to the millisecond, and as the
-origin sees it), and
+origin sees it), also when the 503's body takes 1.5 s to arrive (the
+wait runs from the head, so the retry comes at the date, not 1.5 s after
+it), and
 retry_after: ignore keeps 100ms; Retry-After is not capped by max_backoff;
 an invalid Retry-After is ignored; a Retry-After that would start the next
 try after the deadline returns that 503 at once (Retry-Attempts: 1, well
@@ -28,6 +30,7 @@ not tries: 300 ms with initial 300ms and multiplier 4, not 1.2 s).
 
 import email.utils
 import re
+import threading
 import time
 
 import harness as h
@@ -178,6 +181,36 @@ def scenario(t):
              "%s ms between tries on connections %s"
              % (when, tries, lo, hi, ms(gaps), [q.conn_id for q in reqs]))
         within(gaps, [(lo, hi + h.SLOW * 0.5)], "Retry-After %r" % when)
+
+    @t.check("Retry-After as an HTTP-date on a 503 whose body takes 1.5 s: the retry comes at "
+             "that date, not 1.5 s after it")
+    def _():
+        wall_minus_mono = time.time() - time.monotonic()
+        date = int(time.time() + 3)
+        when = email.utils.formatdate(date, usegmt=True)
+        gate = origin.gate("rabody")
+        origin.script("/rabody/a", ["/gate/rabody?first=10&rest=10&status=503&retry_after="
+                                    + when.replace(" ", "%20"), 200])
+        result = {}
+
+        def client():
+            result["r"] = h.fetch(proxy.port(), "GET", origin.url("/rabody/a"), host)
+
+        th = threading.Thread(target=client)
+        th.start()
+        gate.wait_reached()
+        time.sleep(1.5)
+        gate.release()
+        th.join(20)
+        r = result.get("r")
+        h.eq((r.status if r else None, r.header("Retry-Attempts") if r else None), (200, "2"),
+             "status, Retry-Attempts")
+        reqs = origin.requests_for("/rabody/a")
+        second = reqs[1].received_at + wall_minus_mono
+        h.ok(date - TOL <= second <= date + SLACK,
+             "the retry came %.3f s after the date %r (the body ended %.3f s before it): "
+             "the wait Retry-After asks for runs from the response head"
+             % (second - date, when, date - (reqs[0].finished_at + wall_minus_mono)))
 
     @t.check("Retry-After: 1 is not capped by max_backoff 300ms (only the deadline caps it)")
     def _():

@@ -842,6 +842,7 @@ struct test_decide_row {
 	uint64_t wait_ms;
 	bool immediate;
 	bool too_large;
+	bool asked; /* RETRY with the wait the response asked for, not the backoff */
 };
 
 #define FINAL RETRY_VERDICT_FINAL
@@ -1020,11 +1021,11 @@ static const struct test_decide_row test_decide_rows[] = {
 
 	/* Retry-After sets the wait to at least that long */
 	{ "Retry-After longer than backoff", .outcome = TRY_RESPONSE, .status = 503,
-	  .retry_after_ms = 5000, .kind = RETRY, .wait_ms = 5000 },
+	  .retry_after_ms = 5000, .kind = RETRY, .wait_ms = 5000, .asked = true },
 	{ "Retry-After shorter than backoff", .outcome = TRY_RESPONSE, .status = 503,
 	  .retry_after_ms = 50, .kind = RETRY, .wait_ms = 100 },
 	{ "Retry-After up to the deadline", .outcome = TRY_RESPONSE, .status = 503,
-	  .retry_after_ms = 10000, .kind = RETRY, .wait_ms = 10000 },
+	  .retry_after_ms = 10000, .kind = RETRY, .wait_ms = 10000, .asked = true },
 	{ "Retry-After past the deadline: answer now", .outcome = TRY_RESPONSE, .status = 503,
 	  .retry_after_ms = 20000, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_DEADLINE },
 	{ "Retry-After past what is left", .elapsed_ms = 6000, .outcome = TRY_RESPONSE,
@@ -1048,7 +1049,7 @@ static const struct test_decide_row test_decide_rows[] = {
 	  .outcome = TRY_REFUSED, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_DEADLINE },
 	{ "Retry-After longer than the backoff while down: waited, not held", .upstream_down = true,
 	  .hold = true, .outcome = TRY_RESPONSE, .status = 503, .retry_after_ms = 2000,
-	  .kind = RETRY, .wait_ms = 2000 },
+	  .kind = RETRY, .wait_ms = 2000, .asked = true },
 	{ "Retry-After shorter than the backoff while down: held", .upstream_down = true,
 	  .hold = true, .outcome = TRY_RESPONSE, .status = 503, .retry_after_ms = 50,
 	  .kind = HOLD },
@@ -1103,7 +1104,8 @@ static const struct test_decide_row test_decide_rows[] = {
 	{ "409 with x-should-retry: true", .outcome = TRY_RESPONSE, .status = 409,
 	  .should = RETRY_SHOULD_TRUE, .kind = RETRY, .wait_ms = 100 },
 	{ "429 not in retry.on, x-should-retry: true", .outcome = TRY_RESPONSE, .status = 429,
-	  .should = RETRY_SHOULD_TRUE, .retry_after_ms = 700, .kind = RETRY, .wait_ms = 700 },
+	  .should = RETRY_SHOULD_TRUE, .retry_after_ms = 700, .kind = RETRY, .wait_ms = 700,
+	  .asked = true },
 	{ "200 with x-should-retry: true is an answer", .outcome = TRY_RESPONSE, .status = 200,
 	  .should = RETRY_SHOULD_TRUE, .kind = FINAL },
 	{ "304 with x-should-retry: true is an answer", .outcome = TRY_RESPONSE, .status = 304,
@@ -1162,7 +1164,7 @@ static bool test_decide_drew(const struct retry_verdict *v)
 {
 	if (v->kind == RETRY_VERDICT_RETRY)
 		return !v->immediate;
-	return v->kind == RETRY_VERDICT_HOLD ||
+	return v->kind == RETRY_VERDICT_HOLD || (v->kind == RETRY_VERDICT_FINAL && v->too_large) ||
 	       (v->kind == RETRY_VERDICT_GIVE_UP &&
 		(v->reason == RETRY_GIVE_UP_DEADLINE || v->reason == RETRY_GIVE_UP_BUDGET));
 }
@@ -1188,6 +1190,13 @@ static void test_decide_table(void **state)
 				 row->name, (int)v.kind, (int)v.reason,
 				 (unsigned long long)v.wait_ms, (int)v.immediate, (int)v.too_large,
 				 (int)v.cause);
+		/* a RETRY says which wait it chose: the response's, or the
+		 * backoff (100 ms in every row's policy) */
+		if (v.kind == RETRY_VERDICT_RETRY && !v.immediate &&
+		    (v.asked != row->asked || v.backoff_ms > v.wait_ms ||
+		     v.wait_ms != (v.asked ? row->retry_after_ms : v.backoff_ms)))
+			fail_msg("%s: asked %d, backoff %llu, wait %llu", row->name, (int)v.asked,
+				 (unsigned long long)v.backoff_ms, (unsigned long long)v.wait_ms);
 		/* the generator moves exactly as one backoff draw, or not at all */
 		if (test_decide_drew(&v))
 			retry_backoff_ms(&policy, facts.attempts - facts.unwaited - 1, &twin);
