@@ -76,12 +76,17 @@ static int64_t tunnel_taken(const struct tunnel *tunnel)
  * the upstream what it carried from the client. */
 static void tunnel_count(struct tunnel *tunnel, const struct tunnel_side *side)
 {
+	bool client = side == &tunnel->client;
+	uint64_t base = client ? tunnel->client_base : tunnel->upstream_base;
+	uint64_t written;
+
 	if (side->conn == NULL)
 		return;
-	if (side == &tunnel->client)
-		tunnel->to_client = conn_bytes_written(side->conn) - tunnel->client_base;
-	else
-		tunnel->from_client = conn_bytes_written(side->conn) - tunnel->upstream_base;
+	/* the base counts what was queued when the tunnel began (its 200 or
+	 * 101, a pipelined response's tail): a side that goes before all of
+	 * that was written carried nothing through the tunnel */
+	written = conn_bytes_written(side->conn);
+	*(client ? &tunnel->to_client : &tunnel->from_client) = written > base ? written - base : 0;
 }
 
 /* The tunnel's one access line, as it ends: the request's duration up to

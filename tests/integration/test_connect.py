@@ -195,6 +195,57 @@ def scenario(t):
         h.eq((f.get("bytes_in"), f.get("note")), ("3", "client%20reset%20the%20tunnel"),
              "the reset tunnel's bytes from the client and note (%r)" % f)
 
+    @t.check("a tunnel whose client resets before what was queued ahead of the tunnel (a "
+             "pipelined response's tail) went out logs bytes=0, not a count wrapped below 0")
+    def _():
+        accepted = threading.Event()
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.settimeout(30)
+        port = server.getsockname()[1]
+
+        def serve():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            accepted.set()
+            with conn:
+                try:
+                    while conn.recv(65536):
+                        pass
+                except OSError:
+                    pass
+
+        threading.Thread(target=serve, daemon=True).start()
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", proxy.port()))
+        authority = "127.0.0.1:%d" % port
+        s.sendall(("GET http://127.0.0.1:%d/bytes/8000000?t=before-tunnel HTTP/1.1\r\n"
+                   "Host: 127.0.0.1:%d\r\n\r\nCONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n"
+                   % (plain.port, plain.port, authority, authority)).encode())
+        # read the response slowly until the proxy takes up the CONNECT
+        # (its output of the response low enough) and the tunnel opens
+        s.settimeout(10)
+        deadline = time.monotonic() + 60 * h.SLOW
+        while not accepted.is_set() and time.monotonic() < deadline:
+            if not s.recv(4096):
+                break
+            time.sleep(0.0005)
+        h.ok(accepted.is_set(), "the tunnel opened behind the response")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+        lines = []
+        h.wait_until(lambda: lines.extend(
+            f for f in map(h.access_fields, proxy.access_lines()) if f.get("target") == authority)
+            or lines, 10 * h.SLOW, "the tunnel's access line")
+        f = lines[0]
+        server.close()
+        h.eq((f.get("method"), f.get("bytes")), ("CONNECT", "0"),
+             "the tunnel's method and bytes to the client (%r)" % f)
+
     @t.check("the tunnel closes toward the client when the origin closes")
     def _():
         c, _ = open_tunnel(proxy, plain.port)
