@@ -132,23 +132,39 @@ static unsigned proxy_connection_count(const struct proxy *proxy)
 	return conn_loop_open(proxy->loop, CONN_ACCEPTED);
 }
 
-/* Can path be opened for reading now? */
-static bool proxy_file_readable(const char *path)
+/* Can a reload use the file at path now: readable, and with a line that
+ * starts with keyword (any line that is not empty, without one)? A file
+ * being rewritten in place (truncated, then filled) fails this, and what it
+ * said before stays: read as it is, a resolv.conf without a nameserver
+ * line would make libevent ask 127.0.0.1. */
+static bool proxy_file_usable(const char *path, const char *keyword)
 {
 	FILE *f = fopen(path, "r");
+	char line[512];
+	bool usable = false;
 
 	if (f == NULL)
 		return false;
+	while (!usable && fgets(line, sizeof(line), f) != NULL) {
+		const char *p = line + strspn(line, " \t");
+
+		if (keyword == NULL)
+			usable = *p != '\0' && *p != '\n';
+		else
+			usable = strncmp(p, keyword, strlen(keyword)) == 0 &&
+				 (p[strlen(keyword)] == ' ' || p[strlen(keyword)] == '\t');
+	}
 	fclose(f);
-	return true;
+	return usable;
 }
 
 /* Read resolv.conf and the hosts file into a resolver; with search false,
  * resolv.conf's search list and domain are left out. Again (at a reload),
  * what a file said before goes first (nameservers, search list, the options
  * it may leave out; hosts entries), and lookups in flight are sent again to
- * the nameservers read now; a file that cannot be read then (being
- * replaced, say) leaves what it said before in force. */
+ * the nameservers read now; a file that cannot be read then, or is caught
+ * half rewritten (no nameserver line, an empty hosts file), leaves what it
+ * said before in force. */
 static void proxy_read_resolver(struct evdns_base *dns, bool search, bool again)
 {
 	const char *resolv = getenv(PROXY_RESOLV_CONF_ENV);
@@ -165,9 +181,10 @@ static void proxy_read_resolver(struct evdns_base *dns, bool search, bool again)
 	if (!search)
 		options &= ~DNS_OPTION_SEARCH;
 	/* the second resolver reads the same files: the first one warns */
-	if (again && !proxy_file_readable(resolv)) {
+	if (again && !proxy_file_usable(resolv, "nameserver")) {
 		if (search)
-			log_warn("reload: cannot read %s; the resolver keeps what it read before",
+			log_warn("reload: cannot read %s or it names no nameserver; the resolver "
+				 "keeps what it read before",
 				 resolv);
 	} else {
 		if (again) {
@@ -190,12 +207,12 @@ static void proxy_read_resolver(struct evdns_base *dns, bool search, bool again)
 		if (again)
 			evdns_base_resume(dns);
 	}
-	if (again && !proxy_file_readable(hosts)) {
+	if (again && !proxy_file_usable(hosts, NULL)) {
 		if (search)
-			log_warn(
-				"reload: cannot read the hosts file %s; the resolver keeps what it "
-				"read before",
-				hosts);
+			log_warn("reload: cannot read the hosts file %s or it is empty; the "
+				 "resolver "
+				 "keeps what it read before",
+				 hosts);
 		return;
 	}
 	if (again)

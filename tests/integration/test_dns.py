@@ -41,7 +41,9 @@ file moved from 127.0.0.1 to 127.0.0.2 (where nothing listens) within
 dns_cache of its last answer gets 502 for a POST after the reload, and 200 once it is
 moved back (and a hosts file that cannot be read at a reload leaves
 what it said in force); a name only a second stub answers gets 502 until resolv.conf
-names that stub and the proxy is reloaded, then 200; a lookup in flight
+names that stub and the proxy is reloaded, then 200; a resolv.conf caught
+empty or without a nameserver line at a reload (rewritten in place) keeps
+that stub in force (200; before, libevent then asked 127.0.0.1); a lookup in flight
 over a reload is sent again and ends (200).
 """
 
@@ -434,6 +436,23 @@ def scenario(t):
         h.eq(r.status, 200, "status after the reload (%r)" % r)
         h.ok([q for q in stub2.queries_for("only2.test") if q.type == "A"],
              "the second stub saw no A query for only2.test: %r" % stub2.queries)
+
+    @t.check("a resolv.conf caught half rewritten at a reload (empty, or no nameserver line) "
+             "leaves the nameservers in force: 200, and a warning")
+    def _():
+        with open(moving_resolv) as f:
+            kept = f.read()
+        try:
+            for i, text in enumerate(["", "options timeout:1\n"]):
+                write(moving_resolv, text)
+                moving.reload()
+                r = h.curl("--data-binary", "x", url("only2.test", "/echo?t=half%d" % i),
+                           proxy=moving.url)
+                h.eq(r.status, 200, "status with resolv.conf %r (%r)" % (text, r))
+            moving.wait_log("names no nameserver; the resolver keeps what it read before")
+        finally:
+            write(moving_resolv, kept)
+            moving.reload()
 
     @t.check("a lookup in flight over a reload is asked again and ends: 200")
     def _():
