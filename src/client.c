@@ -462,7 +462,8 @@ static void client_intercept_begin(struct client *client)
 }
 
 /* A CONNECT to a host intercept: lists: if access allows the host, answer
- * it ourselves and become the TLS server toward the client. */
+ * it ourselves and become the TLS server toward the client, or read its
+ * plain HTTP (client_intercept_begin()). */
 static void client_intercept(struct client *client, const struct http1_head *head)
 {
 	struct route_destination dest;
@@ -567,7 +568,7 @@ static void client_handshake_done(struct client *client, short what)
 		return;
 	}
 	if (what & CONN_TIMEOUT)
-		log_info("client %s: TLS handshake for %s not done within client_timeout",
+		log_info("client %s: no TLS handshake or request for %s within client_timeout",
 			 client->peer, intercept_prefix(client->intercept));
 	client_close(client, "intercepted tunnel closed during the handshake");
 }

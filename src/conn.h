@@ -147,9 +147,10 @@ size_t conn_output_length(const struct conn *conn);
  * something came on it. No syscall. */
 bool conn_handle_first(struct conn *conn, bool first);
 
-/* True when OpenSSL holds bytes of a TLS record that has not arrived whole:
- * on an idle connection, the start of something nobody asked for (a read
- * gives nothing until the rest comes). False for plain connections. */
+/* True when OpenSSL holds bytes it has not handed out: part of a TLS record
+ * that has not arrived whole, or decrypted data nobody read. On an idle
+ * connection, the start of something nobody asked for (a read gives
+ * nothing until a partial record's rest comes). False for plain ones. */
 bool conn_tls_partial_record(const struct conn *conn);
 
 /* Bytes of the output written so far, over the connection's life: handed to

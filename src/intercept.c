@@ -197,11 +197,6 @@ enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn)
 	return INTERCEPT_PLAIN;
 }
 
-bool intercept_tls(const struct intercept *ic)
-{
-	return ic->upstream.tls;
-}
-
 const char *intercept_host(const struct intercept *ic)
 {
 	return ic->host;

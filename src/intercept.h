@@ -49,10 +49,6 @@ enum intercept_begun {
  * browser's ws:// and curl -p http:// go by CONNECT too). */
 enum intercept_begun intercept_begin(struct intercept *intercept, struct conn *conn);
 
-/* Does the tunnel carry TLS (the requests inside go to https://host:port),
- * or plain HTTP (http://host:port)? */
-bool intercept_tls(const struct intercept *intercept);
-
 /* The CONNECT's access line, written when the tunnel ends (intercept_end)
  * with the tunnel's life and the bytes the proxy sent the client inside it
  * from now on. */

@@ -462,7 +462,8 @@ int main(int argc, char **argv)
 	/* on the way out a further SIGTERM (a service manager asking again, a
 	 * second ^C) must not kill it by the default action that freeing the
 	 * events puts back, before the last log lines are written: blocked
-	 * while they go, then ignored (discarding one that came meanwhile) */
+	 * while the events go, then ignored as well (which discards one that
+	 * came meanwhile); only SIGKILL ends the last steps now */
 	sigemptyset(&ending);
 	for (i = 0; i < 3; i++)
 		sigaddset(&ending, sig_numbers[i]);
