@@ -183,7 +183,8 @@ def scenario(t):
         f = h.access_fields(proxy.access_one("127.0.0.1:%d" % port))
         server.close()
         h.eq(f.get("note"), "tunnel_idle_timeout", "the idle tunnel's note (%r)" % f)
-        h.ok(int(f.get("duration_ms", "0")) >= 2000, "the idle tunnel's duration (%r)" % f)
+        # the idle timer and the line count milliseconds apart: 1999 is 2 s
+        h.ok(int(f.get("duration_ms", "0")) >= 1990, "the idle tunnel's duration (%r)" % f)
         server, port = quiet_server()
         c, _ = open_tunnel(proxy, port)
         c.send(b"abc")
