@@ -151,19 +151,22 @@ def scenario(t):
         h.ok(int(f.get("duration_ms", "0")) >= 600, "duration_ms covers the tunnel's life (%r)" % f)
         h.eq(f.get("note"), None, "a note on a tunnel both sides closed (%r)" % f)
 
-    def quiet_server():
+    def quiet_server(accepted=None, timeout=20):
         """A server that takes one connection and holds it, reading, until
-        its peer closes; its socket and port."""
+        its peer closes; its socket and port. accepted, an Event, is set
+        when the connection is taken."""
         server = socket.socket()
         server.bind(("127.0.0.1", 0))
         server.listen(1)
-        server.settimeout(20)
+        server.settimeout(timeout)
 
         def serve():
             try:
                 conn, _ = server.accept()
             except OSError:
                 return
+            if accepted is not None:
+                accepted.set()
             with conn:
                 try:
                     while conn.recv(65536):
@@ -200,26 +203,7 @@ def scenario(t):
              "pipelined response's tail) went out logs bytes=0, not a count wrapped below 0")
     def _():
         accepted = threading.Event()
-        server = socket.socket()
-        server.bind(("127.0.0.1", 0))
-        server.listen(1)
-        server.settimeout(30)
-        port = server.getsockname()[1]
-
-        def serve():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            accepted.set()
-            with conn:
-                try:
-                    while conn.recv(65536):
-                        pass
-                except OSError:
-                    pass
-
-        threading.Thread(target=serve, daemon=True).start()
+        server, port = quiet_server(accepted, timeout=30)
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.connect(("127.0.0.1", proxy.port()))
