@@ -1375,6 +1375,16 @@ uint64_t conn_bytes_written(const struct conn *c)
 	return c->written;
 }
 
+uint64_t conn_bytes_mark(const struct conn *c)
+{
+	return c->written + conn_length(c->output);
+}
+
+uint64_t conn_bytes_written_since(const struct conn *c, uint64_t mark)
+{
+	return c->written > mark ? c->written - mark : 0;
+}
+
 int64_t conn_bytes_acked(const struct conn *c)
 {
 	return c->fd >= 0 ? conn_acked(c) : -1;

@@ -158,6 +158,13 @@ bool conn_tls_partial_record(const struct conn *conn);
  * the socket). A peer may have read them; bytes still queued it cannot. */
 uint64_t conn_bytes_written(const struct conn *conn);
 
+/* A mark in the output stream: the bytes written once what is queued now
+ * has gone. conn_bytes_written_since() then counts what was written past
+ * it, 0 while (or if, the connection ending first) the queued bytes have
+ * not all gone: what came after them, a tunnel's bytes behind its 200. */
+uint64_t conn_bytes_mark(const struct conn *conn);
+uint64_t conn_bytes_written_since(const struct conn *conn, uint64_t mark);
+
 /* Bytes of the output the peer has not acknowledged yet: those still
  * queued here and those the kernel holds for it (SIOCOUTQ, for TLS whole
  * records). 0 means the peer has everything, or reset the connection and

@@ -90,13 +90,13 @@ void intercept_log_at_end(struct intercept *ic, const struct access_record *reco
 {
 	ic->log = access_record_dup(record);
 	ic->opened_ms = retry_budget_now_ms();
-	ic->base = conn_bytes_written(conn) + conn_output_length(conn);
+	ic->base = conn_bytes_mark(conn);
 }
 
 void intercept_count(struct intercept *ic, const struct conn *conn)
 {
-	if (ic != NULL && conn != NULL && conn_bytes_written(conn) > ic->base)
-		ic->bytes = conn_bytes_written(conn) - ic->base;
+	if (ic != NULL && conn != NULL)
+		ic->bytes = conn_bytes_written_since(conn, ic->base);
 }
 
 void intercept_end(struct intercept *ic, const struct conn *conn)

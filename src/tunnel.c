@@ -76,17 +76,15 @@ static int64_t tunnel_taken(const struct tunnel *tunnel)
  * the upstream what it carried from the client. */
 static void tunnel_count(struct tunnel *tunnel, const struct tunnel_side *side)
 {
-	bool client = side == &tunnel->client;
-	uint64_t base = client ? tunnel->client_base : tunnel->upstream_base;
-	uint64_t written;
-
 	if (side->conn == NULL)
 		return;
-	/* the base counts what was queued when the tunnel began (its 200 or
+	/* the base marks what was queued when the tunnel began (its 200 or
 	 * 101, a pipelined response's tail): a side that goes before all of
 	 * that was written carried nothing through the tunnel */
-	written = conn_bytes_written(side->conn);
-	*(client ? &tunnel->to_client : &tunnel->from_client) = written > base ? written - base : 0;
+	if (side == &tunnel->client)
+		tunnel->to_client = conn_bytes_written_since(side->conn, tunnel->client_base);
+	else
+		tunnel->from_client = conn_bytes_written_since(side->conn, tunnel->upstream_base);
 }
 
 /* The tunnel's one access line, as it ends: the request's duration up to
@@ -333,8 +331,8 @@ void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 	tunnel->log = log;
 	tunnel->opened_ms = retry_budget_now_ms();
 	/* the 200 or the 101 may still be queued: not the tunnel's bytes */
-	tunnel->client_base = conn_bytes_written(client) + conn_output_length(client);
-	tunnel->upstream_base = conn_bytes_written(upstream) + conn_output_length(upstream);
+	tunnel->client_base = conn_bytes_mark(client);
+	tunnel->upstream_base = conn_bytes_mark(upstream);
 
 	tunnel->proxy = proxy;
 	tunnel->idle_ms = idle_timeout_ms;
