@@ -59,7 +59,7 @@ static bool exchange_te_trailers(const struct http1_field *f)
 	size_t elem_len;
 
 	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len))
-		if (elem_len == 8 && strncasecmp(elem, "trailers", 8) == 0)
+		if (http1_name_equals(elem, elem_len, "trailers"))
 			return true;
 	return false;
 }
