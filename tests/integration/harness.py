@@ -1002,10 +1002,14 @@ class Proxy:
             return f.read().decode("utf-8", "replace")
 
     def stderr_lines(self):
-        return self.stderr().splitlines()
+        """The complete lines of stderr. A read can catch the proxy's write of
+        a batch of lines half done (the file grows a page at a time), so a
+        last line without its newline is left for the next read."""
+        text = self.stderr()
+        return text[:text.rfind("\n") + 1].splitlines()
 
     def stderr_tail(self, n=40):
-        return "\n".join("    | " + ln for ln in self.stderr_lines()[-n:])
+        return "\n".join("    | " + ln for ln in self.stderr().splitlines()[-n:])
 
     def wait_log(self, pattern, timeout=10, count=1):
         """Wait until at least count stderr lines match the regex; return them."""
