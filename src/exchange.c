@@ -728,9 +728,10 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 	case RETRY_VERDICT_GIVE_UP:
 		ex->gave_up = verdict.reason;
 		/* max_pending_retries gives the same reason; a retry it refused
-		 * while the budget allowed one is no demand for the fleet's */
+		 * while the budget allowed one is no demand for the fleet's, nor
+		 * is one a response too large to keep would have stopped anyway */
 		if (verdict.reason == RETRY_GIVE_UP_BUDGET && ex->budget != NULL &&
-		    !facts.budget_allows)
+		    !facts.budget_allows && !facts.response_too_large)
 			retry_budget_note_refused(ex->budget);
 		break;
 	case RETRY_VERDICT_FINAL:

@@ -407,6 +407,7 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	uint64_t backoff;
 	uint64_t wait;
 	bool asked = false;
+	bool hold;
 
 	if (facts->outcome == TRY_RESPONSE &&
 	    !retry_response_retryable(policy, facts->status, facts->should_retry))
@@ -451,30 +452,35 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	 * answering now */
 	if (!retry_within_deadline(policy, facts->elapsed_ms, wait))
 		return retry_give_up(verdict, RETRY_GIVE_UP_DEADLINE);
+	/* after attempts and deadline, so that holding never outlasts them. A
+	 * response that asked for a longer wait than the backoff gets it: a
+	 * probe that connects sooner does not say the origin wants to be asked
+	 * again (the retry's try is held then if the upstream is still down).
+	 * A held retry needs neither a pending place nor the budget */
+	hold = facts->upstream_down && facts->hold_when_down && !asked;
+	if (!hold) {
+		/* each waiting retry keeps its request body and last response
+		 * in memory: past the cap, answer now instead of piling up */
+		if (facts->pending_retries >= facts->max_pending_retries)
+			return retry_give_up(verdict, RETRY_GIVE_UP_BUDGET);
+		/* the caller spends the budget only on a RETRY that is not
+		 * immediate */
+		if (!facts->budget_allows)
+			return retry_give_up(verdict, RETRY_GIVE_UP_BUDGET);
+	}
 	/* a retryable response is kept whole until the next try has done
 	 * better; one announced larger than that buffer is passed on. Asked
 	 * only now: a request that would not be retried anyway (unsafe, out
-	 * of attempts or time) gives that reason, not the response's size */
+	 * of attempts, time or budget) gives that reason, not the response's
+	 * size */
 	if (facts->outcome == TRY_RESPONSE && facts->response_too_large) {
 		verdict.too_large = true;
 		return verdict;
 	}
-	/* after attempts and deadline, so that holding never outlasts them. A
-	 * response that asked for a longer wait than the backoff gets it: a
-	 * probe that connects sooner does not say the origin wants to be asked
-	 * again (the retry's try is held then if the upstream is still down) */
-	if (facts->upstream_down && facts->hold_when_down && !asked) {
+	if (hold) {
 		verdict.kind = RETRY_VERDICT_HOLD;
 		return verdict;
 	}
-	/* each waiting retry keeps its request body and last response in
-	 * memory: past the cap, answer now instead of piling up */
-	if (facts->pending_retries >= facts->max_pending_retries)
-		return retry_give_up(verdict, RETRY_GIVE_UP_BUDGET);
-	/* last, like taking from the budget: the caller spends it only on a
-	 * RETRY that is not immediate */
-	if (!facts->budget_allows)
-		return retry_give_up(verdict, RETRY_GIVE_UP_BUDGET);
 	verdict.kind = RETRY_VERDICT_RETRY;
 	verdict.wait_ms = wait;
 	verdict.asked = asked;

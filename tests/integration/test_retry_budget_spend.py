@@ -17,7 +17,11 @@ Must hold:
 - two 503s at once whose bodies take half a second to arrive: the budget
   is looked at again when each retry's backoff starts, so only one is
   retried (200) and the other gets its 503 (gave_up=budget); retries_total
-  counts 1.
+  counts 1;
+- a retryable 503 with a Content-Length over retry_response_buffer, once
+  the budget is spent, is passed on with gave_up=budget (no size note: the
+  budget, not the size, stopped the retry), and
+  retryproxy_retries_given_up_total{reason="budget"} counts it.
 """
 
 import socket
@@ -70,6 +74,9 @@ class Origin(rawserver.RawServer):
                 body = b"y" * 4000
                 conn.sendall(b"HTTP/1.1 503 Busy\r\nTransfer-Encoding: chunked\r\n\r\n" +
                              b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+                continue
+            if target.startswith("/cl503big"):
+                conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 4000\r\n\r\n" + b"z" * 4000)
                 continue
             if first and target.startswith("/slow503"):
                 conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
@@ -133,6 +140,22 @@ def scenario(t):
         refused = [p for p, r in results.items() if r.status == 503][0]
         h.eq(h.access_fields(proxy.access_one(refused)).get("gave_up"), "budget", "gave_up")
         h.eq(retries_counted(proxy), 1, "retryproxy_retries_total")
+        t.stop_proxy(proxy)
+
+    @t.check("a 503 announced over retry_response_buffer, the budget spent: gave_up=budget")
+    def _():
+        proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+        r = h.fetch(proxy.port(0), "GET", "/plain503-spend", "api.example")
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "the one retry is spent")
+        r = h.fetch(proxy.port(0), "GET", "/cl503big", "api.example")
+        h.eq((r.status, len(r.body)), (503, 4000), "the large 503, passed on whole")
+        h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+        fields = h.access_fields(proxy.access_one("/cl503big"))
+        h.eq(fields.get("gave_up"), "budget", "gave_up")
+        h.eq(fields.get("note"), None, "note")
+        text = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
+        h.eq(h.metric(text, "retryproxy_retries_given_up_total",
+                      '{route="default",reason="budget"}'), 1, "given up for the budget")
         t.stop_proxy(proxy)
 
 
