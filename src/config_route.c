@@ -246,8 +246,15 @@ static void config_route_retry_on_item(struct config_walk *walk, const struct ya
 		retry->on |= RETRY_ON_RESET;
 	else if (strcmp(item->text, "timeout") == 0)
 		retry->on |= RETRY_ON_TIMEOUT;
-	else if (config_values_unsigned(item->text, 599, &code) == 0 && code >= 100)
+	else if (config_values_unsigned(item->text, 599, &code) == 0 && code >= 200)
 		retry->on_codes[code / 8] |= (uint8_t)(1u << (code % 8));
+	else if (config_values_unsigned(item->text, 599, &code) == 0 && code >= 100)
+		/* a 1xx only announces the answer (a 101 switches protocols
+		 * instead): it never ends a try, so it could never be retried on */
+		config_walk_error(walk, item,
+				  "%u is an interim (1xx) status, never a try's final answer: "
+				  "retry.on could never match it",
+				  (unsigned)code);
 	else
 		config_walk_bad_value(walk, item, what);
 }
@@ -257,7 +264,7 @@ static void config_route_set_retry_on(struct config_walk *walk, const struct yam
 				      void *field)
 {
 	static const char *const what =
-		"5xx, connect-failure, reset, timeout or a status code from 100 to 599";
+		"5xx, connect-failure, reset, timeout or a status code from 200 to 599";
 	struct retry_policy *retry = field;
 
 	retry->on = 0;

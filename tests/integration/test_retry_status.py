@@ -8,7 +8,7 @@ told apart by a per-try X-Try header, reason phrase and body. Defaults:
 retry.on as built in (5xx, 408, 429, failures), max_attempts 3, backoff
 100ms doubling, no jitter; retry_response_buffer is 1KiB. Routes by path:
 /r404/ retries on [404, 503]; /codes/ on [500, 502] only; /only503/ on [503]
-only.
+only; /r202/ on [202, 503].
 Must hold: 503, 503, 200 gives the client the 200 with Retry-Attempts: 3,
 and the origin sees exactly 3 requests; 503 on every try gives the client
 the last 503 exactly as the origin sent it on the third try (reason phrase,
@@ -16,7 +16,8 @@ headers in order, body) plus Via and Retry-Attempts: 3, and the origin sees
 exactly 3; any 5xx, 408 and 429 are retried on the default route, a 404 is
 not; a 404 is retried on a route that lists it; a 501 and a 503 are not
 retried on a route with on: [500, 502] while its 502 is; a 500 passes at
-once on a route with on: [503]; a retryable 503 whose body is over
+once on a route with on: [503]; a 202 is retried on a route that lists
+it (the operator may know it means "not ready yet"); a retryable 503 whose body is over
 retry_response_buffer (by Content-Length or chunked) is passed on as final
 at once, body whole, while one of exactly that size is retried; one such
 that would not have been retried anyway (a POST's, the last try's) is
@@ -62,6 +63,9 @@ routes:
   - name: only503
     match: { path_prefix: /only503/ }
     retry: { on: [503] }
+  - name: accepted
+    match: { path_prefix: /r202/ }
+    retry: { on: [202, 503] }
   - name: slowtries
     match: { path_prefix: /slowtries/ }
     retry: { try_timeout: 1s }
@@ -116,6 +120,12 @@ def scenario(t):
         line = h.access_fields(proxy.access_one("/s/last"))
         h.eq((line["status"], line["attempts"], line.get("gave_up")), ("503", "3", "attempts"),
              "access line status, attempts, gave_up")
+
+    @t.check("a 202 is retried on a route whose retry.on lists it: 202, 200 -> 200")
+    def _():
+        expect("/r202/a", [202, 200], 200, 2, "202 listed")
+        expect("/r202/b", [202, 202, 202], 202, 3, "202 on every try")
+        expect("/s/202", [202, 200], 202, 1, "202 not listed on the default route")
 
     @t.check("a kept 503 given back after tries that timed out is dated when it came")
     def _():

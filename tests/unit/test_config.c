@@ -846,6 +846,20 @@ static void test_units(void **state)
 	config_release(config);
 }
 
+/* retry.on takes a 2xx or 3xx: an operator may know that an upstream's
+ * 202 means "not ready yet, ask again" (a 1xx is refused: bad_retry_on). */
+static void test_retry_on_success_codes(void **state)
+{
+	struct config *config = test_load_ok("defaults:\n  retry:\n    on: [202, 307, reset]\n");
+	const struct retry_policy *retry = &config->default_route.retry;
+
+	assert_int_equal(retry->on, RETRY_ON_RESET);
+	assert_true(retry->on_codes[202 / 8] & (1u << (202 % 8)));
+	assert_true(retry->on_codes[307 / 8] & (1u << (307 % 8)));
+	assert_false(retry->on_codes[503 / 8] & (1u << (503 % 8)));
+	config_release(config);
+}
+
 /* good/health_hedge.yaml, field by field. */
 static void test_health_hedge_fixture(void **state)
 {
@@ -1483,6 +1497,7 @@ int main(void)
 		cmocka_unit_test(test_retry_memory),
 		cmocka_unit_test(test_control_bytes_in_messages),
 		cmocka_unit_test(test_backslashes_in_messages),
+		cmocka_unit_test(test_retry_on_success_codes),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_upstream_url),
