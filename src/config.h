@@ -45,6 +45,14 @@ struct retry_budget {
 	uint64_t window_ms;
 };
 
+/* The retries a window allows whatever the ratio: min_per_second x the
+ * window's seconds. The config refuses a floor above 0 and below 1 (it
+ * would allow no retry), so it is computed in one place for both. */
+static inline double retry_budget_floor(const struct retry_budget *budget)
+{
+	return budget->min_per_second * (double)budget->window_ms / 1000.0;
+}
+
 /* retry.hedge: another try while one is slow (SPEC "More retry controls"). */
 struct hedge_policy {
 	uint64_t after_ms; /* no response head after this: one more try; 0: no hedging */

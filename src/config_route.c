@@ -591,6 +591,39 @@ static void config_route_check_hedge(struct config_walk *walk, const struct yaml
 	config_walk_pop(walk, mark);
 }
 
+/* A budget whose floor (min_per_second x window) is above 0 but below one
+ * retry allows no retry on a quiet route, which is not what min_per_second
+ * promises: refuse it, pointing at the window if this mapping's budget
+ * sets it, else at its min_per_second; if it sets neither, both came from
+ * defaults.retry, which was checked already. */
+static void config_route_check_budget(struct config_walk *walk, const struct yaml_tree_node *node,
+				      const struct retry_policy *retry)
+{
+	const struct yaml_tree_entry *budget = yaml_tree_find(node, "budget"), *blame = NULL;
+	double floor = retry_budget_floor(&retry->budget);
+	char window[32];
+	size_t mark;
+
+	if (floor <= 0 || floor >= 1 || budget == NULL ||
+	    budget->value->kind != YAML_TREE_MAPPING ||
+	    config_walk_refused(walk, budget->value, "window") ||
+	    config_walk_refused(walk, budget->value, "min_per_second"))
+		return;
+	blame = yaml_tree_find(budget->value, "window");
+	if (blame == NULL)
+		blame = yaml_tree_find(budget->value, "min_per_second");
+	if (blame == NULL)
+		return;
+	config_values_format_ms(retry->budget.window_ms, window, sizeof(window));
+	mark = config_walk_push(walk, "budget");
+	config_walk_push(walk, blame->key->text);
+	config_walk_error(walk, blame->value,
+			  "min_per_second x window is %g (%g x %s): below one retry, the floor "
+			  "would allow none; make it at least 1, or min_per_second 0 for no floor",
+			  floor, retry->budget.min_per_second, window);
+	config_walk_pop(walk, mark);
+}
+
 /* A retry: mapping over the policy already in place (the defaults, for a
  * route), then the checks that involve more than one key. limits: is read
  * before defaults: and routes: whatever the file's order, so the
@@ -604,8 +637,10 @@ static void config_route_set_retry(struct config_walk *walk, const struct yaml_t
 	size_t mark;
 
 	config_walk_mapping(walk, node, config_route_retry_keys, retry);
-	if (node->kind == YAML_TREE_MAPPING)
+	if (node->kind == YAML_TREE_MAPPING) {
 		config_route_check_hedge(walk, node, retry);
+		config_route_check_budget(walk, node, retry);
+	}
 	/* a refused key has left the value before it in place */
 	if (retry->max_backoff_ms >= retry->initial_backoff_ms ||
 	    config_walk_refused(walk, node, "initial_backoff") ||

@@ -159,8 +159,7 @@ bool retry_budget_allows(const struct retry_budget_state *state, const struct re
 			retries += state->retries[i];
 		}
 	}
-	allowed = budget->ratio * (double)requests +
-		  budget->min_per_second * (double)state->window_ms / 1000.0;
+	allowed = budget->ratio * (double)requests + retry_budget_floor(budget);
 	return (double)(retries + 1) <= allowed;
 }
 
