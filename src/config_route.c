@@ -126,9 +126,21 @@ static void config_route_methods(struct config_walk *walk, const struct yaml_tre
 					  item->text, config_route_miscased_method(item->text),
 					  config_route_miscased_method(item->text));
 		} else if (item != NULL) {
-			/* A repeated method changes nothing; keep one. */
-			for (size_t j = 0; j < n; j++)
-				seen = seen || strcmp(out[j], item->text) == 0;
+			/* A repeated method is a mistake (a typo for another, a
+			 * merge gone wrong): refused, as a key given twice is */
+			for (size_t j = 0; j < i && !seen; j++) {
+				const struct yaml_tree_node *other = node->items[j];
+
+				if (other->kind == YAML_TREE_SCALAR &&
+				    strcmp(other->text, item->text) == 0) {
+					char quoted[128];
+
+					config_walk_error(
+						walk, item, "%s is already listed at [%zu]",
+						config_walk_quote(item, quoted, sizeof(quoted)), j);
+					seen = true;
+				}
+			}
 			if (!seen)
 				out[n++] = xstrdup(item->text);
 		}
@@ -169,6 +181,20 @@ static const struct config_walk_type config_route_type_match_methods = {
 	YAML_TREE_SEQUENCE, "a list of methods like [GET, PUT]", config_route_set_match_methods
 };
 
+/* The entry of out[0..n) with this kind and name, else n. A header name is
+ * matched without regard to case, as header fields are (RFC 9110 section
+ * 5.1); a query parameter or JSON member with it. */
+static size_t config_route_when_present_index(const struct when_present *out, size_t n,
+					      enum when_present_kind kind, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (out[i].kind == kind &&
+		    (kind == WHEN_PRESENT_HEADER ? strcasecmp(out[i].name, name)
+						 : strcmp(out[i].name, name)) == 0)
+			return i;
+	return n;
+}
+
 /* when_present: a list of one-key mappings, replacing the inherited one. */
 static void config_route_set_when_present(struct config_walk *walk,
 					  const struct yaml_tree_node *node, void *field)
@@ -178,6 +204,7 @@ static void config_route_set_when_present(struct config_walk *walk,
 							 WHEN_PRESENT_JSON_FIELD };
 	struct idempotency *idem = field;
 	struct when_present *out = xcalloc(node->count, sizeof(*out));
+	size_t *at = xcalloc(node->count, sizeof(*at)); /* the list index of each of out */
 	size_t n = 0;
 
 	for (size_t i = 0; i < node->count; i++) {
@@ -214,13 +241,25 @@ static void config_route_set_when_present(struct config_walk *walk,
 				config_walk_error(walk, value, "expected %s, got %s", what,
 						  yaml_tree_kind_name(value->kind));
 		} else {
-			out[n].kind = values[kind];
-			out[n].name = xstrdup(value->text);
-			n++;
+			size_t first =
+				config_route_when_present_index(out, n, values[kind], value->text);
+
+			if (first < n) {
+				char quoted[128];
+
+				config_walk_error(walk, value, "%s is already listed at [%zu]",
+						  config_walk_quote(value, quoted, sizeof(quoted)),
+						  at[first]);
+			} else {
+				out[n].kind = values[kind];
+				out[n].name = xstrdup(value->text);
+				at[n++] = i;
+			}
 		}
 		config_walk_pop(walk, inner);
 		config_walk_pop(walk, mark);
 	}
+	free(at);
 	for (size_t i = 0; i < idem->when_present_count; i++)
 		free(idem->when_present[i].name);
 	free(idem->when_present);
@@ -232,12 +271,43 @@ static const struct config_walk_type config_route_type_when_present = {
 	YAML_TREE_SEQUENCE, "a list like [header: If-Match]", config_route_set_when_present
 };
 
-/* Add one retry.on element to the policy. */
-static void config_route_retry_on_item(struct config_walk *walk, const struct yaml_tree_node *item,
-				       struct retry_policy *retry, const char *what)
+/* What a retry.on element stands for: a status code, or -1 to -4 for the
+ * words, or 0 when it is none of them (or a code it refuses). "503" and
+ * 503 are one element. */
+static int config_route_retry_on_meaning(const struct yaml_tree_node *item)
 {
+	static const char *const words[] = { "5xx", "connect-failure", "reset", "timeout" };
 	uint64_t code;
 
+	if (item == NULL || item->kind != YAML_TREE_SCALAR)
+		return 0;
+	for (int i = 0; i < 4; i++)
+		if (strcmp(item->text, words[i]) == 0)
+			return -1 - i;
+	/* only a valid code: an invalid one gets its own error each time */
+	if (config_values_unsigned(item->text, 599, &code) == 0 && code >= 200)
+		return (int)code;
+	return 0;
+}
+
+/* Add one retry.on element to the policy; one given before it is an error
+ * naming where. */
+static void config_route_retry_on_item(struct config_walk *walk, const struct yaml_tree_node *list,
+				       size_t index, struct retry_policy *retry, const char *what)
+{
+	const struct yaml_tree_node *item = list->items[index];
+	int meaning = config_route_retry_on_meaning(item);
+	uint64_t code;
+
+	for (size_t j = 0; meaning != 0 && j < index; j++) {
+		if (config_route_retry_on_meaning(list->items[j]) == meaning) {
+			char quoted[128];
+
+			config_walk_error(walk, item, "%s is already listed at [%zu]",
+					  config_walk_quote(item, quoted, sizeof(quoted)), j);
+			return;
+		}
+	}
 	if (strcmp(item->text, "5xx") == 0)
 		retry->on |= RETRY_ON_5XX;
 	else if (strcmp(item->text, "connect-failure") == 0)
@@ -274,7 +344,7 @@ static void config_route_set_retry_on(struct config_walk *walk, const struct yam
 		const struct yaml_tree_node *item = config_walk_scalar_item(walk, node, i, what);
 
 		if (item != NULL)
-			config_route_retry_on_item(walk, item, retry, what);
+			config_route_retry_on_item(walk, node, i, retry, what);
 		config_walk_pop(walk, mark);
 	}
 }
