@@ -349,6 +349,16 @@ static void exchange_pass_on_overflow(struct exchange_try *t, bool draining)
 		   : t->keeping_no_room ? "retryable response over the room left in retry_memory"
 					: "retryable response over retry_response_buffer";
 	ex->gave_up = draining ? RETRY_GIVE_UP_DEADLINE : RETRY_GIVE_UP_NONE;
+	/* one that came while other tries raced it was not decided on: one
+	 * that no retry would have followed anyway (no attempt, time or
+	 * budget left) says why, as one that came alone does
+	 * (retry_decide()), and the size is then no note */
+	if (!draining && t->verdict_pending &&
+	    exchange_decide_response(ex, t->keeping_status,
+				     exchange_wait_left(t->keeping_retry_after_until), true,
+				     t->keeping_should)
+			    .kind == RETRY_VERDICT_GIVE_UP)
+		ex->note = NULL;
 	exchange_release_retry(ex);
 	exchange_cancel_racing(ex, t);
 	ex->winner = t;

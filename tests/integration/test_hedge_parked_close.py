@@ -24,7 +24,10 @@ the client whole as the final response, and nothing is retried):
   connection and its 200 at once (tries "200");
 - a 503 whose close cut its body short is a reset: the first try's reset
   then leads to a third try, whose 500 the client gets, and the trail
-  begins "hedge:reset".
+  begins "hedge:reset";
+- with max_attempts 2, the parked 503 given back once the first try
+  failed is logged gave_up=attempts, not only with the size note: no retry
+  would have followed it anyway (as for one that came alone).
 """
 
 import socket
@@ -133,6 +136,19 @@ def scenario(t):
         h.eq((r.status, r.header("Retry-Attempts"), conns), (500, "3", 3),
              "status, Retry-Attempts, upstream connections")
         h.ok(f["tries"].startswith("hedge:reset -> "), "tries %r" % f["tries"])
+
+    @t.check("a parked 503 with no attempt left after it says gave_up=attempts")
+    def _():
+        two = t.proxy(CONFIG.replace("max_attempts: 3", "max_attempts: 2"),
+                      ORIGIN=upstream.port)
+        with lock:
+            plan[:] = ["late-reset", "length-keep-alive"]
+        r = h.fetch(two.port(0), "GET", "/two-attempts", "api.example")
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "2"), "status, Retry-Attempts")
+        f = h.access_fields(two.access_one("/two-attempts"))
+        h.eq(f["tries"], "reset -> wait 0ms -> hedge:503", "tries")
+        h.eq(f.get("gave_up"), "attempts", "gave_up (note %r)" % f.get("note"))
+        t.stop_proxy(two)
 
 
 h.run(scenario, __doc__)
