@@ -113,9 +113,10 @@ struct fleet {
 	struct event *deadline;		/* the connect or the sync round in flight */
 	struct event *reconnect;	/* the backoff before the next connect */
 	uint64_t backoff_ms;
-	unsigned address_turn; /* which of the name's addresses the next connect takes */
-	unsigned pending;      /* replies the sync round in flight still awaits */
-	bool down_logged;      /* "local budgets" was said; said again only after an up */
+	unsigned address_turn;	 /* which of the name's addresses the next connect takes */
+	unsigned pending;	 /* replies the sync round in flight still awaits */
+	bool down_logged;	 /* "local budgets" was said; said again only after an up */
+	bool send_failed_logged; /* a sync could not be queued, and that was said */
 	struct retry_rng rng;
 	struct fleet_route *routes;
 };
@@ -223,10 +224,36 @@ static void fleet_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	fleet_lost(fleet, why, true);
 }
 
+/* hiredis would not queue a route's sync (out of memory, or the
+ * connection going away): Redis ran nothing of it, so its requests and the
+ * retries it owed wait for the next sync. The tokens it held are dropped,
+ * not handed back (counted as granted: the strict side), so that none is
+ * spent past its sync interval; the local budget decides for the route
+ * until a sync answers. Said once until a sync is queued again. */
+static void fleet_route_unsent(struct fleet_route *fr)
+{
+	struct fleet *fleet = fr->fleet;
+
+	fr->unreported += fr->sent_requests;
+	fr->owed += fr->sent_owed;
+	fr->sent_requests = 0;
+	fr->sent_owed = 0;
+	fr->sent_back = 0;
+	fr->tokens = 0;
+	fr->leased = false;
+	if (!fleet->send_failed_logged)
+		log_warn("fleet %s: redis %s: cannot queue the sync of route %s (%s); its counts "
+			 "wait for the next sync, its budget is local until then",
+			 fleet->name, fleet->redis, fr->route,
+			 fleet->ac != NULL && fleet->ac->errstr[0] != '\0' ? fleet->ac->errstr
+									   : "out of memory");
+	fleet->send_failed_logged = true;
+}
+
 /* Send one route's sync: its requests since the last, and the tokens it
  * wants. EVALSHA normally; EVAL with the script's text after a NOSCRIPT,
- * which also caches it again. */
-static void fleet_route_send(struct fleet_route *fr, bool with_text)
+ * which also caches it again. False when it could not be queued. */
+static bool fleet_route_send(struct fleet_route *fr, bool with_text)
 {
 	struct fleet *fleet = fr->fleet;
 	char requests[24], want[24], ratio[32], floor[32], window[24], back[24], epoch[24],
@@ -252,9 +279,14 @@ static void fleet_route_send(struct fleet_route *fr, bool with_text)
 	snprintf(back, sizeof(back), "%llu", (unsigned long long)fr->sent_back);
 	snprintf(epoch, sizeof(epoch), "%lld", fr->sent_epoch);
 	snprintf(owed, sizeof(owed), "%llu", (unsigned long long)fr->sent_owed);
+	if (redisAsyncCommandArgv(fleet->ac, fleet_reply_cb, fr,
+				  (int)(sizeof(argv) / sizeof(argv[0])), argv, NULL) != REDIS_OK) {
+		fleet_route_unsent(fr);
+		return false;
+	}
+	fleet->send_failed_logged = false;
 	fr->in_flight = true;
-	redisAsyncCommandArgv(fleet->ac, fleet_reply_cb, fr, (int)(sizeof(argv) / sizeof(argv[0])),
-			      argv, NULL);
+	return true;
 }
 
 static void fleet_route_free(struct fleet_route *fr)
@@ -287,10 +319,15 @@ static void fleet_round_answered(struct fleet *fleet)
 	}
 }
 
-/* Every live route's sync, sent together; one deadline covers them. */
-static void fleet_sync_round(struct fleet *fleet)
+/* Every live route's sync, sent together; one deadline covers them.
+ * Whether every one was queued. */
+static bool fleet_sync_round(struct fleet *fleet)
 {
+	bool all = true;
+
 	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
+		uint64_t asked = fr->asked;
+
 		if (!fr->live && !(fr->closing && !fr->in_flight))
 			continue;
 		fr->sent_requests = fr->unreported;
@@ -303,11 +340,17 @@ static void fleet_sync_round(struct fleet *fleet)
 		fr->sent_owed = fr->owed;
 		fr->owed = 0;
 		fr->unreported = 0;
-		fleet_route_send(fr, false);
+		if (!fleet_route_send(fr, false)) {
+			/* the demand it reported is still to be reported */
+			fr->asked = asked;
+			all = false;
+			continue;
+		}
 		fleet->pending++;
 	}
 	if (fleet->pending > 0)
 		fleet_arm_deadline(fleet);
+	return all;
 }
 
 /* A sync's reply holds a grant and its bucket. */
@@ -338,7 +381,13 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	 * which hands its lease back and reports what it owes */
 	if (current && reply->type == REDIS_REPLY_ERROR &&
 	    strncmp(reply->str, "NOSCRIPT", 8) == 0) {
-		fleet_route_send(fr, true);
+		if (fleet_route_send(fr, true))
+			return;
+		/* not run, and not sent again: its counts wait for the next
+		 * round (a dropped route's last sync is sent with it) */
+		if (!fr->live)
+			fr->closing = true;
+		fleet_round_answered(fleet);
 		return;
 	}
 	if (!fr->live && (!current || fr->sent_want == 0 || !fleet_reply_usable(reply))) {
@@ -392,7 +441,7 @@ static void fleet_sync_cb(evutil_socket_t fd, short what, void *arg)
 	struct fleet *fleet = arg;
 
 	if (fleet->state == FLEET_CONNECTED && fleet->pending == 0)
-		fleet_sync_round(fleet);
+		(void)fleet_sync_round(fleet);
 }
 
 /* A whole sync round answered: the fleet decides from now on. Only now is
@@ -424,8 +473,9 @@ static void fleet_try(struct fleet *fleet)
 		fr->unreported = 0;
 		fr->asked = 0;
 	}
-	fleet_sync_round(fleet);
-	if (fleet->pending == 0)
+	if (!fleet_sync_round(fleet) && fleet->pending == 0)
+		fleet_lost(fleet, "cannot queue a sync", true);
+	else if (fleet->pending == 0)
 		fleet_up(fleet);
 }
 
