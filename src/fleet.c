@@ -42,6 +42,10 @@ enum { FLEET_LOOKUP_V6, FLEET_LOOKUP_V4, FLEET_LOOKUPS };
  * the IPv4 ones are then among them. */
 #define FLEET_RESOLUTION_DELAY_MS 50
 
+/* The distinct reasons for Redis being down that are each warned about
+ * once while it stays down (refused, then NOAUTH, then ...). */
+#define FLEET_REASONS 8
+
 enum fleet_state {
 	FLEET_WAITING,	  /* the reconnect backoff runs */
 	FLEET_RESOLVING,  /* the Redis host name is being resolved */
@@ -113,10 +117,12 @@ struct fleet {
 	struct event *deadline;		/* the connect or the sync round in flight */
 	struct event *reconnect;	/* the backoff before the next connect */
 	uint64_t backoff_ms;
-	unsigned address_turn;	 /* which of the name's addresses the next connect takes */
-	unsigned pending;	 /* replies the sync round in flight still awaits */
-	bool down_logged;	 /* "local budgets" was said; said again only after an up */
-	bool send_failed_logged; /* a sync could not be queued, and that was said */
+	unsigned address_turn;		 /* which of the name's addresses the next connect takes */
+	unsigned pending;		 /* replies the sync round in flight still awaits */
+	bool down_logged;		 /* "local budgets" was said; said again only after an up */
+	bool send_failed_logged;	 /* a sync could not be queued, and that was said */
+	uint64_t reasons[FLEET_REASONS]; /* why it is down, each warned once: hashes */
+	unsigned reasons_said;
 	struct retry_rng rng;
 	struct fleet_route *routes;
 };
@@ -151,6 +157,24 @@ static void fleet_route_unanswered(struct fleet_route *fr)
 	fr->owed += fr->sent_owed + fleet_route_spent_in_flight(fr);
 	fr->sent_owed = 0;
 	fr->sent_back = 0;
+}
+
+/* Whether this reason for Redis being unusable was warned about since the
+ * fleet went down; noted if not. Reasons are kept as hashes; past
+ * FLEET_REASONS of them, the rest count as said (a debug line each). */
+static bool fleet_reason_said(struct fleet *fleet, const char *why)
+{
+	uint64_t hash = 14695981039346656037ULL; /* FNV-1a */
+
+	for (const unsigned char *c = (const unsigned char *)why; *c != '\0'; c++)
+		hash = (hash ^ *c) * 1099511628211ULL;
+	for (unsigned i = 0; i < fleet->reasons_said; i++)
+		if (fleet->reasons[i] == hash)
+			return true;
+	if (fleet->reasons_said == FLEET_REASONS)
+		return true;
+	fleet->reasons[fleet->reasons_said++] = hash;
+	return false;
 }
 
 /* Redis cannot be used: drop the connection (unless hiredis is freeing it
@@ -189,11 +213,19 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 		fr->tokens = 0;
 		fr->leased = false;
 	}
-	if (!fleet->down_logged)
+	if (!fleet->down_logged) {
 		log_warn("fleet %s: redis %s: %s; retry budgets are local until it answers",
 			 fleet->name, fleet->redis, why);
-	else
+		fleet->reasons_said = 0;
+		fleet_reason_said(fleet, why);
+	} else if (!fleet_reason_said(fleet, why)) {
+		/* another reason (refused, then NOAUTH): the operator's fix
+		 * changes with it */
+		log_warn("fleet %s: redis %s: %s; retry budgets are still local", fleet->name,
+			 fleet->redis, why);
+	} else {
 		log_debug("fleet %s: redis %s: %s", fleet->name, fleet->redis, why);
+	}
 	fleet->down_logged = true;
 	fleet->state = FLEET_WAITING;
 	/* the next attempt takes the name's next address: one that refuses or

@@ -23,7 +23,11 @@ Must hold:
   proxy logs in (gauge 1);
 - through a relay that delays each of Redis's answers by 300 ms (under the
   500 ms reply deadline), a proxy with the password still connects: the
-  deadline is per answer, not one for the connect, AUTH and SCRIPT LOAD.
+  deadline is per answer, not one for the connect, AUTH and SCRIPT LOAD;
+- a proxy started while Redis is down, then Redis started asking for a
+  password the proxy has not: one warning for the refused connections,
+  one more naming NOAUTH (a debug line only before the fix), and none
+  when Redis goes away again (a reason already given).
 """
 
 import os
@@ -183,6 +187,25 @@ def scenario(t):
         relayed = t.proxy(CONFIG, ORIGIN=origin.port, REDIS=slow_relay(redis.port),
                           LOGIN="  password_file: %s\n" % default_file)
         wait_gauge([relayed], 1, 10 * h.SLOW)
+
+    @t.check("Redis down, then up asking for a password: a warning for each reason, once")
+    def _():
+        late = RedisServer(t.tmp, extra_args=["--requirepass", DEFAULT_PASSWORD],
+                           auth=[DEFAULT_PASSWORD])
+        p = t.proxy(CONFIG, ORIGIN=origin.port, REDIS=late.port, LOGIN="")
+        p.wait_log(r"retry budgets are local", timeout=10 * h.SLOW)
+        time.sleep(1.0)  # reconnects refused, 100 ms apart and more
+        late.start()
+        t.defer(late.stop)
+        p.wait_log(r"redis .*NOAUTH", timeout=10 * h.SLOW)
+        time.sleep(2.0)  # reconnects refused with NOAUTH
+        late.stop()
+        time.sleep(2.0)  # refused again, a reason already given
+        warnings = [ln for ln in p.stderr_lines() if "fleet checkout" in ln and " warn " in ln]
+        h.eq(len(warnings), 2, "warnings: %r" % warnings)
+        h.ok("refused" in warnings[0].lower(), "the first names the refused connection: %s"
+             % warnings[0])
+        h.ok("NOAUTH" in warnings[1], "the second names NOAUTH: %s" % warnings[1])
 
 
 h.run(scenario, __doc__, timeout=90)
