@@ -42,6 +42,12 @@ enum { FLEET_LOOKUP_V6, FLEET_LOOKUP_V4, FLEET_LOOKUPS };
  * the IPv4 ones are then among them. */
 #define FLEET_RESOLUTION_DELAY_MS 50
 
+/* A connection that carried no command for this long gets a PING: a Redis
+ * whose `timeout` config is shorter than sync_interval (it counts whole
+ * seconds, 1 at least) would close it between syncs, and each sync would
+ * find it closed and connect again. Syncs this frequent need none. */
+#define FLEET_KEEPALIVE_MS 500
+
 /* The distinct reasons for Redis being down that are each warned about
  * once while it stays down (refused, then NOAUTH, then ...). */
 #define FLEET_REASONS 8
@@ -116,6 +122,7 @@ struct fleet {
 	struct event *sync_timer;	/* every sync_interval */
 	struct event *deadline;		/* the connect or the sync round in flight */
 	struct event *reconnect;	/* the backoff before the next connect */
+	struct event *keepalive;	/* a PING after FLEET_KEEPALIVE_MS without a sync */
 	uint64_t backoff_ms;
 	unsigned address_turn;		 /* which of the name's addresses the next connect takes */
 	unsigned pending;		 /* replies the sync round in flight still awaits */
@@ -208,6 +215,7 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 	}
 	fleet_lookups_end(fleet);
 	evtimer_del(fleet->deadline);
+	evtimer_del(fleet->keepalive);
 	fleet->pending = 0;
 	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
 		fr->tokens = 0;
@@ -380,8 +388,12 @@ static bool fleet_sync_round(struct fleet *fleet)
 		}
 		fleet->pending++;
 	}
-	if (fleet->pending > 0)
+	if (fleet->pending > 0) {
+		struct timeval tv = timeval_from_ms(FLEET_KEEPALIVE_MS);
+
 		fleet_arm_deadline(fleet);
+		evtimer_add(fleet->keepalive, &tv);
+	}
 	return all;
 }
 
@@ -464,6 +476,25 @@ static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 		  fleet->name, fr->route, (unsigned long long)fr->sent_requests,
 		  reply->element[0]->integer, (unsigned long long)fr->sent_want);
 	fleet_round_answered(fleet);
+}
+
+/* A PING's answer: nothing to do with it (a frozen Redis is found by the
+ * syncs' deadline). */
+static void fleet_ping_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+}
+
+/* No sync for FLEET_KEEPALIVE_MS: a PING, so that Redis does not take the
+ * connection for idle, and again after as long. */
+static void fleet_keepalive_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct fleet *fleet = arg;
+	struct timeval tv = timeval_from_ms(FLEET_KEEPALIVE_MS);
+
+	if (fleet->state != FLEET_CONNECTED || fleet->ac == NULL)
+		return;
+	(void)redisAsyncCommand(fleet->ac, fleet_ping_cb, NULL, "PING");
+	evtimer_add(fleet->keepalive, &tv);
 }
 
 /* Every sync_interval: a new round, unless the last is still out (its
@@ -808,6 +839,7 @@ struct fleet *fleet_new(struct event_base *base, struct evdns_base *dns,
 	fleet->sync_timer = event_new(base, -1, EV_PERSIST, fleet_sync_cb, fleet);
 	fleet->deadline = evtimer_new(base, fleet_deadline_cb, fleet);
 	fleet->reconnect = evtimer_new(base, fleet_reconnect_cb, fleet);
+	fleet->keepalive = evtimer_new(base, fleet_keepalive_cb, fleet);
 	fleet->resolution_delay = evtimer_new(base, fleet_resolution_delay_cb, fleet);
 	for (size_t i = 0; i < FLEET_LOOKUPS; i++)
 		fleet->lookups[i].fleet = fleet;
@@ -825,6 +857,7 @@ void fleet_free(struct fleet *fleet)
 	event_free(fleet->sync_timer);
 	event_free(fleet->deadline);
 	event_free(fleet->reconnect);
+	event_free(fleet->keepalive);
 	fleet_lookups_end(fleet);
 	event_free(fleet->resolution_delay);
 	/* pending replies are called back with NULL while the routes still
