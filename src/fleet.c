@@ -115,6 +115,11 @@ struct fleet {
 	uint64_t reply_timeout_ms;
 	enum fleet_state state;
 	redisAsyncContext *ac; /* the connection in use, or NULL */
+	/* the reply reader's functions: hiredis's own, and those the
+	 * connection's reader calls, which refuse an unrequested reply */
+	const redisReplyObjectFunctions *hiredis_replies;
+	redisReplyObjectFunctions replies;
+	bool unrequested; /* the connection got one, and is dropped for it */
 	struct fleet_lookup lookups[FLEET_LOOKUPS];
 	struct event *resolution_delay; /* from the first answer with addresses */
 	bool resolving_inline;		/* inside evdns_getaddrinfo() */
@@ -625,8 +630,64 @@ static void fleet_disconnect_cb(const redisAsyncContext *c, int status)
 	if (c != fleet->ac)
 		return;
 	fleet->ac = NULL;
-	fleet_lost(fleet, c->err != 0 && c->errstr[0] != '\0' ? c->errstr : "connection closed",
-		   false);
+	if (fleet->unrequested)
+		fleet_lost(fleet, "an unrequested reply (not Redis, or a proxy in front of it?)",
+			   false);
+	else
+		fleet_lost(fleet,
+			   c->err != 0 && c->errstr[0] != '\0' ? c->errstr : "connection closed",
+			   false);
+}
+
+/* Whether the reply whose top level the reader is building now was asked
+ * for. hiredis 0.14 asserts, aborting the process, on a reply that is not
+ * an error when no command waits for one (a Redis proxy, or a server that
+ * speaks RESP, sending one of its own): refused here, the reader fails
+ * and hiredis drops the connection as for any bad reply. An error it
+ * handles itself (it drops the connection naming the error). */
+static bool fleet_reply_wanted(const redisReadTask *task)
+{
+	redisAsyncContext *ac = task->privdata;
+	struct fleet *fleet = ac->data;
+
+	if (task->parent != NULL || ac->replies.head != NULL || task->type == REDIS_REPLY_ERROR)
+		return true;
+	fleet->unrequested = true;
+	return false;
+}
+
+static void *fleet_reply_string(const redisReadTask *task, char *str, size_t len)
+{
+	const redisAsyncContext *ac = task->privdata;
+	const struct fleet *fleet = ac->data;
+
+	return fleet_reply_wanted(task) ? fleet->hiredis_replies->createString(task, str, len)
+					: NULL;
+}
+
+static void *fleet_reply_array(const redisReadTask *task, int elements)
+{
+	const redisAsyncContext *ac = task->privdata;
+	const struct fleet *fleet = ac->data;
+
+	return fleet_reply_wanted(task) ? fleet->hiredis_replies->createArray(task, elements)
+					: NULL;
+}
+
+static void *fleet_reply_integer(const redisReadTask *task, long long value)
+{
+	const redisAsyncContext *ac = task->privdata;
+	const struct fleet *fleet = ac->data;
+
+	return fleet_reply_wanted(task) ? fleet->hiredis_replies->createInteger(task, value) : NULL;
+}
+
+static void *fleet_reply_nil(const redisReadTask *task)
+{
+	const redisAsyncContext *ac = task->privdata;
+	const struct fleet *fleet = ac->data;
+
+	return fleet_reply_wanted(task) ? fleet->hiredis_replies->createNil(task) : NULL;
 }
 
 /* Connect to a numeric address (or the socket); hiredis resolves nothing
@@ -649,6 +710,16 @@ static void fleet_open(struct fleet *fleet, const char *address)
 		return;
 	}
 	ac->data = fleet;
+	/* the same functions for every reader: hiredis's defaults */
+	fleet->hiredis_replies = ac->c.reader->fn;
+	fleet->replies = *ac->c.reader->fn;
+	fleet->replies.createString = fleet_reply_string;
+	fleet->replies.createArray = fleet_reply_array;
+	fleet->replies.createInteger = fleet_reply_integer;
+	fleet->replies.createNil = fleet_reply_nil;
+	ac->c.reader->fn = &fleet->replies;
+	ac->c.reader->privdata = ac;
+	fleet->unrequested = false;
 	redisLibeventAttach(ac, fleet->base);
 	redisAsyncSetConnectCallback(ac, fleet_connect_cb);
 	redisAsyncSetDisconnectCallback(ac, fleet_disconnect_cb);
