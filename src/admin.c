@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "status_page.h"
+#include "timeval.h"
 #include "upstreams.h"
 #include "xmalloc.h"
 
@@ -33,6 +34,10 @@
 /* Admin requests are a line and a few fields; nothing needs more. */
 #define ADMIN_MAX_HEADERS 8192
 #define ADMIN_MAX_BODY 4096
+/* A listener a reload moved or dropped finishes the answers it is writing
+ * for at most this long, looking every ADMIN_RETIRE_CHECK_MS. */
+#define ADMIN_RETIRE_MAX_MS 30000
+#define ADMIN_RETIRE_CHECK_MS 100
 
 struct admin {
 	struct proxy *proxy;
@@ -41,7 +46,10 @@ struct admin {
 	struct sockaddr_storage addr; /* what the socket is bound to */
 	socklen_t addr_len;
 	const char *query;	    /* the request being answered's query, or NULL */
-	struct evconnlistener *evl; /* owned by http */
+	struct evconnlistener *evl; /* owned by http; NULL once retired */
+	struct evhttp_bound_socket *bound;
+	struct event *retire_timer; /* while retired: frees it once its answers are written */
+	uint64_t retire_until_ms;
 	struct event *resume_timer; /* ends the pause after an accept error */
 	struct admin_conns *conns;  /* accepting stops at ADMIN_CONNS_MAX */
 	struct admin *next_open;    /* in admin_open_list */
@@ -324,6 +332,9 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	int status;
 
 	admin_conns_request(admin->conns, req);
+	/* a retired listener's connections serve no further request */
+	if (admin->evl == NULL)
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 	/* a CONNECT names an authority, never a page: its method is what is
 	 * wrong */
 	if (!admin_framing_ok(req)) {
@@ -378,6 +389,8 @@ static void admin_free(struct admin *admin)
 		*link = admin->next_open;
 	if (admin->resume_timer != NULL)
 		event_free(admin->resume_timer);
+	if (admin->retire_timer != NULL)
+		event_free(admin->retire_timer);
 	evhttp_free(admin->http);
 	admin_conns_free(admin->conns);
 	free(admin->address);
@@ -394,10 +407,48 @@ static struct admin *admin_by_http(const struct evhttp *http)
 	return admin;
 }
 
+/* A retired listener's answers are all written, or took too long: its
+ * connections close now. */
+static void admin_retire_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct admin *admin = arg;
+	struct timeval tv = timeval_from_ms(ADMIN_RETIRE_CHECK_MS);
+
+	if (admin_conns_answering(admin->conns) == 0 ||
+	    timeval_now_coarse_ms() >= admin->retire_until_ms) {
+		admin_free(admin);
+		return;
+	}
+	evtimer_add(admin->retire_timer, &tv);
+}
+
+/* A reload moved or dropped the listener: its address is closed now, and
+ * what it is answering is finished before its connections close (an
+ * answer cut short would be a truncated scrape, or a /config that does
+ * not load). */
+static void admin_retire(struct admin *admin)
+{
+	struct timeval tv = timeval_from_ms(ADMIN_RETIRE_CHECK_MS);
+
+	evhttp_del_accept_socket(admin->http, admin->bound);
+	admin->bound = NULL;
+	admin->evl = NULL;
+	evtimer_del(admin->resume_timer);
+	if (admin_conns_answering(admin->conns) == 0) {
+		admin_free(admin);
+		return;
+	}
+	admin->retire_until_ms = timeval_now_coarse_ms() + ADMIN_RETIRE_MAX_MS;
+	admin->retire_timer = evtimer_new(admin->proxy->base, admin_retire_cb, admin);
+	evtimer_add(admin->retire_timer, &tv);
+}
+
 static void admin_resume_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct admin *admin = arg;
 
+	if (admin->evl == NULL)
+		return;
 	if (admin_conns_open(admin->conns) < ADMIN_CONNS_MAX)
 		evconnlistener_enable(admin->evl);
 }
@@ -408,6 +459,8 @@ static void admin_conns_changed(void *arg)
 {
 	struct admin *admin = arg;
 
+	if (admin->evl == NULL)
+		return;
 	if (admin_conns_open(admin->conns) >= ADMIN_CONNS_MAX)
 		evconnlistener_disable(admin->evl);
 	else if (!evtimer_pending(admin->resume_timer, NULL))
@@ -448,7 +501,10 @@ static struct admin *admin_open(struct proxy *proxy, const char *address,
 	admin->addr = *addr;
 	admin->addr_len = addr_len;
 	admin->http = evhttp_new(proxy->base);
-	if (admin->http == NULL || evhttp_bind_listener(admin->http, evl) == NULL)
+	if (admin->http == NULL)
+		goto fail;
+	admin->bound = evhttp_bind_listener(admin->http, evl);
+	if (admin->bound == NULL)
 		goto fail;
 	admin->evl = evl;
 	admin->resume_timer = evtimer_new(proxy->base, admin_resume_cb, admin);
@@ -490,7 +546,7 @@ int admin_apply(struct proxy *proxy, const struct config *config)
 		if (old != NULL) {
 			log_info("admin listener %s closed: no admin address any more",
 				 old->address);
-			admin_free(old);
+			admin_retire(old);
 			proxy->admin = NULL;
 		}
 		return 0;
@@ -511,7 +567,7 @@ int admin_apply(struct proxy *proxy, const struct config *config)
 		struct sockaddr_storage old_addr = old->addr;
 		socklen_t old_len = old->addr_len;
 
-		admin_free(old);
+		admin_retire(old);
 		proxy->admin = old = NULL;
 		fresh = admin_open(proxy, config->admin_address, &config->admin_addr,
 				   config->admin_addr_len);
@@ -539,7 +595,7 @@ int admin_apply(struct proxy *proxy, const struct config *config)
 	}
 	if (old != NULL) {
 		log_info("admin listener %s closed: moved to %s", old->address, fresh->address);
-		admin_free(old);
+		admin_retire(old);
 	}
 	proxy->admin = fresh;
 	return 0;
@@ -547,8 +603,8 @@ int admin_apply(struct proxy *proxy, const struct config *config)
 
 void admin_close(struct proxy *proxy)
 {
-	if (proxy->admin == NULL)
-		return;
-	admin_free(proxy->admin);
+	/* the running one, and any a reload retired */
+	while (admin_open_list != NULL)
+		admin_free(admin_open_list);
 	proxy->admin = NULL;
 }

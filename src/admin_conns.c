@@ -183,6 +183,18 @@ unsigned admin_conns_open(const struct admin_conns *conns)
 	return conns->count;
 }
 
+unsigned admin_conns_answering(struct admin_conns *conns)
+{
+	unsigned n = 0;
+
+	if (admin_conns_prune(conns))
+		conns->changed(conns->arg);
+	for (unsigned i = 0; i < conns->count; i++)
+		if (conns->open[i].answering)
+			n++;
+	return n;
+}
+
 void admin_conns_free(struct admin_conns *conns)
 {
 	if (conns == NULL)

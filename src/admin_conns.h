@@ -29,6 +29,9 @@ void admin_conns_request(struct admin_conns *conns, struct evhttp_request *req);
 /* Connections open now. */
 unsigned admin_conns_open(const struct admin_conns *conns);
 
+/* Connections open now whose answer is not all written. */
+unsigned admin_conns_answering(struct admin_conns *conns);
+
 /* After its evhttp was freed: let go of what is left. */
 void admin_conns_free(struct admin_conns *conns);
 
