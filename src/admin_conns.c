@@ -3,8 +3,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 
 #include "timeval.h"
@@ -106,6 +108,39 @@ static void admin_conns_check_cb(evutil_socket_t fd, short what, void *arg)
 	admin_conns_arm(conns);
 }
 
+/* What every admin answer carries (admin.c adds them to its own). */
+#define ADMIN_CONNS_ERROR_FIELDS "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
+
+/* Bytes were added to a connection's output. evhttp's own refusals (400
+ * for a request it cannot read, 413, 501 for a method it does not know)
+ * come from evhttp_send_error, which clears the answer's fields and writes
+ * them itself, with no hook in libevent 2.1: when the first bytes of an
+ * answer the admin did not start (no request of it is being answered) are
+ * a status line alone, as evhttp writes it, the two fields go after it,
+ * before evhttp's own. Anything else (a 1xx, whose head is written whole)
+ * is left as it is. */
+static void admin_conns_output_cb(struct evbuffer *out, const struct evbuffer_cb_info *info,
+				  void *arg)
+{
+	struct admin_conns *conns = arg;
+	char line[64];
+	size_t len = info->n_added;
+
+	if (info->orig_size != 0 || len < 14 || len >= sizeof(line))
+		return;
+	for (unsigned i = 0; i < conns->count; i++) {
+		if (bufferevent_get_output(conns->open[i].bev) != out)
+			continue;
+		if (conns->open[i].answering || evbuffer_copyout(out, line, len) != (ev_ssize_t)len)
+			return;
+		if (memcmp(line, "HTTP/1.", 7) != 0 || line[9] == '1' ||
+		    memchr(line, '\n', len) != line + len - 1 || line[len - 2] != '\r')
+			return;
+		evbuffer_add(out, ADMIN_CONNS_ERROR_FIELDS, sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
+		return;
+	}
+}
+
 /* evhttp asks for the bufferevent of each connection it accepts (its
  * descriptor set by evhttp): counted, and held by a reference until evhttp
  * lets go of it. */
@@ -123,6 +158,7 @@ static struct bufferevent *admin_conns_bufferevent(struct event_base *base, void
 	if (bev == NULL)
 		return NULL;
 	bufferevent_setwatermark(bev, EV_READ, 0, ADMIN_CONNS_READ_MAX);
+	evbuffer_add_cb(bufferevent_get_output(bev), admin_conns_output_cb, conns);
 	bufferevent_incref(bev);
 	conns->open[conns->count++] = (struct admin_conn){
 		.bev = bev,

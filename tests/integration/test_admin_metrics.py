@@ -223,6 +223,21 @@ def scenario(t):
                 h.eq(r.status, 501, "status for %s /metrics" % method)
                 h.ok(c.closed_within(2 * h.SLOW), "the connection closes after %s" % method)
 
+    @t.check("evhttp's own refusals (501 for PROPFIND, 400 for an unreadable request line, "
+             "413 for a body over 4 KiB) have Cache-Control: no-store and nosniff")
+    def _():
+        requests = ((501, h.request("PROPFIND", "/metrics", "127.0.0.1")),
+                    (400, b"GET /healthz HTTP/1.1 extra\r\nHost: 127.0.0.1\r\n\r\n"),
+                    (413, h.request("POST", "/healthz", "127.0.0.1", body=b"x" * 5000)))
+        for status, raw in requests:
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                c.send(raw)
+                r = c.read_response()
+                h.eq(r.status, status, "status for %r" % raw[:30])
+                h.eq((r.header("Cache-Control"), r.header("X-Content-Type-Options")),
+                     ("no-store", "nosniff"), "the %d's fields (%r)" % (status, r.raw_head))
+                h.ok(c.closed_within(2 * h.SLOW), "the connection closes after the %d" % status)
+
     @t.check("CONNECT (no path) -> 405 with Allow, its body framed; the connection goes on")
     def _():
         with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
