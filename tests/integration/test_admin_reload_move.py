@@ -11,7 +11,8 @@ Must hold: the answer in progress arrives whole (Content-Length bytes; it
 was cut short when the old listener was freed with its connections);
 after it the connection closes; A accepts no new connection once the
 reload is done, B serves; the idle connection to A is closed; the proxy
-holds no connection to A at the end.
+holds no connection to A at the end. Moved again with an answer in
+progress, the proxy stopped meanwhile exits cleanly.
 """
 
 import time
@@ -75,6 +76,17 @@ def scenario(t):
         h.ok(idle.closed_within(5 * h.SLOW), "the idle connection closes")
         h.wait_until(lambda: h.connections_on(p.pid, old_port) == 0, 5 * h.SLOW,
                      "no connection on the old admin port")
+
+    # the admin moves again with an answer in progress, and the proxy is
+    # stopped while the old listener finishes it: it exits cleanly (no
+    # leak of the retired listener)
+    third_port = h.free_port()
+    slow = h.RawConn(new_port, rcvbuf=4096)
+    slow.send(b"GET /config HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    slow.read_head()
+    time.sleep(0.3)
+    p.reload(config(third_port, p.port(0)))
+    t.defer(slow.close)
 
 
 h.run(scenario, __doc__, timeout=60)
