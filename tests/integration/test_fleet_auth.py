@@ -202,10 +202,16 @@ def scenario(t):
         late.stop()
         time.sleep(2.0)  # refused again, a reason already given
         warnings = [ln for ln in p.stderr_lines() if "fleet checkout" in ln and " warn " in ln]
-        h.eq(len(warnings), 2, "warnings: %r" % warnings)
-        h.ok("refused" in warnings[0].lower(), "the first names the refused connection: %s"
-             % warnings[0])
-        h.ok("NOAUTH" in warnings[1], "the second names NOAUTH: %s" % warnings[1])
+        h.ok("refused" in warnings[0].lower(), "the first names the refused connection: %r"
+             % warnings)
+        h.eq(len([ln for ln in warnings if "refused" in ln.lower()]), 1,
+             "warnings naming the refused connection (%r)" % warnings)
+        h.eq(len([ln for ln in warnings if "NOAUTH" in ln]), 1,
+             "warnings naming NOAUTH (%r)" % warnings)
+        # Redis stopping may close a connection the proxy has just opened:
+        # a reason of its own, once
+        reasons = [ln.split(": ", 2)[-1] for ln in warnings]
+        h.eq(len(reasons), len(set(reasons)), "a reason warned about twice: %r" % warnings)
 
 
 h.run(scenario, __doc__, timeout=90)
