@@ -332,9 +332,6 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	int status;
 
 	admin_conns_request(admin->conns, req);
-	/* a retired listener's connections serve no further request */
-	if (admin->evl == NULL)
-		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 	/* a CONNECT names an authority, never a page: its method is what is
 	 * wrong */
 	if (!admin_framing_ok(req)) {
@@ -363,6 +360,10 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 		admin->query = NULL;
 		content_type = page->content_type;
 	}
+	/* a retired listener's connections serve no further request */
+	if (admin->evl == NULL &&
+	    evhttp_find_header(evhttp_request_get_output_headers(req), "Connection") == NULL)
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 	/* before replying: evhttp may free the request while sending */
 	log_debug("admin: %s -> %d", evhttp_request_get_uri(req), status);
 	admin_reply(req, status, content_type, body);

@@ -10,7 +10,8 @@ connection to A.
 Must hold: the answer in progress arrives whole (Content-Length bytes; it
 was cut short when the old listener was freed with its connections);
 after it the connection closes; A accepts no new connection once the
-reload is done, B serves; the idle connection to A is closed; the proxy
+reload is done, B serves; a request on the idle connection meanwhile is
+answered with Connection: close; the idle connection to A is closed; the proxy
 holds no connection to A at the end. Moved again with an answer in
 progress, the proxy stopped meanwhile exits cleanly.
 """
@@ -47,6 +48,9 @@ def scenario(t):
     time.sleep(0.3)  # the proxy's socket buffers fill
     p.reload(config(new_port, p.port(0)))
     accepts_after_reload = h.port_accepts(old_port)
+    # a request on a kept-alive connection of the old listener meanwhile
+    idle.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    meanwhile = idle.read_response()
     body = b""
     try:
         while len(body) < length:
@@ -69,6 +73,11 @@ def scenario(t):
         h.ok(not accepts_after_reload, "port A accepted a connection after the reload")
         r = h.curl("http://127.0.0.1:%d/healthz" % new_port)
         h.eq(r.status, 200, "GET /healthz on B")
+
+    @t.check("a request on the old listener meanwhile is answered with Connection: close")
+    def _():
+        h.eq((meanwhile.status, meanwhile.header("Connection")), (200, "close"),
+             "status and Connection of the answer")
 
     @t.check("the old listener's connections close once the answer is written")
     def _():
