@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "config_values.h"
 #include "http1.h"
@@ -22,9 +23,13 @@
 #define EXPLAIN_MAX_WAITS 1000
 
 /* The body file: its size, and its first bytes, enough for the JSON check
- * (a larger body is never parsed, so the rest is only counted). */
+ * (a larger body is never parsed, so the rest is only counted). A body past
+ * every limit that matters is not read further (it may never end: /dev/zero,
+ * a pipe): then over is set and size is only a lower bound, already past the
+ * limits. */
 struct explain_body {
 	bool present;
+	bool over; /* more than size bytes: reading stopped */
 	uint64_t size;
 	char *data; /* the first kept bytes */
 	size_t kept;
@@ -41,6 +46,7 @@ struct explain_head {
 	char *text;
 	struct http1_head head;
 	struct http1_framing framing;
+	bool body_length; /* the Content-Length is the body file's size */
 };
 
 /* Is the URL absolute http:// or https://, with an authority, and made of
@@ -127,14 +133,28 @@ static bool explain_has_header(const struct explain_request *request, const char
 	return false;
 }
 
+/* The most of a body that can change the answer: a larger one is refused
+ * over limits.max_body_bytes, else it is over replay_buffer and spool_max
+ * alike, sent once and never parsed for JSON (explain_decide()); its size
+ * against a limit is at least the bytes read, framing only adding to it. */
+static uint64_t explain_body_limit(const struct limits *limits)
+{
+	if (limits->max_body_bytes > 0)
+		return limits->max_body_bytes;
+	return limits->spool_max > limits->replay_buffer ? limits->spool_max
+							 : limits->replay_buffer;
+}
+
 /* Read the body file: its size, and its first IDEMPOTENCY_JSON_MAX_BYTES + 1
  * bytes (one more than the JSON check parses, so it refuses a larger body by
- * its own rule). */
-static int explain_read_body(const char *path, struct explain_body *body, FILE *err)
+ * its own rule). Reading stops one byte past limit: the size of a regular
+ * file is then its length, of anything else limit + 1 with over set. */
+static int explain_read_body(const char *path, uint64_t limit, struct explain_body *body, FILE *err)
 {
 	size_t cap = IDEMPOTENCY_JSON_MAX_BYTES + 1;
 	char chunk[65536];
 	FILE *f = fopen(path, "rb");
+	struct stat st;
 	size_t n;
 
 	if (f == NULL) {
@@ -142,7 +162,11 @@ static int explain_read_body(const char *path, struct explain_body *body, FILE *
 		return -1;
 	}
 	body->present = true;
-	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+	while (body->size <= limit &&
+	       (n = fread(chunk, 1,
+			  limit + 1 - body->size < sizeof(chunk) ? (size_t)(limit + 1 - body->size)
+								 : sizeof(chunk),
+			  f)) > 0) {
 		size_t keep = cap - body->kept < n ? cap - body->kept : n;
 
 		if (keep > 0) {
@@ -157,6 +181,13 @@ static int explain_read_body(const char *path, struct explain_body *body, FILE *
 		fclose(f);
 		return -1;
 	}
+	if (body->size > limit) {
+		if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
+		    (uint64_t)st.st_size >= body->size)
+			body->size = (uint64_t)st.st_size;
+		else
+			body->over = true;
+	}
 	fclose(f);
 	return 0;
 }
@@ -165,7 +196,7 @@ static int explain_read_body(const char *path, struct explain_body *body, FILE *
  * -H lines in order, Content-Length of the body unless a -H frames it. */
 static char *explain_head_text(const struct explain_request *request, const char *target,
 			       size_t target_len, const char *authority, size_t authority_len,
-			       const struct explain_body *body, size_t *len)
+			       const struct explain_body *body, bool *length_added, size_t *len)
 {
 	bool host = !explain_has_header(request, "Host");
 	bool length = body->present && !explain_has_header(request, "Content-Length") &&
@@ -190,6 +221,7 @@ static char *explain_head_text(const struct explain_request *request, const char
 		at += (size_t)snprintf(text + at, size - at, "Content-Length: %llu\r\n",
 				       (unsigned long long)body->size);
 	at += (size_t)snprintf(text + at, size - at, "\r\n");
+	*length_added = length;
 	*len = at;
 	return text;
 }
@@ -389,6 +421,19 @@ static uint64_t explain_framed_size(const struct explain_head *h, const struct e
 	       2 + body->size + 2 + 5;
 }
 
+/* A size taken from the body file for a message: "N bytes", or "more than
+ * N bytes", N the limit reading stopped past (explain_read_body()). */
+static void explain_size_text(const struct explain_head *h, const struct explain_body *body,
+			      uint64_t size, char *buf, size_t len)
+{
+	bool from_body = h->framing.body == HTTP1_BODY_CHUNKED || h->body_length;
+
+	if (body->over && from_body)
+		snprintf(buf, len, "more than %llu bytes", (unsigned long long)(body->size - 1));
+	else
+		snprintf(buf, len, "%llu bytes", (unsigned long long)size);
+}
+
 /* What the exchange decides (exchange_decide_replay(),
  * exchange_read_request_body()): whether the request may be repeated, and
  * whether it is, after it was sent. */
@@ -458,14 +503,18 @@ static struct explain_decision explain_decide(const struct config *config,
 	/* a body over replay_buffer is kept only by the spool, and only for a
 	 * request idempotent by its head (one by its JSON fits in memory) */
 	spooled = !in_memory && limits->spool_max > 0 && framed <= limits->spool_max;
-	if (has_body && !in_memory && !spooled && retry->max_attempts > 1)
+	if (has_body && !in_memory && !spooled && retry->max_attempts > 1) {
+		char size[64];
+
+		explain_size_text(h, body, framed, size, sizeof(size));
 		fprintf(err,
-			"retryproxy: --explain: the body (%llu bytes%s) is over "
+			"retryproxy: --explain: the body (%s%s) is over "
 			"limits.replay_buffer (%zu)%s: it is sent once, not retried\n",
-			(unsigned long long)framed,
+			size,
 			h->framing.body == HTTP1_BODY_CHUNKED ? " with its chunk framing" : "",
 			limits->replay_buffer,
 			limits->spool_max > 0 ? " and limits.spool_max" : "");
+	}
 	if (observe)
 		fprintf(err, "retryproxy: --explain: note: the route's retry.mode is observe: "
 			     "nothing is retried, failures that would be are counted and logged\n");
@@ -500,13 +549,15 @@ static bool explain_body_refused(const struct config *config, const struct expla
 	uint64_t max = config->limits.max_body_bytes;
 	uint64_t payload =
 		h->framing.body == HTTP1_BODY_LENGTH ? h->framing.content_length : body->size;
+	char size[64];
 
 	if (max == 0 || h->framing.body == HTTP1_BODY_NONE || payload <= max)
 		return false;
+	explain_size_text(h, body, payload, size, sizeof(size));
 	fprintf(err,
 		"retryproxy: --explain: the proxy would refuse this request with 413: request "
-		"body of %llu bytes is over limits.max_body_bytes (%llu)\n",
-		(unsigned long long)payload, (unsigned long long)max);
+		"body of %s is over limits.max_body_bytes (%llu)\n",
+		size, (unsigned long long)max);
 	return true;
 }
 
@@ -585,7 +636,7 @@ static int explain_head(const struct config *config, const struct explain_reques
 	explain_url_authority(request->url, &authority, &authority_len);
 	free(h->text);
 	h->text = explain_head_text(request, target, target_len, authority, authority_len, body,
-				    &len);
+				    &h->body_length, &len);
 	return explain_parse(config, h, len, sized, err);
 }
 
@@ -618,7 +669,7 @@ static bool explain_tunnelled(const struct config *config, const struct http1_ta
 int explain_run(const struct config *config, const struct explain_request *request, FILE *out,
 		FILE *err)
 {
-	struct explain_body body = { false, 0, NULL, 0 };
+	struct explain_body body = { false, false, 0, NULL, 0 };
 	struct explain_head *h = xcalloc(1, sizeof(*h));
 	struct route_destination dest;
 	struct explain_view view;
@@ -633,7 +684,9 @@ int explain_run(const struct config *config, const struct explain_request *reque
 
 	if (explain_check_request(request, err) < 0)
 		goto done;
-	if (request->body_path != NULL && explain_read_body(request->body_path, &body, err) < 0)
+	if (request->body_path != NULL &&
+	    explain_read_body(request->body_path, explain_body_limit(&config->limits), &body, err) <
+		    0)
 		goto done;
 	/* absolute form first: the proxy's parser checks the URL; its size
 	 * limits hold for what a listener receives, which a sidecar's app

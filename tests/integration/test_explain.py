@@ -483,6 +483,35 @@ def scenario(t):
         expect_refused(p, ["refuse this request with 413", "max_body_bytes"],
                        "chunked body over max_body_bytes")
 
+    @t.check("an endless --body (/dev/zero) is read only until it is past every limit that "
+             "matters: 413 over max_body_bytes, else sent once, said as 'more than N bytes'")
+    def _():
+        conf = write(os.path.join(tmp, "endless.yaml"),
+                     "listen:\n  - address: 127.0.0.1:%d\nlimits:\n  replay_buffer: 1KiB\n"
+                     "  max_body_bytes: 2KiB\n" % h.free_port())
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", "/dev/zero"])
+        expect_refused(p, ["refuse this request with 413", "max_body_bytes", "more than"],
+                       "endless body over max_body_bytes")
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "-H", "Transfer-Encoding: chunked",
+                     "--body", "/dev/zero"])
+        expect_refused(p, ["refuse this request with 413", "more than"],
+                       "endless chunked body over max_body_bytes")
+        # no max_body_bytes: the spool's limit is the last that matters
+        conf = write(os.path.join(tmp, "endless-spool.yaml"),
+                     "listen:\n  - address: 127.0.0.1:%d\nlimits:\n  replay_buffer: 1KiB\n"
+                     "  spool_max: 4KiB\n  spool_dir: %s\n" % (h.free_port(), tmp))
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", "/dev/zero"])
+        expect(p, lines("default", "http://a.test:80", "yes (method)", DEFAULT_ON, 5, 120000,
+                        "none"), "endless body, no max_body_bytes")
+        h.ok("replay_buffer" in p.stderr and "more than" in p.stderr,
+             "stderr should say the body is over the limits: %r" % p.stderr)
+        # the default limits (8 MiB replay_buffer, the JSON check's 16 MiB)
+        conf = write(os.path.join(tmp, "endless-default.yaml"),
+                     "listen:\n  - address: 127.0.0.1:%d\n" % h.free_port())
+        p = explain(["-c", conf, "PUT", "http://a.test/o", "--body", "/dev/zero"])
+        h.eq(p.returncode, 0, "default limits: exit code (stderr %r)" % p.stderr)
+        h.ok("waits: none" in p.stdout.splitlines(), "default limits: %r" % p.stdout)
+
     @t.check("retry.idempotency_key: inject makes a POST idempotent by the key; a body over "
              "replay_buffer within spool_max is still retried; mode: observe retries nothing")
     def _():
