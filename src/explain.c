@@ -305,6 +305,44 @@ static struct explain_view explain_choose_view(const struct config *config,
 	return view;
 }
 
+/* Write a text from the config or the request (a query or json_field name
+ * may hold any byte) so that it stays on its line and reads the same on a
+ * terminal: a backslash as \\, TAB, LF and CR as \t, \n and \r, other
+ * control bytes, DEL and the UTF-8 of the C1 controls and of U+2028 and
+ * U+2029 (line ends to some readers) as \xHH per byte. */
+static void explain_put_escaped(const char *text, FILE *out)
+{
+	const unsigned char *p = (const unsigned char *)text;
+
+	while (*p != '\0') {
+		size_t escaped = 0;
+
+		if (*p < 0x20 || *p == 0x7f)
+			escaped = 1;
+		else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+			escaped = 2;
+		else if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9))
+			escaped = 3;
+		if (escaped == 1 && (*p == '\t' || *p == '\n' || *p == '\r')) {
+			fputc('\\', out);
+			fputc(*p == '\t' ? 't' : *p == '\n' ? 'n' : 'r', out);
+			p++;
+			continue;
+		}
+		if (*p == '\\') {
+			fputs("\\\\", out);
+			p++;
+			continue;
+		}
+		if (escaped == 0) {
+			fputc(*p++, out);
+			continue;
+		}
+		for (size_t i = 0; i < escaped; i++)
+			fprintf(out, "\\x%02x", *p++);
+	}
+}
+
 /* retry.on in the config's words and order: [5xx, 408, connect-failure]. */
 static void explain_print_retry_on(const struct retry_policy *retry, FILE *out)
 {
@@ -740,13 +778,19 @@ int explain_run(const struct config *config, const struct explain_request *reque
 			"retryproxy: --explain: note: the request asks to switch protocols "
 			"(Upgrade): until the upstream answers it is tried as below, never "
 			"hedged; a 101 makes the connection a tunnel, where nothing is retried\n");
-	fprintf(out, "route: %s\n", dest.route->name);
+	fputs("route: ", out);
+	explain_put_escaped(dest.route->name, out);
+	fputc('\n', out);
 	explain_print_upstream(&dest, out);
 	{
-		char text[300];
+		size_t len = (why.name != NULL ? strlen(why.name) : 0) + 64;
+		char *text = xmalloc(len);
 
-		idempotency_why_text(&why, text, sizeof(text));
-		fprintf(out, "idempotent: %s\n", text);
+		idempotency_why_text(&why, text, len);
+		fputs("idempotent: ", out);
+		explain_put_escaped(text, out);
+		fputc('\n', out);
+		free(text);
 	}
 	explain_print_retry_on(retry, out);
 	fprintf(out, "max_attempts: %u\n", retry->max_attempts);

@@ -512,6 +512,27 @@ def scenario(t):
         h.eq(p.returncode, 0, "default limits: exit code (stderr %r)" % p.stderr)
         h.ok("waits: none" in p.stdout.splitlines(), "default limits: %r" % p.stdout)
 
+    @t.check("a config name with a newline or control bytes is printed escaped: one line per key, "
+             "no key: value line forged by a query or json_field name")
+    def _():
+        conf = write(os.path.join(tmp, "escaped.yaml"),
+                     "listen:\n  - address: 127.0.0.1:%d\ndefaults:\n  idempotent:\n"
+                     "    methods: [GET]\n    when_present:\n"
+                     "      - query: \"a\\nroute: forged\\r\\x1b[2J\\\\\"\n"
+                     "      - json_field: \"e\\ntag\\t\\x7f\\u2028\"\n" % h.free_port())
+        p = explain(["-c", conf, "POST", "http://a.test/o?a%0Aroute%3A%20forged%0D%1B%5B2J%5C=1"])
+        expect(p, lines("default", "http://a.test:80",
+                        "yes (query a\\nroute: forged\\r\\x1b[2J\\\\)", DEFAULT_ON, 5,
+                        120000, spec_waits(1000, 2, 32000, 1000, 120000, 5)), "query name")
+        body = os.path.join(tmp, "escaped.json")
+        with open(body, "w", encoding="utf-8") as f:
+            f.write('{"e\\ntag\\t\\u007f\\u2028": "1"}')
+        p = explain(["-c", conf, "POST", "http://a.test/o", "-H", "Content-Type: application/json",
+                     "--body", body])
+        expect(p, lines("default", "http://a.test:80",
+                        "yes (json_field e\\ntag\\t\\x7f\\xe2\\x80\\xa8)", DEFAULT_ON, 5,
+                        120000, spec_waits(1000, 2, 32000, 1000, 120000, 5)), "json_field name")
+
     @t.check("retry.idempotency_key: inject makes a POST idempotent by the key; a body over "
              "replay_buffer within spool_max is still retried; mode: observe retries nothing")
     def _():
