@@ -27,11 +27,15 @@ void exchange_resume_offer(struct exchange_try *t, const struct http1_head *head
 	/* the cheap facts first: most responses stop here. A request body
 	 * that was not kept (over replay_buffer, or the spool failed) went
 	 * once and cannot go with a resume: as retry_decide() says of any
-	 * retry, body_too_large */
-	if (ex->resumable || ex->observe || t->framing.body != HTTP1_BODY_LENGTH ||
+	 * retry, body_too_large. Under observe the offer is read too, so that
+	 * a break enforce would resume counts as would_retry; a body there
+	 * streams, and counts as kept when enforce would have kept it */
+	if (ex->resumable || t->framing.body != HTTP1_BODY_LENGTH ||
 	    t->framing.content_length == 0 || !ex->idempotent ||
 	    ex->route->retry.max_attempts < 2 || ex->method_len != 3 ||
-	    memcmp(ex->method, "GET", 3) != 0 || ex->request_body_started || ex->body_too_large)
+	    memcmp(ex->method, "GET", 3) != 0 ||
+	    (ex->request_body_started && !(ex->observe && ex->observe_replayable)) ||
+	    ex->body_too_large)
 		return;
 	/* a body that arrived whole with its head cannot break off: most small
 	 * responses stop here, before their fields are read */
@@ -70,6 +74,15 @@ void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, co
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].broken = try_outcome_name(outcome);
 	exchange_end_try(t, false);
+	if (ex->observe) {
+		/* decided as enforce would, a resume counted and logged as
+		 * would_retry (or gave_up); none is made, none fails, and the
+		 * body ends short as without resume */
+		exchange_set_state(ex, EXCHANGE_TRYING);
+		exchange_decide(ex, outcome, 0, false, 0, false);
+		exchange_break_response(ex, why);
+		return;
+	}
 	/* the response waits for its rest: no try relays it now, and the
 	 * verdict is that of a try whose answer the client has not seen */
 	exchange_set_state(ex, EXCHANGE_TRYING);

@@ -17,6 +17,9 @@ Must hold:
   retryproxy_would_retry_total{route="default",cause="status"} counts it and
   retryproxy_retries_total does not;
 - a reset after the request: 502 at once, would_retry=reset;
+- a Range-capable download reset mid-body, which enforce would resume: the
+  body ends short at once (one request at the origin), would_retry=reset
+  is logged and counted, and no failed resume is counted;
 - a POST (not idempotent) answered 503: no would_retry, gave_up=not_idempotent;
 - the same 503 GET on /enforce/ is retried (the control);
 - a PUT's body streams, even one over replay_buffer that enforce would keep
@@ -252,6 +255,28 @@ def scenario(t):
         h.eq((f.get("gave_up"), f.get("would_retry")), (None, "connect"),
              "B: access gave_up, would_retry")
         h.eq(h.metric(metrics(), "retryproxy_backoff_pending"), 0.0, "backoff_pending")
+
+    @t.check("a download that breaks mid-body, which enforce would resume: the body ends short "
+             "at once, would_retry=reset, counted; no resume tried or counted as failed")
+    def _():
+        n = 2 << 20
+        path = "/object/%d" % n
+        before = h.metric(metrics(), "retryproxy_would_retry_total",
+                          '{route="default",cause="reset"}')
+        origin.script(path, [path + "?break_at=%d&break_mode=reset" % (1 << 20), path])
+        r = h.curl(origin.url(path), proxy=proxy.url, timeout=30)
+        h.ok(r.exit_code != 0 and len(r.body) < n,
+             "the body should end short: curl exit %d, %d bytes" % (r.exit_code, len(r.body)))
+        time.sleep(0.4 * h.SLOW)
+        h.eq(len(origin.requests_for(path)), 1, "requests the origin saw")
+        f = h.access_fields(proxy.access_one(path))
+        h.eq((f.get("would_retry"), f.get("gave_up"), f["status"]), ("reset", None, "200"),
+             "access would_retry, gave_up, status")
+        text = metrics()
+        h.eq(h.metric(text, "retryproxy_would_retry_total", '{route="default",cause="reset"}'),
+             before + 1, "would_retry_total reset")
+        h.eq(h.metric(text, "retryproxy_resumes_total", '{route="default",result="failed"}'),
+             0.0, "resumes_total failed")
 
     @t.check("limits.max_pending_retries: 0 does not stop observe: a 503 GET says "
              "would_retry=status, no gave_up=budget")
