@@ -255,11 +255,12 @@ static int resume_parse_number(const char **p, const char *end, uint64_t *out)
 static bool resume_content_range_is(const char *value, size_t len, uint64_t first, uint64_t last,
 				    uint64_t complete)
 {
-	const char *p = value + 6, *end = value + len;
+	const char *p, *end = value + len;
 	uint64_t a, b, c;
 
 	if (len < 6 || !http1_name_equals(value, 5, "bytes") || value[5] != ' ')
 		return false;
+	p = value + 6;
 	if (resume_parse_number(&p, end, &a) < 0 || p == end || *p++ != '-' ||
 	    resume_parse_number(&p, end, &b) < 0 || p == end || *p++ != '/' ||
 	    resume_parse_number(&p, end, &c) < 0 || p != end)
