@@ -1079,7 +1079,10 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 	} else {
 		exchange_record_try(ex, 0, try_outcome_name(outcome), t->hedge);
 	}
-	metrics_upstream_error(ex->proxy->metrics, outcome);
+	/* no descriptor for its connect: the proxy's shortage, no upstream's error */
+	if (!t->local_failure)
+		metrics_upstream_error(ex->proxy->metrics, outcome);
+	t->local_failure = false;
 	exchange_end_try(t, false);
 	log_debug("%.*s %.*s: try %u failed: %s: %s", (int)ex->method_len, ex->method,
 		  (int)ex->target_len, ex->target, ex->attempts, try_outcome_name(outcome), reason);
@@ -1337,9 +1340,10 @@ static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, b
 		t->admitted = false;
 		upstream_connect_end(ex->upstream, &ex->config->health, result);
 	}
-	if (conn == NULL)
+	if (conn == NULL) {
+		t->local_failure = local;
 		exchange_try_failed(t, failure, reason);
-	else if (ex->is_connect)
+	} else if (ex->is_connect)
 		exchange_tunnel_connected(t, conn);
 	else
 		exchange_upstream_ready(t, conn, false);

@@ -159,6 +159,7 @@ struct exchange_try {
 	bool admitted;		      /* its connect counts in the upstream's health */
 	bool placed;		      /* its connect holds a place under max_upstream_connections */
 	bool hedge;		      /* started beside another try (retry.hedge) */
+	bool local_failure;	      /* its connect failed for the proxy's own shortage */
 	bool read_paused;	      /* client output full: upstream not read */
 	bool byte_seen;		      /* a response byte arrived */
 	bool interim_seen;	      /* ... an interim (1xx) response among them */

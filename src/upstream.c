@@ -226,8 +226,9 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 
 	snprintf(copy, sizeof(copy), "%s", reason);
 	/* an answer that led nowhere (the upstream moved: a container came
-	 * back on another address) is asked again next time */
-	if (conn == NULL && failure != TRY_DNS && uc->proxy->dns_cache != NULL)
+	 * back on another address) is asked again next time; one that was
+	 * never put to the test (no descriptor for it) stays */
+	if (conn == NULL && failure != TRY_DNS && !local && uc->proxy->dns_cache != NULL)
 		dns_cache_forget(uc->proxy->dns_cache, uc->host);
 	else if (conn != NULL)
 		upstream_cache_unanswered(uc);
@@ -235,11 +236,13 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 	cb(conn, failure, local, copy, arg);
 }
 
-/* Did a socket() or connect() fail for want of the proxy's own descriptors
- * or memory, before anything was sent? */
+/* Did a socket() or connect() fail for want of the proxy's own descriptors,
+ * memory or local ports (EADDRNOTAVAIL: no ephemeral port left, or no
+ * source address of the family here), before anything was sent? */
 static bool upstream_short_of_resources(int err)
 {
-	return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+	return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM ||
+	       err == EADDRNOTAVAIL;
 }
 
 static void upstream_start_next(struct upstream_connect *uc);

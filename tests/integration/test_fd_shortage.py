@@ -26,12 +26,19 @@ upstream is not marked down (the shortage is the proxy's, not the
 upstream's: before, it was logged down, and once descriptors were free
 again requests got "502 upstream ... is down" until a probe): once the
 idle clients leave, /upstreams says it is up with no failure, and the
-next GET gets 200.
+next GET gets 200. Its upstream is a name (fd.test, answered by a stub
+resolver on loopback, kept for dns_cache 60s), resolved once by a GET
+before the shortage: the connect that found no descriptor neither forgot
+that answer (the GET after asks no question) nor counted in
+retryproxy_upstream_errors_total{kind="connect"} (before, it did both, as
+for a connect the upstream refused).
 """
 
 import os
 import resource
+import time
 
+import dnsstub
 import harness as h
 from many_ports import ManyPorts
 
@@ -48,10 +55,10 @@ ROOM = 16
 CONFIG_SIDECAR = """\
 listen:
   - address: 127.0.0.1:@PORT0@
-    upstream: http://127.0.0.1:@UP@
+    upstream: http://fd.test:@UP@
 admin: 127.0.0.1:@PORT1@
 log: { level: info, format: text }
-limits: { drain_timeout: 2s }
+limits: { drain_timeout: 2s, dns_cache: 60s, pool_max_idle: 0 }
 health: { down_after: 1, probe_interval: 60s, hold: false }
 defaults:
   retry: { max_attempts: 1 }
@@ -132,7 +139,16 @@ def scenario(t):
         h.ok(proxy.alive(), "the proxy exited")
 
     # (3) no descriptor for an upstream connect, nothing pooled to close
-    side = t.proxy(CONFIG_SIDECAR, UP=server.ports[1])
+    stub = dnsstub.DnsStub(answers={"fd.test": "127.0.0.1"}).start()
+    t.defer(stub.stop)
+    resolv = stub.write_resolv_conf(t.tmp, "resolv.conf", "timeout:1 attempts:1")
+    side = t.proxy(CONFIG_SIDECAR, env={"RETRYPROXY_RESOLV_CONF": resolv}, UP=server.ports[1])
+    try:
+        warm = h.fetch(side.port(0), "GET", "/warm", "app.example", timeout=5 * h.SLOW).status
+    except (h.ReadTimeout, AssertionError, OSError) as e:
+        warm = "%s: %s" % (type(e).__name__, e)
+    time.sleep(0.3)
+    stub.clear()
     side_before = fd_count(side.pid)
     side_limit = side_before + 4
     resource.prlimit(side.pid, resource.RLIMIT_NOFILE,
@@ -156,16 +172,26 @@ def scenario(t):
         after = h.fetch(side.port(0), "GET", "/after", "app.example", timeout=5 * h.SLOW)
     except (h.ReadTimeout, AssertionError, OSError) as e:
         after = "%s: %s" % (type(e).__name__, e)
+    metrics = h.curl("http://127.0.0.1:%d/metrics" % side.port(1)).body.decode()
 
     @t.check("no descriptor for an upstream connect: 502, but the upstream is not marked down, "
              "and the next GET gets 200")
     def _():
+        h.eq(warm, 200, "the GET before the shortage")
         h.eq(starved, 502, "the GET that found no descriptor")
-        h.eq(upstreams.strip(), "http://127.0.0.1:%d up failures=0 held=0" % server.ports[1],
+        h.eq(upstreams.strip(), "http://fd.test:%d up failures=0 held=0" % server.ports[1],
              "/upstreams after the shortage")
         h.ok(not any("is down" in line for line in side.stderr_lines()),
              "the shortage was logged as the upstream going down")
         h.eq(getattr(after, "status", after), 200, "the GET after the shortage")
+
+    @t.check("no descriptor for an upstream connect: the name's kept answer stays, and "
+             "retryproxy_upstream_errors_total{kind=\"connect\"} does not count it")
+    def _():
+        h.eq([q.type for q in stub.queries_for("fd.test")], [],
+             "questions for fd.test after the shortage (within dns_cache)")
+        h.eq(h.metric(metrics, "retryproxy_upstream_errors_total", '{kind="connect"}'), 0.0,
+             "connect errors counted")
 
 
 h.run(scenario, __doc__, timeout=120)
