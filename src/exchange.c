@@ -1597,6 +1597,12 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 		exchange_connect(ex, t, t->number - 1);
 		if (racing + 1 < 1 + ex->route->retry.hedge.max)
 			exchange_arm_hedge(ex);
+	} else if (t != NULL && !exchange_past_drain(ex, 0) && exchange_hedge_allowed(ex) &&
+		   upstream_admission(ex->upstream, &ex->config->health) != UPSTREAM_GO) {
+		/* the upstream's health kept it back (down, or in doubt with a
+		 * connect under way, often this request's own first one):
+		 * asked again hedge.after later, once it may be proven */
+		exchange_arm_hedge(ex);
 	}
 	exchange_leave(ex);
 }

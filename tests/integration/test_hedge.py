@@ -58,11 +58,18 @@ Must hold:
   pooled connection and the other place held by an idle pooled connection,
   the hedge closes that idle connection and races on a new one (200 from
   the hedge, not after the first try's 2 s).
+- a hedge due while the upstream's health is in doubt (its first connect
+  still under way: the name's answer comes from a stub resolver on
+  loopback after 600 ms) starts once the upstream is proven, hedge.after
+  later at most: the slow first answer is beaten (before, the hedge that
+  could not start then was never tried again: 200 after the first try's
+  2 s, Retry-Attempts 1).
 """
 
 import time
 import urllib.parse
 
+import dnsstub
 import harness as h
 import origin as origin_mod
 
@@ -468,6 +475,24 @@ def scenario(t):
         # the origin's thread for it sees the close a moment after the proxy
         h.wait_until(lambda: any(c.closed.is_set() and c.id != first.conn_id for c in idle),
                      5, "the other idle connection closed to make room")
+
+
+    # a cold upstream whose name answers slowly: the first try's connect is
+    # the one in doubt when the hedge falls due
+    stub = dnsstub.DnsStub(answers={"slowdns.test": "127.0.0.1"}).start()
+    t.defer(stub.stop)
+    stub.delay("slowdns.test", 0.6)
+    resolv = stub.write_resolv_conf(t.tmp, "slow-resolv.conf", "timeout:3 attempts:1")
+    cold = t.proxy(CONFIG_TRAIL.replace("http://127.0.0.1:@ORIGIN@", "http://slowdns.test:@ORIGIN@"),
+                   env={"RETRYPROXY_RESOLV_CONF": resolv}, ORIGIN=origin.port)
+
+    @t.check("a hedge due while the upstream is in doubt starts once it is proven")
+    def _():
+        origin.script("/h/cold", ["/delay/2", "/bytes/10"])
+        r = h.fetch(cold.port(0), "GET", "/h/cold", "api.example")
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status and Retry-Attempts")
+        h.ok(r.elapsed < 1.6 * h.SLOW, "answered after %.2f s; the first try takes 2.6 s"
+             % r.elapsed)
 
 
 h.run(scenario, __doc__, timeout=120)
