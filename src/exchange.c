@@ -1331,11 +1331,12 @@ static void exchange_connected_cb(struct conn *conn, enum try_outcome failure, b
 		if (conn != NULL && conn_ssl(conn) != NULL &&
 		    tls_client_may_be_refused(conn_ssl(conn)))
 			result = UPSTREAM_CONNECT_MADE_IN_DOUBT;
-		else if (conn != NULL || failure == TRY_TLS_VERIFY || failure == TRY_FORBIDDEN)
+		else if (conn != NULL || failure == TRY_TLS_VERIFY)
 			result = UPSTREAM_CONNECT_MADE;
 		/* no descriptor left for it: the proxy's shortage, which says
-		 * nothing of the upstream (nor marks it down) */
-		else if (local)
+		 * nothing of the upstream (nor marks it down); every address
+		 * the proxy's own admin endpoint: nothing was connected to */
+		else if (local || failure == TRY_FORBIDDEN)
 			result = UPSTREAM_CONNECT_ABANDONED;
 		t->admitted = false;
 		upstream_connect_end(ex->upstream, &ex->config->health, result);

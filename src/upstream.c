@@ -321,10 +321,14 @@ static void upstream_start_next(struct upstream_connect *uc)
 	if (admin_is_address(uc->proxy->admin, a->address->ai_addr,
 			     (socklen_t)a->address->ai_addrlen)) {
 		/* never connected to; an address of the name that is another
-		 * may still be, so this one counts as one that failed */
-		uc->last_failure = TRY_FORBIDDEN;
-		snprintf(uc->reason, sizeof(uc->reason), "%s",
-			 "the proxy's own admin endpoint is not reached through it");
+		 * may still be, so this one counts as one that failed, and a
+		 * failure of the upstream's own at another address is the one
+		 * reported: the try is forbidden only when every address is */
+		if (!uc->network_failed) {
+			uc->last_failure = TRY_FORBIDDEN;
+			snprintf(uc->reason, sizeof(uc->reason), "%s",
+				 "the proxy's own admin endpoint is not reached through it");
+		}
 		event_active(uc->step, 0, 0);
 		return;
 	}

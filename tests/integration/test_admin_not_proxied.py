@@ -19,7 +19,11 @@ one-line body naming the admin endpoint, after one try (Retry-Attempts: 1,
 tries="forbidden"), and the admin serves none of them, nor are they
 counted as upstream errors (no upstream was reached); CONNECT
 127.0.0.1:ADMIN gets 403 too; the admin still answers when asked
-directly (200), and the same proxy forwards to the origin (200).
+directly (200), and the same proxy forwards to the origin (200). A name
+whose addresses are a refused one (127.0.0.2) and the admin's gets the
+refusal's 502, retried, and its failures count against its health (before,
+the admin's address tried last made it 403 and a connect made, wiping
+the failure count).
 Asked directly by a browser for a name that a web page made resolve to
 127.0.0.1 (DNS rebinding: Host: rebound.example:ADMIN, or that name in an
 absolute-form target), the admin answers 403 naming access.admin_remote,
@@ -41,12 +45,14 @@ admin: 127.0.0.1:@PORT1@
 log: { level: debug, format: text }
 limits:
   drain_timeout: 2s
+defaults:
+  retry: { max_attempts: 2, initial_backoff: 10ms, jitter: 0ms }
 """
 
 
 def scenario(t):
     origin = t.origin()
-    env = t.hosts_only_env("127.0.0.1 admin.test\n")
+    env = t.hosts_only_env("127.0.0.1 admin.test\n127.0.0.2 mixed.test\n127.0.0.1 mixed.test\n")
     proxy = t.proxy(CONFIG, env=env)
     admin = proxy.port(1)
 
@@ -90,6 +96,19 @@ def scenario(t):
         r = h.curl(origin.url("/echo?t=forward"), proxy=proxy.url)
         h.eq((r.exit_code, r.status), (0, 200), "forwarded to the origin (%r)" % r)
 
+    @t.check("a name with a refused address beside the admin's: the refusal decides (502, "
+             "retried), counted against its health, not as a connect made")
+    def _():
+        url = "http://mixed.test:%d/x" % admin
+        served = len(served_by_admin())
+        r = h.curl(url, proxy=proxy.url)
+        h.eq((r.status, r.header("Retry-Attempts")), (502, "2"), "status and Retry-Attempts (%r)" % r)
+        h.ok("refused" in r.body.decode(errors="replace"), "the 502 names the refusal: %r" % r.body)
+        h.eq(served_by_admin()[served:], [], "admin requests served")
+        line = [ln for ln in h.curl("http://127.0.0.1:%d/upstreams" % admin).body.decode().splitlines()
+                if ln.startswith("http://mixed.test:")]
+        h.eq(len(line), 1, "the /upstreams line of mixed.test (%r)" % line)
+        h.ok(" failures=0 " not in line[0], "no failure counted: %r" % line[0])
 
     def admin_get(host, target="/config"):
         with h.RawConn(admin) as c:
