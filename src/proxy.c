@@ -164,8 +164,9 @@ static bool proxy_file_usable(const char *path, const char *keyword)
  * it may leave out; hosts entries), and lookups in flight are sent again to
  * the nameservers read now; a file that cannot be read then, or is caught
  * half rewritten (no nameserver line, an empty hosts file), leaves what it
- * said before in force. */
-static void proxy_read_resolver(struct evdns_base *dns, bool search, bool again)
+ * said before in force. With servers false, the hosts file alone: a
+ * resolver that never sends a query. */
+static void proxy_read_resolver(struct evdns_base *dns, bool servers, bool search, bool again)
 {
 	const char *resolv = getenv(PROXY_RESOLV_CONF_ENV);
 	const char *hosts = getenv(PROXY_HOSTS_ENV);
@@ -181,7 +182,9 @@ static void proxy_read_resolver(struct evdns_base *dns, bool search, bool again)
 	if (!search)
 		options &= ~DNS_OPTION_SEARCH;
 	/* the second resolver reads the same files: the first one warns */
-	if (again && !proxy_file_usable(resolv, "nameserver")) {
+	if (!servers) {
+		/* no nameserver: the hosts file answers, or nothing does */
+	} else if (again && !proxy_file_usable(resolv, "nameserver")) {
 		if (search)
 			log_warn("reload: cannot read %s or it names no nameserver; the resolver "
 				 "keeps what it read before",
@@ -221,13 +224,24 @@ static void proxy_read_resolver(struct evdns_base *dns, bool search, bool again)
 		log_warn("resolver: cannot read the hosts file %s", hosts);
 }
 
+/* Whether the hosts file names a host, asked of a resolver that has no
+ * nameserver: a lookup it does not answer at once is queued and never
+ * sent. */
+static struct evdns_base *proxy_new_hosts_resolver(struct event_base *base)
+{
+	struct evdns_base *dns = evdns_base_new(base, 0);
+
+	proxy_read_resolver(dns, false, false, false);
+	return dns;
+}
+
 /* A non-blocking resolver that reads the hosts file and resolv.conf; with
  * search false, resolv.conf's search list and domain are left out. */
 static struct evdns_base *proxy_new_resolver(struct event_base *base, bool search)
 {
 	struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
 
-	proxy_read_resolver(dns, search, false);
+	proxy_read_resolver(dns, true, search, false);
 	return dns;
 }
 
@@ -253,6 +267,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->dns = proxy_new_resolver(proxy->base, true);
 	/* made now, not on first use, so that both read the same files */
 	proxy->dns_absolute = proxy_new_resolver(proxy->base, false);
+	proxy->hosts = proxy_new_hosts_resolver(proxy->base);
 	proxy->dns_cache = dns_cache_new();
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new();
@@ -304,6 +319,7 @@ void proxy_free(struct proxy *proxy)
 	event_base_loop(proxy->base, EVLOOP_NONBLOCK);
 	evdns_base_free(proxy->dns, 1);
 	evdns_base_free(proxy->dns_absolute, 1);
+	evdns_base_free(proxy->hosts, 1);
 	/* after every connect, whose answers it may hold */
 	dns_cache_free(proxy->dns_cache);
 	/* the config's last release lets go of its budget states: the other
@@ -408,8 +424,9 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	/* resolv.conf and the hosts file are read again (an edited hosts
 	 * file, a new nameserver), and the answers kept under the old ones
 	 * are forgotten, as they are under an old dns_cache */
-	proxy_read_resolver(proxy->dns, true, true);
-	proxy_read_resolver(proxy->dns_absolute, false, true);
+	proxy_read_resolver(proxy->dns, true, true, true);
+	proxy_read_resolver(proxy->dns_absolute, true, false, true);
+	proxy_read_resolver(proxy->hosts, false, false, true);
 	dns_cache_clear(proxy->dns_cache);
 	/* after the files are read again: a new fleet.redis name is looked up
 	 * under the hosts file and nameservers the reload brought */

@@ -44,6 +44,9 @@ struct proxy {
 	 * file, but no search list, so that "api.internal." is asked as it is
 	 * and never as "api.internal.<search domain>", whatever ndots says */
 	struct evdns_base *dns_absolute;
+	/* the same hosts file, and no nameserver: does it name a localhost
+	 * name (which DNS is never asked: RFC 6761 section 6.3)? */
+	struct evdns_base *hosts;
 	struct dns_cache
 		*dns_cache;    /* upstream names' answers (limits.dns_cache); NULL: none kept */
 	struct config *config; /* live config; connections hold the one they started under */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -683,6 +684,48 @@ static int upstream_literal_family(const char *host)
 	return AF_UNSPEC;
 }
 
+/* Is host localhost or a name under .localhost (RFC 6761 section 6.3)? */
+static bool upstream_is_localhost(const char *host)
+{
+	static const char suffix[] = ".localhost";
+	size_t n = strlen(host);
+	size_t k = sizeof(suffix) - 1;
+
+	return strcasecmp(host, "localhost") == 0 ||
+	       (n > k && strcasecmp(host + n - k, suffix) == 0);
+}
+
+/* A localhost name's lookup: the hosts file's answer when it names the
+ * name, else the loopback address of the family, as glibc with
+ * nss-myhostname, systemd-resolved and browsers answer; never a question
+ * to DNS (RFC 6761 section 6.3), whose answer could send the request
+ * elsewhere. Comes synchronously, as the hosts file's does. */
+static void upstream_localhost_answer(struct upstream_connect *uc, struct upstream_lookup *l,
+				      const char *port, const struct evutil_addrinfo *hints)
+{
+	struct evdns_getaddrinfo_request *req;
+	struct evutil_addrinfo numeric = *hints;
+	struct evutil_addrinfo *res = NULL;
+
+	/* the hosts-only resolver answers at once or queues the question
+	 * for a nameserver it does not have */
+	uc->resolving_inline = true;
+	req = evdns_getaddrinfo(uc->proxy->hosts, uc->host, port, hints, upstream_dns_cb, l);
+	uc->resolving_inline = false;
+	if (l->done)
+		return;
+	if (req != NULL)
+		evdns_getaddrinfo_cancel(req);
+	numeric.ai_flags |= EVUTIL_AI_NUMERICHOST;
+	l->done = true;
+	l->error = evutil_getaddrinfo(hints->ai_family == AF_INET6 ? "::1" : "127.0.0.1", port,
+				      &numeric, &res);
+	l->addresses = l->error == 0 ? res : NULL;
+	if (uc->first_answer == NULL && l->addresses != NULL)
+		uc->first_answer = l;
+	event_active(uc->step, 0, 0);
+}
+
 struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						const struct upstream_endpoint *endpoint,
 						const struct tls_policy *tls,
@@ -696,6 +739,7 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	char port[8];
 	struct timeval tv = timeval_from_ms(timeout_ms);
 	int literal;
+	bool localhost;
 
 	uc->proxy = proxy;
 	uc->host = xstrdup(endpoint->host);
@@ -719,6 +763,7 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	snprintf(port, sizeof(port), "%u", endpoint->port);
 	literal = upstream_literal_family(uc->host);
 	uc->literal = literal != AF_UNSPEC;
+	localhost = !uc->literal && upstream_is_localhost(uc->host);
 	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++) {
 		struct upstream_lookup *l = &uc->lookups[i];
 		struct evdns_getaddrinfo_request *req;
@@ -732,6 +777,10 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 		if (literal == AF_UNSPEC && upstream_cached_answer(uc, l))
 			continue;
 		hints.ai_family = upstream_lookup_family[i];
+		if (localhost) {
+			upstream_localhost_answer(uc, l, port, &hints);
+			continue;
+		}
 		uc->resolving_inline = true;
 		req = evdns_getaddrinfo(dns, uc->host, port, &hints, upstream_dns_cb, l);
 		uc->resolving_inline = false;

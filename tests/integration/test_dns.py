@@ -31,7 +31,9 @@ blackholed IPv4 address) adds its address to the attempts: 200 from the
 IPv6 origin in one try, and an A answer 0.3 s after an AAAA one whose
 address refuses is waited for: 200 from 127.0.0.1; an address literal is
 never asked of DNS; a name in
-RETRYPROXY_HOSTS resolves with no DNS query; a name only /etc/hosts knows is
+RETRYPROXY_HOSTS resolves with no DNS query; localhost and names under
+.localhost, which that hosts file lacks, resolve to loopback with no DNS
+query (before, the stub was asked, and its answer, 127.0.0.9, used); a name only /etc/hosts knows is
 looked up in DNS (the stub sees it), because RETRYPROXY_HOSTS replaces
 /etc/hosts; without RETRYPROXY_HOSTS, a name /etc/hosts gives 127.0.0.1
 resolves from it with no DNS query; a host outside access.allow_hosts gets 403 and the stub never
@@ -184,7 +186,9 @@ def scenario(t):
         answers={"stub-name.test": "127.0.0.1", "dual.test": ["::1", "127.0.0.1"],
                  "allowed.test": "127.0.0.1", "sub.ok.test": "127.0.0.1",
                  "evil-ok.test": "127.0.0.1", "other.test": "127.0.0.1",
-                 "after.once.test": "127.0.0.1"},
+                 "after.once.test": "127.0.0.1",
+                 # what a resolver that was asked would answer: nothing listens there
+                 "localhost": "127.0.0.9", "app.localhost": "127.0.0.9"},
         modes={"broken.once.test": "servfail", "mute.once.test": "silent",
                "mute-slow.test": "silent"},
         default_mode="nxdomain").start()
@@ -269,6 +273,16 @@ def scenario(t):
         h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%r)" % r)
         time.sleep(0.2)
         h.eq(stub.queries_for("hostsonly.test"), [], "DNS queries for a hosts-file name")
+
+    @t.check("localhost and a name under .localhost, which the hosts file lacks, are loopback "
+             "with no DNS query (RFC 6761 section 6.3): 200")
+    def _():
+        for host in ("localhost", "app.localhost", "App.Localhost."):
+            r = h.curl(url(host, "/echo?t=localhost"), proxy=proxy.url)
+            h.eq((r.exit_code, r.status), (0, 200), "curl exit and status for %s (%r)" % (host, r))
+        time.sleep(0.2)
+        h.eq(stub.queries_for("localhost") + stub.queries_for("app.localhost"), [],
+             "DNS queries for localhost names")
 
     # before the next check, whose proxy then probes the name it marks down, asking DNS
     loopback_name = etc_hosts_loopback_name()
