@@ -1,7 +1,9 @@
 #include "dns_cache.h"
 
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "xmalloc.h"
 
@@ -40,6 +42,51 @@ static size_t dns_cache_bucket(const char *host)
 	return h % DNS_CACHE_BUCKETS;
 }
 
+/* One address of a list: the node and its address in one block. */
+struct dns_address {
+	struct evutil_addrinfo ai; /* first: the node's address is the block's */
+	struct sockaddr_storage addr;
+};
+
+struct evutil_addrinfo *dns_addresses_add(struct evutil_addrinfo *list, const struct sockaddr *addr,
+					  socklen_t len)
+{
+	struct dns_address *a = xcalloc(1, sizeof(*a));
+	struct evutil_addrinfo **link = &list;
+
+	if (len > sizeof(a->addr))
+		len = sizeof(a->addr);
+	memcpy(&a->addr, addr, len);
+	a->ai.ai_family = addr->sa_family;
+	a->ai.ai_socktype = SOCK_STREAM;
+	a->ai.ai_protocol = IPPROTO_TCP;
+	a->ai.ai_addrlen = len;
+	a->ai.ai_addr = (struct sockaddr *)&a->addr;
+	while (*link != NULL)
+		link = &(*link)->ai_next;
+	*link = &a->ai;
+	return list;
+}
+
+struct evutil_addrinfo *dns_addresses_copy(const struct evutil_addrinfo *list)
+{
+	struct evutil_addrinfo *copy = NULL;
+
+	for (; list != NULL; list = list->ai_next)
+		copy = dns_addresses_add(copy, list->ai_addr, (socklen_t)list->ai_addrlen);
+	return copy;
+}
+
+void dns_addresses_free(struct evutil_addrinfo *list)
+{
+	while (list != NULL) {
+		struct evutil_addrinfo *next = list->ai_next;
+
+		free(list);
+		list = next;
+	}
+}
+
 struct dns_cache *dns_cache_new(void)
 {
 	return xcalloc(1, sizeof(struct dns_cache));
@@ -49,8 +96,7 @@ void dns_cache_release(struct dns_cache_entry *entry)
 {
 	if (--entry->refs > 0)
 		return;
-	if (entry->addresses != NULL)
-		evutil_freeaddrinfo(entry->addresses);
+	dns_addresses_free(entry->addresses);
 	free(entry->host);
 	free(entry);
 }

@@ -2,7 +2,8 @@
 #define RETRYPROXY_DNS_CACHE_H
 
 /*
- * Answers of upstream name lookups, kept for limits.dns_cache, so that a
+ * Answers of upstream name lookups, kept for limits.dns_cache (or their
+ * records' TTL when shorter: the caller's until_ms), so that a
  * request that needs a new connection (every non-idempotent one) does not
  * send the resolver two questions first. One answer per name, port (the
  * addresses carry it), family and resolver (with or without resolv.conf's
@@ -20,6 +21,19 @@
 struct dns_cache;
 struct dns_cache_entry;
 
+/* Address lists the cache takes are made here, node by node (libevent's
+ * and getaddrinfo's own lists are copied: each frees its own way). Append
+ * a copy of addr (an AF_INET or AF_INET6 address, with its port) to list;
+ * returns the list. */
+struct evutil_addrinfo *dns_addresses_add(struct evutil_addrinfo *list, const struct sockaddr *addr,
+					  socklen_t len);
+
+/* A copy of a list from libevent or getaddrinfo, made here; NULL for none. */
+struct evutil_addrinfo *dns_addresses_copy(const struct evutil_addrinfo *list);
+
+/* Free a list made here. */
+void dns_addresses_free(struct evutil_addrinfo *list);
+
 struct dns_cache *dns_cache_new(void);
 
 /* Free the cache; entries still held are freed when released. */
@@ -33,8 +47,8 @@ void dns_cache_free(struct dns_cache *cache);
 struct dns_cache_entry *dns_cache_find(struct dns_cache *cache, const char *host, uint16_t port,
 				       bool absolute, int family, uint64_t now_ms);
 
-/* Keep addresses (NULL: the name has none of this family), which the cache
- * owns from now on, until until_ms. Returns the entry, held for the caller. */
+/* Keep addresses (NULL: the name has none of this family; a list made by
+ * dns_addresses_add()), which the cache owns from now on, until until_ms. Returns the entry, held for the caller. */
 struct dns_cache_entry *dns_cache_put(struct dns_cache *cache, const char *host, uint16_t port,
 				      bool absolute, int family, struct evutil_addrinfo *addresses,
 				      uint64_t until_ms);

@@ -44,8 +44,11 @@ struct proxy {
 	 * file, but no search list, so that "api.internal." is asked as it is
 	 * and never as "api.internal.<search domain>", whatever ndots says */
 	struct evdns_base *dns_absolute;
-	/* the same hosts file, and no nameserver: does it name a localhost
-	 * name (which DNS is never asked: RFC 6761 section 6.3)? */
+	/* the same hosts file, and no nameserver: an upstream name is looked
+	 * up in it first (a question it cannot answer is queued, cancelled,
+	 * never sent); then a localhost name is loopback (RFC 6761 section
+	 * 6.3) and others are asked of dns or dns_absolute with
+	 * evdns_base_resolve_ipv4/6, which give the error and the TTL */
 	struct evdns_base *hosts;
 	struct dns_cache
 		*dns_cache;    /* upstream names' answers (limits.dns_cache); NULL: none kept */

@@ -46,14 +46,24 @@ static const int upstream_lookup_family[UPSTREAM_LOOKUPS] = { AF_INET6, AF_INET 
  * begins without it: RFC 8305's Resolution Delay. */
 #define UPSTREAM_RESOLUTION_DELAY_MS 50
 
+/* A question out to DNS. The resolver calls back exactly once, even after
+ * evdns_cancel_request() (with DNS_ERR_CANCEL, or with the answer it had
+ * already scheduled, from the loop): the ticket outlives the connect, and
+ * its lookup is NULL once nobody waits for the answer. */
+struct upstream_ticket {
+	struct upstream_lookup *lookup;
+	struct evdns_request *request;
+};
+
 struct upstream_lookup {
 	struct upstream_connect *uc;
-	struct evdns_getaddrinfo_request *request; /* while it runs */
-	struct evutil_addrinfo *addresses;	   /* its answer; NULL for none */
-	struct dns_cache_entry *cached;		   /* holds addresses when not NULL */
-	struct upstream_attempt *attempts;	   /* one per address, once taken */
-	size_t count;				   /* of attempts */
-	int error;				   /* EVUTIL_EAI_* when it failed */
+	struct upstream_ticket *ticket;	   /* while its question is out */
+	struct evutil_addrinfo *addresses; /* its answer (dns_addresses_add()); NULL for none */
+	struct dns_cache_entry *cached;	   /* holds addresses when not NULL */
+	struct upstream_attempt *attempts; /* one per address, once taken */
+	size_t count;			   /* of attempts */
+	uint64_t ttl_ms;		   /* the answer's TTL; UINT64_MAX: none given */
+	int error;			   /* DNS_ERR_* when it failed */
 	bool done;
 	bool taken; /* its addresses are among the attempts */
 };
@@ -82,7 +92,7 @@ struct upstream_connect {
 	char reason[UPSTREAM_REASON_MAX];
 	bool short_failed;     /* an attempt failed for want of the proxy's own resources */
 	bool network_failed;   /* ... and one for a reason of the network's or upstream's */
-	bool resolving_inline; /* inside evdns_getaddrinfo() */
+	bool resolving_inline; /* inside evdns_getaddrinfo() on the hosts file */
 	bool literal;	       /* the host is an address: nothing to keep */
 	bool resolved;	       /* attempts laid out: connecting has begun */
 	bool resolution_delay_over;
@@ -193,12 +203,14 @@ static void upstream_connect_free(struct upstream_connect *uc)
 	for (i = 0; i < UPSTREAM_LOOKUPS; i++) {
 		struct upstream_lookup *l = &uc->lookups[i];
 
-		if (l->request != NULL)
-			evdns_getaddrinfo_cancel(l->request);
+		if (l->ticket != NULL) {
+			l->ticket->lookup = NULL;
+			evdns_cancel_request(NULL, l->ticket->request);
+		}
 		if (l->cached != NULL)
 			dns_cache_release(l->cached);
-		else if (l->addresses != NULL)
-			evutil_freeaddrinfo(l->addresses);
+		else
+			dns_addresses_free(l->addresses);
 		free(l->attempts);
 	}
 	event_free(uc->timer);
@@ -436,6 +448,35 @@ static void upstream_take_answers(struct upstream_connect *uc)
 	free(candidates);
 }
 
+/* What a lookup's failure says, for the 502 and the log: an operator
+ * tells a dead resolver (timed out) from a refusing or failing one. */
+static const char *upstream_dns_error_text(int error)
+{
+	switch (error) {
+	case DNS_ERR_NOTEXIST:
+		return "no such name (NXDOMAIN)";
+	case DNS_ERR_NONE:
+	case DNS_ERR_NODATA:
+		return "the name has no address (no A or AAAA record)";
+	case DNS_ERR_SERVERFAILED:
+		return "the DNS server failed (SERVFAIL)";
+	/* libevent 2.1 takes a SERVFAIL as a timeout: it sends the question
+	 * again, and gives up as it does on silence */
+	case DNS_ERR_REFUSED:
+		return "the DNS server refused the query (REFUSED)";
+	case DNS_ERR_TIMEOUT:
+		return "no answer from the DNS server (timed out, or SERVFAIL at every attempt)";
+	case DNS_ERR_TRUNCATED:
+		return "the DNS answer was truncated (too large for UDP) or ill-formed";
+	case DNS_ERR_FORMAT:
+		return "the DNS server could not read the query (FORMERR)";
+	case DNS_ERR_NOTIMPL:
+		return "the DNS server does not do such queries (NOTIMP)";
+	default:
+		return evdns_err_to_string(error);
+	}
+}
+
 /* The failure to report when neither lookup gave an address: the IPv4
  * one's, unless it only said the name has no such address. */
 static void upstream_dns_failed(struct upstream_connect *uc)
@@ -445,12 +486,10 @@ static void upstream_dns_failed(struct upstream_connect *uc)
 	int error = v4->error;
 	char reason[UPSTREAM_REASON_MAX];
 
-	if (error == 0 || error == EVUTIL_EAI_NODATA)
-		error = v6->error != 0 ? v6->error : error;
-	if (error == 0)
-		error = EVUTIL_EAI_NODATA;
+	if (error == DNS_ERR_NONE || error == DNS_ERR_NODATA)
+		error = v6->error != DNS_ERR_NONE ? v6->error : error;
 	snprintf(reason, sizeof(reason), "cannot resolve %s: %s", uc->host,
-		 evutil_gai_strerror(error));
+		 upstream_dns_error_text(error));
 	upstream_connect_finish(uc, NULL, TRY_DNS, reason);
 }
 
@@ -484,13 +523,13 @@ static void upstream_resolution_step(struct upstream_connect *uc)
 		upstream_dns_failed(uc);
 }
 
-/* Keep the answers of the lookups that ended for limits.dns_cache (the
- * cache owns their addresses from then on): addresses, or none of a family
- * when the other family has some. evdns_getaddrinfo() reports a name with
- * no record of a family as a failure, as it does SERVFAIL or a timeout, so a
- * failure counts as "none" only beside the other family's addresses, where
- * connecting goes on without it anyway; a name that failed whole is asked
- * again next time. */
+/* Keep the answers of the lookups that ended for limits.dns_cache, or
+ * their records' TTL when shorter (a TTL of 0 is not kept; the cache owns
+ * their addresses from then on): addresses, or none of a family when the
+ * other family has some. A name with no record of a family counts as a
+ * failure, as SERVFAIL or a timeout do, so a failure counts as "none"
+ * only beside the other family's addresses, where connecting goes on
+ * without it anyway; a name that failed whole is asked again next time. */
 static void upstream_cache_answers(struct upstream_connect *uc)
 {
 	uint64_t keep_ms = uc->proxy->config->limits.dns_cache_ms;
@@ -503,11 +542,13 @@ static void upstream_cache_answers(struct upstream_connect *uc)
 	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++) {
 		struct upstream_lookup *l = &uc->lookups[i];
 
-		if (!l->done || l->cached != NULL || (l->error != 0 && !any_addresses))
+		uint64_t keep = keep_ms < l->ttl_ms ? keep_ms : l->ttl_ms;
+
+		if (!l->done || l->cached != NULL || (l->error != 0 && !any_addresses) || keep == 0)
 			continue;
 		l->cached = dns_cache_put(uc->proxy->dns_cache, uc->host, uc->endpoint.port,
 					  uc->endpoint.absolute, upstream_lookup_family[i],
-					  l->addresses, timeval_now_coarse_ms() + keep_ms);
+					  l->addresses, timeval_now_coarse_ms() + keep);
 	}
 }
 
@@ -524,7 +565,7 @@ static void upstream_cache_unanswered(struct upstream_connect *uc)
 
 		if (!l->done) {
 			l->done = true;
-			l->error = EVUTIL_EAI_AGAIN;
+			l->error = DNS_ERR_TIMEOUT;
 		}
 	}
 	upstream_cache_answers(uc);
@@ -545,28 +586,19 @@ static bool upstream_cached_answer(struct upstream_connect *uc, struct upstream_
 	l->cached = e;
 	l->done = true;
 	l->addresses = dns_cache_addresses(e);
-	l->error = l->addresses != NULL ? 0 : EVUTIL_EAI_NODATA;
+	l->error = l->addresses != NULL ? DNS_ERR_NONE : DNS_ERR_NODATA;
 	if (uc->first_answer == NULL && l->addresses != NULL)
 		uc->first_answer = l;
 	event_active(uc->step, 0, 0);
 	return true;
 }
 
-static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
+/* A lookup ended (done, with its addresses or error set): connecting may
+ * begin, or the new addresses join those still to try. */
+static void upstream_lookup_answered(struct upstream_lookup *l)
 {
-	struct upstream_lookup *l = arg;
-	struct upstream_connect *uc;
+	struct upstream_connect *uc = l->uc;
 
-	/* what evdns_getaddrinfo_cancel() calls back with, from the loop once
-	 * uc is freed: l is not to be touched */
-	if (result == EVUTIL_EAI_CANCEL)
-		return;
-	uc = l->uc;
-	l->request = NULL;
-	l->done = true;
-	l->error = result;
-	if (result == 0)
-		l->addresses = res; /* NULL when the hosts file has the other family only */
 	upstream_cache_answers(uc);
 	if (uc->first_answer == NULL && l->addresses != NULL)
 		uc->first_answer = l;
@@ -590,6 +622,93 @@ static void upstream_dns_cb(int result, struct evutil_addrinfo *res, void *arg)
 
 		evtimer_add(uc->stagger, &tv);
 	}
+}
+
+/* The hosts file's answer, given at once (evdns_getaddrinfo() on the
+ * resolver that has the hosts file and no nameserver); a name it lacks
+ * leaves the lookup as it was. */
+static void upstream_hosts_cb(int result, struct evutil_addrinfo *res, void *arg)
+{
+	struct upstream_lookup *l = arg;
+
+	/* a question the hosts file could not answer, queued and cancelled
+	 * at once, comes back with EVUTIL_EAI_CANCEL from the loop, maybe once
+	 * uc is freed: l is not to be touched */
+	if (result != 0)
+		return;
+	l->done = true;
+	l->error = DNS_ERR_NONE;
+	/* NULL when the hosts file has the other family only */
+	l->addresses = dns_addresses_copy(res);
+	if (res != NULL)
+		evutil_freeaddrinfo(res);
+	upstream_lookup_answered(l);
+}
+
+/* DNS's answer (evdns_base_resolve_ipv4/6): the addresses with the
+ * endpoint's port, or the error, with the records' TTL. */
+static void upstream_resolve_cb(int result, char type, int count, int ttl, void *addresses,
+				void *arg)
+{
+	struct upstream_ticket *ticket = arg;
+	struct upstream_lookup *l = ticket->lookup;
+	struct evutil_addrinfo *list = NULL;
+	uint16_t port;
+
+	free(ticket);
+	if (l == NULL)
+		return;
+	l->ticket = NULL;
+	port = htons(l->uc->endpoint.port);
+	for (int i = 0; result == DNS_ERR_NONE && i < count; i++) {
+		if (type == DNS_IPv4_A) {
+			struct sockaddr_in sin;
+
+			memset(&sin, 0, sizeof(sin));
+			sin.sin_family = AF_INET;
+			sin.sin_port = port;
+			memcpy(&sin.sin_addr, (const char *)addresses + 4 * (size_t)i, 4);
+			list = dns_addresses_add(list, (struct sockaddr *)&sin, sizeof(sin));
+		} else if (type == DNS_IPv6_AAAA) {
+			struct sockaddr_in6 sin6;
+
+			memset(&sin6, 0, sizeof(sin6));
+			sin6.sin6_family = AF_INET6;
+			sin6.sin6_port = port;
+			memcpy(&sin6.sin6_addr, (const char *)addresses + 16 * (size_t)i, 16);
+			list = dns_addresses_add(list, (struct sockaddr *)&sin6, sizeof(sin6));
+		}
+	}
+	l->done = true;
+	l->addresses = list;
+	l->error = result != DNS_ERR_NONE ? result : list == NULL ? DNS_ERR_NODATA : DNS_ERR_NONE;
+	if (list != NULL)
+		l->ttl_ms = ttl > 0 ? (uint64_t)ttl * 1000 : 0;
+	upstream_lookup_answered(l);
+}
+
+/* Ask DNS for the lookup's family; the answer comes from the loop. */
+static void upstream_ask_dns(struct upstream_connect *uc, struct upstream_lookup *l, int family)
+{
+	struct evdns_base *dns = uc->endpoint.absolute ? uc->proxy->dns_absolute : uc->proxy->dns;
+	struct upstream_ticket *ticket = xcalloc(1, sizeof(*ticket));
+
+	ticket->lookup = l;
+	if (family == AF_INET6)
+		ticket->request =
+			evdns_base_resolve_ipv6(dns, uc->host, 0, upstream_resolve_cb, ticket);
+	else
+		ticket->request =
+			evdns_base_resolve_ipv4(dns, uc->host, 0, upstream_resolve_cb, ticket);
+	if (ticket->request == NULL) {
+		/* not asked at all (a name too long for a question) */
+		free(ticket);
+		l->done = true;
+		l->error = DNS_ERR_FORMAT;
+		event_active(uc->step, 0, 0);
+		return;
+	}
+	l->ticket = ticket;
 }
 
 /* Continue from the loop after a synchronous result. */
@@ -695,35 +814,58 @@ static bool upstream_is_localhost(const char *host)
 	       (n > k && strcasecmp(host + n - k, suffix) == 0);
 }
 
-/* A localhost name's lookup: the hosts file's answer when it names the
- * name, else the loopback address of the family, as glibc with
- * nss-myhostname, systemd-resolved and browsers answer; never a question
- * to DNS (RFC 6761 section 6.3), whose answer could send the request
- * elsewhere. Comes synchronously, as the hosts file's does. */
-static void upstream_localhost_answer(struct upstream_connect *uc, struct upstream_lookup *l,
-				      const char *port, const struct evutil_addrinfo *hints)
+/* An answer the proxy has at once (an address literal, a localhost
+ * name's loopback address): as the hosts file's, taken from the loop. */
+static void upstream_answer_now(struct upstream_connect *uc, struct upstream_lookup *l,
+				const struct sockaddr *addr, socklen_t len)
 {
-	struct evdns_getaddrinfo_request *req;
-	struct evutil_addrinfo numeric = *hints;
-	struct evutil_addrinfo *res = NULL;
-
-	/* the hosts-only resolver answers at once or queues the question
-	 * for a nameserver it does not have */
-	uc->resolving_inline = true;
-	req = evdns_getaddrinfo(uc->proxy->hosts, uc->host, port, hints, upstream_dns_cb, l);
-	uc->resolving_inline = false;
-	if (l->done)
-		return;
-	if (req != NULL)
-		evdns_getaddrinfo_cancel(req);
-	numeric.ai_flags |= EVUTIL_AI_NUMERICHOST;
 	l->done = true;
-	l->error = evutil_getaddrinfo(hints->ai_family == AF_INET6 ? "::1" : "127.0.0.1", port,
-				      &numeric, &res);
-	l->addresses = l->error == 0 ? res : NULL;
-	if (uc->first_answer == NULL && l->addresses != NULL)
+	l->error = DNS_ERR_NONE;
+	l->addresses = dns_addresses_add(NULL, addr, len);
+	if (uc->first_answer == NULL)
 		uc->first_answer = l;
 	event_active(uc->step, 0, 0);
+}
+
+/* Answer a lookup for an address of its family, written as text: the
+ * literal itself, no question for DNS. */
+static void upstream_answer_address(struct upstream_connect *uc, struct upstream_lookup *l,
+				    const char *text)
+{
+	if (upstream_lookup_family[l - uc->lookups] == AF_INET6) {
+		struct sockaddr_in6 sin6;
+
+		memset(&sin6, 0, sizeof(sin6));
+		sin6.sin6_family = AF_INET6;
+		sin6.sin6_port = htons(uc->endpoint.port);
+		inet_pton(AF_INET6, text, &sin6.sin6_addr);
+		upstream_answer_now(uc, l, (struct sockaddr *)&sin6, sizeof(sin6));
+	} else {
+		struct sockaddr_in sin;
+
+		memset(&sin, 0, sizeof(sin));
+		sin.sin_family = AF_INET;
+		sin.sin_port = htons(uc->endpoint.port);
+		inet_pton(AF_INET, text, &sin.sin_addr);
+		upstream_answer_now(uc, l, (struct sockaddr *)&sin, sizeof(sin));
+	}
+}
+
+/* The hosts file's answer, if it names the host: true when it did (the
+ * lookup is answered). The resolver that has the hosts file and no
+ * nameserver answers at once or queues the question for a nameserver it
+ * does not have, which is cancelled: nothing is ever sent. */
+static bool upstream_hosts_answer(struct upstream_connect *uc, struct upstream_lookup *l,
+				  const char *port, const struct evutil_addrinfo *hints)
+{
+	struct evdns_getaddrinfo_request *req;
+
+	uc->resolving_inline = true;
+	req = evdns_getaddrinfo(uc->proxy->hosts, uc->host, port, hints, upstream_hosts_cb, l);
+	uc->resolving_inline = false;
+	if (!l->done && req != NULL)
+		evdns_getaddrinfo_cancel(req);
+	return l->done;
 }
 
 struct upstream_connect *upstream_connect_start(struct proxy *proxy,
@@ -734,7 +876,6 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						void *arg)
 {
 	struct upstream_connect *uc = xcalloc(1, sizeof(*uc));
-	struct evdns_base *dns = endpoint->absolute ? proxy->dns_absolute : proxy->dns;
 	struct evutil_addrinfo hints;
 	char port[8];
 	struct timeval tv = timeval_from_ms(timeout_ms);
@@ -766,26 +907,32 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	localhost = !uc->literal && upstream_is_localhost(uc->host);
 	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++) {
 		struct upstream_lookup *l = &uc->lookups[i];
-		struct evdns_getaddrinfo_request *req;
+		int family = upstream_lookup_family[i];
 
 		l->uc = uc;
-		if (literal != AF_UNSPEC && literal != upstream_lookup_family[i]) {
-			l->done = true;
-			l->error = EVUTIL_EAI_NODATA;
+		l->ttl_ms = UINT64_MAX;
+		if (literal != AF_UNSPEC) {
+			if (literal == family) {
+				upstream_answer_address(uc, l, uc->host);
+			} else {
+				l->done = true;
+				l->error = DNS_ERR_NODATA;
+			}
 			continue;
 		}
-		if (literal == AF_UNSPEC && upstream_cached_answer(uc, l))
+		if (upstream_cached_answer(uc, l))
 			continue;
-		hints.ai_family = upstream_lookup_family[i];
-		if (localhost) {
-			upstream_localhost_answer(uc, l, port, &hints);
+		hints.ai_family = family;
+		if (upstream_hosts_answer(uc, l, port, &hints))
 			continue;
-		}
-		uc->resolving_inline = true;
-		req = evdns_getaddrinfo(dns, uc->host, port, &hints, upstream_dns_cb, l);
-		uc->resolving_inline = false;
-		if (!l->done)
-			l->request = req;
+		/* a localhost name the hosts file lacks is loopback, as glibc
+		 * with nss-myhostname, systemd-resolved and browsers answer it:
+		 * never a question to DNS (RFC 6761 section 6.3), whose answer
+		 * could send the request elsewhere */
+		if (localhost)
+			upstream_answer_address(uc, l, family == AF_INET6 ? "::1" : "127.0.0.1");
+		else
+			upstream_ask_dns(uc, l, family);
 	}
 	return uc;
 }

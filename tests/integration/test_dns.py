@@ -18,8 +18,12 @@ IPv6 address nobody listens on and an IPv4 one still works (the next
 address is tried); an NXDOMAIN name gives 502 naming the DNS failure, is
 retried like a connect failure (Retry-Attempts and access-log attempts =
 max_attempts 3, for a POST too: the request never left), and every try
-asked the stub again; SERVFAIL and a silent server give 502 naming the
+asked the stub again; SERVFAIL, REFUSED and a silent server give 502 naming the
 resolution failure once the resolver gives up (before connect_timeout 3s),
+each in its own words ("REFUSED"; "timed out, or SERVFAIL at every attempt"
+for the other two, which libevent 2.1 cannot tell apart: it takes a SERVFAIL
+as a timeout; before, all three were "non-recoverable failure in name
+resolution"),
 and the resolver still answers normal names right after; with a resolver
 slower than connect_timeout (1s), the try ends at connect_timeout with a 502
 naming DNS, counted as kind="dns"; behind a resolver that drops AAAA
@@ -190,6 +194,7 @@ def scenario(t):
                  # what a resolver that was asked would answer: nothing listens there
                  "localhost": "127.0.0.9", "app.localhost": "127.0.0.9"},
         modes={"broken.once.test": "servfail", "mute.once.test": "silent",
+               "refusing.once.test": "refused",
                "mute-slow.test": "silent"},
         default_mode="nxdomain").start()
     t.defer(stub.stop)
@@ -248,15 +253,18 @@ def scenario(t):
         h.ok(len(a_queries(stub, "nx-post.test")) - before >= 3,
              "A queries for nx-post.test: %r" % stub.queries_for("nx-post.test"))
 
-    for host, tag, words, what in (
-            ("broken.once.test", "servfail", DNS_WORDS,
+    for host, tag, words, said, what in (
+            ("broken.once.test", "servfail", DNS_WORDS, "SERVFAIL",
              "SERVFAIL: 502 naming the resolution failure once the resolver gives up, before connect_timeout"),
-            ("mute.once.test", "mute", DNS_WORDS + ("timeout", "timed out"),
+            ("refusing.once.test", "refused", DNS_WORDS, "REFUSED",
+             "REFUSED: 502 naming the refusal, not SERVFAIL nor a timeout"),
+            ("mute.once.test", "mute", DNS_WORDS + ("timeout", "timed out"), "timed out",
              "a silent DNS server: 502 naming the resolution failure once the resolver gives up")):
         @t.check(what)
-        def _(host=host, tag=tag, words=words):
+        def _(host=host, tag=tag, words=words, said=said):
             r, took = timed_get(host, tag, proxy)
             h.check_error_response(r, 502, words)
+            h.ok(said in r.body.decode("latin-1"), "the 502 should say %r: %r" % (said, r.body))
             h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts (route one-try)")
             h.ok(took < 3 * h.SLOW, "502 took %.1fs; the resolver gives up after about 1s" % took)
             h.ok(a_queries(stub, host), "the stub saw no query for %s" % host)

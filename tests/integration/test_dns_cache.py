@@ -30,7 +30,10 @@ Must hold:
   as one that connect_timeout ends does: with stale.test's kept answer a
   blackholed 127.0.0.2 and its record moved to 127.0.0.1 during the first
   try, the retry asks again and gets 200 (before, it connected to the kept
-  address again and timed out too).
+  address again and timed out too);
+- an answer whose records have a TTL (1 s) shorter than dns_cache (30 s)
+  is kept for the TTL only: two POSTs within it ask once, one after it asks
+  again (before, the TTL was not seen, and the answer was kept 30 s).
 """
 
 import time
@@ -158,6 +161,25 @@ def scenario(t):
              "status and Retry-Attempts")
         h.eq([q.type for q in stub.queries_for("stale.test") if q.type == "A"], ["A", "A"],
              "A questions for stale.test (one per try)")
+
+    # answers whose records live 1 s, under a dns_cache of 30 s
+    stub_ttl = dnsstub.DnsStub(answers={"api.test": "127.0.0.1"}, default_mode="nxdomain",
+                               ttl=1).start()
+    t.defer(stub_ttl.stop)
+    resolv_ttl = stub_ttl.write_resolv_conf(t.tmp, "resolv-ttl.conf", "timeout:1 attempts:1")
+    ttl_proxy = t.proxy(CONFIG % "30s", env={"RETRYPROXY_RESOLV_CONF": resolv_ttl},
+                        ORIGIN=origin.port)
+
+    @t.check("an answer is kept no longer than its records' TTL (1 s) under dns_cache 30s")
+    def _():
+        h.eq(posts(ttl_proxy, "ttl-first", 2), [200, 200], "statuses")
+        h.eq([q.type for q in stub_ttl.queries_for("api.test") if q.type == "A"], ["A"],
+             "A questions within the TTL")
+        time.sleep(1.5)
+        stub_ttl.clear()
+        h.eq(posts(ttl_proxy, "ttl-after", 1), [200], "status")
+        h.eq([q.type for q in stub_ttl.queries_for("api.test") if q.type == "A"], ["A"],
+             "A questions once the TTL has passed")
 
 
 h.run(scenario, __doc__)

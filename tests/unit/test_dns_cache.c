@@ -23,6 +23,7 @@ static struct evutil_addrinfo *test_address(const char *ip, const char *port)
 {
 	struct evutil_addrinfo hints;
 	struct evutil_addrinfo *ai = NULL;
+	struct evutil_addrinfo *copy;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
@@ -30,7 +31,10 @@ static struct evutil_addrinfo *test_address(const char *ip, const char *port)
 	hints.ai_protocol = IPPROTO_TCP;
 	hints.ai_flags = EVUTIL_AI_NUMERICHOST;
 	assert_int_equal(evutil_getaddrinfo(ip, port, &hints, &ai), 0);
-	return ai;
+	/* the cache takes lists made its own way */
+	copy = dns_addresses_copy(ai);
+	evutil_freeaddrinfo(ai);
+	return copy;
 }
 
 static void test_found_until_its_end(void **state)
