@@ -90,7 +90,8 @@ struct upstream_connect {
 	struct event *step;	   /* defers results that arrive synchronously */
 	enum try_outcome last_failure;
 	char reason[UPSTREAM_REASON_MAX];
-	bool short_failed;     /* an attempt failed for want of the proxy's own resources */
+	bool short_failed;     /* an attempt failed for want of the proxy's own resources
+				* (descriptors, ports, its TLS set-up) */
 	bool network_failed;   /* ... and one for a reason of the network's or upstream's */
 	bool resolving_inline; /* inside evdns_getaddrinfo() on the hosts file */
 	bool literal;	       /* the host is an address: nothing to keep */
@@ -233,9 +234,10 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 	void *arg = uc->arg;
 	char copy[sizeof(uc->reason)];
 	/* every attempt ended before anything reached the network (no
-	 * descriptor left): the failure is the proxy's, not the upstream's */
-	bool local =
-		conn == NULL && failure == TRY_REFUSED && uc->short_failed && !uc->network_failed;
+	 * descriptor left, a TLS connection the proxy could not set up): the
+	 * failure is the proxy's, not the upstream's */
+	bool local = conn == NULL && (failure == TRY_REFUSED || failure == TRY_TLS) &&
+		     uc->short_failed && !uc->network_failed;
 
 	snprintf(copy, sizeof(copy), "%s", reason);
 	/* an answer that led nowhere (the upstream moved: a container came
@@ -351,6 +353,9 @@ static void upstream_start_next(struct upstream_connect *uc)
 		ssl = tls_client_new(uc->proxy->tls, &uc->tls, uc->host, uc->session_key, err,
 				     sizeof(err));
 		if (ssl == NULL) {
+			/* the proxy's own TLS set-up (no memory, a trust store it
+			 * cannot load): nothing reached the upstream */
+			uc->short_failed = true;
 			upstream_connect_finish(uc, NULL, TRY_TLS, err);
 			return;
 		}

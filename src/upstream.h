@@ -33,7 +33,8 @@ struct upstream_endpoint {
  * not reading), or with NULL, how the try ended (TRY_DNS, TRY_REFUSED,
  * TRY_CONNECT_TIMEOUT, TRY_TLS or TRY_TLS_VERIFY) and a reason; local when
  * nothing reached the network because the proxy itself was short (no
- * descriptor or local port left): it says nothing of the upstream's health. */
+ * descriptor or local port left, a TLS connection it could not set up): it
+ * says nothing of the upstream's health. */
 typedef void (*upstream_connect_cb)(struct conn *conn, enum try_outcome failure, bool local,
 				    const char *reason, void *arg);
 

@@ -32,10 +32,21 @@ whose body went cannot be sent again either way). With health on
 the TLS 1.2 one does: each is a connect failure toward down_after (two
 handshakes, then the upstream is down and the third try is not made) and
 forgets the name (each handshake followed a question of its own).
+A TLS connection the proxy cannot set up for itself (SSL_new failing,
+made to by a preloaded shim while a flag file exists; skipped without a C
+compiler) is no failure of the upstream's: with down_after 1 the GET gets
+502 naming it, /upstreams still says up with no failure, the name's kept
+answer stays (no second question), upstream_errors_total{kind="tls"}
+does not count it, and the next request, the flag gone, reaches the
+origin (before, it marked the upstream down, and the next request got
+"502 upstream ... is down").
 """
 
+import os
+import shutil
 import socket
 import ssl
+import subprocess
 import threading
 
 import dnsstub
@@ -91,6 +102,21 @@ limits:
   connect_timeout: 1s
   dns_cache: 60s
 health: { down_after: 2, probe_interval: 60s, hold: false }
+"""
+
+# The proxy's own TLS set-up fails (SSL_new, by a preloaded shim): a
+# trusted origin by a name, health that goes down at the first failure.
+CONFIG_LOCAL_TLS = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: https://good.test:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+tls: { verify: false }
+log: { level: info, format: text }
+defaults:
+  retry: { max_attempts: 1 }
+limits: { dns_cache: 60s }
+health: { down_after: 1, probe_interval: 60s, hold: false }
 """
 
 
@@ -204,7 +230,8 @@ def scenario(t):
         h.eq(r.header("Retry-Ambiguous"), None, "Retry-Ambiguous")
 
 
-    stub = dnsstub.DnsStub(answers={"mtls12.test": "127.0.0.1", "mtls13.test": "127.0.0.1"},
+    stub = dnsstub.DnsStub(answers={"mtls12.test": "127.0.0.1", "mtls13.test": "127.0.0.1",
+                                    "good.test": "127.0.0.1"},
                            default_mode="nxdomain").start()
     t.defer(stub.stop)
     resolv = stub.write_resolv_conf(t.tmp, "resolv.conf", "timeout:1 attempts:1")
@@ -223,5 +250,71 @@ def scenario(t):
             h.eq(len([q for q in stub.queries_for(name) if q.type == "A"]), 2,
                  "A questions for %s (%r)" % (name, stub.queries_for(name)))
 
+    # SSL_new fails while the flag file exists: the proxy's own TLS set-up
+    cc = shutil.which("cc")
+    if cc is None:
+        print("no C compiler: the SSL_new shim check is skipped", flush=True)
+        return
+    shim_c = os.path.join(t.tmp, "ssl_new_shim.c")
+    shim = os.path.join(t.tmp, "ssl_new_shim.so")
+    flag = os.path.join(t.tmp, "ssl_new_fails")
+    with open(shim_c, "w") as f:
+        f.write(SSL_NEW_SHIM)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", shim, shim_c, "-ldl"], check=True)
+    good = t.origin(tls=(certs.server, certs.server_key), name="good")
+    local = t.proxy(CONFIG_LOCAL_TLS,
+                    env={"RETRYPROXY_RESOLV_CONF": resolv, "LD_PRELOAD": shim,
+                         "SSL_NEW_SHIM_FLAG": flag,
+                         "ASAN_OPTIONS": "verify_asan_link_order=0"},
+                    ORIGIN=good.port)
+
+    @t.check("a TLS connection the proxy cannot set up for itself (SSL_new fails) is no "
+             "failure of the upstream's: not down, no failure, answer kept, not counted")
+    def _():
+        h.eq(h.fetch(local.port(0), "GET", "/warm", "app.example", timeout=10 * h.SLOW).status,
+             404, "status before")
+        asked = len([q for q in stub.queries_for("good.test") if q.type == "A"])
+        with open(flag, "w"):
+            pass
+        try:
+            # a POST: it never takes the pooled connection the GET left
+            r = h.fetch(local.port(0), "POST", "/x", "app.example",
+                        headers=[("Content-Length", "0")], timeout=10 * h.SLOW)
+        finally:
+            os.unlink(flag)
+        h.eq(r.status, 502, "status while SSL_new fails (body %r)" % r.body)
+        line = h.curl("http://127.0.0.1:%d/upstreams" % local.port(1)).body.decode().strip()
+        h.eq(line, "https://good.test:%d up failures=0 held=0" % good.port, "/upstreams")
+        metrics = h.curl("http://127.0.0.1:%d/metrics" % local.port(1)).body.decode()
+        h.eq(h.metric(metrics, "retryproxy_upstream_errors_total", '{kind="tls"}'), 0.0,
+             "tls errors counted")
+        r = h.fetch(local.port(0), "POST", "/y", "app.example",
+                    headers=[("Content-Length", "0")], timeout=10 * h.SLOW)
+        h.eq(r.status, 404, "status after (body %r)" % r.body)
+        h.eq(len([q for q in stub.queries_for("good.test") if q.type == "A"]), asked,
+             "A questions for good.test (the kept answer stays)")
+
+
+SSL_NEW_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+
+SSL *SSL_new(SSL_CTX *ctx)
+{
+	static SSL *(*real)(SSL_CTX *);
+	const char *flag = getenv("SSL_NEW_SHIM_FLAG");
+
+	if (flag != NULL && access(flag, F_OK) == 0)
+		return NULL;
+	if (real == NULL)
+		real = (SSL * (*)(SSL_CTX *)) dlsym(RTLD_NEXT, "SSL_new");
+	return real(ctx);
+}
+"""
 
 h.run(scenario, __doc__)
