@@ -382,6 +382,29 @@ static void client_refuse(struct client *client, const struct http1_head *head, 
 	client_close_after_flush(client);
 }
 
+/* Drop the empty lines the input starts with (those a request line may
+ * follow, RFC 9112 section 2.2), which the parser counted toward the head's
+ * size: max_header_bytes is the head's. Returns whether there were any; not
+ * for a run longer than the parser takes, or ending in a bare CR or LF,
+ * which it refuses, so that the head's next parse drops none. */
+static bool client_drop_empty_lines(struct client *client)
+{
+	char peek[CLIENT_EMPTY_LINES_MAX + 1];
+	size_t skipped;
+	size_t pairs = 0;
+
+	client_peek_input(client, peek, sizeof(peek), &skipped);
+	while (pairs + 2 <= skipped && peek[pairs] == '\r' && peek[pairs + 1] == '\n')
+		pairs += 2;
+	/* (a ninth CRLF, or a CR or LF left over, is in peek: skipped says) */
+	if (pairs == 0 || skipped > pairs)
+		return false;
+	evbuffer_drain(conn_input(client->conn), pairs);
+	/* the bytes the head's parse had looked at moved */
+	memset(&client->head_resume, 0, sizeof(client->head_resume));
+	return true;
+}
+
 static bool client_allowed(const struct config *config, const struct sockaddr *peer);
 static struct exchange_owner client_exchange_owner(struct client *client);
 
@@ -398,12 +421,12 @@ static const struct listener_config *client_find_listener(const struct config *c
 }
 
 /* Bounded input: a client cannot make the proxy buffer more than a head
- * one byte over max_header_bytes (enough for the parser to say 431), or a
- * chunked body's trailer section, which is held until it ends: as long,
- * and its final empty line. */
+ * one byte over max_header_bytes (enough for the parser to say 431) after
+ * the empty lines a request line may follow, or a chunked body's trailer
+ * section, which is held until it ends: as long, and its final empty line. */
 static void client_set_input_limit(struct client *client)
 {
-	size_t input_high = client->config->limits.max_header_bytes + 2;
+	size_t input_high = client->config->limits.max_header_bytes + 2 + CLIENT_EMPTY_LINES_MAX;
 
 	if (input_high < CLIENT_INPUT_MIN_HIGH)
 		input_high = CLIENT_INPUT_MIN_HIGH;
@@ -639,6 +662,11 @@ static void client_read_head(struct client *client)
 		}
 		return;
 	case HTTP1_PARSE_ERROR:
+		if (error == HTTP1_ERR_HEAD_TOO_LARGE && client_drop_empty_lines(client)) {
+			/* the head proper may still be within the limit */
+			client_read_head(client);
+			return;
+		}
 		/* a head refused in its fields, or as too large, after a request
 		 * line that was read whole (the target split: its version read
 		 * too) names its method and target in the log, as a head refused

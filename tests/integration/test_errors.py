@@ -121,6 +121,41 @@ def scenario(t):
             r = c.read_response()
         h.eq(r.status, 200, "status for a 3 KiB head")
 
+    @t.check("a head of exactly max_header_bytes passes, also after the empty lines a request line "
+             "may follow (RFC 9112 section 2.2: they are not part of the head)")
+    def _():
+        start = b"GET /echo?m=exacthead HTTP/1.1\r\nHost: a.example\r\nX-Pad: "
+        head = start + b"p" * (4096 - len(start) - 4) + b"\r\n\r\n"
+        h.eq(len(head), 4096, "head length")
+        for before, cut in ((b"", None), (b"\r\n", None), (b"\r\n" * 8, None),
+                            (b"\r\n" * 8, 3000)):
+            raw = before + head
+            with h.RawConn(sidecar) as c:
+                if cut is not None:
+                    # in two pieces: the second takes it past the limit
+                    c.send(raw[:cut])
+                    time.sleep(0.2)
+                    raw = raw[cut:]
+                c.send(raw)
+                r = c.read_response(timeout=5)
+            h.eq(r.status, 200, "status for a 4 KiB head after %d empty lines (body %r)"
+                 % (len(before) // 2, r.body))
+        refused(b"\r\n" + head[:-4] + b"p\r\n\r\n", 431, False)
+
+    @t.check("max_header_bytes 8: a stream of CRLFs gets 431 and the proxy lives (the empty "
+             "lines before a head are dropped once, not a run at a time)")
+    def _():
+        tiny = t.proxy("listen:\n  - address: 127.0.0.1:@PORT0@\n"
+                       "    upstream: http://127.0.0.1:@ORIGIN@\n"
+                       "limits:\n  drain_timeout: 1s\n  max_header_bytes: 8\n",
+                       ORIGIN=origin.port)
+        with h.RawConn(tiny.port()) as c:
+            c.send(b"\r\n" * 200000)
+            r = c.read_response(timeout=5)
+        h.check_error_response(r, 431)
+        h.ok(tiny.alive(), "the proxy died")
+        t.stop_proxy(tiny)
+
     @t.check("413 at once for Content-Length over max_body_bytes, before the body is sent")
     def _():
         refused(b"POST /echo?m=bigcl HTTP/1.1\r\nHost: a.example\r\nContent-Length: 2048\r\n\r\n", 413, False)
