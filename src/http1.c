@@ -224,6 +224,34 @@ static enum http1_parse http1_parse_version(const char **pp, const char *end, in
 	return HTTP1_PARSE_DONE;
 }
 
+/* A version refused at p (HTTP1_ERR_BAD_VERSION in *error): a word that
+ * does not even begin "HTTP/" is most often the rest of a target with a
+ * space in it ("GET /a b HTTP/1.1"), and is read to its end to tell the
+ * client which (RFC 9112 section 3.2: no whitespace in the target). Off the
+ * path of a valid request line. */
+static enum http1_parse http1_parse_version_word(const char *p, const char *end,
+						 enum http1_error *error)
+{
+	size_t avail = (size_t)(end - p);
+	size_t plen = sizeof("HTTP/") - 1;
+	const char *q = p;
+
+	if (memcmp(p, "HTTP/", avail < plen ? avail : plen) == 0)
+		return HTTP1_PARSE_ERROR;
+	while (q < end && !HTTP1_VERSION_WORD_END(*q))
+		q++;
+	if (q == end) {
+		*error = HTTP1_ERR_NONE;
+		return HTTP1_PARSE_MORE;
+	}
+	/* a second space right after the target is one too many, as after
+	 * the method */
+	*error = *q != ' ' ? HTTP1_ERR_BAD_VERSION
+		 : q == p  ? HTTP1_ERR_BAD_REQUEST_LINE
+			   : HTTP1_ERR_SPACE_IN_TARGET;
+	return HTTP1_PARSE_ERROR;
+}
+
 /* Parse the request line at *pp, after any empty lines. */
 static enum http1_parse http1_parse_request_line(const char **pp, const char *end,
 						 const struct http1_limits *limits,
@@ -258,7 +286,9 @@ static enum http1_parse http1_parse_request_line(const char **pp, const char *en
 	}
 	if (*p != ' ') {
 		/* A line ending right after the target is HTTP/0.9. */
-		*error = *p == '\r' || *p == '\n' ? HTTP1_ERR_BAD_VERSION : HTTP1_ERR_BAD_TARGET;
+		*error = *p == '\r' || *p == '\n' ? HTTP1_ERR_BAD_VERSION
+			 : *p == '\t'		  ? HTTP1_ERR_SPACE_IN_TARGET
+						  : HTTP1_ERR_BAD_TARGET;
 		return HTTP1_PARSE_ERROR;
 	}
 	head->target = target;
@@ -266,6 +296,8 @@ static enum http1_parse http1_parse_request_line(const char **pp, const char *en
 
 	p++;
 	r = http1_parse_version(&p, end, &head->version_minor, error);
+	if (r == HTTP1_PARSE_ERROR && *error == HTTP1_ERR_BAD_VERSION)
+		r = http1_parse_version_word(p, end, error);
 	if (r != HTTP1_PARSE_DONE)
 		return r;
 	/* Checked only now so that "PRI * HTTP/2.0" reads as a version error. */
@@ -1144,6 +1176,7 @@ const char *http1_error_text(enum http1_error error)
 		[HTTP1_ERR_BAD_REQUEST_LINE] = "invalid request line",
 		[HTTP1_ERR_BAD_METHOD] = "invalid method",
 		[HTTP1_ERR_BAD_TARGET] = "invalid request target",
+		[HTTP1_ERR_SPACE_IN_TARGET] = "whitespace in the request target",
 		[HTTP1_ERR_BAD_VERSION] = "invalid http version",
 		[HTTP1_ERR_VERSION_NOT_SUPPORTED] = "http version not supported: http/1.x only",
 		[HTTP1_ERR_URI_TOO_LONG] = "request target too long",

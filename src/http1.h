@@ -27,6 +27,7 @@ enum http1_error {
 	HTTP1_ERR_BAD_METHOD,		    /* method is not a token */
 	HTTP1_ERR_BAD_TARGET,		    /* request-target has invalid bytes, a form its method
 					 * does not take, or a host the proxy cannot route on */
+	HTTP1_ERR_SPACE_IN_TARGET,	    /* SP or HTAB inside the request-target */
 	HTTP1_ERR_BAD_VERSION,		    /* not "HTTP/" DIGIT "." DIGIT */
 	HTTP1_ERR_VERSION_NOT_SUPPORTED,    /* a major version other than 1: 505 */
 	HTTP1_ERR_URI_TOO_LONG,		    /* request-target over the limit: 414 */

@@ -23,6 +23,9 @@ extern const unsigned char http1_ctype[256];
 #define HTTP1_IS(c, class) ((http1_ctype[(unsigned char)(c)] & (class)) != 0)
 #define HTTP1_IS_WS(c) ((c) == ' ' || (c) == '\t')
 #define HTTP1_IS_DIGIT(c) ((unsigned char)((c) - '0') < 10)
+/* A byte that ends the word after a request-target: whitespace, a control
+ * byte or DEL. */
+#define HTTP1_VERSION_WORD_END(c) ((unsigned char)(c) <= ' ' || (unsigned char)(c) == 0x7f)
 
 /* The lower-case form of an ASCII letter, other bytes unchanged. */
 static inline unsigned char http1_lower(unsigned char c)

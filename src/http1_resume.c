@@ -16,11 +16,13 @@ enum http1_resume_at {
 
 /* Which part of which line the scan is in (HTTP1_AT_LINE). */
 enum http1_resume_part {
-	HTTP1_PART_METHOD,	/* request line: the method */
-	HTTP1_PART_TARGET,	/* request line: the request-target */
-	HTTP1_PART_VERSION,	/* request line: the version, from part_start */
-	HTTP1_PART_FIELD_NAME,	/* a field line, before the colon */
-	HTTP1_PART_FIELD_VALUE, /* a field line, after it */
+	HTTP1_PART_METHOD,	 /* request line: the method */
+	HTTP1_PART_TARGET,	 /* request line: the request-target */
+	HTTP1_PART_VERSION,	 /* request line: the version, from part_start */
+	HTTP1_PART_VERSION_WORD, /* request line: a word after the target that is no version,
+				  * read to its end (http1_parse_version_word) */
+	HTTP1_PART_FIELD_NAME,	 /* a field line, before the colon */
+	HTTP1_PART_FIELD_VALUE,	 /* a field line, after it */
 };
 
 static const char http1_resume_version[] = "HTTP/1.";
@@ -85,7 +87,13 @@ static size_t http1_resume_scan(struct http1_resume *resume, const char *buf, si
 			case HTTP1_PART_VERSION:
 				/* also at the dot after the major version, where the
 				 * parser tells another one (505) */
-				if (i - resume->part_start < sizeof(http1_resume_version) - 1)
+				if (i - resume->part_start < sizeof("HTTP/") - 1 &&
+				    c != (unsigned char)
+						    http1_resume_version[i - resume->part_start]) {
+					part = HTTP1_PART_VERSION_WORD;
+					bad = HTTP1_VERSION_WORD_END(c);
+				} else if (i - resume->part_start <
+					   sizeof(http1_resume_version) - 1)
 					bad = c != (unsigned char)http1_resume_version
 							      [i - resume->part_start] ||
 					      i - resume->part_start == sizeof("HTTP/1") - 1;
@@ -96,6 +104,9 @@ static size_t http1_resume_scan(struct http1_resume *resume, const char *buf, si
 					at = HTTP1_AT_CR;
 				else
 					bad = true;
+				break;
+			case HTTP1_PART_VERSION_WORD:
+				bad = HTTP1_VERSION_WORD_END(c);
 				break;
 			case HTTP1_PART_FIELD_NAME:
 				if (c == ':')

@@ -105,6 +105,17 @@ def scenario(t):
         def _(raw=raw, must_close=must_close):
             refused(raw, 400, must_close)
 
+    @t.check("a space inside the request target: 400 naming whitespace in the target, in the "
+             "answer and the log, not an invalid version")
+    def _():
+        refused(b"GET /echo?m=a b HTTP/1.1\r\nHost: a.example\r\n\r\n", 400, False,
+                words=("whitespace in the request target",))
+        refused(b"GET /echo?m=a\tb HTTP/1.1\r\nHost: a.example\r\n\r\n", 400, False,
+                words=("whitespace in the request target",))
+        proxy.wait_log("note=whitespace%20in%20the%20request%20target", count=2)
+        refused(b"GET /echo?m=v http/1.1\r\nHost: a.example\r\n\r\n", 400, False,
+                words=("invalid http version",))
+
     @t.check("414 for a request-target over max_uri_bytes; a 900-byte one passes")
     def _():
         refused(b"GET /echo?long=" + b"a" * 2000 + b" HTTP/1.1\r\nHost: a.example\r\n\r\n", 414, False)

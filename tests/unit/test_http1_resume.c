@@ -122,6 +122,11 @@ static const struct {
 	{ S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") },
 	{ S("GET / HTTP/01.1\r\nHost: a\r\n\r\n") },
 	{ S("GET / HTTP/9.9\r\nHost: a\r\n\r\n") },
+	{ S("GET /a b HTTP/1.1\r\nHost: a\r\n\r\n") },
+	{ S("GET /a\tb HTTP/1.1\r\nHost: a\r\n\r\n") },
+	{ S("GET /a HTxP/1.1\r\nHost: a\r\n\r\n") },
+	{ S("GET /a b\r\nHost: a\r\n\r\n") },
+	{ S("GET /a  HTTP/1.1\r\nHost: a\r\n\r\n") },
 };
 
 /* Dripped a byte a read, or in two reads at every split, each head gets at
@@ -209,6 +214,10 @@ static void test_resume_errors_early(void **state)
 		{ S("GET /a\\"), HTTP1_ERR_BAD_TARGET },
 		{ S("GET / HTTP/2."), HTTP1_ERR_VERSION_NOT_SUPPORTED },
 		{ S("GET / HTTP/01"), HTTP1_ERR_BAD_VERSION },
+		{ S("GET /a b "), HTTP1_ERR_SPACE_IN_TARGET },
+		{ S("GET /a HTxP/1.1\r"), HTTP1_ERR_BAD_VERSION },
+		{ S("GET /a \x01"), HTTP1_ERR_BAD_VERSION },
+		{ S("GET /a  "), HTTP1_ERR_BAD_REQUEST_LINE },
 		{ S("GET http://a$b/ HTTP/1.1"), HTTP1_ERR_BAD_TARGET },
 		{ S("GET / HTTP/1.1\r\nHost: a\r\nX@"), HTTP1_ERR_BAD_FIELD_NAME },
 		{ S("GET / HTTP/1.1\r\nHost: a\r\nX "), HTTP1_ERR_SPACE_BEFORE_COLON },
