@@ -841,6 +841,21 @@ static void client_head_timeout(struct client *client)
 		      "request head not complete within client_timeout");
 }
 
+/* The drain's answer time with a request head begun and not finished: as
+ * client_timeout would, a 408 while there is time left to write it, rather
+ * than a bare close at drain_timeout (RFC 9110 section 15.5.9). A
+ * connection with nothing of a request closed when the drain began. */
+static void client_head_drained(struct client *client)
+{
+	if (client->state != CLIENT_READING_HEAD || client->conn == NULL || client->output_full ||
+	    client_input_is_empty_lines(client))
+		return;
+	log_info("client %s: request head not complete when the drain ended; answering 408",
+		 client->peer);
+	client_refuse(client, client_cut_head(client), 408,
+		      "request head not complete before the proxy shut down");
+}
+
 static void client_event_cb(struct conn *conn, short what, void *arg)
 {
 	struct client *client = arg;
@@ -1108,15 +1123,18 @@ static void client_close_cb(void *self, const char *reason)
 		client_close(client, reason);
 }
 
-/* The drain's answer time: a request waiting for its next try is answered;
- * the connection closes once the answer is written (a drain keeps no
- * connection alive). The client may be gone when this returns. */
+/* The drain's answer time: a request waiting for its next try is answered,
+ * a request head not finished gets its 408; the connection closes once the
+ * answer is written (a drain keeps no connection alive). The client may be
+ * gone when this returns. */
 static void client_drain_answer(void *self)
 {
 	struct client *client = self;
 
 	if (client->exchange != NULL)
 		exchange_drain_answer(client->exchange);
+	else
+		client_head_drained(client);
 }
 
 static const struct registry_ops client_registry_ops = {

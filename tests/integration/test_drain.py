@@ -21,8 +21,11 @@ lets the slow request finish with its 200 and the waiting one retry and
 finish with its 200 (Retry-Attempts: 2), closes those connections after
 their responses, and exits 0 once they are done (about 2 s after SIGTERM,
 well before drain_timeout). Proxy 2 (drain_timeout 1s: no try starts after
-0.9 s) answers at SIGTERM a request in a 5 s backoff with the 503 it kept
-and one in backoff after a reset with a 503 of its own naming the shutdown;
+0.9 s) answers a request head begun and still partial with a 408 at
+0.9 s, logged with its method and target, and closes its connection (an
+idle connection, nothing begun, closes silently at SIGTERM as above); it
+answers at SIGTERM a request in a 5 s backoff with the 503 it kept and
+one in backoff after a reset with a 503 of its own naming the shutdown;
 one whose 503 arrives 0.4 s into the drain gets it then; one held for a
 down upstream (health down_after 1) gets 503 at 0.9 s, and so does, with
 the 503 it kept, one whose retry's try hangs at the origin (the try
@@ -185,6 +188,9 @@ def scenario(t):
                                    ("bare", 0, "/quick/bare")):
             conns[name] = h.RawConn(slow.port(port))
             conns[name].send(h.request("GET", target, "app.example"))
+        # a request head begun and never finished
+        conns["partial"] = h.RawConn(slow.port(0))
+        conns["partial"].send(b"GET /partial HTTP/1.1\r\nHost: app.example\r\nX-A: b")
         origin.wait_for(lambda o: all(o.requests_for(p) for p in
                                       ("/delay/6", "/long/kept", "/reset/head", "/long/late")),
                         5 * h.SLOW, "the first tries at the origin")
@@ -244,6 +250,23 @@ def scenario(t):
              "status, body, Retry-Attempts")
         h.ok(0.7 <= took <= 1.0 + 0.5 * h.SLOW,
              "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
+
+    @t.check("a request head still partial near drain_timeout gets 408 before the drain ends, "
+             "logged with its method and target, then its connection closes")
+    def _():
+        c = conns["partial"]
+        r = c.read_response(timeout=5 * h.SLOW)
+        took = time.monotonic() - waiting["sigterm"]
+        h.check_error_response(r, 408, ("request head not complete",))
+        h.eq(r.header("Connection"), "close", "Connection")
+        h.ok(0.7 <= took <= 1.0 + 0.5 * h.SLOW,
+             "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
+        h.ok(c.closed_within(1 * h.SLOW), "the connection stayed open after the 408")
+        f = [f for f in (h.access_fields(ln) for ln in slow.stderr_lines())
+             if f and f.get("target") == "/partial"]
+        h.eq([(x.get("method"), x.get("status")) for x in f], [("GET", "408")],
+             "access lines of the partial head")
+        h.eq(origin.requests_for("/partial"), [], "requests for /partial at the origin")
 
     @t.check("drain_timeout 1s: a longer request is cut off and the proxy exits 0 after about 1 s")
     def _():
