@@ -50,14 +50,18 @@ enum client_state {
 	CLIENT_READING_HEAD, /* waiting for the whole next request head */
 	CLIENT_IN_EXCHANGE,  /* a request is being proxied */
 	CLIENT_CLOSING,	     /* flushing the last response, then lingering */
-	CLIENT_LINGERING,    /* output shut down; discarding input until EOF or a short timeout */
+	CLIENT_LINGERING,    /* output shut down; discarding input until EOF, or while it comes */
 	CLIENT_RESETTING, /* a response was cut: the client takes what came before, then a reset */
 };
 
-/* How long a closing connection keeps discarding what the client still sends,
- * so that its unread request does not make the kernel reset the connection
- * before the client has read our response. */
+/* A closing connection keeps discarding what the client still sends, so
+ * that its unread request does not make the kernel reset the connection
+ * before the client has read our response: until nothing came for
+ * CLIENT_LINGER_MS, at most CLIENT_LINGER_MAX_MS in all (nginx: lingering_timeout
+ * 5 s, lingering_time 30 s). A client that
+ * uploads a body before it reads the 413 sent ahead of it gets its answer. */
 #define CLIENT_LINGER_MS 2000
+#define CLIENT_LINGER_MAX_MS 30000
 
 /* How often a connection to be reset looks whether the client has taken
  * what was sent before: the kernel tells no event when its queue empties. */
@@ -217,7 +221,8 @@ static void client_linger(struct client *client)
 	evbuffer_drain(in, evbuffer_get_length(in));
 	conn_set_input_limit(client->conn, 0);
 	conn_read_enable(client->conn, true);
-	conn_set_deadline(client->conn, CLIENT_LINGER_MS);
+	conn_set_timeouts(client->conn, CLIENT_LINGER_MS, client->config->limits.client_timeout_ms);
+	conn_set_deadline(client->conn, CLIENT_LINGER_MAX_MS);
 }
 
 /* Close between requests. In an intercepted tunnel nothing is cut then:

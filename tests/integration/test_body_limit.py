@@ -16,7 +16,11 @@ upstream), whether its size was announced or found in its chunks, kept for a
 retry or not; the chunked body under the limit reaches the origin
 byte-exact, still chunked, and the pipelined GET is answered after it; the
 PUT, whose body is read whole only for the limit, takes no pooled connection
-(README: a body not kept to be sent again never does).
+(README: a body not kept to be sent again never does). A client that goes
+on sending a 16 MiB body for 4 s after its 413 (it reads the answer only
+once its body is sent) is read to the end and gets the 413, not a reset;
+one that stops sending and keeps its connection open is closed 2 s after
+its 413.
 """
 
 import hashlib
@@ -92,6 +96,43 @@ def scenario(t):
     def _():
         refused_alike("t=length", b"POST /echo?t=length HTTP/1.1\r\nHost: a.example\r\n"
                       b"Content-Length: 2048\r\n\r\n")
+
+    @t.check("a client that sends a 16 MiB body over 4 s before reading the 413 (no Expect, as "
+             "many HTTP libraries do) finishes sending and then reads its 413: the proxy lingers "
+             "while the body keeps coming, not a fixed 2 s")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(b"POST /echo?t=slowsender HTTP/1.1\r\nHost: a.example\r\n"
+                   b"Content-Length: %d\r\n\r\n" % (16 << 20))
+            piece = b"s" * (64 << 10)
+            started = time.monotonic()
+            for i in range(256):
+                try:
+                    c.sock.sendall(piece)
+                except OSError as e:
+                    raise AssertionError("sending the body failed after %.1fs: %r"
+                                         % (time.monotonic() - started, e))
+                time.sleep(4.0 / 256)
+            r = c.read_response(timeout=5)
+        h.check_error_response(r, 413)
+
+    @t.check("a client that stops sending after the 413, its connection open, is closed 2 s "
+             "later (a byte sent then is answered with a reset)")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(b"POST /echo?t=stops HTTP/1.1\r\nHost: a.example\r\n"
+                   b"Content-Length: 4096\r\n\r\n" + b"s" * 1000)
+            r = c.read_response(timeout=5)
+            h.check_error_response(r, 413)
+            time.sleep(2.0 + 0.6 * h.SLOW)
+            try:
+                c.sock.sendall(b"s")
+                time.sleep(0.2)
+                c.sock.sendall(b"s")
+                reset = False
+            except OSError:
+                reset = True
+        h.ok(reset, "the connection was still open %.1fs after the 413" % (2.0 + 0.6 * h.SLOW))
 
     @t.check("a chunked POST under the limit in two pieces reaches the origin exact, and a GET "
              "pipelined behind it is answered")
