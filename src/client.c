@@ -361,6 +361,17 @@ static bool client_input_is_head(const struct client *client)
 	return len - i >= 5 && memcmp(peek + i, "HEAD ", 5) == 0;
 }
 
+/* Whether the input starts as a TLS handshake record does (content type 22,
+ * version 3.x): a client that takes this plain HTTP listener for a TLS one
+ * (an https:// proxy URL, or an https:// URL to a sidecar port). */
+static bool client_input_is_tls(const struct client *client)
+{
+	unsigned char peek[2];
+
+	return evbuffer_copyout(conn_input(client->conn), peek, sizeof(peek)) == 2 &&
+	       peek[0] == 0x16 && peek[1] == 0x03;
+}
+
 /* Whether the input is nothing or only the empty lines a request line may
  * follow: a client idle after a stray CRLF. */
 static bool client_input_is_empty_lines(const struct client *client)
@@ -678,7 +689,10 @@ static void client_read_head(struct client *client)
 		 * for its framing does */
 		client_idle_ends(client);
 		client_refuse(client, head->parsed_target.path != NULL ? head : NULL,
-			      http1_error_status(error), http1_error_text(error));
+			      http1_error_status(error),
+			      error == HTTP1_ERR_BAD_METHOD && client_input_is_tls(client)
+				      ? "TLS handshake on a plain HTTP listener"
+				      : http1_error_text(error));
 		return;
 	case HTTP1_PARSE_DONE:
 		break;

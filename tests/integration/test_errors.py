@@ -116,6 +116,13 @@ def scenario(t):
         refused(b"GET /echo?m=v http/1.1\r\nHost: a.example\r\n\r\n", 400, False,
                 words=("invalid http version",))
 
+    @t.check("a TLS ClientHello sent to a plain HTTP listener (a client told https:// for the "
+             "proxy): 400 naming it, in the answer and the log, not an invalid method")
+    def _():
+        hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40
+        refused(hello, 400, False, words=("tls handshake",))
+        proxy.wait_log("note=TLS%20handshake%20on%20a%20plain%20HTTP%20listener")
+
     @t.check("414 for a request-target over max_uri_bytes; a 900-byte one passes")
     def _():
         refused(b"GET /echo?long=" + b"a" * 2000 + b" HTTP/1.1\r\nHost: a.example\r\n\r\n", 414, False)
