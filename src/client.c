@@ -489,7 +489,8 @@ static void client_intercept_begin(struct client *client)
 	case INTERCEPT_TLS:
 		return;
 	case INTERCEPT_FAILED:
-		client_close(client, "the answer to the CONNECT could not be written");
+		client_close(client, "no TLS server side for the tunnel, or the answer to the "
+				     "CONNECT could not be written");
 		return;
 	case INTERCEPT_PLAIN:
 		log_debug("client %s: plain HTTP in the intercepted tunnel to %s", client->peer,

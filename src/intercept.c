@@ -24,7 +24,9 @@ struct intercept {
 	char *prefix;		      /* "https://" and the CONNECT authority */
 	struct upstream_url upstream; /* https://host:port */
 	char *connect_authority;      /* as the CONNECT named it */
-	SSL *ssl;		      /* the TLS server side, until the client's first byte */
+	struct ca *ca;		      /* held: the CA whose leaf TLS in the tunnel gets */
+	struct tls_store *tls;	      /* the proxy's: its TLS server context */
+	bool begun;		      /* the client's first byte said TLS or plain HTTP */
 	struct access_record *log;    /* the CONNECT's line, until the tunnel ends */
 	uint64_t opened_ms;	      /* when it was intercepted (monotonic) */
 	uint64_t base;		      /* bytes the client conn had written before */
@@ -118,7 +120,7 @@ void intercept_free(struct intercept *ic)
 	if (ic == NULL)
 		return;
 	intercept_end(ic, NULL);
-	SSL_free(ic->ssl);
+	ca_release(ic->ca);
 	free(ic->connect_authority);
 	free(ic->host);
 	free(ic->prefix);
@@ -134,10 +136,6 @@ struct intercept *intercept_start(struct proxy *proxy, const struct config *conf
 {
 	const struct http1_target *target = &head->parsed_target;
 	struct intercept *ic;
-	X509 *cert;
-	EVP_PKEY *key;
-	SSL *ssl;
-	char err[256];
 
 	/* a name no certificate can hold (an empty label, one over 63 bytes)
 	 * names no host either: the client's mistake, not the proxy's */
@@ -146,45 +144,59 @@ struct intercept *intercept_start(struct proxy *proxy, const struct config *conf
 		snprintf(reason, reason_len, "not a valid host name");
 		return NULL;
 	}
-	*status = 502;
-	if (ca_leaf(config->intercept.ca, target->host, target->host_len, time(NULL), &cert, &key,
-		    err, sizeof(err)) < 0) {
-		log_error("intercept: no certificate for %.*s: %s", (int)target->host_len,
-			  target->host, err);
-		snprintf(reason, reason_len, "cannot make a certificate for this host");
-		return NULL;
-	}
-	ssl = tls_server_new(proxy->tls, cert, key, ca_chain(config->intercept.ca), err,
-			     sizeof(err));
-	if (ssl == NULL) {
-		log_error("intercept: %s", err);
-		snprintf(reason, reason_len, "cannot set up TLS for this host");
-		return NULL;
-	}
 	/* copied before the head leaves the input: it points into it */
 	ic = intercept_new(target);
-	ic->ssl = ssl;
+	/* the leaf waits for the client's first byte: plain HTTP in the
+	 * tunnel needs none. The CA is the one this CONNECT was answered
+	 * under, whatever a reload brings meanwhile */
+	ic->ca = ca_hold(config->intercept.ca);
+	ic->tls = proxy->tls;
 	reply_connect_established(conn_output(conn));
 	evbuffer_drain(conn_input(conn), head->head_len);
 	return ic;
 }
 
+/* TLS starts in the tunnel: the TLS server side, with the CONNECT host's
+ * leaf (made now on first use). NULL, logged, when that cannot be done. */
+static SSL *intercept_tls(struct intercept *ic)
+{
+	unsigned long made = ca_leaves_made(ic->ca);
+	X509 *cert;
+	EVP_PKEY *key;
+	SSL *ssl;
+	char err[256];
+
+	if (ca_leaf(ic->ca, ic->host, strlen(ic->host), time(NULL), &cert, &key, err, sizeof(err)) <
+	    0) {
+		log_error("intercept: no certificate for %s: %s", ic->host, err);
+		return NULL;
+	}
+	if (ca_leaves_made(ic->ca) != made)
+		log_debug("intercept: made a certificate for %s", ic->host);
+	ssl = tls_server_new(ic->tls, cert, key, ca_chain(ic->ca), err, sizeof(err));
+	if (ssl == NULL)
+		log_error("intercept: %s", err);
+	return ssl;
+}
+
 enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn)
 {
 	unsigned char first;
-	SSL *ssl = ic->ssl;
+	SSL *ssl;
 
-	if (ssl == NULL) /* begun already */
+	if (ic->begun) /* begun already */
 		return ic->upstream.tls ? INTERCEPT_TLS : INTERCEPT_PLAIN;
 	if (evbuffer_copyout(conn_input(conn), &first, 1) < 1)
 		return INTERCEPT_WAITING;
-	ic->ssl = NULL;
+	ic->begun = true;
 	/* a TLS record starts with its content type, a handshake's 0x16;
 	 * no HTTP request line starts so */
 	if (first == 0x16) {
+		ssl = intercept_tls(ic);
+		if (ssl == NULL)
+			return INTERCEPT_FAILED;
 		return conn_start_tls_server(conn, ssl) < 0 ? INTERCEPT_FAILED : INTERCEPT_TLS;
 	}
-	SSL_free(ssl);
 	/* plain HTTP in the tunnel (a browser's ws://, curl -p http://): the
 	 * requests inside go to http://host:port as a sidecar's would */
 	free(ic->prefix);

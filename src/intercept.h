@@ -28,9 +28,10 @@ bool intercept_wanted(const struct config *config, const struct listener_config 
 		      const struct http1_head *head);
 
 /* Intercept the CONNECT whose head is at the front of conn's input: take
- * the head, answer 200, and make the TLS server side with a leaf for the
- * CONNECT host, started by intercept_begin(). NULL when that cannot be
- * done: *status and reason say what to answer (nothing was written). */
+ * the head and answer 200; intercept_begin() then makes the TLS server
+ * side with a leaf for the CONNECT host, once the client's first byte says
+ * it speaks TLS. NULL when the host can have no certificate: *status and
+ * reason say what to answer (nothing was written). */
 struct intercept *intercept_start(struct proxy *proxy, const struct config *config,
 				  struct conn *conn, const struct http1_head *head, int *status,
 				  char *reason, size_t reason_len);
@@ -40,8 +41,9 @@ enum intercept_begun {
 	INTERCEPT_TLS,	   /* TLS server side started: conn's event callback reports the
 			    * handshake */
 	INTERCEPT_PLAIN,   /* plain HTTP: the requests go to http://host:port */
-	INTERCEPT_FAILED,  /* the answer to the CONNECT could not be written before TLS:
-			    * the connection can only be closed */
+	INTERCEPT_FAILED,  /* no TLS server side (no leaf: logged), or the answer to the
+			    * CONNECT could not be written before TLS: the connection
+			    * can only be closed */
 };
 
 /* Look at the client's first byte in conn's input: a TLS record (the client

@@ -310,6 +310,25 @@ def scenario(t):
                     % (plain.port, plain.port)).encode())
             h.eq(c.read_response().status, 421, "an https target in a plain tunnel")
 
+    @t.check("a leaf is made when TLS starts in the tunnel, never for plain HTTP there")
+    def _():
+        # a proxy of its own: its leaf cache is empty, and it logs each leaf it makes
+        fresh = t.proxy(CONFIG.replace("level: info", "level: debug"), TESTCA=certs.ca,
+                        LOCALCA=local, HOSTS='"localhost"')
+
+        def made():
+            return [ln for ln in fresh.stderr_lines() if "made a certificate for" in ln]
+
+        r = h.curl("-p", "http://localhost:%d/echo?t=noleaf" % plain.port, proxy=fresh.url)
+        h.eq((r.exit_code, r.status), (0, 200), "plain HTTP in the tunnel (%r)" % r)
+        fresh.access_one("t=noleaf")
+        h.eq(made(), [], "certificates made for a plain-HTTP tunnel")
+        r = h.curl("--cacert", local_ca, "https://localhost:%d/echo?t=leaf" % good.port,
+                   proxy=fresh.url)
+        h.eq((r.exit_code, r.status), (0, 200), "TLS in the tunnel (%r)" % r)
+        fresh.wait_log(r"debug intercept: made a certificate for localhost$")
+        h.eq(len(made()), 1, "certificates made once TLS started (%r)" % made())
+
     @t.check("keep-alive inside the tunnel: two requests, one CONNECT")
     def _():
         code, results, err = h.curl_multi(
