@@ -478,15 +478,81 @@ static struct http1_head client_request_head;
 
 static void client_read_head(struct client *client);
 
+static void client_exchange_tunnel(struct client *client, struct conn *upstream,
+				   struct access_record *tunnel_log);
+
+/* The deadline of an intercepted tunnel before its TLS handshake ends:
+ * client_timeout from the CONNECT's answer (from_answer), or from now
+ * (a reload changed it), and until the client's first byte
+ * intercept.server_first_after from the answer if that ends sooner (a
+ * client waiting for its server to speak first is tunnelled blind then). */
+static void client_arm_handshake_timer(struct client *client, bool from_answer)
+{
+	uint64_t ms = client->config->limits.client_timeout_ms;
+	uint64_t first = client->config->intercept.server_first_after_ms;
+	uint64_t age = intercept_age_ms(client->intercept);
+
+	/* at least 1 ms: 0 would be no deadline at all */
+	if (from_answer)
+		ms = ms > age ? ms - age : 1;
+	if (!intercept_begun(client->intercept) && first > 0) {
+		first = first > age ? first - age : 1;
+		if (first < ms)
+			ms = first;
+	}
+	conn_set_deadline(client->conn, ms);
+}
+
+/* The blind tunnel's connect ended: the tunnel takes the connections, or
+ * the client, which was answered 200, can only be closed. */
+static void client_blind_connected(struct conn *upstream, const char *reason, void *arg)
+{
+	struct client *client = arg;
+
+	if (upstream == NULL) {
+		log_warn("intercept: client %s: no blind tunnel to %s: %s", client->peer,
+			 intercept_prefix(client->intercept) + 8, reason);
+		client_close(client, "blind tunnel not connected");
+		return;
+	}
+	client_exchange_tunnel(client, upstream, intercept_take_log(client->intercept));
+}
+
+/* Neither TLS nor HTTP in an intercepted tunnel (an SSH banner, or nothing
+ * while the client waits for the server to speak first): tunnelled blind
+ * to the CONNECT host and port, as a host not listed is. What the client
+ * sends meanwhile waits in its input for the tunnel. */
+static void client_intercept_blind(struct client *client)
+{
+	log_info("intercept: client %s: tunnel to %s: %s", client->peer,
+		 intercept_prefix(client->intercept) + 8,
+		 intercept_blind_why_text(client->intercept));
+	conn_read_enable(client->conn, false);
+	conn_set_deadline(client->conn, 0);
+	intercept_connect_blind(client->intercept, client->proxy, client->config,
+				client_blind_connected, client);
+}
+
 /* The client's first byte in an intercepted tunnel: TLS, whose handshake
  * starts, or plain HTTP, whose requests are read as a sidecar's to
- * http://host:port (within the client_timeout that started with the
- * CONNECT's answer). */
-static void client_intercept_begin(struct client *client)
+ * http://host:port (both within the client_timeout that started with the
+ * CONNECT's answer), or neither (waited: no byte came within
+ * intercept.server_first_after), tunnelled blind. */
+static void client_intercept_begin(struct client *client, bool waited)
 {
-	switch (intercept_begin(client->intercept, client->conn)) {
+	bool was_begun = intercept_begun(client->intercept);
+
+	switch (intercept_begin(client->intercept, client->conn, waited)) {
 	case INTERCEPT_WAITING:
+		return;
 	case INTERCEPT_TLS:
+		/* the first byte came: client_timeout alone bounds the rest */
+		if (!was_begun)
+			client_arm_handshake_timer(client, true);
+		return;
+	case INTERCEPT_BLIND:
+		if (!was_begun)
+			client_intercept_blind(client);
 		return;
 	case INTERCEPT_FAILED:
 		client_close(client, "no TLS server side for the tunnel, or the answer to the "
@@ -496,6 +562,8 @@ static void client_intercept_begin(struct client *client)
 		log_debug("client %s: plain HTTP in the intercepted tunnel to %s", client->peer,
 			  intercept_prefix(client->intercept));
 		client->state = CLIENT_READING_HEAD;
+		if (!was_begun)
+			client_arm_handshake_timer(client, true);
 		client_read_head(client);
 		return;
 	}
@@ -545,10 +613,10 @@ static void client_intercept(struct client *client, const struct http1_head *hea
 	metrics_request_done(client->proxy->metrics, dest.route->series, 200, 0.0, 0);
 	client->state = CLIENT_HANDSHAKE;
 	/* the handshake, like a request head, must finish within client_timeout */
-	client_arm_head_timer(client);
+	client_arm_handshake_timer(client, true);
 	/* a ClientHello sent right behind the CONNECT is in the input already */
 	if (conn_input_length(client->conn) > 0)
-		client_intercept_begin(client);
+		client_intercept_begin(client, false);
 }
 
 /* The client's TLS handshake in an intercepted tunnel ended. */
@@ -605,6 +673,13 @@ static void client_handshake_done(struct client *client, short what)
 			 client->peer, intercept_prefix(client->intercept), reason);
 		metrics_intercept_failure(client->proxy->metrics);
 		client_close(client, "TLS handshake failed");
+		return;
+	}
+	if ((what & CONN_TIMEOUT) && !(what & CONN_WRITING) &&
+	    !intercept_begun(client->intercept) &&
+	    client->config->intercept.server_first_after_ms > 0) {
+		/* nothing, or too little to tell, from the client since the 200 */
+		client_intercept_begin(client, true);
 		return;
 	}
 	if (what & CONN_TIMEOUT)
@@ -764,7 +839,7 @@ static void client_read_cb(struct conn *conn, void *arg)
 		evbuffer_drain(conn_input(conn), conn_input_length(conn));
 		break;
 	case CLIENT_HANDSHAKE:
-		client_intercept_begin(client);
+		client_intercept_begin(client, false);
 		break;
 	case CLIENT_RESETTING:
 		break;
@@ -1108,13 +1183,13 @@ static void client_config_changed(void *self)
 		client_adopt_config(client);
 		if (rearm && client->config == live)
 			client_arm_head_timer(client);
-	} else if (client->state == CLIENT_HANDSHAKE &&
+	} else if (client->state == CLIENT_HANDSHAKE && !intercept_blind(client->intercept) &&
 		   client->config->limits.client_timeout_ms != live->limits.client_timeout_ms) {
 		/* an intercepted CONNECT's TLS handshake must end within
 		 * client_timeout as a head must: the new one, from the reload */
 		client_adopt_config(client);
 		if (client->config == live)
-			client_arm_head_timer(client);
+			client_arm_handshake_timer(client, false);
 	} else if (client_idle(client) && !client->head_timer_at_flush && !client->output_full &&
 		   client->config->limits.client_timeout_ms != live->limits.client_timeout_ms) {
 		/* waiting for its next request under the old client_timeout: a

@@ -488,6 +488,9 @@ static const struct config_walk_key config_intercept_keys[] = {
 	  .type = &config_walk_file_required,
 	  .offset = offsetof(struct intercept_config, ca_key),
 	  .required = true },
+	{ .name = "server_first_after",
+	  .type = &config_walk_duration,
+	  .offset = offsetof(struct intercept_config, server_first_after_ms) },
 	{ .name = NULL },
 };
 
@@ -506,6 +509,7 @@ static void config_set_intercept(struct config_walk *walk, const struct yaml_tre
 
 	if (yaml_tree_is_null(node))
 		return;
+	intercept->server_first_after_ms = INTERCEPT_SERVER_FIRST_AFTER_MS;
 	config_walk_mapping(walk, node, config_intercept_keys, intercept);
 	if (intercept->ca_cert == NULL || intercept->ca_key == NULL)
 		return;

@@ -176,6 +176,10 @@ struct health_policy {
 
 struct ca;
 
+/* intercept.server_first_after's default: an HTTP or TLS client sends its
+ * first bytes one round trip after the 200 */
+#define INTERCEPT_SERVER_FIRST_AFTER_MS 2000
+
 /* intercept: HTTPS interception in forward mode (SPEC). */
 struct intercept_config {
 	char **hosts; /* patterns: exact or *.suffix (matched at a dot), any port */
@@ -183,6 +187,9 @@ struct intercept_config {
 	char *ca_cert; /* absolute paths, resolved against the config file */
 	char *ca_key;
 	struct ca *ca; /* loaded when the config is; NULL when intercept: is absent */
+	/* a tunnel whose client sent nothing this long after the 200 speaks a
+	 * protocol whose server talks first (SMTP): tunnelled blind. 0: never */
+	uint64_t server_first_after_ms;
 };
 
 /* fleet: route budgets shared through Redis (SPEC "Fleet budget"). */

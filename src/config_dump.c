@@ -479,6 +479,7 @@ static void config_dump_intercept(struct config_dump *d, const struct intercept_
 	config_dump_list(d, "hosts", intercept->hosts, intercept->host_count);
 	config_dump_pair_text(d, "ca_cert", intercept->ca_cert);
 	config_dump_pair_text(d, "ca_key", intercept->ca_key);
+	config_dump_pair_ms(d, "server_first_after", intercept->server_first_after_ms);
 	config_dump_mapping_end(d);
 }
 

@@ -17,20 +17,25 @@
 #include "retry_budget.h"
 #include "route.h"
 #include "tls.h"
+#include "upstream.h"
 #include "xmalloc.h"
 
 struct intercept {
-	char *host;		      /* the CONNECT host, no brackets */
-	char *prefix;		      /* "https://" and the CONNECT authority */
-	struct upstream_url upstream; /* https://host:port */
-	char *connect_authority;      /* as the CONNECT named it */
-	struct ca *ca;		      /* held: the CA whose leaf TLS in the tunnel gets */
-	struct tls_store *tls;	      /* the proxy's: its TLS server context */
-	bool begun;		      /* the client's first byte said TLS or plain HTTP */
-	struct access_record *log;    /* the CONNECT's line, until the tunnel ends */
-	uint64_t opened_ms;	      /* when it was intercepted (monotonic) */
-	uint64_t base;		      /* bytes the client conn had written before */
-	uint64_t bytes;		      /* ... and since, as last counted */
+	char *host;			/* the CONNECT host, no brackets */
+	char *prefix;			/* "https://" and the CONNECT authority */
+	struct upstream_url upstream;	/* https://host:port */
+	char *connect_authority;	/* as the CONNECT named it */
+	struct ca *ca;			/* held: the CA whose leaf TLS in the tunnel gets */
+	struct tls_store *tls;		/* the proxy's: its TLS server context */
+	bool begun;			/* the client's first byte said TLS or plain HTTP */
+	const char *blind_why;		/* why it is tunnelled blind, or NULL */
+	struct upstream_connect *blind; /* the blind tunnel's connect, under way */
+	intercept_blind_cb blind_cb;	/* ... and whom it tells */
+	void *blind_arg;
+	struct access_record *log; /* the CONNECT's line, until the tunnel ends */
+	uint64_t opened_ms;	   /* when it was intercepted (monotonic) */
+	uint64_t base;		   /* bytes the client conn had written before */
+	uint64_t bytes;		   /* ... and since, as last counted */
 };
 
 bool intercept_wanted(const struct config *config, const struct listener_config *listen,
@@ -120,6 +125,8 @@ void intercept_free(struct intercept *ic)
 	if (ic == NULL)
 		return;
 	intercept_end(ic, NULL);
+	if (ic->blind != NULL)
+		upstream_connect_cancel(ic->blind);
 	ca_release(ic->ca);
 	free(ic->connect_authority);
 	free(ic->host);
@@ -179,15 +186,40 @@ static SSL *intercept_tls(struct intercept *ic)
 	return ssl;
 }
 
-enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn)
+/* An SSH client sends its banner ("SSH-2.0-...", RFC 4253 section 4.2)
+ * without waiting for the server's; no HTTP method is spelt so. */
+static const char intercept_ssh[] = "SSH-";
+
+enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn, bool waited)
 {
+	unsigned char start[sizeof(intercept_ssh) - 1];
+	ev_ssize_t got;
 	unsigned char first;
 	SSL *ssl;
 
 	if (ic->begun) /* begun already */
-		return ic->upstream.tls ? INTERCEPT_TLS : INTERCEPT_PLAIN;
-	if (evbuffer_copyout(conn_input(conn), &first, 1) < 1)
-		return INTERCEPT_WAITING;
+		return ic->blind_why != NULL ? INTERCEPT_BLIND
+		       : ic->upstream.tls    ? INTERCEPT_TLS
+					     : INTERCEPT_PLAIN;
+	got = evbuffer_copyout(conn_input(conn), start, sizeof(start));
+	if (got < 1) {
+		if (!waited)
+			return INTERCEPT_WAITING;
+		ic->begun = true;
+		ic->blind_why = "no byte from the client within intercept.server_first_after "
+				"(a protocol whose server speaks first): tunnelled blind";
+		return INTERCEPT_BLIND;
+	}
+	first = start[0];
+	if (memcmp(start, intercept_ssh, (size_t)got) == 0) {
+		if ((size_t)got < sizeof(start) && !waited)
+			return INTERCEPT_WAITING; /* the rest may tell */
+		if ((size_t)got == sizeof(start)) {
+			ic->begun = true;
+			ic->blind_why = "an SSH banner, not HTTP: tunnelled blind";
+			return INTERCEPT_BLIND;
+		}
+	}
 	ic->begun = true;
 	/* a TLS record starts with its content type, a handshake's 0x16;
 	 * no HTTP request line starts so */
@@ -207,6 +239,87 @@ enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn)
 	ic->upstream.authority = intercept_authority(ic->host, ic->upstream.port, 80);
 	ic->upstream.text = xstrdup(ic->prefix);
 	return INTERCEPT_PLAIN;
+}
+
+bool intercept_begun(const struct intercept *ic)
+{
+	return ic->begun;
+}
+
+uint64_t intercept_age_ms(const struct intercept *ic)
+{
+	uint64_t now = retry_budget_now_ms();
+
+	return now > ic->opened_ms ? now - ic->opened_ms : 0;
+}
+
+const char *intercept_blind_why_text(const struct intercept *ic)
+{
+	return ic->blind_why != NULL ? ic->blind_why : "";
+}
+
+bool intercept_blind(const struct intercept *ic)
+{
+	return ic->blind != NULL;
+}
+
+/* The blind tunnel's connect ended. */
+static void intercept_blind_connected(struct conn *conn, enum try_outcome failure, bool local,
+				      const char *reason, void *arg)
+{
+	struct intercept *ic = arg;
+
+	(void)failure;
+	(void)local;
+	ic->blind = NULL;
+	if (conn == NULL && ic->log != NULL) {
+		size_t size = strlen(ic->blind_why) + strlen(reason) + sizeof("; ");
+		char *note = xmalloc(size);
+
+		snprintf(note, size, "%s; %s", ic->blind_why, reason);
+		free((char *)ic->log->note);
+		ic->log->note = note;
+	}
+	ic->blind_cb(conn, reason, ic->blind_arg);
+}
+
+void intercept_connect_blind(struct intercept *ic, struct proxy *proxy, const struct config *config,
+			     intercept_blind_cb cb, void *arg)
+{
+	size_t len = strlen(ic->host);
+	/* an IPv6 literal may come out of its one spelling longer */
+	char *host = xmalloc((len > UPSTREAM_IPV6_TEXT_MAX ? len : UPSTREAM_IPV6_TEXT_MAX) + 1);
+	struct upstream_endpoint endpoint = { .tls = false, .port = ic->upstream.port };
+	size_t host_len;
+
+	/* the one spelling a blind CONNECT's upstream has */
+	memcpy(host, ic->host, len);
+	host_len = upstream_host_normalise(host, len);
+	endpoint.absolute = host_len < len;
+	if (memchr(host, ':', host_len) != NULL)
+		host_len = upstream_host_canonical_ipv6(host, host_len);
+	host[host_len] = '\0';
+	endpoint.host = host;
+	ic->blind_cb = cb;
+	ic->blind_arg = arg;
+	ic->blind = upstream_connect_start(proxy, &endpoint, &config->tls, "",
+					   config->limits.connect_timeout_ms, 0,
+					   intercept_blind_connected, ic);
+	free(host);
+}
+
+struct access_record *intercept_take_log(struct intercept *ic)
+{
+	struct access_record *record = ic->log;
+
+	ic->log = NULL;
+	if (record == NULL)
+		return NULL;
+	record->duration_ms += intercept_age_ms(ic);
+	record->tunnel = true; /* with bytes_in, as a blind CONNECT's line */
+	free((char *)record->note);
+	record->note = xstrdup(ic->blind_why);
+	return record;
 }
 
 const char *intercept_host(const struct intercept *ic)

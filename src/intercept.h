@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "http1.h"
 
@@ -37,19 +38,53 @@ struct intercept *intercept_start(struct proxy *proxy, const struct config *conf
 				  char *reason, size_t reason_len);
 
 enum intercept_begun {
-	INTERCEPT_WAITING, /* no byte from the client yet */
+	INTERCEPT_WAITING, /* no byte from the client yet (or too few to tell) */
 	INTERCEPT_TLS,	   /* TLS server side started: conn's event callback reports the
 			    * handshake */
 	INTERCEPT_PLAIN,   /* plain HTTP: the requests go to http://host:port */
+	INTERCEPT_BLIND,   /* neither (SSH's banner), or the client waits for the server to
+			    * speak first: the caller tunnels it blind
+			    * (intercept_connect_blind) */
 	INTERCEPT_FAILED,  /* no TLS server side (no leaf: logged), or the answer to the
 			    * CONNECT could not be written before TLS: the connection
 			    * can only be closed */
 };
 
 /* Look at the client's first byte in conn's input: a TLS record (the client
- * speaks https, as intercepting expects) or anything else, plain HTTP (a
- * browser's ws:// and curl -p http:// go by CONNECT too). */
-enum intercept_begun intercept_begin(struct intercept *intercept, struct conn *conn);
+ * speaks https, as intercepting expects), an SSH banner ("SSH-", not HTTP:
+ * blind), or anything else, plain HTTP (a browser's ws:// and curl -p
+ * http:// go by CONNECT too). waited: intercept.server_first_after (or
+ * client_timeout) has passed since the 200: no byte at all then is a
+ * client waiting for its server to speak first (SMTP): blind. */
+enum intercept_begun intercept_begin(struct intercept *intercept, struct conn *conn, bool waited);
+
+/* Has the client's first byte (or the wait) decided what the tunnel is? */
+bool intercept_begun(const struct intercept *intercept);
+
+/* Milliseconds since the CONNECT was answered. */
+uint64_t intercept_age_ms(const struct intercept *intercept);
+
+/* Called once by intercept_connect_blind(): with the connected upstream
+ * conn (the caller's now), or NULL and why not. */
+typedef void (*intercept_blind_cb)(struct conn *upstream, const char *reason, void *arg);
+
+/* After INTERCEPT_BLIND: connect to the CONNECT host and port as a blind
+ * CONNECT does (connect_timeout; the admin address refused); cb runs
+ * later, never within this call, unless intercept_free() comes first. */
+void intercept_connect_blind(struct intercept *intercept, struct proxy *proxy,
+			     const struct config *config, intercept_blind_cb cb, void *arg);
+
+/* Why the tunnel goes blind (INTERCEPT_BLIND), for the log. */
+const char *intercept_blind_why_text(const struct intercept *intercept);
+
+/* Is the tunnel being made blind (intercept_connect_blind under way)? */
+bool intercept_blind(const struct intercept *intercept);
+
+/* The CONNECT's access line, for the blind tunnel to write when it ends:
+ * its duration so far and a note saying why it went blind (when its
+ * connect fails, the line is written as the tunnel closes, noting that).
+ * The caller owns it. */
+struct access_record *intercept_take_log(struct intercept *intercept);
 
 /* The CONNECT's access line, written when the tunnel ends (intercept_end)
  * with the tunnel's life and the bytes the proxy sent the client inside it

@@ -57,7 +57,13 @@ client_timeout 1s, a TLS client in a tunnel reading a 16 MiB body at about
 640 KB/s is not cut and gets it whole; one that stops reading is cut one
 client_timeout after the proxy's write blocked (two on a loaded machine).
 A TLS session resumes in a second tunnel to the same host, never in a
-tunnel to another host.
+tunnel to another host. A leaf is made once TLS starts in a tunnel, never
+for plain HTTP there. With intercept.server_first_after 1s, a client
+that waits for a server-first origin (a loopback line server sending an
+SMTP-like 220 banner) gets it after the wait through a blind tunnel (the
+CONNECT's line noting it, with bytes_in), an SSH banner from the client
+goes blind at once, a blind connect that fails closes the tunnel (noted),
+and TLS and plain HTTP clients are intercepted as before.
 """
 
 import os
@@ -67,7 +73,9 @@ import socket
 import ssl
 import struct
 import subprocess
+import threading
 import time
+import urllib.parse
 
 import harness as h
 import origin as o
@@ -328,6 +336,110 @@ def scenario(t):
         h.eq((r.exit_code, r.status), (0, 200), "TLS in the tunnel (%r)" % r)
         fresh.wait_log(r"debug intercept: made a certificate for localhost$")
         h.eq(len(made()), 1, "certificates made once TLS started (%r)" % made())
+
+    def line_server(banner, reply):
+        """A loopback server that speaks first when banner is given (SMTP's
+        220), then answers each line it reads with reply + the line."""
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(8)
+        t.defer(ls.close)
+
+        def serve():
+            while True:
+                try:
+                    c, _ = ls.accept()
+                except OSError:
+                    return
+                with c:
+                    if banner:
+                        c.sendall(banner)
+                    buf = b""
+                    while True:
+                        try:
+                            data = c.recv(4096)
+                        except OSError:
+                            break
+                        if not data:
+                            break
+                        buf += data
+                        while b"\n" in buf:
+                            line, buf = buf.split(b"\n", 1)
+                            c.sendall(reply + line + b"\n")
+
+        threading.Thread(target=serve, daemon=True).start()
+        return ls.getsockname()[1]
+
+    blind = t.proxy(CONFIG.replace("  ca_key: @LOCALCA@/ca-key.pem\n",
+                                   "  ca_key: @LOCALCA@/ca-key.pem\n  server_first_after: 1s\n"),
+                    TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost"')
+
+    def blind_connect(port):
+        c = h.RawConn(blind.port())
+        c.send(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                % (port, port)).encode())
+        h.eq(c.read_head().status, 200, "CONNECT answered")
+        return c
+
+    def blind_line(port):
+        wait_until = time.monotonic() + 10
+        while time.monotonic() < wait_until:
+            for ln in blind.access_lines():
+                f = h.access_fields(ln)
+                if f.get("method") == "CONNECT" and f.get("target") == "localhost:%d" % port:
+                    f["note"] = urllib.parse.unquote(f.get("note", ""))
+                    return f
+            time.sleep(0.05)
+        raise AssertionError("no CONNECT line for localhost:%d" % port)
+
+    @t.check("a protocol whose server speaks first (SMTP) through a listed host's tunnel: after "
+             "intercept.server_first_after with no client byte, tunnelled blind to the host")
+    def _():
+        port = line_server(b"220 smtp.test ESMTP\r\n", b"250 ")
+        with blind_connect(port) as c:
+            started = time.monotonic()
+            h.eq(c.read_until(b"\n"), b"220 smtp.test ESMTP\r\n", "the server's banner")
+            waited = time.monotonic() - started
+            h.ok(0.8 < waited < 6, "banner after the wait (%.2fs)" % waited)
+            c.send(b"EHLO client.test\r\n")
+            h.eq(c.read_until(b"\n"), b"250 EHLO client.test\r\n", "the server's answer")
+        f = blind_line(port)
+        h.ok("tunnelled blind" in f.get("note", ""), "the line's note (%r)" % f)
+        h.eq(f.get("bytes_in"), str(len(b"EHLO client.test\r\n")), "bytes from the client")
+        blind.wait_log(r"info intercept: client \S+: tunnel to localhost:%d: no byte from the "
+                       r"client within intercept.server_first_after" % port)
+
+    @t.check("an SSH client's banner (it speaks without waiting for the server's) through a "
+             "listed host's tunnel is no HTTP: tunnelled blind, at once")
+    def _():
+        port = line_server(b"SSH-2.0-test_server\r\n", b"echo ")
+        with blind_connect(port) as c:
+            started = time.monotonic()
+            c.send(b"SSH-2.0-test_client\r\n")
+            h.eq(c.read_until(b"\n"), b"SSH-2.0-test_server\r\n", "the server's banner")
+            h.eq(c.read_until(b"\n"), b"echo SSH-2.0-test_client\r\n", "the client's banner, passed on")
+            h.ok(time.monotonic() - started < 0.8, "no wait for server_first_after (1s)")
+        h.ok("SSH" in blind_line(port).get("note", ""), "the line's note")
+
+    @t.check("a server-first fallback whose connect fails closes the tunnel, and its line says so")
+    def _():
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()  # nothing listens there now
+        with blind_connect(port) as c:
+            h.eq(c.read_to_close(), b"", "the tunnel closes")
+        h.ok("tunnelled blind; " in blind_line(port).get("note", ""), "the line's note")
+
+    @t.check("with server_first_after a TLS client and a plain HTTP one are intercepted as before")
+    def _():
+        r = h.curl("--cacert", local_ca, "https://localhost:%d/echo?t=sfa" % good.port,
+                   proxy=blind.url)
+        h.eq((r.exit_code, r.status), (0, 200), "TLS in the tunnel (%r)" % r)
+        h.eq(h.access_fields(blind.access_one("t=sfa"))["target"],
+             "https://localhost:%d/echo?t=sfa" % good.port, "intercepted")
+        r = h.curl("-p", "http://localhost:%d/echo?t=sfp" % plain.port, proxy=blind.url)
+        h.eq((r.exit_code, r.status), (0, 200), "plain HTTP in the tunnel (%r)" % r)
 
     @t.check("keep-alive inside the tunnel: two requests, one CONNECT")
     def _():

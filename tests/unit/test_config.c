@@ -1204,6 +1204,14 @@ static void test_intercept(void **state)
 	assert_string_equal(config->intercept.hosts[0], "*.example.com");
 	assert_string_equal(config->intercept.ca_cert, cert);
 	assert_non_null(config->intercept.ca);
+	assert_int_equal(config->intercept.server_first_after_ms, 2000);
+	config_release(config);
+	config = test_load_ok("intercept:\n"
+			      "  hosts: [a.example]\n"
+			      "  ca_cert: ca/ca.pem\n"
+			      "  ca_key: ca/ca-key.pem\n"
+			      "  server_first_after: 0s\n");
+	assert_int_equal(config->intercept.server_first_after_ms, 0);
 	config_release(config);
 
 	/* absent, or left empty with its keys commented out: nothing is

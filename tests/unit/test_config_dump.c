@@ -470,7 +470,8 @@ static void test_intercept(void **state)
 		 "intercept:\n"
 		 "  hosts: [API.example.com, \"*.googleapis.com\", \"[::1]\"]\n"
 		 "  ca_cert: %s\n"
-		 "  ca_key: %s\n",
+		 "  ca_key: %s\n"
+		 "  server_first_after: 500ms\n",
 		 cert, key);
 	config = test_load(text, "intercept.yaml");
 	dump = test_round_trip(config);
@@ -478,7 +479,8 @@ static void test_intercept(void **state)
 		 "intercept:\n"
 		 "  hosts: [api.example.com, '*.googleapis.com', '::1']\n"
 		 "  ca_cert: %s\n"
-		 "  ca_key: %s\n",
+		 "  ca_key: %s\n"
+		 "  server_first_after: 500ms\n",
 		 cert, key);
 	if (strstr(dump, expected) == NULL)
 		fail_msg("no\n%sin\n%s", expected, dump);
@@ -489,6 +491,7 @@ static void test_intercept(void **state)
 	assert_string_equal(again->intercept.ca_cert, cert);
 	assert_string_equal(again->intercept.ca_key, key);
 	assert_non_null(again->intercept.ca);
+	assert_int_equal(again->intercept.server_first_after_ms, 500);
 	config_release(again);
 	free(dump);
 	config_release(config);
