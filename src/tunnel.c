@@ -8,6 +8,7 @@
 #include <event2/event.h>
 
 #include "access_log.h"
+#include "config.h"
 #include "conn.h"
 #include "log.h"
 #include "proxy.h"
@@ -318,9 +319,26 @@ static void tunnel_close_cb(void *self, const char *reason)
 	tunnel_close_why(tunnel, reason);
 }
 
+/* A reload: a changed tunnel_idle_timeout applies to this tunnel too,
+ * counted from now, as a changed client_timeout does to an idle client
+ * connection (a lowered one would otherwise keep it open as long as the
+ * old one ran, a raised one not save it). An aborting tunnel keeps its
+ * own watch. */
+static void tunnel_config_changed(void *self)
+{
+	struct tunnel *tunnel = self;
+	uint64_t ms = tunnel->proxy->config->limits.tunnel_idle_timeout_ms;
+
+	if (ms == tunnel->idle_ms || tunnel->aborting != NULL)
+		return;
+	tunnel->idle_ms = ms;
+	tunnel_touch(tunnel);
+}
+
 /* A tunnel is never idle for a drain: its bytes are in flight. */
 static const struct registry_ops tunnel_registry_ops = {
 	.close = tunnel_close_cb,
+	.config_changed = tunnel_config_changed,
 };
 
 void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,

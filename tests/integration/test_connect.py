@@ -10,7 +10,8 @@ fields; bytes pass unchanged both ways (sha256 of a download and of an
 upload; TLS end to end verifies with the test CA and SNI reaches the
 origin as the client sent it); the proxy does not touch tunnelled requests
 (no Via); the tunnel closes when the origin closes, when the client closes,
-and after tunnel_idle_timeout of silence; when the origin resets it, the
+and after tunnel_idle_timeout of silence (a reload's new one, lowered or
+raised, applies to tunnels already open, counted from the reload); when the origin resets it, the
 client gets every byte sent before, then a reset (not a FIN, which would
 make a cut stream look whole); a half-close passes through (a
 client that sends, shuts its side and reads still gets the answer); CONNECT to a closed port gets a
@@ -343,6 +344,27 @@ def scenario(t):
             new = [x for x in plain.connections if x.id not in before][0]
             h.ok(c.closed_within(2 + 8), "idle tunnel still open 10s after the last byte")
             h.ok(new.closed.wait(5), "origin side of the idle tunnel still open")
+
+    @t.check("a reload's tunnel_idle_timeout applies to tunnels already open, from the reload: "
+             "lowered, an idle tunnel closes after the new one; raised, it outlives the old one")
+    def _():
+        p3 = t.proxy(CONFIG.replace("tunnel_idle_timeout: 2s", "tunnel_idle_timeout: 30s"))
+        c, _ = open_tunnel(p3, plain.port)
+        with c:
+            p3.reload(p3.config_text.replace("tunnel_idle_timeout: 30s",
+                                             "tunnel_idle_timeout: 1s"))
+            h.ok(c.closed_within(1 + 5), "the tunnel open 6s after a reload lowered "
+                 "tunnel_idle_timeout from 30s to 1s")
+        f = h.access_fields(p3.access_one("127.0.0.1:%d" % plain.port))
+        h.eq(f.get("note"), "tunnel_idle_timeout", "the line's note (%r)" % f)
+        c, _ = open_tunnel(p3, plain.port)
+        with c:
+            p3.reload(p3.config_text.replace("tunnel_idle_timeout: 1s",
+                                             "tunnel_idle_timeout: 30s"))
+            h.ok(not c.closed_within(3), "the tunnel closed within 3s though a reload raised "
+                 "tunnel_idle_timeout from 1s to 30s")
+            c.send(b"GET /echo?t=after-raise HTTP/1.1\r\nHost: x\r\n\r\n")
+            h.eq(c.read_head().status, 200, "the tunnel still carries a request")
 
     @t.check("CONNECT to a closed port: 502 with a one-line body")
     def _():
