@@ -953,6 +953,21 @@ static bool ca_entry_fresh(const struct ca *ca, const struct ca_entry *e, time_t
 	return (e->not_after - now) * 3 >= e->not_after - e->not_before;
 }
 
+int ca_usable(const struct ca *ca, time_t now, char *err, size_t err_len)
+{
+	if (ca->not_after <= now) {
+		ca_error(err, err_len, "the local CA certificate has expired");
+		return -1;
+	}
+	/* the clock went back since the CA loaded: a leaf made now would not
+	 * be valid yet, and another would be made on every CONNECT */
+	if (now < ca->not_before) {
+		ca_error(err, err_len, "the local CA certificate is not valid yet");
+		return -1;
+	}
+	return 0;
+}
+
 /* The cached leaf for host if still fresh, else a new one in its place. */
 int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 **cert,
 	    EVP_PKEY **key, char *err, size_t err_len)
@@ -983,16 +998,8 @@ int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 *
 		not_after = ca->not_after;
 	if (not_before < ca->not_before)
 		not_before = ca->not_before;
-	if (not_after <= now) {
-		ca_error(err, err_len, "the local CA certificate has expired");
+	if (ca_usable(ca, now, err, err_len) < 0)
 		return -1;
-	}
-	/* the clock went back since the CA loaded: a leaf made now would not
-	 * be valid yet, and another would be made on every CONNECT */
-	if (now < ca->not_before) {
-		ca_error(err, err_len, "the local CA certificate is not valid yet");
-		return -1;
-	}
 	new_cert = ca_make_leaf(ca, &h, not_before, not_after);
 	if (new_cert == NULL) {
 		ca_error(err, err_len, "cannot make a certificate for %s: %s", h.text,

@@ -75,6 +75,10 @@ bool ca_host_valid(const char *host, size_t host_len);
 int ca_leaf(struct ca *ca, const char *host, size_t host_len, time_t now, X509 **cert,
 	    EVP_PKEY **key, char *err, size_t err_len);
 
+/* Can the CA issue a leaf at now: not expired, and now not before its
+ * validity (the clock went back)? -1 with the reason ca_leaf() would give. */
+int ca_usable(const struct ca *ca, time_t now, char *err, size_t err_len);
+
 /* Leaves made so far (a test checks that a host's second request makes none). */
 unsigned long ca_leaves_made(const struct ca *ca);
 

@@ -143,12 +143,22 @@ struct intercept *intercept_start(struct proxy *proxy, const struct config *conf
 {
 	const struct http1_target *target = &head->parsed_target;
 	struct intercept *ic;
+	char err[256];
 
 	/* a name no certificate can hold (an empty label, one over 63 bytes)
 	 * names no host either: the client's mistake, not the proxy's */
 	if (!ca_host_valid(target->host, target->host_len)) {
 		*status = 400;
 		snprintf(reason, reason_len, "not a valid host name");
+		return NULL;
+	}
+	/* the leaf waits for TLS, but a CA that can issue none is said now,
+	 * while the CONNECT can still get its 502 */
+	if (ca_usable(config->intercept.ca, time(NULL), err, sizeof(err)) < 0) {
+		log_error("intercept: no certificate for %.*s: %s", (int)target->host_len,
+			  target->host, err);
+		*status = 502;
+		snprintf(reason, reason_len, "cannot make a certificate for this host");
 		return NULL;
 	}
 	/* copied before the head leaves the input: it points into it */

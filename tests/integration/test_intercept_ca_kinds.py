@@ -13,11 +13,16 @@ Must hold:
 - with the intermediate, curl trusting only the root gets its 200: each
   leaf is sent with the intermediate behind it (a root is never sent);
 - with the CA without subjectKeyIdentifier, --check says ok and curl
-  trusting it gets its 200 (leaves name their issuer by name and serial).
+  trusting it gets its 200 (leaves name their issuer by name and serial);
+- with a CA that expires a few seconds after the proxy loaded it, a CONNECT
+  to a listed host after that gets 502 and an error line names the expired
+  CA (the leaf is made only when TLS starts, but whether the CA can issue
+  one is checked before the 200).
 """
 
 import os
 import subprocess
+import time
 
 import harness as h
 
@@ -82,6 +87,34 @@ def intermediate_ca(directory, root, root_key):
     return bundle, key
 
 
+def short_lived_ca(directory, seconds):
+    """A self-signed CA valid from an hour ago until seconds from now
+    (openssl ca sets an exact end, req -x509 only whole days)."""
+    key = ec_key(directory, "short-key.pem")
+    csr = os.path.join(directory, "short.csr")
+    cert = os.path.join(directory, "short.pem")
+    conf = os.path.join(directory, "short.cnf")
+    with open(conf, "w") as f:
+        f.write("[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\n"
+                "serial = serial\ndefault_md = sha256\npolicy = p\nunique_subject = no\n"
+                "[p]\ncommonName = supplied\n[v3]\n"
+                "basicConstraints = critical,CA:TRUE\n"
+                "keyUsage = critical,keyCertSign,cRLSign\nsubjectKeyIdentifier = hash\n")
+    open(os.path.join(directory, "index.txt"), "w").close()
+    with open(os.path.join(directory, "serial"), "w") as f:
+        f.write("1000\n")
+    openssl(directory, "req", "-new", "-key", key, "-out", csr, "-subj", "/CN=short-lived")
+
+    def stamp(t):
+        return time.strftime("%y%m%d%H%M%SZ", time.gmtime(t))
+
+    now = time.time()
+    openssl(directory, "ca", "-batch", "-config", conf, "-selfsign", "-keyfile", key,
+            "-in", csr, "-out", cert, "-extensions", "v3", "-notext",
+            "-startdate", stamp(now - 3600), "-enddate", stamp(now + seconds))
+    return cert, key, now + seconds
+
+
 def scenario(t):
     certs = t.certs()
     origin = t.origin(tls=(certs.server, certs.server_key))
@@ -113,6 +146,19 @@ def scenario(t):
         h.eq((p.returncode, p.stdout.strip()), (0, "ok"), "--check (%s)" % p.stderr)
         r = fetch_through(no_ski, no_ski_key, no_ski, "no-ski")
         h.eq((r.exit_code, r.status), (0, 200), "curl exit and status (%s)" % r.stderr[-300:])
+
+    @t.check("a CA that expires while the proxy runs: a CONNECT to a listed host gets 502, "
+             "logged, not a 200 and a tunnel that closes at the client's ClientHello")
+    def _():
+        cert, key, ends = short_lived_ca(pki, 6)
+        proxy = t.proxy(CONFIG, TESTCA=certs.ca, CACERT=cert, CAKEY=key)
+        time.sleep(max(0, ends - time.time()) + 1.5)
+        with h.RawConn(proxy.port()) as c:
+            c.send(b"CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                   % (origin.port, origin.port))
+            h.eq(c.read_head().status, 502, "the CONNECT's answer")
+        proxy.wait_log(r"error intercept: no certificate for localhost: the local CA "
+                       r"certificate has expired")
 
 
 h.run(scenario, __doc__, timeout=60)
