@@ -518,10 +518,11 @@ static void client_blind_connected(struct conn *upstream, const char *reason, vo
 	client_exchange_tunnel(client, upstream, intercept_take_log(client->intercept));
 }
 
-/* Neither TLS nor HTTP in an intercepted tunnel (an SSH banner, or nothing
- * while the client waits for the server to speak first): tunnelled blind
- * to the CONNECT host and port, as a host not listed is. What the client
- * sends meanwhile waits in its input for the tunnel. */
+/* Neither TLS nor HTTP in an intercepted tunnel (an SSH banner, a Redis
+ * command, or nothing while the client waits for the server to speak
+ * first): tunnelled blind to the CONNECT host and port, as a host not
+ * listed is. What the client sends meanwhile waits in its input for the
+ * tunnel. */
 static void client_intercept_blind(struct client *client)
 {
 	log_info("intercept: client %s: tunnel to %s: %s", client->peer,

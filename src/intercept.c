@@ -11,6 +11,7 @@
 #include "ca.h"
 #include "config.h"
 #include "conn.h"
+#include "http1_chars.h"
 #include "log.h"
 #include "proxy.h"
 #include "reply.h"
@@ -196,15 +197,61 @@ static SSL *intercept_tls(struct intercept *ic)
 	return ssl;
 }
 
-/* An SSH client sends its banner ("SSH-2.0-...", RFC 4253 section 4.2)
- * without waiting for the server's; no HTTP method is spelt so. */
+/* Past this many token bytes with no space after them the first bytes are
+ * taken for an HTTP request line (methods are short): the parser judges. */
+#define INTERCEPT_METHOD_MAX 64
+
+/* What the client's first bytes in the tunnel speak. */
+enum intercept_kind {
+	INTERCEPT_KIND_MORE,  /* too few bytes to tell */
+	INTERCEPT_KIND_TLS,   /* a TLS record */
+	INTERCEPT_KIND_HTTP,  /* a request line's method and its space */
+	INTERCEPT_KIND_OTHER, /* neither: another protocol whose client speaks first */
+};
+
+/* An SSH client sends its banner without waiting for the server's:
+ * "SSH-2.0-OpenSSH_9.2p1 Debian-2" and CR LF (RFC 4253 section 4.2), whose
+ * comment after a space would pass for a method and its space. */
 static const char intercept_ssh[] = "SSH-";
+
+static bool intercept_ssh_banner(const unsigned char *p, size_t len)
+{
+	return len >= sizeof(intercept_ssh) - 1 &&
+	       memcmp(p, intercept_ssh, sizeof(intercept_ssh) - 1) == 0;
+}
+
+static enum intercept_kind intercept_kind_of(const unsigned char *p, size_t len)
+{
+	size_t ssh = sizeof(intercept_ssh) - 1;
+	size_t i = 0;
+
+	/* a TLS record starts with its content type, a handshake's 0x16; no
+	 * HTTP request line starts so */
+	if (p[0] == 0x16)
+		return INTERCEPT_KIND_TLS;
+	if (memcmp(p, intercept_ssh, len < ssh ? len : ssh) == 0)
+		return len < ssh ? INTERCEPT_KIND_MORE : INTERCEPT_KIND_OTHER;
+	/* the empty lines a request line may follow (RFC 9112 section 2.2) */
+	while (i < len && (p[i] == '\r' || p[i] == '\n'))
+		i++;
+	for (size_t token = 0; i < len; i++, token++) {
+		if (HTTP1_IS(p[i], HTTP1_C_TCHAR)) {
+			if (token == INTERCEPT_METHOD_MAX)
+				return INTERCEPT_KIND_HTTP;
+			continue;
+		}
+		/* a Redis command ("*1" CR LF), a PostgreSQL startup message
+		 * (a length, a NUL first) are no method and space */
+		return p[i] == ' ' && token > 0 ? INTERCEPT_KIND_HTTP : INTERCEPT_KIND_OTHER;
+	}
+	return INTERCEPT_KIND_MORE;
+}
 
 enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn, bool waited)
 {
-	unsigned char start[sizeof(intercept_ssh) - 1];
+	unsigned char start[INTERCEPT_METHOD_MAX + 8];
+	enum intercept_kind kind;
 	ev_ssize_t got;
-	unsigned char first;
 	SSL *ssl;
 
 	if (ic->begun) /* begun already */
@@ -220,20 +267,17 @@ enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn, bo
 				"(a protocol whose server speaks first): tunnelled blind";
 		return INTERCEPT_BLIND;
 	}
-	first = start[0];
-	if (memcmp(start, intercept_ssh, (size_t)got) == 0) {
-		if ((size_t)got < sizeof(start) && !waited)
-			return INTERCEPT_WAITING; /* the rest may tell */
-		if ((size_t)got == sizeof(start)) {
-			ic->begun = true;
-			ic->blind_why = "an SSH banner, not HTTP: tunnelled blind";
-			return INTERCEPT_BLIND;
-		}
-	}
+	kind = intercept_kind_of(start, (size_t)got);
+	if (kind == INTERCEPT_KIND_MORE && !waited)
+		return INTERCEPT_WAITING; /* the rest may tell */
 	ic->begun = true;
-	/* a TLS record starts with its content type, a handshake's 0x16;
-	 * no HTTP request line starts so */
-	if (first == 0x16) {
+	if (kind == INTERCEPT_KIND_OTHER) {
+		ic->blind_why = intercept_ssh_banner(start, (size_t)got)
+					? "an SSH banner, not HTTP: tunnelled blind"
+					: "neither TLS nor HTTP from the client: tunnelled blind";
+		return INTERCEPT_BLIND;
+	}
+	if (kind == INTERCEPT_KIND_TLS) {
 		ssl = intercept_tls(ic);
 		if (ssl == NULL)
 			return INTERCEPT_FAILED;

@@ -42,7 +42,7 @@ enum intercept_begun {
 	INTERCEPT_TLS,	   /* TLS server side started: conn's event callback reports the
 			    * handshake */
 	INTERCEPT_PLAIN,   /* plain HTTP: the requests go to http://host:port */
-	INTERCEPT_BLIND,   /* neither (SSH's banner), or the client waits for the server to
+	INTERCEPT_BLIND,   /* neither (an SSH banner), or the client waits for the server to
 			    * speak first: the caller tunnels it blind
 			    * (intercept_connect_blind) */
 	INTERCEPT_FAILED,  /* no TLS server side (no leaf: logged), or the answer to the
@@ -50,12 +50,13 @@ enum intercept_begun {
 			    * can only be closed */
 };
 
-/* Look at the client's first byte in conn's input: a TLS record (the client
- * speaks https, as intercepting expects), an SSH banner ("SSH-", not HTTP:
- * blind), or anything else, plain HTTP (a browser's ws:// and curl -p
- * http:// go by CONNECT too). waited: intercept.server_first_after (or
- * client_timeout) has passed since the 200: no byte at all then is a
- * client waiting for its server to speak first (SMTP): blind. */
+/* Look at the client's first bytes in conn's input: a TLS record (the
+ * client speaks https, as intercepting expects), the start of a request
+ * line (a method and a space), plain HTTP (a browser's ws:// and curl -p
+ * http:// go by CONNECT too), or anything else (an SSH banner, a Redis
+ * command): blind. waited: intercept.server_first_after (or client_timeout)
+ * has passed since the 200: no byte at all then is a client waiting for
+ * its server to speak first (SMTP): blind; too few to tell, plain HTTP. */
 enum intercept_begun intercept_begin(struct intercept *intercept, struct conn *conn, bool waited);
 
 /* Has the client's first byte (or the wait) decided what the tunnel is? */

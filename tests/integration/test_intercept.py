@@ -62,7 +62,8 @@ for plain HTTP there. With intercept.server_first_after 1s, a client
 that waits for a server-first origin (a loopback line server sending an
 SMTP-like 220 banner) gets it after the wait through a blind tunnel (the
 CONNECT's line noting it, with bytes_in), an SSH banner from the client
-goes blind at once, a blind connect that fails closes the tunnel (noted),
+goes blind at once, as do other first bytes that are neither TLS nor an
+HTTP method and space (a Redis command, a binary start), a blind connect that fails closes the tunnel (noted),
 and TLS and plain HTTP clients are intercepted as before.
 """
 
@@ -415,11 +416,26 @@ def scenario(t):
         port = line_server(b"SSH-2.0-test_server\r\n", b"echo ")
         with blind_connect(port) as c:
             started = time.monotonic()
-            c.send(b"SSH-2.0-test_client\r\n")
+            # as OpenSSH sends it: a comment after a space (RFC 4253 section 4.2)
+            c.send(b"SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u6\r\n")
             h.eq(c.read_until(b"\n"), b"SSH-2.0-test_server\r\n", "the server's banner")
-            h.eq(c.read_until(b"\n"), b"echo SSH-2.0-test_client\r\n", "the client's banner, passed on")
+            h.eq(c.read_until(b"\n"), b"echo SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u6\r\n",
+                 "the client's banner, passed on")
             h.ok(time.monotonic() - started < 0.8, "no wait for server_first_after (1s)")
         h.ok("SSH" in blind_line(port).get("note", ""), "the line's note")
+
+    @t.check("another protocol whose client speaks first and is no HTTP (a Redis command, a "
+             "binary start such as PostgreSQL's) through a listed host's tunnel: tunnelled "
+             "blind, at once")
+    def _():
+        for first in (b"*1\r\n", b"\x00\x00\x00\x08\x04\xd2\x16\x2f\n"):
+            port = line_server(None, b"echo ")
+            with blind_connect(port) as c:
+                started = time.monotonic()
+                c.send(first)
+                h.eq(c.read_until(b"\n"), b"echo " + first, "the client's bytes, passed on")
+                h.ok(time.monotonic() - started < 0.8, "no wait for server_first_after (1s)")
+            h.ok("neither TLS nor HTTP" in blind_line(port).get("note", ""), "the line's note")
 
     @t.check("a server-first fallback whose connect fails closes the tunnel, and its line says so")
     def _():
