@@ -402,18 +402,23 @@ static void client_refuse(struct client *client, const struct http1_head *head, 
  * follow, RFC 9112 section 2.2), which the parser counted toward the head's
  * size: max_header_bytes is the head's. Returns whether there were any; not
  * for a run longer than the parser takes, or ending in a bare CR or LF,
- * which it refuses, so that the head's next parse drops none. */
+ * which it refuses, or with nothing after it, so that the head's next parse
+ * drops none. */
 static bool client_drop_empty_lines(struct client *client)
 {
 	char peek[CLIENT_EMPTY_LINES_MAX + 1];
 	size_t skipped;
 	size_t pairs = 0;
 
-	client_peek_input(client, peek, sizeof(peek), &skipped);
+	size_t copied = client_peek_input(client, peek, sizeof(peek), &skipped);
+
 	while (pairs + 2 <= skipped && peek[pairs] == '\r' && peek[pairs + 1] == '\n')
 		pairs += 2;
-	/* (a ninth CRLF, or a CR or LF left over, is in peek: skipped says) */
-	if (pairs == 0 || skipped > pairs)
+	/* (a ninth CRLF, or a CR or LF left over, is in peek: skipped says;
+	 * so is whether a request line follows: empty lines alone over the
+	 * limit are the head's size, and dropping them each time would let
+	 * runs of them come for ever unanswered) */
+	if (pairs == 0 || skipped > pairs || copied == skipped)
 		return false;
 	evbuffer_drain(conn_input(client->conn), pairs);
 	/* the bytes the head's parse had looked at moved */

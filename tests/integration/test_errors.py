@@ -171,6 +171,14 @@ def scenario(t):
             c.send(b"\r\n" * 200000)
             r = c.read_response(timeout=5)
         h.check_error_response(r, 431)
+        # in bursts that each go over the limit and hold nothing but empty
+        # lines: none is dropped, so the limit still answers
+        with h.RawConn(tiny.port()) as c:
+            for _ in range(4):
+                c.send(b"\r\n" * 5)
+                time.sleep(0.1)
+            r = c.read_response(timeout=5)
+        h.check_error_response(r, 431)
         h.ok(tiny.alive(), "the proxy died")
         t.stop_proxy(tiny)
 
