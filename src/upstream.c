@@ -453,11 +453,18 @@ static void upstream_take_answers(struct upstream_connect *uc)
 	free(candidates);
 }
 
+/* A lookup's error when evdns would not ask the question at all: a name
+ * over 255 bytes, or with a label over 63. Beside the DNS_ERR_* codes,
+ * which are 0 or more. */
+#define UPSTREAM_DNS_NOT_ASKED (-1)
+
 /* What a lookup's failure says, for the 502 and the log: an operator
  * tells a dead resolver (timed out) from a refusing or failing one. */
 static const char *upstream_dns_error_text(int error)
 {
 	switch (error) {
+	case UPSTREAM_DNS_NOT_ASKED:
+		return "the name cannot be asked of DNS (over 255 bytes, or a label over 63)";
 	case DNS_ERR_NOTEXIST:
 		return "no such name (NXDOMAIN)";
 	case DNS_ERR_NONE:
@@ -709,7 +716,7 @@ static void upstream_ask_dns(struct upstream_connect *uc, struct upstream_lookup
 		/* not asked at all (a name too long for a question) */
 		free(ticket);
 		l->done = true;
-		l->error = DNS_ERR_FORMAT;
+		l->error = UPSTREAM_DNS_NOT_ASKED;
 		event_active(uc->step, 0, 0);
 		return;
 	}

@@ -269,6 +269,15 @@ def scenario(t):
             h.ok(took < 3 * h.SLOW, "502 took %.1fs; the resolver gives up after about 1s" % took)
             h.ok(a_queries(stub, host), "the stub saw no query for %s" % host)
 
+    @t.check("a name with a label over 63 bytes, which no DNS question can carry: 502 saying so, "
+             "not a server's FORMERR, and the stub asked nothing")
+    def _():
+        host = "a" * 64 + ".test"
+        r = h.curl(url(host, "/echo?t=longlabel"), proxy=proxy.url)
+        h.check_error_response(r, 502, DNS_WORDS)
+        h.ok("cannot be asked of DNS" in r.body.decode("latin-1"), "the 502's reason: %r" % r.body)
+        h.eq(stub.queries_for(host), [], "DNS queries for the name")
+
     @t.check("after SERVFAIL and silence, a good name resolves at once (the stub is not written off)")
     def _():
         r, took = timed_get("after.once.test", "after", proxy)
