@@ -272,6 +272,7 @@ def scenario(t):
         f = h.access_fields(proxy.access_one(path))
         h.eq((f.get("would_retry"), f.get("gave_up"), f["status"]), ("reset", None, "200"),
              "access would_retry, gave_up, status")
+        h.eq(f.get("tries"), "200 broken=reset", "the trail")
         text = metrics()
         h.eq(h.metric(text, "retryproxy_would_retry_total", '{route="default",cause="reset"}'),
              before + 1, "would_retry_total reset")
