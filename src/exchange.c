@@ -769,7 +769,17 @@ struct retry_verdict exchange_decide_response(struct exchange *ex, int status,
 static void exchange_backoff_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
+	uint64_t now = retry_budget_now_ms();
 
+	/* libevent's timers run on a coarse clock and may fire a few ms before
+	 * the wait has passed on this one: the wait is a minimum (the trail logs
+	 * it, a Retry-After asked for it), so the rest is waited out */
+	if (now < ex->backoff_until_ms) {
+		struct timeval tv = timeval_from_ms(ex->backoff_until_ms - now);
+
+		evtimer_add(ex->timer, &tv);
+		return;
+	}
 	exchange_enter(ex);
 	exchange_start_try(ex);
 	exchange_leave(ex);

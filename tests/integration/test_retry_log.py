@@ -6,6 +6,7 @@ text and one JSON.
 Origin: per path, 503, 503, 200; or 503 on every try; or 503 then 200 on a
 route whose wait is over a second; or 503, 503, 200 on a route with jitter.
 Route /fixed/: initial 200ms, multiplier 2, no jitter, max_attempts 3;
+/even/: 100ms each, max_attempts 6;
 /long/: initial 1100ms, max_attempts 2; /jit/: initial 100ms, multiplier 2,
 jitter 150ms, max_attempts 3.
 Must hold: text: attempts=3 status=200 and tries="503 -> wait 200ms -> 503
@@ -16,7 +17,11 @@ trail ending in 503 and gave_up=attempts; a wait over a second prints as
 0}], gave_up absent on success and "attempts" when exhausted (also for three
 refused connects, logged as {"error": "refused"}); with jitter each wait_ms
 is within [backoff, backoff + jitter] and matches the gap the origin saw
-(within generous slack); a client that leaves during a backoff leaves the
+(within generous slack); five 503s then a 200 on /even/, twice: each
+backoff lasts at least the 100 ms logged, as the origin sees the gap
+between tries (less 1 ms for the log's whole milliseconds), and
+duration_ms is never below the sum of the waits listed; a client that
+leaves during a backoff leaves the
 time it waited as the last wait_ms (gave_up client_gone), and a try the
 client's leaving cut short is in the trail as cancelled; a 200 whose chunked
 body is seen broken in the read that brought its head is one malformed try
@@ -48,6 +53,9 @@ routes:
   - name: many
     match: { path_prefix: /many/ }
     retry: { initial_backoff: 10ms, multiplier: 1, max_attempts: 20 }
+  - name: even
+    match: { path_prefix: /even/ }
+    retry: { initial_backoff: 100ms, multiplier: 1, max_attempts: 6 }
   - name: jit
     match: { path_prefix: /jit/ }
     retry: { initial_backoff: 100ms, jitter: 150ms }
@@ -157,6 +165,25 @@ def scenario(t):
              % o["tries"][-2:])
         h.eq(o["tries"][-1], {"status": 503, "wait_ms": 0}, "last entry")
         h.eq(o["tries"][:-1], [{"status": 503, "wait_ms": 10}] * 19, "other entries")
+
+    @t.check("json: each backoff lasts at least the wait its trail logs (a timer on a coarse "
+             "clock must not end it early), and duration_ms is never below the waits listed")
+    def _():
+        short, under = [], []
+        for i in range(2):
+            path = "/even/j-dur%d" % i
+            get(jsonp, path, [503] * 5 + [200], 200)
+            o = jsonp.access_one(path)
+            waits = [tr["wait_ms"] for tr in o["tries"]]
+            h.eq(waits, [100] * 5 + [0], "waits in the trail of %s" % path)
+            gaps = h.try_gaps(origin.requests_for(path))
+            h.eq(len(gaps), 5, "gaps between the tries of %s at the origin" % path)
+            # the log's whole milliseconds may round a wait's start down by 1 ms
+            short += ["%s: %.1f ms" % (path, g * 1000) for g in gaps if g * 1000 < 99]
+            if o["duration_ms"] < sum(waits):
+                under.append((path, o["duration_ms"]))
+        h.eq(short, [], "backoffs of 100 ms the origin saw end early")
+        h.eq(under, [], "requests whose duration_ms is below the 500 ms of waits they list")
 
     @t.check("json: with jitter, each wait_ms is in [backoff, backoff + 150] and matches the gap seen")
     def _():
