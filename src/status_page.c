@@ -122,20 +122,21 @@ static void status_page_count(struct evbuffer *out, const char *key, const char 
 }
 
 /* "97.5%" of the final responses that were 2xx, 3xx or 101, "–" before any, and
- * the class that colours it. */
+ * the class that colours it. Cut, not rounded, to the tenth: 99.96 % is
+ * 99.9 %, since "100.0%" would say no request failed. */
 static const char *status_page_rate(char *buf, size_t size, uint64_t succeeded, uint64_t requests)
 {
-	double rate;
+	unsigned long long tenths;
 
 	if (requests == 0) {
 		snprintf(buf, size, "\xe2\x80\x93");
 		return "z";
 	}
-	rate = 100.0 * (double)succeeded / (double)requests;
-	snprintf(buf, size, "%.1f%%", rate);
-	if (rate >= 99.0)
+	tenths = (unsigned long long)((long double)succeeded * 1000.0L / (long double)requests);
+	snprintf(buf, size, "%llu.%llu%%", tenths / 10, tenths % 10);
+	if (tenths >= 990)
 		return "good";
-	return rate >= 90.0 ? "warn" : "bad";
+	return tenths >= 900 ? "warn" : "bad";
 }
 
 /* Sums over every route for the tiles. */

@@ -21,7 +21,7 @@ Must hold:
   stylesheet link, no image, no url()), and HEAD / has the GET's fields
   and no body;
 - the DOM has one row per route /metrics counts, and in it requests,
-  success rate (2xx+3xx+101 over all final responses, one decimal), tries,
+  success rate (2xx+3xx+101 over all final responses, cut, not rounded, to one decimal), tries,
   retries by each cause, give-ups by each reason and hedges won and lost
   equal to /metrics scraped just before and just after; the totals,
   backoffs pending and held requests likewise; one row per upstream
@@ -118,6 +118,12 @@ def upstream_lines(admin):
     return out
 
 
+def rate_text(ok, requests):
+    """The success rate as the page shows it: cut, not rounded, to the
+    tenth, so that a page with a failure never says 100.0%."""
+    return "%d.%d%%" % divmod(int(ok) * 1000 // int(requests), 10)
+
+
 def route_numbers(samples, route):
     """What the page's row for route must show, from /metrics."""
     codes = {dict(labels)["code"]: v for labels, v in
@@ -126,7 +132,7 @@ def route_numbers(samples, route):
     requests = sum(codes.values())
     ok = sum(v for c, v in codes.items() if int(c) == 101 or 200 <= int(c) < 400)
     row = {"requests": "%d" % requests,
-           "success_rate": "%.1f%%" % (100.0 * ok / requests) if requests else "\u2013",
+           "success_rate": rate_text(ok, requests) if requests else "\u2013",
            "tries": "%d" % value(samples, "retryproxy_tries_total", route=route),
            "hedges.won": "%d" % value(samples, "retryproxy_hedges_total", route=route, result="won"),
            "hedges.lost": "%d" % value(samples, "retryproxy_hedges_total", route=route,
@@ -311,7 +317,7 @@ def scenario(t):
         ok = sum(v for c, v in codes if c == 101 or 200 <= c < 400)
         want = {
             "requests": "%d" % requests,
-            "success_rate": "%.1f%%" % (100.0 * ok / requests),
+            "success_rate": rate_text(ok, requests),
             "retries": "%d" % sum(series(after, "retryproxy_retries_total").values()),
             "gave_up": "%d" % sum(series(after, "retryproxy_retries_given_up_total").values()),
             "backoff_pending": "%d" % value(after, "retryproxy_backoff_pending"),

@@ -219,6 +219,34 @@ static void test_status_page_route_counters(void **state)
 	metrics_free(m);
 }
 
+/* The rate is cut to the tenth, not rounded: one failure in 2,500 is 99.9 %,
+ * never "100.0%", which would say none failed; 2 in 3 is 66.6 %. */
+static void test_status_page_rate_cut(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct metrics_route *api = metrics_series(m, "api");
+	struct metrics_route *third = metrics_series(m, "third");
+	struct upstreams *ups = upstreams_new(NULL);
+	char *page, *row;
+
+	for (int i = 0; i < 2499; i++)
+		metrics_request_done(m, api, 200, 0.1, 1);
+	metrics_request_done(m, api, 503, 0.1, 1);
+	metrics_request_done(m, third, 200, 0.1, 1);
+	metrics_request_done(m, third, 200, 0.1, 1);
+	metrics_request_done(m, third, 503, 0.1, 1);
+	page = test_render(m, ups, 0, false);
+	row = test_row(page, "api");
+	test_cell(row, "success_rate", "99.9%");
+	free(row);
+	row = test_row(page, "third");
+	test_cell(row, "success_rate", "66.6%");
+	free(row);
+	free(page);
+	upstreams_free(ups);
+	metrics_free(m);
+}
+
 /* A 101 that switched protocols (a WebSocket's handshake) is a success,
  * as a 2xx is; the other 1xx never end a request. */
 static void test_status_page_switch_succeeds(void **state)
@@ -330,6 +358,7 @@ int main(void)
 		cmocka_unit_test(test_status_page_escape),
 		cmocka_unit_test(test_status_page_route_counters),
 		cmocka_unit_test(test_status_page_switch_succeeds),
+		cmocka_unit_test(test_status_page_rate_cut),
 		cmocka_unit_test(test_status_page_escapes_names),
 		cmocka_unit_test(test_status_page_empty_and_self_contained),
 		cmocka_unit_test(test_status_page_reload_refused),
