@@ -530,6 +530,34 @@ static void client_blind_connected(struct conn *upstream, const char *reason, vo
  * tunnel. */
 static void client_intercept_blind(struct client *client)
 {
+	const char *host = intercept_host(client->intercept);
+	char reason[320];
+
+	/* decided now, as a CONNECT to the host now would be (a reload since
+	 * the 200 may have refused it), under the live config's timeouts */
+	reason[0] = '\0';
+	client_adopt_config(client);
+	if (client->listener_gone)
+		snprintf(reason, sizeof(reason), "its listener was removed by a reload");
+	else if (client->listen->upstream != NULL)
+		snprintf(reason, sizeof(reason),
+			 "host %s no longer intercepted (config reloaded: listener %s is a sidecar "
+			 "now)",
+			 host, client->listen->address);
+	else if (!client_allowed(client->config, (const struct sockaddr *)&client->peer_addr))
+		snprintf(reason, sizeof(reason),
+			 "client address no longer allowed by access.allow_clients (config "
+			 "reloaded)");
+	else
+		route_check_tunnel_host(client->config, host, reason, sizeof(reason));
+	if (reason[0] != '\0') {
+		/* the client has its 200: closing is all that can tell it */
+		log_warn("intercept: client %s: no blind tunnel to %s: %s", client->peer,
+			 intercept_prefix(client->intercept) + 8, reason);
+		intercept_blind_refused(client->intercept, reason);
+		client_close(client, "blind tunnel refused");
+		return;
+	}
 	log_info("intercept: client %s: tunnel to %s: %s", client->peer,
 		 intercept_prefix(client->intercept) + 8,
 		 intercept_blind_why_text(client->intercept));

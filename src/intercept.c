@@ -317,6 +317,20 @@ bool intercept_blind(const struct intercept *ic)
 	return ic->blind != NULL;
 }
 
+void intercept_blind_refused(struct intercept *ic, const char *reason)
+{
+	size_t size;
+	char *note;
+
+	if (ic->log == NULL)
+		return;
+	size = strlen(intercept_blind_why_text(ic)) + strlen(reason) + sizeof("; ");
+	note = xmalloc(size);
+	snprintf(note, size, "%s; %s", intercept_blind_why_text(ic), reason);
+	free((char *)ic->log->note);
+	ic->log->note = note;
+}
+
 /* The blind tunnel's connect ended. */
 static void intercept_blind_connected(struct conn *conn, enum try_outcome failure, bool local,
 				      const char *reason, void *arg)
@@ -326,14 +340,8 @@ static void intercept_blind_connected(struct conn *conn, enum try_outcome failur
 	(void)failure;
 	(void)local;
 	ic->blind = NULL;
-	if (conn == NULL && ic->log != NULL) {
-		size_t size = strlen(ic->blind_why) + strlen(reason) + sizeof("; ");
-		char *note = xmalloc(size);
-
-		snprintf(note, size, "%s; %s", ic->blind_why, reason);
-		free((char *)ic->log->note);
-		ic->log->note = note;
-	}
+	if (conn == NULL)
+		intercept_blind_refused(ic, reason);
 	ic->blind_cb(conn, reason, ic->blind_arg);
 }
 

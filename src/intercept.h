@@ -70,10 +70,16 @@ uint64_t intercept_age_ms(const struct intercept *intercept);
 typedef void (*intercept_blind_cb)(struct conn *upstream, const char *reason, void *arg);
 
 /* After INTERCEPT_BLIND: connect to the CONNECT host and port as a blind
- * CONNECT does (connect_timeout; the admin address refused); cb runs
+ * CONNECT does (config's connect_timeout, which the caller gives as the
+ * live one; the admin address refused); cb runs
  * later, never within this call, unless intercept_free() comes first. */
 void intercept_connect_blind(struct intercept *intercept, struct proxy *proxy,
 			     const struct config *config, intercept_blind_cb cb, void *arg);
+
+/* After INTERCEPT_BLIND, when the blind tunnel is not made after all (its
+ * connect failed, or the live config refuses it): the CONNECT's line
+ * notes why it went blind and why not. */
+void intercept_blind_refused(struct intercept *intercept, const char *reason);
 
 /* Why the tunnel goes blind (INTERCEPT_BLIND), for the log. */
 const char *intercept_blind_why_text(const struct intercept *intercept);

@@ -63,8 +63,9 @@ that waits for a server-first origin (a loopback line server sending an
 SMTP-like 220 banner) gets it after the wait through a blind tunnel (the
 CONNECT's line noting it, with bytes_in), an SSH banner from the client
 goes blind at once, as do other first bytes that are neither TLS nor an
-HTTP method and space (a Redis command, a binary start), a blind connect that fails closes the tunnel (noted),
-and TLS and plain HTTP clients are intercepted as before.
+HTTP method and space (a Redis command, a binary start), a blind connect that fails closes the tunnel (noted), a
+reload during the wait that takes the host out of access.allow_hosts or of
+intercept.hosts closes the client instead of tunnelling it (noted), and TLS and plain HTTP clients are intercepted as before.
 """
 
 import os
@@ -338,9 +339,10 @@ def scenario(t):
         fresh.wait_log(r"debug intercept: made a certificate for localhost$")
         h.eq(len(made()), 1, "certificates made once TLS started (%r)" % made())
 
-    def line_server(banner, reply):
+    def line_server(banner, reply, accepted=None):
         """A loopback server that speaks first when banner is given (SMTP's
-        220), then answers each line it reads with reply + the line."""
+        220), then answers each line it reads with reply + the line; each
+        connection it accepts is noted in accepted when given."""
         ls = socket.socket()
         ls.bind(("127.0.0.1", 0))
         ls.listen(8)
@@ -352,6 +354,8 @@ def scenario(t):
                     c, _ = ls.accept()
                 except OSError:
                     return
+                if accepted is not None:
+                    accepted.append(c)
                 with c:
                     if banner:
                         c.sendall(banner)
@@ -375,17 +379,17 @@ def scenario(t):
                                    "  ca_key: @LOCALCA@/ca-key.pem\n  server_first_after: 1s\n"),
                     TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost"')
 
-    def blind_connect(port):
-        c = h.RawConn(blind.port())
+    def blind_connect(port, proxy=None):
+        c = h.RawConn((proxy or blind).port())
         c.send(("CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
                 % (port, port)).encode())
         h.eq(c.read_head().status, 200, "CONNECT answered")
         return c
 
-    def blind_line(port):
+    def blind_line(port, proxy=None):
         wait_until = time.monotonic() + 10
         while time.monotonic() < wait_until:
-            for ln in blind.access_lines():
+            for ln in (proxy or blind).access_lines():
                 f = h.access_fields(ln)
                 if f.get("method") == "CONNECT" and f.get("target") == "localhost:%d" % port:
                     f["note"] = urllib.parse.unquote(f.get("note", ""))
@@ -446,6 +450,38 @@ def scenario(t):
         with blind_connect(port) as c:
             h.eq(c.read_to_close(), b"", "the tunnel closes")
         h.ok("tunnelled blind; " in blind_line(port).get("note", ""), "the line's note")
+
+    sfa_text = (CONFIG.replace("  ca_key: @LOCALCA@/ca-key.pem\n",
+                               "  ca_key: @LOCALCA@/ca-key.pem\n  server_first_after: 2s\n")
+                + 'access:\n  allow_hosts: ["localhost", "127.0.0.1"]\n')
+    sfa = t.proxy(sfa_text, TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost"')
+    sfa_text = sfa.config_text
+
+    @t.check("a reload during the server-first wait that takes the host out of "
+             "access.allow_hosts (or intercept.hosts): no blind tunnel, the client is closed and its "
+             "line says why")
+    def _():
+        accepted = []
+        port = line_server(b"220 smtp.test ESMTP\r\n", b"250 ", accepted)
+        with blind_connect(port, sfa) as c:
+            sfa.reload(sfa_text.replace('allow_hosts: ["localhost", "127.0.0.1"]',
+                                        'allow_hosts: ["127.0.0.1"]'))
+            h.eq(c.read_to_close(), b"", "the tunnel closes, with no banner")
+        h.eq(accepted, [], "connections to the host refused after the reload")
+        note = blind_line(port, sfa).get("note", "")
+        h.ok("allow_hosts" in note, "the line's note (%r)" % note)
+        sfa.wait_log(r"warn intercept: client \S+: no blind tunnel to localhost:%d: .*"
+                     r"access.allow_hosts" % port)
+        sfa.reload(sfa_text)
+        # nor one whose host a reload stopped intercepting
+        port = line_server(b"220 smtp.test ESMTP\r\n", b"250 ", accepted)
+        with blind_connect(port, sfa) as c:
+            sfa.reload(sfa_text.replace('hosts: ["localhost"]', 'hosts: ["127.0.0.1"]'))
+            h.eq(c.read_to_close(), b"", "the tunnel closes, with no banner")
+        h.eq(accepted, [], "connections to the host no longer intercepted")
+        note = blind_line(port, sfa).get("note", "")
+        h.ok("no longer intercepted" in note, "the line's note (%r)" % note)
+        sfa.reload(sfa_text)
 
     @t.check("with server_first_after a TLS client and a plain HTTP one are intercepted as before")
     def _():
