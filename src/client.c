@@ -86,6 +86,8 @@ struct client {
 	bool output_full;	  /* reading the next request waits for the output to drain */
 	bool head_timer_at_flush; /* the next head's client_timeout starts once the
 				     last response is written */
+	bool blind_eof;		  /* an intercepted tunnel going blind: the client
+				     half-closed before its connect ended */
 	struct http1_resume head_resume;   /* how far the next head's bytes were looked at */
 	struct conn_ack_watch reset_watch; /* CLIENT_RESETTING: what the client still takes */
 	union {				   /* checked against allow_clients again after a reload */
@@ -570,13 +572,14 @@ static void client_intercept_blind(struct client *client)
 /* The client's first byte in an intercepted tunnel: TLS, whose handshake
  * starts, or plain HTTP, whose requests are read as a sidecar's to
  * http://host:port (both within the client_timeout that started with the
- * CONNECT's answer), or neither (waited: no byte came within
- * intercept.server_first_after), tunnelled blind. */
-static void client_intercept_begin(struct client *client, bool waited)
+ * CONNECT's answer), or neither (or no byte came within
+ * intercept.server_first_after, or too few to tell before the client's
+ * half-close), tunnelled blind. */
+static void client_intercept_begin(struct client *client, enum intercept_look look)
 {
 	bool was_begun = intercept_begun(client->intercept);
 
-	switch (intercept_begin(client->intercept, client->conn, waited)) {
+	switch (intercept_begin(client->intercept, client->conn, look)) {
 	case INTERCEPT_WAITING:
 		return;
 	case INTERCEPT_TLS:
@@ -650,7 +653,7 @@ static void client_intercept(struct client *client, const struct http1_head *hea
 	client_arm_handshake_timer(client, true);
 	/* a ClientHello sent right behind the CONNECT is in the input already */
 	if (conn_input_length(client->conn) > 0)
-		client_intercept_begin(client, false);
+		client_intercept_begin(client, INTERCEPT_LOOK_NOW);
 }
 
 /* The client's TLS handshake in an intercepted tunnel ended. */
@@ -709,11 +712,26 @@ static void client_handshake_done(struct client *client, short what)
 		client_close(client, "TLS handshake failed");
 		return;
 	}
+	if ((what & CONN_EOF) && intercept_blind(client->intercept)) {
+		/* the client's half-close, read with its first bytes: passed on
+		 * once the blind tunnel is connected, as a blind tunnel does */
+		client->blind_eof = true;
+		return;
+	}
+	if ((what & CONN_EOF) && !intercept_begun(client->intercept) &&
+	    conn_input_length(client->conn) > 0) {
+		/* too few bytes to tell, and no more to come: blind, the
+		 * half-close passed on (or closed, if the blind tunnel is
+		 * refused) */
+		client->blind_eof = true;
+		client_intercept_begin(client, INTERCEPT_LOOK_ENDED);
+		return;
+	}
 	if ((what & CONN_TIMEOUT) && !(what & CONN_WRITING) &&
 	    !intercept_begun(client->intercept) &&
 	    client->config->intercept.server_first_after_ms > 0) {
 		/* nothing, or too little to tell, from the client since the 200 */
-		client_intercept_begin(client, true);
+		client_intercept_begin(client, INTERCEPT_LOOK_WAITED);
 		return;
 	}
 	if (what & CONN_TIMEOUT)
@@ -873,7 +891,7 @@ static void client_read_cb(struct conn *conn, void *arg)
 		evbuffer_drain(conn_input(conn), conn_input_length(conn));
 		break;
 	case CLIENT_HANDSHAKE:
-		client_intercept_begin(client, false);
+		client_intercept_begin(client, INTERCEPT_LOOK_NOW);
 		break;
 	case CLIENT_RESETTING:
 		break;
@@ -1051,6 +1069,7 @@ static void client_exchange_tunnel(struct client *client, struct conn *upstream,
 	struct proxy *proxy = client->proxy;
 	struct conn *conn = client->conn;
 	uint64_t idle_ms = client->config->limits.tunnel_idle_timeout_ms;
+	bool client_eof = client->blind_eof;
 
 	client->conn = NULL;
 	registry_remove(&client->entry);
@@ -1062,7 +1081,7 @@ static void client_exchange_tunnel(struct client *client, struct conn *upstream,
 	free(client);
 	/* the tunnel takes over the connection, and its place among those
 	 * max_connections counts */
-	tunnel_new(proxy, conn, upstream, idle_ms, tunnel_log);
+	tunnel_new(proxy, conn, upstream, idle_ms, tunnel_log, client_eof);
 }
 
 /* How the exchange ended decides what becomes of the connection. The

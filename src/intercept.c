@@ -247,7 +247,8 @@ static enum intercept_kind intercept_kind_of(const unsigned char *p, size_t len)
 	return INTERCEPT_KIND_MORE;
 }
 
-enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn, bool waited)
+enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn,
+				     enum intercept_look look)
 {
 	unsigned char start[INTERCEPT_METHOD_MAX + 8];
 	enum intercept_kind kind;
@@ -260,7 +261,7 @@ enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn, bo
 					     : INTERCEPT_PLAIN;
 	got = evbuffer_copyout(conn_input(conn), start, sizeof(start));
 	if (got < 1) {
-		if (!waited)
+		if (look != INTERCEPT_LOOK_WAITED)
 			return INTERCEPT_WAITING;
 		ic->begun = true;
 		ic->blind_why = "no byte from the client within intercept.server_first_after "
@@ -268,8 +269,12 @@ enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn, bo
 		return INTERCEPT_BLIND;
 	}
 	kind = intercept_kind_of(start, (size_t)got);
-	if (kind == INTERCEPT_KIND_MORE && !waited)
+	if (kind == INTERCEPT_KIND_MORE && look == INTERCEPT_LOOK_NOW)
 		return INTERCEPT_WAITING; /* the rest may tell */
+	/* no rest comes after the client's half-close: too few bytes for a
+	 * request line is no HTTP */
+	if (kind == INTERCEPT_KIND_MORE && look == INTERCEPT_LOOK_ENDED)
+		kind = INTERCEPT_KIND_OTHER;
 	ic->begun = true;
 	if (kind == INTERCEPT_KIND_OTHER) {
 		ic->blind_why = intercept_ssh_banner(start, (size_t)got)

@@ -50,14 +50,24 @@ enum intercept_begun {
 			    * can only be closed */
 };
 
+/* When intercept_begin() looks. */
+enum intercept_look {
+	INTERCEPT_LOOK_NOW,    /* bytes came: too few to tell, wait for more */
+	INTERCEPT_LOOK_WAITED, /* intercept.server_first_after (or client_timeout) has passed
+				* since the 200 */
+	INTERCEPT_LOOK_ENDED,  /* the client half-closed: no more bytes come */
+};
+
 /* Look at the client's first bytes in conn's input: a TLS record (the
  * client speaks https, as intercepting expects), the start of a request
  * line (a method and a space), plain HTTP (a browser's ws:// and curl -p
  * http:// go by CONNECT too), or anything else (an SSH banner, a Redis
- * command): blind. waited: intercept.server_first_after (or client_timeout)
- * has passed since the 200: no byte at all then is a client waiting for
- * its server to speak first (SMTP): blind; too few to tell, plain HTTP. */
-enum intercept_begun intercept_begin(struct intercept *intercept, struct conn *conn, bool waited);
+ * command): blind. LOOK_WAITED: no byte at all then is a client waiting
+ * for its server to speak first (SMTP): blind; too few to tell, plain
+ * HTTP. LOOK_ENDED: too few to tell is blind (the caller passes the
+ * half-close on). */
+enum intercept_begun intercept_begin(struct intercept *intercept, struct conn *conn,
+				     enum intercept_look look);
 
 /* Has the client's first byte (or the wait) decided what the tunnel is? */
 bool intercept_begun(const struct intercept *intercept);

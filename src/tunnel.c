@@ -342,7 +342,7 @@ static const struct registry_ops tunnel_registry_ops = {
 };
 
 void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
-		uint64_t idle_timeout_ms, struct access_record *log)
+		uint64_t idle_timeout_ms, struct access_record *log, bool client_eof)
 {
 	struct tunnel *tunnel = xcalloc(1, sizeof(*tunnel));
 
@@ -364,7 +364,9 @@ void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 	/* the client may have sent its first bytes (a TLS ClientHello) with the
 	 * CONNECT request; an upstream that switched protocols, its first with
 	 * the 101 */
-	if (conn_input_length(client) > 0)
+	if (client_eof)
+		tunnel_event_cb(client, CONN_EOF | CONN_READING, &tunnel->client);
+	else if (conn_input_length(client) > 0)
 		tunnel_read_cb(client, &tunnel->client);
 	if (conn_input_length(upstream) > 0)
 		tunnel_read_cb(upstream, &tunnel->upstream);

@@ -63,7 +63,8 @@ that waits for a server-first origin (a loopback line server sending an
 SMTP-like 220 banner) gets it after the wait through a blind tunnel (the
 CONNECT's line noting it, with bytes_in), an SSH banner from the client
 goes blind at once, as do other first bytes that are neither TLS nor an
-HTTP method and space (a Redis command, a binary start), a blind connect that fails closes the tunnel (noted), a
+HTTP method and space (a Redis command, a binary start), with a
+half-close right behind them passed on (as after too few bytes to tell), a blind connect that fails closes the tunnel (noted), a
 reload during the wait that takes the host out of access.allow_hosts or of
 intercept.hosts closes the client instead of tunnelling it (noted), and TLS and plain HTTP clients are intercepted as before.
 """
@@ -341,7 +342,8 @@ def scenario(t):
 
     def line_server(banner, reply, accepted=None):
         """A loopback server that speaks first when banner is given (SMTP's
-        220), then answers each line it reads with reply + the line; each
+        220), then answers each line it reads with reply + the line (and,
+        at the client's half-close, reply + what is left of one); each
         connection it accepts is noted in accepted when given."""
         ls = socket.socket()
         ls.bind(("127.0.0.1", 0))
@@ -366,6 +368,12 @@ def scenario(t):
                         except OSError:
                             break
                         if not data:
+                            # a half-close: what is left of a line, echoed
+                            if buf:
+                                try:
+                                    c.sendall(reply + buf)
+                                except OSError:
+                                    pass
                             break
                         buf += data
                         while b"\n" in buf:
@@ -440,6 +448,32 @@ def scenario(t):
                 h.eq(c.read_until(b"\n"), b"echo " + first, "the client's bytes, passed on")
                 h.ok(time.monotonic() - started < 0.8, "no wait for server_first_after (1s)")
             h.ok("neither TLS nor HTTP" in blind_line(port).get("note", ""), "the line's note")
+
+    @t.check("first bytes that are no HTTP and a half-close right behind them (in the same read, "
+             "or after too few bytes to tell): the bytes reach the host and the half-close is "
+             "passed on, as in a blind tunnel")
+    def _():
+        # 4032 bytes: the client connection's first read, so that the FIN
+        # is seen by the read that takes the bytes
+        first = b"*1\r\n" + b"x" * 4027 + b"\n"
+        h.eq(len(first), 4032, "the first bytes' length")
+        for data in (first, b"SSH"):
+            port = line_server(None, b"echo ")
+            with blind_connect(port) as c:
+                # both there before the proxy looks
+                os.kill(blind.pid, signal.SIGSTOP)
+                try:
+                    c.send(data)
+                    c.sock.shutdown(socket.SHUT_WR)
+                    time.sleep(0.1)
+                finally:
+                    os.kill(blind.pid, signal.SIGCONT)
+                got = c.read_to_close()
+            lines = data.split(b"\n")
+            want = b"".join(b"echo " + ln + b"\n" for ln in lines[:-1])
+            want += b"echo " + lines[-1] if lines[-1] else b""
+            h.eq((len(got), got[:40]), (len(want), want[:40]),
+                 "what the host echoed, its lines passed on, then its close")
 
     @t.check("a server-first fallback whose connect fails closes the tunnel, and its line says so")
     def _():
