@@ -200,12 +200,18 @@ static SSL *intercept_tls(struct intercept *ic)
 /* Past this many token bytes with no space after them the first bytes are
  * taken for an HTTP request line (methods are short): the parser judges. */
 #define INTERCEPT_METHOD_MAX 64
+/* The longest scheme an absolute-form target's may be taken for (http,
+ * https, ws, wss are what a proxy sees); a longer word is no scheme. */
+#define INTERCEPT_SCHEME_MAX 16
+/* The bytes looked at: the empty lines a request line may follow, a
+ * method, its space, a scheme and "://". */
+#define INTERCEPT_PEEK (8 + INTERCEPT_METHOD_MAX + 1 + INTERCEPT_SCHEME_MAX + 3)
 
 /* What the client's first bytes in the tunnel speak. */
 enum intercept_kind {
 	INTERCEPT_KIND_MORE,  /* too few bytes to tell */
 	INTERCEPT_KIND_TLS,   /* a TLS record */
-	INTERCEPT_KIND_HTTP,  /* a request line's method and its space */
+	INTERCEPT_KIND_HTTP,  /* a request line's method, its space and a target's start */
 	INTERCEPT_KIND_OTHER, /* neither: another protocol whose client speaks first */
 };
 
@@ -220,10 +226,53 @@ static bool intercept_ssh_banner(const unsigned char *p, size_t len)
 	       memcmp(p, intercept_ssh, sizeof(intercept_ssh) - 1) == 0;
 }
 
+static bool intercept_scheme_char(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       c == '+' || c == '-' || c == '.';
+}
+
+static bool intercept_method_is(const unsigned char *method, size_t len, const char *name)
+{
+	return len == strlen(name) && memcmp(method, name, len) == 0;
+}
+
+/* The bytes after a method and its space: an HTTP request-target begins
+ * with '/' (origin-form) or a scheme and "://" (absolute-form); the
+ * authority-form is CONNECT's alone, the asterisk-form OPTIONS' (RFC 9112
+ * section 3.2). Anything else (memcached's "get foo", a Redis inline
+ * "SET k v" or "KEYS *") is a word and a space of another protocol. */
+static enum intercept_kind intercept_target_kind(const unsigned char *method, size_t method_len,
+						 const unsigned char *p, size_t len)
+{
+	static const char sep[] = "://";
+	size_t i = 1;
+	size_t rest;
+
+	if (intercept_method_is(method, method_len, "CONNECT"))
+		return INTERCEPT_KIND_HTTP;
+	if (len == 0)
+		return INTERCEPT_KIND_MORE;
+	if (p[0] == '/' || (p[0] == '*' && intercept_method_is(method, method_len, "OPTIONS")))
+		return INTERCEPT_KIND_HTTP;
+	/* scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) (RFC 3986) */
+	if (!((p[0] >= 'a' && p[0] <= 'z') || (p[0] >= 'A' && p[0] <= 'Z')))
+		return INTERCEPT_KIND_OTHER;
+	while (i < len && i <= INTERCEPT_SCHEME_MAX && intercept_scheme_char(p[i]))
+		i++;
+	if (i > INTERCEPT_SCHEME_MAX)
+		return INTERCEPT_KIND_OTHER;
+	rest = len - i < sizeof(sep) - 1 ? len - i : sizeof(sep) - 1;
+	if (memcmp(p + i, sep, rest) != 0)
+		return INTERCEPT_KIND_OTHER;
+	return rest < sizeof(sep) - 1 ? INTERCEPT_KIND_MORE : INTERCEPT_KIND_HTTP;
+}
+
 static enum intercept_kind intercept_kind_of(const unsigned char *p, size_t len)
 {
 	size_t ssh = sizeof(intercept_ssh) - 1;
 	size_t i = 0;
+	size_t start;
 
 	/* a TLS record starts with its content type, a handshake's 0x16; no
 	 * HTTP request line starts so */
@@ -234,6 +283,7 @@ static enum intercept_kind intercept_kind_of(const unsigned char *p, size_t len)
 	/* the empty lines a request line may follow (RFC 9112 section 2.2) */
 	while (i < len && (p[i] == '\r' || p[i] == '\n'))
 		i++;
+	start = i;
 	for (size_t token = 0; i < len; i++, token++) {
 		if (HTTP1_IS(p[i], HTTP1_C_TCHAR)) {
 			if (token == INTERCEPT_METHOD_MAX)
@@ -242,7 +292,9 @@ static enum intercept_kind intercept_kind_of(const unsigned char *p, size_t len)
 		}
 		/* a Redis command ("*1" CR LF), a PostgreSQL startup message
 		 * (a length, a NUL first) are no method and space */
-		return p[i] == ' ' && token > 0 ? INTERCEPT_KIND_HTTP : INTERCEPT_KIND_OTHER;
+		if (p[i] != ' ' || token == 0)
+			return INTERCEPT_KIND_OTHER;
+		return intercept_target_kind(p + start, token, p + i + 1, len - i - 1);
 	}
 	return INTERCEPT_KIND_MORE;
 }
@@ -250,7 +302,7 @@ static enum intercept_kind intercept_kind_of(const unsigned char *p, size_t len)
 enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn,
 				     enum intercept_look look)
 {
-	unsigned char start[INTERCEPT_METHOD_MAX + 8];
+	unsigned char start[INTERCEPT_PEEK];
 	enum intercept_kind kind;
 	ev_ssize_t got;
 	SSL *ssl;
@@ -269,6 +321,10 @@ enum intercept_begun intercept_begin(struct intercept *ic, struct conn *conn,
 		return INTERCEPT_BLIND;
 	}
 	kind = intercept_kind_of(start, (size_t)got);
+	/* all it looks at and still undecided (many empty lines first): no
+	 * more would tell, the parser judges */
+	if (kind == INTERCEPT_KIND_MORE && (size_t)got == sizeof(start))
+		kind = INTERCEPT_KIND_HTTP;
 	if (kind == INTERCEPT_KIND_MORE && look == INTERCEPT_LOOK_NOW)
 		return INTERCEPT_WAITING; /* the rest may tell */
 	/* no rest comes after the client's half-close: too few bytes for a

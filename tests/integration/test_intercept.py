@@ -63,7 +63,9 @@ that waits for a server-first origin (a loopback line server sending an
 SMTP-like 220 banner) gets it after the wait through a blind tunnel (the
 CONNECT's line noting it, with bytes_in), an SSH banner from the client
 goes blind at once, as do other first bytes that are neither TLS nor an
-HTTP method and space (a Redis command, a binary start), with a
+HTTP method, space and request-target start (a Redis command, also an
+inline one such as SET k v or KEYS *, memcached's get foo, a binary
+start) while malformed HTTP that has those is still a 400, with a
 half-close right behind them passed on (as after too few bytes to tell), a blind connect that fails closes the tunnel (noted), a
 reload during the wait that takes the host out of access.allow_hosts or of
 intercept.hosts closes the client instead of tunnelling it (noted), and TLS and plain HTTP clients are intercepted as before.
@@ -436,11 +438,14 @@ def scenario(t):
             h.ok(time.monotonic() - started < 0.8, "no wait for server_first_after (1s)")
         h.ok("SSH" in blind_line(port).get("note", ""), "the line's note")
 
-    @t.check("another protocol whose client speaks first and is no HTTP (a Redis command, a "
-             "binary start such as PostgreSQL's) through a listed host's tunnel: tunnelled "
-             "blind, at once")
+    @t.check("another protocol whose client speaks first and is no HTTP (a Redis command, "
+             "inline too, memcached's get, a binary start such as PostgreSQL's) through a listed "
+             "host's tunnel: tunnelled blind, at once")
     def _():
-        for first in (b"*1\r\n", b"\x00\x00\x00\x08\x04\xd2\x16\x2f\n"):
+        # memcached's and Redis's inline commands: a word and a space, but no
+        # request-target after them
+        for first in (b"*1\r\n", b"\x00\x00\x00\x08\x04\xd2\x16\x2f\n", b"get foo\r\n",
+                      b"SET k v\r\n", b"KEYS *\r\n", b"SET k http:x\r\n"):
             port = line_server(None, b"echo ")
             with blind_connect(port) as c:
                 started = time.monotonic()
@@ -474,6 +479,20 @@ def scenario(t):
             want += b"echo " + lines[-1] if lines[-1] else b""
             h.eq((len(got), got[:40]), (len(want), want[:40]),
                  "what the host echoed, its lines passed on, then its close")
+
+    @t.check("plain HTTP that is malformed but looks like HTTP (a request-target after the "
+             "method) in a listed host's tunnel is still answered 400, not tunnelled blind")
+    def _():
+        for request in (b"GET /echo?t=bad bad\r\n\r\n",
+                        b"GET /echo HTTP/1.1\r\nHost: localhost:%d\r\nContent-Length: x\r\n\r\n"
+                        % plain.port,
+                        b"OPTIONS * HTTP/1.1\r\nHost: other.example\r\n\r\n",
+                        b"GET http://other.example/ HTTP/1.1\r\nHost: other.example\r\n\r\n",
+                        b"CONNECT a.example:443 HTTP/1.1\r\nHost: a.example:443\r\n\r\n"):
+            with blind_connect(plain.port) as c:
+                c.send(request)
+                status = c.read_head().status
+            h.ok(status in (400, 421), "status for %r: %d" % (request, status))
 
     @t.check("a server-first fallback whose connect fails closes the tunnel, and its line says so")
     def _():
