@@ -1,7 +1,9 @@
 #include "tunnel.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/time.h>
 
 #include <event2/buffer.h>
@@ -103,8 +105,18 @@ static void tunnel_log(struct tunnel *tunnel, const char *why)
 	record->bytes = tunnel->to_client;
 	record->bytes_in = tunnel->from_client;
 	record->duration_ms += now > tunnel->opened_ms ? now - tunnel->opened_ms : 0;
-	if (record->note == NULL)
+	if (record->note == NULL) {
 		record->note = why;
+	} else if (why != NULL) {
+		/* a note from before the tunnel (why an intercepted one went
+		 * blind) keeps its place, and why it ended follows */
+		size_t size = strlen(record->note) + strlen(why) + sizeof("; ");
+		char *note = xmalloc(size);
+
+		snprintf(note, size, "%s; %s", record->note, why);
+		free((char *)record->note);
+		record->note = note;
+	}
 	access_log_write(record);
 	if (record->note == why)
 		record->note = NULL; /* not the copy's own */

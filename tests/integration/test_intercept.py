@@ -536,6 +536,20 @@ def scenario(t):
         h.ok("no longer intercepted" in note, "the line's note (%r)" % note)
         sfa.reload(sfa_text)
 
+    @t.check("a blind fallback tunnel's line says both why it went blind and why it ended "
+             "(tunnel_idle_timeout)")
+    def _():
+        sfa.reload(sfa_text.replace("drain_timeout: 2s", "drain_timeout: 2s\n  tunnel_idle_timeout: 1s"))
+        port = line_server(None, b"echo ")
+        with blind_connect(port, sfa) as c:
+            c.send(b"*1\r\n")
+            h.eq(c.read_until(b"\n"), b"echo *1\r\n", "the client's bytes, passed on")
+            h.eq(c.read_to_close(), b"", "the idle tunnel closes")
+        note = blind_line(port, sfa).get("note", "")
+        h.ok("neither TLS nor HTTP" in note and "tunnel_idle_timeout" in note,
+             "the line's note (%r)" % note)
+        sfa.reload(sfa_text)
+
     @t.check("with server_first_after a TLS client and a plain HTTP one are intercepted as before")
     def _():
         r = h.curl("--cacert", local_ca, "https://localhost:%d/echo?t=sfa" % good.port,
