@@ -528,8 +528,8 @@ static void client_blind_connected(struct conn *upstream, const char *reason, vo
 /* Neither TLS nor HTTP in an intercepted tunnel (an SSH banner, a Redis
  * command, or nothing while the client waits for the server to speak
  * first): tunnelled blind to the CONNECT host and port, as a host not
- * listed is. What the client sends meanwhile waits in its input for the
- * tunnel. */
+ * listed is, unless the live config refuses it now. What the
+ * client sends meanwhile waits in its input for the tunnel. */
 static void client_intercept_blind(struct client *client)
 {
 	const char *host = intercept_host(client->intercept);
@@ -563,7 +563,8 @@ static void client_intercept_blind(struct client *client)
 	log_info("intercept: client %s: tunnel to %s: %s", client->peer,
 		 intercept_prefix(client->intercept) + 8,
 		 intercept_blind_why_text(client->intercept));
-	conn_read_enable(client->conn, false);
+	/* read on: what the client sends meanwhile waits in its input (up to
+	 * its limit), and its close is seen (client_handshake_done) */
 	conn_set_deadline(client->conn, 0);
 	intercept_connect_blind(client->intercept, client->proxy, client->config,
 				client_blind_connected, client);
@@ -712,10 +713,23 @@ static void client_handshake_done(struct client *client, short what)
 		client_close(client, "TLS handshake failed");
 		return;
 	}
-	if ((what & CONN_EOF) && intercept_blind(client->intercept)) {
-		/* the client's half-close, read with its first bytes: passed on
-		 * once the blind tunnel is connected, as a blind tunnel does */
-		client->blind_eof = true;
+	if (intercept_blind(client->intercept)) {
+		/* the blind tunnel's connect is under way. A half-close behind
+		 * the client's bytes is passed on once it is connected, as a
+		 * blind tunnel does */
+		if ((what & CONN_EOF) && conn_input_length(client->conn) > 0) {
+			client->blind_eof = true;
+			return;
+		}
+		/* a client that closes having sent nothing (as one waiting for
+		 * the server's first words would close during the wait) or
+		 * that is lost: gone, and the connect is given up */
+		intercept_blind_refused(
+			client->intercept,
+			(what & CONN_EOF) ? "client closed before the blind tunnel was connected"
+					  : "client connection lost before the blind tunnel was "
+					    "connected");
+		client_close(client, "client gone before the blind tunnel was connected");
 		return;
 	}
 	if ((what & CONN_EOF) && !intercept_begun(client->intercept) &&

@@ -68,7 +68,10 @@ inline one such as SET k v or KEYS *, memcached's get foo, a binary
 start) while malformed HTTP that has those is still a 400, with a
 half-close right behind them passed on (as after too few bytes to tell), a blind connect that fails closes the tunnel (noted), a
 reload during the wait that takes the host out of access.allow_hosts or of
-intercept.hosts closes the client instead of tunnelling it (noted), and TLS and plain HTTP clients are intercepted as before.
+intercept.hosts closes the client instead of tunnelling it (noted), a
+silent client that closes during the blind connect has it given up at once
+(noted), a blind fallback tunnel's line notes why it ended after why it
+went blind, and TLS and plain HTTP clients are intercepted as before.
 """
 
 import os
@@ -549,6 +552,30 @@ def scenario(t):
         h.ok("neither TLS nor HTTP" in note and "tunnel_idle_timeout" in note,
              "the line's note (%r)" % note)
         sfa.reload(sfa_text)
+
+    @t.check("a silent client that closes while its blind fallback's connect is under way: the "
+             "connect is given up at once, and the line says the client closed")
+    def _():
+        # a listener whose accept queue is full: a connect to it hangs
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(0)
+        t.defer(ls.close)
+        port = ls.getsockname()[1]
+        for _ in range(3):
+            f = socket.socket()
+            f.setblocking(False)
+            f.connect_ex(("127.0.0.1", port))
+            t.defer(f.close)
+        with blind_connect(port, sfa) as c:
+            sfa.wait_log(r"info intercept: client \S+: tunnel to localhost:%d: no byte" % port)
+            c.sock.shutdown(socket.SHUT_WR)
+            closed = time.monotonic()
+            f = blind_line(port, sfa)
+            after = time.monotonic() - closed
+            h.eq(c.read_to_close(), b"", "the proxy closes too")
+        h.ok(after < 2, "the line %.2fs after the close, not at connect_timeout (5s)" % after)
+        h.ok("client closed" in f.get("note", ""), "the line's note (%r)" % f.get("note"))
 
     @t.check("with server_first_after a TLS client and a plain HTTP one are intercepted as before")
     def _():
