@@ -528,7 +528,7 @@ static void client_blind_connected(struct conn *upstream, const char *reason, vo
 /* Neither TLS nor HTTP in an intercepted tunnel (an SSH banner, a Redis
  * command, or nothing while the client waits for the server to speak
  * first): tunnelled blind to the CONNECT host and port, as a host not
- * listed is, unless the live config refuses it now. What the
+ * listed is, unless the live config or a drain refuses it now. What the
  * client sends meanwhile waits in its input for the tunnel. */
 static void client_intercept_blind(struct client *client)
 {
@@ -539,7 +539,9 @@ static void client_intercept_blind(struct client *client)
 	 * the 200 may have refused it), under the live config's timeouts */
 	reason[0] = '\0';
 	client_adopt_config(client);
-	if (client->listener_gone)
+	if (client->proxy->draining)
+		snprintf(reason, sizeof(reason), "the proxy is draining");
+	else if (client->listener_gone)
 		snprintf(reason, sizeof(reason), "its listener was removed by a reload");
 	else if (client->listen->upstream != NULL)
 		snprintf(reason, sizeof(reason),
@@ -1209,14 +1211,19 @@ bool client_close_longest_idle(struct proxy *proxy, uint64_t *closable_at)
 	return false;
 }
 
-/* A drain begins: an idle connection closes now; a request whose next try
- * would start after the drain gets its answer now. */
+/* A drain begins: an idle connection closes now, and so does a client
+ * still silent in an intercepted tunnel (it would go blind after the
+ * wait); a request whose next try would start after the drain gets its
+ * answer now. */
 static void client_drain_begins(void *self)
 {
 	struct client *client = self;
 
 	if (client_idle(client))
 		client_close_idle(client, "draining");
+	else if (client->state == CLIENT_HANDSHAKE && !intercept_begun(client->intercept) &&
+		 conn_input_length(client->conn) == 0)
+		client_close(client, "draining");
 	else if (client->exchange != NULL)
 		exchange_drain_begins(client->exchange);
 }

@@ -71,7 +71,8 @@ reload during the wait that takes the host out of access.allow_hosts or of
 intercept.hosts closes the client instead of tunnelling it (noted), a
 silent client that closes during the blind connect has it given up at once
 (noted), a blind fallback tunnel's line notes why it ended after why it
-went blind, and TLS and plain HTTP clients are intercepted as before.
+went blind, a client still silent when a drain begins is closed then (it
+does not go blind after the wait), and TLS and plain HTTP clients are intercepted as before.
 """
 
 import os
@@ -576,6 +577,28 @@ def scenario(t):
             h.eq(c.read_to_close(), b"", "the proxy closes too")
         h.ok(after < 2, "the line %.2fs after the close, not at connect_timeout (5s)" % after)
         h.ok("client closed" in f.get("note", ""), "the line's note (%r)" % f.get("note"))
+
+    @t.check("a drain that begins while a client waits silently in a listed host's tunnel closes "
+             "it, as an idle connection: it does not go blind after the wait, nor does one "
+             "whose first bytes come in the drain")
+    def _():
+        accepted = []
+        port = line_server(b"220 smtp.test ESMTP\r\n", b"250 ", accepted)
+        drained = t.proxy(CONFIG.replace("  ca_key: @LOCALCA@/ca-key.pem\n",
+                                         "  ca_key: @LOCALCA@/ca-key.pem\n"
+                                         "  server_first_after: 2s\n"),
+                          TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost"')
+        with blind_connect(port, drained) as c, blind_connect(port, drained) as begun:
+            begun.send(b"SS")  # too few bytes to tell: not silent, kept
+            time.sleep(0.2)
+            drained.terminate()
+            started = time.monotonic()
+            h.eq(c.read_to_close(), b"", "the tunnel closes, with no banner")
+            h.ok(time.monotonic() - started < 1.5, "closed as the drain began")
+            # its first bytes, no HTTP, would go blind: not in a drain
+            begun.send(b"H-2.0-client\r\n")
+            h.eq(begun.read_to_close(), b"", "the other tunnel closes, with no banner")
+        h.eq(accepted, [], "connections to the host")
 
     @t.check("with server_first_after a TLS client and a plain HTTP one are intercepted as before")
     def _():
