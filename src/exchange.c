@@ -244,17 +244,27 @@ void exchange_enter(struct exchange *ex)
 	ex->busy++;
 }
 
+/* Does the client owe the rest of its body now? One whose expectation went
+ * upstream owes nothing before the upstream's 100 reached it: it waits for
+ * it, or got a final status instead (RFC 9110 section 10.1.1); try_timeout
+ * bounds the wait for a response head meanwhile. One that stopped waiting
+ * and began its body (curl does after 1 s) owes the rest, as without
+ * Expect, until such a final status: its stall is its own, not the
+ * upstream's timeout. */
+static bool exchange_body_owed(const struct exchange *ex)
+{
+	return !ex->expect_forwarded || ex->continue_relayed ||
+	       (ex->request_body_started && ex->state != EXCHANGE_RELAYING);
+}
+
 /* A request body that stops arriving times out only while a try takes it
- * in (or the replay buffer does): held, in backoff, queued or connecting,
- * it waits in the client's input through no fault of the client's; so it
- * does while a body sent once after its spool gave up waits behind the
- * file's part, which the try is still sending. A client whose expectation
- * went upstream owes nothing before the upstream's 100 reached it: it
- * waits for it, or got a final status instead (RFC 9110 section 10.1.1);
- * try_timeout bounds the wait for a response head meanwhile. */
+ * in (or the replay buffer does) and the client owes it: held, in backoff,
+ * queued or connecting, it waits in the client's input through no fault of
+ * the client's; so it does while a body sent once after its spool gave up
+ * waits behind the file's part, which the try is still sending. */
 static void exchange_watch_body(struct exchange *ex)
 {
-	bool want = !ex->request_body.done && (!ex->expect_forwarded || ex->continue_relayed) &&
+	bool want = !ex->request_body.done && exchange_body_owed(ex) &&
 		    (ex->state == EXCHANGE_READING_BODY ||
 		     ((ex->state == EXCHANGE_RELAYING ||
 		       (ex->current != NULL && ex->current->state == EXCHANGE_TRY_WAITING)) &&
@@ -1186,16 +1196,18 @@ static void exchange_up_read_cb(struct conn *conn, void *arg)
  * moving is not cut, however long it takes to send (a large upload, a slow
  * client). While the try waits for the client's next body bytes,
  * client_timeout is the bound (exchange_watch_body()); a client that waits
- * for the upstream's 100 owes none, and try_timeout bounds that wait. */
+ * for the upstream's 100 owes none (until it begins its body anyway), and
+ * try_timeout bounds that wait. */
 void exchange_request_progress(struct exchange_try *t)
 {
 	struct exchange *ex = t->ex;
 
 	/* started again by the client's next bytes (exchange_pump_request_body()),
 	 * which the upstream may not take at once */
-	t->body_awaited = conn_output_length(t->up) == 0 && !ex->request_body.done &&
-			  !exchange_spool_pending(t) &&
-			  (!ex->expect_forwarded || ex->continue_relayed);
+	t->body_awaited =
+		conn_output_length(t->up) == 0 && !ex->request_body.done &&
+		!exchange_spool_pending(t) &&
+		(!ex->expect_forwarded || ex->continue_relayed || ex->request_body_started);
 	if (t->body_awaited) {
 		exchange_try_timeout_stop(t);
 		return;

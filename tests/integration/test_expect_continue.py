@@ -28,7 +28,10 @@ announced over max_body_bytes gets 413 without 100 Continue and without
 being sent; an HTTP/1.0 request gets no 100 Continue; a client with its
 expectation forwarded owes no body before the upstream's 100 reaches it,
 so neither its wait for the 100 nor its withheld body after a final
-status is cut for client_timeout: it gets the late 100, or the whole 403.
+status is cut for client_timeout: it gets the late 100, or the whole 403;
+but one that stopped waiting, began its body and stalled gets 408 after
+client_timeout, as without Expect, not a 504 after try_timeout that blames
+an upstream still reading.
 """
 
 import hashlib
@@ -83,6 +86,13 @@ def answer_instead_slowly(conn, server):
     time.sleep(2.5 * h.SLOW)
     conn.sendall(b"-last")
     time.sleep(0.5)
+
+
+def ignore_expect(conn, server):
+    # no answer to the Expect: the body is simply read, as it comes
+    rawserver.read_head(conn)
+    while conn.recv(65536):
+        pass
 
 
 def continue_late(conn, server):
@@ -230,16 +240,16 @@ def scenario(t):
 
     short = t.proxy(SHORT_CONFIG)
 
-    def ask_raw(serve, length):
+    def ask_raw(serve, length, path="/x"):
         """A streamed POST with Expect and a Content-Length, through the
         proxy with a short client_timeout to a raw upstream that serves
         with serve; the open connection, its body not sent."""
-        raw = rawserver.RawServer(serve, conn_timeout=10 * h.SLOW)
+        raw = rawserver.RawServer(serve, conn_timeout=40 * h.SLOW)
         t.defer(raw.stop)
         c = h.RawConn(short.port())
-        c.send(("POST http://127.0.0.1:%d/x HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+        c.send(("POST http://127.0.0.1:%d%s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
                 "Expect: 100-continue\r\nContent-Length: %d\r\n\r\n"
-                % (raw.port, raw.port, length)).encode())
+                % (raw.port, path, raw.port, length)).encode())
         return c
 
     @t.check("streamed, a final status instead of 100 whose body takes longer than client_timeout: "
@@ -259,6 +269,22 @@ def scenario(t):
             c.send(b"hello")
             r = c.read_response(timeout=10 * h.SLOW, skip_1xx=False)
         h.eq((r.status, r.body), (200, b"hello"), "the response")
+
+
+    @t.check("streamed, an upstream that ignores Expect, a client that stops waiting, sends half "
+             "its body and stalls: 408 after client_timeout, not the upstream's 504")
+    def _():
+        with ask_raw(ignore_expect, 1000, "/stall-after-wait") as c:
+            time.sleep(0.3)  # shorter than curl's wait, as any client may choose
+            c.send(b"a" * 500)
+            start = time.monotonic()
+            r = c.read_response(timeout=10 * h.SLOW, skip_1xx=False)
+            h.check_error_response(r, 408)
+            h.ok(time.monotonic() - start < 5 * h.SLOW, "408 came %.1fs after the stall"
+                 % (time.monotonic() - start))
+            h.ok(c.closed_within(5), "the connection closes after the 408")
+        fields = h.access_fields(short.access_one("stall-after-wait"))
+        h.eq(fields.get("status"), "408", "access-log status (%r)" % fields)
 
 
 h.run(scenario, __doc__)
