@@ -913,6 +913,18 @@ bool exchange_drain_answer(struct exchange *ex)
 	case EXCHANGE_QUEUED:
 		exchange_queue_count_wait(ex);
 		break;
+	case EXCHANGE_READING_BODY:
+		/* a body kept to be re-sent, still arriving: no try began, and
+		 * none could end before the drain does. As client_timeout would
+		 * answer it, a 408 while there is time to write it, rather than
+		 * a bare close at drain_timeout (RFC 9110 section 15.5.9) */
+		log_info("%.*s %.*s: request body not complete when the drain ended; answering 408",
+			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target);
+		exchange_enter(ex);
+		exchange_respond_error(ex, 408,
+				       "request body not complete before the proxy shut down");
+		exchange_leave(ex);
+		return true;
 	default:
 		return false;
 	}

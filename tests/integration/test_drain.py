@@ -23,7 +23,9 @@ their responses, and exits 0 once they are done (about 2 s after SIGTERM,
 well before drain_timeout). Proxy 2 (drain_timeout 1s: no try starts after
 0.9 s) answers a request head begun and still partial with a 408 at
 0.9 s, logged with its method and target, and closes its connection (an
-idle connection, nothing begun, closes silently at SIGTERM as above); it
+idle connection, nothing begun, closes silently at SIGTERM as above), and
+so does a PUT whose body, kept to be re-sent, stopped arriving before any
+try (408, as at client_timeout, rather than a bare close at the end); it
 answers at SIGTERM a request in a 5 s backoff with the 503 it kept and
 one in backoff after a reset with a 503 of its own naming the shutdown;
 one whose 503 arrives 0.4 s into the drain gets it then; one held for a
@@ -191,6 +193,10 @@ def scenario(t):
         # a request head begun and never finished
         conns["partial"] = h.RawConn(slow.port(0))
         conns["partial"].send(b"GET /partial HTTP/1.1\r\nHost: app.example\r\nX-A: b")
+        # a PUT whose body (kept to be re-sent) stopped arriving: no try yet
+        conns["partial-body"] = h.RawConn(slow.port(0))
+        conns["partial-body"].send(b"PUT /partial-body HTTP/1.1\r\nHost: app.example\r\n"
+                                   b"Content-Length: 100\r\n\r\nonly part")
         origin.wait_for(lambda o: all(o.requests_for(p) for p in
                                       ("/delay/6", "/long/kept", "/reset/head", "/long/late")),
                         5 * h.SLOW, "the first tries at the origin")
@@ -267,6 +273,23 @@ def scenario(t):
         h.eq([(x.get("method"), x.get("status")) for x in f], [("GET", "408")],
              "access lines of the partial head")
         h.eq(origin.requests_for("/partial"), [], "requests for /partial at the origin")
+
+    @t.check("a kept request body still partial near drain_timeout gets 408 before the drain "
+             "ends, as at client_timeout, logged, then its connection closes")
+    def _():
+        c = conns["partial-body"]
+        r = c.read_response(timeout=5 * h.SLOW)
+        took = time.monotonic() - waiting["sigterm"]
+        h.check_error_response(r, 408, ("request body not complete",))
+        h.eq(r.header("Connection"), "close", "Connection")
+        h.ok(0.7 <= took <= 1.0 + 0.5 * h.SLOW,
+             "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
+        h.ok(c.closed_within(1 * h.SLOW), "the connection stayed open after the 408")
+        f = [f for f in (h.access_fields(ln) for ln in slow.stderr_lines())
+             if f and f.get("target") == "/partial-body"]
+        h.eq([(x.get("method"), x.get("status")) for x in f], [("PUT", "408")],
+             "access lines of the partial body")
+        h.eq(origin.requests_for("/partial-body"), [], "requests for /partial-body at the origin")
 
     @t.check("drain_timeout 1s: a longer request is cut off and the proxy exits 0 after about 1 s")
     def _():
