@@ -433,6 +433,11 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	 * repeating it is safe */
 	if (!facts->idempotent && !retry_never_sent(facts))
 		return retry_give_up(verdict, RETRY_GIVE_UP_NOT_IDEMPOTENT);
+	/* a body not kept because no retry could follow it (max_attempts: 1)
+	 * stopped nothing: the attempts did */
+	if (facts->body_streamed && !facts->body_too_large &&
+	    facts->attempts >= policy->max_attempts)
+		return retry_give_up(verdict, RETRY_GIVE_UP_ATTEMPTS);
 	if (facts->body_streamed)
 		return retry_give_up(verdict, facts->body_too_large ? RETRY_GIVE_UP_BODY_TOO_LARGE
 								    : RETRY_GIVE_UP_NOT_IDEMPOTENT);

@@ -20,7 +20,9 @@ PUT, whose body is read whole only for the limit, takes no pooled connection
 on sending a 16 MiB body for 4 s after its 413 (it reads the answer only
 once its body is sent) is read to the end and gets the 413, not a reset;
 one that stops sending and keeps its connection open is closed 2 s after
-its 413.
+its 413. A PUT with a body on the max_attempts: 1 route answered 503 gave
+up for attempts, as a GET does, not for not_idempotent (a PUT is
+idempotent: its body was only not kept because no retry could follow).
 """
 
 import hashlib
@@ -171,6 +173,24 @@ def scenario(t):
         h.eq(seen["body_sha256"], sha(b"hello"), "body at the origin")
         h.ok(origin.requests_for("/echo/once")[-1].conn_id != warm,
              "the PUT went on the GET's pooled connection")
+
+    @t.check("a PUT with a body answered 503 on a route with max_attempts: 1 gave up for "
+             "attempts, as one without a body does, not for not_idempotent")
+    def _():
+        for tag, head in (("put503", b"PUT /echo/once?t=put503&status=503 HTTP/1.1\r\n"
+                                     b"Host: a.example\r\nContent-Length: 5\r\n\r\nhello"),
+                          ("chunked503", b"PUT /echo/once?t=chunked503&status=503 HTTP/1.1\r\n"
+                                         b"Host: a.example\r\nTransfer-Encoding: chunked\r\n"
+                                         b"\r\n5\r\nhello\r\n0\r\n\r\n"),
+                          ("get503", b"GET /echo/once?t=get503&status=503 HTTP/1.1\r\n"
+                                     b"Host: a.example\r\n\r\n")):
+            with h.RawConn(proxy.port()) as c:
+                c.send(head)
+                r = c.read_response(timeout=10)
+            h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "%s: status" % tag)
+            entry = proxy.access_one("t=" + tag)
+            h.eq(entry.get("gave_up"), "attempts", "%s: the access line's gave_up (%r)"
+                 % (tag, entry))
 
 
 h.run(scenario, __doc__)

@@ -1015,6 +1015,9 @@ static const struct test_decide_row test_decide_rows[] = {
 	  .kind = GIVE_UP, .reason = RETRY_GIVE_UP_ATTEMPTS },
 	{ "body before attempts", .attempts = 3, .outcome = TRY_RESET, .body_streamed = true,
 	  .body_too_large = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
+	{ "a body streamed since no retry could follow: attempts", .attempts = 3,
+	  .outcome = TRY_RESPONSE, .status = 503, .body_streamed = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_ATTEMPTS },
 
 	/* the next try must start within the deadline */
 	{ "starts right at the deadline", .elapsed_ms = 9900, .outcome = TRY_RESET, .kind = RETRY,
