@@ -68,6 +68,28 @@ struct evutil_addrinfo *dns_addresses_add(struct evutil_addrinfo *list, const st
 	return list;
 }
 
+struct evutil_addrinfo *dns_addresses_add_ip(struct evutil_addrinfo *list, int family,
+					     const void *ip, uint16_t port)
+{
+	if (family == AF_INET6) {
+		struct sockaddr_in6 sin6;
+
+		memset(&sin6, 0, sizeof(sin6));
+		sin6.sin6_family = AF_INET6;
+		sin6.sin6_port = htons(port);
+		memcpy(&sin6.sin6_addr, ip, sizeof(sin6.sin6_addr));
+		return dns_addresses_add(list, (struct sockaddr *)&sin6, sizeof(sin6));
+	} else {
+		struct sockaddr_in sin;
+
+		memset(&sin, 0, sizeof(sin));
+		sin.sin_family = AF_INET;
+		sin.sin_port = htons(port);
+		memcpy(&sin.sin_addr, ip, sizeof(sin.sin_addr));
+		return dns_addresses_add(list, (struct sockaddr *)&sin, sizeof(sin));
+	}
+}
+
 struct evutil_addrinfo *dns_addresses_copy(const struct evutil_addrinfo *list)
 {
 	struct evutil_addrinfo *copy = NULL;

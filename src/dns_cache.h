@@ -28,6 +28,11 @@ struct dns_cache_entry;
 struct evutil_addrinfo *dns_addresses_add(struct evutil_addrinfo *list, const struct sockaddr *addr,
 					  socklen_t len);
 
+/* Append the address of family (AF_INET: the 4 bytes at ip; AF_INET6:
+ * the 16) with port (host order) to list; returns the list. */
+struct evutil_addrinfo *dns_addresses_add_ip(struct evutil_addrinfo *list, int family,
+					     const void *ip, uint16_t port);
+
 /* A copy of a list from libevent or getaddrinfo, made here; NULL for none. */
 struct evutil_addrinfo *dns_addresses_copy(const struct evutil_addrinfo *list);
 

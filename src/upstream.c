@@ -671,25 +671,14 @@ static void upstream_resolve_cb(int result, char type, int count, int ttl, void 
 	if (l == NULL)
 		return;
 	l->ticket = NULL;
-	port = htons(l->uc->endpoint.port);
+	port = l->uc->endpoint.port;
 	for (int i = 0; result == DNS_ERR_NONE && i < count; i++) {
-		if (type == DNS_IPv4_A) {
-			struct sockaddr_in sin;
-
-			memset(&sin, 0, sizeof(sin));
-			sin.sin_family = AF_INET;
-			sin.sin_port = port;
-			memcpy(&sin.sin_addr, (const char *)addresses + 4 * (size_t)i, 4);
-			list = dns_addresses_add(list, (struct sockaddr *)&sin, sizeof(sin));
-		} else if (type == DNS_IPv6_AAAA) {
-			struct sockaddr_in6 sin6;
-
-			memset(&sin6, 0, sizeof(sin6));
-			sin6.sin6_family = AF_INET6;
-			sin6.sin6_port = port;
-			memcpy(&sin6.sin6_addr, (const char *)addresses + 16 * (size_t)i, 16);
-			list = dns_addresses_add(list, (struct sockaddr *)&sin6, sizeof(sin6));
-		}
+		if (type == DNS_IPv4_A)
+			list = dns_addresses_add_ip(list, AF_INET,
+						    (const char *)addresses + 4 * (size_t)i, port);
+		else if (type == DNS_IPv6_AAAA)
+			list = dns_addresses_add_ip(list, AF_INET6,
+						    (const char *)addresses + 16 * (size_t)i, port);
 	}
 	l->done = true;
 	l->addresses = list;
@@ -826,41 +815,22 @@ static bool upstream_is_localhost(const char *host)
 	       (n > k && strcasecmp(host + n - k, suffix) == 0);
 }
 
-/* An answer the proxy has at once (an address literal, a localhost
- * name's loopback address): as the hosts file's, taken from the loop. */
-static void upstream_answer_now(struct upstream_connect *uc, struct upstream_lookup *l,
-				const struct sockaddr *addr, socklen_t len)
-{
-	l->done = true;
-	l->error = DNS_ERR_NONE;
-	l->addresses = dns_addresses_add(NULL, addr, len);
-	if (uc->first_answer == NULL)
-		uc->first_answer = l;
-	event_active(uc->step, 0, 0);
-}
-
-/* Answer a lookup for an address of its family, written as text: the
- * literal itself, no question for DNS. */
+/* Answer a lookup for an address of its family, written as text (an
+ * address literal, a localhost name's loopback address): no question for
+ * DNS; taken from the loop, as the hosts file's answer is. */
 static void upstream_answer_address(struct upstream_connect *uc, struct upstream_lookup *l,
 				    const char *text)
 {
-	if (upstream_lookup_family[l - uc->lookups] == AF_INET6) {
-		struct sockaddr_in6 sin6;
+	int family = upstream_lookup_family[l - uc->lookups];
+	unsigned char ip[sizeof(struct in6_addr)];
 
-		memset(&sin6, 0, sizeof(sin6));
-		sin6.sin6_family = AF_INET6;
-		sin6.sin6_port = htons(uc->endpoint.port);
-		inet_pton(AF_INET6, text, &sin6.sin6_addr);
-		upstream_answer_now(uc, l, (struct sockaddr *)&sin6, sizeof(sin6));
-	} else {
-		struct sockaddr_in sin;
-
-		memset(&sin, 0, sizeof(sin));
-		sin.sin_family = AF_INET;
-		sin.sin_port = htons(uc->endpoint.port);
-		inet_pton(AF_INET, text, &sin.sin_addr);
-		upstream_answer_now(uc, l, (struct sockaddr *)&sin, sizeof(sin));
-	}
+	inet_pton(family, text, ip);
+	l->done = true;
+	l->error = DNS_ERR_NONE;
+	l->addresses = dns_addresses_add_ip(NULL, family, ip, uc->endpoint.port);
+	if (uc->first_answer == NULL)
+		uc->first_answer = l;
+	event_active(uc->step, 0, 0);
 }
 
 /* The hosts file's answer, if it names the host: true when it did (the
