@@ -917,7 +917,11 @@ bool exchange_drain_answer(struct exchange *ex)
 		/* a body kept to be re-sent, still arriving: no try began, and
 		 * none could end before the drain does. As client_timeout would
 		 * answer it, a 408 while there is time to write it, rather than
-		 * a bare close at drain_timeout (RFC 9110 section 15.5.9) */
+		 * a bare close at drain_timeout (RFC 9110 section 15.5.9). One
+		 * just complete is on its way to its first try, which the drain
+		 * lets start as a request without a body's */
+		if (ex->request_body.done)
+			return false;
 		log_info("%.*s %.*s: request body not complete when the drain ended; answering 408",
 			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target);
 		exchange_enter(ex);

@@ -600,6 +600,27 @@ def scenario(t):
             h.eq(begun.read_to_close(), b"", "the other tunnel closes, with no banner")
         h.eq(accepted, [], "connections to the host")
 
+    @t.check("a drain: plain HTTP begun in a tunnel before the drain, whose PUT head and whole "
+             "body come after its answer time, is tried (200) as a GET would be, not told its "
+             "body is incomplete")
+    def _():
+        late = t.proxy(CONFIG.replace("  ca_key: @LOCALCA@/ca-key.pem\n",
+                                      "  ca_key: @LOCALCA@/ca-key.pem\n"
+                                      "  server_first_after: 20s\n")
+                       .replace("drain_timeout: 2s", "drain_timeout: 8s"),
+                       TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost"')
+        with blind_connect(plain.port, late) as put:
+            put.send(b"P")  # too few bytes to tell: the tunnel is kept by the drain
+            time.sleep(0.2)
+            late.terminate()
+            time.sleep(7.35)  # past the answer time: the last tenth of drain_timeout
+            put.send(("UT /echo?t=drainput HTTP/1.1\r\nHost: localhost:%d\r\n"
+                      "Content-Length: 5\r\n\r\n" % plain.port).encode())
+            time.sleep(0.1)
+            put.send(b"hello")
+            r = put.read_response(timeout=5)
+        h.eq(r.status, 200, "the PUT's status (body %r)" % r.body)
+
     @t.check("with server_first_after a TLS client and a plain HTTP one are intercepted as before")
     def _():
         r = h.curl("--cacert", local_ca, "https://localhost:%d/echo?t=sfa" % good.port,
