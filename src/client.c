@@ -535,8 +535,10 @@ static void client_intercept_blind(struct client *client)
 	const char *host = intercept_host(client->intercept);
 	char reason[320];
 
-	/* decided now, as a CONNECT to the host now would be (a reload since
-	 * the 200 may have refused it), under the live config's timeouts */
+	/* decided now, under the live config and its timeouts: a reload since
+	 * the 200 that took the host out of access.allow_hosts or
+	 * intercept.hosts refuses it, as it refuses the next request in an
+	 * intercepted tunnel (route_check_tunnel_host()) */
 	reason[0] = '\0';
 	client_adopt_config(client);
 	if (client->proxy->draining)
@@ -581,8 +583,12 @@ static void client_intercept_blind(struct client *client)
 static void client_intercept_begin(struct client *client, enum intercept_look look)
 {
 	bool was_begun = intercept_begun(client->intercept);
+	enum intercept_begun start = intercept_begin(client->intercept, client->conn, look);
 
-	switch (intercept_begin(client->intercept, client->conn, look)) {
+	/* a half-close noted for a blind tunnel is the tunnel's alone */
+	if (start != INTERCEPT_BLIND)
+		client->blind_eof = false;
+	switch (start) {
 	case INTERCEPT_WAITING:
 		return;
 	case INTERCEPT_TLS:

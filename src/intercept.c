@@ -203,9 +203,9 @@ static SSL *intercept_tls(struct intercept *ic)
 /* The longest scheme an absolute-form target's may be taken for (http,
  * https, ws, wss are what a proxy sees); a longer word is no scheme. */
 #define INTERCEPT_SCHEME_MAX 16
-/* The bytes looked at: the empty lines a request line may follow, a
- * method, its space, a scheme and "://". */
-#define INTERCEPT_PEEK (8 + INTERCEPT_METHOD_MAX + 1 + INTERCEPT_SCHEME_MAX + 3)
+/* The bytes looked at: the empty lines a request line may follow (eight
+ * CRLFs, as the parser takes), a method, its space, a scheme and "://". */
+#define INTERCEPT_PEEK (2 * 8 + INTERCEPT_METHOD_MAX + 1 + INTERCEPT_SCHEME_MAX + 3)
 
 /* What the client's first bytes in the tunnel speak. */
 enum intercept_kind {
