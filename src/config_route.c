@@ -126,20 +126,13 @@ static void config_route_methods(struct config_walk *walk, const struct yaml_tre
 					  item->text, config_route_miscased_method(item->text),
 					  config_route_miscased_method(item->text));
 		} else if (item != NULL) {
-			/* A repeated method is a mistake (a typo for another, a
-			 * merge gone wrong): refused, as a key given twice is */
 			for (size_t j = 0; j < i && !seen; j++) {
 				const struct yaml_tree_node *other = node->items[j];
 
-				if (other->kind == YAML_TREE_SCALAR &&
-				    strcmp(other->text, item->text) == 0) {
-					char quoted[128];
-
-					config_walk_error(
-						walk, item, "%s is already listed at [%zu]",
-						config_walk_quote(item, quoted, sizeof(quoted)), j);
-					seen = true;
-				}
+				seen = other->kind == YAML_TREE_SCALAR &&
+				       strcmp(other->text, item->text) == 0;
+				if (seen)
+					config_walk_repeated(walk, item, j);
 			}
 			if (!seen)
 				out[n++] = xstrdup(item->text);
@@ -245,11 +238,7 @@ static void config_route_set_when_present(struct config_walk *walk,
 				config_route_when_present_index(out, n, values[kind], value->text);
 
 			if (first < n) {
-				char quoted[128];
-
-				config_walk_error(walk, value, "%s is already listed at [%zu]",
-						  config_walk_quote(value, quoted, sizeof(quoted)),
-						  at[first]);
+				config_walk_repeated(walk, value, at[first]);
 			} else {
 				out[n].kind = values[kind];
 				out[n].name = xstrdup(value->text);
@@ -271,19 +260,31 @@ static const struct config_walk_type config_route_type_when_present = {
 	YAML_TREE_SEQUENCE, "a list like [header: If-Match]", config_route_set_when_present
 };
 
-/* What a retry.on element stands for: a status code, or -1 to -4 for the
- * words, or 0 when it is none of them (or a code it refuses). "503" and
- * 503 are one element. */
+/* The words retry.on takes beside status codes. */
+static const struct {
+	const char *word;
+	enum retry_on flag;
+} config_route_retry_on_words[] = {
+	{ "5xx", RETRY_ON_5XX },
+	{ "connect-failure", RETRY_ON_CONNECT_FAILURE },
+	{ "reset", RETRY_ON_RESET },
+	{ "timeout", RETRY_ON_TIMEOUT },
+};
+#define CONFIG_ROUTE_RETRY_ON_WORDS \
+	(sizeof(config_route_retry_on_words) / sizeof(config_route_retry_on_words[0]))
+
+/* What a retry.on element stands for: a status code, or -1 - i for the
+ * word config_route_retry_on_words[i], or 0 when it is none of them (or a
+ * code it refuses). "503" and 503 are one element. */
 static int config_route_retry_on_meaning(const struct yaml_tree_node *item)
 {
-	static const char *const words[] = { "5xx", "connect-failure", "reset", "timeout" };
 	uint64_t code;
 
 	if (item == NULL || item->kind != YAML_TREE_SCALAR)
 		return 0;
-	for (int i = 0; i < 4; i++)
-		if (strcmp(item->text, words[i]) == 0)
-			return -1 - i;
+	for (size_t i = 0; i < CONFIG_ROUTE_RETRY_ON_WORDS; i++)
+		if (strcmp(item->text, config_route_retry_on_words[i].word) == 0)
+			return -1 - (int)i;
 	/* only a valid code: an invalid one gets its own error each time */
 	if (config_values_unsigned(item->text, 599, &code) == 0 && code >= 200)
 		return (int)code;
@@ -301,23 +302,14 @@ static void config_route_retry_on_item(struct config_walk *walk, const struct ya
 
 	for (size_t j = 0; meaning != 0 && j < index; j++) {
 		if (config_route_retry_on_meaning(list->items[j]) == meaning) {
-			char quoted[128];
-
-			config_walk_error(walk, item, "%s is already listed at [%zu]",
-					  config_walk_quote(item, quoted, sizeof(quoted)), j);
+			config_walk_repeated(walk, item, j);
 			return;
 		}
 	}
-	if (strcmp(item->text, "5xx") == 0)
-		retry->on |= RETRY_ON_5XX;
-	else if (strcmp(item->text, "connect-failure") == 0)
-		retry->on |= RETRY_ON_CONNECT_FAILURE;
-	else if (strcmp(item->text, "reset") == 0)
-		retry->on |= RETRY_ON_RESET;
-	else if (strcmp(item->text, "timeout") == 0)
-		retry->on |= RETRY_ON_TIMEOUT;
-	else if (config_values_unsigned(item->text, 599, &code) == 0 && code >= 200)
-		retry->on_codes[code / 8] |= (uint8_t)(1u << (code % 8));
+	if (meaning < 0)
+		retry->on |= config_route_retry_on_words[-1 - meaning].flag;
+	else if (meaning > 0)
+		retry->on_codes[meaning / 8] |= (uint8_t)(1u << (meaning % 8));
 	else if (config_values_unsigned(item->text, 599, &code) == 0 && code >= 100)
 		/* a 1xx only announces the answer (a 101 switches protocols
 		 * instead): it never ends a try, so it could never be retried on */

@@ -178,6 +178,14 @@ char *config_walk_quote_path(const char *path)
 	return (char *)yaml_tree_quote(path, SIZE_MAX, xmalloc(size), size);
 }
 
+void config_walk_repeated(struct config_walk *walk, const struct yaml_tree_node *node, size_t first)
+{
+	char quoted[128];
+
+	config_walk_error(walk, node, "%s is already listed at [%zu]",
+			  config_walk_quote(node, quoted, sizeof(quoted)), first);
+}
+
 /* Record "expected <what>, got "<text>"" at a scalar. */
 void config_walk_bad_value(struct config_walk *walk, const struct yaml_tree_node *node,
 			   const char *what)

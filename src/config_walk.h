@@ -69,6 +69,11 @@ void config_walk_error(struct config_walk *walk, const struct yaml_tree_node *no
  * over), to be reported in the file's order among the walk's own. */
 void config_walk_add_error(struct config_walk *walk, unsigned line, unsigned column, char *text);
 
+/* Record that a list's entry repeats the one at index first: a mistake (a
+ * typo for another, a merge gone wrong), refused as a key given twice is. */
+void config_walk_repeated(struct config_walk *walk, const struct yaml_tree_node *node,
+			  size_t first);
+
 /* Record "expected <what>, got "<scalar>"". */
 void config_walk_bad_value(struct config_walk *walk, const struct yaml_tree_node *node,
 			   const char *what);
