@@ -257,39 +257,32 @@ def scenario(t):
         h.ok(0.7 <= took <= 1.0 + 0.5 * h.SLOW,
              "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
 
-    @t.check("a request head still partial near drain_timeout gets 408 before the drain ends, "
-             "logged with its method and target, then its connection closes")
-    def _():
-        c = conns["partial"]
+    def answered_408(name, method, words):
+        """The connection conns[name] gets a 408 saying words near
+        drain_timeout, then closes; one access line, nothing upstream."""
+        c = conns[name]
         r = c.read_response(timeout=5 * h.SLOW)
         took = time.monotonic() - waiting["sigterm"]
-        h.check_error_response(r, 408, ("request head not complete",))
+        h.check_error_response(r, 408, words)
         h.eq(r.header("Connection"), "close", "Connection")
         h.ok(0.7 <= took <= 1.0 + 0.5 * h.SLOW,
              "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
         h.ok(c.closed_within(1 * h.SLOW), "the connection stayed open after the 408")
         f = [f for f in (h.access_fields(ln) for ln in slow.stderr_lines())
-             if f and f.get("target") == "/partial"]
-        h.eq([(x.get("method"), x.get("status")) for x in f], [("GET", "408")],
-             "access lines of the partial head")
-        h.eq(origin.requests_for("/partial"), [], "requests for /partial at the origin")
+             if f and f.get("target") == "/" + name]
+        h.eq([(x.get("method"), x.get("status")) for x in f], [(method, "408")],
+             "access lines of /%s" % name)
+        h.eq(origin.requests_for("/" + name), [], "requests for /%s at the origin" % name)
+
+    @t.check("a request head still partial near drain_timeout gets 408 before the drain ends, "
+             "logged with its method and target, then its connection closes")
+    def _():
+        answered_408("partial", "GET", ("request head not complete",))
 
     @t.check("a kept request body still partial near drain_timeout gets 408 before the drain "
              "ends, as at client_timeout, logged, then its connection closes")
     def _():
-        c = conns["partial-body"]
-        r = c.read_response(timeout=5 * h.SLOW)
-        took = time.monotonic() - waiting["sigterm"]
-        h.check_error_response(r, 408, ("request body not complete",))
-        h.eq(r.header("Connection"), "close", "Connection")
-        h.ok(0.7 <= took <= 1.0 + 0.5 * h.SLOW,
-             "answered %.2fs after SIGTERM (drain_timeout 1s)" % took)
-        h.ok(c.closed_within(1 * h.SLOW), "the connection stayed open after the 408")
-        f = [f for f in (h.access_fields(ln) for ln in slow.stderr_lines())
-             if f and f.get("target") == "/partial-body"]
-        h.eq([(x.get("method"), x.get("status")) for x in f], [("PUT", "408")],
-             "access lines of the partial body")
-        h.eq(origin.requests_for("/partial-body"), [], "requests for /partial-body at the origin")
+        answered_408("partial-body", "PUT", ("request body not complete",))
 
     @t.check("drain_timeout 1s: a longer request is cut off and the proxy exits 0 after about 1 s")
     def _():

@@ -56,29 +56,18 @@ def stray_relay(redis_port):
         upstream = socket.create_connection(("127.0.0.1", redis_port))
         state = {"answered": None, "asked": 0.0}
 
-        def up():
+        def pump(src, dst, mark):
+            """Copy src to dst, noting in state[mark] when bytes last went."""
             while True:
                 try:
-                    data = client.recv(65536)
+                    data = src.recv(65536)
                 except OSError:
                     data = b""
                 if not data:
-                    upstream.close()
+                    dst.close()
                     return
-                state["asked"] = time.monotonic()
-                upstream.sendall(data)
-
-        def down():
-            while True:
-                try:
-                    data = upstream.recv(65536)
-                except OSError:
-                    data = b""
-                if not data:
-                    client.close()
-                    return
-                state["answered"] = time.monotonic()
-                client.sendall(data)
+                state[mark] = time.monotonic()
+                dst.sendall(data)
 
         def inject():
             while not sent.is_set():
@@ -95,8 +84,9 @@ def stray_relay(redis_port):
                             return
                         sent.set()
 
-        for fn in (up, down, inject):
-            threading.Thread(target=fn, daemon=True).start()
+        for fn, args in ((pump, (client, upstream, "asked")),
+                         (pump, (upstream, client, "answered")), (inject, ())):
+            threading.Thread(target=fn, args=args, daemon=True).start()
 
     def serve():
         while True:
