@@ -594,10 +594,8 @@ static void exchange_set_destination(struct exchange *ex, const struct http1_hea
 	/* one spelling per upstream: its pool key, its record and its cap; the
 	 * trailing dot normalising drops marks the name absolute, for the
 	 * resolver (and so another upstream than the name without it) */
-	host_len = upstream_host_normalise(ex->endpoint_host, dest->host_len);
-	ex->endpoint.absolute = host_len < dest->host_len;
-	if (ipv6)
-		host_len = upstream_host_canonical_ipv6(ex->endpoint_host, host_len);
+	host_len = upstream_host_spelling(ex->endpoint_host, dest->host_len, ipv6,
+					  &ex->endpoint.absolute);
 	p = ex->endpoint_host + host_len;
 	*p++ = '\0';
 	ex->endpoint.host = ex->endpoint_host;

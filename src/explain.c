@@ -571,10 +571,7 @@ static void explain_print_upstream(const struct route_destination *dest, FILE *o
 	bool absolute;
 
 	memcpy(host, dest->host, dest->host_len);
-	len = upstream_host_normalise(host, dest->host_len);
-	absolute = len < dest->host_len;
-	if (v6)
-		len = upstream_host_canonical_ipv6(host, len);
+	len = upstream_host_spelling(host, dest->host_len, v6, &absolute);
 	fprintf(out, "upstream: %s://%s%.*s%s%s:%u\n", dest->tls ? "https" : "http", v6 ? "[" : "",
 		(int)len, host, v6 ? "]" : "", absolute ? "." : "", dest->port);
 	free(host);

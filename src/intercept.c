@@ -417,10 +417,8 @@ void intercept_connect_blind(struct intercept *ic, struct proxy *proxy, const st
 
 	/* the one spelling a blind CONNECT's upstream has */
 	memcpy(host, ic->host, len);
-	host_len = upstream_host_normalise(host, len);
-	endpoint.absolute = host_len < len;
-	if (memchr(host, ':', host_len) != NULL)
-		host_len = upstream_host_canonical_ipv6(host, host_len);
+	host_len = upstream_host_spelling(host, len, memchr(host, ':', len) != NULL,
+					  &endpoint.absolute);
 	host[host_len] = '\0';
 	endpoint.host = host;
 	ic->blind_cb = cb;

@@ -144,6 +144,14 @@ size_t upstream_host_normalise(char *host, size_t len)
 	return len;
 }
 
+size_t upstream_host_spelling(char *host, size_t len, bool ipv6, bool *absolute)
+{
+	size_t n = upstream_host_normalise(host, len);
+
+	*absolute = n < len;
+	return ipv6 ? upstream_host_canonical_ipv6(host, n) : n;
+}
+
 size_t upstream_host_canonical_ipv6(char *host, size_t len)
 {
 	char text[UPSTREAM_IPV6_TEXT_MAX + 1];

@@ -72,6 +72,13 @@ size_t upstream_host_normalise(char *host, size_t len);
  * NUL-terminated here. */
 size_t upstream_host_canonical_ipv6(char *host, size_t len);
 
+/* The one spelling of an upstream's host, in place: normalised (the
+ * trailing dot dropped: *absolute says whether there was one), then, when
+ * ipv6 (the host has a ':'), the address as inet_ntop writes it (room for
+ * UPSTREAM_IPV6_TEXT_MAX bytes). One upstream, pool and cap per spelling.
+ * Returns the new length; not NUL-terminated here. */
+size_t upstream_host_spelling(char *host, size_t len, bool ipv6, bool *absolute);
+
 /* The pool key of an endpoint under a trust policy, written to buf. */
 void upstream_pool_key(const struct upstream_endpoint *endpoint, const struct tls_policy *tls,
 		       char *buf, size_t len);
