@@ -525,6 +525,16 @@ static void client_blind_connected(struct conn *upstream, const char *reason, vo
 	client_exchange_tunnel(client, upstream, intercept_take_log(client->intercept));
 }
 
+/* Why an intercepted tunnel carries nothing more once a reload gave its
+ * listener's address to a sidecar listener, which intercepts nothing: as
+ * for a host no longer listed. */
+static void client_tunnel_on_sidecar(const struct client *client, char *reason, size_t size)
+{
+	snprintf(reason, size,
+		 "host %s no longer intercepted (config reloaded: listener %s is a sidecar now)",
+		 intercept_host(client->intercept), client->listen->address);
+}
+
 /* Neither TLS nor HTTP in an intercepted tunnel (an SSH banner, a Redis
  * command, or nothing while the client waits for the server to speak
  * first): tunnelled blind to the CONNECT host and port, as a host not
@@ -546,10 +556,7 @@ static void client_intercept_blind(struct client *client)
 	else if (client->listener_gone)
 		snprintf(reason, sizeof(reason), "its listener was removed by a reload");
 	else if (client->listen->upstream != NULL)
-		snprintf(reason, sizeof(reason),
-			 "host %s no longer intercepted (config reloaded: listener %s is a sidecar "
-			 "now)",
-			 host, client->listen->address);
+		client_tunnel_on_sidecar(client, reason, sizeof(reason));
 	else if (!client_allowed(client->config, (const struct sockaddr *)&client->peer_addr))
 		snprintf(reason, sizeof(reason),
 			 "client address no longer allowed by access.allow_clients (config "
@@ -858,12 +865,7 @@ static void client_read_head(struct client *client)
 		return;
 	}
 	if (client->intercept != NULL && client->listen->upstream != NULL) {
-		/* a reload gave the tunnel's address to a sidecar listener,
-		 * which intercepts nothing: as for a host no longer listed */
-		snprintf(reason, sizeof(reason),
-			 "host %s no longer intercepted (config reloaded: listener %s is a sidecar "
-			 "now)",
-			 intercept_host(client->intercept), client->listen->address);
+		client_tunnel_on_sidecar(client, reason, sizeof(reason));
 		log_warn("client %s: refused a request in the tunnel to %s: %s", client->peer,
 			 intercept_host(client->intercept), reason);
 		client_refuse(client, head, 403, reason);
