@@ -21,6 +21,7 @@
 #include <openssl/rand.h>
 #include <openssl/x509v3.h>
 
+#include "hash.h"
 #include "xmalloc.h"
 
 /*
@@ -816,16 +817,10 @@ bool ca_host_valid(const char *host, size_t host_len)
 	return ca_host_parse(host, host_len, &h, NULL, 0) == 0;
 }
 
-/* FNV-1a of a canonical host. */
+/* The bucket of a canonical host. */
 static size_t ca_hash(const char *host)
 {
-	uint64_t h = 14695981039346656037ull;
-
-	for (const char *p = host; *p != '\0'; p++) {
-		h ^= (unsigned char)*p;
-		h *= 1099511628211ull;
-	}
-	return (size_t)(h & (CA_BUCKETS - 1));
+	return (size_t)(hash_string(host) & (CA_BUCKETS - 1));
 }
 
 /* subjectAltName: the one name or address the leaf is for. */

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "hash.h"
 #include "xmalloc.h"
 
 /* Buckets of the name table, and the most answers kept: a forward proxy
@@ -32,14 +33,9 @@ struct dns_cache {
 	unsigned count;
 };
 
-/* FNV-1a. */
 static size_t dns_cache_bucket(const char *host)
 {
-	uint32_t h = 2166136261u;
-
-	for (; *host != '\0'; host++)
-		h = (h ^ (unsigned char)*host) * 16777619u;
-	return h % DNS_CACHE_BUCKETS;
+	return (size_t)(hash_string(host) % DNS_CACHE_BUCKETS);
 }
 
 /* One address of a list: the node and its address in one block. */

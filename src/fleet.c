@@ -12,6 +12,7 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "fleet_lease.h"
+#include "hash.h"
 #include "log.h"
 #include "retry.h"
 #include "timeval.h"
@@ -176,10 +177,8 @@ static void fleet_route_unanswered(struct fleet_route *fr)
  * FLEET_REASONS of them, the rest count as said (a debug line each). */
 static bool fleet_reason_said(struct fleet *fleet, const char *why)
 {
-	uint64_t hash = 14695981039346656037ULL; /* FNV-1a */
+	uint64_t hash = hash_string(why);
 
-	for (const unsigned char *c = (const unsigned char *)why; *c != '\0'; c++)
-		hash = (hash ^ *c) * 1099511628211ULL;
 	for (unsigned i = 0; i < fleet->reasons_said; i++)
 		if (fleet->reasons[i] == hash)
 			return true;
