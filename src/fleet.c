@@ -638,55 +638,50 @@ static void fleet_disconnect_cb(const redisAsyncContext *c, int status)
 			   false);
 }
 
-/* Whether the reply whose top level the reader is building now was asked
- * for. hiredis 0.14 asserts, aborting the process, on a reply that is not
- * an error when no command waits for one (a Redis proxy, or a server that
- * speaks RESP, sending one of its own): refused here, the reader fails
- * and hiredis drops the connection as for any bad reply. An error it
- * handles itself (it drops the connection naming the error). */
-static bool fleet_reply_wanted(const redisReadTask *task)
+/* hiredis's own functions for the reply whose top level the reader is
+ * building now, if it was asked for, else NULL. hiredis 0.14 asserts,
+ * aborting the process, on a reply that is not an error when no command
+ * waits for one (a Redis proxy, or a server that speaks RESP, sending one
+ * of its own): refused here, the reader fails and hiredis drops the
+ * connection as for any bad reply. An error it handles itself (it drops
+ * the connection naming the error). */
+static const redisReplyObjectFunctions *fleet_reply_functions(const redisReadTask *task)
 {
 	redisAsyncContext *ac = task->privdata;
 	struct fleet *fleet = ac->data;
 
 	if (task->parent != NULL || ac->replies.head != NULL || task->type == REDIS_REPLY_ERROR)
-		return true;
+		return fleet->hiredis_replies;
 	fleet->unrequested = true;
-	return false;
+	return NULL;
 }
 
 static void *fleet_reply_string(const redisReadTask *task, char *str, size_t len)
 {
-	const redisAsyncContext *ac = task->privdata;
-	const struct fleet *fleet = ac->data;
+	const redisReplyObjectFunctions *fn = fleet_reply_functions(task);
 
-	return fleet_reply_wanted(task) ? fleet->hiredis_replies->createString(task, str, len)
-					: NULL;
+	return fn != NULL ? fn->createString(task, str, len) : NULL;
 }
 
 static void *fleet_reply_array(const redisReadTask *task, int elements)
 {
-	const redisAsyncContext *ac = task->privdata;
-	const struct fleet *fleet = ac->data;
+	const redisReplyObjectFunctions *fn = fleet_reply_functions(task);
 
-	return fleet_reply_wanted(task) ? fleet->hiredis_replies->createArray(task, elements)
-					: NULL;
+	return fn != NULL ? fn->createArray(task, elements) : NULL;
 }
 
 static void *fleet_reply_integer(const redisReadTask *task, long long value)
 {
-	const redisAsyncContext *ac = task->privdata;
-	const struct fleet *fleet = ac->data;
+	const redisReplyObjectFunctions *fn = fleet_reply_functions(task);
 
-	return fleet_reply_wanted(task) ? fleet->hiredis_replies->createInteger(task, value) : NULL;
+	return fn != NULL ? fn->createInteger(task, value) : NULL;
 }
 
 static void *fleet_reply_nil(const redisReadTask *task)
 {
-	const redisAsyncContext *ac = task->privdata;
-	const struct fleet *fleet = ac->data;
+	const redisReplyObjectFunctions *fn = fleet_reply_functions(task);
 
-	return fleet_reply_wanted(task) ? fleet->hiredis_replies->createNil(task) : NULL;
+	return fn != NULL ? fn->createNil(task) : NULL;
 }
 
 /* Connect to a numeric address (or the socket); hiredis resolves nothing
