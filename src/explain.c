@@ -628,14 +628,22 @@ static bool explain_admin_refused(const struct config *config, const struct rout
 	return true;
 }
 
+/* Say on err that the user's argument is bad and why, the argument escaped:
+ * a control byte in it must not rewrite the terminal or forge a line. */
+static void explain_say_bad(FILE *err, const char *what, const char *arg, const char *why)
+{
+	fprintf(err, "retryproxy: --explain: bad %s \"", what);
+	explain_put_escaped(arg, err);
+	fprintf(err, "\": %s\n", why);
+}
+
 /* Check the request description; on a bad one say why on err. */
 static int explain_check_request(const struct explain_request *request, FILE *err)
 {
 	const char *why;
 
 	if (!config_values_is_token(request->method)) {
-		fprintf(err, "retryproxy: --explain: bad method \"%s\": not an HTTP token\n",
-			request->method);
+		explain_say_bad(err, "method", request->method, "not an HTTP token");
 		return -1;
 	}
 	if (strcmp(request->method, "CONNECT") == 0) {
@@ -645,13 +653,12 @@ static int explain_check_request(const struct explain_request *request, FILE *er
 		return -1;
 	}
 	if (!explain_url_ok(request->url, &why)) {
-		fprintf(err, "retryproxy: --explain: bad URL \"%s\": %s\n", request->url, why);
+		explain_say_bad(err, "URL", request->url, why);
 		return -1;
 	}
 	for (size_t i = 0; i < request->header_count; i++) {
 		if (!explain_header_ok(request->headers[i], &why)) {
-			fprintf(err, "retryproxy: --explain: bad header line \"%s\": %s\n",
-				request->headers[i], why);
+			explain_say_bad(err, "header line", request->headers[i], why);
 			return -1;
 		}
 	}

@@ -630,6 +630,19 @@ def scenario(t):
         ]
         for args, words in cases:
             expect_refused(explain(["-c", own] + args), words, " ".join(args))
+        # the user's argument comes back escaped: no control byte reaches
+        # the terminal, no line of its own
+        for args, shown in [
+                (["GET", "http://a.allowed.test/\x1b[2J\nretryproxy: ok x"],
+                 'bad URL "http://a.allowed.test/\\x1b[2J\\nretryproxy: ok x"'),
+                (["GET", "http://a.allowed.test/", "-H", "X: a\r\nInjected: b"],
+                 'bad header line "X: a\\r\\nInjected: b"'),
+                (["G\x07T", "http://a.allowed.test/"], 'bad method "G\\x07T"')]:
+            p = explain(["-c", own] + args)
+            expect_refused(p, [shown], "escaped %r" % args)
+            h.eq(p.stderr.count("\n"), 1, "one line on stderr for %r: %r" % (args, p.stderr))
+            h.ok("\x1b" not in p.stderr and "\x07" not in p.stderr and "\r" not in p.stderr,
+                 "no control byte on stderr for %r: %r" % (args, p.stderr))
         p = h.run_bin(["-c", own, "--explain", "GET"])
         expect_refused(p, ["--explain"], "--explain without a URL")
         p = h.run_bin(["-c", own, "-H", "A: b"])
