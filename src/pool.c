@@ -7,6 +7,7 @@
 #include <sys/queue.h>
 
 #include "conn.h"
+#include "tls.h"
 #include "xmalloc.h"
 
 #define POOL_BUCKET_BITS 8
@@ -270,14 +271,28 @@ unsigned pool_close_oldest(struct pool *pool, unsigned n)
 	return closed;
 }
 
-void pool_close_https(struct pool *pool)
+/* The first of u's idle connections verified under a trust that is not
+ * tls's now. */
+static struct pool_idle *pool_first_stale_tls(struct pool_upstream *u, const struct tls_store *tls)
 {
-	unsigned b;
+	struct pool_idle *idle;
 
-	for (b = 0; b < POOL_BUCKETS; b++)
+	TAILQ_FOREACH(idle, &u->idle, link)
+		if (conn_ssl(idle->conn) != NULL && !tls_store_current(tls, conn_ssl(idle->conn)))
+			return idle;
+	return NULL;
+}
+
+void pool_close_stale_tls(struct pool *pool, const struct tls_store *tls)
+{
+	struct pool_idle *idle;
+
+	/* looked for from the start after each close: closing gives a place
+	 * back, which may hand another idle connection to a waiting request */
+	for (unsigned b = 0; b < POOL_BUCKETS; b++)
 		for (struct pool_upstream *u = pool->buckets[b]; u != NULL; u = u->next)
-			while (strncmp(u->key, "https://", 8) == 0 && !TAILQ_EMPTY(&u->idle))
-				pool_close(pool, TAILQ_FIRST(&u->idle));
+			while ((idle = pool_first_stale_tls(u, tls)) != NULL)
+				pool_close(pool, idle);
 }
 
 void pool_apply_limits(struct pool *pool, unsigned max_idle, uint64_t idle_timeout_ms,

@@ -12,6 +12,7 @@
 
 struct conn;
 struct pool;
+struct tls_store;
 
 struct pool *pool_new(void);
 
@@ -50,9 +51,9 @@ bool pool_close_one(struct pool *pool, const char *key);
  * how many it closed. */
 unsigned pool_close_oldest(struct pool *pool, unsigned n);
 
-/* Close every idle connection to an https:// upstream: a reload read the
- * trust again, and a connection verified under the old one is not reused. */
-void pool_close_https(struct pool *pool);
+/* Close every idle connection verified under a trust a reload replaced
+ * (tls_store_current()): one whose trust the reload kept stays pooled. */
+void pool_close_stale_tls(struct pool *pool, const struct tls_store *tls);
 
 /* A reload's new limits for connections already idle: each upstream keeps
  * at most max_idle of them (those idle longest close), and with

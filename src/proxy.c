@@ -412,7 +412,7 @@ int proxy_reload(struct proxy *proxy, const char *path)
 		goto fail_rebind;
 	}
 	tls_store_reload_end(proxy->tls, true);
-	pool_close_https(proxy->pool);
+	pool_close_stale_tls(proxy->pool, proxy->tls);
 	pool_apply_limits(
 		proxy->pool, config->limits.pool_max_idle, config->limits.pool_idle_timeout_ms,
 		config->limits.pool_idle_timeout_ms < proxy->config->limits.pool_idle_timeout_ms);

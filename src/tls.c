@@ -1,6 +1,8 @@
 #include "tls.h"
 
 #include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/sha.h>
 #include <openssl/x509v3.h>
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -13,9 +15,21 @@
 
 #define TLS_MAX_SESSIONS 1024 /* upstreams remembered for resumption */
 
+/* What a context's trust was made from, so that a reload can tell whether
+ * it changed: the CA file's SHA-256, or the default store it took. A store
+ * the default trust replaced stays alive (and its address taken) while a
+ * context made from it does, so an equal pointer is the same store. */
+struct tls_trust_source {
+	unsigned char digest[SHA256_DIGEST_LENGTH];
+	bool digested; /* false: the file could not be read; never the same */
+	X509_STORE *default_store;
+};
+
 struct tls_context {
 	char *ca_file; /* NULL: default paths */
 	bool verify;
+	bool kept; /* taken over from the contexts before the reload under way */
+	struct tls_trust_source source;
 	SSL_CTX *ctx;
 	struct tls_context *next;
 };
@@ -31,6 +45,7 @@ struct tls_context {
  * connections together (RFC 8446 appendix C.4). */
 struct tls_session {
 	char *key;
+	const SSL_CTX *ctx;		       /* the context whose connections saved these */
 	SSL_SESSION *shared;		       /* TLS 1.2 */
 	SSL_SESSION *tickets[TLS_MAX_TICKETS]; /* TLS 1.3, oldest first */
 	size_t ticket_count;
@@ -119,16 +134,62 @@ void tls_store_reload_begin(struct tls_store *store)
 	store->reloading = true;
 }
 
+/* Is ctx one of the store's contexts now? A connection made before a
+ * reload may get its ticket after it: verified under the old trust, it is
+ * not kept. */
+static bool tls_context_current(const struct tls_store *store, const SSL_CTX *ctx)
+{
+	for (const struct tls_context *c = store->contexts; c != NULL; c = c->next)
+		if (c->ctx == ctx)
+			return true;
+	return false;
+}
+
+/* Forget the sessions saved under a context the reload did not keep. */
+static void tls_sessions_drop_stale(struct tls_store *store)
+{
+	struct tls_session **link = &store->sessions;
+
+	while (*link != NULL) {
+		struct tls_session *s = *link;
+
+		if (tls_context_current(store, s->ctx)) {
+			link = &s->next;
+			continue;
+		}
+		*link = s->next;
+		tls_session_free(s);
+		store->session_count--;
+	}
+}
+
 void tls_store_reload_end(struct tls_store *store, bool applied)
 {
+	struct tls_context *c, *next, *fresh = NULL;
+
 	if (!store->reloading)
 		return;
 	store->reloading = false;
 	if (applied) {
 		tls_contexts_free(store->running);
-		tls_sessions_free(store);
+		for (c = store->contexts; c != NULL; c = c->next)
+			c->kept = false;
+		tls_sessions_drop_stale(store);
 	} else {
-		tls_contexts_free(store->contexts);
+		/* the contexts the reload took over go back to the running
+		 * config, which still uses them; those it made go */
+		for (c = store->contexts; c != NULL; c = next) {
+			next = c->next;
+			if (c->kept) {
+				c->kept = false;
+				c->next = store->running;
+				store->running = c;
+			} else {
+				c->next = fresh;
+				fresh = c;
+			}
+		}
+		tls_contexts_free(fresh);
 		store->contexts = store->running;
 	}
 	store->running = NULL;
@@ -145,17 +206,6 @@ void tls_store_free(struct tls_store *store)
 		SSL_CTX_free(store->server);
 	trust_default_free(store->default_trust);
 	free(store);
-}
-
-/* Is ctx one of the store's contexts now? A connection made before a
- * reload may get its ticket after it: verified under the old trust, it is
- * not kept. */
-static bool tls_context_current(const struct tls_store *store, const SSL_CTX *ctx)
-{
-	for (const struct tls_context *c = store->contexts; c != NULL; c = c->next)
-		if (c->ctx == ctx)
-			return true;
-	return false;
 }
 
 bool tls_store_current(const struct tls_store *store, const SSL *ssl)
@@ -234,6 +284,12 @@ static int tls_new_session_cb(SSL *ssl, SSL_SESSION *ticket)
 			store->session_count--;
 		}
 	}
+	if (s->ctx != SSL_get_SSL_CTX(ssl)) {
+		/* the upstream's trust was made anew: what was saved under the
+		 * old one is not offered under the new */
+		tls_session_clear(s);
+		s->ctx = SSL_get_SSL_CTX(ssl);
+	}
 	s->next = store->sessions;
 	store->sessions = s;
 	if (SSL_SESSION_get_protocol_version(session) < TLS1_3_VERSION) {
@@ -279,20 +335,78 @@ static void tls_error_string(char *buf, size_t len, const char *what)
 }
 
 /* Find or build the context for a policy. */
+/* Is c the context for policy's trust settings (its file by name)? */
+static bool tls_context_for(const struct tls_context *c, const struct tls_policy *policy)
+{
+	return c->verify == policy->verify && ((c->ca_file == NULL && policy->ca_file == NULL) ||
+					       (c->ca_file != NULL && policy->ca_file != NULL &&
+						strcmp(c->ca_file, policy->ca_file) == 0));
+}
+
+/* The SHA-256 of a CA file's bytes; false when it cannot be read. The
+ * file is read at start and at a reload only, as its certificates are. */
+static bool tls_file_digest(const char *path, unsigned char *digest)
+{
+	unsigned char buf[16384];
+	EVP_MD_CTX *md = EVP_MD_CTX_new();
+	FILE *f = fopen(path, "rb");
+	bool ok = md != NULL && f != NULL && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1;
+	size_t n;
+
+	while (ok && (n = fread(buf, 1, sizeof(buf), f)) > 0)
+		ok = EVP_DigestUpdate(md, buf, n) == 1;
+	ok = ok && !ferror(f) && EVP_DigestFinal_ex(md, digest, NULL) == 1;
+	if (f != NULL)
+		fclose(f);
+	EVP_MD_CTX_free(md);
+	return ok;
+}
+
+/* During a reload: the running config's context for policy when the trust
+ * it was made from has not changed (the CA file holds the same bytes, the
+ * default store was not read again), moved into the new contexts. Its
+ * pooled connections and saved sessions then stay usable. */
+static struct tls_context *tls_context_keep(struct tls_store *store,
+					    const struct tls_policy *policy, char *err,
+					    size_t err_len)
+{
+	unsigned char digest[SHA256_DIGEST_LENGTH];
+	struct tls_context **link, *c;
+
+	for (link = &store->running; *link != NULL; link = &(*link)->next)
+		if (tls_context_for(*link, policy))
+			break;
+	c = *link;
+	if (c == NULL)
+		return NULL;
+	if (policy->ca_file != NULL) {
+		if (!c->source.digested || !tls_file_digest(policy->ca_file, digest) ||
+		    memcmp(digest, c->source.digest, sizeof(digest)) != 0)
+			return NULL;
+	} else if (trust_default_get(store->default_trust, err, err_len) !=
+		   c->source.default_store) {
+		return NULL;
+	}
+	*link = c->next;
+	c->kept = true;
+	c->next = store->contexts;
+	store->contexts = c;
+	return c;
+}
+
 static struct tls_context *tls_context_get(struct tls_store *store, const struct tls_policy *policy,
 					   char *err, size_t err_len)
 {
 	static const unsigned char alpn[] = "\x08http/1.1";
+	struct tls_trust_source source = { 0 };
 	struct tls_context *c;
 	SSL_CTX *ctx;
 
-	for (c = store->contexts; c != NULL; c = c->next) {
-		if (c->verify == policy->verify &&
-		    ((c->ca_file == NULL && policy->ca_file == NULL) ||
-		     (c->ca_file != NULL && policy->ca_file != NULL &&
-		      strcmp(c->ca_file, policy->ca_file) == 0)))
+	for (c = store->contexts; c != NULL; c = c->next)
+		if (tls_context_for(c, policy))
 			return c;
-	}
+	if (store->reloading && (c = tls_context_keep(store, policy, err, err_len)) != NULL)
+		return c;
 	ctx = SSL_CTX_new(TLS_client_method());
 	if (ctx == NULL) {
 		tls_error_string(err, err_len, "cannot create a TLS context");
@@ -301,6 +415,9 @@ static struct tls_context *tls_context_get(struct tls_store *store, const struct
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_verify(ctx, policy->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
 	if (policy->ca_file != NULL) {
+		/* digested before it is loaded: a file changed in between is
+		 * never taken for the bytes loaded */
+		source.digested = tls_file_digest(policy->ca_file, source.digest);
 		if (SSL_CTX_load_verify_locations(ctx, policy->ca_file, NULL) != 1) {
 			char what[512];
 
@@ -322,6 +439,7 @@ static struct tls_context *tls_context_get(struct tls_store *store, const struct
 			return NULL;
 		}
 		SSL_CTX_set1_cert_store(ctx, trust);
+		source.default_store = trust;
 	}
 	SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
 	SSL_CTX_set_session_cache_mode(ctx,
@@ -331,6 +449,7 @@ static struct tls_context *tls_context_get(struct tls_store *store, const struct
 	c = xcalloc(1, sizeof(*c));
 	c->ca_file = policy->ca_file != NULL ? xstrdup(policy->ca_file) : NULL;
 	c->verify = policy->verify;
+	c->source = source;
 	c->ctx = ctx;
 	c->next = store->contexts;
 	store->contexts = c;
@@ -390,12 +509,12 @@ void tls_client_begin(SSL *ssl)
 	struct tls_session **link;
 	struct tls_session *s;
 
-	/* a connection made before a reload offers nothing kept since: the
-	 * sessions were verified under another trust than its own */
+	/* a connection made under a trust a reload replaced offers nothing
+	 * kept since, nor one under the new trust what the old one kept */
 	if (store == NULL || key == NULL || !tls_context_current(store, SSL_get_SSL_CTX(ssl)))
 		return;
 	for (link = &store->sessions; *link != NULL; link = &(*link)->next)
-		if (strcmp((*link)->key, key) == 0)
+		if (strcmp((*link)->key, key) == 0 && (*link)->ctx == SSL_get_SSL_CTX(ssl))
 			break;
 	s = *link;
 	if (s == NULL)

@@ -31,7 +31,10 @@ trust (and without it the same upstream fails verification). The proxy
 ends its upstream TLS connections with a close_notify (the origin reads a
 clean TLS end, not an EOF in violation of the protocol): a pooled one closed
 by pool_idle_timeout (300ms here), and one still pooled when the proxy exits
-on SIGTERM. A reload (SIGHUP) reads tls.ca_file again: with the test CA
+on SIGTERM. A reload (SIGHUP) that finds tls.ca_file's bytes (or the default
+store) unchanged keeps the pooled connection and the saved session; one
+with new bytes makes a new connection with a full handshake. A reload reads
+tls.ca_file again: with the test CA
 taken out of the file, the good origin gets 502 (neither the pooled
 connection nor the saved session of before is used); put back, 200; a
 file that does not load is refused and the running trust stays: 200; a
@@ -425,11 +428,14 @@ def scenario(t):
 
         r = h.curl(proxy.listener_url(0, "/echo?t=bundle-before"))
         h.eq((r.exit_code, r.status), (0, 200), "before any reload (%r)" % r)
+        pooled = json.loads(r.body)["conn_id"]
         read = reload()
         h.ok(read < size // 4, "an unchanged bundle of %d bytes was read again (%d bytes read)"
              % (size, read))
         r = h.curl(proxy.listener_url(0, "/echo?t=bundle-unchanged"))
         h.eq((r.exit_code, r.status), (0, 200), "after a reload that kept the store (%r)" % r)
+        h.eq(json.loads(r.body)["conn_id"], pooled,
+             "the pooled connection after a reload that kept the store")
         with open(bundle, "w") as f:
             f.write(other_pem * (copies + 1))
         read = reload()
@@ -472,6 +478,64 @@ def scenario(t):
         h.eq(exiting.stop(), None, "clean exit")
         h.ok(conn.closed.wait(5 * h.SLOW), "the pooled connection closed at exit")
         h.eq(conn.tls_end, "close_notify", "how the proxy ended TLS (%s)" % conn.close_reason)
+
+    @t.check("a reload that leaves tls.ca_file's bytes as they were keeps the pooled TLS "
+             "connection and the saved session; new bytes drop both")
+    def _():
+        trust = os.path.join(t.tmp, "trust-kept.pem")
+        shutil.copyfile(certs.ca, trust)
+        config = CONFIG_SHORT_IDLE.replace("pool_idle_timeout: 300ms", "pool_idle_timeout: 60s")
+        keeping = t.proxy(config, GOOD=good.port, CA=trust)
+
+        def conn_of(tag, close=False):
+            r = h.curl(keeping.listener_url(0, "/echo?t=%s%s" % (tag, "&close=1" if close else "")))
+            h.eq((r.exit_code, r.status), (0, 200), "%s: curl exit and status (%r)" % (tag, r))
+            cid = json.loads(r.body)["conn_id"]
+            conn = [c for c in good.connections if c.id == cid][0]
+            if close:
+                h.ok(conn.closed.wait(5 * h.SLOW), "%s: the origin closed its connection" % tag)
+                time.sleep(0.2)
+            return conn
+
+        first = conn_of("kept-0")
+        keeping.reload()
+        h.eq(conn_of("kept-1").id, first.id, "the pooled connection after an unchanged reload")
+        # a reload refused after the trust was taken over (a listener it
+        # cannot bind) gives the running config its trust back
+        busy = socket.socket()
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        running = keeping.config_text
+        try:
+            keeping.reload(running.replace("tls:", "  - address: 127.0.0.1:%d\n    upstream: "
+                                           "https://localhost:%d\ntls:"
+                                           % (busy.getsockname()[1], good.port), 1),
+                           outcome=r"keeping the running config")
+        finally:
+            busy.close()
+        h.eq(conn_of("kept-1b").id, first.id, "the pooled connection after a refused reload")
+        keeping.reload(running)
+        h.eq(conn_of("kept-1c").id, first.id, "the pooled connection after the next reload")
+        # the same bytes written again (a new mtime, a new inode): the same trust
+        os.unlink(trust)
+        shutil.copyfile(certs.ca, trust)
+        keeping.reload()
+        h.eq(conn_of("kept-2", close=True).id, first.id,
+             "the pooled connection after the file was written again with the same bytes")
+        keeping.reload()
+        fresh = conn_of("kept-3")
+        h.ok(fresh.id != first.id, "a new connection once the origin closed the pooled one")
+        h.eq(fresh.session_reused, True, "the new connection resumed the session saved before "
+             "the reload")
+        # new bytes that still trust the origin's CA: a new trust, made anew
+        with open(trust, "w") as f, open(certs.ca) as a, open(certs.other_ca) as b:
+            f.write(a.read() + b.read())
+        keeping.reload()
+        after = conn_of("kept-4")
+        h.ok(after.id != fresh.id, "the pooled connection verified under the old trust was "
+             "used after the file changed (connection %d)" % after.id)
+        h.eq(after.session_reused, False, "a session saved under the old trust was offered")
+        h.eq(conn_of("kept-5").id, after.id, "the connection made under the new trust is pooled")
 
     @t.check("a reload reads tls.ca_file again: a CA taken out is distrusted, put back trusted")
     def _():

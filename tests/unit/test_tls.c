@@ -211,13 +211,25 @@ static void test_reload_contexts(void **state)
 	char path[] = "/tmp/test_tls_ca.XXXXXX";
 	struct tls_policy policy = { path, true };
 	char err[256] = "";
-	SSL *ssl;
+	SSL *ssl, *made;
 	int fd = mkstemp(path);
 
 	assert_true(fd >= 0);
 	close(fd);
 	write_ca_file(path, cert, NULL);
 	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), 0);
+	/* the same bytes: a reload takes the running context over, one not
+	 * applied gives it back, one applied keeps it current */
+	made = tls_client_new(store, &policy, "example.com", "k", err, sizeof(err));
+	assert_non_null(made);
+	tls_store_reload_begin(store);
+	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), 0);
+	tls_store_reload_end(store, false);
+	assert_true(tls_store_current(store, made));
+	tls_store_reload_begin(store);
+	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), 0);
+	tls_store_reload_end(store, true);
+	assert_true(tls_store_current(store, made));
 	/* the file breaks; a reload finds out and is not applied */
 	write_ca_file(path, NULL, "not a certificate\n");
 	tls_store_reload_begin(store);
@@ -226,12 +238,15 @@ static void test_reload_contexts(void **state)
 	tls_store_reload_end(store, false);
 	ssl = tls_client_new(store, &policy, "example.com", "k", err, sizeof(err));
 	assert_non_null(ssl);
+	assert_true(SSL_get_SSL_CTX(ssl) == SSL_get_SSL_CTX(made));
 	SSL_free(ssl);
 	/* an applied reload reads the file as it is now */
 	tls_store_reload_begin(store);
 	tls_store_reload_end(store, true);
+	assert_false(tls_store_current(store, made));
 	assert_null(tls_client_new(store, &policy, "example.com", "k", err, sizeof(err)));
 	assert_non_null(strstr(err, "cannot load CA file"));
+	SSL_free(made);
 	unlink(path);
 	X509_free(cert);
 	EVP_PKEY_free(key);
@@ -297,7 +312,7 @@ static void tls_upstream_handshake(struct tls_store *store, const struct tls_pol
 
 /* A TLS 1.3 ticket is handed to one new connection only (RFC 8446
  * appendix C.4), when its handshake begins, at most 4 kept; a TLS 1.2
- * session to every one; a reload forgets them. */
+ * session to every one; a reload forgets them when the trust changed. */
 static void test_client_tickets(void **state)
 {
 	struct tls_store *store = tls_store_new();
@@ -307,6 +322,7 @@ static void test_client_tickets(void **state)
 	struct tls_policy policy = { path, false };
 	char err[256] = "";
 	int fd = mkstemp(path);
+	FILE *f;
 
 	assert_true(fd >= 0);
 	close(fd);
@@ -329,10 +345,23 @@ static void test_client_tickets(void **state)
 	/* TLS 1.2: one session, offered by each */
 	tls_upstream_handshake(store, &policy, cert, key, TLS1_2_VERSION, -1);
 	assert_int_equal(tls_sessions_offered(store, &policy, 3), 3);
+	/* a reload that finds the CA file's bytes as they were keeps it */
+	tls_store_reload_begin(store);
+	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), 0);
+	tls_store_reload_end(store, true);
+	assert_int_equal(tls_sessions_offered(store, &policy, 2), 2);
+	/* one that finds new bytes (the same certificate, a comment added)
+	 * forgets it: it was verified under the trust before */
+	write_ca_file(path, cert, NULL);
+	f = fopen(path, "a");
+	assert_non_null(f);
+	fputs("# rotated\n", f);
+	assert_int_equal(fclose(f), 0);
 	tls_store_reload_begin(store);
 	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), 0);
 	tls_store_reload_end(store, true);
 	assert_int_equal(tls_sessions_offered(store, &policy, 1), 0);
+	assert_int_equal(tls_store_sessions_kept(store), 0);
 	ERR_clear_error();
 	unlink(path);
 	X509_free(cert);
