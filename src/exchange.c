@@ -12,6 +12,7 @@
 #include "conn.h"
 #include "dns_cache.h"
 #include "exchange_private.h"
+#include "idempotency_key.h"
 #include "log.h"
 #include "metrics.h"
 #include "pool.h"
@@ -1576,6 +1577,7 @@ static bool exchange_hedge_allowed(struct exchange *ex)
 		.idempotent = ex->idempotent,
 		.conditional = ex->conditional,
 		.body = ex->has_body,
+		.keyed = idempotency_key_sent(ex->request_head, ex->request_head_len),
 		.attempts = ex->attempts,
 		.in_flight = exchange_tries_racing(ex),
 		.head_seen = exchange_tries_left(ex) > exchange_tries_racing(ex),

@@ -4,6 +4,9 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "http1.h"
+#include "idempotency.h"
+
 void idempotency_key_format(const uint8_t random[16], char *out)
 {
 	static const char hex[] = "0123456789abcdef";
@@ -40,4 +43,19 @@ void idempotency_key_new(struct retry_rng *fallback, char *out)
 		memcpy(random + 8, &lo, 8);
 	}
 	idempotency_key_format(random, out);
+}
+
+bool idempotency_key_sent(const char *head, size_t len)
+{
+	static const char name[] = IDEMPOTENCY_KEY_HEADER ":";
+	const size_t name_len = sizeof(name) - 1;
+	const char *p = head, *end = head + len;
+
+	/* every field line starts after a LF; names have no whitespace */
+	while ((p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+		p++;
+		if ((size_t)(end - p) >= name_len && http1_name_equals(p, name_len, name))
+			return true;
+	}
+	return false;
 }

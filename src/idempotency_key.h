@@ -8,6 +8,8 @@
  * upstream can tell a repeat from a new request.
  */
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "retry.h"
@@ -23,5 +25,12 @@ void idempotency_key_format(const uint8_t random[16], char *out);
 /* A new key from getrandom(); from fallback only when the kernel gives no
  * randomness (seccomp, an old kernel). out as for idempotency_key_format. */
 void idempotency_key_new(struct retry_rng *fallback, char *out);
+
+/* Does a request head as it goes upstream (text, request line first, a
+ * field on each line after it) carry an Idempotency-Key, the client's or
+ * an injected one? Two copies of such a request in flight at once race for
+ * the key: a server that honours it answers the later one 409 while the
+ * first is in progress. */
+bool idempotency_key_sent(const char *head, size_t len);
 
 #endif

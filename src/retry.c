@@ -508,9 +508,11 @@ bool retry_hedge_allowed(const struct retry_policy *policy, const struct hedge_p
 	/* two copies of the request reach the upstream at once: only a read
 	 * that is safe by its method may run twice, never one made safe by a
 	 * precondition or key (the two copies would race for it) nor one with
-	 * a body to send twice */
+	 * a body to send twice. Nor one that carries a key anyway: a server
+	 * that honours it answers a copy of a request still in progress 409,
+	 * and that quick answer would win the race */
 	if (!retry_hedge_method(facts->method, facts->method_len) || !facts->idempotent ||
-	    facts->conditional || facts->body)
+	    facts->conditional || facts->body || facts->keyed)
 		return false;
 	/* the first head decides: it streams, or its retry waits for the
 	 * others; a new try could then only be wasted */

@@ -240,6 +240,7 @@ struct hedge_facts {
 	bool conditional;      /* retryable only by a precondition (when_present) or an
 				 * idempotency key, not by its method */
 	bool body;	       /* the request has a body (any length, even an empty chunked one) */
+	bool keyed;	       /* the request carries an Idempotency-Key upstream */
 	unsigned attempts;     /* tries made so far, those in flight included */
 	unsigned in_flight;    /* tries in flight now, the first included */
 	bool head_seen;	       /* a response head arrived on any try */
@@ -251,7 +252,8 @@ struct hedge_facts {
 
 /* May one more try start now beside those in flight, because none has
  * answered within hedge->after_ms (SPEC "More retry controls": hedge)?
- * Only GET and HEAD idempotent by their method, without a body; only with
+ * Only GET and HEAD idempotent by their method, without a body or an
+ * Idempotency-Key (the copies would race for the key); only with
  * hedging configured; only while no response head has been seen and
  * nothing reached the client; only within max extra tries in flight,
  * max_attempts, the deadline and the budget. hedge is the route's

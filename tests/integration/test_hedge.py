@@ -29,7 +29,10 @@ Must hold:
   kept whole waits to decide (max 2: a hedge reset after the other's 503
   starts no third hedge), nor on a route whose retry.on leaves resets out
   (the first try's 200, 2 requests at the origin);
-- POST, PUT with If-Match, and a GET with a body are never hedged;
+- POST, PUT with If-Match, and a GET with a body are never hedged; nor
+  is a GET carrying an Idempotency-Key (a server that honours keys answers
+  a second copy 409 while the first is in progress, and that 409 would
+  win): the origin sees it once and the client gets its 200;
 - a retryable answer (503) on the hedge waits for the first try, whose
   200 the client gets, with no retry after the 503; when the first try is
   reset instead and attempts are spent, the client gets the hedge's 503,
@@ -290,6 +293,19 @@ def scenario(t):
             h.eq(r.status, 200, "%s status" % method)
             h.eq(len(origin.requests_for(path)), 1, "origin requests for %s %s" % (method, path))
             h.eq(r.header("Retry-Attempts"), "1", "%s Retry-Attempts" % method)
+
+    @t.check("a GET with an Idempotency-Key is never hedged: a second copy with the same key "
+             "would be answered 409 while the first is in progress")
+    def _():
+        # what a server that honours keys answers a copy of a request still
+        # in progress (409), scripted for the hedge that must not come
+        origin.script("/h/keyed", ["/delay/1", "/status/409"])
+        r = h.fetch(port, "GET", "/h/keyed", "api.example",
+                    headers=(("Idempotency-Key", "order-1234"),))
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "1"), "status, Retry-Attempts")
+        reqs = origin.requests_for("/h/keyed")
+        h.eq(len(reqs), 1, "origin requests for the keyed GET")
+        h.eq(reqs[0].header("Idempotency-Key"), "order-1234", "the key at the origin")
 
     @t.check("a 503 on the hedge waits for the first try, whose 200 the client gets")
     def _():

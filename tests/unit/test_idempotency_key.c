@@ -1,6 +1,7 @@
 /*
  * Unit tests for idempotency_key.c: the UUID version 4 layout over known
- * bytes, and fresh keys that differ and keep that layout.
+ * bytes, fresh keys that differ and keep that layout, and whether a
+ * request head as it goes upstream carries a key.
  */
 
 #include <setjmp.h>
@@ -67,11 +68,36 @@ static void test_new_keys_differ(void **state)
 	}
 }
 
+/* A field line named Idempotency-Key, in any case, whatever its value; not
+ * the name inside another field's name or value, nor the request line. */
+static void test_key_sent(void **state)
+{
+	static const struct {
+		const char *head;
+		bool sent;
+	} rows[] = {
+		{ "GET / HTTP/1.1\r\nHost: a\r\nIdempotency-Key: k1\r\nVia: 1.1 retryproxy\r\n\r\n",
+		  true },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nidempotency-key: k1\r\n\r\n", true },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nIDEMPOTENCY-KEY:\r\n\r\n", true },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nVia: 1.1 retryproxy\r\n\r\n", false },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nX-Idempotency-Key: k1\r\n\r\n", false },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nIdempotency-Keys: k1\r\n\r\n", false },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nX-Note: Idempotency-Key: k1\r\n\r\n", false },
+		{ "GET /Idempotency-Key: HTTP/1.1\r\nHost: a\r\n\r\n", false },
+	};
+
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		if (idempotency_key_sent(rows[i].head, strlen(rows[i].head)) != rows[i].sent)
+			fail_msg("row %zu: expected %s", i, rows[i].sent ? "a key" : "none");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_format_known_bytes),
 		cmocka_unit_test(test_new_keys_differ),
+		cmocka_unit_test(test_key_sent),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1285,6 +1285,7 @@ struct test_hedge_row {
 	bool unsafe;	    /* not idempotent by the route's map */
 	bool conditional;   /* retryable only by when_present or a key */
 	bool body;
+	bool keyed;	    /* carries an Idempotency-Key upstream */
 	unsigned attempts;  /* 0: 1 */
 	unsigned in_flight; /* 0: 1 */
 	bool head_seen;
@@ -1317,6 +1318,8 @@ static const struct test_hedge_row test_hedge_rows[] = {
 	{ "GET not in the map", .unsafe = true },
 	{ "GET retryable only by when_present", .conditional = true },
 	{ "HEAD retryable only by when_present", .method = "HEAD", .conditional = true },
+	{ "GET with an Idempotency-Key", .keyed = true },
+	{ "HEAD with an Idempotency-Key", .method = "HEAD", .keyed = true },
 	{ "POST retryable by when_present", .method = "POST", .conditional = true },
 	/* never with a body */
 	{ "GET with a body", .body = true },
@@ -1370,6 +1373,7 @@ static void test_hedge_table(void **state)
 		facts.idempotent = !row->unsafe;
 		facts.conditional = row->conditional;
 		facts.body = row->body;
+		facts.keyed = row->keyed;
 		facts.attempts = row->attempts != 0 ? row->attempts : 1;
 		facts.in_flight = row->in_flight != 0 ? row->in_flight : 1;
 		facts.head_seen = row->head_seen;
