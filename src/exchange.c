@@ -211,9 +211,10 @@ static void exchange_free(struct exchange *ex)
 	body_relay_release(&ex->response_body);
 	if (ex->replay != NULL)
 		evbuffer_free(ex->replay);
-	/* the file goes with its exchange, however that ended */
+	/* the file goes with its exchange, however that ended; a large one a
+	 * step per pass of the loop, which would stall on it whole */
 	if (ex->spool != NULL)
-		spool_close(ex->spool);
+		spool_close_in_steps(ex->spool, proxy->spool_reaper);
 	if (ex->kept != NULL)
 		evbuffer_free(ex->kept);
 	if (ex->tries != ex->tries_inline)

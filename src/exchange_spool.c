@@ -146,7 +146,7 @@ void exchange_spool_feed(struct exchange_try *t)
 	if (ex->body_once) {
 		evbuffer_add_buffer(out, ex->replay);
 		exchange_memory_recount(ex);
-		spool_close(ex->spool);
+		spool_close_in_steps(ex->spool, ex->proxy->spool_reaper);
 		ex->spool = NULL;
 	} else {
 		/* by reference, as a replay buffer: empty unless a write failed */

@@ -271,6 +271,7 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->dns_cache = dns_cache_new();
 	proxy->tls = tls_store_new();
 	proxy->pool = pool_new();
+	proxy->spool_reaper = spool_reaper_new(proxy->base);
 	proxy->upstreams = upstreams_new(proxy);
 	conn_loop_on_accepted_closed(proxy->loop, proxy_connection_closed, proxy);
 	conn_loop_on_fd_shortage(proxy->loop, proxy_fd_shortage, proxy);
@@ -329,6 +330,9 @@ void proxy_free(struct proxy *proxy)
 	config_release(proxy->config);
 	retry_budget_book_free(proxy->budgets);
 	metrics_free(proxy->metrics);
+	/* after every exchange, whose spool files it may hold; what it still
+	 * holds is closed whole, the process ending */
+	spool_reaper_free(proxy->spool_reaper);
 	conn_loop_free(proxy->loop);
 	free(proxy);
 }

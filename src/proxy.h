@@ -76,6 +76,7 @@ struct proxy {
 	struct spool_usage spool_usage; /* bytes in every request body spool file now */
 	uint64_t retry_memory_bytes;	/* request bodies and responses kept for retries, in memory
 					now (limits.retry_memory) */
+	struct spool_reaper *spool_reaper; /* large spool files given back a step at a time */
 };
 
 /* Build the runtime for a validated config (the proxy takes the reference)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "xmalloc.h"
 
@@ -211,4 +212,74 @@ int spool_check_dir(const char *dir)
 		return 0;
 	errno = saved;
 	return -1;
+}
+
+/* A closed file still to be given back: its descriptor and what it holds. */
+struct spool_release {
+	int fd;
+	uint64_t length;
+};
+
+struct spool_reaper {
+	struct event *step; /* a timer of 0: the next step, on the next pass */
+	struct spool_release *files;
+	size_t count, room;
+};
+
+/* One step for the first file: shortened by SPOOL_RELEASE_STEP, or closed
+ * once that much or less is left (the last file then takes its place, so
+ * that files handed over later cannot keep it waiting). A file that cannot
+ * be shortened is closed whole, as spool_close() would. Then the next
+ * pass, while any is left: a burst of ends cannot make one pass long. */
+static void spool_reaper_step(evutil_socket_t fd, short what, void *arg)
+{
+	struct spool_reaper *reaper = arg;
+	struct spool_release *file = &reaper->files[0];
+
+	if (file->length > SPOOL_RELEASE_STEP &&
+	    ftruncate(file->fd, (off_t)(file->length - SPOOL_RELEASE_STEP)) == 0) {
+		file->length -= SPOOL_RELEASE_STEP;
+	} else {
+		close(file->fd);
+		*file = reaper->files[--reaper->count];
+	}
+	if (reaper->count > 0)
+		event_add(reaper->step, &(struct timeval){ 0, 0 });
+}
+
+struct spool_reaper *spool_reaper_new(struct event_base *base)
+{
+	struct spool_reaper *reaper = xcalloc(1, sizeof(*reaper));
+
+	reaper->step = evtimer_new(base, spool_reaper_step, reaper);
+	return reaper;
+}
+
+void spool_reaper_free(struct spool_reaper *reaper)
+{
+	if (reaper == NULL)
+		return;
+	for (size_t i = 0; i < reaper->count; i++)
+		close(reaper->files[i].fd);
+	event_free(reaper->step);
+	free(reaper->files);
+	free(reaper);
+}
+
+void spool_close_in_steps(struct spool *spool, struct spool_reaper *reaper)
+{
+	if (spool == NULL || reaper == NULL || spool->length <= SPOOL_RELEASE_STEP) {
+		spool_close(spool);
+		return;
+	}
+	if (spool->usage != NULL)
+		spool->usage->bytes -= spool_counted(spool);
+	if (reaper->count == reaper->room) {
+		reaper->room = reaper->room > 0 ? reaper->room * 2 : 8;
+		reaper->files = xrealloc(reaper->files, reaper->room * sizeof(*reaper->files));
+	}
+	reaper->files[reaper->count++] = (struct spool_release){ spool->fd, spool->length };
+	if (!evtimer_pending(reaper->step, NULL))
+		event_add(reaper->step, &(struct timeval){ 0, 0 });
+	free(spool);
 }

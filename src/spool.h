@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 struct evbuffer;
+struct event_base;
 struct spool;
 
 /* What all the spool files of a process hold now, for limits.spool_total:
@@ -50,6 +51,28 @@ ssize_t spool_read(struct spool *spool, struct evbuffer *out, uint64_t offset, s
 /* Close the file, which removes it (and its bytes from its usage). NULL is
  * allowed. */
 void spool_close(struct spool *spool);
+
+/* Closing a file gives all its blocks and cached pages back in that one
+ * call: on a local disk some 50 ms per GiB still in the page cache, and
+ * several times that for what was written out already. A file larger than
+ * this is given back this much at a time instead, a step per pass of the
+ * event loop (spool_close_in_steps()). */
+#define SPOOL_RELEASE_STEP (16 * 1024 * 1024)
+
+/* The files closed in steps that still hold blocks: one per process, on its
+ * event loop. */
+struct spool_reaper;
+
+struct spool_reaper *spool_reaper_new(struct event_base *base);
+
+/* Close at once every file still held (the process is ending). */
+void spool_reaper_free(struct spool_reaper *reaper);
+
+/* spool_close(), for the event loop: its bytes leave its usage now, and a
+ * file over SPOOL_RELEASE_STEP is shortened by that much on each pass of
+ * reaper's loop and closed once that is left, so that no pass stalls for
+ * the whole file. NULL is allowed. */
+void spool_close_in_steps(struct spool *spool, struct spool_reaper *reaper);
 
 /* Count the file's bytes in usage (NULL: nowhere) from now on, those
  * written already included. Counting it again in the same usage changes

@@ -1,5 +1,6 @@
 /* Unit tests for spool.c: nameless 0600 files, written from evbuffers and
- * read back in pieces, and what a write that cannot finish leaves. */
+ * read back in pieces, what a write that cannot finish leaves, and large
+ * files given back a step per event loop pass when closed. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 
 #include <cmocka.h>
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "spool.h"
 
@@ -272,12 +274,89 @@ static void test_check_dir(void **state)
 	spool_close(NULL);
 }
 
+/* A spool of n bytes (zeros, in 1 MiB writes), counted in usage. */
+static struct spool *test_spool_of(uint64_t n, struct spool_usage *usage)
+{
+	static const char zeros[1024 * 1024];
+	struct spool *spool = spool_open(test_dir);
+	struct evbuffer *in = evbuffer_new();
+
+	assert_non_null(spool);
+	spool_count_in(spool, usage);
+	while (n > 0) {
+		size_t piece = n < sizeof(zeros) ? (size_t)n : sizeof(zeros);
+
+		evbuffer_add_reference(in, zeros, piece, NULL, NULL);
+		assert_int_equal(spool_write(spool, in), 0);
+		n -= piece;
+	}
+	evbuffer_free(in);
+	return spool;
+}
+
+/* A file over SPOOL_RELEASE_STEP closed in steps: its bytes leave the usage
+ * at once, but the closing call frees none of its blocks; each pass of the
+ * loop shortens it by one step at most, and the last one closes it. One of
+ * a step or less is closed at once. */
+static void test_close_in_steps(void **state)
+{
+	const uint64_t total = 2 * (uint64_t)SPOOL_RELEASE_STEP + 4096;
+	struct event_base *base = event_base_new();
+	struct spool_reaper *reaper = spool_reaper_new(base);
+	struct spool_usage usage = { 0 };
+	struct spool *spool = test_spool_of(total, &usage);
+	struct stat st;
+	uint64_t size = total;
+	unsigned passes = 0;
+
+	assert_int_equal(usage.bytes, total);
+	spool_close_in_steps(spool, reaper);
+	assert_int_equal(usage.bytes, 0);
+	assert_int_equal(test_open_files(&st), 1);
+	assert_int_equal((uint64_t)st.st_size, total);
+	while (test_open_files(&st) == 1) {
+		assert_true(passes++ < 10);
+		assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+		if (test_open_files(&st) == 1) {
+			assert_true((uint64_t)st.st_size < size);
+			assert_true(size - (uint64_t)st.st_size <= SPOOL_RELEASE_STEP);
+			size = (uint64_t)st.st_size;
+		}
+	}
+	assert_true(size <= SPOOL_RELEASE_STEP);
+	assert_int_equal(passes, 3);
+	/* a step or less: closed in the call */
+	spool = test_spool_of(SPOOL_RELEASE_STEP, &usage);
+	spool_close_in_steps(spool, reaper);
+	assert_int_equal(test_open_files(&st), 0);
+	assert_int_equal(usage.bytes, 0);
+	spool_close_in_steps(NULL, reaper);
+	/* two at once: one step per pass in all, the first handed over first */
+	spool_close_in_steps(test_spool_of(total, &usage), reaper);
+	spool_close_in_steps(test_spool_of(total, &usage), reaper);
+	assert_int_equal(usage.bytes, 0);
+	for (passes = 0; test_open_files(&st) > 0; passes++) {
+		assert_true(passes < 10);
+		if (passes < 3)
+			assert_int_equal(test_open_files(&st), 2);
+		assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+	}
+	assert_int_equal(passes, 6);
+	/* the reaper's end closes what it still holds */
+	spool = test_spool_of(total, NULL);
+	spool_close_in_steps(spool, reaper);
+	assert_int_equal(test_open_files(&st), 1);
+	spool_reaper_free(reaper);
+	assert_int_equal(test_open_files(&st), 0);
+	event_base_free(base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_write_and_read_back), cmocka_unit_test(test_named_fallback),
 		cmocka_unit_test(test_write_failure),	    cmocka_unit_test(test_usage),
-		cmocka_unit_test(test_check_dir),
+		cmocka_unit_test(test_check_dir),	    cmocka_unit_test(test_close_in_steps),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
