@@ -154,7 +154,7 @@ static void test_bad_descriptions(void **state)
 		{ "G(T", "http://a/", NULL, 0, "bad method" },
 		{ "GET", "https:/a/", NULL, 0, "bad URL" },
 		{ "GET", "http://a/\x7f", NULL, 0, "bad URL" },
-		{ "GET", "http://a/", bad_header, 2, "bad header line \"X-Bad\t: 2\"" },
+		{ "GET", "http://a/", bad_header, 2, "bad header line \"X-Bad\\t: 2\"" },
 		{ "GET", "http://a/", two_hosts, 2, "bad request" },
 		{ "GET", "http://a:99999/", NULL, 0, "bad request" },
 	};
