@@ -11,9 +11,11 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/adapters/libevent.h>
 
+#include "dns_cache.h"
 #include "fleet_lease.h"
 #include "hash.h"
 #include "log.h"
+#include "name_lookup.h"
 #include "retry.h"
 #include "timeval.h"
 #include "upstream.h"
@@ -30,10 +32,12 @@
 #define FLEET_RECONNECT_FIRST_MS 100
 #define FLEET_RECONNECT_MAX_MS 5000
 
-/* A name's lookups, one per family, asked apart as an upstream's are: one
- * evdns lookup for both, once one family answered, waits up to 3 s for the
- * other, and a resolver that drops AAAA queries would hold every
- * (re)connect that long. IPv6 is asked first and its addresses go first. */
+/* A name's lookups, one per family, asked apart and answered as an
+ * upstream's are (name_lookup.c: the hosts file, localhost as loopback,
+ * DNS): one evdns lookup for both, once one family answered, waits up to
+ * 3 s for the other, and a resolver that drops AAAA queries would hold
+ * every (re)connect that long. IPv6 is asked first and its addresses go
+ * first. */
 enum { FLEET_LOOKUP_V6, FLEET_LOOKUP_V4, FLEET_LOOKUPS };
 
 /* How long, once one family answered, the other's answer is waited for
@@ -95,14 +99,15 @@ struct fleet_route {
 
 struct fleet_lookup {
 	struct fleet *fleet;
-	struct evdns_getaddrinfo_request *request; /* while it runs */
-	struct evutil_addrinfo *addresses;	   /* its answer; NULL for none */
-	int error;				   /* EVUTIL_EAI_* when it failed */
+	struct name_lookup *request;	   /* while its question is out */
+	struct evutil_addrinfo *addresses; /* its answer (dns_addresses_add()); NULL for none */
+	int error;			   /* DNS_ERR_* (or NAME_LOOKUP_NOT_ASKED) when it failed */
 	bool done;
 };
 
 struct fleet {
 	struct event_base *base;
+	struct evdns_base *hosts; /* the hosts file alone, asked first */
 	struct evdns_base *dns;
 	char *redis;  /* as written, for log lines */
 	char *host;   /* NULL for a unix socket */
@@ -123,7 +128,7 @@ struct fleet {
 	bool unrequested; /* the connection got one, and is dropped for it */
 	struct fleet_lookup lookups[FLEET_LOOKUPS];
 	struct event *resolution_delay; /* from the first answer with addresses */
-	bool resolving_inline;		/* inside evdns_getaddrinfo() */
+	bool resolving_inline;		/* inside name_lookup_start(), which may answer at once */
 	char sha[41];			/* the script's SHA1, as SCRIPT LOAD said */
 	struct event *sync_timer;	/* every sync_interval */
 	struct event *deadline;		/* the connect or the sync round in flight */
@@ -722,20 +727,15 @@ static void fleet_open(struct fleet *fleet, const char *address)
 	fleet_arm_deadline(fleet);
 }
 
-/* Cancel the lookups still running, free their answers and the delay. A
- * cancelled lookup is called back later, from the loop, and touches
- * nothing then. */
+/* Cancel the lookups still running, free their answers and the delay. */
 static void fleet_lookups_end(struct fleet *fleet)
 {
 	for (size_t i = 0; i < FLEET_LOOKUPS; i++) {
 		struct fleet_lookup *l = &fleet->lookups[i];
-		struct evdns_getaddrinfo_request *req = l->request;
 
+		name_lookup_cancel(l->request);
 		l->request = NULL;
-		if (req != NULL)
-			evdns_getaddrinfo_cancel(req);
-		if (l->addresses != NULL)
-			evutil_freeaddrinfo(l->addresses);
+		dns_addresses_free(l->addresses);
 		l->addresses = NULL;
 		l->done = false;
 		l->error = 0;
@@ -754,16 +754,14 @@ static void fleet_resolved(struct fleet *fleet)
 	const void *in;
 	struct evutil_addrinfo *ai;
 	unsigned count = 0, turn;
-	int error;
 
 	for (size_t i = 0; i < FLEET_LOOKUPS; i++)
 		for (ai = fleet->lookups[i].addresses; ai != NULL; ai = ai->ai_next)
 			count++;
 	if (count == 0) {
-		/* the IPv4 lookup's error says more (most names have IPv4) */
-		error = v4->error != 0 ? v4->error : v6->error;
+		/* in an upstream's 502's words */
 		snprintf(why, sizeof(why), "cannot resolve %s: %s", fleet->host,
-			 error != 0 ? evutil_gai_strerror(error) : "no address");
+			 name_lookup_failure(v4->error, v6->error));
 		fleet_lookups_end(fleet);
 		fleet_lost(fleet, why, false);
 		return;
@@ -801,22 +799,18 @@ static void fleet_resolution_step(struct fleet *fleet)
 }
 
 /* One family's answer (or failure), without blocking the loop. */
-static void fleet_resolved_cb(int result, struct evutil_addrinfo *res, void *arg)
+static void fleet_resolved_cb(struct evutil_addrinfo *addresses, int error, uint64_t ttl_ms,
+			      void *arg)
 {
 	struct fleet_lookup *l = arg;
 
-	/* a cancelled lookup, perhaps of a fleet freed since: l is not to be
-	 * touched */
-	if (result == EVUTIL_EAI_CANCEL)
-		return;
+	/* resolved again at every connect: the TTL plays no part */
+	(void)ttl_ms;
 	l->request = NULL;
 	l->done = true;
-	l->error = result;
-	if (result == 0)
-		l->addresses = res; /* NULL when the hosts file has the other family only */
-	else if (res != NULL)
-		evutil_freeaddrinfo(res);
-	/* answered inside evdns_getaddrinfo(): fleet_connect goes on */
+	l->error = error;
+	l->addresses = addresses; /* NULL when the hosts file has the other family only */
+	/* answered inside name_lookup_start(): fleet_connect goes on */
 	if (!l->fleet->resolving_inline)
 		fleet_resolution_step(l->fleet);
 }
@@ -843,15 +837,11 @@ static void fleet_connect(struct fleet *fleet)
 	static const int families[FLEET_LOOKUPS] = {
 		[FLEET_LOOKUP_V6] = AF_INET6, [FLEET_LOOKUP_V4] = AF_INET
 	};
-	struct evutil_addrinfo hints;
 
 	if (fleet->socket != NULL || fleet_is_numeric(fleet->host)) {
 		fleet_open(fleet, fleet->host);
 		return;
 	}
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_protocol = IPPROTO_TCP;
 	/* No deadline here: a resolver's own timeouts end a lookup, and one
 	 * that takes seconds (a slow DNS server) would be cut off at every
 	 * attempt, and the fleet never connect. */
@@ -860,22 +850,22 @@ static void fleet_connect(struct fleet *fleet)
 	for (size_t i = 0; i < FLEET_LOOKUPS; i++) {
 		struct fleet_lookup *l = &fleet->lookups[i];
 
-		hints.ai_family = families[i];
 		/* NULL when answered at once (the callback ran already) */
-		l->request = evdns_getaddrinfo(fleet->dns, fleet->lookup, NULL, &hints,
-					       fleet_resolved_cb, l);
+		l->request = name_lookup_start(fleet->hosts, fleet->dns, fleet->lookup, families[i],
+					       fleet->port, fleet_resolved_cb, l);
 	}
 	fleet->resolving_inline = false;
 	fleet_resolution_step(fleet);
 }
 
-struct fleet *fleet_new(struct event_base *base, struct evdns_base *dns,
+struct fleet *fleet_new(struct event_base *base, struct evdns_base *hosts, struct evdns_base *dns,
 			struct evdns_base *dns_absolute, const struct fleet_config *config)
 {
 	struct fleet *fleet = xcalloc(1, sizeof(*fleet));
 	struct timeval tv = timeval_from_ms(config->sync_interval_ms);
 
 	fleet->base = base;
+	fleet->hosts = hosts;
 	fleet->dns = dns;
 	fleet->redis = xstrdup(config->redis);
 	if (config->redis_host != NULL) {

@@ -103,8 +103,8 @@ static void proxy_apply_fleet(struct proxy *proxy, const struct config *config)
 	if (config->fleet.redis == NULL)
 		return;
 	if (proxy->fleet == NULL)
-		proxy->fleet =
-			fleet_new(proxy->base, proxy->dns, proxy->dns_absolute, &config->fleet);
+		proxy->fleet = fleet_new(proxy->base, proxy->hosts, proxy->dns, proxy->dns_absolute,
+					 &config->fleet);
 	fleet_set_routes(proxy->fleet, config);
 	retry_budget_book_set_fleet(proxy->budgets, proxy->fleet);
 }

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -20,6 +19,7 @@
 #include "dns_cache.h"
 #include "happy_eyeballs.h"
 #include "log.h"
+#include "name_lookup.h"
 #include "proxy.h"
 #include "tls.h"
 #include "xmalloc.h"
@@ -46,24 +46,15 @@ static const int upstream_lookup_family[UPSTREAM_LOOKUPS] = { AF_INET6, AF_INET 
  * begins without it: RFC 8305's Resolution Delay. */
 #define UPSTREAM_RESOLUTION_DELAY_MS 50
 
-/* A question out to DNS. The resolver calls back exactly once, even after
- * evdns_cancel_request() (with DNS_ERR_CANCEL, or with the answer it had
- * already scheduled, from the loop): the ticket outlives the connect, and
- * its lookup is NULL once nobody waits for the answer. */
-struct upstream_ticket {
-	struct upstream_lookup *lookup;
-	struct evdns_request *request;
-};
-
 struct upstream_lookup {
 	struct upstream_connect *uc;
-	struct upstream_ticket *ticket;	   /* while its question is out */
+	struct name_lookup *request;	   /* while its question is out */
 	struct evutil_addrinfo *addresses; /* its answer (dns_addresses_add()); NULL for none */
 	struct dns_cache_entry *cached;	   /* holds addresses when not NULL */
 	struct upstream_attempt *attempts; /* one per address, once taken */
 	size_t count;			   /* of attempts */
 	uint64_t ttl_ms;		   /* the answer's TTL; UINT64_MAX: none given */
-	int error;			   /* DNS_ERR_* when it failed */
+	int error;			   /* DNS_ERR_* (or NAME_LOOKUP_NOT_ASKED) when it failed */
 	bool done;
 	bool taken; /* its addresses are among the attempts */
 };
@@ -93,7 +84,7 @@ struct upstream_connect {
 	bool short_failed;     /* an attempt failed for want of the proxy's own resources
 				* (descriptors, ports, its TLS set-up) */
 	bool network_failed;   /* ... and one for a reason of the network's or upstream's */
-	bool resolving_inline; /* inside evdns_getaddrinfo() on the hosts file */
+	bool resolving_inline; /* inside name_lookup_start(), which may answer at once */
 	bool literal;	       /* the host is an address: nothing to keep */
 	bool resolved;	       /* attempts laid out: connecting has begun */
 	bool resolution_delay_over;
@@ -212,10 +203,7 @@ static void upstream_connect_free(struct upstream_connect *uc)
 	for (i = 0; i < UPSTREAM_LOOKUPS; i++) {
 		struct upstream_lookup *l = &uc->lookups[i];
 
-		if (l->ticket != NULL) {
-			l->ticket->lookup = NULL;
-			evdns_cancel_request(NULL, l->ticket->request);
-		}
+		name_lookup_cancel(l->request);
 		if (l->cached != NULL)
 			dns_cache_release(l->cached);
 		else
@@ -461,55 +449,15 @@ static void upstream_take_answers(struct upstream_connect *uc)
 	free(candidates);
 }
 
-/* A lookup's error when evdns would not ask the question at all: a name
- * over 255 bytes, or with a label over 63. Beside the DNS_ERR_* codes,
- * which are 0 or more. */
-#define UPSTREAM_DNS_NOT_ASKED (-1)
-
-/* What a lookup's failure says, for the 502 and the log: an operator
- * tells a dead resolver (timed out) from a refusing or failing one. */
-static const char *upstream_dns_error_text(int error)
-{
-	switch (error) {
-	case UPSTREAM_DNS_NOT_ASKED:
-		return "the name cannot be asked of DNS (over 255 bytes, or a label over 63)";
-	case DNS_ERR_NOTEXIST:
-		return "no such name (NXDOMAIN)";
-	case DNS_ERR_NONE:
-	case DNS_ERR_NODATA:
-		return "the name has no address (no A or AAAA record)";
-	case DNS_ERR_SERVERFAILED:
-		return "the DNS server failed (SERVFAIL)";
-	/* libevent 2.1 takes a SERVFAIL as a timeout: it sends the question
-	 * again, and gives up as it does on silence */
-	case DNS_ERR_REFUSED:
-		return "the DNS server refused the query (REFUSED)";
-	case DNS_ERR_TIMEOUT:
-		return "no answer from the DNS server (timed out, or SERVFAIL at every attempt)";
-	case DNS_ERR_TRUNCATED:
-		return "the DNS answer was truncated (too large for UDP) or ill-formed";
-	case DNS_ERR_FORMAT:
-		return "the DNS server could not read the query (FORMERR)";
-	case DNS_ERR_NOTIMPL:
-		return "the DNS server does not do such queries (NOTIMP)";
-	default:
-		return evdns_err_to_string(error);
-	}
-}
-
-/* The failure to report when neither lookup gave an address: the IPv4
- * one's, unless it only said the name has no such address. */
+/* The failure to report when neither lookup gave an address. */
 static void upstream_dns_failed(struct upstream_connect *uc)
 {
 	const struct upstream_lookup *v4 = &uc->lookups[UPSTREAM_LOOKUP_V4];
 	const struct upstream_lookup *v6 = &uc->lookups[UPSTREAM_LOOKUP_V6];
-	int error = v4->error;
 	char reason[UPSTREAM_REASON_MAX];
 
-	if (error == DNS_ERR_NONE || error == DNS_ERR_NODATA)
-		error = v6->error != DNS_ERR_NONE ? v6->error : error;
 	snprintf(reason, sizeof(reason), "cannot resolve %s: %s", uc->host,
-		 upstream_dns_error_text(error));
+		 name_lookup_failure(v4->error, v6->error));
 	upstream_connect_finish(uc, NULL, TRY_DNS, reason);
 }
 
@@ -644,80 +592,19 @@ static void upstream_lookup_answered(struct upstream_lookup *l)
 	}
 }
 
-/* The hosts file's answer, given at once (evdns_getaddrinfo() on the
- * resolver that has the hosts file and no nameserver); a name it lacks
- * leaves the lookup as it was. */
-static void upstream_hosts_cb(int result, struct evutil_addrinfo *res, void *arg)
+/* The lookup's answer (name_lookup.c): its addresses, with the endpoint's
+ * port, or its error, and how long it may be kept. */
+static void upstream_lookup_cb(struct evutil_addrinfo *addresses, int error, uint64_t ttl_ms,
+			       void *arg)
 {
 	struct upstream_lookup *l = arg;
 
-	/* a question the hosts file could not answer, queued and cancelled
-	 * at once, comes back with EVUTIL_EAI_CANCEL from the loop, maybe once
-	 * uc is freed: l is not to be touched */
-	if (result != 0)
-		return;
+	l->request = NULL;
 	l->done = true;
-	l->error = DNS_ERR_NONE;
-	/* NULL when the hosts file has the other family only */
-	l->addresses = dns_addresses_copy(res);
-	if (res != NULL)
-		evutil_freeaddrinfo(res);
+	l->addresses = addresses;
+	l->error = error;
+	l->ttl_ms = ttl_ms;
 	upstream_lookup_answered(l);
-}
-
-/* DNS's answer (evdns_base_resolve_ipv4/6): the addresses with the
- * endpoint's port, or the error, with the records' TTL. */
-static void upstream_resolve_cb(int result, char type, int count, int ttl, void *addresses,
-				void *arg)
-{
-	struct upstream_ticket *ticket = arg;
-	struct upstream_lookup *l = ticket->lookup;
-	struct evutil_addrinfo *list = NULL;
-	uint16_t port;
-
-	free(ticket);
-	if (l == NULL)
-		return;
-	l->ticket = NULL;
-	port = l->uc->endpoint.port;
-	for (int i = 0; result == DNS_ERR_NONE && i < count; i++) {
-		if (type == DNS_IPv4_A)
-			list = dns_addresses_add_ip(list, AF_INET,
-						    (const char *)addresses + 4 * (size_t)i, port);
-		else if (type == DNS_IPv6_AAAA)
-			list = dns_addresses_add_ip(list, AF_INET6,
-						    (const char *)addresses + 16 * (size_t)i, port);
-	}
-	l->done = true;
-	l->addresses = list;
-	l->error = result != DNS_ERR_NONE ? result : list == NULL ? DNS_ERR_NODATA : DNS_ERR_NONE;
-	if (list != NULL)
-		l->ttl_ms = ttl > 0 ? (uint64_t)ttl * 1000 : 0;
-	upstream_lookup_answered(l);
-}
-
-/* Ask DNS for the lookup's family; the answer comes from the loop. */
-static void upstream_ask_dns(struct upstream_connect *uc, struct upstream_lookup *l, int family)
-{
-	struct evdns_base *dns = uc->endpoint.absolute ? uc->proxy->dns_absolute : uc->proxy->dns;
-	struct upstream_ticket *ticket = xcalloc(1, sizeof(*ticket));
-
-	ticket->lookup = l;
-	if (family == AF_INET6)
-		ticket->request =
-			evdns_base_resolve_ipv6(dns, uc->host, 0, upstream_resolve_cb, ticket);
-	else
-		ticket->request =
-			evdns_base_resolve_ipv4(dns, uc->host, 0, upstream_resolve_cb, ticket);
-	if (ticket->request == NULL) {
-		/* not asked at all (a name too long for a question) */
-		free(ticket);
-		l->done = true;
-		l->error = UPSTREAM_DNS_NOT_ASKED;
-		event_active(uc->step, 0, 0);
-		return;
-	}
-	l->ticket = ticket;
 }
 
 /* Continue from the loop after a synchronous result. */
@@ -812,19 +699,7 @@ static int upstream_literal_family(const char *host)
 	return AF_UNSPEC;
 }
 
-/* Is host localhost or a name under .localhost (RFC 6761 section 6.3)? */
-static bool upstream_is_localhost(const char *host)
-{
-	static const char suffix[] = ".localhost";
-	size_t n = strlen(host);
-	size_t k = sizeof(suffix) - 1;
-
-	return strcasecmp(host, "localhost") == 0 ||
-	       (n > k && strcasecmp(host + n - k, suffix) == 0);
-}
-
-/* Answer a lookup for an address of its family, written as text (an
- * address literal, a localhost name's loopback address): no question for
+/* Answer a lookup for an address literal of its family: no question for
  * DNS; taken from the loop, as the hosts file's answer is. */
 static void upstream_answer_address(struct upstream_connect *uc, struct upstream_lookup *l,
 				    const char *text)
@@ -841,23 +716,6 @@ static void upstream_answer_address(struct upstream_connect *uc, struct upstream
 	event_active(uc->step, 0, 0);
 }
 
-/* The hosts file's answer, if it names the host: true when it did (the
- * lookup is answered). The resolver that has the hosts file and no
- * nameserver answers at once or queues the question for a nameserver it
- * does not have, which is cancelled: nothing is ever sent. */
-static bool upstream_hosts_answer(struct upstream_connect *uc, struct upstream_lookup *l,
-				  const char *port, const struct evutil_addrinfo *hints)
-{
-	struct evdns_getaddrinfo_request *req;
-
-	uc->resolving_inline = true;
-	req = evdns_getaddrinfo(uc->proxy->hosts, uc->host, port, hints, upstream_hosts_cb, l);
-	uc->resolving_inline = false;
-	if (!l->done && req != NULL)
-		evdns_getaddrinfo_cancel(req);
-	return l->done;
-}
-
 struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						const struct upstream_endpoint *endpoint,
 						const struct tls_policy *tls,
@@ -866,11 +724,9 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						void *arg)
 {
 	struct upstream_connect *uc = xcalloc(1, sizeof(*uc));
-	struct evutil_addrinfo hints;
-	char port[8];
+	struct evdns_base *dns = endpoint->absolute ? proxy->dns_absolute : proxy->dns;
 	struct timeval tv = timeval_from_ms(timeout_ms);
 	int literal;
-	bool localhost;
 
 	uc->proxy = proxy;
 	uc->host = xstrdup(endpoint->host);
@@ -888,13 +744,8 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	uc->step = event_new(proxy->base, -1, 0, upstream_step_cb, uc);
 	evtimer_add(uc->timer, &tv);
 
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_protocol = IPPROTO_TCP;
-	snprintf(port, sizeof(port), "%u", endpoint->port);
 	literal = upstream_literal_family(uc->host);
 	uc->literal = literal != AF_UNSPEC;
-	localhost = !uc->literal && upstream_is_localhost(uc->host);
 	for (size_t i = 0; i < UPSTREAM_LOOKUPS; i++) {
 		struct upstream_lookup *l = &uc->lookups[i];
 		int family = upstream_lookup_family[i];
@@ -912,17 +763,12 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 		}
 		if (upstream_cached_answer(uc, l))
 			continue;
-		hints.ai_family = family;
-		if (upstream_hosts_answer(uc, l, port, &hints))
-			continue;
-		/* a localhost name the hosts file lacks is loopback, as glibc
-		 * with nss-myhostname, systemd-resolved and browsers answer it:
-		 * never a question to DNS (RFC 6761 section 6.3), whose answer
-		 * could send the request elsewhere */
-		if (localhost)
-			upstream_answer_address(uc, l, family == AF_INET6 ? "::1" : "127.0.0.1");
-		else
-			upstream_ask_dns(uc, l, family);
+		/* an answer had at once (the hosts file's, a localhost name's
+		 * loopback) is taken from the loop */
+		uc->resolving_inline = true;
+		l->request = name_lookup_start(proxy->hosts, dns, uc->host, family, endpoint->port,
+					       upstream_lookup_cb, l);
+		uc->resolving_inline = false;
 	}
 	return uc;
 }

@@ -1,0 +1,201 @@
+#include "name_lookup.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include <event2/dns.h>
+
+#include "dns_cache.h"
+#include "xmalloc.h"
+
+/* A question out to DNS. The resolver calls back exactly once, even after
+ * evdns_cancel_request() (with DNS_ERR_CANCEL, or with the answer it had
+ * already scheduled, from the loop): the lookup outlives its asker, and
+ * its cb is NULL once nobody waits for the answer. */
+struct name_lookup {
+	name_lookup_cb cb;
+	void *arg;
+	uint16_t port;
+	struct evdns_request *request;
+};
+
+/* The hosts file's answer, which the resolver without nameservers gives
+ * at once or never. */
+struct name_lookup_hosts {
+	bool answered;
+	struct evutil_addrinfo *addresses;
+};
+
+static void name_lookup_hosts_cb(int result, struct evutil_addrinfo *res, void *arg)
+{
+	struct name_lookup_hosts *answer = arg;
+
+	/* a question the hosts file could not answer, queued and cancelled at
+	 * once, comes back with EVUTIL_EAI_CANCEL from the loop, long after
+	 * the answer on the stack is gone: it is not to be touched */
+	if (result != 0)
+		return;
+	answer->answered = true;
+	/* NULL when the hosts file has the other family only */
+	answer->addresses = dns_addresses_copy(res);
+	if (res != NULL)
+		evutil_freeaddrinfo(res);
+}
+
+/* Whether the hosts file names host; its addresses of family if so. Nothing
+ * is ever sent: a question it cannot answer is queued for a nameserver the
+ * resolver does not have, and cancelled. */
+static bool name_lookup_in_hosts(struct evdns_base *hosts, const char *host, int family,
+				 uint16_t port, struct evutil_addrinfo **addresses)
+{
+	struct name_lookup_hosts answer = { false, NULL };
+	struct evdns_getaddrinfo_request *req;
+	struct evutil_addrinfo hints;
+	char service[8];
+
+	if (hosts == NULL)
+		return false;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = family;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_protocol = IPPROTO_TCP;
+	snprintf(service, sizeof(service), "%u", port);
+	req = evdns_getaddrinfo(hosts, host, service, &hints, name_lookup_hosts_cb, &answer);
+	if (!answer.answered && req != NULL)
+		evdns_getaddrinfo_cancel(req);
+	*addresses = answer.addresses;
+	return answer.answered;
+}
+
+/* DNS's answer: the addresses with the asker's port, or the error, with the
+ * records' TTL. */
+static void name_lookup_resolve_cb(int result, char type, int count, int ttl, void *addresses,
+				   void *arg)
+{
+	struct name_lookup *lookup = arg;
+	name_lookup_cb cb = lookup->cb;
+	void *cb_arg = lookup->arg;
+	uint16_t port = lookup->port;
+	struct evutil_addrinfo *list = NULL;
+	int error;
+
+	free(lookup);
+	if (cb == NULL)
+		return;
+	for (int i = 0; result == DNS_ERR_NONE && i < count; i++) {
+		if (type == DNS_IPv4_A)
+			list = dns_addresses_add_ip(list, AF_INET,
+						    (const char *)addresses + 4 * (size_t)i, port);
+		else if (type == DNS_IPv6_AAAA)
+			list = dns_addresses_add_ip(list, AF_INET6,
+						    (const char *)addresses + 16 * (size_t)i, port);
+	}
+	error = result != DNS_ERR_NONE ? result : list == NULL ? DNS_ERR_NODATA : DNS_ERR_NONE;
+	cb(list, error, list != NULL ? (ttl > 0 ? (uint64_t)ttl * 1000 : 0) : UINT64_MAX, cb_arg);
+}
+
+struct name_lookup *name_lookup_start(struct evdns_base *hosts, struct evdns_base *dns,
+				      const char *host, int family, uint16_t port,
+				      name_lookup_cb cb, void *arg)
+{
+	struct evutil_addrinfo *addresses = NULL;
+	struct name_lookup *lookup;
+
+	if (name_lookup_in_hosts(hosts, host, family, port, &addresses)) {
+		cb(addresses, DNS_ERR_NONE, UINT64_MAX, arg);
+		return NULL;
+	}
+	/* a localhost name the hosts file lacks is loopback, as glibc with
+	 * nss-myhostname, systemd-resolved and browsers answer it: never a
+	 * question to DNS, whose answer could send the connection elsewhere */
+	if (name_is_localhost(host)) {
+		static const struct in6_addr loopback6 = IN6ADDR_LOOPBACK_INIT;
+		uint32_t loopback4 = htonl(INADDR_LOOPBACK);
+
+		addresses = dns_addresses_add_ip(
+			NULL, family, family == AF_INET6 ? (const void *)&loopback6 : &loopback4,
+			port);
+		cb(addresses, DNS_ERR_NONE, 0, arg);
+		return NULL;
+	}
+	lookup = xcalloc(1, sizeof(*lookup));
+	lookup->cb = cb;
+	lookup->arg = arg;
+	lookup->port = port;
+	if (family == AF_INET6)
+		lookup->request =
+			evdns_base_resolve_ipv6(dns, host, 0, name_lookup_resolve_cb, lookup);
+	else
+		lookup->request =
+			evdns_base_resolve_ipv4(dns, host, 0, name_lookup_resolve_cb, lookup);
+	if (lookup->request == NULL) {
+		free(lookup);
+		cb(NULL, NAME_LOOKUP_NOT_ASKED, UINT64_MAX, arg);
+		return NULL;
+	}
+	return lookup;
+}
+
+void name_lookup_cancel(struct name_lookup *lookup)
+{
+	if (lookup == NULL)
+		return;
+	/* freed by its callback, which the resolver still makes */
+	lookup->cb = NULL;
+	evdns_cancel_request(NULL, lookup->request);
+}
+
+bool name_is_localhost(const char *host)
+{
+	static const char suffix[] = ".localhost";
+	size_t n = strlen(host);
+	size_t k = sizeof(suffix) - 1;
+
+	return strcasecmp(host, "localhost") == 0 ||
+	       (n > k && strcasecmp(host + n - k, suffix) == 0);
+}
+
+/* What one lookup's error says: an operator tells a dead resolver (timed
+ * out) from a refusing or failing one. */
+static const char *name_lookup_error_text(int error)
+{
+	switch (error) {
+	case NAME_LOOKUP_NOT_ASKED:
+		return "the name cannot be asked of DNS (over 255 bytes, or a label over 63)";
+	case DNS_ERR_NOTEXIST:
+		return "no such name (NXDOMAIN)";
+	case DNS_ERR_NONE:
+	case DNS_ERR_NODATA:
+		return "the name has no address (no A or AAAA record)";
+	case DNS_ERR_SERVERFAILED:
+		return "the DNS server failed (SERVFAIL)";
+	/* libevent 2.1 takes a SERVFAIL as a timeout: it sends the question
+	 * again, and gives up as it does on silence */
+	case DNS_ERR_REFUSED:
+		return "the DNS server refused the query (REFUSED)";
+	case DNS_ERR_TIMEOUT:
+		return "no answer from the DNS server (timed out, or SERVFAIL at every attempt)";
+	case DNS_ERR_TRUNCATED:
+		return "the DNS answer was truncated (too large for UDP) or ill-formed";
+	case DNS_ERR_FORMAT:
+		return "the DNS server could not read the query (FORMERR)";
+	case DNS_ERR_NOTIMPL:
+		return "the DNS server does not do such queries (NOTIMP)";
+	default:
+		return evdns_err_to_string(error);
+	}
+}
+
+const char *name_lookup_failure(int v4_error, int v6_error)
+{
+	int error = v4_error;
+
+	if (error == DNS_ERR_NONE || error == DNS_ERR_NODATA)
+		error = v6_error != DNS_ERR_NONE ? v6_error : error;
+	return name_lookup_error_text(error);
+}

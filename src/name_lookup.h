@@ -1,0 +1,56 @@
+#ifndef RETRYPROXY_NAME_LOOKUP_H
+#define RETRYPROXY_NAME_LOOKUP_H
+
+/*
+ * One family's lookup of a host name, the one way upstreams and the
+ * fleet's Redis are resolved: the hosts file first; then localhost and
+ * names under .localhost are loopback, never asked of DNS (RFC 6761
+ * section 6.3); then DNS, with evdns_base_resolve_ipv4/6, which give the
+ * records' TTL and the resolver's own error (NXDOMAIN, REFUSED, ...).
+ * Address literals are the caller's: they are no question at all.
+ */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <event2/util.h>
+
+struct evdns_base;
+struct name_lookup; /* a question out to DNS */
+
+/* A lookup's error when evdns would not ask the question at all: a name
+ * over 255 bytes, or with a label over 63. Beside the DNS_ERR_* codes,
+ * which are 0 or more. */
+#define NAME_LOOKUP_NOT_ASKED (-1)
+
+/* A lookup ended: addresses (a list made by dns_addresses_add(), which the
+ * callee owns from now on; NULL for none), error (DNS_ERR_NONE,
+ * DNS_ERR_NODATA for a DNS answer without an address of the family, another
+ * DNS_ERR_* or NAME_LOOKUP_NOT_ASKED) and how long the answer may be kept
+ * (the records' TTL; UINT64_MAX for the hosts file's, which has none; 0 for
+ * a loopback answer, which costs nothing to give again). */
+typedef void (*name_lookup_cb)(struct evutil_addrinfo *addresses, int error, uint64_t ttl_ms,
+			       void *arg);
+
+/* Look host (normalised, without a trailing dot) up for family (AF_INET or
+ * AF_INET6), its addresses carrying port: in hosts (a resolver with the
+ * hosts file and no nameserver), then as a localhost name, then in dns. An
+ * answer had at once (the hosts file's, loopback, a name that cannot be
+ * asked) is given by calling cb before this returns, and NULL is returned;
+ * else the question out, whose answer cb gets from the loop. */
+struct name_lookup *name_lookup_start(struct evdns_base *hosts, struct evdns_base *dns,
+				      const char *host, int family, uint16_t port,
+				      name_lookup_cb cb, void *arg);
+
+/* Stop waiting for a question's answer: cb is not called. */
+void name_lookup_cancel(struct name_lookup *lookup);
+
+/* Is host localhost or a name under .localhost (RFC 6761 section 6.3)? */
+bool name_is_localhost(const char *host);
+
+/* What a name's failed lookups say, for a 502 and a log line: the IPv4
+ * lookup's error (most names have IPv4), unless it only said the name has
+ * no such address; then the IPv6 one's. */
+const char *name_lookup_failure(int v4_error, int v6_error);
+
+#endif

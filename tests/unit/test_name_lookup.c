@@ -1,0 +1,215 @@
+/* Unit tests for name_lookup.c: the hosts file answers at once, with the
+ * port; localhost and names under .localhost that it lacks are loopback
+ * without a question; another name is a question out, which a cancel
+ * silences; a failure is told in the resolver's words, the IPv4 lookup's
+ * first. Run under ASan, a leak or a double free fails too. */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <event2/dns.h>
+#include <event2/event.h>
+
+#include <cmocka.h>
+
+#include "dns_cache.h"
+#include "name_lookup.h"
+
+/* What a lookup's callback was given. */
+struct answer {
+	int calls;
+	struct evutil_addrinfo *addresses;
+	int error;
+	uint64_t ttl_ms;
+};
+
+static void answer_cb(struct evutil_addrinfo *addresses, int error, uint64_t ttl_ms, void *arg)
+{
+	struct answer *a = arg;
+
+	a->calls++;
+	a->addresses = addresses;
+	a->error = error;
+	a->ttl_ms = ttl_ms;
+}
+
+/* The address of a one-address answer, as text, and its port. */
+static void address_text(const struct evutil_addrinfo *ai, char *text, size_t len, uint16_t *port)
+{
+	assert_non_null(ai);
+	assert_null(ai->ai_next);
+	if (ai->ai_family == AF_INET6) {
+		const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ai->ai_addr;
+
+		inet_ntop(AF_INET6, &sin6->sin6_addr, text, (socklen_t)len);
+		*port = ntohs(sin6->sin6_port);
+	} else {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)ai->ai_addr;
+
+		inet_ntop(AF_INET, &sin->sin_addr, text, (socklen_t)len);
+		*port = ntohs(sin->sin_port);
+	}
+}
+
+struct resolvers {
+	struct event_base *base;
+	struct evdns_base *hosts; /* the hosts file below, no nameserver */
+	struct evdns_base *dns;	  /* no nameserver either: a question stays out */
+	char path[64];
+};
+
+static int resolvers_setup(void **state)
+{
+	struct resolvers *r = calloc(1, sizeof(*r));
+	int fd;
+	static const char hosts[] = "127.0.0.7 api.test\n::7 api.test\n127.0.0.8 app.localhost\n";
+
+	strcpy(r->path, "/tmp/test_name_lookup_XXXXXX");
+	fd = mkstemp(r->path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, hosts, sizeof(hosts) - 1), (ssize_t)(sizeof(hosts) - 1));
+	close(fd);
+	r->base = event_base_new();
+	r->hosts = evdns_base_new(r->base, 0);
+	assert_int_equal(evdns_base_load_hosts(r->hosts, r->path), 0);
+	r->dns = evdns_base_new(r->base, 0);
+	*state = r;
+	return 0;
+}
+
+static int resolvers_teardown(void **state)
+{
+	struct resolvers *r = *state;
+
+	evdns_base_free(r->hosts, 1);
+	evdns_base_free(r->dns, 1);
+	event_base_free(r->base);
+	unlink(r->path);
+	free(r);
+	return 0;
+}
+
+static void test_hosts_file_answers_at_once(void **state)
+{
+	struct resolvers *r = *state;
+	struct answer a4 = { 0 }, a6 = { 0 };
+	char text[INET6_ADDRSTRLEN];
+	uint16_t port;
+
+	assert_null(name_lookup_start(r->hosts, r->dns, "api.test", AF_INET, 8080, answer_cb, &a4));
+	assert_null(
+		name_lookup_start(r->hosts, r->dns, "api.test", AF_INET6, 8080, answer_cb, &a6));
+	assert_int_equal(a4.calls, 1);
+	assert_int_equal(a4.error, DNS_ERR_NONE);
+	assert_true(a4.ttl_ms == UINT64_MAX);
+	address_text(a4.addresses, text, sizeof(text), &port);
+	assert_string_equal(text, "127.0.0.7");
+	assert_int_equal(port, 8080);
+	assert_int_equal(a6.calls, 1);
+	address_text(a6.addresses, text, sizeof(text), &port);
+	assert_string_equal(text, "::7");
+	dns_addresses_free(a4.addresses);
+	dns_addresses_free(a6.addresses);
+}
+
+static void test_localhost_is_loopback(void **state)
+{
+	struct resolvers *r = *state;
+	const char *names[] = { "localhost", "LocalHost", "redis.localhost" };
+	char text[INET6_ADDRSTRLEN];
+	uint16_t port;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		struct answer a4 = { 0 }, a6 = { 0 };
+
+		assert_null(name_lookup_start(r->hosts, r->dns, names[i], AF_INET, 6379, answer_cb,
+					      &a4));
+		assert_null(name_lookup_start(r->hosts, r->dns, names[i], AF_INET6, 6379, answer_cb,
+					      &a6));
+		assert_int_equal(a4.calls, 1);
+		assert_int_equal(a4.error, DNS_ERR_NONE);
+		assert_true(a4.ttl_ms == 0);
+		address_text(a4.addresses, text, sizeof(text), &port);
+		assert_string_equal(text, "127.0.0.1");
+		assert_int_equal(port, 6379);
+		address_text(a6.addresses, text, sizeof(text), &port);
+		assert_string_equal(text, "::1");
+		dns_addresses_free(a4.addresses);
+		dns_addresses_free(a6.addresses);
+	}
+	/* the hosts file's answer first, when it names the name */
+	{
+		struct answer a = { 0 };
+
+		assert_null(name_lookup_start(r->hosts, r->dns, "app.localhost", AF_INET, 1,
+					      answer_cb, &a));
+		address_text(a.addresses, text, sizeof(text), &port);
+		assert_string_equal(text, "127.0.0.8");
+		dns_addresses_free(a.addresses);
+	}
+	assert_false(name_is_localhost("localhost.test"));
+	assert_false(name_is_localhost("notlocalhost"));
+	assert_false(name_is_localhost(".localhost"));
+}
+
+static void test_other_names_are_asked_and_cancelled(void **state)
+{
+	struct resolvers *r = *state;
+	struct answer a = { 0 };
+	struct name_lookup *lookup;
+	char long_label[80];
+
+	lookup = name_lookup_start(r->hosts, r->dns, "elsewhere.test", AF_INET, 80, answer_cb, &a);
+	assert_non_null(lookup);
+	assert_int_equal(a.calls, 0);
+	name_lookup_cancel(lookup);
+	/* the resolver's own callback comes from the loop, and says nothing */
+	event_base_loop(r->base, EVLOOP_NONBLOCK);
+	assert_int_equal(a.calls, 0);
+	/* a label over 63 bytes is no question */
+	memset(long_label, 'a', 70);
+	strcpy(long_label + 70, ".test");
+	assert_null(name_lookup_start(r->hosts, r->dns, long_label, AF_INET, 80, answer_cb, &a));
+	assert_int_equal(a.calls, 1);
+	assert_int_equal(a.error, NAME_LOOKUP_NOT_ASKED);
+	assert_null(a.addresses);
+}
+
+static void test_failure_words(void **state)
+{
+	(void)state;
+	assert_string_equal(name_lookup_failure(DNS_ERR_REFUSED, DNS_ERR_REFUSED),
+			    "the DNS server refused the query (REFUSED)");
+	assert_string_equal(name_lookup_failure(DNS_ERR_NOTEXIST, DNS_ERR_TIMEOUT),
+			    "no such name (NXDOMAIN)");
+	/* no IPv4 address: the IPv6 lookup's error says why */
+	assert_string_equal(
+		name_lookup_failure(DNS_ERR_NODATA, DNS_ERR_TIMEOUT),
+		"no answer from the DNS server (timed out, or SERVFAIL at every attempt)");
+	assert_string_equal(name_lookup_failure(DNS_ERR_NODATA, DNS_ERR_NODATA),
+			    "the name has no address (no A or AAAA record)");
+	assert_string_equal(name_lookup_failure(NAME_LOOKUP_NOT_ASKED, NAME_LOOKUP_NOT_ASKED),
+			    "the name cannot be asked of DNS (over 255 bytes, or a label over 63)");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hosts_file_answers_at_once),
+		cmocka_unit_test(test_localhost_is_loopback),
+		cmocka_unit_test(test_other_names_are_asked_and_cancelled),
+		cmocka_unit_test(test_failure_words),
+	};
+
+	return cmocka_run_group_tests(tests, resolvers_setup, resolvers_teardown);
+}
