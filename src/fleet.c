@@ -139,6 +139,8 @@ struct fleet {
 	unsigned pending;		 /* replies the sync round in flight still awaits */
 	bool down_logged;		 /* "local budgets" was said; said again only after an up */
 	bool send_failed_logged;	 /* a sync could not be queued, and that was said */
+	uint64_t short_windows_said;	 /* hash of the routes last warned about for a window
+					  * under four sync intervals; 0: none */
 	uint64_t reasons[FLEET_REASONS]; /* why it is down, each warned once: hashes */
 	unsigned reasons_said;
 	struct retry_rng rng;
@@ -989,13 +991,50 @@ static void fleet_route_take(struct fleet *fleet, const struct route *route)
 	fr->closing = false;
 	fr->ratio = budget->ratio;
 	fr->min_per_second = budget->min_per_second;
-	/* counts reach Redis one interval late and leases cover two: against
-	 * a short window the fleet would decide on stale counts */
-	if (fleet->sync_interval_ms * 4 > budget->window_ms)
-		log_warn("fleet %s: route %s: sync_interval %llu ms is more than a quarter of its "
-			 "budget window (%llu ms); the fleet's counts lag behind the window",
-			 fleet->name, route->name, (unsigned long long)fleet->sync_interval_ms,
-			 (unsigned long long)budget->window_ms);
+}
+
+/* Append ", name (N ms)" (no comma first) to the list at *list, of *len
+ * bytes. */
+static void fleet_list_route(char **list, size_t *len, const struct route *route)
+{
+	char window[32];
+	size_t add;
+
+	snprintf(window, sizeof(window), " (%llu ms)",
+		 (unsigned long long)route->retry.budget.window_ms);
+	add = (*len > 0 ? 2 : 0) + strlen(route->name) + strlen(window);
+	*list = xrealloc(*list, *len + add + 1);
+	snprintf(*list + *len, add + 1, "%s%s%s", *len > 0 ? ", " : "", route->name, window);
+	*len += add;
+}
+
+/* Counts reach Redis one interval late and leases cover two: against a
+ * window shorter than four sync intervals the fleet decides on stale
+ * counts. One warning names every such route, when a config brings a list
+ * other than the one warned about last: not again at an unchanged reload. */
+static void fleet_warn_short_windows(struct fleet *fleet, const struct config *config)
+{
+	char *list = NULL;
+	size_t len = 0, count = 0;
+	uint64_t said;
+
+	for (size_t i = 0; i <= config->route_count; i++) {
+		const struct route *route =
+			i == 0 ? &config->default_route : &config->routes[i - 1];
+
+		if (fleet->sync_interval_ms * 4 > route->retry.budget.window_ms) {
+			fleet_list_route(&list, &len, route);
+			count++;
+		}
+	}
+	said = list != NULL ? hash_string(list) : 0;
+	if (list != NULL && said != fleet->short_windows_said)
+		log_warn("fleet %s: sync_interval %llu ms is more than a quarter of the budget "
+			 "window of route%s %s; the fleet's counts lag behind %s",
+			 fleet->name, (unsigned long long)fleet->sync_interval_ms,
+			 count > 1 ? "s" : "", list, count > 1 ? "those windows" : "the window");
+	fleet->short_windows_said = said;
+	free(list);
 }
 
 void fleet_set_routes(struct fleet *fleet, const struct config *config)
@@ -1005,6 +1044,7 @@ void fleet_set_routes(struct fleet *fleet, const struct config *config)
 	fleet_route_take(fleet, &config->default_route);
 	for (size_t i = 0; i < config->route_count; i++)
 		fleet_route_take(fleet, &config->routes[i]);
+	fleet_warn_short_windows(fleet, config);
 	/* leases of routes dropped go; one a reply in flight still names goes
 	 * after it, as below when that reply grants a lease (no retry can
 	 * spend the tokens it holds meanwhile). While connected, one with
