@@ -96,6 +96,9 @@ struct health_actions health_step(struct health *h, const struct health_policy *
 			health_go_up(h, &act);
 		break;
 	case HEALTH_PROBE_FAILED:
+	/* no verdict: the upstream stays as it was, and the next probe comes
+	 * when due, as after a failed one (a shortage seldom passes at once) */
+	case HEALTH_PROBE_ABANDONED:
 		h->probing = false;
 		if (h->state == HEALTH_DOWN)
 			health_schedule_probe(h, policy, now_ms, &act);

@@ -10,7 +10,8 @@
  *
  * The caller maps how a connect ended: refused, DNS failure, connect
  * timeout and a failed TLS handshake are HEALTH_CONNECT_FAILED (or
- * HEALTH_PROBE_FAILED for a probe). A certificate that fails verification
+ * HEALTH_PROBE_FAILED for a probe; HEALTH_PROBE_ABANDONED for one the
+ * proxy could not make for want of its own resources). A certificate that fails verification
  * is not a health failure: the upstream answered, only its certificate is
  * wrong, so it is HEALTH_CONNECTED (or HEALTH_PROBE_CONNECTED).
  */
@@ -34,6 +35,8 @@ enum health_event {
 	HEALTH_PROBE_DUE,	/* the probe timer fired */
 	HEALTH_PROBE_CONNECTED, /* the probe in flight connected */
 	HEALTH_PROBE_FAILED,	/* the probe in flight failed to connect */
+	HEALTH_PROBE_ABANDONED, /* the probe in flight was never made: the proxy had no descriptor
+				 * or local port for it, which says nothing of the upstream */
 	HEALTH_POLICY_CHANGED,	/* a reload put a new policy in force */
 };
 

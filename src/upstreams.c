@@ -44,8 +44,10 @@ struct upstream {
 	unsigned probe_shift;		/* the next probe's first address */
 	uint64_t probes_ok;
 	uint64_t probes_failed;
-	unsigned open;				    /* connections open or opening */
-	unsigned max_open;			    /* the live config's limit */
+	uint64_t probes_short; /* not made for want of the proxy's descriptors or ports */
+	bool probe_short_said; /* ... and that was warned about since a probe was made */
+	unsigned open;	       /* connections open or opening */
+	unsigned max_open;     /* the live config's limit */
 	TAILQ_HEAD(, upstream_waiter) slot_waiters; /* waiting for a connection, oldest first */
 	unsigned slot_waiting;
 	unsigned pooled_unclaimed;  /* idle connections pooled while requests waited */
@@ -372,14 +374,33 @@ static void upstream_probe_cb(struct conn *conn, enum try_outcome failure, bool 
 	if (conn != NULL) {
 		conn_free(conn);
 		u->probes_ok++;
+		u->probe_short_said = false;
 		log_debug("upstream %s: probe connected", u->name);
 		upstream_apply(u, health_step(&u->health, &u->policy, HEALTH_PROBE_CONNECTED, now));
 	} else {
 		struct health_actions act;
 
-		u->probes_failed++;
-		log_debug("upstream %s: probe failed: %s", u->name, reason);
-		act = health_step(&u->health, &u->policy, HEALTH_PROBE_FAILED, now);
+		if (local) {
+			/* the proxy's own shortage: no verdict on the upstream,
+			 * which stays down until a probe is made; warned once a
+			 * spell, as every probe_interval would repeat it */
+			u->probes_short++;
+			if (!u->probe_short_said)
+				log_warn("upstream %s: probe not made: the proxy is short of file "
+					 "descriptors or local ports (%s); no verdict on the "
+					 "upstream, the next probe in %llu ms",
+					 u->name, reason,
+					 (unsigned long long)u->policy.probe_interval_ms);
+			else
+				log_debug("upstream %s: probe not made: %s", u->name, reason);
+			u->probe_short_said = true;
+			act = health_step(&u->health, &u->policy, HEALTH_PROBE_ABANDONED, now);
+		} else {
+			u->probes_failed++;
+			u->probe_short_said = false;
+			log_debug("upstream %s: probe failed: %s", u->name, reason);
+			act = health_step(&u->health, &u->policy, HEALTH_PROBE_FAILED, now);
+		}
 		/* a probe slower than probe_interval is followed at once by the
 		 * next: the same check as when the timer starts one */
 		if (act.start_probe && !upstream_probe_wanted(u))
@@ -774,7 +795,8 @@ void upstreams_render_metrics(const struct upstreams *set, struct evbuffer *out)
 			    "retryproxy_upstream_waiting %u\n",
 			    set->slot_waiting);
 	evbuffer_add_printf(out, "# HELP retryproxy_probes_total Probe connects to down "
-				 "upstreams, by result.\n"
+				 "upstreams, by result (local_shortage: not made for want "
+				 "of the proxy's own descriptors or ports).\n"
 				 "# TYPE retryproxy_probes_total counter\n");
 	TAILQ_FOREACH(u, &set->all, link) {
 		upstreams_series(out, "retryproxy_probes_total", u);
@@ -783,6 +805,9 @@ void upstreams_render_metrics(const struct upstreams *set, struct evbuffer *out)
 		upstreams_series(out, "retryproxy_probes_total", u);
 		evbuffer_add_printf(out, ",result=\"fail\"} %llu\n",
 				    (unsigned long long)u->probes_failed);
+		upstreams_series(out, "retryproxy_probes_total", u);
+		evbuffer_add_printf(out, ",result=\"local_shortage\"} %llu\n",
+				    (unsigned long long)u->probes_short);
 	}
 }
 

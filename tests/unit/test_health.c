@@ -31,6 +31,7 @@
 #define DUE HEALTH_PROBE_DUE
 #define P_OK HEALTH_PROBE_CONNECTED
 #define P_FAIL HEALTH_PROBE_FAILED
+#define P_SHORT HEALTH_PROBE_ABANDONED
 #define POLICY HEALTH_POLICY_CHANGED
 
 /* The state after a step; 0 marks the unused steps after a scenario's last. */
@@ -138,6 +139,23 @@ static const struct test_health_scenario test_health_scenarios[] = {
 		  { P_FAIL, 3400, ARM, 3800, S_DOWN, false, false },
 		  { DUE, 3800, PROBE, 0, S_DOWN, true, false },
 		  { P_OK, 3850, BACK, 0, S_UP, false, false },
+	  } },
+	{ "a probe the proxy could not make is no verdict: still down, the next when due, and "
+	  "no failure counted",
+	  2,
+	  500,
+	  {
+		  { FAIL, 900, 0, 0, S_UP, false, false },
+		  { FAIL, 1000, DOWN | ARM, 1500, S_DOWN, false, false },
+		  { DUE, 1500, PROBE, 0, S_DOWN, true, false },
+		  { P_SHORT, 1501, ARM, 2000, S_DOWN, false, false },
+		  { DUE, 2000, PROBE, 0, S_DOWN, true, false },
+		  { P_SHORT, 2001, ARM, 2500, S_DOWN, false, false },
+		  { DUE, 2500, PROBE, 0, S_DOWN, true, false },
+		  { P_OK, 2510, BACK, 0, S_UP, false, false },
+		  /* one left over once it is up changes nothing */
+		  { P_SHORT, 2600, 0, 0, S_UP, false, false },
+		  { FAIL, 2700, 0, 0, S_UP, false, false },
 	  } },
 	{ "one probe at a time",
 	  2,
