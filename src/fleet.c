@@ -139,6 +139,8 @@ struct fleet {
 	unsigned pending;		 /* replies the sync round in flight still awaits */
 	bool down_logged;		 /* "local budgets" was said; said again only after an up */
 	bool send_failed_logged;	 /* a sync could not be queued, and that was said */
+	bool unqueued;			 /* the latest round left a route's sync unqueued: its
+					  * budget is local, and the fleet not connected for it */
 	uint64_t short_windows_said;	 /* hash of the routes last warned about for a window
 					  * under four sync intervals; 0: none */
 	uint64_t reasons[FLEET_REASONS]; /* why it is down, each warned once: hashes */
@@ -228,6 +230,7 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 	evtimer_del(fleet->deadline);
 	evtimer_del(fleet->keepalive);
 	fleet->pending = 0;
+	fleet->unqueued = false;
 	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
 		fr->tokens = 0;
 		fr->leased = false;
@@ -292,6 +295,7 @@ static void fleet_route_unsent(struct fleet_route *fr)
 	fr->sent_back = 0;
 	fr->tokens = 0;
 	fr->leased = false;
+	fleet->unqueued = true;
 	if (!fleet->send_failed_logged)
 		log_warn("fleet %s: redis %s: cannot queue the sync of route %s (%s); its counts "
 			 "wait for the next sync, its budget is local until then",
@@ -375,6 +379,9 @@ static void fleet_round_answered(struct fleet *fleet)
 static bool fleet_sync_round(struct fleet *fleet)
 {
 	bool all = true;
+	bool was_unqueued = fleet->unqueued;
+
+	fleet->unqueued = false;
 
 	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next) {
 		uint64_t asked = fr->asked;
@@ -399,6 +406,10 @@ static bool fleet_sync_round(struct fleet *fleet)
 		}
 		fleet->pending++;
 	}
+	if (all && was_unqueued)
+		log_info("fleet %s: redis %s: the syncs are queued again; retry budgets are the "
+			 "fleet's once they answer",
+			 fleet->name, fleet->redis);
 	if (fleet->pending > 0) {
 		struct timeval tv = timeval_from_ms(FLEET_KEEPALIVE_MS);
 
@@ -1078,7 +1089,9 @@ size_t fleet_routes_kept(const struct fleet *fleet)
 
 bool fleet_connected(const struct fleet *fleet)
 {
-	return fleet->state == FLEET_CONNECTED;
+	/* a round hiredis would not queue (out of memory) left its routes to
+	 * their local budgets, connection or not */
+	return fleet->state == FLEET_CONNECTED && !fleet->unqueued;
 }
 
 struct fleet_route *fleet_route_find(struct fleet *fleet, const char *route, uint64_t window_ms)

@@ -45,7 +45,8 @@ void fleet_set_routes(struct fleet *fleet, const struct config *config);
  * sync reply is still out. For tests. */
 size_t fleet_routes_kept(const struct fleet *fleet);
 
-/* 1 while Redis answers and leases are in use. */
+/* 1 while Redis answers and leases are in use: not while the latest sync
+ * round could not queue a route's sync (its budget is local then). */
 bool fleet_connected(const struct fleet *fleet);
 
 /* The lease of a route the running config has, for this window; NULL

@@ -91,8 +91,9 @@ void metrics_pool_reuse(struct metrics *metrics);
  * certificate, or spoke something else). */
 void metrics_intercept_failure(struct metrics *metrics);
 
-/* Append retryproxy_fleet_connected: 1 while the fleet's Redis answers.
- * Only a proxy with a fleet: section has the series. */
+/* Append retryproxy_fleet_connected: 1 while the fleet's Redis answers
+ * and its leases are in use (fleet_connected()). Only a proxy with a
+ * fleet: section has the series. */
 void metrics_render_fleet(bool connected, struct evbuffer *out);
 
 /* Count a reload (SIGHUP) that went live (ok) or was refused. */

@@ -12,8 +12,11 @@ Must hold: the requests the proxy saw while its syncs could not be queued
 reach Redis with the first sync that can be (they were dropped before the
 fix, when the round was then taken for unanswered and the connection
 dropped); the failure is logged once as a warning, however many rounds it
-lasts; the connection is kept (no "retry budgets are local", the gauge
-stays 1).
+lasts, and its end once, at info level ("queued again"); the connection
+is kept (no "retry budgets are local" warning, no reconnect); while the
+syncs cannot be queued the route's budget is local, and
+retryproxy_fleet_connected says so: 0 (it stayed 1 before), then 1 again
+once they can.
 """
 
 import os
@@ -84,12 +87,21 @@ def scenario(t):
         h.eq(len(lines), 1, "warnings: %r" % lines)
         h.ok("warn" in lines[0].lower(), "level: %s" % lines[0])
 
-    @t.check("the connection is kept: no fall back, the gauge stays 1")
+    @t.check("the end of the failure is logged once, at info level")
     def _():
-        h.eq(gauge_while_failing, 1, "retryproxy_fleet_connected while failing")
-        h.eq(fleet_gauge(p), 1, "retryproxy_fleet_connected after")
+        lines = [ln for ln in p.stderr_lines() if "queued again" in ln]
+        h.eq(len(lines), 1, "lines: %r" % lines)
+        h.ok(" info " in lines[0], "level: %s" % lines[0])
+
+    @t.check("the connection is kept; the gauge is 0 while the budget is local, then 1")
+    def _():
+        h.eq(gauge_while_failing, 0, "retryproxy_fleet_connected while failing")
+        wait_gauge([p], 1, 3 * h.SLOW)
         h.eq([ln for ln in p.stderr_lines() if "retry budgets are local" in ln], [],
              "fall-back warnings")
+        connects = [ln for ln in p.stderr_lines()
+                    if "connected to redis" in ln or "answers again" in ln]
+        h.eq(len(connects), 1, "connects to Redis (one, at start): %r" % connects)
 
 
 h.run(scenario, __doc__, timeout=60)
