@@ -224,6 +224,13 @@ static void client_linger(struct client *client)
 
 	client->state = CLIENT_LINGERING;
 	conn_shutdown_write(client->conn);
+	/* the client's FIN came before (it closed in the middle of a request
+	 * head, or after the requests whose answers went out): nothing more
+	 * will come to discard, and its place among max_connections is free */
+	if (conn_input_ended(client->conn)) {
+		client_free(client);
+		return;
+	}
 	evbuffer_drain(in, evbuffer_get_length(in));
 	conn_set_input_limit(client->conn, 0);
 	conn_read_enable(client->conn, true);
@@ -327,9 +334,12 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 	access_log_write(&record);
 	free(target);
 	/* a final response to a client as much as a relayed one (SPEC:
-	 * requests_total), under route "-" as in the log: none was chosen */
-	metrics_request_done(client->proxy->metrics, metrics_unrouted(client->proxy->metrics),
-			     status, (double)record.duration_ms / 1000.0, 0);
+	 * requests_total), under route "-" as in the log: none was chosen; a
+	 * client that left with nothing answered (status 0) counts nowhere */
+	if (status != 0)
+		metrics_request_done(client->proxy->metrics,
+				     metrics_unrouted(client->proxy->metrics), status,
+				     (double)record.duration_ms / 1000.0, 0);
 }
 
 /* The longest run of empty lines the parser skips before a request line
@@ -1016,6 +1026,29 @@ static void client_head_timeout(struct client *client)
 		      "request head not complete within client_timeout");
 }
 
+/* The client's connection ended (what: CONN_EOF, or CONN_ERROR) with a
+ * request head begun and not whole: a request all the same, which gets its
+ * access line (nginx logs it as a 400). After a FIN the client may only
+ * have half-closed and still read: it is answered 400, as a head cut by
+ * client_timeout gets its 408 (RFC 9112 section 8 lets a server answer an
+ * incomplete request before it closes). A reset takes nothing more:
+ * status 0, what the client got, as for a request whose client left. */
+static void client_head_cut(struct client *client, short what)
+{
+	const char *text;
+
+	if (what & CONN_EOF) {
+		client_refuse(client, client_cut_head(client), 400,
+			      "client closed the connection during the request head");
+		return;
+	}
+	text = conn_error(client->conn) == ECONNRESET
+		       ? "client reset the connection during the request head"
+		       : "client connection lost during the request head";
+	client_log_own_answer(client, client_cut_head(client), 0, text, 0);
+	client_close(client, text);
+}
+
 /* The drain's answer time with a request head begun and not finished: as
  * client_timeout would, a 408 while there is time left to write it, rather
  * than a bare close at drain_timeout (RFC 9110 section 15.5.9). A
@@ -1061,6 +1094,8 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 		client_close_reset(client, "client stopped reading");
 	else if (what & CONN_TIMEOUT)
 		client_head_timeout(client);
+	else if (client->state == CLIENT_READING_HEAD && client->head_began_ms != 0)
+		client_head_cut(client, what); /* a head in pieces, ended before it was whole */
 	else if ((what & CONN_EOF) && client->state == CLIENT_READING_HEAD &&
 		 conn_output_length(conn) > 0)
 		client_close_after_flush(client); /* the last response still goes out */

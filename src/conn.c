@@ -1472,6 +1472,11 @@ void conn_shutdown_write_cut(struct conn *c)
 	conn_shutdown_write(c);
 }
 
+bool conn_input_ended(const struct conn *c)
+{
+	return c->eof;
+}
+
 bool conn_eof_clean(const struct conn *c)
 {
 	return !c->eof_unclean;

@@ -233,6 +233,9 @@ void conn_shutdown_write(struct conn *conn);
  * was cut (a TLS peer that closed without one). */
 void conn_shutdown_write_cut(struct conn *conn);
 
+/* Whether the peer's end of the input (CONN_EOF) has been read. */
+bool conn_input_ended(const struct conn *conn);
+
 /* After CONN_EOF: false when a TLS peer closed without a close_notify (an
  * upstream's; a client's close is taken as an EOF like any other), which
  * does not say that a body ending with the connection is whole. */

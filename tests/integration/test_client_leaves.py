@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Scenario: the account (access log and metrics) of a client that leaves
+before its request has arrived whole.
+
+Client: raw sockets to a sidecar listener: one sends part of a request
+head (its request line whole, or cut inside it) and then closes (a FIN,
+after which it still reads); one sends part of a head and resets; one
+sends nothing, or only a stray CRLF, and closes.
+Origin: the test origin (echo).
+Proxy: client_timeout 10s (no timeout ends anything here), max_attempts 1.
+Must hold: a head cut by the client's FIN gets a 400 (Connection: close)
+and an access line as a head cut by client_timeout gets its 408: status
+400, the method and target of its request line (`-` when that line was
+not whole), note "client closed the connection during the request head",
+duration_ms from the head's first byte; the proxy closes the connection
+once the 400 is written (not after lingering for input that cannot come);
+it counts in
+retryproxy_requests_total{route="-",code="400"} as the proxy's other 400s
+do, and nothing reaches the origin (before, such a client had no access
+line and counted nowhere, where nginx logs a 400). A head cut by a reset
+gets its line too, with status 0 (nothing could be sent to it) and a note
+naming the reset, and counts nowhere, as a request whose client left
+before any answer. A connection that closes having sent nothing, or only
+the empty lines a request line may follow, gets no line and counts
+nowhere.
+"""
+
+import socket
+import struct
+import time
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+  client_timeout: 10s
+defaults:
+  retry:
+    max_attempts: 1
+"""
+
+HEAD_NOTE = "client%20closed%20the%20connection%20during%20the%20request%20head"
+
+
+def scenario(t):
+    origin = t.origin()
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+
+    def unrouted(code):
+        text = h.curl(proxy.listener_url(1, "/metrics")).body.decode()
+        return h.metric(text, "retryproxy_requests_total", '{route="-",code="%d"}' % code) or 0.0
+
+    def client_connections():
+        text = h.curl(proxy.listener_url(1, "/metrics")).body.decode()
+        return h.metric(text, "retryproxy_connections", '{side="client"}')
+
+    def lines_noting(word):
+        return [h.access_fields(ln) for ln in proxy.access_lines()
+                if word in h.access_fields(ln).get("note", "")]
+
+    @t.check("a client that closes after part of a request head gets a 400 and an access line "
+             "naming its request, counted as the proxy's other 400s")
+    def _():
+        before = unrouted(400)
+        with h.RawConn(proxy.port()) as c:
+            c.send(b"GET /echo?t=cut-head HTTP/1.1\r\nHost: a.example\r\nX-Half: a")
+            time.sleep(0.3)
+            c.sock.shutdown(socket.SHUT_WR)
+            got = c.read_to_close(timeout=5 * h.SLOW)
+        h.ok(got.startswith(b"HTTP/1.1 400 "), "the cut head's answer: %r" % got[:200])
+        r = h.RawConn.over(None)
+        r.buf += got
+        answer = r.read_response()
+        h.check_error_response(answer, 400, ("closed",))
+        h.eq(answer.header("Connection"), "close", "the 400's Connection field")
+        fields = h.access_fields(proxy.access_one("t=cut-head"))
+        h.eq((fields.get("method"), fields.get("status"), fields.get("route"),
+              fields.get("attempts"), fields.get("tries"), fields.get("note")),
+             ("GET", "400", "-", "0", "-", HEAD_NOTE), "the cut head's access line")
+        h.eq(fields.get("bytes"), str(len(answer.body)), "bytes: the 400's text")
+        # from the head's first byte, 0.3 s before the close
+        h.ok(250 <= int(fields.get("duration_ms")) < 5000 * h.SLOW,
+             "duration_ms from the head's first byte: %r" % fields.get("duration_ms"))
+        h.wait_until(lambda: unrouted(400) == before + 1, 5 * h.SLOW,
+                     'requests_total{route="-",code="400"} one more')
+        h.eq([q for q in origin.requests if "cut-head" in q.target], [],
+             "requests at the origin")
+        # the client's FIN came before the 400: nothing is left to linger
+        # for, and the connection's place among max_connections is free
+        h.wait_until(lambda: client_connections() == 0, 1.5 * h.SLOW,
+                     "the proxy to close the connection after its 400 "
+                     '(retryproxy_connections{side="client"} back to 0)')
+
+    @t.check("a client that closes inside its request line: 400, its line with method and "
+             "target '-'")
+    def _():
+        before = len(lines_noting("request%20head"))
+        with h.RawConn(proxy.port()) as c:
+            c.send(b"GET /echo?t=cut-line HTT")
+            time.sleep(0.2)
+            c.close()
+        h.wait_until(lambda: len(lines_noting("request%20head")) > before, 5 * h.SLOW,
+                     "an access line for the cut request line")
+        fields = lines_noting("request%20head")[-1]
+        h.eq((fields.get("method"), fields.get("target"), fields.get("status"),
+              fields.get("note")), ("-", "-", "400", HEAD_NOTE), "the cut line's access line")
+
+    @t.check("a client that resets after part of a head: an access line with status 0 and a "
+             "note, counted nowhere")
+    def _():
+        before = unrouted(400)
+        with h.RawConn(proxy.port()) as c:
+            c.send(b"GET /echo?t=reset-head HTTP/1.1\r\nHost: a.example\r\n")
+            time.sleep(0.2)
+            c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        fields = h.access_fields(proxy.access_one("t=reset-head"))
+        h.eq((fields.get("method"), fields.get("status"), fields.get("bytes"),
+              fields.get("note")),
+             ("GET", "0", "0",
+              "client%20reset%20the%20connection%20during%20the%20request%20head"),
+             "the reset head's access line")
+        h.eq(unrouted(400), before, 'requests_total{route="-",code="400"}')
+        h.eq(unrouted(0), 0.0, 'requests_total{route="-",code="0"}')
+
+    @t.check("a connection that closes having sent nothing, or only empty lines: no access line, "
+             "counted nowhere")
+    def _():
+        lines = len(proxy.access_lines())
+        before = unrouted(400)
+        for data in (b"", b"\r\n", b"\r\n\r\n"):
+            with h.RawConn(proxy.port()) as c:
+                if data:
+                    c.send(data)
+                time.sleep(0.2)
+                c.sock.shutdown(socket.SHUT_WR)
+                h.eq(c.read_to_close(timeout=5 * h.SLOW), b"",
+                     "what the proxy sent a connection that sent %r" % data)
+        # a request served after them: its line comes after any of theirs
+        h.eq(h.fetch(proxy.port(), "GET", "/echo?t=after-idle", "a.example").status, 200,
+             "a request after them")
+        proxy.access_one("t=after-idle")
+        h.eq(len(proxy.access_lines()), lines + 1, "access lines added (the request after only)")
+        h.eq(unrouted(400), before, 'requests_total{route="-",code="400"}')
+
+
+h.run(scenario, __doc__)
