@@ -1026,6 +1026,20 @@ static void client_head_timeout(struct client *client)
 		      "request head not complete within client_timeout");
 }
 
+/* How the client's connection ended (what: CONN_EOF, or CONN_ERROR) in the
+ * middle of its request's head, or of its body: the note of its line. */
+static const char *client_cut_why(const struct client *client, short what, bool body)
+{
+	if (what & CONN_EOF)
+		return body ? "client closed the connection during the request body"
+			    : "client closed the connection during the request head";
+	if (conn_error(client->conn) == ECONNRESET)
+		return body ? "client reset the connection during the request body"
+			    : "client reset the connection during the request head";
+	return body ? "client connection lost during the request body"
+		    : "client connection lost during the request head";
+}
+
 /* The client's connection ended (what: CONN_EOF, or CONN_ERROR) with a
  * request head begun and not whole: a request all the same, which gets its
  * access line (nginx logs it as a 400). After a FIN the client may only
@@ -1035,16 +1049,12 @@ static void client_head_timeout(struct client *client)
  * status 0, what the client got, as for a request whose client left. */
 static void client_head_cut(struct client *client, short what)
 {
-	const char *text;
+	const char *text = client_cut_why(client, what, false);
 
 	if (what & CONN_EOF) {
-		client_refuse(client, client_cut_head(client), 400,
-			      "client closed the connection during the request head");
+		client_refuse(client, client_cut_head(client), 400, text);
 		return;
 	}
-	text = conn_error(client->conn) == ECONNRESET
-		       ? "client reset the connection during the request head"
-		       : "client connection lost during the request head";
 	client_log_own_answer(client, client_cut_head(client), 0, text, 0);
 	client_close(client, text);
 }
@@ -1096,6 +1106,10 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 		client_head_timeout(client);
 	else if (client->state == CLIENT_READING_HEAD && client->head_began_ms != 0)
 		client_head_cut(client, what); /* a head in pieces, ended before it was whole */
+	else if (client->exchange != NULL && exchange_request_body_owed(client->exchange))
+		/* gone as any client whose request is under way, and its line
+		 * says its body was cut (not a client that left waiting) */
+		client_close(client, client_cut_why(client, what, true));
 	else if ((what & CONN_EOF) && client->state == CLIENT_READING_HEAD &&
 		 conn_output_length(conn) > 0)
 		client_close_after_flush(client); /* the last response still goes out */

@@ -259,6 +259,11 @@ static bool exchange_body_owed(const struct exchange *ex)
 	       (ex->request_body_started && ex->state != EXCHANGE_RELAYING);
 }
 
+bool exchange_request_body_owed(const struct exchange *ex)
+{
+	return !ex->request_body.done && exchange_body_owed(ex);
+}
+
 /* A request body that stops arriving times out only while a try takes it
  * in (or the replay buffer does) and the client owes it: held, in backoff,
  * queued or connecting, it waits in the client's input through no fault of

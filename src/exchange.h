@@ -84,6 +84,10 @@ void exchange_client_drained(struct exchange *exchange);
  * hears nothing more. */
 void exchange_abort(struct exchange *exchange, const char *reason);
 
+/* Is the client still sending a request body it owes (not one it has yet
+ * to begin for a 100 Continue the upstream has not sent)? */
+bool exchange_request_body_owed(const struct exchange *exchange);
+
 /* The proxy is about to close the client's connection itself (drain_timeout,
  * shutdown): a retry under way is logged and counted as given up for the
  * drain's deadline (gave_up=deadline), not as one the client left. */

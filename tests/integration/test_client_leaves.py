@@ -5,9 +5,12 @@ before its request has arrived whole.
 Client: raw sockets to a sidecar listener: one sends part of a request
 head (its request line whole, or cut inside it) and then closes (a FIN,
 after which it still reads); one sends part of a head and resets; one
-sends nothing, or only a stray CRLF, and closes.
-Origin: the test origin (echo).
-Proxy: client_timeout 10s (no timeout ends anything here), max_attempts 1.
+sends nothing, or only a stray CRLF, and closes; one sends a PUT (its body
+kept to be re-sent) or a POST (its body streamed to its try) with 100 of
+its 1000 body bytes and closes; one closes after a whole POST, while the
+origin takes 1 s to answer.
+Origin: the test origin (echo, /delay/1).
+Proxy: client_timeout 10s (no timeout ends anything here), max_attempts 2.
 Must hold: a head cut by the client's FIN gets a 400 (Connection: close)
 and an access line as a head cut by client_timeout gets its 408: status
 400, the method and target of its request line (`-` when that line was
@@ -22,7 +25,11 @@ gets its line too, with status 0 (nothing could be sent to it) and a note
 naming the reset, and counts nowhere, as a request whose client left
 before any answer. A connection that closes having sent nothing, or only
 the empty lines a request line may follow, gets no line and counts
-nowhere.
+nowhere. A client that closes in the middle of its body is gone as one
+whose request is under way (status 0, counted nowhere), and its line's
+note says "client closed the connection during the request body" (before,
+only "client closed the connection", as for one that left with its request
+whole, waiting for the response, which keeps that note).
 """
 
 import socket
@@ -42,7 +49,7 @@ limits:
   client_timeout: 10s
 defaults:
   retry:
-    max_attempts: 1
+    max_attempts: 2
 """
 
 HEAD_NOTE = "client%20closed%20the%20connection%20during%20the%20request%20head"
@@ -147,6 +154,41 @@ def scenario(t):
         proxy.access_one("t=after-idle")
         h.eq(len(proxy.access_lines()), lines + 1, "access lines added (the request after only)")
         h.eq(unrouted(400), before, 'requests_total{route="-",code="400"}')
+
+    body_note = "client%20closed%20the%20connection%20during%20the%20request%20body"
+    for method, why, tries in (("PUT", "kept to be re-sent, before any try", "-"),
+                               ("POST", "streamed to its try", "cancelled")):
+        @t.check("a client that closes in the middle of a %s body (%s): its line says the body "
+                 "was cut, status 0, counted nowhere" % (method, why))
+        def _(method=method, tries=tries):
+            tag = "t=cut-body-%s" % method
+            before = unrouted(400)
+            with h.RawConn(proxy.port()) as c:
+                c.send(b"%s /echo?%s HTTP/1.1\r\nHost: a.example\r\nContent-Length: 1000\r\n"
+                       b"\r\n" % (method.encode(), tag.encode()) + b"a" * 100)
+                time.sleep(0.3)
+                c.sock.shutdown(socket.SHUT_WR)
+                h.eq(c.read_to_close(timeout=5 * h.SLOW), b"", "what the client got")
+            fields = h.access_fields(proxy.access_one(tag))
+            h.eq((fields.get("method"), fields.get("route"), fields.get("status"),
+                  fields.get("tries"), fields.get("note")),
+                 (method, "default", "0", tries, body_note), "the cut body's access line")
+            h.eq(unrouted(400), before, 'requests_total{route="-",code="400"}')
+            text = h.curl(proxy.listener_url(1, "/metrics")).body.decode()
+            h.eq(h.metric(text, "retryproxy_requests_total", '{route="default",code="0"}'), None,
+                 'requests_total{code="0"}')
+
+    @t.check("a client that closes after its whole body, before the response: the note says only "
+             "that it closed")
+    def _():
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("POST", "/delay/1?t=whole-body", "a.example", body=b"b" * 100))
+            time.sleep(0.3)
+            c.sock.shutdown(socket.SHUT_WR)
+            h.eq(c.read_to_close(timeout=5 * h.SLOW), b"", "what the client got")
+        fields = h.access_fields(proxy.access_one("t=whole-body"))
+        h.eq((fields.get("status"), fields.get("tries"), fields.get("note")),
+             ("0", "cancelled", "client%20closed%20the%20connection"), "its access line")
 
 
 h.run(scenario, __doc__)
