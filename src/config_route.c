@@ -686,32 +686,24 @@ static void config_route_check_budget(struct config_walk *walk, const struct yam
 	config_walk_pop(walk, mark);
 }
 
-/* A retry: mapping over the policy already in place (the defaults, for a
- * route), then the checks that involve more than one key. limits: is read
- * before defaults: and routes: whatever the file's order, so the
- * try_timeout a route falls back to is known here. */
-static void config_route_set_retry(struct config_walk *walk, const struct yaml_tree_node *node,
-				   void *field)
+/* max_backoff must not be shorter than initial_backoff: refuse it, pointing
+ * at whichever of the two this mapping sets; if it sets neither, the
+ * defaults were already reported. True when refused. */
+static bool config_route_check_backoff_order(struct config_walk *walk,
+					     const struct yaml_tree_node *node,
+					     const struct retry_policy *retry)
 {
-	struct retry_policy *retry = field;
 	const struct yaml_tree_entry *blame;
 	char max[32], initial[32];
 	size_t mark;
 
-	config_walk_mapping(walk, node, config_route_retry_keys, retry);
-	if (node->kind == YAML_TREE_MAPPING) {
-		config_route_check_hedge(walk, node, retry);
-		config_route_check_budget(walk, node, retry);
-	}
 	/* a refused key has left the value before it in place */
 	if (retry->max_backoff_ms >= retry->initial_backoff_ms ||
 	    config_walk_refused(walk, node, "initial_backoff") ||
 	    config_walk_refused(walk, node, "max_backoff"))
-		return;
+		return false;
 	config_values_format_ms(retry->max_backoff_ms, max, sizeof(max));
 	config_values_format_ms(retry->initial_backoff_ms, initial, sizeof(initial));
-	/* Point at whichever of the two this mapping sets; if it sets neither,
-	 * the defaults were already reported. */
 	if ((blame = yaml_tree_find(node, "max_backoff")) != NULL) {
 		mark = config_walk_push(walk, "max_backoff");
 		config_walk_error(walk, blame->value, "%s is shorter than initial_backoff (%s)",
@@ -721,9 +713,67 @@ static void config_route_set_retry(struct config_walk *walk, const struct yaml_t
 		config_walk_error(walk, blame->value, "%s is longer than max_backoff (%s)", initial,
 				  max);
 	} else {
-		return;
+		return false;
 	}
 	config_walk_pop(walk, mark);
+	return true;
+}
+
+/* Without full jitter every wait is at least initial_backoff (max_backoff
+ * is not shorter), and no retry starts after the deadline: with
+ * initial_backoff at or past the deadline no retry could follow a wait,
+ * whatever the rest of the policy reads as. Refuse it, pointing at the
+ * first of the keys that made it so that this mapping sets; if it sets
+ * none, the defaults were already reported. With max_attempts 1 no retry
+ * is made anyway, and the deadline still bounds a held or queued try. */
+static void config_route_check_backoff_deadline(struct config_walk *walk,
+						const struct yaml_tree_node *node,
+						const struct retry_policy *retry)
+{
+	static const char *const keys[] = { "initial_backoff", "deadline", "jitter",
+					    "max_attempts" };
+	const struct yaml_tree_entry *blame = NULL;
+	char initial[32], deadline[32];
+	size_t mark;
+
+	if (retry->jitter_full || retry->max_attempts < 2 ||
+	    retry->initial_backoff_ms < retry->deadline_ms)
+		return;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (config_walk_refused(walk, node, keys[i]))
+			return;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]) && blame == NULL; i++)
+		blame = yaml_tree_find(node, keys[i]);
+	if (blame == NULL)
+		return;
+	config_values_format_ms(retry->initial_backoff_ms, initial, sizeof(initial));
+	config_values_format_ms(retry->deadline_ms, deadline, sizeof(deadline));
+	mark = config_walk_push(walk, blame->key->text);
+	config_walk_error(walk, blame->value,
+			  "initial_backoff (%s) is not shorter than deadline (%s): every retry "
+			  "would wait until the deadline or past it, so none would be made; "
+			  "shorten initial_backoff, lengthen deadline, or use jitter: full",
+			  initial, deadline);
+	config_walk_pop(walk, mark);
+}
+
+/* A retry: mapping over the policy already in place (the defaults, for a
+ * route), then the checks that involve more than one key. limits: is read
+ * before defaults: and routes: whatever the file's order, so the
+ * try_timeout a route falls back to is known here. */
+static void config_route_set_retry(struct config_walk *walk, const struct yaml_tree_node *node,
+				   void *field)
+{
+	struct retry_policy *retry = field;
+
+	config_walk_mapping(walk, node, config_route_retry_keys, retry);
+	if (node->kind == YAML_TREE_MAPPING) {
+		config_route_check_hedge(walk, node, retry);
+		config_route_check_budget(walk, node, retry);
+	}
+	/* one refusal for a pair already wrong between themselves */
+	if (!config_route_check_backoff_order(walk, node, retry))
+		config_route_check_backoff_deadline(walk, node, retry);
 }
 
 static const struct config_walk_type config_route_type_retry = { YAML_TREE_MAPPING, "a mapping",

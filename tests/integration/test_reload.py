@@ -5,7 +5,8 @@ Client: raw GETs through a sidecar listener. Route "r" (path /r/) sends to
 origin A, with a 1.5 s backoff (4.5 s under sanitizers) before its second
 try. Then the config file is rewritten and the proxy gets SIGHUP, three
 times: (1) route r now sends to origin B; (2) an invalid file (a bad
-duration at a known line and column); (3) the listener moves to another
+duration at a known line and column), then one whose route's deadline is
+shorter than its backoff; (3) the listener moves to another
 port; (4) allow_clients no longer lets loopback in.
 Origin: A answers the first try of /r/slow with 503, then 200; B echoes.
 Must hold: (1) a request already waiting in backoff when the reload comes
@@ -13,7 +14,8 @@ finishes under the old config: its second try goes to A too, and the client
 gets A's 200; a request on a new connection goes to B at once; a second
 request on a keep-alive connection opened before the reload goes to B too.
 (2) the invalid config is refused with a log line naming file:line:col and
-a line saying the running config is kept; requests still go to B.
+a line saying the running config is kept; requests still go to B; so is
+the one whose deadline no backoff fits in, naming routes[0].retry.initial_backoff.
 (3) the new port listens and serves, the old one no longer accepts, and an
 idle keep-alive connection accepted on the old listener is closed. (4) with
 access.allow_clients narrowed to exclude loopback, an idle connection is
@@ -131,6 +133,28 @@ def scenario(t):
         h.eq(r.status, 200, "status")
         h.eq((len(a.requests_for("/r/still")), len(b.requests_for("/r/still"))), (0, 1),
              "requests for /r/still at A, B (B: the config before the bad one)")
+
+    @t.check("a deadline no wait fits in is refused naming file:line:col and the key; the old "
+             "config keeps serving")
+    def _():
+        good = CONFIG.format(port=port, default=a.port, upstream=a.port, backoff=BACKOFF,
+                             clients=LOOPBACK)
+        bad = good.replace("jitter: 0s }", "jitter: 0s, deadline: 1s }")
+        h.ok(bad != good, "the config template changed: no deadline was added")
+        lines = bad.splitlines()
+        line = next(i for i, ln in enumerate(lines, 1) if "deadline: 1s" in ln)
+        # blamed on the route's initial_backoff, which the same mapping sets
+        col = lines[line - 1].index("initial_backoff: ") + len("initial_backoff: ") + 1
+        reload(bad, r"keeping the running config")
+        where = ("%s:%d:%d: routes[0].retry.initial_backoff: initial_backoff (%s) is not "
+                 "shorter than deadline (1s)" % (os.path.basename(proxy.config_path), line, col,
+                                                 BACKOFF))
+        hits = [ln for ln in proxy.stderr_lines() if where in ln]
+        h.ok(hits, "no log line with %s; stderr:\n%s" % (where, proxy.stderr_tail()))
+        r = get("/r/still-deadline")
+        h.eq(r.status, 200, "status")
+        h.eq((len(a.requests_for("/r/still-deadline")), len(b.requests_for("/r/still-deadline"))),
+             (0, 1), "requests at A, B (B: the config before the refused ones)")
 
     @t.check("a listener address change binds the new port, closes the old and its idle connections")
     def _():

@@ -10,8 +10,9 @@ object (?version=2, a new ETag and content), serve a weak ETag, no ETag,
 chunked framing, another range, a 503, or ignore If-Range.
 Proxy: defaults with resume on, 5 attempts, 50 ms backoff without jitter,
 replay_buffer 64 KiB;
-routes (by Host) with max_attempts 2, with a deadline shorter than the
-backoff, with resume: false, with try_timeout 500ms, and with retry.on
+routes (by Host) with max_attempts 2, with a 900ms backoff and a 1s
+deadline (the break, after a 200ms delay, leaves no room for the wait),
+with resume: false, with try_timeout 500ms, and with retry.on
 [5xx] (no reset).
 Must hold:
 - a 4 MiB download broken at 1 MiB arrives whole, byte-exact (sha256), as
@@ -87,7 +88,7 @@ routes:
     retry: { max_attempts: 2 }
   - name: short-deadline
     match: { host: deadline.test }
-    retry: { initial_backoff: 2s, max_backoff: 2s, deadline: 1s }
+    retry: { initial_backoff: 900ms, max_backoff: 900ms, deadline: 1s }
   - name: no-resume
     match: { host: off.test }
     retry: { resume: false }
@@ -484,7 +485,8 @@ def scenario(t):
     @t.check("resumes count against the deadline")
     def _():
         n = 2 * MiB + 9
-        r = download(n, ["?break_at=%d" % MiB, ""], host="deadline.test")
+        # 200ms before the head and 900ms of backoff end past the 1s deadline
+        r = download(n, ["?break_at=%d&delay=0.2" % MiB, ""], host="deadline.test")
         short_prefix(r, n)
         quiet_origin(n, 1)
         h.eq(h.access_fields(proxy.access_one("/object/%d" % n)).get("gave_up"), "deadline",
