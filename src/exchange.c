@@ -699,6 +699,7 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		.idempotent = ex->idempotent,
 		.body_streamed = ex->request_body_started,
 		.body_too_large = ex->body_too_large,
+		.body_unread = ex->json_pending && ex->body_too_large,
 		.response_started = ex->state == EXCHANGE_RELAYING,
 		.response_too_large = too_large,
 		.attempts = ex->attempts,

@@ -430,9 +430,12 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	if (facts->outcome == TRY_TLS_VERIFY || facts->outcome == TRY_FORBIDDEN)
 		return verdict;
 	/* a request that may have reached the upstream is repeated only when
-	 * repeating it is safe */
+	 * repeating it is safe; one whose safety was in a body too large to
+	 * read was stopped by the body's size (with retries to make) */
 	if (!facts->idempotent && !retry_never_sent(facts))
-		return retry_give_up(verdict, RETRY_GIVE_UP_NOT_IDEMPOTENT);
+		return retry_give_up(verdict, facts->body_unread && policy->max_attempts > 1
+						      ? RETRY_GIVE_UP_BODY_TOO_LARGE
+						      : RETRY_GIVE_UP_NOT_IDEMPOTENT);
 	/* a body not kept because no retry could follow it (max_attempts: 1)
 	 * stopped nothing: the attempts did */
 	if (facts->body_streamed && !facts->body_too_large &&

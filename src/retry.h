@@ -168,6 +168,9 @@ struct retry_facts {
 	bool body_streamed;		/* request body bytes left the client without being kept:
 				      * it cannot be sent again */
 	bool body_too_large;		/* ... and that was because it was over replay_buffer */
+	bool body_unread;		/* only the body could have made it idempotent (a
+				      * json_field condition), and it was too large to keep
+				      * and read */
 	bool response_started;		/* bytes of a response already reached the client */
 	bool response_too_large;	/* TRY_RESPONSE whose Content-Length is over
 				      * retry_response_buffer */

@@ -770,6 +770,7 @@ enum test_policy {
 	TEST_POLICY_CODES,	  /* 429, 503 and connect-failure: no 5xx flag */
 	TEST_POLICY_5XX_AND_429,  /* 5xx, 429 */
 	TEST_POLICY_IGNORE_AFTER, /* the default with retry_after: ignore */
+	TEST_POLICY_ONCE,	  /* the default with max_attempts 1 */
 };
 
 #define TEST_DEADLINE_MS 10000
@@ -809,6 +810,9 @@ static struct retry_policy test_decide_policy(enum test_policy kind)
 	case TEST_POLICY_IGNORE_AFTER:
 		policy.honor_retry_after = false;
 		break;
+	case TEST_POLICY_ONCE:
+		policy.max_attempts = 1;
+		break;
 	}
 	return policy;
 }
@@ -825,6 +829,7 @@ struct test_decide_row {
 	bool is_connect;
 	bool body_streamed;
 	bool body_too_large;
+	bool body_unread; /* only a json_field condition could tell, in a body not kept */
 	bool response_started;
 	bool response_too_large;
 	unsigned attempts; /* 0: 1 */
@@ -994,6 +999,19 @@ static const struct test_decide_row test_decide_rows[] = {
 	  .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
 	{ "not idempotent comes first", .unsafe = true, .outcome = TRY_RESET, .body_streamed = true,
 	  .body_too_large = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
+	/* one whose safety only its body could show (json_field), too large to
+	 * keep and read: the size stopped it, not the method */
+	{ "503, body too large to read", .unsafe = true, .outcome = TRY_RESPONSE, .status = 503,
+	  .body_streamed = true, .body_too_large = true, .body_unread = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
+	{ "reset, body too large to read", .unsafe = true, .outcome = TRY_RESET,
+	  .body_streamed = true, .body_too_large = true, .body_unread = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_BODY_TOO_LARGE },
+	{ "refused, body too large to read, not yet sent", .unsafe = true, .outcome = TRY_REFUSED,
+	  .body_too_large = true, .body_unread = true, .kind = RETRY, .wait_ms = 100 },
+	{ "max_attempts 1, body too large to read", .policy = TEST_POLICY_ONCE, .unsafe = true,
+	  .outcome = TRY_RESPONSE, .status = 503, .body_streamed = true, .body_too_large = true,
+	  .body_unread = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
 
 	/* max_attempts, then the backoff for the try after this one */
 	{ "second try failed", .attempts = 2, .outcome = TRY_RESET, .kind = RETRY, .wait_ms = 200 },
@@ -1154,6 +1172,7 @@ static struct retry_facts test_decide_facts(const struct test_decide_row *row)
 	facts.idempotent = !row->unsafe;
 	facts.body_streamed = row->body_streamed;
 	facts.body_too_large = row->body_too_large;
+	facts.body_unread = row->body_unread;
 	facts.response_started = row->response_started;
 	facts.response_too_large = row->response_too_large;
 	facts.attempts = row->attempts != 0 ? row->attempts : 1;
