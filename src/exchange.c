@@ -700,6 +700,8 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 		.body_streamed = ex->request_body_started,
 		.body_too_large = ex->body_too_large,
 		.body_unread = ex->json_pending && ex->body_too_large,
+		.body_chunked_only = ex->upstream_http10 && ex->spool != NULL &&
+				     ex->request_body.mode == BODY_MODE_CHUNKED,
 		.response_started = ex->state == EXCHANGE_RELAYING,
 		.response_too_large = too_large,
 		.attempts = ex->attempts,
@@ -878,6 +880,7 @@ void exchange_schedule_retry(struct exchange *ex)
 		return;
 	}
 	retry_budget_spend(ex->budget, retry_budget_now_ms());
+	exchange_reframe_for_http10(ex);
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].wait_ms = ex->next_wait_ms;
 	log_debug("%.*s %.*s: try %u failed; next in %llu ms", (int)ex->method_len, ex->method,
@@ -1068,6 +1071,7 @@ static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause c
 	if (retry) {
 		metrics_retry(ex->route->series, cause);
 		ex->retried = true;
+		exchange_reframe_for_http10(ex);
 	}
 	if (ex->state != EXCHANGE_HELD)
 		ex->held_since_ms = retry_budget_now_ms();
@@ -1164,6 +1168,7 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 			 * go again at once, on a new connection */
 			ex->skip_pool = true;
 			ex->unwaited++;
+			exchange_reframe_for_http10(ex);
 			/* the place its connection held is its own still: it
 			 * goes first, not behind requests that came after it
 			 * and waited for a place meanwhile */

@@ -244,6 +244,9 @@ struct exchange {
 	bool body_too_large;	    /* the body was streamed because it is over replay_buffer */
 	bool body_once;		    /* in the replay buffer, but over replay_buffer: once
 					 * a try sends it, it is not sent again */
+	bool upstream_http10;	    /* a retryable answer came in HTTP/1.0: no retry sends
+				     * the body chunked (RFC 9112 section 6.1) */
+	bool body_reframed;	    /* the kept chunked body now goes with Content-Length */
 	enum retry_give_up gave_up; /* why retrying stopped, for the log and metrics */
 	uint64_t first_try_ms;	    /* the deadline counts from here; 0: no try yet */
 	struct event *timer;   /* backoff, held or queued: made on first use, kept with a spare */
@@ -490,5 +493,15 @@ void exchange_resume_offer(struct exchange_try *t, const struct http1_head *head
 void exchange_resume_broken(struct exchange_try *t, enum try_outcome outcome, const char *why);
 void exchange_resume_answer(struct exchange_try *t, const struct http1_head *head);
 void exchange_resume_give_up(struct exchange *ex, const char *why);
+
+/* exchange_reframe.c: the kept chunked body's data alone, in a new buffer
+ * (its chains refer to the replay buffer's), or NULL when its framing is
+ * broken. */
+struct evbuffer *exchange_replay_decoded(struct exchange *ex);
+/* A retry comes: if a try's answer came in HTTP/1.0 and the body is kept
+ * chunked in the replay buffer, every try from now on sends it with
+ * Content-Length instead (the head and the replay buffer are rewritten
+ * once). Only between tries: no connection's output refers to them then. */
+void exchange_reframe_for_http10(struct exchange *ex);
 
 #endif

@@ -320,33 +320,18 @@ static void exchange_decide_replay(struct exchange *ex, const struct http1_head 
 static bool exchange_json_makes_idempotent(struct exchange *ex)
 {
 	struct evbuffer *decoded = ex->replay;
-	struct evbuffer *copy = NULL;
 	bool yes;
 
-	if (ex->request_body.mode == BODY_MODE_CHUNKED) {
-		struct body_relay relay;
-		enum http1_error error;
-
-		/* the replay buffer keeps the chunked framing to re-send it as is;
-		 * the JSON is in the chunk data */
-		copy = evbuffer_new();
-		decoded = evbuffer_new();
-		evbuffer_add_buffer_reference(copy, ex->replay);
-		body_relay_init(&relay, BODY_MODE_CHUNKED_DECODE, 0,
-				ex->config->limits.max_header_bytes);
-		if (body_relay_move(&relay, copy, decoded, &error) < 0) {
-			evbuffer_free(copy);
-			evbuffer_free(decoded);
-			return false;
-		}
-	}
+	/* the replay buffer keeps the chunked framing to re-send it as is;
+	 * the JSON is in the chunk data */
+	if (ex->request_body.mode == BODY_MODE_CHUNKED &&
+	    (decoded = exchange_replay_decoded(ex)) == NULL)
+		return false;
 	yes = idempotency_check_json_body(&ex->route->idempotent,
 					  (const char *)evbuffer_pullup(decoded, -1),
 					  evbuffer_get_length(decoded));
-	if (copy != NULL) {
-		evbuffer_free(copy);
+	if (decoded != ex->replay)
 		evbuffer_free(decoded);
-	}
 	return yes;
 }
 

@@ -844,6 +844,10 @@ static void exchange_on_response_head(struct exchange_try *t, const struct http1
 		uint64_t retry_after_ms = exchange_retry_after(head);
 		struct retry_verdict verdict;
 
+		/* a retry must not send it Transfer-Encoding (RFC 9112 6.1) */
+		if (head->version_minor == 0)
+			ex->upstream_http10 = true;
+
 		/* SPEC: a retryable answer while another try is in flight waits
 		 * for the other; it is kept meanwhile (or, too large to keep,
 		 * waits unread), and no more hedges start */
@@ -969,6 +973,8 @@ void exchange_read_response_head(struct exchange_try *t)
 		 * the request was not read, so the connection was stale */
 		if (head->status == 408 && t->reused && !t->interim_seen &&
 		    exchange_may_replace_stale(ex)) {
+			if (head->version_minor == 0)
+				ex->upstream_http10 = true;
 			exchange_try_failed(t, TRY_STALE,
 					    "pooled connection timed out by the upstream (408)");
 			return;

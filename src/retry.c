@@ -343,6 +343,8 @@ const char *retry_give_up_name(enum retry_give_up reason)
 		return "upstream_busy";
 	case RETRY_GIVE_UP_UPSTREAM_DOWN:
 		return "upstream_down";
+	case RETRY_GIVE_UP_UPSTREAM_HTTP10:
+		return "upstream_http10";
 	}
 	return NULL;
 }
@@ -380,11 +382,13 @@ static bool retry_never_sent(const struct retry_facts *facts)
  * connection the upstream had already closed says nothing about the
  * upstream, so neither retry.on, backoff nor the budget apply; only
  * idempotent requests use pooled connections, so this never repeats an
- * unsafe one. */
+ * unsafe one, nor a body only chunked to an upstream that answered
+ * HTTP/1.0 (its 408 on a kept-alive connection says so). */
 bool retry_stale_replaceable(const struct retry_policy *policy, const struct retry_facts *facts)
 {
 	return facts->outcome == TRY_STALE && facts->idempotent && !facts->body_streamed &&
-	       facts->attempts < policy->max_attempts && facts->elapsed_ms < policy->deadline_ms;
+	       !facts->body_chunked_only && facts->attempts < policy->max_attempts &&
+	       facts->elapsed_ms < policy->deadline_ms;
 }
 
 /* A verdict that gives up for reason. */
@@ -460,6 +464,12 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	 * answering now */
 	if (!retry_within_deadline(policy, facts->elapsed_ms, wait))
 		return retry_give_up(verdict, RETRY_GIVE_UP_DEADLINE);
+	/* RFC 9112 section 6.1: no Transfer-Encoding to a server not known to
+	 * handle HTTP/1.1, and an answer in HTTP/1.0 says it may not; a body
+	 * the exchange cannot send with Content-Length is not sent again.
+	 * After attempts and deadline, which stop a retry anyway */
+	if (facts->body_chunked_only)
+		return retry_give_up(verdict, RETRY_GIVE_UP_UPSTREAM_HTTP10);
 	/* after attempts and deadline, so that holding never outlasts them. A
 	 * response that asked for a longer wait than the backoff gets it: a
 	 * probe that connects sooner does not say the origin wants to be asked

@@ -146,13 +146,16 @@ enum retry_give_up {
 	RETRY_GIVE_UP_BUDGET,	      /* max_pending_retries or the route's retry budget */
 	RETRY_GIVE_UP_UPSTREAM_BUSY,  /* try_timeout passed waiting for a connection at the cap */
 	RETRY_GIVE_UP_UPSTREAM_DOWN,  /* health.hold: false refused the retry of a down upstream */
+	RETRY_GIVE_UP_UPSTREAM_HTTP10, /* the upstream answered HTTP/1.0, and the body could go
+					* again only chunked (RFC 9112 section 6.1) */
 };
 
 /* How many reasons there are, RETRY_GIVE_UP_NONE included. */
-#define RETRY_GIVE_UP_COUNT (RETRY_GIVE_UP_UPSTREAM_DOWN + 1)
+#define RETRY_GIVE_UP_COUNT (RETRY_GIVE_UP_UPSTREAM_HTTP10 + 1)
 
 /* The retries_given_up_total reason label: attempts|deadline|not_idempotent|
- * body_too_large|client_gone|budget|upstream_busy|upstream_down; NULL for
+ * body_too_large|client_gone|budget|upstream_busy|upstream_down|
+ * upstream_http10; NULL for
  * RETRY_GIVE_UP_NONE. */
 const char *retry_give_up_name(enum retry_give_up reason);
 
@@ -171,6 +174,9 @@ struct retry_facts {
 	bool body_unread;		/* only the body could have made it idempotent (a
 				      * json_field condition), and it was too large to keep
 				      * and read */
+	bool body_chunked_only;		/* a try's answer came in HTTP/1.0, and the kept body
+				      * can go again only in its chunked framing (from the
+				      * spool), which that upstream may not be sent */
 	bool response_started;		/* bytes of a response already reached the client */
 	bool response_too_large;	/* TRY_RESPONSE whose Content-Length is over
 				      * retry_response_buffer */

@@ -33,7 +33,7 @@ static const char status_page_css[] =
 	".tile .v{display:block;font-size:22px;font-weight:600;font-variant-numeric:tabular-nums}"
 	".box{overflow-x:auto;background:#fff;border:1px solid #dde2ea;border-radius:8px}"
 	"table{border-collapse:collapse;width:100%}"
-	"th,td{padding:6px 4px;text-align:right;border-bottom:1px solid #edf0f4;white-space:nowrap;"
+	"th,td{padding:6px 3px;text-align:right;border-bottom:1px solid #edf0f4;white-space:nowrap;"
 	"font-variant-numeric:tabular-nums}"
 	"tbody tr:last-child th,tbody tr:last-child td{border-bottom:0}"
 	"thead th{background:#eef1f6;font-size:11px;font-weight:600;color:#3c4657;"

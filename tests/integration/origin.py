@@ -64,6 +64,9 @@ before the head, set gate(NAME).reached and wait for its release()),
 ?close=1 (close the connection after the response without saying so,
 which makes a pooled connection stale), ?conn_close=1 (say Connection:
 close and close),
+?http10=1 (answer with an HTTP/1.0 status line, and close after it, as
+an HTTP/1.0 server without keep-alive does; ?http10=keep: with
+Connection: keep-alive, and keep the connection),
 ?retry_after=V, ?retry_after_ms=V (retry-after-ms), ?should_retry=V
 (x-should-retry), ?status=N (for /echo, /bytes, /chunked, /close and
 /slow), ?expect=ignore (do not answer Expect: 100-continue) and
@@ -409,6 +412,12 @@ class _Exchange:
     def head(self, code, headers):
         """Send a status line and header fields (a list of (name, value))."""
         lines = [_status_line(code, self.param("reason"))]
+        if self.param("http10"):
+            lines[0] = "HTTP/1.0" + lines[0][len("HTTP/1.1"):]
+            if self.param("http10") == "keep":
+                headers = headers + [("Connection", "keep-alive")]
+            else:
+                self.keep_alive = False
         if self.param("retry_after") is not None:
             headers = headers + [("Retry-After", self.param("retry_after"))]
         if self.param("retry_after_ms") is not None:

@@ -84,7 +84,7 @@ SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 CAUSES = ("status", "connect", "reset", "timeout")
 REASONS = ("attempts", "deadline", "not_idempotent", "body_too_large", "client_gone", "budget",
-           "upstream_busy", "upstream_down")
+           "upstream_busy", "upstream_down", "upstream_http10")
 
 
 def scrape(admin):

@@ -61,6 +61,7 @@ static const char *const test_golden[] = {
 	"retryproxy_retries_given_up_total{route=\"api\",reason=\"budget\"} 0",
 	"retryproxy_retries_given_up_total{route=\"api\",reason=\"upstream_busy\"} 0",
 	"retryproxy_retries_given_up_total{route=\"api\",reason=\"upstream_down\"} 0",
+	"retryproxy_retries_given_up_total{route=\"api\",reason=\"upstream_http10\"} 0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"attempts\"} 0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"deadline\"} 0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"not_"
@@ -74,6 +75,8 @@ static const char *const test_golden[] = {
 	"busy\"} 0",
 	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"upstream_"
 	"down\"} 0",
+	"retryproxy_retries_given_up_total{route=\"we\\\"ird\\\\route\\n\",reason=\"upstream_"
+	"http10\"} 0",
 	"# HELP retryproxy_hedges_total Hedged tries, by route and whether their response won.",
 	"# TYPE retryproxy_hedges_total counter",
 	"retryproxy_hedges_total{route=\"api\",result=\"won\"} 1",
@@ -326,6 +329,7 @@ static void test_metrics_gave_up_by_reason(void **state)
 		"retryproxy_retries_given_up_total{route=\"r\",reason=\"budget\"} %d",
 		"retryproxy_retries_given_up_total{route=\"r\",reason=\"upstream_busy\"} %d",
 		"retryproxy_retries_given_up_total{route=\"r\",reason=\"upstream_down\"} %d",
+		"retryproxy_retries_given_up_total{route=\"r\",reason=\"upstream_http10\"} %d",
 	};
 	struct metrics_gauges gauges = { 0, 0, 0 };
 

@@ -752,7 +752,7 @@ static void test_give_up_names(void **state)
 	/* the SPEC's label values, in the order /metrics lists them */
 	static const char *const names[] = {
 		NULL,	       "attempts", "deadline",	    "not_idempotent", "body_too_large",
-		"client_gone", "budget",   "upstream_busy", "upstream_down",
+		"client_gone", "budget",   "upstream_busy", "upstream_down",  "upstream_http10",
 	};
 
 	assert_int_equal(sizeof(names) / sizeof(names[0]), RETRY_GIVE_UP_COUNT);
@@ -829,7 +829,8 @@ struct test_decide_row {
 	bool is_connect;
 	bool body_streamed;
 	bool body_too_large;
-	bool body_unread; /* only a json_field condition could tell, in a body not kept */
+	bool body_unread;  /* only a json_field condition could tell, in a body not kept */
+	bool chunked_only; /* an HTTP/1.0 answer, and the body kept only chunked */
 	bool response_started;
 	bool response_too_large;
 	unsigned attempts; /* 0: 1 */
@@ -1013,6 +1014,27 @@ static const struct test_decide_row test_decide_rows[] = {
 	  .outcome = TRY_RESPONSE, .status = 503, .body_streamed = true, .body_too_large = true,
 	  .body_unread = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_NOT_IDEMPOTENT },
 
+	/* an HTTP/1.0 upstream, and a body that could go again only chunked: not
+	 * sent again, after the reasons that stop any retry */
+	{ "503 from HTTP/1.0, body only chunked", .outcome = TRY_RESPONSE, .status = 503,
+	  .chunked_only = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_UPSTREAM_HTTP10 },
+	{ "reset after HTTP/1.0, body only chunked", .attempts = 2, .outcome = TRY_RESET,
+	  .chunked_only = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_UPSTREAM_HTTP10 },
+	{ "HTTP/1.0, body only chunked, last try", .attempts = 3, .outcome = TRY_RESPONSE,
+	  .status = 503, .chunked_only = true, .kind = GIVE_UP, .reason = RETRY_GIVE_UP_ATTEMPTS },
+	{ "HTTP/1.0, body only chunked, past the deadline", .elapsed_ms = TEST_DEADLINE_MS,
+	  .outcome = TRY_RESPONSE, .status = 503, .chunked_only = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_DEADLINE },
+	{ "HTTP/1.0, body only chunked, budget spent", .budget_refuses = true,
+	  .outcome = TRY_RESPONSE, .status = 503, .chunked_only = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_UPSTREAM_HTTP10 },
+	{ "stale after HTTP/1.0, body only chunked: not replaced at once", .attempts = 2,
+	  .outcome = TRY_STALE, .chunked_only = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_UPSTREAM_HTTP10 },
+	{ "HTTP/1.0, body only chunked, upstream down", .upstream_down = true, .hold = true,
+	  .outcome = TRY_REFUSED, .chunked_only = true, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_UPSTREAM_HTTP10 },
+
 	/* max_attempts, then the backoff for the try after this one */
 	{ "second try failed", .attempts = 2, .outcome = TRY_RESET, .kind = RETRY, .wait_ms = 200 },
 	/* n counts waits, not tries: a hedge or a stale connection's replacement
@@ -1173,6 +1195,7 @@ static struct retry_facts test_decide_facts(const struct test_decide_row *row)
 	facts.body_streamed = row->body_streamed;
 	facts.body_too_large = row->body_too_large;
 	facts.body_unread = row->body_unread;
+	facts.body_chunked_only = row->chunked_only;
 	facts.response_started = row->response_started;
 	facts.response_too_large = row->response_too_large;
 	facts.attempts = row->attempts != 0 ? row->attempts : 1;

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Scenario: a retry to an upstream that answered HTTP/1.0 sends no chunked
+request body (RFC 9112 section 6.1: a client must not send
+Transfer-Encoding unless it knows the server handles HTTP/1.1, as from the
+version of a response it received).
+
+Client: PUTs through a forward proxy from raw sockets, with chunked bodies
+(chunks of 100 bytes, one with a chunk extension, some with a trailer
+field) and with Content-Length; an admin listener for /metrics.
+Origin: the test origin, whose ?http10=1 answers with an HTTP/1.0 status
+line and closes; each path scripted 503 (HTTP/1.0 or HTTP/1.1) then 200.
+Proxy: replay_buffer 4KiB, spool_max 1MiB (a body over 4 KiB goes to a
+spool file), retry.on [503], max_attempts 3, 50ms waits.
+Must hold:
+- a chunked body kept in memory, after an HTTP/1.0 503: the retry carries
+  Content-Length with the body's length and no Transfer-Encoding, the
+  origin reads it by that length, byte-exact (the trailer field is not
+  sent: it has no place without chunked framing); the client gets the 200
+  with Retry-Attempts: 2; the first try went chunked, as the client sent it;
+- after two HTTP/1.0 503s, the third try goes with Content-Length too;
+- after an HTTP/1.1 503 the retry goes chunked, as the client sent it;
+- a Content-Length body after an HTTP/1.0 503 goes again as it came;
+- an HTTP/1.0 upstream that keeps connections alive, answering 408 on a
+  pooled one (taken as stale, replaced at once): the replacement goes with
+  Content-Length too;
+- a chunked body kept in a spool file (over replay_buffer), which the proxy
+  re-sends from the file only as it came, chunked: after an HTTP/1.0 503 it
+  is not sent again. The client gets that 503, unchanged, with
+  Retry-Attempts: 1, the origin saw one try, the access line says
+  gave_up=upstream_http10 and retries_given_up_total{reason="upstream_http10"}
+  counts it. After an HTTP/1.1 503 the same body is retried from the file.
+"""
+
+import hashlib
+import os
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+  replay_buffer: 4KiB
+  spool_max: 1MiB
+  spool_dir: spool
+defaults:
+  retry:
+    on: [503]
+    max_attempts: 3
+    initial_backoff: 50ms
+    multiplier: 1
+    jitter: 0s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+"""
+
+
+def chunked(data, size=100, trailer=False):
+    out = b""
+    for i in range(0, len(data), size):
+        piece = data[i:i + size]
+        ext = b";note=x" if i == 0 else b""
+        out += b"%x%s\r\n" % (len(piece), ext) + piece + b"\r\n"
+    out += b"0\r\n"
+    if trailer:
+        out += b"X-Checksum: abc\r\n"
+    return out + b"\r\n"
+
+
+def body_of(n, seed):
+    return bytes((i * 7 + seed) % 251 for i in range(n))
+
+
+def scenario(t):
+    os.makedirs(os.path.join(t.tmp, "spool"), exist_ok=True)
+    origin = t.origin()
+    proxy = t.proxy(CONFIG)
+    host = origin.authority
+
+    def put(path, steps, body, chunk=True, trailer=False):
+        """Script path with steps, PUT body (chunked or by length); the
+        response, the origin's requests for it and the access line's fields."""
+        origin.script(path, steps)
+        if chunk:
+            headers, raw = [("Transfer-Encoding", "chunked")], chunked(body, trailer=trailer)
+        else:
+            headers, raw = [], body
+        r = h.fetch(proxy.port(), "PUT", origin.url(path), host, headers=headers, body=raw)
+        return r, origin.requests_for(path), h.access_fields(proxy.access_one(path))
+
+    def by_length(q, body, what):
+        h.eq(q.framing, "length", "%s: framing at the origin" % what)
+        h.eq(q.header_all("Transfer-Encoding"), [], "%s: Transfer-Encoding" % what)
+        h.eq(q.header_all("Content-Length"), [str(len(body))], "%s: Content-Length" % what)
+        h.eq(q.body_sha256, hashlib.sha256(body).hexdigest(), "%s: body sha256" % what)
+
+    def by_chunks(q, body, what):
+        h.eq(q.framing, "chunked", "%s: framing at the origin" % what)
+        h.eq(q.header_all("Content-Length"), [], "%s: Content-Length" % what)
+        h.eq(q.body_sha256, hashlib.sha256(body).hexdigest(), "%s: body sha256" % what)
+
+    def given_up(reason):
+        text = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1)).body.decode()
+        return h.metric(text, "retryproxy_retries_given_up_total",
+                        '{route="default",reason="%s"}' % reason)
+
+    @t.check("a chunked body kept in memory goes with Content-Length after an HTTP/1.0 503")
+    def _():
+        body = body_of(1000, 1)
+        r, reqs, fields = put("/m/a", ["/status/503?http10=1", 200], body, trailer=True)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts")
+        h.eq(len(reqs), 2, "tries at the origin")
+        h.eq(reqs[0].version, "HTTP/1.1", "request version")
+        by_chunks(reqs[0], body, "first try")
+        h.eq(reqs[0].trailers, [("X-Checksum", "abc")], "first try's trailer")
+        by_length(reqs[1], body, "retry")
+        h.eq(reqs[1].trailers, [], "retry's trailer fields")
+        h.eq(fields.get("tries"), "503 -> wait 50ms -> 200", "logged trail")
+
+    @t.check("after two HTTP/1.0 503s the third try goes with Content-Length too")
+    def _():
+        body = body_of(777, 2)
+        r, reqs, _ = put("/m/b", ["/status/503?http10=1", "/status/503?http10=1", 200], body)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "3"), "status, Retry-Attempts")
+        h.eq(len(reqs), 3, "tries at the origin")
+        by_chunks(reqs[0], body, "first try")
+        by_length(reqs[1], body, "second try")
+        by_length(reqs[2], body, "third try")
+
+    @t.check("unchanged: chunked again after an HTTP/1.1 503; a Content-Length body as it came")
+    def _():
+        body = body_of(900, 3)
+        r, reqs, _ = put("/m/c", [503, 200], body)
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "2", 2),
+             "HTTP/1.1 503: status, Retry-Attempts, tries")
+        by_chunks(reqs[1], body, "retry after an HTTP/1.1 503")
+        r, reqs, _ = put("/m/d", ["/status/503?http10=1", 200], body, chunk=False)
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "2", 2),
+             "Content-Length body: status, Retry-Attempts, tries")
+        by_length(reqs[1], body, "Content-Length body's retry")
+
+    @t.check("a 408 from an HTTP/1.0 upstream on a pooled connection: the replacement goes "
+             "with Content-Length")
+    def _():
+        origin.script("/k/warm", ["/status/200?http10=keep"])
+        r = h.fetch(proxy.port(), "GET", origin.url("/k/warm"), host)
+        h.eq(r.status, 200, "the GET that leaves a kept-alive HTTP/1.0 connection pooled")
+        body = body_of(500, 5)
+        r, reqs, fields = put("/k/a", ["/status/408?http10=keep", 200], body)
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "2", 2),
+             "status, Retry-Attempts, tries")
+        h.eq(reqs[0].conn_id, origin.requests_for("/k/warm")[0].conn_id,
+             "the first try went on the pooled connection")
+        by_chunks(reqs[0], body, "first try")
+        by_length(reqs[1], body, "the stale connection's replacement")
+        h.eq(fields.get("tries"), "stale -> wait 0ms -> 200", "logged trail")
+
+    @t.check("a chunked body in the spool is not sent again to an HTTP/1.0 upstream: its 503, "
+             "gave_up=upstream_http10")
+    def _():
+        body = body_of(20000, 4)
+        r, reqs, fields = put("/s/a", ["/status/503?http10=1", 200], body)
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts")
+        h.eq(r.body, b"status 503\n", "the 503's body, unchanged")
+        h.eq(len(reqs), 1, "tries at the origin")
+        by_chunks(reqs[0], body, "the one try")
+        h.eq(fields.get("gave_up"), "upstream_http10", "gave_up")
+        h.eq(given_up("upstream_http10"), 1.0, "given_up_total{reason=upstream_http10}")
+        r, reqs, _ = put("/s/b", [503, 200], body)
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "2", 2),
+             "after an HTTP/1.1 503: status, Retry-Attempts, tries")
+        by_chunks(reqs[1], body, "the spooled body's retry")
+
+
+h.run(scenario, __doc__)
