@@ -214,11 +214,21 @@ int spool_check_dir(const char *dir)
 	return -1;
 }
 
-/* A closed file still to be given back: its descriptor and what it holds. */
+/* A closed file still to be given back: its descriptor, what it holds, and
+ * where that is counted until given back (spool_total caps the disk). */
 struct spool_release {
 	int fd;
 	uint64_t length;
+	struct spool_usage *usage; /* or NULL */
 };
+
+/* The file gives back bytes of the disk: they leave its usage. */
+static void spool_release_gave(struct spool_release *file, uint64_t bytes)
+{
+	if (file->usage != NULL)
+		file->usage->bytes -= bytes;
+	file->length -= bytes;
+}
 
 struct spool_reaper {
 	struct event *step; /* a timer of 0: the next step, on the next pass */
@@ -238,9 +248,10 @@ static void spool_reaper_step(evutil_socket_t fd, short what, void *arg)
 
 	if (file->length > SPOOL_RELEASE_STEP &&
 	    ftruncate(file->fd, (off_t)(file->length - SPOOL_RELEASE_STEP)) == 0) {
-		file->length -= SPOOL_RELEASE_STEP;
+		spool_release_gave(file, SPOOL_RELEASE_STEP);
 	} else {
 		close(file->fd);
+		spool_release_gave(file, file->length);
 		*file = reaper->files[--reaper->count];
 	}
 	if (reaper->count > 0)
@@ -259,8 +270,10 @@ void spool_reaper_free(struct spool_reaper *reaper)
 {
 	if (reaper == NULL)
 		return;
-	for (size_t i = 0; i < reaper->count; i++)
+	for (size_t i = 0; i < reaper->count; i++) {
 		close(reaper->files[i].fd);
+		spool_release_gave(&reaper->files[i], reaper->files[i].length);
+	}
 	event_free(reaper->step);
 	free(reaper->files);
 	free(reaper);
@@ -272,13 +285,17 @@ void spool_close_in_steps(struct spool *spool, struct spool_reaper *reaper)
 		spool_close(spool);
 		return;
 	}
+	/* what it holds stays counted until given back: a reaper behind a
+	 * burst of large ends must not let new files take the disk past
+	 * spool_total; a claim past its bytes comes free now */
 	if (spool->usage != NULL)
-		spool->usage->bytes -= spool_counted(spool);
+		spool->usage->bytes -= spool_counted(spool) - spool->length;
 	if (reaper->count == reaper->room) {
 		reaper->room = reaper->room > 0 ? reaper->room * 2 : 8;
 		reaper->files = xrealloc(reaper->files, reaper->room * sizeof(*reaper->files));
 	}
-	reaper->files[reaper->count++] = (struct spool_release){ spool->fd, spool->length };
+	reaper->files[reaper->count++] =
+		(struct spool_release){ spool->fd, spool->length, spool->usage };
 	if (!evtimer_pending(reaper->step, NULL))
 		event_add(reaper->step, &(struct timeval){ 0, 0 });
 	free(spool);

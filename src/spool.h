@@ -68,10 +68,11 @@ struct spool_reaper *spool_reaper_new(struct event_base *base);
 /* Close at once every file still held (the process is ending). */
 void spool_reaper_free(struct spool_reaper *reaper);
 
-/* spool_close(), for the event loop: its bytes leave its usage now, and a
- * file over SPOOL_RELEASE_STEP is shortened by that much on each pass of
- * reaper's loop and closed once that is left, so that no pass stalls for
- * the whole file. NULL is allowed. */
+/* spool_close(), for the event loop: a file over SPOOL_RELEASE_STEP is
+ * shortened by that much on each pass of reaper's loop and closed once that
+ * is left, so that no pass stalls for the whole file. Its bytes leave its
+ * usage as they leave the disk (a claim past them at once); the usage must
+ * outlive the reaper. NULL is allowed. */
 void spool_close_in_steps(struct spool *spool, struct spool_reaper *reaper);
 
 /* Count the file's bytes in usage (NULL: nowhere) from now on, those

@@ -294,10 +294,12 @@ static struct spool *test_spool_of(uint64_t n, struct spool_usage *usage)
 	return spool;
 }
 
-/* A file over SPOOL_RELEASE_STEP closed in steps: its bytes leave the usage
- * at once, but the closing call frees none of its blocks; each pass of the
- * loop shortens it by one step at most, and the last one closes it. One of
- * a step or less is closed at once. */
+/* A file over SPOOL_RELEASE_STEP closed in steps: the closing call frees
+ * none of its blocks; each pass of the loop shortens it by one step at
+ * most, and the last one closes it. Its usage counts what it still holds
+ * on the disk (spool_total caps that): a claim past its bytes comes free at
+ * once, each step's bytes as the step gives them back. One of a step or
+ * less is closed at once. */
 static void test_close_in_steps(void **state)
 {
 	const uint64_t total = 2 * (uint64_t)SPOOL_RELEASE_STEP + 4096;
@@ -310,8 +312,11 @@ static void test_close_in_steps(void **state)
 	unsigned passes = 0;
 
 	assert_int_equal(usage.bytes, total);
+	/* a claim past the bytes written comes free with the close */
+	spool_claim(spool, total + 4096);
+	assert_int_equal(usage.bytes, total + 4096);
 	spool_close_in_steps(spool, reaper);
-	assert_int_equal(usage.bytes, 0);
+	assert_int_equal(usage.bytes, total);
 	assert_int_equal(test_open_files(&st), 1);
 	assert_int_equal((uint64_t)st.st_size, total);
 	while (test_open_files(&st) == 1) {
@@ -321,8 +326,10 @@ static void test_close_in_steps(void **state)
 			assert_true((uint64_t)st.st_size < size);
 			assert_true(size - (uint64_t)st.st_size <= SPOOL_RELEASE_STEP);
 			size = (uint64_t)st.st_size;
+			assert_int_equal(usage.bytes, size);
 		}
 	}
+	assert_int_equal(usage.bytes, 0);
 	assert_true(size <= SPOOL_RELEASE_STEP);
 	assert_int_equal(passes, 3);
 	/* a step or less: closed in the call */
@@ -334,20 +341,26 @@ static void test_close_in_steps(void **state)
 	/* two at once: one step per pass in all, the first handed over first */
 	spool_close_in_steps(test_spool_of(total, &usage), reaper);
 	spool_close_in_steps(test_spool_of(total, &usage), reaper);
-	assert_int_equal(usage.bytes, 0);
+	assert_int_equal(usage.bytes, 2 * total);
 	for (passes = 0; test_open_files(&st) > 0; passes++) {
 		assert_true(passes < 10);
 		if (passes < 3)
 			assert_int_equal(test_open_files(&st), 2);
 		assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+		assert_int_equal(usage.bytes,
+				 passes < 2   ? 2 * total - (passes + 1) * SPOOL_RELEASE_STEP
+				 : passes < 5 ? total - (passes - 2) * SPOOL_RELEASE_STEP
+					      : 0);
 	}
 	assert_int_equal(passes, 6);
-	/* the reaper's end closes what it still holds */
-	spool = test_spool_of(total, NULL);
+	/* the reaper's end closes what it still holds, and uncounts it */
+	spool = test_spool_of(total, &usage);
 	spool_close_in_steps(spool, reaper);
 	assert_int_equal(test_open_files(&st), 1);
+	assert_int_equal(usage.bytes, total);
 	spool_reaper_free(reaper);
 	assert_int_equal(test_open_files(&st), 0);
+	assert_int_equal(usage.bytes, 0);
 	event_base_free(base);
 }
 
