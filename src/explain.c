@@ -149,6 +149,17 @@ static uint64_t explain_body_limit(const struct limits *limits)
  * bytes (one more than the JSON check parses, so it refuses a larger body by
  * its own rule). Reading stops one byte past limit: the size of a regular
  * file is then its length, of anything else limit + 1 with over set. */
+static void explain_put_escaped(const char *text, FILE *out);
+
+/* Say on err why the --body file cannot be read (error, an errno), its
+ * path escaped as the other arguments are. */
+static void explain_say_body_error(FILE *err, const char *path, int error)
+{
+	fputs("retryproxy: --explain: --body ", err);
+	explain_put_escaped(path, err);
+	fprintf(err, ": %s\n", strerror(error));
+}
+
 static int explain_read_body(const char *path, uint64_t limit, struct explain_body *body, FILE *err)
 {
 	size_t cap = IDEMPOTENCY_JSON_MAX_BYTES + 1;
@@ -158,7 +169,7 @@ static int explain_read_body(const char *path, uint64_t limit, struct explain_bo
 	size_t n;
 
 	if (f == NULL) {
-		fprintf(err, "retryproxy: --explain: --body %s: %s\n", path, strerror(errno));
+		explain_say_body_error(err, path, errno);
 		return -1;
 	}
 	body->present = true;
@@ -177,7 +188,7 @@ static int explain_read_body(const char *path, uint64_t limit, struct explain_bo
 		body->size += n;
 	}
 	if (ferror(f)) {
-		fprintf(err, "retryproxy: --explain: --body %s: %s\n", path, strerror(errno));
+		explain_say_body_error(err, path, errno);
 		fclose(f);
 		return -1;
 	}

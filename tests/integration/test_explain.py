@@ -637,7 +637,10 @@ def scenario(t):
                  'bad URL "http://a.allowed.test/\\x1b[2J\\nretryproxy: ok x"'),
                 (["GET", "http://a.allowed.test/", "-H", "X: a\r\nInjected: b"],
                  'bad header line "X: a\\r\\nInjected: b"'),
-                (["G\x07T", "http://a.allowed.test/"], 'bad method "G\\x07T"')]:
+                (["G\x07T", "http://a.allowed.test/"], 'bad method "G\\x07T"'),
+                (["GET", "http://a.allowed.test/", "--body",
+                  os.path.join(tmp, "m\x1b[2J\nretryproxy: ok x")],
+                 "--body %s: No such file" % os.path.join(tmp, "m\\x1b[2J\\nretryproxy: ok x"))]:
             p = explain(["-c", own] + args)
             expect_refused(p, [shown], "escaped %r" % args)
             h.eq(p.stderr.count("\n"), 1, "one line on stderr for %r: %r" % (args, p.stderr))
