@@ -287,8 +287,9 @@ void pool_close_stale_tls(struct pool *pool, const struct tls_store *tls)
 {
 	struct pool_idle *idle;
 
-	/* looked for from the start after each close: closing gives a place
-	 * back, which may hand another idle connection to a waiting request */
+	/* looked for from the start after each close, so that nothing a close
+	 * sets off can leave the walk on a freed entry (a place given back is
+	 * handed on from the loop, later, as it is now) */
 	for (unsigned b = 0; b < POOL_BUCKETS; b++)
 		for (struct pool_upstream *u = pool->buckets[b]; u != NULL; u = u->next)
 			while ((idle = pool_first_stale_tls(u, tls)) != NULL)

@@ -2,9 +2,11 @@
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
 #include <openssl/sha.h>
 #include <openssl/x509v3.h>
 #include <arpa/inet.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,23 +345,62 @@ static bool tls_context_for(const struct tls_context *c, const struct tls_policy
 						strcmp(c->ca_file, policy->ca_file) == 0));
 }
 
-/* The SHA-256 of a CA file's bytes; false when it cannot be read. The
- * file is read at start and at a reload only, as its certificates are. */
-static bool tls_file_digest(const char *path, unsigned char *digest)
+/* A CA file's bytes, read whole (NULL when it cannot be read): they are
+ * both digested and loaded, so that the digest a context keeps is always
+ * that of the certificates it trusts, whatever writes the file meanwhile.
+ * Read at start and at a reload only, as the config is. */
+static char *tls_file_read(const char *path, size_t *len)
 {
-	unsigned char buf[16384];
-	EVP_MD_CTX *md = EVP_MD_CTX_new();
 	FILE *f = fopen(path, "rb");
-	bool ok = md != NULL && f != NULL && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1;
-	size_t n;
+	char *data = NULL;
+	size_t room = 0, n = 0, got;
 
-	while (ok && (n = fread(buf, 1, sizeof(buf), f)) > 0)
-		ok = EVP_DigestUpdate(md, buf, n) == 1;
-	ok = ok && !ferror(f) && EVP_DigestFinal_ex(md, digest, NULL) == 1;
-	if (f != NULL)
-		fclose(f);
-	EVP_MD_CTX_free(md);
-	return ok;
+	if (f == NULL)
+		return NULL;
+	do {
+		if (n == room) {
+			room = room > 0 ? room * 2 : 65536;
+			data = xrealloc(data, room);
+		}
+		got = fread(data + n, 1, room - n, f);
+		n += got;
+	} while (got > 0);
+	if (ferror(f)) {
+		free(data);
+		data = NULL;
+	}
+	fclose(f);
+	*len = n;
+	return data;
+}
+
+/* Trust every certificate (and CRL) of a CA file's PEM bytes, as
+ * SSL_CTX_load_verify_locations() does from the file; false when there is
+ * none or one does not parse. */
+static bool tls_trust_pem(SSL_CTX *ctx, const char *data, size_t len)
+{
+	BIO *bio = len <= INT_MAX ? BIO_new_mem_buf(data, (int)len) : NULL;
+	STACK_OF(X509_INFO) *infos =
+		bio != NULL ? PEM_X509_INFO_read_bio(bio, NULL, NULL, NULL) : NULL;
+	X509_STORE *trust = SSL_CTX_get_cert_store(ctx);
+	bool ok = infos != NULL;
+	int count = 0;
+
+	for (int i = 0; ok && i < sk_X509_INFO_num(infos); i++) {
+		X509_INFO *info = sk_X509_INFO_value(infos, i);
+
+		if (info->x509 != NULL) {
+			ok = X509_STORE_add_cert(trust, info->x509) == 1;
+			count++;
+		}
+		if (ok && info->crl != NULL) {
+			ok = X509_STORE_add_crl(trust, info->crl) == 1;
+			count++;
+		}
+	}
+	sk_X509_INFO_pop_free(infos, X509_INFO_free);
+	BIO_free(bio);
+	return ok && count > 0;
 }
 
 /* During a reload: the running config's context for policy when the trust
@@ -367,10 +408,10 @@ static bool tls_file_digest(const char *path, unsigned char *digest)
  * default store was not read again), moved into the new contexts. Its
  * pooled connections and saved sessions then stay usable. */
 static struct tls_context *tls_context_keep(struct tls_store *store,
-					    const struct tls_policy *policy, char *err,
+					    const struct tls_policy *policy,
+					    const struct tls_trust_source *now, char *err,
 					    size_t err_len)
 {
-	unsigned char digest[SHA256_DIGEST_LENGTH];
 	struct tls_context **link, *c;
 
 	for (link = &store->running; *link != NULL; link = &(*link)->next)
@@ -380,8 +421,8 @@ static struct tls_context *tls_context_keep(struct tls_store *store,
 	if (c == NULL)
 		return NULL;
 	if (policy->ca_file != NULL) {
-		if (!c->source.digested || !tls_file_digest(policy->ca_file, digest) ||
-		    memcmp(digest, c->source.digest, sizeof(digest)) != 0)
+		if (!c->source.digested || !now->digested ||
+		    memcmp(now->digest, c->source.digest, sizeof(now->digest)) != 0)
 			return NULL;
 	} else if (trust_default_get(store->default_trust, err, err_len) !=
 		   c->source.default_store) {
@@ -400,28 +441,39 @@ static struct tls_context *tls_context_get(struct tls_store *store, const struct
 	static const unsigned char alpn[] = "\x08http/1.1";
 	struct tls_trust_source source = { 0 };
 	struct tls_context *c;
+	char *pem = NULL;
+	size_t pem_len = 0;
 	SSL_CTX *ctx;
 
 	for (c = store->contexts; c != NULL; c = c->next)
 		if (tls_context_for(c, policy))
 			return c;
-	if (store->reloading && (c = tls_context_keep(store, policy, err, err_len)) != NULL)
+	if (policy->ca_file != NULL && (pem = tls_file_read(policy->ca_file, &pem_len)) != NULL)
+		source.digested =
+			EVP_Digest(pem, pem_len, source.digest, NULL, EVP_sha256(), NULL) == 1;
+	if (store->reloading &&
+	    (c = tls_context_keep(store, policy, &source, err, err_len)) != NULL) {
+		free(pem);
 		return c;
+	}
 	ctx = SSL_CTX_new(TLS_client_method());
 	if (ctx == NULL) {
 		tls_error_string(err, err_len, "cannot create a TLS context");
+		free(pem);
 		return NULL;
 	}
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_verify(ctx, policy->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
 	if (policy->ca_file != NULL) {
-		/* digested before it is loaded: a file changed in between is
-		 * never taken for the bytes loaded */
-		source.digested = tls_file_digest(policy->ca_file, source.digest);
-		if (SSL_CTX_load_verify_locations(ctx, policy->ca_file, NULL) != 1) {
+		bool readable = pem != NULL;
+		bool loaded = readable && tls_trust_pem(ctx, pem, pem_len);
+
+		free(pem);
+		if (!loaded) {
 			char what[512];
 
-			snprintf(what, sizeof(what), "cannot load CA file %s", policy->ca_file);
+			snprintf(what, sizeof(what), "cannot load CA file %s%s", policy->ca_file,
+				 readable ? "" : ": cannot read it");
 			tls_error_string(err, err_len, what);
 			SSL_CTX_free(ctx);
 			return NULL;
