@@ -430,7 +430,9 @@ static void explain_note_view(const struct config *config, const struct explain_
 {
 	const struct http1_target *t = &h->head.parsed_target;
 
-	fprintf(err, "retryproxy: --explain: config %s; ", config->source);
+	fputs("retryproxy: --explain: config ", err);
+	explain_put_escaped(config->source, err);
+	fputs("; ", err);
 	if (view->listener == NULL)
 		fputs("no listener: ", err);
 	else

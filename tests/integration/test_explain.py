@@ -670,6 +670,19 @@ def scenario(t):
         p = h.run_bin(["-c", bad, "--explain", "GET", "http://a.test/"])
         expect_refused(p, ["bad.yaml:5:18", "max_backoff"], "bad config")
 
+    @t.check("a config path with control bytes is named escaped: the note stays one line")
+    def _():
+        odd = os.path.join(tmp, "odd\nretryproxy: forged\x1b[2J.yaml")
+        with open(own) as src, open(odd, "w") as dst:
+            dst.write(src.read())
+        p = explain(["-c", odd, "GET", "http://a.allowed.test/"])
+        h.eq(p.returncode, 0, "exit code (stderr %r)" % p.stderr)
+        notes = [ln for ln in p.stderr.splitlines() if "config " in ln]
+        h.ok(len(notes) == 1 and "odd\\nretryproxy: forged\\x1b[2J.yaml" in notes[0],
+             "the path escaped on the config note: %r" % p.stderr)
+        h.ok(not any(ln.startswith("retryproxy: forged") for ln in p.stderr.splitlines()),
+             "a forged line on stderr: %r" % p.stderr)
+
     @t.check("the proxy with the explained policy: exactly the explained tries, "
              "each wait inside its explained range")
     def _():
