@@ -259,9 +259,35 @@ static bool exchange_body_owed(const struct exchange *ex)
 	       (ex->request_body_started && ex->state != EXCHANGE_RELAYING);
 }
 
+/* Whether the client's input holds the rest of its body: sent whole, it
+ * waits there while no try takes it in (held, queued, connecting). Asked
+ * only as the client's connection ends: the chunked case parses a copy. */
+static bool exchange_request_body_in_input(const struct exchange *ex)
+{
+	struct evbuffer *in = conn_input(ex->owner.conn);
+	size_t len = evbuffer_get_length(in);
+	struct body_relay rest = ex->request_body;
+	struct evbuffer *copy, *sink;
+	enum http1_error error;
+	bool whole;
+
+	if (rest.mode == BODY_MODE_LENGTH)
+		return len >= rest.remaining;
+	if (rest.mode != BODY_MODE_CHUNKED && rest.mode != BODY_MODE_CHUNKED_DECODE)
+		return false;
+	copy = evbuffer_new();
+	sink = evbuffer_new(); /* a held trailer section is passed on, never dropped */
+	evbuffer_add(copy, evbuffer_pullup(in, -1), len);
+	whole = body_relay_move(&rest, copy, sink, &error) == 0 && rest.done;
+	evbuffer_free(copy);
+	evbuffer_free(sink);
+	return whole;
+}
+
 bool exchange_request_body_owed(const struct exchange *ex)
 {
-	return !ex->request_body.done && exchange_body_owed(ex);
+	return !ex->request_body.done && exchange_body_owed(ex) &&
+	       !exchange_request_body_in_input(ex);
 }
 
 /* A request body that stops arriving times out only while a try takes it

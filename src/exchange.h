@@ -85,7 +85,8 @@ void exchange_client_drained(struct exchange *exchange);
 void exchange_abort(struct exchange *exchange, const char *reason);
 
 /* Is the client still sending a request body it owes (not one it has yet
- * to begin for a 100 Continue the upstream has not sent)? */
+ * to begin for a 100 Continue the upstream has not sent, nor one whose rest
+ * waits whole in its input for a try to take it)? */
 bool exchange_request_body_owed(const struct exchange *exchange);
 
 /* The proxy is about to close the client's connection itself (drain_timeout,

@@ -9,7 +9,8 @@ sends nothing, or only a stray CRLF, and closes; one sends a PUT (its body
 kept to be re-sent) or a POST (its body streamed to its try) with 100 of
 its 1000 body bytes and closes; one closes after a whole POST, while the
 origin takes 1 s to answer.
-Origin: the test origin (echo, /delay/1).
+Origin: the test origin (echo, /delay/1); a blackhole port (a full accept
+queue) for the second listener.
 Proxy: client_timeout 10s (no timeout ends anything here), max_attempts 2.
 Must hold: a head cut by the client's FIN gets a 400 (Connection: close)
 and an access line as a head cut by client_timeout gets its 408: status
@@ -29,7 +30,12 @@ nowhere. A client that closes in the middle of its body is gone as one
 whose request is under way (status 0, counted nowhere), and its line's
 note says "client closed the connection during the request body" (before,
 only "client closed the connection", as for one that left with its request
-whole, waiting for the response, which keeps that note).
+whole, waiting for the response, which keeps that note). So does one that
+sent its whole body (Content-Length, or chunked with a trailer) and closed
+while that body still waited in the proxy's input, its try connecting to
+an upstream that never accepts (a second listener): only "client closed
+the connection" (before, "during the request body"); one whose chunked body
+was cut there says "during the request body".
 """
 
 import socket
@@ -42,6 +48,8 @@ CONFIG = """\
 listen:
   - address: 127.0.0.1:@PORT0@
     upstream: http://127.0.0.1:@ORIGIN@
+  - address: 127.0.0.1:@PORT2@
+    upstream: http://127.0.0.1:@BLACKHOLE@
 admin: 127.0.0.1:@PORT1@
 log: { level: info, format: text }
 limits:
@@ -57,7 +65,7 @@ HEAD_NOTE = "client%20closed%20the%20connection%20during%20the%20request%20head"
 
 def scenario(t):
     origin = t.origin()
-    proxy = t.proxy(CONFIG, ORIGIN=origin.port)
+    proxy = t.proxy(CONFIG, ORIGIN=origin.port, BLACKHOLE=h.blackhole(t))
 
     def unrouted(code):
         text = h.curl(proxy.listener_url(1, "/metrics")).body.decode()
@@ -177,6 +185,38 @@ def scenario(t):
             text = h.curl(proxy.listener_url(1, "/metrics")).body.decode()
             h.eq(h.metric(text, "retryproxy_requests_total", '{route="default",code="0"}'), None,
                  'requests_total{code="0"}')
+
+    for framing, headers, body in (
+            ("Content-Length", (("Content-Length", "100"),), b"c" * 100),
+            ("chunked", (("Transfer-Encoding", "chunked"),),
+             b"64\r\n" + b"c" * 100 + b"\r\n0\r\nX-Sum: 1\r\n\r\n")):
+        @t.check("a client that closes after its whole %s body while the body still waits in "
+                 "the proxy's input (its try connecting): the note says only that it closed"
+                 % framing)
+        def _(framing=framing, headers=headers, body=body):
+            tag = "t=whole-waiting-%s" % framing
+            with h.RawConn(proxy.port(2)) as c:
+                c.send(h.request("POST", "/echo?" + tag, "a.example", headers=headers) + body)
+                time.sleep(0.3)
+                c.sock.shutdown(socket.SHUT_WR)
+                h.eq(c.read_to_close(timeout=5 * h.SLOW), b"", "what the client got")
+            fields = h.access_fields(proxy.access_one(tag))
+            h.eq((fields.get("status"), fields.get("note")),
+                 ("0", "client%20closed%20the%20connection"), "its access line")
+
+    @t.check("a client that closes in the middle of a chunked body while it waits in the proxy's "
+             "input: its line says the body was cut")
+    def _():
+        tag = "t=cut-waiting-chunked"
+        with h.RawConn(proxy.port(2)) as c:
+            c.send(h.request("POST", "/echo?" + tag, "a.example",
+                             headers=(("Transfer-Encoding", "chunked"),)) +
+                   b"64\r\n" + b"c" * 100 + b"\r\n")
+            time.sleep(0.3)
+            c.sock.shutdown(socket.SHUT_WR)
+            h.eq(c.read_to_close(timeout=5 * h.SLOW), b"", "what the client got")
+        fields = h.access_fields(proxy.access_one(tag))
+        h.eq((fields.get("status"), fields.get("note")), ("0", body_note), "its access line")
 
     @t.check("a client that closes after its whole body, before the response: the note says only "
              "that it closed")
