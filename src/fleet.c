@@ -107,10 +107,10 @@ struct fleet_lookup {
 
 struct fleet {
 	struct event_base *base;
-	struct evdns_base *hosts; /* the hosts file alone, asked first */
-	struct evdns_base *dns;
-	char *redis;  /* as written, for log lines */
-	char *host;   /* NULL for a unix socket */
+	struct name_resolver resolver; /* hosts file, nameservers, search list */
+	bool absolute;		       /* written with a trailing dot: no search list */
+	char *redis;		       /* as written, for log lines */
+	char *host;		       /* NULL for a unix socket */
 	char *lookup; /* host as the resolver is asked it: normalised, no trailing dot */
 	uint16_t port;
 	char *socket;
@@ -864,22 +864,22 @@ static void fleet_connect(struct fleet *fleet)
 		struct fleet_lookup *l = &fleet->lookups[i];
 
 		/* NULL when answered at once (the callback ran already) */
-		l->request = name_lookup_start(fleet->hosts, fleet->dns, fleet->lookup, families[i],
-					       fleet->port, fleet_resolved_cb, l);
+		l->request = name_lookup_start(&fleet->resolver, fleet->lookup, fleet->absolute,
+					       families[i], fleet->port, fleet_resolved_cb, l);
 	}
 	fleet->resolving_inline = false;
 	fleet_resolution_step(fleet);
 }
 
-struct fleet *fleet_new(struct event_base *base, struct evdns_base *hosts, struct evdns_base *dns,
-			struct evdns_base *dns_absolute, const struct fleet_config *config)
+struct fleet *fleet_new(struct event_base *base, const struct name_resolver *resolver,
+			const struct fleet_config *config)
 {
 	struct fleet *fleet = xcalloc(1, sizeof(*fleet));
 	struct timeval tv = timeval_from_ms(config->sync_interval_ms);
 
 	fleet->base = base;
-	fleet->hosts = hosts;
-	fleet->dns = dns;
+	if (resolver != NULL)
+		fleet->resolver = *resolver;
 	fleet->redis = xstrdup(config->redis);
 	if (config->redis_host != NULL) {
 		size_t written = strlen(config->redis_host), len;
@@ -890,8 +890,7 @@ struct fleet *fleet_new(struct event_base *base, struct evdns_base *hosts, struc
 		fleet->lookup = xstrdup(config->redis_host);
 		len = upstream_host_normalise(fleet->lookup, written);
 		fleet->lookup[len] = '\0';
-		if (len < written)
-			fleet->dns = dns_absolute;
+		fleet->absolute = len < written;
 	}
 	fleet->port = config->redis_port;
 	fleet->socket = config->redis_socket != NULL ? xstrdup(config->redis_socket) : NULL;

@@ -18,17 +18,18 @@
 #include "config.h"
 
 struct event_base;
-struct evdns_base;
+struct name_resolver;
 struct fleet;
 struct fleet_route; /* one route's lease: by route name and window */
 
 /* Start syncing with the Redis the config's fleet: section names; the
  * connection is made in the background. A host name is resolved as an
- * upstream's is (name_lookup.h): in hosts (the hosts file alone), then as a
- * localhost name, then with dns, or with dns_absolute (no search list)
- * when written with a trailing dot. */
-struct fleet *fleet_new(struct event_base *base, struct evdns_base *hosts, struct evdns_base *dns,
-			struct evdns_base *dns_absolute, const struct fleet_config *config);
+ * upstream's is (name_lookup.h), with resolver (copied; NULL for a fleet
+ * that resolves no name): its hosts file, then as a localhost name, then
+ * with its DNS, without the search list when written with a trailing
+ * dot. */
+struct fleet *fleet_new(struct event_base *base, const struct name_resolver *resolver,
+			const struct fleet_config *config);
 
 /* Disconnect and free; every fleet_route of it goes too. */
 void fleet_free(struct fleet *fleet);

@@ -11,17 +11,25 @@
 #include <event2/dns.h>
 
 #include "dns_cache.h"
+#include "dns_search.h"
 #include "xmalloc.h"
 
-/* A question out to DNS. The resolver calls back exactly once, even after
- * evdns_cancel_request() (with DNS_ERR_CANCEL, or with the answer it had
- * already scheduled, from the loop): the lookup outlives its asker, and
- * its cb is NULL once nobody waits for the answer. */
+/* A question out to DNS: one search-list candidate at a time, asked of
+ * evdns, whose own walk of the list is not used. The resolver calls back
+ * exactly once, even after evdns_cancel_request() (with DNS_ERR_CANCEL,
+ * or with the answer it had already scheduled, from the loop): while a
+ * question is out the lookup outlives its asker, and its cb is NULL once
+ * nobody waits for the answer. */
 struct name_lookup {
 	name_lookup_cb cb;
 	void *arg;
+	struct name_resolver resolver;
+	int family;
 	uint16_t port;
-	struct evdns_request *request;
+	char **candidates; /* the names to ask, in order (dns_search.h) */
+	size_t candidate_count;
+	size_t candidate;	       /* the one asked now */
+	struct evdns_request *request; /* its question, while out */
 };
 
 /* The hosts file's answer, which the resolver without nameservers gives
@@ -72,41 +80,98 @@ static bool name_lookup_in_hosts(struct evdns_base *hosts, const char *host, int
 	return answer.answered;
 }
 
-/* DNS's answer: the addresses with the asker's port, or the error, with the
- * records' TTL. */
+static void name_lookup_free(struct name_lookup *lookup)
+{
+	dns_search_free(lookup->candidates, lookup->candidate_count);
+	free(lookup);
+}
+
+/* The lookup is over: its asker is told, unless it went away. */
+static void name_lookup_finish(struct name_lookup *lookup, struct evutil_addrinfo *addresses,
+			       int error, uint64_t ttl_ms)
+{
+	name_lookup_cb cb = lookup->cb;
+	void *cb_arg = lookup->arg;
+
+	name_lookup_free(lookup);
+	if (cb != NULL)
+		cb(addresses, error, ttl_ms, cb_arg);
+	else if (addresses != NULL)
+		evutil_freeaddrinfo(addresses);
+}
+
+static void name_lookup_resolve_cb(int result, char type, int count, int ttl, void *addresses,
+				   void *arg);
+
+/* Ask evdns the candidate at index, the search list left to this
+ * file; false when evdns would not ask it. */
+static bool name_lookup_ask(struct name_lookup *lookup, size_t index)
+{
+	struct evdns_base *dns = lookup->resolver.dns;
+	const char *name;
+
+	if (index >= lookup->candidate_count)
+		return false;
+	lookup->candidate = index;
+	name = lookup->candidates[index];
+	if (lookup->family == AF_INET6)
+		lookup->request = evdns_base_resolve_ipv6(dns, name, DNS_QUERY_NO_SEARCH,
+							  name_lookup_resolve_cb, lookup);
+	else
+		lookup->request = evdns_base_resolve_ipv4(dns, name, DNS_QUERY_NO_SEARCH,
+							  name_lookup_resolve_cb, lookup);
+	return lookup->request != NULL;
+}
+
+/* A candidate's answer with error: the next candidate is asked when evdns
+ * would have gone on to it, else the lookup ends with this error. */
+static void name_lookup_candidate_failed(struct name_lookup *lookup, int error)
+{
+	if (dns_search_goes_on(error) && name_lookup_ask(lookup, lookup->candidate + 1))
+		return;
+	name_lookup_finish(lookup, NULL, error, UINT64_MAX);
+}
+
+/* A candidate's answer: the addresses with the asker's port, or the
+ * error, with the records' TTL. */
 static void name_lookup_resolve_cb(int result, char type, int count, int ttl, void *addresses,
 				   void *arg)
 {
 	struct name_lookup *lookup = arg;
-	name_lookup_cb cb = lookup->cb;
-	void *cb_arg = lookup->arg;
-	uint16_t port = lookup->port;
 	struct evutil_addrinfo *list = NULL;
 	int error;
 
-	free(lookup);
-	if (cb == NULL)
+	lookup->request = NULL;
+	if (lookup->cb == NULL) {
+		name_lookup_free(lookup);
 		return;
+	}
 	for (int i = 0; result == DNS_ERR_NONE && i < count; i++) {
 		if (type == DNS_IPv4_A)
 			list = dns_addresses_add_ip(list, AF_INET,
-						    (const char *)addresses + 4 * (size_t)i, port);
+						    (const char *)addresses + 4 * (size_t)i,
+						    lookup->port);
 		else if (type == DNS_IPv6_AAAA)
 			list = dns_addresses_add_ip(list, AF_INET6,
-						    (const char *)addresses + 16 * (size_t)i, port);
+						    (const char *)addresses + 16 * (size_t)i,
+						    lookup->port);
 	}
 	error = result != DNS_ERR_NONE ? result : list == NULL ? DNS_ERR_NODATA : DNS_ERR_NONE;
-	cb(list, error, list != NULL ? (ttl > 0 ? (uint64_t)ttl * 1000 : 0) : UINT64_MAX, cb_arg);
+	if (error == DNS_ERR_NONE) {
+		name_lookup_finish(lookup, list, error, ttl > 0 ? (uint64_t)ttl * 1000 : 0);
+		return;
+	}
+	name_lookup_candidate_failed(lookup, error);
 }
 
-struct name_lookup *name_lookup_start(struct evdns_base *hosts, struct evdns_base *dns,
-				      const char *host, int family, uint16_t port,
-				      name_lookup_cb cb, void *arg)
+struct name_lookup *name_lookup_start(const struct name_resolver *resolver, const char *host,
+				      bool absolute, int family, uint16_t port, name_lookup_cb cb,
+				      void *arg)
 {
 	struct evutil_addrinfo *addresses = NULL;
 	struct name_lookup *lookup;
 
-	if (name_lookup_in_hosts(hosts, host, family, port, &addresses)) {
+	if (name_lookup_in_hosts(resolver->hosts, host, family, port, &addresses)) {
 		cb(addresses, DNS_ERR_NONE, UINT64_MAX, arg);
 		return NULL;
 	}
@@ -126,15 +191,13 @@ struct name_lookup *name_lookup_start(struct evdns_base *hosts, struct evdns_bas
 	lookup = xcalloc(1, sizeof(*lookup));
 	lookup->cb = cb;
 	lookup->arg = arg;
+	lookup->resolver = *resolver;
+	lookup->family = family;
 	lookup->port = port;
-	if (family == AF_INET6)
-		lookup->request =
-			evdns_base_resolve_ipv6(dns, host, 0, name_lookup_resolve_cb, lookup);
-	else
-		lookup->request =
-			evdns_base_resolve_ipv4(dns, host, 0, name_lookup_resolve_cb, lookup);
-	if (lookup->request == NULL) {
-		free(lookup);
+	lookup->candidate_count =
+		dns_search_candidates(resolver->conf, host, absolute, &lookup->candidates);
+	if (!name_lookup_ask(lookup, 0)) {
+		name_lookup_free(lookup);
 		cb(NULL, NAME_LOOKUP_NOT_ASKED, UINT64_MAX, arg);
 		return NULL;
 	}

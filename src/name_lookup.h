@@ -8,6 +8,9 @@
  * section 6.3); then DNS, with evdns_base_resolve_ipv4/6, which give the
  * records' TTL and the resolver's own error (NXDOMAIN, REFUSED, ...).
  * Address literals are the caller's: they are no question at all.
+ *
+ * evdns is asked one search-list candidate at a time (dns_search.h), in
+ * its own order.
  */
 
 #include <stdbool.h>
@@ -15,8 +18,18 @@
 
 #include <event2/util.h>
 
+struct event_base;
 struct evdns_base;
+struct resolv_conf;
 struct name_lookup; /* a question out to DNS */
+
+/* Where names are looked up. */
+struct name_resolver {
+	struct event_base *base;	/* the loop */
+	struct evdns_base *hosts;	/* the hosts file, and no nameserver */
+	struct evdns_base *dns;		/* the nameservers */
+	const struct resolv_conf *conf; /* its search list; NULL: none */
+};
 
 /* A lookup's error when evdns would not ask the question at all: a name
  * over 255 bytes, or with a label over 63. Beside the DNS_ERR_* codes,
@@ -26,21 +39,23 @@ struct name_lookup; /* a question out to DNS */
 /* A lookup ended: addresses (a list made by dns_addresses_add(), which the
  * callee owns from now on; NULL for none), error (DNS_ERR_NONE,
  * DNS_ERR_NODATA for a DNS answer without an address of the family, another
- * DNS_ERR_* or NAME_LOOKUP_NOT_ASKED) and how long the answer may be kept
- * (the records' TTL; UINT64_MAX for the hosts file's, which has none; 0 for
- * a loopback answer, which costs nothing to give again). */
+ * DNS_ERR_* or NAME_LOOKUP_NOT_ASKED) and how long
+ * the answer may be kept (the records' TTL; UINT64_MAX for the hosts
+ * file's, which has none; 0 for a loopback answer, which costs nothing to
+ * give again). */
 typedef void (*name_lookup_cb)(struct evutil_addrinfo *addresses, int error, uint64_t ttl_ms,
 			       void *arg);
 
 /* Look host (normalised, without a trailing dot) up for family (AF_INET or
- * AF_INET6), its addresses carrying port: in hosts (a resolver with the
- * hosts file and no nameserver), then as a localhost name, then in dns. An
- * answer had at once (the hosts file's, loopback, a name that cannot be
- * asked) is given by calling cb before this returns, and NULL is returned;
- * else the question out, whose answer cb gets from the loop. */
-struct name_lookup *name_lookup_start(struct evdns_base *hosts, struct evdns_base *dns,
-				      const char *host, int family, uint16_t port,
-				      name_lookup_cb cb, void *arg);
+ * AF_INET6), its addresses carrying port: in the resolver's hosts file,
+ * then as a localhost name, then in its DNS, with the search list unless
+ * absolute (the name was written with a trailing dot). An answer had at
+ * once (the hosts file's, loopback, a name that cannot be asked) is given
+ * by calling cb before this returns, and NULL is returned; else the
+ * question out, whose answer cb gets from the loop. */
+struct name_lookup *name_lookup_start(const struct name_resolver *resolver, const char *host,
+				      bool absolute, int family, uint16_t port, name_lookup_cb cb,
+				      void *arg);
 
 /* Stop waiting for a question's answer: cb is not called. */
 void name_lookup_cancel(struct name_lookup *lookup);

@@ -16,9 +16,11 @@
 #include "log.h"
 #include "log_batch.h"
 #include "metrics.h"
+#include "name_lookup.h"
 #include "notify.h"
 #include "retry_budget.h"
 #include "pool.h"
+#include "resolv_conf.h"
 #include "tls.h"
 #include "upstreams.h"
 #include "xmalloc.h"
@@ -102,9 +104,11 @@ static void proxy_apply_fleet(struct proxy *proxy, const struct config *config)
 	}
 	if (config->fleet.redis == NULL)
 		return;
-	if (proxy->fleet == NULL)
-		proxy->fleet = fleet_new(proxy->base, proxy->hosts, proxy->dns, proxy->dns_absolute,
-					 &config->fleet);
+	if (proxy->fleet == NULL) {
+		struct name_resolver resolver = proxy_name_resolver(proxy);
+
+		proxy->fleet = fleet_new(proxy->base, &resolver, &config->fleet);
+	}
 	fleet_set_routes(proxy->fleet, config);
 	retry_budget_book_set_fleet(proxy->budgets, proxy->fleet);
 }
@@ -159,14 +163,17 @@ static bool proxy_file_usable(const char *path, const char *keyword)
 }
 
 /* Read resolv.conf and the hosts file into a resolver; with search false,
- * resolv.conf's search list and domain are left out. Again (at a reload),
+ * resolv.conf's search list and domain are left out. What evdns gives no
+ * getter for (the search list, ndots, timeout, attempts) is read into conf
+ * too, when given. Again (at a reload),
  * what a file said before goes first (nameservers, search list, the options
  * it may leave out; hosts entries), and lookups in flight are sent again to
  * the nameservers read now; a file that cannot be read then, or is caught
  * half rewritten (no nameserver line, an empty hosts file), leaves what it
  * said before in force. With servers false, the hosts file alone: a
  * resolver that never sends a query. */
-static void proxy_read_resolver(struct evdns_base *dns, bool servers, bool search, bool again)
+static void proxy_read_resolver(struct evdns_base *dns, struct resolv_conf *conf, bool servers,
+				bool search, bool again)
 {
 	const char *resolv = getenv(PROXY_RESOLV_CONF_ENV);
 	const char *hosts = getenv(PROXY_HOSTS_ENV);
@@ -207,6 +214,8 @@ static void proxy_read_resolver(struct evdns_base *dns, bool servers, bool searc
 			log_warn("resolver: cannot use %s (error %d); names other than hosts-file "
 				 "ones may not resolve",
 				 resolv, r);
+		if (conf != NULL)
+			resolv_conf_read(conf, resolv);
 		if (again)
 			evdns_base_resume(dns);
 	}
@@ -231,18 +240,26 @@ static struct evdns_base *proxy_new_hosts_resolver(struct event_base *base)
 {
 	struct evdns_base *dns = evdns_base_new(base, 0);
 
-	proxy_read_resolver(dns, false, false, false);
+	proxy_read_resolver(dns, NULL, false, false, false);
 	return dns;
 }
 
-/* A non-blocking resolver that reads the hosts file and resolv.conf; with
- * search false, resolv.conf's search list and domain are left out. */
-static struct evdns_base *proxy_new_resolver(struct event_base *base, bool search)
+/* A non-blocking resolver that reads the hosts file and resolv.conf, whose
+ * search list, ndots, timeout and attempts go into conf as well. */
+static struct evdns_base *proxy_new_resolver(struct event_base *base, struct resolv_conf *conf)
 {
 	struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
 
-	proxy_read_resolver(dns, true, search, false);
+	proxy_read_resolver(dns, conf, true, true, false);
 	return dns;
+}
+
+struct name_resolver proxy_name_resolver(const struct proxy *proxy)
+{
+	struct name_resolver resolver = { proxy->base, proxy->hosts, proxy->dns,
+					  proxy->resolv_conf };
+
+	return resolver;
 }
 
 struct proxy *proxy_new(struct config *config, bool *bind_failed)
@@ -264,9 +281,8 @@ struct proxy *proxy_new(struct config *config, bool *bind_failed)
 	proxy->metrics = metrics_new();
 	proxy->budgets = retry_budget_book_new();
 	proxy_adopt_config(proxy, config);
-	proxy->dns = proxy_new_resolver(proxy->base, true);
-	/* made now, not on first use, so that both read the same files */
-	proxy->dns_absolute = proxy_new_resolver(proxy->base, false);
+	proxy->resolv_conf = resolv_conf_new();
+	proxy->dns = proxy_new_resolver(proxy->base, proxy->resolv_conf);
 	proxy->hosts = proxy_new_hosts_resolver(proxy->base);
 	proxy->dns_cache = dns_cache_new();
 	proxy->tls = tls_store_new();
@@ -319,8 +335,8 @@ void proxy_free(struct proxy *proxy)
 	 * touch nothing */
 	event_base_loop(proxy->base, EVLOOP_NONBLOCK);
 	evdns_base_free(proxy->dns, 1);
-	evdns_base_free(proxy->dns_absolute, 1);
 	evdns_base_free(proxy->hosts, 1);
+	resolv_conf_free(proxy->resolv_conf);
 	/* after every connect, whose answers it may hold */
 	dns_cache_free(proxy->dns_cache);
 	/* the config's last release lets go of its budget states: the other
@@ -428,9 +444,8 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	/* resolv.conf and the hosts file are read again (an edited hosts
 	 * file, a new nameserver), and the answers kept under the old ones
 	 * are forgotten, as they are under an old dns_cache */
-	proxy_read_resolver(proxy->dns, true, true, true);
-	proxy_read_resolver(proxy->dns_absolute, true, false, true);
-	proxy_read_resolver(proxy->hosts, false, false, true);
+	proxy_read_resolver(proxy->dns, proxy->resolv_conf, true, true, true);
+	proxy_read_resolver(proxy->hosts, NULL, false, false, true);
 	dns_cache_clear(proxy->dns_cache);
 	/* after the files are read again: a new fleet.redis name is looked up
 	 * under the hosts file and nameservers the reload brought */

@@ -22,6 +22,7 @@
 struct conn_loop;
 struct event_base;
 struct evdns_base;
+struct resolv_conf;
 struct dns_cache;
 struct event;
 struct log_batch;
@@ -39,16 +40,19 @@ struct client;
 struct proxy {
 	struct conn_loop *loop;	 /* the event loop; its passes end with output written */
 	struct event_base *base; /* the loop's event base */
+	/* the nameservers, asked one search-list candidate at a time
+	 * (name_lookup.c walks the list, from resolv_conf) */
 	struct evdns_base *dns;
-	/* for a name written with a trailing dot: the same servers and hosts
-	 * file, but no search list, so that "api.internal." is asked as it is
-	 * and never as "api.internal.<search domain>", whatever ndots says */
-	struct evdns_base *dns_absolute;
+	/* the search list, ndots, timeout and attempts dns was given: a name
+	 * written with a trailing dot skips the search list, so that
+	 * "api.internal." is asked as it is and never as
+	 * "api.internal.<search domain>", whatever ndots says */
+	struct resolv_conf *resolv_conf;
 	/* the same hosts file, and no nameserver: an upstream name is looked
 	 * up in it first (a question it cannot answer is queued, cancelled,
 	 * never sent); then a localhost name is loopback (RFC 6761 section
-	 * 6.3) and others are asked of dns or dns_absolute with
-	 * evdns_base_resolve_ipv4/6, which give the error and the TTL */
+	 * 6.3) and others are asked of dns with evdns_base_resolve_ipv4/6,
+	 * which give the error and the TTL */
 	struct evdns_base *hosts;
 	struct dns_cache
 		*dns_cache;    /* upstream names' answers (limits.dns_cache); NULL: none kept */
@@ -106,5 +110,9 @@ void proxy_reload_refused(struct proxy *proxy, const char *why);
 /* Stop accepting, let in-flight requests finish up to drain_timeout, then
  * leave the loop. The admin listener stays up meanwhile. */
 void proxy_drain(struct proxy *proxy);
+
+/* Where the proxy looks names up (name_lookup.h): its loop, hosts file,
+ * nameservers and resolv.conf. */
+struct name_resolver proxy_name_resolver(const struct proxy *proxy);
 
 #endif

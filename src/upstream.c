@@ -724,7 +724,7 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						void *arg)
 {
 	struct upstream_connect *uc = xcalloc(1, sizeof(*uc));
-	struct evdns_base *dns = endpoint->absolute ? proxy->dns_absolute : proxy->dns;
+	struct name_resolver resolver = proxy_name_resolver(proxy);
 	struct timeval tv = timeval_from_ms(timeout_ms);
 	int literal;
 
@@ -766,8 +766,8 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 		/* an answer had at once (the hosts file's, a localhost name's
 		 * loopback) is taken from the loop */
 		uc->resolving_inline = true;
-		l->request = name_lookup_start(proxy->hosts, dns, uc->host, family, endpoint->port,
-					       upstream_lookup_cb, l);
+		l->request = name_lookup_start(&resolver, uc->host, endpoint->absolute, family,
+					       endpoint->port, upstream_lookup_cb, l);
 		uc->resolving_inline = false;
 	}
 	return uc;

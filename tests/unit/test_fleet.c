@@ -66,7 +66,7 @@ static void test_routes_synced(void **state)
 	struct config *config = load(config_text);
 	struct config *reloaded = load(reloaded_text);
 	struct config *rewindowed = load(rewindowed_text);
-	struct fleet *fleet = fleet_new(base, NULL, NULL, NULL, &config->fleet);
+	struct fleet *fleet = fleet_new(base, NULL, &config->fleet);
 
 	fleet_set_routes(fleet, config);
 	assert_non_null(fleet_route_find(fleet, "default", 10000));
@@ -101,7 +101,7 @@ static void test_local_while_disconnected(void **state)
 	struct event_base *base = event_base_new();
 	struct config *config = load(config_text);
 	const struct retry_budget *budget = &config->routes[0].retry.budget;
-	struct fleet *fleet = fleet_new(base, NULL, NULL, NULL, &config->fleet);
+	struct fleet *fleet = fleet_new(base, NULL, &config->fleet);
 	struct retry_budget_book *book = retry_budget_book_new();
 	struct retry_budget_state *s;
 	unsigned n = 0;

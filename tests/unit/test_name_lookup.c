@@ -2,7 +2,9 @@
  * port; localhost and names under .localhost that it lacks are loopback
  * without a question; another name is a question out, which a cancel
  * silences; a failure is told in the resolver's words, the IPv4 lookup's
- * first. Run under ASan, a leak or a double free fails too. */
+ * first. Against a nameserver played here on loopback: the search list is
+ * asked one candidate at a time, the next after NXDOMAIN. Run under ASan,
+ * a leak or a double free fails too. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <event2/dns.h>
@@ -24,6 +27,7 @@
 
 #include "dns_cache.h"
 #include "name_lookup.h"
+#include "resolv_conf.h"
 
 /* What a lookup's callback was given. */
 struct answer {
@@ -65,6 +69,7 @@ struct resolvers {
 	struct event_base *base;
 	struct evdns_base *hosts; /* the hosts file below, no nameserver */
 	struct evdns_base *dns;	  /* no nameserver either: a question stays out */
+	struct name_resolver resolver;
 	char path[64];
 };
 
@@ -83,6 +88,9 @@ static int resolvers_setup(void **state)
 	r->hosts = evdns_base_new(r->base, 0);
 	assert_int_equal(evdns_base_load_hosts(r->hosts, r->path), 0);
 	r->dns = evdns_base_new(r->base, 0);
+	r->resolver.base = r->base;
+	r->resolver.hosts = r->hosts;
+	r->resolver.dns = r->dns;
 	*state = r;
 	return 0;
 }
@@ -106,9 +114,10 @@ static void test_hosts_file_answers_at_once(void **state)
 	char text[INET6_ADDRSTRLEN];
 	uint16_t port;
 
-	assert_null(name_lookup_start(r->hosts, r->dns, "api.test", AF_INET, 8080, answer_cb, &a4));
 	assert_null(
-		name_lookup_start(r->hosts, r->dns, "api.test", AF_INET6, 8080, answer_cb, &a6));
+		name_lookup_start(&r->resolver, "api.test", false, AF_INET, 8080, answer_cb, &a4));
+	assert_null(
+		name_lookup_start(&r->resolver, "api.test", false, AF_INET6, 8080, answer_cb, &a6));
 	assert_int_equal(a4.calls, 1);
 	assert_int_equal(a4.error, DNS_ERR_NONE);
 	assert_true(a4.ttl_ms == UINT64_MAX);
@@ -132,10 +141,10 @@ static void test_localhost_is_loopback(void **state)
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		struct answer a4 = { 0 }, a6 = { 0 };
 
-		assert_null(name_lookup_start(r->hosts, r->dns, names[i], AF_INET, 6379, answer_cb,
-					      &a4));
-		assert_null(name_lookup_start(r->hosts, r->dns, names[i], AF_INET6, 6379, answer_cb,
-					      &a6));
+		assert_null(name_lookup_start(&r->resolver, names[i], false, AF_INET, 6379,
+					      answer_cb, &a4));
+		assert_null(name_lookup_start(&r->resolver, names[i], false, AF_INET6, 6379,
+					      answer_cb, &a6));
 		assert_int_equal(a4.calls, 1);
 		assert_int_equal(a4.error, DNS_ERR_NONE);
 		assert_true(a4.ttl_ms == 0);
@@ -151,7 +160,7 @@ static void test_localhost_is_loopback(void **state)
 	{
 		struct answer a = { 0 };
 
-		assert_null(name_lookup_start(r->hosts, r->dns, "app.localhost", AF_INET, 1,
+		assert_null(name_lookup_start(&r->resolver, "app.localhost", false, AF_INET, 1,
 					      answer_cb, &a));
 		address_text(a.addresses, text, sizeof(text), &port);
 		assert_string_equal(text, "127.0.0.8");
@@ -169,7 +178,8 @@ static void test_other_names_are_asked_and_cancelled(void **state)
 	struct name_lookup *lookup;
 	char long_label[80];
 
-	lookup = name_lookup_start(r->hosts, r->dns, "elsewhere.test", AF_INET, 80, answer_cb, &a);
+	lookup = name_lookup_start(&r->resolver, "elsewhere.test", false, AF_INET, 80, answer_cb,
+				   &a);
 	assert_non_null(lookup);
 	assert_int_equal(a.calls, 0);
 	name_lookup_cancel(lookup);
@@ -179,7 +189,7 @@ static void test_other_names_are_asked_and_cancelled(void **state)
 	/* a label over 63 bytes is no question */
 	memset(long_label, 'a', 70);
 	strcpy(long_label + 70, ".test");
-	assert_null(name_lookup_start(r->hosts, r->dns, long_label, AF_INET, 80, answer_cb, &a));
+	assert_null(name_lookup_start(&r->resolver, long_label, false, AF_INET, 80, answer_cb, &a));
 	assert_int_equal(a.calls, 1);
 	assert_int_equal(a.error, NAME_LOOKUP_NOT_ASKED);
 	assert_null(a.addresses);
@@ -202,6 +212,125 @@ static void test_failure_words(void **state)
 			    "the name cannot be asked of DNS (over 255 bytes, or a label over 63)");
 }
 
+/* A nameserver played by the test: UDP and TCP on one loopback port. */
+struct server {
+	struct event_base *base;
+	struct evdns_base *dns;
+	struct resolv_conf *conf;
+	struct name_resolver resolver;
+	int udp, tcp, conn;
+};
+
+static void server_start(struct server *srv, const char *resolv_conf)
+{
+	struct sockaddr_in sin;
+	socklen_t len = sizeof(sin);
+	char address[64];
+	int one = 1;
+
+	memset(srv, 0, sizeof(*srv));
+	srv->conn = -1;
+	srv->tcp = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	setsockopt(srv->tcp, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	memset(&sin, 0, sizeof(sin));
+	sin.sin_family = AF_INET;
+	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(srv->tcp, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	assert_int_equal(listen(srv->tcp, 4), 0);
+	getsockname(srv->tcp, (struct sockaddr *)&sin, &len);
+	srv->udp = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+	assert_int_equal(bind(srv->udp, (struct sockaddr *)&sin, sizeof(sin)), 0);
+	srv->base = event_base_new();
+	srv->dns = evdns_base_new(srv->base, 0);
+	snprintf(address, sizeof(address), "127.0.0.1:%u", ntohs(sin.sin_port));
+	assert_int_equal(evdns_base_nameserver_ip_add(srv->dns, address), 0);
+	srv->conf = resolv_conf_new();
+	resolv_conf_parse(srv->conf, resolv_conf, NULL);
+	srv->resolver.base = srv->base;
+	srv->resolver.dns = srv->dns;
+	srv->resolver.conf = srv->conf;
+}
+
+static void server_stop(struct server *srv)
+{
+	evdns_base_free(srv->dns, 1);
+	event_base_free(srv->base);
+	resolv_conf_free(srv->conf);
+	close(srv->udp);
+	close(srv->tcp);
+	if (srv->conn >= 0)
+		close(srv->conn);
+}
+
+/* Run the loop until fd is readable (a question came). */
+static void server_wait(struct server *srv, int fd)
+{
+	for (int i = 0; i < 2000; i++) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		struct timeval tick = { 0, 1000 };
+
+		if (poll(&p, 1, 0) == 1)
+			return;
+		event_base_loopexit(srv->base, &tick);
+		event_base_loop(srv->base, 0);
+	}
+	fail_msg("no question came");
+}
+
+/* The question's name, lower case, dotted, from a query at q. */
+static void question_name(const unsigned char *q, size_t len, char *name)
+{
+	size_t at = 12, n = 0;
+
+	while (at < len && q[at] != 0) {
+		if (n > 0)
+			name[n++] = '.';
+		for (size_t i = 0; i < q[at]; i++)
+			name[n++] = (char)(q[at + 1 + i] | 0x20);
+		at += 1 + q[at];
+	}
+	name[n] = '\0';
+}
+
+/* Answer one UDP question with rcode, TC set when truncated, no records;
+ * its name into name. */
+static void server_udp(struct server *srv, unsigned rcode, bool truncated, char *name)
+{
+	unsigned char q[512];
+	struct sockaddr_storage peer;
+	socklen_t peer_len = sizeof(peer);
+	ssize_t n;
+
+	server_wait(srv, srv->udp);
+	n = recvfrom(srv->udp, q, sizeof(q), 0, (struct sockaddr *)&peer, &peer_len);
+	assert_true(n > 12);
+	question_name(q, (size_t)n, name);
+	q[2] = 0x81 | (truncated ? 0x02 : 0);
+	q[3] = (unsigned char)(0x80 | rcode);
+	assert_int_equal(sendto(srv->udp, q, (size_t)n, 0, (struct sockaddr *)&peer, peer_len), n);
+}
+
+static void test_search_list_walked_one_at_a_time(void **state)
+{
+	struct server srv;
+	struct answer a = { 0 };
+	char name[256];
+
+	(void)state;
+	server_start(&srv, "search corp.test\noptions ndots:2\n");
+	assert_non_null(
+		name_lookup_start(&srv.resolver, "svc.ns", false, AF_INET, 80, answer_cb, &a));
+	server_udp(&srv, 3, false, name);
+	assert_string_equal(name, "svc.ns.corp.test");
+	/* NXDOMAIN: the next candidate, the name as it is */
+	server_udp(&srv, 3, false, name);
+	assert_string_equal(name, "svc.ns");
+	while (a.calls == 0)
+		event_base_loop(srv.base, EVLOOP_ONCE);
+	assert_int_equal(a.error, DNS_ERR_NOTEXIST);
+	server_stop(&srv);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -209,6 +338,7 @@ int main(void)
 		cmocka_unit_test(test_localhost_is_loopback),
 		cmocka_unit_test(test_other_names_are_asked_and_cancelled),
 		cmocka_unit_test(test_failure_words),
+		cmocka_unit_test(test_search_list_walked_one_at_a_time),
 	};
 
 	return cmocka_run_group_tests(tests, resolvers_setup, resolvers_teardown);
