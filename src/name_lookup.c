@@ -11,15 +11,17 @@
 #include <event2/dns.h>
 
 #include "dns_cache.h"
+#include "dns_message.h"
 #include "dns_search.h"
+#include "dns_tcp.h"
 #include "xmalloc.h"
 
-/* A question out to DNS: one search-list candidate at a time, asked of
- * evdns, whose own walk of the list is not used. The resolver calls back
- * exactly once, even after evdns_cancel_request() (with DNS_ERR_CANCEL,
- * or with the answer it had already scheduled, from the loop): while a
- * question is out the lookup outlives its asker, and its cb is NULL once
- * nobody waits for the answer. */
+/* A question out to DNS: one search-list candidate at a time, over UDP
+ * by evdns, or over TCP when its UDP answer was truncated. The resolver
+ * calls back exactly once, even after evdns_cancel_request() (with
+ * DNS_ERR_CANCEL, or with the answer it had already scheduled, from the
+ * loop): while a UDP question is out the lookup outlives its asker, and
+ * its cb is NULL once nobody waits for the answer. */
 struct name_lookup {
 	name_lookup_cb cb;
 	void *arg;
@@ -29,7 +31,8 @@ struct name_lookup {
 	char **candidates; /* the names to ask, in order (dns_search.h) */
 	size_t candidate_count;
 	size_t candidate;	       /* the one asked now */
-	struct evdns_request *request; /* its question, while out */
+	struct evdns_request *request; /* its UDP question, while out */
+	struct dns_tcp_query *tcp;     /* its TCP question, while out */
 };
 
 /* The hosts file's answer, which the resolver without nameservers gives
@@ -96,14 +99,14 @@ static void name_lookup_finish(struct name_lookup *lookup, struct evutil_addrinf
 	name_lookup_free(lookup);
 	if (cb != NULL)
 		cb(addresses, error, ttl_ms, cb_arg);
-	else if (addresses != NULL)
-		evutil_freeaddrinfo(addresses);
+	else
+		dns_addresses_free(addresses);
 }
 
 static void name_lookup_resolve_cb(int result, char type, int count, int ttl, void *addresses,
 				   void *arg);
 
-/* Ask evdns the candidate at index, the search list left to this
+/* Ask evdns the candidate at index over UDP, the search list left to this
  * file; false when evdns would not ask it. */
 static bool name_lookup_ask(struct name_lookup *lookup, size_t index)
 {
@@ -132,7 +135,30 @@ static void name_lookup_candidate_failed(struct name_lookup *lookup, int error)
 	name_lookup_finish(lookup, NULL, error, UINT64_MAX);
 }
 
-/* A candidate's answer: the addresses with the asker's port, or the
+/* The TCP answer for a candidate whose UDP one was truncated. A failure of
+ * TCP itself ends the lookup: the truncated answer said the name exists,
+ * and a later candidate's NXDOMAIN would hide that. */
+static void name_lookup_tcp_cb(int error, struct dns_message_answer *answer, void *arg)
+{
+	struct name_lookup *lookup = arg;
+	size_t size = lookup->family == AF_INET6 ? 16 : 4;
+	struct evutil_addrinfo *list = NULL;
+
+	lookup->tcp = NULL;
+	if (error != DNS_ERR_NONE) {
+		if (error >= 0)
+			name_lookup_candidate_failed(lookup, error);
+		else
+			name_lookup_finish(lookup, NULL, error, UINT64_MAX);
+		return;
+	}
+	for (size_t i = 0; i < answer->count; i++)
+		list = dns_addresses_add_ip(list, lookup->family, answer->addresses + size * i,
+					    lookup->port);
+	name_lookup_finish(lookup, list, DNS_ERR_NONE, (uint64_t)answer->ttl * 1000);
+}
+
+/* A candidate's UDP answer: the addresses with the asker's port, or the
  * error, with the records' TTL. */
 static void name_lookup_resolve_cb(int result, char type, int count, int ttl, void *addresses,
 				   void *arg)
@@ -159,6 +185,14 @@ static void name_lookup_resolve_cb(int result, char type, int count, int ttl, vo
 	error = result != DNS_ERR_NONE ? result : list == NULL ? DNS_ERR_NODATA : DNS_ERR_NONE;
 	if (error == DNS_ERR_NONE) {
 		name_lookup_finish(lookup, list, error, ttl > 0 ? (uint64_t)ttl * 1000 : 0);
+		return;
+	}
+	/* too large for UDP: the same candidate over TCP */
+	if (error == DNS_ERR_TRUNCATED) {
+		lookup->tcp = dns_tcp_query_start(lookup->resolver.base, lookup->resolver.dns,
+						  lookup->resolver.conf,
+						  lookup->candidates[lookup->candidate],
+						  lookup->family, name_lookup_tcp_cb, lookup);
 		return;
 	}
 	name_lookup_candidate_failed(lookup, error);
@@ -208,6 +242,11 @@ void name_lookup_cancel(struct name_lookup *lookup)
 {
 	if (lookup == NULL)
 		return;
+	if (lookup->tcp != NULL) {
+		dns_tcp_query_cancel(lookup->tcp);
+		name_lookup_free(lookup);
+		return;
+	}
 	/* freed by its callback, which the resolver still makes */
 	lookup->cb = NULL;
 	evdns_cancel_request(NULL, lookup->request);
@@ -245,6 +284,19 @@ static const char *name_lookup_error_text(int error)
 		return "no answer from the DNS server (timed out, or SERVFAIL at every attempt)";
 	case DNS_ERR_TRUNCATED:
 		return "the DNS answer was truncated (too large for UDP) or ill-formed";
+	/* a truncated answer's retry over TCP */
+	case DNS_TCP_CONNECT_FAILED:
+		return "the DNS answer was too large for UDP, and its retry over TCP could not "
+		       "connect to the DNS server";
+	case DNS_TCP_TIMEOUT:
+		return "the DNS answer was too large for UDP, and its retry over TCP got no answer "
+		       "(timed out)";
+	case DNS_TCP_CLOSED:
+		return "the DNS answer was too large for UDP, and the DNS server closed its retry "
+		       "over TCP without an answer";
+	case DNS_MESSAGE_MALFORMED:
+		return "the DNS answer was too large for UDP, and the answer over TCP was "
+		       "ill-formed";
 	case DNS_ERR_FORMAT:
 		return "the DNS server could not read the query (FORMERR)";
 	case DNS_ERR_NOTIMPL:

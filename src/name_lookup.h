@@ -9,8 +9,9 @@
  * records' TTL and the resolver's own error (NXDOMAIN, REFUSED, ...).
  * Address literals are the caller's: they are no question at all.
  *
- * evdns is asked one search-list candidate at a time (dns_search.h), in
- * its own order.
+ * evdns is asked one search-list candidate at a time (dns_search.h), and
+ * a candidate whose answer came back truncated (too large for UDP) is
+ * asked again over TCP (dns_tcp.h), as glibc's resolver does.
  */
 
 #include <stdbool.h>
@@ -25,21 +26,23 @@ struct name_lookup; /* a question out to DNS */
 
 /* Where names are looked up. */
 struct name_resolver {
-	struct event_base *base;	/* the loop */
+	struct event_base *base;	/* the loop, for TCP questions */
 	struct evdns_base *hosts;	/* the hosts file, and no nameserver */
 	struct evdns_base *dns;		/* the nameservers */
-	const struct resolv_conf *conf; /* its search list; NULL: none */
+	const struct resolv_conf *conf; /* its search list, timeout and attempts;
+                                   * NULL: none, and libevent's defaults */
 };
 
 /* A lookup's error when evdns would not ask the question at all: a name
  * over 255 bytes, or with a label over 63. Beside the DNS_ERR_* codes,
- * which are 0 or more. */
+ * which are 0 or more, and the failures of a TCP retry (dns_tcp.h's
+ * DNS_TCP_*, dns_message.h's DNS_MESSAGE_MALFORMED), which are below. */
 #define NAME_LOOKUP_NOT_ASKED (-1)
 
 /* A lookup ended: addresses (a list made by dns_addresses_add(), which the
  * callee owns from now on; NULL for none), error (DNS_ERR_NONE,
  * DNS_ERR_NODATA for a DNS answer without an address of the family, another
- * DNS_ERR_* or NAME_LOOKUP_NOT_ASKED) and how long
+ * DNS_ERR_*, NAME_LOOKUP_NOT_ASKED or a TCP retry's failure) and how long
  * the answer may be kept (the records' TTL; UINT64_MAX for the hosts
  * file's, which has none; 0 for a loopback answer, which costs nothing to
  * give again). */

@@ -2,9 +2,11 @@
  * port; localhost and names under .localhost that it lacks are loopback
  * without a question; another name is a question out, which a cancel
  * silences; a failure is told in the resolver's words, the IPv4 lookup's
- * first. Against a nameserver played here on loopback: the search list is
- * asked one candidate at a time, the next after NXDOMAIN. Run under ASan,
- * a leak or a double free fails too. */
+ * first. Against a nameserver played here on loopback (UDP and TCP on one
+ * port): the search list is asked one candidate at a time, the next after
+ * NXDOMAIN; a truncated answer is asked again over TCP, whose 40 records
+ * are the answer; a cancel while the TCP question is out silences it. Run
+ * under ASan, a leak or a double free fails too. */
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +28,7 @@
 #include <cmocka.h>
 
 #include "dns_cache.h"
+#include "dns_tcp.h"
 #include "name_lookup.h"
 #include "resolv_conf.h"
 
@@ -310,6 +313,21 @@ static void server_udp(struct server *srv, unsigned rcode, bool truncated, char 
 	assert_int_equal(sendto(srv->udp, q, (size_t)n, 0, (struct sockaddr *)&peer, peer_len), n);
 }
 
+/* Accept the TCP connection and read its question; its name into name. */
+static void server_tcp_question(struct server *srv, unsigned char *q, size_t *len, char *name)
+{
+	unsigned char head[2];
+
+	server_wait(srv, srv->tcp);
+	srv->conn = accept(srv->tcp, NULL, NULL);
+	assert_true(srv->conn >= 0);
+	server_wait(srv, srv->conn);
+	assert_int_equal(recv(srv->conn, head, 2, MSG_WAITALL), 2);
+	*len = (size_t)head[0] << 8 | head[1];
+	assert_int_equal(recv(srv->conn, q, *len, MSG_WAITALL), (ssize_t)*len);
+	question_name(q, *len, name);
+}
+
 static void test_search_list_walked_one_at_a_time(void **state)
 {
 	struct server srv;
@@ -331,6 +349,91 @@ static void test_search_list_walked_one_at_a_time(void **state)
 	server_stop(&srv);
 }
 
+static void test_truncated_asked_over_tcp(void **state)
+{
+	struct server srv;
+	struct answer a = { 0 };
+	unsigned char q[512], reply[2 + 1024];
+	size_t len, n;
+	char name[256];
+	size_t count = 0;
+
+	(void)state;
+	server_start(&srv, "search corp.test\noptions ndots:5 timeout:2 attempts:1\n");
+	assert_non_null(
+		name_lookup_start(&srv.resolver, "big", false, AF_INET, 8080, answer_cb, &a));
+	server_udp(&srv, 0, true, name);
+	assert_string_equal(name, "big.corp.test");
+	/* the same candidate again, over TCP, not the next one */
+	server_tcp_question(&srv, q, &len, name);
+	assert_string_equal(name, "big.corp.test");
+	/* the question, then 40 A records of it, 127.0.1.1 to 127.0.1.40 */
+	memcpy(reply + 2, q, len);
+	reply[2 + 2] = 0x81;
+	reply[2 + 3] = 0x80;
+	reply[2 + 7] = 40;
+	n = 2 + len;
+	for (unsigned i = 1; i <= 40; i++) {
+		static const unsigned char rr[] = { 0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 30, 0, 4 };
+
+		memcpy(reply + n, rr, sizeof(rr));
+		n += sizeof(rr);
+		reply[n++] = 127;
+		reply[n++] = 0;
+		reply[n++] = 1;
+		reply[n++] = (unsigned char)i;
+	}
+	reply[0] = (unsigned char)((n - 2) >> 8);
+	reply[1] = (unsigned char)(n - 2);
+	assert_int_equal(send(srv.conn, reply, n, 0), (ssize_t)n);
+	while (a.calls == 0)
+		event_base_loop(srv.base, EVLOOP_ONCE);
+	assert_int_equal(a.error, DNS_ERR_NONE);
+	assert_true(a.ttl_ms == 30000);
+	for (const struct evutil_addrinfo *ai = a.addresses; ai != NULL; ai = ai->ai_next) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)ai->ai_addr;
+
+		assert_int_equal(ntohs(sin->sin_port), 8080);
+		count++;
+	}
+	assert_int_equal(count, 40);
+	dns_addresses_free(a.addresses);
+	server_stop(&srv);
+}
+
+static void test_cancel_while_tcp_is_out(void **state)
+{
+	struct server srv;
+	struct answer a = { 0 };
+	struct name_lookup *lookup;
+	unsigned char q[512];
+	size_t len;
+	char name[256];
+
+	(void)state;
+	server_start(&srv, "options timeout:5 attempts:1\n");
+	lookup = name_lookup_start(&srv.resolver, "big.test", true, AF_INET6, 80, answer_cb, &a);
+	assert_non_null(lookup);
+	server_udp(&srv, 0, true, name);
+	server_tcp_question(&srv, q, &len, name);
+	assert_string_equal(name, "big.test");
+	name_lookup_cancel(lookup);
+	event_base_loop(srv.base, EVLOOP_NONBLOCK);
+	assert_int_equal(a.calls, 0);
+	server_stop(&srv);
+}
+
+static void test_tcp_failure_words(void **state)
+{
+	(void)state;
+	assert_string_equal(name_lookup_failure(DNS_TCP_TIMEOUT, DNS_ERR_NODATA),
+			    "the DNS answer was too large for UDP, and its retry over TCP got no "
+			    "answer (timed out)");
+	assert_string_equal(name_lookup_failure(DNS_ERR_NODATA, DNS_TCP_CONNECT_FAILED),
+			    "the DNS answer was too large for UDP, and its retry over TCP could "
+			    "not connect to the DNS server");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -339,6 +442,9 @@ int main(void)
 		cmocka_unit_test(test_other_names_are_asked_and_cancelled),
 		cmocka_unit_test(test_failure_words),
 		cmocka_unit_test(test_search_list_walked_one_at_a_time),
+		cmocka_unit_test(test_truncated_asked_over_tcp),
+		cmocka_unit_test(test_cancel_while_tcp_is_out),
+		cmocka_unit_test(test_tcp_failure_words),
 	};
 
 	return cmocka_run_group_tests(tests, resolvers_setup, resolvers_teardown);
