@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A tiny DNS server on a loopback UDP port for retryproxy's tests
-(standard library only).
+"""A tiny DNS server on a loopback port, UDP and TCP, for retryproxy's
+tests (standard library only).
 
 In a test:
 
@@ -21,6 +21,15 @@ default_mode: "nxdomain" (rcode 3), "servfail" (rcode 2), "refused"
 (rcode 5) or "silent" (no answer at all). Every query is recorded, answered
 or not, before anything is sent back. The question is echoed byte for byte,
 so a case-randomising resolver accepts the answer.
+
+The same port serves TCP (RFC 1035 section 4.2.2: each message after a
+2-byte length), answered as UDP is, unless DnsStub(tcp=False), which
+leaves the TCP port closed (a connect is refused). A name given
+truncate(name, tcp) has its UDP answers sent with TC=1 and no records (as
+a server sends an answer too large for 512 bytes), and its TCP ones per
+tcp: "answer" (the whole answer), "silent" (read, never answered),
+"close" (closed unanswered) or "malformed" (an answer with another ID).
+Each Query says how it came (q.transport, "udp" or "tcp").
 
 Standalone, for trying a resolver by hand:
 
@@ -45,17 +54,18 @@ TYPE_CODES = {"A": TYPE_A, "AAAA": TYPE_AAAA}
 class Query:
     """One query as the stub received it."""
 
-    def __init__(self, qid, name, qtype, peer, answer):
+    def __init__(self, qid, name, qtype, peer, answer, transport="udp"):
         self.id = qid
         self.name = name              # lower case, no trailing dot
         self.qtype = qtype            # numeric
         self.type = TYPE_NAMES.get(qtype, str(qtype))
         self.peer = peer
-        self.answer = answer          # what the stub did: noerror, nxdomain, servfail, refused, silent, bad
+        self.answer = answer          # what the stub did: noerror, nxdomain, servfail, refused, silent, bad, truncated
+        self.transport = transport    # udp or tcp
         self.at = time.monotonic()
 
     def __repr__(self):
-        return "Query(%s %s -> %s)" % (self.name, self.type, self.answer)
+        return "Query(%s %s %s -> %s)" % (self.transport, self.name, self.type, self.answer)
 
 
 def _read_name(msg, pos):
@@ -81,8 +91,14 @@ def _read_name(msg, pos):
 class DnsStub:
     """The stub server: one thread answering UDP queries on 127.0.0.1."""
 
-    def __init__(self, answers=None, modes=None, default_mode="nxdomain", host="127.0.0.1", ttl=5):
+    def __init__(self, answers=None, modes=None, default_mode="nxdomain", host="127.0.0.1", ttl=5,
+                 tcp=True):
         self.host = host
+        self.tcp = tcp
+        self._truncated = {}
+        self._tcp_sock = None
+        self._tcp_thread = None
+        self._held = []
         self.ttl = ttl
         self.default_mode = default_mode
         self._answers = {}
@@ -123,6 +139,13 @@ class DnsStub:
         answered as before."""
         self._muted.add((self._key(name), TYPE_CODES[qtype]))
 
+    def truncate(self, name, tcp="answer"):
+        """Answer name over UDP with TC=1 and no records; over TCP per tcp:
+        answer, silent, close or malformed."""
+        if tcp not in ("answer", "silent", "close", "malformed"):
+            raise ValueError("unknown tcp behaviour %r" % tcp)
+        self._truncated[self._key(name)] = tcp
+
     def mode(self, name, mode):
         """nxdomain, servfail, refused or silent for name."""
         if mode not in ("nxdomain", "servfail", "refused", "silent"):
@@ -131,22 +154,53 @@ class DnsStub:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.bind((self.host, 0))
+    def start(self, port=0):
+        # the TCP port first when wanted, then UDP on the same number
+        for _ in range(50):
+            t = None
+            if self.tcp:
+                t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                t.bind((self.host, port))
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                s.bind((self.host, t.getsockname()[1] if t else port))
+            except OSError:
+                s.close()
+                if t is not None:
+                    t.close()
+                if port:
+                    raise
+                continue
+            break
+        else:
+            raise OSError("no port free for both UDP and TCP")
         s.settimeout(0.2)
         self._sock = s
         self.port = s.getsockname()[1]
         self._thread = threading.Thread(target=self._loop, name="dnsstub", daemon=True)
         self._thread.start()
+        if t is not None:
+            t.listen(16)
+            t.settimeout(0.2)
+            self._tcp_sock = t
+            self._tcp_thread = threading.Thread(target=self._tcp_loop, name="dnsstub-tcp",
+                                                daemon=True)
+            self._tcp_thread.start()
         return self
 
     def stop(self):
         self._stopping.set()
         if self._thread is not None:
             self._thread.join(5)
+        if self._tcp_thread is not None:
+            self._tcp_thread.join(5)
         if self._sock is not None:
             self._sock.close()
+        if self._tcp_sock is not None:
+            self._tcp_sock.close()
+        for c in self._held:
+            c.close()
 
     def __enter__(self):
         return self.start()
@@ -195,10 +249,11 @@ class DnsStub:
                 continue
             except OSError:
                 return
-            reply = self._handle(msg, peer)
+            seen = []
+            reply = self._handle(msg, peer, "udp", seen)
             if reply is None:
                 continue
-            last = self._queries[-1]
+            last = seen[0]
             delay = self._delays.get((last.name, last.qtype), self._delays.get((last.name, None)))
             if delay:
                 threading.Timer(delay, self._send, (reply, peer)).start()
@@ -211,19 +266,68 @@ class DnsStub:
         except OSError:
             pass
 
-    def _handle(self, msg, peer):
+    def _tcp_loop(self):
+        while not self._stopping.is_set():
+            try:
+                conn, peer = self._tcp_sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._tcp_serve, args=(conn, peer), daemon=True).start()
+
+    @staticmethod
+    def _recv_exactly(conn, n):
+        data = b""
+        while len(data) < n:
+            chunk = conn.recv(n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def _tcp_serve(self, conn, peer):
+        """One TCP connection: length-prefixed queries until it closes."""
+        conn.settimeout(10)
+        try:
+            while not self._stopping.is_set():
+                head = self._recv_exactly(conn, 2)
+                if head is None:
+                    break
+                msg = self._recv_exactly(conn, struct.unpack("!H", head)[0])
+                if msg is None:
+                    break
+                seen = []
+                reply = self._handle(msg, peer, "tcp", seen)
+                how = self._truncated.get(seen[0].name) if seen else None
+                if how == "silent" or reply is None:
+                    # held open, unanswered, until the stub stops
+                    self._held.append(conn)
+                    return
+                if how == "close":
+                    break
+                if how == "malformed":
+                    reply = struct.pack("!H", (struct.unpack("!H", reply[:2])[0] + 1) & 0xFFFF) + reply[2:]
+                conn.sendall(struct.pack("!H", len(reply)) + reply)
+        except OSError:
+            pass
+        conn.close()
+
+    def _handle(self, msg, peer, transport="udp", seen=None):
+        """The reply to msg (None: none is sent); the query it records is
+        appended to seen too, when given."""
         if len(msg) < 12:
             return None
         qid, flags, qdcount = struct.unpack("!HHH", msg[:6])
         if flags & 0x8000 or qdcount != 1:
             with self._lock:
-                self._queries.append(Query(qid, "", 0, peer, "bad"))
+                self._queries.append(Query(qid, "", 0, peer, "bad", transport))
             return None
         try:
             name, pos = _read_name(msg, 12)
         except ValueError:
             with self._lock:
-                self._queries.append(Query(qid, "", 0, peer, "bad"))
+                self._queries.append(Query(qid, "", 0, peer, "bad", transport))
             return None
         if pos + 4 > len(msg):
             return None
@@ -239,12 +343,19 @@ class DnsStub:
             mode = self._modes.get(key, self.default_mode)
         if (key, qtype) in self._muted:
             mode = "silent"
+        truncated = transport == "udp" and key in self._truncated and mode != "silent"
+        query = Query(qid, key, qtype, peer, "truncated" if truncated else mode, transport)
+        if seen is not None:
+            seen.append(query)
         with self._lock:
-            self._queries.append(Query(qid, key, qtype, peer, mode))
+            self._queries.append(query)
         if mode == "silent":
             return None
         opcode_rd = flags & 0x7900            # opcode and RD, copied
         out_flags = 0x8000 | opcode_rd | 0x0400 | 0x0080 | RCODES[mode]   # QR, AA, RA
+        if truncated:
+            # TC, and none of the records that did not fit
+            return struct.pack("!HHHHHH", qid, out_flags | 0x0200, 1, 0, 0, 0) + question
         head = struct.pack("!HHHHHH", qid, out_flags, 1, len(records), 0, 0)
         body = bytearray(question)
         for addr in records:
