@@ -17,6 +17,7 @@
 #include <event2/event.h>
 #include <openssl/err.h>
 
+#include "timer.h"
 #include "timeval.h"
 #include "tls.h"
 #include "xmalloc.h"
@@ -50,6 +51,9 @@ struct conn_loop {
 	unsigned accepted_closed_pending; /* closes not told to accepted_closed yet */
 	void (*accepted_closed)(void *);
 	void *accepted_closed_arg;
+	uint64_t coarse_slack_ms;    /* timer_coarse_slack_ms(): timeouts are noted on the
+				      * coarse clock, and fire once the precise one is this
+				      * far past them */
 	bool (*fd_shortage)(void *); /* gives descriptors back; true when it did */
 	void *fd_shortage_arg;
 	unsigned spare_count;
@@ -147,6 +151,7 @@ struct conn_loop *conn_loop_new(void)
 	}
 	loop = xcalloc(1, sizeof(*loop));
 	loop->base = base;
+	loop->coarse_slack_ms = timer_coarse_slack_ms();
 	LIST_INIT(&loop->pass);
 	return loop;
 }
@@ -473,10 +478,14 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
 
 /* Make sure the timer fires no later than the earliest due time. It is not
  * moved later when activity pushes a timeout out: it fires, finds nothing
- * due, and is set again, so reads and writes never touch the timer heap. */
+ * due, and is set again, so reads and writes never touch the timer heap.
+ * The due times are noted on the coarse clock, which may lag the moment
+ * they were noted by its slack: the timer is set that much later, so that
+ * a timeout never ends before its time (conn_timer_cb). */
 static void conn_timer_schedule(struct conn *c)
 {
 	uint64_t due = conn_timer_due(c);
+	uint64_t fire;
 	uint64_t now;
 	struct timeval tv;
 
@@ -487,7 +496,8 @@ static void conn_timer_schedule(struct conn *c)
 	if (c->timer == NULL)
 		c->timer = evtimer_new(c->loop->base, conn_timer_cb, c);
 	now = timeval_now_coarse_ms();
-	tv = timeval_from_ms(due > now ? due - now : 0);
+	fire = due + c->loop->coarse_slack_ms;
+	tv = timeval_from_ms(fire > now ? fire - now : 0);
 	evtimer_add(c->timer, &tv);
 	c->timer_at = due;
 }
@@ -568,20 +578,24 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct conn *c = arg;
 	uint64_t now = timeval_now_coarse_ms();
+	/* libevent may fire the timer a few ms early, and a time noted on the
+	 * coarse clock may be up to its slack before the moment it was noted:
+	 * one is surely past once the precise clock is that far beyond it */
+	uint64_t passed = timer_now_ms() - c->loop->coarse_slack_ms;
 
 	c->timer_at = 0;
 	if (c->failed)
 		return;
-	if (c->deadline_at != 0 && now >= c->deadline_at) {
+	if (c->deadline_at != 0 && passed >= c->deadline_at) {
 		c->deadline_at = 0;
 		if (!conn_report(c, CONN_TIMEOUT))
 			return;
 	} else if (c->read_timeout_ms != 0 && (c->io_events & EV_READ) && c->reading &&
-		   now >= c->read_active_at + c->read_timeout_ms) {
+		   passed >= c->read_active_at + c->read_timeout_ms) {
 		c->read_active_at = now;
 		if (!conn_report(c, CONN_TIMEOUT | CONN_READING))
 			return;
-	} else if (c->write_timeout_ms != 0 && c->write_blocked && now >= conn_write_due(c)) {
+	} else if (c->write_timeout_ms != 0 && c->write_blocked && passed >= conn_write_due(c)) {
 		if (conn_write_timed_out(c, now) && !conn_report(c, CONN_TIMEOUT | CONN_WRITING))
 			return;
 	}

@@ -21,6 +21,7 @@
 #include "resume.h"
 #include "retry_budget.h"
 #include "spool.h"
+#include "timer.h"
 #include "timeval.h"
 #include "tls.h"
 #include "xmalloc.h"
@@ -72,7 +73,7 @@ void exchange_try_set_state(struct exchange_try *t, enum exchange_try_state stat
  * requests use one slot of four. */
 static void exchange_slot_reset(struct exchange *ex, struct exchange_try *t)
 {
-	struct event *timer = t->timer;
+	struct timer *timer = t->timer;
 
 	if (t->number == 0)
 		return;
@@ -89,7 +90,7 @@ _Static_assert(offsetof(struct exchange, current) ==
 struct exchange *exchange_alloc(struct proxy *proxy)
 {
 	struct exchange *ex = proxy->spare_exchanges;
-	struct event *timer, *hedge_timer;
+	struct timer *timer, *hedge_timer;
 	struct resume *resume;
 	char *text, *request_head;
 	size_t text_room, request_head_room;
@@ -129,21 +130,19 @@ struct exchange *exchange_alloc(struct proxy *proxy)
 	return ex;
 }
 
-void exchange_timer_start(struct exchange *ex, event_callback_fn cb, const struct timeval *tv)
+void exchange_timer_start(struct exchange *ex, event_callback_fn cb, uint64_t now_ms, uint64_t ms)
 {
-	if (ex->timer == NULL) {
-		ex->timer = evtimer_new(ex->proxy->base, cb, ex);
-	} else {
-		evtimer_del(ex->timer);
-		evtimer_assign(ex->timer, ex->proxy->base, cb, ex);
-	}
-	evtimer_add(ex->timer, tv);
+	if (ex->timer == NULL)
+		ex->timer = timer_new(ex->proxy->base, cb, ex);
+	else
+		timer_set_cb(ex->timer, cb, ex);
+	timer_start(ex->timer, now_ms, ms);
 }
 
 void exchange_timer_stop(struct exchange *ex)
 {
 	if (ex->timer != NULL)
-		evtimer_del(ex->timer);
+		timer_stop(ex->timer);
 }
 
 char *exchange_block(char **block, size_t *room, size_t need)
@@ -161,13 +160,10 @@ static void exchange_destroy(struct exchange *ex)
 {
 	size_t i;
 
-	if (ex->timer != NULL)
-		event_free(ex->timer);
-	if (ex->hedge_timer != NULL)
-		event_free(ex->hedge_timer);
+	timer_free(ex->timer);
+	timer_free(ex->hedge_timer);
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++)
-		if (ex->slots[i].timer != NULL)
-			event_free(ex->slots[i].timer);
+		timer_free(ex->slots[i].timer);
 	free(ex->text);
 	free(ex->request_head);
 	resume_free(ex->resume);
@@ -610,7 +606,7 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		exchange_gauges_update(ex);
 	exchange_timer_stop(ex);
 	if (ex->hedge_timer != NULL)
-		evtimer_del(ex->hedge_timer);
+		timer_stop(ex->hedge_timer);
 	exchange_log(ex, end == EXCHANGE_END_TUNNEL ? &tunnel_log : NULL);
 	if (end != EXCHANGE_END_CLIENT_GONE) {
 		if (ex->body_watched)
@@ -812,20 +808,12 @@ struct retry_verdict exchange_decide_response(struct exchange *ex, int status,
 				      should);
 }
 
+/* The wait is over: never before it has passed whole (the trail logs it, a
+ * Retry-After asked for it), though libevent's clock is coarse (timer.h). */
 static void exchange_backoff_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
-	uint64_t now = retry_budget_now_ms();
 
-	/* libevent's timers run on a coarse clock and may fire a few ms before
-	 * the wait has passed on this one: the wait is a minimum (the trail logs
-	 * it, a Retry-After asked for it), so the rest is waited out */
-	if (now < ex->backoff_until_ms) {
-		struct timeval tv = timeval_from_ms(ex->backoff_until_ms - now);
-
-		evtimer_add(ex->timer, &tv);
-		return;
-	}
 	exchange_enter(ex);
 	exchange_start_try(ex);
 	exchange_leave(ex);
@@ -874,7 +862,7 @@ static void exchange_drop_retry_draining(struct exchange *ex)
 
 void exchange_schedule_retry(struct exchange *ex)
 {
-	struct timeval tv;
+	uint64_t now;
 
 	/* the time a response asked for is a point in time since its head
 	 * came (a Retry-After date above all): the body read meanwhile does
@@ -884,7 +872,6 @@ void exchange_schedule_retry(struct exchange *ex)
 
 		ex->next_wait_ms = left > ex->next_backoff_ms ? left : ex->next_backoff_ms;
 	}
-	tv = timeval_from_ms(ex->next_wait_ms);
 	/* reading a kept response's body takes time too: the next try must
 	 * still start within the deadline */
 	if (!retry_within_deadline(&ex->route->retry, exchange_ms_since(ex->first_try_ms),
@@ -916,9 +903,9 @@ void exchange_schedule_retry(struct exchange *ex)
 	metrics_retry(ex->route->series, ex->retry_cause);
 	ex->retried = true;
 	/* the wait counts from now, not from when this loop pass began */
-	event_base_update_cache_time(ex->proxy->base);
-	ex->backoff_until_ms = retry_budget_now_ms() + ex->next_wait_ms;
-	exchange_timer_start(ex, exchange_backoff_cb, &tv);
+	now = retry_budget_now_ms();
+	ex->backoff_until_ms = now + ex->next_wait_ms;
+	exchange_timer_start(ex, exchange_backoff_cb, now, ex->next_wait_ms);
 }
 
 void exchange_drain_begins(struct exchange *ex)
@@ -1027,12 +1014,12 @@ static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
 	uint64_t deadline = ex->route->retry.deadline_ms;
-	uint64_t elapsed = exchange_ms_since(ex->first_try_ms);
+	uint64_t now = retry_budget_now_ms();
+	uint64_t elapsed = now > ex->first_try_ms ? now - ex->first_try_ms : 0;
 
 	if (!ex->request_body.done && elapsed < deadline) {
-		struct timeval tv = timeval_from_ms(exchange_held_timer_ms(ex, deadline - elapsed));
-
-		exchange_timer_start(ex, exchange_held_deadline_cb, &tv);
+		exchange_timer_start(ex, exchange_held_deadline_cb, now,
+				     exchange_held_timer_ms(ex, deadline - elapsed));
 		/* its EOF, at the end of this pass, drops the request */
 		if (ex->owner.conn != NULL)
 			conn_notice_hangup(ex->owner.conn);
@@ -1070,9 +1057,9 @@ static bool exchange_released(struct upstream_waiter *waiter)
  * counted as scheduled as a backoff's is once the hold begins. */
 static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause cause)
 {
-	uint64_t elapsed = exchange_ms_since(ex->first_try_ms);
+	uint64_t now = retry_budget_now_ms();
+	uint64_t elapsed = now > ex->first_try_ms ? now - ex->first_try_ms : 0;
 	const struct retry_policy *policy = &ex->route->retry;
-	struct timeval tv;
 
 	if (!retry_within_deadline(policy, elapsed, 0)) {
 		ex->gave_up = RETRY_GIVE_UP_DEADLINE;
@@ -1100,13 +1087,13 @@ static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause c
 		exchange_reframe_for_http10(ex);
 	}
 	if (ex->state != EXCHANGE_HELD)
-		ex->held_since_ms = retry_budget_now_ms();
+		ex->held_since_ms = now;
 	exchange_set_state(ex, EXCHANGE_HELD);
 	ex->waiter.release = exchange_released;
 	upstream_wait(ex->upstream, &ex->waiter);
 	exchange_gauges_update(ex);
-	tv = timeval_from_ms(exchange_held_timer_ms(ex, policy->deadline_ms - elapsed));
-	exchange_timer_start(ex, exchange_held_deadline_cb, &tv);
+	exchange_timer_start(ex, exchange_held_deadline_cb, now,
+			     exchange_held_timer_ms(ex, policy->deadline_ms - elapsed));
 }
 
 void exchange_hold(struct exchange *ex)
@@ -1269,7 +1256,7 @@ void exchange_request_progress(struct exchange_try *t)
 	}
 	/* from now on the connection's deadline, as on a pooled one */
 	if (t->timer_armed) {
-		evtimer_del(t->timer);
+		timer_stop(t->timer);
 		t->timer_armed = false;
 	}
 	conn_set_deadline(t->up, ex->route->retry.try_timeout_ms);
@@ -1333,7 +1320,7 @@ static void exchange_try_timeout_cb(evutil_socket_t fd, short what, void *arg)
 void exchange_try_timeout_stop(struct exchange_try *t)
 {
 	if (t->timer_armed) {
-		evtimer_del(t->timer);
+		timer_stop(t->timer);
 		t->timer_armed = false;
 	}
 	if (t->up != NULL)
@@ -1439,10 +1426,12 @@ static struct exchange_try *exchange_free_slot(struct exchange *ex)
 	return NULL;
 }
 
-/* Count a try as started in slot t and give it try_timeout to get a head:
- * on its own timer while it connects (a pooled connection's try has it as
- * the conn's deadline, set in exchange_upstream_ready). */
-static void exchange_begin_try(struct exchange *ex, struct exchange_try *t, bool pooled)
+/* Count a try as started in slot t at now_ms (retry_budget_now_ms()) and
+ * give it try_timeout to get a head: on its own timer while it connects (a
+ * pooled connection's try has it as the conn's deadline, set in
+ * exchange_upstream_ready). */
+static void exchange_begin_try(struct exchange *ex, struct exchange_try *t, bool pooled,
+			       uint64_t now_ms)
 {
 	exchange_release_retry(ex);
 	/* only now: a try that waited for a place or for the upstream's
@@ -1454,25 +1443,25 @@ static void exchange_begin_try(struct exchange *ex, struct exchange_try *t, bool
 	t->number = ex->attempts;
 	ex->current = t;
 	if (!pooled) {
-		struct timeval tv = timeval_from_ms(ex->route->retry.try_timeout_ms);
-
 		if (t->timer == NULL)
-			t->timer = evtimer_new(ex->proxy->base, exchange_try_timeout_cb, t);
-		evtimer_add(t->timer, &tv);
+			t->timer = timer_new(ex->proxy->base, exchange_try_timeout_cb, t);
+		timer_start(t->timer, now_ms, ex->route->retry.try_timeout_ms);
 		t->timer_armed = true;
 	}
 	exchange_try_set_state(t, EXCHANGE_TRY_CONNECTING);
 }
 
-/* Open a new connection for try t, its connect counted in the upstream's
- * health; address_shift picks the resolved address to start at. */
-static void exchange_connect(struct exchange *ex, struct exchange_try *t, unsigned address_shift)
+/* Open a new connection for try t, begun at now_ms, its connect counted in
+ * the upstream's health; address_shift picks the resolved address to start
+ * at. */
+static void exchange_connect(struct exchange *ex, struct exchange_try *t, unsigned address_shift,
+			     uint64_t now_ms)
 {
 	t->placed = !ex->is_connect;
 	t->admitted = !ex->is_connect;
 	t->connecting = upstream_connect_start(ex->proxy, &ex->endpoint, ex->tls, ex->pool_key,
-					       ex->config->limits.connect_timeout_ms, address_shift,
-					       exchange_connected_cb, t);
+					       now_ms, ex->config->limits.connect_timeout_ms,
+					       address_shift, exchange_connected_cb, t);
 }
 
 /* May a try open its own connection now? The upstream's health may hold the
@@ -1512,7 +1501,7 @@ static bool exchange_admit(struct exchange *ex)
 	return true;
 }
 
-static void exchange_arm_hedge(struct exchange *ex);
+static void exchange_arm_hedge(struct exchange *ex, uint64_t now_ms);
 static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg);
 
 /* A pooled connection may have been closed by the upstream a moment ago,
@@ -1533,6 +1522,7 @@ bool exchange_start_try(struct exchange *ex)
 {
 	struct exchange_try *t;
 	struct conn *pooled = NULL;
+	uint64_t now;
 
 	/* a request released from its wait after a drain's answer time (a
 	 * connect in doubt ended, a place came free) is answered instead */
@@ -1543,9 +1533,12 @@ bool exchange_start_try(struct exchange *ex)
 	 * end of this pass, drops the request */
 	if (!ex->request_body.done && ex->owner.conn != NULL && conn_notice_hangup(ex->owner.conn))
 		return false;
-	/* the deadline counts from the first try, or from when it was first held */
+	/* the deadline counts from the first try, or from when it was first
+	 * held; the try's timers count from now (the first try's clock reading
+	 * serves both) */
+	now = retry_budget_now_ms();
 	if (ex->first_try_ms == 0)
-		ex->first_try_ms = retry_budget_now_ms();
+		ex->first_try_ms = now;
 	if (ex->upstream == NULL && !ex->is_connect)
 		ex->upstream = upstreams_hold(ex->proxy->upstreams, &ex->endpoint);
 	if (exchange_may_use_pool(ex) &&
@@ -1562,8 +1555,8 @@ bool exchange_start_try(struct exchange *ex)
 		return true;
 	}
 	t = exchange_free_slot(ex);
-	exchange_begin_try(ex, t, pooled != NULL);
-	exchange_arm_hedge(ex);
+	exchange_begin_try(ex, t, pooled != NULL, now);
+	exchange_arm_hedge(ex, now);
 	if (pooled != NULL) {
 		metrics_pool_reuse(ex->proxy->metrics);
 		exchange_upstream_ready(t, pooled, true);
@@ -1571,17 +1564,17 @@ bool exchange_start_try(struct exchange *ex)
 	}
 	/* each try starts one address further into the name's list: a retry
 	 * after an address answered badly goes to another first */
-	exchange_connect(ex, t, t->number - 1);
+	exchange_connect(ex, t, t->number - 1, now);
 	return true;
 }
 
-/* retry.hedge: when the try just started has no response head after
- * hedge.after, another may race it. Only a request without a body can be
- * sent twice at once; the rest is decided when the timer fires. */
-static void exchange_arm_hedge(struct exchange *ex)
+/* retry.hedge: when the try just started (at now_ms, retry_budget_now_ms())
+ * has no response head after hedge.after, another may race it. Only a
+ * request without a body can be sent twice at once; the rest is decided
+ * when the timer fires. */
+static void exchange_arm_hedge(struct exchange *ex, uint64_t now_ms)
 {
 	const struct hedge_policy *hedge = &ex->route->retry.hedge;
-	struct timeval tv;
 
 	if (hedge->after_ms == 0 || ex->is_connect || ex->has_body || ex->observe || ex->upgrade)
 		return;
@@ -1589,9 +1582,8 @@ static void exchange_arm_hedge(struct exchange *ex)
 	if (ex->resumable && ex->resume->pending)
 		return;
 	if (ex->hedge_timer == NULL)
-		ex->hedge_timer = evtimer_new(ex->proxy->base, exchange_hedge_cb, ex);
-	tv = timeval_from_ms(hedge->after_ms);
-	evtimer_add(ex->hedge_timer, &tv);
+		ex->hedge_timer = timer_new(ex->proxy->base, exchange_hedge_cb, ex);
+	timer_start(ex->hedge_timer, now_ms, hedge->after_ms);
 }
 
 unsigned exchange_tries_racing(const struct exchange *ex)
@@ -1654,6 +1646,7 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
 	struct exchange_try *t;
+	uint64_t now = retry_budget_now_ms();
 	unsigned racing;
 
 	exchange_enter(ex);
@@ -1663,8 +1656,8 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 	 * the try in flight finds out */
 	if (t != NULL && !exchange_past_drain(ex, 0) && exchange_hedge_allowed(ex) &&
 	    exchange_hedge_admit(ex)) {
-		retry_budget_spend(ex->budget, retry_budget_now_ms());
-		exchange_begin_try(ex, t, false);
+		retry_budget_spend(ex->budget, now);
+		exchange_begin_try(ex, t, false, now);
 		t->hedge = true;
 		ex->unwaited++;
 		ex->hedged = true;
@@ -1673,15 +1666,15 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 			  (unsigned long long)ex->route->retry.hedge.after_ms, ex->attempts);
 		/* the try's own place in the address list, as every try's
 		 * (exchange_start_try()): tries in flight all start apart */
-		exchange_connect(ex, t, t->number - 1);
+		exchange_connect(ex, t, t->number - 1, now);
 		if (racing + 1 < 1 + ex->route->retry.hedge.max)
-			exchange_arm_hedge(ex);
+			exchange_arm_hedge(ex, now);
 	} else if (t != NULL && !exchange_past_drain(ex, 0) && exchange_hedge_allowed(ex) &&
 		   upstream_admission(ex->upstream, &ex->config->health) != UPSTREAM_GO) {
 		/* the upstream's health kept it back (down, or in doubt with a
 		 * connect under way, often this request's own first one):
 		 * asked again hedge.after later, once it may be proven */
-		exchange_arm_hedge(ex);
+		exchange_arm_hedge(ex, now);
 	}
 	exchange_leave(ex);
 }
@@ -1694,17 +1687,17 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
  * exchange_hedge_allowed() does not see it). */
 static void exchange_hedge_again(struct exchange *ex)
 {
-	if (ex->hedge_timer == NULL || evtimer_pending(ex->hedge_timer, NULL) || ex->kept_undecided)
+	if (ex->hedge_timer == NULL || timer_pending(ex->hedge_timer) || ex->kept_undecided)
 		return;
 	if (exchange_tries_racing(ex) == 0 || !exchange_hedge_allowed(ex))
 		return;
-	exchange_arm_hedge(ex);
+	exchange_arm_hedge(ex, retry_budget_now_ms());
 }
 
 void exchange_stop_hedging(struct exchange *ex)
 {
 	if (ex->hedge_timer != NULL)
-		evtimer_del(ex->hedge_timer);
+		timer_stop(ex->hedge_timer);
 }
 
 void exchange_cancel_racing(struct exchange *ex, struct exchange_try *winner)

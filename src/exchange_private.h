@@ -36,6 +36,7 @@ struct event;
 struct proxy;
 struct resume;
 struct spool;
+struct timer;
 
 #define EXCHANGE_ADD_LITERAL(buf, s) evbuffer_add((buf), (s), sizeof(s) - 1)
 
@@ -151,7 +152,7 @@ struct exchange_try {
 	enum exchange_try_state state;
 	struct upstream_connect *connecting;
 	struct conn *up;
-	struct event *timer;	      /* try_timeout until the response head on a new
+	struct timer *timer;	      /* try_timeout until the response head on a new
 					 * connection; kept with a spare */
 	bool timer_armed;	      /* timer is pending: a pooled connection's try has
 					 * its try_timeout as the conn's deadline instead */
@@ -249,7 +250,7 @@ struct exchange {
 	bool body_reframed;	    /* the kept chunked body now goes with Content-Length */
 	enum retry_give_up gave_up; /* why retrying stopped, for the log and metrics */
 	uint64_t first_try_ms;	    /* the deadline counts from here; 0: no try yet */
-	struct event *timer;   /* backoff, held or queued: made on first use, kept with a spare */
+	struct timer *timer;   /* backoff, held or queued: made on first use, kept with a spare */
 	uint64_t next_wait_ms; /* decided with the retry, used by the timer */
 	uint64_t next_backoff_ms;	   /* ... its backoff, when the response asked for more: */
 	uint64_t next_asked_until;	   /* the time it asked to wait until, else 0 */
@@ -270,7 +271,7 @@ struct exchange {
 	uint64_t queue_counted_ms; /* EXCHANGE_QUEUED: the time up to here is in the trail */
 	uint64_t waited_first_ms;  /* held or queued before the first try: no trail wait has it */
 	bool queue_deadline_first; /* EXCHANGE_QUEUED: the deadline comes before try_timeout */
-	struct event *hedge_timer; /* retry.hedge: made on first use, kept with a spare */
+	struct timer *hedge_timer; /* retry.hedge: made on first use, kept with a spare */
 	bool hedged;		   /* a hedged try was started */
 	bool keyed;		 /* conditional, and the request upstream has an Idempotency-Key */
 	bool key_injected;	 /* retry.idempotency_key: inject gave it idempotency_key */
@@ -345,8 +346,9 @@ struct exchange {
 /* exchange.c */
 struct exchange *exchange_alloc(struct proxy *proxy);
 char *exchange_block(char **block, size_t *room, size_t need);
-/* The exchange's one timer (backoff, held or queued), made on first use. */
-void exchange_timer_start(struct exchange *ex, event_callback_fn cb, const struct timeval *tv);
+/* The exchange's one timer (backoff, held or queued), made on first use:
+ * cb runs once ms have passed since now_ms (retry_budget_now_ms()). */
+void exchange_timer_start(struct exchange *ex, event_callback_fn cb, uint64_t now_ms, uint64_t ms);
 void exchange_timer_stop(struct exchange *ex);
 void exchange_set_state(struct exchange *ex, enum exchange_state state);
 void exchange_try_set_state(struct exchange_try *t, enum exchange_try_state state);

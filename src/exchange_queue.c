@@ -145,14 +145,14 @@ static void exchange_queue(struct exchange *ex, bool front)
 	const struct retry_policy *policy = &ex->route->retry;
 	uint64_t elapsed = exchange_queue_elapsed(ex);
 	uint64_t deadline_left = policy->deadline_ms > elapsed ? policy->deadline_ms - elapsed : 0;
+	uint64_t now = retry_budget_now_ms();
 	uint64_t waited = 0;
 	uint64_t left;
-	struct timeval tv;
 
 	if (ex->state == EXCHANGE_QUEUED) {
-		waited = retry_budget_now_ms() - ex->queued_since_ms;
+		waited = now - ex->queued_since_ms;
 	} else {
-		ex->queued_since_ms = retry_budget_now_ms();
+		ex->queued_since_ms = now;
 		ex->queue_counted_ms = ex->queued_since_ms;
 	}
 	exchange_set_state(ex, EXCHANGE_QUEUED);
@@ -163,8 +163,7 @@ static void exchange_queue(struct exchange *ex, bool front)
 	ex->queue_deadline_first = deadline_left < left;
 	if (ex->queue_deadline_first)
 		left = deadline_left;
-	tv = timeval_from_ms(left);
-	exchange_timer_start(ex, exchange_queue_timeout_cb, &tv);
+	exchange_timer_start(ex, exchange_queue_timeout_cb, now, left);
 }
 
 void exchange_close_over_cap(struct exchange *ex)

@@ -17,6 +17,7 @@
 #include "reply.h"
 #include "retry_budget.h"
 #include "route.h"
+#include "timer.h"
 #include "tls.h"
 #include "upstream.h"
 #include "xmalloc.h"
@@ -423,7 +424,7 @@ void intercept_connect_blind(struct intercept *ic, struct proxy *proxy, const st
 	endpoint.host = host;
 	ic->blind_cb = cb;
 	ic->blind_arg = arg;
-	ic->blind = upstream_connect_start(proxy, &endpoint, &config->tls, "",
+	ic->blind = upstream_connect_start(proxy, &endpoint, &config->tls, "", timer_now_ms(),
 					   config->limits.connect_timeout_ms, 0,
 					   intercept_blind_connected, ic);
 	free(host);

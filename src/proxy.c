@@ -24,6 +24,7 @@
 #include "tls.h"
 #include "upstreams.h"
 #include "xmalloc.h"
+#include "timer.h"
 #include "timeval.h"
 
 /* Where the resolver's configuration comes from; tests point it at a stub
@@ -325,8 +326,7 @@ void proxy_free(struct proxy *proxy)
 	retry_budget_book_set_fleet(proxy->budgets, NULL);
 	fleet_free(proxy->fleet);
 	tls_store_free(proxy->tls);
-	if (proxy->drain_timer != NULL)
-		event_free(proxy->drain_timer);
+	timer_free(proxy->drain_timer);
 	log_batch_free(proxy->log_batch);
 	/* a lookup cancelled above (a fleet reconnecting, an upstream
 	 * connect) is freed by its deferred callback, which only a pass of the
@@ -512,7 +512,6 @@ static void proxy_drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 static void proxy_drain_answer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct proxy *proxy = arg;
-	struct timeval tv = timeval_from_ms(proxy_drain_write_ms(proxy->config));
 
 	log_info("draining: %u connections open near drain_timeout; answering the requests "
 		 "waiting for a try",
@@ -522,20 +521,23 @@ static void proxy_drain_answer_cb(evutil_socket_t fd, short what, void *arg)
 		event_base_loopexit(proxy->base, NULL);
 		return;
 	}
-	evtimer_assign(proxy->drain_timer, proxy->base, proxy_drain_timeout_cb, proxy);
-	evtimer_add(proxy->drain_timer, &tv);
+	/* drain_timeout counts from the drain's start, as the answer time did */
+	timer_set_cb(proxy->drain_timer, proxy_drain_timeout_cb, proxy);
+	timer_start(proxy->drain_timer, proxy->drain_answer_ms,
+		    proxy_drain_write_ms(proxy->config));
 }
 
 void proxy_drain(struct proxy *proxy)
 {
 	uint64_t ms = proxy->config->limits.drain_timeout_ms;
 	uint64_t write_ms = proxy_drain_write_ms(proxy->config);
-	struct timeval tv = timeval_from_ms(ms - write_ms);
+	uint64_t now;
 
 	if (proxy->draining)
 		return;
 	proxy->draining = true;
-	proxy->drain_answer_ms = retry_budget_now_ms() + (ms - write_ms);
+	now = retry_budget_now_ms();
+	proxy->drain_answer_ms = now + (ms - write_ms);
 	notify_stopping();
 	log_info("draining: %u connections open, waiting up to %llu ms",
 		 proxy_connection_count(proxy), (unsigned long long)ms);
@@ -545,8 +547,8 @@ void proxy_drain(struct proxy *proxy)
 		event_base_loopexit(proxy->base, NULL);
 		return;
 	}
-	proxy->drain_timer = evtimer_new(proxy->base, proxy_drain_answer_cb, proxy);
-	evtimer_add(proxy->drain_timer, &tv);
+	proxy->drain_timer = timer_new(proxy->base, proxy_drain_answer_cb, proxy);
+	timer_start(proxy->drain_timer, now, ms - write_ms);
 }
 
 /* A client connection or tunnel closed: resume accepting below

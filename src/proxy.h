@@ -25,6 +25,7 @@ struct evdns_base;
 struct resolv_conf;
 struct dns_cache;
 struct event;
+struct timer;
 struct log_batch;
 struct tls_store;
 struct pool;
@@ -67,7 +68,7 @@ struct proxy {
 	 * closed to make room at max_connections (client.c) */
 	TAILQ_HEAD(client_idle_list, client) idle_clients;
 	bool draining; /* shutting down: no new requests */
-	struct event *drain_timer;
+	struct timer *drain_timer;
 	uint64_t drain_answer_ms;    /* draining: no try starts after this (retry_budget_now_ms) */
 	struct log_batch *log_batch; /* when the buffered log lines are written */
 	struct retry_rng rng;	     /* jitter for every backoff */

@@ -17,7 +17,7 @@
 #include "registry.h"
 #include "retry_budget.h"
 #include "xmalloc.h"
-#include "timeval.h"
+#include "timer.h"
 
 /* Past this much unsent data toward one side, stop reading the other. */
 #define TUNNEL_HIGH (256 * 1024)
@@ -39,7 +39,7 @@ struct tunnel {
 	struct proxy *proxy;
 	struct tunnel_side client;
 	struct tunnel_side upstream;
-	struct event *idle_timer;
+	struct timer *idle_timer;
 	uint64_t idle_ms;
 	bool looked;   /* the idle timer looked at the peers since the last read or write */
 	int64_t taken; /* what the peers had acknowledged then (tunnel_taken) */
@@ -62,10 +62,8 @@ struct tunnel {
  * notes what the peers have taken (tunnel_idle_cb). */
 static void tunnel_touch(struct tunnel *tunnel)
 {
-	struct timeval tv = timeval_from_ms(tunnel->idle_ms / 4);
-
 	tunnel->looked = false;
-	evtimer_add(tunnel->idle_timer, &tv);
+	timer_start_look(tunnel->idle_timer, tunnel->idle_ms / 4);
 }
 
 /* The bytes both peers acknowledged, in all. */
@@ -130,7 +128,7 @@ static void tunnel_close_why(struct tunnel *tunnel, const char *why)
 	registry_remove(&tunnel->entry);
 	conn_free(tunnel->client.conn);
 	conn_free(tunnel->upstream.conn);
-	event_free(tunnel->idle_timer);
+	timer_free(tunnel->idle_timer);
 	free(tunnel);
 }
 
@@ -152,7 +150,6 @@ static const char *tunnel_abort_why(const struct tunnel *tunnel)
 static void tunnel_abort_look(struct tunnel *tunnel)
 {
 	struct tunnel_side *side = tunnel->aborting;
-	struct timeval tv = timeval_from_ms(TUNNEL_ABORT_LOOK_MS);
 
 	if (conn_ack_watch_done(&tunnel->abort_watch, side->conn, TUNNEL_ABORT_LOOK_MS,
 				tunnel->idle_ms)) {
@@ -162,7 +159,7 @@ static void tunnel_abort_look(struct tunnel *tunnel)
 		tunnel_close_why(tunnel, tunnel_abort_why(tunnel));
 		return;
 	}
-	evtimer_add(tunnel->idle_timer, &tv);
+	timer_start_look(tunnel->idle_timer, TUNNEL_ABORT_LOOK_MS);
 }
 
 /* A side failed (it reset the connection): the other side gets the bytes
@@ -285,12 +282,18 @@ static void tunnel_idle_cb(evutil_socket_t fd, short what, void *arg)
 	taken = tunnel_taken(tunnel);
 
 	if (!tunnel->looked || taken != tunnel->taken) {
-		struct timeval tv = timeval_from_ms(
-			tunnel->looked ? tunnel->idle_ms : tunnel->idle_ms - tunnel->idle_ms / 4);
+		/* the close may come once the timeout has passed whole since the
+		 * last traffic: after the first look, the rest of it, and the
+		 * time the look's unchecked timer may have fired early (the
+		 * traffic's touch read no clock); after traffic seen at a later
+		 * look, a whole timeout from that look */
+		uint64_t ms = tunnel->looked ? tunnel->idle_ms
+					     : tunnel->idle_ms - tunnel->idle_ms / 4 +
+						       timer_coarse_slack_ms();
 
 		tunnel->looked = true;
 		tunnel->taken = taken;
-		evtimer_add(tunnel->idle_timer, &tv);
+		timer_start(tunnel->idle_timer, timer_now_ms(), ms);
 		return;
 	}
 	log_debug("tunnel idle for tunnel_idle_timeout; closing");
@@ -366,7 +369,7 @@ void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 
 	tunnel->proxy = proxy;
 	tunnel->idle_ms = idle_timeout_ms;
-	tunnel->idle_timer = evtimer_new(proxy->base, tunnel_idle_cb, tunnel);
+	tunnel->idle_timer = timer_new(proxy->base, tunnel_idle_cb, tunnel);
 	tunnel_side_init(tunnel, &tunnel->client, client, &tunnel->upstream);
 	tunnel_side_init(tunnel, &tunnel->upstream, upstream, &tunnel->client);
 	registry_add(&proxy->registry, &tunnel->entry, &tunnel_registry_ops, tunnel);

@@ -23,6 +23,7 @@
 #include "proxy.h"
 #include "tls.h"
 #include "xmalloc.h"
+#include "timer.h"
 #include "timeval.h"
 
 #define UPSTREAM_REASON_MAX 320 /* longest failure reason passed on */
@@ -75,7 +76,7 @@ struct upstream_connect {
 	size_t in_flight;	   /* attempts started that neither connected nor failed */
 	unsigned address_shift;	   /* start this many addresses into the order */
 	uint64_t attempt_delay_ms; /* how long one attempt has alone */
-	struct event *timer;	   /* connect_timeout for everything */
+	struct timer *timer;	   /* connect_timeout for everything */
 	struct event *stagger;	   /* attempt_delay_ms after the latest attempt started; before
 				* the first, the resolution delay */
 	struct event *step;	   /* defers results that arrive synchronously */
@@ -210,7 +211,7 @@ static void upstream_connect_free(struct upstream_connect *uc)
 			dns_addresses_free(l->addresses);
 		free(l->attempts);
 	}
-	event_free(uc->timer);
+	timer_free(uc->timer);
 	event_free(uc->stagger);
 	event_free(uc->step);
 	free(uc->tls.ca_file);
@@ -719,13 +720,12 @@ static void upstream_answer_address(struct upstream_connect *uc, struct upstream
 struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						const struct upstream_endpoint *endpoint,
 						const struct tls_policy *tls,
-						const char *session_key, uint64_t timeout_ms,
-						unsigned address_shift, upstream_connect_cb cb,
-						void *arg)
+						const char *session_key, uint64_t now_ms,
+						uint64_t timeout_ms, unsigned address_shift,
+						upstream_connect_cb cb, void *arg)
 {
 	struct upstream_connect *uc = xcalloc(1, sizeof(*uc));
 	struct name_resolver resolver = proxy_name_resolver(proxy);
-	struct timeval tv = timeval_from_ms(timeout_ms);
 	int literal;
 
 	uc->proxy = proxy;
@@ -739,10 +739,10 @@ struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 	uc->attempt_delay_ms = happy_eyeballs_delay_ms(timeout_ms);
 	uc->cb = cb;
 	uc->arg = arg;
-	uc->timer = evtimer_new(proxy->base, upstream_timeout_cb, uc);
+	uc->timer = timer_new(proxy->base, upstream_timeout_cb, uc);
 	uc->stagger = evtimer_new(proxy->base, upstream_stagger_cb, uc);
 	uc->step = event_new(proxy->base, -1, 0, upstream_step_cb, uc);
-	evtimer_add(uc->timer, &tv);
+	timer_start(uc->timer, now_ms, timeout_ms);
 
 	literal = upstream_literal_family(uc->host);
 	uc->literal = literal != AF_UNSPEC;

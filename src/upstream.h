@@ -43,13 +43,14 @@ typedef void (*upstream_connect_cb)(struct conn *conn, enum try_outcome failure,
  * session resumption. The resolved addresses are tried from the
  * address_shift-th on (in happy_eyeballs_order), round to the one before
  * it: a retry, a hedge or the next probe starts at another address than
- * the connect before it. */
+ * the connect before it. timeout_ms (connect_timeout) counts from now_ms,
+ * a timer_now_ms() reading the caller took just now. */
 struct upstream_connect *upstream_connect_start(struct proxy *proxy,
 						const struct upstream_endpoint *endpoint,
 						const struct tls_policy *tls,
-						const char *session_key, uint64_t timeout_ms,
-						unsigned address_shift, upstream_connect_cb cb,
-						void *arg);
+						const char *session_key, uint64_t now_ms,
+						uint64_t timeout_ms, unsigned address_shift,
+						upstream_connect_cb cb, void *arg);
 
 /* Stop a connect in progress; its callback will not run. */
 void upstream_connect_cancel(struct upstream_connect *uc);

@@ -15,6 +15,7 @@
 #include "metrics.h"
 #include "proxy.h"
 #include "retry_budget.h"
+#include "timer.h"
 #include "timeval.h"
 #include "xmalloc.h"
 
@@ -433,7 +434,7 @@ static void upstream_probe_start(struct upstream *u)
 
 	plain.tls = false;
 	u->probe = upstream_connect_start(proxy, &plain, &proxy->config->tls, u->name,
-					  proxy->config->limits.connect_timeout_ms,
+					  timer_now_ms(), proxy->config->limits.connect_timeout_ms,
 					  u->probe_shift++, upstream_probe_cb, u);
 }
 
