@@ -1289,6 +1289,17 @@ static void client_drain_begins(void *self)
 		exchange_drain_begins(client->exchange);
 }
 
+/* Does a reload to live change the deadline of a client in an intercepted
+ * CONNECT's handshake: its client_timeout, or, while it is still silent,
+ * intercept.server_first_after? */
+static bool client_handshake_timer_changed(const struct client *client, const struct config *live)
+{
+	return client->config->limits.client_timeout_ms != live->limits.client_timeout_ms ||
+	       (!intercept_begun(client->intercept) &&
+		client->config->intercept.server_first_after_ms !=
+			live->intercept.server_first_after_ms);
+}
+
 /* The live config changed (reload). The connection takes it at its next
  * request, an idle one's client_timeout at once; if its listener's address
  * is gone it closes now when idle, or after its current request. */
@@ -1319,12 +1330,18 @@ static void client_config_changed(void *self)
 		if (rearm && client->config == live)
 			client_arm_head_timer(client);
 	} else if (client->state == CLIENT_HANDSHAKE && !intercept_blind(client->intercept) &&
-		   client->config->limits.client_timeout_ms != live->limits.client_timeout_ms) {
+		   client_handshake_timer_changed(client, live)) {
+		bool timeout_changed =
+			client->config->limits.client_timeout_ms != live->limits.client_timeout_ms;
+
 		/* an intercepted CONNECT's TLS handshake must end within
-		 * client_timeout as a head must: the new one, from the reload */
+		 * client_timeout as a head must: the new one, from the reload;
+		 * a client still silent goes blind after the new
+		 * server_first_after, counted from the 200 as ever: the silence
+		 * it kept counts */
 		client_adopt_config(client);
 		if (client->config == live)
-			client_arm_handshake_timer(client, false);
+			client_arm_handshake_timer(client, !timeout_changed);
 	} else if (client_idle(client) && !client->head_timer_at_flush && !client->output_full &&
 		   client->config->limits.client_timeout_ms != live->limits.client_timeout_ms) {
 		/* waiting for its next request under the old client_timeout: a

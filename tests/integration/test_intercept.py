@@ -72,7 +72,12 @@ intercept.hosts closes the client instead of tunnelling it (noted), a
 silent client that closes during the blind connect has it given up at once
 (noted), a blind fallback tunnel's line notes why it ended after why it
 went blind, a client still silent when a drain begins is closed then (it
-does not go blind after the wait), and TLS and plain HTTP clients are intercepted as before.
+does not go blind after the wait), a reload that changes only
+server_first_after applies to clients already silent, counted from their
+200 (lowered from 20s to 1s 1.5 s after the 200: blind at once; raised
+from 1s to 20s 0.3 s after it: not blind 2 s later, then blind once a
+reload lowers it again), and TLS and plain HTTP clients are intercepted as
+before.
 """
 
 import os
@@ -620,6 +625,37 @@ def scenario(t):
             put.send(b"hello")
             r = put.read_response(timeout=5)
         h.eq(r.status, 200, "the PUT's status (body %r)" % r.body)
+
+    @t.check("a reload that changes only server_first_after applies to clients already "
+             "silent, counted from their 200: lowered below their silence, they go blind at "
+             "once; raised, they wait on")
+    def _():
+        def first_after(value):
+            return CONFIG.replace("  ca_key: @LOCALCA@/ca-key.pem\n",
+                                  "  ca_key: @LOCALCA@/ca-key.pem\n"
+                                  "  server_first_after: %s\n" % value)
+
+        waiting = t.proxy(first_after("20s"), TESTCA=certs.ca, LOCALCA=local,
+                          HOSTS='"localhost"')
+        text = waiting.config_text
+        port = line_server(b"220 smtp.test ESMTP\r\n", b"250 ")
+        with blind_connect(port, waiting) as c:
+            time.sleep(1.5)
+            started = time.monotonic()
+            waiting.reload(text.replace("server_first_after: 20s", "server_first_after: 1s"))
+            h.eq(c.read_until(b"\n", timeout=10 * h.SLOW), b"220 smtp.test ESMTP\r\n",
+                 "the server's banner after the reload")
+            h.ok(time.monotonic() - started < 1.0 * h.SLOW,
+                 "blind %.2f s after a reload to 1s; silent 1.5 s since the 200"
+                 % (time.monotonic() - started))
+        waiting.reload(text.replace("server_first_after: 20s", "server_first_after: 1s"))
+        with blind_connect(port, waiting) as c:
+            time.sleep(0.3)
+            waiting.reload(text)
+            h.ok(c.silent_for(2.0), "tunnelled blind within 2.3 s under server_first_after 20s")
+            waiting.reload(text.replace("server_first_after: 20s", "server_first_after: 1s"))
+            h.eq(c.read_until(b"\n", timeout=10 * h.SLOW), b"220 smtp.test ESMTP\r\n",
+                 "the server's banner once lowered again")
 
     @t.check("with server_first_after a TLS client and a plain HTTP one are intercepted as before")
     def _():
