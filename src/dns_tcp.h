@@ -19,9 +19,12 @@ struct dns_tcp_query;
 
 /* Why a TCP question got no answer; beside evdns's DNS_ERR_* codes, which
  * are 0 or more, and dns_message.h's DNS_MESSAGE_MALFORMED. */
-#define DNS_TCP_CONNECT_FAILED (-2) /* refused, unreachable, no socket */
+#define DNS_TCP_CONNECT_FAILED (-2) /* refused, unreachable */
 #define DNS_TCP_TIMEOUT (-3)	    /* no whole answer in time */
 #define DNS_TCP_CLOSED (-4)	    /* the server closed before a whole answer */
+/* the proxy's own shortage (no descriptor, memory or local port for the
+ * socket): nothing reached the DNS server, which is not to blame */
+#define DNS_TCP_LOCAL_SHORTAGE (-6)
 
 /* The question ended: error DNS_ERR_NONE with answer's addresses (which
  * the callee may take, setting answer->addresses to NULL), or the

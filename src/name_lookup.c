@@ -294,6 +294,11 @@ static const char *name_lookup_error_text(int error)
 	case DNS_TCP_CLOSED:
 		return "the DNS answer was too large for UDP, and the DNS server closed its retry "
 		       "over TCP without an answer";
+	case DNS_TCP_LOCAL_SHORTAGE:
+		return "the DNS answer was too large for UDP, and the proxy was short of its own "
+		       "resources for its retry over TCP (too many open files, no memory or no "
+		       "local "
+		       "port)";
 	case DNS_MESSAGE_MALFORMED:
 		return "the DNS answer was too large for UDP, and the answer over TCP was "
 		       "ill-formed";
@@ -306,11 +311,22 @@ static const char *name_lookup_error_text(int error)
 	}
 }
 
-const char *name_lookup_failure(int v4_error, int v6_error)
+/* The error name_lookup_failure() tells. */
+static int name_lookup_failure_error(int v4_error, int v6_error)
 {
 	int error = v4_error;
 
 	if (error == DNS_ERR_NONE || error == DNS_ERR_NODATA)
 		error = v6_error != DNS_ERR_NONE ? v6_error : error;
-	return name_lookup_error_text(error);
+	return error;
+}
+
+const char *name_lookup_failure(int v4_error, int v6_error)
+{
+	return name_lookup_error_text(name_lookup_failure_error(v4_error, v6_error));
+}
+
+bool name_lookup_failure_local(int v4_error, int v6_error)
+{
+	return name_lookup_failure_error(v4_error, v6_error) == DNS_TCP_LOCAL_SHORTAGE;
 }

@@ -71,4 +71,9 @@ bool name_is_localhost(const char *host);
  * no such address; then the IPv6 one's. */
 const char *name_lookup_failure(int v4_error, int v6_error);
 
+/* Is that error the proxy's own shortage (no descriptor, memory or local
+ * port for a truncated answer's TCP retry), no verdict on the name, its
+ * DNS server or the upstream? */
+bool name_lookup_failure_local(int v4_error, int v6_error);
+
 #endif

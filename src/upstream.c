@@ -231,9 +231,11 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 	void *arg = uc->arg;
 	char copy[sizeof(uc->reason)];
 	/* every attempt ended before anything reached the network (no
-	 * descriptor left, a TLS connection the proxy could not set up): the
+	 * descriptor left, for a connect or for a truncated DNS answer's TCP
+	 * retry; a TLS connection the proxy could not set up): the
 	 * failure is the proxy's, not the upstream's */
-	bool local = conn == NULL && (failure == TRY_REFUSED || failure == TRY_TLS) &&
+	bool local = conn == NULL &&
+		     (failure == TRY_REFUSED || failure == TRY_TLS || failure == TRY_DNS) &&
 		     uc->short_failed && !uc->network_failed;
 
 	snprintf(copy, sizeof(copy), "%s", reason);
@@ -459,6 +461,10 @@ static void upstream_dns_failed(struct upstream_connect *uc)
 
 	snprintf(reason, sizeof(reason), "cannot resolve %s: %s", uc->host,
 		 name_lookup_failure(v4->error, v6->error));
+	/* a TCP retry the proxy had no descriptor for: its shortage, as for
+	 * an attempt's socket */
+	if (name_lookup_failure_local(v4->error, v6->error))
+		uc->short_failed = true;
 	upstream_connect_finish(uc, NULL, TRY_DNS, reason);
 }
 
