@@ -725,7 +725,9 @@ static bool config_route_check_backoff_order(struct config_walk *walk,
  * whatever the rest of the policy reads as. Refuse it, pointing at the
  * first of the keys that made it so that this mapping sets; if it sets
  * none, the defaults were already reported. With max_attempts 1 no retry
- * is made anyway, and the deadline still bounds a held or queued try. */
+ * is made anyway, and the deadline still bounds a held or queued try. A
+ * hedge that starts before the deadline is a try that follows no wait:
+ * such a policy retries by hedging. */
 static void config_route_check_backoff_deadline(struct config_walk *walk,
 						const struct yaml_tree_node *node,
 						const struct retry_policy *retry)
@@ -737,7 +739,8 @@ static void config_route_check_backoff_deadline(struct config_walk *walk,
 	size_t mark;
 
 	if (retry->jitter_full || retry->max_attempts < 2 ||
-	    retry->initial_backoff_ms < retry->deadline_ms)
+	    retry->initial_backoff_ms < retry->deadline_ms ||
+	    (retry->hedge.after_ms > 0 && retry->hedge.after_ms < retry->deadline_ms))
 		return;
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
 		if (config_walk_refused(walk, node, keys[i]))

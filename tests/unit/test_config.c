@@ -741,6 +741,19 @@ static void test_backoff_past_deadline(void **state)
 		"or use jitter: full\n");
 	config_release(test_load_ok("defaults:\n"
 				    "  retry: { initial_backoff: 999ms, deadline: 1s }\n"));
+	/* a hedge that starts before the deadline is a try that follows no
+	 * wait: the policy retries by hedging, whatever the backoff */
+	config_release(test_load_ok(
+		"defaults:\n"
+		"  retry: { deadline: 500ms, max_attempts: 2, hedge: { after: 100ms } }\n"));
+	/* one that would start only at the deadline or after is none */
+	test_load_fails(
+		"defaults:\n"
+		"  retry: { deadline: 500ms, try_timeout: 2s, hedge: { after: 500ms } }\n",
+		"test.yaml:2:22: defaults.retry.deadline: initial_backoff (1s) is not "
+		"shorter than deadline (500ms): every retry would wait until the deadline or "
+		"past it, so none would be made; shorten initial_backoff, lengthen deadline, "
+		"or use jitter: full\n");
 }
 
 /* A relative ca_file is relative to the config file and stored absolute. */
