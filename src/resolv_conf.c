@@ -9,7 +9,8 @@
 
 #include "xmalloc.h"
 
-/* evdns reads no larger file (evutil_read_file_ refuses it) */
+/* A resolv.conf is a few lines: only this much of one is read (evdns reads
+ * any size, so a larger file could differ past this point) */
 #define RESOLV_CONF_MAX_BYTES (1 << 20)
 
 static void resolv_conf_clear_search(struct resolv_conf *conf)
