@@ -30,6 +30,7 @@
 #include "reply.h"
 #include "retry_budget.h"
 #include "route.h"
+#include "timer.h"
 #include "timeval.h"
 #include "tls.h"
 #include "tunnel.h"
@@ -189,7 +190,7 @@ static void client_close_reset(struct client *client, const char *reason)
  * everything sent before the cut, or took none of it for client_timeout. */
 static void client_reset_look(struct client *client)
 {
-	if (conn_ack_watch_done(&client->reset_watch, client->conn, CLIENT_RESET_LOOK_MS,
+	if (conn_ack_watch_done(&client->reset_watch, client->conn, timer_now_ms(),
 				client->config->limits.client_timeout_ms)) {
 		client_close_reset(client, "response cut short");
 		return;

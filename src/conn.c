@@ -1359,18 +1359,16 @@ size_t conn_output_unacked(const struct conn *c)
 	return conn_output_length(c) + (size_t)in_kernel;
 }
 
-bool conn_ack_watch_done(struct conn_ack_watch *watch, const struct conn *c, uint64_t look_ms,
+bool conn_ack_watch_done(struct conn_ack_watch *watch, const struct conn *c, uint64_t now_ms,
 			 uint64_t still_max_ms)
 {
 	size_t unacked = conn_output_unacked(c);
 
 	if (unacked < watch->least_unacked) {
 		watch->least_unacked = unacked;
-		watch->still_ms = 0;
-	} else {
-		watch->still_ms += look_ms;
+		watch->still_since_ms = now_ms;
 	}
-	return unacked == 0 || watch->still_ms >= still_max_ms;
+	return unacked == 0 || now_ms - watch->still_since_ms >= still_max_ms;
 }
 
 bool conn_notice_hangup(struct conn *c)

@@ -175,13 +175,15 @@ size_t conn_output_unacked(const struct conn *conn);
  * before its connection is reset: start with least_unacked SIZE_MAX and
  * still_ms 0. */
 struct conn_ack_watch {
-	size_t least_unacked; /* the least output seen unacknowledged */
-	uint64_t still_ms;    /* how long the peer took none of it */
+	size_t least_unacked;	 /* the least output seen unacknowledged */
+	uint64_t still_since_ms; /* the look since which the peer took none of it */
 };
 
-/* One look: true when the peer has acknowledged everything, or took none
- * of it for still_max_ms; false to look again in look_ms. */
-bool conn_ack_watch_done(struct conn_ack_watch *watch, const struct conn *conn, uint64_t look_ms,
+/* One look, at now_ms (timer_now_ms()): true when the peer has acknowledged
+ * everything, or took none of it for still_max_ms; false to look again.
+ * The stillness is timed on the clock, not counted in looks: a look may
+ * come early or late (timer.h). */
+bool conn_ack_watch_done(struct conn_ack_watch *watch, const struct conn *conn, uint64_t now_ms,
 			 uint64_t still_max_ms);
 
 /* At its input limit a conn reads nothing, and sees no close behind the

@@ -151,7 +151,7 @@ static void tunnel_abort_look(struct tunnel *tunnel)
 {
 	struct tunnel_side *side = tunnel->aborting;
 
-	if (conn_ack_watch_done(&tunnel->abort_watch, side->conn, TUNNEL_ABORT_LOOK_MS,
+	if (conn_ack_watch_done(&tunnel->abort_watch, side->conn, timer_now_ms(),
 				tunnel->idle_ms)) {
 		tunnel_count(tunnel, side);
 		conn_free_reset(side->conn);

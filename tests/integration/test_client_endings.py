@@ -11,7 +11,8 @@ middle; raw servers that answer 200 as soon as they have a request head,
 leaving the body unread, one with a Content-Length, one with a body
 delimited by the close that stops after a few bytes; the test origin (/close/N: N bytes delimited by the close); a
 closed port.
-Proxy: client_timeout 1s, max_header_bytes 64KiB, max_attempts 1; for the
+Proxy: client_timeout 1s, max_header_bytes 64KiB, max_attempts 1; one with
+client_timeout 2s for the reset's timing; for the
 reload, one with client_timeout 60s (the keep-alive connection waits
 through the reload, which may take longer than 1 s), max_header_bytes
 64KiB, 1MiB after the reload.
@@ -36,12 +37,18 @@ Must hold:
   its connection closed at once (not kept until drain_timeout), also when
   the proxy waits to reset it after a broken-off body (not kept until
   client_timeout);
+- a client that takes none of what was sent before a broken-off body is
+  reset client_timeout (2s) after the break, neither sooner nor up to
+  half as late again (its looks, every 20 ms, come later than that on
+  the connection's timer: the wait is timed on the clock, not counted in
+  looks);
 - a keep-alive connection accepted before a reload that raised
   max_header_bytes sends a 300 KB head afterwards and gets 200 (its input
   limit follows the new config).
 """
 
 import os
+import select
 import socket
 import struct
 import time
@@ -229,6 +236,31 @@ def scenario(t):
         c.close()
         h.wait_until(lambda: open_fds() <= before, 3 * h.SLOW,
                      "the proxy to close the reset client's connection (%d fds open)" % before)
+
+    @t.check("a client that takes nothing of what came before a broken-off body is reset after "
+             "client_timeout (2s), not half as late again")
+    def _():
+        quick = t.proxy(CONFIG_LONG_TIMEOUT.replace("client_timeout: 60s", "client_timeout: 2s"),
+                        ORIGIN=origin.port)
+        # as above: the HTTP/1.0 client's decoded body ends with a reset once
+        # it has taken what it was sent, which this one, not reading, never
+        # does; it is not read, only watched for the reset (POLLERR/POLLHUP)
+        c = h.RawConn(quick.port(), rcvbuf=16 << 10)
+        sent = time.monotonic()
+        c.send(h.request("GET", "/object/400000?chunked=1&break_at=300000&t=rst-late",
+                         "a.example", version="HTTP/1.0"))
+        quick.access_one("rst-late")
+        logged = time.monotonic()
+        watch = select.poll()
+        watch.register(c.sock, 0)
+        h.ok(watch.poll(10000 * h.SLOW), "a reset within 10 s of the broken-off body")
+        reset = time.monotonic()
+        c.close()
+        h.ok(reset - sent >= 2.0, "reset %.3f s after the request: before client_timeout"
+             % (reset - sent))
+        # the break came before its line was logged: this is at most the wait
+        h.ok(reset - logged < 2.4, "reset %.3f s after the broken-off body's line: client_timeout "
+             "is 2 s" % (reset - logged))
 
     @t.check("a connection from before a reload that raised max_header_bytes sends a larger head")
     def _():
