@@ -39,7 +39,8 @@ uint64_t timer_coarse_slack_ms(void)
 	return slack;
 }
 
-void timer_event_until(struct event_base *base, struct event *ev, uint64_t until_ms)
+/* Set ev to fire once the precise clock reaches until_ms. */
+static void timer_event_until(struct event_base *base, struct event *ev, uint64_t until_ms)
 {
 	/* libevent counts tv from the coarse time it cached when the loop
 	 * woke, which may be well before now: brought up to the coarse clock
@@ -102,8 +103,10 @@ void timer_start(struct timer *t, uint64_t now_ms, uint64_t ms)
 	struct timeval tv = timeval_from_ms(ms);
 
 	/* now_ms is rounded down: the duration may have begun as late as a
-	 * millisecond after it */
-	t->until_ms = now_ms + ms + 1;
+	 * millisecond after it. A wait of 0 is over whenever it fires: held to
+	 * the next millisecond it would wait for the coarse clock's next step
+	 * (a retry with no backoff would take up to 5 ms). */
+	t->until_ms = ms == 0 ? 0 : now_ms + ms + 1;
 	evtimer_add(t->ev, &tv);
 }
 

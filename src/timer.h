@@ -55,8 +55,4 @@ void timer_start_look(struct timer *t, uint64_t ms);
 void timer_stop(struct timer *t);
 bool timer_pending(const struct timer *t);
 
-/* The libevent side of a timer kept elsewhere (conn.c's lazy one): set ev
- * to fire no sooner than the precise clock's until_ms. */
-void timer_event_until(struct event_base *base, struct event *ev, uint64_t until_ms);
-
 #endif

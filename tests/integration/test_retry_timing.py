@@ -25,7 +25,9 @@ arrive with deadline 1s is not followed by a try after the deadline; with
 deadline 1s and 300ms waits no try starts after the deadline and the client
 gets the last 503 without further waiting; after a hedge race in which
 both tries got a 503, the wait is still the first backoff (n counts waits,
-not tries: 300 ms with initial 300ms and multiplier 4, not 1.2 s).
+not tries: 300 ms with initial 300ms and multiplier 4, not 1.2 s); with
+initial_backoff 0ms and jitter 0 each retry goes at once (median wait
+under 2 ms), not at the coarse clock's next step.
 """
 
 import email.utils
@@ -80,6 +82,9 @@ routes:
   - name: stop
     match: { path_prefix: /stop/ }
     retry: { initial_backoff: 300ms, multiplier: 1, jitter: 0s, max_attempts: 20, deadline: 1s }
+  - name: zero
+    match: { path_prefix: /zero/ }
+    retry: { initial_backoff: 0ms, max_backoff: 0ms, jitter: 0s, max_attempts: 20 }
   - name: hedged
     match: { path_prefix: /hedged/ }
     retry: { initial_backoff: 300ms, multiplier: 4, jitter: 0s, hedge: { after: 100ms, max: 1 } }
@@ -287,6 +292,16 @@ def scenario(t):
         m = re.fullmatch(r".*503 -> wait (\d+)ms -> 200", tries)
         h.ok(m is not None and 300 <= int(m.group(1)) <= 300 + SLACK * 1000,
              "the wait after the race should be 300 ms: tries=%r" % tries)
+
+    @t.check("initial_backoff 0ms, jitter 0: each retry goes at once, not at the coarse "
+             "clock's next step (median wait under 2 ms over 57 waits)")
+    def _():
+        gaps = []
+        for i in range(3):
+            gaps += waits("/zero/%d" % i, [503] * 19 + [200], 19)
+        gaps.sort()
+        h.ok(gaps[len(gaps) // 2] < 0.002, "median wait %.2f ms; all %s ms"
+             % (gaps[len(gaps) // 2] * 1000, ms(gaps)))
 
 
 h.run(scenario, __doc__)
