@@ -230,21 +230,29 @@ static void spool_release_gave(struct spool_release *file, uint64_t bytes)
 	file->length -= bytes;
 }
 
+/* The files waiting, first in first out: a ring of room places, count of
+ * them from first on. */
 struct spool_reaper {
 	struct event *step; /* a timer of 0: the next step, on the next pass */
 	struct spool_release *files;
-	size_t count, room;
+	size_t first, count, room;
 };
 
+static struct spool_release *spool_reaper_file(struct spool_reaper *reaper, size_t i)
+{
+	return &reaper->files[(reaper->first + i) % reaper->room];
+}
+
 /* One step for the first file: shortened by SPOOL_RELEASE_STEP, or closed
- * once that much or less is left (the last file then takes its place, so
- * that files handed over later cannot keep it waiting). A file that cannot
- * be shortened is closed whole, as spool_close() would. Then the next
- * pass, while any is left: a burst of ends cannot make one pass long. */
+ * once that much or less is left, the next one handed over then first (in
+ * the order they came, so that none waits behind files that ended after
+ * it). A file that cannot be shortened is closed whole, as spool_close()
+ * would. Then the next pass, while any is left: a burst of ends cannot
+ * make one pass long. */
 static void spool_reaper_step(evutil_socket_t fd, short what, void *arg)
 {
 	struct spool_reaper *reaper = arg;
-	struct spool_release *file = &reaper->files[0];
+	struct spool_release *file = spool_reaper_file(reaper, 0);
 
 	if (file->length > SPOOL_RELEASE_STEP &&
 	    ftruncate(file->fd, (off_t)(file->length - SPOOL_RELEASE_STEP)) == 0) {
@@ -252,7 +260,8 @@ static void spool_reaper_step(evutil_socket_t fd, short what, void *arg)
 	} else {
 		close(file->fd);
 		spool_release_gave(file, file->length);
-		*file = reaper->files[--reaper->count];
+		reaper->first = (reaper->first + 1) % reaper->room;
+		reaper->count--;
 	}
 	if (reaper->count > 0)
 		event_add(reaper->step, &(struct timeval){ 0, 0 });
@@ -271,8 +280,10 @@ void spool_reaper_free(struct spool_reaper *reaper)
 	if (reaper == NULL)
 		return;
 	for (size_t i = 0; i < reaper->count; i++) {
-		close(reaper->files[i].fd);
-		spool_release_gave(&reaper->files[i], reaper->files[i].length);
+		struct spool_release *file = spool_reaper_file(reaper, i);
+
+		close(file->fd);
+		spool_release_gave(file, file->length);
 	}
 	event_free(reaper->step);
 	free(reaper->files);
@@ -291,10 +302,19 @@ void spool_close_in_steps(struct spool *spool, struct spool_reaper *reaper)
 	if (spool->usage != NULL)
 		spool->usage->bytes -= spool_counted(spool) - spool->length;
 	if (reaper->count == reaper->room) {
-		reaper->room = reaper->room > 0 ? reaper->room * 2 : 8;
-		reaper->files = xrealloc(reaper->files, reaper->room * sizeof(*reaper->files));
+		/* a larger ring, its files in order from its start */
+		size_t room = reaper->room > 0 ? reaper->room * 2 : 8;
+		struct spool_release *files = xmalloc(room * sizeof(*files));
+
+		for (size_t i = 0; i < reaper->count; i++)
+			files[i] = *spool_reaper_file(reaper, i);
+		free(reaper->files);
+		reaper->files = files;
+		reaper->room = room;
+		reaper->first = 0;
 	}
-	reaper->files[reaper->count++] =
+	reaper->count++;
+	*spool_reaper_file(reaper, reaper->count - 1) =
 		(struct spool_release){ spool->fd, spool->length, spool->usage };
 	if (!evtimer_pending(reaper->step, NULL))
 		event_add(reaper->step, &(struct timeval){ 0, 0 });

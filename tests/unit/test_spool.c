@@ -364,12 +364,55 @@ static void test_close_in_steps(void **state)
 	event_base_free(base);
 }
 
+/* Files handed over one after another are given back in that order, the
+ * first in first out: a file that ends early does not wait behind those
+ * that ended after it, also when more come while some are given back (the
+ * reaper's list then grows). Each counts in a usage of its own, so which
+ * one a pass shortened shows. */
+static void test_close_in_steps_in_order(void **state)
+{
+	/* two passes each: a step, then the close */
+	const uint64_t size = (uint64_t)SPOOL_RELEASE_STEP + 4096;
+	struct event_base *base = event_base_new();
+	struct spool_reaper *reaper = spool_reaper_new(base);
+	struct spool_usage usage[10] = { { 0 } };
+	const size_t files = sizeof(usage) / sizeof(usage[0]);
+	size_t handed = 0, done = 0;
+	unsigned passes = 0;
+	struct stat st;
+
+	while (done < files) {
+		/* eight at first; the last two once the first is closed */
+		while (handed < (done == 0 ? 8 : files))
+			spool_close_in_steps(test_spool_of(size, &usage[handed++]), reaper);
+		assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+		passes++;
+		/* the first not done yet is the one shortened; those after it,
+		 * handed over later, untouched */
+		for (size_t i = 0; i < handed; i++)
+			assert_int_equal(usage[i].bytes, i < done     ? 0
+							 : i > done   ? size
+							 : passes % 2 ? size - SPOOL_RELEASE_STEP
+								      : 0);
+		if (passes % 2 == 0)
+			done++;
+		assert_int_equal(test_open_files(&st), handed - done);
+	}
+	assert_int_equal(passes, 2 * files);
+	spool_reaper_free(reaper);
+	event_base_free(base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_write_and_read_back), cmocka_unit_test(test_named_fallback),
-		cmocka_unit_test(test_write_failure),	    cmocka_unit_test(test_usage),
-		cmocka_unit_test(test_check_dir),	    cmocka_unit_test(test_close_in_steps),
+		cmocka_unit_test(test_write_and_read_back),
+		cmocka_unit_test(test_named_fallback),
+		cmocka_unit_test(test_write_failure),
+		cmocka_unit_test(test_usage),
+		cmocka_unit_test(test_check_dir),
+		cmocka_unit_test(test_close_in_steps),
+		cmocka_unit_test(test_close_in_steps_in_order),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
