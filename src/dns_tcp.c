@@ -101,6 +101,14 @@ static void dns_tcp_read_answer(struct dns_tcp_query *q)
 	int error = dns_message_answer(q->reply + 2, q->reply_want - 2, q->id, q->name, q->qtype,
 				       &answer);
 
+	/* an answer that is no answer (another ID, another question, a
+	 * broken message) says nothing of the name: the next nameserver is
+	 * asked, as after a close; what the server said is final */
+	if (error == DNS_MESSAGE_MALFORMED) {
+		free(answer.addresses);
+		dns_tcp_failed(q, error);
+		return;
+	}
 	dns_tcp_finish(q, error, &answer);
 	free(answer.addresses);
 }
@@ -154,7 +162,7 @@ static void dns_tcp_io_cb(evutil_socket_t fd, short what, void *arg)
 
 		/* a message of 0 bytes is no message */
 		if (len == 0) {
-			dns_tcp_finish(q, DNS_MESSAGE_MALFORMED, NULL);
+			dns_tcp_failed(q, DNS_MESSAGE_MALFORMED);
 			return;
 		}
 		q->reply_want = 2 + len;

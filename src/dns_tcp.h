@@ -6,7 +6,10 @@
  * a name whose answer over UDP came back truncated: sent to the
  * nameservers evdns has, in turn, non-blocking on the event loop, each
  * attempt given resolv.conf's timeout, as many attempts as its attempts:
- * (at least one). The answer is read by dns_message.h.
+ * (at least one); a refused connect, a timeout, a close or an ill-formed
+ * answer moves on to the next. Always from the first: evdns does not say
+ * which nameserver sent the truncated answer. The answer is read by
+ * dns_message.h.
  */
 
 #include <stddef.h>
