@@ -56,6 +56,17 @@ bool exchange_spool_start(struct exchange *ex, uint64_t length)
 		spool_count_in(ex->spool, &ex->proxy->spool_usage);
 		spool_claim(ex->spool, length);
 	}
+	/* and takes its disk up front: one the disk cannot hold goes once at
+	 * once, rather than filling the disk for nothing first */
+	if (length > 0 && spool_reserve(ex->spool, length) < 0) {
+		log_warn("%.*s %.*s: cannot take %llu bytes for the request body in %s: %s: sent "
+			 "once, not retried",
+			 (int)ex->method_len, ex->method, (int)ex->target_len, ex->target,
+			 (unsigned long long)length, limits->spool_dir, strerror(errno));
+		spool_close(ex->spool);
+		ex->spool = NULL;
+		return false;
+	}
 	if (ex->replay == NULL)
 		ex->replay = evbuffer_new();
 	log_debug("%.*s %.*s: request body spooled to a file in %s", (int)ex->method_len,

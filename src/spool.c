@@ -21,6 +21,7 @@ struct spool {
 	int fd;
 	uint64_t length;	   /* bytes written; the next write goes here */
 	uint64_t claim;		   /* bytes counted before they are written (spool_claim()) */
+	uint64_t reserved;	   /* disk taken from its start (spool_reserve()) */
 	bool failed;		   /* a write failed: the file holds a prefix of the body */
 	struct spool_usage *usage; /* where its bytes are counted, or NULL */
 };
@@ -171,6 +172,42 @@ void spool_count_in(struct spool *spool, struct spool_usage *usage)
 		usage->bytes += spool_counted(spool);
 }
 
+int spool_reserve(struct spool *spool, uint64_t bytes)
+{
+	int r;
+
+	if (bytes <= spool->reserved)
+		return 0;
+	do
+		r = fallocate(spool->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes);
+	while (r < 0 && errno == EINTR);
+	if (r == 0) {
+		spool->reserved = bytes;
+		return 0;
+	}
+	/* not posix_fallocate: where the file system cannot reserve, glibc
+	 * writes the whole length instead, blocking the loop */
+	if (errno == EOPNOTSUPP || errno == ENOSYS)
+		return 0;
+	return -1;
+}
+
+/* Give back the disk reserved past the bytes written once the claim no
+ * longer counts it in spool_total. */
+static void spool_unreserve(struct spool *spool)
+{
+	off_t end = (off_t)spool->length;
+
+	if (spool->reserved <= spool->length || spool->claim > spool->length)
+		return;
+	/* shortening a file gives back every block past its new end, those
+	 * reserved too; punching a hole past the end does nothing on ext4,
+	 * and truncating to the same length nothing on tmpfs. Reads stop at
+	 * the length written whatever happens here. */
+	if (ftruncate(spool->fd, end + 1) == 0 && ftruncate(spool->fd, end) == 0)
+		spool->reserved = spool->length;
+}
+
 void spool_claim(struct spool *spool, uint64_t bytes)
 {
 	uint64_t before = spool_counted(spool);
@@ -178,6 +215,7 @@ void spool_claim(struct spool *spool, uint64_t bytes)
 	spool->claim = bytes;
 	if (spool->usage != NULL)
 		spool->usage->bytes = spool->usage->bytes - before + spool_counted(spool);
+	spool_unreserve(spool);
 }
 
 uint64_t spool_growth(const struct spool *spool, uint64_t more)
@@ -301,6 +339,8 @@ void spool_close_in_steps(struct spool *spool, struct spool_reaper *reaper)
 	 * spool_total; a claim past its bytes comes free now */
 	if (spool->usage != NULL)
 		spool->usage->bytes -= spool_counted(spool) - spool->length;
+	spool->claim = 0;
+	spool_unreserve(spool);
 	if (reaper->count == reaper->room) {
 		/* a larger ring, its files in order from its start */
 		size_t room = reaper->room > 0 ? reaper->room * 2 : 8;

@@ -85,6 +85,15 @@ void spool_count_in(struct spool *spool, struct spool_usage *usage);
  * each fits in alone); 0 drops the claim, leaving the bytes written. */
 void spool_claim(struct spool *spool, uint64_t bytes);
 
+/* Take bytes of disk for the file from its start now, its length
+ * unchanged (fallocate, FALLOC_FL_KEEP_SIZE): a body of known length that
+ * the disk cannot hold is known at once, not written until the disk is
+ * full. 0, also where the file system cannot reserve (its writes then find
+ * a full disk as before), or -1 with errno set (ENOSPC, EDQUOT, EFBIG...).
+ * What is not written comes free when a smaller claim is made
+ * (spool_claim()) and when the file is closed. */
+int spool_reserve(struct spool *spool, uint64_t bytes);
+
 /* How much writing more bytes would add to what the file counts: what
  * goes past its claim. */
 uint64_t spool_growth(const struct spool *spool, uint64_t more);

@@ -17,6 +17,13 @@ Retry-Attempts: 1, the access line says attempts=1 gave_up=body_too_large,
 retryproxy_retries_given_up_total{reason="body_too_large"} counts each;
 a request whose only answer is 200 still gets it; no spool file stays open;
 with the limit lifted the next spooled PUT is retried again, byte-exact.
+A second proxy's spool_dir is an 8 MiB tmpfs (mounted by the test, as
+root): a 16 MiB PUT with Content-Length, 503 then 200, never puts its bytes
+on that disk (less than 1 MiB used throughout, sampled every half
+millisecond; before, the file filled the 8 MiB until ENOSPC) and goes once,
+whole (503, Retry-Attempts: 1, gave_up=body_too_large, the log naming "No
+space left on device"); a 6 MiB one is spooled there and retried,
+byte-exact.
 --check under a file size limit of 0 (a file can be made, not written, as on
 a full disk) refuses spool_dir with "File too large"; without it, ok.
 """
@@ -25,6 +32,8 @@ import os
 import re
 import resource
 import subprocess
+import threading
+import time
 
 import harness as h
 
@@ -145,6 +154,69 @@ def scenario(t):
         r, reqs, sha = put("/full/lifted", n, [503, "/echo"])
         h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts (%r)" % r)
         h.eq([(q.body_len, q.body_sha256) for q in reqs], [(n, sha)] * 2, "bodies at the origin")
+
+    small_disk(t, origin)
+
+
+def small_disk(t, origin):
+    """A second proxy whose spool_dir is an 8 MiB tmpfs (mounted here: this
+    needs root; without it the checks are skipped)."""
+    mnt = os.path.join(t.tmp, "small")
+    os.makedirs(mnt)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d,mode=0700" % (8 * MiB), "tmpfs", mnt],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        t.skip("an 8 MiB spool disk", "cannot mount a tmpfs: %s" % r.stderr.strip())
+        return
+    t.defer(lambda: subprocess.run(["umount", "-l", mnt], check=True))
+    proxy = t.proxy(CONFIG.replace("spool_dir: spool", "spool_dir: small\n  spool_total: 0"))
+
+    def used():
+        st = os.statvfs(mnt)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def put(path, n, steps):
+        f, sha = h.random_body_file(t.tmp, n, path.strip("/").replace("/", "-"))
+        origin.script(path, steps)
+        most = [used()]
+        done = threading.Event()
+
+        def watch():
+            while not done.is_set():
+                most[0] = max(most[0], used())
+                time.sleep(0.0005)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            r = h.curl("-X", "PUT", "--data-binary", "@" + f, "-H", "Expect:", origin.url(path),
+                       proxy=proxy.url, timeout=60 * h.SLOW)
+        finally:
+            done.set()
+            watcher.join()
+        return r, origin.requests_for(path), sha, most[0]
+
+    @t.check("8 MiB spool disk, a 16 MiB PUT (Content-Length), 503 then 200: never written to "
+             "the disk, goes once, whole, gave_up=body_too_large")
+    def _():
+        n = 16 * MiB
+        r, reqs, sha, most = put("/small/big", n, [503, "/echo"])
+        h.eq((r.status, r.header("Retry-Attempts")), (503, "1"), "status, Retry-Attempts (%r)" % r)
+        h.eq([(q.body_len, q.body_sha256) for q in reqs], [(n, sha)], "bodies at the origin")
+        # before, the file took the disk's 8 MiB before the body went once
+        h.ok(most < MiB, "the spool disk had %d bytes used at most during the request" % most)
+        proxy.wait_log(r"PUT \S*/small/big: .*No space left on device")
+        fl = h.access_fields(proxy.access_one("/small/big"))
+        h.eq((fl["attempts"], fl.get("gave_up")), ("1", "body_too_large"), "access attempts, gave_up")
+
+    @t.check("8 MiB spool disk, a 6 MiB PUT, 503 then 200: spooled and retried, byte-exact")
+    def _():
+        n = 6 * MiB
+        r, reqs, sha, most = put("/small/fits", n, [503, "/echo"])
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"), "status, Retry-Attempts (%r)" % r)
+        h.eq([(q.body_len, q.body_sha256) for q in reqs], [(n, sha)] * 2, "bodies at the origin")
+        h.ok(most >= n, "the spool disk had %d bytes used at most during the request" % most)
+        h.wait_until(lambda: used() < MiB, 5 * h.SLOW, "the spool disk given back")
 
 
 h.run(scenario, __doc__)

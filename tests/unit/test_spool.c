@@ -364,6 +364,42 @@ static void test_close_in_steps(void **state)
 	event_base_free(base);
 }
 
+/* A reservation takes the disk at once without lengthening the file (what
+ * is read back is what was written), and what was not written is given
+ * back when the claim is dropped. Skipped where the file system cannot
+ * reserve (spool_reserve() then does nothing). */
+static void test_reserve(void **state)
+{
+	const uint64_t reserve = 8 * 1024 * 1024;
+	struct spool_usage usage = { 0 };
+	struct spool *spool = test_spool_of(4096, &usage);
+	struct evbuffer *out = evbuffer_new();
+	struct stat st;
+
+	spool_claim(spool, reserve);
+	assert_int_equal(spool_reserve(spool, reserve), 0);
+	assert_int_equal(test_open_files(&st), 1);
+	assert_int_equal(st.st_size, 4096);
+	if ((uint64_t)st.st_blocks * 512 < reserve) {
+		spool_close(spool);
+		evbuffer_free(out);
+		skip();
+	}
+	assert_int_equal(usage.bytes, reserve);
+	assert_int_equal(spool_length(spool), 4096);
+	assert_int_equal(spool_read(spool, out, 0, 2 * reserve), 4096);
+	assert_int_equal(spool_read(spool, out, 4096, reserve), 0);
+	/* the claim dropped: the disk past what was written comes free */
+	spool_claim(spool, 0);
+	assert_int_equal(usage.bytes, 4096);
+	assert_int_equal(test_open_files(&st), 1);
+	assert_int_equal(st.st_size, 4096);
+	assert_true((uint64_t)st.st_blocks * 512 < 1024 * 1024);
+	spool_close(spool);
+	assert_int_equal(usage.bytes, 0);
+	evbuffer_free(out);
+}
+
 /* Files handed over one after another are given back in that order, the
  * first in first out: a file that ends early does not wait behind those
  * that ended after it, also when more come while some are given back (the
@@ -413,6 +449,7 @@ int main(void)
 		cmocka_unit_test(test_check_dir),
 		cmocka_unit_test(test_close_in_steps),
 		cmocka_unit_test(test_close_in_steps_in_order),
+		cmocka_unit_test(test_reserve),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
