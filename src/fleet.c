@@ -13,6 +13,7 @@
 
 #include "dns_cache.h"
 #include "fleet_lease.h"
+#include "happy_eyeballs.h"
 #include "hash.h"
 #include "log.h"
 #include "name_lookup.h"
@@ -43,7 +44,7 @@ enum { FLEET_LOOKUP_V6, FLEET_LOOKUP_V4, FLEET_LOOKUPS };
 /* How long, once one family answered, the other's answer is waited for
  * before connecting without it: RFC 8305's Resolution Delay, as for an
  * upstream. It is waited for the A answer too (which nearly always comes
- * with the AAAA one): a single connection takes the addresses in turn, and
+ * with the AAAA one): a connect tries the addresses one after another, and
  * the IPv4 ones are then among them. */
 #define FLEET_RESOLUTION_DELAY_MS 50
 
@@ -135,7 +136,16 @@ struct fleet {
 	struct event *reconnect;	/* the backoff before the next connect */
 	struct event *keepalive;	/* a PING after FLEET_KEEPALIVE_MS without a sync */
 	uint64_t backoff_ms;
-	unsigned address_turn;		 /* which of the name's addresses the next connect takes */
+	/* A name's addresses for the connect under way, in the order they are
+	 * tried (RFC 8305's: the families alternate, IPv6 first): one whose
+	 * connect fails hands over to the next at once, and Redis counts as
+	 * down only when none is left. None for an address or a socket. */
+	char (*addresses)[INET6_ADDRSTRLEN];
+	unsigned address_count;
+	unsigned address_next;		 /* the next of them to try */
+	char address_failures[320];	 /* "address: why; ..." of those tried */
+	unsigned address_turn;		 /* shifts the order: the next connect starts after
+					  * the address the last one ended on */
 	unsigned pending;		 /* replies the sync round in flight still awaits */
 	bool down_logged;		 /* "local budgets" was said; said again only after an up */
 	bool send_failed_logged;	 /* a sync could not be queued, and that was said */
@@ -150,6 +160,7 @@ struct fleet {
 };
 
 static void fleet_connect(struct fleet *fleet);
+static void fleet_open(struct fleet *fleet, const char *address);
 static void fleet_reply_cb(redisAsyncContext *ac, void *r, void *privdata);
 static void fleet_up(struct fleet *fleet);
 static void fleet_lookups_end(struct fleet *fleet);
@@ -250,15 +261,47 @@ static void fleet_lost(struct fleet *fleet, const char *why, bool free_connectio
 	}
 	fleet->down_logged = true;
 	fleet->state = FLEET_WAITING;
-	/* the next attempt takes the name's next address: one that refuses or
-	 * never answers is not the only one tried */
-	fleet->address_turn++;
 	wait = fleet->backoff_ms + retry_rng_uniform(&fleet->rng, fleet->backoff_ms / 2);
 	fleet->backoff_ms *= 2;
 	if (fleet->backoff_ms > FLEET_RECONNECT_MAX_MS)
 		fleet->backoff_ms = FLEET_RECONNECT_MAX_MS;
 	tv = timeval_from_ms(wait);
 	evtimer_add(fleet->reconnect, &tv);
+}
+
+/* Connect to the name's next address. */
+static void fleet_open_next(struct fleet *fleet)
+{
+	/* one that Redis refused to work with (AUTH, a replica) is not taken
+	 * first again: the next connect starts after it */
+	fleet->address_turn++;
+	fleet_open(fleet, fleet->addresses[fleet->address_next++]);
+}
+
+/* A connect to one address failed (refused, unreachable, not answered in
+ * time): the name's next address is tried at once, as an upstream's
+ * would be; when every one failed, Redis is down, for all their reasons.
+ * The connection is gone already. */
+static void fleet_connect_failed(struct fleet *fleet, const char *why)
+{
+	char *failures = fleet->address_failures;
+	size_t len = strlen(failures);
+	char all[sizeof(fleet->address_failures) + 32];
+
+	if (fleet->address_count <= 1) {
+		fleet_lost(fleet, why, false);
+		return;
+	}
+	snprintf(failures + len, sizeof(fleet->address_failures) - len, "%s%s: %s",
+		 len > 0 ? "; " : "", fleet->addresses[fleet->address_next - 1], why);
+	if (fleet->address_next < fleet->address_count) {
+		log_debug("fleet %s: redis %s: %s: %s; trying the next address", fleet->name,
+			  fleet->redis, fleet->addresses[fleet->address_next - 1], why);
+		fleet_open_next(fleet);
+		return;
+	}
+	snprintf(all, sizeof(all), "every address failed: %s", failures);
+	fleet_lost(fleet, all, false);
 }
 
 /* The reconnect backoff passed. */
@@ -271,10 +314,18 @@ static void fleet_reconnect_cb(evutil_socket_t fd, short what, void *arg)
 static void fleet_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct fleet *fleet = arg;
+	redisAsyncContext *ac = fleet->ac;
 	char why[96];
 
 	snprintf(why, sizeof(why), "no answer within %llu ms",
 		 (unsigned long long)fleet->reply_timeout_ms);
+	if (fleet->state == FLEET_CONNECTING && ac != NULL && !(ac->c.flags & REDIS_CONNECTED)) {
+		/* the address never answered the connect: another may */
+		fleet->ac = NULL;
+		redisAsyncFree(ac);
+		fleet_connect_failed(fleet, why);
+		return;
+	}
 	fleet_lost(fleet, why, true);
 }
 
@@ -623,7 +674,7 @@ static void fleet_connect_cb(const redisAsyncContext *c, int status)
 		return;
 	if (status != REDIS_OK) {
 		fleet->ac = NULL;
-		fleet_lost(fleet, c->errstr[0] != '\0' ? c->errstr : "cannot connect", false);
+		fleet_connect_failed(fleet, c->errstr[0] != '\0' ? c->errstr : "cannot connect");
 		return;
 	}
 	if (fleet->password == NULL) {
@@ -718,7 +769,7 @@ static void fleet_open(struct fleet *fleet, const char *address)
 			 ac != NULL ? ac->errstr : "out of memory");
 		if (ac != NULL)
 			redisAsyncFree(ac);
-		fleet_lost(fleet, why, false);
+		fleet_connect_failed(fleet, why);
 		return;
 	}
 	ac->data = fleet;
@@ -756,17 +807,18 @@ static void fleet_lookups_end(struct fleet *fleet)
 	evtimer_del(fleet->resolution_delay);
 }
 
-/* Connect to the address whose turn it is among the answers (IPv6 ones
- * first), or say the name did not resolve. */
+/* Connect to the answers' addresses one after another (IPv6 first, the
+ * families alternating), or say the name did not resolve. */
 static void fleet_resolved(struct fleet *fleet)
 {
 	const struct fleet_lookup *v4 = &fleet->lookups[FLEET_LOOKUP_V4];
 	const struct fleet_lookup *v6 = &fleet->lookups[FLEET_LOOKUP_V6];
-	char address[INET6_ADDRSTRLEN];
-	char why[160];
-	const void *in;
+	struct evutil_addrinfo **answers;
 	struct evutil_addrinfo *ai;
-	unsigned count = 0, turn;
+	size_t *order;
+	int *families;
+	char why[160];
+	unsigned count = 0;
 
 	for (size_t i = 0; i < FLEET_LOOKUPS; i++)
 		for (ai = fleet->lookups[i].addresses; ai != NULL; ai = ai->ai_next)
@@ -779,21 +831,37 @@ static void fleet_resolved(struct fleet *fleet)
 		fleet_lost(fleet, why, false);
 		return;
 	}
-	/* IPv6 addresses first, then IPv4 */
-	turn = fleet->address_turn % count;
-	ai = v6->addresses;
-	for (; turn > 0 && ai != NULL; turn--)
-		ai = ai->ai_next;
-	if (ai == NULL)
-		for (ai = v4->addresses; turn > 0; turn--)
-			ai = ai->ai_next;
-	if (ai->ai_family == AF_INET6)
-		in = &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
-	else
-		in = &((const struct sockaddr_in *)ai->ai_addr)->sin_addr;
-	evutil_inet_ntop(ai->ai_family, in, address, sizeof(address));
+	answers = xcalloc(count, sizeof(*answers));
+	families = xcalloc(count, sizeof(*families));
+	order = xcalloc(count, sizeof(*order));
+	count = 0;
+	for (size_t i = 0; i < FLEET_LOOKUPS; i++)
+		for (ai = fleet->lookups[i].addresses; ai != NULL; ai = ai->ai_next) {
+			answers[count] = ai;
+			families[count++] = ai->ai_family;
+		}
+	happy_eyeballs_order(families, count, fleet->address_turn, order);
+	free(fleet->addresses);
+	fleet->addresses = xcalloc(count, sizeof(*fleet->addresses));
+	for (unsigned i = 0; i < count; i++) {
+		const struct evutil_addrinfo *pick = answers[order[i]];
+		const void *in;
+
+		if (pick->ai_family == AF_INET6)
+			in = &((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr;
+		else
+			in = &((const struct sockaddr_in *)pick->ai_addr)->sin_addr;
+		evutil_inet_ntop(pick->ai_family, in, fleet->addresses[i],
+				 sizeof(fleet->addresses[i]));
+	}
+	free(order);
+	free(families);
+	free(answers);
+	fleet->address_count = count;
+	fleet->address_next = 0;
+	fleet->address_failures[0] = '\0';
 	fleet_lookups_end(fleet);
-	fleet_open(fleet, address);
+	fleet_open_next(fleet);
 }
 
 /* Connect once both lookups ended, or once one has addresses and the
@@ -851,6 +919,7 @@ static void fleet_connect(struct fleet *fleet)
 		[FLEET_LOOKUP_V6] = AF_INET6, [FLEET_LOOKUP_V4] = AF_INET
 	};
 
+	fleet->address_count = 0;
 	if (fleet->socket != NULL || fleet_is_numeric(fleet->host)) {
 		fleet_open(fleet, fleet->host);
 		return;
@@ -939,6 +1008,7 @@ void fleet_free(struct fleet *fleet)
 		fleet->routes = fr->next;
 		fleet_route_free(fr);
 	}
+	free(fleet->addresses);
 	free(fleet->redis);
 	free(fleet->host);
 	free(fleet->lookup);

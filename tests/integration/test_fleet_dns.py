@@ -14,7 +14,7 @@ knows no name, localhost included.
 Proxies: fleet.redis localhost:PORT, redis.localhost:PORT,
 refused.test:PORT, gone.test:PORT; sync_interval 100ms.
 Must hold: the localhost proxies connect (retryproxy_fleet_connected 1;
-::1 refuses, the next reconnect takes 127.0.0.1) and the stub sees no
+::1 refuses, 127.0.0.1 is tried next) and the stub sees no
 query for either name (before: both families were asked of DNS, and its
 127.0.0.9 answer tried); refused.test logs "cannot resolve refused.test:
 the DNS server refused the query (REFUSED)" and gone.test "cannot resolve
