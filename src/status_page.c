@@ -323,6 +323,10 @@ static void status_page_upstream_row(const struct upstream_view *view, void *arg
 	status_page_count(out, "waiting", "Waiting for a connection", view->waiting, "warn", false);
 	status_page_count(out, "probes.ok", "Probes ok", view->probes_ok, "", true);
 	status_page_count(out, "probes.fail", "Probes failed", view->probes_failed, "", false);
+	/* the proxy's own shortage, not the upstream's: amber, as the log's
+	 * warning is */
+	status_page_count(out, "probes.local_shortage", "Probes not made", view->probes_short,
+			  "warn", false);
 	evbuffer_add_printf(out, "</tr>\n");
 }
 
@@ -380,19 +384,21 @@ void status_page_render(const struct status_page_state *state, struct evbuffer *
 				 "<thead><tr><th class=\"name\">Upstream</th><th>State</th>"
 				 "<th>Failures</th><th>Held</th><th>Waiting for a connection</th>"
 				 "<th class=\"g\">Probes ok</th>"
-				 "<th>Probes failed</th></tr></thead>\n<tbody>\n");
+				 "<th>Probes failed</th>"
+				 "<th title=\"not made: the proxy was short of file descriptors or "
+				 "local ports\">Probes not made</th></tr></thead>\n<tbody>\n");
 	/* the ones that need a look first, then the most recently used */
 	upstream_pass.attention = true;
 	upstreams_each(state->upstreams, status_page_upstream_row, &upstream_pass);
 	upstream_pass.attention = false;
 	upstreams_each(state->upstreams, status_page_upstream_row, &upstream_pass);
 	if (totals.upstreams == 0)
-		evbuffer_add_printf(out, "<tr><td class=\"empty\" colspan=\"7\">No upstream "
+		evbuffer_add_printf(out, "<tr><td class=\"empty\" colspan=\"8\">No upstream "
 					 "contacted yet.</td></tr>\n");
 	else if (upstream_pass.shown < totals.upstreams)
 		evbuffer_add_printf(
 			out,
-			"<tr><td class=\"empty\" colspan=\"7\" data-key=\"upstreams_more\">"
+			"<tr><td class=\"empty\" colspan=\"8\" data-key=\"upstreams_more\">"
 			"and %u more: see <a href=\"/upstreams\">/upstreams</a></td></tr>\n",
 			totals.upstreams - upstream_pass.shown);
 	evbuffer_add_printf(out, "</tbody></table></div>\n</body>\n</html>\n");

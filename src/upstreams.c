@@ -826,6 +826,7 @@ void upstreams_each(const struct upstreams *set,
 			.waiting = u->slot_waiting,
 			.probes_ok = u->probes_ok,
 			.probes_failed = u->probes_failed,
+			.probes_short = u->probes_short,
 		};
 
 		fn(&view, arg);

@@ -178,6 +178,7 @@ struct upstream_view {
 	unsigned waiting;  /* requests waiting for a connection to it (max_upstream_connections) */
 	uint64_t probes_ok;
 	uint64_t probes_failed;
+	uint64_t probes_short; /* not made for want of the proxy's descriptors or ports */
 };
 
 /* Call fn for each upstream, most recently used first, as /upstreams lists

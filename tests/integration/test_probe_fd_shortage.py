@@ -19,11 +19,14 @@ retryproxy_probes_total{result="local_shortage"}, one per line "probe
 not made", at least two; the first of the spell is warned about
 once, the others at debug level; retryproxy_probes_total{result="fail"}
 counts only the probes that were refused (one per "probe failed" line);
+the status page's row for the upstream shows the probes by result as
+/metrics counts them, local_shortage included (before, ok and fail only);
 once descriptors are free, the next probe connects, the upstream is up
 and a GET gets 200.
 """
 
 import os
+import re
 import resource
 import time
 
@@ -88,6 +91,7 @@ def scenario(t):
     side.wait_log(r"upstream %s is up" % name, timeout=5 * h.SLOW)
     after = h.fetch(side.port(0), "GET", "/after", "app.example", timeout=5 * h.SLOW).status
     metrics = h.curl("http://127.0.0.1:%d/metrics" % side.port(1), check=True).body.decode()
+    page = h.curl("http://127.0.0.1:%d/?norefresh" % side.port(1), check=True).body.decode()
     lines = side.stderr_lines()
 
     def count(pattern):
@@ -114,6 +118,17 @@ def scenario(t):
         warned = [ln for ln in lines if " warn " in ln and "probe not made" in ln]
         h.eq(len(warned), 1, "warnings (%r)" % warned)
         h.ok("Too many open files" in warned[0], "warning: %s" % warned[0])
+
+    @t.check("the status page's upstream row shows the probes not made, as /metrics counts "
+             "them")
+    def _():
+        row = re.search(r'<tr data-upstream="%s">(.*?)</tr>' % re.escape(name), page)
+        h.ok(row, "no row for %s on the status page" % name)
+        cells = dict(re.findall(r'<td data-key="(probes\.[a-z_]+)"[^>]*>(\d+)</td>',
+                                row.group(1)))
+        want = {"probes." + r: "%d" % probes(r) for r in ("ok", "fail", "local_shortage")}
+        h.eq(cells, want, "probe cells against /metrics")
+        h.ok(probes("local_shortage") >= 2, "local_shortage %d" % probes("local_shortage"))
 
     @t.check("descriptors free again: the next probe connects, up, and a GET gets 200")
     def _():

@@ -25,8 +25,9 @@ Must hold:
   retries by each cause, give-ups by each reason and hedges won and lost
   equal to /metrics scraped just before and just after; the totals,
   backoffs pending and held requests likewise; one row per upstream
-  /upstreams lists, with its state, failures and held requests; the dead
-  upstream shows as down;
+  /upstreams lists, with its state, failures and held requests, and its
+  probes by result (ok, fail, local_shortage) as /metrics counts them; the
+  dead upstream shows as down;
 - the traffic moved what it should (so the comparison is not of zeros):
   retries by status and reset, a give-up on attempts and not_idempotent,
   a hedge won;
@@ -343,12 +344,13 @@ def scenario(t):
             h.ok(low <= int(row.get("failures", -1)) <= high,
                  "%s failures %s, /upstreams said %d then %d"
                  % (name, row.get("failures"), ups_before[name][1], failures))
-            probes = [value(s, "retryproxy_probes_total", upstream=name, result=r)
-                      for s in (before, after) for r in ("ok", "fail")]
-            h.ok(probes[0] <= int(row.get("probes.ok", -1)) <= probes[2]
-                 and probes[1] <= int(row.get("probes.fail", -1)) <= probes[3],
-                 "%s probes ok %s fail %s, /metrics said %s" % (
-                     name, row.get("probes.ok"), row.get("probes.fail"), probes))
+            for result in ("ok", "fail", "local_shortage"):
+                low, high = (value(s, "retryproxy_probes_total", upstream=name, result=result)
+                             for s in (before, after))
+                cell = row.get("probes." + result)
+                h.ok(cell is not None and low <= int(cell) <= high,
+                     "%s probes %s: %s on the page, /metrics said %d then %d"
+                     % (name, result, cell, low, high))
 
     for width, height in ((1200, 800), (390, 844)):
         @t.check("a %dx%d screenshot is a PNG of that size with the page drawn on it"

@@ -297,6 +297,31 @@ static void test_status_page_escapes_names(void **state)
 	metrics_free(m);
 }
 
+/* An upstream's row counts its probes by result, as retryproxy_probes_total
+ * does: those that connected, that failed, and those the proxy could not
+ * make for want of its own descriptors or ports (local_shortage). */
+static void test_status_page_upstream_probes(void **state)
+{
+	struct metrics *m = metrics_new();
+	struct upstreams *ups = upstreams_new(NULL);
+	struct upstream_endpoint endpoint = { .tls = false, .host = "127.0.0.1", .port = 8080 };
+	struct upstream *u = upstreams_hold(ups, &endpoint);
+	const char *row;
+	char *page;
+
+	page = test_render(m, ups, 0, false);
+	row = strstr(page, "<tr data-upstream=\"http://127.0.0.1:8080\">");
+	assert_non_null(row);
+	test_cell(row, "probes.ok", "0");
+	test_cell(row, "probes.fail", "0");
+	test_cell(row, "probes.local_shortage", "0");
+	assert_non_null(strstr(page, "\">Probes not made</th>"));
+	free(page);
+	upstream_release(u);
+	upstreams_free(ups);
+	metrics_free(m);
+}
+
 static void test_status_page_empty_and_self_contained(void **state)
 {
 	struct metrics *m = metrics_new();
@@ -360,6 +385,7 @@ int main(void)
 		cmocka_unit_test(test_status_page_switch_succeeds),
 		cmocka_unit_test(test_status_page_rate_cut),
 		cmocka_unit_test(test_status_page_escapes_names),
+		cmocka_unit_test(test_status_page_upstream_probes),
 		cmocka_unit_test(test_status_page_empty_and_self_contained),
 		cmocka_unit_test(test_status_page_reload_refused),
 	};
