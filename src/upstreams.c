@@ -46,7 +46,8 @@ struct upstream {
 	uint64_t probes_ok;
 	uint64_t probes_failed;
 	uint64_t probes_short; /* not made for want of the proxy's descriptors or ports */
-	bool probe_short_said; /* ... and that was warned about since a probe was made */
+	bool probe_short_said; /* ... and that was warned about since a probe was made or
+				* the upstream last went up or down */
 	unsigned open;	       /* connections open or opening */
 	unsigned max_open;     /* the live config's limit */
 	TAILQ_HEAD(, upstream_waiter) slot_waiters; /* waiting for a connection, oldest first */
@@ -453,6 +454,11 @@ static void upstream_apply(struct upstream *u, struct health_actions act)
 		evtimer_del(u->probe_timer);
 	if (act.went_up)
 		u->proven = true;
+	/* a shortage spell ends with the down spell it came in (a request's
+	 * connect may end that, not only a probe): the next one is warned
+	 * about afresh */
+	if (act.went_up || act.went_down)
+		u->probe_short_said = false;
 	/* those waiting for the verdict get it: without hold a 502; with it,
 	 * held for the down upstream, now taking places among the pending
 	 * retries as every request held for it does */

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -247,6 +248,123 @@ static void assert_released(struct harness *h, const int *ids, unsigned n)
 	assert_int_equal(h->released_count, n);
 	for (i = 0; i < n; i++)
 		assert_int_equal(h->released[i], ids[i]);
+}
+
+/* What the proxy logs, kept in a temporary file: stderr (fd 2) goes there
+ * between capture_on() and capture_off() only, so that cmocka's reports of
+ * a failed assertion, made outside, are seen. */
+struct stderr_capture {
+	FILE *file;
+	int saved;
+};
+
+static void capture_on(struct stderr_capture *c)
+{
+	if (c->file == NULL)
+		c->file = tmpfile();
+	assert_non_null(c->file);
+	log_flush();
+	c->saved = dup(STDERR_FILENO);
+	assert_true(c->saved >= 0);
+	assert_true(dup2(fileno(c->file), STDERR_FILENO) >= 0);
+}
+
+static void capture_off(struct stderr_capture *c)
+{
+	log_flush();
+	dup2(c->saved, STDERR_FILENO);
+	close(c->saved);
+}
+
+/* Warnings captured that contain text. */
+static unsigned capture_warnings(struct stderr_capture *c, const char *text)
+{
+	char line[1024];
+	unsigned n = 0;
+
+	rewind(c->file);
+	while (fgets(line, sizeof(line), c->file) != NULL)
+		if (strstr(line, " warn ") != NULL && strstr(line, text) != NULL)
+			n++;
+	fseek(c->file, 0, SEEK_END);
+	return n;
+}
+
+/* No descriptor can be opened until descriptors_back(): the soft
+ * RLIMIT_NOFILE goes down to the lowest free descriptor's number. */
+static struct rlimit descriptors_gone(void)
+{
+	struct rlimit was, low;
+	int lowest = dup(STDERR_FILENO);
+
+	assert_true(lowest >= 0);
+	close(lowest);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+	low = was;
+	low.rlim_cur = (rlim_t)lowest;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	return was;
+}
+
+static void descriptors_back(const struct rlimit *was)
+{
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, was), 0);
+}
+
+/* Probes the proxy cannot make (no descriptor: EMFILE) are warned about
+ * once a spell. A request's connect that marks the upstream up ends the
+ * spell as a probe made would: when it goes down again and its probes
+ * again find no descriptor, that is warned about again. */
+static void test_upstreams_probe_shortage_each_spell(void **state)
+{
+	struct stderr_capture capture = { 0 };
+	struct rlimit was;
+	struct harness h;
+	struct upstream *u;
+	char line[160];
+	bool shortage_seen;
+
+	harness_init(&h, 1, false);
+	log_configure(LOG_LEVEL_WARN, LOG_FORMAT_TEXT);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE);
+
+	for (unsigned spell = 1; spell <= 2; spell++) {
+		/* two requests connecting; the first fails: down, and the
+		 * other is still connecting */
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+		assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+		capture_on(&capture);
+		upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_FAILED);
+		capture_off(&capture);
+		assert_true(upstream_down(u));
+
+		/* two probes find no descriptor: one warning for the spell */
+		snprintf(line, sizeof(line),
+			 "retryproxy_probes_total{upstream=\"http://127.0.0.1:%u\","
+			 "result=\"local_shortage\"} %u\n",
+			 h.port, 2 * spell);
+		capture_on(&capture);
+		was = descriptors_gone();
+		shortage_seen = run_until(&h, metrics_contain, line, 2000);
+		descriptors_back(&was);
+		capture_off(&capture);
+		assert_true(shortage_seen);
+		assert_true(upstream_down(u));
+		assert_int_equal(capture_warnings(&capture, "probe not made"), spell);
+
+		/* the request still connecting gets through: up, no probe made */
+		capture_on(&capture);
+		upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE);
+		capture_off(&capture);
+		assert_false(upstream_down(u));
+	}
+	assert_metric(&h, "retryproxy_probes_total", ",result=\"ok\"} 0");
+	assert_metric(&h, "retryproxy_probes_total", ",result=\"fail\"} 0");
+	fclose(capture.file);
+	upstream_release(u);
+	harness_free(&h);
 }
 
 /* One upstream per scheme, host and port; names with brackets for IPv6. */
@@ -1196,6 +1314,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_doubt_then_made),
 		cmocka_unit_test(test_upstreams_failed_releases_one),
 		cmocka_unit_test(test_upstreams_down_hold_probe),
+		cmocka_unit_test(test_upstreams_probe_shortage_each_spell),
 		cmocka_unit_test(test_upstreams_down_no_hold),
 		cmocka_unit_test(test_upstreams_response_resets),
 		cmocka_unit_test(test_upstreams_made_in_doubt),
