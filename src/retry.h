@@ -141,7 +141,10 @@ enum retry_give_up {
 	RETRY_GIVE_UP_ATTEMPTS,	      /* max_attempts tries were made */
 	RETRY_GIVE_UP_DEADLINE,	      /* the next try would start after the deadline */
 	RETRY_GIVE_UP_NOT_IDEMPOTENT, /* it may have reached the upstream and is unsafe to repeat */
-	RETRY_GIVE_UP_BODY_TOO_LARGE, /* the body was over replay_buffer, streamed once and gone */
+	RETRY_GIVE_UP_BODY_TOO_LARGE, /* the body could not be kept (replay_buffer, retry_memory,
+				       * the spool), so it went once; or only a json_field in it
+				       * could have made the request safe, and it was too large
+				       * to read */
 	RETRY_GIVE_UP_CLIENT_GONE,    /* the client left while a retry was pending */
 	RETRY_GIVE_UP_BUDGET,	      /* max_pending_retries or the route's retry budget */
 	RETRY_GIVE_UP_UPSTREAM_BUSY,  /* try_timeout passed waiting for a connection at the cap */
