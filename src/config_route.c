@@ -732,8 +732,10 @@ static void config_route_check_backoff_deadline(struct config_walk *walk,
 						const struct yaml_tree_node *node,
 						const struct retry_policy *retry)
 {
-	static const char *const keys[] = { "initial_backoff", "deadline", "jitter",
-					    "max_attempts" };
+	/* hedge last: a route that turns off (or delays) the hedge its
+	 * defaults passed with is blamed for it */
+	static const char *const keys[] = { "initial_backoff", "deadline", "jitter", "max_attempts",
+					    "hedge" };
 	const struct yaml_tree_entry *blame = NULL;
 	char initial[32], deadline[32];
 	size_t mark;

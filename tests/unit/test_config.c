@@ -754,6 +754,18 @@ static void test_backoff_past_deadline(void **state)
 		"shorter than deadline (500ms): every retry would wait until the deadline or "
 		"past it, so none would be made; shorten initial_backoff, lengthen deadline, "
 		"or use jitter: full\n");
+	/* defaults that pass by their hedge, and a route that turns it off:
+	 * the route's hedge is what makes it so */
+	test_load_fails(
+		"defaults:\n"
+		"  retry: { deadline: 1s, hedge: { after: 300ms } }\n"
+		"routes:\n"
+		"  - name: r\n"
+		"    retry: { hedge: { after: 0s } }\n",
+		"test.yaml:5:21: routes[0].retry.hedge: initial_backoff (1s) is not "
+		"shorter than deadline (1s): every retry would wait until the deadline or "
+		"past it, so none would be made; shorten initial_backoff, lengthen deadline, "
+		"or use jitter: full\n");
 }
 
 /* A relative ca_file is relative to the config file and stored absolute. */
