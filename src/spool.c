@@ -7,7 +7,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/vfs.h>
 #include <unistd.h>
+
+#include <linux/magic.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -174,10 +177,23 @@ void spool_count_in(struct spool *spool, struct spool_usage *usage)
 
 int spool_reserve(struct spool *spool, uint64_t bytes)
 {
+	struct statfs fs;
 	int r;
 
 	if (bytes <= spool->reserved)
 		return 0;
+	/* tmpfs reserves by allocating and zeroing memory pages, all in the
+	 * one call (some 250 ms per GiB, the loop stalled), and gives them
+	 * back as slowly: there only what is free is checked, so a body that
+	 * cannot fit still goes at once */
+	if (fstatfs(spool->fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+		if (fs.f_blocks != 0 && bytes > spool->length &&
+		    (uint64_t)fs.f_bavail * fs.f_bsize < bytes - spool->length) {
+			errno = ENOSPC;
+			return -1;
+		}
+		return 0;
+	}
 	do
 		r = fallocate(spool->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes);
 	while (r < 0 && errno == EINTR);

@@ -89,7 +89,9 @@ void spool_claim(struct spool *spool, uint64_t bytes);
  * unchanged (fallocate, FALLOC_FL_KEEP_SIZE): a body of known length that
  * the disk cannot hold is known at once, not written until the disk is
  * full. 0, also where the file system cannot reserve (its writes then find
- * a full disk as before), or -1 with errno set (ENOSPC, EDQUOT, EFBIG...).
+ * a full disk as before) and on tmpfs, where only its free space is checked
+ * (reserving there zeroes memory in one call), or -1 with errno set
+ * (ENOSPC, EDQUOT, EFBIG...).
  * What is not written comes free when a smaller claim is made
  * (spool_claim()) and when the file is closed. */
 int spool_reserve(struct spool *spool, uint64_t bytes);

@@ -17,9 +17,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <linux/magic.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
 
@@ -54,13 +56,12 @@ static size_t test_dir_entries(void)
 	return n;
 }
 
-/* This process's open files in the test directory; the last one's status
- * in *st. */
-static size_t test_open_files(struct stat *st)
+/* This process's open files in dir; the last one's status in *st. */
+static size_t test_open_files_in(const char *dir, struct stat *st)
 {
 	DIR *d = opendir("/proc/self/fd");
 	struct dirent *e;
-	size_t n = 0, dir_len = strlen(test_dir);
+	size_t n = 0, dir_len = strlen(dir);
 
 	assert_non_null(d);
 	while ((e = readdir(d)) != NULL) {
@@ -72,13 +73,19 @@ static size_t test_open_files(struct stat *st)
 		if (len <= 0)
 			continue;
 		link[len] = '\0';
-		if (strncmp(link, test_dir, dir_len) == 0 && link[dir_len] == '/') {
+		if (strncmp(link, dir, dir_len) == 0 && link[dir_len] == '/') {
 			n++;
 			assert_int_equal(stat(path, st), 0);
 		}
 	}
 	closedir(d);
 	return n;
+}
+
+/* This process's open files in the test directory. */
+static size_t test_open_files(struct stat *st)
+{
+	return test_open_files_in(test_dir, st);
 }
 
 /* bytes of a pattern that shows a shifted or repeated piece */
@@ -400,6 +407,41 @@ static void test_reserve(void **state)
 	evbuffer_free(out);
 }
 
+/* On tmpfs a reservation is memory pages, each allocated and zeroed in the
+ * one fallocate call (some 250 ms per GiB, the event loop stalled), and
+ * given back as slowly: nothing is taken there, the free space is checked
+ * instead, so a body that cannot fit is still refused at once. */
+static void test_reserve_tmpfs(void **state)
+{
+	char dir[] = "/dev/shm/test_spool.XXXXXX";
+	struct spool_usage usage = { 0 };
+	struct statfs fs;
+	struct spool *spool;
+	struct stat st;
+	uint64_t free_bytes, bytes;
+
+	if (statfs("/dev/shm", &fs) < 0 || fs.f_type != TMPFS_MAGIC || fs.f_blocks == 0 ||
+	    mkdtemp(dir) == NULL)
+		skip();
+	free_bytes = (uint64_t)fs.f_bavail * fs.f_bsize;
+	bytes = free_bytes / 2 < 512 * 1024 * 1024 ? free_bytes / 2 : 512 * 1024 * 1024;
+	spool = spool_open(dir);
+	assert_non_null(spool);
+	spool_count_in(spool, &usage);
+	spool_claim(spool, bytes);
+	assert_int_equal(spool_reserve(spool, bytes), 0);
+	assert_int_equal(test_open_files_in(dir, &st), 1);
+	assert_true((uint64_t)st.st_blocks * 512 < 1024 * 1024);
+	/* more than is free: refused, nothing taken */
+	errno = 0;
+	assert_int_equal(spool_reserve(spool, free_bytes + 64 * 1024 * 1024), -1);
+	assert_int_equal(errno, ENOSPC);
+	assert_int_equal(test_open_files_in(dir, &st), 1);
+	assert_true((uint64_t)st.st_blocks * 512 < 1024 * 1024);
+	spool_close(spool);
+	assert_int_equal(rmdir(dir), 0);
+}
+
 /* Files handed over one after another are given back in that order, the
  * first in first out: a file that ends early does not wait behind those
  * that ended after it, also when more come while some are given back (the
@@ -450,6 +492,7 @@ int main(void)
 		cmocka_unit_test(test_close_in_steps),
 		cmocka_unit_test(test_close_in_steps_in_order),
 		cmocka_unit_test(test_reserve),
+		cmocka_unit_test(test_reserve_tmpfs),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
