@@ -18,10 +18,18 @@
  * body the replay buffer holds whole, and send its length instead. A
  * trailer section has no place without chunked framing and is left out
  * (RFC 9112 section 7.1.2 lets a recipient that removes the chunked coding
- * discard it).
+ * discard it), and with it the Trailer field that announced it.
  */
 
 #define EXCHANGE_TE_NAME "Transfer-Encoding:"
+#define EXCHANGE_TRAILER_NAME "Trailer:"
+
+/* Whether the head line at p (n bytes) is a field named name (with its
+ * colon): the head is the proxy's own, a name followed at once by it. */
+static bool exchange_line_is(const char *p, size_t n, const char *name, size_t name_len)
+{
+	return n >= name_len && strncasecmp(p, name, name_len) == 0;
+}
 
 struct evbuffer *exchange_replay_decoded(struct exchange *ex)
 {
@@ -44,7 +52,8 @@ struct evbuffer *exchange_replay_decoded(struct exchange *ex)
 }
 
 /* The request head with its Transfer-Encoding line(s) replaced by
- * Content-Length: length, before the blank line that ends it. */
+ * Content-Length: length, before the blank line that ends it, and without
+ * its Trailer line(s): no trailer section follows a body by length. */
 static void exchange_reframe_head(struct exchange *ex, uint64_t length)
 {
 	const char *p = ex->request_head;
@@ -60,10 +69,10 @@ static void exchange_reframe_head(struct exchange *ex, uint64_t length)
 		const char *eol = memchr(p, '\n', (size_t)(end - p));
 		size_t n = (size_t)(eol - p) + 1;
 
-		/* the head is the proxy's own: lines end in CRLF, and a field
-		 * name is followed at once by its colon */
-		if (n < sizeof(EXCHANGE_TE_NAME) - 1 ||
-		    strncasecmp(p, EXCHANGE_TE_NAME, sizeof(EXCHANGE_TE_NAME) - 1) != 0)
+		/* the head is the proxy's own: lines end in CRLF */
+		if (!exchange_line_is(p, n, EXCHANGE_TE_NAME, sizeof(EXCHANGE_TE_NAME) - 1) &&
+		    !exchange_line_is(p, n, EXCHANGE_TRAILER_NAME,
+				      sizeof(EXCHANGE_TRAILER_NAME) - 1))
 			q = exchange_put(q, p, n);
 		p += n;
 	}

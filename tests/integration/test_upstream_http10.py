@@ -15,7 +15,8 @@ Must hold:
 - a chunked body kept in memory, after an HTTP/1.0 503: the retry carries
   Content-Length with the body's length and no Transfer-Encoding, the
   origin reads it by that length, byte-exact (the trailer field is not
-  sent: it has no place without chunked framing); the client gets the 200
+  sent: it has no place without chunked framing; nor is the Trailer field
+  the client sent to announce it); the client gets the 200
   with Retry-Attempts: 2; the first try went chunked, as the client sent it;
 - after two HTTP/1.0 503s, the third try goes with Content-Length too;
 - after an HTTP/1.1 503 the retry goes chunked, as the client sent it;
@@ -80,11 +81,14 @@ def scenario(t):
     host = origin.authority
 
     def put(path, steps, body, chunk=True, trailer=False):
-        """Script path with steps, PUT body (chunked or by length); the
-        response, the origin's requests for it and the access line's fields."""
+        """Script path with steps, PUT body (chunked or by length; a trailer
+        announced by a Trailer field); the response, the origin's requests
+        for it and the access line's fields."""
         origin.script(path, steps)
         if chunk:
             headers, raw = [("Transfer-Encoding", "chunked")], chunked(body, trailer=trailer)
+            if trailer:
+                headers.append(("Trailer", "X-Checksum"))
         else:
             headers, raw = [], body
         r = h.fetch(proxy.port(), "PUT", origin.url(path), host, headers=headers, body=raw)
@@ -115,8 +119,11 @@ def scenario(t):
         h.eq(reqs[0].version, "HTTP/1.1", "request version")
         by_chunks(reqs[0], body, "first try")
         h.eq(reqs[0].trailers, [("X-Checksum", "abc")], "first try's trailer")
+        h.eq(reqs[0].header_all("Trailer"), ["X-Checksum"], "first try's Trailer field")
         by_length(reqs[1], body, "retry")
         h.eq(reqs[1].trailers, [], "retry's trailer fields")
+        # no field may announce the trailer section the retry leaves out
+        h.eq(reqs[1].header_all("Trailer"), [], "retry's Trailer field")
         h.eq(fields.get("tries"), "503 -> wait 50ms -> 200", "logged trail")
 
     @t.check("after two HTTP/1.0 503s the third try goes with Content-Length too")
