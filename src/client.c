@@ -401,6 +401,22 @@ static bool client_input_is_empty_lines(const struct client *client)
 	return client_peek_input(client, peek, sizeof(peek), &skipped) == skipped;
 }
 
+/* Whether the input, empty lines and then a CR, ended there with the
+ * client's FIN: no LF can follow, so that CR is a bare one (RFC 9112 section
+ * 2.2: invalid), no empty line, and a request line was begun. (The parser
+ * refuses a CR or LF out of place at once, and a ninth line.) */
+static bool client_input_ends_in_bare_cr(const struct client *client)
+{
+	char peek[CLIENT_EMPTY_LINES_MAX];
+	size_t skipped;
+	size_t len;
+
+	if (!conn_input_ended(client->conn) || conn_input_length(client->conn) > sizeof(peek))
+		return false;
+	len = client_peek_input(client, peek, sizeof(peek), &skipped);
+	return len > 0 && skipped == len && peek[len - 1] == '\r';
+}
+
 /* Refuse a request before any exchange exists: log, answer, close. */
 static void client_refuse(struct client *client, const struct http1_head *head, int status,
 			  const char *text)
@@ -1105,7 +1121,8 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 		client_close_reset(client, "client stopped reading");
 	else if (what & CONN_TIMEOUT)
 		client_head_timeout(client);
-	else if (client->state == CLIENT_READING_HEAD && client->head_began_ms != 0)
+	else if (client->state == CLIENT_READING_HEAD &&
+		 (client->head_began_ms != 0 || client_input_ends_in_bare_cr(client)))
 		client_head_cut(client, what); /* a head in pieces, ended before it was whole */
 	else if (client->exchange != NULL && exchange_request_body_owed(client->exchange))
 		/* gone as any client whose request is under way, and its line

@@ -26,8 +26,12 @@ gets its line too, with status 0 (nothing could be sent to it) and a note
 naming the reset, and counts nowhere, as a request whose client left
 before any answer. A connection that closes having sent nothing, or only
 the empty lines a request line may follow, gets no line and counts
-nowhere. A client that closes in the middle of its body is gone as one
-whose request is under way (status 0, counted nowhere), and its line's
+nowhere; one that ends on a lone CR after empty lines (none, or one to
+eight) sent a bare CR, no empty line (RFC 9112 section 2.2), and gets the
+400 and its line (before, only after eight empty lines, the ninth line's
+CR being over the parser's limit). A client that closes in the middle of
+its body is gone as one whose request is under way (status 0, counted
+nowhere), and its line's
 note says "client closed the connection during the request body" (before,
 only "client closed the connection", as for one that left with its request
 whole, waiting for the response, which keeps that note). So does one that
@@ -162,6 +166,27 @@ def scenario(t):
         proxy.access_one("t=after-idle")
         h.eq(len(proxy.access_lines()), lines + 1, "access lines added (the request after only)")
         h.eq(unrouted(400), before, 'requests_total{route="-",code="400"}')
+
+    @t.check("a connection that ends on a lone CR after empty lines (a bare CR, no empty line): "
+             "a 400 and an access line, however many empty lines came before")
+    def _():
+        for n in (0, 1, 7, 8):
+            before = unrouted(400)
+            lines = len(proxy.access_lines())
+            with h.RawConn(proxy.port()) as c:
+                c.send(b"\r\n" * n + b"\r")
+                time.sleep(0.2)
+                c.sock.shutdown(socket.SHUT_WR)
+                got = c.read_to_close(timeout=5 * h.SLOW)
+            h.ok(got.startswith(b"HTTP/1.1 400 "),
+                 "the answer to %d empty lines and a CR: %r" % (n, got[:100]))
+            h.wait_until(lambda: len(proxy.access_lines()) == lines + 1, 5 * h.SLOW,
+                         "an access line for %d empty lines and a CR" % n)
+            fields = h.access_fields(proxy.access_lines()[-1])
+            h.eq((fields.get("method"), fields.get("target"), fields.get("status")),
+                 ("-", "-", "400"), "the access line of %d empty lines and a CR" % n)
+            h.wait_until(lambda: unrouted(400) == before + 1, 5 * h.SLOW,
+                         'requests_total{route="-",code="400"} one more')
 
     body_note = "client%20closed%20the%20connection%20during%20the%20request%20body"
     for method, why, tries in (("PUT", "kept to be re-sent, before any try", "-"),
