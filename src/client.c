@@ -227,9 +227,17 @@ static void client_linger(struct client *client)
 	conn_shutdown_write(client->conn);
 	/* the client's FIN came before (it closed in the middle of a request
 	 * head, or after the requests whose answers went out): nothing more
-	 * will come to discard, and its place among max_connections is free */
+	 * will come to discard, and its place among max_connections is free
+	 * once our close_notify (in a tunnel) is gone: one the socket cannot
+	 * take yet waits for it (client_write_cb), while the client reads
+	 * within client_timeout, or it would see a truncation */
 	if (conn_input_ended(client->conn)) {
-		client_free(client);
+		if (!conn_output_ending(client->conn)) {
+			client_free(client);
+			return;
+		}
+		conn_set_timeouts(client->conn, 0, client->config->limits.client_timeout_ms);
+		conn_set_deadline(client->conn, CLIENT_LINGER_MAX_MS);
 		return;
 	}
 	evbuffer_drain(in, evbuffer_get_length(in));
@@ -992,6 +1000,10 @@ static void client_write_cb(struct conn *conn, void *arg)
 		}
 		break;
 	case CLIENT_LINGERING:
+		/* the close_notify that waited for the socket is gone */
+		if (conn_input_ended(conn) && !conn_output_ending(conn))
+			client_free(client);
+		break;
 	case CLIENT_HANDSHAKE:
 	case CLIENT_RESETTING:
 		break;

@@ -968,6 +968,7 @@ static bool conn_write_reset(struct conn *c, int error)
 static void conn_write(struct conn *c)
 {
 	bool was_blocked = c->write_blocked;
+	bool ended = false;
 	ssize_t n;
 
 	c->write_blocked = false;
@@ -986,10 +987,13 @@ static void conn_write(struct conn *c)
 	if (c->write_blocked)
 		conn_timer_schedule(c);
 	/* before the check for progress: a blocked close_notify is written
-	 * with no output left */
-	if (c->shutdown_pending && c->output == NULL)
+	 * with no output left, and its going is progress the owner may wait
+	 * for (conn_output_ending) */
+	if (c->shutdown_pending && c->output == NULL) {
 		conn_end_output(c);
-	if (n == 0)
+		ended = !c->shutdown_pending;
+	}
+	if (n == 0 && !ended)
 		return;
 	if (c->write_cb != NULL && conn_length(c->output) <= c->output_low) {
 		c->busy++;
@@ -1487,6 +1491,11 @@ void conn_shutdown_write_cut(struct conn *c)
 bool conn_input_ended(const struct conn *c)
 {
 	return c->eof;
+}
+
+bool conn_output_ending(const struct conn *c)
+{
+	return c->shutdown_pending;
 }
 
 bool conn_eof_clean(const struct conn *c)

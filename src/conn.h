@@ -238,6 +238,11 @@ void conn_shutdown_write_cut(struct conn *conn);
 /* Whether the peer's end of the input (CONN_EOF) has been read. */
 bool conn_input_ended(const struct conn *conn);
 
+/* Whether a conn_shutdown_write() still waits: for the output to be written,
+ * or for the socket to take a TLS close_notify. The write callback is told
+ * when it has gone. */
+bool conn_output_ending(const struct conn *conn);
+
 /* After CONN_EOF: false when a TLS peer closed without a close_notify (an
  * upstream's; a client's close is taken as an EOF like any other), which
  * does not say that a body ending with the connection is whole. */

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Scenario: the proxy's close_notify at the end of an intercepted tunnel
+goes out even when the socket cannot take it at once.
+
+Client: a Python TLS client through a CONNECT to the proxy, trusting the
+proxy's local CA and strict about the end of the stream (an EOF without
+close_notify raises SSLEOFError).
+Origin: a TLS origin signed by the test CA the proxy trusts.
+Proxy: a preloaded library (tests/integration/notifyblock.c) refuses the
+write of its next close_notify once, as a socket whose buffer is full
+refuses it (EAGAIN), while a flag file exists.
+Must hold: a client that sends part of a request head and closes its side
+(a FIN, after which it still reads) gets the proxy's 400 and then its
+close_notify before the FIN: a clean end, although the close_notify had to
+wait for the socket (before, the proxy closed as soon as the 400 was
+written, and a close_notify the socket did not take then was lost: the
+client saw a truncation). The connection still closes once it is sent.
+"""
+
+import os
+import socket
+import ssl
+
+import harness as h
+
+CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+tls:
+  ca_file: @TESTCA@
+intercept:
+  hosts: ["localhost"]
+  ca_cert: @LOCALCA@/ca.pem
+  ca_key: @LOCALCA@/ca-key.pem
+limits:
+  client_timeout: 10s
+  drain_timeout: 5s
+"""
+
+
+def read_to_end(tls, timeout):
+    """What came until the end, and how the end came: close_notify, or not."""
+    tls.settimeout(timeout)
+    got = b""
+    while True:
+        try:
+            data = tls.recv(65536)
+        except ssl.SSLEOFError:
+            return got, "EOF without close_notify"
+        except ssl.SSLError as e:
+            # OpenSSL 3's report of the same: an EOF where a record was due
+            return got, "TLS error %s" % (e.reason or e)
+        except ConnectionResetError:
+            return got, "reset"
+        except socket.timeout:
+            return got, "nothing more within %ss" % timeout
+        if not data:
+            return got, "close_notify"
+        got += data
+
+
+def scenario(t):
+    certs = t.certs()
+    local = t.local_ca()
+    local_ca = os.path.join(local, "ca.pem")
+    origin = t.origin(tls=(certs.server, certs.server_key), name="origin")
+    shim = os.environ.get("RETRYPROXY_NOTIFYBLOCK")
+    h.ok(shim and os.path.exists(shim), "RETRYPROXY_NOTIFYBLOCK names the built library: %r" % shim)
+    flag = os.path.join(t.tmp, "close_notify_blocks")
+    asan = os.environ.get("ASAN_OPTIONS")
+    proxy = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local,
+                    env={"LD_PRELOAD": shim, "RETRYPROXY_NOTIFYBLOCK_FILE": flag,
+                         "ASAN_OPTIONS": (asan + ":" if asan else "") +
+                         "verify_asan_link_order=0"})
+
+    def client_connections():
+        text = h.curl(proxy.listener_url(1, "/metrics")).body.decode()
+        return h.metric(text, "retryproxy_connections", '{side="client"}')
+
+    @t.check("a head cut by the client's FIN in a tunnel: the 400, then a close_notify that "
+             "waited for the socket")
+    def _():
+        with h.intercepted_tls(proxy.port(), "localhost", origin.port, local_ca,
+                               strict=True) as tls:
+            tls.sendall(b"GET /echo?t=cut HTTP/1.1\r\nHost: localhost:%d\r\nX-Half: a"
+                        % origin.port)
+            with open(flag, "w"):
+                pass
+            # a FIN under TLS (no close_notify of the client's): it still reads
+            socket.socket.shutdown(tls, socket.SHUT_WR)
+            got, how = read_to_end(tls, 5 * h.SLOW)
+        h.ok(got.startswith(b"HTTP/1.1 400 "), "the answer: %r" % got[:200])
+        h.ok(not os.path.exists(flag), "the close_notify's first write was refused")
+        h.eq(how, "close_notify", "the tunnel's end after the 400")
+        h.wait_until(lambda: client_connections() == 0, 5 * h.SLOW,
+                     'the connection closed (retryproxy_connections{side="client"} 0)')
+
+
+h.run(scenario, __doc__)
