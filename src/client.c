@@ -52,6 +52,7 @@ enum client_state {
 	CLIENT_IN_EXCHANGE,  /* a request is being proxied */
 	CLIENT_CLOSING,	     /* flushing the last response, then lingering */
 	CLIENT_LINGERING,    /* output shut down; discarding input until EOF, or while it comes */
+	CLIENT_ENDING,	     /* input done with; closing once our close_notify is gone */
 	CLIENT_RESETTING, /* a response was cut: the client takes what came before, then a reset */
 };
 
@@ -218,6 +219,20 @@ static void client_arm_head_timer(struct client *client)
 	conn_set_deadline(client->conn, client->config->limits.client_timeout_ms);
 }
 
+/* Our close_notify (in an intercepted tunnel) waits for the socket, and
+ * nothing more is read: close once it is gone (client_write_cb), while the
+ * client takes what was sent within client_timeout, 30 s at most. Without
+ * it a strict client would see a truncation. */
+static void client_end_after_close_notify(struct client *client, const char *reason)
+{
+	log_debug("client %s: closing once the close_notify is sent: %s", client->peer, reason);
+	client_idle_ends(client);
+	client->state = CLIENT_ENDING;
+	conn_read_enable(client->conn, false);
+	conn_set_timeouts(client->conn, 0, client->config->limits.client_timeout_ms);
+	conn_set_deadline(client->conn, CLIENT_LINGER_MAX_MS);
+}
+
 /* Everything is written: half-close, then discard input for a while. */
 static void client_linger(struct client *client)
 {
@@ -228,16 +243,12 @@ static void client_linger(struct client *client)
 	/* the client's FIN came before (it closed in the middle of a request
 	 * head, or after the requests whose answers went out): nothing more
 	 * will come to discard, and its place among max_connections is free
-	 * once our close_notify (in a tunnel) is gone: one the socket cannot
-	 * take yet waits for it (client_write_cb), while the client reads
-	 * within client_timeout, or it would see a truncation */
+	 * once our close_notify (in a tunnel) is gone */
 	if (conn_input_ended(client->conn)) {
-		if (!conn_output_ending(client->conn)) {
+		if (conn_output_ending(client->conn))
+			client_end_after_close_notify(client, "client closed the connection");
+		else
 			client_free(client);
-			return;
-		}
-		conn_set_timeouts(client->conn, 0, client->config->limits.client_timeout_ms);
-		conn_set_deadline(client->conn, CLIENT_LINGER_MAX_MS);
 		return;
 	}
 	evbuffer_drain(in, evbuffer_get_length(in));
@@ -250,12 +261,18 @@ static void client_linger(struct client *client)
 /* Close between requests. In an intercepted tunnel nothing is cut then:
  * our close_notify goes first (RFC 8446 section 6.1), so that a client sees
  * a clean end, not a truncation, whoever ends it (the client, client_timeout,
- * a drain). Under a request, none: a body cut by the close must not look
- * whole. */
-static void client_close_between(struct client *client, const char *reason)
+ * a drain), and one the socket cannot take at once waits for it; not when
+ * the place is needed now (at_once: max_connections). Under a request,
+ * none: a body cut by the close must not look whole. */
+static void client_close_between(struct client *client, const char *reason, bool at_once)
 {
-	if (client->intercept != NULL && client->state == CLIENT_READING_HEAD)
+	if (client->intercept != NULL && client->state == CLIENT_READING_HEAD) {
 		conn_shutdown_write(client->conn);
+		if (!at_once && conn_output_ending(client->conn)) {
+			client_end_after_close_notify(client, reason);
+			return;
+		}
+	}
 	client_close(client, reason);
 }
 
@@ -956,6 +973,7 @@ static void client_read_cb(struct conn *conn, void *arg)
 	case CLIENT_HANDSHAKE:
 		client_intercept_begin(client, INTERCEPT_LOOK_NOW);
 		break;
+	case CLIENT_ENDING:
 	case CLIENT_RESETTING:
 		break;
 	}
@@ -999,11 +1017,12 @@ static void client_write_cb(struct conn *conn, void *arg)
 			client_idle_begins(client);
 		}
 		break;
-	case CLIENT_LINGERING:
+	case CLIENT_ENDING:
 		/* the close_notify that waited for the socket is gone */
-		if (conn_input_ended(conn) && !conn_output_ending(conn))
+		if (!conn_output_ending(conn))
 			client_free(client);
 		break;
+	case CLIENT_LINGERING:
 	case CLIENT_HANDSHAKE:
 	case CLIENT_RESETTING:
 		break;
@@ -1014,7 +1033,7 @@ static void client_write_cb(struct conn *conn, void *arg)
  * intercepted tunnel is answered with ours (client_close_between). */
 static void client_closed(struct client *client)
 {
-	client_close_between(client, "client closed the connection");
+	client_close_between(client, "client closed the connection", false);
 }
 
 /* The head of a request cut by client_timeout, parsed again from what came
@@ -1046,7 +1065,7 @@ static const struct http1_head *client_cut_head(struct client *client)
 static void client_head_timeout(struct client *client)
 {
 	if (client_input_is_empty_lines(client)) {
-		client_close_between(client, "client_timeout");
+		client_close_between(client, "client_timeout", false);
 		return;
 	}
 	log_info("client %s: request head not complete within client_timeout; answering 408",
@@ -1111,7 +1130,7 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 		client_handshake_done(client, what);
 		return;
 	}
-	if (client->state == CLIENT_LINGERING) {
+	if (client->state == CLIENT_LINGERING || client->state == CLIENT_ENDING) {
 		client_free(client);
 		return;
 	}
@@ -1258,7 +1277,7 @@ static void client_close_idle(struct client *client, const char *why)
 	if (conn_output_length(client->conn) > 0)
 		client_close_after_flush(client);
 	else
-		client_close_between(client, why);
+		client_close_between(client, why, false);
 }
 
 /* When an idle client became idle: its head timer was set to
@@ -1296,7 +1315,7 @@ bool client_close_longest_idle(struct proxy *proxy, uint64_t *closable_at)
 		log_info("max_connections (%u) reached: closed the idle keep-alive connection of "
 			 "client %s to accept a new one",
 			 proxy->config->limits.max_connections, client->peer);
-		client_close_between(client, "idle at max_connections: closed to make room");
+		client_close_between(client, "idle at max_connections: closed to make room", true);
 		return true;
 	}
 	return false;

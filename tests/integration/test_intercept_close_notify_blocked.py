@@ -15,6 +15,8 @@ close_notify before the FIN: a clean end, although the close_notify had to
 wait for the socket (before, the proxy closed as soon as the 400 was
 written, and a close_notify the socket did not take then was lost: the
 client saw a truncation). The connection still closes once it is sent.
+So does a tunnel closed between requests: by the client's FIN (no
+close_notify of its own), or by client_timeout (1 s on a second proxy).
 """
 
 import os
@@ -35,7 +37,7 @@ intercept:
   ca_cert: @LOCALCA@/ca.pem
   ca_key: @LOCALCA@/ca-key.pem
 limits:
-  client_timeout: 10s
+  client_timeout: @CLIENT_TIMEOUT@
   drain_timeout: 5s
 """
 
@@ -70,10 +72,9 @@ def scenario(t):
     h.ok(shim and os.path.exists(shim), "RETRYPROXY_NOTIFYBLOCK names the built library: %r" % shim)
     flag = os.path.join(t.tmp, "close_notify_blocks")
     asan = os.environ.get("ASAN_OPTIONS")
-    proxy = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local,
-                    env={"LD_PRELOAD": shim, "RETRYPROXY_NOTIFYBLOCK_FILE": flag,
-                         "ASAN_OPTIONS": (asan + ":" if asan else "") +
-                         "verify_asan_link_order=0"})
+    env = {"LD_PRELOAD": shim, "RETRYPROXY_NOTIFYBLOCK_FILE": flag,
+           "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
+    proxy = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local, CLIENT_TIMEOUT="10s", env=env)
 
     def client_connections():
         text = h.curl(proxy.listener_url(1, "/metrics")).body.decode()
@@ -96,6 +97,40 @@ def scenario(t):
         h.eq(how, "close_notify", "the tunnel's end after the 400")
         h.wait_until(lambda: client_connections() == 0, 5 * h.SLOW,
                      'the connection closed (retryproxy_connections{side="client"} 0)')
+
+    @t.check("a client that closes its side between requests in a tunnel: the proxy's "
+             "close_notify, though it waited for the socket")
+    def _():
+        with h.intercepted_tls(proxy.port(), "localhost", origin.port, local_ca,
+                               strict=True) as tls:
+            tls.sendall(b"GET /echo?t=between HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                        % origin.port)
+            h.eq(h.RawConn.over(tls).read_response().status, 200, "status")
+            with open(flag, "w"):
+                pass
+            socket.socket.shutdown(tls, socket.SHUT_WR)
+            got, how = read_to_end(tls, 5 * h.SLOW)
+        h.eq(got, b"", "what came after the response")
+        h.ok(not os.path.exists(flag), "the close_notify's first write was refused")
+        h.eq(how, "close_notify", "the tunnel's end")
+        h.wait_until(lambda: client_connections() == 0, 5 * h.SLOW,
+                     'the connection closed (retryproxy_connections{side="client"} 0)')
+
+    quick = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local, CLIENT_TIMEOUT="1s", env=env)
+
+    @t.check("client_timeout ends an idle tunnel with a close_notify that waited for the socket")
+    def _():
+        with h.intercepted_tls(quick.port(), "localhost", origin.port, local_ca,
+                               strict=True) as tls:
+            tls.sendall(b"GET /echo?t=idle HTTP/1.1\r\nHost: localhost:%d\r\n\r\n"
+                        % origin.port)
+            with open(flag, "w"):
+                pass
+            h.eq(h.RawConn.over(tls).read_response().status, 200, "status")
+            got, how = read_to_end(tls, 10 * h.SLOW)
+        h.eq(got, b"", "what came after the response")
+        h.ok(not os.path.exists(flag), "the close_notify's first write was refused")
+        h.eq(how, "close_notify", "the idle tunnel's end")
 
 
 h.run(scenario, __doc__)
