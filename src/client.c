@@ -1130,6 +1130,14 @@ static void client_event_cb(struct conn *conn, short what, void *arg)
 		client_handshake_done(client, what);
 		return;
 	}
+	if (client->state == CLIENT_LINGERING && conn_output_ending(conn) &&
+	    ((what & CONN_EOF) || what == (CONN_TIMEOUT | CONN_READING))) {
+		/* the linger is over (the client's FIN, or its quiet), our
+		 * close_notify not yet: wait for it, within the linger's bounds */
+		client->state = CLIENT_ENDING;
+		conn_read_enable(conn, false);
+		return;
+	}
 	if (client->state == CLIENT_LINGERING || client->state == CLIENT_ENDING) {
 		client_free(client);
 		return;

@@ -688,6 +688,17 @@ static ssize_t conn_read_tls_unclean_eof(struct conn *c, size_t total)
 	return (ssize_t)total;
 }
 
+/* An EOF taken for a close_notify (SSL_OP_IGNORE_UNEXPECTED_EOF) sets the
+ * shutdown state to received alone, forgetting that ours was sent: a
+ * close_notify still waiting for the socket would then be queued anew
+ * behind itself and never written (SSL_shutdown() fails, the FIN goes
+ * without it). Only while ours waits, a rare path. */
+static void conn_tls_keep_sent_shutdown(struct conn *c)
+{
+	if (c->close_notify_blocked)
+		SSL_set_shutdown(c->ssl, SSL_get_shutdown(c->ssl) | SSL_SENT_SHUTDOWN);
+}
+
 /* TLS read of up to room bytes; same results as conn_read_plain. */
 static ssize_t conn_read_tls(struct conn *c, size_t room)
 {
@@ -733,6 +744,7 @@ static ssize_t conn_read_tls(struct conn *c, size_t room)
 		case SSL_ERROR_ZERO_RETURN:
 			/* close_notify (or, where the peer's closes are all taken
 			 * as EOFs, a close without it) */
+			conn_tls_keep_sent_shutdown(c);
 			if (total > 0) {
 				c->pending_eof = true;
 				return (ssize_t)total;

@@ -2,7 +2,9 @@
  * the file named by RETRYPROXY_NOTIFYBLOCK_FILE exists, the next write of a
  * TLS 1.3 close_notify record is refused with EAGAIN, as a socket whose
  * buffer is full refuses it, and the file is taken away: the socket itself
- * is writable, so the write goes at the next try. */
+ * is writable, so the write goes at the next try. While the file named by
+ * RETRYPROXY_NOTIFYBLOCK_HOLD_FILE exists, every such write is refused: a
+ * socket that stays full for as long. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -17,15 +19,19 @@ typedef ssize_t write_fn(int, const void *, size_t);
  * in these tests. */
 static int is_close_notify(const unsigned char *p, size_t len)
 {
-	return len == 24 && p[0] == 0x17 && p[1] == 0x03 && p[2] == 0x03 && p[3] == 0 &&
-	       p[4] == 19;
+	return len == 24 && p[0] == 0x17 && p[1] == 0x03 && p[2] == 0x03 && p[3] == 0 && p[4] == 19;
 }
 
 ssize_t write(int fd, const void *buf, size_t len)
 {
 	static write_fn *real;
 	const char *file = getenv("RETRYPROXY_NOTIFYBLOCK_FILE");
+	const char *hold = getenv("RETRYPROXY_NOTIFYBLOCK_HOLD_FILE");
 
+	if (hold != NULL && is_close_notify(buf, len) && access(hold, F_OK) == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
 	if (file != NULL && is_close_notify(buf, len) && unlink(file) == 0) {
 		errno = EAGAIN;
 		return -1;

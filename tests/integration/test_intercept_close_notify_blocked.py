@@ -17,11 +17,17 @@ written, and a close_notify the socket did not take then was lost: the
 client saw a truncation). The connection still closes once it is sent.
 So does a tunnel closed between requests: by the client's FIN (no
 close_notify of its own), or by client_timeout (1 s on a second proxy).
+And one whose client's FIN comes while the proxy lingers after the answer
+to a request with Connection: close, its close_notify still waiting for
+the socket (refused while a second flag file exists): the close_notify
+goes once the socket takes it (before, the FIN freed the connection and
+the close_notify was lost).
 """
 
 import os
 import socket
 import ssl
+import time
 
 import harness as h
 
@@ -71,8 +77,10 @@ def scenario(t):
     shim = os.environ.get("RETRYPROXY_NOTIFYBLOCK")
     h.ok(shim and os.path.exists(shim), "RETRYPROXY_NOTIFYBLOCK names the built library: %r" % shim)
     flag = os.path.join(t.tmp, "close_notify_blocks")
+    hold = os.path.join(t.tmp, "close_notify_held")
     asan = os.environ.get("ASAN_OPTIONS")
     env = {"LD_PRELOAD": shim, "RETRYPROXY_NOTIFYBLOCK_FILE": flag,
+           "RETRYPROXY_NOTIFYBLOCK_HOLD_FILE": hold,
            "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
     proxy = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local, CLIENT_TIMEOUT="10s", env=env)
 
@@ -112,6 +120,30 @@ def scenario(t):
             got, how = read_to_end(tls, 5 * h.SLOW)
         h.eq(got, b"", "what came after the response")
         h.ok(not os.path.exists(flag), "the close_notify's first write was refused")
+        h.eq(how, "close_notify", "the tunnel's end")
+        h.wait_until(lambda: client_connections() == 0, 5 * h.SLOW,
+                     'the connection closed (retryproxy_connections{side="client"} 0)')
+
+    @t.check("a client's FIN while the proxy lingers after Connection: close, its close_notify "
+             "waiting for the socket: the close_notify still goes")
+    def _():
+        with h.intercepted_tls(proxy.port(), "localhost", origin.port, local_ca,
+                               strict=True) as tls:
+            with open(hold, "w"):
+                pass
+            try:
+                tls.sendall(b"GET /echo?t=linger HTTP/1.1\r\nHost: localhost:%d\r\n"
+                            b"Connection: close\r\n\r\n" % origin.port)
+                h.eq(h.RawConn.over(tls).read_response().status, 200, "status")
+                # the proxy lingers now, its close_notify refused: the FIN
+                # comes meanwhile
+                time.sleep(0.3)
+                socket.socket.shutdown(tls, socket.SHUT_WR)
+                time.sleep(0.5)
+            finally:
+                os.unlink(hold)
+            got, how = read_to_end(tls, 5 * h.SLOW)
+        h.eq(got, b"", "what came after the response")
         h.eq(how, "close_notify", "the tunnel's end")
         h.wait_until(lambda: client_connections() == 0, 5 * h.SLOW,
                      'the connection closed (retryproxy_connections{side="client"} 0)')
