@@ -336,7 +336,6 @@ static void tls_error_string(char *buf, size_t len, const char *what)
 	ERR_clear_error();
 }
 
-/* Find or build the context for a policy. */
 /* Is c the context for policy's trust settings (its file by name)? */
 static bool tls_context_for(const struct tls_context *c, const struct tls_policy *policy)
 {
@@ -435,6 +434,8 @@ static struct tls_context *tls_context_keep(struct tls_store *store,
 	return c;
 }
 
+/* Find or build the context for a policy (during a reload, take over the
+ * running one whose trust did not change). */
 static struct tls_context *tls_context_get(struct tls_store *store, const struct tls_policy *policy,
 					   char *err, size_t err_len)
 {
