@@ -333,7 +333,7 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 	/* answered as its head completed, or, for a head that came in pieces
 	 * and was cut or refused, since its first piece */
 	if (client->head_began_ms != 0) {
-		record.duration_ms = (uint32_t)retry_budget_now_ms() - client->head_began_ms;
+		record.duration_ms = (uint32_t)timer_now_ms() - client->head_began_ms;
 		client->head_began_ms = 0;
 	}
 	if (head != NULL && head->method_len > 0) {
@@ -884,7 +884,7 @@ static void client_read_head(struct client *client)
 		/* a head in pieces (never on the hot path: heads come whole in
 		 * one read): its answer, should it be cut, lasted from here */
 		if (client->head_began_ms == 0) {
-			uint32_t now = (uint32_t)retry_budget_now_ms();
+			uint32_t now = (uint32_t)timer_now_ms();
 
 			/* 0 is "none": a clock at 0 modulo 2^32 counts as 1 */
 			client->head_began_ms = now != 0 ? now : 1;

@@ -319,7 +319,7 @@ void exchange_leave(struct exchange *ex)
  * slewed would shorten a duration below the waits it covers. */
 static uint64_t exchange_ms_since(uint64_t then)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	return now > then ? now - then : 0;
 }
@@ -491,7 +491,7 @@ static void exchange_trail_backoff_cut(struct exchange *ex)
 	/* every exchange ends through here: the clock only for a backoff */
 	if (ex->state != EXCHANGE_BACKOFF || ex->try_count == 0)
 		return;
-	now = retry_budget_now_ms();
+	now = timer_now_ms();
 	began = ex->backoff_until_ms - ex->next_wait_ms;
 	ex->tries[ex->try_count - 1].wait_ms = now > began ? now - began : 0;
 }
@@ -502,7 +502,7 @@ static void exchange_trail_backoff_cut(struct exchange *ex)
  * first try, into the wait the log gives apart (waited_ms). */
 static void exchange_held_count_wait(struct exchange *ex)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].wait_ms += now - ex->held_since_ms;
@@ -712,7 +712,7 @@ static struct retry_verdict exchange_decide_should(struct exchange *ex, enum try
 						   enum retry_should should)
 {
 	const struct retry_policy *policy = &ex->route->retry;
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 	struct retry_facts facts = {
 		.outcome = outcome,
 		.status = status,
@@ -789,7 +789,7 @@ uint64_t exchange_wait_left(uint64_t until)
 
 	if (until == 0)
 		return 0;
-	now = retry_budget_now_ms();
+	now = timer_now_ms();
 	return until > now ? until - now : 0;
 }
 
@@ -835,7 +835,7 @@ static void exchange_drop_retry(struct exchange *ex, enum retry_give_up reason, 
 /* Would a try after wait_ms start after a drain's answer time? */
 static bool exchange_past_drain(const struct exchange *ex, uint64_t wait_ms)
 {
-	return ex->proxy->draining && retry_budget_now_ms() + wait_ms >= ex->proxy->drain_answer_ms;
+	return ex->proxy->draining && timer_now_ms() + wait_ms >= ex->proxy->drain_answer_ms;
 }
 
 /* No further try: the proxy is draining and will be gone before it could
@@ -886,13 +886,13 @@ void exchange_schedule_retry(struct exchange *ex)
 	/* the budget allowed the retry when it was decided; others may have
 	 * spent it while this one's response was read */
 	if (ex->budget == NULL ||
-	    !retry_budget_allows(ex->budget, &ex->route->retry.budget, retry_budget_now_ms())) {
+	    !retry_budget_allows(ex->budget, &ex->route->retry.budget, timer_now_ms())) {
 		if (ex->budget != NULL)
 			retry_budget_note_refused(ex->budget);
 		exchange_drop_retry(ex, RETRY_GIVE_UP_BUDGET, 502, "502 retry budget spent");
 		return;
 	}
-	retry_budget_spend(ex->budget, retry_budget_now_ms());
+	retry_budget_spend(ex->budget, timer_now_ms());
 	exchange_reframe_for_http10(ex);
 	if (ex->try_count > 0)
 		ex->tries[ex->try_count - 1].wait_ms = ex->next_wait_ms;
@@ -903,7 +903,7 @@ void exchange_schedule_retry(struct exchange *ex)
 	metrics_retry(ex->route->series, ex->retry_cause);
 	ex->retried = true;
 	/* the wait counts from now, not from when this loop pass began */
-	now = retry_budget_now_ms();
+	now = timer_now_ms();
 	ex->backoff_until_ms = now + ex->next_wait_ms;
 	exchange_timer_start(ex, exchange_backoff_cb, now, ex->next_wait_ms);
 }
@@ -1014,7 +1014,7 @@ static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
 	uint64_t deadline = ex->route->retry.deadline_ms;
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 	uint64_t elapsed = now > ex->first_try_ms ? now - ex->first_try_ms : 0;
 
 	if (!ex->request_body.done && elapsed < deadline) {
@@ -1057,7 +1057,7 @@ static bool exchange_released(struct upstream_waiter *waiter)
  * counted as scheduled as a backoff's is once the hold begins. */
 static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause cause)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 	uint64_t elapsed = now > ex->first_try_ms ? now - ex->first_try_ms : 0;
 	const struct retry_policy *policy = &ex->route->retry;
 
@@ -1426,7 +1426,7 @@ static struct exchange_try *exchange_free_slot(struct exchange *ex)
 	return NULL;
 }
 
-/* Count a try as started in slot t at now_ms (retry_budget_now_ms()) and
+/* Count a try as started in slot t at now_ms (timer_now_ms()) and
  * give it try_timeout to get a head: on its own timer while it connects (a
  * pooled connection's try has it as the conn's deadline, set in
  * exchange_upstream_ready). */
@@ -1536,7 +1536,7 @@ bool exchange_start_try(struct exchange *ex)
 	/* the deadline counts from the first try, or from when it was first
 	 * held; the try's timers count from now (the first try's clock reading
 	 * serves both) */
-	now = retry_budget_now_ms();
+	now = timer_now_ms();
 	if (ex->first_try_ms == 0)
 		ex->first_try_ms = now;
 	if (ex->upstream == NULL && !ex->is_connect)
@@ -1568,7 +1568,7 @@ bool exchange_start_try(struct exchange *ex)
 	return true;
 }
 
-/* retry.hedge: when the try just started (at now_ms, retry_budget_now_ms())
+/* retry.hedge: when the try just started (at now_ms, timer_now_ms())
  * has no response head after hedge.after, another may race it. Only a
  * request without a body can be sent twice at once; the rest is decided
  * when the timer fires. */
@@ -1613,9 +1613,8 @@ static bool exchange_hedge_allowed(struct exchange *ex)
 		.head_seen = exchange_tries_left(ex) > exchange_tries_racing(ex),
 		.response_started = ex->state == EXCHANGE_RELAYING,
 		.elapsed_ms = exchange_ms_since(ex->first_try_ms),
-		.budget_allows =
-			ex->budget != NULL &&
-			retry_budget_allows(ex->budget, &policy->budget, retry_budget_now_ms()),
+		.budget_allows = ex->budget != NULL &&
+				 retry_budget_allows(ex->budget, &policy->budget, timer_now_ms()),
 	};
 
 	return ex->state == EXCHANGE_TRYING && retry_hedge_allowed(policy, &policy->hedge, &facts);
@@ -1646,7 +1645,7 @@ static void exchange_hedge_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
 	struct exchange_try *t;
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 	unsigned racing;
 
 	exchange_enter(ex);
@@ -1691,7 +1690,7 @@ static void exchange_hedge_again(struct exchange *ex)
 		return;
 	if (exchange_tries_racing(ex) == 0 || !exchange_hedge_allowed(ex))
 		return;
-	exchange_arm_hedge(ex, retry_budget_now_ms());
+	exchange_arm_hedge(ex, timer_now_ms());
 }
 
 void exchange_stop_hedging(struct exchange *ex)

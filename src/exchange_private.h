@@ -193,7 +193,7 @@ struct exchange {
 	const struct route *route;   /* inside config */
 	enum exchange_state state;
 	unsigned busy;	     /* entries on the stack: freeing waits for them */
-	uint64_t started_ms; /* monotonic (retry_budget_now_ms), as the timers' waits */
+	uint64_t started_ms; /* monotonic (timer_now_ms), as the timers' waits */
 
 	/* the request as the client sent it */
 	char *method; /* in text */
@@ -265,7 +265,7 @@ struct exchange {
 	bool skip_pool;			   /* the next try takes a new connection */
 	struct upstream *upstream;	   /* its health (upstreams.c); held from the first try */
 	struct upstream_waiter waiter;	   /* EXCHANGE_HELD: its place in the upstream's queue */
-	uint64_t held_since_ms;		   /* EXCHANGE_HELD: since when, on retry_budget_now_ms() */
+	uint64_t held_since_ms;		   /* EXCHANGE_HELD: since when, on timer_now_ms() */
 	uint64_t queued_since_ms;	   /* EXCHANGE_QUEUED: since when */
 	bool queue_released;		   /* released from the connection queue: first in line */
 	uint64_t queue_counted_ms; /* EXCHANGE_QUEUED: the time up to here is in the trail */
@@ -347,7 +347,7 @@ struct exchange {
 struct exchange *exchange_alloc(struct proxy *proxy);
 char *exchange_block(char **block, size_t *room, size_t need);
 /* The exchange's one timer (backoff, held or queued), made on first use:
- * cb runs once ms have passed since now_ms (retry_budget_now_ms()). */
+ * cb runs once ms have passed since now_ms (timer_now_ms()). */
 void exchange_timer_start(struct exchange *ex, event_callback_fn cb, uint64_t now_ms, uint64_t ms);
 void exchange_timer_stop(struct exchange *ex);
 void exchange_set_state(struct exchange *ex, enum exchange_state state);
@@ -477,7 +477,7 @@ bool exchange_pass_on_parked(struct exchange *ex);
  * cancelled (gave_up=deadline, note=draining). False when none is held. */
 bool exchange_give_held(struct exchange *ex);
 void exchange_deliver_kept(struct exchange *ex);
-/* What is left of a wait that ends at until (a retry_budget_now_ms() time;
+/* What is left of a wait that ends at until (a timer_now_ms() time;
  * 0 for none): a Retry-After counts from its response's head, not from
  * when a decision on it was put off to. */
 uint64_t exchange_wait_left(uint64_t until);

@@ -10,6 +10,7 @@
 #include "proxy.h"
 #include "retry.h"
 #include "retry_budget.h"
+#include "timer.h"
 #include "timeval.h"
 #include "upstreams.h"
 
@@ -33,14 +34,14 @@
 /* Milliseconds since the first try (or the first wait for it). */
 static uint64_t exchange_queue_elapsed(const struct exchange *ex)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	return now > ex->first_try_ms ? now - ex->first_try_ms : 0;
 }
 
 void exchange_queue_count_wait(struct exchange *ex)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	if (now > ex->queue_counted_ms) {
 		if (ex->try_count > 0)
@@ -145,7 +146,7 @@ static void exchange_queue(struct exchange *ex, bool front)
 	const struct retry_policy *policy = &ex->route->retry;
 	uint64_t elapsed = exchange_queue_elapsed(ex);
 	uint64_t deadline_left = policy->deadline_ms > elapsed ? policy->deadline_ms - elapsed : 0;
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 	uint64_t waited = 0;
 	uint64_t left;
 

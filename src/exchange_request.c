@@ -15,6 +15,7 @@
 #include "resume.h"
 #include "retry_budget.h"
 #include "route.h"
+#include "timer.h"
 #include "xmalloc.h"
 
 /*
@@ -657,7 +658,7 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 	ex->owner = *owner;
 	ex->config = config_hold(config);
 	ex->state = EXCHANGE_TRYING;
-	ex->started_ms = retry_budget_now_ms();
+	ex->started_ms = timer_now_ms();
 	ex->client_minor = head->version_minor;
 	/* an HTTP/1.0 keep-alive persists only where its recipient is not a
 	 * proxy (RFC 9112 section 9.3): an older proxy in front may have passed
@@ -692,7 +693,7 @@ struct exchange *exchange_new(struct proxy *proxy, const struct exchange_owner *
 		exchange_build_request_head(ex, head, framing, target->path, target->path_len,
 					    dest.authority, dest.authority_len);
 		ex->budget = ex->route->budget;
-		retry_budget_note_request(ex->budget, retry_budget_now_ms());
+		retry_budget_note_request(ex->budget, timer_now_ms());
 	}
 	return ex;
 }

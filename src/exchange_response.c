@@ -16,6 +16,7 @@
 #include "proxy.h"
 #include "resume.h"
 #include "retry_budget.h"
+#include "timer.h"
 #include "tls.h"
 #include "xmalloc.h"
 
@@ -596,8 +597,7 @@ static void exchange_keep_undecided(struct exchange_try *t, const struct http1_h
 {
 	t->verdict_pending = true;
 	t->keeping_status = head->status;
-	t->keeping_retry_after_until =
-		retry_after_ms > 0 ? retry_budget_now_ms() + retry_after_ms : 0;
+	t->keeping_retry_after_until = retry_after_ms > 0 ? timer_now_ms() + retry_after_ms : 0;
 	t->keeping_should = should;
 	exchange_start_keeping(t, head);
 }

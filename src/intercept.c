@@ -98,7 +98,7 @@ void intercept_log_at_end(struct intercept *ic, const struct access_record *reco
 			  const struct conn *conn)
 {
 	ic->log = access_record_dup(record);
-	ic->opened_ms = retry_budget_now_ms();
+	ic->opened_ms = timer_now_ms();
 	ic->base = conn_bytes_mark(conn);
 }
 
@@ -110,7 +110,7 @@ void intercept_count(struct intercept *ic, const struct conn *conn)
 
 void intercept_end(struct intercept *ic, const struct conn *conn)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	if (ic == NULL || ic->log == NULL)
 		return;
@@ -364,7 +364,7 @@ bool intercept_begun(const struct intercept *ic)
 
 uint64_t intercept_age_ms(const struct intercept *ic)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	return now > ic->opened_ms ? now - ic->opened_ms : 0;
 }

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "proxy.h"
 #include "retry_budget.h"
+#include "timer.h"
 #include "timeval.h"
 #include "xmalloc.h"
 
@@ -279,7 +280,7 @@ static bool listener_accepting(const struct proxy *proxy)
  * meanwhile. */
 static void listener_note_limit_reached(struct listener_set *set, unsigned max)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	if (set->warned_ms != 0 && now - set->warned_ms < LISTENER_WARN_EVERY_MS) {
 		set->reached_unwarned++;

@@ -536,7 +536,7 @@ void proxy_drain(struct proxy *proxy)
 	if (proxy->draining)
 		return;
 	proxy->draining = true;
-	now = retry_budget_now_ms();
+	now = timer_now_ms();
 	proxy->drain_answer_ms = now + (ms - write_ms);
 	notify_stopping();
 	log_info("draining: %u connections open, waiting up to %llu ms",

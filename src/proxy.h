@@ -69,7 +69,7 @@ struct proxy {
 	TAILQ_HEAD(client_idle_list, client) idle_clients;
 	bool draining; /* shutting down: no new requests */
 	struct timer *drain_timer;
-	uint64_t drain_answer_ms;    /* draining: no try starts after this (retry_budget_now_ms) */
+	uint64_t drain_answer_ms;    /* draining: no try starts after this (timer_now_ms) */
 	struct log_batch *log_batch; /* when the buffered log lines are written */
 	struct retry_rng rng;	     /* jitter for every backoff */
 	struct metrics *metrics;

@@ -2,7 +2,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fleet.h"
 #include "xmalloc.h"
@@ -174,12 +173,4 @@ void retry_budget_spend(struct retry_budget_state *state, uint64_t now_ms)
 	state->retries[retry_budget_bucket(state, now_ms)]++;
 	if (state->fleet != NULL)
 		fleet_route_spend(state->fleet);
-}
-
-uint64_t retry_budget_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }

@@ -44,7 +44,7 @@ void retry_budget_book_detach(struct retry_budget_book *book, struct config *con
  * (SPEC "Fleet budget"). The fleet must outlive the book's use of it. */
 void retry_budget_book_set_fleet(struct retry_budget_book *book, struct fleet *fleet);
 
-/* A request arrived on the route at now_ms (a monotonic clock). */
+/* A request arrived on the route at now_ms (timer_now_ms()). */
 void retry_budget_note_request(struct retry_budget_state *state, uint64_t now_ms);
 
 /* Would one more retry at now_ms stay within the budget? Counts nothing:
@@ -58,8 +58,5 @@ void retry_budget_spend(struct retry_budget_state *state, uint64_t now_ms);
 /* A retry that would have been made was given up for the budget: with a
  * fleet, demand the route's next lease asks for. */
 void retry_budget_note_refused(struct retry_budget_state *state);
-
-/* Milliseconds of a monotonic clock, for the calls above. */
-uint64_t retry_budget_now_ms(void);
 
 #endif

@@ -22,8 +22,9 @@
 
 struct timer;
 
-/* The monotonic clock in milliseconds, precise (rounded down):
- * retry_budget_now_ms()'s clock, which timer_start() takes its now from. */
+/* The monotonic clock in milliseconds, precise (rounded down): the one
+ * clock of durations, retry budgets and deadlines, which timer_start()
+ * takes its now from. */
 uint64_t timer_now_ms(void);
 
 /* How far behind the precise clock a reading of the coarse one

@@ -94,7 +94,7 @@ static void tunnel_count(struct tunnel *tunnel, const struct tunnel_side *side)
 static void tunnel_log(struct tunnel *tunnel, const char *why)
 {
 	struct access_record *record = tunnel->log;
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	if (record == NULL)
 		return;
@@ -362,7 +362,7 @@ void tunnel_new(struct proxy *proxy, struct conn *client, struct conn *upstream,
 	struct tunnel *tunnel = xcalloc(1, sizeof(*tunnel));
 
 	tunnel->log = log;
-	tunnel->opened_ms = retry_budget_now_ms();
+	tunnel->opened_ms = timer_now_ms();
 	/* the 200 or the 101 may still be queued: not the tunnel's bytes */
 	tunnel->client_base = conn_bytes_mark(client);
 	tunnel->upstream_base = conn_bytes_mark(upstream);

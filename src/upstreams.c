@@ -370,7 +370,7 @@ static void upstream_probe_cb(struct conn *conn, enum try_outcome failure, bool 
 			      const char *reason, void *arg)
 {
 	struct upstream *u = arg;
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	u->probe = NULL;
 	if (conn != NULL) {
@@ -416,7 +416,7 @@ static void upstream_probe_timer_cb(evutil_socket_t fd, short what, void *arg)
 	struct upstream *u = arg;
 	struct health_actions act;
 
-	act = health_step(&u->health, &u->policy, HEALTH_PROBE_DUE, retry_budget_now_ms());
+	act = health_step(&u->health, &u->policy, HEALTH_PROBE_DUE, timer_now_ms());
 	/* an interval is from one probe to the next: a timer that woke a
 	 * little early (libevent's coarse clock) and is only set again does
 	 * not start a new one */
@@ -467,7 +467,7 @@ static void upstream_apply(struct upstream *u, struct health_actions act)
 	if (act.start_probe)
 		upstream_probe_start(u);
 	if (act.arm_timer) {
-		uint64_t now = retry_budget_now_ms();
+		uint64_t now = timer_now_ms();
 		struct timeval tv = timeval_from_ms(act.timer_ms > now ? act.timer_ms - now : 0);
 
 		if (u->probe_timer == NULL)
@@ -654,7 +654,7 @@ void upstreams_slot_limit(struct upstreams *set, unsigned max)
 
 void upstreams_health_policy(struct upstreams *set, const struct health_policy *policy)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 	struct upstream *u;
 
 	set->reloaded = *policy;
@@ -706,13 +706,13 @@ static void upstream_connect_failed(struct upstream *u, uint64_t now)
 void upstream_handshake_refused(struct upstream *u, const struct health_policy *policy)
 {
 	u->policy = *upstream_policy(u, policy);
-	upstream_connect_failed(u, retry_budget_now_ms());
+	upstream_connect_failed(u, timer_now_ms());
 }
 
 void upstream_connect_end(struct upstream *u, const struct health_policy *policy,
 			  enum upstream_connect_result result)
 {
-	uint64_t now = retry_budget_now_ms();
+	uint64_t now = timer_now_ms();
 
 	if (u->connecting > 0)
 		u->connecting--;
@@ -750,7 +750,7 @@ void upstream_response_seen(struct upstream *u, const struct health_policy *poli
 		return;
 	u->proven = true;
 	upstream_apply(u, health_step(&u->health, upstream_policy(u, policy), HEALTH_RESPONSE_HEAD,
-				      retry_budget_now_ms()));
+				      timer_now_ms()));
 	if (u->waiting > 0 && u->health.state == HEALTH_UP)
 		upstream_release_all(u);
 }
