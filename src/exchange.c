@@ -315,13 +315,17 @@ void exchange_leave(struct exchange *ex)
 		exchange_watch_body(ex);
 }
 
-/* Milliseconds since then, on the monotonic clock: a wall clock set back or
- * slewed would shorten a duration below the waits it covers. */
+/* Milliseconds from then to now, on the monotonic clock (timer_now_ms()):
+ * a wall clock set back or slewed would shorten a duration below the waits
+ * it covers. */
+static uint64_t exchange_ms_between(uint64_t then, uint64_t now)
+{
+	return now > then ? now - then : 0;
+}
+
 static uint64_t exchange_ms_since(uint64_t then)
 {
-	uint64_t now = timer_now_ms();
-
-	return now > then ? now - then : 0;
+	return exchange_ms_between(then, timer_now_ms());
 }
 
 /* Access-log line and the request's metrics. A tunnel's line waits for the
@@ -1015,7 +1019,7 @@ static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	struct exchange *ex = arg;
 	uint64_t deadline = ex->route->retry.deadline_ms;
 	uint64_t now = timer_now_ms();
-	uint64_t elapsed = now > ex->first_try_ms ? now - ex->first_try_ms : 0;
+	uint64_t elapsed = exchange_ms_between(ex->first_try_ms, now);
 
 	if (!ex->request_body.done && elapsed < deadline) {
 		exchange_timer_start(ex, exchange_held_deadline_cb, now,
@@ -1058,7 +1062,7 @@ static bool exchange_released(struct upstream_waiter *waiter)
 static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause cause)
 {
 	uint64_t now = timer_now_ms();
-	uint64_t elapsed = now > ex->first_try_ms ? now - ex->first_try_ms : 0;
+	uint64_t elapsed = exchange_ms_between(ex->first_try_ms, now);
 	const struct retry_policy *policy = &ex->route->retry;
 
 	if (!retry_within_deadline(policy, elapsed, 0)) {
