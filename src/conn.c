@@ -193,6 +193,12 @@ bool conn_loop_fd_shortage(struct conn_loop *loop)
 	return loop->fd_shortage != NULL && loop->fd_shortage(loop->fd_shortage_arg);
 }
 
+bool conn_error_is_local_shortage(int err)
+{
+	return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM ||
+	       err == EADDRNOTAVAIL;
+}
+
 /* A socket for a connect; out of descriptors, the loop's owner is asked to
  * give some back (idle pooled connections) and the socket tried once more. */
 static int conn_socket(struct conn_loop *loop, int family)

@@ -78,6 +78,12 @@ void conn_loop_on_accepted_closed(struct conn_loop *loop, void (*closed)(void *)
 void conn_loop_on_fd_shortage(struct conn_loop *loop, bool (*shortage)(void *), void *arg);
 bool conn_loop_fd_shortage(struct conn_loop *loop);
 
+/* Did a socket() or connect() fail (errno err) for want of the proxy's own
+ * descriptors, memory or local ports (EADDRNOTAVAIL: no ephemeral port
+ * left, or no source address of the family here), before anything was
+ * sent? Then it is no verdict on the peer. */
+bool conn_error_is_local_shortage(int err);
+
 /* Run until event_base_loopexit(): each pass runs the ready callbacks, then
  * writes queued output, then calls pass_end (NULL: none). */
 void conn_loop_run(struct conn_loop *loop, void (*pass_end)(void *), void *arg);

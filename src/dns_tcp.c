@@ -12,6 +12,7 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
+#include "conn.h"
 #include "dns_message.h"
 #include "resolv_conf.h"
 #include "timeval.h"
@@ -40,15 +41,6 @@ struct dns_tcp_query {
 };
 
 static void dns_tcp_attempt(struct dns_tcp_query *q);
-
-/* Did socket() or connect() fail for want of the proxy's own descriptors,
- * memory or local ports (as upstream.c tells them), before anything was
- * sent? */
-static bool dns_tcp_short_of_resources(int err)
-{
-	return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM ||
-	       err == EADDRNOTAVAIL;
-}
 
 static void dns_tcp_close(struct dns_tcp_query *q)
 {
@@ -209,8 +201,9 @@ static void dns_tcp_attempt(struct dns_tcp_query *q)
 		}
 		q->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (q->fd < 0) {
-			q->last_error = dns_tcp_short_of_resources(errno) ? DNS_TCP_LOCAL_SHORTAGE
-									  : DNS_TCP_CONNECT_FAILED;
+			q->last_error = conn_error_is_local_shortage(errno)
+						? DNS_TCP_LOCAL_SHORTAGE
+						: DNS_TCP_CONNECT_FAILED;
 			continue;
 		}
 		if (connect(q->fd, (struct sockaddr *)&ss, (socklen_t)len) < 0 &&
@@ -218,8 +211,8 @@ static void dns_tcp_attempt(struct dns_tcp_query *q)
 			int err = errno;
 
 			dns_tcp_close(q);
-			q->last_error = dns_tcp_short_of_resources(err) ? DNS_TCP_LOCAL_SHORTAGE
-									: DNS_TCP_CONNECT_FAILED;
+			q->last_error = conn_error_is_local_shortage(err) ? DNS_TCP_LOCAL_SHORTAGE
+									  : DNS_TCP_CONNECT_FAILED;
 			continue;
 		}
 		break;

@@ -250,15 +250,6 @@ static void upstream_connect_finish(struct upstream_connect *uc, struct conn *co
 	cb(conn, failure, local, copy, arg);
 }
 
-/* Did a socket() or connect() fail for want of the proxy's own descriptors,
- * memory or local ports (EADDRNOTAVAIL: no ephemeral port left, or no
- * source address of the family here), before anything was sent? */
-static bool upstream_short_of_resources(int err)
-{
-	return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM ||
-	       err == EADDRNOTAVAIL;
-}
-
 static void upstream_start_next(struct upstream_connect *uc);
 
 /* Is a lookup of the name still out? */
@@ -365,7 +356,7 @@ static void upstream_start_next(struct upstream_connect *uc)
 		int err = errno;
 
 		uc->last_failure = TRY_REFUSED;
-		if (upstream_short_of_resources(err))
+		if (conn_error_is_local_shortage(err))
 			uc->short_failed = true;
 		else
 			uc->network_failed = true;
