@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "file_read.h"
 #include "xmalloc.h"
 
 /* A resolv.conf is a few lines: only this much of one is read (evdns reads
@@ -175,10 +176,9 @@ void resolv_conf_read(struct resolv_conf *conf, const char *path)
 		resolv_conf_hostname_domain(conf, hostname);
 		return;
 	}
-	text = xmalloc(RESOLV_CONF_MAX_BYTES + 1);
-	len = fread(text, 1, RESOLV_CONF_MAX_BYTES, f);
+	text = file_read_all(f, RESOLV_CONF_MAX_BYTES, &len);
 	fclose(f);
-	text[len] = '\0';
-	resolv_conf_parse(conf, text, hostname);
+	/* a file that fails midway reads as one with nothing in it */
+	resolv_conf_parse(conf, text != NULL ? text : "", hostname);
 	free(text);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "file_read.h"
 #include "trust_default.h"
 #include "xmalloc.h"
 
@@ -346,30 +347,16 @@ static bool tls_context_for(const struct tls_context *c, const struct tls_policy
 
 /* A CA file's bytes, read whole (NULL when it cannot be read): they are
  * both digested and loaded, so that the digest a context keeps is always
- * that of the certificates it trusts, whatever writes the file meanwhile.
- * Read at start and at a reload only, as the config is. */
+ * that of the certificates it trusts, whatever writes the file meanwhile. */
 static char *tls_file_read(const char *path, size_t *len)
 {
 	FILE *f = fopen(path, "rb");
-	char *data = NULL;
-	size_t room = 0, n = 0, got;
+	char *data;
 
 	if (f == NULL)
 		return NULL;
-	do {
-		if (n == room) {
-			room = room > 0 ? room * 2 : 65536;
-			data = xrealloc(data, room);
-		}
-		got = fread(data + n, 1, room - n, f);
-		n += got;
-	} while (got > 0);
-	if (ferror(f)) {
-		free(data);
-		data = NULL;
-	}
+	data = file_read_all(f, SIZE_MAX, len);
 	fclose(f);
-	*len = n;
 	return data;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "file_read.h"
 #include "xmalloc.h"
 
 /* Deeper than any config needs; keeps hostile input from exhausting memory or
@@ -514,30 +515,18 @@ struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors,
 {
 	struct yaml_tree_node *root;
 	FILE *f = fopen(path, "rb");
-	char *text = NULL;
-	size_t len = 0, cap = 0;
+	char *text;
+	size_t len;
 
 	*rules = (struct yaml_tree_rule_errors){ NULL, 0 };
 	if (f == NULL) {
 		fprintf(errors, "%s: cannot open: %s\n", path, strerror(errno));
 		return NULL;
 	}
-	for (;;) {
-		size_t n;
-
-		if (cap - len < 4096) {
-			cap = cap ? cap * 2 : 8192;
-			text = xrealloc(text, cap);
-		}
-		n = fread(text + len, 1, cap - len, f);
-		len += n;
-		if (n == 0)
-			break;
-	}
-	if (ferror(f)) {
+	text = file_read_all(f, SIZE_MAX, &len);
+	if (text == NULL) {
 		fprintf(errors, "%s: cannot read: %s\n", path, strerror(errno));
 		fclose(f);
-		free(text);
 		return NULL;
 	}
 	fclose(f);
