@@ -106,6 +106,20 @@ static void name_lookup_finish(struct name_lookup *lookup, struct evutil_addrinf
 static void name_lookup_resolve_cb(int result, char type, int count, int ttl, void *addresses,
 				   void *arg);
 
+/* An answer's count addresses of family, packed (4 or 16 bytes each), as
+ * a list carrying the asker's port. */
+static struct evutil_addrinfo *name_lookup_list(const struct name_lookup *lookup, int family,
+						const void *addresses, size_t count)
+{
+	size_t size = family == AF_INET6 ? 16 : 4;
+	struct evutil_addrinfo *list = NULL;
+
+	for (size_t i = 0; i < count; i++)
+		list = dns_addresses_add_ip(list, family, (const char *)addresses + size * i,
+					    lookup->port);
+	return list;
+}
+
 /* Ask evdns the candidate at index over UDP, the search list left to this
  * file; false when evdns would not ask it. */
 static bool name_lookup_ask(struct name_lookup *lookup, size_t index)
@@ -141,8 +155,6 @@ static void name_lookup_candidate_failed(struct name_lookup *lookup, int error)
 static void name_lookup_tcp_cb(int error, struct dns_message_answer *answer, void *arg)
 {
 	struct name_lookup *lookup = arg;
-	size_t size = lookup->family == AF_INET6 ? 16 : 4;
-	struct evutil_addrinfo *list = NULL;
 
 	lookup->tcp = NULL;
 	if (error != DNS_ERR_NONE) {
@@ -152,10 +164,9 @@ static void name_lookup_tcp_cb(int error, struct dns_message_answer *answer, voi
 			name_lookup_finish(lookup, NULL, error, UINT64_MAX);
 		return;
 	}
-	for (size_t i = 0; i < answer->count; i++)
-		list = dns_addresses_add_ip(list, lookup->family, answer->addresses + size * i,
-					    lookup->port);
-	name_lookup_finish(lookup, list, DNS_ERR_NONE, (uint64_t)answer->ttl * 1000);
+	name_lookup_finish(
+		lookup, name_lookup_list(lookup, lookup->family, answer->addresses, answer->count),
+		DNS_ERR_NONE, (uint64_t)answer->ttl * 1000);
 }
 
 /* A candidate's UDP answer: the addresses with the asker's port, or the
@@ -172,16 +183,9 @@ static void name_lookup_resolve_cb(int result, char type, int count, int ttl, vo
 		name_lookup_free(lookup);
 		return;
 	}
-	for (int i = 0; result == DNS_ERR_NONE && i < count; i++) {
-		if (type == DNS_IPv4_A)
-			list = dns_addresses_add_ip(list, AF_INET,
-						    (const char *)addresses + 4 * (size_t)i,
-						    lookup->port);
-		else if (type == DNS_IPv6_AAAA)
-			list = dns_addresses_add_ip(list, AF_INET6,
-						    (const char *)addresses + 16 * (size_t)i,
-						    lookup->port);
-	}
+	if (result == DNS_ERR_NONE && count > 0 && (type == DNS_IPv4_A || type == DNS_IPv6_AAAA))
+		list = name_lookup_list(lookup, type == DNS_IPv6_AAAA ? AF_INET6 : AF_INET,
+					addresses, (size_t)count);
 	error = result != DNS_ERR_NONE ? result : list == NULL ? DNS_ERR_NODATA : DNS_ERR_NONE;
 	if (error == DNS_ERR_NONE) {
 		name_lookup_finish(lookup, list, error, ttl > 0 ? (uint64_t)ttl * 1000 : 0);
@@ -297,8 +301,7 @@ static const char *name_lookup_error_text(int error)
 	case DNS_TCP_LOCAL_SHORTAGE:
 		return "the DNS answer was too large for UDP, and the proxy was short of its own "
 		       "resources for its retry over TCP (too many open files, no memory or no "
-		       "local "
-		       "port)";
+		       "local port)";
 	case DNS_MESSAGE_MALFORMED:
 		return "the DNS answer was too large for UDP, and the answer over TCP was "
 		       "ill-formed";
