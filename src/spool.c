@@ -352,11 +352,9 @@ void spool_close_in_steps(struct spool *spool, struct spool_reaper *reaper)
 	}
 	/* what it holds stays counted until given back: a reaper behind a
 	 * burst of large ends must not let new files take the disk past
-	 * spool_total; a claim past its bytes comes free now */
-	if (spool->usage != NULL)
-		spool->usage->bytes -= spool_counted(spool) - spool->length;
-	spool->claim = 0;
-	spool_unreserve(spool);
+	 * spool_total; a claim past its bytes (and the disk reserved for
+	 * it) comes free now */
+	spool_claim(spool, 0);
 	if (reaper->count == reaper->room) {
 		/* a larger ring, its files in order from its start */
 		size_t room = reaper->room > 0 ? reaper->room * 2 : 8;
