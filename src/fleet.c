@@ -151,8 +151,8 @@ struct fleet {
 	bool send_failed_logged;	 /* a sync could not be queued, and that was said */
 	bool unqueued;			 /* the latest round left a route's sync unqueued: its
 					  * budget is local, and the fleet not connected for it */
-	uint64_t short_windows_said;	 /* hash of the routes last warned about for a window
-					  * under four sync intervals; 0: none */
+	char *short_windows_said;	 /* the routes last warned about for a window under
+					  * four sync intervals, as listed; NULL: none */
 	uint64_t reasons[FLEET_REASONS]; /* why it is down, each warned once: hashes */
 	unsigned reasons_said;
 	struct retry_rng rng;
@@ -1010,6 +1010,7 @@ void fleet_free(struct fleet *fleet)
 	}
 	free(fleet->addresses);
 	free(fleet->redis);
+	free(fleet->short_windows_said);
 	free(fleet->host);
 	free(fleet->lookup);
 	free(fleet->socket);
@@ -1096,7 +1097,6 @@ static void fleet_warn_short_windows(struct fleet *fleet, const struct config *c
 {
 	char *list = NULL;
 	size_t len = 0, count = 0;
-	uint64_t said;
 
 	for (size_t i = 0; i <= config->route_count; i++) {
 		const struct route *route =
@@ -1107,14 +1107,14 @@ static void fleet_warn_short_windows(struct fleet *fleet, const struct config *c
 			count++;
 		}
 	}
-	said = list != NULL ? hash_string(list) : 0;
-	if (list != NULL && said != fleet->short_windows_said)
+	if (list != NULL &&
+	    (fleet->short_windows_said == NULL || strcmp(list, fleet->short_windows_said) != 0))
 		log_warn("fleet %s: sync_interval %llu ms is more than a quarter of the budget "
 			 "window of route%s %s; the fleet's counts lag behind %s",
 			 fleet->name, (unsigned long long)fleet->sync_interval_ms,
 			 count > 1 ? "s" : "", list, count > 1 ? "those windows" : "the window");
-	fleet->short_windows_said = said;
-	free(list);
+	free(fleet->short_windows_said);
+	fleet->short_windows_said = list;
 }
 
 void fleet_set_routes(struct fleet *fleet, const struct config *config)
