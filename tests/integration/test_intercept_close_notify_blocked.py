@@ -88,6 +88,15 @@ def scenario(t):
         text = h.curl(proxy.listener_url(1, "/metrics")).body.decode()
         return h.metric(text, "retryproxy_connections", '{side="client"}')
 
+    def ended_with_close_notify(how, what, refused=True):
+        """The proxy's close_notify ended the tunnel (after its first write
+        was refused, when the flag file was set) and the connection is gone."""
+        if refused:
+            h.ok(not os.path.exists(flag), "the close_notify's first write was refused")
+        h.eq(how, "close_notify", what)
+        h.wait_until(lambda: client_connections() == 0, 5 * h.SLOW,
+                     'the connection closed (retryproxy_connections{side="client"} 0)')
+
     @t.check("a head cut by the client's FIN in a tunnel: the 400, then a close_notify that "
              "waited for the socket")
     def _():
@@ -101,10 +110,7 @@ def scenario(t):
             socket.socket.shutdown(tls, socket.SHUT_WR)
             got, how = read_to_end(tls, 5 * h.SLOW)
         h.ok(got.startswith(b"HTTP/1.1 400 "), "the answer: %r" % got[:200])
-        h.ok(not os.path.exists(flag), "the close_notify's first write was refused")
-        h.eq(how, "close_notify", "the tunnel's end after the 400")
-        h.wait_until(lambda: client_connections() == 0, 5 * h.SLOW,
-                     'the connection closed (retryproxy_connections{side="client"} 0)')
+        ended_with_close_notify(how, "the tunnel's end after the 400")
 
     @t.check("a client that closes its side between requests in a tunnel: the proxy's "
              "close_notify, though it waited for the socket")
@@ -119,10 +125,7 @@ def scenario(t):
             socket.socket.shutdown(tls, socket.SHUT_WR)
             got, how = read_to_end(tls, 5 * h.SLOW)
         h.eq(got, b"", "what came after the response")
-        h.ok(not os.path.exists(flag), "the close_notify's first write was refused")
-        h.eq(how, "close_notify", "the tunnel's end")
-        h.wait_until(lambda: client_connections() == 0, 5 * h.SLOW,
-                     'the connection closed (retryproxy_connections{side="client"} 0)')
+        ended_with_close_notify(how, "the tunnel's end")
 
     @t.check("a client's FIN while the proxy lingers after Connection: close, its close_notify "
              "waiting for the socket: the close_notify still goes")
@@ -144,9 +147,7 @@ def scenario(t):
                 os.unlink(hold)
             got, how = read_to_end(tls, 5 * h.SLOW)
         h.eq(got, b"", "what came after the response")
-        h.eq(how, "close_notify", "the tunnel's end")
-        h.wait_until(lambda: client_connections() == 0, 5 * h.SLOW,
-                     'the connection closed (retryproxy_connections{side="client"} 0)')
+        ended_with_close_notify(how, "the tunnel's end", refused=False)
 
     quick = t.proxy(CONFIG, TESTCA=certs.ca, LOCALCA=local, CLIENT_TIMEOUT="1s", env=env)
 
