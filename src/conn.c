@@ -199,13 +199,12 @@ bool conn_error_is_local_shortage(int err)
 	       err == EADDRNOTAVAIL;
 }
 
-/* A socket for a connect; out of descriptors, the loop's owner is asked to
- * give some back (idle pooled connections) and the socket tried once more. */
-static int conn_socket(struct conn_loop *loop, int family)
+int conn_loop_socket(struct conn_loop *loop, int family)
 {
 	int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
-	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && conn_loop_fd_shortage(loop))
+	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && loop != NULL &&
+	    conn_loop_fd_shortage(loop))
 		fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	return fd;
 }
@@ -1232,7 +1231,7 @@ struct conn *conn_new(struct conn_loop *loop, int fd)
 struct conn *conn_connect(struct conn_loop *loop, const struct sockaddr *addr, socklen_t len,
 			  SSL *ssl)
 {
-	int fd = conn_socket(loop, addr->sa_family);
+	int fd = conn_loop_socket(loop, addr->sa_family);
 	struct conn *c;
 
 	if (fd < 0 || (connect(fd, addr, len) < 0 && errno != EINPROGRESS)) {

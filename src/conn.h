@@ -78,6 +78,12 @@ void conn_loop_on_accepted_closed(struct conn_loop *loop, void (*closed)(void *)
 void conn_loop_on_fd_shortage(struct conn_loop *loop, bool (*shortage)(void *), void *arg);
 bool conn_loop_fd_shortage(struct conn_loop *loop);
 
+/* A non-blocking stream socket of family for a connect; out of
+ * descriptors, the loop's owner is asked to give some back (idle pooled
+ * connections) and the socket is tried once more. loop NULL: no one to
+ * ask. -1 with errno on failure. */
+int conn_loop_socket(struct conn_loop *loop, int family);
+
 /* Did a socket() or connect() fail (errno err) for want of the proxy's own
  * descriptors, memory or local ports (EADDRNOTAVAIL: no ephemeral port
  * left, or no source address of the family here), before anything was

@@ -14,6 +14,7 @@
 
 #include "conn.h"
 #include "dns_message.h"
+#include "name_lookup.h"
 #include "resolv_conf.h"
 #include "timeval.h"
 #include "xmalloc.h"
@@ -21,6 +22,7 @@
 struct dns_tcp_query {
 	struct event_base *base;
 	struct evdns_base *dns;
+	struct conn_loop *loop; /* gives descriptors back; may be NULL */
 	char *name;
 	uint16_t qtype;
 	uint16_t id;
@@ -199,7 +201,7 @@ static void dns_tcp_attempt(struct dns_tcp_query *q)
 			q->last_error = DNS_TCP_CONNECT_FAILED;
 			continue;
 		}
-		q->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		q->fd = conn_loop_socket(q->loop, ss.ss_family);
 		if (q->fd < 0) {
 			q->last_error = conn_error_is_local_shortage(errno)
 						? DNS_TCP_LOCAL_SHORTAGE
@@ -222,16 +224,17 @@ static void dns_tcp_attempt(struct dns_tcp_query *q)
 	evtimer_add(q->timer, &tv);
 }
 
-struct dns_tcp_query *dns_tcp_query_start(struct event_base *base, struct evdns_base *dns,
-					  const struct resolv_conf *conf, const char *name,
+struct dns_tcp_query *dns_tcp_query_start(const struct name_resolver *resolver, const char *name,
 					  int family, dns_tcp_cb cb, void *arg)
 {
+	const struct resolv_conf *conf = resolver->conf;
 	struct dns_tcp_query *q = xcalloc(1, sizeof(*q));
 	struct timeval now = { 0, 0 };
 	size_t len;
 
-	q->base = base;
-	q->dns = dns;
+	q->base = resolver->base;
+	q->dns = resolver->dns;
+	q->loop = resolver->loop;
 	q->name = xstrdup(name);
 	q->qtype = family == AF_INET6 ? DNS_MESSAGE_TYPE_AAAA : DNS_MESSAGE_TYPE_A;
 	q->timeout_ms = conf != NULL ? conf->timeout_ms : 5000;
@@ -248,7 +251,7 @@ struct dns_tcp_query *dns_tcp_query_start(struct event_base *base, struct evdns_
 	q->query[0] = (unsigned char)(len >> 8);
 	q->query[1] = (unsigned char)len;
 	q->query_len = 2 + len;
-	q->timer = evtimer_new(base, dns_tcp_timer_cb, q);
+	q->timer = evtimer_new(q->base, dns_tcp_timer_cb, q);
 	/* the first attempt from the loop, so that cb never runs inside
 	 * this call; a name without a wire form (which evdns would not have
 	 * asked over UDP) is told from there too */

@@ -14,9 +14,7 @@
 
 #include <stddef.h>
 
-struct event_base;
-struct evdns_base;
-struct resolv_conf;
+struct name_resolver;
 struct dns_message_answer;
 struct dns_tcp_query;
 
@@ -34,12 +32,12 @@ struct dns_tcp_query;
  * error. */
 typedef void (*dns_tcp_cb)(int error, struct dns_message_answer *answer, void *arg);
 
-/* Ask dns's nameservers name's A (family AF_INET) or AAAA (AF_INET6)
- * records over TCP, with conf's timeout and attempts (libevent's
- * defaults when NULL). cb is called once, from the loop, never before
- * this returns. */
-struct dns_tcp_query *dns_tcp_query_start(struct event_base *base, struct evdns_base *dns,
-					  const struct resolv_conf *conf, const char *name,
+/* Ask the resolver's nameservers name's A (family AF_INET) or AAAA
+ * (AF_INET6) records over TCP, with its resolv.conf's timeout and attempts
+ * (libevent's defaults without one), on its loop; a socket short of
+ * descriptors asks its conn_loop for some. cb is called once, from the
+ * loop, never before this returns. */
+struct dns_tcp_query *dns_tcp_query_start(const struct name_resolver *resolver, const char *name,
 					  int family, dns_tcp_cb cb, void *arg);
 
 /* Stop the question: cb is not called. */

@@ -193,8 +193,7 @@ static void name_lookup_resolve_cb(int result, char type, int count, int ttl, vo
 	}
 	/* too large for UDP: the same candidate over TCP */
 	if (error == DNS_ERR_TRUNCATED) {
-		lookup->tcp = dns_tcp_query_start(lookup->resolver.base, lookup->resolver.dns,
-						  lookup->resolver.conf,
+		lookup->tcp = dns_tcp_query_start(&lookup->resolver,
 						  lookup->candidates[lookup->candidate],
 						  lookup->family, name_lookup_tcp_cb, lookup);
 		return;

@@ -19,6 +19,7 @@
 
 #include <event2/util.h>
 
+struct conn_loop;
 struct event_base;
 struct evdns_base;
 struct resolv_conf;
@@ -31,6 +32,8 @@ struct name_resolver {
 	struct evdns_base *dns;		/* the nameservers */
 	const struct resolv_conf *conf; /* its search list, timeout and attempts;
                                    * NULL: none, and libevent's defaults */
+	struct conn_loop *loop;		/* asked for descriptors when a TCP question has
+                                 * none; NULL: no one to ask */
 };
 
 /* A lookup's error when evdns would not ask the question at all: a name

@@ -257,8 +257,8 @@ static struct evdns_base *proxy_new_resolver(struct event_base *base, struct res
 
 struct name_resolver proxy_name_resolver(const struct proxy *proxy)
 {
-	struct name_resolver resolver = { proxy->base, proxy->hosts, proxy->dns,
-					  proxy->resolv_conf };
+	struct name_resolver resolver = { proxy->base, proxy->hosts, proxy->dns, proxy->resolv_conf,
+					  proxy->loop };
 
 	return resolver;
 }
