@@ -20,7 +20,13 @@ reset (no response kept); a POST whose 1 MiB body
 waits unread behind the client input limit (not kept: a POST retries only
 a connect that was refused) and whose client resets during the backoff is
 not sent to the origin that listens by the retry's time, not even its head
-and part of the body (gave_up=client_gone); the proxy keeps serving (the fresh GET gets 200 at once).
+and part of the body (gave_up=client_gone); so is a GET whose client
+pipelined a next request large enough to fill the proxy's input for it
+(512 KiB, over the 256 KiB it reads ahead), then reset or closed the
+connection during the backoff: the proxy, reading nothing more from it,
+finds it gone when the retry is due (before, the retry went out and the
+access line said status=200 for a client long gone); the proxy keeps
+serving (the fresh GET gets 200 at once).
 """
 
 import socket
@@ -52,10 +58,16 @@ def scenario(t):
     proxy = t.proxy(CONFIG)
     host = origin.authority
 
-    def leave_during_backoff(path, rst):
+    def leave_during_backoff(path, rst, pipelined=0):
         origin.script(path, [503, 200])
         conn = h.RawConn(proxy.port())
-        conn.send(h.request("GET", origin.url(path), host))
+        data = h.request("GET", origin.url(path), host)
+        if pipelined:
+            # a next request behind it, whose body the proxy leaves unread
+            # once its input is full; the kernel's buffers take the rest
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            data += h.request("POST", origin.url(path + "/next"), host, body=b"n" * pipelined)
+        conn.send(data)
         origin.wait_for(lambda o: any(q.path == path and q.finished_at for q in o.requests), 5,
                         "the first try of %s answered" % path)
         # the proxy reads the 503 and schedules the retry
@@ -85,6 +97,15 @@ def scenario(t):
     @t.check("client resets (RST) during the backoff: the same")
     def _():
         leave_during_backoff("/gone/rst", rst=True)
+
+    @t.check("a client whose pipelined next request fills the proxy's input, and that resets "
+             "during the backoff: no retry reaches the origin; gave_up=client_gone")
+    def _():
+        leave_during_backoff("/gone/pipelined-rst", rst=True, pipelined=512 << 10)
+
+    @t.check("the same with a FIN")
+    def _():
+        leave_during_backoff("/gone/pipelined-fin", rst=False, pipelined=512 << 10)
 
     @t.check("client closes while the second try waits for its head: that upstream connection closes")
     def _():
