@@ -21,7 +21,12 @@ Must hold:
 - a retryable 503 with a Content-Length over retry_response_buffer, once
   the budget is spent, is passed on with gave_up=budget (no size note: the
   budget, not the size, stopped the retry), and
-  retryproxy_retries_given_up_total{reason="budget"} counts it.
+  retryproxy_retries_given_up_total{reason="budget"} counts it;
+- the bound is exact where its decimal product is a whole number that
+  binary floating point misses: ratio 0.58 (min_per_second 0) with 50
+  requests in the window allows 29 retries (0.58 x 50 is 28.999999999999996
+  in a double, and only 28 were allowed): the 50th request, answered 503
+  29 times, gets its 200 with Retry-Attempts 30.
 """
 
 import socket
@@ -47,6 +52,14 @@ defaults:
     jitter: 0s
     budget: { ratio: 0, min_per_second: 0.1, window: 10s }
 """
+
+# 0.58 x 50 requests: 29 retries in exact arithmetic, 28.999999999999996 in
+# a double
+RATIO_CONFIG = CONFIG.replace(
+    "max_attempts: 3\n    initial_backoff: 50ms\n    max_backoff: 50ms",
+    "max_attempts: 40\n    initial_backoff: 1ms\n    max_backoff: 1ms").replace(
+    "budget: { ratio: 0, min_per_second: 0.1, window: 10s }",
+    "budget: { ratio: 0.58, min_per_second: 0, window: 60s }")
 
 
 class Origin(rawserver.RawServer):
@@ -82,6 +95,9 @@ class Origin(rawserver.RawServer):
                 conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
                 time.sleep(0.5)
                 conn.sendall(b"x" * 90)
+                continue
+            if target.startswith("/until30") and self.seen[target] < 30:
+                conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\nno")
                 continue
             if first and target.startswith("/plain503"):
                 conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Length: 2\r\n\r\nno")
@@ -156,6 +172,18 @@ def scenario(t):
         text = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1), check=True).body.decode()
         h.eq(h.metric(text, "retryproxy_retries_given_up_total",
                       '{route="default",reason="budget"}'), 1, "given up for the budget")
+        t.stop_proxy(proxy)
+
+    @t.check("ratio 0.58 and 50 requests in the window: 29 retries, not 28")
+    def _():
+        proxy = t.proxy(RATIO_CONFIG, ORIGIN=origin.port)
+        h.ok("ratio: 0.58" in proxy.config_text, "the config has the ratio")
+        for i in range(49):
+            h.eq(h.fetch(proxy.port(0), "GET", "/ok-%d" % i, "api.example").status, 200,
+                 "request %d" % i)
+        r = h.fetch(proxy.port(0), "GET", "/until30", "api.example")
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "30"), "status, Retry-Attempts")
+        h.eq(retries_counted(proxy), 29, "retryproxy_retries_total")
         t.stop_proxy(proxy)
 
 

@@ -53,6 +53,26 @@ static void test_ratio_of_requests(void **state)
 	retry_budget_book_free(book);
 }
 
+/* A bound that is whole in decimals is whole here too, though binary
+ * misses it: 0.58 x 50 is 28.999999999999996 in a double; 0.29/s over
+ * 100 s is 28.999999999999996 too. */
+static void test_decimal_bound_is_exact(void **state)
+{
+	static const struct retry_budget ratio_only = { .ratio = 0.58, .window_ms = 60000 };
+	static const struct retry_budget floor_only = { .min_per_second = 0.29,
+							.window_ms = 100000 };
+	struct retry_budget_book *book = retry_budget_book_new();
+	struct retry_budget_state *s = retry_budget_for(book, "ratio", &ratio_only);
+	unsigned i;
+
+	for (i = 0; i < 50; i++)
+		retry_budget_note_request(s, 100000 + i);
+	assert_int_equal(take_all(s, &ratio_only, 100100), 29);
+	s = retry_budget_for(book, "floor", &floor_only);
+	assert_int_equal(take_all(s, &floor_only, 100000), 29);
+	retry_budget_book_free(book);
+}
+
 static void test_window_slides(void **state)
 {
 	struct retry_budget_book *book = retry_budget_book_new();
@@ -278,6 +298,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_floor_without_requests),
 		cmocka_unit_test(test_ratio_of_requests),
+		cmocka_unit_test(test_decimal_bound_is_exact),
 		cmocka_unit_test(test_window_slides),
 		cmocka_unit_test(test_window_is_never_short),
 		cmocka_unit_test(test_odd_window_is_never_short),
