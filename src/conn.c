@@ -1392,6 +1392,11 @@ bool conn_ack_watch_done(struct conn_ack_watch *watch, const struct conn *c, uin
 	return unacked == 0 || now_ms - watch->still_since_ms >= still_max_ms;
 }
 
+bool conn_input_at_limit(const struct conn *c)
+{
+	return conn_input_full(c);
+}
+
 bool conn_notice_hangup(struct conn *c)
 {
 	int state;

@@ -198,6 +198,9 @@ struct conn_ack_watch {
 bool conn_ack_watch_done(struct conn_ack_watch *watch, const struct conn *conn, uint64_t now_ms,
 			 uint64_t still_max_ms);
 
+/* Is the input at its limit, so that the conn reads nothing more? */
+bool conn_input_at_limit(const struct conn *conn);
+
 /* At its input limit a conn reads nothing, and sees no close behind the
  * bytes it has not read. When the peer has closed (its FIN or reset is
  * in: TCP_INFO says so), report CONN_EOF at the end of this pass, before

@@ -999,15 +999,24 @@ static void exchange_upstream_unavailable(struct exchange *ex)
 	exchange_respond_error(ex, 502, text);
 }
 
-/* A held request whose body waits unread behind its client's input limit
- * reads nothing from its client, so no close of the client's is seen: it
- * looks for one this often until its deadline (or its release). */
+/* A held request whose body, or a next request pipelined behind it, waits
+ * unread behind its client's input limit reads nothing from its client, so
+ * no close of the client's is seen: it looks for one this often until its
+ * deadline (or its release). */
 #define EXCHANGE_HELD_HANGUP_MS 500
+
+/* Could a close of the client's hide behind bytes the proxy does not read?
+ * Its body still owed, or input at the limit (a next request it pipelined). */
+static bool exchange_close_may_hide(const struct exchange *ex)
+{
+	return !ex->request_body.done ||
+	       (ex->owner.conn != NULL && conn_input_at_limit(ex->owner.conn));
+}
 
 /* The held timer's next wait, left ms before the deadline. */
 static uint64_t exchange_held_timer_ms(const struct exchange *ex, uint64_t left)
 {
-	if (!ex->request_body.done && left > EXCHANGE_HELD_HANGUP_MS)
+	if (exchange_close_may_hide(ex) && left > EXCHANGE_HELD_HANGUP_MS)
 		return EXCHANGE_HELD_HANGUP_MS;
 	return left;
 }
@@ -1021,7 +1030,7 @@ static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 	uint64_t now = timer_now_ms();
 	uint64_t elapsed = exchange_ms_between(ex->first_try_ms, now);
 
-	if (!ex->request_body.done && elapsed < deadline) {
+	if (elapsed < deadline) {
 		exchange_timer_start(ex, exchange_held_deadline_cb, now,
 				     exchange_held_timer_ms(ex, deadline - elapsed));
 		/* its EOF, at the end of this pass, drops the request */

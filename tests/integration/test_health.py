@@ -46,7 +46,10 @@ Must hold:
   proxy's input limit, whose client then leaves, is dropped too (before,
   nothing read the client's connection, so its close went unseen and the
   request kept its place until its deadline): gave_up=client_gone, and
-  the place among the pending retries goes to the next request;
+  the place among the pending retries goes to the next request; so is a
+  held GET whose client pipelined a next request past that limit (its
+  body unread), then left (before, the GET kept its place until its
+  deadline and was logged status=502 gave_up=deadline);
 - a request whose own tries marked the upstream down (3 refused) is held,
   then retried when the upstream is back: 200 with Retry-Attempts: 4, and
   retryproxy_retries_total counts 3 (the try after the hold too);
@@ -494,6 +497,33 @@ def scenario(t):
         entry = h.access_fields(p.access_one("/upload"))
         h.eq(entry.get("gave_up"), "client_gone", "gave_up")
         # its place among the pending retries is free again: the next is held
+        c2 = h.RawConn(p.port(0))
+        t.defer(c2.close)
+        c2.send(h.request("GET", "/next", "api.example"))
+        h.wait_until(lambda: held(p, port) == 1, 5 * h.SLOW, "the next request held")
+        t.stop_proxy(p)
+
+    @t.check("a held GET whose client pipelined a next request past the input limit, then "
+             "left, is dropped too, its place among the pending retries freed")
+    def _():
+        port = h.closed_port()
+        conf = (CONFIG_PENDING.replace("max_pending_retries: 2", "max_pending_retries: 1")
+                + "health: { down_after: 1, probe_interval: 300ms, hold: true }\n")
+        p = t.proxy(conf, GONE=port)
+        c = h.RawConn(p.port(0))
+        # the GET is whole; the POST behind it is more than the proxy's
+        # input takes, less than it and its kernel do
+        body = b"x" * (256 << 10)
+        c.send(h.request("GET", "/pipelined", "api.example") +
+               h.request("POST", "/behind", "api.example", body=body))
+        h.wait_until(lambda: held(p, port) == 1, 10 * h.SLOW, "the GET held")
+        h.wait_until(lambda: h.send_queue(c.local_port, p.port(0)) == 0, 5 * h.SLOW,
+                     "the pipelined request all in the proxy's kernel")
+        c.close()
+        h.wait_until(lambda: held(p, port) == 0, 5 * h.SLOW,
+                     "held back to 0 after the client left (%r)" % upstream_line(p, port))
+        entry = h.access_fields(p.access_one("/pipelined"))
+        h.eq(entry.get("gave_up"), "client_gone", "gave_up")
         c2 = h.RawConn(p.port(0))
         t.defer(c2.close)
         c2.send(h.request("GET", "/next", "api.example"))
