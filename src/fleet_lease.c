@@ -60,7 +60,11 @@ const char fleet_lease_script[] =
 	"    r = r + tonumber(fields[i + 1])\n"
 	"  end\n"
 	"end\n"
-	"local left = math.floor(ratio * q + floor * window / 1000 - r)\n"
+	/* the config's decimals are not exact in binary (0.58 x 50 is
+	 * 28.999999999999996): a relative slack of 1e-12 takes the rounding
+	 * back, as retry_budget.c does */
+	"local allowed = ratio * q + floor * window / 1000\n"
+	"local left = math.floor(allowed + 1e-12 * math.max(1, allowed) - r)\n"
 	"local grant = math.max(0, math.min(want, left))\n"
 	"if grant > 0 then\n"
 	"  redis.call('HINCRBY', KEYS[1], 'r' .. epoch, grant)\n"

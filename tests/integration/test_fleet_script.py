@@ -7,7 +7,9 @@ the bucket they were granted in, retries owed (optional); it returns
 {grant, requests counted, tokens granted counted, bucket}.
 Must hold:
 - grant = min(want, floor(ratio x requests + min_per_second x window s)
-  - granted), and 0 once that is used up;
+  - granted), and 0 once that is used up; a bound whole in decimals is
+  granted whole though binary floating point misses it (ratio 0.58 x 50
+  requests is 28.999999999999996 in a double: 29 tokens, not 28);
 - tokens handed back to the bucket that granted them can be granted again;
   a bucket never goes below 0, and handing back to a bucket that is gone
   creates nothing;
@@ -76,6 +78,11 @@ def scenario(t):
         h.eq(run("a", 7, 100, 0.2, 1)[:3], [1, 57, 13], "7 more: floor(11.4 + 2) - 12")
         h.eq(run("b", 0, 3, 0.2, 1)[:3], [2, 0, 2], "no requests: the floor only")
         h.eq(run("c", 100, 3, 0.2, 0)[:3], [3, 100, 3], "at most what is wanted")
+
+    @t.check("ratio 0.58 x 50 requests: 29 tokens, as the decimals say, not 28")
+    def _():
+        h.eq(run("dec", 50, 100, 0.58, 0)[:3], [29, 50, 29], "grant, requests, granted")
+        h.eq(run("dec", 0, 100, 0.58, 0)[:3], [0, 50, 29], "then none")
 
     @t.check("tokens handed back go to their bucket and can be granted again")
     def _():
