@@ -1541,11 +1541,13 @@ bool exchange_start_try(struct exchange *ex)
 	 * connect in doubt ended, a place came free) is answered instead */
 	if (exchange_past_drain(ex, 0) && exchange_drain_answer(ex))
 		return false;
-	/* a client that left while its request waited, unread bytes behind the
-	 * input limit (its own body, or a next request it pipelined): nothing
-	 * more goes upstream (SPEC); its EOF, at the end of this pass, drops
-	 * the request */
-	if (ex->owner.conn != NULL && conn_notice_hangup(ex->owner.conn))
+	/* a client that left while its request waited (a try before this one,
+	 * a hold, a queue, its body), unread bytes behind the input limit (its
+	 * own body, or a next request it pipelined): nothing more goes
+	 * upstream (SPEC); its EOF, at the end of this pass, drops the request.
+	 * A first try straight from the head has not waited: no look */
+	if (ex->owner.conn != NULL && (ex->first_try_ms != 0 || !ex->request_body.done) &&
+	    conn_notice_hangup(ex->owner.conn))
 		return false;
 	/* the deadline counts from the first try, or from when it was first
 	 * held; the try's timers count from now (the first try's clock reading
