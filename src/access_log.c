@@ -164,6 +164,14 @@ static void access_line_escaped(struct access_line *line, const char *s, size_t 
 	line->len += (size_t)(p - start);
 }
 
+/* The time a request waited after its last try in a backoff, a hold or a
+ * queue that no try ended (its deadline, the drain, its client's leaving):
+ * the last try's wait, which the trail itself gives as none. */
+static uint64_t access_waited_after_ms(const struct access_record *r)
+{
+	return r->try_count > 0 ? r->tries[r->try_count - 1].wait_ms : 0;
+}
+
 /* "1.2s" or "250ms": the compact wait form of the retry trail. Waits come
  * only with retries, so printf keeps its exact rounding for seconds. */
 static void access_line_wait(struct access_line *line, uint64_t ms)
@@ -253,6 +261,10 @@ static void access_log_text(const struct access_record *r)
 		access_line_str(line, " waited_ms=");
 		access_line_uint(line, r->waited_ms);
 	}
+	if (access_waited_after_ms(r) > 0) {
+		access_line_str(line, " waited_after_ms=");
+		access_line_uint(line, access_waited_after_ms(r));
+	}
 	if (r->gave_up != NULL) {
 		access_line_str(line, " gave_up=");
 		access_line_str(line, r->gave_up);
@@ -323,14 +335,19 @@ static void access_log_json(const struct access_record *r)
 			access_line_str(line, t->broken);
 			access_line_str(line, "\"");
 		}
+		/* the last is 0 (SPEC): a wait no try ended is told apart */
 		access_line_str(line, ",\"wait_ms\":");
-		access_line_uint(line, t->wait_ms);
+		access_line_uint(line, i + 1 < r->try_count ? t->wait_ms : 0);
 		access_line_str(line, "}");
 	}
 	access_line_str(line, "]");
 	if (r->waited_ms > 0) {
 		access_line_str(line, ",\"waited_ms\":");
 		access_line_uint(line, r->waited_ms);
+	}
+	if (access_waited_after_ms(r) > 0) {
+		access_line_str(line, ",\"waited_after_ms\":");
+		access_line_uint(line, access_waited_after_ms(r));
 	}
 	if (r->gave_up != NULL) {
 		access_line_str(line, ",\"gave_up\":\"");

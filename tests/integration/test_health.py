@@ -307,6 +307,9 @@ def scenario(t):
         entry = h.access_fields(proxy.access_one("/short/a"))
         h.eq(entry.get("gave_up"), "deadline", "gave_up")
         h.eq(r.header("Retry-Attempts"), entry.get("attempts"), "Retry-Attempts = tries made")
+        # the time held after the last try, which no try ended
+        h.ok(entry.get("tries") != "-" and 700 <= int(entry.get("waited_after_ms", "0")) <= 1500,
+             "waited_after_ms in %r" % entry)
         h.ok(1.2 <= r.elapsed <= 1.5 + 2.0 * h.SLOW, "answered after %.2f s, deadline 1.5 s"
              % r.elapsed)
 

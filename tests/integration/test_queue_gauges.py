@@ -17,23 +17,24 @@ Must hold:
 (2) A retry whose wait for the connection passes its route's try_timeout
     (1 s) gives up: the kept 503 goes out with gave_up=upstream_busy,
     retryproxy_retries_given_up_total{reason="upstream_busy"} counts it,
-    the retry never reaches the origin, and the JSON trail's last wait_ms
-    is the backoff plus the queue (about 1.5 s, not more than 2.5 s).
+    the retry never reaches the origin, and the JSON line's waited_after_ms
+    is the backoff plus the queue (about 1.5 s, not more than 2.5 s), the
+    trail's last wait_ms 0.
 (3) A chunked 503 of 8 KiB over retry_response_buffer (1 KiB), stalled
     mid-body: while it is relayed as the final response, its route's
     backoff gauge and retryproxy_backoff_pending are 0; then the client
     gets all 8 KiB.
 (4) The held path reads the same as (2): a request held for a down
     upstream (a closed port, down after one failed connect) until its
-    1.5 s deadline gets 502 with gave_up=deadline, and its JSON trail's
-    last wait_ms counts the backoff and the time held (about 1.5 s).
+    1.5 s deadline gets 502 with gave_up=deadline, and its JSON line's
+    waited_after_ms counts the backoff and the time held (about 1.5 s).
 (5) A client that leaves while its request waits reads the same: one whose
     retry has been held for a down upstream (another closed port) for
     about 0.8 s, and one whose retry has waited behind the connection cap
     for about 0.8 s after its 0.5 s backoff, are logged with
-    gave_up=client_gone and a JSON trail whose last wait_ms counts the time
-    waited (as a backoff the client leaves does), not 0 or the planned
-    backoff alone; every gauge is 0 again after.
+    gave_up=client_gone and a JSON waited_after_ms that counts the time
+    waited (as a backoff the client leaves does), not the planned backoff
+    alone; every gauge is 0 again after.
 """
 
 import re
@@ -160,8 +161,9 @@ def scenario(t):
         h.eq((f.get("gave_up"), f.get("attempts")), ("upstream_busy", 1), "gave_up, attempts")
         tries = f.get("tries", [])
         h.eq([x.get("status") for x in tries], [503], "the trail's tries")
-        waited = tries[0].get("wait_ms", 0) / 1000.0
-        h.ok(1.2 <= waited <= 2.5, "the trail's last wait %.2fs is the backoff and the queue "
+        h.eq(tries[-1].get("wait_ms"), 0, "the trail's last wait_ms")
+        waited = f.get("waited_after_ms", 0) / 1000.0
+        h.ok(1.2 <= waited <= 2.5, "waited_after_ms %.2fs is the backoff and the queue "
              "(~1.5s), counted once" % waited)
         h.eq(route("retryproxy_retries_given_up_total", 'busy",reason="upstream_busy'), 1,
              "retries_given_up_total upstream_busy")
@@ -189,7 +191,7 @@ def scenario(t):
         h.eq(r.status, 503, "status")
         h.eq(r.body, o.pattern_bytes(8192), "body (8192 pattern bytes)")
 
-    @t.check("held for a down upstream until the deadline: the JSON trail's last wait_ms "
+    @t.check("held for a down upstream until the deadline: the JSON line's waited_after_ms "
              "counts the time held, as the connection queue's does")
     def _():
         r = h.fetch(proxy.port(0), "GET", "/h/x", "app.example", timeout=20 * h.SLOW)
@@ -198,8 +200,9 @@ def scenario(t):
         h.eq(f.get("gave_up"), "deadline", "gave_up")
         tries = f.get("tries", [])
         h.eq(len(tries), 1, "tries %r" % tries)
-        waited = tries[-1].get("wait_ms", 0) / 1000.0
-        h.ok(1.2 <= waited <= 2.5, "the trail's last wait %.2fs is the backoff and the time "
+        h.eq(tries[-1].get("wait_ms"), 0, "the trail's last wait_ms")
+        waited = f.get("waited_after_ms", 0) / 1000.0
+        h.ok(1.2 <= waited <= 2.5, "waited_after_ms %.2fs is the backoff and the time "
              "held (~1.5s)" % waited)
 
     def left_while_waiting(path, gauge):
@@ -214,18 +217,20 @@ def scenario(t):
         f = proxy.access_one(path)
         h.eq((f.get("gave_up"), f.get("status"), f.get("attempts")), ("client_gone", 0, 1),
              "gave_up, status, attempts of %r" % f)
-        return f.get("tries", [])
+        return f
 
-    @t.check("a client that leaves while its retry is held: the JSON trail's last wait_ms "
+    @t.check("a client that leaves while its retry is held: the JSON line's waited_after_ms "
              "counts the time held")
     def _():
-        tries = left_while_waiting("/g/x", 'retryproxy_route_held_requests{route="gone"}')
-        h.eq([x.get("error") for x in tries], ["refused"], "the trail's tries")
-        waited = tries[-1].get("wait_ms", 0) / 1000.0
-        h.ok(0.7 <= waited <= 4.0, "the trail's last wait %.2fs is the time held (~0.8s)"
+        f = left_while_waiting("/g/x", 'retryproxy_route_held_requests{route="gone"}')
+        tries = f.get("tries", [])
+        h.eq([(x.get("error"), x.get("wait_ms")) for x in tries], [("refused", 0)],
+             "the trail's tries")
+        waited = f.get("waited_after_ms", 0) / 1000.0
+        h.ok(0.7 <= waited <= 4.0, "waited_after_ms %.2fs is the time held (~0.8s)"
              % waited)
 
-    @t.check("a client that leaves while its retry is queued: the JSON trail's last wait_ms "
+    @t.check("a client that leaves while its retry is queued: the JSON line's waited_after_ms "
              "counts the backoff and the time queued")
     def _():
         origin.script("/w/gone", [503, 200])
@@ -244,9 +249,10 @@ def scenario(t):
         h.eq((f.get("gave_up"), f.get("status"), f.get("attempts")), ("client_gone", 0, 1),
              "gave_up, status, attempts of %r" % f)
         tries = f.get("tries", [])
-        h.eq([x.get("status") for x in tries], [503], "the trail's tries")
-        waited = tries[-1].get("wait_ms", 0) / 1000.0
-        h.ok(1.2 <= waited <= 4.5, "the trail's last wait %.2fs is the backoff and the time "
+        h.eq([(x.get("status"), x.get("wait_ms")) for x in tries], [(503, 0)],
+             "the trail's tries")
+        waited = f.get("waited_after_ms", 0) / 1000.0
+        h.ok(1.2 <= waited <= 4.5, "waited_after_ms %.2fs is the backoff and the time "
              "queued (~1.3s)" % waited)
         h.eq(holder.read_response().status, 200, "the holder")
         h.eq(len(origin.requests_for(path)), 1, "tries of %s at the origin" % path)

@@ -284,6 +284,32 @@ static void test_waited_before_first_try(void **state)
 		"\"waited_ms\":3004,\"gave_up\":\"deadline\"}");
 }
 
+/* A retry whose backoff the deadline cut: the trail's last wait_ms is 0
+ * (SPEC), the time waited after that last try is logged apart. */
+static void test_waited_after_last_try(void **state)
+{
+	static const struct access_try tries[] = { { .status = 503, .wait_ms = 200 },
+						   { .status = 503, .wait_ms = 1296 } };
+	struct access_record r = plain_record("/cut");
+
+	r.status = 503;
+	r.attempts = 2;
+	r.duration_ms = 1501;
+	r.tries = tries;
+	r.try_count = 2;
+	r.gave_up = "deadline";
+	assert_access_lines(
+		&r,
+		"access client=127.0.0.1:40000 method=GET target=/cut route=api status=503"
+		" attempts=2 bytes=1234 duration_ms=1501 tries=\"503 -> wait 200ms -> 503\""
+		" waited_after_ms=1296 gave_up=deadline",
+		"{\"type\":\"access\",\"client\":\"127.0.0.1:40000\",\"method\":\"GET\","
+		"\"target\":\"/cut\",\"route\":\"api\",\"status\":503,\"attempts\":2,"
+		"\"bytes\":1234,\"duration_ms\":1501,\"tries\":[{\"status\":503,\"wait_ms\":200},"
+		"{\"status\":503,\"wait_ms\":0}],\"waited_after_ms\":1296,\"gave_up\":"
+		"\"deadline\"}");
+}
+
 static void test_wait_forms_round_as_printf(void **state)
 {
 	static const uint64_t waits[] = { 0, 999, 1000, 1049, 1050, 1150, 1250, 1350, 2449, 99950 };
@@ -751,6 +777,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_plain_request),
+		cmocka_unit_test(test_waited_after_last_try),
 		cmocka_unit_test(test_no_tries_and_extremes),
 		cmocka_unit_test(test_tunnel_line_from_copy),
 		cmocka_unit_test(test_retry_trail_with_waits),
