@@ -438,7 +438,7 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 			 * request started under: a reload that lowered them
 			 * applies to connections coming back from requests in
 			 * flight too */
-			if (pool_put(ex->proxy->pool, ex->pool_key, t->up,
+			if (pool_put(ex->proxy->pool, ex->pool_key, t->up, t->answered_http10,
 				     ex->proxy->config->limits.pool_max_idle,
 				     ex->proxy->config->limits.pool_idle_timeout_ms))
 				upstream_slot_pooled(ex->upstream);
@@ -1349,6 +1349,7 @@ static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, b
 	t->reused = reused;
 	t->byte_seen = false;
 	t->interim_seen = false;
+	t->answered_http10 = false;
 	t->body_awaited = false;
 	t->written_before = conn_bytes_written(conn);
 	conn_setcb(conn, exchange_up_read_cb, exchange_up_write_cb, exchange_up_event_cb, t);
@@ -1535,6 +1536,7 @@ bool exchange_start_try(struct exchange *ex)
 {
 	struct exchange_try *t;
 	struct conn *pooled = NULL;
+	bool pooled_http10 = false;
 	uint64_t now;
 
 	/* a request released from its wait after a drain's answer time (a
@@ -1561,7 +1563,15 @@ bool exchange_start_try(struct exchange *ex)
 	    /* a pooled connection goes to the oldest waiting request first */
 	    (ex->queue_released || !upstream_slot_waiters(ex->upstream))) {
 		exchange_close_over_cap(ex);
-		pooled = pool_take(ex->proxy->pool, ex->pool_key);
+		pooled = pool_take(ex->proxy->pool, ex->pool_key, &pooled_http10);
+	}
+	/* the server answered this connection's last request in HTTP/1.0: it
+	 * gets no chunked body (RFC 9112 section 6.1), as a retry after such
+	 * an answer does not. A body in the spool goes only as it came, and
+	 * gives up its retries only once this request's own answer says so */
+	if (pooled_http10 && ex->spool == NULL) {
+		ex->upstream_http10 = true;
+		exchange_reframe_for_http10(ex);
 	}
 	if (pooled == NULL && !ex->is_connect && !exchange_take_connection_place(ex))
 		return true;

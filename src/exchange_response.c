@@ -983,6 +983,7 @@ void exchange_read_response_head(struct exchange_try *t)
 			exchange_try_failed(t, TRY_MALFORMED, http1_error_text(error));
 			return;
 		}
+		t->answered_http10 = head->version_minor == 0;
 		/* an HTTP/1.0 client gets a chunked body decoded, without
 		 * Transfer-Encoding; a coding before chunked (gzip) the proxy
 		 * cannot undo, and its bytes would be taken for the content */

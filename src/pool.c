@@ -25,6 +25,7 @@ struct pool_idle {
 	struct pool *pool;
 	struct pool_upstream *upstream;
 	struct conn *conn;
+	bool http10;			 /* its last response came in HTTP/1.0 */
 	TAILQ_ENTRY(pool_idle) link;	 /* in its upstream's list */
 	TAILQ_ENTRY(pool_idle) all_link; /* in the pool's list */
 	struct pool_idle *next_spare;
@@ -177,7 +178,7 @@ static void pool_idle_event_cb(struct conn *conn, short what, void *arg)
 	pool_close(idle->pool, idle);
 }
 
-bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned max_idle,
+bool pool_put(struct pool *pool, const char *key, struct conn *conn, bool http10, unsigned max_idle,
 	      uint64_t idle_timeout_ms)
 {
 	struct pool_upstream *u = pool_find(pool, key, 1);
@@ -197,6 +198,7 @@ bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 	idle->pool = pool;
 	idle->upstream = u;
 	idle->conn = conn;
+	idle->http10 = http10;
 	TAILQ_INSERT_HEAD(&u->idle, idle, link);
 	TAILQ_INSERT_HEAD(&pool->all, idle, all_link);
 	u->idle_count++;
@@ -211,7 +213,7 @@ bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
 	return true;
 }
 
-struct conn *pool_take(struct pool *pool, const char *key)
+struct conn *pool_take(struct pool *pool, const char *key, bool *http10)
 {
 	struct pool_upstream *u = pool_find(pool, key, 0);
 
@@ -230,8 +232,10 @@ struct conn *pool_take(struct pool *pool, const char *key)
 		 * of a TLS record that came while it idled is the start of such
 		 * bytes: a read finds nothing until the rest arrives, which
 		 * would then be read as the new request's response. */
-		if (conn_handle_first(idle->conn, false) && !conn_tls_partial_record(idle->conn))
+		if (conn_handle_first(idle->conn, false) && !conn_tls_partial_record(idle->conn)) {
+			*http10 = idle->http10;
 			return pool_detach(pool, idle);
+		}
 		pool_close(pool, idle);
 	}
 	return NULL;

@@ -20,8 +20,9 @@ struct pool *pool_new(void);
 void pool_free(struct pool *pool);
 
 /* Keep conn idle under key; closed at once if key already holds max_idle.
- * True when it was kept. */
-bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned max_idle,
+ * http10: its last response came in HTTP/1.0, so the server is not known
+ * to take a chunked request (RFC 9112 section 6.1). True when it was kept. */
+bool pool_put(struct pool *pool, const char *key, struct conn *conn, bool http10, unsigned max_idle,
 	      uint64_t idle_timeout_ms);
 
 /* The most recently idled connection for key, or NULL; the caller owns it.
@@ -31,8 +32,8 @@ bool pool_put(struct pool *pool, const char *key, struct conn *conn, unsigned ma
  * connection could be moved first) is closed here and the next one looked
  * at. Its callbacks are cleared but reading stays on, so
  * that taking it costs no syscall: give it callbacks before returning to the
- * loop. */
-struct conn *pool_take(struct pool *pool, const char *key);
+ * loop. *http10 says what pool_put() was told of it. */
+struct conn *pool_take(struct pool *pool, const char *key, bool *http10);
 
 /* How many keys the pool has an entry for: those with idle connections, and
  * a bounded number of others (see POOL_EMPTY_SLACK in pool.c). */

@@ -21,7 +21,10 @@ Must hold:
 - after two HTTP/1.0 503s, the third try goes with Content-Length too;
 - after an HTTP/1.1 503 the retry goes chunked, as the client sent it;
 - a Content-Length body after an HTTP/1.0 503 goes again as it came;
-- an HTTP/1.0 upstream that keeps connections alive, answering 408 on a
+- an HTTP/1.0 upstream that keeps connections alive: a chunked body's
+  first try on a pooled connection whose last answer came in HTTP/1.0 goes
+  with Content-Length (the proxy knows the server's version from it), its
+  trailer section and Trailer field left out; answering 408 on such a
   pooled one (taken as stale, replaced at once): the replacement goes with
   Content-Length too;
 - a chunked body kept in a spool file (over replay_buffer), which the proxy
@@ -160,9 +163,26 @@ def scenario(t):
              "status, Retry-Attempts, tries")
         h.eq(reqs[0].conn_id, origin.requests_for("/k/warm")[0].conn_id,
              "the first try went on the pooled connection")
-        by_chunks(reqs[0], body, "first try")
+        # that connection's last answer came in HTTP/1.0
+        by_length(reqs[0], body, "first try")
         by_length(reqs[1], body, "the stale connection's replacement")
         h.eq(fields.get("tries"), "stale -> wait 0ms -> 200", "logged trail")
+
+    @t.check("a chunked body's first try on a pooled connection whose last answer came in "
+             "HTTP/1.0 goes with Content-Length")
+    def _():
+        origin.script("/p/warm", ["/status/200?http10=keep"])
+        r = h.fetch(proxy.port(), "GET", origin.url("/p/warm"), host)
+        h.eq(r.status, 200, "the GET that leaves a kept-alive HTTP/1.0 connection pooled")
+        body = body_of(600, 6)
+        r, reqs, fields = put("/p/a", ["/status/200?http10=keep"], body, trailer=True)
+        h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "1", 1),
+             "status, Retry-Attempts, tries")
+        h.eq(reqs[0].conn_id, origin.requests_for("/p/warm")[0].conn_id,
+             "the try went on the pooled connection")
+        by_length(reqs[0], body, "the try on the pooled HTTP/1.0 connection")
+        h.eq(reqs[0].trailers, [], "its trailer fields")
+        h.eq(reqs[0].header_all("Trailer"), [], "its Trailer field")
 
     @t.check("a chunked body in the spool is not sent again to an HTTP/1.0 upstream: its 503, "
              "gave_up=upstream_http10")

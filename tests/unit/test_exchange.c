@@ -951,8 +951,8 @@ static void test_stale_pooled_connection(void **state)
 	assert_int_equal(h.up.connections, 1);
 	endpoint.port = h.up.port;
 	upstream_pool_key(&endpoint, &h.config->default_route.tls, key, sizeof(key));
-	pool_put(h.proxy.pool, key, conn_new(h.proxy.loop, fd), h.config->limits.pool_max_idle,
-		 h.config->limits.pool_idle_timeout_ms);
+	pool_put(h.proxy.pool, key, conn_new(h.proxy.loop, fd), false,
+		 h.config->limits.pool_max_idle, h.config->limits.pool_idle_timeout_ms);
 	start = now_ms();
 	exchange_start(&h);
 	run_until_ended(&h);
@@ -994,8 +994,8 @@ static void pool_closed_connection(struct harness *h, bool reset)
 		assert_true(pfd.revents & (POLLERR | POLLHUP));
 	endpoint.port = h->up.port;
 	upstream_pool_key(&endpoint, &h->config->default_route.tls, key, sizeof(key));
-	pool_put(h->proxy.pool, key, conn_new(h->proxy.loop, fd), h->config->limits.pool_max_idle,
-		 h->config->limits.pool_idle_timeout_ms);
+	pool_put(h->proxy.pool, key, conn_new(h->proxy.loop, fd), false,
+		 h->config->limits.pool_max_idle, h->config->limits.pool_idle_timeout_ms);
 }
 
 /* 9. Retry-Ambiguous needs a try whose request was written (SPEC: "no
