@@ -662,9 +662,13 @@ void exchange_break_response(struct exchange *ex, const char *why)
 {
 	/* a body the client reads until the close (close-delimited, or chunked
 	 * decoded for an HTTP/1.0 client) looks complete after a clean close,
-	 * cut short or not: reset instead, so the client sees the error */
+	 * cut short or not: reset instead, so the client sees the error. So
+	 * does a chunked one whose last chunk went out, cut in its trailer
+	 * section (RFC 9112 section 8: complete once the last chunk came) */
 	bool until_close = ex->response_body.mode == BODY_MODE_UNTIL_CLOSE ||
-			   ex->response_body.mode == BODY_MODE_CHUNKED_DECODE;
+			   ex->response_body.mode == BODY_MODE_CHUNKED_DECODE ||
+			   (ex->response_body.mode == BODY_MODE_CHUNKED &&
+			    http1_chunked_past_last_chunk(&ex->response_body.chunked));
 
 	exchange_close(ex, until_close ? EXCHANGE_END_RESET : EXCHANGE_END_BROKEN, why);
 }

@@ -281,6 +281,11 @@ enum http1_chunk_step http1_chunked_step(struct http1_chunked *dec, const char *
 /* True once DONE has been returned. */
 bool http1_chunked_done(const struct http1_chunked *dec);
 
+/* True once the last chunk's line (size 0) was stepped over: a recipient
+ * that got it takes the body as complete (RFC 9112 section 8), whether the
+ * trailer section after it ended or not. */
+bool http1_chunked_past_last_chunk(const struct http1_chunked *dec);
+
 /* True once a trailer field's first byte was stepped over. */
 static inline bool http1_chunked_has_trailer(const struct http1_chunked *dec)
 {

@@ -50,6 +50,11 @@ bool http1_chunked_done(const struct http1_chunked *dec)
 	return dec->state == HTTP1_CS_DONE;
 }
 
+bool http1_chunked_past_last_chunk(const struct http1_chunked *dec)
+{
+	return dec->state >= HTTP1_CS_TRAILER0 && dec->state < HTTP1_CS_ERROR;
+}
+
 /* The error state for a byte that does not belong in a chunk-size line. */
 static int http1_chunk_line_error(int state, char c)
 {

@@ -7,7 +7,8 @@ a client that reads a response head and then nothing for longer than
 client_timeout; a keep-alive connection that sends a large head after a
 reload raised max_header_bytes.
 Origin: a raw server that starts a chunked 200 ("hello") and closes in its
-middle; raw servers that answer 200 as soon as they have a request head,
+middle; one that sends a chunked 200's last chunk and closes inside the
+trailer section that follows; raw servers that answer 200 as soon as they have a request head,
 leaving the body unread, one with a Content-Length, one with a body
 delimited by the close that stops after a few bytes; the test origin (/close/N: N bytes delimited by the close); a
 closed port.
@@ -21,6 +22,10 @@ Must hold:
   delimits by closing, sees a reset when the upstream breaks off, never a
   clean close after the cut body (an HTTP/1.1 client gets the chunked
   framing without its last chunk);
+- an HTTP/1.1 client whose chunked response the upstream breaks off in
+  its trailer section, after the last chunk went out, sees a reset too:
+  RFC 9112 section 8 has a chunked body complete once its last chunk
+  came, so a clean close would pass the cut response off as whole;
 - an HTTP/1.0 client that asked for keep-alive gets the proxy's own 502
   with Connection: keep-alive, and its next request on the connection is
   answered;
@@ -68,6 +73,8 @@ listen:
     upstream: http://127.0.0.1:@EARLY@
   - address: 127.0.0.1:@PORT4@
     upstream: http://127.0.0.1:@EARLY_UNTIL_CLOSE@
+  - address: 127.0.0.1:@PORT5@
+    upstream: http://127.0.0.1:@TRAILER_CUT@
 log: { level: info, format: text }
 limits:
   drain_timeout: 2s
@@ -102,6 +109,18 @@ def chunked_cut(conn, server):
     time.sleep(0.3)
 
 
+def trailer_cut(conn, server):
+    # the last chunk, then (once the proxy passed it on) the start of a
+    # trailer section, and the close inside it
+    rawserver.read_head(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n")
+    time.sleep(0.3)
+    conn.sendall(b"X-Checksum: 1")
+    time.sleep(0.1)
+    conn.shutdown(socket.SHUT_WR)
+    time.sleep(0.3)
+
+
 def answer_early(conn, server):
     # a whole 200 after the head, the body left unread; the connection
     # stays open, reading on, as a server that discards the body would
@@ -126,9 +145,12 @@ def scenario(t):
     t.defer(early.stop)
     early_until_close = rawserver.RawServer(answer_early_until_close, conn_timeout=10 * h.SLOW)
     t.defer(early_until_close.stop)
+    cut_in_trailer = rawserver.RawServer(trailer_cut)
+    t.defer(cut_in_trailer.stop)
     origin = t.origin()
     proxy = t.proxy(CONFIG, RAW=raw.port, DEAD=h.closed_port(), ORIGIN=origin.port,
-                    EARLY=early.port, EARLY_UNTIL_CLOSE=early_until_close.port)
+                    EARLY=early.port, EARLY_UNTIL_CLOSE=early_until_close.port,
+                    TRAILER_CUT=cut_in_trailer.port)
 
     @t.check("HTTP/1.0 client, chunked response cut by the upstream: a reset, not a clean close")
     def _():
@@ -142,6 +164,18 @@ def scenario(t):
             s.sendall(b"GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n")
             data, end = h.read_to_end(s)
         h.ok(data.endswith(b"5\r\nhello\r\n"), "HTTP/1.1: chunked, no last chunk: %r" % data)
+
+    @t.check("HTTP/1.1 client, chunked response cut by the upstream in its trailer section, after "
+             "the last chunk went out: a reset, not a clean close")
+    def _():
+        with socket.create_connection(("127.0.0.1", proxy.port(5))) as s:
+            s.sendall(b"GET /x HTTP/1.1\r\nHost: a.example\r\nTE: trailers\r\n\r\n")
+            data, end = h.read_to_end(s)
+        # RFC 9112 section 8: a chunked body is complete once its last
+        # chunk came; a clean close would pass the cut one off as whole
+        h.ok(data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"5\r\nhello\r\n0\r\n"),
+             "the body up to its last chunk, the trailer's start held: %r" % data)
+        h.eq(end, "RST", "how the connection ended")
 
     @t.check("HTTP/1.0 keep-alive client: the proxy's own 502 says keep-alive, the next request works")
     def _():

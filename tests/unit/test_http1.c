@@ -1466,7 +1466,8 @@ static void test_chunked_steps(void **state)
 }
 
 /* A trailer section in pieces: TRAILER steps, then DONE; without one the
- * last chunk and the empty line are one step. */
+ * last chunk and the empty line are one step. Past the last chunk's line
+ * from its LF on, not before. */
 static void test_chunked_trailer_steps(void **state)
 {
 	static const char body[] = "0\r\nA: b\r\nC: d\r\n\r\n";
@@ -1475,15 +1476,29 @@ static void test_chunked_trailer_steps(void **state)
 	size_t n;
 
 	http1_chunked_init(&dec, 64);
-	assert_int_equal(http1_chunked_step(&dec, body, 3, &n, &error), HTTP1_CHUNK_FRAMING);
-	assert_int_equal(n, 3);
+	assert_false(http1_chunked_past_last_chunk(&dec));
+	assert_int_equal(http1_chunked_step(&dec, body, 2, &n, &error), HTTP1_CHUNK_FRAMING);
+	assert_false(http1_chunked_past_last_chunk(&dec));
+	assert_int_equal(http1_chunked_step(&dec, body + 2, 1, &n, &error), HTTP1_CHUNK_FRAMING);
+	assert_int_equal(n, 1);
+	assert_true(http1_chunked_past_last_chunk(&dec));
 	assert_int_equal(http1_chunked_step(&dec, body + 3, 6, &n, &error), HTTP1_CHUNK_TRAILER);
+	assert_true(http1_chunked_past_last_chunk(&dec));
 	assert_int_equal(n, 6);
 	assert_int_equal(http1_chunked_step(&dec, body + 9, 6, &n, &error), HTTP1_CHUNK_TRAILER);
 	assert_int_equal(n, 6);
 	assert_int_equal(http1_chunked_step(&dec, body + 15, 2, &n, &error), HTTP1_CHUNK_DONE);
 	assert_int_equal(n, 2);
 	assert_true(http1_chunked_has_trailer(&dec));
+
+	/* a chunk of data is no last chunk, nor is a size 0 line's start */
+	http1_chunked_init(&dec, 64);
+	assert_int_equal(http1_chunked_step(&dec, S("1\r\n"), &n, &error), HTTP1_CHUNK_FRAMING);
+	assert_false(http1_chunked_past_last_chunk(&dec));
+	assert_int_equal(http1_chunked_step(&dec, S("x\r\n0;e=1\r"), &n, &error), HTTP1_CHUNK_DATA);
+	assert_int_equal(http1_chunked_step(&dec, S("\r\n0;e=1\r"), &n, &error),
+			 HTTP1_CHUNK_FRAMING);
+	assert_false(http1_chunked_past_last_chunk(&dec));
 
 	http1_chunked_init(&dec, 64);
 	assert_int_equal(http1_chunked_step(&dec, S("0\r\n\r\nNEXT"), &n, &error),
