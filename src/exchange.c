@@ -447,7 +447,14 @@ void exchange_end_try(struct exchange_try *t, bool reusable)
 			 * conn running now returns: a stale connection's
 			 * replacement takes it at once */
 			conn_on_closed_now(t->up);
-			conn_free(t->up);
+			/* a chunked body cut after its last chunk went upstream
+			 * is complete to the upstream after a FIN (RFC 9112
+			 * section 8): a reset tells it the request was not */
+			if (!ex->request_body.done && ex->request_body.mode == BODY_MODE_CHUNKED &&
+			    http1_chunked_past_last_chunk(&ex->request_body.chunked))
+				conn_free_reset(t->up);
+			else
+				conn_free(t->up);
 		}
 		t->up = NULL;
 	}

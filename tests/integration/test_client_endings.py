@@ -8,7 +8,8 @@ client_timeout; a keep-alive connection that sends a large head after a
 reload raised max_header_bytes.
 Origin: a raw server that starts a chunked 200 ("hello") and closes in its
 middle; one that sends a chunked 200's last chunk and closes inside the
-trailer section that follows; raw servers that answer 200 as soon as they have a request head,
+trailer section that follows; one that reads a request to the end of its
+connection and notes whether that came as a FIN or a reset; raw servers that answer 200 as soon as they have a request head,
 leaving the body unread, one with a Content-Length, one with a body
 delimited by the close that stops after a few bytes; the test origin (/close/N: N bytes delimited by the close); a
 closed port.
@@ -25,7 +26,10 @@ Must hold:
 - an HTTP/1.1 client whose chunked response the upstream breaks off in
   its trailer section, after the last chunk went out, sees a reset too:
   RFC 9112 section 8 has a chunked body complete once its last chunk
-  came, so a clean close would pass the cut response off as whole;
+  came, so a clean close would pass the cut response off as whole; and a
+  client that leaves in its streamed chunked request body's trailer
+  section, after the last chunk went upstream, has the upstream's
+  connection reset, never closed cleanly after a body that looks whole;
 - an HTTP/1.0 client that asked for keep-alive gets the proxy's own 502
   with Connection: keep-alive, and its next request on the connection is
   answered;
@@ -75,6 +79,8 @@ listen:
     upstream: http://127.0.0.1:@EARLY_UNTIL_CLOSE@
   - address: 127.0.0.1:@PORT5@
     upstream: http://127.0.0.1:@TRAILER_CUT@
+  - address: 127.0.0.1:@PORT6@
+    upstream: http://127.0.0.1:@ENDINGS@
 log: { level: info, format: text }
 limits:
   drain_timeout: 2s
@@ -121,6 +127,27 @@ def trailer_cut(conn, server):
     time.sleep(0.3)
 
 
+class Endings(rawserver.RawServer):
+    """Reads each connection to its end and keeps what came and how it
+    ended: (bytes, "FIN" or "RST")."""
+
+    def __init__(self):
+        self.ended = []
+        super().__init__(conn_timeout=10 * h.SLOW)
+
+    def serve(self, conn, cid):
+        data = b""
+        try:
+            while True:
+                got = conn.recv(65536)
+                if not got:
+                    self.ended.append((data, "FIN"))
+                    return
+                data += got
+        except ConnectionResetError:
+            self.ended.append((data, "RST"))
+
+
 def answer_early(conn, server):
     # a whole 200 after the head, the body left unread; the connection
     # stays open, reading on, as a server that discards the body would
@@ -147,10 +174,12 @@ def scenario(t):
     t.defer(early_until_close.stop)
     cut_in_trailer = rawserver.RawServer(trailer_cut)
     t.defer(cut_in_trailer.stop)
+    endings = Endings()
+    t.defer(endings.stop)
     origin = t.origin()
     proxy = t.proxy(CONFIG, RAW=raw.port, DEAD=h.closed_port(), ORIGIN=origin.port,
                     EARLY=early.port, EARLY_UNTIL_CLOSE=early_until_close.port,
-                    TRAILER_CUT=cut_in_trailer.port)
+                    TRAILER_CUT=cut_in_trailer.port, ENDINGS=endings.port)
 
     @t.check("HTTP/1.0 client, chunked response cut by the upstream: a reset, not a clean close")
     def _():
@@ -176,6 +205,22 @@ def scenario(t):
         h.ok(data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"5\r\nhello\r\n0\r\n"),
              "the body up to its last chunk, the trailer's start held: %r" % data)
         h.eq(end, "RST", "how the connection ended")
+
+    @t.check("a client that leaves in its chunked request body's trailer section, after the last "
+             "chunk went upstream: the upstream's connection ends with a reset, not a clean close")
+    def _():
+        with socket.create_connection(("127.0.0.1", proxy.port(6))) as s:
+            s.sendall(b"POST /upload HTTP/1.1\r\nHost: a.example\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n")
+            time.sleep(0.3)
+            s.sendall(b"X-Checksum: 1")
+            time.sleep(0.2)
+        h.wait_until(lambda: endings.ended, 5, "the upstream's connection ends")
+        data, end = endings.ended[0]
+        h.ok(data.endswith(b"5\r\nhello\r\n0\r\n"), "the upstream got the last chunk: %r" % data)
+        # RFC 9112 section 8: complete once the last chunk came; a FIN would
+        # let the upstream act on a request whose client gave up
+        h.eq(end, "RST", "how the upstream's connection ended")
 
     @t.check("HTTP/1.0 keep-alive client: the proxy's own 502 says keep-alive, the next request works")
     def _():
