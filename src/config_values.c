@@ -677,26 +677,39 @@ void config_values_format_ms(uint64_t ms, char *buf, size_t size)
 		snprintf(buf, size, "%llums", (unsigned long long)ms);
 }
 
-/* The admin endpoint's check, kept here so that --explain makes it too. */
+/* addr (len bytes) into out, an IPv4-mapped [::ffff:a.b.c.d] as the IPv4
+ * address it is on the wire; false when it does not fit. */
+static bool config_values_unmapped(const struct sockaddr *addr, socklen_t len,
+				   struct sockaddr_storage *out)
+{
+	const struct sockaddr_in6 *six = (const struct sockaddr_in6 *)addr;
+	struct sockaddr_in *four = (struct sockaddr_in *)out;
+
+	if (len > sizeof(*out))
+		return false;
+	memset(out, 0, sizeof(*out));
+	if (addr->sa_family != AF_INET6 || len < sizeof(*six) ||
+	    !IN6_IS_ADDR_V4MAPPED(&six->sin6_addr)) {
+		memcpy(out, addr, len);
+		return true;
+	}
+	four->sin_family = AF_INET;
+	four->sin_port = six->sin6_port;
+	memcpy(&four->sin_addr, &six->sin6_addr.s6_addr[12], 4);
+	return true;
+}
+
+/* The admin endpoint's check, kept here so that --explain makes it too.
+ * Both sides are unmapped: a socket bound to [::ffff:127.0.0.1] takes the
+ * IPv4 connects to 127.0.0.1, whichever family the target was written in. */
 bool config_values_connect_reaches(const struct sockaddr_storage *bound,
 				   const struct sockaddr *addr, socklen_t len)
 {
-	struct sockaddr_storage dest;
+	struct sockaddr_storage dest, at;
 
-	if (len > sizeof(dest))
+	if (!config_values_unmapped(addr, len, &dest) ||
+	    !config_values_unmapped((const struct sockaddr *)bound, sizeof(*bound), &at))
 		return false;
-	memset(&dest, 0, sizeof(dest));
-	memcpy(&dest, addr, len);
-	if (dest.ss_family == AF_INET6 &&
-	    IN6_IS_ADDR_V4MAPPED(&((const struct sockaddr_in6 *)addr)->sin6_addr)) {
-		const struct sockaddr_in6 *six = (const struct sockaddr_in6 *)addr;
-		struct sockaddr_in *four = (struct sockaddr_in *)&dest;
-
-		memset(&dest, 0, sizeof(dest));
-		four->sin_family = AF_INET;
-		four->sin_port = six->sin6_port;
-		memcpy(&four->sin_addr, &six->sin6_addr.s6_addr[12], 4);
-	}
 	/* a connect to 0.0.0.0 or :: reaches this host's loopback */
 	if (config_values_is_wildcard(&dest)) {
 		if (dest.ss_family == AF_INET)
@@ -704,9 +717,9 @@ bool config_values_connect_reaches(const struct sockaddr_storage *bound,
 		else
 			((struct sockaddr_in6 *)&dest)->sin6_addr = in6addr_loopback;
 	}
-	if (config_values_same_address(bound, &dest))
+	if (config_values_same_address(&at, &dest))
 		return true;
 	/* a socket on every address is on loopback too */
-	return config_values_addr_port(bound) == config_values_addr_port(&dest) &&
-	       config_values_is_wildcard(bound) && config_values_is_loopback(&dest);
+	return config_values_addr_port(&at) == config_values_addr_port(&dest) &&
+	       config_values_is_wildcard(&at) && config_values_is_loopback(&dest);
 }

@@ -81,7 +81,8 @@ uint16_t config_values_addr_port(const struct sockaddr_storage *addr);
 bool config_values_same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 
 /* Whether a connect to addr (len bytes) reaches a socket bound to bound:
- * the same address and port, an IPv4-mapped IPv6 address as its IPv4 one,
+ * the same address and port, an IPv4-mapped IPv6 address (on either side)
+ * as its IPv4 one,
  * 0.0.0.0 and :: as this host's loopback, and when bound is a wildcard
  * every loopback address with its port. */
 bool config_values_connect_reaches(const struct sockaddr_storage *bound,

@@ -33,8 +33,15 @@ does an HTTP/1.1 request without one (RFC 9112 section 3.2; HTTP/1.0
 without one is served). A target that starts with // is an origin-form
 path (RFC 9112 section 3.2.1), not a host and a path: //localhost/config
 with a rebound Host gets 403, and with a loopback Host 404.
+An admin written as an IPv4-mapped IPv6 address, [::ffff:127.0.0.1]:PORT
+(a loopback address, so allowed without admin_remote, and reached by
+IPv4 connects to 127.0.0.1), is refused the same way, whether the target
+names 127.0.0.1 or [::ffff:127.0.0.1] (before, only a target in the
+admin's own family was compared, and both were served /config).
 """
 
+
+import socket
 
 import harness as h
 
@@ -48,6 +55,29 @@ limits:
 defaults:
   retry: { max_attempts: 2, initial_backoff: 10ms, jitter: 0ms }
 """
+
+CONFIG_MAPPED = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+admin: "[::ffff:127.0.0.1]:@PORT1@"
+log: { level: debug, format: text }
+limits:
+  drain_timeout: 2s
+defaults:
+  retry: { max_attempts: 1 }
+"""
+
+
+def ipv4_mapped_bindable():
+    """Whether an IPv6 socket can bind ::ffff:127.0.0.1 (no IPv6 at all, or
+    a kernel with bindv6only, cannot)."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind(("::ffff:127.0.0.1", 0))
+        return True
+    except OSError:
+        return False
 
 
 def scenario(t):
@@ -150,6 +180,24 @@ def scenario(t):
             h.eq(r.status, 404, "status for %s with Host: 127.0.0.1" % target)
         h.eq(admin_get("127.0.0.1:%d" % admin, "/config?x=//localhost/").status, 200,
              "status for /config?x=//localhost/")
+
+    name = "an admin on [::ffff:127.0.0.1]: through the proxy, 127.0.0.1 and [::ffff:127.0.0.1] get 403"
+    if not ipv4_mapped_bindable():
+        t.skip(name, "this host cannot bind an IPv4-mapped IPv6 address")
+        return
+    mapped = t.proxy(CONFIG_MAPPED)
+    mapped_admin = mapped.port(1)
+
+    @t.check(name)
+    def _():
+        for url in ("http://127.0.0.1:%d/config" % mapped_admin,
+                    "http://[::ffff:127.0.0.1]:%d/config" % mapped_admin):
+            r = h.curl(url, proxy=mapped.url)
+            h.check_error_response(r, 403, ("admin",))
+            h.eq(h.access_fields(mapped.access_one(url)).get("tries"), "forbidden", "tries")
+        h.eq([ln for ln in mapped.stderr_lines() if "admin: /" in ln], [], "admin requests served")
+        h.eq(h.curl("http://127.0.0.1:%d/healthz" % mapped_admin).status, 200,
+             "the admin asked directly")
 
 
 h.run(scenario, __doc__)
