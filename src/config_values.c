@@ -2,12 +2,16 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
+#include <ifaddrs.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "xmalloc.h"
 
@@ -677,6 +681,61 @@ void config_values_format_ms(uint64_t ms, char *buf, size_t size)
 		snprintf(buf, size, "%llums", (unsigned long long)ms);
 }
 
+/* Whether one of this host's interfaces has addr (getifaddrs: a request to
+ * the kernel, no traffic). A kernel that cannot be asked counts as yes: the
+ * caller then refuses the connect, the safe side. */
+static bool config_values_on_interface(const struct sockaddr_storage *addr)
+{
+	struct ifaddrs *list;
+	bool found = false;
+
+	if (getifaddrs(&list) < 0)
+		return true;
+	for (const struct ifaddrs *ifa = list; ifa != NULL && !found; ifa = ifa->ifa_next) {
+		const struct sockaddr *a = ifa->ifa_addr;
+
+		if (a == NULL || a->sa_family != addr->ss_family)
+			continue;
+		if (a->sa_family == AF_INET)
+			found = memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+				       &((const struct sockaddr_in *)addr)->sin_addr,
+				       sizeof(struct in_addr)) == 0;
+		else
+			found = memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+				       &((const struct sockaddr_in6 *)addr)->sin6_addr,
+				       sizeof(struct in6_addr)) == 0;
+	}
+	freeifaddrs(list);
+	return found;
+}
+
+/* Whether addr is one of this host's own addresses. A bind to it (no port
+ * taken) that fails with "no such address" says no at once, the usual
+ * answer for an upstream elsewhere; otherwise the interfaces decide, since
+ * with net.ipv4.ip_nonlocal_bind on a bind takes any address. */
+static bool config_values_is_own_address(const struct sockaddr_storage *addr)
+{
+	struct sockaddr_storage probe = *addr;
+	socklen_t len = addr->ss_family == AF_INET ? sizeof(struct sockaddr_in)
+						   : sizeof(struct sockaddr_in6);
+	int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+	bool elsewhere = false;
+
+	if (fd >= 0) {
+#ifdef IP_BIND_ADDRESS_NO_PORT
+		setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+#else
+		(void)one;
+#endif
+		((struct sockaddr_in *)&probe)->sin_port = 0; /* same place in both */
+		elsewhere = bind(fd, (const struct sockaddr *)&probe, len) < 0 &&
+			    errno == EADDRNOTAVAIL;
+		close(fd);
+	}
+	return !elsewhere && config_values_on_interface(addr);
+}
+
 /* addr (len bytes) into out, an IPv4-mapped [::ffff:a.b.c.d] as the IPv4
  * address it is on the wire; false when it does not fit. */
 static bool config_values_unmapped(const struct sockaddr *addr, socklen_t len,
@@ -719,7 +778,12 @@ bool config_values_connect_reaches(const struct sockaddr_storage *bound,
 	}
 	if (config_values_same_address(&at, &dest))
 		return true;
-	/* a socket on every address is on loopback too */
-	return config_values_addr_port(&at) == config_values_addr_port(&dest) &&
-	       config_values_is_wildcard(&at) && config_values_is_loopback(&dest);
+	if (config_values_addr_port(&at) != config_values_addr_port(&dest) ||
+	    !config_values_is_wildcard(&at))
+		return false;
+	/* a socket on every address is on loopback too, and on each of this
+	 * host's own addresses ([::] on the IPv4 ones as well) */
+	return config_values_is_loopback(&dest) ||
+	       ((at.ss_family == dest.ss_family || at.ss_family == AF_INET6) &&
+		config_values_is_own_address(&dest));
 }

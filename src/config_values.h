@@ -84,7 +84,8 @@ bool config_values_same_address(const struct sockaddr_storage *a, const struct s
  * the same address and port, an IPv4-mapped IPv6 address (on either side)
  * as its IPv4 one,
  * 0.0.0.0 and :: as this host's loopback, and when bound is a wildcard
- * every loopback address with its port. */
+ * every loopback address and every address of this host's interfaces
+ * (no traffic) with its port. */
 bool config_values_connect_reaches(const struct sockaddr_storage *bound,
 				   const struct sockaddr *addr, socklen_t len);
 

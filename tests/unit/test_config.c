@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -1526,6 +1527,56 @@ static void test_connect_reaches(void **state)
 	}
 }
 
+/* A socket bound to 0.0.0.0 or [::] takes connects to every address of
+ * this host, not only its loopback ones: the machine's own interface
+ * addresses (found with getifaddrs, no traffic) reach it on its port, and
+ * not on another port. Skipped on a host with loopback alone. */
+static void test_connect_reaches_own_addresses(void **state)
+{
+	struct ifaddrs *list, *ifa;
+	int seen = 0;
+
+	(void)state;
+	if (getifaddrs(&list) < 0)
+		skip();
+	for (ifa = list; ifa != NULL; ifa = ifa->ifa_next) {
+		struct sockaddr_storage to, v4_any, v6_any;
+		socklen_t to_len, any_len;
+		const char *why;
+		char text[INET6_ADDRSTRLEN];
+		int family = ifa->ifa_addr != NULL ? ifa->ifa_addr->sa_family : AF_UNSPEC;
+
+		if (family != AF_INET && family != AF_INET6)
+			continue;
+		to_len = family == AF_INET ? sizeof(struct sockaddr_in)
+					   : sizeof(struct sockaddr_in6);
+		memset(&to, 0, sizeof(to));
+		memcpy(&to, ifa->ifa_addr, to_len);
+		if (config_values_is_loopback(&to))
+			continue;
+		((struct sockaddr_in *)&to)->sin_port = htons(9901); /* same place in both */
+		inet_ntop(family,
+			  family == AF_INET ? (void *)&((struct sockaddr_in *)&to)->sin_addr
+					    : (void *)&((struct sockaddr_in6 *)&to)->sin6_addr,
+			  text, sizeof(text));
+		assert_int_equal(config_values_address("0.0.0.0:9901", &v4_any, &any_len, &why), 0);
+		assert_int_equal(config_values_address("[::]:9901", &v6_any, &any_len, &why), 0);
+		/* [::] is dual-stack; 0.0.0.0 takes IPv4 alone */
+		if (!config_values_connect_reaches(&v6_any, (const struct sockaddr *)&to, to_len))
+			fail_msg("%s:9901 should reach [::]:9901", text);
+		if (family == AF_INET &&
+		    !config_values_connect_reaches(&v4_any, (const struct sockaddr *)&to, to_len))
+			fail_msg("%s:9901 should reach 0.0.0.0:9901", text);
+		((struct sockaddr_in *)&to)->sin_port = htons(9902);
+		if (config_values_connect_reaches(&v6_any, (const struct sockaddr *)&to, to_len))
+			fail_msg("%s:9902 should not reach [::]:9901", text);
+		seen++;
+	}
+	freeifaddrs(list);
+	if (seen == 0)
+		skip();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1569,6 +1620,7 @@ int main(void)
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_upstream_url),
 		cmocka_unit_test(test_connect_reaches),
+		cmocka_unit_test(test_connect_reaches_own_addresses),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
