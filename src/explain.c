@@ -609,12 +609,12 @@ static bool explain_body_refused(const struct config *config, const struct expla
 	return true;
 }
 
-/* Is the destination an address of the proxy's own admin endpoint, which it
- * never connects to for a client (upstream.c: 403 after the one try)? Said
- * on err. Only an address is known here: a name that resolves to it is found
- * at run time. */
-static bool explain_admin_refused(const struct config *config, const struct route_destination *dest,
-				  FILE *err)
+/* Is the destination an address of the proxy's own admin endpoint or of
+ * one of its listeners, which it never connects to for a client
+ * (upstream.c: 403 after the one try)? Said on err. Only an address is
+ * known here: a name that resolves to it is found at run time. */
+static bool explain_own_refused(const struct config *config, const struct route_destination *dest,
+				FILE *err)
 {
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
@@ -623,22 +623,38 @@ static bool explain_admin_refused(const struct config *config, const struct rout
 	unsigned char buf[sizeof(struct in6_addr)];
 	bool v6 = memchr(dest->host, ':', dest->host_len) != NULL;
 
-	if (config->admin_address == NULL || dest->host_len >= sizeof(host))
+	if (dest->host_len >= sizeof(host))
 		return false;
 	snprintf(host, sizeof(host), "%.*s", (int)dest->host_len, dest->host);
 	if (inet_pton(v6 ? AF_INET6 : AF_INET, host, buf) != 1)
 		return false;
 	snprintf(text, sizeof(text), "%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "", dest->port);
-	if (config_values_address(text, &addr, &addr_len, &why) < 0 ||
-	    !config_values_connect_reaches(&config->admin_addr, (const struct sockaddr *)&addr,
-					   addr_len))
+	if (config_values_address(text, &addr, &addr_len, &why) < 0)
 		return false;
-	fprintf(err,
-		"retryproxy: --explain: the proxy would answer 403 after one try, never "
-		"retried: %s is its own admin endpoint (admin: %s), which it does not "
-		"connect to for a client\n",
-		text, config->admin_address);
-	return true;
+	if (config->admin_address != NULL &&
+	    config_values_connect_reaches(&config->admin_addr, (const struct sockaddr *)&addr,
+					  addr_len)) {
+		fprintf(err,
+			"retryproxy: --explain: the proxy would answer 403 after one try, never "
+			"retried: %s is its own admin endpoint (admin: %s), which it does not "
+			"connect to for a client\n",
+			text, config->admin_address);
+		return true;
+	}
+	for (size_t i = 0; i < config->listener_count; i++) {
+		const struct listener_config *listen = &config->listeners[i];
+
+		if (!config_values_connect_reaches(&listen->addr, (const struct sockaddr *)&addr,
+						   addr_len))
+			continue;
+		fprintf(err,
+			"retryproxy: --explain: the proxy would answer 403 after one try, never "
+			"retried: %s is its own listener (%s), which it does not connect to for "
+			"a client (a loop)\n",
+			text, listen->address);
+		return true;
+	}
+	return false;
 }
 
 /* Say on err that the user's argument is bad and why, the argument escaped:
@@ -786,7 +802,7 @@ int explain_run(const struct config *config, const struct explain_request *reque
 	 * is what the client hears */
 	if (explain_body_refused(config, h, &body, err))
 		goto done;
-	if (explain_admin_refused(config, &dest, err))
+	if (explain_own_refused(config, &dest, err))
 		goto done;
 	retry = &dest.route->retry;
 	decision = explain_decide(config, dest.route, h, &body, &why, err);

@@ -10,6 +10,7 @@
 
 #include "client.h"
 #include "config.h"
+#include "config_values.h"
 #include "conn.h"
 #include "log.h"
 #include "proxy.h"
@@ -431,6 +432,16 @@ fail:
 		listener_free(l);
 	}
 	return -1;
+}
+
+bool listener_is_address(const struct proxy *proxy, const struct sockaddr *addr, socklen_t len)
+{
+	if (proxy->listeners == NULL)
+		return false;
+	for (const struct listener *l = proxy->listeners->first; l != NULL; l = l->next)
+		if (l->evl != NULL && config_values_connect_reaches(&l->listen->addr, addr, len))
+			return true;
+	return false;
 }
 
 void listener_close_all(struct proxy *proxy)

@@ -46,6 +46,12 @@ void listener_rebind(struct proxy *proxy);
 void listener_accept_failed(struct proxy *proxy, struct evconnlistener *evl, const char *kind,
 			    const char *address, struct event *resume_timer);
 
+/* Whether a connect to addr (len bytes) would reach one of the proxy's own
+ * listening sockets (config_values_connect_reaches()): the proxy never
+ * connects there for a client, since a CONNECT to itself would nest one
+ * tunnel in another for every CONNECT head the client sends behind it. */
+bool listener_is_address(const struct proxy *proxy, const struct sockaddr *addr, socklen_t len);
+
 /* Close every listener. */
 void listener_close_all(struct proxy *proxy);
 

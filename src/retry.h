@@ -116,7 +116,7 @@ enum try_outcome {
 	TRY_RESET,	     /* closed or reset before the whole response head */
 	TRY_TIMEOUT,	     /* no response head within try_timeout */
 	TRY_MALFORMED,	     /* the response broke HTTP/1.1 */
-	TRY_FORBIDDEN,	     /* the address is the proxy's own admin endpoint: not connected to */
+	TRY_FORBIDDEN,	     /* the proxy's own admin endpoint or listener: not connected to */
 };
 
 /* How many outcomes there are, for tables indexed by enum try_outcome. */

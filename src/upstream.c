@@ -18,6 +18,7 @@
 #include "config.h"
 #include "dns_cache.h"
 #include "happy_eyeballs.h"
+#include "listener.h"
 #include "log.h"
 #include "name_lookup.h"
 #include "proxy.h"
@@ -308,11 +309,28 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 	upstream_start_next(uc);
 }
 
+/* Why the proxy does not connect to address for anyone, or NULL: its own
+ * admin endpoint (kept from other hosts by its loopback address), or one of
+ * its own listeners (a CONNECT to itself would nest a tunnel for every
+ * CONNECT head behind it, all from one client connection). */
+static const char *upstream_own_address(const struct proxy *proxy,
+					const struct evutil_addrinfo *address)
+{
+	socklen_t len = (socklen_t)address->ai_addrlen;
+
+	if (admin_is_address(proxy->admin, address->ai_addr, len))
+		return "the proxy's own admin endpoint is not reached through it";
+	if (listener_is_address(proxy, address->ai_addr, len))
+		return "the proxy's own listener is not reached through it (a loop)";
+	return NULL;
+}
+
 /* Start the next address's attempt beside those in flight, or, with none
  * left to start and none in flight, report the last failure. */
 static void upstream_start_next(struct upstream_connect *uc)
 {
 	struct upstream_attempt *a;
+	const char *forbidden;
 	SSL *ssl = NULL;
 
 	if (uc->started == uc->count) {
@@ -323,16 +341,15 @@ static void upstream_start_next(struct upstream_connect *uc)
 		return;
 	}
 	a = uc->attempts[uc->started++];
-	if (admin_is_address(uc->proxy->admin, a->address->ai_addr,
-			     (socklen_t)a->address->ai_addrlen)) {
+	forbidden = upstream_own_address(uc->proxy, a->address);
+	if (forbidden != NULL) {
 		/* never connected to; an address of the name that is another
 		 * may still be, so this one counts as one that failed, and a
 		 * failure of the upstream's own at another address is the one
 		 * reported: the try is forbidden only when every address is */
 		if (!uc->network_failed) {
 			uc->last_failure = TRY_FORBIDDEN;
-			snprintf(uc->reason, sizeof(uc->reason), "%s",
-				 "the proxy's own admin endpoint is not reached through it");
+			snprintf(uc->reason, sizeof(uc->reason), "%s", forbidden);
 		}
 		event_active(uc->step, 0, 0);
 		return;

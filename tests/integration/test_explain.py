@@ -21,7 +21,8 @@ as for a request that asks to switch protocols, whose stdout is a GET's,
 as for an https:// URL a forward proxy client would tunnel); a bad method, URL, header line or body file, a config error
 and a request the proxy would refuse (allow_hosts: 403, a body over
 max_body_bytes: 413, but a refused host or path first, as the proxy does; its own admin address as the destination, from a
-forward URL or a sidecar's upstream:, which the proxy answers 403 after one
+forward URL or a sidecar's upstream:, or one of its own listeners from a forward
+URL (a CONNECT to itself would nest), which the proxy answers 403 after one
 try) or answers itself (TRACE or OPTIONS with Max-Forwards: 0) exit 1; an
 answer that cannot be written (stdout on /dev/full) exits 2 naming the error; a
 target within limits.max_uri_bytes in the origin-form a sidecar receives is
@@ -746,6 +747,18 @@ def scenario(t):
         # another port of the same host is an upstream like any other
         p = explain(["-c", proxy.config_path, "GET", "http://127.0.0.1:%d/" % h.closed_port()])
         h.eq(p.returncode, 0, "another port: exit code (stderr %r)" % p.stderr)
+
+    @t.check("one of the proxy's own listeners: exit 1 naming the 403 the proxy answers after "
+             "one try (a CONNECT to itself would nest), as a forward URL")
+    def _():
+        proxy = t.proxy(ADMIN_SELF)
+        for url in ("http://127.0.0.1:%d/x" % proxy.port(0),
+                    "http://[::ffff:127.0.0.1]:%d/x" % proxy.port(2)):
+            p = explain(["-c", proxy.config_path, "GET", url])
+            expect_refused(p, ["403", "own listener"], url)
+            r = h.fetch(proxy.port(0), "GET", url, url.split("/")[2])
+            h.eq((r.status, r.header("Retry-Attempts")), (403, "1"),
+                 "%s: the proxy's answer (status, Retry-Attempts)" % url)
 
     @t.check("TRACE or OPTIONS with Max-Forwards: 0: exit 1, the proxy answers it itself "
              "(200, nothing upstream); Max-Forwards: 1, or a GET, is explained")
