@@ -578,7 +578,8 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 	    (ex->state == EXCHANGE_RELAYING || (ex->resumable && ex->resume->pending)) &&
 	    ex->owner.conn != NULL) {
 		uint64_t *sent = &ex->response_body.payload_bytes;
-		uint64_t unsent = conn_output_length(ex->owner.conn);
+		uint64_t unsent = conn_output_length(ex->owner.conn) +
+				  (ex->kept_feeding ? evbuffer_get_length(ex->kept) : 0);
 
 		*sent = unsent < *sent ? *sent - unsent : 0;
 	}
@@ -1807,6 +1808,8 @@ void exchange_client_drained(struct exchange *ex)
 		t->read_paused = false;
 		conn_read_enable(t->up, true);
 		exchange_relay_response(ex);
+	} else if (ex->kept_feeding && ex->state == EXCHANGE_RELAYING) {
+		exchange_feed_kept(ex);
 	}
 	exchange_leave(ex);
 }

@@ -316,6 +316,10 @@ struct exchange {
 	uint64_t kept_retry_after_until;
 	enum retry_should kept_should;
 	bool kept_unclean; /* the kept body may be cut: delivered, it is broken off */
+	/* given back: kept now holds the body's rest in the client's framing,
+	 * handed to the client as it reads (and counted in retry_memory until
+	 * then), as a streamed response is */
+	bool kept_feeding;
 	/* it came from a hedge, not counted in retryproxy_hedges_total yet:
 	 * won if it is what the client gets in the end */
 	bool kept_hedge;
@@ -478,6 +482,8 @@ bool exchange_pass_on_parked(struct exchange *ex);
  * cancelled (gave_up=deadline, note=draining). False when none is held. */
 bool exchange_give_held(struct exchange *ex);
 void exchange_deliver_kept(struct exchange *ex);
+/* Hand the client more of a kept response given back, as it drains. */
+void exchange_feed_kept(struct exchange *ex);
 /* What is left of a wait that ends at until (a timer_now_ms() time;
  * 0 for none): a Retry-After counts from its response's head, not from
  * when a decision on it was put off to. */

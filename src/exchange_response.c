@@ -278,10 +278,11 @@ void exchange_relay_response(struct exchange *ex)
 }
 
 /* Send a response of try number held in buf (head of head_len bytes, then as
- * much body as buf has), whose head came at received, to the client.
+ * much body as buf has), whose head came at received, to the client: the
+ * head to its connection, the body in the client's framing to body_to.
  * Returns -1 if the head no longer parses. */
 static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, size_t head_len,
-				  unsigned number, time_t received)
+				  unsigned number, time_t received, struct evbuffer *body_to)
 {
 	struct http1_head *head = &exchange_response_head;
 	struct http1_framing rf;
@@ -294,7 +295,7 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
 		return -1;
 	exchange_send_response_head(ex, head, &rf, number, received);
 	evbuffer_drain(buf, head_len);
-	body_relay_move(&ex->response_body, buf, conn_output(ex->owner.conn), &error);
+	body_relay_move(&ex->response_body, buf, body_to, &error);
 	return 0;
 }
 
@@ -304,18 +305,41 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
 
 void exchange_deliver_kept(struct exchange *ex)
 {
+	struct evbuffer *rest;
+
 	if (ex->resumable && ex->resume->pending) {
 		exchange_resume_give_up(ex, "resume given up");
 		return;
 	}
+	rest = evbuffer_new();
 	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len, ex->kept_number,
-				   ex->kept_received) < 0) {
+				   ex->kept_received, rest) < 0) {
+		evbuffer_free(rest);
 		exchange_respond_error(ex, 502, "502 kept upstream response could not be re-read");
 		return;
 	}
-	/* what it held is the client's output now */
-	exchange_memory_recount(ex);
+	/* the body goes as the client takes it, not queued whole: a client
+	 * that does not read would hold up to retry_response_buffer here,
+	 * counted nowhere; it counts in retry_memory until it is written */
+	evbuffer_free(ex->kept);
+	ex->kept = rest;
+	ex->kept_feeding = true;
 	exchange_count_kept_hedge(ex, true);
+	exchange_set_state(ex, EXCHANGE_RELAYING);
+	exchange_feed_kept(ex);
+}
+
+void exchange_feed_kept(struct exchange *ex)
+{
+	struct evbuffer *out = conn_output(ex->owner.conn);
+	size_t queued = evbuffer_get_length(out);
+
+	if (queued < EXCHANGE_OUTPUT_HIGH)
+		evbuffer_remove_buffer(ex->kept, out, EXCHANGE_OUTPUT_HIGH - queued);
+	exchange_memory_recount(ex);
+	if (evbuffer_get_length(ex->kept) > 0)
+		return; /* more once the client drained it (exchange_client_drained()) */
+	ex->kept_feeding = false;
 	/* an https upstream's close-delimited body that ended without its
 	 * close_notify may have been cut: never passed on as whole */
 	if (ex->kept_unclean) {
@@ -366,7 +390,7 @@ static void exchange_pass_on_overflow(struct exchange_try *t, bool draining)
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
 	if (exchange_send_buffered(ex, t->keeping, t->keeping_head_len, t->number,
-				   t->keeping_received) < 0) {
+				   t->keeping_received, conn_output(ex->owner.conn)) < 0) {
 		exchange_break_response(ex, "kept response could not be re-read");
 		return;
 	}
