@@ -1804,12 +1804,13 @@ void exchange_client_drained(struct exchange *ex)
 	struct exchange_try *t = ex->winner;
 
 	exchange_enter(ex);
-	if (ex->state == EXCHANGE_RELAYING && t != NULL && t->read_paused) {
+	/* what was kept goes first; a winner's upstream is paused behind it */
+	if (ex->kept_feeding && ex->state == EXCHANGE_RELAYING) {
+		exchange_feed_kept(ex);
+	} else if (ex->state == EXCHANGE_RELAYING && t != NULL && t->read_paused) {
 		t->read_paused = false;
 		conn_read_enable(t->up, true);
 		exchange_relay_response(ex);
-	} else if (ex->kept_feeding && ex->state == EXCHANGE_RELAYING) {
-		exchange_feed_kept(ex);
 	}
 	exchange_leave(ex);
 }

@@ -316,10 +316,13 @@ struct exchange {
 	uint64_t kept_retry_after_until;
 	enum retry_should kept_should;
 	bool kept_unclean; /* the kept body may be cut: delivered, it is broken off */
-	/* given back: kept now holds the body's rest in the client's framing,
-	 * handed to the client as it reads (and counted in retry_memory until
-	 * then), as a streamed response is */
+	/* given back, or passed on as final while its body came: kept now
+	 * holds the body read so far in the client's framing, handed to the
+	 * client as it reads (and counted in retry_memory until then), as a
+	 * streamed response is; the winner's upstream, if any, follows */
 	bool kept_feeding;
+	short kept_closed_what; /* ... and how the winner's upstream ended meanwhile, if it did
+				 * (conn events): taken once what was kept has gone */
 	/* it came from a hedge, not counted in retryproxy_hedges_total yet:
 	 * won if it is what the client gets in the end */
 	bool kept_hedge;

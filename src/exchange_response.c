@@ -303,6 +303,8 @@ static int exchange_send_buffered(struct exchange *ex, struct evbuffer *buf, siz
  * close_notify: whole or cut, nothing tells (RFC 9112 section 9.8). */
 #define EXCHANGE_UNCLEAN_CLOSE_TEXT "upstream closed without TLS close_notify mid-body"
 
+static void exchange_closed_while_relaying(struct exchange_try *t, short what);
+
 void exchange_deliver_kept(struct exchange *ex)
 {
 	struct evbuffer *rest;
@@ -325,6 +327,8 @@ void exchange_deliver_kept(struct exchange *ex)
 	ex->kept = rest;
 	ex->kept_feeding = true;
 	exchange_count_kept_hedge(ex, true);
+	/* nothing follows it: no try relays (exchange_feed_kept()) */
+	ex->winner = NULL;
 	exchange_set_state(ex, EXCHANGE_RELAYING);
 	exchange_feed_kept(ex);
 }
@@ -333,6 +337,7 @@ void exchange_feed_kept(struct exchange *ex)
 {
 	struct evbuffer *out = conn_output(ex->owner.conn);
 	size_t queued = evbuffer_get_length(out);
+	struct exchange_try *t;
 
 	if (queued < EXCHANGE_OUTPUT_HIGH)
 		evbuffer_remove_buffer(ex->kept, out, EXCHANGE_OUTPUT_HIGH - queued);
@@ -340,6 +345,23 @@ void exchange_feed_kept(struct exchange *ex)
 	if (evbuffer_get_length(ex->kept) > 0)
 		return; /* more once the client drained it (exchange_client_drained()) */
 	ex->kept_feeding = false;
+	t = ex->winner;
+	if (t != NULL) {
+		/* passed on as final while its body came: the rest is its
+		 * upstream's */
+		evbuffer_free(ex->kept);
+		ex->kept = NULL;
+		exchange_memory_recount(ex);
+		t->read_paused = false;
+		conn_read_enable(t->up, true);
+		exchange_relay_response(ex);
+		/* its connection ended while it waited, all of it held: the
+		 * close that ends a body without framing was seen then, not
+		 * again now */
+		if (ex->kept_closed_what != 0 && ex->state == EXCHANGE_RELAYING && ex->winner == t)
+			exchange_closed_while_relaying(t, ex->kept_closed_what);
+		return;
+	}
 	/* an https upstream's close-delimited body that ended without its
 	 * close_notify may have been cut: never passed on as whole */
 	if (ex->kept_unclean) {
@@ -351,14 +373,13 @@ void exchange_feed_kept(struct exchange *ex)
 	exchange_finish(ex);
 }
 
-static void exchange_closed_while_relaying(struct exchange_try *t, short what);
-
 /* The response being kept turned out too large to keep: it becomes the
  * final response after all, what was read of it first. */
 static void exchange_pass_on_overflow(struct exchange_try *t, bool draining)
 {
 	struct exchange *ex = t->ex;
 	bool closed = t->parked_closed;
+	struct evbuffer *rest;
 
 	if (t->parked) {
 		t->parked = false;
@@ -389,19 +410,29 @@ static void exchange_pass_on_overflow(struct exchange_try *t, bool draining)
 	ex->winner = t;
 	exchange_try_set_state(t, EXCHANGE_TRY_RELAYING);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
+	rest = evbuffer_new();
 	if (exchange_send_buffered(ex, t->keeping, t->keeping_head_len, t->number,
-				   t->keeping_received, conn_output(ex->owner.conn)) < 0) {
+				   t->keeping_received, rest) < 0) {
+		evbuffer_free(rest);
 		exchange_break_response(ex, "kept response could not be re-read");
 		return;
 	}
 	evbuffer_free(t->keeping);
 	t->keeping = NULL;
-	exchange_memory_recount(ex);
-	exchange_relay_response(ex);
-	/* its connection ended while it waited, all of it held: the close
-	 * that ends a body without framing was seen then, not again now */
-	if (closed && ex->state == EXCHANGE_RELAYING && ex->winner == t)
-		exchange_closed_while_relaying(t, CONN_EOF | CONN_READING);
+	/* an earlier try's answer kept can no longer be the client's */
+	if (ex->kept != NULL) {
+		exchange_count_kept_hedge(ex, false);
+		evbuffer_free(ex->kept);
+	}
+	/* what was read of it goes as the client takes it, counted until
+	 * then, and its upstream's rest after it (exchange_feed_kept()) */
+	ex->kept = rest;
+	ex->kept_unclean = false;
+	ex->kept_feeding = true;
+	ex->kept_closed_what = closed ? CONN_EOF | CONN_READING : 0;
+	t->read_paused = true;
+	conn_read_enable(t->up, false);
+	exchange_feed_kept(ex);
 }
 
 /* Tries in flight other than t that have no answer too large to keep. */
@@ -1128,6 +1159,12 @@ static void exchange_closed_while_relaying(struct exchange_try *t, short what)
 	char tls[320];
 	const char *tls_why;
 
+	if (ex->kept_feeding) {
+		/* what was read before goes first: the end is taken after it
+		 * (exchange_feed_kept()), the bytes it may end being all there */
+		ex->kept_closed_what = what;
+		return;
+	}
 	if (what & CONN_TIMEOUT) {
 		metrics_upstream_error(ex->proxy->metrics, TRY_TIMEOUT);
 		if (ex->resumable)

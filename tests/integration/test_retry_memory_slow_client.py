@@ -23,7 +23,12 @@ Must hold:
 - each client, reading at last, gets its 503 whole, byte-exact: the first
   the kept one with Retry-Attempts: 2 (its access line written once the
   503 was queued whole, as for a streamed response), the others with
-  Retry-Attempts: 1; then the gauge is back to 0.
+  Retry-Attempts: 1; then the gauge is back to 0;
+- a chunked 503 of 16 MiB, passed on as final once it is found over what
+  can be kept: what was read of it while it was kept (8 MiB) goes to the
+  client as it reads and counts until written (before, queued at once and
+  counted nowhere), and its upstream's rest follows: the client gets the
+  whole body, byte-exact, still chunked.
 Under sanitizers the proxy runs with ASAN_OPTIONS quarantine_size_mb=8, as
 in test_download_memory, so freed buffers are not hoarded.
 """
@@ -127,6 +132,27 @@ def scenario(t):
             fl = take(c, "/slow/%d" % i, 1)
             h.ok("retry_memory" in fl.get("note", ""), "/slow/%d: note names retry_memory: %r"
                  % (i, fl))
+        h.wait_until(lambda: gauge() == 0, 5 * h.SLOW, "retry_memory_bytes back to 0")
+
+    @t.check("a 503 passed on as final while its body came, to a client that reads nothing: "
+             "what was read of it counts until written, then the rest streams")
+    def _():
+        path = "/over/0"
+        size = 16 << 20
+        origin.script(path, ["/chunked/%d?status=503&chunk=65536" % size])
+        c = h.RawConn(proxy.port(), rcvbuf=64 << 10, timeout=20 * h.SLOW)
+        t.defer(c.close)
+        c.send(h.request("GET", path, "a.example"))
+        proxy.wait_log(r"%s: retryable response (is over retry_response_buffer|does not fit)" % path,
+                       timeout=5 * h.SLOW)
+        h.wait_until(lambda: (gauge() or 0) >= 2 * MiB, 5 * h.SLOW,
+                     "retry_memory_bytes to count what was read of the 503, still queued "
+                     "(it reads %r)" % gauge())
+        r = c.read_response(timeout=20 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts"), r.framing), (503, "1", "chunked"),
+             "status, Retry-Attempts, framing")
+        h.eq(hashlib.sha256(r.body).hexdigest(), hashlib.sha256(o.pattern_bytes(size)).hexdigest(),
+             "body sha256 (length %d)" % len(r.body))
         h.wait_until(lambda: gauge() == 0, 5 * h.SLOW, "retry_memory_bytes back to 0")
 
 h.run(scenario, __doc__)
