@@ -1121,6 +1121,20 @@ static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause c
 			     exchange_held_timer_ms(ex, policy->deadline_ms - elapsed));
 }
 
+void exchange_held_input_full(struct exchange *ex)
+{
+	uint64_t now = timer_now_ms();
+	uint64_t elapsed = exchange_ms_between(ex->first_try_ms, now);
+	uint64_t deadline = ex->route->retry.deadline_ms;
+
+	/* the hold began with room in the input, its timer set for the
+	 * deadline: a close behind the bytes that filled it is looked for
+	 * from now on as for one full from the start */
+	if (elapsed < deadline)
+		exchange_timer_start(ex, exchange_held_deadline_cb, now,
+				     exchange_held_timer_ms(ex, deadline - elapsed));
+}
+
 void exchange_hold(struct exchange *ex)
 {
 	exchange_hold_as(ex, false, RETRY_CAUSE_STATUS);

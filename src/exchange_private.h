@@ -431,6 +431,10 @@ void exchange_hold(struct exchange *ex);
 /* What a HOLD verdict does: exchange_hold(), the retry it replaces counted
  * in retries_total under cause, as a backoff's is when it starts. */
 void exchange_hold_retry(struct exchange *ex, enum retry_cause cause);
+/* A held request's client input reached its limit (a next request it
+ * pipelined): look for the client's close every so often from now on,
+ * which the bytes the proxy does not read would otherwise hide. */
+void exchange_held_input_full(struct exchange *ex);
 /* Tries under way (not idle), and those of them still waiting for a
  * response head. */
 unsigned exchange_tries_left(const struct exchange *ex);

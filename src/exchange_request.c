@@ -528,6 +528,8 @@ void exchange_client_readable(struct exchange *ex)
 	else if (ex->state == EXCHANGE_RELAYING ||
 		 (ex->current != NULL && ex->current->state == EXCHANGE_TRY_WAITING))
 		exchange_pump_request_body(ex);
+	else if (ex->state == EXCHANGE_HELD && conn_input_at_limit(ex->owner.conn))
+		exchange_held_input_full(ex);
 	exchange_leave(ex);
 }
 

@@ -49,7 +49,9 @@ Must hold:
   the place among the pending retries goes to the next request; so is a
   held GET whose client pipelined a next request past that limit (its
   body unread), then left (before, the GET kept its place until its
-  deadline and was logged status=502 gave_up=deadline);
+  deadline and was logged status=502 gave_up=deadline), and one whose
+  client pipelined past that limit only after the GET was held (before,
+  the look was planned only at the hold's start: held to its deadline);
 - a request whose own tries marked the upstream down (3 refused) is held,
   then retried when the upstream is back: 200 with Retry-Attempts: 4, and
   retryproxy_retries_total counts 3 (the try after the hold too);
@@ -531,6 +533,28 @@ def scenario(t):
         t.defer(c2.close)
         c2.send(h.request("GET", "/next", "api.example"))
         h.wait_until(lambda: held(p, port) == 1, 5 * h.SLOW, "the next request held")
+        t.stop_proxy(p)
+
+    @t.check("a held GET whose client pipelines a next request past the input limit only "
+             "once it is held, then leaves, is dropped too")
+    def _():
+        port = h.closed_port()
+        conf = (CONFIG_PENDING.replace("max_pending_retries: 2", "max_pending_retries: 1")
+                + "health: { down_after: 1, probe_interval: 300ms, hold: true }\n")
+        p = t.proxy(conf, GONE=port)
+        c = h.RawConn(p.port(0))
+        c.send(h.request("GET", "/late", "api.example"))
+        # held with nothing behind it: the input fills only afterwards
+        h.wait_until(lambda: held(p, port) == 1, 10 * h.SLOW, "the GET held")
+        body = b"x" * (256 << 10)
+        c.send(h.request("POST", "/behind", "api.example", body=body))
+        h.wait_until(lambda: h.send_queue(c.local_port, p.port(0)) == 0, 5 * h.SLOW,
+                     "the pipelined request all in the proxy's kernel")
+        c.close()
+        h.wait_until(lambda: held(p, port) == 0, 5 * h.SLOW,
+                     "held back to 0 after the client left (%r)" % upstream_line(p, port))
+        entry = h.access_fields(p.access_one("/late"))
+        h.eq(entry.get("gave_up"), "client_gone", "gave_up")
         t.stop_proxy(p)
 
 
