@@ -782,8 +782,9 @@ bool config_values_connect_reaches(const struct sockaddr_storage *bound,
 	    !config_values_is_wildcard(&at))
 		return false;
 	/* a socket on every address is on loopback too, and on each of this
-	 * host's own addresses ([::] on the IPv4 ones as well) */
-	return config_values_is_loopback(&dest) ||
-	       ((at.ss_family == dest.ss_family || at.ss_family == AF_INET6) &&
-		config_values_is_own_address(&dest));
+	 * host's own addresses, of its family ([::] on the IPv4 ones as well;
+	 * 0.0.0.0 on no IPv6 one, [::1] included) */
+	if (at.ss_family != dest.ss_family && at.ss_family != AF_INET6)
+		return false;
+	return config_values_is_loopback(&dest) || config_values_is_own_address(&dest);
 }

@@ -85,7 +85,8 @@ bool config_values_same_address(const struct sockaddr_storage *a, const struct s
  * as its IPv4 one,
  * 0.0.0.0 and :: as this host's loopback, and when bound is a wildcard
  * every loopback address and every address of this host's interfaces
- * (no traffic) with its port. */
+ * (no traffic) with its port, of the families it takes: both for [::],
+ * IPv4 alone for 0.0.0.0. */
 bool config_values_connect_reaches(const struct sockaddr_storage *bound,
 				   const struct sockaddr *addr, socklen_t len);
 

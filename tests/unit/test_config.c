@@ -1501,6 +1501,11 @@ static void test_connect_reaches(void **state)
 		{ "127.0.0.1:9901", "[::1]:9901", false },
 		{ "0.0.0.0:9901", "127.0.0.2:9901", true },
 		{ "0.0.0.0:9901", "192.0.2.1:9901", false },
+		/* 0.0.0.0 takes IPv4 alone: [::1] on its port is another socket */
+		{ "0.0.0.0:9901", "[::1]:9901", false },
+		{ "0.0.0.0:9901", "[::]:9901", false },
+		{ "0.0.0.0:9901", "[::ffff:127.0.0.1]:9901", true },
+		{ "[::]:9901", "127.0.0.1:9901", true },
 		{ "[::1]:9901", "[::]:9901", true },
 		{ "[::]:9901", "[::1]:9901", true },
 		/* a socket on an IPv4-mapped address takes IPv4 connects */
