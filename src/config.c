@@ -702,11 +702,12 @@ struct config *config_load_text(const char *text, size_t len, const char *name, 
 	return config;
 }
 
-/* Load a config file; relative paths in it are relative to its directory. */
-struct config *config_load_file(const char *path, FILE *errors)
+/* Load a config file; relative paths in it are relative to its directory.
+ * With regular_only, a FIFO or a device is refused rather than waited on. */
+static struct config *config_load_path(const char *path, bool regular_only, FILE *errors)
 {
 	struct yaml_tree_rule_errors rules;
-	struct yaml_tree_node *root = yaml_tree_parse_file(path, errors, &rules);
+	struct yaml_tree_node *root = yaml_tree_parse_file(path, regular_only, errors, &rules);
 	const char *slash = strrchr(path, '/');
 	struct config *config;
 	char *dir;
@@ -726,6 +727,11 @@ struct config *config_load_file(const char *path, FILE *errors)
 	return config;
 }
 
+struct config *config_load_file(const char *path, FILE *errors)
+{
+	return config_load_path(path, false, errors);
+}
+
 /* Files config_default_path tries, in order. */
 static const char *const config_default_paths[] = {
 	"./conf/retryproxy.yaml",
@@ -743,7 +749,8 @@ const char *config_default_path(void)
 
 /* Load path or the embedded default, then hand report the errors line by
  * line: the command line prints them, a reload logs them. */
-struct config *config_load(const char *path, config_report_cb report, void *arg)
+struct config *config_load(const char *path, enum config_source source, config_report_cb report,
+			   void *arg)
 {
 	const char *name = path != NULL ? path : "<embedded>";
 	char *errors = NULL;
@@ -760,7 +767,7 @@ struct config *config_load(const char *path, config_report_cb report, void *arg)
 		return NULL;
 	}
 	if (path != NULL)
-		config = config_load_file(path, out);
+		config = config_load_path(path, source == CONFIG_SOURCE_REGULAR, out);
 	else
 		config = config_load_text(config_embedded_default, strlen(config_embedded_default),
 					  name, out);

@@ -245,9 +245,16 @@ typedef void (*config_report_cb)(const char *line, void *arg);
  * embedded default. */
 const char *config_default_path(void);
 
+/* What config_load may read: at start (and for --check, --explain) any
+ * file, a FIFO such as -c <(make-config) included, however long it takes;
+ * at a reload, from the event loop, only a regular file, since waiting on
+ * a FIFO nobody writes to, or reading /dev/zero, would stop the proxy. */
+enum config_source { CONFIG_SOURCE_ANY, CONFIG_SOURCE_REGULAR };
+
 /* Load and validate path, or the embedded default when path is NULL. On
  * error calls report once per error line, in order, and returns NULL. */
-struct config *config_load(const char *path, config_report_cb report, void *arg);
+struct config *config_load(const char *path, enum config_source source, config_report_cb report,
+			   void *arg);
 
 /* Load and validate a config file. On error prints every error to errors, one
  * per line as "file:line:col: key: message", and returns NULL. */

@@ -248,7 +248,7 @@ static void main_report(const char *line, void *arg)
 static struct config *main_load(const char *path)
 {
 	size_t count = 0;
-	struct config *config = config_load(path, main_report, &count);
+	struct config *config = config_load(path, CONFIG_SOURCE_ANY, main_report, &count);
 
 	if (config == NULL)
 		fprintf(stderr, "retryproxy: %s: %zu error%s\n", path != NULL ? path : "<embedded>",

@@ -392,7 +392,7 @@ static void proxy_load_error(const char *line, void *arg)
  * line (file:line:col: key: message), so that they follow log.format. */
 static struct config *proxy_load(const char *path)
 {
-	return config_load(path, proxy_load_error, NULL);
+	return config_load(path, CONFIG_SOURCE_REGULAR, proxy_load_error, NULL);
 }
 
 int proxy_reload(struct proxy *proxy, const char *path)

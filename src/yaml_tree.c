@@ -1,10 +1,13 @@
 #include "yaml_tree.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "file_read.h"
@@ -509,18 +512,42 @@ fail:
 	return NULL;
 }
 
-/* Read a whole file and parse it; NULL after printing the errors. */
-struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors,
+/* Read a whole file and parse it; NULL after printing the errors. With
+ * regular_only the file is opened without waiting and must be a regular
+ * file: the open of a FIFO nobody writes to, or a read of /dev/zero, would
+ * never end. */
+struct yaml_tree_node *yaml_tree_parse_file(const char *path, bool regular_only, FILE *errors,
 					    struct yaml_tree_rule_errors *rules)
 {
 	struct yaml_tree_node *root;
-	FILE *f = fopen(path, "rb");
+	int fd = open(path, O_RDONLY | O_CLOEXEC | (regular_only ? O_NONBLOCK : 0));
+	struct stat st;
+	FILE *f;
 	char *text;
 	size_t len;
 
 	*rules = (struct yaml_tree_rule_errors){ NULL, 0 };
-	if (f == NULL) {
+	if (fd < 0) {
 		fprintf(errors, "%s: cannot open: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	if (regular_only && fstat(fd, &st) < 0) {
+		fprintf(errors, "%s: cannot read: %s\n", path, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	if (regular_only && !S_ISREG(st.st_mode)) {
+		fprintf(errors,
+			"%s: cannot read: not a regular file (a reload does not wait on a FIFO or "
+			"a device)\n",
+			path);
+		close(fd);
+		return NULL;
+	}
+	f = fdopen(fd, "rb");
+	if (f == NULL) {
+		fprintf(errors, "%s: cannot read: %s\n", path, strerror(errno));
+		close(fd);
 		return NULL;
 	}
 	text = file_read_all(f, SIZE_MAX, &len);

@@ -61,8 +61,10 @@ struct yaml_tree_rule_errors {
  * to errors as "file:line:col: [path: ]message". A document read through
  * that breaks a rule of the tree is still returned, with the errors in
  * *rules, not printed, so that the rest of it can be checked too and every
- * error reported in the file's order; it must not be used then. */
-struct yaml_tree_node *yaml_tree_parse_file(const char *path, FILE *errors,
+ * error reported in the file's order; it must not be used then. With
+ * regular_only, anything but a regular file is refused without waiting
+ * (the event loop's reload must never block on a FIFO or a device). */
+struct yaml_tree_node *yaml_tree_parse_file(const char *path, bool regular_only, FILE *errors,
 					    struct yaml_tree_rule_errors *rules);
 
 /* The same from memory; name stands for the file in messages. */

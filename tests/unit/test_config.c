@@ -324,7 +324,7 @@ static void test_load_reports_lines(void **state)
 		snprintf(path, sizeof(path), "bad/%s", names[i]);
 		snprintf(expected_path, sizeof(expected_path), "bad/%.*s.expected", (int)base,
 			 names[i]);
-		assert_null(config_load(path, test_report_line, &r));
+		assert_null(config_load(path, CONFIG_SOURCE_ANY, test_report_line, &r));
 		expected = test_read_file(expected_path);
 		assert_non_null(expected);
 		for (const char *p = expected; *p != '\0'; p++)
@@ -348,7 +348,8 @@ static void test_load_reports_in_order(void **state)
 {
 	struct test_report r = { .count = 0 };
 
-	assert_null(config_load("bad/several_errors.yaml", test_report_line, &r));
+	assert_null(
+		config_load("bad/several_errors.yaml", CONFIG_SOURCE_ANY, test_report_line, &r));
 	assert_int_equal(r.count, 7);
 	assert_string_equal(r.lines[0], "bad/several_errors.yaml:6:20: routes[0].retry."
 					"max_backoff: expected a duration like 32s, got "
@@ -367,18 +368,43 @@ static void test_load_missing_file(void **state)
 {
 	struct test_report r = { .count = 0 };
 
-	assert_null(config_load("no/such/file.yaml", test_report_line, &r));
+	assert_null(config_load("no/such/file.yaml", CONFIG_SOURCE_ANY, test_report_line, &r));
 	assert_int_equal(r.count, 1);
 	assert_string_equal(r.lines[0],
 			    "no/such/file.yaml: cannot open: No such file or directory");
 	free(test_report_text(&r));
 }
 
+/* A reload's load reads a regular file only: a device (or a FIFO) is one
+ * error line, never waited on; a start's load reads it. */
+static void test_load_regular_only(void **state)
+{
+	struct test_report r = { .count = 0 };
+	struct config *config;
+
+	assert_null(config_load("/dev/null", CONFIG_SOURCE_REGULAR, test_report_line, &r));
+	assert_int_equal(r.count, 1);
+	assert_string_equal(r.lines[0], "/dev/null: cannot read: not a regular file (a reload "
+					"does not wait on a FIFO or a device)");
+	free(test_report_text(&r));
+
+	assert_null(config_load("/dev/null", CONFIG_SOURCE_ANY, test_report_line, &r));
+	assert_int_equal(r.count, 1);
+	assert_string_equal(r.lines[0], "/dev/null:1:1: the configuration is empty");
+	free(test_report_text(&r));
+
+	config = config_load("good/spec_example.yaml", CONFIG_SOURCE_REGULAR, test_report_line, &r);
+	assert_non_null(config);
+	assert_int_equal(r.count, 0);
+	config_release(config);
+}
+
 /* A good file and the embedded default (path NULL) load without a call. */
 static void test_load_good_and_embedded(void **state)
 {
 	struct test_report r = { .count = 0 };
-	struct config *config = config_load("good/spec_example.yaml", test_report_line, &r);
+	struct config *config =
+		config_load("good/spec_example.yaml", CONFIG_SOURCE_ANY, test_report_line, &r);
 
 	assert_non_null(config);
 	assert_int_equal(r.count, 0);
@@ -386,7 +412,7 @@ static void test_load_good_and_embedded(void **state)
 	assert_int_equal(config->route_count, 2);
 	config_release(config);
 
-	config = config_load(NULL, test_report_line, &r);
+	config = config_load(NULL, CONFIG_SOURCE_ANY, test_report_line, &r);
 	assert_non_null(config);
 	assert_int_equal(r.count, 0);
 	assert_string_equal(config->source, "<embedded>");
@@ -1594,6 +1620,7 @@ int main(void)
 		cmocka_unit_test(test_load_reports_lines),
 		cmocka_unit_test(test_load_reports_in_order),
 		cmocka_unit_test(test_load_missing_file),
+		cmocka_unit_test(test_load_regular_only),
 		cmocka_unit_test(test_load_good_and_embedded),
 		cmocka_unit_test(test_default_path),
 		cmocka_unit_test(test_defaults),

@@ -59,7 +59,7 @@ static struct config *test_config(const char *text)
 
 static void test_embedded_default(void **state)
 {
-	struct config *config = config_load(NULL, NULL, NULL);
+	struct config *config = config_load(NULL, CONFIG_SOURCE_ANY, NULL, NULL);
 	struct test_run run;
 
 	assert_non_null(config);
@@ -141,7 +141,7 @@ static void test_listener_choice(void **state)
 
 static void test_bad_descriptions(void **state)
 {
-	struct config *config = config_load(NULL, NULL, NULL);
+	struct config *config = config_load(NULL, CONFIG_SOURCE_ANY, NULL, NULL);
 	static const char *const bad_header[] = { "X-Ok: 1", "X-Bad\t: 2" };
 	static const char *const two_hosts[] = { "Host: a", "Host: b" };
 	static const struct {
