@@ -31,6 +31,12 @@ struct yaml_tree_builder {
 	struct yaml_tree_node *root;
 	struct yaml_tree_frame stack[YAML_TREE_MAX_DEPTH];
 	size_t depth;
+	/* A node refused whole (a complex key, one nested too deep) is read
+	 * past rather than ending the document, so that the errors after it
+	 * are reported too: skip counts the collections open inside it, and
+	 * skip_value says the refused key's value is to be read past next. */
+	size_t skip;
+	bool skip_value;
 };
 
 const char *yaml_tree_kind_name(enum yaml_tree_kind kind)
@@ -237,7 +243,7 @@ static struct yaml_tree_node *yaml_tree_node_new(enum yaml_tree_kind kind, yaml_
 }
 
 /* Hang a new node under the innermost open node, or make it the root.
- * Returns -1 when the document cannot be read further. */
+ * Returns 1 when the node was refused and freed instead (a complex key). */
 static int yaml_tree_attach(struct yaml_tree_builder *b, struct yaml_tree_node *node,
 			    yaml_mark_t mark)
 {
@@ -266,11 +272,13 @@ static int yaml_tree_attach(struct yaml_tree_builder *b, struct yaml_tree_node *
 		return 0;
 	}
 	if (node->kind != YAML_TREE_SCALAR) {
-		/* Nothing sensible can follow a complex key; stop here. */
+		/* A complex key names no setting: it and its value are read past
+		 * (the caller skips the key's own items), nothing attached. */
 		yaml_tree_error(b, mark, NULL, "a mapping key must be a scalar, not %s",
 				yaml_tree_kind_name(node->kind));
 		yaml_tree_free(node);
-		return -1;
+		b->skip_value = true;
+		return 1;
 	}
 	for (size_t i = 0; i < parent->count; i++) {
 		const struct yaml_tree_node *other = parent->entries[i].key;
@@ -325,12 +333,20 @@ static int yaml_tree_open(struct yaml_tree_builder *b, const yaml_event_t *ev,
 	if (b->depth == YAML_TREE_MAX_DEPTH) {
 		yaml_tree_error(b, ev->start_mark, NULL, "nested deeper than %d levels",
 				YAML_TREE_MAX_DEPTH);
-		return -1;
+		/* a null stands in its place, as for an alias, and its items
+		 * are read past */
+		node = yaml_tree_node_new(YAML_TREE_SCALAR, ev->start_mark);
+		node->text = xstrdup("");
+		node->plain = true;
+		b->skip = 1;
+		return yaml_tree_attach(b, node, ev->start_mark);
 	}
 	yaml_tree_check_tag(b, tag, ev->start_mark);
 	node = yaml_tree_node_new(kind, ev->start_mark);
-	if (yaml_tree_attach(b, node, ev->start_mark) < 0)
-		return -1;
+	if (yaml_tree_attach(b, node, ev->start_mark) > 0) {
+		b->skip = 1; /* the complex key's own items */
+		return 0;
+	}
 	b->stack[b->depth].node = node;
 	b->stack[b->depth].key = NULL;
 	b->depth++;
@@ -341,6 +357,22 @@ static int yaml_tree_open(struct yaml_tree_builder *b, const yaml_event_t *ev,
  * stop reading but keep the tree read so far for checking. */
 static int yaml_tree_event(struct yaml_tree_builder *b, const yaml_event_t *ev)
 {
+	bool opens = ev->type == YAML_SEQUENCE_START_EVENT || ev->type == YAML_MAPPING_START_EVENT;
+	bool closes = ev->type == YAML_SEQUENCE_END_EVENT || ev->type == YAML_MAPPING_END_EVENT;
+
+	if (b->skip > 0) {
+		b->skip += opens ? 1 : 0;
+		b->skip -= closes ? 1 : 0;
+		return 0;
+	}
+	if (b->skip_value &&
+	    (opens || ev->type == YAML_SCALAR_EVENT || ev->type == YAML_ALIAS_EVENT)) {
+		/* the value of a refused key: a scalar is dropped, a list or a
+		 * mapping read past */
+		b->skip_value = false;
+		b->skip = opens ? 1 : 0;
+		return 0;
+	}
 	switch (ev->type) {
 	case YAML_DOCUMENT_START_EVENT:
 		if (++b->documents > 1) {
