@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ca.h"
@@ -738,11 +739,16 @@ static const char *const config_default_paths[] = {
 	"/etc/retryproxy/retryproxy.yaml",
 };
 
-/* The first default config file that exists, or NULL for the embedded one. */
+/* The first default config file that exists, or NULL for the embedded one.
+ * A symlink counts even when its target is missing (a volume not mounted
+ * yet): loading it then fails naming it, where the embedded default would
+ * run a forward proxy the operator never asked for. */
 const char *config_default_path(void)
 {
+	struct stat st;
+
 	for (size_t i = 0; i < sizeof(config_default_paths) / sizeof(config_default_paths[0]); i++)
-		if (access(config_default_paths[i], F_OK) == 0)
+		if (lstat(config_default_paths[i], &st) == 0)
 			return config_default_paths[i];
 	return NULL;
 }

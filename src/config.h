@@ -241,8 +241,8 @@ extern const char config_embedded_default[];
 typedef void (*config_report_cb)(const char *line, void *arg);
 
 /* The config file to use when none was named: ./conf/retryproxy.yaml, then
- * /etc/retryproxy/retryproxy.yaml; NULL when neither exists, for the
- * embedded default. */
+ * /etc/retryproxy/retryproxy.yaml (a symlink to a missing file counts); NULL
+ * when neither exists, for the embedded default. */
 const char *config_default_path(void);
 
 /* What config_load may read: at start (and for --check, --explain) any

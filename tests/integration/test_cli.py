@@ -226,6 +226,22 @@ def scenario(t):
         h.eq((p.returncode, p.stdout.strip()), (0, "ok"), "exit code and stdout (%r)" % p.stderr)
         h.ok("checking config: ./conf/retryproxy.yaml" in p.stderr, "stderr: %r" % p.stderr)
 
+    @t.check("no -c, ./conf/retryproxy.yaml a symlink to a missing file (a volume not "
+             "mounted): --check and a start exit 1 naming it, not run the embedded default")
+    def _():
+        cwd = os.path.join(tmp, "dangling-conf")
+        os.makedirs(os.path.join(cwd, "conf"))
+        os.symlink(os.path.join(tmp, "not-mounted", "retryproxy.yaml"),
+                   os.path.join(cwd, "conf", "retryproxy.yaml"))
+        for args in (["--check"], []):
+            p = h.run_bin(args, cwd=cwd, timeout=10)
+            h.eq((p.returncode, p.stdout), (1, ""), "%s exit code and stdout (stderr %r)"
+                 % (args, p.stderr))
+            h.ok("./conf/retryproxy.yaml: cannot open: No such file or directory" in p.stderr,
+                 "%s names the file and the cause: %r" % (args, p.stderr))
+            h.ok("<embedded>" not in p.stderr, "%s took the embedded default: %r"
+                 % (args, p.stderr))
+
     @t.check("starting with a bad config exits 1 without listening")
     def _():
         path = os.path.join(tmp, "bad.yaml")
