@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -184,6 +185,16 @@ static int main_make_ca(const char *dir)
 	free(key);
 	free(abs);
 	return main_answer_written("--make-ca");
+}
+
+/* SIGTERM or SIGINT before the proxy's own handlers are in place (the
+ * config still loading, a FIFO's writer or a slow trust store awaited):
+ * nothing is open that a drain would finish, so stopping now is the clean
+ * shutdown the signal asks for, exit 0, not a death by the signal. */
+static void main_on_early_stop(int sig)
+{
+	(void)sig;
+	_exit(MAIN_EXIT_OK);
 }
 
 /* Do a and b name the same config, NULL for the embedded one? */
@@ -413,8 +424,11 @@ int main(int argc, char **argv)
 	 * again (it may have changed after this start read it) */
 	sigemptyset(&hup);
 	sigaddset(&hup, SIGHUP);
-	if (!check)
+	if (!check) {
 		sigprocmask(SIG_BLOCK, &hup, NULL);
+		signal(SIGTERM, main_on_early_stop);
+		signal(SIGINT, main_on_early_stop);
+	}
 	signals.named = config_path != NULL;
 	if (config_path == NULL) {
 		config_path = config_default_path();

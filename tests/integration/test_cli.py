@@ -518,6 +518,43 @@ def scenario(t):
             code = finish(proc)
         h.eq(code, 0, "exit code after SIGTERM (stderr %r)" % read(err)[-2000:])
 
+    @t.check("a SIGTERM or SIGINT while the config is still being read (a FIFO nobody has "
+             "written yet) is a clean shutdown: exit 0, at once")
+    def _():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            fifo = os.path.join(tmp, "unwritten-config-%d.yaml" % sig)
+            os.mkfifo(fifo)
+            proc, err = start(["-c", fifo], tmp)
+            try:
+                # the proxy blocks in the FIFO's open until a writer comes:
+                # a reader is there once a non-blocking writer's open works
+                fd = None
+
+                def reader_open():
+                    nonlocal fd
+                    try:
+                        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                    except OSError:
+                        return proc.poll() is not None
+                    return True
+
+                h.wait_until(reader_open, 15 * h.SLOW, "the proxy to open its config")
+                h.ok(fd is not None, "the proxy exited before reading its config: %r"
+                     % read(err))
+                proc.send_signal(sig)
+                try:
+                    code = proc.wait(5 * h.SLOW)
+                except subprocess.TimeoutExpired:
+                    code = "still running"
+            finally:
+                if fd is not None:
+                    os.close(fd)
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            h.eq(code, 0, "exit code after %s while starting (stderr %r)"
+                 % (signal.Signals(sig).name, read(err)[-2000:]))
+
     @t.check("a log message carrying a newline and a byte that is not UTF-8 stays one line, "
              "and one JSON object in format json")
     def _():
