@@ -20,6 +20,7 @@
 #include "config_dump.h"
 #include "config_values.h"
 #include "fleet.h"
+#include "http1_target.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
@@ -215,12 +216,26 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
 	evhttp_send_reply(req, status, admin_reason(status), body);
 }
 
+/* Is a Host field's value uri-host [":" port], or empty (RFC 9110 section
+ * 7.2, RFC 9112 section 3.2)? Its host is what the admin judges below. */
+static bool admin_host_valid(const char *value)
+{
+	const char *host;
+	size_t host_len;
+	uint16_t port;
+	bool routable;
+
+	return value[0] == '\0' ||
+	       http1_target_authority(value, strlen(value), &host, &host_len, &port, &routable);
+}
+
 /* Can the request's body be told from what follows it? Not when it has two
  * Content-Length fields that differ, a Transfer-Encoding with a
  * Content-Length, or a Transfer-Encoding other than a lone chunked (the
  * only coding evhttp takes apart); RFC 9112 section 6.3 wants a 400 and
  * the connection closed then. Nor is a request with two Host fields one to
- * answer, nor an HTTP/1.1 one with none (section 3.2). */
+ * answer, nor an HTTP/1.1 one with none, nor one whose Host is not a
+ * uri-host [":" port] (section 3.2; an empty one is allowed there). */
 static bool admin_framing_ok(struct evhttp_request *req)
 {
 	const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
@@ -230,7 +245,8 @@ static bool admin_framing_ok(struct evhttp_request *req)
 	bool chunked = false;
 
 	TAILQ_FOREACH(field, headers, next) {
-		if (evutil_ascii_strcasecmp(field->key, "Host") == 0 && ++hosts > 1)
+		if (evutil_ascii_strcasecmp(field->key, "Host") == 0 &&
+		    (++hosts > 1 || !admin_host_valid(field->value)))
 			return false;
 		if (evutil_ascii_strcasecmp(field->key, "Content-Length") == 0) {
 			if (length != NULL && strcmp(length, field->value) != 0)
@@ -338,8 +354,9 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 		/* whatever follows may be this body or a next request */
 		status = 400;
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-		evbuffer_add_printf(body, "bad request: no Host field or two, or a body length "
-					  "that is ambiguous\n");
+		evbuffer_add_printf(body,
+				    "bad request: no Host field, two, or an invalid one, or a "
+				    "body length that is ambiguous\n");
 	} else if (!admin_host_ok(admin, req, uri)) {
 		status = 403;
 		evbuffer_add_printf(

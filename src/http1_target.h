@@ -2,7 +2,8 @@
 #define RETRYPROXY_HTTP1_TARGET_H
 
 /* The request-target and uri-host grammar, shared by the head parser and the
- * framing check inside http1.c and http1_target.c; callers elsewhere read
+ * framing check inside http1.c and http1_target.c, and by the admin's Host
+ * check (evhttp parses its requests); other callers read
  * head->parsed_target. */
 
 #include <stdbool.h>

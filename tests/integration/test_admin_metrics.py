@@ -300,6 +300,24 @@ def scenario(t):
                      "the connection stayed open after %r; then: %r" % (fields, bytes(c.buf[:80])))
 
 
+    @t.check("a Host that is not a valid uri-host[:port] (a port that is no number, userinfo, "
+             "a space, an unclosed IPv6 bracket) -> 400 and the connection closes, as RFC 9112 "
+             "section 3.2 asks; valid ones are served")
+    def _():
+        for host in (b"127.0.0.1:x", b"localhost:80@evil.example", b"127.0.0.1 evil.example",
+                     b"[::1", b"[::1]x", b"localhost/x", b"127.0.0.1:9901:1", b"local%zzhost"):
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                c.send(b"GET /healthz HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
+                       b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                r = c.read_head()
+                h.eq(r.status, 400, "status for Host %r" % host)
+                c.read_exact(int(r.header("Content-Length") or 0))
+                h.ok(c.closed_within(2 * h.SLOW),
+                     "the connection stayed open after Host %r; then: %r" % (host, bytes(c.buf[:80])))
+        for host in (b"127.0.0.1", b"127.0.0.1:", b"[::1]:9901", b"localhost:9901", b"LOCALHOST"):
+            r = h.fetch(proxy.port(1), "GET", "/healthz", host.decode())
+            h.eq(r.status, 200, "status for Host %r" % host)
+
     @t.check("the admin's own requests give no access-log line: every line is a proxied "
              "request's")
     def _():
