@@ -213,6 +213,11 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
 	}
 	if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD)
 		evbuffer_drain(body, evbuffer_get_length(body));
+	/* evhttp answers in the request's version: a later 1.x (HTTP/1.2,
+	 * which does not exist) gets the 1.1 spoken here (RFC 9110 section
+	 * 2.5), which frames and keeps alive the same */
+	if (req->major == 1 && req->minor > 1)
+		req->minor = 1;
 	evhttp_send_reply(req, status, admin_reason(status), body);
 }
 

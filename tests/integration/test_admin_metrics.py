@@ -95,6 +95,16 @@ def scenario(t):
         h.ok((r.header("Content-Type") or "").startswith("text/plain"),
              "Content-Type %r" % r.header("Content-Type"))
 
+    @t.check("a request in HTTP/1.2 or 1.9 (a later 1.x) is answered in HTTP/1.1, the "
+             "version the admin speaks, not an HTTP/1.2 that does not exist")
+    def _():
+        for version in (b"HTTP/1.2", b"HTTP/1.9"):
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                c.send(b"GET /healthz " + version + b"\r\nHost: 127.0.0.1\r\n"
+                       b"Connection: close\r\n\r\n")
+                data = c.read_to_close()
+            h.eq(data.split(b"\r\n", 1)[0], b"HTTP/1.1 200 OK", "status line for %r" % version)
+
     @t.check("GET /config -> YAML that retryproxy --check accepts, with the route's policy resolved")
     def _():
         r = h.curl(admin + "/config", check=True)
