@@ -118,13 +118,18 @@ static void admin_conns_check_cb(evutil_socket_t fd, short what, void *arg)
  * answer the admin did not start (no request of it is being answered) are
  * a status line alone, as evhttp writes it, the two fields go after it,
  * before evhttp's own. Anything else (a 1xx, whose head is written whole)
- * is left as it is. */
+ * is left as it is. The line is in the request's version, as evhttp writes
+ * every answer: a later 1.x (HTTP/1.2, which does not exist) is made the
+ * 1.1 spoken here, as admin_reply() does for the admin's own answers. */
 static void admin_conns_output_cb(struct evbuffer *out, const struct evbuffer_cb_info *info,
 				  void *arg)
 {
 	struct admin_conns *conns = arg;
 	char line[64];
+	char head[sizeof(line) + sizeof(ADMIN_CONNS_ERROR_FIELDS)];
 	size_t len = info->n_added;
+	size_t minor_end = 7; /* past "HTTP/1." */
+	size_t head_len;
 
 	if (info->orig_size != 0 || len < 14 || len >= sizeof(line))
 		return;
@@ -133,10 +138,27 @@ static void admin_conns_output_cb(struct evbuffer *out, const struct evbuffer_cb
 			continue;
 		if (conns->open[i].answering || evbuffer_copyout(out, line, len) != (ev_ssize_t)len)
 			return;
-		if (memcmp(line, "HTTP/1.", 7) != 0 || line[9] == '1' ||
+		/* evhttp writes the minor version as a number, no leading 0 */
+		while (minor_end < len && line[minor_end] >= '0' && line[minor_end] <= '9')
+			minor_end++;
+		if (memcmp(line, "HTTP/1.", 7) != 0 || minor_end == 7 || minor_end + 4 > len ||
+		    line[minor_end] != ' ' || line[minor_end + 1] == '1' ||
 		    memchr(line, '\n', len) != line + len - 1 || line[len - 2] != '\r')
 			return;
-		evbuffer_add(out, ADMIN_CONNS_ERROR_FIELDS, sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
+		if (minor_end == 8 && line[7] <= '1') {
+			evbuffer_add(out, ADMIN_CONNS_ERROR_FIELDS,
+				     sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
+			return;
+		}
+		/* the line and the fields replace the line in one add: the
+		 * callback that add makes finds more than a status line */
+		head_len = 8 + len - minor_end;
+		memcpy(head, "HTTP/1.1", 8);
+		memcpy(head + 8, line + minor_end, len - minor_end);
+		memcpy(head + head_len, ADMIN_CONNS_ERROR_FIELDS,
+		       sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
+		evbuffer_drain(out, len);
+		evbuffer_add(out, head, head_len + sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
 		return;
 	}
 }

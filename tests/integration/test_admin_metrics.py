@@ -96,14 +96,22 @@ def scenario(t):
              "Content-Type %r" % r.header("Content-Type"))
 
     @t.check("a request in HTTP/1.2 or 1.9 (a later 1.x) is answered in HTTP/1.1, the "
-             "version the admin speaks, not an HTTP/1.2 that does not exist")
+             "version the admin speaks, not an HTTP/1.2 that does not exist, evhttp's own "
+             "refusals (413, 501, 400) included")
     def _():
+        requests = ((b"GET /healthz", b"", b"HTTP/1.1 200 OK"),
+                    (b"POST /healthz", b"Content-Length: 5000\r\n",
+                     b"HTTP/1.1 413 Request Entity Too Large"),
+                    (b"PROPFIND /metrics", b"", b"HTTP/1.1 501 Not Implemented"),
+                    (b"GET /healthz", b"Content-Length: x\r\n", b"HTTP/1.1 400 Bad Request"))
         for version in (b"HTTP/1.2", b"HTTP/1.9"):
-            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
-                c.send(b"GET /healthz " + version + b"\r\nHost: 127.0.0.1\r\n"
-                       b"Connection: close\r\n\r\n")
-                data = c.read_to_close()
-            h.eq(data.split(b"\r\n", 1)[0], b"HTTP/1.1 200 OK", "status line for %r" % version)
+            for line, fields, status in requests:
+                with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                    c.send(line + b" " + version + b"\r\nHost: 127.0.0.1\r\n" + fields +
+                           b"Connection: close\r\n\r\n")
+                    data = c.read_to_close()
+                h.eq(data.split(b"\r\n", 1)[0], status,
+                     "status line for %r in %r" % (line, version))
 
     @t.check("GET /config -> YAML that retryproxy --check accepts, with the route's policy resolved")
     def _():
