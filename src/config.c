@@ -739,16 +739,37 @@ static const char *const config_default_paths[] = {
 	"/etc/retryproxy/retryproxy.yaml",
 };
 
-/* The first default config file that exists, or NULL for the embedded one.
- * A symlink counts even when its target is missing (a volume not mounted
- * yet): loading it then fails naming it, where the embedded default would
- * run a forward proxy the operator never asked for. */
+/* Is there a config at path, or one missing behind a symlink? A symlink
+ * counts even when its target is missing (a volume not mounted yet), and so
+ * does a file under a directory that is such a symlink (./conf linked to a
+ * shared directory not there yet): loading it then fails naming it, where
+ * the embedded default would run a forward proxy the operator never asked
+ * for. A plain directory without the file, or none, is no config. */
+static bool config_default_present(const char *path)
+{
+	char dir[64];
+	struct stat st;
+	char *slash;
+
+	if (lstat(path, &st) == 0)
+		return true;
+	if (strlen(path) >= sizeof(dir))
+		return false;
+	strcpy(dir, path);
+	/* the deepest directory above it that is there decides */
+	while ((slash = strrchr(dir, '/')) != NULL && slash != dir) {
+		*slash = '\0';
+		if (lstat(dir, &st) == 0)
+			return S_ISLNK(st.st_mode) && stat(dir, &st) < 0;
+	}
+	return false;
+}
+
+/* The first default config file that exists, or NULL for the embedded one. */
 const char *config_default_path(void)
 {
-	struct stat st;
-
 	for (size_t i = 0; i < sizeof(config_default_paths) / sizeof(config_default_paths[0]); i++)
-		if (lstat(config_default_paths[i], &st) == 0)
+		if (config_default_present(config_default_paths[i]))
 			return config_default_paths[i];
 	return NULL;
 }

@@ -242,6 +242,39 @@ def scenario(t):
             h.ok("<embedded>" not in p.stderr, "%s took the embedded default: %r"
                  % (args, p.stderr))
 
+    @t.check("no -c, ./conf a symlink to a missing directory (a shared config dir not "
+             "there yet): --check and a start exit 1 naming the file, not run the embedded "
+             "default")
+    def _():
+        cwd = os.path.join(tmp, "dangling-conf-dir")
+        os.makedirs(cwd)
+        os.symlink(os.path.join(tmp, "not-there", "conf"), os.path.join(cwd, "conf"))
+        for args in (["--check"], []):
+            p = h.run_bin(args, cwd=cwd, timeout=10)
+            h.eq((p.returncode, p.stdout), (1, ""), "%s exit code and stdout (stderr %r)"
+                 % (args, p.stderr))
+            h.ok("./conf/retryproxy.yaml: cannot open: No such file or directory" in p.stderr,
+                 "%s names the file and the cause: %r" % (args, p.stderr))
+            h.ok("<embedded>" not in p.stderr, "%s took the embedded default: %r"
+                 % (args, p.stderr))
+
+    @t.check("no -c, ./conf a directory (or a symlink to one) without retryproxy.yaml, or a "
+             "file: the search goes on to the embedded default")
+    def _():
+        for name, make in (("plain-dir", lambda conf: os.makedirs(conf)),
+                           ("linked-dir", lambda conf: (os.makedirs(conf + "-target"),
+                                                        os.symlink(conf + "-target", conf))),
+                           ("file", lambda conf: open(conf, "w").close())):
+            cwd = os.path.join(tmp, "no-conf-" + name)
+            os.makedirs(cwd)
+            make(os.path.join(cwd, "conf"))
+            if os.path.lexists("/etc/retryproxy/retryproxy.yaml"):
+                continue  # the search would stop there instead
+            p = h.run_bin(["--check"], cwd=cwd, timeout=10)
+            h.eq((p.returncode, p.stdout.strip()), (0, "ok"), "%s: exit code and stdout (%r)"
+                 % (name, p.stderr))
+            h.ok("checking config: <embedded>" in p.stderr, "%s: stderr %r" % (name, p.stderr))
+
     @t.check("starting with a bad config exits 1 without listening")
     def _():
         path = os.path.join(tmp, "bad.yaml")
