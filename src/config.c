@@ -744,14 +744,17 @@ static const char *const config_default_paths[] = {
  * does a file under a directory that is such a symlink (./conf linked to a
  * shared directory not there yet): loading it then fails naming it, where
  * the embedded default would run a forward proxy the operator never asked
- * for. A plain directory without the file, or none, is no config. */
+ * for; so does one in a directory the proxy may not search. A plain
+ * directory without the file, or none, is no config. */
 static bool config_default_present(const char *path)
 {
 	char dir[64];
 	struct stat st;
 	char *slash;
 
-	if (lstat(path, &st) == 0)
+	/* one the proxy may not look for (EACCES on ./conf) may be there: the
+	 * load then says why it cannot be read */
+	if (lstat(path, &st) == 0 || (errno != ENOENT && errno != ENOTDIR))
 		return true;
 	if (strlen(path) >= sizeof(dir))
 		return false;

@@ -41,6 +41,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 import harness as h
@@ -257,6 +258,36 @@ def scenario(t):
                  "%s names the file and the cause: %r" % (args, p.stderr))
             h.ok("<embedded>" not in p.stderr, "%s took the embedded default: %r"
                  % (args, p.stderr))
+
+    @t.check("no -c, ./conf a directory the proxy may not look into: --check exits 1 "
+             "naming ./conf/retryproxy.yaml, not run the embedded default")
+    def _():
+        # as root, the proxy runs as nobody, who may not search the directory
+        as_nobody = os.geteuid() == 0
+        if as_nobody:
+            path = os.path.realpath(h.BIN)
+            while path != "/":
+                if not os.stat(path).st_mode & 0o001:
+                    print("skipped: nobody cannot reach %s" % h.BIN)
+                    return
+                path = os.path.dirname(path)
+        cwd = tempfile.mkdtemp(prefix="retryproxy-cli-")
+        t.defer(lambda: shutil.rmtree(cwd, ignore_errors=True))
+        os.chmod(cwd, 0o755)
+        conf = os.path.join(cwd, "conf")
+        os.makedirs(conf)
+        with open(os.path.join(conf, "retryproxy.yaml"), "w") as f:
+            f.write("listen: [{address: 127.0.0.1:1}]\n")
+        os.chmod(conf, 0o700 if as_nobody else 0)
+        t.defer(lambda: os.chmod(conf, 0o700))
+        args = [h.BIN, "--check"]
+        if as_nobody:
+            args = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + args
+        p = subprocess.run(args, cwd=cwd, env=h.clean_env(), capture_output=True,
+                           timeout=10 * h.SLOW, text=True)
+        h.eq((p.returncode, p.stdout), (1, ""), "exit code and stdout (stderr %r)" % p.stderr)
+        h.ok("./conf/retryproxy.yaml: cannot open: Permission denied" in p.stderr,
+             "names the file and the cause: %r" % p.stderr)
 
     @t.check("no -c, ./conf a directory (or a symlink to one) without retryproxy.yaml, or a "
              "file: the search goes on to the embedded default")
