@@ -631,6 +631,18 @@ struct config *config_hold(struct config *config)
 	return config;
 }
 
+void config_tls_opt_outs(const struct config *config,
+			 void (*opted_out)(const char *route, void *arg), void *arg)
+{
+	if (!config->tls.verify)
+		opted_out(NULL, arg);
+	if (!config->default_route.tls.verify)
+		opted_out(config->default_route.name, arg);
+	for (size_t i = 0; i < config->route_count; i++)
+		if (!config->routes[i].tls.verify)
+			opted_out(config->routes[i].name, arg);
+}
+
 /* Let go of a config; the last holder frees it. */
 void config_release(struct config *config)
 {

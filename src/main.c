@@ -296,6 +296,23 @@ static bool main_given_once(const void *already, const char *option)
 	return false;
 }
 
+/* --check's word for a TLS verification opt-out, as a start warns of it. */
+static void main_check_warn_unverified(const char *route, void *arg)
+{
+	const char *source = arg;
+
+	if (route == NULL)
+		fprintf(stderr,
+			"%s: warning: tls.verify is false: upstream certificates are not checked "
+			"for any route without its own tls section\n",
+			source);
+	else
+		fprintf(stderr,
+			"%s: warning: route %s: tls.verify is false: its upstream certificates are "
+			"not checked\n",
+			source, route);
+}
+
 int main(int argc, char **argv)
 {
 	const char *config_path = NULL, *make_ca_dir = NULL;
@@ -441,6 +458,9 @@ int main(int argc, char **argv)
 	if (config == NULL)
 		return MAIN_EXIT_CONFIG;
 	if (check) {
+		/* the warnings a start would log, so that a config is not
+		 * passed without them */
+		config_tls_opt_outs(config, main_check_warn_unverified, (void *)config->source);
 		config_release(config);
 		printf("ok\n");
 		return main_answer_written("--check");

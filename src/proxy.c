@@ -32,10 +32,14 @@
 #define PROXY_RESOLV_CONF_ENV "RETRYPROXY_RESOLV_CONF"
 #define PROXY_HOSTS_ENV "RETRYPROXY_HOSTS"
 
-static void proxy_warn_unverified(const struct route *r)
+static void proxy_warn_unverified(const char *route, void *arg)
 {
-	log_warn("route %s: tls.verify is false: its upstream certificates are not checked",
-		 r->name);
+	if (route == NULL)
+		log_warn("tls.verify is false: upstream certificates are not checked for any route "
+			 "without its own tls section");
+	else
+		log_warn("route %s: tls.verify is false: its upstream certificates are not checked",
+			 route);
 }
 
 /* Warn about every trust opt-out and make sure each CA file loads. */
@@ -44,22 +48,16 @@ static int proxy_prepare_tls(struct proxy *proxy, const struct config *config)
 	char err[512];
 	size_t i;
 
-	if (!config->tls.verify)
-		log_warn("tls.verify is false: upstream certificates are not checked for any route "
-			 "without its own tls section");
+	/* SPEC: warned about naming the route; a route's tls holds what it
+	 * inherits when it has no tls: section of its own */
+	config_tls_opt_outs(config, proxy_warn_unverified, NULL);
 	if (tls_store_prepare(proxy->tls, &config->tls, err, sizeof(err)) < 0) {
 		log_error("%s: tls: %s", config->source, err);
 		return -1;
 	}
-	/* SPEC: warned about naming the route; a route's tls holds what it
-	 * inherits when it has no tls: section of its own */
-	if (!config->default_route.tls.verify)
-		proxy_warn_unverified(&config->default_route);
 	for (i = 0; i < config->route_count; i++) {
 		const struct route *r = &config->routes[i];
 
-		if (!r->tls.verify)
-			proxy_warn_unverified(r);
 		if (!r->tls_overridden)
 			continue;
 		if (tls_store_prepare(proxy->tls, &r->tls, err, sizeof(err)) < 0) {

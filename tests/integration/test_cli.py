@@ -219,6 +219,26 @@ def scenario(t):
             h.ok(re.search(r"badca\.yaml:\d+:\d+: tls\.ca_file: holds no certificate", p.stderr),
                  "stderr should name badca.yaml:line:col and tls.ca_file: %r" % p.stderr)
 
+    @t.check("--check on a config with tls.verify: false prints ok and the warnings a start "
+             "logs, naming each route whose upstream certificates go unchecked")
+    def _():
+        path = write(os.path.join(tmp, "unverified.yaml"),
+                     GOOD.replace("@PORT@", str(h.free_port())) +
+                     "tls:\n  verify: false\nroutes:\n"
+                     "  - name: api\n    match: { path_prefix: /api }\n"
+                     "  - name: checked\n    match: { path_prefix: /c }\n"
+                     "    tls: { verify: true }\n")
+        p = h.run_bin(["-c", path, "--check"])
+        h.eq((p.returncode, p.stdout), (0, "ok\n"), "exit code and stdout (stderr %r)" % p.stderr)
+        warned = [ln for ln in p.stderr.splitlines() if "tls.verify is false" in ln]
+        h.eq(len(warned), 3, "warnings: the top-level tls, routes default and api: %r" % p.stderr)
+        h.ok(all(ln.startswith(path + ": warning: ") for ln in warned),
+             "each warning names the file: %r" % warned)
+        for route in ("default", "api"):
+            h.ok(any("route %s: " % route in ln for ln in warned),
+                 "no warning names route %s: %r" % (route, warned))
+        h.ok(not any("route checked" in ln for ln in warned), "route checked warned: %r" % warned)
+
     @t.check("--check without -c says on stderr which config it checked")
     def _():
         cwd = os.path.join(tmp, "check-conf")
