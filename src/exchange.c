@@ -1562,7 +1562,7 @@ bool exchange_start_try(struct exchange *ex)
 {
 	struct exchange_try *t;
 	struct conn *pooled = NULL;
-	bool pooled_http10 = false;
+	bool said_http10 = false;
 	uint64_t now;
 
 	/* a request released from its wait after a drain's answer time (a
@@ -1589,13 +1589,18 @@ bool exchange_start_try(struct exchange *ex)
 	    /* a pooled connection goes to the oldest waiting request first */
 	    (ex->queue_released || !upstream_slot_waiters(ex->upstream))) {
 		exchange_close_over_cap(ex);
-		pooled = pool_take(ex->proxy->pool, ex->pool_key, &pooled_http10);
+		pooled = pool_take(ex->proxy->pool, ex->pool_key, &said_http10);
 	}
-	/* the server answered this connection's last request in HTTP/1.0: it
-	 * gets no chunked body (RFC 9112 section 6.1), as a retry after such
-	 * an answer does not. A body in the spool goes only as it came, and
-	 * gives up its retries only once this request's own answer says so */
-	if (pooled_http10 && ex->spool == NULL) {
+	/* on a new connection, what the upstream's latest answer said */
+	if (pooled == NULL && ex->request_body.mode == BODY_MODE_CHUNKED && ex->upstream != NULL &&
+	    upstream_answered_http10(ex->upstream))
+		said_http10 = true;
+	/* the server answered in HTTP/1.0 (this connection's last request, or
+	 * its latest answer on any): it gets no chunked body (RFC 9112
+	 * section 6.1), as a retry after such an answer does not. A body in
+	 * the spool goes only as it came, and gives up its retries only once
+	 * this request's own answer says so */
+	if (said_http10 && ex->spool == NULL) {
 		ex->upstream_http10 = true;
 		exchange_reframe_for_http10(ex);
 	}

@@ -1039,6 +1039,11 @@ void exchange_read_response_head(struct exchange_try *t)
 			return;
 		}
 		t->answered_http10 = head->version_minor == 0;
+		/* remembered past this connection for a chunked body's first
+		 * try on a new one (exchange_start_try()) */
+		if (ex->upstream != NULL &&
+		    (t->answered_http10 || ex->request_body.mode == BODY_MODE_CHUNKED))
+			upstream_note_http10(ex->upstream, t->answered_http10);
 		/* an HTTP/1.0 client gets a chunked body decoded, without
 		 * Transfer-Encoding; a coding before chunked (gzip) the proxy
 		 * cannot undo, and its bytes would be taken for the content */

@@ -36,6 +36,7 @@ struct upstream {
 	unsigned users;			       /* holders: exchanges that go there */
 	unsigned connecting;		       /* admitted connects under way */
 	bool proven;			       /* a connection was made since the last failure */
+	bool answered_http10;		       /* upstream_note_http10() */
 	bool asked;			       /* a request held it since the last probe started */
 	TAILQ_HEAD(, upstream_waiter) waiters; /* oldest first */
 	unsigned waiting;
@@ -305,6 +306,16 @@ const char *upstream_name(const struct upstream *u)
 bool upstream_down(const struct upstream *u)
 {
 	return u->health.state == HEALTH_DOWN;
+}
+
+void upstream_note_http10(struct upstream *u, bool http10)
+{
+	u->answered_http10 = http10;
+}
+
+bool upstream_answered_http10(const struct upstream *u)
+{
+	return u->answered_http10;
 }
 
 /* Take a waiter off its upstream's queue. */

@@ -62,6 +62,13 @@ const char *upstream_name(const struct upstream *upstream);
 
 bool upstream_down(const struct upstream *upstream);
 
+/* Whether the upstream's latest answer that told came in HTTP/1.0: any
+ * answer in HTTP/1.0, or one in HTTP/1.1 to a chunked body (what would be
+ * sent differently). RFC 9112 section 6.1: no Transfer-Encoding to a server
+ * not known to handle HTTP/1.1, as a prior response's version says. */
+void upstream_note_http10(struct upstream *upstream, bool http10);
+bool upstream_answered_http10(const struct upstream *upstream);
+
 /* May a request open its own connection now (policy: the request's
  * config's health:)? On UPSTREAM_GO the caller connects and reports the end
  * with upstream_connect_end(). */

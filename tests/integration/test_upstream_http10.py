@@ -27,6 +27,10 @@ Must hold:
   trailer section and Trailer field left out; answering 408 on such a
   pooled one (taken as stale, replaced at once): the replacement goes with
   Content-Length too;
+- on a new connection, a chunked body's first try to an upstream whose
+  latest answer came in HTTP/1.0 (a GET's, its connection closed) goes
+  with Content-Length; that try's HTTP/1.1 answer makes the next one go
+  chunked again;
 - a chunked body kept in a spool file (over replay_buffer), which the proxy
   re-sends from the file only as it came, chunked: after an HTTP/1.0 503 it
   is not sent again. The client gets that 503, unchanged, with
@@ -199,6 +203,28 @@ def scenario(t):
         h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "2", 2),
              "after an HTTP/1.1 503: status, Retry-Attempts, tries")
         by_chunks(reqs[1], body, "the spooled body's retry")
+
+    @t.check("a chunked body's first try on a new connection to an upstream whose latest "
+             "answer came in HTTP/1.0 goes with Content-Length; once it answers a chunked "
+             "body in HTTP/1.1, chunked again")
+    def _():
+        # an upstream of its own, so that no pooled HTTP/1.1 connection of
+        # the checks above stands in
+        other = t.origin()
+        other.script("/n/warm", ["/status/200?http10=1"])
+        r = h.fetch(proxy.port(), "GET", other.url("/n/warm"), other.authority)
+        h.eq(r.status, 200, "the GET answered in HTTP/1.0, its connection closed")
+        body = body_of(700, 7)
+        for path, framed in (("/n/a", by_length), ("/n/b", by_chunks)):
+            other.script(path, [200])
+            r = h.fetch(proxy.port(), "PUT", other.url(path), other.authority,
+                        headers=[("Transfer-Encoding", "chunked")], body=chunked(body))
+            reqs = other.requests_for(path)
+            h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "1", 1),
+                 "%s: status, Retry-Attempts, tries" % path)
+            h.ok(reqs[0].conn_id != other.requests_for("/n/warm")[0].conn_id,
+                 "%s went on a new connection" % path)
+            framed(reqs[0], body, path)
 
 
 h.run(scenario, __doc__)
