@@ -392,9 +392,9 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	evbuffer_free(body);
 }
 
-bool admin_is_address(const struct admin *admin, const struct sockaddr *addr, socklen_t len)
+int admin_is_address(const struct admin *admin, const struct sockaddr *addr, socklen_t len)
 {
-	return admin != NULL && config_values_connect_reaches(&admin->addr, addr, len);
+	return admin != NULL ? config_values_connect_reaches(&admin->addr, addr, len) : 0;
 }
 
 /* The open admins (two at most, during a reload that moves the address):

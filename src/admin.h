@@ -28,7 +28,8 @@ void admin_close(struct proxy *proxy);
 /* Is addr where the admin listener is (an IPv4-mapped IPv6 address
  * included, which reaches it too)? The proxy connects to it for no
  * request: forwarded or tunnelled there, a client would read what the
- * admin's loopback-only address keeps from it. */
-bool admin_is_address(const struct admin *admin, const struct sockaddr *addr, socklen_t len);
+ * admin's loopback-only address keeps from it. 1, 0, or -1 with errno when
+ * it cannot be told now (config_values_connect_reaches()). */
+int admin_is_address(const struct admin *admin, const struct sockaddr *addr, socklen_t len);
 
 #endif

@@ -682,15 +682,16 @@ void config_values_format_ms(uint64_t ms, char *buf, size_t size)
 }
 
 /* Whether one of this host's interfaces has addr (getifaddrs: a request to
- * the kernel, no traffic). A kernel that cannot be asked counts as yes: the
- * caller then refuses the connect, the safe side. */
-static bool config_values_on_interface(const struct sockaddr_storage *addr)
+ * the kernel, no traffic): 1 or 0, or -1 with errno when the kernel cannot
+ * be asked (no descriptor for its netlink socket): the caller then makes
+ * no connect, the safe side, and takes it as its own shortage. */
+static int config_values_on_interface(const struct sockaddr_storage *addr)
 {
 	struct ifaddrs *list;
 	bool found = false;
 
 	if (getifaddrs(&list) < 0)
-		return true;
+		return -1;
 	for (const struct ifaddrs *ifa = list; ifa != NULL && !found; ifa = ifa->ifa_next) {
 		const struct sockaddr *a = ifa->ifa_addr;
 
@@ -706,14 +707,14 @@ static bool config_values_on_interface(const struct sockaddr_storage *addr)
 				       sizeof(struct in6_addr)) == 0;
 	}
 	freeifaddrs(list);
-	return found;
+	return found ? 1 : 0;
 }
 
 /* Whether addr is one of this host's own addresses. A bind to it (no port
  * taken) that fails with "no such address" says no at once, the usual
  * answer for an upstream elsewhere; otherwise the interfaces decide, since
  * with net.ipv4.ip_nonlocal_bind on a bind takes any address. */
-static bool config_values_is_own_address(const struct sockaddr_storage *addr)
+static int config_values_is_own_address(const struct sockaddr_storage *addr)
 {
 	struct sockaddr_storage probe = *addr;
 	socklen_t len = addr->ss_family == AF_INET ? sizeof(struct sockaddr_in)
@@ -733,7 +734,11 @@ static bool config_values_is_own_address(const struct sockaddr_storage *addr)
 			    errno == EADDRNOTAVAIL;
 		close(fd);
 	}
-	return !elsewhere && config_values_on_interface(addr);
+	if (elsewhere)
+		return 0;
+	/* without a descriptor for the probe, the interfaces' list cannot be
+	 * had either: -1, which tells neither */
+	return config_values_on_interface(addr);
 }
 
 /* addr (len bytes) into out, an IPv4-mapped [::ffff:a.b.c.d] as the IPv4
@@ -761,14 +766,14 @@ static bool config_values_unmapped(const struct sockaddr *addr, socklen_t len,
 /* The admin endpoint's check, kept here so that --explain makes it too.
  * Both sides are unmapped: a socket bound to [::ffff:127.0.0.1] takes the
  * IPv4 connects to 127.0.0.1, whichever family the target was written in. */
-bool config_values_connect_reaches(const struct sockaddr_storage *bound,
-				   const struct sockaddr *addr, socklen_t len)
+int config_values_connect_reaches(const struct sockaddr_storage *bound, const struct sockaddr *addr,
+				  socklen_t len)
 {
 	struct sockaddr_storage dest, at;
 
 	if (!config_values_unmapped(addr, len, &dest) ||
 	    !config_values_unmapped((const struct sockaddr *)bound, sizeof(*bound), &at))
-		return false;
+		return 0;
 	/* a connect to 0.0.0.0 or :: reaches this host's loopback */
 	if (config_values_is_wildcard(&dest)) {
 		if (dest.ss_family == AF_INET)
@@ -777,14 +782,14 @@ bool config_values_connect_reaches(const struct sockaddr_storage *bound,
 			((struct sockaddr_in6 *)&dest)->sin6_addr = in6addr_loopback;
 	}
 	if (config_values_same_address(&at, &dest))
-		return true;
+		return 1;
 	if (config_values_addr_port(&at) != config_values_addr_port(&dest) ||
 	    !config_values_is_wildcard(&at))
-		return false;
+		return 0;
 	/* a socket on every address is on loopback too, and on each of this
 	 * host's own addresses, of its family ([::] on the IPv4 ones as well;
 	 * 0.0.0.0 on no IPv6 one, [::1] included) */
 	if (at.ss_family != dest.ss_family && at.ss_family != AF_INET6)
-		return false;
-	return config_values_is_loopback(&dest) || config_values_is_own_address(&dest);
+		return 0;
+	return config_values_is_loopback(&dest) ? 1 : config_values_is_own_address(&dest);
 }

@@ -86,9 +86,11 @@ bool config_values_same_address(const struct sockaddr_storage *a, const struct s
  * 0.0.0.0 and :: as this host's loopback, and when bound is a wildcard
  * every loopback address and every address of this host's interfaces
  * (no traffic) with its port, of the families it takes: both for [::],
- * IPv4 alone for 0.0.0.0. */
-bool config_values_connect_reaches(const struct sockaddr_storage *bound,
-				   const struct sockaddr *addr, socklen_t len);
+ * IPv4 alone for 0.0.0.0. 1 when it does, 0 when it does not, -1 with errno
+ * when the host's addresses could not be looked at (no descriptor for the
+ * look: EMFILE, ENFILE, ENOBUFS, ENOMEM), which tells neither. */
+int config_values_connect_reaches(const struct sockaddr_storage *bound, const struct sockaddr *addr,
+				  socklen_t len);
 
 /* Whether two listening sockets could not both be bound: the same port and
  * the same address, or a wildcard of one covering the other (0.0.0.0 takes

@@ -633,7 +633,7 @@ static bool explain_own_refused(const struct config *config, const struct route_
 		return false;
 	if (config->admin_address != NULL &&
 	    config_values_connect_reaches(&config->admin_addr, (const struct sockaddr *)&addr,
-					  addr_len)) {
+					  addr_len) != 0) {
 		fprintf(err,
 			"retryproxy: --explain: the proxy would answer 403 after one try, never "
 			"retried: %s is its own admin endpoint (admin: %s), which it does not "
@@ -644,8 +644,8 @@ static bool explain_own_refused(const struct config *config, const struct route_
 	for (size_t i = 0; i < config->listener_count; i++) {
 		const struct listener_config *listen = &config->listeners[i];
 
-		if (!config_values_connect_reaches(&listen->addr, (const struct sockaddr *)&addr,
-						   addr_len))
+		if (config_values_connect_reaches(&listen->addr, (const struct sockaddr *)&addr,
+						  addr_len) == 0)
 			continue;
 		fprintf(err,
 			"retryproxy: --explain: the proxy would answer 403 after one try, never "

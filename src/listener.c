@@ -434,14 +434,23 @@ fail:
 	return -1;
 }
 
-bool listener_is_address(const struct proxy *proxy, const struct sockaddr *addr, socklen_t len)
+int listener_is_address(const struct proxy *proxy, const struct sockaddr *addr, socklen_t len)
 {
+	int told = 0;
+
 	if (proxy->listeners == NULL)
-		return false;
-	for (const struct listener *l = proxy->listeners->first; l != NULL; l = l->next)
-		if (l->evl != NULL && config_values_connect_reaches(&l->listen->addr, addr, len))
-			return true;
-	return false;
+		return 0;
+	for (const struct listener *l = proxy->listeners->first; l != NULL; l = l->next) {
+		int reaches = l->evl != NULL
+				      ? config_values_connect_reaches(&l->listen->addr, addr, len)
+				      : 0;
+
+		if (reaches > 0)
+			return 1;
+		if (reaches < 0)
+			told = -1;
+	}
+	return told;
 }
 
 void listener_close_all(struct proxy *proxy)

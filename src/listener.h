@@ -49,8 +49,9 @@ void listener_accept_failed(struct proxy *proxy, struct evconnlistener *evl, con
 /* Whether a connect to addr (len bytes) would reach one of the proxy's own
  * listening sockets (config_values_connect_reaches()): the proxy never
  * connects there for a client, since a CONNECT to itself would nest one
- * tunnel in another for every CONNECT head the client sends behind it. */
-bool listener_is_address(const struct proxy *proxy, const struct sockaddr *addr, socklen_t len);
+ * tunnel in another for every CONNECT head the client sends behind it.
+ * 1, 0, or -1 with errno when it cannot be told now for one of them. */
+int listener_is_address(const struct proxy *proxy, const struct sockaddr *addr, socklen_t len);
 
 /* Close every listener. */
 void listener_close_all(struct proxy *proxy);

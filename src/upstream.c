@@ -309,20 +309,34 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 	upstream_start_next(uc);
 }
 
-/* Why the proxy does not connect to address for anyone, or NULL: its own
- * admin endpoint (kept from other hosts by its loopback address), or one of
- * its own listeners (a CONNECT to itself would nest a tunnel for every
- * CONNECT head behind it, all from one client connection). */
-static const char *upstream_own_address(const struct proxy *proxy,
-					const struct evutil_addrinfo *address)
+/* Whether address is the proxy's own admin endpoint (kept from other hosts
+ * by its loopback address) or one of its own listeners (a CONNECT to itself
+ * would nest a tunnel for every CONNECT head behind it, all from one client
+ * connection), where it connects for no one: 1 with *why, 0, or -1 with
+ * errno when it cannot be told for want of a descriptor to look at this
+ * host's addresses with, even after idle pooled connections gave some
+ * back, as for a connect's socket. */
+static int upstream_own_address(struct proxy *proxy, const struct evutil_addrinfo *address,
+				const char **why)
 {
 	socklen_t len = (socklen_t)address->ai_addrlen;
+	int admin = admin_is_address(proxy->admin, address->ai_addr, len);
+	int listener;
 
-	if (admin_is_address(proxy->admin, address->ai_addr, len))
-		return "the proxy's own admin endpoint is not reached through it";
-	if (listener_is_address(proxy, address->ai_addr, len))
-		return "the proxy's own listener is not reached through it (a loop)";
-	return NULL;
+	if (admin < 0 && conn_loop_fd_shortage(proxy->loop))
+		admin = admin_is_address(proxy->admin, address->ai_addr, len);
+	if (admin > 0) {
+		*why = "the proxy's own admin endpoint is not reached through it";
+		return 1;
+	}
+	listener = listener_is_address(proxy, address->ai_addr, len);
+	if (listener < 0 && conn_loop_fd_shortage(proxy->loop))
+		listener = listener_is_address(proxy, address->ai_addr, len);
+	if (listener > 0) {
+		*why = "the proxy's own listener is not reached through it (a loop)";
+		return 1;
+	}
+	return admin < 0 || listener < 0 ? -1 : 0;
 }
 
 /* Start the next address's attempt beside those in flight, or, with none
@@ -330,7 +344,8 @@ static const char *upstream_own_address(const struct proxy *proxy,
 static void upstream_start_next(struct upstream_connect *uc)
 {
 	struct upstream_attempt *a;
-	const char *forbidden;
+	const char *forbidden = NULL;
+	int own;
 	SSL *ssl = NULL;
 
 	if (uc->started == uc->count) {
@@ -341,8 +356,19 @@ static void upstream_start_next(struct upstream_connect *uc)
 		return;
 	}
 	a = uc->attempts[uc->started++];
-	forbidden = upstream_own_address(uc->proxy, a->address);
-	if (forbidden != NULL) {
+	own = upstream_own_address(uc->proxy, a->address, &forbidden);
+	if (own < 0) {
+		/* the proxy's own shortage, as a connect whose socket it had
+		 * no descriptor for: nothing was sent, nothing is to blame */
+		int err = errno;
+
+		uc->last_failure = TRY_REFUSED;
+		uc->short_failed = true;
+		snprintf(uc->reason, sizeof(uc->reason), "%s", evutil_socket_error_to_string(err));
+		event_active(uc->step, 0, 0);
+		return;
+	}
+	if (own > 0) {
 		/* never connected to; an address of the name that is another
 		 * may still be, so this one counts as one that failed, and a
 		 * failure of the upstream's own at another address is the one

@@ -17,12 +17,14 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <ifaddrs.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1608,6 +1610,45 @@ static void test_connect_reaches_own_addresses(void **state)
 		skip();
 }
 
+/* Out of descriptors, whether an address is this host's cannot be asked
+ * of the kernel: neither a yes (a refusal as a loop) nor a no (a connect
+ * to what may be the proxy itself), but -1 with errno, which the proxy
+ * takes as its own shortage. An address elsewhere (TEST-NET-1, never
+ * connected to) on a wildcard socket's port. */
+static void test_connect_reaches_cannot_tell_without_descriptors(void **state)
+{
+	struct sockaddr_storage any, to;
+	socklen_t any_len, to_len;
+	struct rlimit saved, low;
+	const char *why;
+	int fd, reaches, err;
+
+	(void)state;
+	assert_int_equal(config_values_address("0.0.0.0:9901", &any, &any_len, &why), 0);
+	assert_int_equal(config_values_address("192.0.2.1:9901", &to, &to_len, &why), 0);
+	assert_int_equal(config_values_connect_reaches(&any, (const struct sockaddr *)&to, to_len),
+			 0);
+	/* the lowest free descriptor number taken, and the limit just above
+	 * it: every number below the limit is taken */
+	fd = dup(0);
+	assert_true(fd >= 0);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	low = saved;
+	low.rlim_cur = (rlim_t)fd + 1;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	errno = 0;
+	reaches = config_values_connect_reaches(&any, (const struct sockaddr *)&to, to_len);
+	err = errno;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	close(fd);
+	assert_int_equal(reaches, -1);
+	assert_int_equal(err, EMFILE);
+	/* a loopback address needs no look: still a yes */
+	assert_int_equal(config_values_address("127.0.0.1:9901", &to, &to_len, &why), 0);
+	assert_int_equal(config_values_connect_reaches(&any, (const struct sockaddr *)&to, to_len),
+			 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1653,6 +1694,7 @@ int main(void)
 		cmocka_unit_test(test_parse_upstream_url),
 		cmocka_unit_test(test_connect_reaches),
 		cmocka_unit_test(test_connect_reaches_own_addresses),
+		cmocka_unit_test(test_connect_reaches_cannot_tell_without_descriptors),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
