@@ -313,11 +313,11 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
  * by its loopback address) or one of its own listeners (a CONNECT to itself
  * would nest a tunnel for every CONNECT head behind it, all from one client
  * connection), where it connects for no one: 1 with *why, 0, or -1 with
- * errno when it cannot be told for want of a descriptor to look at this
+ * *err when it cannot be told for want of a descriptor to look at this
  * host's addresses with, even after idle pooled connections gave some
  * back, as for a connect's socket. */
 static int upstream_own_address(struct proxy *proxy, const struct evutil_addrinfo *address,
-				const char **why)
+				const char **why, int *err)
 {
 	socklen_t len = (socklen_t)address->ai_addrlen;
 	int admin = admin_is_address(proxy->admin, address->ai_addr, len);
@@ -325,6 +325,8 @@ static int upstream_own_address(struct proxy *proxy, const struct evutil_addrinf
 
 	if (admin < 0 && conn_loop_fd_shortage(proxy->loop))
 		admin = admin_is_address(proxy->admin, address->ai_addr, len);
+	if (admin < 0)
+		*err = errno;
 	if (admin > 0) {
 		*why = "the proxy's own admin endpoint is not reached through it";
 		return 1;
@@ -332,6 +334,8 @@ static int upstream_own_address(struct proxy *proxy, const struct evutil_addrinf
 	listener = listener_is_address(proxy, address->ai_addr, len);
 	if (listener < 0 && conn_loop_fd_shortage(proxy->loop))
 		listener = listener_is_address(proxy, address->ai_addr, len);
+	if (listener < 0)
+		*err = errno;
 	if (listener > 0) {
 		*why = "the proxy's own listener is not reached through it (a loop)";
 		return 1;
@@ -345,7 +349,7 @@ static void upstream_start_next(struct upstream_connect *uc)
 {
 	struct upstream_attempt *a;
 	const char *forbidden = NULL;
-	int own;
+	int own, look_err = EMFILE;
 	SSL *ssl = NULL;
 
 	if (uc->started == uc->count) {
@@ -356,15 +360,14 @@ static void upstream_start_next(struct upstream_connect *uc)
 		return;
 	}
 	a = uc->attempts[uc->started++];
-	own = upstream_own_address(uc->proxy, a->address, &forbidden);
+	own = upstream_own_address(uc->proxy, a->address, &forbidden, &look_err);
 	if (own < 0) {
 		/* the proxy's own shortage, as a connect whose socket it had
 		 * no descriptor for: nothing was sent, nothing is to blame */
-		int err = errno;
-
 		uc->last_failure = TRY_REFUSED;
 		uc->short_failed = true;
-		snprintf(uc->reason, sizeof(uc->reason), "%s", evutil_socket_error_to_string(err));
+		snprintf(uc->reason, sizeof(uc->reason), "%s",
+			 evutil_socket_error_to_string(look_err));
 		event_active(uc->step, 0, 0);
 		return;
 	}
