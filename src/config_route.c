@@ -454,6 +454,17 @@ static void config_route_set_name(struct config_walk *walk, const struct yaml_tr
 static const struct config_walk_type config_route_type_name = { YAML_TREE_SCALAR, "a route name",
 								config_route_set_name };
 
+/* A file of CRLs alone loads, yet trusts nothing. */
+static bool config_route_store_has_certificate(X509_STORE *store)
+{
+	STACK_OF(X509_OBJECT) *objects = X509_STORE_get0_objects(store);
+
+	for (int i = 0; i < sk_X509_OBJECT_num(objects); i++)
+		if (X509_OBJECT_get_type(sk_X509_OBJECT_value(objects, i)) == X509_LU_X509)
+			return true;
+	return false;
+}
+
 /* tls.ca_file: found and readable (config_walk_file), and holding
  * certificates OpenSSL loads, so that --check and --explain refuse what a
  * start or a reload would, with the file's line and column. */
@@ -475,6 +486,8 @@ static void config_route_set_ca_file(struct config_walk *walk, const struct yaml
 		if (ERR_peek_error() != 0)
 			ERR_error_string_n(ERR_get_error(), detail, sizeof(detail));
 		config_walk_error(walk, node, "holds no certificate to trust (%s)", detail);
+	} else if (!config_route_store_has_certificate(store)) {
+		config_walk_error(walk, node, "holds no certificate to trust (only CRLs)");
 	}
 	ERR_clear_error();
 	X509_STORE_free(store);

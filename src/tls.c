@@ -362,7 +362,8 @@ static char *tls_file_read(const char *path, size_t *len)
 
 /* Trust every certificate (and CRL) of a CA file's PEM bytes, as
  * SSL_CTX_load_verify_locations() does from the file; false when there is
- * none or one does not parse. */
+ * no certificate (CRLs alone trust nothing: every handshake would fail) or
+ * one does not parse. */
 static bool tls_trust_pem(SSL_CTX *ctx, const char *data, size_t len)
 {
 	BIO *bio = len <= INT_MAX ? BIO_new_mem_buf(data, (int)len) : NULL;
@@ -370,23 +371,21 @@ static bool tls_trust_pem(SSL_CTX *ctx, const char *data, size_t len)
 		bio != NULL ? PEM_X509_INFO_read_bio(bio, NULL, NULL, NULL) : NULL;
 	X509_STORE *trust = SSL_CTX_get_cert_store(ctx);
 	bool ok = infos != NULL;
-	int count = 0;
+	int certificates = 0;
 
 	for (int i = 0; ok && i < sk_X509_INFO_num(infos); i++) {
 		X509_INFO *info = sk_X509_INFO_value(infos, i);
 
 		if (info->x509 != NULL) {
 			ok = X509_STORE_add_cert(trust, info->x509) == 1;
-			count++;
+			certificates++;
 		}
-		if (ok && info->crl != NULL) {
+		if (ok && info->crl != NULL)
 			ok = X509_STORE_add_crl(trust, info->crl) == 1;
-			count++;
-		}
 	}
 	sk_X509_INFO_pop_free(infos, X509_INFO_free);
 	BIO_free(bio);
-	return ok && count > 0;
+	return ok && certificates > 0;
 }
 
 /* During a reload: the running config's context for policy when the trust

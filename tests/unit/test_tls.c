@@ -201,6 +201,53 @@ static void write_ca_file(const char *path, X509 *cert, const char *text)
 	assert_int_equal(fclose(f), 0);
 }
 
+/* A CA file must hold a certificate to trust: one holding only a CRL would
+ * start, pass --check, and then fail every handshake. */
+static void test_ca_file_needs_certificate(void **state)
+{
+	struct tls_store *store = tls_store_new();
+	EVP_PKEY *key = EVP_EC_gen("P-256");
+	X509 *cert = self_signed(key);
+	X509_CRL *crl = X509_CRL_new();
+	ASN1_TIME *now, *later;
+	char path[] = "/tmp/test_tls_crl.XXXXXX";
+	struct tls_policy policy = { path, true };
+	char err[256] = "";
+	int fd = mkstemp(path);
+	FILE *f;
+
+	(void)state;
+	assert_true(fd >= 0);
+	close(fd);
+	assert_non_null(crl);
+	X509_CRL_set_version(crl, X509_CRL_VERSION_2);
+	X509_CRL_set_issuer_name(crl, X509_get_subject_name(cert));
+	now = X509_gmtime_adj(NULL, 0);
+	later = X509_gmtime_adj(NULL, 3600);
+	X509_CRL_set1_lastUpdate(crl, now);
+	X509_CRL_set1_nextUpdate(crl, later);
+	ASN1_TIME_free(now);
+	ASN1_TIME_free(later);
+	assert_true(X509_CRL_sign(crl, key, EVP_sha256()) > 0);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(PEM_write_X509_CRL(f, crl), 1);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "cannot load CA file"));
+	/* a certificate beside the CRL is what the file is for */
+	f = fopen(path, "a");
+	assert_non_null(f);
+	assert_int_equal(PEM_write_X509(f, cert), 1);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(tls_store_prepare(store, &policy, err, sizeof(err)), 0);
+	unlink(path);
+	X509_CRL_free(crl);
+	X509_free(cert);
+	EVP_PKEY_free(key);
+	tls_store_free(store);
+}
+
 /* A reload reads CA files again; one that fails keeps the contexts that
  * ran, built from the file as it was (not again from the broken one). */
 static void test_reload_contexts(void **state)
@@ -455,6 +502,7 @@ int main(void)
 		cmocka_unit_test(test_certificate_sent),
 		cmocka_unit_test(test_certificate_not_sent_resumed),
 		cmocka_unit_test(test_reload_contexts),
+		cmocka_unit_test(test_ca_file_needs_certificate),
 		cmocka_unit_test(test_client_tickets),
 		cmocka_unit_test(test_client_ticket_lifetime),
 		cmocka_unit_test(test_client_may_be_refused),
