@@ -683,15 +683,20 @@ void config_values_format_ms(uint64_t ms, char *buf, size_t size)
 
 /* Whether one of this host's interfaces has addr (getifaddrs: a request to
  * the kernel, no traffic): 1 or 0, or -1 with errno when the kernel cannot
- * be asked (no descriptor for its netlink socket): the caller then makes
- * no connect, the safe side, and takes it as its own shortage. */
+ * be asked for want of the proxy's own descriptors or memory: the caller
+ * then makes no connect, the safe side, and takes it as its own shortage.
+ * A kernel that refuses the look otherwise (no netlink socket allowed, as
+ * under a unit's RestrictAddressFamilies=) counts as yes: a refusal, the
+ * safe side, and no shortage that would never pass. */
 static int config_values_on_interface(const struct sockaddr_storage *addr)
 {
 	struct ifaddrs *list;
 	bool found = false;
 
 	if (getifaddrs(&list) < 0)
-		return -1;
+		return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM
+			       ? -1
+			       : 1;
 	for (const struct ifaddrs *ifa = list; ifa != NULL && !found; ifa = ifa->ifa_next) {
 		const struct sockaddr *a = ifa->ifa_addr;
 

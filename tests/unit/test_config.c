@@ -24,9 +24,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 
 #include "config.h"
 #include "config_values.h"
@@ -1649,6 +1656,76 @@ static void test_connect_reaches_cannot_tell_without_descriptors(void **state)
 			 1);
 }
 
+/* Refuse socket(AF_NETLINK, ...) with EAFNOSUPPORT, as systemd's
+ * RestrictAddressFamilies= without AF_NETLINK (the shipped unit's) does:
+ * getifaddrs() then fails with plenty of descriptors. */
+static bool test_deny_netlink(void)
+{
+	struct sock_filter filter[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_socket, 0, 3),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EAFNOSUPPORT & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { sizeof(filter) / sizeof(filter[0]), filter };
+
+	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+	       prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+/* A kernel that refuses the interfaces' list for a reason other than the
+ * proxy's own shortage (no netlink socket allowed) is no shortage: an
+ * address the bind probe takes as this host's counts as its own (the
+ * safe side, a refusal), not -1, which would fail every try to it as the
+ * proxy's shortage and close idle pooled connections for nothing. Run in
+ * a child: the filter cannot be taken off. */
+static void test_connect_reaches_interfaces_refused(void **state)
+{
+	struct ifaddrs *list, *ifa;
+	struct sockaddr_storage to, any;
+	socklen_t to_len = 0, any_len;
+	const char *why;
+	pid_t child;
+	int status;
+
+	(void)state;
+	if (getifaddrs(&list) < 0)
+		skip();
+	for (ifa = list; ifa != NULL && to_len == 0; ifa = ifa->ifa_next) {
+		if (ifa->ifa_addr == NULL || ifa->ifa_addr->sa_family != AF_INET)
+			continue;
+		memset(&to, 0, sizeof(to));
+		memcpy(&to, ifa->ifa_addr, sizeof(struct sockaddr_in));
+		if (!config_values_is_loopback(&to))
+			to_len = sizeof(struct sockaddr_in);
+	}
+	freeifaddrs(list);
+	if (to_len == 0)
+		skip(); /* no IPv4 address but loopback's */
+	((struct sockaddr_in *)&to)->sin_port = htons(9901);
+	assert_int_equal(config_values_address("0.0.0.0:9901", &any, &any_len, &why), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		int reaches;
+
+		if (!test_deny_netlink())
+			_exit(77);
+		if (getifaddrs(&list) == 0)
+			_exit(78); /* the filter did not take */
+		reaches = config_values_connect_reaches(&any, (const struct sockaddr *)&to, to_len);
+		_exit(reaches == 1 ? 0 : 10 + reaches);
+	}
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status) == 77 || WEXITSTATUS(status) == 78)
+		skip();
+	/* 9: -1, 10: 0 */
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1695,6 +1772,7 @@ int main(void)
 		cmocka_unit_test(test_connect_reaches),
 		cmocka_unit_test(test_connect_reaches_own_addresses),
 		cmocka_unit_test(test_connect_reaches_cannot_tell_without_descriptors),
+		cmocka_unit_test(test_connect_reaches_interfaces_refused),
 	};
 
 	return cmocka_run_group_tests(tests, test_setup, test_teardown);
