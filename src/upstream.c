@@ -309,6 +309,13 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 	upstream_start_next(uc);
 }
 
+/* After a look that failed: were descriptors its want (not memory), and
+ * did idle pooled connections give some back? */
+static bool upstream_descriptors_back(struct proxy *proxy)
+{
+	return (errno == EMFILE || errno == ENFILE) && conn_loop_fd_shortage(proxy->loop);
+}
+
 /* Whether address is the proxy's own admin endpoint (kept from other hosts
  * by its loopback address) or one of its own listeners (a CONNECT to itself
  * would nest a tunnel for every CONNECT head behind it, all from one client
@@ -323,7 +330,7 @@ static int upstream_own_address(struct proxy *proxy, const struct evutil_addrinf
 	int admin = admin_is_address(proxy->admin, address->ai_addr, len);
 	int listener;
 
-	if (admin < 0 && conn_loop_fd_shortage(proxy->loop))
+	if (admin < 0 && upstream_descriptors_back(proxy))
 		admin = admin_is_address(proxy->admin, address->ai_addr, len);
 	if (admin < 0)
 		*err = errno;
@@ -332,7 +339,7 @@ static int upstream_own_address(struct proxy *proxy, const struct evutil_addrinf
 		return 1;
 	}
 	listener = listener_is_address(proxy, address->ai_addr, len);
-	if (listener < 0 && conn_loop_fd_shortage(proxy->loop))
+	if (listener < 0 && upstream_descriptors_back(proxy))
 		listener = listener_is_address(proxy, address->ai_addr, len);
 	if (listener < 0)
 		*err = errno;
