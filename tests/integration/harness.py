@@ -108,6 +108,11 @@ def ok(cond, msg):
         raise AssertionError(msg)
 
 
+def fd_count(pid):
+    """How many file descriptors process pid has open."""
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
 def wait_until(predicate, timeout, what, interval=0.05):
     """Poll predicate() until true; AssertionError naming what on timeout."""
     deadline = time.monotonic() + timeout

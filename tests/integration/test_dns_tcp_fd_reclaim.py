@@ -38,10 +38,6 @@ defaults:
 """
 
 
-def fd_count(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
-
-
 def status_of(fn):
     try:
         return fn()
@@ -75,10 +71,10 @@ def scenario(t):
         g.join()
     # the GETs' client connections closed; their upstream ones stay pooled
     time.sleep(0.3)
-    before = fd_count(proxy.pid)
+    before = h.fd_count(proxy.pid)
     client = h.RawConn(proxy.port(0), timeout=5 * h.SLOW)
     t.defer(client.close)
-    h.wait_until(lambda: fd_count(proxy.pid) == before + 1, 3 * h.SLOW, "the client accepted")
+    h.wait_until(lambda: h.fd_count(proxy.pid) == before + 1, 3 * h.SLOW, "the client accepted")
     # every descriptor number below the limit taken: the next socket fails
     # (an accept would too, and would give back the pooled connection itself)
     hard = resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE)[1]

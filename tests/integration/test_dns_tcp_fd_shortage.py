@@ -43,10 +43,6 @@ defaults:
 ROOM = 4
 
 
-def fd_count(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
-
-
 def status_of(fn):
     try:
         return fn()
@@ -72,7 +68,7 @@ def scenario(t):
 
     # the warm GET's client connection closed
     time.sleep(0.3)
-    before = fd_count(proxy.pid)
+    before = h.fd_count(proxy.pid)
     limit = before + ROOM
     hard = resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE)[1]
     resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE, (limit, hard))
@@ -80,14 +76,14 @@ def scenario(t):
     t.defer(lambda: [c.close() for c in fill])
     for i in range(ROOM):
         fill.append(h.RawConn(proxy.port(0), timeout=5 * h.SLOW))
-        h.wait_until(lambda: fd_count(proxy.pid) == before + i + 1, 3 * h.SLOW,
+        h.wait_until(lambda: h.fd_count(proxy.pid) == before + i + 1, 3 * h.SLOW,
                      "idle client %d accepted" % (i + 1))
     stub.clear()
     fill[-1].send(h.request("GET", "/echo?t=starved", "app.example"))
     starved = status_of(lambda: fill[-1].read_response())
     for c in fill:
         c.close()
-    h.wait_until(lambda: fd_count(proxy.pid) <= before, 3 * h.SLOW, "the idle clients gone")
+    h.wait_until(lambda: h.fd_count(proxy.pid) <= before, 3 * h.SLOW, "the idle clients gone")
     upstreams = h.curl("http://127.0.0.1:%d/upstreams" % proxy.port(1)).body.decode()
     metrics = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1)).body.decode()
     after = status_of(lambda: h.fetch(proxy.port(0), "GET", "/echo?t=after", "app.example",

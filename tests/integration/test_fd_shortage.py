@@ -34,7 +34,6 @@ retryproxy_upstream_errors_total{kind="connect"} (before, it did both, as
 for a connect the upstream refused).
 """
 
-import os
 import resource
 import time
 
@@ -74,15 +73,11 @@ def get(proxy_port, authority):
         return "%s: %s" % (type(e).__name__, e)
 
 
-def fd_count(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
-
-
 def scenario(t):
     server = ManyPorts(UPSTREAMS)
     t.defer(server.stop)
     proxy = t.proxy(CONFIG)
-    before = fd_count(proxy.pid)
+    before = h.fd_count(proxy.pid)
     limit = before + ROOM
     hard = resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE)[1]
     resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE, (limit, hard))
@@ -92,7 +87,7 @@ def scenario(t):
     most = 0
     for port in server.ports:
         results.append(get(proxy.port(0), "127.0.0.1:%d" % port))
-        most = max(most, fd_count(proxy.pid))
+        most = max(most, h.fd_count(proxy.pid))
 
     @t.check("%d GETs to %d upstreams, %d descriptors of room: every one gets 200"
              % (UPSTREAMS, UPSTREAMS, ROOM))
@@ -122,7 +117,7 @@ def scenario(t):
         last = idle[-1].read_response().status
     except (h.ReadTimeout, AssertionError, OSError) as e:
         last = "%s: %s" % (type(e).__name__, e)
-    most = max(most, fd_count(proxy.pid))
+    most = max(most, h.fd_count(proxy.pid))
 
     @t.check("%d idle clients more: an accept finds no descriptor, idle pooled connections are closed "
              "for it, and a GET on the last client gets 200" % (ROOM - 4))
@@ -149,7 +144,7 @@ def scenario(t):
         warm = "%s: %s" % (type(e).__name__, e)
     time.sleep(0.3)
     stub.clear()
-    side_before = fd_count(side.pid)
+    side_before = h.fd_count(side.pid)
     side_limit = side_before + 4
     resource.prlimit(side.pid, resource.RLIMIT_NOFILE,
                      (side_limit, resource.prlimit(side.pid, resource.RLIMIT_NOFILE)[1]))
@@ -157,7 +152,7 @@ def scenario(t):
     t.defer(lambda: [c.close() for c in fill])
     for i in range(side_limit - side_before):
         fill.append(h.RawConn(side.port(0), timeout=5 * h.SLOW))
-        h.wait_until(lambda: fd_count(side.pid) == side_before + i + 1, 3 * h.SLOW,
+        h.wait_until(lambda: h.fd_count(side.pid) == side_before + i + 1, 3 * h.SLOW,
                      "idle client %d accepted" % (i + 1))
     fill[-1].send(h.request("GET", "/no-fd", "app.example"))
     try:
@@ -166,7 +161,7 @@ def scenario(t):
         starved = "%s: %s" % (type(e).__name__, e)
     for c in fill:
         c.close()
-    h.wait_until(lambda: fd_count(side.pid) <= side_before, 3 * h.SLOW, "the idle clients gone")
+    h.wait_until(lambda: h.fd_count(side.pid) <= side_before, 3 * h.SLOW, "the idle clients gone")
     upstreams = h.curl("http://127.0.0.1:%d/upstreams" % side.port(1)).body.decode()
     try:
         after = h.fetch(side.port(0), "GET", "/after", "app.example", timeout=5 * h.SLOW)

@@ -17,7 +17,6 @@ is counted. (With descriptors, the check says 192.0.2.1 is elsewhere and
 the proxy connects: not tried here, no traffic leaves loopback.)
 """
 
-import os
 import resource
 
 import harness as h
@@ -35,22 +34,18 @@ defaults:
 """
 
 
-def fd_count(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
-
-
 def scenario(t):
     proxy = t.proxy(CONFIG)
-    before = fd_count(proxy.pid)
+    before = h.fd_count(proxy.pid)
     client = h.RawConn(proxy.port(0), timeout=5 * h.SLOW)
     t.defer(client.close)
-    h.wait_until(lambda: fd_count(proxy.pid) == before + 1, 3 * h.SLOW, "the client accepted")
+    h.wait_until(lambda: h.fd_count(proxy.pid) == before + 1, 3 * h.SLOW, "the client accepted")
     hard = resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE)[1]
     resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE, (before + 1, hard))
     client.send(h.request("GET", "/x", "app.example"))
     starved = client.read_response()
     client.close()
-    h.wait_until(lambda: fd_count(proxy.pid) <= before, 3 * h.SLOW, "the client gone")
+    h.wait_until(lambda: h.fd_count(proxy.pid) <= before, 3 * h.SLOW, "the client gone")
     upstreams = h.curl("http://127.0.0.1:%d/upstreams" % proxy.port(1)).body.decode()
     metrics = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1)).body.decode()
 

@@ -25,7 +25,6 @@ once descriptors are free, the next probe connects, the upstream is up
 and a GET gets 200.
 """
 
-import os
 import re
 import resource
 import time
@@ -48,10 +47,6 @@ defaults:
 ROOM = 4
 
 
-def fd_count(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
-
-
 def scenario(t):
     up = h.reserved_port()
     side = t.proxy(CONFIG, UP=up)
@@ -67,7 +62,7 @@ def scenario(t):
     # what the proxy holds
     samples = []
     for _ in range(5):
-        samples.append(fd_count(side.pid))
+        samples.append(h.fd_count(side.pid))
         time.sleep(0.02)
     before = min(samples)
     hard = resource.prlimit(side.pid, resource.RLIMIT_NOFILE)[1]
@@ -76,7 +71,7 @@ def scenario(t):
     t.defer(lambda: [c.close() for c in fill])
     for i in range(ROOM):
         fill.append(h.RawConn(side.port(0), timeout=5 * h.SLOW))
-        h.wait_until(lambda: fd_count(side.pid) >= before + i + 1, 3 * h.SLOW,
+        h.wait_until(lambda: h.fd_count(side.pid) >= before + i + 1, 3 * h.SLOW,
                      "idle client %d accepted" % (i + 1))
     api = origin_mod.Origin(port=up, name="api", echo_unknown=True).start()
     t.defer(api.stop)
@@ -87,7 +82,7 @@ def scenario(t):
     short_lines = side.stderr_lines()[short_at:]
     for c in fill:
         c.close()
-    h.wait_until(lambda: fd_count(side.pid) <= before, 3 * h.SLOW, "the idle clients gone")
+    h.wait_until(lambda: h.fd_count(side.pid) <= before, 3 * h.SLOW, "the idle clients gone")
     side.wait_log(r"upstream %s is up" % name, timeout=5 * h.SLOW)
     after = h.fetch(side.port(0), "GET", "/after", "app.example", timeout=5 * h.SLOW).status
     metrics = h.curl("http://127.0.0.1:%d/metrics" % side.port(1), check=True).body.decode()

@@ -108,10 +108,6 @@ def raise_nofile():
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def fd_count(pid):
-    return len(os.listdir("/proc/%d/fd" % pid))
-
-
 def cpu_seconds(pid):
     """User plus system CPU time of a process so far."""
     with open("/proc/%d/stat" % pid) as f:
@@ -196,7 +192,7 @@ def scenario(t):
     idle = []
     t.defer(lambda: close_all(idle))
     time.sleep(0.3)
-    base_fds = fd_count(proxy.pid)
+    base_fds = h.fd_count(proxy.pid)
 
     if idle_n < 100:
         t.skip("idle connections", "RLIMIT_NOFILE allows only %d" % idle_n)
@@ -206,11 +202,11 @@ def scenario(t):
             start = time.monotonic()
             idle.extend(open_idle(proxy.port(), idle_n, 60 * h.SLOW))
             h.eq(len(idle), idle_n, "connections opened within %ss" % (60 * h.SLOW))
-            h.wait_until(lambda: fd_count(proxy.pid) >= base_fds + idle_n, 30 * h.SLOW,
+            h.wait_until(lambda: h.fd_count(proxy.pid) >= base_fds + idle_n, 30 * h.SLOW,
                          "the proxy to accept all %d (it holds %d descriptors, %d before)"
-                         % (idle_n, fd_count(proxy.pid), base_fds))
+                         % (idle_n, h.fd_count(proxy.pid), base_fds))
             print("opened %d connections in %.1fs; proxy holds %d descriptors"
-                  % (idle_n, time.monotonic() - start, fd_count(proxy.pid)), flush=True)
+                  % (idle_n, time.monotonic() - start, h.fd_count(proxy.pid)), flush=True)
 
         @t.check("while they are open, a GET on a new connection returns 200 within 3 s")
         def _():
@@ -232,9 +228,9 @@ def scenario(t):
         @t.check("after they close, the proxy's descriptor count returns to where it was")
         def _():
             close_all(idle)
-            h.wait_until(lambda: fd_count(proxy.pid) <= base_fds + 2, 30 * h.SLOW,
+            h.wait_until(lambda: h.fd_count(proxy.pid) <= base_fds + 2, 30 * h.SLOW,
                          "the proxy to close them (%d descriptors, %d before)"
-                         % (fd_count(proxy.pid), base_fds))
+                         % (h.fd_count(proxy.pid), base_fds))
             r = h.fetch(proxy.port(), "GET", "/echo?after_idle=1", "idle.example")
             h.eq(r.status, 200, "status after closing")
 
@@ -317,7 +313,7 @@ def scenario(t):
     fd_clients = []
     t.defer(lambda: close_all(fd_clients))
     time.sleep(0.3)
-    before = fd_count(fd_proxy.pid)
+    before = h.fd_count(fd_proxy.pid)
     hard = resource.prlimit(fd_proxy.pid, resource.RLIMIT_NOFILE)[1]
     resource.prlimit(fd_proxy.pid, resource.RLIMIT_NOFILE, (FD_LIMIT, hard))
     print("proxy #%d: %d descriptors open, RLIMIT_NOFILE soft limit set to %d"
@@ -351,8 +347,8 @@ def scenario(t):
     @t.check("after the connections close, a new GET is served and descriptors return to where they were")
     def _():
         close_all(fd_clients)
-        h.wait_until(lambda: fd_count(fd_proxy.pid) <= before + 2, 15 * h.SLOW,
-                     "the proxy's descriptors to drop back to %d (now %d)" % (before, fd_count(fd_proxy.pid)))
+        h.wait_until(lambda: h.fd_count(fd_proxy.pid) <= before + 2, 15 * h.SLOW,
+                     "the proxy's descriptors to drop back to %d (now %d)" % (before, h.fd_count(fd_proxy.pid)))
         deadline = time.monotonic() + 10 * h.SLOW
         while True:
             try:
