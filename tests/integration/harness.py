@@ -113,6 +113,13 @@ def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
+def fds_dense(pid):
+    """Whether process pid's descriptors are numbered 0 to n-1, no gap: then
+    a RLIMIT_NOFILE soft limit of n leaves it none to open."""
+    fds = [int(fd) for fd in os.listdir("/proc/%d/fd" % pid)]
+    return max(fds) + 1 == len(fds)
+
+
 def wait_until(predicate, timeout, what, interval=0.05):
     """Poll predicate() until true; AssertionError naming what on timeout."""
     deadline = time.monotonic() + timeout
