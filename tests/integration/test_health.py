@@ -479,14 +479,37 @@ def scenario(t):
         other.join(10 * h.SLOW)
         t.stop_proxy(p)
 
+    def held_proxy(limits=""):
+        """A proxy that holds requests for a closed port, one pending retry
+        at most (limits: more of its limits, "key: value,"); it and the port."""
+        port = h.closed_port()
+        conf = (CONFIG_PENDING.replace("max_pending_retries: 2", "max_pending_retries: 1")
+                .replace("limits: {", "limits: {" + limits)
+                + "health: { down_after: 1, probe_interval: 300ms, hold: true }\n")
+        return t.proxy(conf, GONE=port), port
+
+    def dropped_when_client_leaves(p, port, c, path, behind):
+        """Client c, whose request for path is held and behind which
+        (behind: what) waits unread, closes once that is all in the proxy's
+        kernel: the request is dropped (gave_up=client_gone) and its place
+        among the pending retries freed, so the next is held."""
+        h.wait_until(lambda: h.send_queue(c.local_port, p.port(0)) == 0, 5 * h.SLOW,
+                     "%s all in the proxy's kernel" % behind)
+        c.close()
+        h.wait_until(lambda: held(p, port) == 0, 5 * h.SLOW,
+                     "held back to 0 after the client left (%r)" % upstream_line(p, port))
+        entry = h.access_fields(p.access_one(path))
+        h.eq(entry.get("gave_up"), "client_gone", "gave_up")
+        c2 = h.RawConn(p.port(0))
+        t.defer(c2.close)
+        c2.send(h.request("GET", "/next", "api.example"))
+        h.wait_until(lambda: held(p, port) == 1, 5 * h.SLOW, "the next request held")
+        t.stop_proxy(p)
+
     @t.check("a held request whose client leaves with its body unread (over replay_buffer) "
              "is dropped too, its place among the pending retries freed")
     def _():
-        port = h.closed_port()
-        conf = (CONFIG_PENDING.replace("max_pending_retries: 2", "max_pending_retries: 1")
-                .replace("limits: {", "limits: { replay_buffer: 1KiB,")
-                + "health: { down_after: 1, probe_interval: 300ms, hold: true }\n")
-        p = t.proxy(conf, GONE=port)
+        p, port = held_proxy(" replay_buffer: 1KiB,")
         c = h.RawConn(p.port(0))
         # more than the proxy's input takes, less than it and its kernel
         # do: the client's FIN reaches the proxy's kernel behind it
@@ -494,27 +517,12 @@ def scenario(t):
         c.send(h.request("POST", "/upload", "api.example",
                          headers=[("Content-Length", str(len(body)))], body=body))
         h.wait_until(lambda: held(p, port) == 1, 10 * h.SLOW, "the upload held")
-        h.wait_until(lambda: h.send_queue(c.local_port, p.port(0)) == 0, 5 * h.SLOW,
-                     "the body all in the proxy's kernel")
-        c.close()
-        h.wait_until(lambda: held(p, port) == 0, 5 * h.SLOW,
-                     "held back to 0 after the client left (%r)" % upstream_line(p, port))
-        entry = h.access_fields(p.access_one("/upload"))
-        h.eq(entry.get("gave_up"), "client_gone", "gave_up")
-        # its place among the pending retries is free again: the next is held
-        c2 = h.RawConn(p.port(0))
-        t.defer(c2.close)
-        c2.send(h.request("GET", "/next", "api.example"))
-        h.wait_until(lambda: held(p, port) == 1, 5 * h.SLOW, "the next request held")
-        t.stop_proxy(p)
+        dropped_when_client_leaves(p, port, c, "/upload", "the body")
 
     @t.check("a held GET whose client pipelined a next request past the input limit, then "
              "left, is dropped too, its place among the pending retries freed")
     def _():
-        port = h.closed_port()
-        conf = (CONFIG_PENDING.replace("max_pending_retries: 2", "max_pending_retries: 1")
-                + "health: { down_after: 1, probe_interval: 300ms, hold: true }\n")
-        p = t.proxy(conf, GONE=port)
+        p, port = held_proxy()
         c = h.RawConn(p.port(0))
         # the GET is whole; the POST behind it is more than the proxy's
         # input takes, less than it and its kernel do
@@ -522,40 +530,18 @@ def scenario(t):
         c.send(h.request("GET", "/pipelined", "api.example") +
                h.request("POST", "/behind", "api.example", body=body))
         h.wait_until(lambda: held(p, port) == 1, 10 * h.SLOW, "the GET held")
-        h.wait_until(lambda: h.send_queue(c.local_port, p.port(0)) == 0, 5 * h.SLOW,
-                     "the pipelined request all in the proxy's kernel")
-        c.close()
-        h.wait_until(lambda: held(p, port) == 0, 5 * h.SLOW,
-                     "held back to 0 after the client left (%r)" % upstream_line(p, port))
-        entry = h.access_fields(p.access_one("/pipelined"))
-        h.eq(entry.get("gave_up"), "client_gone", "gave_up")
-        c2 = h.RawConn(p.port(0))
-        t.defer(c2.close)
-        c2.send(h.request("GET", "/next", "api.example"))
-        h.wait_until(lambda: held(p, port) == 1, 5 * h.SLOW, "the next request held")
-        t.stop_proxy(p)
+        dropped_when_client_leaves(p, port, c, "/pipelined", "the pipelined request")
 
     @t.check("a held GET whose client pipelines a next request past the input limit only "
              "once it is held, then leaves, is dropped too")
     def _():
-        port = h.closed_port()
-        conf = (CONFIG_PENDING.replace("max_pending_retries: 2", "max_pending_retries: 1")
-                + "health: { down_after: 1, probe_interval: 300ms, hold: true }\n")
-        p = t.proxy(conf, GONE=port)
+        p, port = held_proxy()
         c = h.RawConn(p.port(0))
         c.send(h.request("GET", "/late", "api.example"))
         # held with nothing behind it: the input fills only afterwards
         h.wait_until(lambda: held(p, port) == 1, 10 * h.SLOW, "the GET held")
         body = b"x" * (256 << 10)
         c.send(h.request("POST", "/behind", "api.example", body=body))
-        h.wait_until(lambda: h.send_queue(c.local_port, p.port(0)) == 0, 5 * h.SLOW,
-                     "the pipelined request all in the proxy's kernel")
-        c.close()
-        h.wait_until(lambda: held(p, port) == 0, 5 * h.SLOW,
-                     "held back to 0 after the client left (%r)" % upstream_line(p, port))
-        entry = h.access_fields(p.access_one("/late"))
-        h.eq(entry.get("gave_up"), "client_gone", "gave_up")
-        t.stop_proxy(p)
-
+        dropped_when_client_leaves(p, port, c, "/late", "the pipelined request")
 
 h.run(scenario, __doc__, timeout=120)
