@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import select
 import shutil
 import signal
@@ -118,6 +119,33 @@ def fds_dense(pid):
     a RLIMIT_NOFILE soft limit of n leaves it none to open."""
     fds = [int(fd) for fd in os.listdir("/proc/%d/fd" % pid)]
     return max(fds) + 1 == len(fds)
+
+
+def clients_at_fd_limit(t, pid, port):
+    """Idle clients of port until process pid's descriptors have no gap
+    (each accept takes the lowest free number), then its RLIMIT_NOFILE soft
+    limit lowered to their count: every number below the limit is taken, so
+    its next socket fails (an accept would too). The clients, closed at the
+    test's end; the last is the one to use."""
+    clients = []
+    t.defer(lambda: [c.close() for c in clients])
+    while not clients or not fds_dense(pid):
+        before = fd_count(pid)
+        clients.append(RawConn(port, timeout=5 * SLOW))
+        wait_until(lambda: fd_count(pid) == before + 1, 3 * SLOW,
+                   "client %d accepted" % len(clients))
+    hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (fd_count(pid), hard))
+    return clients
+
+
+def status_of(fn):
+    """fn()'s result, or the error it raised as text: a check can then say
+    what a request got instead of the scenario stopping at it."""
+    try:
+        return fn()
+    except (ReadTimeout, AssertionError, OSError) as e:
+        return "%s: %s" % (type(e).__name__, e)
 
 
 def wait_until(predicate, timeout, what, interval=0.05):

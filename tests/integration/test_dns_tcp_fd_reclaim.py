@@ -16,7 +16,6 @@ the GET gets 200 from the origin; big.test was asked over TCP.
 """
 
 import os
-import resource
 import threading
 import time
 
@@ -38,13 +37,6 @@ defaults:
 """
 
 
-def status_of(fn):
-    try:
-        return fn()
-    except (h.ReadTimeout, AssertionError, OSError) as e:
-        return "%s: %s" % (type(e).__name__, e)
-
-
 def scenario(t):
     origin = t.origin()
     stub = dnsstub.DnsStub(answers={"big.test": "127.0.0.1"})
@@ -62,7 +54,7 @@ def scenario(t):
     pooled = [None, None]
 
     def pooled_get(i):
-        pooled[i] = status_of(lambda: h.fetch(proxy.port(2), "GET", "/echo?delay=0.3&t=%d" % i,
+        pooled[i] = h.status_of(lambda: h.fetch(proxy.port(2), "GET", "/echo?delay=0.3&t=%d" % i,
                                               "app.example", timeout=5 * h.SLOW).status)
     getters = [threading.Thread(target=pooled_get, args=(i,)) for i in range(2)]
     for g in getters:
@@ -71,24 +63,12 @@ def scenario(t):
         g.join()
     # the GETs' client connections closed; their upstream ones stay pooled
     time.sleep(0.3)
-    # clients until the descriptors have no gap (the pooled GETs' client
-    # connections closed below their upstream ones; each accept takes the
-    # lowest free number): then every number below the limit is taken and
-    # the next socket fails (an accept would too, and would give back the
-    # pooled connections itself)
-    clients = []
-    t.defer(lambda: [c.close() for c in clients])
-    while not clients or not h.fds_dense(proxy.pid):
-        before = h.fd_count(proxy.pid)
-        clients.append(h.RawConn(proxy.port(0), timeout=5 * h.SLOW))
-        h.wait_until(lambda: h.fd_count(proxy.pid) == before + 1, 3 * h.SLOW,
-                     "client %d accepted" % len(clients))
-    client = clients[-1]
-    hard = resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE)[1]
-    resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE, (h.fd_count(proxy.pid), hard))
+    # no descriptor left (the pooled GETs' client connections closed below
+    # their upstream ones, a gap the clients fill first)
+    client = h.clients_at_fd_limit(t, proxy.pid, proxy.port(0))[-1]
     stub.clear()
     client.send(h.request("GET", "/echo?t=starved", "app.example"))
-    starved = status_of(lambda: client.read_response())
+    starved = h.status_of(lambda: client.read_response())
     asked_tcp = [q for q in stub.queries_for("big.test") if q.transport == "tcp"]
 
     @t.check("the pooled GETs before the shortage: 200")

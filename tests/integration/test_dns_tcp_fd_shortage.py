@@ -43,13 +43,6 @@ defaults:
 ROOM = 4
 
 
-def status_of(fn):
-    try:
-        return fn()
-    except (h.ReadTimeout, AssertionError, OSError) as e:
-        return "%s: %s" % (type(e).__name__, e)
-
-
 def scenario(t):
     origin = t.origin()
     stub = dnsstub.DnsStub(answers={"big.test": "127.0.0.1"})
@@ -62,7 +55,7 @@ def scenario(t):
         f.write("")
     proxy = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": resolv, "RETRYPROXY_HOSTS": hosts},
                     UP=origin.port)
-    warm = status_of(lambda: h.fetch(proxy.port(0), "GET", "/echo?t=warm", "app.example",
+    warm = h.status_of(lambda: h.fetch(proxy.port(0), "GET", "/echo?t=warm", "app.example",
                                      timeout=5 * h.SLOW).status)
     tcp_before = [q for q in stub.queries_for("big.test") if q.transport == "tcp"]
 
@@ -80,13 +73,13 @@ def scenario(t):
                      "idle client %d accepted" % (i + 1))
     stub.clear()
     fill[-1].send(h.request("GET", "/echo?t=starved", "app.example"))
-    starved = status_of(lambda: fill[-1].read_response())
+    starved = h.status_of(lambda: fill[-1].read_response())
     for c in fill:
         c.close()
     h.wait_until(lambda: h.fd_count(proxy.pid) <= before, 3 * h.SLOW, "the idle clients gone")
     upstreams = h.curl("http://127.0.0.1:%d/upstreams" % proxy.port(1)).body.decode()
     metrics = h.curl("http://127.0.0.1:%d/metrics" % proxy.port(1)).body.decode()
-    after = status_of(lambda: h.fetch(proxy.port(0), "GET", "/echo?t=after", "app.example",
+    after = h.status_of(lambda: h.fetch(proxy.port(0), "GET", "/echo?t=after", "app.example",
                                       timeout=5 * h.SLOW).status)
 
     @t.check("before the shortage big.test resolves over TCP: 200")

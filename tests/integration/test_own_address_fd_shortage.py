@@ -17,7 +17,6 @@ is counted. (With descriptors, the check says 192.0.2.1 is elsewhere and
 the proxy connects: not tried here, no traffic leaves loopback.)
 """
 
-import resource
 
 import harness as h
 
@@ -37,17 +36,7 @@ defaults:
 def scenario(t):
     proxy = t.proxy(CONFIG)
     start = h.fd_count(proxy.pid)
-    # clients until the descriptors have no gap (each accept takes the
-    # lowest free number): then a limit of their count leaves none free
-    clients = []
-    t.defer(lambda: [c.close() for c in clients])
-    while not clients or not h.fds_dense(proxy.pid):
-        before = h.fd_count(proxy.pid)
-        clients.append(h.RawConn(proxy.port(0), timeout=5 * h.SLOW))
-        h.wait_until(lambda: h.fd_count(proxy.pid) == before + 1, 3 * h.SLOW,
-                     "client %d accepted" % len(clients))
-    hard = resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE)[1]
-    resource.prlimit(proxy.pid, resource.RLIMIT_NOFILE, (h.fd_count(proxy.pid), hard))
+    clients = h.clients_at_fd_limit(t, proxy.pid, proxy.port(0))
     clients[-1].send(h.request("GET", "/x", "app.example"))
     starved = clients[-1].read_response()
     for c in clients:
