@@ -188,9 +188,10 @@ void conn_loop_on_fd_shortage(struct conn_loop *loop, bool (*shortage)(void *), 
 	loop->fd_shortage_arg = arg;
 }
 
-bool conn_loop_fd_shortage(struct conn_loop *loop)
+bool conn_loop_fd_shortage(struct conn_loop *loop, int err)
 {
-	return loop->fd_shortage != NULL && loop->fd_shortage(loop->fd_shortage_arg);
+	return (err == EMFILE || err == ENFILE) && loop != NULL && loop->fd_shortage != NULL &&
+	       loop->fd_shortage(loop->fd_shortage_arg);
 }
 
 bool conn_error_is_local_shortage(int err)
@@ -203,8 +204,7 @@ int conn_loop_socket(struct conn_loop *loop, int family)
 {
 	int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
-	if (fd < 0 && (errno == EMFILE || errno == ENFILE) && loop != NULL &&
-	    conn_loop_fd_shortage(loop))
+	if (fd < 0 && conn_loop_fd_shortage(loop, errno))
 		fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	return fd;
 }

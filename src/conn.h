@@ -74,9 +74,11 @@ void conn_loop_on_accepted_closed(struct conn_loop *loop, void (*closed)(void *)
 /* Call shortage(arg) when the process is out of file descriptors (a
  * connect's socket, or an accept, failed with EMFILE or ENFILE); it gives
  * some back if it can and says whether it did. conn_loop_fd_shortage() is
- * that call, for an accept's failure seen elsewhere. */
+ * that call for a failure seen elsewhere (an accept, a look at this host's
+ * addresses), its errno err: true when err is EMFILE or ENFILE and
+ * descriptors came back (loop may be NULL: no one to ask). */
 void conn_loop_on_fd_shortage(struct conn_loop *loop, bool (*shortage)(void *), void *arg);
-bool conn_loop_fd_shortage(struct conn_loop *loop);
+bool conn_loop_fd_shortage(struct conn_loop *loop, int err);
 
 /* A non-blocking stream socket of family for a connect; out of
  * descriptors, the loop's owner is asked to give some back (idle pooled

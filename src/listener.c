@@ -148,7 +148,7 @@ void listener_accept_failed(struct proxy *proxy, struct evconnlistener *evl, con
 	struct timeval tv = timeval_from_ms(LISTENER_ERROR_PAUSE_MS);
 	int err = EVUTIL_SOCKET_ERROR();
 
-	if ((err == EMFILE || err == ENFILE) && conn_loop_fd_shortage(proxy->loop))
+	if (conn_loop_fd_shortage(proxy->loop, err))
 		return;
 	log_error("accept on %s %s failed: %s; pausing accepts for %d ms", kind, address,
 		  evutil_socket_error_to_string(err), LISTENER_ERROR_PAUSE_MS);

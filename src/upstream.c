@@ -309,13 +309,6 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 	upstream_start_next(uc);
 }
 
-/* After a look that failed: were descriptors its want (not memory), and
- * did idle pooled connections give some back? */
-static bool upstream_descriptors_back(struct proxy *proxy)
-{
-	return (errno == EMFILE || errno == ENFILE) && conn_loop_fd_shortage(proxy->loop);
-}
-
 /* Whether address is the proxy's own admin endpoint (kept from other hosts
  * by its loopback address) or one of its own listeners (a CONNECT to itself
  * would nest a tunnel for every CONNECT head behind it, all from one client
@@ -330,7 +323,7 @@ static int upstream_own_address(struct proxy *proxy, const struct evutil_addrinf
 	int admin = admin_is_address(proxy->admin, address->ai_addr, len);
 	int listener;
 
-	if (admin < 0 && upstream_descriptors_back(proxy))
+	if (admin < 0 && conn_loop_fd_shortage(proxy->loop, errno))
 		admin = admin_is_address(proxy->admin, address->ai_addr, len);
 	if (admin < 0)
 		*err = errno;
@@ -339,7 +332,7 @@ static int upstream_own_address(struct proxy *proxy, const struct evutil_addrinf
 		return 1;
 	}
 	listener = listener_is_address(proxy, address->ai_addr, len);
-	if (listener < 0 && upstream_descriptors_back(proxy))
+	if (listener < 0 && conn_loop_fd_shortage(proxy->loop, errno))
 		listener = listener_is_address(proxy, address->ai_addr, len);
 	if (listener < 0)
 		*err = errno;
