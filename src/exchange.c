@@ -1033,18 +1033,31 @@ static uint64_t exchange_held_timer_ms(const struct exchange *ex, uint64_t left)
 	return left;
 }
 
+static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Set a held request's timer again from now, before its deadline: for the
+ * deadline, or sooner to look for a close hidden behind unread input.
+ * False once the deadline is reached. */
+static bool exchange_held_timer_rearm(struct exchange *ex)
+{
+	uint64_t deadline = ex->route->retry.deadline_ms;
+	uint64_t now = timer_now_ms();
+	uint64_t elapsed = exchange_ms_between(ex->first_try_ms, now);
+
+	if (elapsed >= deadline)
+		return false;
+	exchange_timer_start(ex, exchange_held_deadline_cb, now,
+			     exchange_held_timer_ms(ex, deadline - elapsed));
+	return true;
+}
+
 /* A held request's deadline passed before its upstream came back, or it is
  * time to look whether its client left. */
 static void exchange_held_deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
-	uint64_t deadline = ex->route->retry.deadline_ms;
-	uint64_t now = timer_now_ms();
-	uint64_t elapsed = exchange_ms_between(ex->first_try_ms, now);
 
-	if (elapsed < deadline) {
-		exchange_timer_start(ex, exchange_held_deadline_cb, now,
-				     exchange_held_timer_ms(ex, deadline - elapsed));
+	if (exchange_held_timer_rearm(ex)) {
 		/* its EOF, at the end of this pass, drops the request */
 		if (ex->owner.conn != NULL)
 			conn_notice_hangup(ex->owner.conn);
@@ -1123,16 +1136,10 @@ static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause c
 
 void exchange_held_input_full(struct exchange *ex)
 {
-	uint64_t now = timer_now_ms();
-	uint64_t elapsed = exchange_ms_between(ex->first_try_ms, now);
-	uint64_t deadline = ex->route->retry.deadline_ms;
-
 	/* the hold began with room in the input, its timer set for the
 	 * deadline: a close behind the bytes that filled it is looked for
 	 * from now on as for one full from the start */
-	if (elapsed < deadline)
-		exchange_timer_start(ex, exchange_held_deadline_cb, now,
-				     exchange_held_timer_ms(ex, deadline - elapsed));
+	exchange_held_timer_rearm(ex);
 }
 
 void exchange_hold(struct exchange *ex)
