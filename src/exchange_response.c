@@ -633,7 +633,7 @@ static void exchange_start_keeping(struct exchange_try *t, const struct http1_he
 
 	t->keeping = evbuffer_new();
 	t->keeping_head_len = head->head_len;
-	t->keeping_received = time(NULL);
+	t->keeping_received = http_date_clock();
 	t->keeping_unclean = false;
 	t->keeping_no_room = false;
 	evbuffer_remove_buffer(in, t->keeping, head->head_len);

@@ -213,11 +213,19 @@ void http_date_format(time_t t, char *out)
 		 tm.tm_sec);
 }
 
+time_t http_date_clock(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec;
+}
+
 const char *http_date_now(void)
 {
 	static char text[HTTP_DATE_LEN + 1] = "Thu, 01 Jan 1970 00:00:00 GMT";
 	static time_t formatted = (time_t)-1;
-	time_t now = time(NULL);
+	time_t now = http_date_clock();
 
 	if (now != formatted) {
 		/* a clock gmtime() cannot place keeps the last good date */

@@ -23,6 +23,11 @@ int http_date_parse(const char *s, size_t len, time_t now, int64_t *when);
  * time gmtime() cannot place, or past year 9999, leaves out unchanged. */
 void http_date_format(time_t t, char *out);
 
+/* The current second of the wall clock, read precisely: time() reads the
+ * kernel's coarse clock, up to a tick behind, which can date a response a
+ * second before a client's own precise reading taken just before it. */
+time_t http_date_clock(void);
+
 /* The current second as an IMF-fixdate, HTTP_DATE_LEN bytes and a NUL, for
  * the Date field the proxy adds (RFC 9110 section 6.6.1); formatted once a
  * second. The buffer is overwritten by the next call in another second. */

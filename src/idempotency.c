@@ -148,7 +148,7 @@ static bool idempotency_if_none_match_tags(const struct http1_field *f)
  * If-Match beside it are the caller's to see. */
 static bool idempotency_unmodified_since_void(const struct http1_field *f)
 {
-	time_t now = time(NULL);
+	time_t now = http_date_clock();
 	int64_t when;
 
 	/* now places an RFC 850 two-digit year too, as the origin places it:

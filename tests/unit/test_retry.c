@@ -683,6 +683,37 @@ static void test_http_date_format(void **state)
 	assert_int_equal(strlen(http_date_now()), HTTP_DATE_LEN);
 }
 
+/* The second the proxy dates a response with is never behind a precise
+ * reading of the wall clock taken just before it, not even in the first
+ * milliseconds of a second, where the kernel's coarse clock (time()) still
+ * shows the last one: a client that noted the time before its request saw
+ * its response dated a second earlier. Watched across a second's turn. */
+static void test_http_date_clock_not_behind(void **state)
+{
+	struct timespec before;
+	time_t turned;
+	long checks = 0;
+
+	(void)state;
+	clock_gettime(CLOCK_REALTIME, &before);
+	turned = before.tv_sec + 1;
+	do
+		clock_gettime(CLOCK_REALTIME, &before);
+	while (before.tv_sec < turned);
+	/* the first 20 ms of the new second, a few ticks of the coarse clock */
+	while (before.tv_sec == turned && before.tv_nsec < 20 * 1000 * 1000) {
+		time_t dated = http_date_clock();
+
+		if (dated < before.tv_sec)
+			fail_msg("dated %lld, %ld ns into second %lld (check %ld)",
+				 (long long)dated, before.tv_nsec, (long long)before.tv_sec,
+				 checks);
+		checks++;
+		clock_gettime(CLOCK_REALTIME, &before);
+	}
+	assert_true(checks > 0);
+}
+
 static void test_retry_after_calendar(void **state)
 {
 	static const time_t fixed[] = {
@@ -1586,6 +1617,7 @@ int main(void)
 		cmocka_unit_test(test_retry_after_counted),
 		cmocka_unit_test(test_retry_after_calendar),
 		cmocka_unit_test(test_http_date_format),
+		cmocka_unit_test(test_http_date_clock_not_behind),
 		cmocka_unit_test(test_outcome_names),
 		cmocka_unit_test(test_give_up_names),
 		cmocka_unit_test(test_decide_table),
