@@ -641,11 +641,22 @@ void exchange_finish_tunnel(struct exchange *ex)
 	exchange_close(ex, EXCHANGE_END_TUNNEL, NULL);
 }
 
+/* An answer's text without the status it begins with ("503 the proxy is
+ * shutting down: ..."), for a note where that answer was never sent. */
+static const char *exchange_text_without_status(const char *text, int status)
+{
+	char code[8];
+
+	snprintf(code, sizeof(code), "%d ", status);
+	return strncmp(text, code, strlen(code)) == 0 ? text + strlen(code) : text;
+}
+
 void exchange_respond_error(struct exchange *ex, int status, const char *text)
 {
 	if (ex->resumable && ex->resume->pending) {
-		/* the client has a 200 head already: no error of ours fits after it */
-		exchange_resume_give_up(ex, text);
+		/* the client has a 200 head already: no error of ours fits after
+		 * it, and the note does not name one */
+		exchange_resume_give_up(ex, exchange_text_without_status(text, status));
 		return;
 	}
 	ex->client_keep_after = ex->client_keep_alive && ex->request_body.done && !ex->is_connect &&

@@ -12,8 +12,8 @@ Proxy: defaults with resume on, 5 attempts, 50 ms backoff without jitter,
 replay_buffer 64 KiB;
 routes (by Host) with max_attempts 2, with a 900ms backoff and a 1s
 deadline (the break, after a 200ms delay, leaves no room for the wait),
-with resume: false, with try_timeout 500ms, and with retry.on
-[5xx] (no reset).
+with resume: false, with try_timeout 500ms, with retry.on
+[5xx] (no reset), and with a 5s backoff.
 Must hold:
 - a 4 MiB download broken at 1 MiB arrives whole, byte-exact (sha256), as
   one 200 response: the origin got Range: bytes=K- (K at most 1 MiB, the
@@ -56,6 +56,9 @@ Must hold:
   the same way, not given up;
 - resumes count against attempts (max_attempts 2: the second break ends
   the body short, gave_up=attempts) and the deadline (gave_up=deadline);
+- a resume waiting in a backoff longer than the drain at SIGTERM is given
+  up (the body ends short); the note names the shutdown and no status,
+  since the client got no 503;
 - the JSON access log carries "broken" and "resumed_at" in the tries.
 """
 
@@ -98,6 +101,9 @@ routes:
   - name: no-reset
     match: { host: noreset.test }
     retry: { on: [5xx] }
+  - name: long-backoff
+    match: { host: long.test }
+    retry: { initial_backoff: 5s, max_backoff: 5s }
 """
 
 # An upstream that goes down under its pooled connections: one connect
@@ -587,6 +593,29 @@ def scenario(t):
              "trail: %r" % tries)
         h.eq(h.metric(admin_metrics(hproxy), "retryproxy_resumes_total",
                       '{route="default",result="ok"}'), 1.0, "resumes ok")
+
+    @t.check("a resume waiting at SIGTERM is given up; the note names the shutdown, not a "
+             "503 the client never got")
+    def _():
+        dproxy = t.proxy(CONFIG, ORIGIN=origin.port, FORMAT="text")
+        n = 2 * MiB + 19
+        path = "/object/%d" % n
+        origin.script(path, [path + "?break_at=%d" % MiB, path])
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(
+            r=get(dproxy, path, "-H", "Host: long.test")))
+        thread.start()
+        try:
+            h.wait_until(lambda: h.metric(admin_metrics(dproxy), "retryproxy_backoff_pending",
+                                          "") == 1.0, 5 * h.SLOW, "the resume in its backoff")
+            dproxy.terminate()
+        finally:
+            thread.join(10 * h.SLOW)
+        short_prefix(result["r"], n)
+        fields = h.access_fields(dproxy.access_one(path))
+        h.eq(urllib.parse.unquote(fields.get("note", "")),
+             "not resumed at %d: the proxy is shutting down: no try after attempt 1" % MiB,
+             "note")
 
     @t.check("the JSON access log carries broken and resumed_at in the tries")
     def _():
