@@ -57,7 +57,8 @@ static void main_usage(FILE *out)
 		"  --version          print the version and exit\n"
 		"  -h, --help         print this help and exit\n"
 		"\n"
-		"signals: SIGHUP reloads the config; SIGTERM and SIGINT drain and exit\n");
+		"signals: SIGHUP reloads the config; SIGTERM and SIGINT drain and exit;\n"
+		"         SIGUSR1 and SIGUSR2 are ignored\n");
 }
 
 /* A path as a YAML value: plain when that reads back the same, else quoted. */
@@ -207,6 +208,12 @@ static void main_on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	struct main_signals *s = arg;
 
+	if (sig == SIGUSR1 || sig == SIGUSR2) {
+		log_info("%s: ignored: the logs go to stderr, with no file to reopen; "
+			 "SIGHUP reloads the config, SIGTERM drains and exits",
+			 sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+		return;
+	}
 	if (sig == SIGHUP) {
 		/* a config found, not named, is looked for again: one written
 		 * to /etc/retryproxy since the start is the one to run; but
@@ -323,8 +330,9 @@ int main(int argc, char **argv)
 	struct config *config;
 	struct proxy *proxy;
 	struct main_signals signals;
-	struct event *sig_events[3];
-	static const int sig_numbers[3] = { SIGTERM, SIGINT, SIGHUP };
+	static const int sig_numbers[] = { SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2 };
+	enum { SIG_COUNT = sizeof(sig_numbers) / sizeof(sig_numbers[0]) };
+	struct event *sig_events[SIG_COUNT];
 	bool bind_failed;
 	sigset_t hup, ending;
 	int i;
@@ -337,6 +345,12 @@ int main(int argc, char **argv)
 	 * exit 2 naming why, and a client gone mid-write is that client's
 	 * error, not the proxy's end */
 	signal(SIGPIPE, SIG_IGN);
+	/* SIGUSR1 and SIGUSR2 mean "reopen the logs" or "reload" to other
+	 * servers (nginx, Squid, HAProxy): one sent out of that habit must
+	 * not kill the proxy by the default action, taking its buffered log
+	 * lines along; while it serves, the loop says each is ignored */
+	signal(SIGUSR1, SIG_IGN);
+	signal(SIGUSR2, SIG_IGN);
 	for (i = 1; i < argc; i++) {
 		bool once = true;
 
@@ -486,7 +500,7 @@ int main(int argc, char **argv)
 		return bind_failed ? MAIN_EXIT_RUNTIME : MAIN_EXIT_CONFIG;
 	signals.proxy = proxy;
 	signals.config_path = config_path;
-	for (i = 0; i < 3; i++) {
+	for (i = 0; i < SIG_COUNT; i++) {
 		sig_events[i] = evsignal_new(proxy->base, sig_numbers[i], main_on_signal, &signals);
 		evsignal_add(sig_events[i], NULL);
 	}
@@ -499,10 +513,10 @@ int main(int argc, char **argv)
 	 * while the events go, then ignored as well (which discards one that
 	 * came meanwhile); only SIGKILL ends the last steps now */
 	sigemptyset(&ending);
-	for (i = 0; i < 3; i++)
+	for (i = 0; i < SIG_COUNT; i++)
 		sigaddset(&ending, sig_numbers[i]);
 	sigprocmask(SIG_BLOCK, &ending, NULL);
-	for (i = 0; i < 3; i++) {
+	for (i = 0; i < SIG_COUNT; i++) {
 		event_free(sig_events[i]);
 		signal(sig_numbers[i], SIG_IGN);
 	}

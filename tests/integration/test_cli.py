@@ -31,7 +31,9 @@ the signal events put back killed it, and the lines not yet written were
 lost; a SIGHUP that comes while the config is still being read
 (a FIFO the test writes it to only after the signal) does not kill the
 proxy, which then starts and serves, and is not lost: once serving, the
-proxy reloads (the FIFO read again, a config on another port).
+proxy reloads (the FIFO read again, a config on another port); SIGUSR1
+and SIGUSR2, while the config is read and once the proxy serves, kill
+nothing: it starts, logs each as ignored, and still listens.
 """
 
 import json
@@ -641,6 +643,50 @@ def scenario(t):
                     proc.wait()
             h.eq(code, 0, "exit code after %s while starting (stderr %r)"
                  % (signal.Signals(sig).name, read(err)[-2000:]))
+
+    @t.check("SIGUSR1 and SIGUSR2 (other servers' log reopen and reload) neither kill the "
+             "proxy nor stop it serving, while its config is read or once it serves")
+    def _():
+        port = h.free_port()
+        fifo = os.path.join(tmp, "usr-config.yaml")
+        os.mkfifo(fifo)
+        proc, err = start(["-c", fifo], tmp)
+        try:
+            fd = None
+
+            def reader_open():
+                nonlocal fd
+                try:
+                    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:
+                    return proc.poll() is not None
+                return True
+
+            h.wait_until(reader_open, 15 * h.SLOW, "the proxy to open its config")
+            h.ok(fd is not None, "the proxy exited before reading its config: %r" % read(err))
+            proc.send_signal(signal.SIGUSR1)
+            proc.send_signal(signal.SIGUSR2)
+            time.sleep(0.2)
+            try:
+                os.write(fd, GOOD.replace("@PORT@", str(port)).encode())
+            except BrokenPipeError:
+                pass  # the reader is gone: said below
+            os.close(fd)
+            h.wait_until(lambda: h.listens_on(proc.pid, port) or proc.poll() is not None,
+                         15 * h.SLOW, "the proxy to listen on %d" % port)
+            h.ok(proc.poll() is None, "the proxy died of a SIGUSR while starting (exit %r, "
+                 "stderr %r)" % (proc.returncode, read(err)[-2000:]))
+            for sig in (signal.SIGUSR1, signal.SIGUSR2):
+                proc.send_signal(sig)
+                name = signal.Signals(sig).name
+                h.wait_until(lambda: "%s: ignored" % name in read(err) or
+                             proc.poll() is not None, 5 * h.SLOW, "the proxy to log %s" % name)
+                h.ok(proc.poll() is None, "the proxy died of %s (exit %r, stderr %r)"
+                     % (name, proc.returncode, read(err)[-2000:]))
+            h.ok(h.listens_on(proc.pid, port), "still listening on %d" % port)
+        finally:
+            code = finish(proc)
+        h.eq(code, 0, "exit code after SIGTERM (stderr %r)" % read(err)[-2000:])
 
     @t.check("a log message carrying a newline and a byte that is not UTF-8 stays one line, "
              "and one JSON object in format json")
