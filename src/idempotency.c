@@ -45,11 +45,30 @@ static bool idempotency_query_name_equals(const char *raw, size_t raw_len, const
 	return name[j] == '\0';
 }
 
+/* Does every server read this name=value pair? Go's net/url drops a pair
+ * that holds a malformed escape (%zz, a % too near the end) or a semicolon,
+ * as Tomcat drops one it cannot decode, while others read it as it is: a
+ * precondition some servers never see makes nothing safe. */
+static bool idempotency_query_pair_read(const char *pair, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		if (pair[i] == ';')
+			return false;
+		if (pair[i] == '%') {
+			if (len - i < 3 || uri_path_hex(pair[i + 1]) < 0 ||
+			    uri_path_hex(pair[i + 2]) < 0)
+				return false;
+			i += 2;
+		}
+	}
+	return true;
+}
+
 /* Is a parameter with this name and a value in the query, and none with
  * the name alone? A bare name or an empty value is no precondition to many
  * servers (they cannot tell it from an absent one), and of a name given
  * twice, some read the first, some the last: one empty copy makes nothing
- * safe. */
+ * safe, nor does one that some servers drop. */
 static bool idempotency_query_has(const char *query, size_t query_len, const char *name)
 {
 	const char *p = query;
@@ -64,7 +83,8 @@ static bool idempotency_query_has(const char *query, size_t query_len, const cha
 
 		if (name_end > p &&
 		    idempotency_query_name_equals(p, (size_t)(name_end - p), name)) {
-			if (eq == NULL || eq + 1 == param_end)
+			if (eq == NULL || eq + 1 == param_end ||
+			    !idempotency_query_pair_read(p, (size_t)(param_end - p)))
 				return false;
 			valued = true;
 		}

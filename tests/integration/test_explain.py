@@ -297,6 +297,15 @@ def scenario(t):
         expect(p, lines("gcs-json-upload", "https://storage.googleapis.com:443", "no",
                         DEFAULT_ON, 24, 600000, "none"), "upload without precondition")
 
+    @t.check("cloud-storage.yaml: an ifGenerationMatch that Go's net/url drops (a malformed "
+             "escape, a semicolon) makes the upload no safer")
+    def _():
+        url = "https://storage.googleapis.com/upload/storage/v1/b/my-bucket/o?uploadType=media"
+        for query in ("&ifGenerationMatch=%", "&ifGenerationMatch=0%zz", "&ifGenerationMatch=0;x=1"):
+            p = explain(["-c", GCS, "POST", url + query])
+            expect(p, lines("gcs-json-upload", "https://storage.googleapis.com:443", "no",
+                            DEFAULT_ON, 24, 600000, "none"), "upload with " + query)
+
     body_etag = write(os.path.join(tmp, "policy-etag.json"),
                       '{"bindings": [{"role": "roles/storage.objectViewer", '
                       '"members": ["allUsers"]}], "etag": "CAE="}\n')
