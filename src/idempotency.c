@@ -390,6 +390,44 @@ static bool idempotency_json_depth_ok(const char *body, size_t len, unsigned max
 	return true;
 }
 
+/* Is key name in another case, to a decoder that matches member names
+ * without regard to case, as Go's encoding/json and ASP.NET Core's do: an
+ * ASCII letter in either case, or one of the two non-ASCII letters that
+ * fold into ASCII ones (U+017F, long s; U+212A, the Kelvin sign)? */
+static bool idempotency_json_name_folds(const char *key, const char *name)
+{
+	for (; *name != '\0'; name++) {
+		char lower = *name >= 'A' && *name <= 'Z' ? (char)(*name + ('a' - 'A')) : *name;
+		char upper = *name >= 'a' && *name <= 'z' ? (char)(*name - ('a' - 'A')) : *name;
+
+		if (*key == lower || *key == upper)
+			key++;
+		else if (lower == 's' && strncmp(key, "\xc5\xbf", 2) == 0)
+			key += 2;
+		else if (lower == 'k' && strncmp(key, "\xe2\x84\xaa", 3) == 0)
+			key += 3;
+		else
+			return false;
+	}
+	return *key == '\0';
+}
+
+/* Has the object a member named as name but for case? Such a decoder takes
+ * it for the same member, and reads the one that comes last, which may be
+ * empty: as with a name given twice, the field guards nothing then. */
+static bool idempotency_json_name_doubled(json_t *object, const char *name)
+{
+	const char *key;
+	json_t *value;
+
+	json_object_foreach(object, key, value)
+	{
+		if (strcmp(key, name) != 0 && idempotency_json_name_folds(key, name))
+			return true;
+	}
+	return false;
+}
+
 const char *idempotency_json_body_field(const struct idempotency *idem, const char *body,
 					size_t len)
 {
@@ -416,7 +454,8 @@ const char *idempotency_json_body_field(const struct idempotency *idem, const ch
 			member = json_object_get(root, cond->name);
 			/* null and "" are "not given" to many APIs */
 			if (member != NULL && !json_is_null(member) &&
-			    !(json_is_string(member) && json_string_length(member) == 0))
+			    !(json_is_string(member) && json_string_length(member) == 0) &&
+			    !idempotency_json_name_doubled(root, cond->name))
 				found = cond->name;
 		}
 	}

@@ -335,6 +335,18 @@ def scenario(t):
         expect(p, lines("gcs-json-metadata-update", "https://storage.googleapis.com:443", "no",
                         DEFAULT_ON, 24, 600000, "none"), "setIamPolicy without a body")
 
+    body_etag_twice = write(os.path.join(tmp, "policy-etag-twice.json"),
+                            '{"bindings": [], "etag": "CAE=", "ETag": ""}\n')
+
+    @t.check("cloud-storage.yaml: a setIamPolicy whose etag has an empty twin but for case (the "
+             "one Go's and ASP.NET Core's decoders read last): idempotent no, waits none")
+    def _():
+        url = "https://storage.googleapis.com/storage/v1/b/my-bucket/iam"
+        p = explain(["-c", GCS, "PUT", url, "-H", "Content-Type: application/json",
+                     "--body", body_etag_twice])
+        expect(p, lines("gcs-json-metadata-update", "https://storage.googleapis.com:443", "no",
+                        DEFAULT_ON, 24, 600000, "none"), "setIamPolicy with etag and ETag")
+
     @t.check("iam.yaml: setIamPolicy POST is not retried, its etag inside \"policy\" does not count "
              "(the profile says so); a GET is, with IAM's retry_on and the 300s deadline")
     def _():
