@@ -276,27 +276,46 @@ static bool explain_listener_takes(const struct sockaddr_storage *bound,
  * to it; a URL whose origin is a sidecar's upstream is what an app pointed
  * at that sidecar sends; any other URL goes to a forward proxy listener
  * (else the first listener) in absolute form. */
+/* The sidecar listener that takes connections to the address text, or
+ * NULL. */
+static const struct listener_config *explain_sidecar_at(const struct config *config,
+							const char *text)
+{
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	const char *why;
+
+	if (config_values_address(text, &addr, &addr_len, &why) < 0)
+		return NULL;
+	for (size_t i = 0; i < config->listener_count; i++) {
+		const struct listener_config *listener = &config->listeners[i];
+
+		if (listener->upstream != NULL && explain_listener_takes(&listener->addr, &addr))
+			return listener;
+	}
+	return NULL;
+}
+
 static struct explain_view explain_choose_view(const struct config *config,
 					       const struct http1_target *t)
 {
 	struct explain_view view = { NULL, true };
 	bool v6 = memchr(t->host, ':', t->host_len) != NULL;
-	struct sockaddr_storage addr;
-	socklen_t addr_len;
-	const char *why;
 	char text[320];
 	size_t i;
 
 	snprintf(text, sizeof(text), "%s%.*s%s:%u", v6 ? "[" : "",
 		 (int)(t->host_len > 256 ? 256 : t->host_len), t->host, v6 ? "]" : "", t->port);
-	if (config_values_address(text, &addr, &addr_len, &why) == 0) {
-		for (i = 0; i < config->listener_count; i++) {
-			view.listener = &config->listeners[i];
-			if (view.listener->upstream != NULL &&
-			    explain_listener_takes(&view.listener->addr, &addr))
-				return view;
-		}
+	view.listener = explain_sidecar_at(config, text);
+	/* localhost is ::1 too (an app's resolver gives both), which the
+	 * address reading maps to 127.0.0.1 alone */
+	if (view.listener == NULL && t->host_len == sizeof("localhost") - 1 &&
+	    strncasecmp(t->host, "localhost", t->host_len) == 0) {
+		snprintf(text, sizeof(text), "[::1]:%u", t->port);
+		view.listener = explain_sidecar_at(config, text);
 	}
+	if (view.listener != NULL)
+		return view;
 	for (i = 0; i < config->listener_count; i++) {
 		const struct upstream_url *up = config->listeners[i].upstream;
 

@@ -427,6 +427,22 @@ def scenario(t):
         expect(p, lines("by-host", "http://backend.internal:9000", "yes (method)", own_on, 4,
                         60000, waits), "Host header")
 
+    @t.check("sidecar mode: http://localhost:PORT names a sidecar on [::1]:PORT as well as one on "
+             "127.0.0.1:PORT (localhost is both)")
+    def _():
+        port = h.free_port()
+        for address in ("127.0.0.1", "[::1]"):
+            cfg = write(os.path.join(tmp, "localhost-%s.yaml" % address.strip("[]:")),
+                        "listen:\n"
+                        "  - address: 127.0.0.1:%d\n"
+                        "  - address: \"%s:%d\"\n"
+                        "    upstream: http://127.0.0.1:%d\n"
+                        % (h.free_port(), address, port, h.closed_port()))
+            p = explain(["-c", cfg, "GET", "http://localhost:%d/things" % port])
+            h.eq(p.returncode, 0, "%s: exit code (stderr %r)" % (address, p.stderr))
+            h.ok("sidecar listener %s:%d" % (address, port) in p.stderr,
+                 "%s: stderr should name the sidecar listener: %r" % (address, p.stderr))
+
     @t.check("full jitter lists 0-backoff ranges up to max_attempts - 1; a deadline cuts the list "
              "where the lower bounds pass it; explicit codes in retry_on")
     def _():
