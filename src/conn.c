@@ -1070,6 +1070,38 @@ static void conn_handshake(struct conn *c)
 	}
 }
 
+/* Did the connect meet itself? When the kernel picks the destination's own
+ * port as the source port of a connect to an address of this host where
+ * nothing listens, TCP's simultaneous open connects the socket to itself:
+ * what is sent comes back as the answer (a request read as its own
+ * response, a CONNECT tunnelled to itself, a probe that finds a down
+ * upstream back). Nothing listens there: a refusal, as any other such
+ * connect gets. */
+static bool conn_self_connected(int fd)
+{
+	struct sockaddr_storage local, peer;
+	socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
+
+	if (getsockname(fd, (struct sockaddr *)&local, &local_len) < 0 ||
+	    getpeername(fd, (struct sockaddr *)&peer, &peer_len) < 0 ||
+	    local.ss_family != peer.ss_family)
+		return false;
+	if (local.ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)&local;
+		const struct sockaddr_in *b = (const struct sockaddr_in *)&peer;
+
+		return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
+	}
+	if (local.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&local;
+		const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)&peer;
+
+		return a->sin6_port == b->sin6_port &&
+		       memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) == 0;
+	}
+	return false;
+}
+
 /* The connect finished, one way or the other. */
 static void conn_connect_done(struct conn *c)
 {
@@ -1082,6 +1114,8 @@ static void conn_connect_done(struct conn *c)
 	if (error == EINPROGRESS)
 		return;
 	c->connecting = false;
+	if (error == 0 && conn_self_connected(c->fd))
+		error = ECONNREFUSED;
 	if (error != 0) {
 		/* a reset of a connection that was made, before the handshake
 		 * could start, is the handshake's failure, not a refusal */
