@@ -111,25 +111,43 @@ static void admin_conns_check_cb(evutil_socket_t fd, short what, void *arg)
 /* What every admin answer carries (admin.c adds them to its own). */
 #define ADMIN_CONNS_ERROR_FIELDS "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
 
+/* Replace the len bytes just added to out (an answer's first line, whose
+ * version ends at minor_end) by the same in HTTP/1.1, followed by fields
+ * (fields_len bytes), in one add: the callback that add makes finds more
+ * than a status line, or a line already in HTTP/1.1. */
+static void admin_conns_rewrite(struct evbuffer *out, const char *line, size_t len,
+				size_t minor_end, const char *fields, size_t fields_len)
+{
+	char head[64 + sizeof(ADMIN_CONNS_ERROR_FIELDS)];
+	size_t head_len = 8 + len - minor_end;
+
+	memcpy(head, "HTTP/1.1", 8);
+	memcpy(head + 8, line + minor_end, len - minor_end);
+	memcpy(head + head_len, fields, fields_len);
+	evbuffer_drain(out, len);
+	evbuffer_add(out, head, head_len + fields_len);
+}
+
 /* Bytes were added to a connection's output. evhttp's own refusals (400
  * for a request it cannot read, 413, 501 for a method it does not know)
  * come from evhttp_send_error, which clears the answer's fields and writes
  * them itself, with no hook in libevent 2.1: when the first bytes of an
  * answer the admin did not start (no request of it is being answered) are
  * a status line alone, as evhttp writes it, the two fields go after it,
- * before evhttp's own. Anything else (a 1xx, whose head is written whole)
- * is left as it is. The line is in the request's version, as evhttp writes
- * every answer: a later 1.x (HTTP/1.2, which does not exist) is made the
- * 1.1 spoken here, as admin_reply() does for the admin's own answers. */
+ * before evhttp's own. A 1xx (the 100 Continue evhttp writes before it
+ * reads a body) is written whole and gets no fields. The line is in the
+ * request's version, as evhttp writes every answer: a later 1.x (HTTP/1.2,
+ * which does not exist) is made the 1.1 spoken here, as admin_reply() does
+ * for the admin's own answers. */
 static void admin_conns_output_cb(struct evbuffer *out, const struct evbuffer_cb_info *info,
 				  void *arg)
 {
 	struct admin_conns *conns = arg;
 	char line[64];
-	char head[sizeof(line) + sizeof(ADMIN_CONNS_ERROR_FIELDS)];
 	size_t len = info->n_added;
 	size_t minor_end = 7; /* past "HTTP/1." */
-	size_t head_len;
+	const char *first_end;
+	bool later;
 
 	if (info->orig_size != 0 || len < 14 || len >= sizeof(line))
 		return;
@@ -141,24 +159,28 @@ static void admin_conns_output_cb(struct evbuffer *out, const struct evbuffer_cb
 		/* evhttp writes the minor version as a number, no leading 0 */
 		while (minor_end < len && line[minor_end] >= '0' && line[minor_end] <= '9')
 			minor_end++;
+		first_end = memchr(line, '\n', len);
 		if (memcmp(line, "HTTP/1.", 7) != 0 || minor_end == 7 || minor_end + 4 > len ||
-		    line[minor_end] != ' ' || line[minor_end + 1] == '1' ||
-		    memchr(line, '\n', len) != line + len - 1 || line[len - 2] != '\r')
+		    line[minor_end] != ' ' || first_end == NULL || first_end == line ||
+		    first_end[-1] != '\r')
 			return;
-		if (minor_end == 8 && line[7] <= '1') {
+		later = minor_end > 8 || line[7] > '1';
+		if (line[minor_end + 1] == '1') {
+			/* the interim line and the empty line that ends it */
+			if (later && first_end + 3 == line + len && first_end[1] == '\r' &&
+			    first_end[2] == '\n')
+				admin_conns_rewrite(out, line, len, minor_end, "", 0);
+			return;
+		}
+		if (first_end != line + len - 1)
+			return;
+		if (!later) {
 			evbuffer_add(out, ADMIN_CONNS_ERROR_FIELDS,
 				     sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
 			return;
 		}
-		/* the line and the fields replace the line in one add: the
-		 * callback that add makes finds more than a status line */
-		head_len = 8 + len - minor_end;
-		memcpy(head, "HTTP/1.1", 8);
-		memcpy(head + 8, line + minor_end, len - minor_end);
-		memcpy(head + head_len, ADMIN_CONNS_ERROR_FIELDS,
-		       sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
-		evbuffer_drain(out, len);
-		evbuffer_add(out, head, head_len + sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
+		admin_conns_rewrite(out, line, len, minor_end, ADMIN_CONNS_ERROR_FIELDS,
+				    sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
 		return;
 	}
 }

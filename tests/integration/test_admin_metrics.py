@@ -97,7 +97,7 @@ def scenario(t):
 
     @t.check("a request in HTTP/1.2 or 1.9 (a later 1.x) is answered in HTTP/1.1, the "
              "version the admin speaks, not an HTTP/1.2 that does not exist, evhttp's own "
-             "refusals (413, 501, 400) included")
+             "refusals (413, 501, 400) and its interim 100 Continue included")
     def _():
         requests = ((b"GET /healthz", b"", b"HTTP/1.1 200 OK"),
                     (b"POST /healthz", b"Content-Length: 5000\r\n",
@@ -112,6 +112,17 @@ def scenario(t):
                     data = c.read_to_close()
                 h.eq(data.split(b"\r\n", 1)[0], status,
                      "status line for %r in %r" % (line, version))
+            # the interim 100 evhttp writes itself before reading the body
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                c.send(b"POST /healthz " + version + b"\r\nHost: 127.0.0.1\r\n"
+                       b"Expect: 100-continue\r\nContent-Length: 5\r\n"
+                       b"Connection: close\r\n\r\n")
+                h.eq(c.read_until(b"\r\n\r\n"), b"HTTP/1.1 100 Continue\r\n\r\n",
+                     "interim answer to an Expect: 100-continue in %r" % version)
+                c.send(b"hello")
+                data = c.read_to_close()
+            h.eq(data.split(b"\r\n", 1)[0], b"HTTP/1.1 405 Method Not Allowed",
+                 "status line after the 100 in %r" % version)
 
     @t.check("GET /config -> YAML that retryproxy --check accepts, with the route's policy resolved")
     def _():
