@@ -183,6 +183,8 @@ static const char *admin_reason(int status)
 		return "Method Not Allowed";
 	case 503:
 		return "Service Unavailable";
+	case 505:
+		return "HTTP Version Not Supported";
 	default:
 		return "Error";
 	}
@@ -215,10 +217,26 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
 		evbuffer_drain(body, evbuffer_get_length(body));
 	/* evhttp answers in the request's version: a later 1.x (HTTP/1.2,
 	 * which does not exist) gets the 1.1 spoken here (RFC 9110 section
-	 * 2.5), which frames and keeps alive the same */
-	if (req->major == 1 && req->minor > 1)
+	 * 2.5), which frames and keeps alive the same, and so does a request
+	 * refused for its version (admin_version_status()) */
+	if (req->major != 1 || req->minor < 0 || req->minor > 1) {
+		req->major = 1;
 		req->minor = 1;
+	}
 	evhttp_send_reply(req, status, admin_reason(status), body);
+}
+
+/* The refusal of a request for its HTTP version, or 0. evhttp reads the
+ * version as "HTTP/%d.%d", so it takes HTTP/1.-1, HTTP/-1.1 and a minor
+ * version past an int (read as -1), and would answer in them: no version
+ * at all (RFC 9112 section 2.3: one digit each), 400. A major version
+ * other than 1 (HTTP/0.9; evhttp refuses 2 and up itself) is one not
+ * spoken here: 505, as a proxy listener answers. */
+static int admin_version_status(const struct evhttp_request *req)
+{
+	if (req->major < 0 || req->minor < 0)
+		return 400;
+	return req->major != 1 ? 505 : 0;
 }
 
 /* Is a Host field's value uri-host [":" port], or empty (RFC 9110 section
@@ -355,7 +373,14 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	admin_conns_request(admin->conns, req);
 	/* a CONNECT names an authority, never a page: its method is what is
 	 * wrong */
-	if (!admin_framing_ok(req)) {
+	if (admin_version_status(req) != 0) {
+		/* the rest of the request cannot be read in a version not known */
+		status = admin_version_status(req);
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+		evbuffer_add_printf(body, "%s\n",
+				    status == 505 ? "HTTP version not supported; use HTTP/1.1"
+						  : "bad request: not an HTTP version");
+	} else if (!admin_framing_ok(req)) {
 		/* whatever follows may be this body or a next request */
 		status = 400;
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");

@@ -112,17 +112,17 @@ static void admin_conns_check_cb(evutil_socket_t fd, short what, void *arg)
 #define ADMIN_CONNS_ERROR_FIELDS "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
 
 /* Replace the len bytes just added to out (an answer's first line, whose
- * version ends at minor_end) by the same in HTTP/1.1, followed by fields
+ * version ends at version_end) by the same in HTTP/1.1, followed by fields
  * (fields_len bytes), in one add: the callback that add makes finds more
  * than a status line, or a line already in HTTP/1.1. */
 static void admin_conns_rewrite(struct evbuffer *out, const char *line, size_t len,
-				size_t minor_end, const char *fields, size_t fields_len)
+				size_t version_end, const char *fields, size_t fields_len)
 {
 	char head[64 + sizeof(ADMIN_CONNS_ERROR_FIELDS)];
-	size_t head_len = 8 + len - minor_end;
+	size_t head_len = 8 + len - version_end;
 
 	memcpy(head, "HTTP/1.1", 8);
-	memcpy(head + 8, line + minor_end, len - minor_end);
+	memcpy(head + 8, line + version_end, len - version_end);
 	memcpy(head + head_len, fields, fields_len);
 	evbuffer_drain(out, len);
 	evbuffer_add(out, head, head_len + fields_len);
@@ -136,18 +136,19 @@ static void admin_conns_rewrite(struct evbuffer *out, const char *line, size_t l
  * a status line alone, as evhttp writes it, the two fields go after it,
  * before evhttp's own. A 1xx (the 100 Continue evhttp writes before it
  * reads a body) is written whole and gets no fields. The line is in the
- * request's version, as evhttp writes every answer: a later 1.x (HTTP/1.2,
- * which does not exist) is made the 1.1 spoken here, as admin_reply() does
- * for the admin's own answers. */
+ * request's version, as evhttp writes every answer, which may be one that
+ * does not exist (a later 1.x, HTTP/1.2; HTTP/0.9; HTTP/1.-1, which evhttp
+ * reads as numbers): any but HTTP/1.0 and HTTP/1.1 is made the 1.1 spoken
+ * here, as admin_reply() does for the admin's own answers. */
 static void admin_conns_output_cb(struct evbuffer *out, const struct evbuffer_cb_info *info,
 				  void *arg)
 {
 	struct admin_conns *conns = arg;
 	char line[64];
 	size_t len = info->n_added;
-	size_t minor_end = 7; /* past "HTTP/1." */
-	const char *first_end;
-	bool later;
+	const char *version_end, *first_end;
+	size_t at;
+	bool kept;
 
 	if (info->orig_size != 0 || len < 14 || len >= sizeof(line))
 		return;
@@ -156,30 +157,29 @@ static void admin_conns_output_cb(struct evbuffer *out, const struct evbuffer_cb
 			continue;
 		if (conns->open[i].answering || evbuffer_copyout(out, line, len) != (ev_ssize_t)len)
 			return;
-		/* evhttp writes the minor version as a number, no leading 0 */
-		while (minor_end < len && line[minor_end] >= '0' && line[minor_end] <= '9')
-			minor_end++;
+		version_end = memchr(line, ' ', len);
 		first_end = memchr(line, '\n', len);
-		if (memcmp(line, "HTTP/1.", 7) != 0 || minor_end == 7 || minor_end + 4 > len ||
-		    line[minor_end] != ' ' || first_end == NULL || first_end == line ||
-		    first_end[-1] != '\r')
+		if (memcmp(line, "HTTP/", 5) != 0 || version_end == NULL || first_end == NULL ||
+		    first_end < version_end + 4 || first_end[-1] != '\r')
 			return;
-		later = minor_end > 8 || line[7] > '1';
-		if (line[minor_end + 1] == '1') {
+		at = (size_t)(version_end - line);
+		kept = at == 8 &&
+		       (memcmp(line, "HTTP/1.0", 8) == 0 || memcmp(line, "HTTP/1.1", 8) == 0);
+		if (version_end[1] == '1') {
 			/* the interim line and the empty line that ends it */
-			if (later && first_end + 3 == line + len && first_end[1] == '\r' &&
+			if (!kept && first_end + 3 == line + len && first_end[1] == '\r' &&
 			    first_end[2] == '\n')
-				admin_conns_rewrite(out, line, len, minor_end, "", 0);
+				admin_conns_rewrite(out, line, len, at, "", 0);
 			return;
 		}
 		if (first_end != line + len - 1)
 			return;
-		if (!later) {
+		if (kept) {
 			evbuffer_add(out, ADMIN_CONNS_ERROR_FIELDS,
 				     sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
 			return;
 		}
-		admin_conns_rewrite(out, line, len, minor_end, ADMIN_CONNS_ERROR_FIELDS,
+		admin_conns_rewrite(out, line, len, at, ADMIN_CONNS_ERROR_FIELDS,
 				    sizeof(ADMIN_CONNS_ERROR_FIELDS) - 1);
 		return;
 	}

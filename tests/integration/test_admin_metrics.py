@@ -124,6 +124,23 @@ def scenario(t):
             h.eq(data.split(b"\r\n", 1)[0], b"HTTP/1.1 405 Method Not Allowed",
                  "status line after the 100 in %r" % version)
 
+    @t.check("a version evhttp reads but HTTP has not (HTTP/1.-1, HTTP/-1.1, a minor past "
+             "an int) gets 400, and HTTP/0.9 505 as on a proxy listener, in HTTP/1.1: never "
+             "echoed in the status line, evhttp's own refusals (501) included")
+    def _():
+        cases = ((b"GET /healthz", b"HTTP/1.-1", b"HTTP/1.1 400 Bad Request"),
+                 (b"GET /healthz", b"HTTP/-1.1", b"HTTP/1.1 400 Bad Request"),
+                 (b"GET /healthz", b"HTTP/1.99999999999", b"HTTP/1.1 400 Bad Request"),
+                 (b"GET /healthz", b"HTTP/0.9", b"HTTP/1.1 505 HTTP Version Not Supported"),
+                 (b"HEAD /healthz", b"HTTP/0.9", b"HTTP/1.1 505 HTTP Version Not Supported"),
+                 (b"PROPFIND /metrics", b"HTTP/0.9", b"HTTP/1.1 501 Not Implemented"),
+                 (b"PROPFIND /metrics", b"HTTP/1.-1", b"HTTP/1.1 501 Not Implemented"))
+        for line, version, status in cases:
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                c.send(line + b" " + version + b"\r\nHost: 127.0.0.1\r\n\r\n")
+                data = c.read_to_close()
+            h.eq(data.split(b"\r\n", 1)[0], status, "status line for %r in %r" % (line, version))
+
     @t.check("GET /config -> YAML that retryproxy --check accepts, with the route's policy resolved")
     def _():
         r = h.curl(admin + "/config", check=True)
