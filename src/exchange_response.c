@@ -652,7 +652,14 @@ static void exchange_keep_undecided(struct exchange_try *t, const struct http1_h
 {
 	t->verdict_pending = true;
 	t->keeping_status = head->status;
-	t->keeping_retry_after_until = retry_after_ms > 0 ? timer_now_ms() + retry_after_ms : 0;
+	t->keeping_retry_after_until = 0;
+	if (retry_after_ms > 0) {
+		uint64_t now = timer_now_ms();
+
+		/* a wait past 64 bits of time stays past every deadline */
+		t->keeping_retry_after_until =
+			retry_after_ms > UINT64_MAX - now ? UINT64_MAX : now + retry_after_ms;
+	}
 	t->keeping_should = should;
 	exchange_start_keeping(t, head);
 }

@@ -538,9 +538,18 @@ bool retry_hedge_allowed(const struct retry_policy *policy, const struct hedge_p
 	return facts->budget_allows;
 }
 
+/* digits * 10 + digit, saturating at RETRY_AFTER_SATURATED_MS. */
+static uint64_t retry_after_digit(uint64_t value, char digit)
+{
+	uint64_t d = (uint64_t)(digit - '0');
+
+	if (value > (RETRY_AFTER_SATURATED_MS - d) / 10)
+		return RETRY_AFTER_SATURATED_MS;
+	return value * 10 + d;
+}
+
 int retry_after_parse(const char *value, size_t len, int64_t now_ms, uint64_t *wait_ms)
 {
-	const int64_t max_ms = (int64_t)RETRY_AFTER_MAX_SECONDS * 1000;
 	/* floor, for a clock before 1970 too */
 	time_t now = (time_t)(now_ms >= 0 ? now_ms / 1000 : -((-now_ms + 999) / 1000));
 	const char *end;
@@ -562,30 +571,27 @@ int retry_after_parse(const char *value, size_t len, int64_t now_ms, uint64_t *w
 			if (*p < '0' || *p > '9')
 				return -1;
 			/* saturate while still checking that every byte is a digit */
-			if (seconds < RETRY_AFTER_MAX_SECONDS)
-				seconds = seconds * 10 + (uint64_t)(*p - '0');
+			seconds = retry_after_digit(seconds, *p);
 		}
 	} else {
 		if (http_date_parse(value, (size_t)(end - value), now, &when) < 0)
 			return -1;
-		/* when is within years 0..9999, so only now can be extreme */
-		if ((int64_t)now < when - RETRY_AFTER_MAX_SECONDS)
-			*wait_ms = (uint64_t)max_ms;
-		else if (when * 1000 > now_ms)
-			*wait_ms = (uint64_t)(when * 1000 - now_ms);
+		/* when is within years 0..9999, so when * 1000 fits; the
+		 * difference of two int64 values, the later first, fits in
+		 * uint64 and comes out exact in unsigned arithmetic */
+		if (when * 1000 > now_ms)
+			*wait_ms = (uint64_t)(when * 1000) - (uint64_t)now_ms;
 		else
 			*wait_ms = 0;
 		return 0;
 	}
-	if (seconds > RETRY_AFTER_MAX_SECONDS)
-		seconds = RETRY_AFTER_MAX_SECONDS;
-	*wait_ms = seconds * 1000;
+	*wait_ms = seconds > RETRY_AFTER_SATURATED_MS / 1000 ? RETRY_AFTER_SATURATED_MS
+							     : seconds * 1000;
 	return 0;
 }
 
 int retry_after_ms_parse(const char *value, size_t len, uint64_t *wait_ms)
 {
-	const uint64_t max_ms = (uint64_t)RETRY_AFTER_MAX_SECONDS * 1000;
 	const char *end;
 	const char *p;
 	uint64_t ms = 0;
@@ -598,8 +604,7 @@ int retry_after_ms_parse(const char *value, size_t len, uint64_t *wait_ms)
 	if (value == end || *value < '0' || *value > '9')
 		return -1;
 	for (p = value; p < end && *p >= '0' && *p <= '9'; p++)
-		if (ms < max_ms) /* saturate, still checking every byte */
-			ms = ms * 10 + (uint64_t)(*p - '0');
+		ms = retry_after_digit(ms, *p); /* saturates, still checking every byte */
 	if (p < end && *p == '.') {
 		if (++p == end)
 			return -1;
@@ -611,8 +616,8 @@ int retry_after_ms_parse(const char *value, size_t len, uint64_t *wait_ms)
 	}
 	if (p != end)
 		return -1;
-	if (fraction)
+	if (fraction && ms < RETRY_AFTER_SATURATED_MS)
 		ms++;
-	*wait_ms = ms < max_ms ? ms : max_ms;
+	*wait_ms = ms;
 	return 0;
 }

@@ -17,10 +17,12 @@
 
 #include "config.h"
 
-/* A Retry-After wait is capped at one day, whether given in seconds or as a
- * date: it keeps the arithmetic far from overflow, and any deadline shorter
- * than that still turns such a wait into an immediate answer. */
-#define RETRY_AFTER_MAX_SECONDS 86400
+/* A Retry-After or retry-after-ms wait is read exactly, however long: the
+ * deadline alone bounds it (SPEC: a wait that would start the next try after
+ * the deadline means answering now), and a route's deadline may be days. One
+ * past 64 bits of milliseconds saturates at this, longer than any deadline a
+ * config can give (durations stay under UINT64_MAX / 2 ms). */
+#define RETRY_AFTER_SATURATED_MS UINT64_MAX
 
 /* xoshiro256** state: fast, good enough for jitter, seeded from the OS. */
 struct retry_rng {
@@ -281,14 +283,15 @@ bool retry_hedge_allowed(const struct retry_policy *policy, const struct hedge_p
  * fit the date is accepted (it is redundant), an impossible date (Feb 30) is
  * not. *wait_ms is the wait from now_ms (milliseconds since the epoch: a
  * date means its whole second, and now is not rounded down to one, which
- * would add up to a second), 0 for a date not in the future, capped at
- * RETRY_AFTER_MAX_SECONDS. Returns 0, or -1 with *wait_ms untouched. */
+ * would add up to a second), 0 for a date not in the future; delta-seconds
+ * too many for 64 bits of milliseconds give RETRY_AFTER_SATURATED_MS.
+ * Returns 0, or -1 with *wait_ms untouched. */
 int retry_after_parse(const char *value, size_t len, int64_t now_ms, uint64_t *wait_ms);
 
 /* Parse a retry-after-ms value: milliseconds as digits, optionally with a
  * fraction (rounded up: the wait is at least that long), with optional
- * surrounding SP/HTAB; capped at RETRY_AFTER_MAX_SECONDS. Returns 0, or -1
- * with *wait_ms untouched. */
+ * surrounding SP/HTAB; one too large for 64 bits gives
+ * RETRY_AFTER_SATURATED_MS. Returns 0, or -1 with *wait_ms untouched. */
 int retry_after_ms_parse(const char *value, size_t len, uint64_t *wait_ms);
 
 #endif

@@ -20,7 +20,10 @@ it), and
 retry_after: ignore keeps 100ms; Retry-After is not capped by max_backoff;
 an invalid Retry-After is ignored; a Retry-After that would start the next
 try after the deadline returns that 503 at once (Retry-Attempts: 1, well
-under the Retry-After, gave_up deadline); a 503 whose body takes 1.5 s to
+under the Retry-After, gave_up deadline), also on a route whose deadline
+is 48h when the 503 asks for three days (as seconds, an HTTP-date or
+retry-after-ms: before, such a wait was cut to one day and retried then,
+inside the deadline); a 503 whose body takes 1.5 s to
 arrive with deadline 1s is not followed by a try after the deadline; with
 deadline 1s and 300ms waits no try starts after the deadline and the client
 gets the last 503 without further waiting; after a hedge race in which
@@ -34,6 +37,7 @@ import email.utils
 import re
 import threading
 import time
+import urllib.parse
 
 import harness as h
 
@@ -88,6 +92,9 @@ routes:
   - name: hedged
     match: { path_prefix: /hedged/ }
     retry: { initial_backoff: 300ms, multiplier: 4, jitter: 0s, hedge: { after: 100ms, max: 1 } }
+  - name: long-deadline
+    match: { path_prefix: /twodays/ }
+    retry: { deadline: 48h }
 """
 
 TOL = 0.02                 # a wait may measure this much short (clock, scheduling)
@@ -248,6 +255,22 @@ def scenario(t):
         f = h.access_fields(proxy.access_one("/deadline/ra"))
         h.eq((f["status"], f["attempts"], f.get("gave_up")), ("503", "1", "deadline"),
              "status, attempts, gave_up in %r" % f)
+
+    @t.check("deadline 48h: a 503 asking for 3 days (seconds, date or retry-after-ms) goes to "
+             "the client at once, gave_up=deadline, not retried a day later")
+    def _():
+        in_three_days = email.utils.formatdate(time.time() + 3 * 86400, usegmt=True)
+        for i, asked in enumerate(["retry_after=259200",
+                                   "retry_after=" + urllib.parse.quote(in_three_days),
+                                   "retry_after_ms=259200000"]):
+            path = "/twodays/%d" % i
+            origin.script(path, ["/status/503?%s&hdr=X-Try:1" % asked, 200])
+            r = h.fetch(proxy.port(), "GET", origin.url(path), host, timeout=5 * h.SLOW)
+            h.eq((r.status, r.header_all("X-Try"), r.header("Retry-Attempts")), (503, ["1"], "1"),
+                 "%s: status, X-Try, Retry-Attempts" % asked)
+            f = h.access_fields(proxy.access_one(path))
+            h.eq((f["status"], f["attempts"], f.get("gave_up")), ("503", "1", "deadline"),
+                 "%s: status, attempts, gave_up in %r" % (asked, f))
 
     @t.check("deadline 1s, a 503 whose body takes 1.5 s to arrive: no second try after the deadline")
     def _():

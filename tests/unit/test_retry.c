@@ -482,7 +482,7 @@ static void test_cause_names(void **state)
 
 #define TEST_NOW_2023 ((time_t)1700000000) /* Tue, 14 Nov 2023 22:13:20 GMT */
 #define TEST_NOW_1994 ((time_t)784111657)  /* Sun, 06 Nov 1994 08:47:37 GMT */
-#define TEST_DAY_MS ((uint64_t)RETRY_AFTER_MAX_SECONDS * 1000)
+#define TEST_DAY_MS ((uint64_t)86400 * 1000)
 
 static void test_retry_after_table(void **state)
 {
@@ -499,10 +499,14 @@ static void test_retry_after_table(void **state)
 		{ " 30", TEST_NOW_2023, 0, 30000 },
 		{ "30 \t ", TEST_NOW_2023, 0, 30000 },
 		{ "\t30\t", TEST_NOW_2023, 0, 30000 },
+		/* exact however long: only the deadline bounds the wait */
 		{ "86400", TEST_NOW_2023, 0, TEST_DAY_MS },
-		{ "86401", TEST_NOW_2023, 0, TEST_DAY_MS },
-		{ "4294967296", TEST_NOW_2023, 0, TEST_DAY_MS },
-		{ "99999999999999999999999999999999", TEST_NOW_2023, 0, TEST_DAY_MS },
+		{ "86401", TEST_NOW_2023, 0, TEST_DAY_MS + 1000 },
+		{ "259200", TEST_NOW_2023, 0, 3 * TEST_DAY_MS },
+		{ "4294967296", TEST_NOW_2023, 0, 4294967296000 },
+		{ "18446744073709551", TEST_NOW_2023, 0, 18446744073709551000u },
+		{ "18446744073709552", TEST_NOW_2023, 0, RETRY_AFTER_SATURATED_MS },
+		{ "99999999999999999999999999999999", TEST_NOW_2023, 0, RETRY_AFTER_SATURATED_MS },
 		{ "", TEST_NOW_2023, -1, 0 },
 		{ "   ", TEST_NOW_2023, -1, 0 },
 		{ "-1", TEST_NOW_2023, -1, 0 },
@@ -532,24 +536,26 @@ static void test_retry_after_table(void **state)
 		{ "Sun, 06 Nov 1994 08:49:37 GMT", TEST_NOW_2023, 0, 0 },
 		{ "Thu, 01 Jan 1970 00:00:00 GMT", TEST_NOW_2023, 0, 0 },
 		{ "Sat, 01 Jan 0000 00:00:00 GMT", TEST_NOW_2023, 0, 0 },
-		{ "Fri, 31 Dec 9999 23:59:59 GMT", TEST_NOW_2023, 0, TEST_DAY_MS },
+		{ "Fri, 31 Dec 9999 23:59:59 GMT", TEST_NOW_2023, 0, 251702300799000 },
+		{ "Fri, 17 Nov 2023 22:13:20 GMT", TEST_NOW_2023, 0, 3 * TEST_DAY_MS },
 		{ "Wed, 15 Nov 2023 22:13:20 GMT", TEST_NOW_2023, 0, TEST_DAY_MS },
-		{ "Wed, 15 Nov 2023 22:13:21 GMT", TEST_NOW_2023, 0, TEST_DAY_MS },
+		{ "Wed, 15 Nov 2023 22:13:21 GMT", TEST_NOW_2023, 0, TEST_DAY_MS + 1000 },
 		{ "Wed, 15 Nov 2023 22:13:19 GMT", TEST_NOW_2023, 0, TEST_DAY_MS - 1000 },
 
 		/* the two-digit year: more than 50 years ahead means a century back */
 		{ "Sunday, 06-Nov-94 08:49:37 GMT", TEST_NOW_2023, 0, 0 },
-		{ "Sunday, 01-Jan-73 00:00:00 GMT", TEST_NOW_2023, 0, TEST_DAY_MS },
+		{ "Sunday, 01-Jan-73 00:00:00 GMT", TEST_NOW_2023, 0, 1550454400000 },
 		{ "Monday, 01-Jan-74 00:00:00 GMT", TEST_NOW_2023, 0, 0 },
 		{ "Wednesday, 15-Nov-23 22:13:19 GMT", TEST_NOW_2023, 0, TEST_DAY_MS - 1000 },
 		{ "Saturday, 01-Jan-00 00:00:00 GMT", (time_t)4102444800 - 120, 0,
-		  120000 },								  /* 2100 */
-		{ "Friday, 31-Dec-99 23:58:00 GMT", (time_t)4102444800 - 60, 0, 0 },	  /* 2099 */
-		{ "Sunday, 01-Jan-50 00:00:00 GMT", (time_t)4102444800, 0, TEST_DAY_MS }, /* 2150 */
-		{ "Sunday, 01-Jan-51 00:00:00 GMT", (time_t)4102444800, 0, 0 },		  /* 2051 */
-		{ "Sunday, 01-Jan-50 00:00:00 GMT", (time_t)4102444800 - 1, 0, 0 },	  /* 2050 */
+		  120000 },							     /* 2100 */
+		{ "Friday, 31-Dec-99 23:58:00 GMT", (time_t)4102444800 - 60, 0, 0 }, /* 2099 */
+		{ "Sunday, 01-Jan-50 00:00:00 GMT", (time_t)4102444800, 0,
+		  1577836800000 },						    /* 2150 */
+		{ "Sunday, 01-Jan-51 00:00:00 GMT", (time_t)4102444800, 0, 0 },	    /* 2051 */
+		{ "Sunday, 01-Jan-50 00:00:00 GMT", (time_t)4102444800 - 1, 0, 0 }, /* 2050 */
 		{ "Sunday, 01-Jan-49 00:00:00 GMT", (time_t)4102444800 - 1, 0,
-		  TEST_DAY_MS }, /* 2149 */
+		  1546300801000 }, /* 2149 */
 
 		/* the weekday is redundant: a wrong one is accepted */
 		{ "Mon, 14 Nov 2023 22:15:20 GMT", TEST_NOW_2023, 0, 120000 },
@@ -557,7 +563,7 @@ static void test_retry_after_table(void **state)
 		{ "Sat Nov 14 22:15:20 2023", TEST_NOW_2023, 0, 120000 },
 
 		/* calendar checks */
-		{ "Thu, 29 Feb 2024 00:00:00 GMT", TEST_NOW_2023, 0, TEST_DAY_MS },
+		{ "Thu, 29 Feb 2024 00:00:00 GMT", TEST_NOW_2023, 0, 9164800000 },
 		{ "Tue, 29 Feb 2000 00:00:00 GMT", TEST_NOW_2023, 0, 0 },
 		{ "Wed, 29 Feb 2023 00:00:00 GMT", TEST_NOW_2023, -1, 0 },
 		{ "Mon, 29 Feb 2100 00:00:00 GMT", TEST_NOW_2023, -1, 0 },
@@ -1112,6 +1118,9 @@ static const struct test_decide_row test_decide_rows[] = {
 	{ "Retry-After past what is left", .elapsed_ms = 6000, .outcome = TRY_RESPONSE,
 	  .status = 429, .policy = TEST_POLICY_5XX_AND_429, .retry_after_ms = 4001, .kind = GIVE_UP,
 	  .reason = RETRY_GIVE_UP_DEADLINE },
+	{ "Retry-After past 64 bits of milliseconds: answer now", .outcome = TRY_RESPONSE,
+	  .status = 503, .retry_after_ms = RETRY_AFTER_SATURATED_MS, .kind = GIVE_UP,
+	  .reason = RETRY_GIVE_UP_DEADLINE },
 	{ "retry_after: ignore", .policy = TEST_POLICY_IGNORE_AFTER, .outcome = TRY_RESPONSE,
 	  .status = 503, .retry_after_ms = 20000, .kind = RETRY, .wait_ms = 100 },
 	{ "Retry-After counts for responses only", .outcome = TRY_RESET, .retry_after_ms = 5000,
@@ -1536,8 +1545,13 @@ static void test_after_ms_parse(void **state)
 		{ "1500.2", 0, 1501 }, /* at least that long */
 		{ "0.001", 0, 1 },
 		{ "86400000", 0, 86400000 },
-		{ "86400001", 0, 86400000 }, /* capped at a day */
-		{ "99999999999999999999999999", 0, 86400000 },
+		{ "86400001", 0, 86400001 }, /* exact: only the deadline bounds it */
+		{ "259200000", 0, 259200000 },
+		{ "18446744073709551615", 0, RETRY_AFTER_SATURATED_MS },
+		{ "18446744073709551614.5", 0, RETRY_AFTER_SATURATED_MS },
+		{ "18446744073709551616", 0, RETRY_AFTER_SATURATED_MS },
+		{ "99999999999999999999999999", 0, RETRY_AFTER_SATURATED_MS },
+		{ "99999999999999999999999999.5", 0, RETRY_AFTER_SATURATED_MS },
 		{ "", -1, 0 },
 		{ " ", -1, 0 },
 		{ "-5", -1, 0 },
