@@ -666,6 +666,30 @@ static void config_route_check_hedge(struct config_walk *walk, const struct yaml
 	config_walk_pop(walk, mark);
 }
 
+/* A budget with ratio 0 and min_per_second 0 allows no retry on any load:
+ * retrying turned off by what reads as a limit on it. Refuse it, pointing
+ * at this mapping's ratio, else its min_per_second; if it sets neither,
+ * both came from defaults.retry, which was checked already. True when
+ * refused. */
+static bool config_route_check_budget_allows_none(struct config_walk *walk,
+						  const struct yaml_tree_node *budget)
+{
+	const struct yaml_tree_entry *blame = yaml_tree_find(budget, "ratio");
+	size_t mark;
+
+	if (blame == NULL)
+		blame = yaml_tree_find(budget, "min_per_second");
+	if (blame == NULL)
+		return false;
+	mark = config_walk_push(walk, "budget");
+	config_walk_push(walk, blame->key->text);
+	config_walk_error(walk, blame->value,
+			  "ratio 0 and min_per_second 0 allow no retry at all; to turn retries "
+			  "off write max_attempts: 1, else give either a value above 0");
+	config_walk_pop(walk, mark);
+	return true;
+}
+
 /* A budget whose floor (min_per_second x window) is above 0 but below one
  * retry allows no retry on a quiet route, which is not what min_per_second
  * promises: refuse it, pointing at the window if this mapping's budget
@@ -679,9 +703,14 @@ static void config_route_check_budget(struct config_walk *walk, const struct yam
 	char window[32];
 	size_t mark;
 
-	if (floor <= 0 || floor >= 1 || budget == NULL ||
-	    budget->value->kind != YAML_TREE_MAPPING ||
-	    config_walk_refused(walk, budget->value, "window") ||
+	if (budget == NULL || budget->value->kind != YAML_TREE_MAPPING)
+		return;
+	if (retry->budget.ratio <= 0 && retry->budget.min_per_second <= 0 &&
+	    !config_walk_refused(walk, budget->value, "ratio") &&
+	    !config_walk_refused(walk, budget->value, "min_per_second") &&
+	    config_route_check_budget_allows_none(walk, budget->value))
+		return;
+	if (floor <= 0 || floor >= 1 || config_walk_refused(walk, budget->value, "window") ||
 	    config_walk_refused(walk, budget->value, "min_per_second"))
 		return;
 	blame = yaml_tree_find(budget->value, "window");
