@@ -283,7 +283,7 @@ bool http1_chunked_done(const struct http1_chunked *dec);
 
 /* True once the last chunk's line (size 0) was stepped over: a recipient
  * that got it takes the body as complete (RFC 9112 section 8), whether the
- * trailer section after it ended or not. */
+ * trailer section after it ended, was cut or was found invalid. */
 bool http1_chunked_past_last_chunk(const struct http1_chunked *dec);
 
 /* True once a trailer field's first byte was stepped over. */

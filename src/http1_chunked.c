@@ -52,7 +52,10 @@ bool http1_chunked_done(const struct http1_chunked *dec)
 
 bool http1_chunked_past_last_chunk(const struct http1_chunked *dec)
 {
-	return dec->state >= HTTP1_CS_TRAILER0 && dec->state < HTTP1_CS_ERROR;
+	/* an invalid trailer section is met only after the last chunk: the
+	 * receiver has that chunk as surely as after a cut */
+	return (dec->state >= HTTP1_CS_TRAILER0 && dec->state < HTTP1_CS_ERROR) ||
+	       dec->state == HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
 }
 
 /* The error state for a byte that does not belong in a chunk-size line. */

@@ -8,7 +8,8 @@ client_timeout; a keep-alive connection that sends a large head after a
 reload raised max_header_bytes.
 Origin: a raw server that starts a chunked 200 ("hello") and closes in its
 middle; one that sends a chunked 200's last chunk and closes inside the
-trailer section that follows; one that reads a request to the end of its
+trailer section that follows; one that sends a chunked 200's last chunk
+and then an invalid trailer field; one that reads a request to the end of its
 connection and notes whether that came as a FIN or a reset; raw servers that answer 200 as soon as they have a request head,
 leaving the body unread, one with a Content-Length, one with a body
 delimited by the close that stops after a few bytes; the test origin (/close/N: N bytes delimited by the close); a
@@ -30,6 +31,10 @@ Must hold:
   client that leaves in its streamed chunked request body's trailer
   section, after the last chunk went upstream, has the upstream's
   connection reset, never closed cleanly after a body that looks whole;
+  so does a trailer section that is invalid (a field name with a space)
+  rather than cut, on either side: the client's response ends with a
+  reset, and the upstream of a request refused for its trailer has its
+  connection reset;
 - an HTTP/1.0 client that asked for keep-alive gets the proxy's own 502
   with Connection: keep-alive, and its next request on the connection is
   answered;
@@ -81,6 +86,8 @@ listen:
     upstream: http://127.0.0.1:@TRAILER_CUT@
   - address: 127.0.0.1:@PORT6@
     upstream: http://127.0.0.1:@ENDINGS@
+  - address: 127.0.0.1:@PORT7@
+    upstream: http://127.0.0.1:@TRAILER_BAD@
 log: { level: info, format: text }
 limits:
   drain_timeout: 2s
@@ -124,6 +131,16 @@ def trailer_cut(conn, server):
     conn.sendall(b"X-Checksum: 1")
     time.sleep(0.1)
     conn.shutdown(socket.SHUT_WR)
+    time.sleep(0.3)
+
+
+def trailer_bad(conn, server):
+    # the last chunk, then (once the proxy passed it on) a trailer field
+    # whose name holds a space: an invalid trailer section, not a cut one
+    rawserver.read_head(conn)
+    conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n")
+    time.sleep(0.3)
+    conn.sendall(b"X-Check sum: 1\r\n\r\n")
     time.sleep(0.3)
 
 
@@ -174,12 +191,15 @@ def scenario(t):
     t.defer(early_until_close.stop)
     cut_in_trailer = rawserver.RawServer(trailer_cut)
     t.defer(cut_in_trailer.stop)
+    bad_trailer = rawserver.RawServer(trailer_bad)
+    t.defer(bad_trailer.stop)
     endings = Endings()
     t.defer(endings.stop)
     origin = t.origin()
     proxy = t.proxy(CONFIG, RAW=raw.port, DEAD=h.closed_port(), ORIGIN=origin.port,
                     EARLY=early.port, EARLY_UNTIL_CLOSE=early_until_close.port,
-                    TRAILER_CUT=cut_in_trailer.port, ENDINGS=endings.port)
+                    TRAILER_CUT=cut_in_trailer.port, ENDINGS=endings.port,
+                    TRAILER_BAD=bad_trailer.port)
 
     @t.check("HTTP/1.0 client, chunked response cut by the upstream: a reset, not a clean close")
     def _():
@@ -220,6 +240,35 @@ def scenario(t):
         h.ok(data.endswith(b"5\r\nhello\r\n0\r\n"), "the upstream got the last chunk: %r" % data)
         # RFC 9112 section 8: complete once the last chunk came; a FIN would
         # let the upstream act on a request whose client gave up
+        h.eq(end, "RST", "how the upstream's connection ended")
+
+    @t.check("HTTP/1.1 client, chunked response whose trailer section is invalid, after the last "
+             "chunk went out: a reset, not a clean close")
+    def _():
+        with socket.create_connection(("127.0.0.1", proxy.port(7))) as s:
+            s.sendall(b"GET /x HTTP/1.1\r\nHost: a.example\r\nTE: trailers\r\n\r\n")
+            data, end = h.read_to_end(s)
+        h.ok(data.startswith(b"HTTP/1.1 200 ") and data.endswith(b"5\r\nhello\r\n0\r\n"),
+             "the body up to its last chunk, the invalid trailer held: %r" % data)
+        # broken off past the last chunk: a clean close would pass it off
+        # as whole, as for a trailer section cut
+        h.eq(end, "RST", "how the connection ended")
+
+    @t.check("a streamed chunked request body whose trailer section is invalid, after the last "
+             "chunk went upstream: 400 to the client, the upstream's connection reset")
+    def _():
+        before = len(endings.ended)
+        with socket.create_connection(("127.0.0.1", proxy.port(6))) as s:
+            s.sendall(b"POST /upload?t=bad-trailer HTTP/1.1\r\nHost: a.example\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n")
+            time.sleep(0.3)
+            s.sendall(b"X-Check sum: 1\r\n\r\n")
+            data, _ = h.read_to_end(s)
+        h.ok(data.startswith(b"HTTP/1.1 400 "), "the client's answer: %r" % data[:60])
+        h.wait_until(lambda: len(endings.ended) > before, 5, "the upstream's connection ends")
+        data, end = endings.ended[before]
+        h.ok(b"t=bad-trailer" in data and data.endswith(b"5\r\nhello\r\n0\r\n"),
+             "the upstream got the last chunk: %r" % data)
         h.eq(end, "RST", "how the upstream's connection ended")
 
     @t.check("HTTP/1.0 keep-alive client: the proxy's own 502 says keep-alive, the next request works")

@@ -1505,6 +1505,24 @@ static void test_chunked_trailer_steps(void **state)
 			 HTTP1_CHUNK_DONE);
 	assert_int_equal(n, 5);
 	assert_false(http1_chunked_has_trailer(&dec));
+
+	/* an invalid trailer section is still past the last chunk; an invalid
+	 * chunk-size line is not */
+	http1_chunked_init(&dec, 64);
+	assert_int_equal(http1_chunked_step(&dec, S("0\r\nA b: c\r\n"), &n, &error),
+			 HTTP1_CHUNK_FRAMING);
+	assert_int_equal(http1_chunked_step(&dec, S("A b: c\r\n"), &n, &error), HTTP1_CHUNK_ERROR);
+	assert_int_equal(error, HTTP1_ERR_BAD_TRAILER);
+	assert_true(http1_chunked_past_last_chunk(&dec));
+	http1_chunked_init(&dec, 4);
+	assert_int_equal(http1_chunked_step(&dec, S("0\r\n"), &n, &error), HTTP1_CHUNK_FRAMING);
+	assert_int_equal(http1_chunked_step(&dec, S("Abcdef: g\r\n"), &n, &error),
+			 HTTP1_CHUNK_ERROR);
+	assert_int_equal(error, HTTP1_ERR_BAD_TRAILER);
+	assert_true(http1_chunked_past_last_chunk(&dec));
+	http1_chunked_init(&dec, 64);
+	assert_int_equal(http1_chunked_step(&dec, S("0x\r\n"), &n, &error), HTTP1_CHUNK_ERROR);
+	assert_false(http1_chunked_past_last_chunk(&dec));
 }
 
 /* Which trailer fields go on: not those a trailer must not carry, nor those
