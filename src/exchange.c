@@ -540,6 +540,19 @@ static bool exchange_retrying(const struct exchange *ex)
 	       (ex->state == EXCHANGE_QUEUED && ex->attempts > 0);
 }
 
+void exchange_stop_waiting(struct exchange *ex)
+{
+	if (ex->state != EXCHANGE_HELD && ex->state != EXCHANGE_QUEUED)
+		return;
+	upstream_unwait(&ex->waiter);
+	/* the trail shows the time waited, also when the client left
+	 * meanwhile, as for a backoff cut short */
+	if (ex->state == EXCHANGE_HELD)
+		exchange_held_count_wait(ex);
+	else
+		exchange_queue_count_wait(ex);
+}
+
 void exchange_proxy_ends(struct exchange *ex)
 {
 	/* the drain's deadline stopped the retrying, not a client that left */
@@ -586,15 +599,8 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 	/* the request's unread rest would be taken for the next request */
 	if (end == EXCHANGE_END_KEEP_ALIVE && !ex->request_body.done)
 		end = EXCHANGE_END_CLOSE;
-	if (ex->state == EXCHANGE_HELD || ex->state == EXCHANGE_QUEUED) {
-		upstream_unwait(&ex->waiter);
-		/* the trail shows the time waited, also when the client left
-		 * meanwhile, as for a backoff cut short */
-		if (ex->state == EXCHANGE_HELD)
-			exchange_held_count_wait(ex);
-		else
-			exchange_queue_count_wait(ex);
-	}
+	if (ex->state == EXCHANGE_HELD || ex->state == EXCHANGE_QUEUED)
+		exchange_stop_waiting(ex);
 	exchange_trail_backoff_cut(ex);
 	exchange_set_state(ex, EXCHANGE_DONE);
 	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {

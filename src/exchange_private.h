@@ -401,6 +401,10 @@ void exchange_release_retry(struct exchange *ex);
  * trail's wait. */
 void exchange_queue_count_wait(struct exchange *ex);
 
+/* exchange.c: a held or queued exchange leaves its upstream's queue, the
+ * time it waited in its trail; any other is left alone. */
+void exchange_stop_waiting(struct exchange *ex);
+
 /* exchange_queue.c: take a place for a new connection under
  * max_upstream_connections, first in line when first; when none is free
  * and close_idle, one an idle pooled connection holds (closing it). False

@@ -329,6 +329,11 @@ void exchange_deliver_kept(struct exchange *ex)
 	exchange_count_kept_hedge(ex, true);
 	/* nothing follows it: no try relays (exchange_feed_kept()) */
 	ex->winner = NULL;
+	/* given while held or queued (the drain's answer): out of the
+	 * upstream's queue now, as exchange_close() would have taken it,
+	 * not left there while the client reads */
+	exchange_stop_waiting(ex);
+	exchange_gauges_update(ex);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
 	exchange_feed_kept(ex);
 }
