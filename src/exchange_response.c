@@ -331,8 +331,11 @@ void exchange_deliver_kept(struct exchange *ex)
 	ex->winner = NULL;
 	/* given while held or queued (the drain's answer): out of the
 	 * upstream's queue now, as exchange_close() would have taken it,
-	 * not left there while the client reads */
+	 * not left there while the client reads; and no retry follows, so
+	 * a place among the pending retries a queued retry kept goes back
+	 * (its wait ended by try_timeout or the deadline) */
 	exchange_stop_waiting(ex);
+	exchange_release_retry(ex);
 	exchange_gauges_update(ex);
 	exchange_set_state(ex, EXCHANGE_RELAYING);
 	exchange_feed_kept(ex);

@@ -28,7 +28,16 @@ Must hold:
   can be kept: what was read of it while it was kept (8 MiB) goes to the
   client as it reads and counts until written (before, queued at once and
   counted nowhere), and its upstream's rest follows: the client gets the
-  whole body, byte-exact, still chunked.
+  whole body, byte-exact, still chunked;
+- a kept 503 given back when a queued retry's wait for a connection ends
+  (its route's try_timeout, 1s, under max_upstream_connections 1, the one
+  connection busy with a slow request of another route), fed to a client
+  that reads nothing, no longer counts as a pending retry while it is fed:
+  retryproxy_backoff_pending and the route's backoff gauge read 0, and
+  with max_pending_retries 1 another request's 503 (from a second origin)
+  is retried meanwhile (before, the retry's place stayed taken until the
+  client had it all: the gauges read 1, and the other request got its 503
+  at once with gave_up=budget).
 Under sanitizers the proxy runs with ASAN_OPTIONS quarantine_size_mb=8, as
 in test_download_memory, so freed buffers are not hoarded.
 """
@@ -56,6 +65,36 @@ defaults:
     initial_backoff: 50ms
     jitter: 0s
     budget: { ratio: 1, min_per_second: 100000, window: 1s }
+"""
+
+# One connection to the origin; the retry of route q waits for it at most
+# its try_timeout (1s), the slow request of the default route not.
+QUEUE_CONFIG = """\
+listen:
+  - address: 127.0.0.1:@PORT0@
+    upstream: http://127.0.0.1:@ORIGIN@
+  - address: 127.0.0.1:@PORT2@
+    upstream: http://127.0.0.1:@OTHER@
+admin: 127.0.0.1:@PORT1@
+log: { level: info, format: text }
+limits:
+  drain_timeout: 2s
+  client_timeout: 30s
+  retry_response_buffer: 8MiB
+  retry_memory: 8MiB
+  max_upstream_connections: 1
+  max_pending_retries: 1
+defaults:
+  retry:
+    max_attempts: 3
+    initial_backoff: 300ms
+    jitter: 0s
+    try_timeout: 30s
+    budget: { ratio: 1, min_per_second: 100000, window: 1s }
+routes:
+  - name: q
+    match: { path_prefix: /q/ }
+    retry: { try_timeout: 1s }
 """
 
 BODY = 7 << 20
@@ -154,5 +193,51 @@ def scenario(t):
         h.eq(hashlib.sha256(r.body).hexdigest(), hashlib.sha256(o.pattern_bytes(size)).hexdigest(),
              "body sha256 (length %d)" % len(r.body))
         h.wait_until(lambda: gauge() == 0, 5 * h.SLOW, "retry_memory_bytes back to 0")
+
+    @t.check("a kept 503 given back when a queued retry's wait ends, fed to a client that reads "
+             "nothing, no longer holds a place among the pending retries")
+    def _():
+        queue_origin = t.origin()
+        other_origin = t.origin()
+        queue_proxy = t.proxy(QUEUE_CONFIG, env=env, ORIGIN=queue_origin.port,
+                              OTHER=other_origin.port)
+
+        def metrics():
+            return h.curl("http://127.0.0.1:%d/metrics" % queue_proxy.port(1),
+                          check=True).body.decode()
+
+        queue_origin.script("/q/kept", ["/bytes/%d?status=503" % BODY, "/bytes/10"])
+        c = h.RawConn(queue_proxy.port(), rcvbuf=64 << 10, timeout=20 * h.SLOW)
+        t.defer(c.close)
+        c.send(h.request("GET", "/q/kept", "a.example"))
+        queue_origin.wait_for(lambda o: len(o.requests_for("/q/kept")) == 1, 5 * h.SLOW,
+                              "the 503")
+        # in its backoff, the one connection goes to a slow request
+        slow_path = "/delay/%d" % (8 * h.SLOW)
+        slow = h.RawConn(queue_proxy.port(), timeout=20 * h.SLOW)
+        t.defer(slow.close)
+        slow.send(h.request("GET", slow_path, "a.example"))
+        queue_origin.wait_for(lambda o: len(o.requests_for(slow_path)) == 1, 5 * h.SLOW,
+                              "the slow request")
+        h.wait_until(lambda: h.metric(metrics(), "retryproxy_upstream_waiting") == 1,
+                     5 * h.SLOW, "the retry queued for the one connection")
+        # try_timeout ends the wait: the kept 503 goes to a client that
+        # reads nothing, and is fed as it reads
+        queue_proxy.wait_log(r"/q/kept: no connection to .* within try_timeout",
+                             timeout=5 * h.SLOW)
+        h.wait_until(lambda: (h.metric(metrics(), "retryproxy_retry_memory_bytes") or 0) >= MiB,
+                     5 * h.SLOW, "the kept 503 still being fed")
+        text = metrics()
+        h.eq((h.metric(text, "retryproxy_backoff_pending"),
+              h.metric(text, "retryproxy_route_backoff_pending", '{route="q"}')), (0, 0),
+             "backoff_pending, the route's backoff gauge while it is fed")
+        # the one place among the pending retries is free for another
+        other_origin.script("/other", ["/status/503", "/status/200"])
+        r = h.fetch(queue_proxy.port(2), "GET", "/other", "a.example", timeout=10 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts")), (200, "2"),
+             "another request's 503, retried meanwhile")
+        r = c.read_response(timeout=20 * h.SLOW)
+        h.eq((r.status, r.header("Retry-Attempts"), len(r.body)), (503, "1", BODY),
+             "the kept 503, whole")
 
 h.run(scenario, __doc__)
