@@ -540,6 +540,24 @@ static bool exchange_retrying(const struct exchange *ex)
 	       (ex->state == EXCHANGE_QUEUED && ex->attempts > 0);
 }
 
+void exchange_cancel_tries(struct exchange *ex, bool record)
+{
+	size_t i;
+
+	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
+		struct exchange_try *t = &ex->slots[i];
+
+		/* a try that ends here with no response head, the client gone
+		 * or answered by the proxy, is in the trail too: Retry-Attempts
+		 * and the log's attempts count it */
+		if (record &&
+		    (t->state == EXCHANGE_TRY_CONNECTING || t->state == EXCHANGE_TRY_WAITING))
+			exchange_record_try(ex, 0, "cancelled", t->hedge);
+		if (t->state != EXCHANGE_TRY_IDLE)
+			exchange_end_try(t, false);
+	}
+}
+
 void exchange_stop_waiting(struct exchange *ex)
 {
 	if (ex->state != EXCHANGE_HELD && ex->state != EXCHANGE_QUEUED)
@@ -566,7 +584,6 @@ void exchange_proxy_ends(struct exchange *ex)
 static void exchange_close(struct exchange *ex, enum exchange_end end, const char *why)
 {
 	struct access_record *tunnel_log = NULL;
-	size_t i;
 
 	if (ex->state == EXCHANGE_DONE)
 		return;
@@ -603,18 +620,7 @@ static void exchange_close(struct exchange *ex, enum exchange_end end, const cha
 		exchange_stop_waiting(ex);
 	exchange_trail_backoff_cut(ex);
 	exchange_set_state(ex, EXCHANGE_DONE);
-	for (i = 0; i < EXCHANGE_TRY_SLOTS; i++) {
-		struct exchange_try *t = &ex->slots[i];
-
-		/* a try that ends here with no response head, the client gone
-		 * or answered by the proxy, is in the trail too: Retry-Attempts
-		 * and the log's attempts count it */
-		if ((t->state == EXCHANGE_TRY_CONNECTING || t->state == EXCHANGE_TRY_WAITING) &&
-		    end != EXCHANGE_END_TUNNEL)
-			exchange_record_try(ex, 0, "cancelled", t->hedge);
-		if (t->state != EXCHANGE_TRY_IDLE)
-			exchange_end_try(t, false);
-	}
+	exchange_cancel_tries(ex, end != EXCHANGE_END_TUNNEL);
 	if (ex->resumable)
 		ex->resume->pending = false;
 	exchange_release_retry(ex);

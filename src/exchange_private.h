@@ -405,6 +405,11 @@ void exchange_queue_count_wait(struct exchange *ex);
  * time it waited in its trail; any other is left alone. */
 void exchange_stop_waiting(struct exchange *ex);
 
+/* exchange.c: end every try still under way, its connection closed, never
+ * pooled; record: one with no response head yet goes in the trail as
+ * cancelled. */
+void exchange_cancel_tries(struct exchange *ex, bool record);
+
 /* exchange_queue.c: take a place for a new connection under
  * max_upstream_connections, first in line when first; when none is free
  * and close_idle, one an idle pooled connection holds (closing it). False

@@ -313,6 +313,10 @@ void exchange_deliver_kept(struct exchange *ex)
 		exchange_resume_give_up(ex, "resume given up");
 		return;
 	}
+	/* the response is final: a retry's try still under way (the drain's
+	 * answer gives it before the try ends) is cancelled now, not left to
+	 * answer while this one is fed to the client */
+	exchange_cancel_tries(ex, true);
 	rest = evbuffer_new();
 	if (exchange_send_buffered(ex, ex->kept, ex->kept_head_len, ex->kept_number,
 				   ex->kept_received, rest) < 0) {
