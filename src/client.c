@@ -728,6 +728,21 @@ static void client_intercept(struct client *client, const struct http1_head *hea
 		client_intercept_begin(client, INTERCEPT_LOOK_NOW);
 }
 
+/* Why an intercepted tunnel closes before its first request for an event
+ * its handshake's own failure does not cover, for the CONNECT's line. */
+static const char *client_handshake_end_why(const struct client *client, short what)
+{
+	bool begun = intercept_begun(client->intercept);
+
+	if (what & CONN_TIMEOUT)
+		return begun ? "TLS handshake not done within client_timeout"
+			     : "no byte from the client within client_timeout";
+	if (begun)
+		return "connection ended during the TLS handshake";
+	return (what & CONN_EOF) ? "client closed the connection before its first byte"
+				 : "client connection lost before its first byte";
+}
+
 /* The client's TLS handshake in an intercepted tunnel ended. */
 static void client_handshake_done(struct client *client, short what)
 {
@@ -768,12 +783,14 @@ static void client_handshake_done(struct client *client, short what)
 				snprintf(reason, sizeof(reason),
 					 "connection lost during the %sTLS handshake: %s", kind,
 					 strerror(error));
+			intercept_handshake_ended(client->intercept, reason);
 			client_close(client, reason);
 			return;
 		}
 		if (hung_up)
-			snprintf(reason, sizeof(reason),
-				 "it hung up after receiving the certificate, without an alert");
+			snprintf(
+				reason, sizeof(reason),
+				"client hung up after receiving the certificate, without an alert");
 		else
 			tls_failure_reason(conn_ssl(client->conn), tls_error, &verify_failed,
 					   reason, sizeof(reason));
@@ -781,6 +798,7 @@ static void client_handshake_done(struct client *client, short what)
 			 "handshake: %s",
 			 client->peer, intercept_prefix(client->intercept), reason);
 		metrics_intercept_failure(client->proxy->metrics);
+		intercept_handshake_ended(client->intercept, reason);
 		client_close(client, "TLS handshake failed");
 		return;
 	}
@@ -822,6 +840,7 @@ static void client_handshake_done(struct client *client, short what)
 	if (what & CONN_TIMEOUT)
 		log_info("client %s: no TLS handshake or request for %s within client_timeout",
 			 client->peer, intercept_prefix(client->intercept));
+	intercept_handshake_ended(client->intercept, client_handshake_end_why(client, what));
 	client_close(client, "intercepted tunnel closed during the handshake");
 }
 

@@ -379,18 +379,29 @@ bool intercept_blind(const struct intercept *ic)
 	return ic->blind != NULL;
 }
 
-void intercept_blind_refused(struct intercept *ic, const char *reason)
+/* The CONNECT's note: first, then why the tunnel ended so. */
+static void intercept_note(struct intercept *ic, const char *first, const char *why)
 {
 	size_t size;
 	char *note;
 
 	if (ic->log == NULL)
 		return;
-	size = strlen(intercept_blind_why_text(ic)) + strlen(reason) + sizeof("; ");
+	size = strlen(first) + strlen(why) + sizeof("; ");
 	note = xmalloc(size);
-	snprintf(note, size, "%s; %s", intercept_blind_why_text(ic), reason);
+	snprintf(note, size, "%s; %s", first, why);
 	free((char *)ic->log->note);
 	ic->log->note = note;
+}
+
+void intercept_blind_refused(struct intercept *ic, const char *reason)
+{
+	intercept_note(ic, intercept_blind_why_text(ic), reason);
+}
+
+void intercept_handshake_ended(struct intercept *ic, const char *why)
+{
+	intercept_note(ic, "intercepted", why);
 }
 
 /* The blind tunnel's connect ended. */

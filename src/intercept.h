@@ -91,6 +91,11 @@ void intercept_connect_blind(struct intercept *intercept, struct proxy *proxy,
  * notes why it went blind and why not. */
 void intercept_blind_refused(struct intercept *intercept, const char *reason);
 
+/* The tunnel ends in its TLS handshake (refused, timed out, or the client
+ * left): the CONNECT's line, whose 200 would otherwise look like a tunnel
+ * that served, notes why after "intercepted". */
+void intercept_handshake_ended(struct intercept *intercept, const char *why);
+
 /* Why the tunnel goes blind (INTERCEPT_BLIND), for the log. */
 const char *intercept_blind_why_text(const struct intercept *intercept);
 

@@ -984,6 +984,77 @@ def scenario(t):
         h.eq([l for l in proxy.stderr_lines() if "intercept: client" in l][warned:], [],
              "warnings")
 
+    @t.check("a tunnel that ends in its TLS handshake says why on the CONNECT's line: a refused "
+             "certificate, a hang-up after it, a close before it")
+    def _():
+        def tunnel(host):
+            s = socket.create_connection(("127.0.0.1", proxy.port()), timeout=10)
+            s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                       % (host, good.port, host, good.port)).encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(1)
+            return s
+
+        def connect_line(host):
+            target = "%s:%d" % (host, good.port)
+            found = []
+
+            def seen():
+                found[:] = [h.access_fields(ln) for ln in proxy.access_lines()
+                            if h.access_fields(ln).get("method") == "CONNECT"
+                            and h.access_fields(ln).get("target") == target]
+                return found
+            h.wait_until(seen, 5 * h.SLOW, "the CONNECT line of %s" % target)
+            return found[-1]
+
+        # a client that trusts another CA: its alert is the reason. It
+        # waits for the proxy's close before its own: a close with unread
+        # bytes would be a reset, which may overtake the alert
+        distrusting = ssl.create_default_context(cafile=certs.ca)
+        raw = tunnel("localHOST")
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        client = distrusting.wrap_bio(incoming, outgoing, server_hostname="localhost")
+        with raw:
+            while True:
+                try:
+                    client.do_handshake()
+                    raise AssertionError("a client trusting another CA finished its handshake")
+                except ssl.SSLWantReadError:
+                    raw.sendall(outgoing.read())
+                    incoming.write(raw.recv(65536))
+                except ssl.SSLError:
+                    raw.sendall(outgoing.read())  # the alert
+                    break
+            h.read_to_end(raw, 5)
+        # the whole ClientHello, then a hang-up without an alert
+        hello_ctx = ssl.create_default_context(cafile=local_ca)
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        try:
+            hello_ctx.wrap_bio(incoming, outgoing, server_hostname="localhost").do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+        s = tunnel("LOCALhost")
+        s.sendall(outgoing.read())
+        s.recv(16384)
+        s.close()
+        # part of a ClientHello, then a close: nothing was judged
+        s = tunnel("lOcAlHoSt")
+        s.sendall(b"\x16\x03\x01\x02\x00\x01")
+        time.sleep(0.1)
+        s.close()
+        cases = [("localHOST", "intercepted; TLS handshake failed: ", "unknown ca"),
+                 ("LOCALhost", "intercepted; client hung up after receiving the certificate, "
+                  "without an alert", ""),
+                 ("lOcAlHoSt", "intercepted; client closed the connection during the TLS "
+                  "handshake", "")]
+        for host, start, words in cases:
+            line = connect_line(host)
+            note = urllib.parse.unquote(line.get("note", ""))
+            h.ok(note.startswith(start) and words in note,
+                 "%s: the note starts %r and names %r: %r" % (host, start, words, line))
+            h.eq(line.get("status"), "200", "%s: the CONNECT's status" % host)
+
     @t.check("an upstream certificate that fails verification is a 502 inside the tunnel")
     def _():
         r = h.curl("--cacert", local_ca, "https://localhost:%d/echo?t=untrusted" % unknown.port,
