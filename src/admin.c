@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -21,6 +22,7 @@
 #include "config_values.h"
 #include "fleet.h"
 #include "http1_target.h"
+#include "listen_socket.h"
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
@@ -534,15 +536,21 @@ static struct admin *admin_open(struct proxy *proxy, const char *address,
 {
 	struct admin *admin;
 	struct evconnlistener *evl;
-	int err;
+	int err, fd;
 
-	/* no callback yet: evhttp_bind_listener sets its own */
-	evl = evconnlistener_new_bind(proxy->base, NULL, NULL,
-				      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
-					      LEV_OPT_CLOSE_ON_EXEC,
-				      128, (const struct sockaddr *)addr, (int)addr_len);
-	if (evl == NULL)
+	fd = listen_socket_bind((const struct sockaddr *)addr, addr_len);
+	if (fd < 0)
 		return NULL;
+	/* no callback yet: evhttp_bind_listener sets its own */
+	evl = evconnlistener_new(proxy->base, NULL, NULL,
+				 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
+				 128, fd);
+	if (evl == NULL) {
+		err = errno;
+		close(fd);
+		errno = err;
+		return NULL;
+	}
 	admin = xcalloc(1, sizeof(*admin));
 	admin->proxy = proxy;
 	admin->address = xstrdup(address);
