@@ -16,6 +16,10 @@
 /* Deeper than any config needs; keeps hostile input from exhausting memory or
  * the stack of whoever walks the tree recursively. */
 #define YAML_TREE_MAX_DEPTH 64
+/* The largest file read as YAML: a config is kilobytes; a log or /dev/zero
+ * named by mistake must not be read into memory whole, nor hold a reload's
+ * loop pass for long. */
+#define YAML_TREE_FILE_MAX (16u << 20)
 
 struct yaml_tree_frame {
 	struct yaml_tree_node *node; /* an open sequence or mapping */
@@ -582,13 +586,19 @@ struct yaml_tree_node *yaml_tree_parse_file(const char *path, bool regular_only,
 		close(fd);
 		return NULL;
 	}
-	text = file_read_all(f, SIZE_MAX, &len);
+	text = file_read_all(f, YAML_TREE_FILE_MAX + 1, &len);
 	if (text == NULL) {
 		fprintf(errors, "%s: cannot read: %s\n", path, strerror(errno));
 		fclose(f);
 		return NULL;
 	}
 	fclose(f);
+	if (len > YAML_TREE_FILE_MAX) {
+		fprintf(errors, "%s: cannot read: over %u MiB, more than any config holds\n", path,
+			YAML_TREE_FILE_MAX >> 20);
+		free(text);
+		return NULL;
+	}
 	root = yaml_tree_parse_text(text, len, path, errors, rules);
 	free(text);
 	return root;

@@ -384,6 +384,32 @@ static void test_load_missing_file(void **state)
 	free(test_report_text(&r));
 }
 
+/* A file over 16 MiB is no config: one error line, read no further (before,
+ * -c /dev/zero read until memory ran out). */
+static void test_load_oversized_file(void **state)
+{
+	struct test_report r = { .count = 0 };
+	char path[] = "/tmp/retryproxy-oversized-XXXXXX";
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "listen: []\n", 11), 11);
+	assert_int_equal(ftruncate(fd, (16 << 20) + 1), 0);
+	close(fd);
+	assert_null(config_load(path, CONFIG_SOURCE_REGULAR, test_report_line, &r));
+	unlink(path);
+	assert_int_equal(r.count, 1);
+	assert_non_null(
+		strstr(r.lines[0], ": cannot read: over 16 MiB, more than any config holds"));
+	free(test_report_text(&r));
+
+	assert_null(config_load("/dev/zero", CONFIG_SOURCE_ANY, test_report_line, &r));
+	assert_int_equal(r.count, 1);
+	assert_string_equal(r.lines[0],
+			    "/dev/zero: cannot read: over 16 MiB, more than any config holds");
+	free(test_report_text(&r));
+}
+
 /* A reload's load reads a regular file only: a device (or a FIFO) is one
  * error line, never waited on; a start's load reads it. */
 static void test_load_regular_only(void **state)
@@ -1739,6 +1765,7 @@ int main(void)
 		cmocka_unit_test(test_load_reports_in_order),
 		cmocka_unit_test(test_load_missing_file),
 		cmocka_unit_test(test_load_regular_only),
+		cmocka_unit_test(test_load_oversized_file),
 		cmocka_unit_test(test_load_good_and_embedded),
 		cmocka_unit_test(test_default_path),
 		cmocka_unit_test(test_defaults),
