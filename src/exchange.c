@@ -1034,11 +1034,11 @@ static void exchange_upstream_unavailable(struct exchange *ex)
 	exchange_respond_error(ex, 502, text);
 }
 
-/* A held request whose body, or a next request pipelined behind it, waits
- * unread behind its client's input limit reads nothing from its client, so
- * no close of the client's is seen: it looks for one this often until its
- * deadline (or its release). */
-#define EXCHANGE_HELD_HANGUP_MS 500
+/* A held or queued request whose body, or a next request pipelined behind
+ * it, waits unread behind its client's input limit reads nothing from its
+ * client, so no close of the client's is seen: it looks for one this often
+ * until its wait ends. */
+#define EXCHANGE_HANGUP_LOOK_MS 500
 
 /* Could a close of the client's hide behind bytes the proxy does not read?
  * Its body still owed, or input at the limit (a next request it pipelined). */
@@ -1048,11 +1048,10 @@ static bool exchange_close_may_hide(const struct exchange *ex)
 	       (ex->owner.conn != NULL && conn_input_at_limit(ex->owner.conn));
 }
 
-/* The held timer's next wait, left ms before the deadline. */
-static uint64_t exchange_held_timer_ms(const struct exchange *ex, uint64_t left)
+uint64_t exchange_wait_timer_ms(const struct exchange *ex, uint64_t left)
 {
-	if (exchange_close_may_hide(ex) && left > EXCHANGE_HELD_HANGUP_MS)
-		return EXCHANGE_HELD_HANGUP_MS;
+	if (exchange_close_may_hide(ex) && left > EXCHANGE_HANGUP_LOOK_MS)
+		return EXCHANGE_HANGUP_LOOK_MS;
 	return left;
 }
 
@@ -1070,7 +1069,7 @@ static bool exchange_held_timer_rearm(struct exchange *ex)
 	if (elapsed >= deadline)
 		return false;
 	exchange_timer_start(ex, exchange_held_deadline_cb, now,
-			     exchange_held_timer_ms(ex, deadline - elapsed));
+			     exchange_wait_timer_ms(ex, deadline - elapsed));
 	return true;
 }
 
@@ -1154,7 +1153,7 @@ static void exchange_hold_as(struct exchange *ex, bool retry, enum retry_cause c
 	upstream_wait(ex->upstream, &ex->waiter);
 	exchange_gauges_update(ex);
 	exchange_timer_start(ex, exchange_held_deadline_cb, now,
-			     exchange_held_timer_ms(ex, policy->deadline_ms - elapsed));
+			     exchange_wait_timer_ms(ex, policy->deadline_ms - elapsed));
 }
 
 void exchange_held_input_full(struct exchange *ex)

@@ -401,6 +401,16 @@ void exchange_release_retry(struct exchange *ex);
  * trail's wait. */
 void exchange_queue_count_wait(struct exchange *ex);
 
+/* exchange_queue.c: a queued request's client input reached its limit:
+ * look for the client's close every so often from now on, as for a held
+ * one (exchange_held_input_full()). */
+void exchange_queue_input_full(struct exchange *ex);
+
+/* exchange.c: the next wait of a held or queued request's timer, left ms
+ * before its wait ends: sooner when a close of its client's may hide
+ * behind input the proxy does not read, to look for it. */
+uint64_t exchange_wait_timer_ms(const struct exchange *ex, uint64_t left);
+
 /* exchange.c: a held or queued exchange leaves its upstream's queue, the
  * time it waited in its trail; any other is left alone. */
 void exchange_stop_waiting(struct exchange *ex);

@@ -3,6 +3,7 @@
 #include <event2/event.h>
 
 #include "config.h"
+#include "conn.h"
 #include "exchange.h"
 #include "exchange_private.h"
 #include "log.h"
@@ -76,12 +77,53 @@ static void exchange_queue_deadline(struct exchange *ex)
 	exchange_respond_error(ex, 504, text);
 }
 
-/* try_timeout (or the deadline) passed while waiting for a connection. */
+/* Milliseconds left of the wait at now: its try_timeout, counted from when
+ * it began to wait, or the deadline, whichever comes first
+ * (queue_deadline_first says which). */
+static uint64_t exchange_queue_left(struct exchange *ex, uint64_t now)
+{
+	const struct retry_policy *policy = &ex->route->retry;
+	uint64_t elapsed = exchange_queue_elapsed(ex);
+	uint64_t deadline_left = policy->deadline_ms > elapsed ? policy->deadline_ms - elapsed : 0;
+	uint64_t waited = now - ex->queued_since_ms;
+	uint64_t left = policy->try_timeout_ms > waited ? policy->try_timeout_ms - waited : 0;
+
+	ex->queue_deadline_first = deadline_left < left;
+	return ex->queue_deadline_first ? deadline_left : left;
+}
+
+static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Set the queued request's timer from now: for the end of its wait, or
+ * sooner to look for a close hidden behind unread input. */
+static void exchange_queue_timer_arm(struct exchange *ex, uint64_t now, uint64_t left)
+{
+	exchange_timer_start(ex, exchange_queue_timeout_cb, now, exchange_wait_timer_ms(ex, left));
+}
+
+void exchange_queue_input_full(struct exchange *ex)
+{
+	uint64_t now = timer_now_ms();
+
+	exchange_queue_timer_arm(ex, now, exchange_queue_left(ex, now));
+}
+
+/* try_timeout (or the deadline) passed while waiting for a connection, or
+ * it is time to look whether the client left. */
 static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct exchange *ex = arg;
+	uint64_t now = timer_now_ms();
+	uint64_t left = exchange_queue_left(ex, now);
 	char text[512];
 
+	if (left > 0) {
+		exchange_queue_timer_arm(ex, now, left);
+		/* its EOF, at the end of this pass, drops the request */
+		if (ex->owner.conn != NULL)
+			conn_notice_hangup(ex->owner.conn);
+		return;
+	}
 	exchange_enter(ex);
 	upstream_unwait(&ex->waiter);
 	exchange_gauges_update(ex);
@@ -143,16 +185,9 @@ static bool exchange_queue_released(struct upstream_waiter *waiter)
  * until try_timeout or the deadline, whichever comes first. */
 static void exchange_queue(struct exchange *ex, bool front)
 {
-	const struct retry_policy *policy = &ex->route->retry;
-	uint64_t elapsed = exchange_queue_elapsed(ex);
-	uint64_t deadline_left = policy->deadline_ms > elapsed ? policy->deadline_ms - elapsed : 0;
 	uint64_t now = timer_now_ms();
-	uint64_t waited = 0;
-	uint64_t left;
 
-	if (ex->state == EXCHANGE_QUEUED) {
-		waited = now - ex->queued_since_ms;
-	} else {
+	if (ex->state != EXCHANGE_QUEUED) {
 		ex->queued_since_ms = now;
 		ex->queue_counted_ms = ex->queued_since_ms;
 	}
@@ -160,11 +195,7 @@ static void exchange_queue(struct exchange *ex, bool front)
 	ex->waiter.release = exchange_queue_released;
 	upstream_slot_wait(ex->upstream, &ex->waiter, front);
 	exchange_gauges_update(ex);
-	left = policy->try_timeout_ms > waited ? policy->try_timeout_ms - waited : 0;
-	ex->queue_deadline_first = deadline_left < left;
-	if (ex->queue_deadline_first)
-		left = deadline_left;
-	exchange_timer_start(ex, exchange_queue_timeout_cb, now, left);
+	exchange_queue_timer_arm(ex, now, exchange_queue_left(ex, now));
 }
 
 void exchange_close_over_cap(struct exchange *ex)

@@ -530,6 +530,8 @@ void exchange_client_readable(struct exchange *ex)
 		exchange_pump_request_body(ex);
 	else if (ex->state == EXCHANGE_HELD && conn_input_at_limit(ex->owner.conn))
 		exchange_held_input_full(ex);
+	else if (ex->state == EXCHANGE_QUEUED && conn_input_at_limit(ex->owner.conn))
+		exchange_queue_input_full(ex);
 	exchange_leave(ex);
 }
 

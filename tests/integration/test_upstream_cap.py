@@ -15,7 +15,10 @@ Must hold: (1) the origin never has more than 2 connections open at once
 and sees exactly 2 in all (the waiting requests reuse them); all six get
 200, and reach the origin in the order they were sent; while requests wait,
 retryproxy_upstream_waiting counts them. (2) the origin never sees the
-request whose client left. (3) the waiting GET gets 504 naming the busy
+request whose client left, nor one whose client pipelined a POST past the
+proxy's input limit behind it and then left: that one leaves the queue
+while both places are still busy (its close, hidden behind the unread
+POST, is looked for every 500 ms), not when a place frees. (3) the waiting GET gets 504 naming the busy
 upstream after about try_timeout (Retry-Attempts: 0, no retry), and never
 reaches the origin; the slow ones get their 200. (4) the POST gets 200 on a
 new connection, and the proxy closed one idle connection to make room. The limit is written by /config.
@@ -203,6 +206,38 @@ def scenario(t):
              "requests at the origin")
         h.eq(h.fetch(proxy.port(0), "GET", "/echo?c=after", "app.example").status, 200,
              "a request afterwards")
+
+    @t.check("cap 2: a waiting request whose client pipelined past the input limit and left is "
+             "dropped from the queue while both places stay busy, not when one frees")
+    def _():
+        origin.clear()
+        busy = [h.RawConn(proxy.port(0), timeout=30 * h.SLOW) for _ in range(2)]
+        for i, c in enumerate(busy):
+            t.defer(c.close)
+            c.send(h.request("GET", "/echo?c=long%d&delay=%d" % (i, 6 * h.SLOW), "app.example"))
+        origin.wait_for(lambda o: len(o.requests) == 2, 5 * h.SLOW, "both busy requests")
+        leaver = h.RawConn(proxy.port(0))
+        # the GET is whole; the POST behind it is more than the proxy's
+        # input takes, less than it and its kernel do: the client's FIN
+        # reaches the proxy's kernel behind bytes the proxy does not read
+        body = b"x" * (256 << 10)
+        leaver.send(h.request("GET", "/echo?c=pipelined-leaver", "app.example") +
+                    h.request("POST", "/echo?c=behind", "app.example", body=body))
+        h.wait_until(lambda: metric("retryproxy_upstream_waiting") == 1, 2 * h.SLOW,
+                     "the leaver to wait")
+        h.wait_until(lambda: h.send_queue(leaver.local_port, proxy.port(0)) == 0, 5 * h.SLOW,
+                     "the pipelined body all in the proxy's kernel")
+        leaver.close()
+        left = time.monotonic()
+        h.wait_until(lambda: metric("retryproxy_upstream_waiting") == 0, 3 * h.SLOW,
+                     "the leaver to be dropped from the queue while both places are busy")
+        h.ok(time.monotonic() - left < 5 * h.SLOW, "dropped before a place freed")
+        h.eq(len(origin.requests), 2, "requests at the origin while the busy ones run")
+        for c in busy:
+            h.eq(c.read_response(timeout=30 * h.SLOW).status, 200, "busy request")
+        time.sleep(0.3)
+        h.eq(sorted(q.query.get("c") for q in origin.requests), ["long0", "long1"],
+             "requests at the origin")
 
     @t.check("both places busy, try_timeout 500ms: a request waiting past it gets 504, not retried")
     def _():
