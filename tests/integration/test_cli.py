@@ -102,6 +102,25 @@ def read(path):
         return f.read().decode("utf-8", "replace")
 
 
+def fifo_writer(fifo, proc, err):
+    """The write end of fifo once proc, started with -c fifo, has opened it
+    for reading (a non-blocking writer's open fails with ENXIO until then);
+    a failed check if proc exited first."""
+    fd = None
+
+    def reader_open():
+        nonlocal fd
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            return proc.poll() is not None
+        return True
+
+    h.wait_until(reader_open, 15 * h.SLOW, "the proxy to open its config")
+    h.ok(fd is not None, "the proxy exited before reading its config: %r" % read(err))
+    return fd
+
+
 def finish(proc):
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -570,19 +589,7 @@ def scenario(t):
         os.mkfifo(fifo)
         proc, err = start(["-c", fifo], tmp)
         try:
-            fd = None
-
-            def reader_open():
-                nonlocal fd
-                try:
-                    # ENXIO until the proxy has the FIFO open for reading
-                    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-                except OSError:
-                    return proc.poll() is not None
-                return True
-
-            h.wait_until(reader_open, 15 * h.SLOW, "the proxy to open its config")
-            h.ok(fd is not None, "the proxy exited before reading its config: %r" % read(err))
+            fd = fifo_writer(fifo, proc, err)
             proc.send_signal(signal.SIGHUP)
             time.sleep(0.2)
             # The reload the signal asked for runs in the event loop, which
@@ -614,22 +621,10 @@ def scenario(t):
             fifo = os.path.join(tmp, "unwritten-config-%d.yaml" % sig)
             os.mkfifo(fifo)
             proc, err = start(["-c", fifo], tmp)
+            fd = None
             try:
-                # the proxy blocks in the FIFO's open until a writer comes:
-                # a reader is there once a non-blocking writer's open works
-                fd = None
-
-                def reader_open():
-                    nonlocal fd
-                    try:
-                        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-                    except OSError:
-                        return proc.poll() is not None
-                    return True
-
-                h.wait_until(reader_open, 15 * h.SLOW, "the proxy to open its config")
-                h.ok(fd is not None, "the proxy exited before reading its config: %r"
-                     % read(err))
+                # the proxy blocks in the FIFO's open until a writer comes
+                fd = fifo_writer(fifo, proc, err)
                 proc.send_signal(sig)
                 try:
                     code = proc.wait(5 * h.SLOW)
@@ -652,18 +647,7 @@ def scenario(t):
         os.mkfifo(fifo)
         proc, err = start(["-c", fifo], tmp)
         try:
-            fd = None
-
-            def reader_open():
-                nonlocal fd
-                try:
-                    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-                except OSError:
-                    return proc.poll() is not None
-                return True
-
-            h.wait_until(reader_open, 15 * h.SLOW, "the proxy to open its config")
-            h.ok(fd is not None, "the proxy exited before reading its config: %r" % read(err))
+            fd = fifo_writer(fifo, proc, err)
             proc.send_signal(signal.SIGUSR1)
             proc.send_signal(signal.SIGUSR2)
             time.sleep(0.2)
