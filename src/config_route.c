@@ -667,25 +667,53 @@ static void config_route_check_hedge(struct config_walk *walk, const struct yaml
 }
 
 /* A budget with ratio 0 and min_per_second 0 allows no retry on any load:
- * retrying turned off by what reads as a limit on it. Refuse it, pointing
- * at this mapping's ratio, else its min_per_second; if it sets neither,
- * both came from defaults.retry, which was checked already. True when
- * refused. */
+ * retrying turned off by what reads as a limit on it. Not beside
+ * max_attempts 1, which makes no retry anyway (a policy that says so
+ * twice). Refuse it, pointing at this mapping's ratio, else its
+ * min_per_second, else its max_attempts above 1 under a budget it
+ * inherits; if it sets none of them, defaults.retry was checked already.
+ * True when refused. */
 static bool config_route_check_budget_allows_none(struct config_walk *walk,
-						  const struct yaml_tree_node *budget)
+						  const struct yaml_tree_node *node,
+						  const struct retry_policy *retry)
 {
-	const struct yaml_tree_entry *blame = yaml_tree_find(budget, "ratio");
+	const struct yaml_tree_entry *budget = yaml_tree_find(node, "budget");
+	const struct yaml_tree_entry *blame = NULL;
 	size_t mark;
 
-	if (blame == NULL)
-		blame = yaml_tree_find(budget, "min_per_second");
+	if (retry->max_attempts < 2 || retry->budget.ratio > 0 ||
+	    retry->budget.min_per_second > 0 || config_walk_refused(walk, node, "max_attempts"))
+		return false;
+	if (budget != NULL) {
+		/* a budget that is no mapping, or a bad value in it, is
+		 * reported as such, not as this */
+		if (budget->value->kind != YAML_TREE_MAPPING ||
+		    config_walk_refused(walk, budget->value, "ratio") ||
+		    config_walk_refused(walk, budget->value, "min_per_second"))
+			return false;
+		blame = yaml_tree_find(budget->value, "ratio");
+		if (blame == NULL)
+			blame = yaml_tree_find(budget->value, "min_per_second");
+	}
+	if (blame != NULL) {
+		mark = config_walk_push(walk, "budget");
+		config_walk_push(walk, blame->key->text);
+		config_walk_error(walk, blame->value,
+				  "ratio 0 and min_per_second 0 allow no retry at all; to turn "
+				  "retries off write max_attempts: 1, else give either a value "
+				  "above 0");
+		config_walk_pop(walk, mark);
+		return true;
+	}
+	blame = yaml_tree_find(node, "max_attempts");
 	if (blame == NULL)
 		return false;
-	mark = config_walk_push(walk, "budget");
-	config_walk_push(walk, blame->key->text);
+	mark = config_walk_push(walk, blame->key->text);
 	config_walk_error(walk, blame->value,
-			  "ratio 0 and min_per_second 0 allow no retry at all; to turn retries "
-			  "off write max_attempts: 1, else give either a value above 0");
+			  "%u tries under a budget of ratio 0 and min_per_second 0 (from "
+			  "defaults.retry) allow no retry at all; give the budget a ratio or "
+			  "min_per_second above 0, or write max_attempts: 1",
+			  retry->max_attempts);
 	config_walk_pop(walk, mark);
 	return true;
 }
@@ -703,12 +731,8 @@ static void config_route_check_budget(struct config_walk *walk, const struct yam
 	char window[32];
 	size_t mark;
 
-	if (budget == NULL || budget->value->kind != YAML_TREE_MAPPING)
-		return;
-	if (retry->budget.ratio <= 0 && retry->budget.min_per_second <= 0 &&
-	    !config_walk_refused(walk, budget->value, "ratio") &&
-	    !config_walk_refused(walk, budget->value, "min_per_second") &&
-	    config_route_check_budget_allows_none(walk, budget->value))
+	if (config_route_check_budget_allows_none(walk, node, retry) || budget == NULL ||
+	    budget->value->kind != YAML_TREE_MAPPING)
 		return;
 	if (floor <= 0 || floor >= 1 || config_walk_refused(walk, budget->value, "window") ||
 	    config_walk_refused(walk, budget->value, "min_per_second"))
