@@ -1070,14 +1070,7 @@ static void conn_handshake(struct conn *c)
 	}
 }
 
-/* Did the connect meet itself? When the kernel picks the destination's own
- * port as the source port of a connect to an address of this host where
- * nothing listens, TCP's simultaneous open connects the socket to itself:
- * what is sent comes back as the answer (a request read as its own
- * response, a CONNECT tunnelled to itself, a probe that finds a down
- * upstream back). Nothing listens there: a refusal, as any other such
- * connect gets. */
-static bool conn_self_connected(int fd)
+bool conn_self_connected(int fd)
 {
 	struct sockaddr_storage local, peer;
 	socklen_t local_len = sizeof(local), peer_len = sizeof(peer);

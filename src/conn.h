@@ -86,6 +86,15 @@ bool conn_loop_fd_shortage(struct conn_loop *loop, int err);
  * ask. -1 with errno on failure. */
 int conn_loop_socket(struct conn_loop *loop, int family);
 
+/* Did the connect of the socket fd meet itself? When the kernel picks the
+ * destination's own port as the source port of a connect to an address of
+ * this host where nothing listens, TCP's simultaneous open connects the
+ * socket to itself: what is sent comes back as the answer (a request read
+ * as its own response, a CONNECT tunnelled to itself, a probe that finds a
+ * down upstream back, a Redis command read as its reply). Nothing listens
+ * there: a refusal, as any other such connect gets. */
+bool conn_self_connected(int fd);
+
 /* Did a socket() or connect() fail (errno err) for want of the proxy's own
  * descriptors, memory or local ports (EADDRNOTAVAIL: no ephemeral port
  * left, or no source address of the family here), before anything was

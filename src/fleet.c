@@ -1,5 +1,6 @@
 #include "fleet.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/adapters/libevent.h>
 
+#include "conn.h"
 #include "dns_cache.h"
 #include "fleet_lease.h"
 #include "happy_eyeballs.h"
@@ -127,6 +129,7 @@ struct fleet {
 	const redisReplyObjectFunctions *hiredis_replies;
 	redisReplyObjectFunctions replies;
 	bool unrequested; /* the connection got one, and is dropped for it */
+	bool met_itself;  /* its connect met itself: refused once hiredis returns */
 	struct fleet_lookup lookups[FLEET_LOOKUPS];
 	struct event *resolution_delay; /* from the first answer with addresses */
 	bool resolving_inline;		/* inside name_lookup_start(), which may answer at once */
@@ -319,6 +322,13 @@ static void fleet_deadline_cb(evutil_socket_t fd, short what, void *arg)
 
 	snprintf(why, sizeof(why), "no answer within %llu ms",
 		 (unsigned long long)fleet->reply_timeout_ms);
+	if (fleet->met_itself && ac != NULL) {
+		fleet->met_itself = false;
+		fleet->ac = NULL;
+		redisAsyncFree(ac);
+		fleet_connect_failed(fleet, strerror(ECONNREFUSED));
+		return;
+	}
 	if (fleet->state == FLEET_CONNECTING && ac != NULL && !(ac->c.flags & REDIS_CONNECTED)) {
 		/* the address never answered the connect: another may */
 		fleet->ac = NULL;
@@ -677,6 +687,16 @@ static void fleet_connect_cb(const redisAsyncContext *c, int status)
 		fleet_connect_failed(fleet, c->errstr[0] != '\0' ? c->errstr : "cannot connect");
 		return;
 	}
+	/* nothing listens where a connect met itself: a refusal, not a Redis
+	 * whose replies are its own commands. hiredis goes on with the
+	 * connection once this returns: it is dropped from the loop */
+	if (fleet->socket == NULL && conn_self_connected(c->c.fd)) {
+		struct timeval now = { 0, 0 };
+
+		fleet->met_itself = true;
+		evtimer_add(fleet->deadline, &now);
+		return;
+	}
 	if (fleet->password == NULL) {
 		fleet_load_script(fleet);
 		return;
@@ -783,6 +803,7 @@ static void fleet_open(struct fleet *fleet, const char *address)
 	ac->c.reader->fn = &fleet->replies;
 	ac->c.reader->privdata = ac;
 	fleet->unrequested = false;
+	fleet->met_itself = false;
 	redisLibeventAttach(ac, fleet->base);
 	redisAsyncSetConnectCallback(ac, fleet_connect_cb);
 	redisAsyncSetDisconnectCallback(ac, fleet_disconnect_cb);

@@ -21,7 +21,9 @@ Must hold: each such connect is a refusal (Connection refused), as it
 would be without the coincidence: a GET gets 502 naming it, tries
 "refused"; a POST is tried again (nothing was sent); a CONNECT gets 502,
 not a tunnel; a probe of a down upstream on such a port fails and the
-upstream stays down.
+upstream stays down; the fleet's connect to a Redis on such a port is
+refused too, logged as "Connection refused" (before: its SCRIPT LOAD came
+back to it and was logged as an unexpected reply from Redis).
 """
 
 import os
@@ -46,21 +48,29 @@ SIDECAR = """\
     upstream: http://127.0.0.1:@PROBED@
 """
 
+# a Redis nothing listens for: every connect meets itself
+FLEET = """\
+fleet: { redis: "127.0.0.1:@REDIS@", name: selfconnect, sync_interval: 100ms }
+"""
+
 
 def scenario(t):
     shim = os.environ.get("RETRYPROXY_SELFCONNECT")
     h.ok(shim and os.path.exists(shim), "RETRYPROXY_SELFCONNECT names the built library: %r"
          % shim)
-    get_port, post_port, connect_port, probe_port = (h.free_port() for _ in range(4))
+    get_port, post_port, connect_port, probe_port, redis_port = (h.free_port()
+                                                                 for _ in range(5))
     asan = os.environ.get("ASAN_OPTIONS", "")
     env = {"LD_PRELOAD": shim,
-           "RETRYPROXY_SELFCONNECT_PORTS": "%d,%d,%d,%d" % (get_port, post_port, connect_port,
-                                                           probe_port),
+           "RETRYPROXY_SELFCONNECT_PORTS": "%d,%d,%d,%d,%d" % (get_port, post_port,
+                                                              connect_port, probe_port,
+                                                              redis_port),
            "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
     origin = t.origin()
     proxy = t.proxy(CONFIG, env=env, DOWN_AFTER=0, ATTEMPTS=2)
     health = t.proxy(CONFIG.replace("admin:", SIDECAR + "admin:"), env=env, DOWN_AFTER=1,
                      ATTEMPTS=1, PROBED=probe_port)
+    fleet = t.proxy(CONFIG + FLEET, env=env, DOWN_AFTER=0, ATTEMPTS=2, REDIS=redis_port)
 
     @t.check("a GET whose connect meets itself: 502 naming a refused connection, tried "
              "again, never read back as a malformed answer")
@@ -107,6 +117,17 @@ def scenario(t):
         h.eq(h.metric(metrics, "retryproxy_probes_total",
                       '{upstream="http://127.0.0.1:%d",result="ok"}' % probe_port) or 0.0, 0.0,
              "probes that connected")
+
+    @t.check("the fleet's connect to a Redis that meets itself is refused, not read as a "
+             "reply")
+    def _():
+        line = "fleet selfconnect: redis 127.0.0.1:%d: Connection refused" % redis_port
+        h.wait_until(lambda: line in fleet.stderr() or "unexpected reply" in fleet.stderr(),
+                     5 * h.SLOW, "the fleet's first connect to end")
+        h.ok(line in fleet.stderr() and "unexpected reply" not in fleet.stderr(),
+             "log: %r" % [x for x in fleet.stderr_lines() if "fleet" in x])
+        metrics = h.fetch(fleet.port(1), "GET", "/metrics", "127.0.0.1").body.decode()
+        h.eq(h.metric(metrics, "retryproxy_fleet_connected"), 0.0, "fleet connected")
 
     @t.check("a destination nothing lists still connects and is answered")
     def _():
