@@ -4,7 +4,8 @@
  * body with jansson directly (no pre-scan), measures the nesting on the
  * tree it got, refuses one deeper than IDEMPOTENCY_JSON_MAX_DEPTH, and
  * walks the top-level object's members itself, comparing each key whole
- * with each condition's name in the map's order. So a pre-scan that lets a
+ * with each condition's name in the map's order (a key that is the name
+ * but for case, to Go's decoder, makes it not given). So a pre-scan that lets a
  * deep body through or stops a shallow one (a string's brackets, an
  * escaped quote, a stray closing bracket), or a lookup that takes a null,
  * an empty string or a member not at the top as given, shows as a
@@ -83,20 +84,61 @@ static unsigned fuzz_depth(json_t *value)
 	return 0;
 }
 
-/* Does the object have a member named name, not null and not ""? */
+/* s with ASCII letters lowered and the two letters Go folds into ASCII
+ * ones (U+017F, long s; U+212A, the Kelvin sign) written as those, into a
+ * buffer of its own. */
+static char *fuzz_folded(const char *s)
+{
+	char *out = malloc(strlen(s) + 1);
+	size_t n = 0;
+
+	if (out == NULL)
+		abort();
+	while (*s != '\0') {
+		if (strncmp(s, "\xc5\xbf", 2) == 0) {
+			out[n++] = 's';
+			s += 2;
+		} else if (strncmp(s, "\xe2\x84\xaa", 3) == 0) {
+			out[n++] = 'k';
+			s += 3;
+		} else {
+			out[n++] = *s >= 'A' && *s <= 'Z' ? (char)(*s - 'A' + 'a') : *s;
+			s++;
+		}
+	}
+	out[n] = '\0';
+	return out;
+}
+
+/* Is key another spelling of name to a decoder that matches member names
+ * without regard to case (Go's, ASP.NET Core's)? */
+static bool fuzz_same_but_case(const char *key, const char *name)
+{
+	char *a = fuzz_folded(key), *b = fuzz_folded(name);
+	bool same = strcmp(key, name) != 0 && strcmp(a, b) == 0;
+
+	free(a);
+	free(b);
+	return same;
+}
+
+/* Does the object have a member named name, not null and not "", and none
+ * named as name but for case (such a decoder reads the last of them)? */
 static bool fuzz_given(json_t *object, const char *name)
 {
 	const char *key;
 	json_t *member;
+	bool given = false;
 
 	json_object_foreach(object, key, member)
 	{
-		if (strcmp(key, name) != 0)
-			continue;
-		return !json_is_null(member) &&
-		       !(json_is_string(member) && json_string_length(member) == 0);
+		if (fuzz_same_but_case(key, name))
+			return false;
+		if (strcmp(key, name) == 0)
+			given = !json_is_null(member) &&
+				!(json_is_string(member) && json_string_length(member) == 0);
 	}
-	return false;
+	return given;
 }
 
 static const char *fuzz_ref(const struct idempotency *idem, const char *body, size_t len)

@@ -175,17 +175,18 @@ static const char *fuzz_trim(const char *s, size_t *len)
 	return s;
 }
 
-/* The value of digits s[0..len) capped at cap. */
+/* The value of digits s[0..len) capped at cap (in 128 bits, so that no
+ * step before the cap can wrap). */
 static uint64_t fuzz_capped(const char *s, size_t len, uint64_t cap)
 {
-	uint64_t v = 0;
+	unsigned __int128 v = 0;
 
 	for (size_t i = 0; i < len; i++) {
-		v = v * 10 + (uint64_t)(s[i] - '0');
+		v = v * 10 + (unsigned)(s[i] - '0');
 		if (v > cap)
 			return cap;
 	}
-	return v;
+	return (uint64_t)v;
 }
 
 static bool fuzz_all_digits(const char *s, size_t len)
@@ -199,7 +200,6 @@ static bool fuzz_all_digits(const char *s, size_t len)
 /* Reference Retry-After: 0 and *wait_ms, or -1. */
 static int fuzz_ref_retry_after(const char *s, size_t len, int64_t now_ms, uint64_t *wait_ms)
 {
-	const uint64_t max_ms = (uint64_t)RETRY_AFTER_MAX_SECONDS * 1000;
 	/* the second now_ms falls in */
 	time_t now = (time_t)(now_ms / 1000 - (now_ms % 1000 < 0));
 	int64_t when;
@@ -211,20 +211,24 @@ static int fuzz_ref_retry_after(const char *s, size_t len, int64_t now_ms, uint6
 	if (s[0] >= '0' && s[0] <= '9') {
 		if (!fuzz_all_digits(s, len))
 			return -1;
-		*wait_ms = fuzz_capped(s, len, RETRY_AFTER_MAX_SECONDS) * 1000;
+		/* exact, saturating past 64 bits of milliseconds */
+		uint64_t seconds = fuzz_capped(s, len, UINT64_MAX / 1000 + 1);
+
+		*wait_ms = seconds > UINT64_MAX / 1000 ? RETRY_AFTER_SATURATED_MS : seconds * 1000;
 		return 0;
 	}
 	if (fuzz_ref_date(s, len, now, &when) < 0)
 		return -1;
+	/* a date is within years 0..9999: its wait fits, exact */
 	wait = (__int128)when * 1000 - now_ms;
-	*wait_ms = wait <= 0 ? 0 : wait > (__int128)max_ms ? max_ms : (uint64_t)wait;
+	*wait_ms = wait <= 0 ? 0 : (uint64_t)wait;
 	return 0;
 }
 
 /* Reference retry-after-ms: digits, maybe a '.' and more digits. */
 static int fuzz_ref_retry_after_ms(const char *s, size_t len, uint64_t *wait_ms)
 {
-	const uint64_t max_ms = (uint64_t)RETRY_AFTER_MAX_SECONDS * 1000;
+	const uint64_t max_ms = RETRY_AFTER_SATURATED_MS;
 	const char *dot;
 	size_t whole;
 	uint64_t ms;
@@ -242,11 +246,13 @@ static int fuzz_ref_retry_after_ms(const char *s, size_t len, uint64_t *wait_ms)
 			return -1;
 		for (size_t i = 0; i < frac; i++)
 			if (dot[1 + i] != '0') {
-				ms++; /* at least as long as asked */
+				/* at least as long as asked, saturated as it is */
+				if (ms < max_ms)
+					ms++;
 				break;
 			}
 	}
-	*wait_ms = ms < max_ms ? ms : max_ms;
+	*wait_ms = ms;
 	return 0;
 }
 
