@@ -297,7 +297,7 @@ static void exchange_watch_body(struct exchange *ex)
 		    (ex->state == EXCHANGE_READING_BODY ||
 		     ((ex->state == EXCHANGE_RELAYING ||
 		       (ex->current != NULL && ex->current->state == EXCHANGE_TRY_WAITING)) &&
-		      (ex->current == NULL || !exchange_spool_pending(ex->current))));
+		      (ex->current == NULL || !exchange_body_queue_pending(ex->current))));
 
 	if (want != ex->body_watched) {
 		ex->body_watched = want;
@@ -1316,7 +1316,7 @@ void exchange_request_progress(struct exchange_try *t)
 	 * which the upstream may not take at once */
 	t->body_awaited =
 		conn_output_length(t->up) == 0 && !ex->request_body.done &&
-		!exchange_spool_pending(t) &&
+		!exchange_body_queue_pending(t) &&
 		(!ex->expect_forwarded || ex->continue_relayed || ex->request_body_started);
 	if (t->body_awaited) {
 		exchange_try_timeout_stop(t);
@@ -1338,6 +1338,10 @@ static void exchange_up_write_cb(struct conn *conn, void *arg)
 	exchange_enter(ex);
 	if (exchange_spool_pending(t) && ex->current == t && t->up != NULL)
 		exchange_spool_feed(t);
+	if (exchange_once_pending(ex) && ex->current == t && t->up != NULL) {
+		exchange_feed_once(t);
+		exchange_pump_request_body(ex);
+	}
 	if (ex->client_read_paused && ex->current == t) {
 		exchange_resume_client(ex);
 		exchange_pump_request_body(ex);

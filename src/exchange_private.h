@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "access_log.h"
@@ -479,6 +480,11 @@ void exchange_memory_recount(struct exchange *ex);
 bool exchange_memory_room(const struct exchange *ex, uint64_t more);
 void exchange_pump_request_body(struct exchange *ex);
 void exchange_send_request(struct exchange_try *t);
+/* Queue more of a body going once that memory held on try t's connection,
+ * up to EXCHANGE_OUTPUT_HIGH there: until queued it stays in the replay
+ * buffer and counts in retry_memory, so that uploads to an upstream that
+ * takes them slowly cannot each hold replay_buffer beside the cap. */
+void exchange_feed_once(struct exchange_try *t);
 
 /* exchange_spool.c: bodies over replay_buffer kept in a file (spool.c) */
 /* Start spooling, if the config and the request allow it: true when the
@@ -495,6 +501,18 @@ void exchange_spool_feed(struct exchange_try *t);
 static inline bool exchange_spool_pending(const struct exchange_try *t)
 {
 	return t->ex->spool != NULL && !t->ex->spool_queued;
+}
+/* Is some of a body going once still in the replay buffer, queued on the
+ * try's connection only as the upstream takes it (exchange_feed_once())? */
+static inline bool exchange_once_pending(const struct exchange *ex)
+{
+	return ex->body_once && ex->spool == NULL && ex->replay != NULL &&
+	       evbuffer_get_length(ex->replay) > 0;
+}
+/* Is some of the body still to be queued on try t before the client's rest? */
+static inline bool exchange_body_queue_pending(const struct exchange_try *t)
+{
+	return exchange_spool_pending(t) || exchange_once_pending(t->ex);
 }
 
 /* exchange_response.c */

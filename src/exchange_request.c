@@ -444,8 +444,9 @@ void exchange_pump_request_body(struct exchange *ex)
 
 	if (ex->request_body.done || t == NULL || t->up == NULL || conn_input_length(cconn) == 0)
 		return;
-	/* a body that went once after its spool failed: the file's part first */
-	if (exchange_spool_pending(t))
+	/* the file's part first (a body that went once after its spool
+	 * failed), or what memory held of a body going once */
+	if (exchange_body_queue_pending(t))
 		return;
 	in = conn_input(cconn);
 	out = conn_output(t->up);
@@ -503,11 +504,9 @@ void exchange_send_request(struct exchange_try *t)
 		return;
 	}
 	if (ex->replay != NULL && ex->body_once) {
-		/* never sent again: what memory held is the upstream's output
-		 * now, and its room in retry_memory comes free while the
-		 * client's rest still streams */
-		evbuffer_add_buffer(out, ex->replay);
-		exchange_memory_recount(ex);
+		/* never sent again: what memory held goes as the upstream
+		 * takes it, its room in retry_memory coming free as it does */
+		exchange_feed_once(t);
 	} else if (ex->replay != NULL) {
 		evbuffer_add_buffer_reference(out, ex->replay);
 	}
@@ -516,6 +515,17 @@ void exchange_send_request(struct exchange_try *t)
 	if (ex->body_once)
 		ex->request_body_started = true;
 	exchange_pump_request_body(ex);
+}
+
+void exchange_feed_once(struct exchange_try *t)
+{
+	struct exchange *ex = t->ex;
+	struct evbuffer *out = conn_output(t->up);
+	size_t queued = evbuffer_get_length(out);
+
+	if (queued < EXCHANGE_OUTPUT_HIGH)
+		evbuffer_remove_buffer(ex->replay, out, EXCHANGE_OUTPUT_HIGH - queued);
+	exchange_memory_recount(ex);
 }
 
 void exchange_client_readable(struct exchange *ex)

@@ -242,7 +242,8 @@ static bool exchange_upstream_reusable(struct exchange_try *t, const struct body
 
 	return t->framing.keep_alive && body->mode != BODY_MODE_UNTIL_CLOSE && !t->parked_closed &&
 	       ex->request_body.done && conn_input_length(t->up) == 0 &&
-	       conn_output_length(t->up) == 0 && !exchange_spool_pending(t) && !ex->proxy->draining;
+	       conn_output_length(t->up) == 0 && !exchange_body_queue_pending(t) &&
+	       !ex->proxy->draining;
 }
 
 /* The whole response is queued for the client. */
