@@ -87,9 +87,13 @@ static uint64_t exchange_queue_left(struct exchange *ex, uint64_t now)
 	uint64_t deadline_left = policy->deadline_ms > elapsed ? policy->deadline_ms - elapsed : 0;
 	uint64_t waited = now - ex->queued_since_ms;
 	uint64_t left = policy->try_timeout_ms > waited ? policy->try_timeout_ms - waited : 0;
+	bool deadline_first = deadline_left < left;
 
-	ex->queue_deadline_first = deadline_left < left;
-	return ex->queue_deadline_first ? deadline_left : left;
+	/* which ends the wait is settled while time is left: a timer that
+	 * fires late finds both at 0 */
+	if (deadline_first || left > 0)
+		ex->queue_deadline_first = deadline_first;
+	return deadline_first ? deadline_left : left;
 }
 
 static void exchange_queue_timeout_cb(evutil_socket_t fd, short what, void *arg);

@@ -26,7 +26,9 @@ new connection, and the proxy closed one idle connection to make room. The limit
 for the connection a 5 s request holds gives up at its route's 2 s
 deadline with the kept 503 (gave_up=deadline; the retry never reaches the
 origin); a retry that waits about 1 s for the connection shows that time in
-the trail's wait before the next try, and no more than 2.5 s. (6) There, with a request waiting
+the trail's wait before the next try, and no more than 2.5 s; a request
+on a route whose deadline (1s) comes 1 ms before its try_timeout gets the
+deadline's 504 (gave_up=deadline), however late its timer fires. (6) There, with a request waiting
 for the connection, a reload raises the cap to 10: the waiting request and
 a new one are answered at once, while the first still holds its connection.
 (7) There, a client pipelines 30 GETs (50 ms each at the origin) and a POST,
@@ -106,6 +108,9 @@ routes:
   - name: waits
     match: { path_prefix: /w/ }
     retry: { try_timeout: 10s, initial_backoff: 500ms, jitter: 0s, max_attempts: 3 }
+  - name: edge
+    match: { path_prefix: /e/ }
+    retry: { deadline: 1s, try_timeout: 1001ms, initial_backoff: 100ms, jitter: 0s }
 """
 
 CONFIG_FORWARD = """\
@@ -307,6 +312,16 @@ def scenario(t):
         h.eq(f.get("gave_up"), "deadline", "gave_up")
         h.eq(a.read_response().status, 200, "the holder")
         h.eq(len(origin1.requests_for("/d/late")), 1, "tries of /d/late at the origin")
+
+    @t.check("cap 1, deadline 1s, try_timeout 1001ms: a request waiting for the connection "
+             "ends at the deadline, which comes first, however late its timer fires")
+    def _():
+        a = hold_connection(3, "holder-e")
+        r = h.fetch(one.port(), "GET", "/e/edge", "app.example", timeout=20 * h.SLOW)
+        h.check_error_response(r, 504, ("before the retry deadline",))
+        h.eq(h.access_fields(one.access_one("/e/edge")).get("gave_up"), "deadline", "gave_up")
+        h.eq(a.read_response().status, 200, "the holder")
+        h.eq(origin1.requests_for("/e/edge"), [], "the waiter at the origin")
 
     @t.check("cap 1: the time a retry waits for the connection is in the trail's wait")
     def _():
