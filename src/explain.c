@@ -259,8 +259,8 @@ static int explain_parse(const struct config *config, struct explain_head *h, si
 }
 
 /* Does a listener bound to bound take connections to addr: the same
- * address, or a wildcard (0.0.0.0, or [::], which takes IPv4 too unless
- * the system says otherwise) with the same port? */
+ * address, or a wildcard (0.0.0.0, or [::], which takes IPv4 too: the
+ * proxy's listening sockets are dual-stack) with the same port? */
 static bool explain_listener_takes(const struct sockaddr_storage *bound,
 				   const struct sockaddr_storage *addr)
 {
@@ -270,12 +270,6 @@ static bool explain_listener_takes(const struct sockaddr_storage *bound,
 		(bound->ss_family == AF_INET6 || addr->ss_family == AF_INET));
 }
 
-/* Which listener gets the request, and in which form. A URL that names a
- * sidecar listener itself (http://127.0.0.1:8080/..., also for a listener
- * on 0.0.0.0:8080) is what the app sends
- * to it; a URL whose origin is a sidecar's upstream is what an app pointed
- * at that sidecar sends; any other URL goes to a forward proxy listener
- * (else the first listener) in absolute form. */
 /* The sidecar listener that takes connections to the address text, or
  * NULL. */
 static const struct listener_config *explain_sidecar_at(const struct config *config,
@@ -296,6 +290,12 @@ static const struct listener_config *explain_sidecar_at(const struct config *con
 	return NULL;
 }
 
+/* Which listener gets the request, and in which form. A URL that names a
+ * sidecar listener itself (http://127.0.0.1:8080/..., also for a listener
+ * on 0.0.0.0:8080) is what the app sends
+ * to it; a URL whose origin is a sidecar's upstream is what an app pointed
+ * at that sidecar sends; any other URL goes to a forward proxy listener
+ * (else the first listener) in absolute form. */
 static struct explain_view explain_choose_view(const struct config *config,
 					       const struct http1_target *t)
 {
