@@ -121,6 +121,20 @@ def fifo_writer(fifo, proc, err):
     return fd
 
 
+def refused_missing_default_file(cwd):
+    """Without -c in cwd, whose ./conf/retryproxy.yaml is a name with no
+    file behind it: --check and a start exit 1 naming it, and do not run
+    the embedded default."""
+    for args in (["--check"], []):
+        p = h.run_bin(args, cwd=cwd, timeout=10)
+        h.eq((p.returncode, p.stdout), (1, ""), "%s exit code and stdout (stderr %r)"
+             % (args, p.stderr))
+        h.ok("./conf/retryproxy.yaml: cannot open: No such file or directory" in p.stderr,
+             "%s names the file and the cause: %r" % (args, p.stderr))
+        h.ok("<embedded>" not in p.stderr, "%s took the embedded default: %r"
+             % (args, p.stderr))
+
+
 def finish(proc):
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -275,14 +289,7 @@ def scenario(t):
         os.makedirs(os.path.join(cwd, "conf"))
         os.symlink(os.path.join(tmp, "not-mounted", "retryproxy.yaml"),
                    os.path.join(cwd, "conf", "retryproxy.yaml"))
-        for args in (["--check"], []):
-            p = h.run_bin(args, cwd=cwd, timeout=10)
-            h.eq((p.returncode, p.stdout), (1, ""), "%s exit code and stdout (stderr %r)"
-                 % (args, p.stderr))
-            h.ok("./conf/retryproxy.yaml: cannot open: No such file or directory" in p.stderr,
-                 "%s names the file and the cause: %r" % (args, p.stderr))
-            h.ok("<embedded>" not in p.stderr, "%s took the embedded default: %r"
-                 % (args, p.stderr))
+        refused_missing_default_file(cwd)
 
     @t.check("no -c, ./conf a symlink to a missing directory (a shared config dir not "
              "there yet): --check and a start exit 1 naming the file, not run the embedded "
@@ -291,14 +298,7 @@ def scenario(t):
         cwd = os.path.join(tmp, "dangling-conf-dir")
         os.makedirs(cwd)
         os.symlink(os.path.join(tmp, "not-there", "conf"), os.path.join(cwd, "conf"))
-        for args in (["--check"], []):
-            p = h.run_bin(args, cwd=cwd, timeout=10)
-            h.eq((p.returncode, p.stdout), (1, ""), "%s exit code and stdout (stderr %r)"
-                 % (args, p.stderr))
-            h.ok("./conf/retryproxy.yaml: cannot open: No such file or directory" in p.stderr,
-                 "%s names the file and the cause: %r" % (args, p.stderr))
-            h.ok("<embedded>" not in p.stderr, "%s took the embedded default: %r"
-                 % (args, p.stderr))
+        refused_missing_default_file(cwd)
 
     @t.check("no -c, ./conf a directory the proxy may not look into: --check exits 1 "
              "naming ./conf/retryproxy.yaml, not run the embedded default")
