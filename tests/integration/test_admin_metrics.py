@@ -326,6 +326,17 @@ def scenario(t):
              "after a good reload: failed, ok increases, last_reload_successful")
 
 
+    def refused_and_closed(raw, what):
+        """raw sent to the admin gets a 400, whole, and the connection
+        closes: nothing after it is read as a next request."""
+        with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+            c.send(raw)
+            r = c.read_head()
+            h.eq(r.status, 400, "status for %s" % what)
+            c.read_exact(int(r.header("Content-Length") or 0))
+            h.ok(c.closed_within(2 * h.SLOW),
+                 "the connection stayed open after %s; then: %r" % (what, bytes(c.buf[:80])))
+
     @t.check("a request whose body length is ambiguous (two Content-Lengths, a Transfer-Encoding "
              "not ending in chunked, both fields) -> 400 and the connection closes")
     def _():
@@ -334,16 +345,11 @@ def scenario(t):
                  b"Transfer-Encoding: chunked, gzip\r\n",
                  b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n")
         for fields in heads:
-            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
-                # what follows would be a second request to whoever took
-                # the first one's framing otherwise
-                c.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields + b"\r\n"
-                       b"hello0\r\n\r\nGET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                r = c.read_head()
-                h.eq(r.status, 400, "status for %r" % fields)
-                c.read_exact(int(r.header("Content-Length") or 0))
-                h.ok(c.closed_within(2 * h.SLOW),
-                     "the connection stayed open after %r; then: %r" % (fields, bytes(c.buf[:80])))
+            # what follows would be a second request to whoever took the
+            # first one's framing otherwise
+            refused_and_closed(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields +
+                               b"\r\nhello0\r\n\r\nGET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                               repr(fields))
 
 
     @t.check("a Host that is not a valid uri-host[:port] (a port that is no number, userinfo, "
@@ -352,14 +358,9 @@ def scenario(t):
     def _():
         for host in (b"127.0.0.1:x", b"localhost:80@evil.example", b"127.0.0.1 evil.example",
                      b"[::1", b"[::1]x", b"localhost/x", b"127.0.0.1:9901:1", b"local%zzhost"):
-            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
-                c.send(b"GET /healthz HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
-                       b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                r = c.read_head()
-                h.eq(r.status, 400, "status for Host %r" % host)
-                c.read_exact(int(r.header("Content-Length") or 0))
-                h.ok(c.closed_within(2 * h.SLOW),
-                     "the connection stayed open after Host %r; then: %r" % (host, bytes(c.buf[:80])))
+            refused_and_closed(b"GET /healthz HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
+                               b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                               "Host %r" % host)
         for host in (b"127.0.0.1", b"127.0.0.1:", b"[::1]:9901", b"localhost:9901", b"LOCALHOST"):
             r = h.fetch(proxy.port(1), "GET", "/healthz", host.decode())
             h.eq(r.status, 200, "status for Host %r" % host)
