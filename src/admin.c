@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -536,21 +535,14 @@ static struct admin *admin_open(struct proxy *proxy, const char *address,
 {
 	struct admin *admin;
 	struct evconnlistener *evl;
-	int err, fd;
+	int err;
 
-	fd = listen_socket_bind((const struct sockaddr *)addr, addr_len);
-	if (fd < 0)
-		return NULL;
 	/* no callback yet: evhttp_bind_listener sets its own */
-	evl = evconnlistener_new(proxy->base, NULL, NULL,
+	evl = listen_socket_open(proxy->base, NULL, NULL,
 				 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC,
-				 128, fd);
-	if (evl == NULL) {
-		err = errno;
-		close(fd);
-		errno = err;
+				 128, (const struct sockaddr *)addr, addr_len);
+	if (evl == NULL)
 		return NULL;
-	}
 	admin = xcalloc(1, sizeof(*admin));
 	admin->proxy = proxy;
 	admin->address = xstrdup(address);

@@ -4,7 +4,8 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
-int listen_socket_bind(const struct sockaddr *addr, socklen_t len)
+/* A bound socket as listen_socket_open() describes it; -1 with errno set. */
+static int listen_socket_bind(const struct sockaddr *addr, socklen_t len)
 {
 	int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	int on = 1, off = 0;
@@ -25,4 +26,23 @@ int listen_socket_bind(const struct sockaddr *addr, socklen_t len)
 		return -1;
 	}
 	return fd;
+}
+
+struct evconnlistener *listen_socket_open(struct event_base *base, evconnlistener_cb cb, void *arg,
+					  unsigned flags, int backlog, const struct sockaddr *addr,
+					  socklen_t len)
+{
+	int fd = listen_socket_bind(addr, len);
+	struct evconnlistener *evl;
+
+	if (fd < 0)
+		return NULL;
+	evl = evconnlistener_new(base, cb, arg, flags, backlog, fd);
+	if (evl == NULL) {
+		int err = errno;
+
+		close(fd);
+		errno = err;
+	}
+	return evl;
 }

@@ -2,8 +2,7 @@
 #define RETRYPROXY_LISTEN_SOCKET_H
 
 /*
- * The socket a listener (or the admin) listens on, bound but not yet
- * listening, for evconnlistener_new(). Made here rather than by
+ * The listening socket of a listener or the admin, made here rather than by
  * evconnlistener_new_bind() so that an IPv6 address takes IPv4 as well
  * whatever net.ipv6.bindv6only says: the config's checks (two listeners
  * on one port, the proxy's own addresses) take "[::]" to be every
@@ -12,9 +11,14 @@
 
 #include <sys/socket.h>
 
-/* A non-blocking, close-on-exec TCP socket bound to addr, with
- * SO_REUSEADDR and SO_KEEPALIVE as libevent's own listeners set them; -1
- * with errno set. */
-int listen_socket_bind(const struct sockaddr *addr, socklen_t len);
+#include <event2/listener.h>
+
+/* evconnlistener_new_bind() with that difference: a non-blocking,
+ * close-on-exec TCP socket bound to addr, with SO_REUSEADDR and
+ * SO_KEEPALIVE as libevent's own listeners set them, listening with
+ * backlog; NULL with errno set. */
+struct evconnlistener *listen_socket_open(struct event_base *base, evconnlistener_cb cb, void *arg,
+					  unsigned flags, int backlog, const struct sockaddr *addr,
+					  socklen_t len);
 
 #endif

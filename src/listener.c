@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <event2/event.h>
 #include <event2/listener.h>
@@ -187,19 +186,11 @@ static void listener_free(struct listener *l)
 /* Bind l's address and listen on it. -1 with errno set. */
 static int listener_bind(struct listener *l)
 {
-	int fd = listen_socket_bind((const struct sockaddr *)&l->listen->addr, l->listen->addr_len);
-
-	if (fd < 0)
+	l->evl = listen_socket_open(l->proxy->base, listener_accept_cb, l,
+				    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024,
+				    (const struct sockaddr *)&l->listen->addr, l->listen->addr_len);
+	if (l->evl == NULL)
 		return -1;
-	l->evl = evconnlistener_new(l->proxy->base, listener_accept_cb, l,
-				    LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 1024, fd);
-	if (l->evl == NULL) {
-		int err = errno;
-
-		close(fd);
-		errno = err;
-		return -1;
-	}
 	evconnlistener_set_error_cb(l->evl, listener_error_cb);
 	l->waiting = event_new(l->proxy->base, evconnlistener_get_fd(l->evl), EV_READ,
 			       listener_waiting_cb, l);
