@@ -17,6 +17,7 @@
 #include <event2/event.h>
 #include <openssl/err.h>
 
+#include "config_values.h"
 #include "timer.h"
 #include "timeval.h"
 #include "tls.h"
@@ -1075,24 +1076,9 @@ bool conn_self_connected(int fd)
 	struct sockaddr_storage local, peer;
 	socklen_t local_len = sizeof(local), peer_len = sizeof(peer);
 
-	if (getsockname(fd, (struct sockaddr *)&local, &local_len) < 0 ||
-	    getpeername(fd, (struct sockaddr *)&peer, &peer_len) < 0 ||
-	    local.ss_family != peer.ss_family)
-		return false;
-	if (local.ss_family == AF_INET) {
-		const struct sockaddr_in *a = (const struct sockaddr_in *)&local;
-		const struct sockaddr_in *b = (const struct sockaddr_in *)&peer;
-
-		return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
-	}
-	if (local.ss_family == AF_INET6) {
-		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&local;
-		const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)&peer;
-
-		return a->sin6_port == b->sin6_port &&
-		       memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) == 0;
-	}
-	return false;
+	return getsockname(fd, (struct sockaddr *)&local, &local_len) == 0 &&
+	       getpeername(fd, (struct sockaddr *)&peer, &peer_len) == 0 &&
+	       config_values_same_address(&local, &peer);
 }
 
 /* The connect finished, one way or the other. */
