@@ -631,16 +631,39 @@ struct config *config_hold(struct config *config)
 	return config;
 }
 
-void config_tls_opt_outs(const struct config *config,
-			 void (*opted_out)(const char *route, void *arg), void *arg)
+/* Tell warn the opt-out of route (NULL: the top-level tls.verify) in the
+ * words a start logs and --check prints. */
+static void config_tls_opt_out_warn(const char *route, void (*warn)(const char *text, void *arg),
+				    void *arg)
+{
+	static const char all[] = "tls.verify is false: upstream certificates are not checked "
+				  "for any route without its own tls section";
+	static const char one[] = "route %s: tls.verify is false: its upstream certificates are "
+				  "not checked";
+	size_t size;
+	char *text;
+
+	if (route == NULL) {
+		warn(all, arg);
+		return;
+	}
+	size = sizeof(one) + strlen(route);
+	text = xmalloc(size);
+	snprintf(text, size, one, route);
+	warn(text, arg);
+	free(text);
+}
+
+void config_tls_opt_outs(const struct config *config, void (*warn)(const char *text, void *arg),
+			 void *arg)
 {
 	if (!config->tls.verify)
-		opted_out(NULL, arg);
+		config_tls_opt_out_warn(NULL, warn, arg);
 	if (!config->default_route.tls.verify)
-		opted_out(config->default_route.name, arg);
+		config_tls_opt_out_warn(config->default_route.name, warn, arg);
 	for (size_t i = 0; i < config->route_count; i++)
 		if (!config->routes[i].tls.verify)
-			opted_out(config->routes[i].name, arg);
+			config_tls_opt_out_warn(config->routes[i].name, warn, arg);
 }
 
 /* Let go of a config; the last holder frees it. */

@@ -266,13 +266,13 @@ struct config *config_load_text(const char *text, size_t len, const char *name, 
 struct config *config_hold(struct config *config);
 void config_release(struct config *config);
 
-/* Call opted_out(route, arg) for each TLS verification opt-out, which SPEC
- * has warned about naming the route: route NULL for the top-level
- * tls.verify: false (what a route without a tls: section inherits), then
- * each route, the default one first, whose upstream certificates go
- * unchecked. */
-void config_tls_opt_outs(const struct config *config,
-			 void (*opted_out)(const char *route, void *arg), void *arg);
+/* Call warn(text, arg) for each TLS verification opt-out, which SPEC has
+ * warned about naming the route, text the warning's words: first for the
+ * top-level tls.verify: false (what a route without a tls: section
+ * inherits), then for each route, the default one first, whose upstream
+ * certificates go unchecked. */
+void config_tls_opt_outs(const struct config *config, void (*warn)(const char *text, void *arg),
+			 void *arg);
 
 /* Have freed(config, arg) told once, as the last release frees config:
  * the proxy lets go of what it keeps for the config's routes. */

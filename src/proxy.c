@@ -32,14 +32,10 @@
 #define PROXY_RESOLV_CONF_ENV "RETRYPROXY_RESOLV_CONF"
 #define PROXY_HOSTS_ENV "RETRYPROXY_HOSTS"
 
-static void proxy_warn_unverified(const char *route, void *arg)
+static void proxy_warn_unverified(const char *text, void *arg)
 {
-	if (route == NULL)
-		log_warn("tls.verify is false: upstream certificates are not checked for any route "
-			 "without its own tls section");
-	else
-		log_warn("route %s: tls.verify is false: its upstream certificates are not checked",
-			 route);
+	(void)arg;
+	log_warn("%s", text);
 }
 
 /* Warn about every trust opt-out and make sure each CA file loads. */
