@@ -309,38 +309,50 @@ static void upstream_event_cb(struct conn *conn, short what, void *arg)
 	upstream_start_next(uc);
 }
 
-/* Whether address is the proxy's own admin endpoint (kept from other hosts
- * by its loopback address) or one of its own listeners (a CONNECT to itself
- * would nest a tunnel for every CONNECT head behind it, all from one client
- * connection), where it connects for no one: 1 with *why, 0, or -1 with
- * *err when it cannot be told for want of a descriptor to look at this
- * host's addresses with, even after idle pooled connections gave some
+/* admin_is_address() for the proxy's admin, in listener_is_address()'s
+ * shape. */
+static int upstream_is_admin(const struct proxy *proxy, const struct sockaddr *addr, socklen_t len)
+{
+	return admin_is_address(proxy->admin, addr, len);
+}
+
+/* The proxy's own places, where it connects for no one: its admin
+ * endpoint (kept from other hosts by its loopback address), and its
+ * listeners (a CONNECT to itself would nest a tunnel for every CONNECT
+ * head behind it, all from one client connection). */
+static const struct {
+	int (*is)(const struct proxy *proxy, const struct sockaddr *addr, socklen_t len);
+	const char *why;
+} upstream_own_places[] = {
+	{ upstream_is_admin, "the proxy's own admin endpoint is not reached through it" },
+	{ listener_is_address, "the proxy's own listener is not reached through it (a loop)" },
+};
+
+/* Whether address is one of the proxy's own places: 1 with *why, 0, or -1
+ * with *err when it cannot be told for want of a descriptor to look at
+ * this host's addresses with, even after idle pooled connections gave some
  * back, as for a connect's socket. */
 static int upstream_own_address(struct proxy *proxy, const struct evutil_addrinfo *address,
 				const char **why, int *err)
 {
 	socklen_t len = (socklen_t)address->ai_addrlen;
-	int admin = admin_is_address(proxy->admin, address->ai_addr, len);
-	int listener;
+	bool untold = false;
 
-	if (admin < 0 && conn_loop_fd_shortage(proxy->loop, errno))
-		admin = admin_is_address(proxy->admin, address->ai_addr, len);
-	if (admin < 0)
-		*err = errno;
-	if (admin > 0) {
-		*why = "the proxy's own admin endpoint is not reached through it";
-		return 1;
+	for (size_t i = 0; i < sizeof(upstream_own_places) / sizeof(upstream_own_places[0]); i++) {
+		int told = upstream_own_places[i].is(proxy, address->ai_addr, len);
+
+		if (told < 0 && conn_loop_fd_shortage(proxy->loop, errno))
+			told = upstream_own_places[i].is(proxy, address->ai_addr, len);
+		if (told > 0) {
+			*why = upstream_own_places[i].why;
+			return 1;
+		}
+		if (told < 0) {
+			*err = errno;
+			untold = true;
+		}
 	}
-	listener = listener_is_address(proxy, address->ai_addr, len);
-	if (listener < 0 && conn_loop_fd_shortage(proxy->loop, errno))
-		listener = listener_is_address(proxy, address->ai_addr, len);
-	if (listener < 0)
-		*err = errno;
-	if (listener > 0) {
-		*why = "the proxy's own listener is not reached through it (a loop)";
-		return 1;
-	}
-	return admin < 0 || listener < 0 ? -1 : 0;
+	return untold ? -1 : 0;
 }
 
 /* Start the next address's attempt beside those in flight, or, with none
