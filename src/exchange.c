@@ -188,6 +188,15 @@ void exchange_memory_recount(struct exchange *ex)
 	ex->memory_counted = held;
 }
 
+void exchange_memory_feed(struct exchange *ex, struct evbuffer *held, struct evbuffer *out)
+{
+	size_t queued = evbuffer_get_length(out);
+
+	if (queued < EXCHANGE_OUTPUT_HIGH)
+		evbuffer_remove_buffer(held, out, EXCHANGE_OUTPUT_HIGH - queued);
+	exchange_memory_recount(ex);
+}
+
 bool exchange_memory_room(const struct exchange *ex, uint64_t more)
 {
 	uint64_t cap = ex->config->limits.retry_memory;
@@ -1339,7 +1348,7 @@ static void exchange_up_write_cb(struct conn *conn, void *arg)
 	if (exchange_spool_pending(t) && ex->current == t && t->up != NULL)
 		exchange_spool_feed(t);
 	if (exchange_once_pending(ex) && ex->current == t && t->up != NULL) {
-		exchange_feed_once(t);
+		exchange_memory_feed(ex, ex->replay, conn_output(t->up));
 		exchange_pump_request_body(ex);
 	}
 	if (ex->client_read_paused && ex->current == t) {

@@ -476,15 +476,15 @@ void exchange_read_request_body(struct exchange *ex);
  * and the responses its tries are keeping. Called where those change; the
  * exchange's free gives back what it counted, whatever was missed. */
 void exchange_memory_recount(struct exchange *ex);
+/* Move bytes the exchange holds in memory (held: its kept response, or a
+ * body going once) to out as far as EXCHANGE_OUTPUT_HIGH queued there, and
+ * recount: until queued they count in retry_memory, so that a peer that
+ * takes them slowly cannot leave them beside the cap. */
+void exchange_memory_feed(struct exchange *ex, struct evbuffer *held, struct evbuffer *out);
 /* May more bytes be kept without passing limits.retry_memory? */
 bool exchange_memory_room(const struct exchange *ex, uint64_t more);
 void exchange_pump_request_body(struct exchange *ex);
 void exchange_send_request(struct exchange_try *t);
-/* Queue more of a body going once that memory held on try t's connection,
- * up to EXCHANGE_OUTPUT_HIGH there: until queued it stays in the replay
- * buffer and counts in retry_memory, so that uploads to an upstream that
- * takes them slowly cannot each hold replay_buffer beside the cap. */
-void exchange_feed_once(struct exchange_try *t);
 
 /* exchange_spool.c: bodies over replay_buffer kept in a file (spool.c) */
 /* Start spooling, if the config and the request allow it: true when the
@@ -503,7 +503,7 @@ static inline bool exchange_spool_pending(const struct exchange_try *t)
 	return t->ex->spool != NULL && !t->ex->spool_queued;
 }
 /* Is some of a body going once still in the replay buffer, queued on the
- * try's connection only as the upstream takes it (exchange_feed_once())? */
+ * try's connection only as the upstream takes it (exchange_memory_feed())? */
 static inline bool exchange_once_pending(const struct exchange *ex)
 {
 	return ex->body_once && ex->spool == NULL && ex->replay != NULL &&

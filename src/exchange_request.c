@@ -506,7 +506,7 @@ void exchange_send_request(struct exchange_try *t)
 	if (ex->replay != NULL && ex->body_once) {
 		/* never sent again: what memory held goes as the upstream
 		 * takes it, its room in retry_memory coming free as it does */
-		exchange_feed_once(t);
+		exchange_memory_feed(ex, ex->replay, out);
 	} else if (ex->replay != NULL) {
 		evbuffer_add_buffer_reference(out, ex->replay);
 	}
@@ -515,17 +515,6 @@ void exchange_send_request(struct exchange_try *t)
 	if (ex->body_once)
 		ex->request_body_started = true;
 	exchange_pump_request_body(ex);
-}
-
-void exchange_feed_once(struct exchange_try *t)
-{
-	struct exchange *ex = t->ex;
-	struct evbuffer *out = conn_output(t->up);
-	size_t queued = evbuffer_get_length(out);
-
-	if (queued < EXCHANGE_OUTPUT_HIGH)
-		evbuffer_remove_buffer(ex->replay, out, EXCHANGE_OUTPUT_HIGH - queued);
-	exchange_memory_recount(ex);
 }
 
 void exchange_client_readable(struct exchange *ex)

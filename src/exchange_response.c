@@ -348,13 +348,9 @@ void exchange_deliver_kept(struct exchange *ex)
 
 void exchange_feed_kept(struct exchange *ex)
 {
-	struct evbuffer *out = conn_output(ex->owner.conn);
-	size_t queued = evbuffer_get_length(out);
 	struct exchange_try *t;
 
-	if (queued < EXCHANGE_OUTPUT_HIGH)
-		evbuffer_remove_buffer(ex->kept, out, EXCHANGE_OUTPUT_HIGH - queued);
-	exchange_memory_recount(ex);
+	exchange_memory_feed(ex, ex->kept, conn_output(ex->owner.conn));
 	if (evbuffer_get_length(ex->kept) > 0)
 		return; /* more once the client drained it (exchange_client_drained()) */
 	ex->kept_feeding = false;
