@@ -1869,9 +1869,7 @@ void exchange_client_drained(struct exchange *ex)
 	if (ex->kept_feeding && ex->state == EXCHANGE_RELAYING) {
 		exchange_feed_kept(ex);
 	} else if (ex->state == EXCHANGE_RELAYING && t != NULL && t->read_paused) {
-		t->read_paused = false;
-		conn_read_enable(t->up, true);
-		exchange_relay_response(ex);
+		exchange_relay_resumed(t);
 	}
 	exchange_leave(ex);
 }

@@ -518,6 +518,9 @@ static inline bool exchange_body_queue_pending(const struct exchange_try *t)
 /* exchange_response.c */
 void exchange_read_response_head(struct exchange_try *t);
 void exchange_relay_response(struct exchange *ex);
+/* The winner t's upstream, paused while the client's output was full (or a
+ * kept part went first), is read again and relayed. */
+void exchange_relay_resumed(struct exchange_try *t);
 void exchange_keep_response(struct exchange_try *t);
 bool exchange_pass_on_parked(struct exchange *ex);
 /* A drain's answer time: an answer held while tries are in flight (a

@@ -256,6 +256,13 @@ static void exchange_response_complete(struct exchange *ex)
 	exchange_finish(ex);
 }
 
+void exchange_relay_resumed(struct exchange_try *t)
+{
+	t->read_paused = false;
+	conn_read_enable(t->up, true);
+	exchange_relay_response(t->ex);
+}
+
 void exchange_relay_response(struct exchange *ex)
 {
 	struct exchange_try *t = ex->winner;
@@ -361,9 +368,7 @@ void exchange_feed_kept(struct exchange *ex)
 		evbuffer_free(ex->kept);
 		ex->kept = NULL;
 		exchange_memory_recount(ex);
-		t->read_paused = false;
-		conn_read_enable(t->up, true);
-		exchange_relay_response(ex);
+		exchange_relay_resumed(t);
 		/* its connection ended while it waited, all of it held: the
 		 * close that ends a body without framing was seen then, not
 		 * again now */
