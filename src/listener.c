@@ -460,7 +460,10 @@ void listener_close_all(struct proxy *proxy)
 		struct listener *l = proxy->listeners->first;
 
 		proxy->listeners->first = l->next;
-		log_info("closed listener %s", l->listen->address);
+		/* one whose socket a reload closed already, to make way for an
+		 * address on its port, said so then */
+		if (l->evl != NULL)
+			log_info("closed listener %s", l->listen->address);
 		listener_free(l);
 	}
 }

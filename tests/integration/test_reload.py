@@ -27,7 +27,8 @@ socket does) and back, serving after each (127.0.0.2:P answers only while
 the wildcard listens); a move whose bind fails (another socket holds
 127.0.0.3:P) is refused with the address and cause logged, and the old
 listener is back and serving; the error names file:line:column and the
-key (listen[N].address, or admin), as a config error does.
+key (listen[N].address, or admin), as a config error does; each move logs
+the old listener's close once.
 A third proxy (listeners P0 and P1, admin P2) has its admin moved by
 reload onto P1 while the listener there is dropped: when a new listener's
 bind then fails, P1 is a listener again and the admin answers on P2; when
@@ -207,13 +208,25 @@ def scenario(t):
             c.send(h.request("GET", "/r/" + tag, "app.example"))
             return c.read_response().status
 
-    @t.check("reload moves a listener 127.0.0.1:P -> 0.0.0.0:P -> 127.0.0.1:P, serving after each")
+    def closes_logged(address, since):
+        """The log lines since the since'th that say address's listener closed."""
+        return [ln for ln in mover.stderr_lines()[since:]
+                if re.search(r"closed listener %s(\s|$)" % re.escape(address), ln)]
+
+    @t.check("reload moves a listener 127.0.0.1:P -> 0.0.0.0:P -> 127.0.0.1:P, serving after "
+             "each; each move logs the old listener's close once")
     def _():
         h.ok(not h.port_accepts(mport, host="127.0.0.2"), "127.0.0.2:P accepts before the move")
+        before = len(mover.stderr_lines())
         reload_mover("0.0.0.0:%d" % mport)
+        h.eq(len(closes_logged("127.0.0.1:%d" % mport, before)), 1,
+             "lines saying 127.0.0.1:P closed:\n%s" % mover.stderr_tail())
         h.eq(serves("127.0.0.1", "wild1"), 200, "status on 127.0.0.1:P with the wildcard listener")
         h.eq(serves("127.0.0.2", "wild2"), 200, "status on 127.0.0.2:P (only a wildcard takes it)")
+        before = len(mover.stderr_lines())
         reload_mover("127.0.0.1:%d" % mport)
+        h.eq(len(closes_logged("0.0.0.0:%d" % mport, before)), 1,
+             "lines saying 0.0.0.0:P closed:\n%s" % mover.stderr_tail())
         h.eq(serves("127.0.0.1", "back"), 200, "status on 127.0.0.1:P after moving back")
         h.ok(not h.port_accepts(mport, host="127.0.0.2"), "127.0.0.2:P still accepts")
         h.eq([len(b.requests_for("/r/" + tag)) for tag in ("wild1", "wild2", "back")], [1, 1, 1],
@@ -299,6 +312,9 @@ log: {{ level: info }}
         made_way = [ln for ln in mover2.stderr_lines()
                     if "closed listener 127.0.0.1:%d to listen on 127.0.0.1:%d" % (p1, p1) in ln]
         h.eq(len(made_way), 2, "lines saying the listener made way, one per reload")
+        closed = [ln for ln in mover2.stderr_lines()
+                  if re.search(r"closed listener 127\.0\.0\.1:%d(\s|$)" % p1, ln)]
+        h.eq(closed, made_way, "lines saying P1's listener closed: each close once")
 
 
 h.run(scenario, __doc__)
