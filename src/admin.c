@@ -240,8 +240,10 @@ static int admin_version_status(const struct evhttp_request *req)
 	return req->major != 1 ? 505 : 0;
 }
 
-/* Is a Host field's value uri-host [":" port], or empty (RFC 9110 section
- * 7.2, RFC 9112 section 3.2)? Its host is what the admin judges below. */
+/* Is a Host field's value uri-host [":" port] (RFC 9112 section 3.2)? Its
+ * host is what the admin judges below. An empty one is not: RFC 9110
+ * section 7.2 has it only for a target without an authority, and an http
+ * URI's host is never empty (section 4.2.1), so it names no host at all. */
 static bool admin_host_valid(const char *value)
 {
 	const char *host;
@@ -249,8 +251,7 @@ static bool admin_host_valid(const char *value)
 	uint16_t port;
 	bool routable;
 
-	return value[0] == '\0' ||
-	       http1_target_authority(value, strlen(value), &host, &host_len, &port, &routable);
+	return http1_target_authority(value, strlen(value), &host, &host_len, &port, &routable);
 }
 
 /* Can the request's body be told from what follows it? Not when it has two
@@ -259,7 +260,7 @@ static bool admin_host_valid(const char *value)
  * only coding evhttp takes apart); RFC 9112 section 6.3 wants a 400 and
  * the connection closed then. Nor is a request with two Host fields one to
  * answer, nor an HTTP/1.1 one with none, nor one whose Host is not a
- * uri-host [":" port] (section 3.2; an empty one is allowed there). */
+ * uri-host [":" port], an empty one included (section 3.2). */
 static bool admin_framing_ok(struct evhttp_request *req)
 {
 	const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);

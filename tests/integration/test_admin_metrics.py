@@ -22,7 +22,8 @@ the connection closed; a
 request with two Content-Length fields, a Transfer-Encoding whose last
 coding is not chunked, or both a Content-Length and a Transfer-Encoding
 gets 400 and the connection closes (RFC 9112 section 6.3: its body cannot
-be told from a next request). Answers the proxy gives before any route is chosen (a
+be told from a next request), as does one whose Host is not
+uri-host[:port], an empty one included (section 3.2). Answers the proxy gives before any route is chosen (a
 400 for two Host fields, a TRACE with Max-Forwards: 0) count in
 retryproxy_requests_total under route "-", as the access log names it. A config whose number /config could not write back in a
 form the parser takes (999999999999999.99, which is 1e15) is refused by
@@ -353,14 +354,18 @@ def scenario(t):
 
 
     @t.check("a Host that is not a valid uri-host[:port] (a port that is no number, userinfo, "
-             "a space, an unclosed IPv6 bracket) -> 400 and the connection closes, as RFC 9112 "
-             "section 3.2 asks; valid ones are served")
+             "a space, an unclosed IPv6 bracket, an empty one) -> 400 and the connection "
+             "closes, as RFC 9112 section 3.2 asks; valid ones are served")
     def _():
         for host in (b"127.0.0.1:x", b"localhost:80@evil.example", b"127.0.0.1 evil.example",
-                     b"[::1", b"[::1]x", b"localhost/x", b"127.0.0.1:9901:1", b"local%zzhost"):
+                     b"[::1", b"[::1]x", b"localhost/x", b"127.0.0.1:9901:1", b"local%zzhost",
+                     b"", b" "):
             refused_and_closed(b"GET /healthz HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
                                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
                                "Host %r" % host)
+        # an http URI's host is never empty (RFC 9110 section 4.2.1): an empty
+        # Host names none, whatever the version
+        refused_and_closed(b"GET /healthz HTTP/1.0\r\nHost:\r\n\r\n", "HTTP/1.0, Host empty")
         for host in (b"127.0.0.1", b"127.0.0.1:", b"[::1]:9901", b"localhost:9901", b"LOCALHOST"):
             r = h.fetch(proxy.port(1), "GET", "/healthz", host.decode())
             h.eq(r.status, 200, "status for Host %r" % host)
