@@ -1,6 +1,7 @@
 /* Command line, config selection, signals; builds the proxy and runs it. */
 
 #include <errno.h>
+#include <getopt.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -303,6 +304,156 @@ static bool main_given_once(const void *already, const char *option)
 	return false;
 }
 
+/* What the command line asks for. */
+struct main_command {
+	const char *config_path; /* -c; NULL: the search */
+	const char *make_ca_dir;
+	const char *answer; /* "--version" or "--help": the first given */
+	struct explain_request explain;
+	bool check;
+};
+
+/* The options without a short name, by a value past any character. */
+enum main_long_only {
+	MAIN_OPT_CHECK = 256,
+	MAIN_OPT_EXPLAIN,
+	MAIN_OPT_BODY,
+	MAIN_OPT_MAKE_CA,
+	MAIN_OPT_VERSION,
+};
+
+/* "+": the options end at the first word that is none, which is then a
+ * stray word (an error) rather than one moved to the end; ":": a missing
+ * value is told from an unknown option. */
+#define MAIN_SHORT_OPTIONS "+:c:H:h"
+
+static const struct option main_options[] = {
+	{ "config", required_argument, NULL, 'c' },
+	{ "check", no_argument, NULL, MAIN_OPT_CHECK },
+	{ "explain", required_argument, NULL, MAIN_OPT_EXPLAIN },
+	{ "header", required_argument, NULL, 'H' },
+	{ "body", required_argument, NULL, MAIN_OPT_BODY },
+	{ "make-ca", required_argument, NULL, MAIN_OPT_MAKE_CA },
+	{ "version", no_argument, NULL, MAIN_OPT_VERSION },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Is word ("--name" or "--name=value") a prefix of more than one long
+ * option's name? getopt_long refuses it then, as it does an unknown one. */
+static bool main_option_ambiguous(const char *word)
+{
+	size_t len = strcspn(word + 2, "=");
+	unsigned matches = 0;
+
+	for (const struct option *o = main_options; o->name != NULL; o++) {
+		if (strlen(o->name) == len && strncmp(o->name, word + 2, len) == 0)
+			return false;
+		if (strncmp(o->name, word + 2, len) == 0)
+			matches++;
+	}
+	return matches > 1;
+}
+
+/* Read argv into cmd with getopt_long: "-c FILE", "-cFILE", "--config FILE",
+ * "--config=FILE" and a long option shortened to a unique prefix ("--conf")
+ * all read alike. false after saying on stderr what is wrong, with the
+ * usage. headers has room for argc entries. */
+static bool main_parse(int argc, char **argv, struct main_command *cmd, const char **headers)
+{
+	opterr = 0; /* the errors are said here, naming the option as written */
+	for (;;) {
+		/* the word getopt_long reads now: a long option's whole, or
+		 * the rest of a cluster of short ones */
+		const char *word = optind < argc ? argv[optind] : "";
+		bool is_long = strncmp(word, "--", 2) == 0 && word[2] != '\0';
+		int index = -1, opt;
+		char name[32];
+		bool once = true;
+
+		opt = getopt_long(argc, argv, MAIN_SHORT_OPTIONS, main_options, &index);
+		if (opt == -1)
+			break;
+		if (opt == '?' || opt == ':') {
+			const char *why = "unknown option";
+
+			/* a long option given a value it does not take (optopt
+			 * is that option then), or one with no value left */
+			if (opt == ':' || (is_long && optopt != 0))
+				why = "missing or unexpected argument";
+			else if (is_long && main_option_ambiguous(word))
+				why = "ambiguous option";
+			/* a long option is named as written, a short one alone
+			 * (it may stand in a cluster) */
+			if (!is_long)
+				snprintf(name, sizeof(name), "-%c", optopt);
+			fprintf(stderr, "retryproxy: %s: %s\n", why, is_long ? word : name);
+			main_usage(stderr);
+			return false;
+		}
+		/* named in full, however it was shortened or spelt */
+		if (index >= 0)
+			snprintf(name, sizeof(name), "--%s", main_options[index].name);
+		else
+			snprintf(name, sizeof(name), "-%c", opt);
+		switch (opt) {
+		case 'c':
+			once = main_given_once(cmd->config_path, name);
+			if (once && optarg[0] == '\0') {
+				/* -c "$CONF" with the variable unset: no file to
+				 * name in the error */
+				fprintf(stderr, "retryproxy: %s: the file name is empty\n", name);
+				once = false;
+			}
+			cmd->config_path = optarg;
+			break;
+		case MAIN_OPT_CHECK:
+			cmd->check = true;
+			break;
+		case MAIN_OPT_EXPLAIN:
+			once = main_given_once(cmd->explain.method, name);
+			cmd->explain.method = optarg;
+			/* the URL is the word after the method */
+			if (once && optind >= argc) {
+				fprintf(stderr, "retryproxy: missing or unexpected argument: %s\n",
+					name);
+				once = false;
+			}
+			if (once)
+				cmd->explain.url = argv[optind++];
+			break;
+		case 'H':
+			headers[cmd->explain.header_count++] = optarg;
+			break;
+		case MAIN_OPT_BODY:
+			once = main_given_once(cmd->explain.body_path, name);
+			cmd->explain.body_path = optarg;
+			break;
+		case MAIN_OPT_MAKE_CA:
+			once = main_given_once(cmd->make_ca_dir, name);
+			cmd->make_ca_dir = optarg;
+			break;
+		default: /* --version, --help, -h */
+			/* answered once the rest is read: a stray word or an
+			 * unknown option after it is a usage error too */
+			if (cmd->answer == NULL)
+				cmd->answer = opt == MAIN_OPT_VERSION ? "--version" : "--help";
+			break;
+		}
+		if (!once) {
+			main_usage(stderr);
+			return false;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "retryproxy: missing or unexpected argument: %s\n", argv[optind]);
+		main_usage(stderr);
+		return false;
+	}
+	cmd->explain.headers = headers;
+	return true;
+}
+
 /* --check's word for a TLS verification opt-out, as a start warns of it. */
 static void main_check_warn_unverified(const char *text, void *arg)
 {
@@ -311,11 +462,10 @@ static void main_check_warn_unverified(const char *text, void *arg)
 
 int main(int argc, char **argv)
 {
-	const char *config_path = NULL, *make_ca_dir = NULL;
-	const char *answer = NULL; /* --version, --help or -h: the first given */
-	struct explain_request explain = { NULL, NULL, NULL, 0, NULL };
+	struct main_command cmd = { 0 };
 	const char **headers = xcalloc((size_t)argc, sizeof(*headers));
-	bool check = false;
+	const char *config_path;
+	bool check;
 	struct config *config;
 	struct proxy *proxy;
 	struct main_signals signals;
@@ -340,93 +490,42 @@ int main(int argc, char **argv)
 	 * lines along; while it serves, the loop says each is ignored */
 	signal(SIGUSR1, SIG_IGN);
 	signal(SIGUSR2, SIG_IGN);
-	for (i = 1; i < argc; i++) {
-		bool once = true;
-
-		if ((strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0) &&
-		    i + 1 < argc) {
-			once = main_given_once(config_path, argv[i]);
-			if (once && argv[i + 1][0] == '\0') {
-				/* -c "$CONF" with the variable unset: no file to
-				 * name in the error */
-				fprintf(stderr, "retryproxy: %s: the file name is empty\n",
-					argv[i]);
-				once = false;
-			}
-			config_path = argv[++i];
-		} else if (strcmp(argv[i], "--check") == 0) {
-			check = true;
-		} else if (strcmp(argv[i], "--make-ca") == 0 && i + 1 < argc) {
-			once = main_given_once(make_ca_dir, argv[i]);
-			make_ca_dir = argv[++i];
-		} else if (strcmp(argv[i], "--explain") == 0 && i + 2 < argc) {
-			once = main_given_once(explain.method, argv[i]);
-			explain.method = argv[++i];
-			explain.url = argv[++i];
-		} else if ((strcmp(argv[i], "-H") == 0 || strcmp(argv[i], "--header") == 0) &&
-			   i + 1 < argc) {
-			headers[explain.header_count++] = argv[++i];
-		} else if (strcmp(argv[i], "--body") == 0 && i + 1 < argc) {
-			once = main_given_once(explain.body_path, argv[i]);
-			explain.body_path = argv[++i];
-		} else if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "--help") == 0 ||
-			   strcmp(argv[i], "-h") == 0) {
-			/* answered once the rest is read: a stray word or an
-			 * unknown option after it is a usage error too */
-			if (answer == NULL)
-				answer = argv[i];
-		} else {
-			bool takes_value =
-				strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--config") == 0 ||
-				strcmp(argv[i], "--make-ca") == 0 ||
-				strcmp(argv[i], "--explain") == 0 || strcmp(argv[i], "-H") == 0 ||
-				strcmp(argv[i], "--header") == 0 || strcmp(argv[i], "--body") == 0;
-
-			fprintf(stderr, "retryproxy: %s: %s\n",
-				argv[i][0] == '-' && !takes_value
-					? "unknown option"
-					: "missing or unexpected argument",
-				argv[i]);
-			main_usage(stderr);
-			free(headers);
-			return MAIN_EXIT_CONFIG;
-		}
-		if (!once) {
-			main_usage(stderr);
-			free(headers);
-			return MAIN_EXIT_CONFIG;
-		}
-	}
-	if (answer != NULL) {
+	if (!main_parse(argc, argv, &cmd, headers)) {
 		free(headers);
-		if (strcmp(answer, "--version") == 0) {
+		return MAIN_EXIT_CONFIG;
+	}
+	if (cmd.answer != NULL) {
+		free(headers);
+		if (strcmp(cmd.answer, "--version") == 0) {
 			printf("retryproxy %s\n", RETRYPROXY_VERSION);
 			return main_answer_written("--version");
 		}
 		main_usage(stdout);
 		return main_answer_written("--help");
 	}
-	explain.headers = headers;
-	if (explain.method == NULL && (explain.header_count > 0 || explain.body_path != NULL)) {
+	config_path = cmd.config_path;
+	check = cmd.check;
+	if (cmd.explain.method == NULL &&
+	    (cmd.explain.header_count > 0 || cmd.explain.body_path != NULL)) {
 		fprintf(stderr, "retryproxy: -H and --body go with --explain\n");
 		main_usage(stderr);
 		free(headers);
 		return MAIN_EXIT_CONFIG;
 	}
-	if (explain.method != NULL) {
+	if (cmd.explain.method != NULL) {
 		int rc = MAIN_EXIT_CONFIG;
 
-		if (check || make_ca_dir != NULL) {
+		if (check || cmd.make_ca_dir != NULL) {
 			fprintf(stderr, "retryproxy: --explain takes no --check or --make-ca\n");
 			main_usage(stderr);
 		} else {
-			rc = main_explain(config_path, &explain);
+			rc = main_explain(config_path, &cmd.explain);
 		}
 		free(headers);
 		return rc;
 	}
 	free(headers);
-	if (make_ca_dir != NULL) {
+	if (cmd.make_ca_dir != NULL) {
 		/* It reads no config: an option that would need one is a
 		 * mistake, not something to ignore. */
 		if (config_path != NULL || check) {
@@ -434,7 +533,7 @@ int main(int argc, char **argv)
 			main_usage(stderr);
 			return MAIN_EXIT_CONFIG;
 		}
-		return main_make_ca(make_ca_dir);
+		return main_make_ca(cmd.make_ca_dir);
 	}
 	/* a reload asked for while the proxy starts (a service manager's, a
 	 * deploy's) must not kill it by the default action before its handler

@@ -17,7 +17,12 @@ nobody reads: no death by SIGPIPE), as do
 reporting every error as file:line:col (the key for an unknown key, the
 value for a bad value), a tls.ca_file holding no certificate included,
 for --check as for a start; usage errors exit 1 (-c, --explain, --body
-and --make-ca given twice among them, naming the option); a port in use
+and --make-ca given twice among them, naming the option); an option's value
+may be spelt as getopt_long takes it (--config=FILE, -cFILE,
+--explain=METHOD URL, --header=VALUE, -HVALUE, --body=FILE, --make-ca=DIR, a
+long option shortened to a unique prefix), and a value missing or given to
+an option that takes none, an unknown or ambiguous option, or a stray word
+is still a usage error naming it; a port in use
 exits 2 naming the cause; without -c the proxy says on stderr which config it
 used (./conf/retryproxy.yaml first, else /etc/retryproxy/retryproxy.yaml,
 else the embedded default), whatever log.level the config sets, and a reload looks again (a ./conf/retryproxy.yaml
@@ -379,6 +384,63 @@ def scenario(t):
             h.ok("%s given twice" % option in p.stderr, "stderr for %r should say %s was given twice: %r"
                  % (args, option, p.stderr))
             h.ok("ok" not in p.stdout, "nothing checked or explained for %r: %r" % (args, p.stdout))
+
+    @t.check("the getopt_long spellings of an option's value (--config=FILE, -cFILE, "
+             "--explain=METHOD URL, -HVALUE, --header=VALUE, --body=FILE, --make-ca=DIR, a long "
+             "option shortened to a unique prefix) work as the spaced ones do")
+    def _():
+        good = write(os.path.join(tmp, "spelt.yaml"), GOOD.replace("@PORT@", "1") +
+                     "defaults:\n  idempotent:\n    methods: [GET]\n"
+                     "    when_present: [{header: If-Match}]\n")
+        for args in (["--config=" + good, "--check"], ["-c" + good, "--check"],
+                     ["--conf", good, "--check"], ["--config=" + good, "--ch"]):
+            p = h.run_bin(args)
+            h.eq((p.returncode, p.stdout), (0, "ok\n"), "%r: exit code and stdout (stderr %r)"
+                 % (args, p.stderr))
+        url = "http://127.0.0.1:2/x"
+        for args in (["-c" + good, "--explain=POST", url, "-HIf-Match: \"v1\""],
+                     ["--config=" + good, "--explain", "POST", url, "--header=If-Match: \"v1\""],
+                     ["-c", good, "--exp=POST", url, "--head", "If-Match: \"v1\""]):
+            p = h.run_bin(args)
+            h.eq(p.returncode, 0, "%r: exit code (stderr %r)" % (args, p.stderr))
+            h.ok("route: default\n" in p.stdout and "idempotent: yes (header If-Match)\n"
+                 in p.stdout, "%r: the header taken, POST idempotent: %r" % (args, p.stdout))
+        body = write(os.path.join(tmp, "spelt-body.json"), "{}")
+        p = h.run_bin(["-c", good, "--explain=PUT", url, "--body=" + body])
+        h.eq(p.returncode, 0, "--body=FILE: exit code (stderr %r)" % p.stderr)
+        missing = os.path.join(tmp, "spelt-missing.json")
+        p = h.run_bin(["-c", good, "--explain=PUT", url, "--body=" + missing])
+        h.eq(p.returncode, 1, "--body=MISSING: exit code (stderr %r)" % p.stderr)
+        h.ok("--body %s: No such file" % missing in p.stderr, "names the file: %r" % p.stderr)
+        ca_dir = os.path.join(tmp, "spelt-ca")
+        p = h.run_bin(["--make-ca=" + ca_dir])
+        h.eq(p.returncode, 0, "--make-ca=DIR: exit code (stderr %r)" % p.stderr)
+        h.ok(os.path.exists(os.path.join(ca_dir, "ca.pem")), "--make-ca=DIR made ca.pem")
+
+    @t.check("with those spellings, a value missing, a value given to an option that takes "
+             "none, an unknown or an ambiguous option, a stray word, or an option given twice "
+             "is a usage error (exit 1) naming it")
+    def _():
+        good = write(os.path.join(tmp, "spelt-twice.yaml"), GOOD.replace("@PORT@", "1"))
+        for args, words in ((["--check", "--config"], ["missing or unexpected argument: --config"]),
+                            (["--check", "-c"], ["missing or unexpected argument: -c"]),
+                            (["--explain=GET"], ["missing or unexpected argument: --explain"]),
+                            (["--check=yes"], ["--check=yes"]),
+                            (["--version=1"], ["--version=1"]),
+                            (["--nope=1"], ["unknown option: --nope=1"]),
+                            (["-x"], ["unknown option: -x"]),
+                            (["--c", good], ["ambiguous option: --c"]),
+                            (["--check", "stray"], ["missing or unexpected argument: stray"]),
+                            (["--config=" + good, "-c" + good, "--check"], ["-c given twice"]),
+                            (["-c" + good, "--conf=" + good], ["--config given twice"]),
+                            (["--config=", "--check"], ["--config: the file name is empty"]),
+                            (["--check", "--", "stray"], ["missing or unexpected argument: stray"])):
+            p = h.run_bin(args)
+            h.eq((p.returncode, p.stdout), (1, ""), "%r: exit code and stdout (stderr %r)"
+                 % (args, p.stderr))
+            for word in words:
+                h.ok(word in p.stderr, "%r: stderr should say %r: %r" % (args, word, p.stderr))
+            h.ok("usage: retryproxy" in p.stderr, "%r: the usage follows: %r" % (args, p.stderr))
 
     @t.check("-c with an empty name (an unset variable, -c \"$CONF\") exits 1 saying so")
     def _():
