@@ -219,7 +219,7 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
 	/* evhttp answers in the request's version: a later 1.x (HTTP/1.2,
 	 * which does not exist) gets the 1.1 spoken here (RFC 9110 section
 	 * 2.5), which frames and keeps alive the same, and so does a request
-	 * refused for its version (admin_version_status()) */
+	 * refused for its version (admin_request_cb() sets it) */
 	if (req->major != 1 || req->minor < 0 || req->minor > 1) {
 		req->major = 1;
 		req->minor = 1;
@@ -227,14 +227,19 @@ static void admin_reply(struct evhttp_request *req, int status, const char *cont
 	evhttp_send_reply(req, status, admin_reason(status), body);
 }
 
-/* The refusal of a request for its HTTP version, or 0. evhttp reads the
- * version as "HTTP/%d.%d", so it takes HTTP/1.-1, HTTP/-1.1 and a minor
- * version past an int (read as -1), and would answer in them: no version
- * at all (RFC 9112 section 2.3: one digit each), 400. A major version
- * other than 1 (HTTP/0.9; evhttp refuses 2 and up itself) is one not
- * spoken here: 505, as a proxy listener answers. */
-static int admin_version_status(const struct evhttp_request *req)
+/* The refusal of a request for its HTTP version, or 0: 400 for no version
+ * at all (RFC 9112 section 2.3: "HTTP/" DIGIT "." DIGIT), 505 for a major
+ * version other than 1, one not spoken here, as a proxy listener answers.
+ * The version is judged as its request line wrote it (admin_conns), since
+ * evhttp reads it as "HTTP/%d.%d"; on a connection not counted there, only
+ * as evhttp read it: a negative number (HTTP/1.-1, or a minor version read
+ * past an int) is none. */
+static int admin_version_status(struct admin *admin, struct evhttp_request *req)
 {
+	int status = admin_conns_version_status(admin->conns, req);
+
+	if (status != 0)
+		return status;
 	if (req->major < 0 || req->minor < 0)
 		return 400;
 	return req->major != 1 ? 505 : 0;
@@ -370,14 +375,17 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 	struct evbuffer *body = evbuffer_new();
 	const struct admin_page *page = admin_page_of(evhttp_request_get_uri(req), uri);
 	const char *content_type = "text/plain; charset=utf-8";
-	int status;
+	int status, version_status = admin_version_status(admin, req);
 
 	admin_conns_request(admin->conns, req);
 	/* a CONNECT names an authority, never a page: its method is what is
 	 * wrong */
-	if (admin_version_status(req) != 0) {
+	if (version_status != 0) {
 		/* the rest of the request cannot be read in a version not known */
-		status = admin_version_status(req);
+		status = version_status;
+		/* answered in the version spoken here, whatever evhttp read */
+		req->major = 1;
+		req->minor = 1;
 		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 		evbuffer_add_printf(body, "%s\n",
 				    status == 505 ? "HTTP version not supported; use HTTP/1.1"

@@ -33,8 +33,10 @@
 struct admin_conn {
 	struct bufferevent *bev;
 	uint64_t waiting_since_ms; /* its accept, or the end of its last answer */
+	int version_status;	   /* 400 or 505: the request read now is refused for its version */
 	bool answering;		   /* a request arrived; its answer is not all written */
 	bool cut;		   /* shut down for taking too long; evhttp frees it */
+	bool at_request_line;	   /* its input starts with a request line not looked at yet */
 };
 
 struct admin_conns {
@@ -108,6 +110,82 @@ static void admin_conns_check_cb(evutil_socket_t fd, short what, void *arg)
 	admin_conns_arm(conns);
 }
 
+/* The refusal of an HTTP-version (RFC 9112 section 2.3: "HTTP/" DIGIT "."
+ * DIGIT, case-sensitive) of len bytes, or 0: 400 for no version at all, 505
+ * for a major version other than 1. A later 1.x (HTTP/1.2) is served, in
+ * HTTP/1.1 (RFC 9110 section 2.5). */
+static int admin_conns_version_refusal(const char *version, size_t len)
+{
+	if (len != 8 || memcmp(version, "HTTP/", 5) != 0 || version[5] < '0' || version[5] > '9' ||
+	    version[6] != '.' || version[7] < '0' || version[7] > '9')
+		return 400;
+	return version[5] == '1' ? 0 : 505;
+}
+
+/* c's input may hold the line of a request evhttp has not read: judge its
+ * version as written. evhttp reads it as "HTTP/%d.%d" and answers in what
+ * it read: HTTP/1.01 as 1.1, HTTP/1.4294967296 (past an int) as 1.0, served
+ * both, and HTTP/2.0 with its own 400 page. A version refused goes on to
+ * evhttp as HTTP/1.0, which reads the rest of the head as it always does
+ * (and sends no 100 Continue in it), and the admin answers the refusal. */
+static void admin_conns_look_at_request_line(struct admin_conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_CRLF);
+	const char *line, *first_space, *last_space;
+	size_t len;
+	char *kept;
+	int status;
+
+	if (eol.pos < 0)
+		return; /* not whole yet: looked at again as more comes */
+	c->at_request_line = false;
+	len = (size_t)eol.pos;
+	line = len > 0 ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
+	/* evhttp drops spaces at the end, then takes the version from the
+	 * last space on; a line with no target refuses itself */
+	while (len > 0 && line[len - 1] == ' ')
+		len--;
+	first_space = len > 0 ? memchr(line, ' ', len) : NULL;
+	last_space = len > 0 ? memrchr(line, ' ', len) : NULL;
+	if (first_space == NULL || last_space == first_space)
+		return;
+	status = admin_conns_version_refusal(last_space + 1, len - (size_t)(last_space + 1 - line));
+	if (status == 0)
+		return;
+	c->version_status = status;
+	len = (size_t)(last_space + 1 - line);
+	kept = xmalloc(len + 8);
+	memcpy(kept, line, len);
+	memcpy(kept + len, "HTTP/1.0", 8);
+	evbuffer_drain(in, (size_t)eol.pos);
+	evbuffer_prepend(in, kept, len + 8);
+	free(kept);
+}
+
+/* The connection whose input is in, or NULL. */
+static struct admin_conn *admin_conns_by_input(struct admin_conns *conns, const struct evbuffer *in)
+{
+	for (unsigned i = 0; i < conns->count; i++)
+		if (bufferevent_get_input(conns->open[i].bev) == in)
+			return &conns->open[i];
+	return NULL;
+}
+
+/* Bytes came in: a request line they complete is looked at before evhttp
+ * reads it (this runs as they are added, before the read callback). */
+static void admin_conns_input_cb(struct evbuffer *in, const struct evbuffer_cb_info *info,
+				 void *arg)
+{
+	struct admin_conn *c;
+
+	if (info->n_added == 0)
+		return;
+	c = admin_conns_by_input(arg, in);
+	if (c != NULL && c->at_request_line)
+		admin_conns_look_at_request_line(c);
+}
+
 /* What every admin answer carries (admin.c adds them to its own). */
 #define ADMIN_CONNS_ERROR_FIELDS "Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
 
@@ -163,7 +241,8 @@ static void admin_conns_output_cb(struct evbuffer *out, const struct evbuffer_cb
 		    first_end < version_end + 4 || first_end[-1] != '\r')
 			return;
 		at = (size_t)(version_end - line);
-		kept = at == 8 &&
+		/* a request refused for its version went to evhttp as 1.0 */
+		kept = at == 8 && conns->open[i].version_status == 0 &&
 		       (memcmp(line, "HTTP/1.0", 8) == 0 || memcmp(line, "HTTP/1.1", 8) == 0);
 		if (version_end[1] == '1') {
 			/* the interim line and the empty line that ends it */
@@ -203,10 +282,12 @@ static struct bufferevent *admin_conns_bufferevent(struct event_base *base, void
 		return NULL;
 	bufferevent_setwatermark(bev, EV_READ, 0, ADMIN_CONNS_READ_MAX);
 	evbuffer_add_cb(bufferevent_get_output(bev), admin_conns_output_cb, conns);
+	evbuffer_add_cb(bufferevent_get_input(bev), admin_conns_input_cb, conns);
 	bufferevent_incref(bev);
 	conns->open[conns->count++] = (struct admin_conn){
 		.bev = bev,
 		.waiting_since_ms = timeval_now_coarse_ms(),
+		.at_request_line = true,
 	};
 	admin_conns_arm(conns);
 	conns->changed(conns->arg);
@@ -245,6 +326,11 @@ static void admin_conns_answered_cb(struct evhttp_request *req, void *arg)
 	if (c != NULL) {
 		c->answering = false;
 		c->waiting_since_ms = timeval_now_coarse_ms();
+		/* evhttp reads the next request from what is left, which may
+		 * hold its line already (pipelined) */
+		c->version_status = 0;
+		c->at_request_line = true;
+		admin_conns_look_at_request_line(c);
 	}
 }
 
@@ -256,6 +342,13 @@ void admin_conns_request(struct admin_conns *conns, struct evhttp_request *req)
 		return;
 	c->answering = true;
 	evhttp_request_set_on_complete_cb(req, admin_conns_answered_cb, conns);
+}
+
+int admin_conns_version_status(struct admin_conns *conns, struct evhttp_request *req)
+{
+	struct admin_conn *c = admin_conns_of(conns, req);
+
+	return c != NULL ? c->version_status : 0;
 }
 
 unsigned admin_conns_open(const struct admin_conns *conns)

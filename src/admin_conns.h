@@ -26,6 +26,13 @@ struct admin_conns *admin_conns_new(struct event_base *base, struct evhttp *http
  * through). */
 void admin_conns_request(struct admin_conns *conns, struct evhttp_request *req);
 
+/* The refusal of req for the HTTP version its request line was written in
+ * (400 for none at all, 505 for a major version other than 1), or 0. The
+ * version is judged as written, before evhttp reads it as numbers; a
+ * request refused reaches evhttp as HTTP/1.0, and evhttp's own answers to
+ * it are written in HTTP/1.1. 0 for a connection not counted. */
+int admin_conns_version_status(struct admin_conns *conns, struct evhttp_request *req);
+
 /* Connections open now. */
 unsigned admin_conns_open(const struct admin_conns *conns);
 

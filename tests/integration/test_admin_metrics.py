@@ -142,6 +142,59 @@ def scenario(t):
                 data = c.read_to_close()
             h.eq(data.split(b"\r\n", 1)[0], status, "status line for %r in %r" % (line, version))
 
+    @t.check("the version is read strictly, HTTP/ DIGIT . DIGIT (RFC 9112 section 2.3): one "
+             "that evhttp's %d.%d would take for another (HTTP/1.01, HTTP/1.4294967296, "
+             "HTTP/+1.1) or refuse with its own page gets 400, another major version "
+             "(HTTP/2.0) 505, in HTTP/1.1 with the connection closed, at the first request "
+             "of a connection or a later one; HTTP/1.0 and HTTP/1.1 are served")
+    def _():
+        bad = b"HTTP/1.1 400 Bad Request"
+        unsupported = b"HTTP/1.1 505 HTTP Version Not Supported"
+        cases = ((b"HTTP/1.4294967296", bad), (b"HTTP/1.01", bad), (b"HTTP/01.1", bad),
+                 (b"HTTP/+1.1", bad), (b"HTTP/1.+1", bad), (b"HTTP/4294967297.1", bad),
+                 (b"HTTP/1.1x", bad), (b"HTTP/1", bad), (b"http/1.1", bad), (b"HTTP/1.", bad),
+                 (b"HTTP/11.1", bad), (b"HTTP/2.0", unsupported), (b"HTTP/3.0", unsupported),
+                 (b"HTTP/9.9", unsupported))
+        for version, status in cases:
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                c.send(b"GET /healthz " + version + b"\r\nHost: 127.0.0.1\r\n\r\n")
+                data = c.read_to_close()
+            h.eq(data.split(b"\r\n", 1)[0], status, "status line in %r" % version)
+            h.ok(b"\r\n\r\nok\n" not in data, "served in %r: %r" % (version, data))
+        # evhttp's own refusal of a method it does not know, in a version
+        # refused, is in HTTP/1.1 too
+        with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+            c.send(b"PROPFIND /metrics HTTP/2.0\r\nHost: 127.0.0.1\r\n\r\n")
+            data = c.read_to_close()
+        h.eq(data.split(b"\r\n", 1)[0], b"HTTP/1.1 501 Not Implemented", "PROPFIND in HTTP/2.0")
+        # a later request on a kept-alive connection: pipelined behind the
+        # first, and sent after its answer was read
+        with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+            c.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                   b"GET /healthz HTTP/1.01\r\nHost: 127.0.0.1\r\n\r\n")
+            first = c.read_response()
+            second = c.read_response()
+            h.eq((first.version, first.status), ("HTTP/1.1", 200), "the first, pipelined")
+            h.eq((second.version, second.status), ("HTTP/1.1", 400), "the second, pipelined")
+            h.ok(c.closed_within(2 * h.SLOW), "the connection stayed open after the 400")
+        for version, status in ((b"HTTP/1.4294967296", 400), (b"HTTP/2.0", 505)):
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                c.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                h.eq(c.read_response().status, 200, "the first request")
+                c.send(b"GET /healthz " + version[:7])
+                time.sleep(0.05)  # the line in two pieces
+                c.send(version[7:] + b"\r\nHost: 127.0.0.1\r\n\r\n")
+                r = c.read_response()
+                h.eq((r.version, r.status), ("HTTP/1.1", status), "a later request in %r" % version)
+                h.ok(c.closed_within(2 * h.SLOW), "the connection stayed open after %r" % version)
+        for version in (b"HTTP/1.0", b"HTTP/1.1"):
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                c.send(b"GET /healthz " + version + b"\r\nHost: 127.0.0.1\r\n"
+                       b"Connection: close\r\n\r\n")
+                r = c.read_response()
+            h.eq((r.version, r.status, r.body), (version.decode(), 200, b"ok\n"),
+                 "served in %r" % version)
+
     @t.check("GET /config -> YAML that retryproxy --check accepts, with the route's policy resolved")
     def _():
         r = h.curl(admin + "/config", check=True)
