@@ -42,6 +42,10 @@ bool exchange_spool_start(struct exchange *ex, uint64_t length)
 		return false;
 	}
 	ex->spool = spool_open(limits->spool_dir);
+	/* out of descriptors: idle pooled connections go for it, as for an
+	 * upstream socket, rather than the body losing its retries */
+	if (ex->spool == NULL && conn_loop_fd_shortage(ex->proxy->loop, errno))
+		ex->spool = spool_open(limits->spool_dir);
 	if (ex->spool == NULL) {
 		log_warn("%.*s %.*s: cannot make a spool file in %s: %s: body sent once, not "
 			 "retried",
