@@ -1416,7 +1416,7 @@ static void exchange_upstream_ready(struct exchange_try *t, struct conn *conn, b
 	t->up = conn;
 	t->reused = reused;
 	t->byte_seen = false;
-	t->interim_seen = false;
+	t->interim_bytes = 0;
 	t->answered_http10 = false;
 	t->body_awaited = false;
 	t->written_before = conn_bytes_written(conn);

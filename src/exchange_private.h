@@ -164,9 +164,9 @@ struct exchange_try {
 	bool local_failure;	      /* its connect failed for the proxy's own shortage */
 	bool read_paused;	      /* client output full: upstream not read */
 	bool byte_seen;		      /* a response byte arrived */
-	bool interim_seen;	      /* ... an interim (1xx) response among them */
 	bool answered_http10;	      /* its response came in HTTP/1.0 */
 	bool body_awaited;	      /* waits for the client's body: try_timeout off */
+	size_t interim_bytes;	      /* its interim (1xx) responses' heads so far */
 	struct http1_framing framing; /* its response's */
 	struct evbuffer *keeping;     /* a retryable response being kept, head and body */
 	size_t keeping_head_len;

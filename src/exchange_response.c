@@ -982,6 +982,10 @@ static void exchange_refuse_coding(struct exchange_try *t)
 	exchange_respond_error(ex, 502, text);
 }
 
+/* Why a try failed whose interim heads ran past max_header_bytes. */
+static const char exchange_interim_over_text[] =
+	"interim (1xx) responses over max_header_bytes, no final one";
+
 void exchange_read_response_head(struct exchange_try *t)
 {
 	struct exchange *ex = t->ex;
@@ -1024,6 +1028,15 @@ void exchange_read_response_head(struct exchange_try *t)
 				exchange_switch_protocols(t, head);
 				return;
 			}
+			/* a try's interim heads together are bounded as one head
+			 * is: an upstream that sends them for ever (a 103 or 100
+			 * in a loop) gives an invalid response, not a try that
+			 * runs to try_timeout relaying them */
+			t->interim_bytes += head->head_len;
+			if (t->interim_bytes > max_head) {
+				exchange_try_failed(t, TRY_MALFORMED, exchange_interim_over_text);
+				return;
+			}
 			/* RFC 9110 section 15.2: a proxy forwards 1xx (103 Early
 			 * Hints, 102 Processing), each try's, to an HTTP/1.1
 			 * client only. A 100 too: the answer to an Expect the
@@ -1041,13 +1054,12 @@ void exchange_read_response_head(struct exchange_try *t)
 				ex->continue_relayed = ex->continue_relayed || head->status == 100;
 			}
 			evbuffer_drain(in, head->head_len);
-			t->interim_seen = true;
 			continue;
 		}
 		/* a 408 first thing on a pooled connection is the upstream
 		 * closing it for idling as the request came (RFC 9110 15.5.9):
 		 * the request was not read, so the connection was stale */
-		if (head->status == 408 && t->reused && !t->interim_seen &&
+		if (head->status == 408 && t->reused && t->interim_bytes == 0 &&
 		    exchange_may_replace_stale(ex)) {
 			if (head->version_minor == 0)
 				ex->upstream_http10 = true;

@@ -13,7 +13,9 @@ whose kept body the proxy answers Expect for itself) and then the 200; "plain" a
 on the first request, a 103 and a 200 on the next; "hedge" a 103 and
 nothing more on the first request, a 103 and a 200 on the next; "resume"
 a 200 cut after 5 bytes, then a 103 and the 206 with the rest; "flood"
-3,000 103s of 4 KiB and then the 200.
+3,000 103s of 4 KiB and then the 200; "endless" 103s and "endless-continue"
+100s, each sent over and over with no final response, until the proxy
+closes the connection.
 Must hold: an HTTP/1.1 client gets the 103 before the 200, byte for byte
 the upstream's status line and fields minus the hop-by-hop ones, with Via
 and Retry-Attempts; the final response is untouched and logged with status
@@ -29,8 +31,14 @@ the client is reading; pipelined requests get their responses
 in order, a 103 of the second never before the first's response; a request
 inside an intercepted tunnel (a forward proxy intercepting TLS to the origin
 served over TLS) gets its 103 as a plain one does; a client that does not
-read while its upstream sends 12 MiB of 103s gets some of them, not all
-(those past 256 KiB queued for it are dropped), then the 200 whole.
+read while its upstream sends 12 MiB of 103s (under a max_header_bytes of
+16 MiB) gets some of them, not all (those past 256 KiB queued for it are
+dropped), then the 200 whole; an upstream whose 1xx responses of one try
+go past max_header_bytes (64 KiB by default) without a final one, 103s or
+100s, is an invalid response: a 502 naming the interim responses long
+before try_timeout, logged as a malformed try with that text as its note,
+and a GET on /thrice/ is retried as after any invalid response (3 requests
+at the origin, Retry-Attempts 3).
 """
 
 import os
@@ -67,6 +75,9 @@ routes:
       hedge: { after: 300ms, max: 1 }
       budget: { ratio: 1, min_per_second: 100000, window: 1s }
 """
+
+# the flood of 103s fits within the interim responses one try may bring
+FLOOD_CONFIG = CONFIG.replace("  try_timeout: 3s\n", "  try_timeout: 3s\n  max_header_bytes: 16MiB\n")
 
 # a forward proxy that intercepts TLS to localhost
 INTERCEPT_CONFIG = """\
@@ -169,6 +180,14 @@ class InterimOrigin(RawServer):
             conn.sendall(b"HTTP/1.1 206 Partial Content\r\nETag: \"v1\"\r\n"
                          b"Content-Range: bytes 5-9/10\r\nContent-Length: 5\r\n\r\nworld")
             return True
+        if kind in ("endless", "endless-continue"):
+            interim = HINTS if kind == "endless" else b"HTTP/1.1 100 Continue\r\n\r\n"
+            # until the proxy gives up on the try and closes; 10 s at most
+            stop = time.monotonic() + 10
+            while time.monotonic() < stop:
+                conn.sendall(interim * 20)
+                time.sleep(0.002)
+            return False
         if kind == "flood":
             hint = (b"HTTP/1.1 103 Early Hints\r\nLink: </%s>; rel=preload\r\n\r\n"
                     % (b"a" * 4000))
@@ -294,7 +313,8 @@ def scenario(t):
     @t.check("a stream of 103s to a client that does not read: those past 256 KiB queued are "
              "dropped, the upstream is still read, the 200 comes whole")
     def _():
-        with h.RawConn(proxy.port(), timeout=10, rcvbuf=4096) as c:
+        flooded = t.proxy(FLOOD_CONFIG, ORIGIN=origin.port)
+        with h.RawConn(flooded.port(), timeout=10, rcvbuf=4096) as c:
             c.send(h.request("GET", "/once/flood", "a.example"))
             # the proxy keeps reading the upstream while the client does not
             h.wait_until(lambda: origin.flood_sent, 10 * h.SLOW, "the origin to send every 103")
@@ -306,6 +326,32 @@ def scenario(t):
                 hints += 1
             final_ok(r, 1)
         h.ok(0 < hints < FLOOD, "some 103s reach the client, not all %d (got %d)" % (FLOOD, hints))
+
+    for kind in ("endless", "endless-continue"):
+        @t.check("1xx responses over max_header_bytes with no final one (%s): a 502 naming them, "
+                 "at once, logged malformed; a GET on /thrice/ retried" % kind)
+        def _(kind=kind):
+            path = "/once/%s?tag=%s" % (kind, kind)
+            with h.RawConn(proxy.port(), timeout=10) as c:
+                start = time.monotonic()
+                c.send(h.request("GET", path, "a.example"))
+                r = c.read_response()
+                elapsed = time.monotonic() - start
+            h.check_error_response(r, 502)
+            h.ok(r.body.startswith(b"502 invalid response from upstream: interim (1xx) responses "
+                                   b"over max_header_bytes"), "the 502's text: %r" % r.body)
+            h.eq(r.header("Retry-Attempts"), "1", "Retry-Attempts")
+            h.ok(elapsed < 2, "the 502 took %.1fs: the try ran to try_timeout (3s)" % elapsed)
+            f = h.access_fields(proxy.access_one("tag=%s" % kind))
+            h.eq((f.get("status"), f.get("tries")), ("502", "malformed"), "logged status and tries")
+            h.eq(f.get("note"), r.body.decode().rstrip("\n").replace(" ", "%20"), "logged note")
+
+            path = "/thrice/%s" % kind
+            r = h.fetch(proxy.port(), "GET", path, "a.example", timeout=15)
+            h.check_error_response(r, 502)
+            h.eq(r.header("Retry-Attempts"), "3", "Retry-Attempts on /thrice/")
+            h.ok(r.elapsed < 5, "the retried 502 took %.1fs" % r.elapsed)
+            h.eq(len(origin.seen(path)), 3, "requests at the origin")
 
     @t.check("inside an intercepted tunnel: the 103 comes first, then the 200")
     def _():
