@@ -307,11 +307,11 @@ static void client_watch_body(void *arg, bool on)
 }
 
 /* The access-log line of a request the proxy answers itself, before any
- * exchange exists (head NULL: one whose request line could not be read).
- * Inside an
+ * exchange exists (head NULL: one whose method could not be read; a head
+ * without a target: one refused before any of it was read). Inside an
  * intercepted tunnel the logged target says which one, as for the requests
  * it proxies: https://host:port before an origin-form target, or alone for
- * "*" and when the request line could not be read. */
+ * "*" and when no target was read. */
 static void client_log_own_answer(struct client *client, const struct http1_head *head, int status,
 				  const char *text, uint64_t bytes)
 {
@@ -339,9 +339,11 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 	if (head != NULL && head->method_len > 0) {
 		record.method = head->method;
 		record.method_len = head->method_len;
+	}
+	if (head != NULL && head->target_len > 0) {
 		record.target = head->target;
 		record.target_len = head->target_len;
-		if (prefix != NULL && head->target_len > 0 && head->target[0] == '/') {
+		if (prefix != NULL && head->target[0] == '/') {
 			size_t prefix_len = strlen(prefix);
 
 			target = xmalloc(prefix_len + head->target_len);
@@ -349,7 +351,7 @@ static void client_log_own_answer(struct client *client, const struct http1_head
 			memcpy(target + prefix_len, head->target, head->target_len);
 			record.target = target;
 			record.target_len = prefix_len + head->target_len;
-		} else if (prefix != NULL && head->parsed_target.form == HTTP1_TARGET_ASTERISK) {
+		} else if (prefix != NULL && head->target_len == 1 && head->target[0] == '*') {
 			record.target = prefix;
 			record.target_len = strlen(prefix);
 		}
@@ -915,13 +917,11 @@ static void client_read_head(struct client *client)
 			client_read_head(client);
 			return;
 		}
-		/* a head refused in its fields, or as too large, after a request
-		 * line that was read whole (the target split: its version read
-		 * too) names its method and target in the log, as a head refused
-		 * for its framing does */
+		/* a head refused once its method was read names it in the log,
+		 * as a head refused for its framing does, and its target as far
+		 * as the parser read it (http1_parse_request_head()) */
 		client_idle_ends(client);
-		client_refuse(client, head->parsed_target.path != NULL ? head : NULL,
-			      http1_error_status(error),
+		client_refuse(client, head->method_len > 0 ? head : NULL, http1_error_status(error),
 			      error == HTTP1_ERR_BAD_METHOD && client_input_is_tls(client)
 				      ? "TLS handshake on a plain HTTP listener"
 				      : http1_error_text(error));

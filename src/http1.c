@@ -275,6 +275,9 @@ static enum http1_parse http1_parse_request_line(const char **pp, const char *en
 	target = ++p;
 	p = http1_skip_target(p, end);
 	if ((size_t)(p - target) > limits->max_target_bytes) {
+		/* what a log may show of it: as much as a target may have */
+		head->target = target;
+		head->target_len = limits->max_target_bytes;
 		*error = HTTP1_ERR_URI_TOO_LONG;
 		return HTTP1_PARSE_ERROR;
 	}
@@ -284,14 +287,16 @@ static enum http1_parse http1_parse_request_line(const char **pp, const char *en
 		*error = HTTP1_ERR_BAD_REQUEST_LINE;
 		return HTTP1_PARSE_ERROR;
 	}
+	head->target = target;
 	if (*p != ' ') {
 		/* A line ending right after the target is HTTP/0.9. */
 		*error = *p == '\r' || *p == '\n' ? HTTP1_ERR_BAD_VERSION
 			 : *p == '\t'		  ? HTTP1_ERR_SPACE_IN_TARGET
 						  : HTTP1_ERR_BAD_TARGET;
+		/* the target as read, up to the byte refused in it */
+		head->target_len = (size_t)(p - target) + (*p != '\r' && *p != '\n');
 		return HTTP1_PARSE_ERROR;
 	}
-	head->target = target;
 	head->target_len = (size_t)(p - target);
 
 	p++;

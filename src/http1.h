@@ -141,7 +141,10 @@ struct http1_limits {
  * The target is split into head->parsed_target; it is refused unless its form
  * fits the method and, in absolute and authority form, it names an http or
  * https host the proxy can route on (letters, digits, '-', '.', '_', '~', or an
- * IP literal; a port other than 0; CONNECT's port required). */
+ * IP literal; a port other than 0; CONNECT's port required). A head refused
+ * once its method was read still has method set, and target as far as it was
+ * read (for the log): up to and including a byte a target may not hold, the
+ * first max_target_bytes of one over that limit, NULL when none was. */
 enum http1_parse http1_parse_request_head(const char *buf, size_t len,
 					  const struct http1_limits *limits,
 					  struct http1_head *head, enum http1_error *error);

@@ -185,6 +185,38 @@ static void fuzz_check_error_text(enum http1_error error)
 		abort();
 }
 
+/* Abort unless what a refused head names (for the access log) is where the
+ * request line has it: the method, a token followed by a space, at the
+ * start after any empty lines; the target right after that space, within
+ * the bytes looked at and no longer than the target limit (and the byte
+ * refused after a target of the limit's length). */
+static void fuzz_check_refused(const char *buf, size_t size, const struct http1_limits *limits)
+{
+	const struct http1_head *h = &fuzz_head;
+
+	if (h->method_len == 0) {
+		if (h->target != NULL || h->target_len != 0)
+			abort();
+		return;
+	}
+	fuzz_check_span(buf, size, h->method, h->method_len + 1);
+	if (h->method[h->method_len] != ' ')
+		abort();
+	for (const char *p = buf; p < h->method; p++)
+		if (*p != '\r' && *p != '\n')
+			abort();
+	if (h->target == NULL) {
+		if (h->target_len != 0)
+			abort();
+		return;
+	}
+	if (h->target != h->method + h->method_len + 1 || h->target_len == 0 ||
+	    h->target_len > limits->max_target_bytes + 1)
+		abort();
+	fuzz_check_span(buf, size < limits->max_head_bytes ? size : limits->max_head_bytes,
+			h->target, h->target_len);
+}
+
 /* Check framing and the helpers on a parsed head. */
 static void fuzz_check_framing(const char *buf)
 {
@@ -259,6 +291,7 @@ static void fuzz_parse(const char *buf, size_t size, size_t max_head, size_t max
 		fuzz_check_error_text(error);
 		if (status != 400 && status != 414 && status != 431 && status != 505)
 			abort();
+		fuzz_check_refused(buf, size, &limits);
 	}
 	if (r == HTTP1_PARSE_DONE) {
 		fuzz_check_head(buf, size, max_head);

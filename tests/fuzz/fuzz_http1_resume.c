@@ -1,6 +1,7 @@
 /* Request heads read in pieces: the first byte of the input picks how the
  * rest is cut into reads; at every read the resumed parse must say what the
- * one-shot parse of the same bytes says (result, error, head length), and
+ * one-shot parse of the same bytes says (result, error, head length; for a
+ * refused head, the method and target it names), and
  * look at a bounded number of bytes in all. With the first byte's top bit
  * set, the second picks small limits, so that the 414 and 431 paths are
  * compared at every read; with the next bit set too, the limits are
@@ -71,9 +72,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (size <= 512 || small) {
 			enum http1_error e;
 			size_t head_len = fuzz_head.head_len;
+			const char *method = fuzz_head.method;
+			const char *target = fuzz_head.target;
+			size_t target_len = fuzz_head.target_len;
 
 			if (http1_parse_request_head(buf, n, now, &fuzz_head, &e) != r ||
 			    e != error || (r == HTTP1_PARSE_DONE && fuzz_head.head_len != head_len))
+				abort();
+			/* a refused head names the same method and target (the
+			 * access log shows them) */
+			if (r == HTTP1_PARSE_ERROR &&
+			    (fuzz_head.method != method || fuzz_head.target != target ||
+			     fuzz_head.target_len != target_len))
 				abort();
 		}
 	}

@@ -14,7 +14,10 @@ the proxy's own answers' included: a 502, a 400, a Max-Forwards TRACE),
 duration_ms=, tries= fields that match the request, and for the proxy's
 own 502 after a try, note= with its error text; a head refused for one
 of its fields (obs-fold, too large) names its request line's method and
-target, one whose target is too long neither; a route is named by
+target, one refused for its target (too long: 414; a byte no target may
+hold: 400) its method and the target as far as it was read (the first 8
+KiB of one too long; up to the byte refused, escaped %XX, \\u00XX in JSON),
+one refused for its method neither; a route is named by
 the URI's host in forward mode. JSON: every stderr line is a JSON object
 (log lines with level and msg); one access object per request with time
 first, then type, method,
@@ -177,17 +180,40 @@ def scenario(t):
             h.eq((f["status"], f["method"], f["route"]), (str(status), raw.split(b" ")[0].decode(), "-"),
                  "status, method, route for %s" % tag)
             h.ok(f["target"].endswith("/x?" + tag), "target %r for %s" % (f["target"], tag))
-        # a request line over max_uri_bytes (8 KiB): 414, the line not read whole
-        n = len([ln for ln in text.access_lines() if fields(ln).get("status") == "414"])
+
+    @t.check("text: a request line refused for its target (414 over max_uri_bytes, 400 for a "
+             "byte a target may not hold) logs its method, and its target as far as it was read, "
+             "escaped; one refused in its method logs -")
+    def _():
+        def refused(raw, status, tag):
+            with h.RawConn(text.port()) as c:
+                c.send(raw)
+                r = c.read_response()
+            h.eq(r.status, status, "status for %s" % tag)
+            f = fields(one_line(text, tag))
+            h.eq((f["status"], f["route"], f["note"].replace("%20", " ")),
+                 (str(status), "-", r.body.decode().rstrip("\n")), "status, route, note for %s" % tag)
+            return f
+
+        # a target over max_uri_bytes (8 KiB): its first 8 KiB
+        f = refused(b"GET /x?al=15&%s HTTP/1.1\r\nHost: a\r\n\r\n" % (b"u" * 9000), 414, "al=15")
+        h.eq((f["method"], f["target"]), ("GET", "/x?al=15&" + "u" * (8192 - 9)),
+             "method and target of the 414")
+        # a control byte, a non-ASCII byte: the target up to it, the byte %XX
+        f = refused(b"GET /x?al=16&a\x01b HTTP/1.1\r\nHost: a\r\n\r\n", 400, "al=16")
+        h.eq((f["method"], f["target"]), ("GET", "/x?al=16&a%01"), "method and target")
+        f = refused(b"PUT /x?al=17&caf\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n", 400, "al=17")
+        h.eq((f["method"], f["target"]), ("PUT", "/x?al=17&caf%C3"), "method and target")
+        # a method that is no token: nothing of the line is named
+        n = len([ln for ln in text.access_lines() if "note=invalid%20method" in ln])
         with h.RawConn(text.port()) as c:
-            c.send(b"GET /%s HTTP/1.1\r\nHost: a\r\n\r\n" % (b"u" * 9000))
-            r = c.read_response()
-        h.eq(r.status, 414, "status for a long request line")
+            c.send(b"G(T /x?al=18 HTTP/1.1\r\nHost: a\r\n\r\n")
+            h.eq(c.read_response().status, 400, "status for an invalid method")
         h.wait_until(lambda: len([ln for ln in text.access_lines()
-                                  if fields(ln).get("status") == "414"]) == n + 1, 5,
-                     "the 414's access line")
-        f = fields([ln for ln in text.access_lines() if fields(ln).get("status") == "414"][-1])
-        h.eq((f["method"], f["target"]), ("-", "-"), "method and target of the 414")
+                                  if "note=invalid%20method" in ln]) == n + 1, 5,
+                     "the invalid method's access line")
+        f = fields([ln for ln in text.access_lines() if "note=invalid%20method" in ln][-1])
+        h.eq((f["method"], f["target"]), ("-", "-"), "method and target of an invalid method")
 
     @t.check("text: three requests on one keep-alive connection give three lines")
     def _():
@@ -233,6 +259,18 @@ def scenario(t):
         h.ok(isinstance(tr.get("error"), str) and tr["error"], "tries[0].error: %r" % tr)
         h.eq(tr.get("wait_ms"), 0, "tries[0].wait_ms")
         h.eq(obj.get("note"), r.body.decode().rstrip("\n"), "note: the proxy's own error text")
+
+    @t.check("json: a request line refused for a byte in its target logs its method and the "
+             "target up to that byte, which decodes as it was sent")
+    def _():
+        with h.RawConn(jsonp.port()) as c:
+            c.send(b"DELETE /x?jl=5&a\x7f\"b HTTP/1.1\r\nHost: a\r\n\r\n")
+            r = c.read_response()
+        h.eq(r.status, 400, "status")
+        obj = one_line(jsonp, "jl=5")
+        h.eq((obj["method"], obj["target"], obj["route"], obj["status"]),
+             ("DELETE", "/x?jl=5&a\x7f", "-", 400), "method, target, route, status")
+        h.eq(obj.get("note"), r.body.decode().rstrip("\n"), "note")
 
     @t.check("json: a 404 and a HEAD each give one object")
     def _():

@@ -28,8 +28,8 @@ is compared with the CONNECT authority as a host and port (any case, a
 trailing dot, no port meaning 443): another spelling of the same host
 passes, a Host naming another host or port is a 400 and nothing reaches
 the origin; a refusal inside a tunnel is logged with the tunnel's
-https://host:port before its target (or alone, for an unreadable request
-line and for OPTIONS *, or named in the note of an absolute-form target
+https://host:port before its target, as far as it was read (or alone, for a
+request line refused in its method and for OPTIONS *, or named in the note of an absolute-form target
 naming another origin, which is a 421; see also
 test_intercept_absolute_form.py); a host
 not listed is tunnelled blind (the client sees the origin's own certificate); a client
@@ -799,8 +799,8 @@ def scenario(t):
         h.eq(len(good.requests), before, "requests at the origin")
 
     @t.check("a refusal inside the tunnel logs which tunnel: https://host:port before an "
-             "origin-form target, alone for an unreadable request and for *, named in the "
-             "reason otherwise")
+             "origin-form target (as far as it was read), alone for a request whose method or "
+             "target could not be read and for *, named in the reason otherwise")
     def _():
         prefix = "https://localhost:%d" % good.port
         refusals = [
@@ -808,7 +808,8 @@ def scenario(t):
              prefix + "/echo?t=refused-fronted", 400),
             (b"GET /echo?t=refused-length HTTP/1.1\r\nHost: localhost:%d\r\n"
              b"Content-Length: x\r\n\r\n" % good.port, prefix + "/echo?t=refused-length", 400),
-            (b"GET /echo?t=refused bad\r\n\r\n", prefix, 400),
+            (b"GET /echo?t=refused bad\r\n\r\n", prefix + "/echo?t=refused", 400),
+            (b"G(T /echo?t=refused-method HTTP/1.1\r\n\r\n", prefix, 400),
             (b"OPTIONS * HTTP/1.1\r\nHost: other.example\r\n\r\n", prefix, 400),
             (b"GET http://other.example/?t=refused-absolute HTTP/1.1\r\nHost: other.example\r\n\r\n",
              "http://other.example/?t=refused-absolute", 421),

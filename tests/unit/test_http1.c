@@ -409,6 +409,62 @@ static void test_request_errors_early(void **state)
 	}
 }
 
+/* A request line refused in or after its target still names its method, and
+ * its target as far as the parser read it: the byte refused included unless
+ * it ends the line, at most the limit of a target over it. The access log
+ * shows them (escaped). */
+static void test_request_error_names(void **state)
+{
+	static const struct {
+		const char *req;
+		enum http1_error error;
+		const char *method;
+		const char *target; /* NULL: none read */
+	} cases[] = {
+		{ "GET /a\001b HTTP/1.1\r\n", HTTP1_ERR_BAD_TARGET, "GET", "/a\001" },
+		{ "PUT /a\xc3\xa9 HTTP/1.1\r\n", HTTP1_ERR_BAD_TARGET, "PUT", "/a\xc3" },
+		{ "GET /a\tb HTTP/1.1\r\n", HTTP1_ERR_SPACE_IN_TARGET, "GET", "/a\t" },
+		{ "GET /a b HTTP/1.1\r\n", HTTP1_ERR_SPACE_IN_TARGET, "GET", "/a" },
+		{ "GET /a\r\n", HTTP1_ERR_BAD_VERSION, "GET", "/a" },
+		{ "GET /a HTTP/2.0\r\n", HTTP1_ERR_VERSION_NOT_SUPPORTED, "GET", "/a" },
+		{ "GET * HTTP/1.1\r\n", HTTP1_ERR_BAD_TARGET, "GET", "*" },
+		{ "GET /0123456789abcdef HTTP/1.1\r\n", HTTP1_ERR_URI_TOO_LONG, "GET", "/0123456" },
+		{ "DELETE /0123456789", HTTP1_ERR_URI_TOO_LONG, "DELETE", "/0123456" },
+		{ "GET  / HTTP/1.1\r\n", HTTP1_ERR_BAD_REQUEST_LINE, "GET", NULL },
+		{ "G(T / HTTP/1.1\r\n", HTTP1_ERR_BAD_METHOD, NULL, NULL },
+	};
+	struct http1_limits limits = { .max_head_bytes = 1024, .max_target_bytes = 8 };
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *req = cases[i].req;
+		enum http1_error error;
+
+		if (http1_parse_request_head(req, strlen(req), &limits, &test_head, &error) !=
+			    HTTP1_PARSE_ERROR ||
+		    error != cases[i].error)
+			fail_msg("case %zu: error %d (%s), want %d", i, error,
+				 http1_error_text(error), cases[i].error);
+		if (cases[i].method == NULL) {
+			assert_int_equal(test_head.method_len, 0);
+		} else {
+			assert_int_equal(test_head.method_len, strlen(cases[i].method));
+			assert_memory_equal(test_head.method, cases[i].method,
+					    test_head.method_len);
+		}
+		if (cases[i].target == NULL) {
+			assert_null(test_head.target);
+			assert_int_equal(test_head.target_len, 0);
+		} else {
+			if (test_head.target == NULL ||
+			    test_head.target_len != strlen(cases[i].target))
+				fail_msg("case %zu: target of %zu bytes, want \"%s\"", i,
+					 test_head.target_len, cases[i].target);
+			assert_memory_equal(test_head.target, cases[i].target,
+					    test_head.target_len);
+		}
+	}
+}
+
 /* 414 for a long target even before its line is complete, 431 for a long head. */
 static void test_request_limits(void **state)
 {
@@ -1724,6 +1780,7 @@ int main(void)
 		cmocka_unit_test(test_request_prefixes),
 		cmocka_unit_test(test_request_errors),
 		cmocka_unit_test(test_request_errors_early),
+		cmocka_unit_test(test_request_error_names),
 		cmocka_unit_test(test_request_limits),
 		cmocka_unit_test(test_request_field_count),
 		cmocka_unit_test(test_byte_classes),
