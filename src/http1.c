@@ -1204,6 +1204,7 @@ const char *http1_error_text(enum http1_error error)
 		[HTTP1_ERR_BAD_CHUNK_SIZE] = "invalid chunk size",
 		[HTTP1_ERR_CHUNK_SIZE_OVERFLOW] = "chunk size too large",
 		[HTTP1_ERR_BAD_CHUNK_EXT] = "invalid chunk extension",
+		[HTTP1_ERR_CHUNK_LINE_TOO_LONG] = "chunk-size line too long",
 		[HTTP1_ERR_BAD_CHUNK_END] = "chunk data not followed by crlf",
 		[HTTP1_ERR_BAD_TRAILER] = "invalid trailer section",
 		[HTTP1_ERR_UNDERSCORE_FRAMING] = "framing header name with underscore",

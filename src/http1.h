@@ -51,6 +51,8 @@ enum http1_error {
 	HTTP1_ERR_BAD_CHUNK_SIZE,	    /* chunk-size not hex digits */
 	HTTP1_ERR_CHUNK_SIZE_OVERFLOW,	    /* chunk-size over 2^62 */
 	HTTP1_ERR_BAD_CHUNK_EXT,	    /* chunk extension not token[=token|quoted-string] */
+	HTTP1_ERR_CHUNK_LINE_TOO_LONG,	    /* chunk-size line (with extensions, leading zeros and
+					 * CRLF) over 4 KiB */
 	HTTP1_ERR_BAD_CHUNK_END,	    /* chunk data not followed by CRLF */
 	HTTP1_ERR_BAD_TRAILER,		    /* trailer field invalid, or trailers too large */
 	HTTP1_ERR_UNDERSCORE_FRAMING,	    /* request: Content_Length or Transfer_Encoding */

@@ -7,7 +7,7 @@
 /* The chunked transfer coding (RFC 9112 section 7.1) as a streaming,
  * byte-wise state machine over the framing; chunk data is only counted. */
 
-#define HTTP1_CHUNK_MAX_LINE 4096		 /* longest chunk-size line */
+#define HTTP1_CHUNK_MAX_LINE 4096		 /* longest chunk-size line, CRLF included */
 #define HTTP1_CHUNK_MAX_SIZE (UINT64_C(1) << 62) /* largest chunk-size accepted */
 
 /* Chunked decoder states; dec->state holds one, or HTTP1_CS_ERROR plus the
@@ -204,11 +204,11 @@ static int http1_chunk_count(struct http1_chunked *dec, int before, int s)
 			return HTTP1_CS_ERROR + HTTP1_ERR_BAD_TRAILER;
 		return s;
 	}
-	if (++dec->line_len > dec->max_line) {
-		if (before <= HTTP1_CS_SIZE)
-			return HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_SIZE;
-		return HTTP1_CS_ERROR + HTTP1_ERR_BAD_CHUNK_EXT;
-	}
+	/* every byte of the line counts, leading zeros too (RFC 9112 allows
+	 * any number of them; a bound on the line is what keeps one from
+	 * being framing without end), and going over is said as it is */
+	if (++dec->line_len > dec->max_line)
+		return HTTP1_CS_ERROR + HTTP1_ERR_CHUNK_LINE_TOO_LONG;
 	return s;
 }
 

@@ -1,7 +1,8 @@
 /* The chunked decoder fed in random pieces. The first two input bytes pick
  * the piece sizes and the trailer limit; the rest is the body. Fed whole or in
- * pieces it must classify every byte alike, and each run of data bytes must
- * be exactly as long as the chunk-size before it says. */
+ * pieces it must classify every byte alike, each run of data bytes must be
+ * exactly as long as the chunk-size before it says, no chunk-size line over
+ * 4 KiB (CRLF included) is taken, and one refused as too long ran past it. */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,6 +11,9 @@
 #include "http1.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* The decoder's bound on a chunk-size line, CRLF included. */
+#define FUZZ_MAX_LINE 4096
 
 enum fuzz_class {
 	FUZZ_UNSEEN,  /* not consumed */
@@ -108,6 +112,26 @@ static uint64_t fuzz_chunk_size(const char *p, const char *end)
 	return size;
 }
 
+/* A chunk-size line too long is one that had more than FUZZ_MAX_LINE bytes
+ * with no LF among them, after the CRLF of the last chunk data (or from the
+ * start): the decoder says so only there. */
+static void fuzz_check_line_too_long(const char *body, size_t len, const unsigned char *classes,
+				     const struct fuzz_outcome *out)
+{
+	size_t line = 0;
+
+	if (out->last != HTTP1_CHUNK_ERROR || out->error != HTTP1_ERR_CHUNK_LINE_TOO_LONG)
+		return;
+	for (size_t i = out->consumed; i > 0; i--)
+		if (classes[i - 1] == FUZZ_DATA) {
+			line = i + 2;
+			break;
+		}
+	if (line > len || len - line <= FUZZ_MAX_LINE ||
+	    memchr(body + line, '\n', FUZZ_MAX_LINE) != NULL)
+		abort();
+}
+
 /* Each data run must match the chunk-size on the framing line before it. */
 static void fuzz_check_runs(const char *body, const unsigned char *classes,
 			    const struct fuzz_outcome *out)
@@ -131,6 +155,9 @@ static void fuzz_check_runs(const char *body, const unsigned char *classes,
 		 * data, if any, and one chunk-size line. */
 		line = framing == 0 ? 0 : framing + 2;
 		if (line >= data)
+			abort();
+		/* a size line, leading zeros and CRLF included, is 4 KiB at most */
+		if (data - line > FUZZ_MAX_LINE)
 			abort();
 		size = fuzz_chunk_size(body + line, body + data);
 		if (size == 0 || i - data > size)
@@ -175,6 +202,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   split.consumed < whole.consumed ? split.consumed : whole.consumed) != 0)
 		abort();
 	fuzz_check_runs(body, whole_classes, &whole);
+	fuzz_check_line_too_long(body, len, whole_classes, &whole);
 
 	free(whole_classes);
 	free(split_classes);

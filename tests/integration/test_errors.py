@@ -3,7 +3,8 @@
 
 Client: raw sockets sending malformed requests to a sidecar listener
 (Content-Length with Transfer-Encoding, differing or invalid Content-Length,
-Transfer-Encoding other than a final chunked, a bad chunk size, obs-fold,
+Transfer-Encoding other than a final chunked, a bad chunk size, a
+chunk-size line over 4 KiB (of leading zeros, or with an extension), obs-fold,
 whitespace before a colon, bare LF, bare CR, NUL, an invalid method, missing,
 invalid or duplicate Host), oversized requests (URI over max_uri_bytes 1 KiB,
 head over max_header_bytes 4 KiB, body over max_body_bytes 1 KiB announced
@@ -14,7 +15,8 @@ Origin: echoes; /hang never answers; /reset/* and /drop cut the connection;
 /bad/* send malformed responses. max_attempts is 1 so no retry hides a
 failure; try_timeout is 1s.
 Must hold: each refused request gets its status (400, 414, 431, 413) with a
-one-line text/plain body, Content-Length and Retry-Attempts, and nothing of
+one-line text/plain body, Content-Length and Retry-Attempts (a chunk-size
+line too long says so, not that the size is invalid), and nothing of
 it reaches the origin; framing errors close the connection; the twins under
 the limits pass; a closed port gives 502 naming the refusal; a silent
 origin gives 504 after about try_timeout (a HEAD's 502 comes without a
@@ -23,6 +25,7 @@ response or a malformed response head gives 502; a reset in the middle of
 a body cuts the client connection short instead of padding or hanging.
 """
 
+import json
 import time
 
 import harness as h
@@ -122,6 +125,24 @@ def scenario(t):
         hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40
         refused(hello, 400, False, words=("tls handshake",))
         proxy.wait_log("note=TLS%20handshake%20on%20a%20plain%20HTTP%20listener")
+
+    @t.check("a chunk-size line over 4 KiB, leading zeros or an extension: 400 saying the line "
+             "is too long, not that the size or an extension is invalid; a 4 KiB one passes")
+    def _():
+        def chunked(tag, size_line):
+            return (b"PUT /echo?m=%s HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    % tag + size_line + b"\r\nx\r\n0\r\n\r\n")
+        # 4097 bytes with the CRLF: over by the LF alone, or by a digit
+        for tag, size_line in ((b"zeros-lf", b"0" * 4094 + b"1"), (b"zeros", b"0" * 5000 + b"1"),
+                               (b"ext", b"1;e=" + b"v" * 4093)):
+            refused(chunked(tag, size_line), 400, True, words=("chunk-size line too long",))
+            proxy.wait_log("m=%s .*note=chunk-size%%20line%%20too%%20long" % tag.decode())
+        # 4096 bytes with the CRLF: the longest line taken
+        with h.RawConn(sidecar) as c:
+            c.send(chunked(b"zeros-4k", b"0" * 4093 + b"1"))
+            r = c.read_response()
+        h.eq((r.status, json.loads(r.body)["body_len"]), (200, 1),
+             "status and body length at the origin for a 4 KiB chunk-size line")
 
     @t.check("414 for a request-target over max_uri_bytes; a 900-byte one passes")
     def _():

@@ -8,14 +8,16 @@ max_attempts 1; paths under /thrice/ a route with max_attempts 3.
 Origin: a raw socket server that reads each request and answers with the
 bytes the last path segment names (the table RESPONSES): Content-Length with
 Transfer-Encoding in both orders, differing or invalid Content-Length, a bad
-or overflowing chunk size, chunk data followed by garbage instead of CRLF,
+or overflowing chunk size, a chunk-size line over 4 KiB of leading zeros,
+chunk data followed by garbage instead of CRLF,
 obs-fold, bare LF, bare CR, NUL in a field value or name, whitespace before
 a colon, a field line without a colon, a garbage status line, status 99,
 600 and 1000, HTTP/2 and lower-case http/1.1 status lines, a head over
 max_header_bytes (4 KiB), more fields than the proxy takes, and a 101
 nobody asked for; then the whole response in one write and the connection
 closed; so also answers without content (a HEAD's 200, a 304, a 204)
-with Content-Length and Transfer-Encoding both. Other paths: a chunked response whose bad chunk comes 0.5 s after a
+with Content-Length and Transfer-Encoding both, and a 503 whose chunked
+body has a chunk-size line over 4 KiB. Other paths: a chunked response whose bad chunk comes 0.5 s after a
 good first chunk (the head is out by then), a complete response
 followed on the same connection by bytes the client never asked for, and
 a complete response followed, once its connection idles in the pool, by a
@@ -26,7 +28,9 @@ request at the origin, Retry-Attempts 1, one-line text body saying the
 response was invalid, not that the upstream was unreachable), also one
 whose head is well formed and whose chunked body breaks in the same write
 (the proxy holds all of it before sending anything, and the SPEC makes
-a malformed response a 502), and also an answer without content with
+a malformed response a 502), a chunk-size line over 4 KiB named as too
+long in the 502, relayed or found in a kept 503 on /thrice/ (after 3
+tries), and also an answer without content with
 both framing fields (RFC 9112 section 6.3 lets no hop pass the two on:
 never both at the client); whatever the proxy answers there, the client
 never gets a clean response; on /thrice/
@@ -93,6 +97,8 @@ RESPONSES = {
     "chunk-size-bad": OK + b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
     "chunk-size-overflow": OK + b"Transfer-Encoding: chunked\r\n\r\n10000000000000005\r\nhello\r\n0\r\n\r\n",
     "chunk-then-garbage": OK + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhelloGARBAGE\r\n0\r\n\r\n",
+    # 4097 bytes with the CRLF: over the 4 KiB line limit by its LF
+    "chunk-line-long": OK + b"Transfer-Encoding: chunked\r\n\r\n" + b"0" * 4094 + b"1\r\nx\r\n0\r\n\r\n",
     "obs-fold": OK + b"X-Folded: a\r\n b\r\nContent-Length: 5\r\n\r\nhello",
     "bare-lf": OK + b"X-A: a\nX-B: b\r\nContent-Length: 5\r\n\r\nhello",
     "bare-cr": OK + b"X-A: a\rb\r\nContent-Length: 5\r\n\r\nhello",
@@ -143,7 +149,13 @@ LATE = {
 
 # Kinds whose head is well formed and whose body breaks in the same write:
 # the proxy has the whole malformed response in hand before it sends anything.
-BODY_KINDS = ["chunk-size-bad", "chunk-size-overflow", "chunk-then-garbage"]
+BODY_KINDS = ["chunk-size-bad", "chunk-size-overflow", "chunk-then-garbage", "chunk-line-long"]
+
+# name: the whole response, sent in one write, then the connection closes: a
+# retryable status whose chunked body has a chunk-size line over 4 KiB (of
+# leading zeros), which the proxy finds while it keeps the response.
+KEPT_LONG_LINE = (b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  + b"0" * 5000 + b"1\r\nx\r\n0\r\n\r\n")
 
 # Head-level kinds checked for retry behaviour on /thrice/.
 RETRY_KINDS = ["cl-te", "cl-differ", "obs-fold", "nul-value", "status-garbage", "http2", "long-head",
@@ -189,6 +201,11 @@ class BadOrigin(RawServer):
             time.sleep(0.5)
             conn.sendall(late)
             time.sleep(0.3)
+            return False
+        if kind == "kept-chunk-line-long":
+            conn.sendall(KEPT_LONG_LINE)
+            conn.shutdown(socket.SHUT_WR)
+            time.sleep(0.1)
             return False
         if kind == "gzip-chunked":
             conn.sendall(GZIP_CHUNKED)
@@ -255,6 +272,21 @@ def scenario(t):
                  "the 502's text: %r" % r.body)
             settle()
             h.eq(len(bad.seen(path)) - before, 1, "requests at the origin")
+
+    @t.check("a chunk-size line over 4 KiB (leading zeros) in a relayed or a kept response: the 502 "
+             "says the line is too long, not that the size or an extension is invalid")
+    def _():
+        r = get("/once/chunk-line-long")
+        h.check_error_response(r, 502)
+        h.eq(r.body, b"502 invalid response from upstream: chunk-size line too long (1 attempt)\n",
+             "the 502's text")
+        r = get("/thrice/kept-chunk-line-long")
+        h.check_error_response(r, 502)
+        h.eq(r.body, b"502 invalid response from upstream: chunk-size line too long (3 attempts)\n",
+             "the 502's text after the kept 503s broke")
+        f = h.access_fields(proxy.access_one("/thrice/kept-chunk-line-long"))
+        h.eq((f.get("status"), f.get("note")),
+             ("502", r.body.decode().rstrip("\n").replace(" ", "%20")), "logged status and note")
 
     for kind, (method, _raw) in NO_CONTENT_CL_TE.items():
         @t.check("Content-Length and Transfer-Encoding both on an answer without content (%s): 502, "

@@ -1696,7 +1696,8 @@ static void test_chunked_errors(void **state)
 	}
 }
 
-/* Leading zeros are fine; the line-length limit is what bounds them. */
+/* Leading zeros are fine (RFC 9112 section 7.1: chunk-size = 1*HEXDIG); the
+ * line-length limit is what bounds them, as every byte of the line. */
 static void test_chunked_line_limit(void **state)
 {
 	static char body[8192];
@@ -1709,10 +1710,29 @@ static void test_chunked_line_limit(void **state)
 	assert_int_equal(out.last, HTTP1_CHUNK_DONE);
 	assert_true(test_span_is(out.data, out.data_len, "hello"));
 
+	/* past the limit, the error says the line is too long, whatever byte
+	 * goes over it: a digit, the CR or LF, an extension's */
 	memset(body, '0', 5000);
 	test_decode(body, 5000, 7, 0, &out);
 	assert_int_equal(out.last, HTTP1_CHUNK_ERROR);
-	assert_int_equal(out.error, HTTP1_ERR_BAD_CHUNK_SIZE);
+	assert_int_equal(out.error, HTTP1_ERR_CHUNK_LINE_TOO_LONG);
+	assert_string_equal(http1_error_text(out.error), "chunk-size line too long");
+	memset(body, '0', 4094);
+	memcpy(body + 4094, "1\r\nx\r\n0\r\n\r\n", 11);
+	test_decode(body, 4105, 0, 0, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_ERROR);
+	assert_int_equal(out.error, HTTP1_ERR_CHUNK_LINE_TOO_LONG);
+	memset(body, '0', 4095);
+	memcpy(body + 4095, "1\r\nx\r\n0\r\n\r\n", 11);
+	test_decode(body, 4106, 1, 0, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_ERROR);
+	assert_int_equal(out.error, HTTP1_ERR_CHUNK_LINE_TOO_LONG);
+	/* 4096 bytes including the CRLF, leading zeros and all, is taken */
+	memset(body, '0', 4093);
+	memcpy(body + 4093, "1\r\nx\r\n0\r\n\r\n", 11);
+	test_decode(body, 4104, 0, 0, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_DONE);
+	assert_true(test_span_is(out.data, out.data_len, "x"));
 
 	/* 4096 bytes including the CRLF is the longest line. */
 	memcpy(body, "5;", 2);
@@ -1724,6 +1744,13 @@ static void test_chunked_line_limit(void **state)
 	memset(body + 3, 'a', 4092);
 	memcpy(body + 4095, "\r\nhello\r\n0\r\n\r\n", 15);
 	test_decode(body, 4110, 0, 0, &out);
+	assert_int_equal(out.last, HTTP1_CHUNK_ERROR);
+	assert_int_equal(out.error, HTTP1_ERR_CHUNK_LINE_TOO_LONG);
+	/* an invalid extension within the limit is still said to be one */
+	memcpy(body, "5;a", 3);
+	memset(body + 3, 'a', 4000);
+	memcpy(body + 4003, "@\r\nhello\r\n0\r\n\r\n", 16);
+	test_decode(body, 4019, 0, 0, &out);
 	assert_int_equal(out.last, HTTP1_CHUNK_ERROR);
 	assert_int_equal(out.error, HTTP1_ERR_BAD_CHUNK_EXT);
 
