@@ -20,6 +20,7 @@
 #include "config_dump.h"
 #include "config_values.h"
 #include "fleet.h"
+#include "http1_chars.h"
 #include "http1_target.h"
 #include "listen_socket.h"
 #include "listener.h"
@@ -259,38 +260,68 @@ static bool admin_host_valid(const char *value)
 	return http1_target_authority(value, strlen(value), &host, &host_len, &port, &routable);
 }
 
-/* Can the request's body be told from what follows it? Not when it has two
- * Content-Length fields that differ, a Transfer-Encoding with a
- * Content-Length, or a Transfer-Encoding other than a lone chunked (the
- * only coding evhttp takes apart); RFC 9112 section 6.3 wants a 400 and
- * the connection closed then. Nor is a request with two Host fields one to
- * answer, nor an HTTP/1.1 one with none, nor one whose Host is not a
- * uri-host [":" port], an empty one included (section 3.2). */
+/* Is s a token (RFC 9110 section 5.6.2), as a field name must be? evhttp
+ * keeps what comes before the colon as the name, so "Content-Length : 5"
+ * arrives as a name ending in a space, which it does not take for a
+ * Content-Length. */
+static bool admin_is_token(const char *s)
+{
+	if (*s == '\0')
+		return false;
+	for (; *s != '\0'; s++)
+		if (!HTTP1_IS(*s, HTTP1_C_TCHAR))
+			return false;
+	return true;
+}
+
+/* Is s 1*DIGIT, a Content-Length (RFC 9110 section 8.6)? evhttp's strtoll
+ * also takes "+5" and "-0". evhttp strips the spaces before a value but not
+ * a tab, which is whitespace there too (OWS). */
+static bool admin_is_digits(const char *s)
+{
+	s += strspn(s, " \t");
+	if (*s == '\0')
+		return false;
+	for (; *s != '\0'; s++)
+		if (!HTTP1_IS_DIGIT(*s))
+			return false;
+	return true;
+}
+
+/* Can the request's body be told from what follows it as every reader
+ * would tell it? Not when a field name is no token (whitespace before the
+ * colon: RFC 9112 section 5.1 wants a 400), nor with a Content-Length that
+ * is not digits or two that differ, nor with any Transfer-Encoding: a page
+ * takes no content, and evhttp reads chunk sizes more loosely than RFC
+ * 9112 section 7.1 allows ("0x5", "+5", "5 junk"), so a front end that
+ * reads them strictly would frame the body otherwise. RFC 9112 section 6.3
+ * wants a 400 and the connection closed then. Nor is a request with two
+ * Host fields one to answer, nor an HTTP/1.1 one with none, nor one whose
+ * Host is not a uri-host [":" port], an empty one included (section 3.2). */
 static bool admin_framing_ok(struct evhttp_request *req)
 {
 	const struct evkeyvalq *headers = evhttp_request_get_input_headers(req);
 	const struct evkeyval *field;
 	const char *length = NULL;
-	unsigned codings = 0, hosts = 0;
-	bool chunked = false;
+	unsigned hosts = 0;
 
 	TAILQ_FOREACH(field, headers, next) {
+		if (!admin_is_token(field->key))
+			return false;
 		if (evutil_ascii_strcasecmp(field->key, "Host") == 0 &&
 		    (++hosts > 1 || !admin_host_valid(field->value)))
 			return false;
 		if (evutil_ascii_strcasecmp(field->key, "Content-Length") == 0) {
-			if (length != NULL && strcmp(length, field->value) != 0)
+			if (!admin_is_digits(field->value) ||
+			    (length != NULL && strcmp(length, field->value) != 0))
 				return false;
 			length = field->value;
 		} else if (evutil_ascii_strcasecmp(field->key, "Transfer-Encoding") == 0) {
-			codings++;
-			chunked = evutil_ascii_strcasecmp(field->value, "chunked") == 0;
+			return false;
 		}
 	}
 	/* an HTTP/1.1 request must name its host (section 3.2) */
-	if (hosts == 0 && req->major == 1 && req->minor >= 1)
-		return false;
-	return codings == 0 || (codings == 1 && chunked && length == NULL);
+	return hosts > 0 || req->major != 1 || req->minor < 1;
 }
 
 /* Is host (a Host field's value, or an absolute-form target's host, with or

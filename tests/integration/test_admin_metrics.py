@@ -22,8 +22,12 @@ the connection closed; a
 request with two Content-Length fields, a Transfer-Encoding whose last
 coding is not chunked, or both a Content-Length and a Transfer-Encoding
 gets 400 and the connection closes (RFC 9112 section 6.3: its body cannot
-be told from a next request), as does one whose Host is not
-uri-host[:port], an empty one included (section 3.2). Answers the proxy gives before any route is chosen (a
+be told from a next request); so does one with a field name with
+whitespace before its colon (RFC 9112 section 5.1), a Content-Length that
+is not digits, or a chunked body (evhttp reads chunk sizes such as 0x29,
++29 or "29 x", which a strict front end would not), and nothing after it
+is answered, as is the case for one whose Host is not uri-host[:port], an empty one
+included (section 3.2). Answers the proxy gives before any route is chosen (a
 400 for two Host fields, a TRACE with Max-Forwards: 0) count in
 retryproxy_requests_total under route "-", as the access log names it. A config whose number /config could not write back in a
 form the parser takes (999999999999999.99, which is 1e15) is refused by
@@ -405,6 +409,30 @@ def scenario(t):
                                b"\r\nhello0\r\n\r\nGET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
                                repr(fields))
 
+
+    @t.check("a field name with whitespace before its colon (Content-Length : 41), a Content-Length "
+             "that is not digits (+41) and a chunked body (evhttp reads a chunk size 0x29 or +29 as "
+             "41) -> 400 and the connection closes: the bytes after the head are never read as the "
+             "next request, as a front end taking them for the body would not")
+    def _():
+        inner = b"GET /config HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        size = b"%d" % len(inner)
+        chunk = b"%x" % len(inner)
+        cases = ((b"Content-Length : " + size + b"\r\n", inner),
+                 (b"Content-Length\t: " + size + b"\r\n", inner),
+                 (b"Transfer-Encoding : chunked\r\n", chunk + b"\r\n" + inner + b"\r\n0\r\n\r\n"),
+                 (b"X Y: 1\r\nContent-Length: 0\r\n", inner),
+                 (b"Content-Length: +" + size + b"\r\n", inner),
+                 (b"Content-Length: -0\r\n", inner),
+                 (b"Transfer-Encoding: chunked\r\n", b"0x" + chunk + b"\r\n" + inner + b"\r\n0\r\n\r\n"),
+                 (b"Transfer-Encoding: chunked\r\n", b"+" + chunk + b"\r\n" + inner + b"\r\n0\r\n\r\n"),
+                 (b"Transfer-Encoding: chunked\r\n", chunk + b" x\r\n" + inner + b"\r\n0\r\n\r\n"),
+                 (b"Transfer-Encoding: chunked\r\n", chunk + b"\r\n" + inner + b"\r\n0\r\n\r\n"))
+        for fields, rest in cases:
+            refused_and_closed(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + fields + b"\r\n" + rest
+                               + b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", repr(fields + rest[:8]))
+        r = h.fetch(proxy.port(1), "GET", "/healthz", "127.0.0.1", headers=[("Content-Length", "0")])
+        h.eq(r.status, 200, "status with Content-Length: 0")
 
     @t.check("a Host that is not a valid uri-host[:port] (a port that is no number, userinfo, "
              "a space, an unclosed IPv6 bracket, an empty one) -> 400 and the connection "
