@@ -421,6 +421,12 @@ static void admin_request_cb(struct evhttp_request *req, void *arg)
 		evbuffer_add_printf(body, "%s\n",
 				    status == 505 ? "HTTP version not supported; use HTTP/1.1"
 						  : "bad request: not an HTTP version");
+	} else if (admin_conns_read_nul(admin->conns, req)) {
+		/* evhttp read the fields only up to it: what it parsed may not
+		 * be the request sent, nor its end where the next one starts */
+		status = 400;
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+		evbuffer_add_printf(body, "bad request: a NUL byte in the request\n");
 	} else if (!admin_framing_ok(req)) {
 		/* whatever follows may be this body or a next request */
 		status = 400;

@@ -37,6 +37,7 @@ struct admin_conn {
 	bool answering;		   /* a request arrived; its answer is not all written */
 	bool cut;		   /* shut down for taking too long; evhttp frees it */
 	bool at_request_line;	   /* its input starts with a request line not looked at yet */
+	bool nul_read;		   /* a NUL byte came in on it */
 };
 
 struct admin_conns {
@@ -172,8 +173,24 @@ static struct admin_conn *admin_conns_by_input(struct admin_conns *conns, const 
 	return NULL;
 }
 
-/* Bytes came in: a request line they complete is looked at before evhttp
- * reads it (this runs as they are added, before the read callback). */
+/* Did the n bytes just added at in's end bring a NUL? */
+static bool admin_conns_nul_added(struct evbuffer *in, size_t n)
+{
+	size_t len = evbuffer_get_length(in);
+	struct evbuffer_ptr from;
+
+	return evbuffer_ptr_set(in, &from, n < len ? len - n : 0, EVBUFFER_PTR_SET) == 0 &&
+	       evbuffer_search(in, "", 1, &from).pos >= 0;
+}
+
+/* Bytes came in on a connection (this runs as they are added, before the
+ * read callback, so they are the last ones). A NUL among them is noted:
+ * evhttp keeps fields as C strings, so "Host: 127.0.0.1\0.rebound.example"
+ * reaches the admin as "127.0.0.1", and a line that starts with a NUL is
+ * to evhttp the end of the head; RFC 9110 section 5.5 wants a request with
+ * a NUL in a field refused (or the NUL made a space), which only the bytes
+ * can show, and no admin request has a NUL anywhere, its body included. A
+ * request line they complete is looked at before evhttp reads it. */
 static void admin_conns_input_cb(struct evbuffer *in, const struct evbuffer_cb_info *info,
 				 void *arg)
 {
@@ -182,7 +199,11 @@ static void admin_conns_input_cb(struct evbuffer *in, const struct evbuffer_cb_i
 	if (info->n_added == 0)
 		return;
 	c = admin_conns_by_input(arg, in);
-	if (c != NULL && c->at_request_line)
+	if (c == NULL)
+		return;
+	if (admin_conns_nul_added(in, info->n_added))
+		c->nul_read = true;
+	if (c->at_request_line)
 		admin_conns_look_at_request_line(c);
 }
 
@@ -349,6 +370,13 @@ int admin_conns_version_status(struct admin_conns *conns, struct evhttp_request 
 	struct admin_conn *c = admin_conns_of(conns, req);
 
 	return c != NULL ? c->version_status : 0;
+}
+
+bool admin_conns_read_nul(struct admin_conns *conns, struct evhttp_request *req)
+{
+	const struct admin_conn *c = admin_conns_of(conns, req);
+
+	return c != NULL && c->nul_read;
 }
 
 unsigned admin_conns_open(const struct admin_conns *conns)

@@ -4,7 +4,10 @@
 /* The admin listener's open connections, counted so that they can be
  * capped: evhttp (libevent 2.1) has no cap of its own, and every admin
  * client it accepts holds a descriptor the proxy's clients and upstreams
- * need too. */
+ * need too; and what came in on each that evhttp's parsed request cannot
+ * show (a NUL byte). */
+
+#include <stdbool.h>
 
 #include <event2/event.h>
 #include <event2/http.h>
@@ -32,6 +35,11 @@ void admin_conns_request(struct admin_conns *conns, struct evhttp_request *req);
  * request refused reaches evhttp as HTTP/1.0, and evhttp's own answers to
  * it are written in HTTP/1.1. 0 for a connection not counted. */
 int admin_conns_version_status(struct admin_conns *conns, struct evhttp_request *req);
+
+/* Whether a NUL byte came in on req's connection, in this request or
+ * one pipelined behind it: evhttp's fields end at a NUL, so the request
+ * it read may not be the one sent (RFC 9110 section 5.5). */
+bool admin_conns_read_nul(struct admin_conns *conns, struct evhttp_request *req);
 
 /* Connections open now. */
 unsigned admin_conns_open(const struct admin_conns *conns);

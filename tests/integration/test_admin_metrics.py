@@ -26,8 +26,10 @@ be told from a next request); so does one with a field name with
 whitespace before its colon (RFC 9112 section 5.1), a Content-Length that
 is not digits, or a chunked body (evhttp reads chunk sizes such as 0x29,
 +29 or "29 x", which a strict front end would not), and nothing after it
-is answered, as is the case for one whose Host is not uri-host[:port], an empty one
-included (section 3.2). Answers the proxy gives before any route is chosen (a
+is answered; so does one with a NUL byte in a field (evhttp would read
+"Host: 127.0.0.1\\0.rebound.example" as 127.0.0.1, and a line starting
+with a NUL as the end of the head; RFC 9110 section 5.5), and so does one whose Host is not uri-host[:port],
+an empty one included (RFC 9112 section 3.2). Answers the proxy gives before any route is chosen (a
 400 for two Host fields, a TRACE with Max-Forwards: 0) count in
 retryproxy_requests_total under route "-", as the access log names it. A config whose number /config could not write back in a
 form the parser takes (999999999999999.99, which is 1e15) is refused by
@@ -433,6 +435,17 @@ def scenario(t):
                                + b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", repr(fields + rest[:8]))
         r = h.fetch(proxy.port(1), "GET", "/healthz", "127.0.0.1", headers=[("Content-Length", "0")])
         h.eq(r.status, 200, "status with Content-Length: 0")
+
+    @t.check("a NUL byte in a field (a Host that evhttp would cut to 127.0.0.1 at it, a Content-Length, "
+             "a line it would take for the end of the head) -> 400 and the connection closes, as RFC "
+             "9110 section 5.5 asks: never answered as the field's text before the NUL")
+    def _():
+        inner = b"GET /config HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        for fields in (b"Host: 127.0.0.1\x00.rebound.example\r\n",
+                       b"Host: 127.0.0.1\r\nContent-Length: 0\x00%d\r\n" % len(inner),
+                       b"Host: 127.0.0.1\r\n\x00Content-Length: %d\r\n" % len(inner),
+                       b"Host: 127.0.0.1\r\nX-A: a\x00b\r\n"):
+            refused_and_closed(b"GET /healthz HTTP/1.1\r\n" + fields + b"\r\n" + inner, repr(fields))
 
     @t.check("a Host that is not a valid uri-host[:port] (a port that is no number, userinfo, "
              "a space, an unclosed IPv6 bracket, an empty one) -> 400 and the connection "
