@@ -746,10 +746,8 @@ static int config_values_is_own_address(const struct sockaddr_storage *addr)
 	return config_values_on_interface(addr);
 }
 
-/* addr (len bytes) into out, an IPv4-mapped [::ffff:a.b.c.d] as the IPv4
- * address it is on the wire; false when it does not fit. */
-static bool config_values_unmapped(const struct sockaddr *addr, socklen_t len,
-				   struct sockaddr_storage *out)
+bool config_values_unmapped(const struct sockaddr *addr, socklen_t len,
+			    struct sockaddr_storage *out)
 {
 	const struct sockaddr_in6 *six = (const struct sockaddr_in6 *)addr;
 	struct sockaddr_in *four = (struct sockaddr_in *)out;

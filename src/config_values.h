@@ -80,6 +80,13 @@ uint16_t config_values_addr_port(const struct sockaddr_storage *addr);
 /* Whether two socket addresses name the same address and port. */
 bool config_values_same_address(const struct sockaddr_storage *a, const struct sockaddr_storage *b);
 
+/* addr (len bytes) into out, an IPv4-mapped [::ffff:a.b.c.d] as the IPv4
+ * address it is on the wire (a dual-stack socket bound to it takes the
+ * IPv4 connects, and a connect to it goes out over IPv4); false when it
+ * does not fit. */
+bool config_values_unmapped(const struct sockaddr *addr, socklen_t len,
+			    struct sockaddr_storage *out);
+
 /* Whether a connect to addr (len bytes) reaches a socket bound to bound:
  * the same address and port, an IPv4-mapped IPv6 address (on either side)
  * as its IPv4 one,

@@ -260,14 +260,22 @@ static int explain_parse(const struct config *config, struct explain_head *h, si
 
 /* Does a listener bound to bound take connections to addr: the same
  * address, or a wildcard (0.0.0.0, or [::], which takes IPv4 too: the
- * proxy's listening sockets are dual-stack) with the same port? */
+ * proxy's listening sockets are dual-stack) with the same port? An
+ * IPv4-mapped address on either side is its IPv4 one: a listener on
+ * [::ffff:127.0.0.1] takes the connects to 127.0.0.1, and a connect to
+ * [::ffff:127.0.0.1] goes out over IPv4. */
 static bool explain_listener_takes(const struct sockaddr_storage *bound,
 				   const struct sockaddr_storage *addr)
 {
-	return config_values_same_address(bound, addr) ||
-	       (config_values_is_wildcard(bound) &&
-		config_values_addr_port(bound) == config_values_addr_port(addr) &&
-		(bound->ss_family == AF_INET6 || addr->ss_family == AF_INET));
+	struct sockaddr_storage at, to;
+
+	if (!config_values_unmapped((const struct sockaddr *)bound, sizeof(*bound), &at) ||
+	    !config_values_unmapped((const struct sockaddr *)addr, sizeof(*addr), &to))
+		return false;
+	return config_values_same_address(&at, &to) ||
+	       (config_values_is_wildcard(&at) &&
+		config_values_addr_port(&at) == config_values_addr_port(&to) &&
+		(at.ss_family == AF_INET6 || to.ss_family == AF_INET));
 }
 
 /* The sidecar listener that takes connections to the address text, or

@@ -443,6 +443,25 @@ def scenario(t):
             h.ok("sidecar listener %s:%d" % (address, port) in p.stderr,
                  "%s: stderr should name the sidecar listener: %r" % (address, p.stderr))
 
+    @t.check("sidecar mode: an IPv4-mapped address is its IPv4 one, on the listener's side and "
+             "on the URL's (the sidecar takes those connections)")
+    def _():
+        port = h.free_port()
+        cases = [("[::ffff:127.0.0.1]", "127.0.0.1"), ("[::ffff:127.0.0.1]", "localhost"),
+                 ("127.0.0.1", "[::ffff:127.0.0.1]"), ("0.0.0.0", "[::ffff:127.0.0.1]")]
+        for address, host in cases:
+            cfg = write(os.path.join(tmp, "mapped-%s.yaml" % address.strip("[]:")),
+                        "listen:\n"
+                        "  - address: 127.0.0.1:%d\n"
+                        "  - address: \"%s:%d\"\n"
+                        "    upstream: http://127.0.0.1:%d\n"
+                        % (h.free_port(), address, port, h.closed_port()))
+            p = explain(["-c", cfg, "GET", "http://%s:%d/things" % (host, port)])
+            what = "sidecar on %s, URL host %s" % (address, host)
+            h.eq(p.returncode, 0, "%s: exit code (stderr %r)" % (what, p.stderr))
+            h.ok("sidecar listener %s:%d" % (address, port) in p.stderr,
+                 "%s: stderr should name the sidecar listener: %r" % (what, p.stderr))
+
     @t.check("full jitter lists 0-backoff ranges up to max_attempts - 1; a deadline cuts the list "
              "where the lower bounds pass it; explicit codes in retry_on")
     def _():
@@ -789,8 +808,10 @@ def scenario(t):
              "one try (a CONNECT to itself would nest), as a forward URL")
     def _():
         proxy = t.proxy(ADMIN_SELF)
+        # (a URL to the sidecar's own address, in either spelling, names
+        # the sidecar: what an app pointed at it sends)
         for url in ("http://127.0.0.1:%d/x" % proxy.port(0),
-                    "http://[::ffff:127.0.0.1]:%d/x" % proxy.port(2)):
+                    "http://[::ffff:127.0.0.1]:%d/x" % proxy.port(0)):
             p = explain(["-c", proxy.config_path, "GET", url])
             expect_refused(p, ["403", "own listener"], url)
             r = h.fetch(proxy.port(0), "GET", url, url.split("/")[2])
