@@ -735,12 +735,19 @@ static void client_intercept(struct client *client, const struct http1_head *hea
 static const char *client_handshake_end_why(const struct client *client, short what)
 {
 	bool begun = intercept_begun(client->intercept);
+	/* bytes too few to tell what the client speaks ("G": TLS, plain HTTP
+	 * or another protocol?) are not "no byte" */
+	bool some = !begun && client->conn != NULL && conn_input_length(client->conn) > 0;
 
 	if (what & CONN_TIMEOUT)
-		return begun ? "TLS handshake not done within client_timeout"
-			     : "no byte from the client within client_timeout";
+		return begun  ? "TLS handshake not done within client_timeout"
+		       : some ? "too few bytes from the client within client_timeout to tell what "
+				"it speaks"
+			      : "no byte from the client within client_timeout";
 	if (begun)
 		return "connection ended during the TLS handshake";
+	if (some)
+		return "client connection lost before its bytes told what it speaks";
 	return (what & CONN_EOF) ? "client closed the connection before its first byte"
 				 : "client connection lost before its first byte";
 }

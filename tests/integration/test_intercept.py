@@ -1056,6 +1056,61 @@ def scenario(t):
                  "%s: the note starts %r and names %r: %r" % (host, start, words, line))
             h.eq(line.get("status"), "200", "%s: the CONNECT's status" % host)
 
+    @t.check("without server_first_after, a tunnel that ends before its bytes tell what the "
+             "client speaks says whether any came: none, or too few, within client_timeout; "
+             "lost after one")
+    def _():
+        quiet = t.proxy(CONFIG.replace("  ca_key: @LOCALCA@/ca-key.pem\n",
+                                       "  ca_key: @LOCALCA@/ca-key.pem\n  server_first_after: 0s\n")
+                        .replace("  drain_timeout: 2s\n", "  drain_timeout: 2s\n  client_timeout: 1s\n"),
+                        TESTCA=certs.ca, LOCALCA=local, HOSTS='"localhost"')
+
+        def tunnel(host, first):
+            s = socket.create_connection(("127.0.0.1", quiet.port()), timeout=10)
+            s.sendall(("CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                       % (host, good.port, host, good.port)).encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(1)
+            s.sendall(first)
+            return s
+
+        cases = [("LOCALHOST", b"", None,
+                  "intercepted; no byte from the client within client_timeout"),
+                 ("localHOST", b"G", None,
+                  "intercepted; too few bytes from the client within client_timeout to tell "
+                  "what it speaks"),
+                 # a TLS record's first byte begins the handshake
+                 ("LOCALhost", b"\x16", None,
+                  "intercepted; TLS handshake not done within client_timeout"),
+                 ("localhoST", b"G", "reset",
+                  "intercepted; client connection lost before its bytes told what it speaks")]
+        held = []
+        for host, first, ending, _note in cases:
+            s = tunnel(host, first)
+            if ending == "reset":
+                time.sleep(0.1)  # the byte is read before the reset comes
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+            else:
+                held.append(s)
+        try:
+            for host, _first, _ending, note in cases:
+                target = "%s:%d" % (host, good.port)
+                found = []
+
+                def seen():
+                    found[:] = [h.access_fields(ln) for ln in quiet.access_lines()
+                                if h.access_fields(ln).get("method") == "CONNECT"
+                                and h.access_fields(ln).get("target") == target]
+                    return found
+                h.wait_until(seen, 5 * h.SLOW, "the CONNECT line of %s" % target)
+                h.eq(urllib.parse.unquote(found[-1].get("note", "")), note, "%s: note" % host)
+        finally:
+            for s in held:
+                s.close()
+        t.stop_proxy(quiet)
+
     @t.check("an upstream certificate that fails verification is a 502 inside the tunnel")
     def _():
         r = h.curl("--cacert", local_ca, "https://localhost:%d/echo?t=untrusted" % unknown.port,
