@@ -13,6 +13,7 @@
 #include "http1.h"
 #include "idempotency.h"
 #include "max_forwards.h"
+#include "name_lookup.h"
 #include "retry.h"
 #include "route.h"
 #include "upstream.h"
@@ -298,6 +299,18 @@ static const struct listener_config *explain_sidecar_at(const struct config *con
 	return NULL;
 }
 
+/* Is the target's host localhost, or a name under it? */
+static bool explain_localhost(const struct http1_target *t)
+{
+	char host[256];
+
+	if (t->host_len >= sizeof(host) || memchr(t->host, '\0', t->host_len) != NULL)
+		return false;
+	memcpy(host, t->host, t->host_len);
+	host[t->host_len] = '\0';
+	return name_is_localhost(host);
+}
+
 /* Which listener gets the request, and in which form. A URL that names a
  * sidecar listener itself (http://127.0.0.1:8080/..., also for a listener
  * on 0.0.0.0:8080) is what the app sends
@@ -316,11 +329,17 @@ static struct explain_view explain_choose_view(const struct config *config,
 		 (int)(t->host_len > 256 ? 256 : t->host_len), t->host, v6 ? "]" : "", t->port);
 	view.listener = explain_sidecar_at(config, text);
 	/* localhost is ::1 too (an app's resolver gives both), which the
-	 * address reading maps to 127.0.0.1 alone */
-	if (view.listener == NULL && t->host_len == sizeof("localhost") - 1 &&
-	    strncasecmp(t->host, "localhost", t->host_len) == 0) {
-		snprintf(text, sizeof(text), "[::1]:%u", t->port);
+	 * address reading maps to 127.0.0.1 alone; and a name under
+	 * localhost (api.localhost) is both as well (RFC 6761 section 6.3, as
+	 * the proxy itself and browsers take it), which the address reading
+	 * does not take at all */
+	if (view.listener == NULL && explain_localhost(t)) {
+		snprintf(text, sizeof(text), "127.0.0.1:%u", t->port);
 		view.listener = explain_sidecar_at(config, text);
+		if (view.listener == NULL) {
+			snprintf(text, sizeof(text), "[::1]:%u", t->port);
+			view.listener = explain_sidecar_at(config, text);
+		}
 	}
 	if (view.listener != NULL)
 		return view;

@@ -428,7 +428,7 @@ def scenario(t):
                         60000, waits), "Host header")
 
     @t.check("sidecar mode: http://localhost:PORT names a sidecar on [::1]:PORT as well as one on "
-             "127.0.0.1:PORT (localhost is both)")
+             "127.0.0.1:PORT (localhost is both), and so does a name under localhost")
     def _():
         port = h.free_port()
         for address in ("127.0.0.1", "[::1]"):
@@ -438,10 +438,12 @@ def scenario(t):
                         "  - address: \"%s:%d\"\n"
                         "    upstream: http://127.0.0.1:%d\n"
                         % (h.free_port(), address, port, h.closed_port()))
-            p = explain(["-c", cfg, "GET", "http://localhost:%d/things" % port])
-            h.eq(p.returncode, 0, "%s: exit code (stderr %r)" % (address, p.stderr))
-            h.ok("sidecar listener %s:%d" % (address, port) in p.stderr,
-                 "%s: stderr should name the sidecar listener: %r" % (address, p.stderr))
+            for host in ("localhost", "api.localhost", "API.LocalHost"):
+                p = explain(["-c", cfg, "GET", "http://%s:%d/things" % (host, port)])
+                what = "%s, URL host %s" % (address, host)
+                h.eq(p.returncode, 0, "%s: exit code (stderr %r)" % (what, p.stderr))
+                h.ok("sidecar listener %s:%d" % (address, port) in p.stderr,
+                     "%s: stderr should name the sidecar listener: %r" % (what, p.stderr))
 
     @t.check("sidecar mode: an IPv4-mapped address is its IPv4 one, on the listener's side and "
              "on the URL's (the sidecar takes those connections)")
