@@ -264,7 +264,8 @@ static int explain_parse(const struct config *config, struct explain_head *h, si
  * proxy's listening sockets are dual-stack) with the same port? An
  * IPv4-mapped address on either side is its IPv4 one: a listener on
  * [::ffff:127.0.0.1] takes the connects to 127.0.0.1, and a connect to
- * [::ffff:127.0.0.1] goes out over IPv4. */
+ * [::ffff:127.0.0.1] goes out over IPv4; one to 0.0.0.0 or [::] is one to
+ * loopback, as config_values_connect_reaches() takes it. */
 static bool explain_listener_takes(const struct sockaddr_storage *bound,
 				   const struct sockaddr_storage *addr)
 {
@@ -273,6 +274,13 @@ static bool explain_listener_takes(const struct sockaddr_storage *bound,
 	if (!config_values_unmapped((const struct sockaddr *)bound, sizeof(*bound), &at) ||
 	    !config_values_unmapped((const struct sockaddr *)addr, sizeof(*addr), &to))
 		return false;
+	/* a connect to 0.0.0.0 or :: reaches this host's loopback */
+	if (config_values_is_wildcard(&to)) {
+		if (to.ss_family == AF_INET)
+			((struct sockaddr_in *)&to)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		else
+			((struct sockaddr_in6 *)&to)->sin6_addr = in6addr_loopback;
+	}
 	return config_values_same_address(&at, &to) ||
 	       (config_values_is_wildcard(&at) &&
 		config_values_addr_port(&at) == config_values_addr_port(&to) &&

@@ -446,11 +446,14 @@ def scenario(t):
                      "%s: stderr should name the sidecar listener: %r" % (what, p.stderr))
 
     @t.check("sidecar mode: an IPv4-mapped address is its IPv4 one, on the listener's side and "
-             "on the URL's (the sidecar takes those connections)")
+             "on the URL's, and a URL to 0.0.0.0 or [::] is one to loopback (the sidecar takes "
+             "those connections)")
     def _():
         port = h.free_port()
         cases = [("[::ffff:127.0.0.1]", "127.0.0.1"), ("[::ffff:127.0.0.1]", "localhost"),
-                 ("127.0.0.1", "[::ffff:127.0.0.1]"), ("0.0.0.0", "[::ffff:127.0.0.1]")]
+                 ("127.0.0.1", "[::ffff:127.0.0.1]"), ("0.0.0.0", "[::ffff:127.0.0.1]"),
+                 # a connect to the unspecified address reaches loopback
+                 ("127.0.0.1", "0.0.0.0"), ("[::1]", "[::]"), ("[::ffff:127.0.0.1]", "0.0.0.0")]
         for address, host in cases:
             cfg = write(os.path.join(tmp, "mapped-%s.yaml" % address.strip("[]:")),
                         "listen:\n"
