@@ -8,6 +8,7 @@
 #include <openssl/x509_vfy.h>
 
 #include "config_values.h"
+#include "name_index.h"
 #include "uri_path.h"
 #include "xmalloc.h"
 
@@ -417,7 +418,6 @@ static const struct config_walk_type config_route_type_path_prefix = {
 static void config_route_set_name(struct config_walk *walk, const struct yaml_tree_node *node,
 				  void *field)
 {
-	const struct config *config = config_walk_data(walk);
 	char **name = field;
 
 	if (node->text_len == 0 || strspn(node->text, "abcdefghijklmnopqrstuvwxyz"
@@ -438,17 +438,7 @@ static void config_route_set_name(struct config_walk *walk, const struct yaml_tr
 		config_walk_error(walk, node, "\"-\" is reserved for answers given before routing");
 		return;
 	}
-	for (size_t i = 0; i < config->route_count; i++) {
-		if (config->routes[i].name != NULL &&
-		    strcmp(config->routes[i].name, node->text) == 0) {
-			char quoted[128];
-
-			config_walk_error(walk, node, "the name %s is already used by routes[%zu]",
-					  config_walk_quote(node, quoted, sizeof(quoted)), i);
-			return;
-		}
-	}
-	*name = xstrdup(node->text);
+	*name = xstrdup(node->text); /* its uniqueness: config_route_name_unique() */
 }
 
 static const struct config_walk_type config_route_type_name = { YAML_TREE_SCALAR, "a route name",
@@ -901,11 +891,39 @@ static void config_route_copy_idempotency(struct idempotency *dst, const struct 
 	dst->when_present_count = src->when_present_count;
 }
 
+/* routes[index]'s name joins names, unless a route before it has it: the
+ * error then names that one, and the name is dropped. */
+static void config_route_name_unique(struct name_index *names, struct config_walk *walk,
+				     const struct yaml_tree_node *route_node, struct route *routes,
+				     size_t index)
+{
+	const struct route *first = name_index_find(names, routes[index].name, 0);
+	const struct yaml_tree_node *node;
+	size_t mark;
+	char quoted[128];
+
+	if (first == NULL) {
+		name_index_add(names, routes[index].name, 0, &routes[index]);
+		return;
+	}
+	node = yaml_tree_find(route_node, "name")->value;
+	mark = config_walk_push(walk, "name");
+	config_walk_error(walk, node, "the name %s is already used by routes[%zu]",
+			  config_walk_quote(node, quoted, sizeof(quoted)),
+			  (size_t)(first - routes));
+	config_walk_pop(walk, mark);
+	free(routes[index].name);
+	routes[index].name = NULL;
+}
+
 /* routes: every item a route over the defaults, in order of matching. */
 static void config_route_set_routes(struct config_walk *walk, const struct yaml_tree_node *node,
 				    void *field)
 {
 	struct config *config = field;
+	/* names seen so far: a file of many thousand routes loads in time
+	 * linear in its length, not a walk of the names before for each */
+	struct name_index *names = name_index_new(node->count);
 
 	config->routes = xcalloc(node->count, sizeof(*config->routes));
 	for (size_t i = 0; i < node->count; i++) {
@@ -920,9 +938,12 @@ static void config_route_set_routes(struct config_walk *walk, const struct yaml_
 		route->tls.ca_file = config->tls.ca_file ? xstrdup(config->tls.ca_file) : NULL;
 		route->tls.verify = config->tls.verify;
 		config_walk_mapping(walk, node->items[i], config_route_keys, route);
+		if (route->name != NULL)
+			config_route_name_unique(names, walk, node->items[i], config->routes, i);
 		config->route_count++;
 		config_walk_pop(walk, mark);
 	}
+	name_index_free(names);
 }
 
 const struct config_walk_type config_route_list = { YAML_TREE_SEQUENCE, "a list of routes",

@@ -7,6 +7,7 @@
 
 #include <event2/buffer.h>
 
+#include "name_index.h"
 #include "xmalloc.h"
 
 /* Upper bounds of the request duration histogram, in seconds: from a fast
@@ -129,6 +130,14 @@ static const struct metrics_route *metrics_shown(const struct metrics_route *r)
 	return r;
 }
 
+/* A new series, last in the list where *tail is the end. */
+static struct metrics_route *metrics_series_add(struct metrics_route **tail, const char *name)
+{
+	*tail = xcalloc(1, sizeof(**tail));
+	(*tail)->name = xstrdup(name);
+	return *tail;
+}
+
 /* A list: looked up when a config goes live, never per request. */
 struct metrics_route *metrics_series(struct metrics *metrics, const char *name)
 {
@@ -137,9 +146,7 @@ struct metrics_route *metrics_series(struct metrics *metrics, const char *name)
 	for (link = &metrics->routes; *link != NULL; link = &(*link)->next)
 		if (strcmp((*link)->name, name) == 0)
 			return *link;
-	*link = xcalloc(1, sizeof(**link));
-	(*link)->name = xstrdup(name);
-	return *link;
+	return metrics_series_add(link, name);
 }
 
 struct metrics_route *metrics_unrouted(struct metrics *metrics)
@@ -151,11 +158,24 @@ struct metrics_route *metrics_unrouted(struct metrics *metrics)
 
 void metrics_attach(struct metrics *metrics, struct config *config)
 {
+	/* the series kept from before, each found by its name rather than by
+	 * a walk of the list for every route */
+	struct name_index *series = name_index_new(config_route_total(config));
+	struct metrics_route **tail = &metrics->routes;
+
+	for (; *tail != NULL; tail = &(*tail)->next)
+		name_index_add(series, (*tail)->name, 0, *tail);
 	for (size_t i = 0; i < config_route_total(config); i++) {
 		struct route *route = config_route_at(config, i);
 
-		route->series = metrics_series(metrics, route->name);
+		route->series = name_index_find(series, route->name, 0);
+		if (route->series == NULL) {
+			route->series = metrics_series_add(tail, route->name);
+			tail = &route->series->next;
+			name_index_add(series, route->series->name, 0, route->series);
+		}
 	}
+	name_index_free(series);
 }
 
 void metrics_request_done(struct metrics *metrics, struct metrics_route *r, int code,

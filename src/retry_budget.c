@@ -1,9 +1,11 @@
 #include "retry_budget.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fleet.h"
+#include "name_index.h"
 #include "xmalloc.h"
 
 /* A window is cut into this many buckets: the window slides in steps of
@@ -26,6 +28,8 @@ struct retry_budget_state {
 	uint32_t retries[RETRY_BUDGET_SLOTS];
 	struct fleet_route *fleet; /* the route's lease when a fleet shares it, else NULL */
 	unsigned holds;		   /* routes of configs not freed yet that use it */
+	bool let_go;		   /* its last hold went: unlinked and freed */
+	struct retry_budget_book *book;
 	struct retry_budget_state *next;
 };
 
@@ -53,15 +57,13 @@ void retry_budget_book_free(struct retry_budget_book *book)
 	free(book);
 }
 
-struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, const char *route,
-					    const struct retry_budget *budget)
+/* A new state for a route's budget, first in the book's list. */
+static struct retry_budget_state *retry_budget_state_new(struct retry_budget_book *book,
+							 const char *route,
+							 const struct retry_budget *budget)
 {
-	struct retry_budget_state *s;
+	struct retry_budget_state *s = xcalloc(1, sizeof(*s));
 
-	for (s = book->states; s != NULL; s = s->next)
-		if (s->window_ms == budget->window_ms && strcmp(s->route, route) == 0)
-			return s;
-	s = xcalloc(1, sizeof(*s));
 	s->route = xstrdup(route);
 	s->window_ms = budget->window_ms;
 	/* rounded up: the buckets a window holds must span all of it (a 250ms
@@ -71,42 +73,67 @@ struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, cons
 	if (s->bucket_ms == 0)
 		s->bucket_ms = 1;
 	s->fleet = book->fleet != NULL ? fleet_route_find(book->fleet, route, s->window_ms) : NULL;
+	s->book = book;
 	s->next = book->states;
 	book->states = s;
 	return s;
 }
 
+struct retry_budget_state *retry_budget_for(struct retry_budget_book *book, const char *route,
+					    const struct retry_budget *budget)
+{
+	for (struct retry_budget_state *s = book->states; s != NULL; s = s->next)
+		if (s->window_ms == budget->window_ms && strcmp(s->route, route) == 0)
+			return s;
+	return retry_budget_state_new(book, route, budget);
+}
+
 void retry_budget_book_attach(struct retry_budget_book *book, struct config *config)
 {
+	/* the states kept from before, each found by its route and window
+	 * rather than by a walk of the list for every route */
+	struct name_index *states = name_index_new(config_route_total(config));
+
+	for (struct retry_budget_state *s = book->states; s != NULL; s = s->next)
+		name_index_add(states, s->route, s->window_ms, s);
 	for (size_t i = 0; i < config_route_total(config); i++) {
 		struct route *route = config_route_at(config, i);
+		const struct retry_budget *budget = &route->retry.budget;
 
-		route->budget = retry_budget_for(book, route->name, &route->retry.budget);
+		route->budget = name_index_find(states, route->name, budget->window_ms);
+		if (route->budget == NULL) {
+			route->budget = retry_budget_state_new(book, route->name, budget);
+			name_index_add(states, route->budget->route, budget->window_ms,
+				       route->budget);
+		}
 		route->budget->holds++;
 	}
+	name_index_free(states);
 }
 
 void retry_budget_book_detach(struct retry_budget_book *book, struct config *config)
 {
 	for (size_t i = 0; i < config_route_total(config); i++) {
 		struct route *route = config_route_at(config, i);
-		struct retry_budget_state **link;
 
-		if (route->budget == NULL)
+		/* attached to another book: not this one's to let go */
+		if (route->budget == NULL || route->budget->book != book)
 			continue;
-		for (link = &book->states; *link != NULL && *link != route->budget;
-		     link = &(*link)->next)
-			;
-		if (*link == NULL) {
-			/* attached to another book: not this one's to let go */
-			continue;
-		}
-		if (--route->budget->holds == 0) {
-			*link = route->budget->next;
-			free(route->budget->route);
-			free(route->budget);
-		}
+		if (--route->budget->holds == 0)
+			route->budget->let_go = true;
 		route->budget = NULL;
+	}
+	/* one pass over the list for all the states let go */
+	for (struct retry_budget_state **link = &book->states; *link != NULL;) {
+		struct retry_budget_state *s = *link;
+
+		if (!s->let_go) {
+			link = &s->next;
+			continue;
+		}
+		*link = s->next;
+		free(s->route);
+		free(s);
 	}
 }
 
