@@ -1414,7 +1414,12 @@ bool conn_notice_hangup(struct conn *c)
 {
 	int state;
 
-	if (c->fd < 0 || c->eof || c->pending_eof || c->failed || !conn_input_full(c))
+	/* found already in this pass (by a look, or with the last bytes
+	 * read): it is reported when the pass ends, and is a close all the
+	 * same to a caller about to send on the client's behalf */
+	if (c->pending_eof)
+		return true;
+	if (c->fd < 0 || c->eof || c->failed || !conn_input_full(c))
 		return false;
 	/* CLOSE_WAIT: its FIN came; CLOSE: it reset the connection */
 	state = conn_tcp_state(c);

@@ -215,7 +215,8 @@ bool conn_input_at_limit(const struct conn *conn);
 /* At its input limit a conn reads nothing, and sees no close behind the
  * bytes it has not read. When the peer has closed (its FIN or reset is
  * in: TCP_INFO says so), report CONN_EOF at the end of this pass, before
- * those bytes, and return true. */
+ * those bytes, and return true; true as well for a close already found in
+ * this pass, still to be reported. */
 bool conn_notice_hangup(struct conn *conn);
 
 /* Bytes the peer has acknowledged, over the connection's life: those handed
