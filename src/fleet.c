@@ -17,6 +17,7 @@
 #include "fleet_lease.h"
 #include "happy_eyeballs.h"
 #include "hash.h"
+#include "name_index.h"
 #include "log.h"
 #include "name_lookup.h"
 #include "retry.h"
@@ -160,6 +161,7 @@ struct fleet {
 	unsigned reasons_said;
 	struct retry_rng rng;
 	struct fleet_route *routes;
+	struct name_index *route_index; /* the routes by name and window */
 };
 
 static void fleet_connect(struct fleet *fleet);
@@ -407,6 +409,7 @@ static bool fleet_route_send(struct fleet_route *fr, bool with_text)
 
 static void fleet_route_free(struct fleet_route *fr)
 {
+	name_index_remove(fr->fleet->route_index, fr->route, fr->window_ms);
 	free(fr->route);
 	free(fr->key);
 	free(fr);
@@ -998,6 +1001,7 @@ struct fleet *fleet_new(struct event_base *base, const struct name_resolver *res
 	fleet->reconnect = evtimer_new(base, fleet_reconnect_cb, fleet);
 	fleet->keepalive = evtimer_new(base, fleet_keepalive_cb, fleet);
 	fleet->resolution_delay = evtimer_new(base, fleet_resolution_delay_cb, fleet);
+	fleet->route_index = name_index_new(0);
 	for (size_t i = 0; i < FLEET_LOOKUPS; i++)
 		fleet->lookups[i].fleet = fleet;
 	evtimer_add(fleet->sync_timer, &tv);
@@ -1029,6 +1033,7 @@ void fleet_free(struct fleet *fleet)
 		fleet->routes = fr->next;
 		fleet_route_free(fr);
 	}
+	name_index_free(fleet->route_index);
 	free(fleet->addresses);
 	free(fleet->redis);
 	free(fleet->short_windows_said);
@@ -1064,10 +1069,7 @@ bool fleet_same(const struct fleet *fleet, const struct fleet_config *config)
 static struct fleet_route *fleet_route_lookup(struct fleet *fleet, const char *route,
 					      uint64_t window_ms)
 {
-	for (struct fleet_route *fr = fleet->routes; fr != NULL; fr = fr->next)
-		if (fr->window_ms == window_ms && strcmp(fr->route, route) == 0)
-			return fr;
-	return NULL;
+	return name_index_find(fleet->route_index, route, window_ms);
 }
 
 /* Make a route's lease live with the budget it has now. */
@@ -1088,6 +1090,7 @@ static void fleet_route_take(struct fleet *fleet, const struct route *route)
 			 (unsigned long long)budget->window_ms);
 		fr->next = fleet->routes;
 		fleet->routes = fr;
+		name_index_add(fleet->route_index, fr->route, fr->window_ms, fr);
 	}
 	fr->live = true;
 	fr->closing = false;

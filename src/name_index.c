@@ -87,3 +87,32 @@ void *name_index_find(const struct name_index *index, const char *name, uint64_t
 			return index->slots[at].entry;
 	return NULL;
 }
+
+void name_index_remove(struct name_index *index, const char *name, uint64_t number)
+{
+	size_t hole = name_index_slot_of(index, name, number);
+
+	for (; index->slots[hole].name != NULL; hole = (hole + 1) & index->mask)
+		if (index->slots[hole].number == number &&
+		    strcmp(index->slots[hole].name, name) == 0)
+			break;
+	if (index->slots[hole].name == NULL)
+		return;
+	index->count--;
+	/* the entries after it in its run move back where their probe, which
+	 * starts at or before the hole, would otherwise stop short of them */
+	for (size_t next = hole;;) {
+		const struct name_index_slot *slot;
+
+		next = (next + 1) & index->mask;
+		slot = &index->slots[next];
+		if (slot->name == NULL)
+			break;
+		if (((next - name_index_slot_of(index, slot->name, slot->number)) & index->mask) >=
+		    ((next - hole) & index->mask)) {
+			index->slots[hole] = *slot;
+			hole = next;
+		}
+	}
+	index->slots[hole].name = NULL;
+}

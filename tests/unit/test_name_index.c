@@ -57,6 +57,42 @@ static void test_grows_past_expected(void **state)
 	name_index_free(index);
 }
 
+/* Entries taken out are not found, and every other one still is, however
+ * the runs of the table were laid out (the ones after a removed entry move
+ * back); a pair taken out can be added again, and taking out a pair not
+ * there changes nothing. */
+static void test_remove(void **state)
+{
+	enum { COUNT = 5000 };
+	static char names[COUNT][24];
+	struct name_index *index = name_index_new(COUNT / 4);
+
+	(void)state;
+	for (unsigned i = 0; i < COUNT; i++) {
+		snprintf(names[i], sizeof(names[i]), "r%u", i);
+		name_index_add(index, names[i], 7, names[i]);
+	}
+	for (unsigned i = 0; i < COUNT; i += 3)
+		name_index_remove(index, names[i], 7);
+	name_index_remove(index, "never-added", 7);
+	name_index_remove(index, names[1], 8);
+	for (unsigned i = 0; i < COUNT; i++) {
+		if (i % 3 == 0)
+			assert_null(name_index_find(index, names[i], 7));
+		else
+			assert_ptr_equal(name_index_find(index, names[i], 7), names[i]);
+	}
+	for (unsigned i = 0; i < COUNT; i += 3)
+		name_index_add(index, names[i], 7, names[i]);
+	for (unsigned i = 0; i < COUNT; i++) {
+		name_index_remove(index, names[i], 7);
+		assert_null(name_index_find(index, names[i], 7));
+		if (i + 1 < COUNT)
+			assert_ptr_equal(name_index_find(index, names[i + 1], 7), names[i + 1]);
+	}
+	name_index_free(index);
+}
+
 /* NULL is freed as nothing, as free() does. */
 static void test_free_null(void **state)
 {
@@ -69,6 +105,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_name_and_number),
 		cmocka_unit_test(test_grows_past_expected),
+		cmocka_unit_test(test_remove),
 		cmocka_unit_test(test_free_null),
 	};
 
