@@ -501,6 +501,40 @@ static void test_reset_after_data(void **state)
 	assert_int_equal(got, first);
 }
 
+/* A conn at its input limit sees no close behind the bytes it has not
+ * read until asked: conn_notice_hangup() finds the peer's FIN and reports
+ * CONN_EOF when the pass ends. Asked again before then, it still says the
+ * peer is gone: a request released in the same pass is not sent for a
+ * client whose close was already found. */
+static void test_notice_hangup_twice_in_a_pass(void **state)
+{
+	struct conn_loop *loop = conn_loop_new();
+	struct seen s = { 0 };
+	int afd;
+	int peer = tcp_pair(&afd, NULL, NULL);
+	struct conn *c = conn_new(loop, afd);
+	char data[4096];
+
+	(void)state;
+	memset(data, 'z', sizeof(data));
+	conn_setcb(c, seen_read, NULL, seen_event, &s);
+	conn_set_input_limit(c, 1000);
+	conn_read_enable(c, true);
+	assert_int_equal(write(peer, data, sizeof(data)), (ssize_t)sizeof(data));
+	close(peer);
+	usleep(20000); /* the FIN is in behind the bytes */
+	run_until(loop, NULL, 50);
+	assert_int_equal(conn_input_length(c), 1000);
+	assert_int_equal(s.events & CONN_EOF, 0);
+	assert_true(conn_notice_hangup(c));
+	assert_true(conn_notice_hangup(c));
+	assert_int_equal(s.events & CONN_EOF, 0);
+	conn_loop_pass_end(loop);
+	assert_true(s.events & CONN_EOF);
+	conn_free(c);
+	conn_loop_free(loop);
+}
+
 /* Output and a FIN queued while connecting go out once connected. */
 static void test_output_queued_while_connecting(void **state)
 {
@@ -734,6 +768,7 @@ int main(void)
 		cmocka_unit_test(test_shutdown_after_output),
 		cmocka_unit_test(test_connect),
 		cmocka_unit_test(test_reset_after_data),
+		cmocka_unit_test(test_notice_hangup_twice_in_a_pass),
 		cmocka_unit_test(test_output_queued_while_connecting),
 		cmocka_unit_test(test_tls_shutdown),
 		cmocka_unit_test(test_tls_close_notify_blocked),
