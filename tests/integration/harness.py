@@ -139,6 +139,23 @@ def clients_at_fd_limit(t, pid, port):
     return clients
 
 
+def two_pooled(port, host):
+    """Two GETs through port at once (the origin's /echo holds each 0.3 s, so
+    both are open together), so that two upstream connections stay pooled
+    once they are answered. Their statuses, or what each got instead."""
+    statuses = [None, None]
+
+    def get(i):
+        statuses[i] = status_of(lambda: fetch(port, "GET", "/echo?delay=0.3&t=%d" % i, host,
+                                              timeout=5 * SLOW).status)
+    getters = [threading.Thread(target=get, args=(i,)) for i in range(2)]
+    for g in getters:
+        g.start()
+    for g in getters:
+        g.join()
+    return statuses
+
+
 def status_of(fn):
     """fn()'s result, or the error it raised as text: a check can then say
     what a request got instead of the scenario stopping at it."""

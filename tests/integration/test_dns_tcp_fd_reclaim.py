@@ -16,7 +16,6 @@ the GET gets 200 from the origin; big.test was asked over TCP.
 """
 
 import os
-import threading
 import time
 
 import dnsstub
@@ -51,16 +50,7 @@ def scenario(t):
                     UP=origin.port)
     # two at once, so that two upstream connections stay pooled: the A and
     # the AAAA question may each want a TCP socket at the same time
-    pooled = [None, None]
-
-    def pooled_get(i):
-        pooled[i] = h.status_of(lambda: h.fetch(proxy.port(2), "GET", "/echo?delay=0.3&t=%d" % i,
-                                              "app.example", timeout=5 * h.SLOW).status)
-    getters = [threading.Thread(target=pooled_get, args=(i,)) for i in range(2)]
-    for g in getters:
-        g.start()
-    for g in getters:
-        g.join()
+    pooled = h.two_pooled(proxy.port(2), "app.example")
     # the GETs' client connections closed; their upstream ones stay pooled
     time.sleep(0.3)
     # no descriptor left (the pooled GETs' client connections closed below

@@ -20,7 +20,6 @@ connections were closed a moment later for the upstream connect.)
 
 import hashlib
 import os
-import threading
 import time
 
 import harness as h
@@ -43,16 +42,7 @@ def scenario(t):
     os.makedirs(spool_dir)
     proxy = t.proxy(CONFIG, UP=origin.port, SPOOL=spool_dir)
     # two at once, so that two upstream connections stay pooled
-    pooled = [None, None]
-
-    def pooled_get(i):
-        pooled[i] = h.status_of(lambda: h.fetch(proxy.port(0), "GET", "/echo?delay=0.3&t=%d" % i,
-                                              "app.example", timeout=5 * h.SLOW).status)
-    getters = [threading.Thread(target=pooled_get, args=(i,)) for i in range(2)]
-    for g in getters:
-        g.start()
-    for g in getters:
-        g.join()
+    pooled = h.two_pooled(proxy.port(0), "app.example")
     # the GETs' client connections closed; their upstream ones stay pooled
     time.sleep(0.3)
     client = h.clients_at_fd_limit(t, proxy.pid, proxy.port(0))[-1]
