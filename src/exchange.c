@@ -1252,6 +1252,12 @@ void exchange_try_failed(struct exchange_try *t, enum try_outcome outcome, const
 		exchange_hold_retry(ex, verdict.cause);
 		return;
 	}
+	if (verdict.kind == RETRY_VERDICT_GIVE_UP &&
+	    verdict.reason == RETRY_GIVE_UP_UPSTREAM_DOWN) {
+		/* health.hold: false: the 502 names the upstream as down */
+		exchange_upstream_unavailable(ex);
+		return;
+	}
 	if (verdict.kind == RETRY_VERDICT_RETRY) {
 		if (verdict.immediate) {
 			/* a stale pooled connection says nothing about the upstream:

@@ -470,12 +470,17 @@ struct retry_verdict retry_decide(const struct retry_policy *policy,
 	 * After attempts and deadline, which stop a retry anyway */
 	if (facts->body_chunked_only)
 		return retry_give_up(verdict, RETRY_GIVE_UP_UPSTREAM_HTTP10);
+	/* health.hold: false answers a request for a down upstream at once:
+	 * no wait ends in a try while it stays down, and a backoff only
+	 * delays the 502 (SPEC "Upstream health") */
+	if (facts->upstream_down && !facts->hold_when_down)
+		return retry_give_up(verdict, RETRY_GIVE_UP_UPSTREAM_DOWN);
 	/* after attempts and deadline, so that holding never outlasts them. A
 	 * response that asked for a longer wait than the backoff gets it: a
 	 * probe that connects sooner does not say the origin wants to be asked
 	 * again (the retry's try is held then if the upstream is still down).
 	 * A held retry needs neither a pending place nor the budget */
-	hold = facts->upstream_down && facts->hold_when_down && !asked;
+	hold = facts->upstream_down && !asked;
 	if (!hold) {
 		/* each waiting retry keeps its request body and last response
 		 * in memory: past the cap, answer now instead of piling up */

@@ -198,9 +198,9 @@ struct retry_facts {
 	unsigned max_pending_retries;
 	bool budget_allows;  /* the route's retry budget would allow one more retry now
 				      * (a peek: nothing taken) */
-	bool upstream_down;  /* the upstream is marked down (upstream health, a later
-				      * feature; false for now) */
-	bool hold_when_down; /* health.hold (later feature) */
+	bool upstream_down;  /* the upstream is marked down (upstream health) */
+	bool hold_when_down; /* health.hold: a retry for a down upstream is held; without
+				      * it, retrying gives up at once (upstream_down) */
 };
 
 enum retry_verdict_kind {
@@ -208,7 +208,7 @@ enum retry_verdict_kind {
 				* client as it is, no give-up reason */
 	RETRY_VERDICT_RETRY,   /* retry after wait_ms (take from the budget, unless immediate) */
 	RETRY_VERDICT_GIVE_UP, /* retryable, but retrying stops: reason says why */
-	RETRY_VERDICT_HOLD,    /* wait for the upstream to come back (health, later) */
+	RETRY_VERDICT_HOLD,    /* wait for the upstream to come back (health) */
 };
 
 /* What to do after a try, as decided by retry_decide(). */
