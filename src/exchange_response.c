@@ -78,7 +78,9 @@ static inline char *exchange_put_head_start(char *p, const struct exchange *ex,
 }
 
 /* A chunked response decoded for an HTTP/1.0 client loses its trailer
- * section: no Trailer field may announce it. A pass of its own, kept out
+ * section, and a bodiless one (HEAD, 304) says how a chunked body would
+ * come to a client that gets none (its Transfer-Encoding goes only to
+ * HTTP/1.1): no Trailer field may announce either. A pass of its own, kept out
  * of the field loop every response takes, since it is rare; the head's room
  * was counted with the field (some to spare). */
 static void exchange_drop_trailer_field(const struct http1_head *head, bool *forward)
@@ -115,7 +117,8 @@ static void exchange_send_response_head(struct exchange *ex, const struct http1_
 	/* RFC 9110 section 8.6: never a Content-Length on a 1xx or 204, which
 	 * have no content whatever an upstream's says */
 	bool no_length = head->status < 200 || head->status == 204;
-	bool no_trailer = rf->body == HTTP1_BODY_CHUNKED && !pass_chunked;
+	bool no_trailer = ex->client_minor == 0 &&
+			  (rf->body == HTTP1_BODY_CHUNKED || rf->body == HTTP1_BODY_NONE);
 	/* a HEAD's or 304's Transfer-Encoding says how a GET's body would
 	 * come (RFC 9112 section 6.1): it goes on, but only to HTTP/1.1, never
 	 * on a 1xx or 204, and never from HTTP/1.0, where it is faulty */

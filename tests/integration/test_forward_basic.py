@@ -13,7 +13,8 @@ bodiless responses (HEAD, 204, 304) do not stall or desynchronise the
 client connection, and a 204 reaches the client without the Content-Length
 an upstream gave it; an HTTP/1.0 client never gets chunked framing, nor a
 Trailer field announcing the trailers decoding drops, nor a body in a
-transfer coding besides chunked (gzip, chunked): that is a 502; an
+transfer coding besides chunked (gzip, chunked): that is a 502, nor a
+Trailer field on a HEAD's or a 304's head (an HTTP/1.1 client gets it); an
 HTTP/1.0 request that asks for keep-alive is answered Connection: close and
 its connection closes (RFC 9112 section 9.3: the recipient is a proxy).
 An IPv6 address written three ways ([::1], [0:0::1], [::0001]) is one
@@ -252,6 +253,24 @@ def scenario(t):
             h.eq((r.status, r.body == o.pattern_bytes(5000), r.header_all("Trailer")),
                  (200, True, ["X-Checksum"]),
                  "HTTP/1.1: status, body, Trailer fields (%r)" % r.headers)
+
+    @t.check("a HEAD's or a 304's Trailer field does not reach an HTTP/1.0 client, which gets no "
+             "chunked framing to carry trailers; an HTTP/1.1 client gets it as it came")
+    def _():
+        cases = (("HEAD", "/chunked/5000?trailer=1"), ("GET", "/status/304?hdr=Trailer:X-Checksum"))
+        for method, path in cases:
+            for version, want in (("HTTP/1.0", []), ("HTTP/1.1", ["X-Checksum"])):
+                with h.RawConn(proxy.port()) as c:
+                    c.send(h.request(method, origin.url(path + "&v" + version[-3:]), auth,
+                                     version=version))
+                    r = c.read_response(method=method)
+                h.eq((r.status, r.header_all("Trailer")), (304 if "304" in path else 200, want),
+                     "%s %s to %s: status, Trailer fields (%r)" % (method, path, version, r.headers))
+        # the GET of that HEAD's resource still announces its trailer to 1.1
+        with h.RawConn(proxy.port()) as c:
+            c.send(h.request("HEAD", origin.url("/chunked/5000?trailer=1&te"), auth))
+            r = c.read_response(method="HEAD")
+        h.eq(r.header_all("Transfer-Encoding"), ["chunked"], "HEAD to HTTP/1.1: Transfer-Encoding")
 
     @t.check("HTTP/1.0 keep-alive sent to the proxy (absolute-form): the response says close and "
              "the connection closes (RFC 9112 section 9.3: the recipient is a proxy)")
