@@ -116,8 +116,11 @@ static void dns_tcp_io_cb(evutil_socket_t fd, short what, void *arg)
 		int so_error = 0;
 		socklen_t len = sizeof(so_error);
 
-		if (q->sent == 0 &&
-		    (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) < 0 || so_error != 0)) {
+		/* a connect to a port of this host where nothing listens may
+		 * meet itself (TCP self-connect): its own question would come
+		 * back as an ill-formed answer; it is the refusal it stands for */
+		if (q->sent == 0 && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) < 0 ||
+				     so_error != 0 || conn_self_connected(fd))) {
 			dns_tcp_failed(q, DNS_TCP_CONNECT_FAILED);
 			return;
 		}

@@ -23,12 +23,17 @@ would be without the coincidence: a GET gets 502 naming it, tries
 not a tunnel; a probe of a down upstream on such a port fails and the
 upstream stays down; the fleet's connect to a Redis on such a port is
 refused too, logged as "Connection refused" (before: its SCRIPT LOAD came
-back to it and was logged as an unexpected reply from Redis).
+back to it and was logged as an unexpected reply from Redis); so is a DNS
+question's retry over TCP, after a truncated answer, to a nameserver port
+where nothing listens for TCP (a stub that serves UDP only): the 502 says
+the retry could not connect (before: its own question came back to it and
+was read as an ill-formed answer).
 """
 
 import os
 import time
 
+import dnsstub
 import harness as h
 
 CONFIG = """\
@@ -67,6 +72,21 @@ def scenario(t):
                                                               redis_port),
            "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
     origin = t.origin()
+    # UDP only: its port takes no TCP connection, and the proxy's retry over
+    # TCP of the truncated answer meets itself there
+    stub = dnsstub.DnsStub(answers={"big.test": "127.0.0.1"}, tcp=False)
+    stub.truncate("big.test")
+    # the AAAA question unanswered: the shim would make its TCP retry
+    # take the port the A question's retry already holds
+    stub.mute("big.test", "AAAA")
+    stub.start()
+    t.defer(stub.stop)
+    hosts = os.path.join(t.tmp, "hosts")
+    with open(hosts, "w") as f:
+        f.write("")
+    resolver_env = dict(env, RETRYPROXY_SELFCONNECT_PORTS=str(stub.port),
+                        RETRYPROXY_RESOLV_CONF=stub.write_resolv_conf(t.tmp),
+                        RETRYPROXY_HOSTS=hosts)
     proxy = t.proxy(CONFIG, env=env, DOWN_AFTER=0, ATTEMPTS=2)
     health = t.proxy(CONFIG.replace("admin:", SIDECAR + "admin:"), env=env, DOWN_AFTER=1,
                      ATTEMPTS=1, PROBED=probe_port)
@@ -128,6 +148,20 @@ def scenario(t):
              "log: %r" % [x for x in fleet.stderr_lines() if "fleet" in x])
         metrics = h.fetch(fleet.port(1), "GET", "/metrics", "127.0.0.1").body.decode()
         h.eq(h.metric(metrics, "retryproxy_fleet_connected"), 0.0, "fleet connected")
+
+    @t.check("a DNS retry over TCP whose connect meets itself could not connect; its own "
+             "question is not read back as an ill-formed answer")
+    def _():
+        resolver = t.proxy(CONFIG, env=resolver_env, DOWN_AFTER=0, ATTEMPTS=1)
+        authority = "big.test:%d" % origin.port
+        r = h.fetch(resolver.port(0), "GET", "http://%s/echo?dns" % authority, authority,
+                    timeout=10 * h.SLOW)
+        h.check_error_response(r, 502, ("could not connect",))
+        h.ok(b"ill-formed" not in r.body, "the 502 names an ill-formed answer: %r" % r.body)
+        h.eq([(q.transport, q.answer) for q in stub.queries_for("big.test") if q.type == "A"],
+             [("udp", "truncated")], "big.test's A questions the stub saw")
+        h.eq([q for q in origin.requests if q.query.get("dns") is not None], [],
+             "requests at the origin")
 
     @t.check("a destination nothing lists still connects and is answered")
     def _():
