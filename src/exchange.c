@@ -1639,10 +1639,14 @@ bool exchange_start_try(struct exchange *ex)
 		exchange_close_over_cap(ex);
 		pooled = pool_take(ex->proxy->pool, ex->pool_key, &said_http10);
 	}
-	/* on a new connection, what the upstream's latest answer said */
-	if (pooled == NULL && ex->request_body.mode == BODY_MODE_CHUNKED && ex->upstream != NULL &&
-	    upstream_answered_http10(ex->upstream))
-		said_http10 = true;
+	/* on a new connection, what the upstream's latest answer said; none
+	 * yet: it may speak HTTP/1.0, and a body kept whole goes by length */
+	if (pooled == NULL && ex->request_body.mode == BODY_MODE_CHUNKED && ex->upstream != NULL) {
+		if (upstream_answered_http10(ex->upstream))
+			said_http10 = true;
+		else if (!upstream_version_heard(ex->upstream))
+			exchange_reframe_for_unheard(ex);
+	}
 	/* the server answered in HTTP/1.0 (this connection's last request, or
 	 * its latest answer on any): it gets no chunked body (RFC 9112
 	 * section 6.1), as a retry after such an answer does not. A body in

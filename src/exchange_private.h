@@ -559,5 +559,10 @@ struct evbuffer *exchange_replay_decoded(struct exchange *ex);
  * Content-Length instead (the head and the replay buffer are rewritten
  * once). Only between tries: no connection's output refers to them then. */
 void exchange_reframe_for_http10(struct exchange *ex);
+/* A try on a new connection to an upstream no answer came from yet: the
+ * body, kept chunked whole in the replay buffer, goes with Content-Length
+ * from now on, as after an answer in HTTP/1.0, unless it has a trailer
+ * section (which only chunked framing carries). Before the try. */
+void exchange_reframe_for_unheard(struct exchange *ex);
 
 #endif

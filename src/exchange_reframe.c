@@ -11,14 +11,16 @@
 
 /*
  * A kept chunked request body sent with Content-Length to an upstream that
- * answered in HTTP/1.0. RFC 9112 section 6.1: a client must not send
- * Transfer-Encoding unless it knows the server handles HTTP/1.1, as from
- * the version of a response it received. The first try cannot know; once
- * an answer came in HTTP/1.0, the retries take the chunk framing off the
- * body the replay buffer holds whole, and send its length instead. A
- * trailer section has no place without chunked framing and is left out
- * (RFC 9112 section 7.1.2 lets a recipient that removes the chunked coding
- * discard it), and with it the Trailer field that announced it.
+ * answered in HTTP/1.0, or that no answer came from yet. RFC 9112 section
+ * 6.1: a client must not send Transfer-Encoding unless it knows the server
+ * handles HTTP/1.1, as from the version of a response it received. Once an
+ * answer came in HTTP/1.0 (or before any came), the tries take the chunk
+ * framing off the body the replay buffer holds whole, and send its length
+ * instead. A trailer section has no place without chunked framing and is
+ * left out (RFC 9112 section 7.1.2 lets a recipient that removes the
+ * chunked coding discard it), and with it the Trailer field that announced
+ * it; to an upstream not heard from, which most likely speaks HTTP/1.1, a
+ * body with one goes chunked rather than lose it.
  */
 
 #define EXCHANGE_TE_NAME "Transfer-Encoding:"
@@ -84,18 +86,23 @@ static void exchange_reframe_head(struct exchange *ex, uint64_t length)
 	free(text);
 }
 
-void exchange_reframe_for_http10(struct exchange *ex)
+/* Whether the body is kept chunked and whole in the replay buffer, not yet
+ * reframed: a body in the spool, or one that goes once, is sent only as it
+ * came (retry_decide(): body_chunked_only, body_streamed). */
+static bool exchange_reframable(const struct exchange *ex)
+{
+	return !ex->body_reframed && ex->request_body.mode == BODY_MODE_CHUNKED &&
+	       ex->request_body.done && ex->replay != NULL && ex->spool == NULL && !ex->body_once;
+}
+
+/* Send the kept chunked body with Content-Length from now on; why says so
+ * in the debug log. */
+static void exchange_reframe_by_length(struct exchange *ex, const char *why)
 {
 	struct evbuffer *decoded, *whole;
 	struct evbuffer_iovec vec;
 	size_t length;
 
-	/* a body in the spool, or one that goes once, gave the retry up
-	 * instead (retry_decide(): body_chunked_only, body_streamed) */
-	if (!ex->upstream_http10 || ex->body_reframed ||
-	    ex->request_body.mode != BODY_MODE_CHUNKED || ex->replay == NULL || ex->spool != NULL ||
-	    ex->body_once)
-		return;
 	decoded = exchange_replay_decoded(ex);
 	if (decoded == NULL)
 		return; /* read whole and checked as it came: cannot happen */
@@ -118,7 +125,18 @@ void exchange_reframe_for_http10(struct exchange *ex)
 	exchange_memory_recount(ex);
 	exchange_reframe_head(ex, length);
 	ex->body_reframed = true;
-	log_debug("%.*s %.*s: the upstream answered HTTP/1.0: the body goes with Content-Length "
-		  "%zu, not chunked",
-		  (int)ex->method_len, ex->method, (int)ex->target_len, ex->target, length);
+	log_debug("%.*s %.*s: %s: the body goes with Content-Length %zu, not chunked",
+		  (int)ex->method_len, ex->method, (int)ex->target_len, ex->target, why, length);
+}
+
+void exchange_reframe_for_http10(struct exchange *ex)
+{
+	if (ex->upstream_http10 && exchange_reframable(ex))
+		exchange_reframe_by_length(ex, "the upstream answered HTTP/1.0");
+}
+
+void exchange_reframe_for_unheard(struct exchange *ex)
+{
+	if (exchange_reframable(ex) && !http1_chunked_has_trailer(&ex->request_body.chunked))
+		exchange_reframe_by_length(ex, "no answer from the upstream yet told its version");
 }

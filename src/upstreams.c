@@ -37,6 +37,7 @@ struct upstream {
 	unsigned connecting;		       /* admitted connects under way */
 	bool proven;			       /* a connection was made since the last failure */
 	bool answered_http10;		       /* upstream_note_http10() */
+	bool version_heard;		       /* a response head came: its version is known */
 	bool asked;			       /* a request held it since the last probe started */
 	TAILQ_HEAD(, upstream_waiter) waiters; /* oldest first */
 	unsigned waiting;
@@ -311,6 +312,11 @@ bool upstream_down(const struct upstream *u)
 void upstream_note_http10(struct upstream *u, bool http10)
 {
 	u->answered_http10 = http10;
+}
+
+bool upstream_version_heard(const struct upstream *u)
+{
+	return u->version_heard;
 }
 
 bool upstream_answered_http10(const struct upstream *u)
@@ -757,9 +763,11 @@ void upstream_connect_end(struct upstream *u, const struct health_policy *policy
 void upstream_response_seen(struct upstream *u, const struct health_policy *policy)
 {
 	/* the common case, on every response: nothing to learn */
-	if (u->proven && u->health.state == HEALTH_UP && u->health.failures == 0 && u->waiting == 0)
+	if (u->proven && u->health.state == HEALTH_UP && u->health.failures == 0 &&
+	    u->waiting == 0 && u->version_heard)
 		return;
 	u->proven = true;
+	u->version_heard = true;
 	upstream_apply(u, health_step(&u->health, upstream_policy(u, policy), HEALTH_RESPONSE_HEAD,
 				      timer_now_ms()));
 	if (u->waiting > 0 && u->health.state == HEALTH_UP)

@@ -69,6 +69,11 @@ bool upstream_down(const struct upstream *upstream);
 void upstream_note_http10(struct upstream *upstream, bool http10);
 bool upstream_answered_http10(const struct upstream *upstream);
 
+/* Whether a response head came from the upstream since its record was made
+ * (upstream_response_seen()), so that upstream_answered_http10() tells its
+ * version: before one, it may speak HTTP/1.0 or HTTP/1.1. */
+bool upstream_version_heard(const struct upstream *upstream);
+
 /* May a request open its own connection now (policy: the request's
  * config's health:)? On UPSTREAM_GO the caller connects and reports the end
  * with upstream_connect_end(). */
@@ -112,7 +117,8 @@ void upstream_connect_end(struct upstream *upstream, const struct health_policy 
  * connect failure, as a refusal during the handshake is. */
 void upstream_handshake_refused(struct upstream *upstream, const struct health_policy *policy);
 
-/* A response head arrived from the upstream: it is alive. */
+/* A response head arrived from the upstream: it is alive, and its HTTP
+ * version is heard (upstream_version_heard()). */
 void upstream_response_seen(struct upstream *upstream, const struct health_policy *policy);
 
 /* limits.max_upstream_connections: the connections open or being opened

@@ -17,7 +17,8 @@ Must hold:
   origin reads it by that length, byte-exact (the trailer field is not
   sent: it has no place without chunked framing; nor is the Trailer field
   the client sent to announce it); the client gets the 200
-  with Retry-Attempts: 2; the first try went chunked, as the client sent it;
+  with Retry-Attempts: 2; the first try went chunked, as the client sent it
+  (with its trailer section: see the last point);
 - after two HTTP/1.0 503s, the third try goes with Content-Length too;
 - after an HTTP/1.1 503 the retry goes chunked, as the client sent it;
 - a Content-Length body after an HTTP/1.0 503 goes again as it came;
@@ -36,7 +37,13 @@ Must hold:
   is not sent again. The client gets that 503, unchanged, with
   Retry-Attempts: 1, the origin saw one try, the access line says
   gave_up=upstream_http10 and retries_given_up_total{reason="upstream_http10"}
-  counts it. After an HTTP/1.1 503 the same body is retried from the file.
+  counts it. After an HTTP/1.1 503 the same body is retried from the file;
+- a chunked body kept in memory whose first try goes to an upstream not
+  heard from yet (no answer since the proxy started: HTTP/1.0 or HTTP/1.1
+  unknown) goes with Content-Length, whatever the upstream speaks; the
+  next goes as the answer says (chunked to HTTP/1.1, by length to
+  HTTP/1.0); one with a trailer section goes chunked, trailer and all
+  (the check above of /m/a: its first try is such a one).
 """
 
 import hashlib
@@ -225,6 +232,36 @@ def scenario(t):
             h.ok(reqs[0].conn_id != other.requests_for("/n/warm")[0].conn_id,
                  "%s went on a new connection" % path)
             framed(reqs[0], body, path)
+
+    @t.check("a chunked body kept in memory, first to an upstream not heard from yet, goes "
+             "with Content-Length (its HTTP/1.0 or HTTP/1.1 is not known); with a trailer "
+             "section it goes chunked; once an answer came, as that answer says")
+    def _():
+        body = body_of(800, 8)
+        # a fresh upstream of each kind, so that no answer of the checks
+        # above says what it speaks
+        for http10 in (True, False):
+            fresh = t.origin()
+            answer = "/status/200?http10=1" if http10 else 200
+            for path, framed in (("/f/a", by_length), ("/f/b", by_length if http10 else by_chunks)):
+                fresh.script(path, [answer])
+                r = h.fetch(proxy.port(), "PUT", fresh.url(path), fresh.authority,
+                            headers=[("Transfer-Encoding", "chunked")], body=chunked(body))
+                reqs = fresh.requests_for(path)
+                what = "%s to an HTTP/1.%d upstream" % (path, 0 if http10 else 1)
+                h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "1", 1),
+                     "%s: status, Retry-Attempts, tries" % what)
+                framed(reqs[0], body, what)
+        # a trailer section has no place without chunked framing: kept
+        fresh = t.origin()
+        fresh.script("/f/t", [200])
+        r = h.fetch(proxy.port(), "PUT", fresh.url("/f/t"), fresh.authority,
+                    headers=[("Transfer-Encoding", "chunked"), ("Trailer", "X-Checksum")],
+                    body=chunked(body, trailer=True))
+        reqs = fresh.requests_for("/f/t")
+        h.eq((r.status, len(reqs)), (200, 1), "with a trailer: status, tries")
+        by_chunks(reqs[0], body, "with a trailer")
+        h.eq(reqs[0].trailers, [("X-Checksum", "abc")], "its trailer")
 
 
 h.run(scenario, __doc__)

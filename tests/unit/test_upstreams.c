@@ -857,6 +857,32 @@ static void test_upstreams_response_resets(void **state)
 	harness_free(&h);
 }
 
+/* An upstream's HTTP version is heard from its first response head, on a
+ * connection made while it was known up and proven too (the fast path):
+ * before it, a chunked body may not go chunked (RFC 9112 section 6.1). */
+static void test_upstreams_version_heard(void **state)
+{
+	struct harness h;
+	struct upstream *u;
+
+	harness_init(&h, 3, true);
+	u = upstreams_hold(h.proxy.upstreams, &h.endpoint);
+	assert_false(upstream_version_heard(u));
+	assert_int_equal(upstream_admit(u, &h.policy), UPSTREAM_GO);
+	upstream_connect_end(u, &h.policy, UPSTREAM_CONNECT_MADE);
+	assert_false(upstream_version_heard(u));
+	assert_false(upstream_answered_http10(u));
+	upstream_response_seen(u, &h.policy);
+	assert_true(upstream_version_heard(u));
+	upstream_note_http10(u, true);
+	upstream_response_seen(u, &h.policy);
+	assert_true(upstream_version_heard(u));
+	assert_true(upstream_answered_http10(u));
+	assert_upstream_line(&h, "up", 0, 0);
+	upstream_release(u);
+	harness_free(&h);
+}
+
 /* A TLS 1.3 handshake the server may still refuse on the first read
  * wipes out no failures; its refusal is one more; a response head on it
  * resets the count as any does. */
@@ -1317,6 +1343,7 @@ int main(void)
 		cmocka_unit_test(test_upstreams_probe_shortage_each_spell),
 		cmocka_unit_test(test_upstreams_down_no_hold),
 		cmocka_unit_test(test_upstreams_response_resets),
+		cmocka_unit_test(test_upstreams_version_heard),
 		cmocka_unit_test(test_upstreams_made_in_doubt),
 		cmocka_unit_test(test_upstreams_off),
 		cmocka_unit_test(test_upstreams_off_by_reload),
