@@ -1122,7 +1122,11 @@ static void exchange_handshake_refused(struct exchange_try *t, const char *why)
 	exchange_try_failed(t, TRY_TLS, why);
 }
 
-/* The upstream closed (or failed) before the response head was complete. */
+/* The upstream closed (or failed) before the response head was complete.
+ * An alert that refuses a handshake is the handshake's failure only where
+ * the server could still refuse it: a new TLS 1.3 connection whose server
+ * asked for a certificate. After a TLS 1.2 handshake, such an alert ends
+ * a renegotiation the server asked for once it had read the request. */
 static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 {
 	char tls[320];
@@ -1132,6 +1136,7 @@ static void exchange_closed_before_head(struct exchange_try *t, bool eof)
 	if (t->reused && !t->byte_seen)
 		exchange_try_failed(t, TRY_STALE, "pooled connection closed by the upstream");
 	else if (tls_why != NULL && !t->reused && !t->byte_seen &&
+		 tls_client_may_be_refused(conn_ssl(t->up)) &&
 		 tls_error_is_handshake_refusal(conn_tls_error(t->up)))
 		exchange_handshake_refused(t, tls_why);
 	else
