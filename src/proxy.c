@@ -32,6 +32,13 @@
 #define PROXY_RESOLV_CONF_ENV "RETRYPROXY_RESOLV_CONF"
 #define PROXY_HOSTS_ENV "RETRYPROXY_HOSTS"
 
+/* Questions the resolver has out at once (libevent's "max-inflight:",
+ * which a resolv.conf may still set). libevent's own 64 let 32 names whose
+ * questions go unanswered (a dead domain, a resolver that drops them) hold
+ * every other name's lookup in a queue until their connect_timeout; nginx
+ * and Squid set no such cap at all. */
+#define PROXY_DNS_MAX_INFLIGHT "1024"
+
 static void proxy_warn_unverified(const char *text, void *arg)
 {
 	(void)arg;
@@ -202,6 +209,8 @@ static void proxy_read_resolver(struct evdns_base *dns, struct resolv_conf *conf
 			evdns_base_set_option(dns, "timeout:", "5");
 			evdns_base_set_option(dns, "attempts:", "3");
 		}
+		/* before the file, which may set its own */
+		evdns_base_set_option(dns, "max-inflight:", PROXY_DNS_MAX_INFLIGHT);
 		/* every option but the hosts file, which is loaded below from
 		 * the file that was asked for */
 		r = evdns_base_resolv_conf_parse(dns, options, resolv);
