@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 
 #include <event2/dns.h>
@@ -33,7 +34,13 @@ struct name_lookup {
 	size_t candidate;	       /* the one asked now */
 	struct evdns_request *request; /* its UDP question, while out */
 	struct dns_tcp_query *tcp;     /* its TCP question, while out */
+	bool unwaited;		       /* on the list below: its asker went away */
+	LIST_ENTRY(name_lookup) unwaited_link;
 };
+
+/* UDP questions out whose askers went away, for a shutdown or a reload to
+ * cancel. */
+static LIST_HEAD(, name_lookup) name_lookup_unwaited = LIST_HEAD_INITIALIZER(name_lookup_unwaited);
 
 /* The hosts file's answer, which the resolver without nameservers gives
  * at once or never. */
@@ -85,6 +92,8 @@ static bool name_lookup_in_hosts(struct evdns_base *hosts, const char *host, int
 
 static void name_lookup_free(struct name_lookup *lookup)
 {
+	if (lookup->unwaited)
+		LIST_REMOVE(lookup, unwaited_link);
 	dns_search_free(lookup->candidates, lookup->candidate_count);
 	free(lookup);
 }
@@ -250,9 +259,24 @@ void name_lookup_cancel(struct name_lookup *lookup)
 		name_lookup_free(lookup);
 		return;
 	}
-	/* freed by its callback, which the resolver still makes */
+	/* freed by its callback, which the resolver makes when the question
+	 * is answered or times out: not cancelled, so that a nameserver that
+	 * stopped answering is seen to time out (name_lookup.h) */
 	lookup->cb = NULL;
-	evdns_cancel_request(NULL, lookup->request);
+	lookup->unwaited = true;
+	LIST_INSERT_HEAD(&name_lookup_unwaited, lookup, unwaited_link);
+}
+
+void name_lookup_cancel_unwaited(void)
+{
+	struct name_lookup *lookup;
+
+	/* off the list first: it is cancelled once */
+	while ((lookup = LIST_FIRST(&name_lookup_unwaited)) != NULL) {
+		LIST_REMOVE(lookup, unwaited_link);
+		lookup->unwaited = false;
+		evdns_cancel_request(NULL, lookup->request);
+	}
 }
 
 bool name_is_localhost(const char *host)

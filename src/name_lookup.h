@@ -63,8 +63,19 @@ struct name_lookup *name_lookup_start(const struct name_resolver *resolver, cons
 				      bool absolute, int family, uint16_t port, name_lookup_cb cb,
 				      void *arg);
 
-/* Stop waiting for a question's answer: cb is not called. */
+/* Stop waiting for a question's answer: cb is not called. A question out
+ * over UDP is left to run its course, answered or timed out, rather than
+ * cancelled: libevent's resolver takes turns between nameservers and
+ * learns that one is dead only from its questions timing out, and a try's
+ * connect_timeout, not longer than the resolver's own timeout, would
+ * otherwise end every question to it first. */
 void name_lookup_cancel(struct name_lookup *lookup);
+
+/* Cancel the questions nobody waits for any more, before the resolver is
+ * freed or its nameservers read again (which would send them again, each
+ * with a new timeout): their callbacks, which free them, come in the
+ * loop's next pass. */
+void name_lookup_cancel_unwaited(void);
 
 /* Is host localhost or a name under .localhost (RFC 6761 section 6.3)? */
 bool name_is_localhost(const char *host);

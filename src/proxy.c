@@ -331,11 +331,13 @@ void proxy_free(struct proxy *proxy)
 	tls_store_free(proxy->tls);
 	timer_free(proxy->drain_timer);
 	log_batch_free(proxy->log_batch);
-	/* a lookup cancelled above (a fleet reconnecting, an upstream
-	 * connect) is freed by its deferred callback, which only a pass of the
-	 * loop runs: without it libevent 2.1 leaks the request when the
-	 * resolver goes (libevent issue 942); the callbacks see the cancel and
-	 * touch nothing */
+	/* a lookup given up above or before (a fleet reconnecting, an
+	 * upstream connect), its question still out, is cancelled now and
+	 * freed by its deferred callback, which only a pass of the loop runs:
+	 * without it libevent 2.1 leaks the request when the resolver goes
+	 * (libevent issue 942); the callbacks see the cancel and touch
+	 * nothing */
+	name_lookup_cancel_unwaited();
 	event_base_loop(proxy->base, EVLOOP_NONBLOCK);
 	evdns_base_free(proxy->dns, 1);
 	evdns_base_free(proxy->hosts, 1);
@@ -446,7 +448,9 @@ int proxy_reload(struct proxy *proxy, const char *path)
 	upstreams_health_policy(proxy->upstreams, &config->health);
 	/* resolv.conf and the hosts file are read again (an edited hosts
 	 * file, a new nameserver), and the answers kept under the old ones
-	 * are forgotten, as they are under an old dns_cache */
+	 * are forgotten, as they are under an old dns_cache; the questions
+	 * nobody waits for go first, or they would be sent again */
+	name_lookup_cancel_unwaited();
 	proxy_read_resolver(proxy->dns, proxy->resolv_conf, true, true, true);
 	proxy_read_resolver(proxy->hosts, NULL, false, false, true);
 	dns_cache_clear(proxy->dns_cache);

@@ -4,8 +4,9 @@
 Client: 48 raw-socket GETs through the forward proxy, each for its own name
 (dead0.test ... dead47.test) that the resolver never answers (a resolver
 whose upstream for that domain is down drops the query), left waiting;
-then GETs for names it answers at once, and a last one after a reload
-whose resolv.conf sets `options max-inflight:4`.
+then GETs for names it answers at once; then a second proxy whose
+resolv.conf sets `options max-inflight:4`, with 2 dead names asked, a GET
+for a good name, a reload whose file no longer sets it, and another.
 Origin: the test origin on 127.0.0.1; dnsstub.DnsStub on a loopback port,
 named by RETRYPROXY_RESOLV_CONF (timeout:5 attempts:2, as a default
 resolv.conf keeps a question out for seconds), answers good*.test and drops
@@ -16,8 +17,10 @@ held the other 32 back, in a queue every later lookup joined), and a GET
 for a name the resolver answers gets 200 within a second while they wait
 (before, it waited behind them until their connect_timeout ended them, 4 s,
 and got 502 when its own ended first); a resolv.conf that sets libevent's
-`max-inflight:` still sets the cap (a name then waits behind the dead ones),
-and a reload whose file no longer sets it lifts it again.
+`max-inflight:` still sets the cap (a name then waits behind the dead ones'
+questions), and a reload whose file no longer sets it lifts it again (the
+good name gets 200 at once with those questions still out; before, the
+file's cap stayed).
 """
 
 import time
@@ -83,43 +86,43 @@ def scenario(t):
             r = c.read_response()
             h.check_error_response(r, 502, ["resolve", "dns"])
 
+    # a proxy of its own: the questions above are still out (not cancelled:
+    # see test_dns_dead_nameserver.py) and would hold a lowered cap full
+    capped_conf = stub.write_resolv_conf(t.tmp, name="capped.conf",
+                                         options="timeout:5 attempts:2 max-inflight:4")
+    capped = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": capped_conf})
+
+    def ask_dead(first, count, wait=True):  # and wait until their questions fill the cap
+        for i in range(first, first + count):
+            c = h.RawConn(capped.port(0), timeout=20 * h.SLOW)
+            t.defer(c.close)
+            authority = "dead%d.test:%d" % (i, origin.port)
+            c.send(h.request("GET", "http://%s/" % authority, authority))
+        if wait:
+            h.wait_until(lambda: len([q for q in dead_questions()
+                                      if first <= int(q.name[4:].split(".")[0]) < first + count])
+                         >= 4, 2 * h.SLOW, "the cap's 4 questions")
+
     @t.check("a resolv.conf that sets max-inflight: still sets the cap")
     def _():
-        stub.write_resolv_conf(t.tmp, options="timeout:5 attempts:2 max-inflight:4")
-        proxy.reload()
-        more = []
-        t.defer(lambda: [c.close() for c in more])
-        for i in range(4):
-            c = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
-            more.append(c)
-            authority = "dead%d.test:%d" % (100 + i, origin.port)
-            c.send(h.request("GET", "http://%s/" % authority, authority))
-        h.wait_until(lambda: len([q for q in dead_questions() if q.name.startswith("dead10")]) >= 4,
-                     2 * h.SLOW, "the cap's 4 questions")
+        ask_dead(100, 2)
         start = time.monotonic()
-        status = h.status_of(lambda: h.forward_get(proxy.port(0), "good1.test:%d" % origin.port))
+        status = h.status_of(lambda: h.forward_get(capped.port(0), "good1.test:%d" % origin.port))
         took = time.monotonic() - start
         h.ok(took > 1.0, "good1.test answered after %.2f s (%r): it should have waited behind "
-             "the 4 dead names' questions" % (took, status))
+             "the 2 dead names' 4 questions" % (took, status))
 
     @t.check("a reload whose resolv.conf no longer sets max-inflight: lifts that cap again")
     def _():
-        more = []
-        t.defer(lambda: [c.close() for c in more])
-        for i in range(4):
-            c = h.RawConn(proxy.port(0), timeout=20 * h.SLOW)
-            more.append(c)
-            authority = "dead%d.test:%d" % (200 + i, origin.port)
-            c.send(h.request("GET", "http://%s/" % authority, authority))
-        h.wait_until(lambda: len([q for q in dead_questions() if q.name.startswith("dead20")]) >= 4,
-                     2 * h.SLOW, "the cap's 4 questions")
-        stub.write_resolv_conf(t.tmp, options="timeout:5 attempts:2")
-        proxy.reload()
+        # 2 more dead names, waited for, to fill the cap again once the
+        # reload has cancelled the questions nobody waits for any more
+        ask_dead(200, 2, wait=False)
+        stub.write_resolv_conf(t.tmp, name="capped.conf", options="timeout:5 attempts:2")
+        capped.reload()
         start = time.monotonic()
-        status = h.status_of(lambda: h.forward_get(proxy.port(0), "good2.test:%d" % origin.port))
+        status = h.status_of(lambda: h.forward_get(capped.port(0), "good2.test:%d" % origin.port))
         took = time.monotonic() - start
         h.eq(status, 404, "status from the origin (it has no page /)")
         h.ok(took < 1.0 * h.SLOW, "took %.2f s: the cap of 4 is still in force" % took)
-
 
 h.run(scenario, __doc__, timeout=60)
