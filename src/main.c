@@ -454,6 +454,29 @@ static bool main_parse(int argc, char **argv, struct main_command *cmd, const ch
 	return true;
 }
 
+/* Do the options read go together? false after saying on stderr why, with
+ * the usage. Checked before --help or --version answers, which answer only
+ * a command line that is valid without them. */
+static bool main_options_go_together(const struct main_command *cmd)
+{
+	const char *why = NULL;
+
+	if (cmd->explain.method == NULL &&
+	    (cmd->explain.header_count > 0 || cmd->explain.body_path != NULL))
+		why = "-H and --body go with --explain";
+	else if (cmd->explain.method != NULL && (cmd->check || cmd->make_ca_dir != NULL))
+		why = "--explain takes no --check or --make-ca";
+	/* --make-ca reads no config: an option that would need one is a
+	 * mistake, not something to ignore */
+	else if (cmd->make_ca_dir != NULL && (cmd->config_path != NULL || cmd->check))
+		why = "--make-ca takes no other option";
+	if (why == NULL)
+		return true;
+	fprintf(stderr, "retryproxy: %s\n", why);
+	main_usage(stderr);
+	return false;
+}
+
 /* --check's word for a TLS verification opt-out, as a start warns of it. */
 static void main_check_warn_unverified(const char *text, void *arg)
 {
@@ -494,6 +517,10 @@ int main(int argc, char **argv)
 		free(headers);
 		return MAIN_EXIT_CONFIG;
 	}
+	if (!main_options_go_together(&cmd)) {
+		free(headers);
+		return MAIN_EXIT_CONFIG;
+	}
 	if (cmd.answer != NULL) {
 		free(headers);
 		if (strcmp(cmd.answer, "--version") == 0) {
@@ -505,36 +532,15 @@ int main(int argc, char **argv)
 	}
 	config_path = cmd.config_path;
 	check = cmd.check;
-	if (cmd.explain.method == NULL &&
-	    (cmd.explain.header_count > 0 || cmd.explain.body_path != NULL)) {
-		fprintf(stderr, "retryproxy: -H and --body go with --explain\n");
-		main_usage(stderr);
-		free(headers);
-		return MAIN_EXIT_CONFIG;
-	}
 	if (cmd.explain.method != NULL) {
-		int rc = MAIN_EXIT_CONFIG;
+		int rc = main_explain(config_path, &cmd.explain);
 
-		if (check || cmd.make_ca_dir != NULL) {
-			fprintf(stderr, "retryproxy: --explain takes no --check or --make-ca\n");
-			main_usage(stderr);
-		} else {
-			rc = main_explain(config_path, &cmd.explain);
-		}
 		free(headers);
 		return rc;
 	}
 	free(headers);
-	if (cmd.make_ca_dir != NULL) {
-		/* It reads no config: an option that would need one is a
-		 * mistake, not something to ignore. */
-		if (config_path != NULL || check) {
-			fprintf(stderr, "retryproxy: --make-ca takes no other option\n");
-			main_usage(stderr);
-			return MAIN_EXIT_CONFIG;
-		}
+	if (cmd.make_ca_dir != NULL)
 		return main_make_ca(cmd.make_ca_dir);
-	}
 	/* a reload asked for while the proxy starts (a service manager's, a
 	 * deploy's) must not kill it by the default action before its handler
 	 * is in place, nor be lost: it is blocked until then, the config's

@@ -8,8 +8,10 @@ whose port is taken, and no -c at all from an empty directory and from one
 holding conf/retryproxy.yaml; it also stops a running proxy with SIGINT.
 Origin: none.
 Must hold: --version prints "retryproxy <version>"; --help exits 0 naming
-the options; either followed by a stray word or an unknown option is a
-usage error (exit 1) that answers nothing on stdout; --check prints "ok" and exits 0 without binding anything (and
+the options; either followed by a stray word or an unknown option, or
+beside options that do not go together (-H without --explain, --explain or
+--make-ca with --check), is a usage error (exit 1) that answers nothing on
+stdout; --check prints "ok" and exits 0 without binding anything (and
 without -c names on stderr the config it checked), and exits 2 naming the
 error when that "ok" cannot be written (stdout on /dev/full, or a pipe
 nobody reads: no death by SIGPIPE), as do
@@ -182,6 +184,28 @@ def scenario(t):
         p = h.run_bin(["-c", "/nonexistent.yaml", "--version"])
         h.eq(p.returncode, 0, "a valid option before --version still lets it answer (stderr %r)"
              % p.stderr)
+
+    @t.check("--help or --version beside options that do not go together (-H without "
+             "--explain, --explain or --make-ca with --check) is a usage error naming "
+             "why, as without them; beside a valid command line it answers")
+    def _():
+        for args, why in ((["--version", "-H", "A: b"], "-H and --body go with --explain"),
+                          (["--help", "--body", "f"], "-H and --body go with --explain"),
+                          (["--help", "--explain", "GET", "http://x/", "--check"],
+                           "--explain takes no --check or --make-ca"),
+                          (["--version", "--check", "--make-ca", os.path.join(tmp, "no-ca")],
+                           "--make-ca takes no other option")):
+            p = h.run_bin(args)
+            h.eq(p.returncode, 1, "exit code of %r (stdout %r)" % (args, p.stdout))
+            h.ok(why in p.stderr, "stderr for %r should say %r: %r" % (args, why, p.stderr))
+            h.eq(p.stdout, "", "nothing answered on stdout for %r" % (args,))
+        h.ok(not os.path.exists(os.path.join(tmp, "no-ca")), "no CA made beside a usage error")
+        for args in (["--version", "--explain", "GET", "http://x/"],
+                     ["--help", "--make-ca", os.path.join(tmp, "no-ca")]):
+            p = h.run_bin(args)
+            h.eq(p.returncode, 0, "%r answers (stderr %r)" % (args, p.stderr))
+            h.ok(p.stdout != "", "%r answers on stdout" % (args,))
+        h.ok(not os.path.exists(os.path.join(tmp, "no-ca")), "--help made no CA")
 
     @t.check("--check on a good config prints ok, exits 0 and binds nothing (its port is taken)")
     def _():
