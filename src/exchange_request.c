@@ -74,6 +74,50 @@ static bool exchange_expect_sent(const struct http1_head *head, const bool *forw
 	return false;
 }
 
+/* Does an Upgrade field list h2c? */
+static bool exchange_upgrade_lists_h2c(const struct http1_field *f)
+{
+	const char *p = f->value;
+	const char *elem;
+	size_t elem_len;
+
+	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len))
+		if (http1_upgrade_is_h2c(elem, elem_len))
+			return true;
+	return false;
+}
+
+/* The Upgrade line that goes upstream for a field listing h2c: its other
+ * protocols, or no line when none is left (the proxy speaks no HTTP/2, so
+ * an upstream must not be asked to switch to it). Written to out unless
+ * NULL; returns the line's length. */
+static size_t exchange_upgrade_without_h2c(const struct http1_field *f, char *out)
+{
+	static const char name[] = "Upgrade: ";
+	const char *p = f->value;
+	const char *elem;
+	size_t elem_len;
+	size_t len = 0;
+
+	while (http1_list_next(&p, f->value + f->value_len, &elem, &elem_len)) {
+		const char *sep = len == 0 ? name : ", ";
+		size_t sep_len = len == 0 ? sizeof(name) - 1 : 2;
+
+		if (elem_len == 0 || http1_upgrade_is_h2c(elem, elem_len))
+			continue;
+		if (out != NULL) {
+			memcpy(out + len, sep, sep_len);
+			memcpy(out + len + sep_len, elem, elem_len);
+		}
+		len += sep_len + elem_len;
+	}
+	if (len == 0)
+		return 0;
+	if (out != NULL)
+		memcpy(out + len, "\r\n", 2);
+	return len + 2;
+}
+
 /* The request head as it goes upstream: origin-form target, Host of the
  * upstream, the client's fields minus hop-by-hop ones, and Via. */
 static void exchange_build_request_head(struct exchange *ex, const struct http1_head *head,
@@ -136,12 +180,21 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	if (ex->key_injected)
 		size += key_line;
 	if (ex->upgrade) {
-		/* the proxy takes part in the switch: its own hop asks for it */
-		for (i = 0; i < head->field_count; i++)
-			if (head->fields[i].known == HTTP1_FIELD_UPGRADE && !forward[i]) {
+		/* the proxy takes part in the switch: its own hop asks for it,
+		 * byte-exact but for h2c; a field listing h2c is left out of
+		 * forward and written anew after the others */
+		for (i = 0; i < head->field_count; i++) {
+			const struct http1_field *f = &head->fields[i];
+
+			if (f->known != HTTP1_FIELD_UPGRADE || forward[i])
+				continue;
+			if (exchange_upgrade_lists_h2c(f)) {
+				size += exchange_upgrade_without_h2c(f, NULL);
+			} else {
 				forward[i] = true;
-				size += head->fields[i].line_len;
+				size += f->line_len;
 			}
+		}
 		size += sizeof(connection_upgrade) - 1;
 	}
 	if (max_forwards > 0 && !forward[max_forwards_at])
@@ -168,8 +221,12 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 		p = EXCHANGE_PUT_LITERAL(p, max_forwards_name);
 		p = exchange_put(p, max_forwards_text, (size_t)max_forwards_len);
 	}
-	if (ex->upgrade)
+	if (ex->upgrade) {
+		for (i = 0; i < head->field_count; i++)
+			if (head->fields[i].known == HTTP1_FIELD_UPGRADE && !forward[i])
+				p += exchange_upgrade_without_h2c(&head->fields[i], p);
 		p = EXCHANGE_PUT_LITERAL(p, connection_upgrade);
+	}
 	if (trailers)
 		p = EXCHANGE_PUT_LITERAL(p, te_trailers);
 	if (ex->key_injected) {

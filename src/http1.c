@@ -681,7 +681,7 @@ struct http1_scan {
 	bool keep_alive;		/* Connection: keep-alive */
 	bool upgrade_option;		/* Connection: upgrade */
 	bool other_option;		/* Connection: any other option */
-	bool has_upgrade;		/* an Upgrade field naming something */
+	bool has_upgrade;		/* an Upgrade field naming something not h2c */
 	bool expect_continue;		/* Expect: 100-continue */
 	bool expect_other;		/* another expectation */
 	bool length_leading_zero;	/* a Content-Length value like 007 */
@@ -750,6 +750,26 @@ static void http1_scan_connection(const struct http1_field *f, struct http1_scan
 	}
 }
 
+bool http1_upgrade_is_h2c(const char *elem, size_t len)
+{
+	const char *slash = memchr(elem, '/', len);
+
+	if (slash != NULL)
+		len = (size_t)(slash - elem);
+	return HTTP1_FOLD_IS(elem, len, "h2c");
+}
+
+/* Note whether one Upgrade field names a protocol the proxy may offer. */
+static void http1_scan_upgrade(const struct http1_field *f, struct http1_scan *scan)
+{
+	const char *p = f->value;
+	const char *elem;
+	size_t elem_len;
+
+	while (!scan->has_upgrade && http1_list_step(&p, f->value + f->value_len, &elem, &elem_len))
+		scan->has_upgrade = elem_len > 0 && !http1_upgrade_is_h2c(elem, elem_len);
+}
+
 /* Note the expectations of one Expect field. */
 static void http1_scan_expect(const struct http1_field *f, struct http1_scan *scan)
 {
@@ -797,7 +817,7 @@ static int http1_scan_fields(const struct http1_head *head, struct http1_scan *s
 			scan->underscore_framing = true;
 			break;
 		case HTTP1_FIELD_UPGRADE:
-			scan->has_upgrade = scan->has_upgrade || f->value_len > 0;
+			http1_scan_upgrade(f, scan);
 			break;
 		}
 	}

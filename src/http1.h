@@ -228,6 +228,11 @@ bool http1_trailer_field_passes(const char *name, size_t len, const char *named,
  * up. */
 bool http1_list_next(const char **pp, const char *end, const char **elem, size_t *elem_len);
 
+/* Is this element of an Upgrade list h2c (HTTP/2 over cleartext, with or
+ * without a version)? The proxy speaks no HTTP/2, and RFC 9113 section 3.1
+ * deprecates the h2c upgrade: it is never offered upstream. */
+bool http1_upgrade_is_h2c(const char *elem, size_t len);
+
 /* Case-insensitive equality of two counted strings. */
 bool http1_equal_nocase(const char *a, size_t alen, const char *b, size_t blen);
 

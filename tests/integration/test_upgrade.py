@@ -29,7 +29,10 @@ an Upgrade field, or naming a protocol the request did not list (h2c for
 websocket), is a 502, while one listed among several, in another case, is
 taken; Upgrade is not passed on, nor a 101 accepted,
 for an HTTP/1.0 request, one whose Connection lacks the upgrade option, or
-one with a body; the same switch works through the forward listener with
+one with a body; an h2c upgrade (HTTP/2 over cleartext, which the
+proxy does not speak; RFC 9113 deprecates it) is not offered upstream:
+Upgrade: h2c and HTTP2-Settings do not reach the origin, h2c is left out
+of a list that names other protocols, and a 101 to h2c is a 502; the same switch works through the forward listener with
 an absolute-form ws-style target, and inside an intercepted CONNECT to a
 TLS origin (wss), where an origin's close without a close_notify reaches
 the client without the proxy's (a cut stays a cut), and one with it with
@@ -320,6 +323,45 @@ def scenario(t):
             h.ok(all(v.lower() != "upgrade" for n, v in fields if n.lower() == "connection"),
                  "Connection: upgrade reached the origin: %r" % fields)
             h.ok(("Sec-WebSocket-Key", KEY) in fields, "the end-to-end fields still go")
+
+    @t.check("an h2c upgrade is not offered upstream: the request goes as a plain GET, "
+             "without Upgrade, Connection: upgrade or HTTP2-Settings")
+    def _():
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+            c.send(handshake("/head?c=h2c-only", "app.example", upgrade="h2c",
+                             connection="Upgrade, HTTP2-Settings",
+                             extra=[("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")]))
+            r = c.read_response()
+            h.eq(r.status, 200, "status")
+            c.send(h.request("GET", "/head?c=after-h2c", "app.example"))
+            h.eq(c.read_response().status, 200, "the next request on the same connection")
+        fields = head_fields(origin.heads_for("c=h2c-only")[0])
+        names = [n.lower() for n, _ in fields]
+        h.ok("upgrade" not in names and "http2-settings" not in names,
+             "Upgrade or HTTP2-Settings reached the origin: %r" % fields)
+        h.ok(all(v.lower() != "upgrade" for n, v in fields if n.lower() == "connection"),
+             "Connection: upgrade reached the origin: %r" % fields)
+
+    @t.check("h2c listed beside another protocol: only the other one is offered upstream")
+    def _():
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+            c.send(handshake("/head?c=h2c-list", "app.example", upgrade="h2c, websocket"))
+            h.eq(c.read_response().status, 200, "status")
+        fields = head_fields(origin.heads_for("c=h2c-list")[0])
+        h.eq([v for n, v in fields if n.lower() == "upgrade"], ["websocket"],
+             "Upgrade at the origin")
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+            c.send(handshake("/ws/echo?c=h2c-list-switch", "app.example",
+                             upgrade="h2c, websocket"))
+            h.eq(c.read_head().status, 101, "the switch to websocket")
+            talk(c)
+
+    @t.check("an origin that switches to h2c anyway: 502, nothing tunnelled")
+    def _():
+        for upgrade in ("h2c", "H2C, websocket"):
+            with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+                c.send(handshake("/ws/other", "app.example", upgrade=upgrade))
+                h.eq(c.read_head().status, 502, "status for Upgrade: %s" % upgrade)
 
     @t.check("several switched connections at once, each its own echo")
     def _():
