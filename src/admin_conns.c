@@ -30,12 +30,18 @@
  * otherwise keep its place for ever. An admin request is at most 12 KiB. */
 #define ADMIN_CONNS_REQUEST_MS 20000
 
+/* Empty lines skipped before a request line at most, as a proxy listener
+ * skips them (RFC 9112 section 2.2: a stray CRLF after a body); evhttp
+ * itself takes one for a request line it cannot read, and refuses a 9th. */
+#define ADMIN_CONNS_MAX_EMPTY_LINES 8
+
 struct admin_conn {
 	struct bufferevent *bev;
 	uint64_t waiting_since_ms; /* its accept, or the end of its last answer */
 	int version_status;	   /* 400 or 505: the request read now is refused for its version */
 	bool answering;		   /* a request arrived; its answer is not all written */
 	bool cut;		   /* shut down for taking too long; evhttp frees it */
+	unsigned empty_lines;	   /* skipped before the request line looked for now */
 	bool at_request_line;	   /* its input starts with a request line not looked at yet */
 	bool nul_read;		   /* a NUL byte came in on it */
 };
@@ -128,18 +134,27 @@ static int admin_conns_version_refusal(const char *version, size_t len)
  * it read: HTTP/1.01 as 1.1, HTTP/1.4294967296 (past an int) as 1.0, served
  * both, and HTTP/2.0 with its own 400 page. A version refused goes on to
  * evhttp as HTTP/1.0, which reads the rest of the head as it always does
- * (and sends no 100 Continue in it), and the admin answers the refusal. */
+ * (and sends no 100 Continue in it), and the admin answers the refusal.
+ * The empty lines before the line go first, up to 8: evhttp would take
+ * the first for a request line it cannot read. */
 static void admin_conns_look_at_request_line(struct admin_conn *c)
 {
 	struct evbuffer *in = bufferevent_get_input(c->bev);
-	struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, NULL, EVBUFFER_EOL_CRLF);
+	struct evbuffer_ptr eol;
 	const char *line, *first_space, *last_space;
-	size_t len;
+	size_t len, eol_len;
 	char *kept;
 	int status;
 
-	if (eol.pos < 0)
-		return; /* not whole yet: looked at again as more comes */
+	for (;;) {
+		eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_CRLF);
+		if (eol.pos < 0)
+			return; /* not whole yet: looked at again as more comes */
+		if (eol.pos > 0 || c->empty_lines == ADMIN_CONNS_MAX_EMPTY_LINES)
+			break;
+		c->empty_lines++;
+		evbuffer_drain(in, eol_len);
+	}
 	c->at_request_line = false;
 	len = (size_t)eol.pos;
 	line = len > 0 ? (const char *)evbuffer_pullup(in, (ev_ssize_t)len) : NULL;
@@ -350,6 +365,7 @@ static void admin_conns_answered_cb(struct evhttp_request *req, void *arg)
 		/* evhttp reads the next request from what is left, which may
 		 * hold its line already (pipelined) */
 		c->version_status = 0;
+		c->empty_lines = 0;
 		c->at_request_line = true;
 		admin_conns_look_at_request_line(c);
 	}

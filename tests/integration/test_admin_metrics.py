@@ -29,7 +29,9 @@ is not digits, or a chunked body (evhttp reads chunk sizes such as 0x29,
 is answered; so does one with a NUL byte in a field (evhttp would read
 "Host: 127.0.0.1\\0.rebound.example" as 127.0.0.1, and a line starting
 with a NUL as the end of the head; RFC 9110 section 5.5), and so does one whose Host is not uri-host[:port],
-an empty one included (RFC 9112 section 3.2). Answers the proxy gives before any route is chosen (a
+an empty one included (RFC 9112 section 3.2). Up to 8 empty lines before
+a request line are skipped, as RFC 9112 section 2.2 asks and a proxy
+listener does; a 9th gets 400. Answers the proxy gives before any route is chosen (a
 400 for two Host fields, a TRACE with Max-Forwards: 0) count in
 retryproxy_requests_total under route "-", as the access log names it. A config whose number /config could not write back in a
 form the parser takes (999999999999999.99, which is 1e15) is refused by
@@ -446,6 +448,24 @@ def scenario(t):
                        b"Host: 127.0.0.1\r\n\x00Content-Length: %d\r\n" % len(inner),
                        b"Host: 127.0.0.1\r\nX-A: a\x00b\r\n"):
             refused_and_closed(b"GET /healthz HTTP/1.1\r\n" + fields + b"\r\n" + inner, repr(fields))
+
+    @t.check("empty lines before a request line (a stray CRLF after a body; RFC 9112 section 2.2 "
+             "asks a server to skip at least one) are skipped, up to 8 as on a proxy listener, on a "
+             "connection's first request and a later one, sent at once or byte by byte; a 9th gets 400")
+    def _():
+        get = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        for pieces in ([b"\r\n\n" + get + b"\r\n" + get + b"\r\n" * 8 + get],
+                       [bytes([b]) for b in b"\r\n" + get + b"\r\n"]):
+            with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+                for piece in pieces:
+                    c.send(piece)
+                    if len(pieces) > 1:
+                        time.sleep(0.002)  # each byte a read of its own
+                for n in range(3 if len(pieces) == 1 else 1):
+                    r = c.read_response()
+                    h.eq(r.status, 200, "status of request %d after empty lines (%d pieces)"
+                         % (n + 1, len(pieces)))
+        refused_and_closed(b"\r\n" * 9 + get, "9 empty lines before the request line")
 
     @t.check("a Host that is not a valid uri-host[:port] (a port that is no number, userinfo, "
              "a space, an unclosed IPv6 bracket, an empty one) -> 400 and the connection "
