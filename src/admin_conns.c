@@ -43,7 +43,8 @@ struct admin_conn {
 	bool cut;		   /* shut down for taking too long; evhttp frees it */
 	unsigned empty_lines;	   /* skipped before the request line looked for now */
 	bool at_request_line;	   /* its input starts with a request line not looked at yet */
-	bool nul_read;		   /* a NUL byte came in on it */
+	bool rewriting;		   /* its request line is being put back: no new bytes */
+	size_t nuls_read;	   /* NUL bytes that came in on it */
 };
 
 struct admin_conns {
@@ -174,8 +175,10 @@ static void admin_conns_look_at_request_line(struct admin_conn *c)
 	kept = xmalloc(len + 8);
 	memcpy(kept, line, len);
 	memcpy(kept + len, "HTTP/1.0", 8);
+	c->rewriting = true;
 	evbuffer_drain(in, (size_t)eol.pos);
 	evbuffer_prepend(in, kept, len + 8);
+	c->rewriting = false;
 	free(kept);
 }
 
@@ -188,24 +191,33 @@ static struct admin_conn *admin_conns_by_input(struct admin_conns *conns, const 
 	return NULL;
 }
 
-/* Did the n bytes just added at in's end bring a NUL? */
-static bool admin_conns_nul_added(struct evbuffer *in, size_t n)
+/* The NUL bytes among the last n of in. */
+static size_t admin_conns_nuls_in_last(struct evbuffer *in, size_t n)
 {
-	size_t len = evbuffer_get_length(in);
-	struct evbuffer_ptr from;
+	size_t len = evbuffer_get_length(in), count = 0;
+	struct evbuffer_ptr at;
 
-	return evbuffer_ptr_set(in, &from, n < len ? len - n : 0, EVBUFFER_PTR_SET) == 0 &&
-	       evbuffer_search(in, "", 1, &from).pos >= 0;
+	if (evbuffer_ptr_set(in, &at, n < len ? len - n : 0, EVBUFFER_PTR_SET) != 0)
+		return 0;
+	for (at = evbuffer_search(in, "", 1, &at); at.pos >= 0;
+	     at = evbuffer_search(in, "", 1, &at)) {
+		count++;
+		if (evbuffer_ptr_set(in, &at, 1, EVBUFFER_PTR_ADD) != 0)
+			break;
+	}
+	return count;
 }
 
 /* Bytes came in on a connection (this runs as they are added, before the
- * read callback, so they are the last ones). A NUL among them is noted:
+ * read callback, so they are the last ones). The NULs among them are
+ * counted, so that a request can be told whether one was in its bytes:
  * evhttp keeps fields as C strings, so "Host: 127.0.0.1\0.rebound.example"
  * reaches the admin as "127.0.0.1", and a line that starts with a NUL is
  * to evhttp the end of the head; RFC 9110 section 5.5 wants a request with
  * a NUL in a field refused (or the NUL made a space), which only the bytes
  * can show, and no admin request has a NUL anywhere, its body included. A
- * request line they complete is looked at before evhttp reads it. */
+ * request line they complete is looked at before evhttp reads it; the
+ * line put back then brings no new bytes. */
 static void admin_conns_input_cb(struct evbuffer *in, const struct evbuffer_cb_info *info,
 				 void *arg)
 {
@@ -214,10 +226,9 @@ static void admin_conns_input_cb(struct evbuffer *in, const struct evbuffer_cb_i
 	if (info->n_added == 0)
 		return;
 	c = admin_conns_by_input(arg, in);
-	if (c == NULL)
+	if (c == NULL || c->rewriting)
 		return;
-	if (admin_conns_nul_added(in, info->n_added))
-		c->nul_read = true;
+	c->nuls_read += admin_conns_nuls_in_last(in, info->n_added);
 	if (c->at_request_line)
 		admin_conns_look_at_request_line(c);
 }
@@ -391,8 +402,15 @@ int admin_conns_version_status(struct admin_conns *conns, struct evhttp_request 
 bool admin_conns_read_nul(struct admin_conns *conns, struct evhttp_request *req)
 {
 	const struct admin_conn *c = admin_conns_of(conns, req);
+	struct evbuffer *in;
 
-	return c != NULL && c->nul_read;
+	if (c == NULL || c->nuls_read == 0)
+		return false;
+	/* evhttp took this request's bytes out of the input, and nothing
+	 * more: a NUL still there is a later request's, to be refused in its
+	 * turn (a request with one is the connection's last) */
+	in = bufferevent_get_input(c->bev);
+	return c->nuls_read > admin_conns_nuls_in_last(in, evbuffer_get_length(in));
 }
 
 unsigned admin_conns_open(const struct admin_conns *conns)

@@ -36,9 +36,10 @@ void admin_conns_request(struct admin_conns *conns, struct evhttp_request *req);
  * it are written in HTTP/1.1. 0 for a connection not counted. */
 int admin_conns_version_status(struct admin_conns *conns, struct evhttp_request *req);
 
-/* Whether a NUL byte came in on req's connection, in this request or
- * one pipelined behind it: evhttp's fields end at a NUL, so the request
- * it read may not be the one sent (RFC 9110 section 5.5). */
+/* Whether a NUL byte came in on req's connection in req's bytes (one in a
+ * request pipelined behind it is that one's): evhttp's fields end at a
+ * NUL, so the request it read may not be the one sent (RFC 9110 section
+ * 5.5). */
 bool admin_conns_read_nul(struct admin_conns *conns, struct evhttp_request *req);
 
 /* Connections open now. */

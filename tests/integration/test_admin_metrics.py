@@ -28,7 +28,8 @@ is not digits, or a chunked body (evhttp reads chunk sizes such as 0x29,
 +29 or "29 x", which a strict front end would not), and nothing after it
 is answered; so does one with a NUL byte in a field (evhttp would read
 "Host: 127.0.0.1\\0.rebound.example" as 127.0.0.1, and a line starting
-with a NUL as the end of the head; RFC 9110 section 5.5), and so does one whose Host is not uri-host[:port],
+with a NUL as the end of the head; RFC 9110 section 5.5), the valid
+requests pipelined before it answered first, and so does one whose Host is not uri-host[:port],
 an empty one included (RFC 9112 section 3.2). Up to 8 empty lines before
 a request line are skipped, as RFC 9112 section 2.2 asks and a proxy
 listener does; a 9th gets 400. Answers the proxy gives before any route is chosen (a
@@ -466,6 +467,20 @@ def scenario(t):
                     h.eq(r.status, 200, "status of request %d after empty lines (%d pieces)"
                          % (n + 1, len(pieces)))
         refused_and_closed(b"\r\n" * 9 + get, "9 empty lines before the request line")
+
+    @t.check("a NUL byte in a request pipelined behind a valid one refuses that one alone: the "
+             "valid one is answered first, then the one with the NUL gets 400 and the connection "
+             "closes")
+    def _():
+        get = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        with h.RawConn(proxy.port(1), timeout=5 * h.SLOW) as c:
+            c.send(get + get + b"GET /config HTTP/1.1\r\nHost: 127.0.0.1\x00.rebound.example\r\n\r\n")
+            for n in (1, 2):
+                r = c.read_response()
+                h.eq(r.status, 200, "status of valid request %d before the one with a NUL" % n)
+            r = c.read_response()
+            h.eq(r.status, 400, "status of the request with a NUL")
+            h.ok(c.closed_within(2 * h.SLOW), "the connection stayed open after the NUL's 400")
 
     @t.check("a Host that is not a valid uri-host[:port] (a port that is no number, userinfo, "
              "a space, an unclosed IPv6 bracket, an empty one) -> 400 and the connection "
