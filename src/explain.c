@@ -307,15 +307,20 @@ static const struct listener_config *explain_sidecar_at(const struct config *con
 	return NULL;
 }
 
-/* Is the target's host localhost, or a name under it? */
+/* Is the target's host localhost, or a name under it? Written with the
+ * root's dot too (localhost.), which the proxy drops before it looks a
+ * name up (upstream_host_normalise()). */
 static bool explain_localhost(const struct http1_target *t)
 {
 	char host[256];
+	size_t len = t->host_len;
 
-	if (t->host_len >= sizeof(host) || memchr(t->host, '\0', t->host_len) != NULL)
+	if (len > 1 && t->host[len - 1] == '.')
+		len--;
+	if (len >= sizeof(host) || memchr(t->host, '\0', len) != NULL)
 		return false;
-	memcpy(host, t->host, t->host_len);
-	host[t->host_len] = '\0';
+	memcpy(host, t->host, len);
+	host[len] = '\0';
 	return name_is_localhost(host);
 }
 

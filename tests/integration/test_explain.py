@@ -428,7 +428,8 @@ def scenario(t):
                         60000, waits), "Host header")
 
     @t.check("sidecar mode: http://localhost:PORT names a sidecar on [::1]:PORT as well as one on "
-             "127.0.0.1:PORT (localhost is both), and so does a name under localhost")
+             "127.0.0.1:PORT (localhost is both), and so does a name under localhost, written "
+             "with the root's dot too (localhost., which the proxy itself takes for localhost)")
     def _():
         port = h.free_port()
         for address in ("127.0.0.1", "[::1]"):
@@ -438,7 +439,8 @@ def scenario(t):
                         "  - address: \"%s:%d\"\n"
                         "    upstream: http://127.0.0.1:%d\n"
                         % (h.free_port(), address, port, h.closed_port()))
-            for host in ("localhost", "api.localhost", "API.LocalHost"):
+            for host in ("localhost", "api.localhost", "API.LocalHost", "localhost.",
+                         "api.localhost."):
                 p = explain(["-c", cfg, "GET", "http://%s:%d/things" % (host, port)])
                 what = "%s, URL host %s" % (address, host)
                 h.eq(p.returncode, 0, "%s: exit code (stderr %r)" % (what, p.stderr))
