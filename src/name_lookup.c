@@ -15,6 +15,7 @@
 #include "dns_message.h"
 #include "dns_search.h"
 #include "dns_tcp.h"
+#include "resolv_conf.h"
 #include "xmalloc.h"
 
 /* A question out to DNS: one search-list candidate at a time, over UDP
@@ -36,7 +37,15 @@ struct name_lookup {
 	struct dns_tcp_query *tcp;     /* its TCP question, while out */
 	bool unwaited;		       /* on the list below: its asker went away */
 	LIST_ENTRY(name_lookup) unwaited_link;
+	bool asked; /* on the queue below: its UDP question is out */
+	TAILQ_ENTRY(name_lookup) asked_link;
 };
+
+/* The UDP questions out, in the order asked. evdns sends a question at once
+ * while fewer than max-inflight of its own are out and queues the others,
+ * sending the queue in order as answers free places: on each resolver, the
+ * first max-inflight here are sent, the rest wait (name_lookup_sent()). */
+static TAILQ_HEAD(, name_lookup) name_lookup_asked = TAILQ_HEAD_INITIALIZER(name_lookup_asked);
 
 /* UDP questions out whose askers went away, for a shutdown or a reload to
  * cancel. */
@@ -90,8 +99,33 @@ static bool name_lookup_in_hosts(struct evdns_base *hosts, const char *host, int
 	return answer.answered;
 }
 
+/* Its UDP question is answered, or taken out of evdns's queue. */
+static void name_lookup_unask(struct name_lookup *lookup)
+{
+	if (!lookup->asked)
+		return;
+	TAILQ_REMOVE(&name_lookup_asked, lookup, asked_link);
+	lookup->asked = false;
+}
+
+/* Is the lookup's UDP question sent, rather than waiting in evdns's queue
+ * behind max-inflight others? */
+static bool name_lookup_sent(const struct name_lookup *lookup)
+{
+	const struct resolv_conf *conf = lookup->resolver.conf;
+	int max_inflight = conf != NULL ? conf->max_inflight : RESOLV_CONF_MAX_INFLIGHT;
+	int before = 0;
+
+	for (const struct name_lookup *l = TAILQ_FIRST(&name_lookup_asked); l != lookup;
+	     l = TAILQ_NEXT(l, asked_link))
+		if (l->resolver.dns == lookup->resolver.dns && ++before >= max_inflight)
+			return false;
+	return true;
+}
+
 static void name_lookup_free(struct name_lookup *lookup)
 {
+	name_lookup_unask(lookup);
 	if (lookup->unwaited)
 		LIST_REMOVE(lookup, unwaited_link);
 	dns_search_free(lookup->candidates, lookup->candidate_count);
@@ -146,7 +180,11 @@ static bool name_lookup_ask(struct name_lookup *lookup, size_t index)
 	else
 		lookup->request = evdns_base_resolve_ipv4(dns, name, DNS_QUERY_NO_SEARCH,
 							  name_lookup_resolve_cb, lookup);
-	return lookup->request != NULL;
+	if (lookup->request == NULL)
+		return false;
+	TAILQ_INSERT_TAIL(&name_lookup_asked, lookup, asked_link);
+	lookup->asked = true;
+	return true;
 }
 
 /* A candidate's answer with error: the next candidate is asked when evdns
@@ -188,6 +226,7 @@ static void name_lookup_resolve_cb(int result, char type, int count, int ttl, vo
 	int error;
 
 	lookup->request = NULL;
+	name_lookup_unask(lookup);
 	if (lookup->cb == NULL) {
 		name_lookup_free(lookup);
 		return;
@@ -261,8 +300,16 @@ void name_lookup_cancel(struct name_lookup *lookup)
 	}
 	/* freed by its callback, which the resolver makes when the question
 	 * is answered or times out: not cancelled, so that a nameserver that
-	 * stopped answering is seen to time out (name_lookup.h) */
+	 * stopped answering is seen to time out (name_lookup.h); one still in
+	 * evdns's queue is taken out, as it would tell nothing of the
+	 * nameserver, only be sent for nobody and hold up the questions after
+	 * it */
 	lookup->cb = NULL;
+	if (!name_lookup_sent(lookup)) {
+		name_lookup_unask(lookup);
+		evdns_cancel_request(NULL, lookup->request);
+		return;
+	}
 	lookup->unwaited = true;
 	LIST_INSERT_HEAD(&name_lookup_unwaited, lookup, unwaited_link);
 }

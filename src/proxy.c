@@ -33,11 +33,11 @@
 #define PROXY_HOSTS_ENV "RETRYPROXY_HOSTS"
 
 /* Questions the resolver has out at once (libevent's "max-inflight:",
- * which a resolv.conf may still set). libevent's own 64 let 32 names whose
- * questions go unanswered (a dead domain, a resolver that drops them) hold
- * every other name's lookup in a queue until their connect_timeout; nginx
- * and Squid set no such cap at all. */
-#define PROXY_DNS_MAX_INFLIGHT "1024"
+ * which a resolv.conf may still set): RESOLV_CONF_MAX_INFLIGHT, as text.
+ * nginx and Squid set no such cap at all. */
+#define PROXY_DNS_TEXT(n) #n
+#define PROXY_DNS_NUMBER(n) PROXY_DNS_TEXT(n)
+#define PROXY_DNS_MAX_INFLIGHT PROXY_DNS_NUMBER(RESOLV_CONF_MAX_INFLIGHT)
 
 static void proxy_warn_unverified(const char *text, void *arg)
 {

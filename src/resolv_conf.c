@@ -31,6 +31,7 @@ static void resolv_conf_defaults(struct resolv_conf *conf)
 	resolv_conf_clear_search(conf);
 	conf->timeout_ms = 5000;
 	conf->attempts = 3;
+	conf->max_inflight = RESOLV_CONF_MAX_INFLIGHT;
 }
 
 struct resolv_conf *resolv_conf_new(void)
@@ -101,6 +102,14 @@ static void resolv_conf_option(struct resolv_conf *conf, const char *option)
 
 		if (attempts != -1)
 			conf->attempts = attempts > 255 ? 255 : attempts;
+	} else if (resolv_conf_option_is(option, "max-inflight:")) {
+		int max_inflight = resolv_conf_int(value);
+
+		/* evdns's strtoint_clipped(1, 65000) */
+		if (max_inflight != -1)
+			conf->max_inflight = max_inflight < 1	    ? 1
+					     : max_inflight > 65000 ? 65000
+								    : max_inflight;
 	}
 }
 

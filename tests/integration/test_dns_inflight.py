@@ -20,7 +20,12 @@ and got 502 when its own ended first); a resolv.conf that sets libevent's
 `max-inflight:` still sets the cap (a name then waits behind the dead ones'
 questions), and a reload whose file no longer sets it lifts it again (the
 good name gets 200 at once with those questions still out; before, the
-file's cap stayed).
+file's cap stayed). With a cap of 2 held by one dead name's questions, 4
+more dead names whose clients leave while their questions wait in the
+resolver's queue never have them sent, and a good name asked after them
+gets 200 once the first dead name's questions time out (2 s), not after
+theirs too (before, a given-up lookup left its queued question to be sent
+for nobody, and the good name got 502 at connect_timeout).
 """
 
 import time
@@ -124,5 +129,35 @@ def scenario(t):
         took = time.monotonic() - start
         h.eq(status, 404, "status from the origin (it has no page /)")
         h.ok(took < 1.0 * h.SLOW, "took %.2f s: the cap of 4 is still in force" % took)
+
+    # a proxy of its own again: a cap of 2, one dead name's 2 questions out
+    queued_conf = stub.write_resolv_conf(t.tmp, name="queued.conf",
+                                         options="timeout:2 attempts:1 max-inflight:2")
+    queued = t.proxy(CONFIG, env={"RETRYPROXY_RESOLV_CONF": queued_conf})
+
+    @t.check("a lookup given up while its question waits in the resolver's queue takes it out: "
+             "it is never sent, and the names asked after it do not wait behind it")
+    def _():
+        held = h.RawConn(queued.port(0), timeout=20 * h.SLOW)
+        t.defer(held.close)
+        authority = "dead300.test:%d" % origin.port
+        held.send(h.request("GET", "http://%s/" % authority, authority))
+        h.wait_until(lambda: len(stub.queries_for("dead300.test")) >= 2, 2 * h.SLOW,
+                     "dead300.test's 2 questions, the cap")
+        for i in range(301, 305):
+            with h.RawConn(queued.port(0), timeout=20 * h.SLOW) as c:
+                authority = "dead%d.test:%d" % (i, origin.port)
+                c.send(h.request("GET", "http://%s/" % authority, authority))
+                time.sleep(0.1)  # its lookup starts, its questions queued
+        start = time.monotonic()
+        status = h.status_of(lambda: h.forward_get(queued.port(0), "good0.test:%d" % origin.port))
+        took = time.monotonic() - start
+        h.eq(status, 404, "status from the origin (it has no page /)")
+        sent = [q.name for q in stub.queries if q.name in ["dead%d.test" % i
+                                                           for i in range(301, 305)]]
+        h.eq(sent, [], "questions of lookups given up while queued that reached the stub")
+        h.ok(took < 3.0 * h.SLOW, "good0.test took %.2f s: it waited behind the questions of "
+             "lookups given up (dead300.test's end after 2 s)" % took)
+
 
 h.run(scenario, __doc__, timeout=60)

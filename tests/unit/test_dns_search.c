@@ -129,10 +129,22 @@ static void test_timeout_and_attempts(void **state)
 	resolv_conf_parse(conf, "options timeout:2s attempts:900\n", NULL);
 	assert_int_equal(conf->timeout_ms, 5000);
 	assert_int_equal(conf->attempts, 255);
+	/* max-inflight: the proxy's 1024 unless set, clipped to 1..65000 as
+	 * evdns clips it, a value that is no number ignored */
+	assert_int_equal(conf->max_inflight, 1024);
+	resolv_conf_parse(conf, "options max-inflight:4\n", NULL);
+	assert_int_equal(conf->max_inflight, 4);
+	resolv_conf_parse(conf, "options max-inflight:0\n", NULL);
+	assert_int_equal(conf->max_inflight, 1);
+	resolv_conf_parse(conf, "options max-inflight:99999\n", NULL);
+	assert_int_equal(conf->max_inflight, 65000);
+	resolv_conf_parse(conf, "options max-inflight:x\n", NULL);
+	assert_int_equal(conf->max_inflight, 1024);
 	/* a file that cannot be read: the defaults */
 	resolv_conf_read(conf, "/nonexistent/resolv.conf");
 	assert_int_equal(conf->timeout_ms, 5000);
 	assert_int_equal(conf->ndots, 1);
+	assert_int_equal(conf->max_inflight, 1024);
 	resolv_conf_free(conf);
 }
 
