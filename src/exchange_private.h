@@ -562,7 +562,8 @@ void exchange_reframe_for_http10(struct exchange *ex);
 /* A try on a new connection to an upstream no answer came from yet: the
  * body, kept chunked whole in the replay buffer, goes with Content-Length
  * from now on, as after an answer in HTTP/1.0, unless it has a trailer
- * section (which only chunked framing carries). Before the try. */
+ * section or chunk extensions (which only chunked framing carries). Before
+ * the try. */
 void exchange_reframe_for_unheard(struct exchange *ex);
 
 #endif

@@ -20,7 +20,9 @@
  * left out (RFC 9112 section 7.1.2 lets a recipient that removes the
  * chunked coding discard it), and with it the Trailer field that announced
  * it; to an upstream not heard from, which most likely speaks HTTP/1.1, a
- * body with one goes chunked rather than lose it.
+ * body with one goes chunked rather than lose it, and so does a body with
+ * chunk extensions (per-chunk metadata, a signature or a hash: RFC 9112
+ * section 7.1.1), which have no place without chunked framing either.
  */
 
 #define EXCHANGE_TE_NAME "Transfer-Encoding:"
@@ -137,6 +139,9 @@ void exchange_reframe_for_http10(struct exchange *ex)
 
 void exchange_reframe_for_unheard(struct exchange *ex)
 {
-	if (exchange_reframable(ex) && !http1_chunked_has_trailer(&ex->request_body.chunked))
+	const struct http1_chunked *dec = &ex->request_body.chunked;
+
+	if (exchange_reframable(ex) && !http1_chunked_has_trailer(dec) &&
+	    !http1_chunked_has_extension(dec))
 		exchange_reframe_by_length(ex, "no answer from the upstream yet told its version");
 }

@@ -266,6 +266,7 @@ struct http1_chunked {
 	size_t trailer_bytes; /* bytes of trailer section so far */
 	size_t max_line;      /* longest chunk-size line accepted */
 	size_t max_trailer;   /* largest trailer section accepted */
+	bool extended;	      /* a chunk-size line carried a chunk extension */
 };
 
 enum http1_chunk_step {
@@ -300,6 +301,13 @@ bool http1_chunked_past_last_chunk(const struct http1_chunked *dec);
 static inline bool http1_chunked_has_trailer(const struct http1_chunked *dec)
 {
 	return dec->trailer_bytes > 0;
+}
+
+/* True once a chunk extension's name was stepped over (on any chunk-size
+ * line, the last chunk's included). */
+static inline bool http1_chunked_has_extension(const struct http1_chunked *dec)
+{
+	return dec->extended;
 }
 
 #endif

@@ -106,8 +106,11 @@ static int http1_chunk_byte(struct http1_chunked *dec, char c)
 	case HTTP1_CS_EXT_NAME0:
 		if (HTTP1_IS_WS(c))
 			return s;
-		if (HTTP1_IS(c, HTTP1_C_TCHAR))
+		if (HTTP1_IS(c, HTTP1_C_TCHAR)) {
+			/* every extension's name begins here */
+			dec->extended = true;
 			return HTTP1_CS_EXT_NAME;
+		}
 		break;
 	case HTTP1_CS_EXT_NAME:
 	case HTTP1_CS_EXT_NAME_WS:

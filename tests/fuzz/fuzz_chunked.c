@@ -2,7 +2,8 @@
  * the piece sizes and the trailer limit; the rest is the body. Fed whole or in
  * pieces it must classify every byte alike, each run of data bytes must be
  * exactly as long as the chunk-size before it says, no chunk-size line over
- * 4 KiB (CRLF included) is taken, and one refused as too long ran past it. */
+ * 4 KiB (CRLF included) is taken, one refused as too long ran past it, and
+ * a body is said to carry a chunk extension just when a size line had one. */
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ struct fuzz_outcome {
 	enum http1_chunk_step last; /* DONE, ERROR, or the last step when input ran out */
 	enum http1_error error;
 	size_t consumed;
+	bool extended; /* http1_chunked_has_extension() at the end */
 };
 
 /* A small xorshift generator, so the pieces depend only on the input. */
@@ -87,6 +89,39 @@ static void fuzz_decode(const char *body, size_t len, uint32_t seed, size_t max_
 			abort();
 	}
 	out->consumed = off;
+	out->extended = http1_chunked_has_extension(&dec);
+}
+
+/* A body taken whole has an extension only if a ';' was among its framing
+ * bytes (a size line's, or a trailer value's), and has one when a size line
+ * held one: every ';' before the last chunk's line ends is an extension's. */
+static void fuzz_check_extended(const char *body, const unsigned char *classes,
+				const struct fuzz_outcome *out)
+{
+	bool semicolon = false;
+	bool in_size_line = false;
+	size_t i;
+
+	if (out->last != HTTP1_CHUNK_DONE)
+		return;
+	for (i = 0; i < out->consumed; i++) {
+		if (classes[i] != FUZZ_FRAMING)
+			continue;
+		if (body[i] == ';')
+			semicolon = true;
+	}
+	/* the first size line, and each after a data run's CRLF */
+	for (i = 0; i < out->consumed; i++) {
+		if (i == 0 || (classes[i] == FUZZ_FRAMING && i >= 3 &&
+			       classes[i - 3] == FUZZ_DATA && classes[i - 2] == FUZZ_FRAMING))
+			in_size_line = true;
+		if (in_size_line && body[i] == '\n')
+			in_size_line = false;
+		if (in_size_line && body[i] == ';' && !out->extended)
+			abort();
+	}
+	if (out->extended && !semicolon)
+		abort();
 }
 
 /* The chunk-size at the start of a size line, which the decoder accepted. */
@@ -191,6 +226,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (whole.last == HTTP1_CHUNK_DONE || whole.last == HTTP1_CHUNK_ERROR) {
 		if (split.last != whole.last || split.error != whole.error)
 			abort();
+		/* where the pieces fall does not change what the body carried */
+		if (whole.last == HTTP1_CHUNK_DONE && split.extended != whole.extended)
+			abort();
 	} else if (split.last == HTTP1_CHUNK_DONE || split.last == HTTP1_CHUNK_ERROR) {
 		abort();
 	}
@@ -203,6 +241,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	fuzz_check_runs(body, whole_classes, &whole);
 	fuzz_check_line_too_long(body, len, whole_classes, &whole);
+	fuzz_check_extended(body, whole_classes, &whole);
 
 	free(whole_classes);
 	free(split_classes);

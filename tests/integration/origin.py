@@ -184,6 +184,7 @@ class Request:
         self.body_len = 0
         self.body_sha256 = None       # set once the body is complete
         self.trailers = []
+        self.chunk_extensions = []    # each chunk-size line's, after its ';'
         self.complete = threading.Event()
         self.sent_bytes = 0           # response bytes written so far, head included
         self.received_at = time.monotonic()
@@ -941,6 +942,8 @@ class Origin:
                     size = int(size_line.split(b";", 1)[0].strip(), 16)
                 except ValueError:
                     raise _BadRequest("bad chunk size line %r" % size_line)
+                if b";" in size_line:
+                    req.chunk_extensions.append(size_line.split(b";", 1)[1])
                 if size == 0:
                     break
                 remaining = size

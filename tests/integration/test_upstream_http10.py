@@ -43,7 +43,9 @@ Must hold:
   unknown) goes with Content-Length, whatever the upstream speaks; the
   next goes as the answer says (chunked to HTTP/1.1, by length to
   HTTP/1.0); one with a trailer section goes chunked, trailer and all
-  (the check above of /m/a: its first try is such a one).
+  (the check above of /m/a: its first try is such a one), and so does one
+  with chunk extensions, which the upstream gets as they came (they have
+  no place without chunked framing either).
 """
 
 import hashlib
@@ -72,11 +74,11 @@ defaults:
 """
 
 
-def chunked(data, size=100, trailer=False):
+def chunked(data, size=100, trailer=False, extension=True):
     out = b""
     for i in range(0, len(data), size):
         piece = data[i:i + size]
-        ext = b";note=x" if i == 0 else b""
+        ext = b";note=x" if i == 0 and extension else b""
         out += b"%x%s\r\n" % (len(piece), ext) + piece + b"\r\n"
     out += b"0\r\n"
     if trailer:
@@ -235,7 +237,8 @@ def scenario(t):
 
     @t.check("a chunked body kept in memory, first to an upstream not heard from yet, goes "
              "with Content-Length (its HTTP/1.0 or HTTP/1.1 is not known); with a trailer "
-             "section it goes chunked; once an answer came, as that answer says")
+             "section or a chunk extension it goes chunked; once an answer came, as that answer "
+             "says")
     def _():
         body = body_of(800, 8)
         # a fresh upstream of each kind, so that no answer of the checks
@@ -246,7 +249,8 @@ def scenario(t):
             for path, framed in (("/f/a", by_length), ("/f/b", by_length if http10 else by_chunks)):
                 fresh.script(path, [answer])
                 r = h.fetch(proxy.port(), "PUT", fresh.url(path), fresh.authority,
-                            headers=[("Transfer-Encoding", "chunked")], body=chunked(body))
+                            headers=[("Transfer-Encoding", "chunked")],
+                            body=chunked(body, extension=False))
                 reqs = fresh.requests_for(path)
                 what = "%s to an HTTP/1.%d upstream" % (path, 0 if http10 else 1)
                 h.eq((r.status, r.header("Retry-Attempts"), len(reqs)), (200, "1", 1),
@@ -262,6 +266,15 @@ def scenario(t):
         h.eq((r.status, len(reqs)), (200, 1), "with a trailer: status, tries")
         by_chunks(reqs[0], body, "with a trailer")
         h.eq(reqs[0].trailers, [("X-Checksum", "abc")], "its trailer")
+        # nor have chunk extensions: kept as well, and the upstream gets them
+        fresh = t.origin()
+        fresh.script("/f/e", [200])
+        r = h.fetch(proxy.port(), "PUT", fresh.url("/f/e"), fresh.authority,
+                    headers=[("Transfer-Encoding", "chunked")], body=chunked(body))
+        reqs = fresh.requests_for("/f/e")
+        h.eq((r.status, len(reqs)), (200, 1), "with a chunk extension: status, tries")
+        by_chunks(reqs[0], body, "with a chunk extension")
+        h.eq(reqs[0].chunk_extensions, [b"note=x"], "its chunk extension")
 
 
 h.run(scenario, __doc__)

@@ -1780,6 +1780,38 @@ static void test_chunked_trailer_limit(void **state)
 }
 
 /* After an error the decoder keeps saying so. */
+/* Whether a chunked body carried a chunk extension, on any size line: the
+ * proxy keeps chunked framing for it rather than drop the extensions. */
+static bool test_decode_extended(const char *body, size_t len)
+{
+	struct http1_chunked dec;
+	enum http1_error error;
+	size_t off = 0, n;
+
+	http1_chunked_init(&dec, 1024);
+	while (off < len) {
+		enum http1_chunk_step step =
+			http1_chunked_step(&dec, body + off, len - off, &n, &error);
+
+		assert_int_not_equal(step, HTTP1_CHUNK_ERROR);
+		off += n;
+		if (step == HTTP1_CHUNK_DONE)
+			break;
+	}
+	assert_true(http1_chunked_done(&dec));
+	return http1_chunked_has_extension(&dec);
+}
+
+static void test_chunked_has_extension(void **state)
+{
+	(void)state;
+	assert_false(test_decode_extended(S("5\r\nhello\r\n0\r\n\r\n")));
+	assert_false(test_decode_extended(S("5\r\nhello\r\n0\r\nX-A: ;b=c\r\n\r\n")));
+	assert_true(test_decode_extended(S("5;a\r\nhello\r\n0\r\n\r\n")));
+	assert_true(test_decode_extended(S("5\r\nhello\r\n3 ; sig=\"x;y\"\r\nabc\r\n0\r\n\r\n")));
+	assert_true(test_decode_extended(S("5\r\nhello\r\n0;last=1\r\n\r\n")));
+}
+
 static void test_chunked_sticky_error(void **state)
 {
 	struct http1_chunked dec;
@@ -1830,6 +1862,7 @@ int main(void)
 		cmocka_unit_test(test_chunked_trailer_limit),
 		cmocka_unit_test(test_chunked_trailer_steps),
 		cmocka_unit_test(test_trailer_fields),
+		cmocka_unit_test(test_chunked_has_extension),
 		cmocka_unit_test(test_chunked_sticky_error),
 	};
 
