@@ -908,6 +908,8 @@ static void exchange_drop_retry_draining(struct exchange *ex)
 	exchange_drop_retry(ex, reason, 503, text);
 }
 
+static void exchange_upstream_unavailable(struct exchange *ex);
+
 void exchange_schedule_retry(struct exchange *ex)
 {
 	uint64_t now;
@@ -929,6 +931,16 @@ void exchange_schedule_retry(struct exchange *ex)
 	}
 	if (exchange_past_drain(ex, ex->next_wait_ms)) {
 		exchange_drop_retry_draining(ex);
+		return;
+	}
+	/* health.hold: false, and the upstream marked down since the retry was
+	 * decided (while a kept response's body was read): no try follows the
+	 * backoff while it stays down, so the answer goes now, as from
+	 * exchange_try_failed() */
+	if (!ex->config->health.hold && ex->upstream != NULL && upstream_down(ex->upstream)) {
+		ex->gave_up = RETRY_GIVE_UP_UPSTREAM_DOWN;
+		exchange_release_retry(ex);
+		exchange_upstream_unavailable(ex);
 		return;
 	}
 	/* the budget allowed the retry when it was decided; others may have
