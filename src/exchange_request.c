@@ -182,16 +182,21 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 	if (ex->upgrade) {
 		/* the proxy takes part in the switch: its own hop asks for it,
 		 * byte-exact but for h2c; a field listing h2c is left out of
-		 * forward and written anew after the others */
+		 * forward and written anew after the others, and so is every
+		 * Upgrade field after it, which keeps the fields' order (the
+		 * protocols' order of preference: RFC 9110 sections 5.3, 7.8) */
+		bool moved = false;
+
 		for (i = 0; i < head->field_count; i++) {
 			const struct http1_field *f = &head->fields[i];
 
 			if (f->known != HTTP1_FIELD_UPGRADE || forward[i])
 				continue;
 			if (exchange_upgrade_lists_h2c(f)) {
+				moved = true;
 				size += exchange_upgrade_without_h2c(f, NULL);
 			} else {
-				forward[i] = true;
+				forward[i] = !moved;
 				size += f->line_len;
 			}
 		}
@@ -222,9 +227,16 @@ static void exchange_build_request_head(struct exchange *ex, const struct http1_
 		p = exchange_put(p, max_forwards_text, (size_t)max_forwards_len);
 	}
 	if (ex->upgrade) {
-		for (i = 0; i < head->field_count; i++)
-			if (head->fields[i].known == HTTP1_FIELD_UPGRADE && !forward[i])
-				p += exchange_upgrade_without_h2c(&head->fields[i], p);
+		for (i = 0; i < head->field_count; i++) {
+			const struct http1_field *f = &head->fields[i];
+
+			if (f->known != HTTP1_FIELD_UPGRADE || forward[i])
+				continue;
+			if (exchange_upgrade_lists_h2c(f))
+				p += exchange_upgrade_without_h2c(f, p);
+			else
+				p = exchange_put(p, f->line, f->line_len);
+		}
 		p = EXCHANGE_PUT_LITERAL(p, connection_upgrade);
 	}
 	if (trailers)

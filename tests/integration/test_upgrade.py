@@ -32,7 +32,8 @@ for an HTTP/1.0 request, one whose Connection lacks the upgrade option, or
 one with a body; an h2c upgrade (HTTP/2 over cleartext, which the
 proxy does not speak; RFC 9113 deprecates it) is not offered upstream:
 Upgrade: h2c and HTTP2-Settings do not reach the origin, h2c is left out
-of a list that names other protocols, and a 101 to h2c is a 502; the same switch works through the forward listener with
+of a list that names other protocols (several Upgrade fields keep their
+order), and a 101 to h2c is a 502; the same switch works through the forward listener with
 an absolute-form ws-style target, and inside an intercepted CONNECT to a
 TLS origin (wss), where an origin's close without a close_notify reaches
 the client without the proxy's (a cut stays a cut), and one with it with
@@ -355,6 +356,17 @@ def scenario(t):
                              upgrade="h2c, websocket"))
             h.eq(c.read_head().status, 101, "the switch to websocket")
             talk(c)
+
+    @t.check("h2c in the first of several Upgrade fields: the protocols left keep their "
+             "order of preference (the fields are not reordered)")
+    def _():
+        with h.RawConn(proxy.port(0), timeout=10 * h.SLOW) as c:
+            c.send(handshake("/head?c=h2c-order", "app.example", upgrade="h2c, websocket",
+                             extra=[("Upgrade", "chat/2")]))
+            h.eq(c.read_response().status, 200, "status")
+        fields = head_fields(origin.heads_for("c=h2c-order")[0])
+        h.eq([v for n, v in fields if n.lower() == "upgrade"], ["websocket", "chat/2"],
+             "Upgrade fields at the origin, in order")
 
     @t.check("an origin that switches to h2c anyway: 502, nothing tunnelled")
     def _():
