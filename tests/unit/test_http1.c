@@ -1779,7 +1779,6 @@ static void test_chunked_trailer_limit(void **state)
 	assert_int_equal(out.last, HTTP1_CHUNK_DONE);
 }
 
-/* After an error the decoder keeps saying so. */
 /* Whether a chunked body carried a chunk extension, on any size line: the
  * proxy keeps chunked framing for it rather than drop the extensions. */
 static bool test_decode_extended(const char *body, size_t len)
@@ -1812,6 +1811,7 @@ static void test_chunked_has_extension(void **state)
 	assert_true(test_decode_extended(S("5\r\nhello\r\n0;last=1\r\n\r\n")));
 }
 
+/* After an error the decoder keeps saying so. */
 static void test_chunked_sticky_error(void **state)
 {
 	struct http1_chunked dec;
