@@ -371,6 +371,17 @@ def random_body_file(directory, n, name):
     return path, hashlib.sha256(data).hexdigest()
 
 
+def stop_listening(sock):
+    """Close a listening socket that a thread may be blocked accepting on:
+    shutdown first, since a close alone leaves it listening until that
+    accept returns."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 def port_accepts(port, host="127.0.0.1", timeout=0.5):
     try:
         with socket.create_connection((host, port), timeout=timeout):

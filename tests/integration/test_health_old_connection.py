@@ -81,13 +81,7 @@ class Origin:
         threading.Thread(target=self.accept, args=(s,), daemon=True).start()
 
     def stop_listening(self):
-        # shutdown first: a close alone leaves the socket listening until
-        # the accept blocked on it returns
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
+        h.stop_listening(self.listener)
 
     def accept(self, s):
         while True:
