@@ -355,6 +355,17 @@ static bool main_option_ambiguous(const char *word)
 	return matches > 1;
 }
 
+/* Does option (its value in optarg) name a file or directory? An empty
+ * value (-c "$CONF" with the variable unset) names nothing to put in an
+ * error: false after saying so. */
+static bool main_name_given(const char *option, const char *what)
+{
+	if (optarg[0] != '\0')
+		return true;
+	fprintf(stderr, "retryproxy: %s: the %s name is empty\n", option, what);
+	return false;
+}
+
 /* Read argv into cmd with getopt_long: "-c FILE", "-cFILE", "--config FILE",
  * "--config=FILE" and a long option shortened to a unique prefix ("--conf")
  * all read alike. false after saying on stderr what is wrong, with the
@@ -398,13 +409,8 @@ static bool main_parse(int argc, char **argv, struct main_command *cmd, const ch
 			snprintf(name, sizeof(name), "-%c", opt);
 		switch (opt) {
 		case 'c':
-			once = main_given_once(cmd->config_path, name);
-			if (once && optarg[0] == '\0') {
-				/* -c "$CONF" with the variable unset: no file to
-				 * name in the error */
-				fprintf(stderr, "retryproxy: %s: the file name is empty\n", name);
-				once = false;
-			}
+			once = main_given_once(cmd->config_path, name) &&
+			       main_name_given(name, "file");
 			cmd->config_path = optarg;
 			break;
 		case MAIN_OPT_CHECK:
@@ -426,11 +432,13 @@ static bool main_parse(int argc, char **argv, struct main_command *cmd, const ch
 			headers[cmd->explain.header_count++] = optarg;
 			break;
 		case MAIN_OPT_BODY:
-			once = main_given_once(cmd->explain.body_path, name);
+			once = main_given_once(cmd->explain.body_path, name) &&
+			       main_name_given(name, "file");
 			cmd->explain.body_path = optarg;
 			break;
 		case MAIN_OPT_MAKE_CA:
-			once = main_given_once(cmd->make_ca_dir, name);
+			once = main_given_once(cmd->make_ca_dir, name) &&
+			       main_name_given(name, "directory");
 			cmd->make_ca_dir = optarg;
 			break;
 		default: /* --version, --help, -h */

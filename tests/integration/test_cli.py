@@ -466,13 +466,18 @@ def scenario(t):
                 h.ok(word in p.stderr, "%r: stderr should say %r: %r" % (args, word, p.stderr))
             h.ok("usage: retryproxy" in p.stderr, "%r: the usage follows: %r" % (args, p.stderr))
 
-    @t.check("-c with an empty name (an unset variable, -c \"$CONF\") exits 1 saying so")
+    @t.check("-c, --body or --make-ca with an empty name (an unset variable, -c \"$CONF\") "
+             "exits 1 saying so, with the usage")
     def _():
-        for args in (["-c", "", "--check"], ["--config", ""]):
+        for args, said in ((["-c", "", "--check"], "-c: the file name is empty"),
+                           (["--config", ""], "--config: the file name is empty"),
+                           (["--explain", "GET", "http://127.0.0.1:9/", "--body="],
+                            "--body: the file name is empty"),
+                           (["--make-ca", ""], "--make-ca: the directory name is empty")):
             p = h.run_bin(args)
             h.eq(p.returncode, 1, "exit code of %r (stderr %r)" % (args, p.stderr))
-            h.ok(re.search(r"%s: the file name is empty" % re.escape(args[0]), p.stderr),
-                 "stderr for %r should say the name is empty: %r" % (args, p.stderr))
+            h.ok(said in p.stderr, "stderr for %r should say %r: %r" % (args, said, p.stderr))
+            h.ok("usage: retryproxy" in p.stderr, "%r: the usage follows: %r" % (args, p.stderr))
             h.eq(p.stdout, "", "nothing on stdout for %r" % (args,))
 
     @t.check("-c with a missing file exits 1 naming the file")
